@@ -1,0 +1,55 @@
+# Starverse — see README.md. Two commands set up a fresh machine: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+PORT ?= 8000
+export PORT
+
+.PHONY: help run test lint fmt bench messages audit clean
+
+help:  ## List the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	@rm -f $(VENV)/.installed-*; touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)  ## Serve the console on 127.0.0.1:$PORT with a worker and beat (embedded defaults)
+	@bin/run
+
+test: $(STAMP)  ## Lint, migration check, deploy check and the whole test suite
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	DJANGO_SETTINGS_MODULE=starverse.settings.test $(PY) manage.py makemigrations --check --dry-run
+	DJANGO_SETTINGS_MODULE=starverse.settings.production \
+	  SECRET_KEY=deploy-check-$$(head -c 48 /dev/urandom | base64 | tr -d '/+=') \
+	  DATABASE_URL=$${DATABASE_URL:-sqlite:///var/deploy-check.sqlite3} \
+	  REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
+	  $(PY) manage.py check --deploy --fail-level WARNING
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## ruff check and format check
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+fmt: $(STAMP)  ## Format the code
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+bench: $(STAMP)  ## Benchmarks against their baselines (needs PostgreSQL and pgbench)
+	$(PY) -m bench
+
+messages: $(STAMP)  ## Extract translatable strings and compile the catalogues
+	bin/messages
+
+audit: $(STAMP)  ## Prove every wallet balance equals its ledger sum
+	$(PY) manage.py billing_audit
+
+clean:  ## Remove local state (var/); the next `make run` starts over
+	rm -rf var

@@ -1,0 +1,17 @@
+"""`make bench`: every benchmark prints one JSON line with its figure next to its baseline."""
+
+import sys
+
+from bench import ledger
+
+BENCHMARKS = {"ledger": ledger.run}
+
+
+def main(names: list[str]) -> int:
+    for name in names or list(BENCHMARKS):
+        BENCHMARKS[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,259 @@
+"""The ledger's only writer. Every change of a wallet's balance is a LedgerTransaction posted
+here, inside one database transaction that holds the wallet's row lock, writes the transaction
+and its balanced entries, and updates the cached balances."""
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from billing.choices import COUNTER_ACCOUNT, PROMO_CREDIT_KINDS, Account, TransactionKind
+from billing.models import LedgerEntry, LedgerTransaction, Wallet
+from starverse.core.errors import (
+    Conflict,
+    IdempotencyConflict,
+    InsufficientBalance,
+    InvalidInput,
+)
+from starverse.core.money import format_fen
+
+logger = logging.getLogger(__name__)
+
+CREDIT_KINDS = (TransactionKind.TRIAL, TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
+DEBIT_KINDS = (TransactionKind.USAGE, TransactionKind.REFUND)
+# Debits of these kinds may only take cash: trial money is never refunded or taken back.
+CASH_ONLY_DEBITS = (TransactionKind.REFUND, TransactionKind.ADJUSTMENT)
+MAX_AMOUNT_FEN = 10**12
+
+Split = Callable[[Wallet], tuple[int, int]]
+
+
+def _request_hash(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _existing(key: str, request_hash: str) -> LedgerTransaction | None:
+    found = LedgerTransaction.objects.filter(idempotency_key=key).first()
+    if found is None:
+        return None
+    if found.request_hash != request_hash:
+        raise IdempotencyConflict(
+            _("Idempotency key %(key)s was already used for a different request.") % {"key": key}
+        )
+    return found
+
+
+def _post(
+    *,
+    wallet_id: str,
+    key: str,
+    kind: str,
+    request: dict[str, Any],
+    split: Split,
+    counter: str,
+    description: str,
+    reason: str = "",
+    actor: Any = None,
+    instance_id: str = "",
+    reverses: LedgerTransaction | None = None,
+) -> LedgerTransaction:
+    request_hash = _request_hash({"wallet": wallet_id, "kind": kind, **request})
+    # A replay is answered without taking the lock; a replay racing its original is decided
+    # by the unique key below, and the loser returns the winner's row.
+    found = _existing(key, request_hash)
+    if found is not None:
+        return found
+    try:
+        with transaction.atomic():
+            wallet = Wallet.objects.select_for_update().get(pk=wallet_id)
+            cash_delta, promo_delta = split(wallet)
+            cash_after = wallet.cash_fen + cash_delta
+            promo_after = wallet.promo_fen + promo_delta
+            txn = LedgerTransaction.objects.create(
+                wallet=wallet,
+                kind=kind,
+                idempotency_key=key,
+                request_hash=request_hash,
+                amount_fen=cash_delta + promo_delta,
+                cash_delta_fen=cash_delta,
+                promo_delta_fen=promo_delta,
+                cash_after_fen=cash_after,
+                promo_after_fen=promo_after,
+                description=description[:500],
+                reason=reason,
+                created_by=actor if getattr(actor, "pk", None) else None,
+                instance_id=instance_id,
+                reverses=reverses,
+            )
+            legs = [(Account.CASH, cash_delta), (Account.PROMO, promo_delta)]
+            entries = [
+                LedgerEntry(transaction=txn, wallet=wallet, account=account, amount_fen=amount)
+                for account, amount in legs
+                if amount
+            ]
+            if cash_delta + promo_delta:
+                entries.append(
+                    LedgerEntry(
+                        transaction=txn, account=counter, amount_fen=-(cash_delta + promo_delta)
+                    )
+                )
+            LedgerEntry.objects.bulk_create(entries)
+            Wallet.objects.filter(pk=wallet.pk).update(cash_fen=cash_after, promo_fen=promo_after)
+    except IntegrityError:
+        found = _existing(key, request_hash)
+        if found is None:
+            raise
+        return found
+    logger.info(
+        "ledger.post txn=%s wallet=%s kind=%s amount_fen=%d key=%s",
+        txn.id,
+        wallet_id,
+        kind,
+        txn.amount_fen,
+        key,
+    )
+    return txn
+
+
+def _check_amount(kind: str, amount_fen: int) -> None:
+    if isinstance(amount_fen, bool) or not isinstance(amount_fen, int):
+        raise InvalidInput(_("Amounts are whole numbers of fen."))
+    if amount_fen == 0 or abs(amount_fen) > MAX_AMOUNT_FEN:
+        raise InvalidInput(_("The amount must be non-zero and at most ¥10,000,000,000."))
+    if kind in CREDIT_KINDS and amount_fen < 0:
+        raise InvalidInput(_("A %(kind)s must be positive.") % {"kind": kind})
+    if kind in DEBIT_KINDS and amount_fen > 0:
+        raise InvalidInput(_("A %(kind)s must be negative.") % {"kind": kind})
+
+
+def ledger_post(
+    *,
+    wallet_id: str,
+    key: str,
+    kind: TransactionKind,
+    amount_fen: int,
+    description: str,
+    allow_partial: bool = False,
+    reason: str = "",
+    actor: Any = None,
+    instance_id: str = "",
+) -> LedgerTransaction:
+    """Credit (amount > 0) or debit (amount < 0) a wallet, exactly once per key.
+
+    Credits of promotional kinds land on the promo balance, all others on cash. Debits spend
+    promo before cash (refunds and adjustments take cash only). A debit larger than what is
+    left raises InsufficientBalance, or with allow_partial takes what is left: a balance never
+    goes below zero."""
+    if kind == TransactionKind.REVERSAL:
+        raise InvalidInput("Use transaction_reverse for reversals.")
+    _check_amount(kind, amount_fen)
+
+    def split(wallet: Wallet) -> tuple[int, int]:
+        if amount_fen > 0:
+            return (0, amount_fen) if kind in PROMO_CREDIT_KINDS else (amount_fen, 0)
+        wanted = -amount_fen
+        promo_spend = 0 if kind in CASH_ONLY_DEBITS else min(wallet.promo_fen, wanted)
+        cash_spend = min(wallet.cash_fen, wanted - promo_spend)
+        if promo_spend + cash_spend < wanted and not allow_partial:
+            raise InsufficientBalance(
+                _("Insufficient balance: %(need)s needed, %(have)s available.")
+                % {"need": format_fen(wanted), "have": format_fen(promo_spend + cash_spend)}
+            )
+        return -cash_spend, -promo_spend
+
+    return _post(
+        wallet_id=wallet_id,
+        key=key,
+        kind=kind,
+        request={
+            "amount": amount_fen,
+            "description": description,
+            "partial": allow_partial,
+            "instance": instance_id,
+            "reason": reason,
+        },
+        split=split,
+        counter=COUNTER_ACCOUNT[kind],
+        description=description,
+        reason=reason,
+        actor=actor,
+        instance_id=instance_id,
+    )
+
+
+def transaction_reverse(*, transaction_id: str, reason: str, actor: Any) -> LedgerTransaction:
+    """Post the exact opposite of a transaction, leg by leg. A transaction is reversed at most
+    once (a unique reference enforces it) and a reversal is never itself reversed."""
+    if not reason.strip():
+        raise InvalidInput(_("A reason is required."))
+    original = LedgerTransaction.objects.get(pk=transaction_id)
+    if original.kind == TransactionKind.REVERSAL:
+        raise Conflict(_("A reversal cannot be reversed; post an adjustment instead."))
+    if LedgerTransaction.objects.filter(reverses=original).exists():
+        raise Conflict(_("Transaction %(id)s is already reversed.") % {"id": original.id})
+    counter = original.entries.exclude(account__in=[Account.CASH, Account.PROMO]).first()
+
+    def split(wallet: Wallet) -> tuple[int, int]:
+        if wallet.cash_fen < original.cash_delta_fen or wallet.promo_fen < original.promo_delta_fen:
+            raise InsufficientBalance(
+                _("The balance no longer holds the money this transaction credited.")
+            )
+        return -original.cash_delta_fen, -original.promo_delta_fen
+
+    try:
+        return _post(
+            wallet_id=original.wallet_id,
+            key=f"rev:{original.id}",
+            kind=TransactionKind.REVERSAL,
+            request={"reverses": original.id, "reason": reason},
+            split=split,
+            counter=counter.account if counter else Account.ADJUSTMENTS,
+            description=f"Reversal of {original.id}",
+            reason=reason,
+            actor=actor,
+            instance_id=original.instance_id,
+            reverses=original,
+        )
+    except IdempotencyConflict:
+        raise Conflict(_("Transaction %(id)s is already reversed.") % {"id": original.id}) from None
+
+
+def trial_grant(*, wallet_id: str, user_id: str) -> LedgerTransaction:
+    """The sign-up credit: once per person, keyed by the user."""
+    return ledger_post(
+        wallet_id=wallet_id,
+        key=f"trial:{user_id}",
+        kind=TransactionKind.TRIAL,
+        amount_fen=settings.TRIAL_CREDIT_FEN,
+        description=gettext_noop("Trial credit"),
+    )
+
+
+def adjustment_post(
+    *, wallet_id: str, amount_fen: int, reason: str, actor: Any, key: str | None = None
+) -> LedgerTransaction:
+    """An operator's credit or debit of cash, with the reason and the operator recorded."""
+    if not reason.strip():
+        raise InvalidInput(_("A reason is required for every adjustment."))
+    if not getattr(actor, "is_staff", False):
+        raise InvalidInput(_("Only staff can post adjustments."))
+    return ledger_post(
+        wallet_id=wallet_id,
+        key=key or f"adj:{uuid.uuid4()}",
+        kind=TransactionKind.ADJUSTMENT,
+        amount_fen=amount_fen,
+        description=gettext_noop("Adjustment by operator"),
+        reason=reason.strip(),
+        actor=actor,
+    )
+
+
+def wallet_create(*, tenant_id: str) -> Wallet:
+    return Wallet.objects.create(tenant_id=tenant_id)

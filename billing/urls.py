@@ -1,0 +1,7 @@
+from django.urls import path
+
+from billing import views
+
+app_name = "billing"
+
+urlpatterns = [path("", views.billing, name="billing")]

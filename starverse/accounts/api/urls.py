@@ -1,0 +1,15 @@
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from starverse.accounts.api import views
+
+router = SimpleRouter(trailing_slash=False)
+router.register("tokens", views.TokenViewSet, basename="token")
+router.register("ssh-keys", views.SshKeyViewSet, basename="ssh-key")
+
+urlpatterns = [
+    path("auth/signup", views.SignupView.as_view(), name="signup"),
+    path("auth/token", views.TokenLoginView.as_view(), name="token-login"),
+    path("me", views.MeView.as_view(), name="me"),
+    *router.urls,
+]

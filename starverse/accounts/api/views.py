@@ -1,0 +1,115 @@
+from django.db.models import QuerySet
+from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from billing.selectors import wallet_for_tenant
+from starverse.accounts.api import serializers as s
+from starverse.accounts.models import ApiToken, SshKey
+from starverse.accounts.services import (
+    login_check,
+    ssh_key_add,
+    ssh_key_delete,
+    token_create,
+    token_revoke,
+    user_signup,
+)
+from starverse.accounts.throttles import LoginThrottle, SignupThrottle
+from starverse.core.api.views import TenantScopedViewSet
+from starverse.core.errors import Unauthenticated
+
+
+def client_ip(request: Request) -> str | None:
+    return SignupThrottle().get_ident(request)
+
+
+class SignupView(APIView):
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes = [SignupThrottle]
+
+    @extend_schema(request=s.SignupInput, responses={201: s.SignupOutput})
+    def post(self, request: Request) -> Response:
+        data = s.SignupInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = user_signup(**data.validated_data, ip=client_ip(request))
+        _token, plaintext = token_create(user=user, name=_("Sign-up token"))
+        body = {"user": s.UserOutput(user).data, "token": plaintext}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class TokenLoginView(APIView):
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes = [LoginThrottle]
+
+    @extend_schema(request=s.TokenLoginInput, responses={201: s.TokenCreatedOutput})
+    def post(self, request: Request) -> Response:
+        data = s.TokenLoginInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = login_check(
+            email=data.validated_data["email"], password=data.validated_data["password"]
+        )
+        if user is None:
+            raise Unauthenticated(_("Wrong e-mail address or password."))
+        token, plaintext = token_create(user=user, name=data.validated_data.get("name", ""))
+        return Response(
+            {"id": token.id, "name": token.name, "token": plaintext}, status=status.HTTP_201_CREATED
+        )
+
+
+class MeView(APIView):
+    @extend_schema(responses=s.MeOutput)
+    def get(self, request: Request) -> Response:
+        wallet = wallet_for_tenant(request.user.tenant_id)
+        balance = {
+            "cash_fen": wallet.cash_fen,
+            "promo_fen": wallet.promo_fen,
+            "total_fen": wallet.total_fen,
+        }
+        return Response({"id": request.user.id, "email": request.user.email, "balance": balance})
+
+
+class TokenViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet
+):
+    model = ApiToken
+    owner_field = "user"
+    serializer_class = s.TokenOutput
+
+    def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(revoked_at__isnull=True)
+
+    @extend_schema(request=s.TokenCreateInput, responses={201: s.TokenCreatedOutput})
+    def create(self, request: Request) -> Response:
+        data = self.parse(request, s.TokenCreateInput)
+        token, plaintext = token_create(user=request.user, name=data["name"])
+        return Response(
+            {"id": token.id, "name": token.name, "token": plaintext}, status=status.HTTP_201_CREATED
+        )
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        token_revoke(token=instance)
+
+
+class SshKeyViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet
+):
+    model = SshKey
+    owner_field = "user"
+    serializer_class = s.SshKeyOutput
+
+    @extend_schema(request=s.SshKeyCreateInput, responses={201: s.SshKeyOutput})
+    def create(self, request: Request) -> Response:
+        data = self.parse(request, s.SshKeyCreateInput)
+        key = ssh_key_add(
+            user=request.user, name=data.get("name", ""), public_key=data["public_key"]
+        )
+        return Response(self.output(key), status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: SshKey) -> None:
+        ssh_key_delete(key=instance)

@@ -1,0 +1,109 @@
+from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from starverse.core.ids import PublicIdField
+
+
+def normalize_email(email: str) -> str:
+    """One address, one account: surrounding spaces dropped and the whole address lower-cased."""
+    return email.strip().lower()
+
+
+class Tenant(models.Model):
+    """A billing and isolation boundary: owns a wallet and, on the cluster, one namespace.
+    Every sign-up creates a personal tenant; teams can share one later."""
+
+    id = PublicIdField(prefix="tnt")
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class UserManager(BaseUserManager["User"]):
+    def get_by_natural_key(self, username: str | None) -> "User":
+        return self.get(email=normalize_email(username or ""))
+
+    def create_user(self, email: str, password: str | None = None, **extra: object) -> "User":
+        from starverse.accounts.services import user_signup
+
+        return user_signup(email=email, password=password or "")
+
+    def create_superuser(self, email: str, password: str | None = None, **extra: object) -> "User":
+        from starverse.accounts.services import user_create_operator
+
+        return user_create_operator(email=email, password=password or "")
+
+
+class User(AbstractBaseUser, PermissionsMixin):
+    """A person who signs in. The e-mail is stored normalised and is unique, which is what makes
+    sign-up (and with it the trial credit) happen once per address even under races."""
+
+    id = PublicIdField(prefix="usr")
+    email = models.EmailField(_("email"), max_length=254, unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="members")
+    is_staff = models.BooleanField(default=False)
+    is_active = models.BooleanField(default=True)
+    date_joined = models.DateTimeField(default=timezone.now)
+    signup_ip = models.GenericIPAddressField(null=True, blank=True)
+
+    USERNAME_FIELD = "email"
+    EMAIL_FIELD = "email"
+    REQUIRED_FIELDS: list[str] = []
+
+    objects = UserManager()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(email=models.functions.Lower(models.functions.Trim("email"))),
+                name="user_email_normalized",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.email
+
+
+class ApiToken(models.Model):
+    """An API credential. Only the SHA-256 of the token is kept; the token is shown once."""
+
+    id = PublicIdField(prefix="tok")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=16, help_text="First characters, to recognise it.")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class SshKey(models.Model):
+    """An OpenSSH public key that instances of the user's tenant will accept."""
+
+    id = PublicIdField(prefix="key")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=100)
+    key_type = models.CharField(max_length=64)
+    public_key = models.TextField()
+    fingerprint = models.CharField(max_length=64)
+    bits = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="sshkey_unique_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.fingerprint}"

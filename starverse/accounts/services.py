@@ -1,0 +1,147 @@
+"""Writes for accounts: sign-up (with the trial credit), API tokens and SSH keys."""
+
+import logging
+from typing import Any
+
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.validators import EmailValidator
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from billing.services import trial_grant, wallet_create
+from starverse.accounts.models import ApiToken, SshKey, Tenant, User, normalize_email
+from starverse.accounts.sshkeys import parse_public_key
+from starverse.accounts.tokens import token_display_prefix, token_generate, token_hash
+from starverse.core.errors import Conflict, InvalidInput
+
+logger = logging.getLogger(__name__)
+MAX_PASSWORD_LENGTH = 128
+MAX_TOKENS_PER_USER = 50
+MAX_KEYS_PER_USER = 50
+
+
+def _clean_email(email: str) -> str:
+    email = normalize_email(email)
+    try:
+        EmailValidator()(email)
+    except ValidationError:
+        raise InvalidInput(_("Enter a valid e-mail address."), code="invalid_email") from None
+    return email
+
+
+def _check_password(password: str, email: str) -> None:
+    if len(password) > MAX_PASSWORD_LENGTH:
+        raise InvalidInput(
+            _("Passwords are at most %(n)d characters.") % {"n": MAX_PASSWORD_LENGTH},
+            code="weak_password",
+        )
+    try:
+        validate_password(password, user=User(email=email))
+    except ValidationError as error:
+        raise InvalidInput(" ".join(error.messages), code="weak_password") from None
+
+
+def _create_account(*, email: str, password: str, ip: str | None, is_staff: bool) -> User:
+    try:
+        with transaction.atomic():
+            tenant = Tenant.objects.create(name=email)
+            user = User(
+                email=email, tenant=tenant, signup_ip=ip, is_staff=is_staff, is_superuser=is_staff
+            )
+            user.set_password(password)
+            user.save()
+            wallet = wallet_create(tenant_id=tenant.id)
+            if not is_staff:
+                trial_grant(wallet_id=wallet.id, user_id=user.id)
+    except IntegrityError:
+        if User.objects.filter(email=email).exists():
+            raise Conflict(
+                _("An account with this e-mail address already exists. Log in instead."),
+                code="email_taken",
+            ) from None
+        raise
+    logger.info("account.created user=%s tenant=%s staff=%s", user.id, tenant.id, is_staff)
+    return user
+
+
+def user_signup(*, email: str, password: str, ip: str | None = None) -> User:
+    """Create a person's account, tenant and wallet with the trial credit on it, all in one
+    transaction. The normalised e-mail is unique, so concurrent sign-ups of one address make
+    one account and one grant; the losers get a Conflict."""
+    email = _clean_email(email)
+    _check_password(password, email)
+    return _create_account(email=email, password=password, ip=ip, is_staff=False)
+
+
+def user_create_operator(*, email: str, password: str) -> User:
+    """An operator (staff + superuser) for the admin; operators get no trial credit."""
+    email = _clean_email(email)
+    _check_password(password, email)
+    return _create_account(email=email, password=password, ip=None, is_staff=True)
+
+
+def token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
+    """A new API token; the plaintext is returned once and never stored."""
+    name = name.strip() or _("API token")
+    if ApiToken.objects.filter(user=user, revoked_at__isnull=True).count() >= MAX_TOKENS_PER_USER:
+        raise Conflict(_("You have %(n)d tokens; revoke one first.") % {"n": MAX_TOKENS_PER_USER})
+    plaintext = token_generate()
+    token = ApiToken.objects.create(
+        user=user,
+        name=name[:100],
+        token_hash=token_hash(plaintext),
+        prefix=token_display_prefix(plaintext),
+    )
+    logger.info("token.created user=%s token=%s", user.id, token.id)
+    return token, plaintext
+
+
+def token_revoke(*, token: ApiToken) -> None:
+    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    logger.info("token.revoked user=%s token=%s", token.user_id, token.id)
+
+
+def token_touch(*, token: ApiToken) -> None:
+    """Record use, at most once a minute, so authentication does not write on every request."""
+    now = timezone.now()
+    if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+
+
+def ssh_key_add(*, user: User, name: str, public_key: str) -> SshKey:
+    parsed = parse_public_key(public_key)
+    if SshKey.objects.filter(user=user).count() >= MAX_KEYS_PER_USER:
+        raise Conflict(_("You have %(n)d SSH keys; delete one first.") % {"n": MAX_KEYS_PER_USER})
+    name = name.strip() or parsed.comment or parsed.key_type
+    try:
+        with transaction.atomic():
+            key = SshKey.objects.create(
+                user=user,
+                name=name[:100],
+                key_type=parsed.key_type,
+                public_key=parsed.canonical,
+                fingerprint=parsed.fingerprint,
+                bits=parsed.bits,
+            )
+    except IntegrityError:
+        raise Conflict(
+            _("This key is already added (%(fp)s).") % {"fp": parsed.fingerprint},
+            code="duplicate_key",
+        ) from None
+    logger.info("sshkey.added user=%s key=%s fingerprint=%s", user.id, key.id, key.fingerprint)
+    return key
+
+
+def ssh_key_delete(*, key: SshKey) -> None:
+    key.delete()
+    logger.info("sshkey.deleted user=%s key=%s", key.user_id, key.pk)
+
+
+def login_check(*, email: str, password: str) -> User | None:
+    """The user for these credentials, or None; runs the hasher either way (no timing oracle)."""
+    from django.contrib.auth import authenticate
+
+    user: Any = authenticate(email=normalize_email(email), password=password)
+    return user if user is not None and user.is_active else None

@@ -1,0 +1,49 @@
+"""API token format: `sv_` + 30 random base62 characters + a 6-character CRC32 checksum.
+
+The checksum lets a mistyped or truncated token be refused without touching the database
+(as GitHub's tokens do); the database only ever sees the SHA-256 of a well-formed token."""
+
+import hashlib
+import secrets
+import zlib
+
+from starverse.core.ids import ALPHABET
+
+TOKEN_PREFIX = "sv_"  # noqa: S105 - a public prefix, not a secret
+_BODY = 30
+_CHECK = 6
+TOKEN_LENGTH = len(TOKEN_PREFIX) + _BODY + _CHECK
+
+
+def _base62(number: int, width: int) -> str:
+    chars = []
+    for _ in range(width):
+        number, rest = divmod(number, 62)
+        chars.append(ALPHABET[rest])
+    return "".join(reversed(chars))
+
+
+def _checksum(body: str) -> str:
+    return _base62(zlib.crc32(body.encode()), _CHECK)
+
+
+def token_generate() -> str:
+    body = "".join(secrets.choice(ALPHABET) for _ in range(_BODY))
+    return f"{TOKEN_PREFIX}{body}{_checksum(body)}"
+
+
+def token_is_well_formed(token: str) -> bool:
+    if len(token) != TOKEN_LENGTH or not token.startswith(TOKEN_PREFIX):
+        return False
+    body, check = token[len(TOKEN_PREFIX) : -_CHECK], token[-_CHECK:]
+    if any(c not in ALPHABET for c in body):
+        return False
+    return secrets.compare_digest(_checksum(body), check)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_display_prefix(token: str) -> str:
+    return token[: len(TOKEN_PREFIX) + 6]

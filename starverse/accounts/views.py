@@ -1,0 +1,131 @@
+"""Console pages for accounts: sign-up, log-in, API tokens and SSH keys."""
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from starverse.accounts.forms import LoginForm, SignupForm, SshKeyForm, TokenForm
+from starverse.accounts.models import ApiToken, SshKey
+from starverse.accounts.services import (
+    ssh_key_add,
+    ssh_key_delete,
+    token_create,
+    token_revoke,
+    user_signup,
+)
+from starverse.accounts.throttles import SignupThrottle
+from starverse.core.errors import ServiceError
+from starverse.core.tenancy import get_for_user, scope_to_user
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        return redirect("console:dashboard")
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        throttle = SignupThrottle()
+        if not throttle.allow_request(request, None):  # type: ignore[arg-type]
+            form.add_error(None, _("Too many sign-ups from your address. Try again later."))
+        else:
+            try:
+                user = user_signup(
+                    email=form.cleaned_data["email"],
+                    password=form.cleaned_data["password"],
+                    ip=throttle.get_ident(request),  # type: ignore[arg-type]
+                )
+            except ServiceError as error:
+                field = "password" if error.code == "weak_password" else "email"
+                form.add_error(field, error.message)
+            else:
+                login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+                messages.success(request, _("Welcome! ¥10.00 of trial credit is on your balance."))
+                return redirect("console:dashboard")
+    return render(
+        request, "accounts/signup.html", {"form": form}, status=400 if form.errors else 200
+    )
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "accounts/login.html"
+    authentication_form = LoginForm
+    redirect_authenticated_user = True
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    template_name = "accounts/password_reset.html"
+    email_template_name = "accounts/password_reset_email.txt"
+    subject_template_name = "accounts/password_reset_subject.txt"
+    success_url = reverse_lazy("accounts:password_reset_done")
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    template_name = "accounts/password_reset_confirm.html"
+    success_url = reverse_lazy("accounts:password_reset_complete")
+
+
+@login_required
+def tokens(request: HttpRequest) -> HttpResponse:
+    form = TokenForm(request.POST or None)
+    created = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            token, plaintext = token_create(user=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
+        except ServiceError as error:
+            form.add_error(None, error.message)
+        else:
+            created = {"token": token, "plaintext": plaintext}
+            form = TokenForm()
+    rows = scope_to_user(ApiToken.objects.filter(revoked_at__isnull=True), request.user, "user")
+    return render(
+        request,
+        "accounts/tokens.html",
+        {"form": form, "tokens": rows, "created": created, "active": "tokens"},
+    )
+
+
+@login_required
+@require_POST
+def token_delete(request: HttpRequest, pk: str) -> HttpResponse:
+    token = get_for_user(ApiToken.objects.filter(revoked_at__isnull=True), request.user, "user", pk)
+    token_revoke(token=token)
+    messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
+    return redirect("accounts:tokens")
+
+
+@login_required
+def ssh_keys(request: HttpRequest) -> HttpResponse:
+    form = SshKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            key = ssh_key_add(
+                user=request.user,  # type: ignore[arg-type]
+                name=form.cleaned_data["name"],
+                public_key=form.cleaned_data["public_key"],
+            )
+        except ServiceError as error:
+            form.add_error("public_key", error.message)
+        else:
+            messages.success(request, _("Key added: %(fp)s") % {"fp": key.fingerprint})
+            return redirect("accounts:ssh_keys")
+    rows = scope_to_user(SshKey.objects.all(), request.user, "user")
+    return render(
+        request,
+        "accounts/ssh_keys.html",
+        {"form": form, "keys": rows, "active": "ssh_keys"},
+        status=400 if form.errors else 200,
+    )
+
+
+@login_required
+@require_POST
+def ssh_key_remove(request: HttpRequest, pk: str) -> HttpResponse:
+    key = get_for_user(SshKey.objects.all(), request.user, "user", pk)
+    ssh_key_delete(key=key)
+    messages.success(request, _("Key “%(name)s” deleted.") % {"name": key.name})
+    return redirect("accounts:ssh_keys")

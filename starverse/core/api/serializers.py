@@ -1,0 +1,37 @@
+from typing import Any
+
+from django.utils.translation import gettext_lazy as _
+from rest_framework import serializers
+
+
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers and booleans instead of silently turning them into text."""
+
+    default_error_messages = {"invalid": _("Must be a string.")}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An IntegerField that refuses strings, floats and booleans."""
+
+    default_error_messages = {"invalid": _("Must be an integer.")}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class InputSerializer(serializers.Serializer):
+    """Base for request bodies: unknown fields are an error, so a typo is never ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: [_("Unknown field.")] for name in unknown})
+        return super().to_internal_value(data)

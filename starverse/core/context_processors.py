@@ -1,0 +1,20 @@
+from typing import Any
+
+from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+
+NAVIGATION = [
+    ("console:dashboard", _("Dashboard"), "dashboard"),
+    ("console:rent", _("Rent"), "rent"),
+    ("console:instances", _("Instances"), "instances"),
+    ("console:disks", _("Disks"), "disks"),
+    ("console:datasets", _("Datasets"), "datasets"),
+    ("billing:billing", _("Billing"), "billing"),
+    ("accounts:tokens", _("API tokens"), "tokens"),
+    ("accounts:ssh_keys", _("SSH keys"), "ssh_keys"),
+    ("console:calculator", _("Cost calculator"), "calculator"),
+]
+
+
+def console(request: HttpRequest) -> dict[str, Any]:
+    return {"navigation": NAVIGATION}

@@ -1,0 +1,42 @@
+"""Errors that services raise for a user to act on. The API maps them to status codes; the
+console shows their message. Each has a stable machine-readable code."""
+
+
+class ServiceError(Exception):
+    status_code = 400
+    code = "invalid"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+
+
+class InvalidInput(ServiceError):
+    status_code = 400
+    code = "invalid"
+
+
+class InsufficientBalance(ServiceError):
+    status_code = 402
+    code = "insufficient_balance"
+
+
+class NotFound(ServiceError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(ServiceError):
+    status_code = 409
+    code = "conflict"
+
+
+class IdempotencyConflict(Conflict):
+    code = "idempotency_conflict"
+
+
+class Unauthenticated(ServiceError):
+    status_code = 401
+    code = "authentication_failed"

@@ -1,0 +1,51 @@
+"""Opaque public ids: a short type prefix and 20 random base62 characters (≈119 bits).
+
+They are the primary keys of tenant-visible rows, so an id reveals neither order nor count."""
+
+import secrets
+import string
+from collections.abc import Callable
+
+from django.db import models
+
+ALPHABET = string.ascii_letters + string.digits
+ID_LENGTH = 20
+
+
+def random_base62(length: int) -> str:
+    return "".join(secrets.choice(ALPHABET) for _ in range(length))
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{random_base62(ID_LENGTH)}"
+
+
+def id_factory(prefix: str) -> Callable[[], str]:
+    def make() -> str:
+        return new_id(prefix)
+
+    make.__name__ = f"new_{prefix}_id"
+    make.__qualname__ = make.__name__
+    return make
+
+
+class PublicIdField(models.CharField):
+    """Primary key holding a prefixed random id; the prefix names the resource type."""
+
+    def __init__(self, prefix: str = "", **kwargs: object) -> None:
+        self.prefix = prefix
+        kwargs.setdefault("max_length", 32)
+        kwargs.setdefault("primary_key", True)
+        kwargs.setdefault("editable", False)
+        if prefix:
+            kwargs.setdefault("default", _factories.setdefault(prefix, id_factory(prefix)))
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+
+    def deconstruct(self) -> tuple:
+        name, path, args, kwargs = super().deconstruct()
+        kwargs["prefix"] = self.prefix
+        kwargs.pop("default", None)
+        return name, path, args, kwargs
+
+
+_factories: dict[str, Callable[[], str]] = {}

@@ -1,0 +1,35 @@
+"""The Jinja2 environment of the console: url(), static(), i18n and money formatting."""
+
+from typing import Any
+
+from django.contrib.messages import get_messages
+from django.templatetags.static import static
+from django.urls import reverse
+from django.utils import timezone, translation
+from jinja2 import Environment
+
+from starverse.core.money import format_fen
+
+
+def _url(name: str, *args: Any, **kwargs: Any) -> str:
+    return reverse(name, args=args or None, kwargs=kwargs or None)
+
+
+def _localtime(value: Any, fmt: str = "%Y-%m-%d %H:%M") -> str:
+    if value is None:
+        return "—"
+    return timezone.localtime(value).strftime(fmt)
+
+
+def environment(**options: Any) -> Environment:
+    options.setdefault("autoescape", True)
+    env = Environment(extensions=["jinja2.ext.i18n"], **options)  # noqa: S701
+    env.install_gettext_translations(translation, newstyle=True)  # type: ignore[attr-defined]
+    env.globals.update(
+        url=_url,
+        static=static,
+        get_messages=get_messages,
+        get_language=translation.get_language,
+    )
+    env.filters.update(money=format_fen, localtime=_localtime)
+    return env

@@ -1,0 +1,29 @@
+"""Production: every secret comes from the environment, DEBUG is refused, cookies are secure."""
+
+from django.core.exceptions import ImproperlyConfigured
+
+from starverse.env import env_bool, env_int, env_str
+from starverse.settings.base import *  # noqa: F403
+
+if DEBUG:  # noqa: F405
+    raise ImproperlyConfigured("DEBUG must be off in production (unset DEBUG).")
+
+SECRET_KEY = env_str("SECRET_KEY")
+if SECRET_KEY.startswith("dev-only") or len(SECRET_KEY) < 50:
+    raise ImproperlyConfigured("SECRET_KEY must be a random value of at least 50 characters.")
+env_str("DATABASE_URL")
+env_str("REDIS_URL")
+
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+SECURE_HSTS_PRELOAD = True
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}

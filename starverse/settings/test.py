@@ -1,0 +1,14 @@
+"""Test settings: PostgreSQL when DATABASE_URL is given, else SQLite; fast hashing; no network."""
+
+from starverse.settings.base import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CELERY_TASK_ALWAYS_EAGER = True
+CELERY_BROKER_URL = "memory://"
+CELERY_BROKER_TRANSPORT_OPTIONS = {}
+LANGUAGE_CODE = "en"
+
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True

@@ -1,0 +1,93 @@
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from billing.models import LedgerTransaction, Wallet
+from tests.factories import make_operator, make_user
+
+
+def test_billing_audit_passes_then_names_the_drifting_wallet(db, capsys):
+    users = [make_user(), make_user()]
+    call_command("billing_audit")
+    assert "OK: 2 wallet(s)" in capsys.readouterr().out
+    drifting = Wallet.objects.get(tenant=users[1].tenant)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE billing_wallet SET cash_fen = cash_fen + 1 WHERE id = %s", [drifting.id]
+        )
+    with pytest.raises(CommandError, match="1 wallet"):
+        call_command("billing_audit")
+
+    assert f"DRIFT wallet={drifting.id}" in capsys.readouterr().err
+
+
+@pytest.fixture
+def operator_client(client, db):
+    client.force_login(make_operator())
+    return client
+
+
+def test_admin_offers_the_ledger_read_only(operator_client):
+    txn = LedgerTransaction.objects.get(wallet__tenant=make_user().tenant)
+    change_url = f"/admin/billing/ledgertransaction/{txn.id}/change/"
+
+    listing = operator_client.get("/admin/billing/ledgertransaction/")
+    page = operator_client.get(change_url)
+    post = operator_client.post(change_url, {"description": "edited"})
+
+    assert listing.status_code == 200 and txn.id in listing.content.decode()
+    assert page.status_code == 200
+    assert 'name="_save"' not in page.content.decode()
+    assert post.status_code == 403
+    assert operator_client.get("/admin/billing/ledgertransaction/add/").status_code == 403
+    assert (
+        operator_client.post(f"/admin/billing/ledgertransaction/{txn.id}/delete/").status_code
+        == 403
+    )
+    assert LedgerTransaction.objects.get(pk=txn.pk).description == "Trial credit"
+
+
+def test_admin_adjustment_requires_a_reason_and_records_who(operator_client):
+    wallet = Wallet.objects.get(tenant=make_user().tenant)
+    url = f"/admin/billing/wallet/{wallet.id}/adjust/"
+
+    missing = operator_client.post(url, {"amount": "50", "reason": ""})
+    bad_amount = operator_client.post(url, {"amount": "5.001", "reason": "x"})
+    posted = operator_client.post(url, {"amount": "¥50.00", "reason": "SLA credit ticket 88"})
+
+    assert missing.status_code == 200 and "This field is required" in missing.content.decode()
+    assert bad_amount.status_code == 200
+    assert posted.status_code == 302
+    adjustment = LedgerTransaction.objects.get(kind="adjustment")
+    assert (adjustment.amount_fen, adjustment.reason, adjustment.cash_after_fen) == (
+        5000,
+        "SLA credit ticket 88",
+        5000,
+    )
+    assert adjustment.created_by.is_staff
+    wallet.refresh_from_db()
+    assert wallet.cash_fen == 5000
+
+
+def test_admin_reversal_form(operator_client):
+    wallet = Wallet.objects.get(tenant=make_user().tenant)
+    operator_client.post(
+        f"/admin/billing/wallet/{wallet.id}/adjust/", {"amount": "20", "reason": "oops"}
+    )
+    adjustment = LedgerTransaction.objects.get(kind="adjustment")
+    url = f"/admin/billing/ledgertransaction/{adjustment.id}/reverse/"
+
+    first = operator_client.post(url, {"reason": "posted to the wrong wallet"})
+    second = operator_client.post(url, {"reason": "again"})
+
+    assert first.status_code == 302
+    assert "already reversed" in second.content.decode()
+    wallet.refresh_from_db()
+    assert wallet.cash_fen == 0
+
+
+def test_renters_cannot_open_the_admin(client, user):
+    client.force_login(user)
+
+    assert client.get("/admin/billing/ledgertransaction/").status_code == 302

@@ -1,0 +1,81 @@
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connection
+from rest_framework.test import APIClient
+
+from tests.factories import make_token, make_user
+
+IS_POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    needs_pg = [item for item in items if item.get_closest_marker("postgres")]
+    if IS_POSTGRES or not needs_pg:
+        return
+    if os.environ.get("STARVERSE_REQUIRE_POSTGRES"):
+        raise pytest.UsageError(
+            f"{len(needs_pg)} tests need PostgreSQL and STARVERSE_REQUIRE_POSTGRES is set: "
+            "export DATABASE_URL=postgres://…"
+        )
+    skip = pytest.mark.skip(reason="needs PostgreSQL (row locks, concurrency): set DATABASE_URL")
+    for item in needs_pg:
+        item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _clear_cache() -> Iterator[None]:
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def user(db: Any) -> Any:
+    return make_user()
+
+
+@pytest.fixture
+def client_for(db: Any) -> Callable[[Any], APIClient]:
+    """An API client authenticated with a fresh bearer token of the given user."""
+
+    def build(user: Any) -> APIClient:
+        client = APIClient()
+        _token, plaintext = make_token(user)
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+        return client
+
+    return build
+
+
+def run_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
+    """Run target(i) in `count` threads started together; return results or raised errors."""
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+
+    def work(index: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results[index] = target(index)
+        except Exception as error:
+            results[index] = error
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "threads hung (deadlock?)"
+    return results

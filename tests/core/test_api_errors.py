@@ -1,0 +1,136 @@
+import pytest
+
+from starverse.accounts.models import ApiToken, SshKey, User
+from tests.factories import PASSWORD
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "detail"),
+    [
+        ('{"email": "a@b.cn", "password": ', "application/json", "JSON parse error"),
+        ('["a@b.cn"]', "application/json", "Invalid data. Expected a dictionary"),
+        ('{"email": 12345, "password": "x"}', "application/json", "email: Must be a string."),
+        ('{"email": "a@b.cn"}', "application/json", "password: This field is required."),
+        (
+            '{"email": "' + "a" * 300 + '@b.cn", "password": "x"}',
+            "application/json",
+            "email: Ensure this field has no more than 254 characters.",
+        ),
+        (
+            '{"email": "a@b.cn", "password": "correct horse battery", "admin": true}',
+            "application/json",
+            "admin: Unknown field.",
+        ),
+        (
+            '{"email": "not-an-address", "password": "correct horse battery"}',
+            "application/json",
+            "Enter a valid e-mail address.",
+        ),
+        ('{"email": "a@b.cn", "password": "12345678901"}', "application/json", "entirely numeric"),
+        ("email=a@b.cn", "application/x-www-form-urlencoded", "Unsupported media type"),
+    ],
+)
+def test_bad_signup_input_is_a_clear_error_and_writes_nothing(api, db, body, content_type, detail):
+    response = api.generic("POST", "/api/v1/auth/signup", body, content_type=content_type)
+
+    assert response.status_code in (400, 415)
+    payload = response.json()
+    assert detail in payload["detail"]
+    assert set(payload) >= {"detail", "code"}
+    assert User.objects.count() == 0
+
+
+def test_wrong_types_and_sizes_on_authenticated_endpoints_write_nothing(user, client_for):
+    client = client_for(user)
+    before = ApiToken.objects.count()
+
+    responses = [
+        client.post("/api/v1/tokens", {"name": ["list"]}, format="json"),
+        client.post("/api/v1/tokens", {"name": "n" * 101}, format="json"),
+        client.post("/api/v1/tokens", {}, format="json"),
+        client.post("/api/v1/ssh-keys", {"public_key": 42}, format="json"),
+        client.post("/api/v1/ssh-keys", {"public_key": "x" * 20000}, format="json"),
+    ]
+
+    assert [r.status_code for r in responses] == [400] * 5
+    assert responses[0].json()["errors"] == {"name": ["Must be a string."]}
+    assert ApiToken.objects.count() == before
+    assert SshKey.objects.count() == 0
+
+
+def test_unauthenticated_and_unknown_paths_have_detail_and_code(api, db):
+    me = api.get("/api/v1/me")
+    missing = api.get("/api/v1/tokens/tok_doesnotexist", HTTP_AUTHORIZATION="Bearer sv_short")
+
+    assert me.status_code == 401
+    assert me.json() == {
+        "detail": "Authentication credentials were not provided.",
+        "code": "not_authenticated",
+    }
+    assert missing.status_code == 401
+
+
+def test_session_auth_requires_csrf(user):
+    from rest_framework.test import APIClient
+
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(user)
+
+    assert client.get("/api/v1/me").status_code == 200
+    refused = client.post("/api/v1/tokens", {"name": "x"}, format="json")
+    assert refused.status_code == 403
+    assert "CSRF" in refused.json()["detail"]
+    assert ApiToken.objects.count() == 0
+
+
+def test_lists_are_paginated(user, client_for):
+    client = client_for(user)
+    for index in range(3):
+        client.post("/api/v1/tokens", {"name": f"t{index}"}, format="json")
+
+    page = client.get("/api/v1/tokens?page_size=2").json()
+
+    assert set(page) == {"count", "next", "previous", "results"}
+    assert page["count"] == 4  # the three above plus the client's own token
+    assert len(page["results"]) == 2
+    assert "page=2" in page["next"]
+
+
+def test_openapi_schema_lists_the_contract(api, db):
+    response = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+
+    assert response.status_code == 200
+    paths = set(response.json()["paths"])
+    assert paths >= {
+        "/api/v1/auth/signup",
+        "/api/v1/auth/token",
+        "/api/v1/me",
+        "/api/v1/tokens",
+        "/api/v1/tokens/{id}",
+        "/api/v1/ssh-keys",
+        "/api/v1/ssh-keys/{id}",
+        "/api/v1/billing/balance",
+        "/api/v1/billing/ledger",
+    }
+    assert api.get("/api/docs/").status_code == 200
+
+
+def test_signup_then_token_flow_uses_exact_contract_fields(api, db):
+    body = api.post(
+        "/api/v1/auth/signup", {"email": "c@lab.cn", "password": PASSWORD}, format="json"
+    ).json()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {body['token']}")
+
+    balance = api.get("/api/v1/billing/balance").json()
+    ledger = api.get("/api/v1/billing/ledger").json()
+
+    assert balance == {"cash_fen": 0, "promo_fen": 1000, "total_fen": 1000, "currency": "CNY"}
+    assert ledger["count"] == 1
+    row = ledger["results"][0]
+    assert {k: row[k] for k in ("kind", "amount_fen", "description", "instance")} == {
+        "kind": "trial",
+        "amount_fen": 1000,
+        "description": "Trial credit",
+        "instance": None,
+    }
+    assert row["id"].startswith("txn_")

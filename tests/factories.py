@@ -1,0 +1,54 @@
+"""Test data built through the services, so every object is made the way production makes it."""
+
+import base64
+import itertools
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+from starverse.accounts.models import ApiToken, SshKey, User
+from starverse.accounts.services import ssh_key_add, token_create, user_create_operator, user_signup
+
+PASSWORD = "correct horse battery staple"
+FIXTURES = Path(__file__).parent / "fixtures"
+SSH_KEYS: dict[str, dict[str, Any]] = json.loads((FIXTURES / "ssh_keys.json").read_text())
+_seq = itertools.count(1)
+
+
+def make_user(email: str | None = None) -> User:
+    return user_signup(email=email or f"user{next(_seq)}@lab.example.edu.cn", password=PASSWORD)
+
+
+def make_operator(email: str | None = None) -> User:
+    return user_create_operator(
+        email=email or f"ops{next(_seq)}@starverse.example", password=PASSWORD
+    )
+
+
+def make_token(user: User, name: str = "ci") -> tuple[ApiToken, str]:
+    return token_create(user=user, name=name)
+
+
+def ed25519_public_key(comment: str = "") -> str:
+    """A well-formed ed25519 public key with random key bytes (a different key each call)."""
+    blob = struct.pack(">I", 11) + b"ssh-ed25519" + struct.pack(">I", 32) + os.urandom(32)
+    return f"ssh-ed25519 {base64.b64encode(blob).decode()} {comment}".strip()
+
+
+def make_ssh_key(user: User, name: str = "laptop") -> SshKey:
+    return ssh_key_add(user=user, name=name, public_key=ed25519_public_key())
+
+
+# Objects that a user owns, by model: the generated tenancy test uses this to create an object
+# of user A for every tenant-scoped API endpoint. A new endpoint's model must be added here.
+def _ledger_row(user: User) -> Any:
+    return user.tenant.wallet.transactions.first()
+
+
+OWNED_OBJECT_FACTORIES = {
+    "accounts.ApiToken": lambda user: make_token(user)[0],
+    "accounts.SshKey": make_ssh_key,
+    "billing.LedgerTransaction": _ledger_row,
+}
