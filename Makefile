@@ -31,6 +31,7 @@ test: $(STAMP)  ## Lint, migration check, deploy check and the whole test suite
 	  SECRET_KEY=deploy-check-$$(head -c 48 /dev/urandom | base64 | tr -d '/+=') \
 	  DATABASE_URL=$${DATABASE_URL:-sqlite:///var/deploy-check.sqlite3} \
 	  REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
+	  STRIPE_SECRET_KEY=sk_test_deploy_check STRIPE_WEBHOOK_SECRET=whsec_deploy_check \
 	  $(PY) manage.py check --deploy --fail-level WARNING
 	$(PY) -m pytest $(PYTEST_ARGS)
 

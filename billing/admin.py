@@ -1,5 +1,5 @@
-"""Operator screens for wallets and the ledger. The ledger is read-only here; money moves only
-through the adjustment and reversal forms, which call billing.services and record who and why."""
+"""Operator screens for wallets, the ledger and payments. The ledger is read-only here; money
+moves only through the forms below, which call the billing services and record who and why."""
 
 from typing import Any
 
@@ -12,8 +12,23 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from billing.models import LedgerEntry, LedgerTransaction, Wallet
-from billing.services import adjustment_post, transaction_reverse
+from billing.choices import ApprovalStatus, TopUpMethod, TopUpStatus
+from billing.models import (
+    AdjustmentRequest,
+    LedgerEntry,
+    LedgerTransaction,
+    Refund,
+    StripeEvent,
+    TopUp,
+    Wallet,
+)
+from billing.payments import (
+    adjustment_decide,
+    adjustment_request,
+    bank_transfer_post,
+    refund_request,
+)
+from billing.services import transaction_reverse
 from starverse.core.errors import ServiceError
 from starverse.core.money import MoneyParseError, format_fen, parse_fen
 
@@ -29,38 +44,78 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class AdjustmentForm(forms.Form):
-    amount = forms.CharField(
-        label=_("Amount (¥)"),
-        help_text=_("Positive credits cash, negative debits it. E.g. 100 or -25.50"),
-    )
-    reason = forms.CharField(label=_("Reason"), widget=forms.Textarea(attrs={"rows": 3}))
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
 
-    def clean_amount(self) -> int:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class YuanField(forms.CharField):
+    """An amount typed in yuan ('100', '-25.50', '¥1,000'), cleaned to non-zero fen."""
+
+    def clean(self, value: Any) -> int:
+        text = super().clean(value)
         try:
-            fen = parse_fen(self.cleaned_data["amount"])
+            fen = parse_fen(text)
         except MoneyParseError as error:
             raise forms.ValidationError(str(error)) from None
         if fen == 0:
             raise forms.ValidationError(_("The amount must not be zero."))
         return fen
 
-    def clean_reason(self) -> str:
-        reason = self.cleaned_data["reason"].strip()
-        if not reason:
-            raise forms.ValidationError(_("A reason is required."))
-        return reason
+
+def _reason_field(label: Any = None) -> forms.CharField:
+    return forms.CharField(label=label or _("Reason"), widget=forms.Textarea(attrs={"rows": 3}))
+
+
+class AdjustmentForm(forms.Form):
+    amount = YuanField(
+        label=_("Amount (¥)"), help_text=_("Positive credits cash, negative debits it. E.g. 100")
+    )
+    reason = _reason_field()
+
+
+class BankTransferForm(forms.Form):
+    amount = YuanField(label=_("Amount received (¥)"), help_text=_("E.g. 20000 or 20,000.00"))
+    payer = forms.CharField(label=_("Payer (as on the bank statement)"), max_length=200)
+    reference = forms.CharField(label=_("Bank reference"), max_length=100)
+    reason = _reason_field(_("Note"))
+
+    def clean_amount(self) -> int:
+        if self.cleaned_data["amount"] < 0:
+            raise forms.ValidationError(_("A bank transfer is a positive amount."))
+        return self.cleaned_data["amount"]
+
+
+class RefundForm(forms.Form):
+    amount = YuanField(label=_("Amount to refund (¥)"))
+    reason = _reason_field()
 
 
 class ReasonForm(forms.Form):
-    reason = forms.CharField(label=_("Reason"), widget=forms.Textarea(attrs={"rows": 3}))
+    reason = _reason_field()
 
 
-def _money_form_page(
-    request: HttpRequest, admin_site: admin.AdminSite, *, title: str, form: forms.Form, obj: Any
+def _posted_message(txn: LedgerTransaction) -> str:
+    after = txn.cash_after_fen + txn.promo_after_fen
+    return _("Posted %(amount)s as %(txn)s; balance %(before)s → %(after)s.") % {
+        "amount": format_fen(txn.amount_fen, sign=True),
+        "txn": txn.id,
+        "before": format_fen(after - txn.amount_fen),
+        "after": format_fen(after),
+    }
+
+
+def _form_page(
+    request: HttpRequest, site: admin.AdminSite, title: str, form: forms.Form, obj: Any
 ) -> TemplateResponse:
     context = {
-        **admin_site.each_context(request),
+        **site.each_context(request),
         "title": title,
         "form": form,
         "object": obj,
@@ -69,11 +124,15 @@ def _money_form_page(
     return TemplateResponse(request, "admin/billing/money_form.html", context)
 
 
+def _back(name: str, pk: str) -> HttpResponseRedirect:
+    return HttpResponseRedirect(reverse(f"admin:billing_{name}_change", args=[pk]))
+
+
 @admin.register(Wallet)
 class WalletAdmin(ReadOnlyAdmin):
     list_display = ["id", "tenant", "cash", "promo", "total", "created_at"]
     search_fields = ["id", "tenant__name", "tenant__members__email"]
-    readonly_fields = ["id", "tenant", "cash", "promo", "total", "created_at", "adjust_link"]
+    readonly_fields = ["id", "tenant", "cash", "promo", "total", "created_at", "operations"]
     exclude = ["cash_fen", "promo_fen"]
 
     @admin.display(description=_("Cash"))
@@ -89,69 +148,82 @@ class WalletAdmin(ReadOnlyAdmin):
         return format_fen(obj.total_fen)
 
     @admin.display(description=_("Operations"))
-    def adjust_link(self, obj: Wallet) -> str:
-        url = reverse("admin:billing_wallet_adjust", args=[obj.pk])
-        return format_html('<a class="button" href="{}">{}</a>', url, _("Post adjustment…"))
+    def operations(self, obj: Wallet) -> str:
+        return format_html(
+            '<a class="button" href="{}">{}</a> <a class="button" href="{}">{}</a>',
+            reverse("admin:billing_wallet_adjust", args=[obj.pk]),
+            _("Post adjustment…"),
+            reverse("admin:billing_wallet_bank_transfer", args=[obj.pk]),
+            _("Post bank transfer…"),
+        )
 
     def get_urls(self) -> list:
+        view = self.admin_site.admin_view
         return [
+            path("<str:pk>/adjust/", view(self.adjust_view), name="billing_wallet_adjust"),
             path(
-                "<str:pk>/adjust/",
-                self.admin_site.admin_view(self.adjust_view),
-                name="billing_wallet_adjust",
+                "<str:pk>/bank-transfer/",
+                view(self.bank_transfer_view),
+                name="billing_wallet_bank_transfer",
             ),
             *super().get_urls(),
         ]
 
     def adjust_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         wallet = get_object_or_404(Wallet, pk=pk)
-        if not request.user.has_perm("billing.view_wallet"):
-            return HttpResponseRedirect(reverse("admin:index"))
         form = AdjustmentForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             try:
-                txn = adjustment_post(
+                result = adjustment_request(
                     wallet_id=wallet.id,
+                    actor=request.user,
                     amount_fen=form.cleaned_data["amount"],
                     reason=form.cleaned_data["reason"],
-                    actor=request.user,
                 )
             except ServiceError as error:
                 form.add_error(None, error.message)
             else:
-                messages.success(
-                    request,
-                    _("Posted %(amount)s as %(txn)s; balance now %(total)s.")
-                    % {
-                        "amount": format_fen(txn.amount_fen, sign=True),
-                        "txn": txn.id,
-                        "total": format_fen(txn.cash_after_fen + txn.promo_after_fen),
-                    },
+                if isinstance(result, AdjustmentRequest):
+                    messages.warning(
+                        request,
+                        _(
+                            "%(amount)s is above the approval threshold: request %(id)s waits for "
+                            "a second operator."
+                        )
+                        % {"amount": format_fen(result.amount_fen, sign=True), "id": result.id},
+                    )
+                else:
+                    messages.success(request, _posted_message(result))
+                return _back("wallet", wallet.pk)
+        return _form_page(
+            request, self.admin_site, _("Post adjustment to %s") % wallet, form, wallet
+        )
+
+    def bank_transfer_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        wallet = get_object_or_404(Wallet, pk=pk)
+        form = BankTransferForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                topup = bank_transfer_post(
+                    wallet_id=wallet.id,
+                    actor=request.user,
+                    **{k: form.cleaned_data[k] for k in ("payer", "reference", "reason")},
+                    amount_fen=form.cleaned_data["amount"],
                 )
-                return HttpResponseRedirect(
-                    reverse("admin:billing_wallet_change", args=[wallet.pk])
-                )
-        return _money_form_page(
-            request,
-            self.admin_site,
-            title=_("Post adjustment to %s") % wallet,
-            form=form,
-            obj=wallet,
+            except ServiceError as error:
+                form.add_error(None, error.message)
+            else:
+                messages.success(request, _posted_message(topup.ledger_transaction))
+                return _back("wallet", wallet.pk)
+        return _form_page(
+            request, self.admin_site, _("Post bank transfer to %s") % wallet, form, wallet
         )
 
 
-class LedgerEntryInline(admin.TabularInline):
+class LedgerEntryInline(ReadOnlyInline):
     model = LedgerEntry
     fields = ["account", "wallet", "amount_fen"]
     readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(LedgerTransaction)
@@ -192,7 +264,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         "reverses",
         "instance_id",
         "created_at",
-        "reverse_link",
+        "operations",
     ]
     exclude = ["request_hash"]
 
@@ -205,7 +277,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         return format_fen(obj.cash_after_fen + obj.promo_after_fen)
 
     @admin.display(description=_("Operations"))
-    def reverse_link(self, obj: LedgerTransaction) -> str:
+    def operations(self, obj: LedgerTransaction) -> str:
         url = reverse("admin:billing_ledgertransaction_reverse", args=[obj.pk])
         return format_html('<a class="button" href="{}">{}</a>', url, _("Reverse…"))
 
@@ -225,15 +297,175 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         if request.method == "POST" and form.is_valid():
             try:
                 reversal = transaction_reverse(
-                    transaction_id=txn.id, reason=form.cleaned_data["reason"], actor=request.user
+                    transaction_id=txn.id, actor=request.user, reason=form.cleaned_data["reason"]
                 )
             except ServiceError as error:
                 form.add_error(None, error.message)
             else:
-                messages.success(request, _("Reversed by %(id)s.") % {"id": reversal.id})
-                return HttpResponseRedirect(
-                    reverse("admin:billing_ledgertransaction_change", args=[reversal.pk])
+                messages.success(request, _posted_message(reversal))
+                return _back("ledgertransaction", reversal.pk)
+        return _form_page(request, self.admin_site, _("Reverse %s") % txn.id, form, txn)
+
+
+class RefundInline(ReadOnlyInline):
+    model = Refund
+    fields = [
+        "id",
+        "amount_fen",
+        "status",
+        "stripe_refund_id",
+        "requested_by",
+        "reason",
+        "error_message",
+        "created_at",
+        "settled_at",
+    ]
+    readonly_fields = fields
+
+
+@admin.register(TopUp)
+class TopUpAdmin(ReadOnlyAdmin):
+    list_display = ["id", "created_at", "tenant", "method", "amount", "status", "paid_at"]
+    list_filter = ["status", "method"]
+    search_fields = [
+        "id",
+        "checkout_session_id",
+        "payment_intent_id",
+        "bank_reference",
+        "tenant__members__email",
+        "payer",
+    ]
+    readonly_fields = [
+        "id",
+        "tenant",
+        "wallet",
+        "created_by",
+        "method",
+        "amount_fen",
+        "currency",
+        "status",
+        "checkout_session_id",
+        "payment_intent_id",
+        "bank_reference",
+        "payer",
+        "reason",
+        "review_reason",
+        "error_message",
+        "ledger_transaction",
+        "created_at",
+        "expires_at",
+        "paid_at",
+        "operations",
+    ]
+    exclude = ["checkout_url"]
+    inlines = [RefundInline]
+
+    @admin.display(description=_("Amount"))
+    def amount(self, obj: TopUp) -> str:
+        return format_fen(obj.amount_fen)
+
+    @admin.display(description=_("Operations"))
+    def operations(self, obj: TopUp) -> str:
+        if obj.method != TopUpMethod.STRIPE or obj.status != TopUpStatus.PAID:
+            return "—"
+        url = reverse("admin:billing_topup_refund", args=[obj.pk])
+        return format_html('<a class="button" href="{}">{}</a>', url, _("Refund…"))
+
+    def get_urls(self) -> list:
+        return [
+            path(
+                "<str:pk>/refund/",
+                self.admin_site.admin_view(self.refund_view),
+                name="billing_topup_refund",
+            ),
+            *super().get_urls(),
+        ]
+
+    def refund_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        topup = get_object_or_404(TopUp, pk=pk)
+        form = RefundForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                refund = refund_request(
+                    topup_id=topup.id,
+                    actor=request.user,
+                    amount_fen=form.cleaned_data["amount"],
+                    reason=form.cleaned_data["reason"],
                 )
-        return _money_form_page(
-            request, self.admin_site, title=_("Reverse %s") % txn.id, form=form, obj=txn
-        )
+            except ServiceError as error:
+                form.add_error(None, error.message)
+            else:
+                messages.success(
+                    request,
+                    _("Refund %(id)s of %(amount)s: %(status)s.")
+                    % {
+                        "id": refund.id,
+                        "amount": format_fen(refund.amount_fen),
+                        "status": refund.get_status_display(),
+                    },
+                )
+                return _back("topup", topup.pk)
+        return _form_page(request, self.admin_site, _("Refund %s") % topup.id, form, topup)
+
+
+@admin.register(AdjustmentRequest)
+class AdjustmentRequestAdmin(ReadOnlyAdmin):
+    list_display = ["id", "created_at", "wallet", "amount", "status", "requested_by", "decided_by"]
+    list_filter = ["status"]
+    readonly_fields = [
+        "id",
+        "wallet",
+        "amount_fen",
+        "reason",
+        "status",
+        "requested_by",
+        "decided_by",
+        "decided_at",
+        "ledger_transaction",
+        "created_at",
+    ]
+    actions = ["approve", "reject"]
+
+    @admin.display(description=_("Amount"))
+    def amount(self, obj: AdjustmentRequest) -> str:
+        return format_fen(obj.amount_fen, sign=True)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The list needs it to offer the actions; no object is ever editable.
+        return obj is None and bool(request.user.is_staff)
+
+    def _decide(self, request: HttpRequest, queryset: Any, approve: bool) -> None:
+        for item in queryset.filter(status=ApprovalStatus.PENDING):
+            try:
+                adjustment_decide(request_id=item.id, approve=approve, actor=request.user)
+            except ServiceError as error:
+                self.message_user(request, f"{item.id}: {error.message}", messages.ERROR)
+            else:
+                self.message_user(
+                    request, f"{item.id}: {_('approved') if approve else _('rejected')}"
+                )
+
+    @admin.action(description=_("Approve selected adjustments (posts them)"))
+    def approve(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, approve=True)
+
+    @admin.action(description=_("Reject selected adjustments"))
+    def reject(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, approve=False)
+
+
+@admin.register(StripeEvent)
+class StripeEventAdmin(ReadOnlyAdmin):
+    list_display = ["id", "type", "received_at", "processed_at", "attempts", "error"]
+    list_filter = ["type"]
+    search_fields = ["id"]
+    readonly_fields = [
+        "id",
+        "type",
+        "livemode",
+        "payload",
+        "received_at",
+        "processed_at",
+        "attempts",
+        "error",
+    ]

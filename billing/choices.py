@@ -23,6 +23,7 @@ class Account(models.TextChoices):
     PAYMENTS = "platform:payments", _("Platform: payment processor")
     BANK = "platform:bank", _("Platform: bank")
     ADJUSTMENTS = "platform:adjustments", _("Platform: adjustments")
+    REFUNDS = "platform:refunds", _("Platform: refunds to customers")
 
 
 WALLET_ACCOUNTS = (Account.CASH, Account.PROMO)
@@ -34,8 +35,43 @@ COUNTER_ACCOUNT = {
     TransactionKind.BANK_TRANSFER: Account.BANK,
     TransactionKind.USAGE: Account.REVENUE,
     TransactionKind.ADJUSTMENT: Account.ADJUSTMENTS,
-    TransactionKind.REFUND: Account.PAYMENTS,
+    TransactionKind.REFUND: Account.REFUNDS,
 }
 
 # Credits of these kinds are promotional money: spent first, never refunded or transferred.
 PROMO_CREDIT_KINDS = (TransactionKind.TRIAL,)
+
+
+class TopUpStatus(models.TextChoices):
+    CREATED = "created", _("Created")
+    PENDING = "pending", _("Awaiting payment")
+    PROCESSING = "processing", _("Payment processing")
+    PAID = "paid", _("Paid")
+    FAILED = "failed", _("Failed")
+    EXPIRED = "expired", _("Expired")
+    REVIEW = "review", _("Under review")
+
+
+class TopUpMethod(models.TextChoices):
+    STRIPE = "stripe", _("Online payment")
+    BANK_TRANSFER = "bank_transfer", _("Bank transfer")
+
+
+class RefundStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    SUCCEEDED = "succeeded", _("Refunded")
+    FAILED = "failed", _("Failed")
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending", _("Awaiting approval")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+
+
+class RunwayLevel(models.IntegerChoices):
+    """How low a wallet's runway is; notices are sent when the level goes down, once."""
+
+    OK = 0, _("More than an hour")
+    BELOW_HOUR = 1, _("Less than an hour")
+    BELOW_TEN_MINUTES = 2, _("Less than ten minutes")

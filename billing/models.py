@@ -3,7 +3,16 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from billing.choices import WALLET_ACCOUNTS, Account, TransactionKind
+from billing.choices import (
+    WALLET_ACCOUNTS,
+    Account,
+    ApprovalStatus,
+    RefundStatus,
+    RunwayLevel,
+    TopUpMethod,
+    TopUpStatus,
+    TransactionKind,
+)
 from starverse.core.ids import PublicIdField
 
 
@@ -103,3 +112,152 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account} {self.amount_fen}"
+
+
+class TopUp(models.Model):
+    """A request to add cash to a wallet: a Stripe Checkout Session, or a bank transfer posted by
+    an operator. It is credited at most once, by the ledger key of its Checkout Session (online)
+    or of its bank reference (transfer), whichever path reports the payment first."""
+
+    id = PublicIdField(prefix="top")
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="topups")
+    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="topups")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    method = models.CharField(
+        max_length=16, choices=TopUpMethod.choices, default=TopUpMethod.STRIPE
+    )
+    amount_fen = models.BigIntegerField()
+    currency = models.CharField(max_length=3, default="cny")
+    status = models.CharField(
+        max_length=16, choices=TopUpStatus.choices, default=TopUpStatus.CREATED
+    )
+    checkout_session_id = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    checkout_url = models.URLField(max_length=2000, blank=True)
+    payment_intent_id = models.CharField(max_length=255, blank=True, db_index=True)
+    bank_reference = models.CharField(max_length=100, null=True, blank=True, unique=True)
+    payer = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    review_reason = models.TextField(blank=True)
+    error_message = models.TextField(blank=True)
+    ledger_transaction = models.OneToOneField(
+        LedgerTransaction, null=True, blank=True, on_delete=models.PROTECT, related_name="topup"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.CheckConstraint(condition=Q(amount_fen__gt=0), name="topup_positive")]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.amount_fen} {self.status}"
+
+
+class StripeEvent(models.Model):
+    """A webhook event as Stripe sent it, stored once (its id is the primary key) and processed
+    after commit by a task; `processed_at` is set only when processing finished."""
+
+    id = models.CharField(max_length=255, primary_key=True)
+    type = models.CharField(max_length=100)
+    livemode = models.BooleanField(default=False)
+    payload = models.JSONField()
+    received_at = models.DateTimeField(default=timezone.now)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.type}"
+
+
+class Refund(models.Model):
+    """Unspent cash of a top-up returned through Stripe. The amount is reserved (debited) when
+    the refund is asked for, kept when Stripe reports success and released when it fails."""
+
+    id = PublicIdField(prefix="rfd")
+    topup = models.ForeignKey(TopUp, on_delete=models.PROTECT, related_name="refunds")
+    amount_fen = models.BigIntegerField()
+    status = models.CharField(
+        max_length=16, choices=RefundStatus.choices, default=RefundStatus.PENDING
+    )
+    stripe_refund_id = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    reason = models.TextField()
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    reserve_transaction = models.OneToOneField(
+        LedgerTransaction, on_delete=models.PROTECT, related_name="refund_reserved"
+    )
+    release_transaction = models.OneToOneField(
+        LedgerTransaction,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="refund_released",
+    )
+    error_message = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_fen__gt=0), name="refund_positive")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.amount_fen} {self.status}"
+
+
+class AdjustmentRequest(models.Model):
+    """An operator adjustment above the approval threshold, waiting for a second operator."""
+
+    id = PublicIdField(prefix="adr")
+    wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="adjustment_requests")
+    amount_fen = models.BigIntegerField()
+    reason = models.TextField()
+    status = models.CharField(
+        max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    ledger_transaction = models.OneToOneField(
+        LedgerTransaction, null=True, blank=True, on_delete=models.PROTECT, related_name="approval"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(decided_by__isnull=True) | ~Q(decided_by=models.F("requested_by")),
+                name="adjustment_four_eyes",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.amount_fen} {self.status}"
+
+
+class RunwayNotice(models.Model):
+    """The lowest runway level a wallet has been told about, so each crossing mails once."""
+
+    wallet = models.OneToOneField(
+        Wallet, on_delete=models.CASCADE, primary_key=True, related_name="runway_notice"
+    )
+    level = models.PositiveSmallIntegerField(choices=RunwayLevel.choices, default=RunwayLevel.OK)
+    notified_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.wallet_id} level {self.level}"

@@ -1,10 +1,58 @@
+"""Thin Celery tasks: they take ids, re-read rows and call a service. Retries only for
+retryable gateway errors, with exponential backoff, jitter and a cap."""
+
 import logging
 
 from celery import shared_task
 
+from billing import notices, payments
 from billing.selectors import unbalanced_transactions, wallet_drifts
+from billing.stripe_gateway import RetryableGatewayError
 
 logger = logging.getLogger(__name__)
+RETRY = {
+    "autoretry_for": (RetryableGatewayError,),
+    "retry_backoff": 5,
+    "retry_backoff_max": 600,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
+
+
+@shared_task(acks_late=True, ignore_result=True, **RETRY)
+def process_stripe_event(event_id: str) -> None:
+    payments.stripe_event_process(event_id=event_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def submit_refund(refund_id: str) -> None:
+    payments.refund_submit(refund_id=refund_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def send_topup_receipt(topup_id: str) -> None:
+    notices.topup_receipt_send(topup_id=topup_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def check_runways() -> None:
+    notices.runway_notices_check()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def retry_unprocessed_events() -> None:
+    """Events whose processing crashed or outlived its retries are picked up again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.models import StripeEvent
+
+    stale = timezone.now() - timedelta(minutes=5)
+    for event_id in StripeEvent.objects.filter(
+        processed_at__isnull=True, received_at__lt=stale
+    ).values_list("id", flat=True)[:100]:
+        process_stripe_event.delay(event_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -4,4 +4,9 @@ from billing import views
 
 app_name = "billing"
 
-urlpatterns = [path("", views.billing, name="billing")]
+urlpatterns = [
+    path("", views.billing, name="billing"),
+    path("topup/", views.topup, name="topup"),
+    path("topups/<str:pk>/return/", views.topup_return, name="topup_return"),
+    path("calculator/", views.calculator, name="calculator"),
+]

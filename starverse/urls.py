@@ -3,6 +3,7 @@ from django.urls import include, path
 from django.views.i18n import set_language
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from billing.webhooks import stripe_webhook
 from starverse.core import views as core_views
 
 api_v1 = [
@@ -13,6 +14,7 @@ api_v1 = [
 urlpatterns = [
     path("", core_views.home, name="home"),
     path("healthz", core_views.healthz, name="healthz"),
+    path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
     path("console/", include("starverse.core.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     path("billing/", include("billing.urls")),

@@ -47,7 +47,16 @@ def _ledger_row(user: User) -> Any:
     return user.tenant.wallet.transactions.first()
 
 
+def _topup(user: User) -> Any:
+    from billing.models import TopUp
+
+    return TopUp.objects.create(
+        tenant=user.tenant, wallet=user.tenant.wallet, created_by=user, amount_fen=5_000
+    )
+
+
 OWNED_OBJECT_FACTORIES = {
+    "billing.TopUp": _topup,
     "accounts.ApiToken": lambda user: make_token(user)[0],
     "accounts.SshKey": make_ssh_key,
     "billing.LedgerTransaction": _ledger_row,

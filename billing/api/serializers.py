@@ -1,7 +1,11 @@
+from decimal import Decimal
+from typing import Any
+
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
-from billing.models import LedgerTransaction
+from billing.models import LedgerTransaction, TopUp
+from starverse.core.api.serializers import InputSerializer, StrictIntegerField
 
 
 class BalanceOutput(serializers.Serializer):
@@ -38,3 +42,57 @@ class LedgerOutput(serializers.ModelSerializer):
 
     def get_balance_after_fen(self, obj: LedgerTransaction) -> int:
         return obj.cash_after_fen + obj.promo_after_fen
+
+
+class TopUpCreateInput(InputSerializer):
+    amount_fen = StrictIntegerField()
+
+
+class TopUpOutput(serializers.ModelSerializer):
+    class Meta:
+        model = TopUp
+        fields = ["id", "status", "method", "amount_fen", "checkout_url", "created_at", "paid_at"]
+
+
+class _Number(serializers.DecimalField):
+    """A non-negative number given as JSON number or string, kept exact (no float)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_digits", 20)
+        kwargs.setdefault("decimal_places", 6)
+        kwargs.setdefault("min_value", 0)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class TcoBuyInput(InputSerializer):
+    gpu_unit_fen = StrictIntegerField(min_value=0)
+    other_capex_fen = StrictIntegerField(min_value=0)
+    opex_fen = StrictIntegerField(min_value=0)
+    years = StrictIntegerField(min_value=1, max_value=30)
+    power_kw = _Number()
+    electricity_fen_per_kwh = _Number()
+
+
+class TcoCloudInput(InputSerializer):
+    gpus_per_node = StrictIntegerField(min_value=1, max_value=64)
+    node_month_fen = StrictIntegerField(min_value=0)
+    egress_gb = _Number()
+    egress_fen_per_gb = _Number()
+
+
+class TcoStarverseInput(InputSerializer):
+    gpus_per_node = StrictIntegerField(min_value=1, max_value=64)
+    node_month_fen = StrictIntegerField(min_value=0)
+
+
+class TcoInput(InputSerializer):
+    gpus = StrictIntegerField(min_value=1, max_value=1_000_000)
+    duration_days = _Number(min_value=Decimal("0.000001"), max_value=36500)
+    buy = TcoBuyInput()
+    cloud = TcoCloudInput()
+    starverse = TcoStarverseInput()

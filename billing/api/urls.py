@@ -5,8 +5,10 @@ from billing.api import views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("billing/ledger", views.LedgerViewSet, basename="ledger")
+router.register("billing/topups", views.TopUpViewSet, basename="topup")
 
 urlpatterns = [
     path("billing/balance", views.BalanceView.as_view(), name="balance"),
+    path("calculator/tco", views.TcoView.as_view(), name="calculator-tco"),
     *router.urls,
 ]

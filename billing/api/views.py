@@ -1,12 +1,21 @@
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins
+from rest_framework import mixins, status
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.api.serializers import BalanceOutput, LedgerOutput
-from billing.models import LedgerTransaction
+from billing.api.serializers import (
+    BalanceOutput,
+    LedgerOutput,
+    TcoInput,
+    TopUpCreateInput,
+    TopUpOutput,
+)
+from billing.calculator import tco_compare
+from billing.models import LedgerTransaction, TopUp
+from billing.payments import topup_create, topup_refresh
 from billing.selectors import wallet_for_tenant
 from starverse.core.api.views import TenantScopedViewSet
 
@@ -34,3 +43,33 @@ class LedgerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
 
     def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
         return queryset.order_by("-created_at", "-id")
+
+
+class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet):
+    """Top-ups through Stripe Checkout: create one, then send the user to `checkout_url`."""
+
+    model = TopUp
+    owner_field = "tenant"
+    serializer_class = TopUpOutput
+
+    @extend_schema(request=TopUpCreateInput, responses={201: TopUpOutput})
+    def create(self, request: Request) -> Response:
+        data = self.parse(request, TopUpCreateInput)
+        topup = topup_create(user=request.user, amount_fen=data["amount_fen"])
+        return Response(self.output(topup), status=status.HTTP_201_CREATED)
+
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(self.output(topup_refresh(topup=self.get_object())))
+
+
+class TcoView(APIView):
+    """Public: compare buying, a traditional cloud and Starverse for one training job."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(request=TcoInput)
+    def post(self, request: Request) -> Response:
+        data = TcoInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        return Response(tco_compare(data.validated_data))

@@ -40,3 +40,8 @@ class IdempotencyConflict(Conflict):
 class Unauthenticated(ServiceError):
     status_code = 401
     code = "authentication_failed"
+
+
+class ServiceUnavailable(ServiceError):
+    status_code = 503
+    code = "unavailable"

@@ -17,10 +17,6 @@ COMING = {
     "instances": (_("Instances"), _("Your running and stopped instances, with SSH and Jupyter.")),
     "disks": (_("Disks"), _("Persistent cloud disks that outlive instances.")),
     "datasets": (_("Datasets"), _("The read-only public pool of datasets and models at /public.")),
-    "calculator": (
-        _("Cost calculator"),
-        _("Compare buying a cluster, a traditional cloud and Starverse."),
-    ),
 }
 
 

@@ -156,7 +156,13 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "billing-audit-hourly": {"task": "billing.tasks.audit_wallets", "schedule": 3600.0},
+    "billing-runway-notices": {"task": "billing.tasks.check_runways", "schedule": 60.0},
+    "billing-retry-stripe-events": {
+        "task": "billing.tasks.retry_unprocessed_events",
+        "schedule": 300.0,
+    },
 }
+CELERY_TIMEZONE = TIME_ZONE
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -207,3 +213,23 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Payments. Without STRIPE_SECRET_KEY the platform talks to the local Stripe stand-in
+# (billing.stripe_fake, started by `make run`) with demo keys — labelled as a demo wherever shown.
+DEMO_STRIPE_KEY = "sk_test_starverse_demo"  # the local stand-in's key, not a secret
+STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", DEMO_STRIPE_KEY)
+STRIPE_DEMO = STRIPE_SECRET_KEY == DEMO_STRIPE_KEY
+STRIPE_WEBHOOK_SECRETS = env_list("STRIPE_WEBHOOK_SECRET", ["whsec_starverse_demo"])
+STRIPE_API_BASE = env_str("STRIPE_API_BASE", "http://127.0.0.1:12111" if STRIPE_DEMO else "")
+STRIPE_LIVEMODE = STRIPE_SECRET_KEY.startswith(("sk_live_", "rk_live_"))
+STRIPE_PAYMENT_METHODS = env_list("STRIPE_PAYMENT_METHODS", ["card", "alipay", "wechat_pay"])
+STRIPE_TIMEOUT_SECONDS = env_int("STRIPE_TIMEOUT_SECONDS", 10)
+STRIPE_MAX_NETWORK_RETRIES = env_int("STRIPE_MAX_NETWORK_RETRIES", 2)
+PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
+TOPUP_MIN_FEN = env_int("TOPUP_MIN_FEN", 1_000)
+TOPUP_MAX_FEN = env_int("TOPUP_MAX_FEN", 1_000_000)
+TOPUP_PRESETS_FEN = [5_000, 10_000, 50_000, 100_000]
+TOPUP_CHECKOUT_MINUTES = 30
+# Operator adjustments larger than this (in fen, either sign) need a second operator's approval.
+ADJUSTMENT_APPROVAL_THRESHOLD_FEN = env_int("ADJUSTMENT_APPROVAL_THRESHOLD_FEN", 100_000)
+

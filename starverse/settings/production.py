@@ -13,6 +13,10 @@ if SECRET_KEY.startswith("dev-only") or len(SECRET_KEY) < 50:
     raise ImproperlyConfigured("SECRET_KEY must be a random value of at least 50 characters.")
 env_str("DATABASE_URL")
 env_str("REDIS_URL")
+env_str("STRIPE_SECRET_KEY")
+env_str("STRIPE_WEBHOOK_SECRET")
+if STRIPE_DEMO or STRIPE_WEBHOOK_SECRETS == ["whsec_starverse_demo"]:  # noqa: F405
+    raise ImproperlyConfigured("Production needs real STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET.")
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)

@@ -91,3 +91,38 @@ def test_renters_cannot_open_the_admin(client, user):
     client.force_login(user)
 
     assert client.get("/admin/billing/ledgertransaction/").status_code == 302
+
+
+def test_admin_bank_transfer_form_posts_once(operator_client):
+    wallet = Wallet.objects.get(tenant=make_user().tenant)
+    url = f"/admin/billing/wallet/{wallet.id}/bank-transfer/"
+    form = {"amount": "20,000.00", "payer": "清华大学", "reference": "BOC-8812", "reason": "grant"}
+
+    first = operator_client.post(url, form)
+    second = operator_client.post(url, form)
+    negative = operator_client.post(url, {**form, "reference": "BOC-8813", "amount": "-5"})
+
+    assert first.status_code == 302
+    assert "already posted" in second.content.decode()
+    assert "positive amount" in negative.content.decode()
+    wallet.refresh_from_db()
+    assert wallet.cash_fen == 2_000_000
+
+
+def test_admin_large_adjustment_waits_for_another_operator(operator_client, client, settings):
+    settings.ADJUSTMENT_APPROVAL_THRESHOLD_FEN = 10_000
+    wallet = Wallet.objects.get(tenant=make_user().tenant)
+
+    operator_client.post(f"/admin/billing/wallet/{wallet.id}/adjust/", {"amount": "500", "reason": "deal"})
+    from billing.models import AdjustmentRequest
+
+    request = AdjustmentRequest.objects.get()
+    own = operator_client.post("/admin/billing/adjustmentrequest/",
+                               {"action": "approve", "_selected_action": [request.id]}, follow=True)
+    assert "second operator" in own.content.decode()
+    client.force_login(make_operator())
+    client.post("/admin/billing/adjustmentrequest/", {"action": "approve", "_selected_action": [request.id]})
+
+    wallet.refresh_from_db()
+    request.refresh_from_db()
+    assert (request.status, wallet.cash_fen) == ("approved", 50_000)

@@ -55,7 +55,8 @@ def test_another_tenants_object_is_404_everywhere(route, callback, client_for, d
     for method, action in list(callback.actions.items()):
         response = client.generic(method.upper(), path, "{}", content_type="application/json")
         assert response.status_code == 404, (method, path, action, response.content)
-        assert response.json()["code"] == "not_found"
+        if method != "head":  # HEAD answers have no body
+            assert response.json()["code"] == "not_found"
 
     assert model.objects.filter(pk=obj.pk).values().get() == before
     list_path = path.rsplit("/", 1)[0]

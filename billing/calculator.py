@@ -1,0 +1,216 @@
+"""Total cost of one training job: buying the cluster, renting from a traditional cloud, or
+renting on Starverse. Exact rational arithmetic; each amount is rounded half-up to whole fen
+once, at the end of its own formula. A month is 365/12 days."""
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import ceil
+from typing import Any
+
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from starverse.core.money import format_fen
+
+HOURS_PER_YEAR = 8760
+DAYS_PER_MONTH = Fraction(365, 12)
+
+
+def round_half_up(value: Fraction) -> int:
+    """Round to the nearest integer, halves away from zero."""
+    sign = -1 if value < 0 else 1
+    magnitude = abs(value)
+    whole = magnitude.numerator // magnitude.denominator
+    if magnitude - whole >= Fraction(1, 2):
+        whole += 1
+    return sign * whole
+
+
+@dataclass
+class Option:
+    per_month_fen: int = 0
+    job_fen: int = 0
+    lifetime_fen: int | None = None
+    lines: list[dict[str, Any]] = field(default_factory=list)
+
+    def line(self, label: str, formula: str, amount: Fraction) -> int:
+        fen = round_half_up(amount)
+        self.lines.append({"label": label, "formula": formula, "amount_fen": fen})
+        return fen
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "per_month_fen": self.per_month_fen,
+            "job_fen": self.job_fen,
+            "lines": self.lines,
+        }
+        if self.lifetime_fen is not None:
+            data["lifetime_fen"] = self.lifetime_fen
+        return data
+
+
+def _f(value: Any) -> Fraction:
+    return Fraction(str(value))
+
+
+def _num(value: Any) -> str:
+    """An input as people write it: 42, 1.2, 8,000 — no trailing zeros."""
+    fraction = _f(value)
+    if fraction.denominator == 1:
+        return f"{fraction.numerator:,}"
+    return f"{float(fraction):,.6f}".rstrip("0").rstrip(".")
+
+
+def _yuan(fen: Any) -> str:
+    return format_fen(round_half_up(_f(fen)))
+
+
+def tco_compare(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` is validated input (see billing.api.serializers.TcoInput)."""
+    gpus = int(data["gpus"])
+    months = _f(data["duration_days"]) / DAYS_PER_MONTH
+    span = {"days": _num(data["duration_days"]), "months": f"{float(months):.4f}"}
+
+    buy_in, buy = data["buy"], Option()
+    years = int(buy_in["years"])
+    gpu_cost = gpus * _f(buy_in["gpu_unit_fen"])
+    power = _f(buy_in["power_kw"]) * _f(buy_in["electricity_fen_per_kwh"]) * HOURS_PER_YEAR * years
+    lifetime = gpu_cost + _f(buy_in["other_capex_fen"]) + _f(buy_in["opex_fen"]) + power
+    buy.line(
+        _("GPUs"),
+        ngettext("%(n)s GPU × %(price)s", "%(n)s GPUs × %(price)s", gpus)
+        % {"n": _num(gpus), "price": _yuan(buy_in["gpu_unit_fen"])},
+        gpu_cost,
+    )
+    buy.line(
+        _("Other capital expenditure"),
+        _("servers, network, storage, facility"),
+        _f(buy_in["other_capex_fen"]),
+    )
+    buy.line(
+        _("Operating expenditure"),
+        _("staff, maintenance, space over the lifetime"),
+        _f(buy_in["opex_fen"]),
+    )
+    buy.line(
+        _("Electricity"),
+        ngettext(
+            "%(kw)s kW × %(price)s per kWh × 8,760 h × %(years)s year",
+            "%(kw)s kW × %(price)s per kWh × 8,760 h × %(years)s years",
+            years,
+        )
+        % {
+            "kw": _num(buy_in["power_kw"]),
+            "price": _yuan(buy_in["electricity_fen_per_kwh"]),
+            "years": years,
+        },
+        power,
+    )
+    buy.lifetime_fen = buy.line(_("Lifetime cost"), _("sum of the lines above"), lifetime)
+    per_month = lifetime / (12 * years)
+    buy.per_month_fen = buy.line(
+        _("Per month"), _("lifetime ÷ (12 × %(years)s)") % {"years": years}, per_month
+    )
+    buy.job_fen = buy.line(
+        _("This job"),
+        _("per month × %(days)s days ÷ (365/12) = %(months)s months") % span,
+        per_month * months,
+    )
+
+    cloud_in, cloud = data["cloud"], Option()
+    nodes = ceil(gpus / int(cloud_in["gpus_per_node"]))
+    cloud_month = nodes * _f(cloud_in["node_month_fen"])
+    egress = _f(cloud_in["egress_gb"]) * _f(cloud_in["egress_fen_per_gb"])
+    cloud.per_month_fen = cloud.line(_("Per month"), _node_months(nodes, cloud_in), cloud_month)
+    cloud.line(
+        _("Compute for this job"),
+        _("per month × %(days)s days ÷ (365/12) = %(months)s months") % span,
+        cloud_month * months,
+    )
+    cloud.line(
+        _("Data egress"),
+        _("%(gb)s GB × %(price)s per GB")
+        % {"gb": _num(cloud_in["egress_gb"]), "price": _yuan(cloud_in["egress_fen_per_gb"])},
+        egress,
+    )
+    cloud.job_fen = cloud.line(_("This job"), _("compute + egress"), cloud_month * months + egress)
+
+    sv_in, starverse = data["starverse"], Option()
+    sv_nodes = ceil(gpus / int(sv_in["gpus_per_node"]))
+    sv_month = sv_nodes * _f(sv_in["node_month_fen"])
+    starverse.per_month_fen = starverse.line(
+        _("Per month"), _node_months(sv_nodes, sv_in), sv_month
+    )
+    starverse.job_fen = starverse.line(
+        _("This job"),
+        _("per month × %(days)s days ÷ (365/12) = %(months)s months; no egress fees") % span,
+        sv_month * months,
+    )
+    return {
+        "months": f"{float(months):.6f}",
+        "buy": buy.as_dict(),
+        "cloud": cloud.as_dict(),
+        "starverse": starverse.as_dict(),
+    }
+
+
+def _node_months(nodes: int, side: dict[str, Any]) -> str:
+    return ngettext(
+        "%(nodes)s node (⌈GPUs ÷ %(per)s⌉) × %(price)s per node-month",
+        "%(nodes)s nodes (⌈GPUs ÷ %(per)s⌉) × %(price)s per node-month",
+        nodes,
+    ) % {"nodes": _num(nodes), "per": side["gpus_per_node"], "price": _yuan(side["node_month_fen"])}
+
+
+# Presets the console page opens with; every figure is derived from these inputs.
+PRESETS: list[dict[str, Any]] = [
+    {
+        "key": "cluster_1024",
+        "title": "1,024-GPU training cluster, 42-day run",
+        "input": {
+            "gpus": 1024,
+            "duration_days": 42,
+            "buy": {
+                "gpu_unit_fen": 28_000_000,
+                "other_capex_fen": 8_500_000_000,
+                "opex_fen": 3_800_000_000,
+                "years": 5,
+                "power_kw": 0,
+                "electricity_fen_per_kwh": 0,
+            },
+            "cloud": {
+                "gpus_per_node": 8,
+                "node_month_fen": 26_000_000,
+                "egress_gb": 8000,
+                "egress_fen_per_gb": 80,
+            },
+            "starverse": {"gpus_per_node": 8, "node_month_fen": 12_800_000},
+        },
+    },
+    {
+        "key": "node_8xh100",
+        "title": "One 8×H100 node for a year: bought for ¥2,600,000 over 3 years at 8 kW, "
+        "or rented at ¥280,000 a year (¥23,333.33 a month)",
+        "input": {
+            "gpus": 8,
+            "duration_days": 365,
+            # ¥2,600,000 for the node = 8 × ¥325,000; 8 kW at ¥1.20/kWh.
+            "buy": {
+                "gpu_unit_fen": 32_500_000,
+                "other_capex_fen": 0,
+                "opex_fen": 0,
+                "years": 3,
+                "power_kw": 8,
+                "electricity_fen_per_kwh": 120,
+            },
+            "cloud": {
+                "gpus_per_node": 8,
+                "node_month_fen": 26_000_000,
+                "egress_gb": 0,
+                "egress_fen_per_gb": 0,
+            },
+            # ¥280,000 a year = ¥23,333.33 a month, to the fen.
+            "starverse": {"gpus_per_node": 8, "node_month_fen": 2_333_333},
+        },
+    },
+]

@@ -1,0 +1,441 @@
+"""Services for money coming in and going back: Stripe top-ups, webhooks, refunds, bank
+transfers and operator adjustments that need a second operator's approval.
+
+Network calls to Stripe never run inside a database transaction. Every credit is keyed in the
+ledger (`topup:{checkout_session}`, `bank:{reference}`, `refund:{id}:reserve`, `adj:{request}`),
+so any number of webhooks, replays, retries and success-page visits converge on one posting."""
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, Sum
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from billing import stripe_gateway as gateway
+from billing.choices import (
+    ApprovalStatus,
+    RefundStatus,
+    TopUpMethod,
+    TopUpStatus,
+    TransactionKind,
+)
+from billing.models import AdjustmentRequest, LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
+from billing.services import adjustment_post, ledger_post, transaction_reverse
+from starverse.core.errors import Conflict, InvalidInput, ServiceUnavailable
+from starverse.core.ids import new_id
+from starverse.core.money import format_fen
+
+logger = logging.getLogger(__name__)
+OPEN_STATUSES = (TopUpStatus.CREATED, TopUpStatus.PENDING, TopUpStatus.PROCESSING)
+
+
+def _require_staff(actor: Any) -> None:
+    if not getattr(actor, "is_staff", False):
+        raise InvalidInput(_("Only operators can do this."))
+
+
+def _require_reason(reason: str) -> str:
+    if not reason or not reason.strip():
+        raise InvalidInput(_("A reason is required."))
+    return reason.strip()
+
+
+def _enqueue(task: Any, *args: Any) -> None:
+    transaction.on_commit(lambda: task.delay(*args))
+
+
+# --- top-ups ------------------------------------------------------------------------------
+
+
+def topup_create(*, user: Any, amount_fen: int) -> TopUp:
+    """Open a Stripe Checkout Session for a top-up of the user's wallet."""
+    low, high = settings.TOPUP_MIN_FEN, settings.TOPUP_MAX_FEN
+    if (
+        isinstance(amount_fen, bool)
+        or not isinstance(amount_fen, int)
+        or not low <= amount_fen <= high
+    ):
+        raise InvalidInput(
+            _("Top-ups are between %(low)s and %(high)s.")
+            % {"low": format_fen(low), "high": format_fen(high)},
+            code="amount_out_of_range",
+        )
+    wallet = Wallet.objects.get(tenant_id=user.tenant_id)
+    now = timezone.now()
+    topup = TopUp.objects.create(
+        tenant_id=user.tenant_id,
+        wallet=wallet,
+        created_by=user,
+        amount_fen=amount_fen,
+        expires_at=now + timedelta(minutes=settings.TOPUP_CHECKOUT_MINUTES),
+    )
+    return_url = settings.PUBLIC_BASE_URL + reverse("billing:topup_return", args=[topup.id])
+    try:
+        session = gateway.checkout_session_create(
+            topup_id=topup.id,
+            tenant_id=user.tenant_id,
+            amount_fen=amount_fen,
+            product_name=f"Starverse top-up {format_fen(amount_fen)}",
+            email=user.email,
+            success_url=return_url + "?session_id={CHECKOUT_SESSION_ID}",
+            cancel_url=settings.PUBLIC_BASE_URL
+            + reverse("billing:billing")
+            + f"?cancelled={topup.id}",
+            expires_at=int(topup.expires_at.timestamp()),  # type: ignore[union-attr]
+        )
+    except gateway.GatewayError as error:
+        TopUp.objects.filter(pk=topup.pk).update(
+            status=TopUpStatus.FAILED, error_message=str(error)
+        )
+        logger.error("topup.checkout_failed topup=%s error=%s", topup.id, type(error).__name__)
+        raise ServiceUnavailable(
+            _("The payment provider could not be reached. Nothing was charged; try again soon.")
+        ) from error
+    TopUp.objects.filter(pk=topup.pk).update(
+        status=TopUpStatus.PENDING, checkout_session_id=session.id, checkout_url=session.url or ""
+    )
+    topup.refresh_from_db()
+    logger.info("topup.created topup=%s session=%s amount_fen=%d", topup.id, session.id, amount_fen)
+    return topup
+
+
+def _mismatch(topup: TopUp, session: gateway.CheckoutSession) -> str:
+    problems = []
+    if session.livemode != settings.STRIPE_LIVEMODE:
+        problems.append(f"livemode {session.livemode}")
+    if session.metadata.get("tenant_id") != topup.tenant_id:
+        problems.append(f"owner {session.metadata.get('tenant_id')!r} != {topup.tenant_id!r}")
+    if session.amount_total != topup.amount_fen:
+        problems.append(f"amount {session.amount_total} != {topup.amount_fen}")
+    if session.currency != topup.currency:
+        problems.append(f"currency {session.currency!r} != {topup.currency!r}")
+    return "; ".join(problems)
+
+
+def topup_settle_from_session(
+    session: gateway.CheckoutSession, *, event_type: str = ""
+) -> TopUp | None:
+    """Bring a top-up in line with its Checkout Session as Stripe reports it now. Credits the
+    wallet once when the session is paid and matches the top-up's amount, currency and owner;
+    a mismatch credits nothing and flags the top-up for review."""
+    topup = TopUp.objects.filter(
+        pk=session.metadata.get("topup_id", ""), checkout_session_id=session.id
+    ).first()
+    if topup is None:
+        logger.error("topup.unknown_session session=%s", session.id)
+        return None
+    problem = _mismatch(topup, session)
+    if problem:
+        TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
+            status=TopUpStatus.REVIEW, review_reason=problem
+        )
+        logger.error("topup.review topup=%s session=%s problem=%s", topup.id, session.id, problem)
+    elif session.payment_status in ("paid", "no_payment_required"):
+        with transaction.atomic():
+            txn = ledger_post(
+                wallet_id=topup.wallet_id,
+                key=f"topup:{session.id}",
+                kind=TransactionKind.TOPUP,
+                amount_fen=topup.amount_fen,
+                description=gettext_noop("Top-up"),
+            )
+            credited = TopUp.objects.filter(pk=topup.pk, ledger_transaction__isnull=True).update(
+                status=TopUpStatus.PAID,
+                paid_at=timezone.now(),
+                ledger_transaction=txn,
+                payment_intent_id=session.payment_intent or "",
+            )
+            if credited:
+                from billing.tasks import send_topup_receipt
+
+                _enqueue(send_topup_receipt, topup.id)
+                logger.info("topup.paid topup=%s txn=%s", topup.id, txn.id)
+    elif event_type == "checkout.session.async_payment_failed":
+        TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
+            status=TopUpStatus.FAILED, error_message="The payment did not go through."
+        )
+    elif session.status == "expired":
+        TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
+            status=TopUpStatus.EXPIRED
+        )
+    elif session.status == "complete":
+        TopUp.objects.filter(
+            pk=topup.pk, status__in=(TopUpStatus.CREATED, TopUpStatus.PENDING)
+        ).update(status=TopUpStatus.PROCESSING)
+    topup.refresh_from_db()
+    return topup
+
+
+def topup_refresh(*, topup: TopUp) -> TopUp:
+    """The success page's path to the same result as the webhook: re-read the session."""
+    if topup.checkout_session_id and topup.status in OPEN_STATUSES:
+        try:
+            session = gateway.checkout_session_retrieve(topup.checkout_session_id)
+        except gateway.GatewayError:
+            return topup  # the webhook will settle it
+        return topup_settle_from_session(session) or topup
+    return topup
+
+
+# --- webhooks -----------------------------------------------------------------------------
+
+
+def stripe_event_receive(*, payload: bytes, signature: str) -> tuple[StripeEvent | None, bool]:
+    """Verify and store a webhook event once; processing is queued after commit.
+    Raises gateway.InvalidSignature or InvalidInput; returns (event, created)."""
+    event = gateway.event_verify(payload, signature)
+    if bool(event.get("livemode")) != settings.STRIPE_LIVEMODE:
+        raise InvalidInput("livemode of the event does not match this deployment")
+    if not isinstance(event.get("id"), str) or not isinstance(event.get("type"), str):
+        raise InvalidInput("event without id or type")
+    from billing.tasks import process_stripe_event
+
+    try:
+        with transaction.atomic():
+            stored = StripeEvent.objects.create(
+                id=event["id"],
+                type=event["type"],
+                livemode=bool(event.get("livemode")),
+                payload=event,
+            )
+            _enqueue(process_stripe_event, stored.id)
+    except IntegrityError:
+        return StripeEvent.objects.filter(pk=event["id"]).first(), False
+    logger.info("stripe.event_stored event=%s type=%s", stored.id, stored.type)
+    return stored, True
+
+
+def stripe_event_process(*, event_id: str) -> None:
+    """Apply one stored event. Safe to run any number of times, concurrently or after a crash
+    at any point: each effect is keyed or a conditional update."""
+    event = StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).first()
+    if event is None:
+        return
+    StripeEvent.objects.filter(pk=event_id).update(attempts=F("attempts") + 1)
+    obj = event.payload.get("data", {}).get("object", {})
+    if event.type.startswith("checkout.session."):
+        session = gateway.checkout_session_retrieve(obj["id"])
+        topup_settle_from_session(session, event_type=event.type)
+    elif event.type in ("refund.updated", "refund.failed", "refund.created"):
+        _refund_apply(gateway.refund_from(obj))
+    elif event.type == "charge.refunded":
+        for item in (obj.get("refunds") or {}).get("data", []):
+            _refund_apply(gateway.refund_from(item))
+    StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).update(
+        processed_at=timezone.now(), error=""
+    )
+
+
+# --- refunds ------------------------------------------------------------------------------
+
+
+def _refundable_fen(topup: TopUp) -> int:
+    taken = (
+        topup.refunds.exclude(status=RefundStatus.FAILED).aggregate(s=Sum("amount_fen"))["s"] or 0
+    )
+    return topup.amount_fen - taken
+
+
+def refund_request(*, topup_id: str, amount_fen: int, reason: str, actor: Any) -> Refund:
+    """Refund unspent cash of a paid online top-up: reserve it from the wallet's cash (trial
+    money is never refundable), then ask Stripe with the refund's idempotency key."""
+    _require_staff(actor)
+    reason = _require_reason(reason)
+    if isinstance(amount_fen, bool) or not isinstance(amount_fen, int) or amount_fen <= 0:
+        raise InvalidInput(_("The refund amount must be a positive number of fen."))
+    with transaction.atomic():
+        topup = TopUp.objects.select_for_update().get(pk=topup_id)
+        if topup.method != TopUpMethod.STRIPE or topup.status != TopUpStatus.PAID:
+            raise Conflict(_("Only paid online top-ups can be refunded through Stripe."))
+        refundable = _refundable_fen(topup)
+        if amount_fen > refundable:
+            raise InvalidInput(
+                _("At most %(amount)s of this top-up can still be refunded.")
+                % {"amount": format_fen(refundable)}
+            )
+        refund_id = new_id("rfd")
+        reserve = ledger_post(
+            wallet_id=topup.wallet_id,
+            key=f"refund:{refund_id}:reserve",
+            kind=TransactionKind.REFUND,
+            amount_fen=-amount_fen,
+            description=gettext_noop("Refund"),
+            reason=reason,
+            actor=actor,
+        )
+        refund = Refund.objects.create(
+            id=refund_id,
+            topup=topup,
+            amount_fen=amount_fen,
+            reason=reason,
+            requested_by=actor,
+            reserve_transaction=reserve,
+        )
+    logger.info("refund.reserved refund=%s topup=%s amount_fen=%d", refund.id, topup.id, amount_fen)
+    return refund_submit(refund_id=refund.id)
+
+
+def refund_submit(*, refund_id: str) -> Refund:
+    """Create the refund at Stripe (idempotent by the refund's id). A retryable failure leaves
+    it pending for the retry task; a permanent one releases the reserved money."""
+    refund = Refund.objects.select_related("topup").get(pk=refund_id)
+    if refund.status != RefundStatus.PENDING or refund.stripe_refund_id:
+        return refund
+    try:
+        remote = gateway.refund_create(
+            refund_id=refund.id,
+            payment_intent=refund.topup.payment_intent_id,
+            amount_fen=refund.amount_fen,
+        )
+    except gateway.RetryableGatewayError:
+        from billing.tasks import submit_refund
+
+        submit_refund.apply_async((refund.id,), countdown=60)
+        return refund
+    except gateway.PermanentGatewayError as error:
+        return refund_release(refund_id=refund.id, error=str(error))
+    Refund.objects.filter(pk=refund.pk, stripe_refund_id__isnull=True).update(
+        stripe_refund_id=remote.id
+    )
+    _refund_apply(remote)
+    refund.refresh_from_db()
+    return refund
+
+
+def _refund_apply(remote: gateway.Refund) -> None:
+    refund = Refund.objects.filter(
+        Q(stripe_refund_id=remote.id) | Q(pk=remote.metadata.get("refund_id", ""))
+    ).first()
+    if refund is None:
+        logger.error("refund.unknown stripe_refund=%s", remote.id)
+        return
+    if remote.status == "succeeded":
+        refund_settle(refund_id=refund.id)
+    elif remote.status in ("failed", "canceled"):
+        refund_release(refund_id=refund.id, error=f"Stripe reported the refund {remote.status}.")
+
+
+def refund_settle(*, refund_id: str) -> bool:
+    """The refund went through: the reserved money stays out. True only the first time."""
+    settled = Refund.objects.filter(pk=refund_id, status=RefundStatus.PENDING).update(
+        status=RefundStatus.SUCCEEDED, settled_at=timezone.now()
+    )
+    if settled:
+        logger.info("refund.settled refund=%s", refund_id)
+    return bool(settled)
+
+
+def refund_release(*, refund_id: str, error: str) -> Refund:
+    """The refund failed: give the reserved money back by reversing the reservation, once."""
+    with transaction.atomic():
+        refund = Refund.objects.select_for_update().get(pk=refund_id)
+        if refund.status != RefundStatus.PENDING:
+            return refund
+        release = transaction_reverse(
+            transaction_id=refund.reserve_transaction_id,
+            reason=f"Refund failed: {error}",
+            actor=None,
+        )
+        refund.status, refund.error_message = RefundStatus.FAILED, error
+        refund.release_transaction, refund.settled_at = release, timezone.now()
+        refund.save(update_fields=["status", "error_message", "release_transaction", "settled_at"])
+    logger.warning("refund.released refund=%s error=%s", refund_id, error)
+    return refund
+
+
+# --- operator postings --------------------------------------------------------------------
+
+
+def bank_transfer_post(
+    *, wallet_id: str, amount_fen: int, payer: str, reference: str, reason: str, actor: Any
+) -> TopUp:
+    """Credit a bank transfer (对公汇款) the operator has seen arrive. The bank reference is
+    unique: the same transfer cannot be posted twice."""
+    _require_staff(actor)
+    reason = _require_reason(reason)
+    payer, reference = payer.strip(), reference.strip()
+    if not payer or not reference:
+        raise InvalidInput(_("The payer and the bank reference are required."))
+    wallet = Wallet.objects.get(pk=wallet_id)
+    try:
+        with transaction.atomic():
+            topup = TopUp.objects.create(
+                tenant_id=wallet.tenant_id,
+                wallet=wallet,
+                created_by=actor,
+                method=TopUpMethod.BANK_TRANSFER,
+                amount_fen=amount_fen,
+                status=TopUpStatus.PAID,
+                bank_reference=reference,
+                payer=payer,
+                reason=reason,
+                paid_at=timezone.now(),
+            )
+            txn = ledger_post(
+                wallet_id=wallet.id,
+                key=f"bank:{reference}",
+                kind=TransactionKind.BANK_TRANSFER,
+                amount_fen=amount_fen,
+                description=gettext_noop("Bank transfer"),
+                reason=f"{payer} / {reference}: {reason}",
+                actor=actor,
+            )
+            TopUp.objects.filter(pk=topup.pk).update(ledger_transaction=txn)
+            from billing.tasks import send_topup_receipt
+
+            _enqueue(send_topup_receipt, topup.id)
+    except IntegrityError:
+        raise Conflict(
+            _("Bank reference %(ref)s was already posted.") % {"ref": reference}, code="duplicate"
+        ) from None
+    topup.refresh_from_db()
+    return topup
+
+
+def adjustment_request(
+    *, wallet_id: str, amount_fen: int, reason: str, actor: Any
+) -> LedgerTransaction | AdjustmentRequest:
+    """Post an adjustment at once if it is within the threshold; above it, record a request
+    that a second operator must approve."""
+    _require_staff(actor)
+    reason = _require_reason(reason)
+    if abs(amount_fen) <= settings.ADJUSTMENT_APPROVAL_THRESHOLD_FEN:
+        return adjustment_post(
+            wallet_id=wallet_id, amount_fen=amount_fen, reason=reason, actor=actor
+        )
+    request = AdjustmentRequest.objects.create(
+        wallet_id=wallet_id, amount_fen=amount_fen, reason=reason, requested_by=actor
+    )
+    logger.info(
+        "adjustment.requested request=%s amount_fen=%d by=%s", request.id, amount_fen, actor.pk
+    )
+    return request
+
+
+def adjustment_decide(*, request_id: str, approve: bool, actor: Any) -> AdjustmentRequest:
+    """Approve (post) or reject a pending adjustment; the decider must be another operator."""
+    _require_staff(actor)
+    with transaction.atomic():
+        request = AdjustmentRequest.objects.select_for_update().get(pk=request_id)
+        if request.status != ApprovalStatus.PENDING:
+            raise Conflict(_("This request was already decided."))
+        if request.requested_by_id == actor.pk:
+            raise InvalidInput(_("A second operator must approve an adjustment you requested."))
+        if approve:
+            request.ledger_transaction = adjustment_post(
+                wallet_id=request.wallet_id,
+                amount_fen=request.amount_fen,
+                reason=f"{request.reason} (approved by {actor.email})",
+                actor=request.requested_by,
+                key=f"adj:{request.id}",
+            )
+        request.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+        request.decided_by, request.decided_at = actor, timezone.now()
+        request.save(update_fields=["status", "decided_by", "decided_at", "ledger_transaction"])
+    return request

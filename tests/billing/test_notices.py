@@ -1,0 +1,49 @@
+from django.core import mail
+
+from billing.choices import RunwayLevel, TransactionKind
+from billing.models import RunwayNotice, Wallet
+from billing.notices import runway_level, runway_notices_check
+from billing.services import ledger_post
+from tests.factories import make_user
+
+
+def _post(wallet, key, kind, fen):
+    return ledger_post(wallet_id=wallet.id, key=key, kind=kind, amount_fen=fen, description="t")
+
+
+def test_runway_levels():
+    assert runway_level(6_000, 0) == RunwayLevel.OK
+    assert runway_level(6_000, 6_000) == RunwayLevel.OK  # exactly one hour
+    assert runway_level(5_999, 6_000) == RunwayLevel.BELOW_HOUR
+    assert runway_level(1_000, 6_000) == RunwayLevel.BELOW_HOUR  # exactly ten minutes
+    assert runway_level(999, 6_000) == RunwayLevel.BELOW_TEN_MINUTES
+
+
+def test_runway_notices_are_sent_once_per_crossing(db):
+    user = make_user()
+    wallet = Wallet.objects.get(tenant=user.tenant)
+    _post(wallet, "topup:a", TransactionKind.TOPUP, 5_000)  # ¥60 in all
+    _post(wallet, "usage:a:1", TransactionKind.USAGE, -1_000)  # ¥10 in ten minutes = ¥60/h
+
+    assert runway_notices_check() == 1  # ¥50 at ¥60/h: 50 minutes
+    assert runway_notices_check() == 0
+    assert "50" in mail.outbox[0].body and mail.outbox[0].to == [user.email]
+
+    _post(wallet, "usage:a:2", TransactionKind.USAGE, -4_500)  # ¥55 in ten minutes = ¥330/h
+
+    assert runway_notices_check() == 1  # ¥5 left: under a minute
+    assert runway_notices_check() == 0
+    assert RunwayNotice.objects.get(wallet=wallet).level == RunwayLevel.BELOW_TEN_MINUTES
+
+    _post(wallet, "topup:b", TransactionKind.TOPUP, 100_000)  # a top-up ends the countdown
+
+    assert runway_notices_check() == 0
+    assert RunwayNotice.objects.get(wallet=wallet).level == RunwayLevel.OK
+    assert len(mail.outbox) == 2
+
+
+def test_wallets_without_spend_get_no_notice(db):
+    make_user()
+
+    assert runway_notices_check() == 0
+    assert RunwayNotice.objects.count() == 0
