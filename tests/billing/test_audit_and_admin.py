@@ -113,15 +113,22 @@ def test_admin_large_adjustment_waits_for_another_operator(operator_client, clie
     settings.ADJUSTMENT_APPROVAL_THRESHOLD_FEN = 10_000
     wallet = Wallet.objects.get(tenant=make_user().tenant)
 
-    operator_client.post(f"/admin/billing/wallet/{wallet.id}/adjust/", {"amount": "500", "reason": "deal"})
+    operator_client.post(
+        f"/admin/billing/wallet/{wallet.id}/adjust/", {"amount": "500", "reason": "deal"}
+    )
     from billing.models import AdjustmentRequest
 
     request = AdjustmentRequest.objects.get()
-    own = operator_client.post("/admin/billing/adjustmentrequest/",
-                               {"action": "approve", "_selected_action": [request.id]}, follow=True)
+    own = operator_client.post(
+        "/admin/billing/adjustmentrequest/",
+        {"action": "approve", "_selected_action": [request.id]},
+        follow=True,
+    )
     assert "second operator" in own.content.decode()
     client.force_login(make_operator())
-    client.post("/admin/billing/adjustmentrequest/", {"action": "approve", "_selected_action": [request.id]})
+    client.post(
+        "/admin/billing/adjustmentrequest/", {"action": "approve", "_selected_action": [request.id]}
+    )
 
     wallet.refresh_from_db()
     request.refresh_from_db()

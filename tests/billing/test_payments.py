@@ -478,5 +478,9 @@ def test_admin_refund_form(paid_topup, fake, client):
     assert "At most ¥100.00" in too_much.content.decode()
     assert done.status_code == 302
     refund = Refund.objects.get()
-    assert (refund.amount_fen, refund.status, refund.requested_by.is_staff) == (3_000, "pending", True)
+    assert (refund.amount_fen, refund.status, refund.requested_by.is_staff) == (
+        3_000,
+        "pending",
+        True,
+    )
     assert Wallet.objects.get(pk=paid_topup.wallet_id).cash_fen == 7_000
