@@ -2,9 +2,9 @@
 
 import sys
 
-from bench import ledger
+from bench import fleet, ledger
 
-BENCHMARKS = {"ledger": ledger.run}
+BENCHMARKS = {"ledger": ledger.run, "fleet": fleet.run}
 
 
 def main(names: list[str]) -> int:

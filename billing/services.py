@@ -257,3 +257,101 @@ def adjustment_post(
 
 def wallet_create(*, tenant_id: str) -> Wallet:
     return Wallet.objects.create(tenant_id=tenant_id)
+
+
+def minute_charge_fen(price_per_hour_fen: int, minute: int) -> int:
+    """Cumulative rounding: minute m costs round(p·m/60) − round(p·(m−1)/60), so any 60
+    consecutive minutes from the start cost exactly the hourly price. Rounds half up."""
+
+    def cumulative(m: int) -> int:
+        return (price_per_hour_fen * m * 2 + 60) // 120
+
+    return cumulative(minute) - cumulative(minute - 1)
+
+
+def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, int]:
+    """Post many usage debits at once (the metering tick), each exactly once by its key, each
+    taking what is left when the balance is short. `charges` items: wallet_id, key, amount_fen
+    (> 0), instance_id, description. Returns key → fen charged by that key's posting (for a
+    key posted before, what that first posting charged).
+
+    Same rules as ledger_post, batched: wallets are locked in id order, rows are bulk-inserted,
+    and a key posted before (by a duplicate or late tick) is returned, not posted again."""
+    results: dict[str, int] = {}
+    if not charges:
+        return results
+    with transaction.atomic():
+        keys = [c["key"] for c in charges]
+        for txn in LedgerTransaction.objects.filter(idempotency_key__in=keys).only(
+            "idempotency_key", "amount_fen"
+        ):
+            results[txn.idempotency_key] = -txn.amount_fen
+        todo = [c for c in charges if c["key"] not in results]
+        wallet_ids = sorted({c["wallet_id"] for c in todo})
+        wallets = {
+            w.id: w
+            for w in Wallet.objects.select_for_update().filter(pk__in=wallet_ids).order_by("id")
+        }
+        txns, legs = [], []
+        for charge in todo:
+            wallet = wallets[charge["wallet_id"]]
+            wanted = charge["amount_fen"]
+            promo = min(wallet.promo_fen, wanted)
+            cash = min(wallet.cash_fen, wanted - promo)
+            wallet.promo_fen -= promo
+            wallet.cash_fen -= cash
+            request_hash = _request_hash(
+                {
+                    "wallet": wallet.id,
+                    "kind": TransactionKind.USAGE,
+                    "amount": -wanted,
+                    "description": charge["description"],
+                    "partial": True,
+                    "instance": charge["instance_id"],
+                    "reason": "",
+                }
+            )
+            txn = LedgerTransaction(
+                wallet_id=wallet.id,
+                kind=TransactionKind.USAGE,
+                idempotency_key=charge["key"],
+                request_hash=request_hash,
+                amount_fen=-(cash + promo),
+                cash_delta_fen=-cash,
+                promo_delta_fen=-promo,
+                cash_after_fen=wallet.cash_fen,
+                promo_after_fen=wallet.promo_fen,
+                description=charge["description"][:500],
+                instance_id=charge["instance_id"],
+            )
+            txns.append(txn)
+            legs.append((txn, wallet.id, cash, promo))
+            results[charge["key"]] = cash + promo
+        LedgerTransaction.objects.bulk_create(txns, batch_size=2000)
+        entries = []
+        for txn, wallet_id, cash, promo in legs:
+            if cash:
+                entries.append(
+                    LedgerEntry(
+                        transaction=txn, wallet_id=wallet_id, account=Account.CASH, amount_fen=-cash
+                    )
+                )
+            if promo:
+                entries.append(
+                    LedgerEntry(
+                        transaction=txn,
+                        wallet_id=wallet_id,
+                        account=Account.PROMO,
+                        amount_fen=-promo,
+                    )
+                )
+            if cash + promo:
+                entries.append(
+                    LedgerEntry(transaction=txn, account=Account.REVENUE, amount_fen=cash + promo)
+                )
+        LedgerEntry.objects.bulk_create(entries, batch_size=5000)
+        Wallet.objects.bulk_update(
+            list(wallets.values()), ["cash_fen", "promo_fen"], batch_size=1000
+        )
+    logger.info("ledger.usage_batch posted=%d replayed=%d", len(todo), len(charges) - len(todo))
+    return results

@@ -9,6 +9,7 @@ from starverse.core import views as core_views
 api_v1 = [
     path("", include("starverse.accounts.api.urls")),
     path("", include("billing.api.urls")),
+    path("", include("instances.api.urls")),
 ]
 
 urlpatterns = [

@@ -55,7 +55,53 @@ def _topup(user: User) -> Any:
     )
 
 
+def make_instance(user: User, status: str = "queued") -> Any:
+    from django.utils import timezone
+
+    from instances.models import GpuModel, Image, Instance, Offering
+
+    model, _ = GpuModel.objects.get_or_create(
+        id="h100-80g",
+        defaults={
+            "name": "H100 80GB SXM",
+            "product": "NVIDIA H100 80GB HBM3",
+            "memory_gb": 80,
+            "interconnect": "nvlink",
+        },
+    )
+    offering, _ = Offering.objects.get_or_create(
+        name="1× H100 80GB SXM",
+        defaults={
+            "kind": "cloud",
+            "gpu_model": model,
+            "gpu_count": 1,
+            "cpu_cores": 24,
+            "memory_gb": 240,
+            "local_disk_gb": 1000,
+            "price_per_hour_fen": 2200,
+        },
+    )
+    image, _ = Image.objects.get_or_create(
+        id="pytorch-2.1",
+        defaults={
+            "name": "PyTorch 2.1",
+            "description": "base",
+            "container_image": "starverse/pytorch:2.1",
+        },
+    )
+    return Instance.objects.create(
+        tenant=user.tenant,
+        created_by=user,
+        name="job",
+        offering=offering,
+        image=image,
+        status=status,
+        queued_at=timezone.now(),
+    )
+
+
 OWNED_OBJECT_FACTORIES = {
+    "instances.Instance": make_instance,
     "billing.TopUp": _topup,
     "accounts.ApiToken": lambda user: make_token(user)[0],
     "accounts.SshKey": make_ssh_key,

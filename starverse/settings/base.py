@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "starverse.core",
     "starverse.accounts",
     "billing",
+    "instances",
 ]
 
 MIDDLEWARE = [
@@ -157,6 +158,11 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "billing-audit-hourly": {"task": "billing.tasks.audit_wallets", "schedule": 3600.0},
     "billing-runway-notices": {"task": "billing.tasks.check_runways", "schedule": 60.0},
+    "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
+    "fleet-heartbeats": {"task": "instances.tasks.check_heartbeats", "schedule": 15.0},
+    "fleet-rollup": {"task": "instances.tasks.rollup_telemetry", "schedule": 60.0},
+    "fleet-prune": {"task": "instances.tasks.prune_telemetry", "schedule": 3600.0},
+    "fleet-sync-cluster": {"task": "instances.tasks.sync_nodes_from_cluster", "schedule": 30.0},
     "billing-retry-stripe-events": {
         "task": "billing.tasks.retry_unprocessed_events",
         "schedule": 300.0,
@@ -233,3 +239,14 @@ TOPUP_CHECKOUT_MINUTES = 30
 # Operator adjustments larger than this (in fen, either sign) need a second operator's approval.
 ADJUSTMENT_APPROVAL_THRESHOLD_FEN = env_int("ADJUSTMENT_APPROVAL_THRESHOLD_FEN", 100_000)
 
+# Fleet. KUBECONFIG points at the cluster (the local emulator's var/kubeconfig under `make run`);
+# without it the platform runs with no cluster. Agents join with NODE_BOOTSTRAP_TOKEN.
+KUBECONFIG = env_optional("KUBECONFIG")
+NODE_BOOTSTRAP_TOKEN = env_optional("NODE_BOOTSTRAP_TOKEN")
+INSTANCE_STORAGE_CLASS = env_optional("INSTANCE_STORAGE_CLASS")
+# The read-only public pool, mounted at /public: "nfs://server/export" or "hostpath:///path".
+PUBLIC_POOL_SOURCE = env_str("PUBLIC_POOL_SOURCE", "hostpath:///srv/starverse/public")
+# Where users reach their instances' SSH and Jupyter node ports.
+SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
+PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
+PROVISIONING_POLL_S = 1

@@ -1,0 +1,88 @@
+"""core/v1 Events written by the emulated control plane and kubelets of the Kubernetes API
+emulator (a development stand-in), aggregated like client-go's recorder (count, lastTimestamp)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+import uuid
+from typing import Any
+
+from .defaults import now_iso
+from .resources import EVENTS, NAMESPACES, ResourceType
+from .store import Store
+
+Obj = dict[str, Any]
+
+
+class EventRecorder:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._index: dict[tuple[str, ...], tuple[str, str]] = {}
+        self._serial = itertools.count()
+
+    def record(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Normal",
+        component: str = "kubelet",
+        host: str = "",
+        field_path: str = "",
+    ) -> None:
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        with self.store.lock:
+            ns = self.store.get(NAMESPACES, "", namespace)
+            if ns is None or ns["metadata"].get("deletionTimestamp"):
+                return
+            # kubelets name node events by node name (kubectl describe node relies on that)
+            uid = meta.get("name", "") if rt.plural == "nodes" else meta.get("uid", "")
+            involved: Obj = {
+                "kind": rt.kind,
+                "name": meta.get("name", ""),
+                "uid": uid,
+                "apiVersion": rt.api_version,
+                "resourceVersion": meta.get("resourceVersion", ""),
+            }
+            if meta.get("namespace"):
+                involved["namespace"] = meta["namespace"]
+            if field_path:
+                involved["fieldPath"] = field_path
+            key = (uid, rt.kind, reason, message, component, host, field_path, type_)
+            stamp = now_iso()
+            if key in self._index:
+                current = self.store.get(EVENTS, *self._index[key])
+                if current is not None:
+                    updated = copy.deepcopy(current)
+                    updated["count"] = int(updated.get("count", 1)) + 1
+                    updated["lastTimestamp"] = stamp
+                    self.store.replace(EVENTS, updated)
+                    return
+            name = f"{meta.get('name', 'unknown')}.{time.time_ns():x}{next(self._serial):02x}"
+            event: Obj = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": stamp,
+                },
+                "involvedObject": involved,
+                "reason": reason,
+                "message": message,
+                "source": {"component": component, **({"host": host} if host else {})},
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+                "count": 1,
+                "type": type_,
+                "reportingComponent": component,
+                "reportingInstance": host,
+            }
+            self.store.add(EVENTS, event)
+            self._index[key] = (namespace, name)

@@ -1,0 +1,229 @@
+"""The emulated GPU fleet of the Kubernetes API emulator (a development stand-in): node specs,
+the default profiles (H100 / A100 / RTX 4090 / CPU-only) and the Node and Lease objects."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .defaults import now_iso
+
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+
+
+def _default_taints() -> list[dict[str, str]]:
+    return [dict(DEFAULT_GPU_TAINT)]
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    gpu_product: str = "NVIDIA-H100-80GB-HBM3"
+    gpu_count: int = 8
+    gpu_memory_mb: int = 81559
+    cpu: str = "192"
+    memory: str = "2048Gi"
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, str]] = field(default_factory=_default_taints)
+    instance_type: str = "gpu-8x-h100-80gb"
+    interconnect: str = "nvlink"
+    pods: int = 110
+    ephemeral_storage: str = "3500Gi"
+
+
+@dataclass(frozen=True)
+class Profile:
+    gpu_product: str
+    gpu_count: int
+    gpu_memory_mb: int
+    cpu: str
+    memory: str
+    instance_type: str
+    interconnect: str
+
+
+PROFILES: dict[str, Profile] = {
+    "h100": Profile(
+        "NVIDIA-H100-80GB-HBM3", 8, 81559, "192", "2048Gi", "gpu-8x-h100-80gb", "nvlink"
+    ),
+    "a100": Profile(
+        "NVIDIA-A100-SXM4-80GB", 8, 81920, "128", "1024Gi", "gpu-8x-a100-80gb", "nvlink"
+    ),
+    "rtx4090": Profile(
+        "NVIDIA-GeForce-RTX-4090", 8, 24564, "64", "512Gi", "gpu-8x-rtx4090-24gb", "pcie"
+    ),
+    "cpu": Profile("", 0, 0, "64", "256Gi", "cpu-64", "none"),
+}
+DEFAULT_FLEET: dict[str, int] = {"h100": 2, "a100": 2, "rtx4090": 2}
+
+
+def parse_fleet(text: str) -> dict[str, int]:
+    """``"h100=2,a100=2,rtx4090=2"`` → ``{"h100": 2, "a100": 2, "rtx4090": 2}``."""
+    fleet: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        profile, _, count = part.partition("=")
+        profile = profile.strip().lower()
+        if profile not in PROFILES:
+            raise ValueError(f"unknown node profile {profile!r}; known: {', '.join(PROFILES)}")
+        try:
+            fleet[profile] = int(count) if count else 1
+        except ValueError as exc:
+            raise ValueError(f"bad node count in {part!r}") from exc
+        if fleet[profile] < 0:
+            raise ValueError(f"negative node count in {part!r}")
+    return fleet
+
+
+def build_fleet(fleet: dict[str, int] | None = None) -> list[NodeSpec]:
+    specs: list[NodeSpec] = []
+    for profile_name, count in (DEFAULT_FLEET if fleet is None else fleet).items():
+        profile = PROFILES[profile_name]
+        for index in range(count):
+            specs.append(
+                NodeSpec(
+                    name=f"gpu-{profile_name}-{index}" if profile.gpu_count else f"cpu-{index}",
+                    gpu_product=profile.gpu_product,
+                    gpu_count=profile.gpu_count,
+                    gpu_memory_mb=profile.gpu_memory_mb,
+                    cpu=profile.cpu,
+                    memory=profile.memory,
+                    instance_type=profile.instance_type,
+                    interconnect=profile.interconnect,
+                    taints=_default_taints() if profile.gpu_count else [],
+                )
+            )
+    return specs
+
+
+def node_ip(index: int) -> str:
+    return f"172.20.{index // 250}.{index % 250 + 2}"
+
+
+def node_object(spec: NodeSpec, index: int, kubelet_version: str) -> dict[str, Any]:
+    digest = hashlib.sha256(spec.name.encode()).hexdigest()
+    labels = {
+        "kubernetes.io/hostname": spec.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": spec.instance_type,
+        "starverse.io/interconnect": spec.interconnect,
+        "starverse.io/emulated": "true",
+    }
+    resources = {
+        "cpu": spec.cpu,
+        "memory": spec.memory,
+        "pods": str(spec.pods),
+        "ephemeral-storage": spec.ephemeral_storage,
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+    }
+    if spec.gpu_count:
+        labels.update(
+            {
+                "nvidia.com/gpu.product": spec.gpu_product,
+                "nvidia.com/gpu.count": str(spec.gpu_count),
+                "nvidia.com/gpu.memory": str(spec.gpu_memory_mb),
+                "nvidia.com/gpu.present": "true",
+            }
+        )
+        resources[GPU_RESOURCE] = str(spec.gpu_count)
+    labels.update(spec.labels)
+    address = node_ip(index)
+    now = now_iso()
+    conditions = [
+        _condition(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+            now,
+        ),
+        _condition(
+            "DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure", now
+        ),
+        _condition(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+            now,
+        ),
+        _condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", now),
+    ]
+    node_spec: dict[str, Any] = {
+        "podCIDR": f"10.244.{index}.0/24",
+        "podCIDRs": [f"10.244.{index}.0/24"],
+        "providerID": f"starverse-emulator://{spec.name}",
+    }
+    if spec.taints:
+        node_spec["taints"] = [dict(t) for t in spec.taints]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": spec.name,
+            "labels": labels,
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "starverse.io/emulator": "development stand-in, not a real node",
+            },
+        },
+        "spec": node_spec,
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "conditions": conditions,
+            "addresses": [
+                {"type": "InternalIP", "address": address},
+                {"type": "Hostname", "address": spec.name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": digest[:32],
+                "systemUUID": str(uuid.UUID(digest[32:64])),
+                "bootID": str(uuid.uuid4()),
+                "kernelVersion": "6.8.0-starverse-emulated",
+                "osImage": "Starverse emulated node (development stand-in)",
+                "containerRuntimeVersion": "containerd://1.7.0-emulated",
+                "kubeletVersion": kubelet_version,
+                "kubeProxyVersion": kubelet_version,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+
+
+def _condition(kind: str, status: str, reason: str, message: str, now: str) -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": status,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def lease_object(node_name: str, node_uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": node_name,
+            "namespace": "kube-node-lease",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid}
+            ],
+        },
+        "spec": {
+            "holderIdentity": node_name,
+            "leaseDurationSeconds": 40,
+            "renewTime": now_iso()[:-1] + ".000000Z",
+        },
+    }

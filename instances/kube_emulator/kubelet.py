@@ -1,0 +1,412 @@
+"""Emulated kubelets of the Kubernetes API emulator (a development stand-in).
+
+For every pod bound to a Ready node: admission (``OutOf<resource>`` when the node lacks room),
+then ``Pulling`` → ``Pulled`` (or ``ErrImagePull`` / ``ImagePullBackOff`` for images named by
+``fail_image_pull``) → ``Created`` / ``Started`` → phase Running with Ready conditions, a pod IP
+and running container statuses. Deleted pods get ``Killing`` events and are removed after a
+short grace. Nothing runs: containers are status only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from .api import Api
+from .defaults import now_iso, pod_requests
+from .objects import set_condition
+from .resources import NODES, PODS
+from .scheduler import TERMINAL, allocatable, describe_shortage, node_usage
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class PodSim:
+    stage: str  # pulling, pull_error, backoff, starting, running, killing
+    due: float
+    node: str
+    backoff_s: float = 0.0
+    killing_due: float | None = None
+    images: dict[str, str] = field(default_factory=dict)
+
+
+def _containers(pod: Obj) -> list[Obj]:
+    return [c for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+
+
+def _field_path(container: Obj) -> str:
+    return f"spec.containers{{{container.get('name', '')}}}"
+
+
+def _ready_message(pod: Obj) -> str:
+    names = " ".join(c.get("name", "") for c in _containers(pod))
+    return f"containers with unready status: [{names}]"
+
+
+class Kubelet:
+    def __init__(
+        self, api: Api, pull_delay_s: float, start_delay_s: float, termination_s: float
+    ) -> None:
+        self.api = api
+        self.pull_delay_s = pull_delay_s
+        self.start_delay_s = start_delay_s
+        self.termination_s = termination_s
+        self.failing_images: list[str] = []
+        self.frozen_nodes: set[str] = set()
+        self.sims: dict[str, PodSim] = {}
+        self._ip_serial: dict[str, int] = {}
+
+    # --- loop --------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        store = self.api.store
+        pods = store.items(PODS)
+        nodes = {n["metadata"]["name"]: n for n in store.items(NODES)}
+        live: set[str] = set()
+        for pod in pods:
+            uid = pod["metadata"].get("uid", "")
+            live.add(uid)
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            node = nodes.get(node_name or "")
+            if node is None or node_name in self.frozen_nodes or not self._node_ready(node):
+                continue
+            sim = self.sims.get(uid)
+            if pod["metadata"].get("deletionTimestamp"):
+                if sim is None:
+                    sim = self.sims[uid] = PodSim("killing", now, node.get("metadata", {})["name"])
+                self._terminate(pod, sim, now)
+                continue
+            if (pod.get("status") or {}).get("phase") in TERMINAL:
+                continue
+            if sim is None:
+                self._admit(pod, node, pods, now)
+            elif now >= sim.due:
+                self._advance(pod, sim, now)
+        for uid in [u for u in self.sims if u not in live]:
+            del self.sims[uid]
+
+    @staticmethod
+    def _node_ready(node: Obj) -> bool:
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "Ready":
+                return condition.get("status") == "True"
+        return False
+
+    # --- admission ---------------------------------------------------------------------------
+
+    def _admit(self, pod: Obj, node: Obj, pods: list[Obj], now: float) -> None:
+        meta = pod["metadata"]
+        node_name = node["metadata"]["name"]
+        admitted = {uid for uid, sim in self.sims.items() if sim.node == node_name}
+        used = node_usage(
+            [p for p in pods if p["metadata"].get("uid") != meta.get("uid")], admitted
+        ).get(node_name, Counter())
+        have = allocatable(node)
+        wanted = dict(pod_requests(pod))
+        wanted["pods"] = Fraction(1)
+        for resource in sorted(wanted, key=lambda r: (r != "nvidia.com/gpu", r)):
+            amount = wanted[resource]
+            capacity = have.get(resource, Fraction(0))
+            if amount > 0 and amount > capacity - used.get(resource, Fraction(0)):
+                self._reject(
+                    pod,
+                    node_name,
+                    resource,
+                    describe_shortage(resource, amount, used.get(resource, Fraction(0)), capacity),
+                )
+                return
+        self.sims[meta["uid"]] = PodSim("pulling", now + self.pull_delay_s, node_name)
+        address = next(
+            (
+                a["address"]
+                for a in (node.get("status") or {}).get("addresses") or []
+                if a.get("type") == "InternalIP"
+            ),
+            "",
+        )
+
+        def start(obj: Obj) -> None:
+            status = obj.setdefault("status", {})
+            status["hostIP"] = address
+            status["hostIPs"] = [{"ip": address}]
+            status["startTime"] = now_iso()
+            set_condition(obj, "PodReadyToStartContainers", "True")
+            set_condition(obj, "Initialized", "True")
+            set_condition(obj, "Ready", "False", "ContainersNotReady", _ready_message(obj))
+            set_condition(
+                obj, "ContainersReady", "False", "ContainersNotReady", _ready_message(obj)
+            )
+            set_condition(obj, "PodScheduled", "True")
+            status["containerStatuses"] = [
+                self._waiting(c, "ContainerCreating", "") for c in _containers(obj)
+            ]
+
+        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], start)
+        if updated is not None:
+            for container in _containers(updated):
+                self._event(
+                    updated,
+                    node_name,
+                    "Pulling",
+                    f'Pulling image "{container.get("image")}"',
+                    container,
+                )
+
+    def _reject(self, pod: Obj, node_name: str, resource: str, message: str) -> None:
+        meta = pod["metadata"]
+        reason = f"OutOf{resource}"
+
+        def fail(obj: Obj) -> None:
+            status = obj.setdefault("status", {})
+            status["phase"] = "Failed"
+            status["reason"] = reason
+            status["message"] = message
+            status["startTime"] = now_iso()
+
+        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], fail)
+        if updated is not None:
+            self._event(updated, node_name, reason, message, None, "Warning")
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def _failing(self, image: str) -> bool:
+        return any(fragment in image for fragment in self.failing_images)
+
+    def _advance(self, pod: Obj, sim: PodSim, now: float) -> None:
+        meta = pod["metadata"]
+        if sim.stage == "pulling":
+            failing = [c for c in _containers(pod) if self._failing(str(c.get("image")))]
+            if failing:
+                self._pull_failed(pod, sim, failing, now)
+                return
+            for container in _containers(pod):
+                millis = int(self.pull_delay_s * 1000)
+                self._event(
+                    pod,
+                    sim.node,
+                    "Pulled",
+                    f'Successfully pulled image "{container.get("image")}" in {millis}ms '
+                    f"({millis}ms including waiting). Image size: 0 bytes.",
+                    container,
+                )
+                self._event(
+                    pod,
+                    sim.node,
+                    "Created",
+                    f"Created container: {container.get('name')}",
+                    container,
+                )
+                self._event(
+                    pod,
+                    sim.node,
+                    "Started",
+                    f"Started container {container.get('name')}",
+                    container,
+                )
+            sim.stage, sim.due = "starting", now + self.start_delay_s
+        elif sim.stage == "pull_error":
+            self._backoff(pod, sim, now)
+        elif sim.stage == "backoff":
+            sim.stage, sim.due = "pulling", now + self.pull_delay_s
+            for container in _containers(pod):
+                if self._failing(str(container.get("image"))) or not sim.images:
+                    self._event(
+                        pod,
+                        sim.node,
+                        "Pulling",
+                        f'Pulling image "{container.get("image")}"',
+                        container,
+                    )
+        elif sim.stage == "starting":
+            sim.stage, sim.due = "running", float("inf")
+            self._run(meta["namespace"], meta["name"], sim.node)
+
+    def _pull_failed(self, pod: Obj, sim: PodSim, failing: list[Obj], now: float) -> None:
+        meta = pod["metadata"]
+        messages = {
+            c.get("name", ""): (
+                f'failed to pull and unpack image "{c.get("image")}": emulated pull failure '
+                "(fail_image_pull in the kube emulator)"
+            )
+            for c in failing
+        }
+
+        def mark(obj: Obj) -> None:
+            obj["status"]["containerStatuses"] = [
+                self._waiting(c, "ErrImagePull", messages[c.get("name", "")])
+                if c.get("name") in messages
+                else self._waiting(c, "ContainerCreating", "")
+                for c in _containers(obj)
+            ]
+
+        self.api.mutate(PODS, meta["namespace"], meta["name"], mark)
+        for container in failing:
+            self._event(
+                pod,
+                sim.node,
+                "Failed",
+                f'Failed to pull image "{container.get("image")}": '
+                f"{messages[container.get('name', '')]}",
+                container,
+                "Warning",
+            )
+            self._event(pod, sim.node, "Failed", "Error: ErrImagePull", container, "Warning")
+        sim.images = {c.get("name", ""): str(c.get("image")) for c in failing}
+        sim.stage, sim.due = "pull_error", now + max(self.pull_delay_s, 0.05)
+
+    def _backoff(self, pod: Obj, sim: PodSim, now: float) -> None:
+        meta = pod["metadata"]
+        sim.backoff_s = min(max(sim.backoff_s * 2, 0.5, self.pull_delay_s * 4), 10.0)
+
+        def mark(obj: Obj) -> None:
+            obj["status"]["containerStatuses"] = [
+                self._waiting(c, "ImagePullBackOff", f'Back-off pulling image "{c.get("image")}"')
+                if c.get("name") in sim.images
+                else self._waiting(c, "ContainerCreating", "")
+                for c in _containers(obj)
+            ]
+
+        self.api.mutate(PODS, meta["namespace"], meta["name"], mark)
+        for container in _containers(pod):
+            if container.get("name") in sim.images:
+                self._event(
+                    pod,
+                    sim.node,
+                    "BackOff",
+                    f'Back-off pulling image "{container.get("image")}"',
+                    container,
+                )
+                self._event(
+                    pod, sim.node, "Failed", "Error: ImagePullBackOff", container, "Warning"
+                )
+        sim.stage, sim.due = "backoff", now + sim.backoff_s
+
+    def _pod_ip(self, node_name: str) -> str:
+        node = self.api.store.get(NODES, "", node_name) or {}
+        cidr = (node.get("spec") or {}).get("podCIDR") or "10.244.0.0/24"
+        prefix = cidr.rsplit(".", 1)[0]
+        serial = self._ip_serial.get(node_name, 1) % 253 + 1
+        self._ip_serial[node_name] = serial
+        return f"{prefix}.{serial + 1}"
+
+    def _run(self, namespace: str, name: str, node_name: str) -> None:
+        address = self._pod_ip(node_name)
+
+        def run(obj: Obj) -> None:
+            status = obj["status"]
+            status["phase"] = "Running"
+            status["podIP"] = address
+            status["podIPs"] = [{"ip": address}]
+            stamp = now_iso()
+            statuses = []
+            for container in _containers(obj):
+                image = str(container.get("image"))
+                digest = hashlib.sha256(image.encode()).hexdigest()
+                container_id = hashlib.sha256(
+                    f"{obj['metadata']['uid']}/{container.get('name')}".encode()
+                ).hexdigest()
+                statuses.append(
+                    {
+                        "name": container.get("name", ""),
+                        "state": {"running": {"startedAt": stamp}},
+                        "lastState": {},
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": image,
+                        "imageID": f"{image.split('@')[0]}@sha256:{digest}",
+                        "containerID": f"containerd://{container_id}",
+                        "started": True,
+                    }
+                )
+            status["containerStatuses"] = statuses
+            for kind in (
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled",
+            ):
+                set_condition(obj, kind, "True")
+
+        self.api.mutate(PODS, namespace, name, run)
+
+    def _terminate(self, pod: Obj, sim: PodSim, now: float) -> None:
+        meta = pod["metadata"]
+        if sim.killing_due is None:
+            grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+            sim.stage = "killing"
+            sim.killing_due = now + min(grace, self.termination_s)
+            for container in _containers(pod):
+                self._event(
+                    pod,
+                    sim.node,
+                    "Killing",
+                    f"Stopping container {container.get('name')}",
+                    container,
+                )
+        if now < sim.killing_due or not meta.get("deletionGracePeriodSeconds"):
+            return
+
+        def finish(obj: Obj) -> None:
+            status = obj.setdefault("status", {})
+            stamp = now_iso()
+            status["phase"] = "Succeeded"
+            for item in status.get("containerStatuses") or []:
+                started = ((item.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+                item["state"] = {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": started,
+                        "finishedAt": stamp,
+                    }
+                }
+                item["ready"] = False
+                item["started"] = False
+            for kind in ("Ready", "ContainersReady"):
+                set_condition(obj, kind, "False", "PodCompleted")
+            obj["metadata"]["deletionGracePeriodSeconds"] = 0
+
+        self.api.mutate(PODS, meta["namespace"], meta["name"], finish)
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _waiting(container: Obj, reason: str, message: str) -> Obj:
+        waiting = {"reason": reason}
+        if message:
+            waiting["message"] = message
+        return {
+            "name": container.get("name", ""),
+            "state": {"waiting": waiting},
+            "lastState": {},
+            "ready": False,
+            "restartCount": 0,
+            "image": str(container.get("image", "")),
+            "imageID": "",
+            "started": False,
+        }
+
+    def _event(
+        self,
+        pod: Obj,
+        node_name: str,
+        reason: str,
+        message: str,
+        container: Obj | None,
+        type_: str = "Normal",
+    ) -> None:
+        self.api.events.record(
+            PODS,
+            pod,
+            reason,
+            message,
+            type_=type_,
+            component="kubelet",
+            host=node_name,
+            field_path=_field_path(container) if container else "",
+        )

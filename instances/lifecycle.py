@@ -1,0 +1,287 @@
+"""Instance lifecycle: ordering (runway check, idempotency, placement or the queue), the state
+machine, stop / start / terminate, and serving the queue as capacity frees."""
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from billing.selectors import wallet_for_tenant
+from instances.choices import INSTANCE_TRANSITIONS, BillingMode, InstanceStatus
+from instances.models import Image, Instance, InstanceEvent, Offering
+from instances.placement import place, release
+from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
+from starverse.core.money import format_fen
+
+logger = logging.getLogger(__name__)
+S = InstanceStatus
+
+
+def instance_transition(instance: Instance, to: str, message: str, **fields: Any) -> Instance:
+    """The one way an instance changes status: checked against the transition table, saved with
+    update_fields, and recorded as an event. Call inside a transaction holding the row lock."""
+    if to not in INSTANCE_TRANSITIONS[instance.status]:
+        raise Conflict(
+            _("An instance that is %(state)s cannot be %(to)s.")
+            % {"state": instance.status, "to": to},
+            code="wrong_state",
+        )
+    instance.status = to
+    for key, value in fields.items():
+        setattr(instance, key, value)
+    instance.save(update_fields=["status", *fields])
+    InstanceEvent.objects.create(instance=instance, status=to, message=message)
+    logger.info("instance.status instance=%s status=%s", instance.id, to)
+    return instance
+
+
+def runway_check(*, tenant_id: str, offering: Offering, billing: str) -> None:
+    """Starting needs at least one hour of the instance's price (a month for monthly)."""
+    need = (
+        offering.price_per_month_fen
+        if billing == BillingMode.MONTHLY
+        else offering.price_per_hour_fen
+    )
+    have = wallet_for_tenant(tenant_id).total_fen
+    if have < (need or 0):
+        raise InsufficientBalance(
+            _(
+                "Your balance of %(have)s does not cover %(need)s (one %(unit)s of this instance). "
+                "Top up to continue."
+            )
+            % {
+                "have": format_fen(have),
+                "need": format_fen(need or 0),
+                "unit": _("month") if billing == BillingMode.MONTHLY else _("hour"),
+            }
+        )
+
+
+def _queued_ahead(product: str) -> Q:
+    return Q(status=S.QUEUED, offering__gpu_model__product=product)
+
+
+def _hash(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def instance_order(
+    *,
+    user: Any,
+    offering_id: str,
+    image_id: str,
+    name: str = "",
+    billing: str = BillingMode.HOURLY,
+    idempotency_key: str = "",
+) -> tuple[Instance, bool]:
+    """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
+    Returns (instance, created); the same Idempotency-Key answers the same instance."""
+    request = {"offering": offering_id, "image": image_id, "name": name, "billing": billing}
+    if idempotency_key:
+        found = Instance.objects.filter(
+            tenant_id=user.tenant_id, idempotency_key=idempotency_key
+        ).first()
+        if found is not None:
+            if found.request_hash != _hash(request):
+                raise IdempotencyConflict(_("This Idempotency-Key was used for a different order."))
+            return found, False
+    offering = (
+        Offering.objects.select_related("gpu_model").filter(pk=offering_id, active=True).first()
+    )
+    if offering is None:
+        raise InvalidInput(
+            _("Unknown offering %(id)s.") % {"id": offering_id}, code="unknown_offering"
+        )
+    image = Image.objects.filter(pk=image_id, active=True).first()
+    if image is None:
+        raise InvalidInput(_("Unknown image %(id)s.") % {"id": image_id}, code="unknown_image")
+    if billing == BillingMode.MONTHLY and offering.price_per_month_fen is None:
+        raise InvalidInput(_("Monthly billing is offered for whole nodes only."), code="no_monthly")
+    runway_check(tenant_id=user.tenant_id, offering=offering, billing=billing)
+    try:
+        with transaction.atomic():
+            instance = Instance.objects.create(
+                tenant_id=user.tenant_id,
+                created_by=user,
+                offering=offering,
+                image=image,
+                name=name.strip() or f"{offering.name}",
+                billing=billing,
+                idempotency_key=idempotency_key,
+                request_hash=_hash(request),
+                queued_at=timezone.now(),
+            )
+            InstanceEvent.objects.create(instance=instance, status=S.QUEUED, message=_("Ordered."))
+            _try_place(instance, fcfs=True)
+    except IntegrityError:
+        if idempotency_key:
+            return instance_order(
+                user=user,
+                offering_id=offering_id,
+                image_id=image_id,
+                name=name,
+                billing=billing,
+                idempotency_key=idempotency_key,
+            )
+        raise
+    return instance, True
+
+
+def _try_place(instance: Instance, *, fcfs: bool) -> bool:
+    product = instance.offering.gpu_model.product
+    if (
+        fcfs
+        and Instance.objects.filter(
+            _queued_ahead(product), queued_at__lt=instance.queued_at
+        ).exists()
+    ):
+        return False
+    node = place(instance)
+    if node is None:
+        return False
+    instance_transition(
+        instance,
+        S.PROVISIONING,
+        _("Placed on %(node)s.") % {"node": node.name},
+        node=node,
+        queued_at=None,
+    )
+    from instances.tasks import provision_instance
+
+    transaction.on_commit(lambda: provision_instance.delay(instance.id))
+    return True
+
+
+def queue_position(instance: Instance) -> int | None:
+    if instance.status != S.QUEUED or instance.queued_at is None:
+        return None
+    product = instance.offering.gpu_model.product
+    return (
+        Instance.objects.filter(_queued_ahead(product), queued_at__lt=instance.queued_at).count()
+        + 1
+    )
+
+
+def queue_drain(*, product: str) -> list[str]:
+    """Place queued instances for this GPU product, first come first served, until the oldest
+    one does not fit."""
+    placed = []
+    while True:
+        with transaction.atomic():
+            head = (
+                Instance.objects.select_for_update(skip_locked=True)
+                .select_related("offering__gpu_model")
+                .filter(_queued_ahead(product))
+                .order_by("queued_at", "id")
+                .first()
+            )
+            if head is None or not _try_place(head, fcfs=False):
+                return placed
+            placed.append(head.id)
+
+
+def _locked(instance_id: str) -> Instance:
+    return (
+        Instance.objects.select_for_update()
+        .select_related("offering__gpu_model")
+        .get(pk=instance_id)
+    )
+
+
+def instance_release_gpus(instance: Instance, to: str, message: str, **fields: Any) -> None:
+    """Leave a GPU-holding state: give the GPUs back, then serve the queue after commit."""
+    release(instance)
+    instance_transition(instance, to, message, **fields)
+    product = instance.offering.gpu_model.product
+    from instances.tasks import drain_queue
+
+    transaction.on_commit(lambda: drain_queue.delay(product))
+
+
+def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
+    """Stop billing now (the minute in progress counts as a started minute) and delete the pod;
+    the disk is kept."""
+    from instances.metering import bill_until
+
+    with transaction.atomic():
+        instance = _locked(instance_id)
+        if instance.status == S.RUNNING:
+            bill_until(instance, timezone.now(), started_minute=True)
+        instance_transition(
+            instance,
+            S.STOPPING,
+            _(reason) if reason else _("Stop requested; billing stopped."),
+            running_since=None,
+        )
+    from instances.tasks import stop_instance
+
+    transaction.on_commit(lambda: stop_instance.delay(instance.id))
+    return instance
+
+
+def instance_start(*, instance_id: str) -> Instance:
+    with transaction.atomic():
+        instance = _locked(instance_id)
+        if instance.status not in (S.STOPPED, S.FAILED):
+            raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
+        runway_check(
+            tenant_id=instance.tenant_id, offering=instance.offering, billing=instance.billing
+        )
+        instance_transition(instance, S.QUEUED, _("Start requested."), queued_at=timezone.now())
+        _try_place(instance, fcfs=True)
+    return instance
+
+
+def instance_terminate(*, instance_id: str) -> Instance:
+    with transaction.atomic():
+        instance = _locked(instance_id)
+        if instance.status in (S.TERMINATED, S.TERMINATING):
+            return instance
+        instance_transition(
+            instance, S.TERMINATING, _("Terminate requested."), running_since=None, queued_at=None
+        )
+    from instances.tasks import terminate_instance
+
+    transaction.on_commit(lambda: terminate_instance.delay(instance.id))
+    return instance
+
+
+def instances_on_node_changed(*, node: Any, state: str, reason: str) -> list[str]:
+    """Tell every instance on a node what happened to it. A node that is down takes its
+    instances with it: they fail (billing stops, GPUs are released) with the reason; on a
+    cordoned or draining node they keep running and get an event saying why."""
+    from instances.choices import HOLDS_GPUS, NodeState
+
+    affected = []
+    for instance_id in Instance.objects.filter(node=node, status__in=HOLDS_GPUS).values_list(
+        "id", flat=True
+    ):
+        with transaction.atomic():
+            instance = _locked(instance_id)
+            if instance.status not in HOLDS_GPUS or instance.node_id != node.pk:
+                continue
+            if state == NodeState.DOWN:
+                message = _(
+                    "The node %(node)s was lost (%(reason)s). Billing stopped at that "
+                    "moment; start the instance again to place it on a healthy node."
+                ) % {"node": node.name, "reason": reason}
+                instance_release_gpus(
+                    instance, S.FAILED, message, error_message=message, running_since=None
+                )
+            else:
+                InstanceEvent.objects.create(
+                    instance=instance,
+                    status=instance.status,
+                    message=_(
+                        "Its node %(node)s was taken out of service: %(reason)s. The "
+                        "instance keeps running."
+                    )
+                    % {"node": node.name, "reason": reason},
+                )
+        affected.append(instance_id)
+    return affected

@@ -1,0 +1,111 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from instances.models import GpuModel, Image, Offering
+
+GPU_MODELS = [
+    # id, name, NVML product, memory GB, interconnect
+    ("h100-80g", "H100 80GB SXM", "NVIDIA H100 80GB HBM3", 80, "nvlink"),
+    ("a100-80g", "A100 80GB SXM", "NVIDIA A100-SXM4-80GB", 80, "nvlink"),
+    ("rtx4090", "RTX 4090 24GB", "NVIDIA GeForce RTX 4090", 24, "pcie"),
+]
+# model, per-GPU hourly price (fen), whole-node hourly and monthly price (fen) or None,
+# per-GPU share of the node's CPU cores, RAM GB and local NVMe GB.
+PRICING = {
+    "h100-80g": (2200, 16000, 12_800_000, 24, 240, 1000),
+    "a100-80g": (850, 6400, 3_800_000, 16, 120, 500),
+    "rtx4090": (220, None, None, 12, 60, 250),
+}
+IMAGES = [
+    (
+        "pytorch-2.1",
+        "PyTorch 2.1 · CUDA 12.1 · NCCL 2.18",
+        "Ubuntu 22.04, CUDA 12.1, cuDNN 8.9, PyTorch 2.1, NCCL 2.18, JupyterLab, SSH.",
+        "starverse/pytorch:2.1-cuda12.1",
+    ),
+    (
+        "deepspeed-0.12",
+        "DeepSpeed 0.12 (PyTorch 2.1)",
+        "The PyTorch 2.1 base with DeepSpeed 0.12, apex and flash-attention 2.",
+        "starverse/deepspeed:0.12-pytorch2.1",
+    ),
+    (
+        "megatron-lm",
+        "Megatron-LM (PyTorch 2.1)",
+        "The PyTorch 2.1 base with Megatron-LM core and Transformer Engine for 3D parallelism.",
+        "starverse/megatron-lm:core0.4-pytorch2.1",
+    ),
+    (
+        "colossalai-0.3",
+        "Colossal-AI 0.3 (PyTorch 2.1)",
+        "The PyTorch 2.1 base with Colossal-AI 0.3.",
+        "starverse/colossalai:0.3-pytorch2.1",
+    ),
+    (
+        "tensorrt-llm-0.7",
+        "TensorRT-LLM 0.7 (inference)",
+        "CUDA 12.2 with TensorRT-LLM 0.7 and Triton for LLM inference.",
+        "starverse/tensorrt-llm:0.7-cuda12.2",
+    ),
+]
+
+
+class Command(BaseCommand):
+    help = "Seed the demo catalog: GPU models, offerings and images. Safe to run repeatedly."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        for sort, (key, name, product, memory, interconnect) in enumerate(GPU_MODELS):
+            model, _ = GpuModel.objects.get_or_create(
+                id=key,
+                defaults={
+                    "name": name,
+                    "product": product,
+                    "memory_gb": memory,
+                    "interconnect": interconnect,
+                },
+            )
+            per_gpu, node_hour, node_month, cores, ram, nvme = PRICING[key]
+            if node_hour:
+                Offering.objects.get_or_create(
+                    name=f"8× {name} bare metal",
+                    defaults={
+                        "kind": "bare_metal",
+                        "gpu_model": model,
+                        "gpu_count": 8,
+                        "cpu_cores": cores * 8,
+                        "memory_gb": ram * 8,
+                        "local_disk_gb": nvme * 8,
+                        "price_per_hour_fen": node_hour,
+                        "price_per_month_fen": node_month,
+                        "sort": sort * 10,
+                    },
+                )
+            for count in (1, 2, 4, 8):
+                Offering.objects.get_or_create(
+                    name=f"{count}× {name}",
+                    defaults={
+                        "kind": "cloud",
+                        "gpu_model": model,
+                        "gpu_count": count,
+                        "cpu_cores": cores * count,
+                        "memory_gb": ram * count,
+                        "local_disk_gb": nvme * count,
+                        "price_per_hour_fen": per_gpu * count,
+                        "sort": sort * 10 + count,
+                    },
+                )
+        for sort, (key, name, description, reference) in enumerate(IMAGES):
+            Image.objects.get_or_create(
+                id=key,
+                defaults={
+                    "name": name,
+                    "description": description,
+                    "container_image": reference,
+                    "sort": sort,
+                },
+            )
+        self.stdout.write(
+            f"Catalog: {GpuModel.objects.count()} GPU models, "
+            f"{Offering.objects.count()} offerings, {Image.objects.count()} images."
+        )

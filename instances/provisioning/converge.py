@@ -1,0 +1,240 @@
+"""Converging an instance's objects on the cluster with what the database wants. Every step
+is an "ensure" (safe to run twice, after a crash, or concurrently with the reconcile loop);
+retryable cluster errors propagate to the task, which retries with backoff; permanent ones
+fail the instance with a message the user can act on. Failed provisioning is never billed."""
+
+import logging
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from instances.choices import InstanceStatus
+from instances.lifecycle import instance_release_gpus, instance_transition
+from instances.models import Instance, InstanceEvent
+from instances.provisioning import kube, manifests
+
+logger = logging.getLogger(__name__)
+S = InstanceStatus
+PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+
+
+class StillPending(Exception):
+    """The pod is not ready yet; check again shortly."""
+
+
+def _authorized_keys(instance: Instance) -> str:
+    from starverse.accounts.models import SshKey
+
+    keys = SshKey.objects.filter(user__tenant_id=instance.tenant_id).values_list(
+        "public_key", flat=True
+    )
+    return "\n".join(keys) + "\n"
+
+
+def _fail(instance_id: str, message: str) -> None:
+    with transaction.atomic():
+        instance = (
+            Instance.objects.select_for_update()
+            .select_related("offering__gpu_model")
+            .get(pk=instance_id)
+        )
+        if instance.status not in (S.PROVISIONING, S.RUNNING):
+            return
+        instance_release_gpus(
+            instance,
+            S.FAILED,
+            message,
+            error_message=message,
+            running_since=None,
+            provisioning_since=None,
+        )
+
+
+def provision(instance_id: str) -> str:
+    """Create (or find) every object of a provisioning instance, then mark it running once its
+    pod is ready. Returns the instance's status; raises StillPending while the pod starts."""
+    instance = (
+        Instance.objects.select_related("offering", "image", "node").filter(pk=instance_id).first()
+    )
+    if instance is None or instance.status != S.PROVISIONING or instance.node is None:
+        return instance.status if instance else "gone"
+    namespace, name = (
+        manifests.namespace_name(instance.tenant_id),
+        manifests.instance_name(instance.id),
+    )
+    if not instance.k8s_name:
+        Instance.objects.filter(pk=instance.pk).update(
+            k8s_namespace=namespace,
+            k8s_name=name,
+            provisioning_since=timezone.now(),
+            jupyter_token=instance.jupyter_token or secrets.token_urlsafe(24),
+        )
+        instance.refresh_from_db()
+    try:
+        kube.ensure(manifests.namespace(instance.tenant_id))
+        kube.ensure(manifests.network_policy(instance.tenant_id))
+        kube.ensure(
+            manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
+        )
+        kube.ensure(manifests.disk_claim(instance))
+        kube.ensure(manifests.pod(instance, instance.node.name))
+        service = kube.ensure(manifests.service(instance))
+    except kube.PermanentKubeError as error:
+        _fail(
+            instance.id,
+            _(
+                "The cluster refused the instance: %(error)s. It was not billed; "
+                "try again or contact support."
+            )
+            % {"error": error},
+        )
+        return S.FAILED
+    ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
+    Instance.objects.filter(pk=instance.pk).update(
+        ssh_port=ports.get("ssh"), jupyter_port=ports.get("jupyter")
+    )
+    return check_pod(instance.id)
+
+
+def events_mirror(instance: Instance) -> None:
+    """Kubernetes events of the instance's pod become its progress events, once each."""
+    try:
+        events = kube.events_for(instance.k8s_namespace, instance.k8s_name)
+    except kube.KubeError:
+        return
+    seen = set(instance.seen_event_uids)
+    new = [
+        e
+        for e in sorted(events, key=lambda e: e.get("lastTimestamp") or "")
+        if e["metadata"]["uid"] not in seen
+    ]
+    for event in new:
+        InstanceEvent.objects.create(
+            instance=instance,
+            status=instance.status,
+            message=f"{event.get('reason')}: {event.get('message')}",
+        )
+    if new:
+        Instance.objects.filter(pk=instance.pk).update(
+            seen_event_uids=[*instance.seen_event_uids, *(e["metadata"]["uid"] for e in new)][-200:]
+        )
+
+
+def check_pod(instance_id: str) -> str:
+    instance = Instance.objects.filter(pk=instance_id).first()
+    if instance is None or instance.status != S.PROVISIONING:
+        return instance.status if instance else "gone"
+    events_mirror(instance)
+    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    if pod is None:
+        raise StillPending("pod not created yet")
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULL_FAILURES:
+            _fail(
+                instance.id,
+                _(
+                    "The image %(image)s could not be pulled (%(reason)s). It was not "
+                    "billed; choose another image or try again later."
+                )
+                % {"image": container.get("image"), "reason": waiting["reason"]},
+            )
+            return S.FAILED
+    if status.get("phase") == "Failed":
+        _fail(
+            instance.id,
+            _("The instance's container failed to start: %(reason)s.")
+            % {"reason": status.get("reason") or status.get("message") or "unknown"},
+        )
+        return S.FAILED
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    if status.get("phase") == "Running" and ready:
+        with transaction.atomic():
+            locked = Instance.objects.select_for_update().get(pk=instance.pk)
+            if locked.status != S.PROVISIONING:
+                return locked.status
+            now = timezone.now()
+            instance_transition(
+                locked,
+                S.RUNNING,
+                _("Running: billing started."),
+                running_since=now,
+                started_at=locked.started_at or now,
+                session=locked.session + 1,
+                billed_minutes=0,
+                provisioning_since=None,
+            )
+        return S.RUNNING
+    since = instance.provisioning_since or instance.created_at
+    if timezone.now() - since > timedelta(seconds=settings.PROVISIONING_TIMEOUT_S):
+        _fail(
+            instance.id,
+            _("The instance did not start within %(m)d minutes. It was not billed.")
+            % {"m": settings.PROVISIONING_TIMEOUT_S // 60},
+        )
+        return S.FAILED
+    raise StillPending(status.get("phase") or "Pending")
+
+
+def _delete_pod_and_wait(instance: Instance) -> None:
+    """Delete the pod; its GPUs are free only once it is gone, so wait for that."""
+    if not instance.k8s_name:
+        return
+    kube.delete("Pod", instance.k8s_namespace, instance.k8s_name)
+    if kube.read("Pod", instance.k8s_namespace, instance.k8s_name) is not None:
+        raise StillPending("pod terminating")
+
+
+def stop(instance_id: str) -> str:
+    """Delete the pod, keep the disk, secret and service; give the GPUs back."""
+    instance = Instance.objects.filter(pk=instance_id).first()
+    if instance is None or instance.status != S.STOPPING:
+        return instance.status if instance else "gone"
+    _delete_pod_and_wait(instance)
+    with transaction.atomic():
+        locked = (
+            Instance.objects.select_for_update()
+            .select_related("offering__gpu_model")
+            .get(pk=instance.pk)
+        )
+        if locked.status == S.STOPPING:
+            instance_release_gpus(locked, S.STOPPED, _("Stopped. The disk is kept."))
+    return S.STOPPED
+
+
+def terminate(instance_id: str) -> str:
+    """Delete everything the instance had on the cluster, then its GPUs; 404s count as done."""
+    instance = Instance.objects.filter(pk=instance_id).first()
+    if instance is None or instance.status != S.TERMINATING:
+        return instance.status if instance else "gone"
+    _delete_pod_and_wait(instance)
+    if instance.k8s_name:
+        for kind, name in (
+            ("Pod", instance.k8s_name),
+            ("Service", instance.k8s_name),
+            ("Secret", f"{instance.k8s_name}-access"),
+            ("PersistentVolumeClaim", manifests.disk_name(instance.id)),
+        ):
+            kube.delete(kind, instance.k8s_namespace, name)
+    with transaction.atomic():
+        locked = (
+            Instance.objects.select_for_update()
+            .select_related("offering__gpu_model")
+            .get(pk=instance.pk)
+        )
+        if locked.status == S.TERMINATING:
+            instance_release_gpus(
+                locked,
+                S.TERMINATED,
+                _("Terminated; its disk was deleted."),
+                terminated_at=timezone.now(),
+            )
+    return S.TERMINATED

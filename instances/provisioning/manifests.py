@@ -1,0 +1,208 @@
+"""Kubernetes objects for an instance, as plain dicts: deterministic names from platform ids,
+the managed-by label and the starverse.io labels on everything."""
+
+from typing import Any
+
+from django.conf import settings
+
+MANAGED = {"app.kubernetes.io/managed-by": "starverse"}
+SSH_PORT = 22
+JUPYTER_PORT = 8888
+
+
+def namespace_name(tenant_id: str) -> str:
+    return f"sv-{tenant_id.lower().replace('_', '-')}"
+
+
+def instance_name(instance_id: str) -> str:
+    return f"inst-{instance_id.split('_', 1)[1].lower()}"
+
+
+def disk_name(instance_id: str) -> str:
+    return f"disk-{instance_id.split('_', 1)[1].lower()}"
+
+
+def labels(instance: Any) -> dict[str, str]:
+    return {
+        **MANAGED,
+        "starverse.io/tenant": instance.tenant_id.lower().replace("_", "-"),
+        "starverse.io/instance": instance.id.lower().replace("_", "-"),
+    }
+
+
+def namespace(tenant_id: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace_name(tenant_id),
+            "labels": {**MANAGED, "starverse.io/tenant": tenant_id.lower().replace("_", "-")},
+        },
+    }
+
+
+def network_policy(tenant_id: str) -> dict[str, Any]:
+    """Pods of a tenant talk to each other and the internet, never to other tenants."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": "tenant-isolation",
+            "namespace": namespace_name(tenant_id),
+            "labels": dict(MANAGED),
+        },
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {}}]},
+                {
+                    "ports": [
+                        {"port": SSH_PORT, "protocol": "TCP"},
+                        {"port": JUPYTER_PORT, "protocol": "TCP"},
+                    ]
+                },
+            ],
+        },
+    }
+
+
+def ssh_secret(instance: Any, authorized_keys: str, jupyter_token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": f"{instance_name(instance.id)}-access",
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": labels(instance),
+        },
+        "stringData": {"authorized_keys": authorized_keys, "jupyter_token": jupyter_token},
+    }
+
+
+def disk_claim(instance: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": disk_name(instance.id),
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": labels(instance),
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": f"{instance.offering.local_disk_gb}Gi"}},
+            **(
+                {"storageClassName": settings.INSTANCE_STORAGE_CLASS}
+                if settings.INSTANCE_STORAGE_CLASS
+                else {}
+            ),
+        },
+    }
+
+
+def pod(instance: Any, node_name: str) -> dict[str, Any]:
+    offering, name = instance.offering, instance_name(instance.id)
+    gpus = str(offering.gpu_count)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": labels(instance),
+        },
+        "spec": {
+            "nodeName": node_name,
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Always",
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": instance.image.container_image,
+                    "ports": [
+                        {"name": "ssh", "containerPort": SSH_PORT},
+                        {"name": "jupyter", "containerPort": JUPYTER_PORT},
+                    ],
+                    "env": [
+                        {"name": "STARVERSE_INSTANCE", "value": instance.id},
+                        {
+                            "name": "JUPYTER_TOKEN",
+                            "valueFrom": {
+                                "secretKeyRef": {"name": f"{name}-access", "key": "jupyter_token"}
+                            },
+                        },
+                    ],
+                    "resources": {
+                        "limits": {
+                            "nvidia.com/gpu": gpus,
+                            "cpu": str(offering.cpu_cores),
+                            "memory": f"{offering.memory_gb}Gi",
+                        },
+                        "requests": {
+                            "nvidia.com/gpu": gpus,
+                            "cpu": str(offering.cpu_cores),
+                            "memory": f"{offering.memory_gb}Gi",
+                        },
+                    },
+                    "volumeMounts": [
+                        {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - in the pod
+                        {"name": "disk", "mountPath": "/root/data"},
+                        {"name": "access", "mountPath": "/etc/starverse/access", "readOnly": True},
+                        {"name": "public", "mountPath": "/public", "readOnly": True},
+                    ],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "shm",
+                    "emptyDir": {
+                        "medium": "Memory",
+                        "sizeLimit": f"{max(1, offering.memory_gb // 2)}Gi",
+                    },
+                },
+                {"name": "disk", "persistentVolumeClaim": {"claimName": disk_name(instance.id)}},
+                {
+                    "name": "access",
+                    "secret": {"secretName": f"{name}-access", "defaultMode": 0o400},
+                },
+                {"name": "public", **public_pool_volume()},
+            ],
+        },
+    }
+
+
+def public_pool_volume() -> dict[str, Any]:
+    """The public datasets and models pool, read-only, from the operator-configured source."""
+    source = settings.PUBLIC_POOL_SOURCE
+    if source.startswith("nfs://"):
+        server, _slash, path = source[len("nfs://") :].partition("/")
+        return {"nfs": {"server": server, "path": "/" + path, "readOnly": True}}
+    if source.startswith("pvc://"):
+        return {"persistentVolumeClaim": {"claimName": source[len("pvc://") :], "readOnly": True}}
+    return {"hostPath": {"path": source.removeprefix("hostpath://"), "type": "Directory"}}
+
+
+def service(instance: Any) -> dict[str, Any]:
+    name = instance_name(instance.id)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": labels(instance),
+        },
+        "spec": {
+            "type": "NodePort",
+            "selector": {"starverse.io/instance": labels(instance)["starverse.io/instance"]},
+            "ports": [
+                {"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT},
+                {"name": "jupyter", "port": JUPYTER_PORT, "targetPort": JUPYTER_PORT},
+            ],
+        },
+    }

@@ -1,0 +1,103 @@
+"""Thin Celery tasks for the fleet: they call a service and log what it did."""
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+
+from instances import fleet
+from instances.provisioning.kube import KubeError, RetryableKubeError
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def check_heartbeats() -> None:
+    downed = fleet.heartbeats_check()
+    if downed:
+        logger.warning("fleet.heartbeat_lost nodes=%s", ",".join(downed))
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def rollup_telemetry() -> None:
+    fleet.telemetry_rollup()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def prune_telemetry() -> None:
+    raw, rolled = fleet.telemetry_prune()
+    logger.info("fleet.pruned raw=%d rollups=%d", raw, rolled)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def sync_nodes_from_cluster() -> None:
+    if not settings.KUBECONFIG:
+        return
+    try:
+        count = fleet.nodes_sync_from_cluster()
+    except KubeError as error:
+        logger.error("fleet.sync_failed error=%s", error)
+        return
+    logger.info("fleet.synced nodes=%d", count)
+
+
+RETRY = {
+    "autoretry_for": (RetryableKubeError,),
+    "retry_backoff": 2,
+    "retry_backoff_max": 120,
+    "retry_jitter": True,
+    "max_retries": 12,
+}
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    ignore_result=True,
+    max_retries=None,
+    **{k: v for k, v in RETRY.items() if k != "max_retries"},
+)
+def provision_instance(self: Any, instance_id: str) -> None:
+    from instances.provisioning.converge import StillPending, provision
+
+    try:
+        provision(instance_id)
+    except StillPending:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, **RETRY)
+def stop_instance(self: Any, instance_id: str) -> None:
+    from instances.provisioning.converge import StillPending, stop
+
+    try:
+        stop(instance_id)
+    except StillPending:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, **RETRY)
+def terminate_instance(self: Any, instance_id: str) -> None:
+    from instances.provisioning.converge import StillPending, terminate
+
+    try:
+        terminate(instance_id)
+    except StillPending:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def drain_queue(product: str) -> None:
+    from instances.lifecycle import queue_drain
+
+    placed = queue_drain(product=product)
+    if placed:
+        logger.info("queue.placed product=%s instances=%s", product, ",".join(placed))
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def meter_usage() -> None:
+    from instances.metering import metering_tick
+
+    metering_tick()

@@ -1,0 +1,197 @@
+"""Validation of node-agent reports (the contract in nodeagent/report.py) and their storage.
+
+Validation is hand-written rather than a nested serializer because it is the fleet's hot path
+(128 nodes × 8 GPUs every 15 s); every refusal still names the field that is wrong."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from starverse.core.errors import InvalidInput
+
+MAX_SAMPLES = 240  # a backlog of one hour at 15 s
+MAX_GPUS = 16
+MAX_EVENTS = 1000
+CLOCK_SKEW = timedelta(minutes=5)
+# Columns kept per sample, by their dcgm-exporter names.
+STORED_METRICS = {
+    "util": "DCGM_FI_DEV_GPU_UTIL",
+    "mem_util": "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "mem_used_mb": "DCGM_FI_DEV_FB_USED",
+    "temp_c": "DCGM_FI_DEV_GPU_TEMP",
+    "power_w": "DCGM_FI_DEV_POWER_USAGE",
+    "sm_clock_mhz": "DCGM_FI_DEV_SM_CLOCK",
+    "ecc_dbe": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+}
+UNCORRECTABLE_REMAPPED = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    uuid: str
+    values: dict[str, float | int | None]
+    uncorrectable: int
+
+
+@dataclass(frozen=True)
+class Report:
+    node: str
+    agent_version: str
+    driver: dict[str, str]
+    inventory: list[dict[str, Any]]
+    samples: list[tuple[datetime, list[GpuReading]]]
+    events: list[dict[str, Any]]
+    lost_gpus: list[dict[str, Any]]
+
+
+def _fail(field: str, message: str) -> InvalidInput:
+    return InvalidInput(f"{field}: {message}", code="invalid_report")
+
+
+def _obj(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(field, "must be an object")
+    return value
+
+
+def _list(value: Any, field: str, limit: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise _fail(field, "must be a list")
+    if len(value) > limit:
+        raise _fail(field, f"at most {limit} items")
+    return value
+
+
+def _str(value: Any, field: str, *, max_length: int = 128, optional: bool = False) -> str:
+    if value is None and optional:
+        return ""
+    if not isinstance(value, str) or len(value) > max_length:
+        raise _fail(field, f"must be a string of at most {max_length} characters")
+    return value
+
+
+def _int(value: Any, field: str, *, low: int = 0, high: int = 2**31 - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _fail(field, f"must be an integer between {low} and {high}")
+    return value
+
+
+def _number(value: Any, field: str) -> float | int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise _fail(field, "must be a number or null")
+    if abs(value) > 1e12:
+        raise _fail(field, "is out of range")
+    return value
+
+
+def _time(value: Any, field: str, now: datetime) -> datetime:
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    if parsed is None or parsed.tzinfo is None:
+        raise _fail(field, "must be an ISO 8601 time with a time zone")
+    if parsed > now + CLOCK_SKEW:
+        raise _fail(field, "is in the future; check the node's clock")
+    return parsed
+
+
+def report_parse(payload: Any, *, node_name: str) -> Report:
+    """A validated Report, or InvalidInput naming the first wrong field."""
+    now = timezone.now()
+    body = _obj(payload, "body")
+    if body.get("node") not in (None, node_name):
+        raise _fail("node", f"does not match the URL's node {node_name!r}")
+    driver = _obj(body.get("driver", {}), "driver")
+    inventory = []
+    for i, item in enumerate(_list(body.get("inventory", []), "inventory", MAX_GPUS)):
+        field = f"inventory[{i}]"
+        item = _obj(item, field)
+        inventory.append(
+            {
+                "index": _int(item.get("index"), f"{field}.index", high=MAX_GPUS - 1),
+                "uuid": _str(item.get("uuid"), f"{field}.uuid", max_length=96),
+                "pci_bus_id": _str(item.get("pci_bus_id"), f"{field}.pci_bus_id", optional=True),
+                "product": _str(item.get("product"), f"{field}.product", max_length=100),
+                "memory_mb": _int(item.get("memory_total_mb"), f"{field}.memory_total_mb"),
+                "serial": _str(item.get("serial"), f"{field}.serial", max_length=64, optional=True),
+                "vbios": _str(item.get("vbios"), f"{field}.vbios", max_length=64, optional=True),
+                "nvlink_links": None
+                if item.get("nvlink_links") is None
+                else _int(item.get("nvlink_links"), f"{field}.nvlink_links", high=64),
+            }
+        )
+    samples = []
+    for s, sample in enumerate(_list(body.get("samples"), "samples", MAX_SAMPLES)):
+        field = f"samples[{s}]"
+        sample = _obj(sample, field)
+        at = _time(sample.get("at"), f"{field}.at", now)
+        readings = []
+        for g, gpu in enumerate(_list(sample.get("gpus"), f"{field}.gpus", MAX_GPUS)):
+            gfield = f"{field}.gpus[{g}]"
+            gpu = _obj(gpu, gfield)
+            metrics = _obj(gpu.get("metrics"), f"{gfield}.metrics")
+            values = {
+                column: _number(metrics.get(name), f"{gfield}.metrics.{name}")
+                for column, name in STORED_METRICS.items()
+            }
+            remapped = _number(
+                metrics.get(UNCORRECTABLE_REMAPPED), f"{gfield}.metrics.{UNCORRECTABLE_REMAPPED}"
+            )
+            readings.append(
+                GpuReading(
+                    index=_int(gpu.get("index"), f"{gfield}.index", high=MAX_GPUS - 1),
+                    uuid=_str(gpu.get("uuid"), f"{gfield}.uuid", max_length=96),
+                    values=values,
+                    uncorrectable=int(remapped or 0),
+                )
+            )
+        samples.append((at, readings))
+    events = []
+    for e, event in enumerate(_list(body.get("events", []), "events", MAX_EVENTS)):
+        field = f"events[{e}]"
+        event = _obj(event, field)
+        events.append(
+            {
+                "at": _time(event.get("at"), f"{field}.at", now),
+                "type": _str(event.get("type"), f"{field}.type", max_length=32),
+                "gpu": None
+                if event.get("gpu") is None
+                else _int(event.get("gpu"), f"{field}.gpu", high=MAX_GPUS - 1),
+                "uuid": _str(event.get("uuid"), f"{field}.uuid", max_length=96, optional=True),
+                "xid": None
+                if event.get("xid") is None
+                else _int(event.get("xid"), f"{field}.xid", high=10_000),
+                "message": _str(
+                    event.get("message"), f"{field}.message", max_length=1000, optional=True
+                ),
+            }
+        )
+    lost = []
+    for i, item in enumerate(_list(body.get("lost_gpus", []), "lost_gpus", MAX_GPUS)):
+        field = f"lost_gpus[{i}]"
+        item = _obj(item, field)
+        lost.append(
+            {
+                "index": None
+                if item.get("index") is None
+                else _int(item.get("index"), f"{field}.index", high=MAX_GPUS - 1),
+                "uuid": _str(item.get("uuid"), f"{field}.uuid", max_length=96, optional=True),
+                "error": _str(item.get("error"), f"{field}.error", max_length=64, optional=True),
+            }
+        )
+    return Report(
+        node=node_name,
+        agent_version=_str(body.get("agent_version", ""), "agent_version", max_length=32),
+        driver={
+            k: _str(driver.get(k), f"driver.{k}", max_length=32, optional=True)
+            for k in ("driver_version", "cuda_version", "nvml_version")
+        },
+        inventory=inventory,
+        samples=samples,
+        events=events,
+        lost_gpus=lost,
+    )

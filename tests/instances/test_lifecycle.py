@@ -1,0 +1,246 @@
+import pytest
+from django.utils import timezone
+
+from instances.lifecycle import queue_drain
+from instances.models import Allocation, Instance, InstanceEvent
+from instances.provisioning import converge, kube, manifests
+from tests.factories import make_user
+from tests.instances.conftest import converge_until, fund
+
+
+@pytest.fixture
+def renter(catalog, client_for):
+    user = make_user()
+    fund(user, 100_000)
+    return user, client_for(user)
+
+
+def _order(client, offering, image, key=None, **extra):
+    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+    return client.post(
+        "/api/v1/instances",
+        {"offering": offering.id, "image": image.id, **extra},
+        format="json",
+        **headers,
+    )
+
+
+def _pod(cluster_instance):
+    return kube.read("Pod", cluster_instance.k8s_namespace, cluster_instance.k8s_name)
+
+
+def test_catalog_shows_live_availability(catalog, api):
+    offerings = {o["name"]: o for o in api.get("/api/v1/offerings").json()["results"]}
+
+    assert offerings["8× H100 80GB SXM bare metal"]["available"] == 2
+    assert offerings["1× H100 80GB SXM"]["available"] == 16
+    assert offerings["4× RTX 4090 24GB"]["available"] == 2
+    assert offerings["8× H100 80GB SXM bare metal"]["price_per_month_fen"] == 12_800_000
+    assert {m["id"] for m in api.get("/api/v1/gpu-models").json()["results"]} == {
+        "h100-80g",
+        "a100-80g",
+        "rtx4090",
+    }
+    assert len(api.get("/api/v1/images").json()["results"]) == 5
+
+
+def test_full_lifecycle_through_the_real_client(renter, catalog, cluster):
+    _user, client = renter
+    ordered = _order(client, catalog["h100x1"], catalog["image"], name="llama-ft")
+
+    assert ordered.status_code == 202
+    body = ordered.json()
+    assert (body["status"], body["gpu_count"], body["ssh"]) == ("provisioning", 1, None)
+    instance = Instance.objects.get(pk=body["id"])
+    assert converge_until(converge.provision, instance.id) == "running"
+    instance.refresh_from_db()
+
+    pod = _pod(instance)
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    assert spec["nodeName"] == instance.node.name
+    assert spec["automountServiceAccountToken"] is False
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    assert {"name": "public", "mountPath": "/public", "readOnly": True} in container["volumeMounts"]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "starverse"
+    detail = client.get(f"/api/v1/instances/{instance.id}").json()
+    assert detail["status"] == "running"
+    assert detail["ssh"]["command"] == f"ssh -p {instance.ssh_port} root@127.0.0.1"
+    assert detail["jupyter_url"].endswith(f"?token={instance.jupyter_token}")
+    events = [
+        e["message"]
+        for e in client.get(f"/api/v1/instances/{instance.id}/events").json()["results"]
+    ]
+    assert events[0] == "Ordered." and events[-1] == "Running: billing started."
+    assert any(message.startswith("Pulled") for message in events)
+
+    assert client.post(f"/api/v1/instances/{instance.id}/stop").json()["status"] == "stopping"
+    assert converge_until(converge.stop, instance.id) == "stopped"
+    instance.refresh_from_db()
+    assert _pod(instance) is None
+    assert kube.read(
+        "PersistentVolumeClaim", instance.k8s_namespace, manifests.disk_name(instance.id)
+    )
+    assert Allocation.objects.count() == 0
+    assert client.post(f"/api/v1/instances/{instance.id}/stop").status_code == 409
+
+    assert client.post(f"/api/v1/instances/{instance.id}/start").json()["status"] == "provisioning"
+    assert converge_until(converge.provision, instance.id) == "running"
+    instance.refresh_from_db()
+    assert instance.session == 2
+
+    assert client.delete(f"/api/v1/instances/{instance.id}").json()["status"] == "terminating"
+    assert converge_until(converge.terminate, instance.id) == "terminated"
+    assert (
+        kube.read("PersistentVolumeClaim", instance.k8s_namespace, manifests.disk_name(instance.id))
+        is None
+    )
+    assert kube.read("Service", instance.k8s_namespace, instance.k8s_name) is None
+    assert Allocation.objects.count() == 0
+
+
+def test_no_runway_is_402_and_creates_nothing(catalog, client_for):
+    client = client_for(make_user())  # ¥10 of trial credit; the node costs ¥160 an hour
+
+    response = _order(client, catalog["h100_node"], catalog["image"])
+
+    assert response.status_code == 402
+    assert response.json()["code"] == "insufficient_balance"
+    assert "¥160.00" in response.json()["detail"]
+    assert Instance.objects.count() == 0
+
+
+def test_idempotency_key_answers_the_same_instance(renter, catalog):
+    _user, client = renter
+
+    first = _order(client, catalog["h100x1"], catalog["image"], key="order-42")
+    again = _order(client, catalog["h100x1"], catalog["image"], key="order-42")
+    other = _order(client, catalog["h100x8"], catalog["image"], key="order-42")
+
+    assert first.json()["id"] == again.json()["id"]
+    assert other.status_code == 409
+    assert Instance.objects.count() == 1
+
+
+def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
+    _user, client = renter
+    one = Instance.objects.get(pk=_order(client, catalog["h100x1"], catalog["image"]).json()["id"])
+    two = Instance.objects.get(pk=_order(client, catalog["h100x1"], catalog["image"]).json()["id"])
+    node = Instance.objects.get(
+        pk=_order(client, catalog["h100_node"], catalog["image"]).json()["id"]
+    )
+    third = _order(client, catalog["h100_node"], catalog["image"]).json()
+
+    assert one.node_id == two.node_id  # best fit packs the partly used node
+    assert node.node_id != one.node_id
+    assert sorted(
+        Allocation.objects.filter(instance=node).values_list("gpu_index", flat=True)
+    ) == list(range(8))
+    assert (third["status"], third["queue_position"]) == ("queued", 1)
+
+
+@pytest.mark.postgres
+def test_concurrent_orders_never_double_book(transactional_db, cluster, client_for):
+    from django.core.management import call_command
+
+    from instances.fleet import nodes_sync_from_cluster
+    from instances.lifecycle import instance_order, instance_terminate
+    from instances.models import Offering
+    from tests.conftest import run_threads
+
+    call_command("seed_catalog", verbosity=0)
+    nodes_sync_from_cluster()
+    offering = Offering.objects.get(name="1× H100 80GB SXM")
+    users = [make_user() for _ in range(21)]
+    for user in users:
+        fund(user, 10_000)
+
+    results = run_threads(
+        21,
+        lambda i: (
+            instance_order(user=users[i], offering_id=offering.id, image_id="pytorch-2.1")[0].status
+        ),
+    )
+
+    assert sorted(results).count("provisioning") == 16, results
+    assert sorted(results).count("queued") == 5
+    pairs = list(Allocation.objects.values_list("node_id", "gpu_index"))
+    assert len(pairs) == len(set(pairs)) == 16
+    oldest = Instance.objects.filter(status="queued").order_by("queued_at").first()
+    # after commit the (eager) provisioning tasks have brought the placed ones up
+    assert Instance.objects.filter(status="running").count() == 16
+    victim = Instance.objects.filter(status="running").first()
+    instance_terminate(instance_id=victim.id)
+    converge_until(converge.terminate, victim.id)
+    oldest.refresh_from_db()
+    assert oldest.status in ("provisioning", "running")
+    assert Instance.objects.filter(status="queued").count() == 4
+
+
+def test_image_pull_failure_fails_unbilled(renter, catalog, cluster):
+    _user, client = renter
+    cluster.fail_image_pull("pytorch")
+    instance = Instance.objects.get(
+        pk=_order(client, catalog["h100x1"], catalog["image"]).json()["id"]
+    )
+
+    assert converge_until(converge.provision, instance.id) == "failed"
+
+    instance.refresh_from_db()
+    assert "could not be pulled" in instance.error_message
+    assert (instance.cost_fen, instance.running_since) == (0, None)
+    assert Allocation.objects.count() == 0
+
+
+def test_api_errors_are_retried_and_a_rerun_after_a_crash_completes(renter, catalog, cluster):
+    _user, client = renter
+    instance = Instance.objects.get(
+        pk=_order(client, catalog["h100x1"], catalog["image"]).json()["id"]
+    )
+    cluster.inject_api_fault(status=500, count=1, verb="create", resource="pods")
+
+    with pytest.raises(kube.RetryableKubeError):
+        converge.provision(instance.id)  # the task would retry with backoff
+    assert converge_until(converge.provision, instance.id) == "running"  # 409s read and compared
+    assert InstanceEvent.objects.filter(instance=instance, status="running").count() == 1
+
+
+def test_node_lost_mid_run_fails_the_instance_and_tells_the_user(renter, catalog, cluster):
+    from instances.fleet import node_transition
+
+    _user, client = renter
+    instance = Instance.objects.get(
+        pk=_order(client, catalog["h100x1"], catalog["image"]).json()["id"]
+    )
+    converge_until(converge.provision, instance.id)
+    instance.refresh_from_db()
+
+    node_transition(node=instance.node, to="down", reason="heartbeat lost: no report for 61 s")
+
+    instance.refresh_from_db()
+    assert instance.status == "failed"
+    assert "lost" in instance.error_message and instance.running_since is None
+    assert Allocation.objects.count() == 0
+
+
+def test_queued_order_can_be_cancelled_free(renter, catalog):
+    _user, client = renter
+    for _ in range(2):
+        _order(client, catalog["h100_node"], catalog["image"])
+    queued = _order(client, catalog["h100_node"], catalog["image"]).json()
+
+    cancelled = client.delete(f"/api/v1/instances/{queued['id']}")
+    converge_until(converge.terminate, queued["id"])
+
+    assert cancelled.status_code == 202
+    assert Instance.objects.get(pk=queued["id"]).status == "terminated"
+    assert queue_drain(product="NVIDIA H100 80GB HBM3") == []
+    assert timezone.now()  # nothing billed: no usage rows
+    from billing.models import LedgerTransaction
+
+    assert not LedgerTransaction.objects.filter(instance_id=queued["id"]).exists()
