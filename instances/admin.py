@@ -14,9 +14,21 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from instances.fleet import node_cordon, node_drain, node_token_issue, node_uncordon
-from instances.models import Gpu, HealthRule, Node, NodeEvent
+from instances.lifecycle import instance_stop, instance_terminate
+from instances.models import (
+    Gpu,
+    GpuModel,
+    HealthRule,
+    Image,
+    Instance,
+    InstanceEvent,
+    Node,
+    NodeEvent,
+    Offering,
+)
 from instances.selectors import capacity_by_model, latest_samples
 from starverse.core.errors import ServiceError
+from starverse.core.money import format_fen
 
 
 class NodeEventInline(admin.TabularInline):
@@ -195,3 +207,74 @@ class NodeAdmin(admin.ModelAdmin):
 class HealthRuleAdmin(admin.ModelAdmin):
     list_display = ["name", "kind", "params", "action", "enabled"]
     list_editable = ["enabled"]
+
+
+@admin.register(GpuModel)
+class GpuModelAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "product", "memory_gb", "interconnect"]
+
+
+@admin.register(Offering)
+class OfferingAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "gpu_model", "gpu_count", "hourly", "monthly", "active", "sort"]
+    list_filter = ["kind", "gpu_model", "active"]
+    list_editable = ["active", "sort"]
+
+    @admin.display(description=_("Per hour"), ordering="price_per_hour_fen")
+    def hourly(self, obj: Offering) -> str:
+        return format_fen(obj.price_per_hour_fen)
+
+    @admin.display(description=_("Per month"), ordering="price_per_month_fen")
+    def monthly(self, obj: Offering) -> str:
+        return format_fen(obj.price_per_month_fen) if obj.price_per_month_fen else "—"
+
+
+@admin.register(Image)
+class ImageAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "container_image", "active", "sort"]
+    list_editable = ["active", "sort"]
+
+
+class InstanceEventInline(admin.TabularInline):
+    model = InstanceEvent
+    fields = ["at", "status", "message"]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+
+@admin.register(Instance)
+class InstanceAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "tenant", "offering", "status", "node", "cost", "created_at"]
+    list_filter = ["status", "billing", "offering__gpu_model"]
+    search_fields = ["id", "name", "tenant__members__email", "node__name"]
+    readonly_fields = [f.name for f in Instance._meta.fields if f.name != "jupyter_token"]
+    exclude = ["jupyter_token"]
+    inlines = [InstanceEventInline]
+    actions = ["stop", "terminate"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("Cost so far"), ordering="cost_fen")
+    def cost(self, obj: Instance) -> str:
+        return format_fen(obj.cost_fen)
+
+    def _act(self, request: HttpRequest, queryset: Any, service: Any) -> None:
+        for instance in queryset:
+            try:
+                service(instance_id=instance.id)
+            except ServiceError as error:
+                self.message_user(request, f"{instance.id}: {error.message}", messages.ERROR)
+
+    @admin.action(description=_("Stop selected instances (disks kept)"))
+    def stop(self, request: HttpRequest, queryset: Any) -> None:
+        self._act(request, queryset, instance_stop)
+
+    @admin.action(description=_("Terminate selected instances (disks deleted)"))
+    def terminate(self, request: HttpRequest, queryset: Any) -> None:
+        self._act(request, queryset, instance_terminate)

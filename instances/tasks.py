@@ -101,3 +101,15 @@ def meter_usage() -> None:
     from instances.metering import metering_tick
 
     metering_tick()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def reconcile_cluster() -> None:
+    if not settings.KUBECONFIG:
+        return
+    from instances.provisioning.reconcile import reconcile
+
+    try:
+        reconcile()
+    except KubeError as error:
+        logger.error("reconcile.failed error=%s", error)

@@ -17,6 +17,7 @@ urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
     path("console/", include("starverse.core.urls")),
+    path("console/", include("instances.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     path("billing/", include("billing.urls")),
     path("i18n/setlang/", set_language, name="set_language"),

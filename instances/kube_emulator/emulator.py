@@ -177,11 +177,13 @@ class KubeEmulator:
     def tick(self) -> None:
         """One pass of the emulated control plane and kubelets (the loop calls this)."""
         now = time.monotonic()
-        for part in (self.controllers, self.scheduler, self.kubelet):
-            try:
-                part.tick(now)
-            except Exception:  # keep the loop alive; the log names the failing component
-                log.exception("kube-emulator %s tick failed", type(part).__name__)
+        # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
+        with self.store.lock:
+            for part in (self.controllers, self.scheduler, self.kubelet):
+                try:
+                    part.tick(now)
+                except Exception:  # keep the loop alive; the log names the failing component
+                    log.exception("kube-emulator %s tick failed", type(part).__name__)
 
     @property
     def url(self) -> str:

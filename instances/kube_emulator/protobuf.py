@@ -18,7 +18,8 @@ _MAGIC = b"k8s\x00"
 
 # field number -> (json name, kind, nested schema); kinds: s (string), b (bytes → base64),
 # i (int), ? (bool), m (message), ms (map string→string), mb (map string→bytes), t (time),
-# ios (IntOrString); a trailing "*" marks a repeated field.
+# ios (IntOrString); a trailing "*" marks a repeated field, a trailing "0" a field whose zero
+# value is kept.
 Schema = dict[int, tuple[str, str, Any]]
 
 TIME: Schema = {}
@@ -67,7 +68,16 @@ SERVICE_SPEC: Schema = {
     12: ("healthCheckNodePort", "i", None),
     13: ("publishNotReadyAddresses", "?", None),
 }
+DELETE_OPTIONS: Schema = {
+    1: ("gracePeriodSeconds", "i0", None),
+    2: ("preconditions", "m", {1: ("uid", "s", None), 2: ("resourceVersion", "s", None)}),
+    3: ("orphanDependents", "?0", None),
+    4: ("propagationPolicy", "s", None),
+    5: ("dryRun", "s*", None),
+}
 KINDS: dict[tuple[str, str], Schema] = {
+    ("v1", "DeleteOptions"): DELETE_OPTIONS,
+    ("meta.k8s.io/v1", "DeleteOptions"): DELETE_OPTIONS,
     ("v1", "Namespace"): {
         1: ("metadata", "m", OBJECT_META),
         2: ("spec", "m", {1: ("finalizers", "s*", None)}),
@@ -154,7 +164,8 @@ def _decode(raw: bytes, schema: Schema) -> dict[str, Any]:
             continue
         name, kind, nested = schema[number]
         repeated = kind.endswith("*")
-        kind = kind.rstrip("*")
+        keep_zero = kind.endswith("0")  # proto2 presence matters (gracePeriodSeconds: 0)
+        kind = kind.rstrip("*0")
         if kind == "ms" or kind == "mb":
             if isinstance(value, bytes):
                 key, text = _map_entry(value, kind == "mb")
@@ -177,7 +188,7 @@ def _decode(raw: bytes, schema: Schema) -> dict[str, Any]:
         if repeated:
             if item not in (None, ""):
                 obj.setdefault(name, []).append(item)
-        elif item not in (None, "", 0, False, {}):
+        elif keep_zero or item not in (None, "", 0, False, {}):
             obj[name] = item
     return obj
 

@@ -99,7 +99,11 @@ _BY_PATH: dict[tuple[str, str, str], ResourceType] = {
 
 # Subresources listed in discovery: (parent plural, subresource, verbs).
 SUBRESOURCES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    "pods": (("status", ("get", "patch", "update")), ("binding", ("create",))),
+    "pods": (
+        ("status", ("get", "patch", "update")),
+        ("binding", ("create",)),
+        ("log", ("get",)),
+    ),
     "nodes": (("status", ("get", "patch", "update")),),
     "namespaces": (("status", ("get", "patch", "update")), ("finalize", ("update",))),
     "services": (("status", ("get", "patch", "update")),),

@@ -301,6 +301,9 @@ class Handler(BaseHTTPRequestHandler):
                 resource_version=params.get("resourceVersion"),
             )
             self._respond_object(200, rt, listing, params, is_list=True)
+        elif verb == "get" and target.subresource == "log":
+            text = pod_log(api.get(rt, namespace, target.name or ""), params.get("container"))
+            self._send_bytes(200, text.encode(), "text/plain")
         elif verb == "get":
             obj = api.get(rt, namespace, target.name or "")
             self._respond_object(200, rt, obj, params)
@@ -363,19 +366,20 @@ class Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _verb_for(method: str, target: Target, params: dict[str, str]) -> str:
-        if target.subresource and target.subresource not in ("status", "finalize", "binding"):
-            raise err.path_not_found()
         allowed = {
             "status": {"GET", "PUT", "PATCH"},
             "finalize": {"PUT"},
             "binding": {"POST"},
+            "log": {"GET"},
         }
-        if target.subresource and method not in allowed[target.subresource]:
-            raise err.method_not_allowed(method, f"{target.rt.plural}/{target.subresource}")
-        if target.subresource in ("finalize", "binding") and target.rt.plural not in (
-            "namespaces" if target.subresource == "finalize" else "pods",
+        owner = {"finalize": "namespaces", "binding": "pods", "log": "pods"}
+        if target.subresource and (
+            target.subresource not in allowed
+            or owner.get(target.subresource, target.rt.plural) != target.rt.plural
         ):
             raise err.path_not_found()
+        if target.subresource and method not in allowed[target.subresource]:
+            raise err.method_not_allowed(method, f"{target.rt.plural}/{target.subresource}")
         if target.subresource == "status" and not target.rt.status_subresource:
             raise err.path_not_found()
         if target.name is None:
@@ -465,6 +469,33 @@ class Handler(BaseHTTPRequestHandler):
             paths += [f"/apis/{g}/{v}" for g, v in res.group_versions()]
             return {"paths": sorted(paths)}
         return None
+
+
+def pod_log(pod: dict[str, Any], container: str | None) -> str:
+    """``pods/{name}/log``: nothing runs in the emulator, so a running container has only a
+    banner; one that has not started answers 400 like the kubelet does."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    names = [c.get("name") for c in spec.get("containers") or []]
+    if container is None:
+        if len(names) != 1:
+            raise err.bad_request(
+                f"a container name must be specified for pod {meta['name']}, choose one of: "
+                f"[{' '.join(str(n) for n in names)}]"
+            )
+        container = str(names[0])
+    if container not in names:
+        raise err.bad_request(f"container {container} is not valid for pod {meta['name']}")
+    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+    waiting = ((statuses.get(container) or {}).get("state") or {}).get("waiting")
+    if container not in statuses or waiting:
+        reason = (waiting or {}).get("reason", "ContainerCreating")
+        raise err.bad_request(
+            f'container "{container}" in pod "{meta["name"]}" is waiting to start: {reason}'
+        )
+    return (
+        f"[kube emulator] container {container} of pod {meta.get('namespace')}/{meta['name']} "
+        "is emulated (development stand-in): no process runs, so there is no output.\n"
+    )
 
 
 class EmulatorHTTPServer(ThreadingHTTPServer):

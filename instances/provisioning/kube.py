@@ -233,3 +233,19 @@ def _message(error: ApiException) -> str:
         return json.loads(error.body or "{}").get("message", "")
     except ValueError:
         return ""
+
+
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"
+
+
+def managed(kind: str) -> list[tuple[str, str]]:
+    """(namespace, name) of every object of this kind that the platform manages."""
+    api = core()
+    listing = {
+        "Pod": api.list_pod_for_all_namespaces,
+        "Service": api.list_service_for_all_namespaces,
+        "PersistentVolumeClaim": api.list_persistent_volume_claim_for_all_namespaces,
+        "Secret": api.list_secret_for_all_namespaces,
+    }[kind]
+    items = _call(f"{kind}.list", listing, label_selector=MANAGED_SELECTOR).items
+    return [(item.metadata.namespace, item.metadata.name) for item in items]

@@ -5,8 +5,8 @@ from django.utils.translation import gettext_lazy as _
 
 NAVIGATION = [
     ("console:dashboard", _("Dashboard"), "dashboard"),
-    ("console:rent", _("Rent"), "rent"),
-    ("console:instances", _("Instances"), "instances"),
+    ("instances:rent", _("Rent"), "rent"),
+    ("instances:list", _("Instances"), "instances"),
     ("console:disks", _("Disks"), "disks"),
     ("console:datasets", _("Datasets"), "datasets"),
     ("billing:billing", _("Billing"), "billing"),

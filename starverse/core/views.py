@@ -2,19 +2,19 @@
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy as _
 
+from billing.notices import hourly_spend_fen
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
+from instances.choices import InstanceStatus
+from instances.models import Instance
+from starverse.core.tenancy import scope_to_user
 
 # Pages whose capability has not landed yet: they say so rather than show made-up data.
 COMING = {
-    "rent": (
-        _("Rent"),
-        _("One-click rental of 8×H100 / 8×A100 nodes and 1–8 GPU cloud instances."),
-    ),
-    "instances": (_("Instances"), _("Your running and stopped instances, with SSH and Jupyter.")),
     "disks": (_("Disks"), _("Persistent cloud disks that outlive instances.")),
     "datasets": (_("Datasets"), _("The read-only public pool of datasets and models at /public.")),
 }
@@ -28,10 +28,32 @@ def home(request: HttpRequest) -> HttpResponse:
 def dashboard(request: HttpRequest) -> HttpResponse:
     wallet = wallet_for_tenant(request.user.tenant_id)  # type: ignore[union-attr]
     recent = ledger_for_tenant(request.user.tenant_id)[:5]  # type: ignore[union-attr]
+    running = (
+        scope_to_user(Instance.objects.all(), request.user, "tenant")
+        .filter(status=InstanceStatus.RUNNING)
+        .select_related("offering__gpu_model")
+        .order_by("-running_since", "-created_at")
+    )
+    # The spend rate is what was charged over the last minutes, scaled to an hour; the runway
+    # is how long the balance lasts at that rate.
+    spend = hourly_spend_fen([wallet.id]).get(wallet.id, 0)
+    runway_minutes = max(wallet.total_fen, 0) * 60 // spend if spend > 0 else None
     return render(
         request,
         "console/dashboard.html",
-        {"wallet": wallet, "recent": recent, "active": "dashboard"},
+        {
+            "wallet": wallet,
+            "recent": recent,
+            "running": running[:5],
+            "running_count": running.count(),
+            **running.aggregate(
+                running_gpus=Sum("offering__gpu_count"),
+                running_list_fen=Sum("offering__price_per_hour_fen"),
+            ),
+            "spend_per_hour_fen": spend,
+            "runway_minutes": runway_minutes,
+            "active": "dashboard",
+        },
     )
 
 

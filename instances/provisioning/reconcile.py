@@ -1,0 +1,101 @@
+"""The reconcile loop: the database says what should exist, the cluster is converged to it.
+Run by beat; every action is one the tasks would take anyway, so running it at any moment,
+twice, or alongside the tasks is safe."""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from instances.choices import InstanceStatus
+from instances.lifecycle import instance_transition
+from instances.models import Instance
+from instances.provisioning import kube
+
+logger = logging.getLogger(__name__)
+S = InstanceStatus
+STUCK_AFTER = timedelta(seconds=60)
+
+
+@dataclass
+class Report:
+    recreated: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+
+
+def _pod_ok(pod: dict | None) -> bool:
+    return pod is not None and (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+
+
+def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
+    from instances import tasks
+
+    now = now or timezone.now()
+    report = Report()
+    # A running instance whose pod vanished (deleted by hand, evicted, node rebooted) goes back
+    # to provisioning on its node: billing pauses until the pod is ready again.
+    for instance in Instance.objects.filter(status=S.RUNNING).exclude(k8s_name=""):
+        if _pod_ok(kube.read("Pod", instance.k8s_namespace, instance.k8s_name)):
+            continue
+        with transaction.atomic():
+            locked = Instance.objects.select_for_update().get(pk=instance.pk)
+            if locked.status != S.RUNNING:
+                continue
+            from instances.metering import bill_until
+
+            bill_until(locked, now, started_minute=False)
+            instance_transition(
+                locked,
+                S.PROVISIONING,
+                _("Its container was gone; recreating it. Billing paused."),
+                running_since=None,
+                provisioning_since=now,
+            )
+            transaction.on_commit(lambda i=locked.id: tasks.provision_instance.delay(i))
+        report.recreated.append(instance.id)
+    # Work whose task was lost (worker crash, broker restart) is handed out again.
+    stuck = {
+        S.PROVISIONING: tasks.provision_instance,
+        S.STOPPING: tasks.stop_instance,
+        S.TERMINATING: tasks.terminate_instance,
+    }
+    for instance in Instance.objects.filter(status__in=list(stuck)):
+        last = instance.events.order_by("-at").values_list("at", flat=True).first()
+        if last and now - last > STUCK_AFTER and instance.id not in report.recreated:
+            transaction.on_commit(lambda i=instance.id, t=stuck[instance.status]: t.delay(i))
+            report.requeued.append(instance.id)
+    # Objects on the cluster that no live instance wants are removed.
+    wanted_pods = set(
+        Instance.objects.filter(status__in=(S.PROVISIONING, S.RUNNING, S.STOPPING)).values_list(
+            "k8s_namespace", "k8s_name"
+        )
+    )
+    keeps_objects = set(
+        Instance.objects.exclude(status=S.TERMINATED)
+        .exclude(k8s_name="")
+        .values_list("k8s_namespace", "k8s_name")
+    )
+    for namespace, name in kube.managed("Pod"):
+        if (namespace, name) not in wanted_pods:
+            kube.delete("Pod", namespace, name)
+            report.orphans.append(f"pod/{namespace}/{name}")
+    for kind in ("Service", "Secret", "PersistentVolumeClaim"):
+        for namespace, name in kube.managed(kind):
+            owner = name.removesuffix("-access")
+            if kind == "PersistentVolumeClaim":
+                owner = "inst-" + name.removeprefix("disk-")
+            if (namespace, owner) not in keeps_objects:
+                kube.delete(kind, namespace, name)
+                report.orphans.append(f"{kind.lower()}/{namespace}/{name}")
+    if report.recreated or report.requeued or report.orphans:
+        logger.warning(
+            "reconcile recreated=%s requeued=%s orphans=%s",
+            report.recreated,
+            report.requeued,
+            report.orphans,
+        )
+    return report

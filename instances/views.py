@@ -1,0 +1,281 @@
+"""Console pages for instances: renting, the list, an instance's page and its actions. They
+read through the selectors and change things only through instances.lifecycle."""
+
+import secrets
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_POST
+
+from billing.selectors import wallet_for_tenant
+from instances.api.serializers import InstanceOutput
+from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
+from instances.models import Image, Instance, Offering
+from instances.selectors import availability, instance_metrics
+from starverse.accounts.models import SshKey
+from starverse.core.errors import IdempotencyConflict, ServiceError
+from starverse.core.tenancy import get_for_user, scope_to_user
+
+S = InstanceStatus
+# Which actions an instance offers in each status (the services refuse the rest anyway).
+CAN_STOP = (S.RUNNING, S.PROVISIONING)
+CAN_START = (S.STOPPED, S.FAILED)
+# Statuses that change on their own within seconds: the page watches them closely.
+TRANSIENT = (S.QUEUED, S.PROVISIONING, S.STOPPING, S.TERMINATING)
+# Idempotency keys of console orders, apart from keys that API clients choose.
+ORDER_KEY_PREFIX = "console:"
+
+
+def _new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+class RentForm(forms.Form):
+    offering = forms.ChoiceField(
+        error_messages={
+            "required": gettext_lazy("Choose what to rent."),
+            "invalid_choice": gettext_lazy("That offering is no longer available; choose another."),
+        }
+    )
+    image = forms.ChoiceField(
+        error_messages={
+            "required": gettext_lazy("Choose an image."),
+            "invalid_choice": gettext_lazy("That image is no longer available; choose another."),
+        }
+    )
+    billing = forms.ChoiceField(choices=BillingMode.choices, initial=BillingMode.HOURLY)
+    name = forms.CharField(max_length=100, required=False, strip=True)
+    token = forms.RegexField(regex=r"^[A-Za-z0-9_-]{16,64}$")
+
+    def __init__(self, *args: Any, offerings: list[Offering], images: list[Image], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["offering"].choices = [(o.id, o.name) for o in offerings]
+        self.fields["image"].choices = [(i.id, i.name) for i in images]
+
+
+def _default_offering(offerings: list[Offering], counts: dict[str, int], balance: int) -> str:
+    """The first offering that is free now and that the balance can start, else the first."""
+    for offering in offerings:
+        if counts.get(offering.id) and offering.price_per_hour_fen <= balance:
+            return offering.id
+    for offering in offerings:
+        if counts.get(offering.id):
+            return offering.id
+    return offerings[0].id if offerings else ""
+
+
+def _groups(offerings: list[Offering], counts: dict[str, int]) -> list[dict[str, Any]]:
+    """Offerings by GPU model, in catalogue order."""
+    groups: dict[str, dict[str, Any]] = {}
+    for offering in offerings:
+        group = groups.setdefault(offering.gpu_model_id, {"model": offering.gpu_model, "rows": []})
+        group["rows"].append({"offering": offering, "available": counts.get(offering.id, 0)})
+    return list(groups.values())
+
+
+@login_required
+def rent(request: HttpRequest) -> HttpResponse:
+    offerings = list(Offering.objects.filter(active=True).select_related("gpu_model"))
+    images = list(Image.objects.filter(active=True))
+    wallet = wallet_for_tenant(request.user.tenant_id)  # type: ignore[union-attr]
+    counts = availability(offerings)
+    error, status = None, 200
+    if request.method == "POST":
+        form = RentForm(request.POST, offerings=offerings, images=images)
+        chosen = {
+            key: str(request.POST.get(key, ""))[:100]
+            for key in ("offering", "image", "billing", "name")
+        }
+        token = str(request.POST.get("token", ""))
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                instance, created = instance_order(
+                    user=request.user,
+                    offering_id=data["offering"],
+                    image_id=data["image"],
+                    name=data["name"],
+                    billing=data["billing"],
+                    idempotency_key=ORDER_KEY_PREFIX + data["token"],
+                )
+            except IdempotencyConflict as conflict:
+                # A stale copy of a form that already placed a different order.
+                error = _(
+                    "This form was already used to place a different order. Check your "
+                    "instances, then submit again if you still want this one."
+                )
+                token, status = _new_token(), conflict.status_code
+            except ServiceError as failure:
+                # Nothing was ordered: the same token stays valid for the corrected order.
+                error, status = failure.message, failure.status_code
+            else:
+                if created:
+                    messages.success(
+                        request, _("Instance “%(name)s” ordered.") % {"name": instance.name}
+                    )
+                else:
+                    messages.info(
+                        request, _("This order had already been placed; here is its instance.")
+                    )
+                return redirect("instances:detail", instance.pk)
+        else:
+            error, status = " ".join(e for errs in form.errors.values() for e in errs), 400
+            if "token" in form.errors:
+                token = _new_token()
+    else:
+        wanted = request.GET.get("offering", "")
+        chosen = {
+            "offering": wanted
+            if any(o.id == wanted for o in offerings)
+            else _default_offering(offerings, counts, wallet.total_fen),
+            "image": images[0].id if images else "",
+            "billing": BillingMode.HOURLY,
+            "name": "",
+        }
+        token = _new_token()
+    selected = next((o for o in offerings if o.id == chosen["offering"]), None)
+    catalog = {
+        o.id: {
+            "name": o.name,
+            "hour": o.price_per_hour_fen,
+            "month": o.price_per_month_fen,
+            "available": counts.get(o.id, 0),
+        }
+        for o in offerings
+    }
+    context = {
+        "active": "rent",
+        "groups": _groups(offerings, counts),
+        "images": images,
+        "keys": scope_to_user(SshKey.objects.all(), request.user, "user"),
+        "wallet": wallet,
+        "chosen": chosen,
+        "selected": selected,
+        "catalog": catalog,
+        "token": token,
+        "error": error,
+    }
+    return render(request, "instances/rent.html", context, status=status)
+
+
+def _user_instances(request: HttpRequest) -> Any:
+    return scope_to_user(Instance.objects.all(), request.user, "tenant").select_related(
+        "offering__gpu_model", "node", "image"
+    )
+
+
+def _status_labels() -> dict[str, str]:
+    return {value: str(label) for value, label in InstanceStatus.choices}
+
+
+@login_required
+def instance_list(request: HttpRequest) -> HttpResponse:
+    show_terminated = request.GET.get("view") == "terminated"
+    rows = _user_instances(request)
+    rows = (
+        rows.filter(status=S.TERMINATED) if show_terminated else rows.exclude(status=S.TERMINATED)
+    )
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "instances/list.html",
+        {
+            "active": "instances",
+            "page": page,
+            "show_terminated": show_terminated,
+            "status_labels": _status_labels(),
+            "can_stop": CAN_STOP,
+            "can_start": CAN_START,
+        },
+    )
+
+
+def _metrics_json(instance: Instance) -> list[dict[str, Any]]:
+    """instance_metrics with times as ISO text, as the metrics API returns them."""
+    return [
+        {
+            **gpu,
+            "samples": [{**s, "at": s["at"].isoformat()} for s in gpu["samples"]],
+        }
+        for gpu in instance_metrics(instance)
+    ]
+
+
+@login_required
+def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
+    instance = get_for_user(_user_instances(request), request.user, "tenant", pk)
+    info = InstanceOutput(instance).data
+    events = list(instance.events.order_by("at", "id"))
+    return render(
+        request,
+        "instances/detail.html",
+        {
+            "active": "instances",
+            "instance": instance,
+            "info": info,
+            "events": events,
+            "metrics": _metrics_json(instance),
+            "status_labels": _status_labels(),
+            "can_stop": instance.status in CAN_STOP,
+            "can_start": instance.status in CAN_START,
+            "can_terminate": instance.status != S.TERMINATED,
+            "transient": instance.status in TRANSIENT,
+            "is_bare_metal": instance.offering.kind == OfferingKind.BARE_METAL,
+        },
+    )
+
+
+def _back(request: HttpRequest, instance: Instance) -> HttpResponse:
+    """Back to where the action was taken (the list or the instance's page)."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(target)
+    return redirect(reverse("instances:detail", args=[instance.pk]))
+
+
+def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+    try:
+        service(instance_id=instance.pk)
+    except ServiceError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, done % {"name": instance.name})
+    return _back(request, instance)
+
+
+@login_required
+@require_POST
+def instance_stop_view(request: HttpRequest, pk: str) -> HttpResponse:
+    return _act(
+        request, pk, instance_stop, _("Stopping “%(name)s”: billing has stopped, the disk is kept.")
+    )
+
+
+@login_required
+@require_POST
+def instance_start_view(request: HttpRequest, pk: str) -> HttpResponse:
+    return _act(request, pk, instance_start, _("Starting “%(name)s”."))
+
+
+@login_required
+@require_POST
+def instance_terminate_view(request: HttpRequest, pk: str) -> HttpResponse:
+    return _act(
+        request,
+        pk,
+        instance_terminate,
+        _("Terminating “%(name)s”: the instance and its disk are being deleted."),
+    )

@@ -1,0 +1,96 @@
+import time
+from datetime import timedelta
+
+from django.utils import timezone
+
+from instances.lifecycle import instance_order
+from instances.models import Instance, InstanceEvent
+from instances.provisioning import converge, kube, manifests
+from instances.provisioning.reconcile import reconcile
+from tests.factories import make_user
+from tests.instances.conftest import converge_until, fund
+
+
+def _running(catalog):
+    user = make_user()
+    fund(user, 100_000)
+    instance, _ = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id="pytorch-2.1"
+    )
+    converge_until(converge.provision, instance.id)
+    instance.refresh_from_db()
+    return instance
+
+
+def test_a_vanished_pod_is_recreated_and_billing_pauses(
+    catalog, django_capture_on_commit_callbacks
+):
+    instance = _running(catalog)
+    kube.delete("Pod", instance.k8s_namespace, instance.k8s_name)
+    deadline = time.monotonic() + 5
+    while kube.read("Pod", instance.k8s_namespace, instance.k8s_name) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        report = reconcile()
+
+    instance.refresh_from_db()
+    assert report.recreated == [instance.id]
+    assert (instance.status, instance.running_since) == ("provisioning", None)
+    assert len(callbacks) == 1  # the provisioning task is queued after commit
+    assert converge_until(converge.provision, instance.id) == "running"
+    instance.refresh_from_db()
+    assert instance.session == 2
+    assert reconcile().recreated == []
+
+
+def test_orphans_are_garbage_collected_and_live_objects_kept(catalog):
+    instance = _running(catalog)
+    namespace = instance.k8s_namespace
+    orphan = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "inst-orphan",
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "starverse"},
+        },
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }
+    kube.ensure(orphan)
+    kube.ensure(
+        {
+            **manifests.disk_claim(instance),
+            "metadata": {
+                "name": "disk-gone",
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": "starverse"},
+            },
+        }
+    )
+
+    report = reconcile()
+
+    assert sorted(report.orphans) == [
+        f"persistentvolumeclaim/{namespace}/disk-gone",
+        f"pod/{namespace}/inst-orphan",
+    ]
+    assert kube.read("Pod", namespace, instance.k8s_name) is not None
+    assert kube.read("PersistentVolumeClaim", namespace, manifests.disk_name(instance.id))
+
+
+def test_lost_tasks_are_handed_out_again(catalog, django_capture_on_commit_callbacks):
+    user = make_user()
+    fund(user, 100_000)
+    instance, _ = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id="pytorch-2.1"
+    )
+    InstanceEvent.objects.filter(instance=instance).update(at=timezone.now() - timedelta(minutes=5))
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        report = reconcile()
+
+    assert report.requeued == [instance.id]
+    assert len(callbacks) == 1
+    assert Instance.objects.get(pk=instance.pk).status == "provisioning"
