@@ -2,9 +2,9 @@
 
 import sys
 
-from bench import fleet, ledger
+from bench import fleet, instances, ledger
 
-BENCHMARKS = {"ledger": ledger.run, "fleet": fleet.run}
+BENCHMARKS = {"ledger": ledger.run, "fleet": fleet.run, "instances": instances.run}
 
 
 def main(names: list[str]) -> int:

@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from billing.selectors import wallet_for_tenant
 from instances.choices import INSTANCE_TRANSITIONS, BillingMode, InstanceStatus
 from instances.models import Image, Instance, InstanceEvent, Offering
-from instances.placement import place, release
+from instances.placement import allocate, choose, release
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.money import format_fen
 
@@ -105,19 +105,36 @@ def instance_order(
     runway_check(tenant_id=user.tenant_id, offering=offering, billing=billing)
     try:
         with transaction.atomic():
-            instance = Instance.objects.create(
+            instance = Instance(
                 tenant_id=user.tenant_id,
                 created_by=user,
                 offering=offering,
                 image=image,
-                name=name.strip() or f"{offering.name}",
+                name=name.strip() or offering.name,
                 billing=billing,
                 idempotency_key=idempotency_key,
                 request_hash=_hash(request),
                 queued_at=timezone.now(),
             )
-            InstanceEvent.objects.create(instance=instance, status=S.QUEUED, message=_("Ordered."))
-            _try_place(instance, fcfs=True)
+            events = [InstanceEvent(instance=instance, status=S.QUEUED, message=_("Ordered."))]
+            product = offering.gpu_model.product
+            queue_ahead = Instance.objects.filter(_queued_ahead(product)).exists()
+            placement = None if queue_ahead else choose(offering)
+            if placement is not None:
+                node = placement[0]
+                instance.status, instance.node, instance.queued_at = S.PROVISIONING, node, None
+                events.append(
+                    InstanceEvent(
+                        instance=instance,
+                        status=S.PROVISIONING,
+                        message=_("Placed on %(node)s.") % {"node": node.name},
+                    )
+                )
+            instance.save(force_insert=True)
+            if placement is not None:
+                allocate(instance, *placement)
+                _provision_after_commit(instance)
+            InstanceEvent.objects.bulk_create(events)
     except IntegrityError:
         if idempotency_key:
             return instance_order(
@@ -132,18 +149,22 @@ def instance_order(
     return instance, True
 
 
+def _provision_after_commit(instance: Instance) -> None:
+    from instances.tasks import provision_instance
+
+    transaction.on_commit(lambda: provision_instance.delay(instance.id))
+
+
 def _try_place(instance: Instance, *, fcfs: bool) -> bool:
     product = instance.offering.gpu_model.product
-    if (
-        fcfs
-        and Instance.objects.filter(
-            _queued_ahead(product), queued_at__lt=instance.queued_at
-        ).exists()
-    ):
+    ahead = _queued_ahead(product) & Q(queued_at__lt=instance.queued_at)
+    if fcfs and Instance.objects.filter(ahead).exists():
         return False
-    node = place(instance)
-    if node is None:
+    placement = choose(instance.offering)
+    if placement is None:
         return False
+    node, indices = placement
+    allocate(instance, node, indices)
     instance_transition(
         instance,
         S.PROVISIONING,
@@ -151,9 +172,7 @@ def _try_place(instance: Instance, *, fcfs: bool) -> bool:
         node=node,
         queued_at=None,
     )
-    from instances.tasks import provision_instance
-
-    transaction.on_commit(lambda: provision_instance.delay(instance.id))
+    _provision_after_commit(instance)
     return True
 
 

@@ -70,18 +70,20 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
             charges += mine
             plan[instance.id] = (instance, upto, [(c["key"], c["amount_fen"]) for c in mine])
         charged = usage_post_many(charges)
+        billed: list[Instance] = []
         for instance, upto, keys in plan.values():
             if upto <= instance.billed_minutes:
                 continue
             spent = sum(charged[key] for key, _amount in keys)
             short = any(charged[key] < amount for key, amount in keys)
-            Instance.objects.filter(pk=instance.pk).update(
-                billed_minutes=upto, cost_fen=F("cost_fen") + spent
-            )
             result.charged_minutes += upto - instance.billed_minutes
             result.charged_fen += spent
+            # the rows are locked by this transaction, so absolute values are safe here
+            instance.billed_minutes, instance.cost_fen = upto, instance.cost_fen + spent
+            billed.append(instance)
             if short:
                 result.exhausted.append(instance.id)
+        Instance.objects.bulk_update(billed, ["billed_minutes", "cost_fen"], batch_size=1000)
     for instance_id in result.exhausted:
         _stop_for_balance(instance_id)
     logger.info(

@@ -1,11 +1,12 @@
 """Placement in the database: which GPUs of which node an instance gets. It runs inside the
-caller's transaction with the candidate nodes locked in a fixed order, and the unique
-(node, gpu_index) allocation rows make double-booking impossible even under concurrent orders."""
+caller's transaction, serialised per GPU model by one row lock, and the unique
+(node, gpu_index) allocation rows make double-booking impossible even if two placements ever
+raced."""
 
 from collections import defaultdict
 
 from instances.choices import NodeState, OfferingKind
-from instances.models import Allocation, Gpu, Instance, Node
+from instances.models import Allocation, Gpu, GpuModel, Instance, Node, Offering
 
 
 def free_gpus(nodes: list[Node]) -> dict[str, list[int]]:
@@ -24,30 +25,34 @@ def free_gpus(nodes: list[Node]) -> dict[str, list[int]]:
     }
 
 
-def place(instance: Instance) -> Node | None:
-    """Allocate GPUs for the instance, or None when no node fits now. Whole-node offerings go
-    only to fully free nodes; GPU offerings best-fit (the fullest node that still fits), so
-    whole nodes stay free for whole-node rentals. Must run inside transaction.atomic()."""
-    offering = instance.offering
+def choose(offering: Offering) -> tuple[Node, list[int]] | None:
+    """The node and GPU indices an instance of this offering gets now, or None. Whole-node
+    offerings go only to fully free nodes; GPU offerings best-fit (the fullest node that still
+    fits), so whole nodes stay free for whole-node rentals. Must run inside
+    transaction.atomic(): it takes the GPU model's lock, which serialises placements of that
+    model while other models place in parallel; allocate() must follow in the same transaction."""
+    GpuModel.objects.select_for_update().filter(pk=offering.gpu_model_id).values_list("pk").get()
     nodes = list(
-        Node.objects.select_for_update()
-        .filter(state=NodeState.READY, gpu_product=offering.gpu_model.product)
-        .order_by("id")
+        Node.objects.filter(state=NodeState.READY, gpu_product=offering.gpu_model.product).order_by(
+            "id"
+        )
     )
     free = free_gpus(nodes)
     need = offering.gpu_count
     if offering.kind == OfferingKind.BARE_METAL:
         fits = [n for n in nodes if n.gpu_count == need and len(free[n.id]) == n.gpu_count]
-        chosen = fits[0] if fits else None
     else:
         fits = [n for n in nodes if len(free[n.id]) >= need]
-        chosen = min(fits, key=lambda n: (len(free[n.id]), n.id)) if fits else None
-    if chosen is None:
+    if not fits:
         return None
+    node = min(fits, key=lambda n: (len(free[n.id]), n.id))
+    return node, free[node.id][:need]
+
+
+def allocate(instance: Instance, node: Node, indices: list[int]) -> None:
     Allocation.objects.bulk_create(
-        [Allocation(node=chosen, gpu_index=i, instance=instance) for i in free[chosen.id][:need]]
+        [Allocation(node=node, gpu_index=i, instance=instance) for i in indices]
     )
-    return chosen
 
 
 def release(instance: Instance) -> None:

@@ -11,6 +11,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -18,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from billing.selectors import wallet_for_tenant
 from instances.api.serializers import InstanceOutput
-from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.choices import BillingMode, InstanceStatus
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
 from instances.selectors import availability, instance_metrics
@@ -64,14 +65,12 @@ class RentForm(forms.Form):
 
 
 def _default_offering(offerings: list[Offering], counts: dict[str, int], balance: int) -> str:
-    """The first offering that is free now and that the balance can start, else the first."""
-    for offering in offerings:
-        if counts.get(offering.id) and offering.price_per_hour_fen <= balance:
-            return offering.id
-    for offering in offerings:
-        if counts.get(offering.id):
-            return offering.id
-    return offerings[0].id if offerings else ""
+    """The cheapest offering that is free now and that the balance can start (else the cheapest
+    free one, else the first): a safe first choice, above all for trial credit."""
+    free = sorted((o for o in offerings if counts.get(o.id)), key=lambda o: o.price_per_hour_fen)
+    affordable = [o for o in free if o.price_per_hour_fen <= balance]
+    choice = (affordable or free or offerings or [None])[0]
+    return choice.id if choice else ""
 
 
 def _groups(offerings: list[Offering], counts: dict[str, int]) -> list[dict[str, Any]]:
@@ -89,7 +88,7 @@ def rent(request: HttpRequest) -> HttpResponse:
     images = list(Image.objects.filter(active=True))
     wallet = wallet_for_tenant(request.user.tenant_id)  # type: ignore[union-attr]
     counts = availability(offerings)
-    error, status = None, 200
+    error, error_code, status = None, "", 200
     if request.method == "POST":
         form = RentForm(request.POST, offerings=offerings, images=images)
         chosen = {
@@ -117,7 +116,7 @@ def rent(request: HttpRequest) -> HttpResponse:
                 token, status = _new_token(), conflict.status_code
             except ServiceError as failure:
                 # Nothing was ordered: the same token stays valid for the corrected order.
-                error, status = failure.message, failure.status_code
+                error, error_code, status = failure.message, failure.code, failure.status_code
             else:
                 if created:
                     messages.success(
@@ -164,6 +163,7 @@ def rent(request: HttpRequest) -> HttpResponse:
         "catalog": catalog,
         "token": token,
         "error": error,
+        "error_code": error_code,
     }
     return render(request, "instances/rent.html", context, status=status)
 
@@ -230,7 +230,8 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "can_start": instance.status in CAN_START,
             "can_terminate": instance.status != S.TERMINATED,
             "transient": instance.status in TRANSIENT,
-            "is_bare_metal": instance.offering.kind == OfferingKind.BARE_METAL,
+            "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
+            "tz": timezone.get_current_timezone_name(),
         },
     )
 

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(),
         stream=sys.stderr,
         format="ts=%(asctime)s level=%(levelname)s %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S%z",
     )
     try:
         fleet = parse_fleet(args.fleet)
@@ -79,7 +80,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    emulator.start()
+    try:
+        emulator.start()
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
     if args.kubeconfig:
         path = emulator.write_kubeconfig(args.kubeconfig)
         log.info("kube-emulator kubeconfig=%s", path)

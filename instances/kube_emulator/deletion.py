@@ -61,12 +61,13 @@ class DeletionMixin:
         return change
 
     def _owner_alive(self, ref: Obj, namespace: str) -> bool:
+        """Whether the owner still exists; owners of kinds the emulator does not serve are
+        assumed alive, as the real garbage collector cannot resolve them either."""
         for rt in ALL_RESOURCES:
-            if rt.kind == ref.get("kind"):
+            if rt.kind == ref.get("kind") and rt.api_version == ref.get("apiVersion", "v1"):
                 live = self.store.get(rt, namespace if rt.namespaced else "", ref.get("name", ""))
-                if live is not None and live["metadata"].get("uid") == ref.get("uid"):
-                    return True
-        return False
+                return live is not None and live["metadata"].get("uid") == ref.get("uid")
+        return True
 
     def _collect_dependents(self, uid: str) -> None:
         for rt, dep in self.dependents(uid):

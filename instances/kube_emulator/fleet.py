@@ -27,11 +27,16 @@ class NodeSpec:
     cpu: str = "192"
     memory: str = "2048Gi"
     labels: dict[str, str] = field(default_factory=dict)
-    taints: list[dict[str, str]] = field(default_factory=_default_taints)
+    # None: ``nvidia.com/gpu=present:NoSchedule`` on GPU nodes, no taints on CPU-only ones
+    taints: list[dict[str, str]] | None = None
     instance_type: str = "gpu-8x-h100-80gb"
     interconnect: str = "nvlink"
     pods: int = 110
     ephemeral_storage: str = "3500Gi"
+
+    def __post_init__(self) -> None:
+        if self.taints is None:
+            self.taints = _default_taints() if self.gpu_count else []
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,6 @@ def build_fleet(fleet: dict[str, int] | None = None) -> list[NodeSpec]:
                     memory=profile.memory,
                     instance_type=profile.instance_type,
                     interconnect=profile.interconnect,
-                    taints=_default_taints() if profile.gpu_count else [],
                 )
             )
     return specs

@@ -67,7 +67,11 @@ class Kubelet:
         pods = store.items(PODS)
         nodes = {n["metadata"]["name"]: n for n in store.items(NODES)}
         live: set[str] = set()
-        for pod in pods:
+        # admit in arrival order, as a kubelet sees pods
+        ordered = sorted(
+            pods, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])
+        )
+        for pod in ordered:
             uid = pod["metadata"].get("uid", "")
             live.add(uid)
             node_name = (pod.get("spec") or {}).get("nodeName")

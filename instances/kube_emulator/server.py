@@ -108,11 +108,16 @@ def parse_target(path: str) -> Target | dict[str, Any] | None:
     rt = res.lookup(group, version, plural)
     if rt is None or len(tail) > 2 or (namespace is not None and not rt.namespaced):
         return None
-    if namespace is None and not rt.namespaced:
-        pass
-    elif namespace is None and tail:
+    if namespace is None and rt.namespaced and tail:
         return None  # namespaced objects need /namespaces/{ns}/ in the path
     return Target(rt, namespace, tail[0] if tail else None, tail[1] if len(tail) > 1 else None)
+
+
+def _int_param(params: dict[str, str], key: str) -> int:
+    try:
+        return int(params.get(key) or 0)
+    except ValueError as exc:
+        raise err.bad_request(f"{key} must be an integer") from exc
 
 
 def _flag(params: dict[str, str], key: str) -> bool:
@@ -260,11 +265,8 @@ class Handler(BaseHTTPRequestHandler):
         if legacy_binding and method == "POST":  # the pre-subresource /bindings endpoint
             self._verb, self._resource = "create", "bindings"
             body = self._decode(raw)
-            name = (
-                ((body or {}).get("metadata") or {}).get("name", "")
-                if isinstance(body, dict)
-                else ""
-            )
+            meta = body.get("metadata") if isinstance(body, dict) else None
+            name = meta.get("name", "") if isinstance(meta, dict) else ""
             self._send_json(201, ctx.api.bind(legacy_binding.group(1), name, body))
             return
         target = parse_target(path)
@@ -279,8 +281,6 @@ class Handler(BaseHTTPRequestHandler):
         fault = ctx.faults.take(verb, self._resource)
         if fault is not None:
             raise fault
-        if target.namespace is not None and target.rt.namespaced is False:
-            raise err.path_not_found()
         api, rt = ctx.api, target.rt
         namespace = target.namespace or ""
         dry_run = params.get("dryRun") == "All"
@@ -296,7 +296,7 @@ class Handler(BaseHTTPRequestHandler):
                 target.namespace,
                 label_selector=params.get("labelSelector"),
                 field_selector=params.get("fieldSelector"),
-                limit=int(params.get("limit") or 0),
+                limit=_int_param(params, "limit"),
                 continue_token=params.get("continue"),
                 resource_version=params.get("resourceVersion"),
             )

@@ -587,6 +587,17 @@ def test_owner_reference_gc_deletes_or_orphans_dependents(api: client.CoreV1Api)
         api.read_namespaced_secret("dependent", "default")
     assert caught.value.status == 404
 
+    first = api.create_namespaced_config_map("default", config_map("first"))
+    second = api.create_namespaced_config_map("default", config_map("second"))
+    shared = owned_secret("shared", first)
+    shared["metadata"]["ownerReferences"] += owned_secret("x", second)["metadata"][
+        "ownerReferences"
+    ]
+    api.create_namespaced_secret("default", shared)
+    api.delete_namespaced_config_map("first", "default")
+    survivor = api.read_namespaced_secret("shared", "default")  # another owner is alive
+    assert [r.name for r in survivor.metadata.owner_references] == ["second"]
+
     keeper = api.create_namespaced_config_map("default", config_map("keeper"))
     api.create_namespaced_secret("default", owned_secret("orphan", keeper))
     api.delete_namespaced_config_map("keeper", "default", propagation_policy="Orphan")

@@ -1,0 +1,455 @@
+"""Instance benchmarks: order_to_running_p99, order_throughput, metering_tick_10k and
+api_list_instances, each printed next to a baseline measured in the same run."""
+
+import http.client
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+from bench.common import database_url, recreate_database, report, setup_django
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _users(count: int, prefix: str = "b") -> list:
+    from django.contrib.auth.hashers import make_password
+
+    from billing.models import Wallet
+    from starverse.accounts.models import Tenant, User
+
+    password = make_password(None)
+    tenants = Tenant.objects.bulk_create(
+        [Tenant(id=f"tnt_{prefix}{n:06d}", name=f"t{n}") for n in range(count)]
+    )
+    Wallet.objects.bulk_create(
+        [Wallet(id=f"wal_{prefix}{n:06d}", tenant=t, cash_fen=10**9) for n, t in enumerate(tenants)]
+    )
+    return User.objects.bulk_create(
+        [
+            User(
+                id=f"usr_{prefix}{n:06d}",
+                email=f"{prefix}{n}@bench.example",
+                tenant=t,
+                password=password,
+            )
+            for n, t in enumerate(tenants)
+        ]
+    )
+
+
+def _nodes(count: int) -> None:
+    from instances.models import Node
+
+    Node.objects.bulk_create(
+        [
+            Node(
+                name=f"gpu-h100-b{n:03d}",
+                gpu_product="NVIDIA H100 80GB HBM3",
+                gpu_count=8,
+                gpu_memory_mb=81559,
+                interconnect="nvlink",
+            )
+            for n in range(count)
+        ]
+    )
+
+
+# --- order_to_running_p99 ------------------------------------------------------------------
+
+
+def order_to_running() -> dict:
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from instances.fleet import nodes_sync_from_cluster
+    from instances.kube_emulator import KubeEmulator
+    from instances.lifecycle import instance_order
+    from instances.models import Offering
+    from instances.provisioning import converge, kube
+
+    orders = 100
+    emulator = KubeEmulator(
+        fleet={"h100": 14}, pull_delay_s=0.0, start_delay_s=0.0, tick_s=0.01
+    ).start()
+    kubeconfig = Path(tempfile.mkdtemp()) / "kubeconfig"
+    emulator.write_kubeconfig(str(kubeconfig))
+    try:
+        with override_settings(KUBECONFIG=str(kubeconfig), CELERY_TASK_ALWAYS_EAGER=False):
+            kube._api_client.cache_clear()
+            call_command("seed_catalog", verbosity=0)
+            nodes_sync_from_cluster()
+            offering = Offering.objects.get(name="1× H100 80GB SXM")
+            users = _users(orders, prefix="o")
+
+            def one(user: object) -> float:
+                began = time.perf_counter()
+                instance, _ = instance_order(
+                    user=user, offering_id=offering.id, image_id="pytorch-2.1"
+                )
+                while True:  # what the provisioning task does, retrying while the pod starts
+                    try:
+                        if converge.provision(instance.id) == "running":
+                            return time.perf_counter() - began
+                    except converge.StillPending:
+                        time.sleep(0.02)
+
+            with ThreadPoolExecutor(max_workers=8) as pool:  # eight Celery worker threads
+                ours = sorted(pool.map(one, users))
+
+            api = kube.core()
+
+            def raw(n: int) -> float:
+                began = time.perf_counter()
+                name = f"raw-{n}"
+                api.create_namespaced_pod(
+                    "default",
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {"name": name},
+                        "spec": {
+                            "nodeName": f"gpu-h100-{n % 14}",
+                            "tolerations": [
+                                {
+                                    "key": "nvidia.com/gpu",
+                                    "operator": "Exists",
+                                    "effect": "NoSchedule",
+                                }
+                            ],
+                            "containers": [{"name": "c", "image": "busybox"}],
+                        },
+                    },
+                )
+                while api.read_namespaced_pod(name, "default").status.phase != "Running":
+                    time.sleep(0.02)
+                return time.perf_counter() - began
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                baseline = sorted(pool.map(raw, range(orders)))
+    finally:
+        emulator.stop()
+        kube._api_client.cache_clear()
+    p99 = statistics.quantiles(ours, n=100)[98]
+    base99 = statistics.quantiles(baseline, n=100)[98]
+    return report(
+        "order_to_running_p99",
+        p99,
+        "s",
+        base99,
+        "raw pod create→Running through the client, same emulator, p99",
+        "value <= 5",
+    )
+
+
+# --- order_throughput ------------------------------------------------------------------------
+
+
+def _order_worker(args: tuple) -> None:
+    _index, user_ids, offering_id, start_at, results = args
+    setup_django()
+    from django.conf import settings as django_settings
+
+    django_settings.CELERY_TASK_ALWAYS_EAGER = False
+    from instances import tasks
+    from instances.lifecycle import instance_order
+    from starverse.accounts.models import User
+
+    tasks.provision_instance.delay = lambda *a, **k: None  # measuring placement, not workers
+    users = list(User.objects.filter(pk__in=user_ids))
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    began = time.perf_counter()
+    for user in users:
+        instance_order(user=user, offering_id=offering_id, image_id="pytorch-2.1")
+    results.put((len(users), time.perf_counter() - began))
+
+
+def order_throughput() -> dict:
+    from django.core.management import call_command
+
+    from instances.models import Offering
+
+    call_command("seed_catalog", verbosity=0)
+    _nodes(100)  # 800 GPUs, more than the orders
+    per_client, clients = 40, 16
+    users = _users(per_client * clients)
+    offering = Offering.objects.get(name="1× H100 80GB SXM").id
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    start_at = time.monotonic() + 4
+    processes = [
+        ctx.Process(
+            target=_order_worker,
+            args=(
+                (
+                    i,
+                    [u.id for u in users[i * per_client : (i + 1) * per_client]],
+                    offering,
+                    start_at,
+                    results,
+                ),
+            ),
+        )
+        for i in range(clients)
+    ]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=300) for _ in processes]
+    for process in processes:
+        process.join()
+    ours = sum(n for n, _ in outcomes) / max(seconds for _, seconds in outcomes)
+    subprocess.run(["pgbench", "-i", "-q", "-s", "1", *_pg_args()], check=True, capture_output=True)
+    baseline = pgbench_builtin("simple-update", clients=clients, seconds=10)
+    return report(
+        "order_throughput",
+        ours,
+        "orders/s",
+        baseline,
+        f"pgbench simple-update, {clients} clients",
+        "value >= 100",
+    )
+
+
+def _pg_args() -> list[str]:
+    from urllib.parse import urlparse
+
+    url = urlparse(database_url())
+    return [
+        "-h",
+        url.hostname or "127.0.0.1",
+        "-p",
+        str(url.port or 5432),
+        "-U",
+        url.username or "postgres",
+        url.path.lstrip("/"),
+    ]
+
+
+def pgbench_builtin(script: str, *, clients: int, seconds: int) -> float:
+    result = subprocess.run(
+        [
+            "pgbench",
+            "-n",
+            "-b",
+            script,
+            "-c",
+            str(clients),
+            "-j",
+            str(clients),
+            "-T",
+            str(seconds),
+            *_pg_args(),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return next(
+        float(line.split()[2]) for line in result.stdout.splitlines() if line.startswith("tps = ")
+    )
+
+
+# --- metering_tick_10k -----------------------------------------------------------------------
+
+
+def metering_tick_10k() -> dict:
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from instances.metering import metering_tick
+    from instances.models import Instance, Offering
+
+    call_command("seed_catalog", verbosity=0)
+    count = 10_000
+    users = _users(1000, prefix="m")
+    offering = Offering.objects.get(name="1× H100 80GB SXM")
+    now = timezone.now()
+    Instance.objects.bulk_create(
+        [
+            Instance(
+                id=f"ins_b{n:06d}",
+                tenant_id=users[n % 1000].tenant_id,
+                created_by=users[n % 1000],
+                name="bench",
+                offering=offering,
+                image_id="pytorch-2.1",
+                status="running",
+                session=1,
+                running_since=now - timedelta(seconds=61),
+            )
+            for n in range(count)
+        ],
+        batch_size=2000,
+    )
+    began = time.perf_counter()
+    result = metering_tick(now=now)
+    ours = time.perf_counter() - began
+    assert result.charged_minutes == count, result
+
+    # Baseline: the same rows (a transaction and two entries per instance) in raw bulk INSERTs.
+    began = time.perf_counter()
+    with connection.cursor() as cursor:
+        rows = [
+            (
+                f"txn_r{n:06d}",
+                f"wal_m{n % 1000:06d}",
+                "usage",
+                f"raw:{n}",
+                "",
+                -37,
+                -37,
+                0,
+                0,
+                0,
+                "GPU usage",
+                "",
+                f"ins_b{n:06d}",
+                now,
+            )
+            for n in range(count)
+        ]
+        for chunk in range(0, count, 2000):
+            part = rows[chunk : chunk + 2000]
+            cursor.execute(
+                "INSERT INTO billing_ledgertransaction (id, wallet_id, kind, idempotency_key, "
+                "request_hash, amount_fen, cash_delta_fen, promo_delta_fen, cash_after_fen, "
+                "promo_after_fen, description, reason, instance_id, created_at) VALUES "
+                + ", ".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(part)),
+                [v for row in part for v in row],
+            )
+            entries = [(r[0], r[1], "cash", -37) for r in part] + [
+                (r[0], None, "platform:revenue", 37) for r in part
+            ]
+            cursor.execute(
+                "INSERT INTO billing_ledgerentry (transaction_id, wallet_id, account, amount_fen)"
+                " VALUES " + ", ".join(["(%s,%s,%s,%s)"] * len(entries)),
+                [v for row in entries for v in row],
+            )
+    baseline = time.perf_counter() - began
+    return report(
+        "metering_tick_10k",
+        ours,
+        "s",
+        baseline,
+        "raw bulk INSERT of the same ledger rows",
+        "value <= 10",
+    )
+
+
+# --- api_list_instances ----------------------------------------------------------------------
+
+
+def _load(port: int, path: str, headers: dict, seconds: float, threads: int = 4) -> float:
+    done = [0] * threads
+    stop_at = time.monotonic() + seconds
+
+    def worker(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        while time.monotonic() < stop_at:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200, response.status
+            done[i] += 1
+        conn.close()
+
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return sum(done) / seconds
+
+
+def api_list_instances() -> dict:
+    from django.core.management import call_command
+
+    from instances.models import Instance, Offering
+    from starverse.accounts.services import token_create
+
+    call_command("seed_catalog", verbosity=0)
+    user = _users(1, prefix="a")[0]
+    offering = Offering.objects.get(name="1× H100 80GB SXM")
+    Instance.objects.filter(tenant_id=user.tenant_id).delete()
+    Instance.objects.bulk_create(
+        [
+            Instance(
+                tenant_id=user.tenant_id,
+                created_by=user,
+                name=f"job-{n}",
+                offering=offering,
+                image_id="pytorch-2.1",
+                status="stopped",
+            )
+            for n in range(20)
+        ]
+    )
+    _token, plaintext = token_create(user=user, name="bench")
+    port = 18765
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+        "DATABASE_URL": database_url(),
+        "API_THROTTLE_RATE": "1000000/minute",
+    }
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "bench.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--threads",
+            "2",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        for _ in range(100):
+            try:
+                http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/healthz")
+                break
+            except OSError:
+                time.sleep(0.1)
+        headers = {"Authorization": f"Bearer {plaintext}"}
+        _load(port, "/api/v1/instances?page_size=20", headers, 1.0)  # warm up
+        ours = _load(port, "/api/v1/instances?page_size=20", headers, 8.0)
+        baseline = _load(port, f"/bench/bare-instances?tenant={user.tenant_id}", {}, 8.0)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return report(
+        "api_list_instances",
+        ours,
+        "req/s",
+        baseline,
+        "bare Django view reading 20 rows, same gunicorn",
+        "ratio >= 0.30",
+    )
+
+
+def run() -> list[dict]:
+    recreate_database()
+    setup_django()
+    return [order_throughput(), metering_tick_10k(), api_list_instances(), _fresh(order_to_running)]
+
+
+def _fresh(bench: object) -> dict:
+    recreate_database()
+    return bench()  # type: ignore[operator]

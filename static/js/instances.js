@@ -1,0 +1,637 @@
+/* Starverse console, instance pages: the live summary of the Rent form, live status on the
+   instance list, and on an instance's page the progress, the status and the GPU charts (inline
+   SVG, drawn here; no chart library). Every page works without this script: the forms post,
+   and the server renders the current state. */
+(function () {
+  "use strict";
+
+  /* ---------- Shared ---------- */
+
+  function readJSON(id) {
+    var element = document.getElementById(id);
+    if (!element) {
+      return null;
+    }
+    try {
+      return JSON.parse(element.textContent);
+    } catch (error) {
+      return null;
+    }
+  }
+
+  // "{name}" placeholders filled from an object.
+  function fill(template, values) {
+    return String(template).replace(/\{(\w+)\}/g, function (match, key) {
+      return Object.prototype.hasOwnProperty.call(values, key) ? String(values[key]) : match;
+    });
+  }
+
+  // Whole fen → "¥1,234.56", as the server's |money filter writes it.
+  function formatFen(fen) {
+    fen = Math.round(Number(fen) || 0);
+    var negative = fen < 0;
+    fen = Math.abs(fen);
+    var yuan = String(Math.floor(fen / 100)).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    var cents = String(fen % 100);
+    return (negative ? "-" : "") + "¥" + yuan + "." + (cents.length < 2 ? "0" + cents : cents);
+  }
+
+  function getJSON(url) {
+    return fetch(url, {
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+      cache: "no-store",
+    }).then(function (response) {
+      if (!response.ok) {
+        throw new Error("HTTP " + response.status);
+      }
+      return response.json();
+    });
+  }
+
+  // Run `task` every `ms` while the page is visible; `task` returns a promise.
+  function every(ms, task) {
+    var timer = null;
+    function schedule() {
+      window.clearTimeout(timer);
+      timer = window.setTimeout(run, ms);
+    }
+    function run() {
+      if (document.hidden) {
+        schedule();
+        return;
+      }
+      Promise.resolve()
+        .then(task)
+        .catch(function () {
+          /* a missed poll is retried at the next tick */
+        })
+        .then(schedule);
+    }
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden) {
+        window.clearTimeout(timer);
+        run();
+      }
+    });
+    schedule();
+  }
+
+  var statusLabels = readJSON("status-labels") || {};
+
+  function setBadge(badge, status) {
+    if (!badge || badge.getAttribute("data-status") === status) {
+      return;
+    }
+    badge.className = badge.className.replace(/\binst-status-\w+/, "inst-status-" + status);
+    badge.setAttribute("data-status", status);
+    var label = badge.querySelector("[data-status-label]");
+    if (label) {
+      label.textContent = statusLabels[status] || status;
+    }
+  }
+
+  var CAN = {
+    stop: ["running", "provisioning"],
+    start: ["stopped", "failed"],
+    terminate: ["queued", "provisioning", "running", "stopping", "stopped", "failed"],
+  };
+
+  function setActions(scope, status) {
+    Array.prototype.forEach.call(scope.querySelectorAll("form[data-action]"), function (form) {
+      form.hidden = CAN[form.getAttribute("data-action")].indexOf(status) === -1;
+    });
+  }
+
+  /* ---------- Rent ---------- */
+
+  function rentPage(form) {
+    var catalog = readJSON("rent-catalog") || {};
+    var t = readJSON("rent-i18n") || {};
+    var balance = Number(form.getAttribute("data-balance")) || 0;
+    var lang = form.getAttribute("data-lang") || "en";
+
+    function out(name) {
+      return form.querySelector('[data-sum="' + name + '"]');
+    }
+
+    function checked(name) {
+      return form.querySelector('input[name="' + name + '"]:checked');
+    }
+
+    function plural(forms, count) {
+      // English has one and other; Chinese one form for both.
+      return count === 1 ? forms[0] : forms[1];
+    }
+
+    function covers(offering) {
+      var hours = Math.floor(balance / offering.hour);
+      if (hours < 1) {
+        return fill(t.short, { balance: formatFen(balance), price: formatFen(offering.hour) });
+      }
+      var number = new Intl.NumberFormat(lang);
+      if (hours < 48) {
+        return fill(plural(t.covers_hours, hours), {
+          balance: formatFen(balance),
+          num: number.format(hours),
+        });
+      }
+      var days = Math.floor(hours / 24);
+      return fill(plural(t.covers_days, days), {
+        balance: formatFen(balance),
+        num: number.format(days),
+      });
+    }
+
+    function update() {
+      var choice = checked("offering");
+      var offering = choice ? catalog[choice.value] : null;
+      var monthly = form.querySelector('input[name="billing"][value="monthly"]');
+      var hourly = form.querySelector('input[name="billing"][value="hourly"]');
+      var monthOffered = !!(offering && offering.month);
+      if (monthly) {
+        monthly.disabled = !monthOffered;
+        monthly.closest(".choice").classList.toggle("is-disabled", !monthOffered);
+        if (!monthOffered && monthly.checked && hourly) {
+          hourly.checked = true;
+        }
+      }
+      var billing = checked("billing");
+      var isMonthly = !!(billing && billing.value === "monthly");
+      var image = checked("image");
+
+      out("offering").textContent = offering ? offering.name : "—";
+      out("image").textContent = image
+        ? image.closest(".choice").querySelector("strong").textContent
+        : "—";
+      out("billing").textContent = isMonthly ? t.monthly : t.hourly;
+      out("price").textContent = offering ? formatFen(offering.hour) : "—";
+      var month = out("month");
+      month.hidden = !monthOffered;
+      month.textContent = monthOffered ? fill(t.month_line, { price: formatFen(offering.month) }) : "";
+      out("covers").textContent = offering ? covers(offering) : "";
+      out("covers").classList.toggle("is-short", !!offering && balance < offering.hour);
+      var short = out("month-short");
+      short.hidden = !(isMonthly && monthOffered && balance < offering.month);
+      short.textContent = short.hidden ? "" : fill(t.month_short, { price: formatFen(offering.month) });
+      out("queue").hidden = !offering || offering.available > 0;
+
+      Array.prototype.forEach.call(form.querySelectorAll(".offer, .choice"), function (label) {
+        var input = label.querySelector("input");
+        label.classList.toggle("is-selected", !!(input && input.checked));
+      });
+    }
+
+    form.addEventListener("change", update);
+    var submitted = false;
+    form.addEventListener("submit", function (event) {
+      // The token makes a second submission harmless; this only spares the round trip.
+      if (submitted) {
+        event.preventDefault();
+        return;
+      }
+      submitted = true;
+      var button = form.querySelector("[data-submit]");
+      if (button) {
+        window.setTimeout(function () {
+          button.classList.add("is-disabled");
+          button.setAttribute("aria-disabled", "true");
+        }, 0);
+      }
+    });
+    window.addEventListener("pageshow", function () {
+      submitted = false;
+      var button = form.querySelector("[data-submit]");
+      if (button) {
+        button.classList.remove("is-disabled");
+        button.removeAttribute("aria-disabled");
+      }
+    });
+    update();
+  }
+
+  /* ---------- Instance list ---------- */
+
+  function listPage(section) {
+    var url = section.getAttribute("data-instances-poll");
+    every(5000, function () {
+      return getJSON(url).then(function (data) {
+        (data.results || []).forEach(function (item) {
+          var row = section.querySelector('tr[data-instance="' + item.id + '"]');
+          if (!row) {
+            return;
+          }
+          setBadge(row.querySelector("[data-status-badge]"), item.status);
+          var cost = row.querySelector('[data-field="cost"]');
+          if (cost) {
+            cost.textContent = formatFen(item.cost_fen);
+          }
+          var node = row.querySelector('[data-field="node"]');
+          if (node) {
+            node.textContent = item.node || "—";
+          }
+          setActions(row, item.status);
+        });
+      });
+    });
+  }
+
+  /* ---------- Time ---------- */
+
+  function timeParts(date, tz) {
+    var options = {
+      year: "numeric",
+      month: "2-digit",
+      day: "2-digit",
+      hour: "2-digit",
+      minute: "2-digit",
+      second: "2-digit",
+      hourCycle: "h23",
+    };
+    var parts = {};
+    try {
+      new Intl.DateTimeFormat("en-GB", Object.assign({ timeZone: tz }, options))
+        .formatToParts(date)
+        .forEach(function (part) {
+          parts[part.type] = part.value;
+        });
+    } catch (error) {
+      var pad = function (n) {
+        return (n < 10 ? "0" : "") + n;
+      };
+      parts = {
+        year: String(date.getFullYear()),
+        month: pad(date.getMonth() + 1),
+        day: pad(date.getDate()),
+        hour: pad(date.getHours()),
+        minute: pad(date.getMinutes()),
+        second: pad(date.getSeconds()),
+      };
+    }
+    return parts;
+  }
+
+  function formatDateTime(date, tz) {
+    var p = timeParts(date, tz);
+    return p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + ":" + p.second;
+  }
+
+  function formatClock(date, tz) {
+    var p = timeParts(date, tz);
+    return p.hour + ":" + p.minute;
+  }
+
+  /* ---------- Charts ---------- */
+
+  var SVG = "http://www.w3.org/2000/svg";
+  var COLORS = ["#5b4cf0", "#0d9f6e", "#e8590c", "#1f6fd1", "#d6336c", "#b8860b", "#0b8ea3", "#5c677d"];
+  var METRICS = {
+    util: {
+      value: function (s) {
+        return s.util;
+      },
+      max: function () {
+        return 100;
+      },
+      format: function (v) {
+        return Math.round(v) + " %";
+      },
+    },
+    mem: {
+      value: function (s) {
+        return s.mem_used_mb == null ? null : s.mem_used_mb / 1024;
+      },
+      max: function (high, charts) {
+        var memory = Number(charts.getAttribute("data-memory-gb")) || 0;
+        return memory >= high ? memory : niceCeil(high);
+      },
+      format: function (v) {
+        return (v >= 10 ? Math.round(v) : v.toFixed(1)) + " GB";
+      },
+    },
+    temp: {
+      value: function (s) {
+        return s.temp_c;
+      },
+      max: function (high) {
+        return Math.max(100, niceCeil(high));
+      },
+      format: function (v) {
+        return Math.round(v) + " °C";
+      },
+    },
+    power: {
+      value: function (s) {
+        return s.power_w;
+      },
+      max: function (high) {
+        return niceCeil(Math.max(high, 50));
+      },
+      format: function (v) {
+        return Math.round(v) + " W";
+      },
+    },
+  };
+
+  function niceCeil(value) {
+    if (!(value > 0)) {
+      return 1;
+    }
+    var power = Math.pow(10, Math.floor(Math.log10(value)));
+    var steps = [1, 2, 2.5, 5, 10];
+    for (var i = 0; i < steps.length; i++) {
+      if (value <= steps[i] * power) {
+        return steps[i] * power;
+      }
+    }
+    return 10 * power;
+  }
+
+  function svg(tag, attrs, parent) {
+    var element = document.createElementNS(SVG, tag);
+    Object.keys(attrs || {}).forEach(function (key) {
+      element.setAttribute(key, attrs[key]);
+    });
+    if (parent) {
+      parent.appendChild(element);
+    }
+    return element;
+  }
+
+  function axisLabel(value) {
+    return value >= 1000 ? Math.round(value / 100) / 10 + "k" : String(Math.round(value * 10) / 10);
+  }
+
+  function drawChart(figure, metrics, charts, t, tz) {
+    var key = figure.getAttribute("data-metric");
+    var metric = METRICS[key];
+    var plot = figure.querySelector(".chart-plot");
+    var legend = figure.querySelector(".chart-legend");
+    var series = metrics.map(function (gpu, index) {
+      return {
+        label: fill(t.gpu, { index: gpu.gpu }),
+        color: COLORS[index % COLORS.length],
+        points: gpu.samples.map(function (s) {
+          return [Date.parse(s.at), metric.value(s)];
+        }),
+      };
+    });
+
+    var t0 = Infinity;
+    var t1 = -Infinity;
+    var high = 0;
+    series.forEach(function (line) {
+      line.points.forEach(function (point) {
+        t0 = Math.min(t0, point[0]);
+        t1 = Math.max(t1, point[0]);
+        if (point[1] != null) {
+          high = Math.max(high, point[1]);
+        }
+      });
+    });
+    if (!isFinite(t0)) {
+      return;
+    }
+    if (t1 - t0 < 120000) {
+      t0 = t1 - 120000;
+    }
+    var yMax = metric.max(high, charts);
+
+    var width = Math.max(plot.clientWidth, 200);
+    var height = 150;
+    var pad = { left: 34, right: 8, top: 8, bottom: 22 };
+    var w = width - pad.left - pad.right;
+    var h = height - pad.top - pad.bottom;
+    function x(time) {
+      return pad.left + ((time - t0) / (t1 - t0)) * w;
+    }
+    function y(value) {
+      return pad.top + h - (Math.min(value, yMax) / yMax) * h;
+    }
+
+    var root = svg("svg", {
+      width: width,
+      height: height,
+      viewBox: "0 0 " + width + " " + height,
+      class: "chart-svg",
+      "aria-hidden": "true",
+    });
+    for (var i = 0; i <= 4; i++) {
+      var value = (yMax * i) / 4;
+      var gy = y(value);
+      svg("line", { x1: pad.left, x2: width - pad.right, y1: gy, y2: gy, class: "chart-grid" }, root);
+      svg("text", { x: pad.left - 6, y: gy + 3.5, class: "chart-tick", "text-anchor": "end" }, root)
+        .textContent = axisLabel(value);
+    }
+    [t0, (t0 + t1) / 2, t1].forEach(function (time, index) {
+      svg("text", {
+        x: x(time),
+        y: height - 6,
+        class: "chart-tick",
+        "text-anchor": index === 0 ? "start" : index === 2 ? "end" : "middle",
+      }, root).textContent = formatClock(new Date(time), tz);
+    });
+
+    // A gap of more than a minute without samples breaks the line.
+    series.forEach(function (line) {
+      var runs = [];
+      var run = [];
+      var last = null;
+      line.points.forEach(function (point) {
+        if (point[1] == null || (last !== null && point[0] - last > 60000)) {
+          if (run.length) {
+            runs.push(run);
+          }
+          run = [];
+        }
+        if (point[1] != null) {
+          run.push(point);
+        }
+        last = point[0];
+      });
+      if (run.length) {
+        runs.push(run);
+      }
+      runs.forEach(function (points) {
+        var path = points
+          .map(function (point, index) {
+            return (index ? "L" : "M") + x(point[0]).toFixed(1) + " " + y(point[1]).toFixed(1);
+          })
+          .join(" ");
+        if (series.length === 1 && points.length > 1) {
+          svg("path", {
+            d: path + " L" + x(points[points.length - 1][0]).toFixed(1) + " " + y(0) +
+              " L" + x(points[0][0]).toFixed(1) + " " + y(0) + " Z",
+            fill: line.color,
+            class: "chart-area",
+          }, root);
+        }
+        if (points.length === 1) {
+          svg("circle", { cx: x(points[0][0]), cy: y(points[0][1]), r: 2.5, fill: line.color }, root);
+        } else {
+          svg("path", { d: path, stroke: line.color, class: "chart-line" }, root);
+        }
+      });
+    });
+    plot.textContent = "";
+    plot.appendChild(root);
+
+    legend.textContent = "";
+    series.forEach(function (line) {
+      var latest = null;
+      for (var k = line.points.length - 1; k >= 0; k--) {
+        if (line.points[k][1] != null) {
+          latest = line.points[k][1];
+          break;
+        }
+      }
+      var item = document.createElement("li");
+      var swatch = document.createElement("span");
+      swatch.className = "chart-swatch";
+      swatch.style.background = line.color;
+      var name = document.createElement("span");
+      name.textContent = line.label;
+      var reading = document.createElement("strong");
+      reading.textContent = latest == null ? "—" : metric.format(latest);
+      item.appendChild(swatch);
+      item.appendChild(name);
+      item.appendChild(reading);
+      legend.appendChild(item);
+    });
+  }
+
+  function drawCharts(metrics, t, tz) {
+    var charts = document.getElementById("charts");
+    var empty = document.getElementById("charts-empty");
+    if (!charts) {
+      return;
+    }
+    var any = metrics.some(function (gpu) {
+      return gpu.samples && gpu.samples.length;
+    });
+    charts.hidden = !any;
+    if (empty) {
+      empty.hidden = any;
+    }
+    if (!any) {
+      return;
+    }
+    Array.prototype.forEach.call(charts.querySelectorAll(".chart"), function (figure) {
+      drawChart(figure, metrics, charts, t, tz);
+    });
+  }
+
+  /* ---------- Instance page ---------- */
+
+  function detailPage(page) {
+    var status = page.getAttribute("data-status");
+    var tz = page.getAttribute("data-tz") || undefined;
+    var transient = page.getAttribute("data-transient") === "true";
+    var t = readJSON("metrics-i18n") || {};
+    var metrics = readJSON("metrics-data") || [];
+    var timeline = document.getElementById("timeline");
+    var scroller = document.getElementById("timeline-scroll");
+    // The newest step is at the bottom of a long history.
+    if (scroller) {
+      scroller.scrollTop = scroller.scrollHeight;
+    }
+
+    drawCharts(metrics, t, tz);
+    var resizeTimer = null;
+    window.addEventListener("resize", function () {
+      window.clearTimeout(resizeTimer);
+      resizeTimer = window.setTimeout(function () {
+        drawCharts(metrics, t, tz);
+      }, 150);
+    });
+
+    function appendEvents(events) {
+      if (!timeline) {
+        return;
+      }
+      var shown = timeline.children.length;
+      events.slice(shown).forEach(function (event) {
+        var item = document.createElement("li");
+        item.className = "tl-item tl-" + event.status + " is-new";
+        var dot = document.createElement("span");
+        dot.className = "inst-dot";
+        dot.setAttribute("aria-hidden", "true");
+        var body = document.createElement("div");
+        body.className = "tl-body";
+        var time = document.createElement("time");
+        time.setAttribute("datetime", event.at);
+        time.textContent = formatDateTime(new Date(event.at), tz);
+        var message = document.createElement("p");
+        message.textContent = event.message;
+        body.appendChild(time);
+        body.appendChild(message);
+        item.appendChild(dot);
+        item.appendChild(body);
+        timeline.appendChild(item);
+      });
+      if (scroller && events.length > shown) {
+        scroller.scrollTop = scroller.scrollHeight;
+      }
+    }
+
+    function refresh() {
+      return getJSON(page.getAttribute("data-api")).then(function (data) {
+        if (data.status !== status) {
+          // A new status changes what the page offers (SSH, actions): show it afresh.
+          window.location.reload();
+          return null;
+        }
+        var cost = page.querySelector('[data-field="cost"]');
+        if (cost) {
+          cost.textContent = formatFen(data.cost_fen);
+        }
+        var queue = page.querySelector('[data-field="queue"]');
+        if (queue && data.queue_position) {
+          queue.textContent = String(data.queue_position);
+        }
+        if (transient) {
+          return getJSON(page.getAttribute("data-events")).then(function (events) {
+            appendEvents(events.results || []);
+          });
+        }
+        return null;
+      });
+    }
+
+    if (status === "terminated") {
+      return;
+    }
+    every(transient ? 3000 : 15000, refresh);
+    if (status === "running" || status === "provisioning") {
+      every(15000, function () {
+        return getJSON(page.getAttribute("data-metrics")).then(function (data) {
+          metrics = data.results || [];
+          drawCharts(metrics, t, tz);
+        });
+      });
+    }
+  }
+
+  /* ---------- Start ---------- */
+
+  function start() {
+    var rent = document.getElementById("rent-form");
+    if (rent) {
+      rentPage(rent);
+    }
+    var list = document.querySelector("[data-instances-poll]");
+    if (list) {
+      listPage(list);
+    }
+    var page = document.getElementById("instance-page");
+    if (page) {
+      detailPage(page);
+    }
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();
