@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 from billing.selectors import wallet_for_tenant
 from instances.choices import INSTANCE_TRANSITIONS, BillingMode, InstanceStatus
 from instances.models import Image, Instance, InstanceEvent, Offering
+from instances.monthly import period_charge
 from instances.placement import allocate, choose, release
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.money import format_fen
@@ -27,8 +28,8 @@ def instance_transition(instance: Instance, to: str, message: str, **fields: Any
     update_fields, and recorded as an event. Call inside a transaction holding the row lock."""
     if to not in INSTANCE_TRANSITIONS[instance.status]:
         raise Conflict(
-            _("An instance that is %(state)s cannot be %(to)s.")
-            % {"state": instance.status, "to": to},
+            _("This instance is %(state)s; that is not possible now.")
+            % {"state": InstanceStatus(instance.status).label.lower()},
             code="wrong_state",
         )
     instance.status = to
@@ -78,6 +79,7 @@ def instance_order(
     name: str = "",
     billing: str = BillingMode.HOURLY,
     idempotency_key: str = "",
+    auto_renew: bool = True,
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
     Returns (instance, created); the same Idempotency-Key answers the same instance."""
@@ -115,6 +117,7 @@ def instance_order(
                 idempotency_key=idempotency_key,
                 request_hash=_hash(request),
                 queued_at=timezone.now(),
+                auto_renew=auto_renew,
             )
             events = [InstanceEvent(instance=instance, status=S.QUEUED, message=_("Ordered."))]
             product = offering.gpu_model.product
@@ -133,6 +136,8 @@ def instance_order(
             instance.save(force_insert=True)
             if placement is not None:
                 allocate(instance, *placement)
+                if billing == BillingMode.MONTHLY:
+                    period_charge(instance)  # 402 rolls the whole order back
                 _provision_after_commit(instance)
             InstanceEvent.objects.bulk_create(events)
     except IntegrityError:
@@ -147,6 +152,14 @@ def instance_order(
             )
         raise
     return instance, True
+
+
+def _paid(instance: Instance) -> bool:
+    return (
+        instance.billing == BillingMode.MONTHLY
+        and instance.paid_until is not None
+        and instance.paid_until > timezone.now()
+    )
 
 
 def _provision_after_commit(instance: Instance) -> None:
@@ -164,6 +177,15 @@ def _try_place(instance: Instance, *, fcfs: bool) -> bool:
     if placement is None:
         return False
     node, indices = placement
+    if instance.billing == BillingMode.MONTHLY and not _paid(instance):
+        try:
+            with transaction.atomic():
+                period_charge(instance)
+        except InsufficientBalance as error:
+            instance_transition(
+                instance, S.FAILED, error.message, error_message=error.message, queued_at=None
+            )
+            return True
     allocate(instance, node, indices)
     instance_transition(
         instance,
@@ -229,6 +251,12 @@ def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
 
     with transaction.atomic():
         instance = _locked(instance_id)
+        if instance.status not in (S.RUNNING, S.PROVISIONING):
+            raise Conflict(
+                _("Only a running or starting instance can be stopped; this one is %(state)s.")
+                % {"state": InstanceStatus(instance.status).label.lower()},
+                code="wrong_state",
+            )
         if instance.status == S.RUNNING:
             bill_until(instance, timezone.now(), started_minute=True)
         instance_transition(
@@ -248,6 +276,12 @@ def instance_start(*, instance_id: str) -> Instance:
         instance = _locked(instance_id)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
+        if _paid(instance) and instance.allocations.exists():
+            instance_transition(
+                instance, S.PROVISIONING, _("Starting on its reserved node (paid monthly).")
+            )
+            _provision_after_commit(instance)
+            return instance
         runway_check(
             tenant_id=instance.tenant_id, offering=instance.offering, billing=instance.billing
         )

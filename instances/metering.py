@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from billing.services import minute_charge_fen, usage_post_many
-from instances.choices import InstanceStatus
+from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,11 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
         running = list(
             Instance.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("offering", "tenant__wallet")
-            .filter(status=InstanceStatus.RUNNING, running_since__isnull=False)
+            .filter(
+                status=InstanceStatus.RUNNING,
+                running_since__isnull=False,
+                billing=BillingMode.HOURLY,
+            )
         )
         charges, plan = [], {}
         for instance in running:
@@ -99,7 +103,7 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
 def bill_until(instance: Instance, now: datetime, *, started_minute: bool) -> int:
     """Charge the instance's unbilled minutes up to `now` (with the minute in progress when
     `started_minute`), inside the caller's transaction that holds its row lock."""
-    if instance.running_since is None:
+    if instance.running_since is None or instance.billing != BillingMode.HOURLY:
         return 0
     elapsed = (now - instance.running_since).total_seconds()
     upto = int(-(-elapsed // 60)) if started_minute else int(elapsed // 60)

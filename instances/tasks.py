@@ -113,3 +113,10 @@ def reconcile_cluster() -> None:
         reconcile()
     except KubeError as error:
         logger.error("reconcile.failed error=%s", error)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def renew_monthly() -> None:
+    from instances.monthly import renewals_run
+
+    renewals_run()

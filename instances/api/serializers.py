@@ -54,6 +54,7 @@ class InstanceCreateInput(InputSerializer):
     disks = serializers.ListField(
         child=StrictCharField(max_length=32), required=False, max_length=8
     )
+    auto_renew = serializers.BooleanField(required=False, default=True)
     billing = serializers.ChoiceField(
         choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
     )
@@ -92,6 +93,8 @@ class InstanceOutput(serializers.ModelSerializer):
             "disks",
             "node",
             "error_message",
+            "paid_until",
+            "auto_renew",
         ]
 
     def get_queue_position(self, obj: Instance) -> int | None:

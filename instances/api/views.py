@@ -254,6 +254,7 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
             image_id=data["image"],
             name=data.get("name", ""),
             billing=data["billing"],
+            auto_renew=data["auto_renew"],
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
         )
         return self._accepted(instance)

@@ -184,6 +184,15 @@ def check_pod(instance_id: str) -> str:
     raise StillPending(status.get("phase") or "Pending")
 
 
+def _reserved(instance: Instance) -> bool:
+    """A monthly rental keeps its node while stopped, until its paid period ends."""
+    return (
+        instance.billing == "monthly"
+        and instance.paid_until is not None
+        and instance.paid_until > timezone.now()
+    )
+
+
 def _delete_pod_and_wait(instance: Instance) -> None:
     """Delete the pod; its GPUs are free only once it is gone, so wait for that."""
     if not instance.k8s_name:
@@ -205,7 +214,11 @@ def stop(instance_id: str) -> str:
             .select_related("offering__gpu_model")
             .get(pk=instance.pk)
         )
-        if locked.status == S.STOPPING:
+        if locked.status == S.STOPPING and _reserved(locked):
+            instance_transition(
+                locked, S.STOPPED, _("Stopped. The disk is kept and the node stays reserved.")
+            )
+        elif locked.status == S.STOPPING:
             instance_release_gpus(locked, S.STOPPED, _("Stopped. The disk is kept."))
     return S.STOPPED
 

@@ -160,6 +160,7 @@ CELERY_BEAT_SCHEDULE = {
     "billing-runway-notices": {"task": "billing.tasks.check_runways", "schedule": 60.0},
     "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
     "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
+    "monthly-renewals": {"task": "instances.tasks.renew_monthly", "schedule": 600.0},
     "fleet-heartbeats": {"task": "instances.tasks.check_heartbeats", "schedule": 15.0},
     "fleet-rollup": {"task": "instances.tasks.rollup_telemetry", "schedule": 60.0},
     "fleet-prune": {"task": "instances.tasks.prune_telemetry", "schedule": 3600.0},

@@ -1,0 +1,118 @@
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing.models import LedgerTransaction, Wallet
+from instances.lifecycle import instance_order, instance_start, instance_stop
+from instances.metering import metering_tick
+from instances.models import Allocation, Instance
+from instances.monthly import renewals_run
+from instances.provisioning import converge
+from instances.selectors import availability
+from starverse.core.errors import InsufficientBalance
+from tests.factories import make_user
+from tests.instances.conftest import converge_until, fund
+
+MONTH = 12_800_000  # the 8×H100 node: ¥128,000 a month
+
+
+def _monthly(catalog, user, **extra):
+    instance, _ = instance_order(
+        user=user,
+        offering_id=catalog["h100_node"].id,
+        image_id="pytorch-2.1",
+        billing="monthly",
+        **extra,
+    )
+    assert converge_until(converge.provision, instance.id) == "running"
+    instance.refresh_from_db()
+    return instance
+
+
+def _monthly_rows(instance):
+    return list(
+        LedgerTransaction.objects.filter(instance_id=instance.id).values_list(
+            "idempotency_key", "amount_fen"
+        )
+    )
+
+
+def test_a_month_is_prepaid_once_and_not_metered(catalog):
+    user = make_user()
+    fund(user, MONTH)
+    instance = _monthly(catalog, user)
+
+    metering_tick(now=timezone.now() + timedelta(hours=2))
+
+    assert _monthly_rows(instance) == [(f"monthly:{instance.id}:1", -MONTH)]
+    assert instance.paid_until - timezone.now() > timedelta(days=29, hours=23)
+    assert instance.cost_fen == MONTH
+    assert Wallet.objects.get(tenant=user.tenant).total_fen == 1000  # the trial credit is left
+
+
+def test_without_a_month_on_the_balance_nothing_is_ordered(catalog):
+    user = make_user()
+    fund(user, MONTH - 2000)
+
+    with pytest.raises(InsufficientBalance, match="one month"):
+        instance_order(
+            user=user,
+            offering_id=catalog["h100_node"].id,
+            image_id="pytorch-2.1",
+            billing="monthly",
+        )
+    assert Instance.objects.count() == 0
+
+
+def test_the_node_stays_reserved_while_stopped_and_start_returns_to_it(catalog):
+    user = make_user()
+    fund(user, MONTH)
+    instance = _monthly(catalog, user)
+    node = instance.node
+
+    instance_stop(instance_id=instance.id)
+    assert converge_until(converge.stop, instance.id) == "stopped"
+
+    assert Allocation.objects.filter(instance=instance).count() == 8
+    assert availability([catalog["h100_node"]])[catalog["h100_node"].id] == 1  # of two nodes
+    instance_start(instance_id=instance.id)
+    assert converge_until(converge.provision, instance.id) == "running"
+    instance.refresh_from_db()
+    assert instance.node == node
+    assert len(_monthly_rows(instance)) == 1  # no second charge inside the period
+
+
+def test_renewal_charges_the_next_period_or_ends_the_rental(catalog):
+    user, other = make_user(), make_user()
+    fund(user, 2 * MONTH)
+    fund(other, MONTH)
+    renews = _monthly(catalog, user)
+    short = _monthly(catalog, other)  # cannot pay a second month
+    later = timezone.now() + timedelta(days=30, minutes=1)
+
+    renewed, ended = renewals_run(now=later)
+
+    assert (renewed, ended) == ([renews.id], [short.id])
+    assert [key for key, _ in _monthly_rows(renews)] == [
+        f"monthly:{renews.id}:1",
+        f"monthly:{renews.id}:2",
+    ]
+    short.refresh_from_db()
+    assert (short.status, short.billing) == ("stopping", "hourly")
+    assert "balance could not pay" in short.events.last().message
+    assert renewals_run(now=later) == ([], [])  # nothing twice
+
+
+def test_not_renewing_when_the_user_chose_so_frees_a_stopped_node(catalog):
+    user = make_user()
+    fund(user, 2 * MONTH)
+    instance = _monthly(catalog, user, auto_renew=False)
+    instance_stop(instance_id=instance.id)
+    converge_until(converge.stop, instance.id)
+
+    _renewed, ended = renewals_run(now=timezone.now() + timedelta(days=31))
+
+    assert ended == [instance.id]
+    assert Allocation.objects.filter(instance=instance).count() == 0
+    assert len(_monthly_rows(instance)) == 1
