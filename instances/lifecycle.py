@@ -67,6 +67,22 @@ def _queued_ahead(product: str) -> Q:
     return Q(status=S.QUEUED, offering__gpu_model__product=product)
 
 
+def _own_keys(user: Any, key_ids: list[str]) -> list[str]:
+    from starverse.accounts.models import SshKey
+
+    found = set(
+        SshKey.objects.filter(user__tenant_id=user.tenant_id, pk__in=key_ids).values_list(
+            "pk", flat=True
+        )
+    )
+    missing = [key for key in key_ids if key not in found]
+    if missing:
+        raise InvalidInput(
+            _("Unknown SSH key %(id)s.") % {"id": missing[0]}, code="unknown_ssh_key"
+        )
+    return list(dict.fromkeys(key_ids))
+
+
 def _hash(fields: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
@@ -80,10 +96,13 @@ def instance_order(
     billing: str = BillingMode.HOURLY,
     idempotency_key: str = "",
     auto_renew: bool = True,
+    ssh_keys: list[str] | None = None,
+    disks: list[str] | None = None,
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
     Returns (instance, created); the same Idempotency-Key answers the same instance."""
-    request = {"offering": offering_id, "image": image_id, "name": name, "billing": billing}
+    request = {"offering": offering_id, "image": image_id, "name": name, "billing": billing,
+               "ssh_keys": sorted(ssh_keys or [])}
     if idempotency_key:
         found = Instance.objects.filter(
             tenant_id=user.tenant_id, idempotency_key=idempotency_key
@@ -104,6 +123,12 @@ def instance_order(
         raise InvalidInput(_("Unknown image %(id)s.") % {"id": image_id}, code="unknown_image")
     if billing == BillingMode.MONTHLY and offering.price_per_month_fen is None:
         raise InvalidInput(_("Monthly billing is offered for whole nodes only."), code="no_monthly")
+    if disks:
+        raise InvalidInput(
+            _("Cloud disks cannot be attached yet; order without `disks`."),
+            code="disks_unavailable",
+        )
+    key_ids = _own_keys(user, ssh_keys or [])
     runway_check(tenant_id=user.tenant_id, offering=offering, billing=billing)
     try:
         with transaction.atomic():
@@ -118,6 +143,7 @@ def instance_order(
                 request_hash=_hash(request),
                 queued_at=timezone.now(),
                 auto_renew=auto_renew,
+                ssh_key_ids=key_ids,
             )
             events = [InstanceEvent(instance=instance, status=S.QUEUED, message=_("Ordered."))]
             product = offering.gpu_model.product

@@ -266,6 +266,9 @@ class Instance(models.Model):
     paid_until = models.DateTimeField(null=True, blank=True, help_text="Monthly: prepaid until.")
     monthly_period = models.PositiveIntegerField(default=0, help_text="Monthly: periods paid.")
     auto_renew = models.BooleanField(default=True, help_text="Monthly: renew at period end.")
+    ssh_key_ids = models.JSONField(
+        default=list, blank=True, help_text="Keys to install; empty = every key of the tenant."
+    )
     cost_fen = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)

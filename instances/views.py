@@ -56,12 +56,21 @@ class RentForm(forms.Form):
     )
     billing = forms.ChoiceField(choices=BillingMode.choices, initial=BillingMode.HOURLY)
     name = forms.CharField(max_length=100, required=False, strip=True)
+    ssh_keys = forms.MultipleChoiceField(required=False)
     token = forms.RegexField(regex=r"^[A-Za-z0-9_-]{16,64}$")
 
-    def __init__(self, *args: Any, offerings: list[Offering], images: list[Image], **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        offerings: list[Offering],
+        images: list[Image],
+        keys: list[Any],
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.fields["offering"].choices = [(o.id, o.name) for o in offerings]
         self.fields["image"].choices = [(i.id, i.name) for i in images]
+        self.fields["ssh_keys"].choices = [(k.id, k.name) for k in keys]
 
 
 def _default_offering(offerings: list[Offering], counts: dict[str, int], balance: int) -> str:
@@ -88,9 +97,12 @@ def rent(request: HttpRequest) -> HttpResponse:
     images = list(Image.objects.filter(active=True))
     wallet = wallet_for_tenant(request.user.tenant_id)  # type: ignore[union-attr]
     counts = availability(offerings)
+    keys = list(scope_to_user(SshKey.objects.all(), request.user, "user"))
+    selected_keys = [k.id for k in keys]
     error, error_code, status = None, "", 200
     if request.method == "POST":
-        form = RentForm(request.POST, offerings=offerings, images=images)
+        form = RentForm(request.POST, offerings=offerings, images=images, keys=keys)
+        selected_keys = request.POST.getlist("ssh_keys")
         chosen = {
             key: str(request.POST.get(key, ""))[:100]
             for key in ("offering", "image", "billing", "name")
@@ -105,6 +117,7 @@ def rent(request: HttpRequest) -> HttpResponse:
                     image_id=data["image"],
                     name=data["name"],
                     billing=data["billing"],
+                    ssh_keys=data["ssh_keys"],
                     idempotency_key=ORDER_KEY_PREFIX + data["token"],
                 )
             except IdempotencyConflict as conflict:
@@ -156,7 +169,8 @@ def rent(request: HttpRequest) -> HttpResponse:
         "active": "rent",
         "groups": _groups(offerings, counts),
         "images": images,
-        "keys": scope_to_user(SshKey.objects.all(), request.user, "user"),
+        "keys": keys,
+        "selected_keys": selected_keys,
         "wallet": wallet,
         "chosen": chosen,
         "selected": selected,

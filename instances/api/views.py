@@ -255,6 +255,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
             name=data.get("name", ""),
             billing=data["billing"],
             auto_renew=data["auto_renew"],
+            ssh_keys=data.get("ssh_keys"),
+            disks=data.get("disks"),
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
         )
         return self._accepted(instance)

@@ -29,9 +29,10 @@ class StillPending(Exception):
 def _authorized_keys(instance: Instance) -> str:
     from starverse.accounts.models import SshKey
 
-    keys = SshKey.objects.filter(user__tenant_id=instance.tenant_id).values_list(
-        "public_key", flat=True
-    )
+    keys = SshKey.objects.filter(user__tenant_id=instance.tenant_id)
+    if instance.ssh_key_ids:
+        keys = keys.filter(pk__in=instance.ssh_key_ids)
+    keys = keys.values_list("public_key", flat=True)
     return "\n".join(keys) + "\n"
 
 

@@ -244,3 +244,26 @@ def test_queued_order_can_be_cancelled_free(renter, catalog):
     from billing.models import LedgerTransaction
 
     assert not LedgerTransaction.objects.filter(instance_id=queued["id"]).exists()
+
+
+def test_chosen_ssh_keys_are_the_ones_installed_and_others_are_refused(renter, catalog):
+    import base64
+
+    from tests.factories import make_ssh_key
+
+    user, client = renter
+    chosen, other = make_ssh_key(user, "laptop"), make_ssh_key(user, "ci")
+    stranger_key = make_ssh_key(make_user(), "theirs")
+
+    refused = _order(client, catalog["h100x1"], catalog["image"], ssh_keys=[stranger_key.id])
+    disks = _order(client, catalog["h100x1"], catalog["image"], disks=["dsk_x"])
+    ordered = _order(client, catalog["h100x1"], catalog["image"], ssh_keys=[chosen.id])
+
+    assert (refused.status_code, refused.json()["code"]) == (400, "unknown_ssh_key")
+    assert (disks.status_code, disks.json()["code"]) == (400, "disks_unavailable")
+    instance = Instance.objects.get(pk=ordered.json()["id"])
+    converge_until(converge.provision, instance.id)
+    instance.refresh_from_db()
+    secret = kube.read("Secret", instance.k8s_namespace, f"{instance.k8s_name}-access")
+    installed = base64.b64decode(secret["data"]["authorized_keys"]).decode()
+    assert chosen.public_key in installed and other.public_key not in installed
