@@ -101,8 +101,13 @@ def instance_order(
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
     Returns (instance, created); the same Idempotency-Key answers the same instance."""
-    request = {"offering": offering_id, "image": image_id, "name": name, "billing": billing,
-               "ssh_keys": sorted(ssh_keys or [])}
+    request = {
+        "offering": offering_id,
+        "image": image_id,
+        "name": name,
+        "billing": billing,
+        "ssh_keys": sorted(ssh_keys or []),
+    }
     if idempotency_key:
         found = Instance.objects.filter(
             tenant_id=user.tenant_id, idempotency_key=idempotency_key
