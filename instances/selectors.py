@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from instances.choices import NodeState, OfferingKind
-from instances.models import Gpu, GpuSample, Node, Offering
+from instances.models import Allocation, Gpu, GpuSample, Node, Offering
 from instances.placement import free_gpus
 
 
@@ -28,24 +28,23 @@ def fleet_nodes() -> QuerySet[Node]:
 
 
 def capacity_by_model() -> list[dict[str, Any]]:
-    """GPUs per product: total, unhealthy (on nodes out of service or lost), and free.
-    Allocation to instances is counted once instances exist (a later capability)."""
-    totals: dict[str, dict[str, int]] = defaultdict(lambda: {"total": 0, "unhealthy": 0})
+    """GPUs per product: total; allocated to instances; unhealthy (lost, or on a node out of
+    service and not allocated); free (healthy, in service, not allocated)."""
+    totals: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"total": 0, "allocated": 0, "unhealthy": 0}
+    )
     lost = set(Gpu.objects.filter(lost_at__isnull=False).values_list("node_id", "index"))
+    held = set(Allocation.objects.values_list("node_id", "gpu_index"))
     for node in Node.objects.all():
         entry = totals[node.gpu_product]
         entry["total"] += node.gpu_count
-        if node.state != NodeState.READY:
-            entry["unhealthy"] += node.gpu_count
-        else:
-            entry["unhealthy"] += sum(1 for n, _i in lost if n == node.pk)
+        for index in range(node.gpu_count):
+            if (node.pk, index) in held:
+                entry["allocated"] += 1
+            elif node.state != NodeState.READY or (node.pk, index) in lost:
+                entry["unhealthy"] += 1
     return [
-        {
-            "gpu_product": product,
-            "total": v["total"],
-            "unhealthy": v["unhealthy"],
-            "free": v["total"] - v["unhealthy"],
-        }
+        {"gpu_product": product, **v, "free": v["total"] - v["allocated"] - v["unhealthy"]}
         for product, v in sorted(totals.items())
     ]
 

@@ -293,7 +293,9 @@ def test_fleet_api_is_staff_only(agent, node, client_for):
     row = listing["results"][0]
     assert (row["name"], row["state"], row["gpu_count"]) == ("gpu-h100-01", "ready", 8)
     assert row["gpus"][0]["util"] == 55 and row["gpus"][0]["uuid"] == "GPU-gpu-h100-01-0"
-    assert capacity["results"] == [{"gpu_product": H100, "total": 8, "unhealthy": 0, "free": 8}]
+    assert capacity["results"] == [
+        {"gpu_product": H100, "total": 8, "allocated": 0, "unhealthy": 0, "free": 8}
+    ]
 
 
 def test_cordoned_nodes_leave_free_capacity(agent, node, client, db):
@@ -311,7 +313,9 @@ def test_cordoned_nodes_leave_free_capacity(agent, node, client, db):
     assert page.status_code == 200
     from instances.selectors import capacity_by_model
 
-    assert capacity_by_model() == [{"gpu_product": H100, "total": 16, "unhealthy": 8, "free": 8}]
+    assert capacity_by_model() == [
+        {"gpu_product": H100, "total": 16, "allocated": 0, "unhealthy": 8, "free": 8}
+    ]
     client.post(f"/admin/instances/node/{node.pk}/uncordon/")
     node.refresh_from_db()
     assert node.state == NodeState.READY

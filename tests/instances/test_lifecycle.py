@@ -142,6 +142,10 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
         Allocation.objects.filter(instance=node).values_list("gpu_index", flat=True)
     ) == list(range(8))
     assert (third["status"], third["queue_position"]) == ("queued", 1)
+    from instances.selectors import capacity_by_model
+
+    h100 = next(r for r in capacity_by_model() if r["gpu_product"] == "NVIDIA H100 80GB HBM3")
+    assert (h100["total"], h100["allocated"], h100["unhealthy"], h100["free"]) == (16, 10, 0, 6)
 
 
 @pytest.mark.postgres
