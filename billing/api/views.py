@@ -1,4 +1,5 @@
 from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.permissions import AllowAny
@@ -68,7 +69,7 @@ class TcoView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=TcoInput)
+    @extend_schema(request=TcoInput, responses={200: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         data = TcoInput(data=request.data)
         data.is_valid(raise_exception=True)

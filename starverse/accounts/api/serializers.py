@@ -30,7 +30,7 @@ class UserOutput(serializers.ModelSerializer):
         fields = ["id", "email"]
 
 
-class BalanceOutput(serializers.Serializer):
+class MeBalanceOutput(serializers.Serializer):
     cash_fen = serializers.IntegerField()
     promo_fen = serializers.IntegerField()
     total_fen = serializers.IntegerField()
@@ -39,7 +39,7 @@ class BalanceOutput(serializers.Serializer):
 class MeOutput(serializers.Serializer):
     id = serializers.CharField()
     email = serializers.EmailField()
-    balance = BalanceOutput()
+    balance = MeBalanceOutput()
 
 
 class SignupOutput(serializers.Serializer):
