@@ -24,6 +24,14 @@ def setup_django() -> None:
 
 
 def recreate_database() -> None:
+    """A fresh, migrated bench database. Our own open connections are closed first: the DROP
+    below terminates every session on the database, ours included."""
+    from django.conf import settings
+
+    if settings.configured:
+        from django.db import connections
+
+        connections.close_all()
     url = urlparse(database_url())
     name = url.path.lstrip("/")
     admin = [
