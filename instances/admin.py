@@ -121,17 +121,31 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("GPUs now (util · °C · W)"))
     def gpus_now(self, obj: Node) -> str:
+        """One small cell per GPU, shaded by utilisation; hover for temperature and power."""
         latest = getattr(self, "_latest", {})
         cells = []
         for gpu in obj.gpus.all():
             sample = latest.get(gpu.pk)
             if gpu.lost_at:
-                cells.append((gpu.index, "LOST"))
-            elif sample:
-                cells.append(
-                    (gpu.index, f"{sample.util}% · {sample.temp_c}° · {sample.power_w:.0f}W")
+                cells.append(("#b91c1c", "#fff", f"GPU {gpu.index}: lost", "✕"))
+            elif sample and sample.util is not None:
+                shade = int(235 - 1.6 * sample.util)
+                tip = (
+                    f"GPU {gpu.index}: {sample.util}% · {sample.temp_c} °C · {sample.power_w:.0f} W"
                 )
-        return format_html_join(" ", "<span title='GPU {}'>[{}]</span>", cells) or "—"
+                cells.append((f"rgb({shade},{shade + 10},255)", "#111", tip, f"{sample.util}"))
+            else:
+                cells.append(("#e5e7eb", "#6b7280", f"GPU {gpu.index}: no data", "–"))
+        return (
+            format_html_join(
+                "",
+                '<span title="{}" style="display:inline-block;width:30px;margin:1px;padding:2px 0;'
+                'text-align:center;font:11px monospace;border-radius:3px;background:{};color:{}">'
+                "{}</span>",
+                ((tip, bg, fg, text) for bg, fg, tip, text in cells),
+            )
+            or "—"
+        )
 
     @admin.display(description=_("Operations"))
     def operations(self, obj: Node) -> str:

@@ -347,3 +347,13 @@ def test_agents_register_with_the_bootstrap_token(api, db, settings):
     )
     assert report.status_code == 202
     assert NodeEvent.objects.filter(node__name="gpu-new-01", kind="registered").count() == 1
+
+
+def test_admin_fleet_page_shows_live_gpus(agent, node, client):
+    agent(_report(util=55))
+    client.force_login(make_operator())
+
+    page = client.get("/admin/instances/node/").content.decode()
+
+    assert "GPU 0: 55% · 64 °C · 612 W" in page
+    assert "NVIDIA H100 80GB HBM3" in page
