@@ -1,6 +1,7 @@
 """Operator screens for wallets, the ledger and payments. The ledger is read-only here; money
 moves only through the forms below, which call the billing services and record who and why."""
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -128,6 +129,32 @@ def _back(name: str, pk: str) -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse(f"admin:billing_{name}_change", args=[pk]))
 
 
+Act = Callable[[dict[str, Any]], tuple[int, str, HttpResponseRedirect]]
+
+
+def _service_form(
+    request: HttpRequest,
+    site: admin.AdminSite,
+    *,
+    form_class: type[forms.Form],
+    title: str,
+    obj: Any,
+    act: Act,
+) -> HttpResponse:
+    """The operator money forms: a valid POST calls the service through `act`, which answers
+    (message level, message, where to go); a ServiceError is shown on the form."""
+    form = form_class(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            level, message, back = act(form.cleaned_data)
+        except ServiceError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.add_message(request, level, message)
+            return back
+    return _form_page(request, site, title, form, obj)
+
+
 @admin.register(Wallet)
 class WalletAdmin(ReadOnlyAdmin):
     list_display = ["id", "tenant", "cash", "promo", "total", "created_at"]
@@ -171,52 +198,60 @@ class WalletAdmin(ReadOnlyAdmin):
 
     def adjust_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         wallet = get_object_or_404(Wallet, pk=pk)
-        form = AdjustmentForm(request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            try:
-                result = adjustment_request(
-                    wallet_id=wallet.id,
-                    actor=request.user,
-                    amount_fen=form.cleaned_data["amount"],
-                    reason=form.cleaned_data["reason"],
-                )
-            except ServiceError as error:
-                form.add_error(None, error.message)
-            else:
-                if isinstance(result, AdjustmentRequest):
-                    messages.warning(
-                        request,
-                        _(
-                            "%(amount)s is above the approval threshold: request %(id)s waits for "
-                            "a second operator."
-                        )
-                        % {"amount": format_fen(result.amount_fen, sign=True), "id": result.id},
+
+        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+            result = adjustment_request(
+                wallet_id=wallet.id,
+                actor=request.user,
+                amount_fen=data["amount"],
+                reason=data["reason"],
+            )
+            if isinstance(result, AdjustmentRequest):
+                return (
+                    messages.WARNING,
+                    _(
+                        "%(amount)s is above the approval threshold: request %(id)s waits for a "
+                        "second operator."
                     )
-                else:
-                    messages.success(request, _posted_message(result))
-                return _back("wallet", wallet.pk)
-        return _form_page(
-            request, self.admin_site, _("Post adjustment to %s") % wallet, form, wallet
+                    % {"amount": format_fen(result.amount_fen, sign=True), "id": result.id},
+                    _back("wallet", wallet.pk),
+                )
+            return messages.SUCCESS, _posted_message(result), _back("wallet", wallet.pk)
+
+        return _service_form(
+            request,
+            self.admin_site,
+            form_class=AdjustmentForm,
+            title=_("Post adjustment to %s") % wallet,
+            obj=wallet,
+            act=act,
         )
 
     def bank_transfer_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         wallet = get_object_or_404(Wallet, pk=pk)
-        form = BankTransferForm(request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            try:
-                topup = bank_transfer_post(
-                    wallet_id=wallet.id,
-                    actor=request.user,
-                    **{k: form.cleaned_data[k] for k in ("payer", "reference", "reason")},
-                    amount_fen=form.cleaned_data["amount"],
-                )
-            except ServiceError as error:
-                form.add_error(None, error.message)
-            else:
-                messages.success(request, _posted_message(topup.ledger_transaction))
-                return _back("wallet", wallet.pk)
-        return _form_page(
-            request, self.admin_site, _("Post bank transfer to %s") % wallet, form, wallet
+
+        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+            topup = bank_transfer_post(
+                wallet_id=wallet.id,
+                actor=request.user,
+                amount_fen=data["amount"],
+                payer=data["payer"],
+                reference=data["reference"],
+                reason=data["reason"],
+            )
+            return (
+                messages.SUCCESS,
+                _posted_message(topup.ledger_transaction),
+                _back("wallet", wallet.pk),
+            )
+
+        return _service_form(
+            request,
+            self.admin_site,
+            form_class=BankTransferForm,
+            title=_("Post bank transfer to %s") % wallet,
+            obj=wallet,
+            act=act,
         )
 
 
@@ -293,18 +328,25 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
 
     def reverse_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         txn = get_object_or_404(LedgerTransaction, pk=pk)
-        form = ReasonForm(request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            try:
-                reversal = transaction_reverse(
-                    transaction_id=txn.id, actor=request.user, reason=form.cleaned_data["reason"]
-                )
-            except ServiceError as error:
-                form.add_error(None, error.message)
-            else:
-                messages.success(request, _posted_message(reversal))
-                return _back("ledgertransaction", reversal.pk)
-        return _form_page(request, self.admin_site, _("Reverse %s") % txn.id, form, txn)
+
+        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+            reversal = transaction_reverse(
+                transaction_id=txn.id, actor=request.user, reason=data["reason"]
+            )
+            return (
+                messages.SUCCESS,
+                _posted_message(reversal),
+                _back("ledgertransaction", reversal.pk),
+            )
+
+        return _service_form(
+            request,
+            self.admin_site,
+            form_class=ReasonForm,
+            title=_("Reverse %s") % txn.id,
+            obj=txn,
+            act=act,
+        )
 
 
 class RefundInline(ReadOnlyInline):
@@ -383,29 +425,33 @@ class TopUpAdmin(ReadOnlyAdmin):
 
     def refund_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         topup = get_object_or_404(TopUp, pk=pk)
-        form = RefundForm(request.POST or None)
-        if request.method == "POST" and form.is_valid():
-            try:
-                refund = refund_request(
-                    topup_id=topup.id,
-                    actor=request.user,
-                    amount_fen=form.cleaned_data["amount"],
-                    reason=form.cleaned_data["reason"],
-                )
-            except ServiceError as error:
-                form.add_error(None, error.message)
-            else:
-                messages.success(
-                    request,
-                    _("Refund %(id)s of %(amount)s: %(status)s.")
-                    % {
-                        "id": refund.id,
-                        "amount": format_fen(refund.amount_fen),
-                        "status": refund.get_status_display(),
-                    },
-                )
-                return _back("topup", topup.pk)
-        return _form_page(request, self.admin_site, _("Refund %s") % topup.id, form, topup)
+
+        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+            refund = refund_request(
+                topup_id=topup.id,
+                actor=request.user,
+                amount_fen=data["amount"],
+                reason=data["reason"],
+            )
+            return (
+                messages.SUCCESS,
+                _("Refund %(id)s of %(amount)s: %(status)s.")
+                % {
+                    "id": refund.id,
+                    "amount": format_fen(refund.amount_fen),
+                    "status": refund.get_status_display(),
+                },
+                _back("topup", topup.pk),
+            )
+
+        return _service_form(
+            request,
+            self.admin_site,
+            form_class=RefundForm,
+            title=_("Refund %s") % topup.id,
+            obj=topup,
+            act=act,
+        )
 
 
 @admin.register(AdjustmentRequest)
