@@ -4,6 +4,7 @@ machine, stop / start / terminate, and serving the queue as capacity frees."""
 import hashlib
 import json
 import logging
+import time
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -83,6 +84,38 @@ def _own_keys(user: Any, key_ids: list[str]) -> list[str]:
     return list(dict.fromkeys(key_ids))
 
 
+_CATALOG: dict[tuple[str, str], tuple[float, Any]] = {}
+CATALOG_TTL_S = 5.0
+
+
+def _cached(kind: str, key: str, load: Any) -> Any:
+    """Active offerings and images change rarely and are read by every order: each process
+    keeps them for a few seconds."""
+    now = time.monotonic()
+    hit = _CATALOG.get((kind, key))
+    if hit is not None and now - hit[0] < CATALOG_TTL_S:
+        return hit[1]
+    value = load()
+    _CATALOG[(kind, key)] = (now, value)
+    return value
+
+
+def catalog_offering(offering_id: str) -> Offering | None:
+    return _cached(
+        "offering",
+        offering_id,
+        lambda: (
+            Offering.objects.select_related("gpu_model").filter(pk=offering_id, active=True).first()
+        ),
+    )
+
+
+def catalog_image(image_id: str) -> Image | None:
+    return _cached(
+        "image", image_id, lambda: Image.objects.filter(pk=image_id, active=True).first()
+    )
+
+
 def _hash(fields: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
@@ -116,14 +149,12 @@ def instance_order(
             if found.request_hash != _hash(request):
                 raise IdempotencyConflict(_("This Idempotency-Key was used for a different order."))
             return found, False
-    offering = (
-        Offering.objects.select_related("gpu_model").filter(pk=offering_id, active=True).first()
-    )
+    offering = catalog_offering(offering_id)
     if offering is None:
         raise InvalidInput(
             _("Unknown offering %(id)s.") % {"id": offering_id}, code="unknown_offering"
         )
-    image = Image.objects.filter(pk=image_id, active=True).first()
+    image = catalog_image(image_id)
     if image is None:
         raise InvalidInput(_("Unknown image %(id)s.") % {"id": image_id}, code="unknown_image")
     if billing == BillingMode.MONTHLY and offering.price_per_month_fen is None:

@@ -5,6 +5,8 @@ raced."""
 
 from collections import defaultdict
 
+from django.db import connection
+
 from instances.choices import NodeState, OfferingKind
 from instances.models import Allocation, Gpu, GpuModel, Instance, Node, Offering
 
@@ -30,23 +32,61 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
     offerings go only to fully free nodes; GPU offerings best-fit (the fullest node that still
     fits), so whole nodes stay free for whole-node rentals. Must run inside
     transaction.atomic(): it takes the GPU model's lock, which serialises placements of that
-    model while other models place in parallel; allocate() must follow in the same transaction."""
-    GpuModel.objects.select_for_update().filter(pk=offering.gpu_model_id).values_list("pk").get()
-    nodes = list(
-        Node.objects.filter(state=NodeState.READY, gpu_product=offering.gpu_model.product).order_by(
-            "id"
+    model while other models place in parallel; allocate() must follow in the same transaction.
+    Reads plain tuples: this is the hot path of every order."""
+    # SQLite has no row locks (its IMMEDIATE transactions already serialise writers).
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {GpuModel._meta.db_table} WHERE id = %s{lock}",  # noqa: S608
+            [offering.gpu_model_id],
         )
-    )
-    free = free_gpus(nodes)
+    product = offering.gpu_model.product
+    nodes, taken = _capacity(product)
     need = offering.gpu_count
-    if offering.kind == OfferingKind.BARE_METAL:
-        fits = [n for n in nodes if n.gpu_count == need and len(free[n.id]) == n.gpu_count]
-    else:
-        fits = [n for n in nodes if len(free[n.id]) >= need]
-    if not fits:
+    best = None
+    for node_id, name, count in nodes:
+        free = count - len(taken[node_id])
+        if offering.kind == OfferingKind.BARE_METAL:
+            fits = count == need and free == count
+        else:
+            fits = free >= need
+        if fits and (best is None or free < best[3]):
+            best = (node_id, name, count, free)
+    if best is None:
         return None
-    node = min(fits, key=lambda n: (len(free[n.id]), n.id))
-    return node, free[node.id][:need]
+    node_id, name, count, _free = best
+    indices = [i for i in range(count) if i not in taken[node_id]][:need]
+    return Node(id=node_id, name=name, gpu_count=count, gpu_product=product), indices
+
+
+_CAPACITY_SQL = """
+SELECT 'node', id, name, gpu_count FROM {node} WHERE state = %s AND gpu_product = %s
+UNION ALL
+SELECT 'taken', a.node_id, NULL, a.gpu_index FROM {allocation} a
+  JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s
+UNION ALL
+SELECT 'taken', g.node_id, NULL, g."index" FROM {gpu} g
+  JOIN {node} n ON n.id = g.node_id WHERE n.gpu_product = %s AND g.lost_at IS NOT NULL
+"""
+
+
+def _capacity(product: str) -> tuple[list[tuple[str, str, int]], dict[str, set[int]]]:
+    """Ready nodes of a product, in id order, and the GPU indices taken (allocated or lost)
+    on each: one round trip."""
+    sql = _CAPACITY_SQL.format(
+        node=Node._meta.db_table, allocation=Allocation._meta.db_table, gpu=Gpu._meta.db_table
+    )
+    nodes, taken = [], defaultdict(set)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [NodeState.READY, product, product, product])
+        for kind, node_id, name, number in cursor.fetchall():
+            if kind == "node":
+                nodes.append((node_id, name, number))
+            else:
+                taken[node_id].add(number)
+    nodes.sort()
+    return nodes, taken
 
 
 def allocate(instance: Instance, node: Node, indices: list[int]) -> None:
