@@ -16,6 +16,7 @@ from django.utils.translation import gettext_noop
 
 from billing.choices import COUNTER_ACCOUNT, PROMO_CREDIT_KINDS, Account, TransactionKind
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
+from starverse.core.db import bulk_set
 from starverse.core.errors import (
     Conflict,
     IdempotencyConflict,
@@ -350,8 +351,10 @@ def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, int]:
                     LedgerEntry(transaction=txn, account=Account.REVENUE, amount_fen=cash + promo)
                 )
         LedgerEntry.objects.bulk_create(entries, batch_size=5000)
-        Wallet.objects.bulk_update(
-            list(wallets.values()), ["cash_fen", "promo_fen"], batch_size=1000
+        bulk_set(
+            Wallet,
+            [(w.id, w.cash_fen, w.promo_fen) for w in wallets.values()],
+            ["cash_fen", "promo_fen"],
         )
     logger.info("ledger.usage_batch posted=%d replayed=%d", len(todo), len(charges) - len(todo))
     return results

@@ -15,6 +15,7 @@ from django.utils.translation import gettext_noop
 from billing.services import minute_charge_fen, usage_post_many
 from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance
+from starverse.core.db import bulk_set
 
 logger = logging.getLogger(__name__)
 MAX_CATCH_UP_MINUTES = 24 * 60
@@ -87,7 +88,11 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
             billed.append(instance)
             if short:
                 result.exhausted.append(instance.id)
-        Instance.objects.bulk_update(billed, ["billed_minutes", "cost_fen"], batch_size=1000)
+        bulk_set(
+            Instance,
+            [(i.pk, i.billed_minutes, i.cost_fen) for i in billed],
+            ["billed_minutes", "cost_fen"],
+        )
     for instance_id in result.exhausted:
         _stop_for_balance(instance_id)
     logger.info(

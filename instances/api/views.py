@@ -225,6 +225,32 @@ class ImageListView(CatalogView):
         )
 
 
+PAYLOAD_COLUMNS = (
+    "id",
+    "tenant_id",
+    "name",
+    "status",
+    "offering_id",
+    "image_id",
+    "billing",
+    "created_at",
+    "started_at",
+    "queued_at",
+    "ssh_port",
+    "jupyter_port",
+    "jupyter_token",
+    "cost_fen",
+    "node_id",
+    "error_message",
+    "paid_until",
+    "auto_renew",
+    "offering__gpu_model_id",
+    "offering__gpu_count",
+    "offering__price_per_hour_fen",
+    "node__name",
+)
+
+
 class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
     """Instances of the caller's tenant. Asynchronous operations answer 202 with the instance."""
 
@@ -233,7 +259,8 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
     serializer_class = InstanceOutput
 
     def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
-        queryset = queryset.select_related("offering__gpu_model", "node")
+        # Only the columns the payload uses: nodes carry JSON labels, instances many fields.
+        queryset = queryset.select_related("offering", "node").only(*PAYLOAD_COLUMNS)
         wanted = self.request.query_params.get("status")
         if wanted:
             if wanted not in InstanceStatus.values:

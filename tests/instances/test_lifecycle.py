@@ -271,3 +271,13 @@ def test_chosen_ssh_keys_are_the_ones_installed_and_others_are_refused(renter, c
     secret = kube.read("Secret", instance.k8s_namespace, f"{instance.k8s_name}-access")
     installed = base64.b64decode(secret["data"]["authorized_keys"]).decode()
     assert chosen.public_key in installed and other.public_key not in installed
+
+
+def test_instance_payload_keys_match_the_documented_fields(renter, catalog):
+    from instances.api.serializers import InstanceOutput
+
+    _user, client = renter
+    body = _order(client, catalog["h100x1"], catalog["image"]).json()
+
+    assert set(body) == set(InstanceOutput().fields)
+    assert set(client.get("/api/v1/instances").json()["results"][0]) == set(InstanceOutput().fields)
