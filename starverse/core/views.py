@@ -2,12 +2,11 @@
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy as _
 
-from billing.notices import hourly_spend_fen
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
 from instances.choices import InstanceStatus
 from instances.models import Instance
@@ -34,9 +33,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         .select_related("offering__gpu_model")
         .order_by("-running_since", "-created_at")
     )
-    # The spend rate is what was charged over the last minutes, scaled to an hour; the runway
-    # is how long the balance lasts at that rate.
-    spend = hourly_spend_fen([wallet.id]).get(wallet.id, 0)
+    # The spend rate is the hourly price of what is running now (per-minute billing), so it is
+    # right from the first minute; the runway is how long the balance lasts at that rate.
+    totals = running.aggregate(
+        running_gpus=Sum("offering__gpu_count"),
+        running_list_fen=Sum("offering__price_per_hour_fen", filter=Q(billing="hourly")),
+    )
+    spend = totals["running_list_fen"] or 0
     runway_minutes = max(wallet.total_fen, 0) * 60 // spend if spend > 0 else None
     return render(
         request,
@@ -46,10 +49,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "recent": recent,
             "running": running[:5],
             "running_count": running.count(),
-            **running.aggregate(
-                running_gpus=Sum("offering__gpu_count"),
-                running_list_fen=Sum("offering__price_per_hour_fen"),
-            ),
+            **totals,
             "spend_per_hour_fen": spend,
             "runway_minutes": runway_minutes,
             "active": "dashboard",
