@@ -19,6 +19,7 @@ from instances.monthly import period_charge
 from instances.placement import allocate, choose, release
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.money import format_fen
+from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -181,7 +182,7 @@ def instance_order(
                 auto_renew=auto_renew,
                 ssh_key_ids=key_ids,
             )
-            events = [InstanceEvent(instance=instance, status=S.QUEUED, message=_("Ordered."))]
+            events = [InstanceEvent(instance=instance, status=S.QUEUED, message=later("Ordered."))]
             product = offering.gpu_model.product
             queue_ahead = Instance.objects.filter(_queued_ahead(product)).exists()
             placement = None if queue_ahead else choose(offering)
@@ -192,7 +193,7 @@ def instance_order(
                     InstanceEvent(
                         instance=instance,
                         status=S.PROVISIONING,
-                        message=_("Placed on %(node)s.") % {"node": node.name},
+                        message=later("Placed on %(node)s.") % {"node": node.name},
                     )
                 )
             instance.save(force_insert=True)
@@ -252,7 +253,7 @@ def _try_place(instance: Instance, *, fcfs: bool) -> bool:
     instance_transition(
         instance,
         S.PROVISIONING,
-        _("Placed on %(node)s.") % {"node": node.name},
+        later("Placed on %(node)s.") % {"node": node.name},
         node=node,
         queued_at=None,
     )
@@ -324,7 +325,7 @@ def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
         instance_transition(
             instance,
             S.STOPPING,
-            _(reason) if reason else _("Stop requested; billing stopped."),
+            later(reason) if reason else later("Stop requested; billing stopped."),
             running_since=None,
         )
     from instances.tasks import stop_instance
@@ -340,14 +341,14 @@ def instance_start(*, instance_id: str) -> Instance:
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
         if _paid(instance) and instance.allocations.exists():
             instance_transition(
-                instance, S.PROVISIONING, _("Starting on its reserved node (paid monthly).")
+                instance, S.PROVISIONING, later("Starting on its reserved node (paid monthly).")
             )
             _provision_after_commit(instance)
             return instance
         runway_check(
             tenant_id=instance.tenant_id, offering=instance.offering, billing=instance.billing
         )
-        instance_transition(instance, S.QUEUED, _("Start requested."), queued_at=timezone.now())
+        instance_transition(instance, S.QUEUED, later("Start requested."), queued_at=timezone.now())
         _try_place(instance, fcfs=True)
     return instance
 
@@ -358,7 +359,11 @@ def instance_terminate(*, instance_id: str) -> Instance:
         if instance.status in (S.TERMINATED, S.TERMINATING):
             return instance
         instance_transition(
-            instance, S.TERMINATING, _("Terminate requested."), running_since=None, queued_at=None
+            instance,
+            S.TERMINATING,
+            later("Terminate requested."),
+            running_since=None,
+            queued_at=None,
         )
     from instances.tasks import terminate_instance
 
@@ -381,7 +386,7 @@ def instances_on_node_changed(*, node: Any, state: str, reason: str) -> list[str
             if instance.status not in HOLDS_GPUS or instance.node_id != node.pk:
                 continue
             if state == NodeState.DOWN:
-                message = _(
+                message = later(
                     "The node %(node)s was lost (%(reason)s). Billing stopped at that "
                     "moment; start the instance again to place it on a healthy node."
                 ) % {"node": node.name, "reason": reason}
@@ -392,7 +397,7 @@ def instances_on_node_changed(*, node: Any, state: str, reason: str) -> list[str
                 InstanceEvent.objects.create(
                     instance=instance,
                     status=instance.status,
-                    message=_(
+                    message=later(
                         "Its node %(node)s was taken out of service: %(reason)s. The "
                         "instance keeps running."
                     )

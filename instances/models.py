@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -12,6 +14,7 @@ from instances.choices import (
     OfferingKind,
 )
 from starverse.core.ids import PublicIdField
+from starverse.core.text import Deferred, parts
 
 
 class Node(models.Model):
@@ -310,10 +313,24 @@ class InstanceEvent(models.Model):
     instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(default=timezone.now)
     status = models.CharField(max_length=16, choices=InstanceStatus.choices)
-    message = models.TextField()
+    message = models.TextField(help_text="In its source language; see `text`.")
+    params = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A message made with starverse.core.text.later is stored as its source and parameters.
+        if isinstance(kwargs.get("message"), Deferred):
+            kwargs["message"], kwargs["params"] = parts(kwargs["message"])
+        super().__init__(*args, **kwargs)
+
     def __str__(self) -> str:
         return f"{self.instance_id} {self.status}"
+
+    @property
+    def text(self) -> str:
+        """The message in the active language."""
+        from starverse.core.text import translate_stored
+
+        return translate_stored(self.message, self.params)

@@ -10,13 +10,13 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing.choices import TransactionKind
 from billing.services import ledger_post
 from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance, InstanceEvent
+from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
 PERIOD = timedelta(days=30)
@@ -45,7 +45,7 @@ def period_charge(instance: Instance, *, now: Any = None) -> None:
     InstanceEvent.objects.create(
         instance=instance,
         status=instance.status,
-        message=_("Monthly period %(n)d paid until %(until)s.")
+        message=later("Monthly period %(n)d paid until %(until)s.")
         % {"n": period, "until": timezone.localtime(instance.paid_until).strftime("%Y-%m-%d")},
     )
 
@@ -71,15 +71,15 @@ def renewals_run(*, now: Any = None) -> tuple[list[str], list[str]]:
                 try:
                     period_charge(instance, now=now)
                 except InsufficientBalance:
-                    reason = _("the balance could not pay the next month")
+                    reason = later("the balance could not pay the next month")
                 else:
                     renewed.append(instance.id)
                     continue
             else:
-                reason = _("you chose not to renew")
+                reason = later("you chose not to renew")
             instance.billing = BillingMode.HOURLY
             instance.save(update_fields=["billing"])
-            message = _(
+            message = later(
                 "Monthly rental ended: %(reason)s. The instance is stopped and its disk "
                 "kept; starting it again is billed by the minute."
             ) % {"reason": reason}

@@ -32,9 +32,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _clear_cache() -> Iterator[None]:
     from instances.lifecycle import _CATALOG
 
+    from django.utils import translation
+
     cache.clear()
     _CATALOG.clear()
+    translation.activate("en")  # a request's language must not leak into the next test
     yield
+    translation.deactivate()
     cache.clear()
     _CATALOG.clear()
 

@@ -145,6 +145,8 @@ def _iso(value: Any) -> str | None:
 
 
 class InstanceEventOutput(serializers.ModelSerializer):
+    message = serializers.CharField(source="text", help_text="In the request's language.")
+
     class Meta:
         model = InstanceEvent
         fields = ["at", "status", "message"]

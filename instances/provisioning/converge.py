@@ -10,12 +10,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_release_gpus, instance_transition
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import kube, manifests
+from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -87,7 +87,7 @@ def provision(instance_id: str) -> str:
     except kube.PermanentKubeError as error:
         _fail(
             instance.id,
-            _(
+            later(
                 "The cluster refused the instance: %(error)s. It was not billed; "
                 "try again or contact support."
             )
@@ -139,7 +139,7 @@ def check_pod(instance_id: str) -> str:
         if waiting.get("reason") in PULL_FAILURES:
             _fail(
                 instance.id,
-                _(
+                later(
                     "The image %(image)s could not be pulled (%(reason)s). It was not "
                     "billed; choose another image or try again later."
                 )
@@ -149,7 +149,7 @@ def check_pod(instance_id: str) -> str:
     if status.get("phase") == "Failed":
         _fail(
             instance.id,
-            _("The instance's container failed to start: %(reason)s.")
+            later("The instance's container failed to start: %(reason)s.")
             % {"reason": status.get("reason") or status.get("message") or "unknown"},
         )
         return S.FAILED
@@ -166,7 +166,7 @@ def check_pod(instance_id: str) -> str:
             instance_transition(
                 locked,
                 S.RUNNING,
-                _("Running: billing started."),
+                later("Running: billing started."),
                 running_since=now,
                 started_at=locked.started_at or now,
                 session=locked.session + 1,
@@ -178,7 +178,7 @@ def check_pod(instance_id: str) -> str:
     if timezone.now() - since > timedelta(seconds=settings.PROVISIONING_TIMEOUT_S):
         _fail(
             instance.id,
-            _("The instance did not start within %(m)d minutes. It was not billed.")
+            later("The instance did not start within %(m)d minutes. It was not billed.")
             % {"m": settings.PROVISIONING_TIMEOUT_S // 60},
         )
         return S.FAILED
@@ -217,10 +217,10 @@ def stop(instance_id: str) -> str:
         )
         if locked.status == S.STOPPING and _reserved(locked):
             instance_transition(
-                locked, S.STOPPED, _("Stopped. The disk is kept and the node stays reserved.")
+                locked, S.STOPPED, later("Stopped. The disk is kept and the node stays reserved.")
             )
         elif locked.status == S.STOPPING:
-            instance_release_gpus(locked, S.STOPPED, _("Stopped. The disk is kept."))
+            instance_release_gpus(locked, S.STOPPED, later("Stopped. The disk is kept."))
     return S.STOPPED
 
 
@@ -248,7 +248,7 @@ def terminate(instance_id: str) -> str:
             instance_release_gpus(
                 locked,
                 S.TERMINATED,
-                _("Terminated; its disk was deleted."),
+                later("Terminated; its disk was deleted."),
                 terminated_at=timezone.now(),
             )
     return S.TERMINATED

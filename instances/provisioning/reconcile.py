@@ -8,12 +8,12 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_transition
 from instances.models import Instance
 from instances.provisioning import kube
+from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -51,7 +51,7 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
             instance_transition(
                 locked,
                 S.PROVISIONING,
-                _("Its container was gone; recreating it. Billing paused."),
+                later("Its container was gone; recreating it. Billing paused."),
                 running_since=None,
                 provisioning_since=now,
             )

@@ -281,3 +281,20 @@ def test_instance_payload_keys_match_the_documented_fields(renter, catalog):
 
     assert set(body) == set(InstanceOutput().fields)
     assert set(client.get("/api/v1/instances").json()["results"][0]) == set(InstanceOutput().fields)
+
+
+def test_the_timeline_is_shown_in_the_readers_language(renter, catalog):
+    _user, client = renter
+    instance_id = client.post(
+        "/api/v1/instances",
+        {"offering": catalog["h100x1"].id, "image": "pytorch-2.1"},
+        format="json",
+        HTTP_ACCEPT_LANGUAGE="en",
+    ).json()["id"]
+
+    english = client.get(f"/api/v1/instances/{instance_id}/events", HTTP_ACCEPT_LANGUAGE="en")
+    chinese = client.get(f"/api/v1/instances/{instance_id}/events", HTTP_ACCEPT_LANGUAGE="zh-Hans")
+
+    node = Instance.objects.get(pk=instance_id).node.name
+    assert [e["message"] for e in english.json()["results"]] == ["Ordered.", f"Placed on {node}."]
+    assert [e["message"] for e in chinese.json()["results"]] == ["已下单。", f"已分配到 {node}。"]

@@ -100,7 +100,7 @@ def test_renewal_charges_the_next_period_or_ends_the_rental(catalog):
     ]
     short.refresh_from_db()
     assert (short.status, short.billing) == ("stopping", "hourly")
-    assert "balance could not pay" in short.events.last().message
+    assert "balance could not pay" in short.events.last().text
     assert renewals_run(now=later) == ([], [])  # nothing twice
 
 

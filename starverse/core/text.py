@@ -1,0 +1,45 @@
+"""Messages that are stored and shown later, to people who may read another language.
+
+`later("Placed on %(node)s.") % {"node": name}` is a str (the English text, for logs and
+APIs that want one) that also remembers its source and parameters, so it can be stored as
+such and translated into the reader's language when shown (`translate_stored`)."""
+
+from typing import Any
+
+from django.utils.translation import gettext
+
+
+class Deferred(str):
+    source: str
+    params: dict[str, Any]
+
+    def __new__(cls, source: str, params: dict[str, Any] | None = None) -> "Deferred":
+        value = super().__new__(cls, source % params if params else source)
+        value.source, value.params = source, dict(params or {})
+        return value
+
+    def __mod__(self, params: Any) -> "Deferred":
+        return Deferred(self.source, params)
+
+
+def later(source: str) -> Deferred:
+    return Deferred(source)
+
+
+def parts(message: str) -> tuple[str, dict[str, Any]]:
+    """(source, params) of a message, for storing it."""
+    if isinstance(message, Deferred):
+        return message.source, {k: str(v) for k, v in message.params.items()}
+    return str(message), {}
+
+
+def translate_stored(source: str, params: dict[str, Any]) -> str:
+    """The stored message in the active language; parameters that are themselves messages
+    (a reason, say) are translated too, names and numbers pass through."""
+    text = gettext(source)
+    if not params:
+        return text
+    try:
+        return text % {k: gettext(v) if isinstance(v, str) else v for k, v in params.items()}
+    except (KeyError, TypeError, ValueError):
+        return source % params
