@@ -30,9 +30,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _clear_cache() -> Iterator[None]:
-    from instances.lifecycle import _CATALOG
-
     from django.utils import translation
+
+    from instances.lifecycle import _CATALOG
 
     cache.clear()
     _CATALOG.clear()
