@@ -170,10 +170,6 @@ def refund_from(obj: Any) -> Refund:
     )
 
 
-def session_from(obj: Any) -> CheckoutSession:
-    return _session(obj)
-
-
 def event_verify(payload: bytes, signature: str) -> dict[str, Any]:
     """The event if the signature matches one of the configured secrets (rotation) within
     the library's default tolerance; InvalidSignature otherwise."""

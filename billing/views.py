@@ -1,7 +1,5 @@
 """Console pages for money: balance and ledger, top-ups, and the public cost calculator."""
 
-import json
-
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -105,7 +103,6 @@ def calculator(request: HttpRequest) -> HttpResponse:
         "billing/calculator.html",
         {
             "presets": PRESETS,
-            "presets_json": json.dumps(PRESETS),
             "active": "calculator",
         },
     )

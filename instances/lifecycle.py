@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 from billing.selectors import wallet_for_tenant
 from instances.choices import INSTANCE_TRANSITIONS, BillingMode, InstanceStatus
 from instances.models import Image, Instance, InstanceEvent, Offering
-from instances.monthly import period_charge
+from instances.monthly import period_active, period_charge
 from instances.placement import allocate, choose, release
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.money import format_fen
@@ -217,14 +217,6 @@ def instance_order(
     return instance, True
 
 
-def _paid(instance: Instance) -> bool:
-    return (
-        instance.billing == BillingMode.MONTHLY
-        and instance.paid_until is not None
-        and instance.paid_until > timezone.now()
-    )
-
-
 def _provision_after_commit(instance: Instance) -> None:
     from instances.tasks import provision_instance
 
@@ -240,7 +232,7 @@ def _try_place(instance: Instance, *, fcfs: bool) -> bool:
     if placement is None:
         return False
     node, indices = placement
-    if instance.billing == BillingMode.MONTHLY and not _paid(instance):
+    if instance.billing == BillingMode.MONTHLY and not period_active(instance):
         try:
             with transaction.atomic():
                 period_charge(instance)
@@ -339,7 +331,7 @@ def instance_start(*, instance_id: str) -> Instance:
         instance = _locked(instance_id)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
-        if _paid(instance) and instance.allocations.exists():
+        if period_active(instance) and instance.allocations.exists():
             instance_transition(
                 instance, S.PROVISIONING, later("Starting on its reserved node (paid monthly).")
             )

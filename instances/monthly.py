@@ -23,6 +23,15 @@ PERIOD = timedelta(days=30)
 S = InstanceStatus
 
 
+def period_active(instance: Instance) -> bool:
+    """A monthly rental whose prepaid period runs: its node stays reserved, even stopped."""
+    return (
+        instance.billing == BillingMode.MONTHLY
+        and instance.paid_until is not None
+        and instance.paid_until > timezone.now()
+    )
+
+
 def period_charge(instance: Instance, *, now: Any = None) -> None:
     """Prepay the next period (raises InsufficientBalance). Call with the row locked."""
     now = now or timezone.now()

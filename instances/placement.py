@@ -11,22 +11,6 @@ from instances.choices import NodeState, OfferingKind
 from instances.models import Allocation, Gpu, GpuModel, Instance, Node, Offering
 
 
-def free_gpus(nodes: list[Node]) -> dict[str, list[int]]:
-    """Free, healthy GPU indices per node."""
-    taken: dict[str, set[int]] = defaultdict(set)
-    for node_id, index in Allocation.objects.filter(node__in=nodes).values_list(
-        "node_id", "gpu_index"
-    ):
-        taken[node_id].add(index)
-    for node_id, index in Gpu.objects.filter(node__in=nodes, lost_at__isnull=False).values_list(
-        "node_id", "index"
-    ):
-        taken[node_id].add(index)
-    return {
-        node.id: [i for i in range(node.gpu_count) if i not in taken[node.id]] for node in nodes
-    }
-
-
 def choose(offering: Offering) -> tuple[Node, list[int]] | None:
     """The node and GPU indices an instance of this offering gets now, or None. Whole-node
     offerings go only to fully free nodes; GPU offerings best-fit (the fullest node that still
@@ -42,7 +26,7 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
             [offering.gpu_model_id],
         )
     product = offering.gpu_model.product
-    nodes, taken = _capacity(product)
+    nodes, taken = capacity(product)
     need = offering.gpu_count
     best = None
     for node_id, name, count in nodes:
@@ -71,7 +55,7 @@ SELECT 'taken', g.node_id, NULL, g."index" FROM {gpu} g
 """
 
 
-def _capacity(product: str) -> tuple[list[tuple[str, str, int]], dict[str, set[int]]]:
+def capacity(product: str) -> tuple[list[tuple[str, str, int]], dict[str, set[int]]]:
     """Ready nodes of a product, in id order, and the GPU indices taken (allocated or lost)
     on each: one round trip."""
     sql = _CAPACITY_SQL.format(

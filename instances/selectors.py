@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from instances.choices import NodeState, OfferingKind
 from instances.models import Allocation, Gpu, GpuSample, Node, Offering
-from instances.placement import free_gpus
+from instances.placement import capacity
 
 
 def latest_samples(
@@ -51,21 +51,20 @@ def capacity_by_model() -> list[dict[str, Any]]:
 
 def availability(offerings: list[Offering]) -> dict[str, int]:
     """How many of each offering could be placed right now on free, healthy capacity (each
-    counted on its own, as if it were the only order)."""
-    products = {o.gpu_model.product for o in offerings}
-    nodes = list(Node.objects.filter(state=NodeState.READY, gpu_product__in=products))
-    free = free_gpus(nodes)
+    counted on its own, as if it were the only order); read the way placement reads it."""
+    per_product = {
+        product: capacity(product) for product in {o.gpu_model.product for o in offerings}
+    }
     result = {}
     for offering in offerings:
-        fitting = [n for n in nodes if n.gpu_product == offering.gpu_model.product]
+        nodes, taken = per_product[offering.gpu_model.product]
+        free = [(count, count - len(taken[node_id])) for node_id, _name, count in nodes]
         if offering.kind == OfferingKind.BARE_METAL:
             result[offering.id] = sum(
-                1
-                for n in fitting
-                if n.gpu_count == offering.gpu_count and len(free[n.id]) == n.gpu_count
+                1 for count, left in free if count == offering.gpu_count and left == count
             )
         else:
-            result[offering.id] = sum(len(free[n.id]) // offering.gpu_count for n in fitting)
+            result[offering.id] = sum(left // offering.gpu_count for _count, left in free)
     return result
 
 

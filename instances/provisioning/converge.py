@@ -14,6 +14,7 @@ from django.utils import timezone
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_release_gpus, instance_transition
 from instances.models import Instance, InstanceEvent
+from instances.monthly import period_active
 from instances.provisioning import kube, manifests
 from starverse.core.text import later
 
@@ -185,15 +186,6 @@ def check_pod(instance_id: str) -> str:
     raise StillPending(status.get("phase") or "Pending")
 
 
-def _reserved(instance: Instance) -> bool:
-    """A monthly rental keeps its node while stopped, until its paid period ends."""
-    return (
-        instance.billing == "monthly"
-        and instance.paid_until is not None
-        and instance.paid_until > timezone.now()
-    )
-
-
 def _delete_pod_and_wait(instance: Instance) -> None:
     """Delete the pod; its GPUs are free only once it is gone, so wait for that."""
     if not instance.k8s_name:
@@ -215,7 +207,7 @@ def stop(instance_id: str) -> str:
             .select_related("offering__gpu_model")
             .get(pk=instance.pk)
         )
-        if locked.status == S.STOPPING and _reserved(locked):
+        if locked.status == S.STOPPING and period_active(locked):
             instance_transition(
                 locked, S.STOPPED, later("Stopped. The disk is kept and the node stays reserved.")
             )
