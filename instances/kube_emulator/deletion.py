@@ -15,6 +15,7 @@ from .objects import ns_name, strip_type
 from .resources import ALL_RESOURCES, NAMESPACES, PODS, PVCS, ResourceType
 from .selectors import make_filter
 from .store import Obj, Store
+from .volumes import TERMINAL, pod_claims
 
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
 PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
@@ -82,11 +83,10 @@ class DeletionMixin:
         """Whether a pod that has not terminated mounts this claim."""
         meta = pvc["metadata"]
         return any(
-            (v.get("persistentVolumeClaim") or {}).get("claimName") == meta["name"]
+            claim == meta["name"]
             for pod in self.store.items(PODS, meta.get("namespace", ""))
-            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            for v in (pod.get("spec") or {}).get("volumes") or []
-            if isinstance(v, dict)
+            if (pod.get("status") or {}).get("phase") not in TERMINAL
+            for _, claim in pod_claims(pod)
         )
 
     def delete(

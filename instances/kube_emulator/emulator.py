@@ -28,8 +28,10 @@ from .kubelet import Kubelet
 from .resources import LEASES, NAMESPACES, NODES, SERVICES
 from .scheduler import Scheduler
 from .server import EmulatorHTTPServer, Fault, FaultInjector, ServerContext
+from .stats import NodeProxy
 from .store import Store
 from .validation import Validator, schema_version
+from .volumes import VolumeResizer
 
 log = logging.getLogger("instances.kube_emulator")
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -66,6 +68,8 @@ class KubeEmulator:
         self.kubelet = Kubelet(self.api, pull_delay_s, start_delay_s, pod_termination_s)
         self.scheduler = Scheduler(self.api)
         self.controllers = Controllers(self.api, self.kubelet, eviction_grace_s)
+        self.resizer = VolumeResizer(self.api)
+        self.node_proxy = NodeProxy(self.store, lambda node: node in self.kubelet.frozen_nodes)
         self.faults = FaultInjector()
         version = schema_version()
         major, minor = version.split(".")[:2]
@@ -84,7 +88,12 @@ class KubeEmulator:
             "platform": "linux/amd64",
         }
         self._ctx = ServerContext(
-            self.api, self.faults, self.version_info, bookmark_interval_s, max_watch_s
+            self.api,
+            self.faults,
+            self.version_info,
+            bookmark_interval_s,
+            max_watch_s,
+            self.node_proxy,
         )
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -179,7 +188,7 @@ class KubeEmulator:
         now = time.monotonic()
         # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
         with self.store.lock:
-            for part in (self.controllers, self.scheduler, self.kubelet):
+            for part in (self.controllers, self.scheduler, self.kubelet, self.resizer):
                 try:
                     part.tick(now)
                 except Exception:  # keep the loop alive; the log names the failing component
@@ -259,6 +268,12 @@ class KubeEmulator:
 
     def set_pull_delay(self, seconds: float) -> None:
         self.kubelet.pull_delay_s = seconds
+
+    def set_volume_usage(self, namespace: str, claim: str, used_bytes: int) -> None:
+        """Bytes in use on a claim's volume, as the kubelet Summary API
+        (``nodes/{node}/proxy/stats/summary``) reports them for pods that mount it (0 until
+        set; nothing is written to emulated volumes)."""
+        self.node_proxy.set_volume_usage(namespace, claim, used_bytes)
 
 
 def json_quote(text: str) -> str:

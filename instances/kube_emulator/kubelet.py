@@ -1,10 +1,14 @@
 """Emulated kubelets of the Kubernetes API emulator (a development stand-in).
 
 For every pod bound to a Ready node: admission (``OutOf<resource>`` when the node lacks room),
-then ``Pulling`` → ``Pulled`` (or ``ErrImagePull`` / ``ImagePullBackOff`` for images named by
-``fail_image_pull``) → ``Created`` / ``Started`` → phase Running with Ready conditions, a pod IP
-and running container statuses. Deleted pods get ``Killing`` events and are removed after a
-short grace. Nothing runs: containers are status only.
+then volume setup — while a ``persistentVolumeClaim`` is missing, being deleted or unbound
+(``FailedMount``) or is a ReadWriteOnce claim in use on another node (``FailedAttachVolume``:
+``Multi-Attach error``), the pod waits in ``ContainerCreating``, retried every tick, the warning
+repeated at most every ``MOUNT_WARNING_S`` seconds — then ``Pulling`` → ``Pulled`` (or
+``ErrImagePull`` / ``ImagePullBackOff`` for images named by ``fail_image_pull``) → ``Created`` /
+``Started`` → phase Running with Ready conditions, a pod IP and running container statuses.
+Deleted pods get ``Killing`` events and are removed after a short grace. Nothing runs:
+containers are status only.
 """
 
 from __future__ import annotations
@@ -20,18 +24,22 @@ from .defaults import now_iso, pod_requests
 from .objects import set_condition
 from .resources import NODES, PODS
 from .scheduler import TERMINAL, allocatable, describe_shortage, node_usage
+from .volumes import VolumeBlock, attach_block, mount_block
 
 Obj = dict[str, Any]
+MOUNT_WARNING_S = 2.0  # how often a pod still waiting for its volumes repeats the warning
 
 
 @dataclass
 class PodSim:
-    stage: str  # pulling, pull_error, backoff, starting, running, killing
+    stage: str  # mounting, pulling, pull_error, backoff, starting, running, killing
     due: float
     node: str
     backoff_s: float = 0.0
     killing_due: float | None = None
     images: dict[str, str] = field(default_factory=dict)
+    mounted: bool = False  # its volumes are attached to ``node`` (it passed volume setup)
+    warned: tuple[str, float] | None = None  # last volume warning message and when
 
 
 def _containers(pod: Obj) -> list[Obj]:
@@ -123,7 +131,8 @@ class Kubelet:
                     describe_shortage(resource, amount, used.get(resource, Fraction(0)), capacity),
                 )
                 return
-        self.sims[meta["uid"]] = PodSim("pulling", now + self.pull_delay_s, node_name)
+        block = self._volume_block(pod, node_name)
+        sim = self.sims[meta["uid"]] = PodSim("mounting", now, node_name)
         address = next(
             (
                 a["address"]
@@ -138,7 +147,7 @@ class Kubelet:
             status["hostIP"] = address
             status["hostIPs"] = [{"ip": address}]
             status["startTime"] = now_iso()
-            set_condition(obj, "PodReadyToStartContainers", "True")
+            set_condition(obj, "PodReadyToStartContainers", "False" if block else "True")
             set_condition(obj, "Initialized", "True")
             set_condition(obj, "Ready", "False", "ContainersNotReady", _ready_message(obj))
             set_condition(
@@ -150,15 +159,62 @@ class Kubelet:
             ]
 
         updated = self.api.mutate(PODS, meta["namespace"], meta["name"], start)
-        if updated is not None:
-            for container in _containers(updated):
-                self._event(
-                    updated,
-                    node_name,
-                    "Pulling",
-                    f'Pulling image "{container.get("image")}"',
-                    container,
-                )
+        if updated is None:
+            return
+        if block is None:
+            self._start_pulling(updated, sim, now)
+        else:
+            self._volume_warning(updated, sim, now, block)
+
+    # --- volumes -----------------------------------------------------------------------------
+
+    def _attached(self, pod: Obj) -> bool:
+        """Whether a pod's volumes are attached to its node: it passed volume setup here."""
+        sim = self.sims.get(pod["metadata"].get("uid", ""))
+        if sim is not None and sim.mounted:
+            return True
+        return (pod.get("status") or {}).get("phase") == "Running"
+
+    def _volume_block(self, pod: Obj, node_name: str) -> VolumeBlock | None:
+        store = self.api.store
+        return mount_block(store, pod) or attach_block(store, pod, node_name, self._attached)
+
+    def _volume_warning(self, pod: Obj, sim: PodSim, now: float, block: VolumeBlock) -> None:
+        """Record the warning when it is new or ``MOUNT_WARNING_S`` old (it aggregates)."""
+        if sim.warned and sim.warned[0] == block.message and now - sim.warned[1] < MOUNT_WARNING_S:
+            return
+        sim.warned = (block.message, now)
+        self.api.events.record(
+            PODS,
+            pod,
+            block.reason,
+            block.message,
+            type_="Warning",
+            component=block.component,
+            host=sim.node if block.component == "kubelet" else "",
+        )
+
+    def _mount(self, pod: Obj, sim: PodSim, now: float) -> None:
+        """A pod waiting for its volumes: retry; once they mount, go on to pull images."""
+        block = self._volume_block(pod, sim.node)
+        if block is not None:
+            self._volume_warning(pod, sim, now, block)
+            return
+        meta = pod["metadata"]
+
+        def ready_to_start(obj: Obj) -> None:
+            set_condition(obj, "PodReadyToStartContainers", "True")
+
+        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], ready_to_start)
+        self._start_pulling(updated or pod, sim, now)
+
+    def _start_pulling(self, pod: Obj, sim: PodSim, now: float) -> None:
+        sim.mounted = True
+        sim.stage, sim.due = "pulling", now + self.pull_delay_s
+        for container in _containers(pod):
+            self._event(
+                pod, sim.node, "Pulling", f'Pulling image "{container.get("image")}"', container
+            )
 
     def _reject(self, pod: Obj, node_name: str, resource: str, message: str) -> None:
         meta = pod["metadata"]
@@ -182,7 +238,9 @@ class Kubelet:
 
     def _advance(self, pod: Obj, sim: PodSim, now: float) -> None:
         meta = pod["metadata"]
-        if sim.stage == "pulling":
+        if sim.stage == "mounting":
+            self._mount(pod, sim, now)
+        elif sim.stage == "pulling":
             failing = [c for c in _containers(pod) if self._failing(str(c.get("image")))]
             if failing:
                 self._pull_failed(pod, sim, failing, now)

@@ -382,6 +382,56 @@ def check_pod_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldErro
     return []
 
 
+def _storage_request(spec: dict[str, Any]) -> Any:
+    return ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+
+
+def _smaller(new: Any, old: Any) -> bool:
+    try:
+        return parse_quantity(new) < parse_quantity(old)
+    except (QuantityError, TypeError):  # check_pvc reports a bad quantity
+        return False
+
+
+def _keep_old(new: dict[str, Any], old: dict[str, Any], key: str) -> None:
+    """Take ``old``'s value of ``key`` into ``new`` (for fields that may change)."""
+    if key in old:
+        new[key] = copy.deepcopy(old[key])
+    else:
+        new.pop(key, None)
+
+
+def check_pvc_update(old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    """ValidatePersistentVolumeClaimUpdate: the spec is immutable, except that an unset
+    volumeName may be set once and a bound claim may grow ``resources.requests.storage`` and
+    change ``volumeAttributesClassName``; storage may never shrink."""
+    old_spec, new_spec = old.get("spec") or {}, copy.deepcopy(new.get("spec") or {})
+    if not old_spec.get("volumeName"):
+        _keep_old(new_spec, old_spec, "volumeName")
+    if (new.get("status") or {}).get("phase") == "Bound":
+        requests = (new_spec.get("resources") or {}).get("requests")
+        if isinstance(requests, dict):
+            _keep_old(requests, (old_spec.get("resources") or {}).get("requests") or {}, "storage")
+        if new_spec.get("volumeAttributesClassName") is not None:
+            _keep_old(new_spec, old_spec, "volumeAttributesClassName")
+    errors: list[FieldError] = []
+    if new_spec != old_spec:
+        errors.append(
+            forbidden(
+                "spec",
+                "spec is immutable after creation except resources.requests and "
+                "volumeAttributesClassName for bound claims",
+            )
+        )
+    if _smaller(_storage_request(new.get("spec") or {}), _storage_request(old_spec)):
+        errors.append(
+            forbidden(
+                "spec.resources.requests.storage", "field can not be less than previous value"
+            )
+        )
+    return errors
+
+
 def _immutable(old: Any, new: Any, field: str) -> list[FieldError]:
     if old != new:
         return [invalid_value(field, new, "field is immutable")]
@@ -398,19 +448,7 @@ def check_update(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> 
         if old_ip and new_ip and old_ip != new_ip:
             errors.append(invalid_value("spec.clusterIP", new_ip, "field is immutable"))
     elif rt.plural == "persistentvolumeclaims":
-        old_spec = copy.deepcopy(old.get("spec") or {})
-        new_spec = copy.deepcopy(new.get("spec") or {})
-        old_spec.pop("resources", None)
-        new_spec.pop("resources", None)
-        if old_spec != new_spec:
-            errors.append(
-                forbidden(
-                    "spec",
-                    "spec is immutable after creation except "
-                    "resources.requests and volumeAttributesClassName for bound "
-                    "claims",
-                )
-            )
+        errors.extend(check_pvc_update(old, new))
     elif rt.plural in ("secrets", "configmaps"):
         if rt.plural == "secrets":
             errors.extend(_immutable(old.get("type"), new.get("type"), "type"))

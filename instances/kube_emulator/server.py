@@ -1,6 +1,7 @@
 """HTTP front end of the Kubernetes API emulator (a development stand-in, never a production
 control plane): apiserver-shaped routing, discovery, JSON (and Table) responses, chunked watch
-streams and injected faults, on ``http.server.ThreadingHTTPServer``."""
+streams, the node proxy to the emulated kubelets (:mod:`.stats`) and injected faults, on
+``http.server.ThreadingHTTPServer``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import errors as err
 from . import openapi, protobuf
@@ -22,11 +23,13 @@ from . import resources as res
 from .api import Api
 from .objects import success_status
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from .stats import NodeProxy
 from .tables import to_table, wants_table
 from .watch import stream_watch
 
 log = logging.getLogger("instances.kube_emulator")
 _LEGACY_BINDING = re.compile(r"^/api/v1/namespaces/([^/]+)/bindings/?$")
+_NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
 
 
 @dataclass
@@ -74,6 +77,7 @@ class ServerContext:
     version_info: dict[str, Any]
     bookmark_interval_s: float = 1.0
     max_watch_s: float = 1800.0
+    node_proxy: NodeProxy | None = None
     connections: set[socket.socket] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -269,6 +273,10 @@ class Handler(BaseHTTPRequestHandler):
             name = meta.get("name", "") if isinstance(meta, dict) else ""
             self._send_json(201, ctx.api.bind(legacy_binding.group(1), name, body))
             return
+        node_proxy = _NODE_PROXY.match(path)
+        if node_proxy and ctx.node_proxy is not None:
+            self._proxy_to_kubelet(ctx.node_proxy, method, node_proxy, params)
+            return
         target = parse_target(path)
         if isinstance(target, dict) and method == "GET":
             self._send_json(200, target)
@@ -363,6 +371,24 @@ class Handler(BaseHTTPRequestHandler):
             )
         else:
             raise err.method_not_allowed(method, rt.plural)
+
+    def _proxy_to_kubelet(
+        self, proxy: NodeProxy, method: str, match: re.Match[str], params: dict[str, str]
+    ) -> None:
+        """``nodes/{name}/proxy/{path}`` (or ``?path=``): GET only, as the kubelet's read-only
+        endpoints; a ``scheme:name:port`` node reference is reduced to the name, and the path
+        is percent-decoded (the generated client sends ``stats%2Fsummary``)."""
+        self._verb, self._resource = "get", "nodes/proxy"
+        if method != "GET":
+            raise err.method_not_allowed(method, "nodes/proxy")
+        fault = self.server.ctx.faults.take("get", "nodes/proxy")
+        if fault is not None:
+            raise fault
+        parts = unquote(match.group(1)).split(":")
+        node_name = parts[1] if parts[0] in ("http", "https") and len(parts) > 1 else parts[0]
+        path = unquote(match.group(2)) if match.group(2) is not None else params.get("path", "")
+        code, body, content_type = proxy.get(node_name, path)
+        self._send_bytes(code, body, content_type)
 
     @staticmethod
     def _verb_for(method: str, target: Target, params: dict[str, str]) -> str:
