@@ -10,6 +10,7 @@ api_v1 = [
     path("", include("starverse.accounts.api.urls")),
     path("", include("billing.api.urls")),
     path("", include("instances.api.urls")),
+    path("", include("datasets.api.urls")),
 ]
 
 urlpatterns = [

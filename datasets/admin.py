@@ -1,0 +1,53 @@
+"""The operators' catalog of the public pool: what users see under /public and in the API."""
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+
+from datasets.models import PublicDataset
+from datasets.sizes import format_size
+
+
+@admin.register(PublicDataset)
+class PublicDatasetAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "id",
+        "kind",
+        "version",
+        "size",
+        "licence",
+        "mount_path",
+        "active",
+        "sort",
+    ]
+    list_display_links = ["name"]
+    list_filter = ["kind", "active"]
+    list_editable = ["active", "sort"]
+    search_fields = ["id", "name", "description", "tags", "directory", "licence"]
+    ordering = ["sort", "name"]
+    readonly_fields = ["mount_path", "size", "created_at", "updated_at"]
+    fieldsets = [
+        (None, {"fields": ["id", "name", "kind", "version", "description", "tags"]}),
+        (_("Files"), {"fields": ["directory", "mount_path", "size_bytes", "size"]}),
+        (_("Terms"), {"fields": ["licence", "homepage"]}),
+        (_("Listing"), {"fields": ["active", "sort", "created_at", "updated_at"]}),
+    ]
+
+    @admin.display(description=_("Size"), ordering="size_bytes")
+    def size(self, obj: PublicDataset) -> str:
+        return format_size(obj.size_bytes) if obj.size_bytes is not None else "—"
+
+    @admin.display(description=_("Path in instances"))
+    def mount_path(self, obj: PublicDataset) -> str:
+        return obj.path if obj.kind and obj.directory else "—"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # The id is the API's and the URL's key: changing it would make a new entry.
+        fields = list(super().get_readonly_fields(request, obj))
+        return [*fields, "id"] if obj is not None else fields
+
+    def get_prepopulated_fields(self, request: HttpRequest, obj: Any = None) -> dict[str, Any]:
+        return {} if obj is not None else {"id": ["name"]}
