@@ -38,6 +38,12 @@ def _recipients(tenant_id: str) -> list[str]:
     )
 
 
+def mail_tenant(tenant_id: str, template: str, context: dict) -> None:
+    """Send a bilingual notice to every active user of a tenant."""
+    subject, body = _bilingual(template, {"console_url": settings.PUBLIC_BASE_URL, **context})
+    send_mail(subject, body, None, _recipients(tenant_id))
+
+
 def topup_receipt_send(*, topup_id: str) -> None:
     topup = TopUp.objects.select_related("ledger_transaction").get(pk=topup_id)
     if topup.ledger_transaction is None:

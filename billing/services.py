@@ -51,6 +51,17 @@ def _existing(key: str, request_hash: str) -> LedgerTransaction | None:
     return found
 
 
+def _credited_after_commit(wallet: Wallet, amount_fen: int) -> None:
+    from billing.signals import wallet_credited
+
+    wallet_id, tenant_id = wallet.id, wallet.tenant_id
+    transaction.on_commit(
+        lambda: wallet_credited.send(
+            sender=Wallet, wallet_id=wallet_id, tenant_id=tenant_id, amount_fen=amount_fen
+        )
+    )
+
+
 def _post(
     *,
     wallet_id: str,
@@ -107,6 +118,8 @@ def _post(
                 )
             LedgerEntry.objects.bulk_create(entries)
             Wallet.objects.filter(pk=wallet.pk).update(cash_fen=cash_after, promo_fen=promo_after)
+            if cash_delta + promo_delta > 0:
+                _credited_after_commit(wallet, cash_delta + promo_delta)
     except IntegrityError:
         found = _existing(key, request_hash)
         if found is None:

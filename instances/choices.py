@@ -64,8 +64,9 @@ class InstanceStatus(models.TextChoices):
 S = InstanceStatus
 INSTANCE_TRANSITIONS: dict[str, set[str]] = {
     S.QUEUED: {S.PROVISIONING, S.TERMINATING},
-    S.PROVISIONING: {S.RUNNING, S.FAILED, S.STOPPING, S.TERMINATING},
-    S.RUNNING: {S.STOPPING, S.FAILED, S.TERMINATING, S.PROVISIONING},  # recreate a lost pod
+    # → queued: automatic recovery after node loss places the instance again
+    S.PROVISIONING: {S.RUNNING, S.FAILED, S.STOPPING, S.TERMINATING, S.QUEUED},
+    S.RUNNING: {S.STOPPING, S.FAILED, S.TERMINATING, S.PROVISIONING, S.QUEUED},
     S.STOPPING: {S.STOPPED, S.TERMINATING},
     S.STOPPED: {S.PROVISIONING, S.QUEUED, S.TERMINATING},
     S.FAILED: {S.PROVISIONING, S.QUEUED, S.TERMINATING},
@@ -74,3 +75,16 @@ INSTANCE_TRANSITIONS: dict[str, set[str]] = {
 }
 # States that hold GPUs on a node.
 HOLDS_GPUS = (S.PROVISIONING, S.RUNNING, S.STOPPING)
+
+
+class DiskStatus(models.TextChoices):
+    CREATING = "creating", _("Creating")
+    AVAILABLE = "available", _("Available")
+    ATTACHED = "attached", _("Attached")
+    DELETING = "deleting", _("Deleting")
+    DELETED = "deleted", _("Deleted")
+
+
+class StorageKind(models.TextChoices):
+    DISK = "disk", _("Cloud disk")
+    NAS = "nas", _("Shared NAS")

@@ -11,15 +11,17 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from billing.selectors import wallet_for_tenant
-from instances.choices import INSTANCE_TRANSITIONS, BillingMode, InstanceStatus
+from instances.choices import INSTANCE_TRANSITIONS, BillingMode, InstanceStatus, OfferingKind
+from instances.disks import disks_attach_at_order
 from instances.models import Image, Instance, InstanceEvent, Offering
 from instances.monthly import period_active, period_charge
 from instances.placement import allocate, choose, release
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.money import format_fen
-from starverse.core.text import later
+from starverse.core.text import Deferred, later
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -132,6 +134,7 @@ def instance_order(
     auto_renew: bool = True,
     ssh_keys: list[str] | None = None,
     disks: list[str] | None = None,
+    auto_recover: bool | None = None,
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
     Returns (instance, created); the same Idempotency-Key answers the same instance."""
@@ -141,6 +144,7 @@ def instance_order(
         "name": name,
         "billing": billing,
         "ssh_keys": sorted(ssh_keys or []),
+        **({"disks": sorted(disks)} if disks else {}),
     }
     if idempotency_key:
         found = Instance.objects.filter(
@@ -160,11 +164,6 @@ def instance_order(
         raise InvalidInput(_("Unknown image %(id)s.") % {"id": image_id}, code="unknown_image")
     if billing == BillingMode.MONTHLY and offering.price_per_month_fen is None:
         raise InvalidInput(_("Monthly billing is offered for whole nodes only."), code="no_monthly")
-    if disks:
-        raise InvalidInput(
-            _("Cloud disks cannot be attached yet; order without `disks`."),
-            code="disks_unavailable",
-        )
     key_ids = _own_keys(user, ssh_keys or [])
     runway_check(tenant_id=user.tenant_id, offering=offering, billing=billing)
     try:
@@ -181,6 +180,10 @@ def instance_order(
                 queued_at=timezone.now(),
                 auto_renew=auto_renew,
                 ssh_key_ids=key_ids,
+                # Network-backed storage lets a cloud instance move; a whole node is the node.
+                auto_recover=(
+                    offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover
+                ),
             )
             events = [InstanceEvent(instance=instance, status=S.QUEUED, message=later("Ordered."))]
             product = offering.gpu_model.product
@@ -197,6 +200,8 @@ def instance_order(
                     )
                 )
             instance.save(force_insert=True)
+            if disks:
+                disks_attach_at_order(instance, disks)
             if placement is not None:
                 allocate(instance, *placement)
                 if billing == BillingMode.MONTHLY:
@@ -212,6 +217,10 @@ def instance_order(
                 name=name,
                 billing=billing,
                 idempotency_key=idempotency_key,
+                auto_renew=auto_renew,
+                ssh_keys=ssh_keys,
+                disks=disks,
+                auto_recover=auto_recover,
             )
         raise
     return instance, True
@@ -299,6 +308,9 @@ def instance_release_gpus(instance: Instance, to: str, message: str, **fields: A
     transaction.on_commit(lambda: drain_queue.delay(product))
 
 
+STOP_REQUESTED = gettext_noop("Stop requested; billing stopped.")
+
+
 def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
     """Stop billing now (the minute in progress counts as a started minute) and delete the pod;
     the disk is kept."""
@@ -317,7 +329,7 @@ def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
         instance_transition(
             instance,
             S.STOPPING,
-            later(reason) if reason else later("Stop requested; billing stopped."),
+            reason if isinstance(reason, Deferred) else later(reason or STOP_REQUESTED),
             running_since=None,
         )
     from instances.tasks import stop_instance
@@ -345,17 +357,24 @@ def instance_start(*, instance_id: str) -> Instance:
     return instance
 
 
-def instance_terminate(*, instance_id: str) -> Instance:
+def instance_terminate(*, instance_id: str, keep_disk: bool = False) -> Instance:
+    """Terminate: the pod, service and secret go; the instance's own disk is deleted unless
+    `keep_disk` keeps it as a cloud disk; attached cloud disks are detached, data intact."""
+    from instances.metering import bill_until
+
     with transaction.atomic():
         instance = _locked(instance_id)
         if instance.status in (S.TERMINATED, S.TERMINATING):
             return instance
+        if instance.status == S.RUNNING:
+            bill_until(instance, timezone.now(), started_minute=True)
         instance_transition(
             instance,
             S.TERMINATING,
             later("Terminate requested."),
             running_since=None,
             queued_at=None,
+            keep_disk=keep_disk,
         )
     from instances.tasks import terminate_instance
 
@@ -377,7 +396,9 @@ def instances_on_node_changed(*, node: Any, state: str, reason: str) -> list[str
             instance = _locked(instance_id)
             if instance.status not in HOLDS_GPUS or instance.node_id != node.pk:
                 continue
-            if state == NodeState.DOWN:
+            if state == NodeState.DOWN and instance.auto_recover:
+                _recover(instance, node=node, reason=reason)
+            elif state == NodeState.DOWN:
                 message = later(
                     "The node %(node)s was lost (%(reason)s). Billing stopped at that "
                     "moment; start the instance again to place it on a healthy node."
@@ -397,3 +418,38 @@ def instances_on_node_changed(*, node: Any, state: str, reason: str) -> list[str
                 )
         affected.append(instance_id)
     return affected
+
+
+def _recover(instance: Instance, *, node: Any, reason: str) -> None:
+    """Automatic recovery after node loss: billing pauses now, the GPUs are given back, and the
+    instance is placed again, ahead of new orders, on a healthy node with the same disks (they
+    are network-backed, so the new pod mounts the same claims)."""
+    now = timezone.now()
+    paused = timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S")
+    message = later(
+        "The node %(node)s was lost (%(reason)s). Billing paused at %(at)s; placing the "
+        "instance again on a healthy node with the same disks."
+    ) % {"node": node.name, "reason": reason, "at": paused}
+    release(instance)
+    instance_transition(
+        instance,
+        S.QUEUED,
+        message,
+        running_since=None,
+        provisioning_since=None,
+        # first in line for its GPU: it was running before anything now queued was ordered
+        queued_at=instance.created_at,
+        node=None,
+        ssh_port=None,
+        jupyter_port=None,
+    )
+    if not _try_place(instance, fcfs=False):
+        InstanceEvent.objects.create(
+            instance=instance,
+            status=S.QUEUED,
+            message=later("No healthy capacity right now; it starts as soon as some frees."),
+        )
+    product = instance.offering.gpu_model.product
+    from instances.tasks import drain_queue
+
+    transaction.on_commit(lambda: drain_queue.delay(product))

@@ -3,15 +3,18 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from instances.choices import (
     BillingMode,
+    DiskStatus,
     HealthRuleKind,
     InstanceStatus,
     Interconnect,
     NodeEventKind,
     NodeState,
     OfferingKind,
+    StorageKind,
 )
 from starverse.core.ids import PublicIdField
 from starverse.core.text import Deferred, parts
@@ -273,6 +276,16 @@ class Instance(models.Model):
         default=list, blank=True, help_text="Keys to install; empty = every key of the tenant."
     )
     cost_fen = models.BigIntegerField(default=0)
+    auto_recover = models.BooleanField(
+        default=False,
+        help_text="On node loss, place again on a healthy node with the same disks.",
+    )
+    restart_pending = models.BooleanField(
+        default=False, help_text="Start again once stopped (disks were attached or detached)."
+    )
+    keep_disk = models.BooleanField(
+        default=False, help_text="On terminate, keep the instance's own disk as a cloud disk."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
@@ -334,3 +347,100 @@ class InstanceEvent(models.Model):
         from starverse.core.text import translate_stored
 
         return translate_stored(self.message, self.params)
+
+
+class Disk(models.Model):
+    """A cloud disk: a PersistentVolumeClaim of the operator's StorageClass in the tenant's
+    namespace, never owner-referenced, so it outlives every instance it is attached to and only
+    an explicit delete removes it. Attached to at most one instance at a time (`instance`);
+    mounted at /mnt/<name>. `status` is `attached` exactly while `instance` is set."""
+
+    id = PublicIdField(prefix="dsk")
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="disks")
+    created_by = models.ForeignKey(
+        "accounts.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    name = models.CharField(max_length=63)
+    size_gb = models.PositiveIntegerField()
+    status = models.CharField(
+        max_length=16, choices=DiskStatus.choices, default=DiskStatus.CREATING, db_index=True
+    )
+    instance = models.ForeignKey(
+        Instance, null=True, blank=True, on_delete=models.PROTECT, related_name="disks"
+    )
+    storage_class = models.CharField(max_length=253, blank=True)
+    k8s_namespace = models.CharField(max_length=63, blank=True)
+    k8s_name = models.CharField(max_length=63, blank=True)
+    origin = models.CharField(
+        max_length=100, blank=True, help_text="The instance whose own disk this was, if kept."
+    )
+    error_message = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "name"],
+                condition=~Q(status="deleted"),
+                name="disk_name_per_tenant",
+            ),
+            models.CheckConstraint(condition=Q(size_gb__gte=1), name="disk_size"),
+            models.CheckConstraint(
+                condition=Q(status="attached", instance__isnull=False)
+                | (~Q(status="attached") & Q(instance__isnull=True)),
+                name="disk_attached_has_instance",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.name}"
+
+    @property
+    def mount_path(self) -> str:
+        return f"/mnt/{self.name}"
+
+
+class StoragePrice(models.Model):
+    """What a GB of cloud disk or shared NAS costs per day, set by operators."""
+
+    kind = models.CharField(max_length=8, choices=StorageKind.choices, primary_key=True)
+    price_per_gb_day_fen = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["kind"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.price_per_gb_day_fen} fen/GB·day"
+
+
+class StorageArrears(models.Model):
+    """A tenant whose balance could not pay a day of storage: nothing is charged and nothing is
+    deleted until `deadline`; warnings go out at 7, 3 and 1 days left; a top-up that pays for
+    the day ends it (`resolution` = paid), otherwise the storage is deleted at the deadline."""
+
+    class Resolution(models.TextChoices):
+        PAID = "paid", _("Paid after a top-up")
+        DELETED = "deleted", _("Storage deleted")
+
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    started_at = models.DateTimeField(default=timezone.now)
+    deadline = models.DateTimeField()
+    warned_days = models.JSONField(default=list, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolution = models.CharField(max_length=16, choices=Resolution.choices, blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        verbose_name_plural = "storage arrears"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant"],
+                condition=Q(resolved_at__isnull=True),
+                name="storage_arrears_one_open",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} until {self.deadline:%Y-%m-%d}"

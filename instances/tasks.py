@@ -120,3 +120,63 @@ def renew_monthly() -> None:
     from instances.monthly import renewals_run
 
     renewals_run()
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, **RETRY)
+def ensure_disk(self: Any, disk_id: str) -> None:
+    from instances.provisioning.storage import disk_ensure
+
+    try:
+        disk_ensure(disk_id)
+    except KubeError as error:
+        if isinstance(error, RetryableKubeError):
+            raise
+        logger.error("disk.ensure_failed disk=%s error=%s", disk_id, error)
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, **RETRY)
+def delete_disk(self: Any, disk_id: str) -> None:
+    from instances.provisioning.storage import StillDeleting, disk_remove
+
+    try:
+        disk_remove(disk_id)
+    except StillDeleting:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S * 5) from None
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, **RETRY)
+def ensure_nas(self: Any, nas_id: str) -> None:
+    from instances.provisioning.storage import nas_ensure
+
+    try:
+        nas_ensure(nas_id)
+    except KubeError as error:
+        if isinstance(error, RetryableKubeError):
+            raise
+        logger.error("nas.ensure_failed nas=%s error=%s", nas_id, error)
+
+
+@shared_task(bind=True, acks_late=True, ignore_result=True, **RETRY)
+def delete_nas(self: Any, nas_id: str) -> None:
+    from instances.provisioning.storage import StillDeleting, nas_remove
+
+    try:
+        nas_remove(nas_id)
+    except StillDeleting:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S * 5) from None
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def bill_storage(tenant_ids: list[str] | None = None) -> None:
+    from instances.storage import storage_bill
+
+    storage_bill(tenant_ids=tenant_ids)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def refresh_nas_usage() -> None:
+    if not settings.KUBECONFIG:
+        return
+    from instances.provisioning.storage import nas_usage_refresh
+
+    nas_usage_refresh()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from instances import views
+from instances import disk_views, views
 
 app_name = "instances"
 
@@ -11,4 +11,15 @@ urlpatterns = [
     path("instances/<str:pk>/stop/", views.instance_stop_view, name="stop"),
     path("instances/<str:pk>/start/", views.instance_start_view, name="start"),
     path("instances/<str:pk>/terminate/", views.instance_terminate_view, name="terminate"),
+    path("instances/<str:pk>/disks/", disk_views.disk_attach_view, name="disk-attach"),
+    path(
+        "instances/<str:pk>/disks/<str:disk>/detach/",
+        disk_views.disk_detach_view,
+        name="disk-detach",
+    ),
+    path("disks/new/", disk_views.disk_create_view, name="disk-create"),
+    path("disks/<str:pk>/resize/", disk_views.disk_resize_view, name="disk-resize"),
+    path("disks/<str:pk>/delete/", disk_views.disk_delete_view, name="disk-delete"),
+    path("nas/", disk_views.nas_size_view, name="nas-size"),
+    path("nas/delete/", disk_views.nas_delete_view, name="nas-delete"),
 ]

@@ -18,8 +18,10 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from billing.selectors import wallet_for_tenant
+from datasets.shared_storage import nas_for_tenant
 from instances.api.serializers import InstanceOutput
-from instances.choices import BillingMode, InstanceStatus
+from instances.choices import BillingMode, DiskStatus, InstanceStatus
+from instances.disk_views import tenant_disks
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
 from instances.selectors import availability, instance_metrics
@@ -33,6 +35,8 @@ CAN_STOP = (S.RUNNING, S.PROVISIONING)
 CAN_START = (S.STOPPED, S.FAILED)
 # Statuses that change on their own within seconds: the page watches them closely.
 TRANSIENT = (S.QUEUED, S.PROVISIONING, S.STOPPING, S.TERMINATING)
+# Disks that can be attached: not attached, not being deleted.
+FREE_DISK = (DiskStatus.CREATING, DiskStatus.AVAILABLE)
 # Idempotency keys of console orders, apart from keys that API clients choose.
 ORDER_KEY_PREFIX = "console:"
 
@@ -57,6 +61,12 @@ class RentForm(forms.Form):
     billing = forms.ChoiceField(choices=BillingMode.choices, initial=BillingMode.HOURLY)
     name = forms.CharField(max_length=100, required=False, strip=True)
     ssh_keys = forms.MultipleChoiceField(required=False)
+    disks = forms.MultipleChoiceField(
+        required=False,
+        error_messages={
+            "invalid_choice": gettext_lazy("That disk is no longer free; choose another.")
+        },
+    )
     token = forms.RegexField(regex=r"^[A-Za-z0-9_-]{16,64}$")
 
     def __init__(
@@ -65,9 +75,11 @@ class RentForm(forms.Form):
         offerings: list[Offering],
         images: list[Image],
         keys: list[Any],
+        disks: list[Any] = (),  # type: ignore[assignment]
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
+        self.fields["disks"].choices = [(d.id, d.name) for d in disks]
         self.fields["offering"].choices = [(o.id, o.name) for o in offerings]
         self.fields["image"].choices = [(i.id, i.name) for i in images]
         self.fields["ssh_keys"].choices = [(k.id, k.name) for k in keys]
@@ -99,10 +111,13 @@ def rent(request: HttpRequest) -> HttpResponse:
     counts = availability(offerings)
     keys = list(scope_to_user(SshKey.objects.all(), request.user, "user"))
     selected_keys = [k.id for k in keys]
+    disks = list(tenant_disks(request).filter(status__in=FREE_DISK).order_by("name"))
+    selected_disks: list[str] = []
     error, error_code, status = None, "", 200
     if request.method == "POST":
-        form = RentForm(request.POST, offerings=offerings, images=images, keys=keys)
+        form = RentForm(request.POST, offerings=offerings, images=images, keys=keys, disks=disks)
         selected_keys = request.POST.getlist("ssh_keys")
+        selected_disks = request.POST.getlist("disks")
         chosen = {
             key: str(request.POST.get(key, ""))[:100]
             for key in ("offering", "image", "billing", "name")
@@ -118,6 +133,7 @@ def rent(request: HttpRequest) -> HttpResponse:
                     name=data["name"],
                     billing=data["billing"],
                     ssh_keys=data["ssh_keys"],
+                    disks=data["disks"],
                     idempotency_key=ORDER_KEY_PREFIX + data["token"],
                 )
             except IdempotencyConflict as conflict:
@@ -171,6 +187,8 @@ def rent(request: HttpRequest) -> HttpResponse:
         "images": images,
         "keys": keys,
         "selected_keys": selected_keys,
+        "disks": disks,
+        "selected_disks": selected_disks,
         "wallet": wallet,
         "chosen": chosen,
         "selected": selected,
@@ -245,6 +263,9 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "can_terminate": instance.status != S.TERMINATED,
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
+            "disks": list(instance.disks.order_by("name")),
+            "free_disks": list(tenant_disks(request).filter(status__in=FREE_DISK).order_by("name")),
+            "nas": nas_for_tenant(instance.tenant_id),
             "tz": timezone.get_current_timezone_name(),
         },
     )
@@ -288,6 +309,13 @@ def instance_start_view(request: HttpRequest, pk: str) -> HttpResponse:
 @login_required
 @require_POST
 def instance_terminate_view(request: HttpRequest, pk: str) -> HttpResponse:
+    if request.POST.get("keep_disk") == "1":
+        return _act(
+            request,
+            pk,
+            lambda instance_id: instance_terminate(instance_id=instance_id, keep_disk=True),
+            _("Terminating “%(name)s”: its disk is kept as a cloud disk."),
+        )
     return _act(
         request,
         pk,

@@ -100,8 +100,21 @@ def make_instance(user: User, status: str = "queued") -> Any:
     )
 
 
+def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
+    from instances.models import Disk
+    from instances.provisioning.manifests import cloud_disk_name, namespace_name
+
+    disk = Disk(
+        tenant_id=user.tenant_id, created_by=user, name=name, size_gb=size_gb, status="available"
+    )
+    disk.k8s_namespace, disk.k8s_name = namespace_name(user.tenant_id), cloud_disk_name(disk.id)
+    disk.save(force_insert=True)
+    return disk
+
+
 OWNED_OBJECT_FACTORIES = {
     "instances.Instance": make_instance,
+    "instances.Disk": make_disk,
     "billing.TopUp": _topup,
     "accounts.ApiToken": lambda user: make_token(user)[0],
     "accounts.SshKey": make_ssh_key,

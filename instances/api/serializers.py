@@ -4,8 +4,12 @@ from django.conf import settings
 from rest_framework import serializers
 
 from instances.choices import BillingMode
-from instances.models import GpuModel, Image, Instance, InstanceEvent, Offering
-from starverse.core.api.serializers import InputSerializer, StrictCharField
+from instances.models import Disk, GpuModel, Image, Instance, InstanceEvent, Offering
+from starverse.core.api.serializers import (
+    InputSerializer,
+    StrictCharField,
+    StrictIntegerField,
+)
 
 
 class GpuModelOutput(serializers.ModelSerializer):
@@ -55,6 +59,13 @@ class InstanceCreateInput(InputSerializer):
         child=StrictCharField(max_length=32), required=False, max_length=8
     )
     auto_renew = serializers.BooleanField(required=False, default=True)
+    auto_recover = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="On node loss, place again elsewhere with the same disks. "
+        "Default: on for cloud instances, off for whole nodes.",
+    )
     billing = serializers.ChoiceField(
         choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
     )
@@ -95,6 +106,7 @@ class InstanceOutput(serializers.ModelSerializer):
             "error_message",
             "paid_until",
             "auto_renew",
+            "auto_recover",
         ]
 
     def to_representation(self, obj: Instance) -> dict[str, Any]:
@@ -130,14 +142,23 @@ class InstanceOutput(serializers.ModelSerializer):
             if running and obj.jupyter_port
             else None,
             "cost_fen": obj.cost_fen,
-            "disks": [],
+            "disks": _disk_ids(obj),
             "node": obj.node.name
             if obj.node_id and obj.status in ("provisioning", "running")
             else None,
             "error_message": obj.error_message,
             "paid_until": _iso(obj.paid_until),
             "auto_renew": obj.auto_renew,
+            "auto_recover": obj.auto_recover,
         }
+
+
+def _disk_ids(obj: Instance) -> list[str]:
+    # a list view prefetches them (`attached_disks`); a single instance reads them
+    prefetched = getattr(obj, "attached_disks", None)
+    if prefetched is not None:
+        return [disk.id for disk in prefetched]
+    return list(obj.disks.order_by("name").values_list("id", flat=True))
 
 
 def _iso(value: Any) -> str | None:
@@ -150,3 +171,48 @@ class InstanceEventOutput(serializers.ModelSerializer):
     class Meta:
         model = InstanceEvent
         fields = ["at", "status", "message"]
+
+
+class DiskOutput(serializers.ModelSerializer):
+    attached_to = serializers.CharField(source="instance_id", allow_null=True)
+    mount_path = serializers.CharField()
+    delete_after = serializers.DateTimeField(
+        allow_null=True, help_text="Set while unpaid storage counts down to deletion."
+    )
+
+    class Meta:
+        model = Disk
+        fields = [
+            "id",
+            "name",
+            "size_gb",
+            "status",
+            "attached_to",
+            "mount_path",
+            "created_at",
+            "delete_after",
+        ]
+
+    def to_representation(self, obj: Disk) -> dict[str, Any]:
+        data = super().to_representation(obj)
+        arrears = self.context.get("arrears")
+        data["delete_after"] = _iso(arrears.deadline) if arrears is not None else None
+        return data
+
+
+class DiskCreateInput(InputSerializer):
+    name = StrictCharField(max_length=63)
+    size_gb = StrictIntegerField(min_value=1)
+
+
+class DiskResizeInput(InputSerializer):
+    size_gb = StrictIntegerField(min_value=1)
+
+
+class DiskAttachInput(InputSerializer):
+    disk = StrictCharField(max_length=32)
+    restart = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Confirm that a running instance restarts to change its disks.",
+    )

@@ -1,9 +1,9 @@
 import json
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny, IsAdminUser
@@ -12,6 +12,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from instances.api.serializers import (
+    DiskAttachInput,
+    DiskCreateInput,
+    DiskOutput,
+    DiskResizeInput,
     GpuModelOutput,
     ImageOutput,
     InstanceCreateInput,
@@ -20,9 +24,16 @@ from instances.api.serializers import (
     OfferingOutput,
 )
 from instances.choices import InstanceStatus
+from instances.disks import (
+    disk_attach,
+    disk_create,
+    disk_delete,
+    disk_detach,
+    disk_resize,
+)
 from instances.fleet import node_for_token, node_register, report_ingest
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
-from instances.models import GpuModel, Image, Instance, Offering
+from instances.models import Disk, GpuModel, Image, Instance, Offering
 from instances.selectors import (
     availability,
     capacity_by_model,
@@ -34,7 +45,7 @@ from instances.telemetry import report_parse
 from starverse.core.api.pagination import Pagination
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 from starverse.core.api.views import TenantScopedViewSet
-from starverse.core.errors import InvalidInput, Unauthenticated
+from starverse.core.errors import InvalidInput, NotFound, Unauthenticated
 
 MAX_REPORT_BYTES = 2 * 1024 * 1024
 
@@ -244,6 +255,7 @@ PAYLOAD_COLUMNS = (
     "error_message",
     "paid_until",
     "auto_renew",
+    "auto_recover",
     "offering__gpu_model_id",
     "offering__gpu_count",
     "offering__price_per_hour_fen",
@@ -260,7 +272,17 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
 
     def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
         # Only the columns the payload uses: nodes carry JSON labels, instances many fields.
-        queryset = queryset.select_related("offering", "node").only(*PAYLOAD_COLUMNS)
+        queryset = (
+            queryset.select_related("offering", "node")
+            .only(*PAYLOAD_COLUMNS)
+            .prefetch_related(
+                Prefetch(
+                    "disks",
+                    queryset=Disk.objects.only("id", "instance_id").order_by("name"),
+                    to_attr="attached_disks",
+                )
+            )
+        )
         wanted = self.request.query_params.get("status")
         if wanted:
             if wanted not in InstanceStatus.values:
@@ -284,12 +306,42 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
             auto_renew=data["auto_renew"],
             ssh_keys=data.get("ssh_keys"),
             disks=data.get("disks"),
+            auto_recover=data["auto_recover"],
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
         )
         return self._accepted(instance)
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "keep_disk",
+                bool,
+                description="Keep the instance's own disk as a cloud disk instead of deleting it.",
+            )
+        ]
+    )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
-        return self._accepted(instance_terminate(instance_id=self.get_object().pk))
+        keep = _flag(request, "keep_disk")
+        return self._accepted(instance_terminate(instance_id=self.get_object().pk, keep_disk=keep))
+
+    @extend_schema(request=DiskAttachInput, responses={202: InstanceOutput})
+    @action(detail=True, methods=["post"], url_path="disks")
+    def disks(self, request: Request, pk: str | None = None) -> Response:
+        """Attach a disk. A running instance restarts to do it, only with restart=true."""
+        instance = self.get_object()
+        data = self.parse(request, DiskAttachInput)
+        disk_attach(instance=instance, disk_id=data["disk"], restart=data["restart"])
+        return self._accepted(instance)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("restart", bool, description="Confirm the restart.")],
+        responses={202: InstanceOutput},
+    )
+    @action(detail=True, methods=["delete"], url_path=r"disks/(?P<disk>[A-Za-z0-9_]+)")
+    def detach(self, request: Request, pk: str | None = None, disk: str = "") -> Response:
+        instance = self.get_object()
+        disk_detach(instance=instance, disk_id=disk, restart=_flag(request, "restart"))
+        return self._accepted(instance)
 
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
@@ -315,3 +367,96 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
     @action(detail=True, methods=["get"])
     def metrics(self, request: Request, pk: str | None = None) -> Response:
         return Response({"results": instance_metrics(self.get_object())})
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise InvalidInput(f"{name} must be true or false", code="invalid")
+    return value in ("true", "1")
+
+
+class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    """Cloud disks of the caller's tenant: persistent volumes that outlive instances."""
+
+    model = Disk
+    owner_field = "tenant"
+    serializer_class = DiskOutput
+
+    def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
+        return queryset.exclude(status="deleted")
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        from instances.storage import open_arrears
+
+        context = super().get_serializer_context()
+        user = self.request.user
+        if getattr(user, "is_authenticated", False):
+            context["arrears"] = open_arrears(user.tenant_id)
+        return context
+
+    @extend_schema(request=DiskCreateInput, responses={201: DiskOutput})
+    def create(self, request: Request) -> Response:
+        data = self.parse(request, DiskCreateInput)
+        disk = disk_create(user=request.user, name=data["name"], size_gb=data["size_gb"])
+        return Response(self.output(disk), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=DiskResizeInput, responses={200: DiskOutput})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        """Grow the disk (claims cannot shrink)."""
+        disk = self.get_object()
+        data = self.parse(request, DiskResizeInput)
+        disk = disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=data["size_gb"])
+        return Response(self.output(disk))
+
+    @extend_schema(responses={202: DiskOutput})
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        disk = self.get_object()
+        disk = disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk)
+        return Response(self.output(disk), status=status.HTTP_202_ACCEPTED)
+
+
+class NasInput(InputSerializer):
+    size_gb = StrictIntegerField(min_value=1)
+
+
+class NasOutput(serializers.Serializer):
+    id = serializers.CharField()
+    size_gb = serializers.IntegerField(help_text="The quota.")
+    status = serializers.CharField()
+    mount_path = serializers.CharField(default="/nas")
+    used_bytes = serializers.IntegerField(allow_null=True)
+    used_at = serializers.DateTimeField(allow_null=True)
+
+
+class NasView(APIView):
+    """The caller's shared NAS: one ReadWriteMany volume per account at /nas in every instance.
+    PUT creates it with a quota or grows it; it cannot shrink."""
+
+    def _get(self, request: Request) -> Any:
+        from datasets.shared_storage import nas_for_tenant
+
+        nas = nas_for_tenant(request.user.tenant_id)
+        if nas is None:
+            raise NotFound(_("You have no shared NAS; create one with PUT."), code="no_nas")
+        return nas
+
+    @extend_schema(responses=NasOutput)
+    def get(self, request: Request) -> Response:
+        return Response(NasOutput(self._get(request)).data)
+
+    @extend_schema(request=NasInput, responses={200: NasOutput, 201: NasOutput})
+    def put(self, request: Request) -> Response:
+        from datasets.shared_storage import nas_set_size
+
+        data = NasInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        nas, created = nas_set_size(user=request.user, size_gb=data.validated_data["size_gb"])
+        return Response(NasOutput(nas).data, status=201 if created else 200)
+
+    @extend_schema(responses={202: NasOutput})
+    def delete(self, request: Request) -> Response:
+        from datasets.shared_storage import nas_delete
+
+        nas = nas_delete(tenant_id=request.user.tenant_id)
+        return Response(NasOutput(nas).data, status=status.HTTP_202_ACCEPTED)

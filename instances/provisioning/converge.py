@@ -11,11 +11,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from instances.choices import InstanceStatus
+from instances.choices import InstanceStatus, NodeState
+from instances.disks import instance_disk_keep, instance_disks_release
 from instances.lifecycle import instance_release_gpus, instance_transition
-from instances.models import Instance, InstanceEvent
+from instances.models import Disk, Instance, InstanceEvent, Node
 from instances.monthly import period_active
-from instances.provisioning import kube, manifests
+from instances.provisioning import kube, manifests, storage
 from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ def provision(instance_id: str) -> str:
             manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
         )
         kube.ensure(manifests.disk_claim(instance))
-        kube.ensure(manifests.pod(instance, instance.node.name))
+        disks, nas = _storage(instance)
+        pod = kube.ensure(manifests.pod(instance, instance.node.name, disks, nas))
         service = kube.ensure(manifests.service(instance))
     except kube.PermanentKubeError as error:
         _fail(
@@ -95,11 +97,31 @@ def provision(instance_id: str) -> str:
             % {"error": error},
         )
         return S.FAILED
+    if (pod.get("spec") or {}).get("nodeName") != instance.node.name:
+        # A pod left on another node (one that was lost): free its GPUs and volumes at once.
+        kube.delete("Pod", namespace, name, force=True)
+        raise StillPending("old pod on another node deleted")
     ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
     Instance.objects.filter(pk=instance.pk).update(
         ssh_port=ports.get("ssh"), jupyter_port=ports.get("jupyter")
     )
     return check_pod(instance.id)
+
+
+def _storage(instance: Instance) -> tuple[list[Disk], object | None]:
+    """The instance's attached cloud disks and its tenant's shared NAS, their claims made sure
+    of (a disk's creation task may not have run yet)."""
+    from datasets.models import SharedStorage
+
+    disks = list(Disk.objects.filter(instance_id=instance.id).order_by("name"))
+    for disk in disks:
+        storage.claim_converge(manifests.cloud_disk_claim(disk))
+    nas = SharedStorage.objects.filter(
+        tenant_id=instance.tenant_id, status__in=SharedStorage.LIVE
+    ).first()
+    if nas is not None:
+        storage.claim_converge(manifests.nas_claim(nas))
+    return disks, nas
 
 
 def events_mirror(instance: Instance) -> None:
@@ -108,22 +130,32 @@ def events_mirror(instance: Instance) -> None:
         events = kube.events_for(instance.k8s_namespace, instance.k8s_name)
     except kube.KubeError:
         return
+    events_record(instance, events)
+
+
+def events_record(instance: Instance, events: list[dict]) -> int:
+    """Record the events not seen before on the instance's timeline, in the cluster's words
+    (Kubernetes speaks English); returns how many were new."""
     seen = set(instance.seen_event_uids)
     new = [
         e
         for e in sorted(events, key=lambda e: e.get("lastTimestamp") or "")
         if e["metadata"]["uid"] not in seen
     ]
-    for event in new:
-        InstanceEvent.objects.create(
+    InstanceEvent.objects.bulk_create(
+        InstanceEvent(
             instance=instance,
             status=instance.status,
-            message=f"{event.get('reason')}: {event.get('message')}",
+            message=later("Kubernetes: %(reason)s: %(message)s")
+            % {"reason": event.get("reason") or "", "message": event.get("message") or ""},
         )
+        for event in new
+    )
     if new:
         Instance.objects.filter(pk=instance.pk).update(
             seen_event_uids=[*instance.seen_event_uids, *(e["metadata"]["uid"] for e in new)][-200:]
         )
+    return len(new)
 
 
 def check_pod(instance_id: str) -> str:
@@ -191,8 +223,15 @@ def _delete_pod_and_wait(instance: Instance) -> None:
     if not instance.k8s_name:
         return
     kube.delete("Pod", instance.k8s_namespace, instance.k8s_name)
-    if kube.read("Pod", instance.k8s_namespace, instance.k8s_name) is not None:
-        raise StillPending("pod terminating")
+    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    if pod is None:
+        return
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node and Node.objects.filter(name=node, state=NodeState.DOWN).exists():
+        # An unreachable kubelet never confirms the deletion: skip the grace period.
+        kube.delete("Pod", instance.k8s_namespace, instance.k8s_name, force=True)
+        return
+    raise StillPending("pod terminating")
 
 
 def stop(instance_id: str) -> str:
@@ -213,7 +252,27 @@ def stop(instance_id: str) -> str:
             )
         elif locked.status == S.STOPPING:
             instance_release_gpus(locked, S.STOPPED, later("Stopped. The disk is kept."))
+        if locked.status == S.STOPPED and locked.restart_pending:
+            Instance.objects.filter(pk=locked.pk).update(restart_pending=False)
+            transaction.on_commit(lambda: _restart(locked.id))
     return S.STOPPED
+
+
+def _restart(instance_id: str) -> None:
+    """Start again after a stop made to change the disks; if starting is refused (no runway,
+    say), the instance stays stopped and its timeline says why."""
+    from instances.lifecycle import instance_start
+    from starverse.core.errors import ServiceError
+
+    try:
+        instance_start(instance_id=instance_id)
+    except ServiceError as error:
+        instance = Instance.objects.get(pk=instance_id)
+        InstanceEvent.objects.create(
+            instance=instance,
+            status=instance.status,
+            message=later("It could not start again: %(reason)s") % {"reason": error.message},
+        )
 
 
 def terminate(instance_id: str) -> str:
@@ -222,13 +281,12 @@ def terminate(instance_id: str) -> str:
     if instance is None or instance.status != S.TERMINATING:
         return instance.status if instance else "gone"
     _delete_pod_and_wait(instance)
+    claim = manifests.disk_name(instance.id)
     if instance.k8s_name:
-        for kind, name in (
-            ("Pod", instance.k8s_name),
-            ("Service", instance.k8s_name),
-            ("Secret", f"{instance.k8s_name}-access"),
-            ("PersistentVolumeClaim", manifests.disk_name(instance.id)),
-        ):
+        objects = [("Service", instance.k8s_name), ("Secret", f"{instance.k8s_name}-access")]
+        if not instance.keep_disk:
+            objects.append(("PersistentVolumeClaim", claim))
+        for kind, name in objects:
             kube.delete(kind, instance.k8s_namespace, name)
     with transaction.atomic():
         locked = (
@@ -237,10 +295,20 @@ def terminate(instance_id: str) -> str:
             .get(pk=instance.pk)
         )
         if locked.status == S.TERMINATING:
-            instance_release_gpus(
-                locked,
-                S.TERMINATED,
-                later("Terminated; its disk was deleted."),
-                terminated_at=timezone.now(),
-            )
+            released = instance_disks_release(locked)
+            if locked.keep_disk and locked.k8s_name:
+                kept = instance_disk_keep(locked, claim)
+                message = later("Terminated; its disk was kept as the cloud disk %(disk)s.") % {
+                    "disk": kept.name
+                }
+            else:
+                message = later("Terminated; its disk was deleted.")
+            instance_release_gpus(locked, S.TERMINATED, message, terminated_at=timezone.now())
+            if released:
+                InstanceEvent.objects.create(
+                    instance=locked,
+                    status=S.TERMINATED,
+                    message=later("Cloud disks detached and kept with their data: %(names)s.")
+                    % {"names": ", ".join(released)},
+                )
     return S.TERMINATED

@@ -204,9 +204,18 @@ def read(kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         raise PermanentKubeError(f"{kind} {name}: {error.status} {error.reason}") from error
 
 
-def delete(kind: str, namespace: str | None, name: str) -> bool:
-    """Delete; an object that is already gone counts as deleted. True if it existed."""
+def delete(kind: str, namespace: str | None, name: str, *, force: bool = False) -> bool:
+    """Delete; an object that is already gone counts as deleted. True if it existed. `force`
+    (pods only) skips the grace period: the way to free a pod whose node is unreachable."""
     _create, _read, delete_fn = _operations(kind)
+    if force:
+        api = core()
+
+        def delete_fn(ns: str | None, obj: str) -> Any:
+            return api.delete_namespaced_pod(
+                obj, ns, grace_period_seconds=0, _request_timeout=TIMEOUT
+            )
+
     try:
         _guard(f"{kind}.delete", lambda: delete_fn(namespace, name))
     except ApiException as error:
@@ -214,6 +223,51 @@ def delete(kind: str, namespace: str | None, name: str) -> bool:
             return False
         raise PermanentKubeError(f"{kind} {name}: {error.status} {error.reason}") from error
     return True
+
+
+def claim_patch(namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Patch a PersistentVolumeClaim (labels, or a larger storage request to grow it)."""
+    return _plain(
+        _call(
+            "PersistentVolumeClaim.patch",
+            core().patch_namespaced_persistent_volume_claim,
+            name,
+            namespace,
+            body,
+        )
+    )
+
+
+def node_volume_stats(node_name: str) -> list[dict[str, Any]]:
+    """The kubelet's volume statistics of a node (its Summary API, through the apiserver's
+    node proxy): one item per mounted claim, with pvcRef and usedBytes."""
+    import json
+
+    # the generated client would turn the JSON body into a Python repr; read it raw
+    response = _call(
+        "node.stats",
+        core().connect_get_node_proxy_with_path,
+        node_name,
+        "stats/summary",
+        _preload_content=False,
+    )
+    summary = json.loads(response.data)
+    return [
+        volume
+        for pod in (summary or {}).get("pods") or []
+        for volume in pod.get("volume") or []
+        if volume.get("pvcRef")
+    ]
+
+
+def warning_events() -> list[dict[str, Any]]:
+    """Warning events about pods in every namespace (OOMKilled, BackOff, FailedMount …)."""
+    items = _call(
+        "events.list",
+        core().list_event_for_all_namespaces,
+        field_selector="type=Warning,involvedObject.kind=Pod",
+    ).items
+    return [_plain(item) for item in items]
 
 
 def events_for(namespace: str, name: str) -> list[dict[str, Any]]:

@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_transition
-from instances.models import Instance
-from instances.provisioning import kube
+from instances.models import Disk, Instance
+from instances.provisioning import kube, manifests
+from instances.provisioning.converge import events_record
 from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ class Report:
     recreated: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    events: int = 0
 
 
 def _pod_ok(pod: dict | None) -> bool:
@@ -83,14 +85,19 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
         if (namespace, name) not in wanted_pods:
             kube.delete("Pod", namespace, name)
             report.orphans.append(f"pod/{namespace}/{name}")
-    for kind in ("Service", "Secret", "PersistentVolumeClaim"):
+    for kind in ("Service", "Secret"):
         for namespace, name in kube.managed(kind):
-            owner = name.removesuffix("-access")
-            if kind == "PersistentVolumeClaim":
-                owner = "inst-" + name.removeprefix("disk-")
-            if (namespace, owner) not in keeps_objects:
+            if (namespace, name.removesuffix("-access")) not in keeps_objects:
                 kube.delete(kind, namespace, name)
                 report.orphans.append(f"{kind.lower()}/{namespace}/{name}")
+    # A claim holds somebody's data: it goes only when no row wants it at all (an instance that
+    # is not terminated, a cloud disk or a NAS that is not deleted).
+    wanted_claims = _wanted_claims(keeps_objects)
+    for namespace, name in kube.managed("PersistentVolumeClaim"):
+        if (namespace, name) not in wanted_claims:
+            kube.delete("PersistentVolumeClaim", namespace, name)
+            report.orphans.append(f"persistentvolumeclaim/{namespace}/{name}")
+    report.events = _mirror_warnings()
     if report.recreated or report.requeued or report.orphans:
         logger.warning(
             "reconcile recreated=%s requeued=%s orphans=%s",
@@ -99,3 +106,39 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
             report.orphans,
         )
     return report
+
+
+def _wanted_claims(instances: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    from datasets.models import SharedStorage
+    from instances.choices import DiskStatus
+
+    wanted = {(namespace, manifests.disk_name_for_pod(name)) for namespace, name in instances}
+    wanted |= set(
+        Disk.objects.exclude(status=DiskStatus.DELETED)
+        .exclude(k8s_name="")
+        .values_list("k8s_namespace", "k8s_name")
+    )
+    for tenant_id, name in SharedStorage.objects.exclude(
+        status=SharedStorage.Status.DELETED
+    ).values_list("tenant_id", "k8s_name"):
+        wanted.add((manifests.namespace_name(tenant_id), name))
+    return wanted
+
+
+def _mirror_warnings() -> int:
+    """Warnings about running pods (OOMKilled, BackOff, FailedMount …) join the instance's
+    timeline once each, whatever the phase: one list call for the whole cluster."""
+    by_pod: dict[tuple[str, str], list[dict]] = {}
+    for event in kube.warning_events():
+        involved = event.get("involvedObject") or {}
+        key = (involved.get("namespace") or "", involved.get("name") or "")
+        by_pod.setdefault(key, []).append(event)
+    if not by_pod:
+        return 0
+    mirrored = 0
+    live = Instance.objects.filter(status__in=(S.RUNNING, S.PROVISIONING)).exclude(k8s_name="")
+    for instance in live.only("id", "status", "k8s_namespace", "k8s_name", "seen_event_uids"):
+        events = by_pod.get((instance.k8s_namespace, instance.k8s_name))
+        if events:
+            mirrored += events_record(instance, events)
+    return mirrored

@@ -1,10 +1,14 @@
 from django.urls import path
 
+from datasets import views as datasets_views
+from instances import disk_views
 from starverse.core import views
 
 app_name = "console"
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
-    *[path(f"{page}/", views.coming(page), name=page) for page in views.COMING],
+    # The page lives in the datasets app; the navigation knows it as console:datasets.
+    path("datasets/", datasets_views.dataset_list, name="datasets"),
+    path("disks/", disk_views.disk_list, name="disks"),
 ]

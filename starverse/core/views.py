@@ -1,22 +1,15 @@
-"""Console shell pages: the dashboard and the pages later capabilities fill."""
+"""Console shell pages: the home redirect, the dashboard and the health check."""
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.db.models import Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.utils.translation import gettext_lazy as _
 
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
 from instances.choices import InstanceStatus
 from instances.models import Instance
 from starverse.core.tenancy import scope_to_user
-
-# Pages whose capability has not landed yet: they say so rather than show made-up data.
-COMING = {
-    "disks": (_("Disks"), _("Persistent cloud disks that outlive instances.")),
-    "datasets": (_("Datasets"), _("The read-only public pool of datasets and models at /public.")),
-}
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -55,19 +48,6 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "active": "dashboard",
         },
     )
-
-
-def coming(page: str):  # type: ignore[no-untyped-def]
-    title, summary = COMING[page]
-
-    @login_required
-    def view(request: HttpRequest) -> HttpResponse:
-        return render(
-            request, "console/coming.html", {"title": title, "summary": summary, "active": page}
-        )
-
-    view.__name__ = f"coming_{page}"
-    return view
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "starverse.accounts",
     "billing",
     "instances",
+    "datasets",
 ]
 
 MIDDLEWARE = [
@@ -161,6 +162,8 @@ CELERY_BEAT_SCHEDULE = {
     "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
     "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
     "monthly-renewals": {"task": "instances.tasks.renew_monthly", "schedule": 600.0},
+    "storage-billing": {"task": "instances.tasks.bill_storage", "schedule": 600.0},
+    "nas-usage": {"task": "instances.tasks.refresh_nas_usage", "schedule": 300.0},
     "fleet-heartbeats": {"task": "instances.tasks.check_heartbeats", "schedule": 15.0},
     "fleet-rollup": {"task": "instances.tasks.rollup_telemetry", "schedule": 60.0},
     "fleet-prune": {"task": "instances.tasks.prune_telemetry", "schedule": 3600.0},
@@ -209,6 +212,7 @@ SPECTACULAR_SETTINGS = {
         "InstanceStatusEnum": "instances.choices.InstanceStatus",
         "TopUpStatusEnum": "billing.choices.TopUpStatus",
         "NodeStateEnum": "instances.choices.NodeState",
+        "PublicDatasetKindEnum": "datasets.choices.DatasetKind",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -251,6 +255,15 @@ ADJUSTMENT_APPROVAL_THRESHOLD_FEN = env_int("ADJUSTMENT_APPROVAL_THRESHOLD_FEN",
 KUBECONFIG = env_optional("KUBECONFIG")
 NODE_BOOTSTRAP_TOKEN = env_optional("NODE_BOOTSTRAP_TOKEN")
 INSTANCE_STORAGE_CLASS = env_optional("INSTANCE_STORAGE_CLASS")
+# Cloud disks and the shared NAS: network-backed StorageClasses (e.g. Ceph RBD for disks,
+# CephFS or NFS for the ReadWriteMany NAS); empty = the cluster's default class.
+DISK_STORAGE_CLASS = env_optional("DISK_STORAGE_CLASS")
+NAS_STORAGE_CLASS = env_optional("NAS_STORAGE_CLASS")
+DISK_MAX_GB = env_int("DISK_MAX_GB", 16_384)
+DISKS_PER_TENANT = env_int("DISKS_PER_TENANT", 50)
+NAS_MAX_GB = env_int("NAS_MAX_GB", 102_400)
+# Unpaid storage is kept this long (warnings at 7, 3 and 1 days left), then deleted.
+STORAGE_GRACE_DAYS = env_int("STORAGE_GRACE_DAYS", 15)
 # The read-only public pool, mounted at /public: "nfs://server/export" or "hostpath:///path".
 PUBLIC_POOL_SOURCE = env_str("PUBLIC_POOL_SOURCE", "hostpath:///srv/starverse/public")
 # Where users reach their instances' SSH and Jupyter node ports.

@@ -206,4 +206,73 @@ def test_navigation_points_at_the_new_pages(client, user):
     html = client.get("/console/").content.decode()
 
     assert 'href="/console/rent/"' in html and 'href="/console/instances/"' in html
-    assert client.get("/console/disks/").status_code == 200  # still coming soon
+    assert 'href="/console/disks/"' in html and 'href="/console/datasets/"' in html
+    assert client.get("/console/disks/").status_code == 200
+
+
+def test_disks_page_creates_grows_attaches_and_deletes(catalog, client, cluster):
+    from instances.models import Disk
+
+    user = _renter(client)
+    page = client.get("/console/disks/").content.decode()
+    assert "No cloud disks yet" in page and "Create shared NAS" in page
+
+    client.post("/console/disks/new/", {"name": "ckpt", "size_gb": "100"})
+    disk = Disk.objects.get(tenant_id=user.tenant_id, name="ckpt")
+    bad = client.post("/console/disks/new/", {"name": "a b", "size_gb": "5"}, follow=True)
+    assert "A disk name is 1–63 letters" in bad.content.decode()
+    client.post(f"/console/disks/{disk.id}/resize/", {"size_gb": "300"})
+    disk.refresh_from_db()
+    assert disk.size_gb == 300
+
+    rented = _rent(client, catalog, disks=[disk.id])
+    instance = Instance.objects.get(tenant_id=user.tenant_id)
+    assert rented.status_code == 302 and list(instance.disks.all()) == [disk]
+    converge_until(converge.provision, instance.id)
+    detail = client.get(f"/console/instances/{instance.id}/").content.decode()
+    assert "/mnt/ckpt" in detail and "Detach and restart" in detail and "/public/models" in detail
+    refused = client.post(f"/console/disks/{disk.id}/delete/", follow=True).content.decode()
+    assert "is attached to" in refused
+    listing = client.get("/console/disks/").content.decode()
+    assert instance.name in listing and "/mnt/ckpt" in listing
+
+    client.post(f"/console/instances/{instance.id}/terminate/", {"keep_disk": "1"})
+    converge_until(converge.terminate, instance.id)
+    kept = Disk.objects.get(origin=instance.id)
+    assert kept.name == "llama-ft-disk"
+    disk.refresh_from_db()
+    assert disk.status == "available"
+    client.post(f"/console/disks/{disk.id}/delete/")
+    disk.refresh_from_db()
+    assert disk.status == "deleting"
+
+
+def test_disks_page_shows_the_countdown_of_unpaid_storage(catalog, client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from instances.models import StorageArrears
+
+    user = _renter(client)
+    client.post("/console/disks/new/", {"name": "ckpt", "size_gb": "100"})
+    StorageArrears.objects.create(
+        tenant_id=user.tenant_id, deadline=timezone.now() + timedelta(days=6, hours=1)
+    )
+
+    page = client.get("/console/disks/").content.decode()
+
+    assert "Your storage will be deleted in 7 days" in page
+
+
+def test_another_users_disk_is_not_found_in_the_console(catalog, client):
+    from instances.disks import disk_create
+
+    owner = make_user()
+    fund(owner, 10_000)
+    disk = disk_create(user=owner, name="theirs", size_gb=10)
+    _renter(client)
+
+    assert client.post(f"/console/disks/{disk.id}/delete/").status_code == 404
+    assert client.post(f"/console/disks/{disk.id}/resize/", {"size_gb": "50"}).status_code == 404
+    assert "theirs" not in client.get("/console/disks/").content.decode()

@@ -66,7 +66,12 @@ def test_full_lifecycle_through_the_real_client(renter, catalog, cluster):
     ]
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
-    assert {"name": "public", "mountPath": "/public", "readOnly": True} in container["volumeMounts"]
+    public = [m for m in container["volumeMounts"] if m["name"] == "public"]
+    assert {(m["mountPath"], m["subPath"], m["readOnly"]) for m in public} == {
+        ("/public/data", "data", True),
+        ("/public/models", "models", True),
+    }
+    assert volumes["public"]["hostPath"]["path"] == "/srv/starverse/public"
     assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "starverse"
     detail = client.get(f"/api/v1/instances/{instance.id}").json()
     assert detail["status"] == "running"
@@ -77,7 +82,7 @@ def test_full_lifecycle_through_the_real_client(renter, catalog, cluster):
         for e in client.get(f"/api/v1/instances/{instance.id}/events").json()["results"]
     ]
     assert events[0] == "Ordered." and events[-1] == "Running: billing started."
-    assert any(message.startswith("Pulled") for message in events)
+    assert any(message.startswith("Kubernetes: Pulled") for message in events)
 
     assert client.post(f"/api/v1/instances/{instance.id}/stop").json()["status"] == "stopping"
     assert converge_until(converge.stop, instance.id) == "stopped"
@@ -219,7 +224,7 @@ def test_node_lost_mid_run_fails_the_instance_and_tells_the_user(renter, catalog
 
     _user, client = renter
     instance = Instance.objects.get(
-        pk=_order(client, catalog["h100x1"], catalog["image"]).json()["id"]
+        pk=_order(client, catalog["h100x1"], catalog["image"], auto_recover=False).json()["id"]
     )
     converge_until(converge.provision, instance.id)
     instance.refresh_from_db()
@@ -264,7 +269,8 @@ def test_chosen_ssh_keys_are_the_ones_installed_and_others_are_refused(renter, c
     ordered = _order(client, catalog["h100x1"], catalog["image"], ssh_keys=[chosen.id])
 
     assert (refused.status_code, refused.json()["code"]) == (400, "unknown_ssh_key")
-    assert (disks.status_code, disks.json()["code"]) == (400, "disks_unavailable")
+    assert (disks.status_code, disks.json()["code"]) == (404, "disk_not_found")
+    assert Instance.objects.filter(status="provisioning").count() == 1  # that order rolled back
     instance = Instance.objects.get(pk=ordered.json()["id"])
     converge_until(converge.provision, instance.id)
     instance.refresh_from_db()

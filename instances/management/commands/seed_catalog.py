@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from instances.models import GpuModel, Image, Offering
+from instances.models import GpuModel, Image, Offering, StoragePrice
 
 GPU_MODELS = [
     # id, name, NVML product, memory GB, interconnect
@@ -17,6 +17,8 @@ PRICING = {
     "a100-80g": (850, 6400, 3_800_000, 16, 120, 500),
     "rtx4090": (220, None, None, 12, 60, 250),
 }
+# Per GB-day in fen: a 100 GB cloud disk costs ¥1/day (¥30/month); the shared NAS ¥2/day.
+STORAGE_PRICES = {"disk": 1, "nas": 2}
 IMAGES = [
     (
         "pytorch-2.1",
@@ -55,6 +57,8 @@ class Command(BaseCommand):
     help = "Seed the demo catalog: GPU models, offerings and images. Safe to run repeatedly."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        for kind, fen in STORAGE_PRICES.items():
+            StoragePrice.objects.get_or_create(kind=kind, defaults={"price_per_gb_day_fen": fen})
         for sort, (key, name, product, memory, interconnect) in enumerate(GPU_MODELS):
             model, _ = GpuModel.objects.get_or_create(
                 id=key,

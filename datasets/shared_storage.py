@@ -1,0 +1,102 @@
+"""The tenant's shared NAS: create it with a quota, grow it, delete it. Like cloud disks, the
+first day is charged at creation and every later day by instances.storage; new instances mount
+it at /nas (running ones pick it up at their next start)."""
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
+
+from datasets.nas import SharedStorage
+from instances.choices import StorageKind
+from instances.provisioning.manifests import nas_name
+from instances.storage import storage_charge_new
+from starverse.core.errors import Conflict, InvalidInput, NotFound
+
+logger = logging.getLogger(__name__)
+
+
+def _after_commit(task_name: str, nas_id: str) -> None:
+    from instances import tasks
+
+    task = getattr(tasks, task_name)
+    transaction.on_commit(lambda: task.delay(nas_id))
+
+
+def _size(size_gb: int) -> int:
+    if not 1 <= size_gb <= settings.NAS_MAX_GB:
+        raise InvalidInput(
+            _("The shared NAS is 1 to %(max)d GB.") % {"max": settings.NAS_MAX_GB},
+            code="nas_size",
+        )
+    return size_gb
+
+
+def nas_for_tenant(tenant_id: str) -> SharedStorage | None:
+    return SharedStorage.objects.filter(
+        tenant_id=tenant_id, status__in=[*SharedStorage.LIVE, SharedStorage.Status.DELETING]
+    ).first()
+
+
+def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
+    """Create the tenant's NAS with this quota, or grow it to it. (nas, created)."""
+    size_gb = _size(size_gb)
+    with transaction.atomic():
+        nas = (
+            SharedStorage.objects.select_for_update()
+            .filter(tenant_id=user.tenant_id, status__in=SharedStorage.LIVE)
+            .first()
+        )
+        if nas is not None:
+            if size_gb < nas.size_gb:
+                raise InvalidInput(
+                    _("The shared NAS can only grow: it is %(have)d GB.") % {"have": nas.size_gb},
+                    code="nas_shrink",
+                )
+            if size_gb > nas.size_gb:
+                nas.size_gb = size_gb
+                nas.save(update_fields=["size_gb"])
+                _after_commit("ensure_nas", nas.id)
+            return nas, False
+        nas = SharedStorage(tenant_id=user.tenant_id, size_gb=size_gb)
+        nas.k8s_name = nas_name(nas.id)
+        try:
+            with transaction.atomic():
+                nas.save(force_insert=True)
+        except IntegrityError:
+            raise Conflict(
+                _("The shared NAS is still being deleted; try again in a minute."),
+                code="nas_deleting",
+            ) from None
+        storage_charge_new(tenant_id=user.tenant_id, kind=StorageKind.NAS, obj=nas)
+        _after_commit("ensure_nas", nas.id)
+    logger.info("nas.created nas=%s tenant=%s size_gb=%d", nas.id, user.tenant_id, size_gb)
+    return nas, True
+
+
+def nas_delete(*, tenant_id: str) -> SharedStorage:
+    """Delete the NAS and everything on it. Refused while an instance with a pod mounts it."""
+    from instances.choices import HOLDS_GPUS
+    from instances.models import Instance
+
+    with transaction.atomic():
+        nas = (
+            SharedStorage.objects.select_for_update()
+            .filter(tenant_id=tenant_id, status__in=SharedStorage.LIVE)
+            .first()
+        )
+        if nas is None:
+            raise NotFound(_("You have no shared NAS."), code="no_nas")
+        using = Instance.objects.filter(tenant_id=tenant_id, status__in=HOLDS_GPUS).first()
+        if using is not None:
+            raise Conflict(
+                _("The instance %(id)s mounts the NAS; stop your instances first.")
+                % {"id": using.id},
+                code="nas_in_use",
+            )
+        nas.status = SharedStorage.Status.DELETING
+        nas.save(update_fields=["status"])
+        _after_commit("delete_nas", nas.id)
+    return nas
