@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from instances.fleet import node_cordon, node_drain, node_token_issue, node_uncordon
 from instances.lifecycle import instance_stop, instance_terminate
 from instances.models import (
+    Disk,
     Gpu,
     GpuModel,
     HealthRule,
@@ -25,6 +26,8 @@ from instances.models import (
     Node,
     NodeEvent,
     Offering,
+    StorageArrears,
+    StoragePrice,
 )
 from instances.selectors import capacity_by_model, latest_samples
 from starverse.core.errors import ServiceError
@@ -292,3 +295,54 @@ class InstanceAdmin(admin.ModelAdmin):
     @admin.action(description=_("Terminate selected instances (disks deleted)"))
     def terminate(self, request: HttpRequest, queryset: Any) -> None:
         self._act(request, queryset, instance_terminate)
+
+
+@admin.register(Disk)
+class DiskAdmin(admin.ModelAdmin):
+    """Cloud disks are the tenants' data: operators see and search them; only the owner (or
+    the end of an unpaid grace period) deletes one."""
+
+    list_display = [
+        "id",
+        "name",
+        "tenant",
+        "size_gb",
+        "status",
+        "instance",
+        "k8s_name",
+        "created_at",
+    ]
+    list_filter = ["status"]
+    search_fields = ["id", "name", "tenant__members__email", "k8s_name", "instance__id"]
+    readonly_fields = [f.name for f in Disk._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(StoragePrice)
+class StoragePriceAdmin(admin.ModelAdmin):
+    list_display = ["kind", "price_per_gb_day_fen", "per_gb_month"]
+
+    @admin.display(description=_("Per GB and 30 days"))
+    def per_gb_month(self, obj: StoragePrice) -> str:
+        return format_fen(obj.price_per_gb_day_fen * 30)
+
+
+@admin.register(StorageArrears)
+class StorageArrearsAdmin(admin.ModelAdmin):
+    """Tenants whose storage is unpaid, with their deadline; read-only (a top-up ends it)."""
+
+    list_display = ["tenant", "started_at", "deadline", "warned_days", "resolved_at", "resolution"]
+    list_filter = ["resolution"]
+    search_fields = ["tenant__members__email"]
+    readonly_fields = [f.name for f in StorageArrears._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -304,3 +304,38 @@ def test_the_shared_nas_is_mounted_everywhere_and_its_usage_is_measured(renter, 
     )
     busy = client.delete("/api/v1/nas")
     assert (busy.status_code, busy.json()["code"]) == (409, "nas_in_use")
+
+
+@pytest.mark.postgres
+def test_concurrent_orders_for_one_disk_attach_it_once(transactional_db, cluster):
+    from django.core.management import call_command
+
+    from instances.disks import disk_create
+    from instances.fleet import nodes_sync_from_cluster
+    from instances.lifecycle import instance_order
+    from instances.models import Offering
+    from starverse.core.errors import Conflict
+    from tests.conftest import run_threads
+
+    call_command("seed_catalog", verbosity=0)
+    nodes_sync_from_cluster()
+    offering = Offering.objects.get(name="1× RTX 4090 24GB")
+    user = make_user()
+    fund(user, 100_000)
+    disk = disk_create(user=user, name="ckpt", size_gb=10)
+
+    results = run_threads(
+        8,
+        lambda i: instance_order(
+            user=user, offering_id=offering.id, image_id="pytorch-2.1", disks=[disk.id]
+        )[0],
+    )
+
+    placed = [r for r in results if isinstance(r, Instance)]
+    assert len(placed) == 1, results
+    assert all(
+        isinstance(r, Conflict) and r.code == "disk_attached" for r in results if r not in placed
+    )
+    disk.refresh_from_db()
+    assert disk.instance_id == placed[0].id
+    assert Instance.objects.count() == 1  # the refused orders left nothing behind

@@ -170,3 +170,26 @@ def test_nas_is_one_per_tenant_and_only_grows(owner):
     assert SharedStorage.objects.get(pk=nas.pk).size_gb == 80
     with pytest.raises(Exception, match="only grow"):
         nas_set_size(user=owner, size_gb=10)
+
+
+def test_operators_see_disks_nas_prices_and_arrears_in_the_admin(owner, client, clock):
+    from tests.factories import make_operator
+
+    disk = disk_create(user=owner, name="ckpt", size_gb=2_000)
+    nas, _created = nas_set_size(user=owner, size_gb=10)
+    clock.bill(T0 + timedelta(days=1))
+    client.force_login(make_operator())
+
+    pages = {
+        "disk": client.get("/admin/instances/disk/"),
+        "price": client.get("/admin/instances/storageprice/"),
+        "arrears": client.get("/admin/instances/storagearrears/"),
+        "nas": client.get("/admin/datasets/sharedstorage/"),
+    }
+
+    assert {name: page.status_code for name, page in pages.items()} == dict.fromkeys(pages, 200)
+    assert disk.id in pages["disk"].content.decode()
+    assert nas.id in pages["nas"].content.decode()
+    assert "¥0.30" in pages["price"].content.decode()  # 1 fen per GB-day = ¥0.30 per 30 days
+    assert str(owner.tenant) in pages["arrears"].content.decode()
+    assert client.get(f"/admin/instances/disk/{disk.id}/delete/").status_code == 403
