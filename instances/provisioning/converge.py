@@ -146,8 +146,9 @@ def events_record(instance: Instance, events: list[dict]) -> int:
         InstanceEvent(
             instance=instance,
             status=instance.status,
-            message=later("Kubernetes: %(reason)s: %(message)s")
-            % {"reason": event.get("reason") or "", "message": event.get("message") or ""},
+            # one parameter, so no part of the cluster's text is mistaken for one of ours
+            message=later("Kubernetes: %(event)s")
+            % {"event": f"{event.get('reason') or ''}: {event.get('message') or ''}"},
         )
         for event in new
     )
