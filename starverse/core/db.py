@@ -37,3 +37,18 @@ def bulk_set(model: type[Model], rows: list[tuple[Any, ...]], fields: list[str])
                 f'WHERE t."{pk}" = v."{pk}"',
                 [value for row in batch for value in row],
             )
+
+
+def raw_datetime(value: Any) -> Any:
+    """A datetime column read by raw SQL, as the ORM would give it: aware, in UTC. Drivers
+    differ (SQLite gives text, PostgreSQL aware datetimes)."""
+    from datetime import UTC
+
+    from django.utils import timezone
+    from django.utils.dateparse import parse_datetime
+
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is not None and timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
