@@ -94,3 +94,39 @@ def test_lost_tasks_are_handed_out_again(catalog, django_capture_on_commit_callb
     assert report.requeued == [instance.id]
     assert len(callbacks) == 1
     assert Instance.objects.get(pk=instance.pk).status == "provisioning"
+
+
+def test_warnings_about_a_running_pod_join_its_timeline_once(catalog, cluster):
+    from kubernetes import client
+
+    instance = _running(catalog)
+    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{instance.k8s_name}.oom", "namespace": instance.k8s_namespace},
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": instance.k8s_namespace,
+            "name": instance.k8s_name,
+            "uid": pod["metadata"]["uid"],
+        },
+        "reason": "OOMKilling",
+        "message": "Memory cgroup out of memory: Killed process 4242 (python)",
+        "type": "Warning",
+        "source": {"component": "kubelet"},
+    }
+    client.CoreV1Api(kube._api_client(kube.settings.KUBECONFIG)).create_namespaced_event(
+        instance.k8s_namespace, event
+    )
+
+    first, second = reconcile(), reconcile()
+
+    texts = [e.text for e in InstanceEvent.objects.filter(instance=instance)]
+    assert (
+        texts.count(
+            "Kubernetes: OOMKilling: Memory cgroup out of memory: Killed process 4242 (python)"
+        )
+        == 1
+    )
+    assert (first.events, second.events) == (1, 0)
