@@ -26,7 +26,12 @@ from billing.choices import (
     TransactionKind,
 )
 from billing.models import AdjustmentRequest, LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
-from billing.services import adjustment_post, ledger_post, transaction_reverse
+from billing.services import (
+    adjustment_post,
+    ledger_post,
+    transaction_reverse,
+    wallet_credited_after_commit,
+)
 from starverse.core.errors import Conflict, InvalidInput, ServiceUnavailable
 from starverse.core.ids import new_id
 from starverse.core.money import format_fen
@@ -155,6 +160,7 @@ def topup_settle_from_session(
                 from billing.tasks import send_topup_receipt
 
                 _enqueue(send_topup_receipt, topup.id)
+                wallet_credited_after_commit(topup.wallet_id, topup.amount_fen)
                 logger.info("topup.paid topup=%s txn=%s", topup.id, txn.id)
     elif event_type == "checkout.session.async_payment_failed":
         TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
@@ -390,6 +396,7 @@ def bank_transfer_post(
             from billing.tasks import send_topup_receipt
 
             _enqueue(send_topup_receipt, topup.id)
+            wallet_credited_after_commit(wallet.id, amount_fen)
     except IntegrityError:
         raise Conflict(
             _("Bank reference %(ref)s was already posted.") % {"ref": reference}, code="duplicate"

@@ -51,15 +51,18 @@ def _existing(key: str, request_hash: str) -> LedgerTransaction | None:
     return found
 
 
-def _credited_after_commit(wallet: Wallet, amount_fen: int) -> None:
+def wallet_credited_after_commit(wallet_id: str, amount_fen: int) -> None:
+    """Tell listeners (storage arrears, say) that money came in from outside — a top-up, a
+    bank transfer, an operator's credit — once the posting has committed."""
     from billing.signals import wallet_credited
 
-    wallet_id, tenant_id = wallet.id, wallet.tenant_id
-    transaction.on_commit(
-        lambda: wallet_credited.send(
+    def send() -> None:
+        tenant_id = Wallet.objects.values_list("tenant_id", flat=True).get(pk=wallet_id)
+        wallet_credited.send(
             sender=Wallet, wallet_id=wallet_id, tenant_id=tenant_id, amount_fen=amount_fen
         )
-    )
+
+    transaction.on_commit(send)
 
 
 def _post(
@@ -118,8 +121,6 @@ def _post(
                 )
             LedgerEntry.objects.bulk_create(entries)
             Wallet.objects.filter(pk=wallet.pk).update(cash_fen=cash_after, promo_fen=promo_after)
-            if cash_delta + promo_delta > 0:
-                _credited_after_commit(wallet, cash_delta + promo_delta)
     except IntegrityError:
         found = _existing(key, request_hash)
         if found is None:
@@ -258,7 +259,7 @@ def adjustment_post(
         raise InvalidInput(_("A reason is required for every adjustment."))
     if not getattr(actor, "is_staff", False):
         raise InvalidInput(_("Only staff can post adjustments."))
-    return ledger_post(
+    txn = ledger_post(
         wallet_id=wallet_id,
         key=key or f"adj:{uuid.uuid4()}",
         kind=TransactionKind.ADJUSTMENT,
@@ -267,6 +268,9 @@ def adjustment_post(
         reason=reason.strip(),
         actor=actor,
     )
+    if amount_fen > 0:
+        wallet_credited_after_commit(wallet_id, amount_fen)
+    return txn
 
 
 def wallet_create(*, tenant_id: str) -> Wallet:

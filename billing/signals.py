@@ -1,5 +1,6 @@
-"""Signals other apps listen to. `wallet_credited` is sent after the commit of every posting
-that adds money to a wallet (a top-up, a bank transfer, an operator credit)."""
+"""Signals other apps listen to. `wallet_credited` is sent after the commit of money coming in
+from outside: a paid top-up, a bank transfer, an operator's credit (not trial credit, not
+reversals of charges)."""
 
 from django.dispatch import Signal
 

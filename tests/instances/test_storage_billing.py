@@ -7,16 +7,15 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core import mail
 
-from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
+from billing.payments import bank_transfer_post
 from billing.selectors import wallet_for_tenant
-from billing.services import ledger_post
 from datasets.models import SharedStorage
 from datasets.shared_storage import nas_set_size
 from instances.disks import disk_create
 from instances.models import Disk, StorageArrears, StoragePrice
 from instances.storage import storage_bill
-from tests.factories import make_user
+from tests.factories import make_operator, make_user
 from tests.instances.conftest import fund
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -135,12 +134,13 @@ def test_a_top_up_ends_the_countdown(owner, clock, django_capture_on_commit_call
     assert StorageArrears.objects.filter(resolved_at__isnull=True).count() == 1
 
     with django_capture_on_commit_callbacks(execute=True):
-        ledger_post(
+        bank_transfer_post(
             wallet_id=owner.tenant.wallet.id,
-            key="topup:cs_test_grace",
-            kind=TransactionKind.TOPUP,
             amount_fen=50_000,
-            description="Top-up",
+            payer="Tsinghua University",
+            reference="BOC-2026-1201-0042",
+            reason="grant payment",
+            actor=make_operator(),
         )
 
     arrears = StorageArrears.objects.get(tenant_id=owner.tenant_id)
