@@ -11,18 +11,12 @@ from django.utils.translation import gettext as _
 
 from datasets.nas import SharedStorage
 from instances.choices import StorageKind
+from instances.disks import after_commit
 from instances.provisioning.manifests import nas_name
 from instances.storage import storage_charge_new
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 
 logger = logging.getLogger(__name__)
-
-
-def _after_commit(task_name: str, nas_id: str) -> None:
-    from instances import tasks
-
-    task = getattr(tasks, task_name)
-    transaction.on_commit(lambda: task.delay(nas_id))
 
 
 def _size(size_gb: int) -> int:
@@ -58,7 +52,7 @@ def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
             if size_gb > nas.size_gb:
                 nas.size_gb = size_gb
                 nas.save(update_fields=["size_gb"])
-                _after_commit("ensure_nas", nas.id)
+                after_commit("ensure_nas", nas.id)
             return nas, False
         nas = SharedStorage(tenant_id=user.tenant_id, size_gb=size_gb)
         nas.k8s_name = nas_name(nas.id)
@@ -71,7 +65,7 @@ def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
                 code="nas_deleting",
             ) from None
         storage_charge_new(tenant_id=user.tenant_id, kind=StorageKind.NAS, obj=nas)
-        _after_commit("ensure_nas", nas.id)
+        after_commit("ensure_nas", nas.id)
     logger.info("nas.created nas=%s tenant=%s size_gb=%d", nas.id, user.tenant_id, size_gb)
     return nas, True
 
@@ -98,5 +92,5 @@ def nas_delete(*, tenant_id: str) -> SharedStorage:
             )
         nas.status = SharedStorage.Status.DELETING
         nas.save(update_fields=["status"])
-        _after_commit("delete_nas", nas.id)
+        after_commit("delete_nas", nas.id)
     return nas

@@ -85,6 +85,10 @@ class DiskStatus(models.TextChoices):
     DELETED = "deleted", _("Deleted")
 
 
+# A disk that exists (and costs): not being deleted, not deleted.
+LIVE_DISK = (DiskStatus.CREATING, DiskStatus.AVAILABLE, DiskStatus.ATTACHED)
+
+
 class StorageKind(models.TextChoices):
     DISK = "disk", _("Cloud disk")
     NAS = "nas", _("Shared NAS")

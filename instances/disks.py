@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from instances.choices import DiskStatus, InstanceStatus, StorageKind
+from instances.choices import LIVE_DISK, DiskStatus, InstanceStatus, StorageKind
 from instances.models import Disk, Instance, InstanceEvent
 from instances.provisioning.manifests import cloud_disk_name, namespace_name
 from starverse.core.errors import Conflict, InvalidInput, NotFound
@@ -23,13 +23,13 @@ logger = logging.getLogger(__name__)
 S = InstanceStatus
 D = DiskStatus
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-LIVE = (D.CREATING, D.AVAILABLE, D.ATTACHED)
 # States in which an instance has no pod, so its volumes can change without a restart.
 PODLESS = (S.QUEUED, S.STOPPED, S.FAILED)
 RESTARTABLE = (S.RUNNING, S.PROVISIONING)
 
 
-def _after_commit(task_name: str, *args: Any) -> None:
+def after_commit(task_name: str, *args: Any) -> None:
+    """Queue an instances task once the current transaction commits."""
     from instances import tasks
 
     task = getattr(tasks, task_name)
@@ -72,7 +72,7 @@ def disk_create(*, user: Any, name: str, size_gb: int) -> Disk:
     from instances.storage import storage_charge_new
 
     name, size_gb = _name(name), _size(size_gb)
-    live = Disk.objects.filter(tenant_id=user.tenant_id, status__in=LIVE)
+    live = Disk.objects.filter(tenant_id=user.tenant_id, status__in=LIVE_DISK)
     if live.count() >= settings.DISKS_PER_TENANT:
         raise Conflict(
             _("You have %(n)d disks, the most an account may have; delete one first.")
@@ -92,7 +92,7 @@ def disk_create(*, user: Any, name: str, size_gb: int) -> Disk:
         with transaction.atomic():
             disk.save(force_insert=True)
             storage_charge_new(tenant_id=user.tenant_id, kind=StorageKind.DISK, obj=disk)
-            _after_commit("ensure_disk", disk.id)
+            after_commit("ensure_disk", disk.id)
     except IntegrityError:
         raise Conflict(
             _("You already have a disk named %(name)s.") % {"name": name}, code="disk_name_taken"
@@ -107,7 +107,7 @@ def disk_resize(*, tenant_id: str, disk_id: str, size_gb: int) -> Disk:
     size_gb = _size(size_gb)
     with transaction.atomic():
         disk = disk_for_tenant(tenant_id, disk_id, lock=True)
-        if disk.status not in LIVE:
+        if disk.status not in LIVE_DISK:
             raise Conflict(_("This disk is being deleted."), code="wrong_state")
         if size_gb < disk.size_gb:
             raise InvalidInput(
@@ -119,7 +119,7 @@ def disk_resize(*, tenant_id: str, disk_id: str, size_gb: int) -> Disk:
             return disk
         disk.size_gb = size_gb
         disk.save(update_fields=["size_gb"])
-        _after_commit("ensure_disk", disk.id)
+        after_commit("ensure_disk", disk.id)
     return disk
 
 
@@ -137,7 +137,7 @@ def disk_delete(*, tenant_id: str, disk_id: str) -> Disk:
             )
         disk.status = D.DELETING
         disk.save(update_fields=["status"])
-        _after_commit("delete_disk", disk.id)
+        after_commit("delete_disk", disk.id)
     logger.info("disk.deleting disk=%s tenant=%s", disk.id, tenant_id)
     return disk
 
@@ -254,7 +254,7 @@ def instance_disk_keep(instance: Instance, claim_name: str) -> Disk:
     base = f"{instance.name}-disk"
     name = re.sub(r"[^A-Za-z0-9._-]", "-", base).strip("-._")[:56] or "kept-disk"
     taken = set(
-        Disk.objects.filter(tenant_id=instance.tenant_id, status__in=LIVE).values_list(
+        Disk.objects.filter(tenant_id=instance.tenant_id, status__in=LIVE_DISK).values_list(
             "name", flat=True
         )
     )
@@ -274,5 +274,5 @@ def instance_disk_keep(instance: Instance, claim_name: str) -> Disk:
         origin=instance.id,
         created_at=timezone.now(),
     )
-    _after_commit("ensure_disk", disk.id)
+    after_commit("ensure_disk", disk.id)
     return disk

@@ -24,14 +24,13 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction, Wallet
 from billing.notices import mail_tenant
 from billing.services import ledger_post
-from instances.choices import DiskStatus, InstanceStatus, StorageKind
+from instances.choices import LIVE_DISK, DiskStatus, InstanceStatus, StorageKind
 from instances.models import Disk, StorageArrears, StoragePrice
 from starverse.core.errors import InsufficientBalance
 from starverse.core.money import format_fen
 
 logger = logging.getLogger(__name__)
 WARN_AT_DAYS = (7, 3, 1)
-LIVE_DISK = (DiskStatus.CREATING, DiskStatus.AVAILABLE, DiskStatus.ATTACHED)
 DESCRIPTIONS = {
     StorageKind.DISK: gettext_noop("Cloud disk storage"),
     StorageKind.NAS: gettext_noop("Shared NAS storage"),
@@ -237,7 +236,7 @@ def storage_delete_all(tenant_id: str) -> list[str]:
     instance without a pod are detached first; an instance with a pod keeps its disks (it is
     paid for some other way, e.g. a prepaid month)."""
     from datasets.models import SharedStorage
-    from instances.disks import PODLESS
+    from instances.disks import PODLESS, after_commit
 
     deleted = []
     for disk in Disk.objects.select_for_update().filter(tenant_id=tenant_id, status__in=LIVE_DISK):
@@ -247,17 +246,10 @@ def storage_delete_all(tenant_id: str) -> list[str]:
                 continue
         disk.instance_id, disk.status = None, DiskStatus.DELETING
         disk.save(update_fields=["instance", "status"])
-        _delete_after_commit("delete_disk", disk.id)
+        after_commit("delete_disk", disk.id)
         deleted.append(disk.id)
     for nas in SharedStorage.objects.live().select_for_update().filter(tenant_id=tenant_id):
         SharedStorage.objects.filter(pk=nas.pk).update(status=SharedStorage.Status.DELETING)
-        _delete_after_commit("delete_nas", nas.id)
+        after_commit("delete_nas", nas.id)
         deleted.append(nas.id)
     return deleted
-
-
-def _delete_after_commit(task_name: str, object_id: str) -> None:
-    from instances import tasks
-
-    task = getattr(tasks, task_name)
-    transaction.on_commit(lambda: task.delay(object_id))
