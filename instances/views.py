@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from billing.selectors import wallet_for_tenant
 from datasets.shared_storage import nas_for_tenant
 from instances.api.serializers import InstanceOutput
-from instances.choices import BillingMode, DiskStatus, InstanceStatus
+from instances.choices import BillingMode, DiskStatus, InstanceStatus, OfferingKind
 from instances.disk_views import tenant_disks
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
@@ -67,6 +67,7 @@ class RentForm(forms.Form):
             "invalid_choice": gettext_lazy("That disk is no longer free; choose another.")
         },
     )
+    auto_recover = forms.BooleanField(required=False)
     token = forms.RegexField(regex=r"^[A-Za-z0-9_-]{16,64}$")
 
     def __init__(
@@ -83,6 +84,12 @@ class RentForm(forms.Form):
         self.fields["offering"].choices = [(o.id, o.name) for o in offerings]
         self.fields["image"].choices = [(i.id, i.name) for i in images]
         self.fields["ssh_keys"].choices = [(k.id, k.name) for k in keys]
+
+
+def _auto_recover(offerings: list[Offering], data: dict[str, Any]) -> bool | None:
+    """The console's choice applies to cloud GPUs; a whole node keeps the default (off)."""
+    offering = next(o for o in offerings if o.id == data["offering"])
+    return data["auto_recover"] if offering.kind == OfferingKind.CLOUD else None
 
 
 def _default_offering(offerings: list[Offering], counts: dict[str, int], balance: int) -> str:
@@ -120,7 +127,7 @@ def rent(request: HttpRequest) -> HttpResponse:
         selected_disks = request.POST.getlist("disks")
         chosen = {
             key: str(request.POST.get(key, ""))[:100]
-            for key in ("offering", "image", "billing", "name")
+            for key in ("offering", "image", "billing", "name", "auto_recover")
         }
         token = str(request.POST.get("token", ""))
         if form.is_valid():
@@ -134,6 +141,7 @@ def rent(request: HttpRequest) -> HttpResponse:
                     billing=data["billing"],
                     ssh_keys=data["ssh_keys"],
                     disks=data["disks"],
+                    auto_recover=_auto_recover(offerings, data),
                     idempotency_key=ORDER_KEY_PREFIX + data["token"],
                 )
             except IdempotencyConflict as conflict:
@@ -169,6 +177,7 @@ def rent(request: HttpRequest) -> HttpResponse:
             "image": images[0].id if images else "",
             "billing": BillingMode.HOURLY,
             "name": "",
+            "auto_recover": "on",
         }
         token = _new_token()
     selected = next((o for o in offerings if o.id == chosen["offering"]), None)

@@ -276,3 +276,20 @@ def test_another_users_disk_is_not_found_in_the_console(catalog, client):
     assert client.post(f"/console/disks/{disk.id}/delete/").status_code == 404
     assert client.post(f"/console/disks/{disk.id}/resize/", {"size_gb": "50"}).status_code == 404
     assert "theirs" not in client.get("/console/disks/").content.decode()
+
+
+def test_rent_form_carries_the_recovery_choice_for_cloud_gpus_only(catalog, client):
+    user = _renter(client, fen=1_000_000)
+    page = client.get("/console/rent/").content.decode()
+    assert 'name="auto_recover" value="on" checked' in page
+
+    _rent(client, catalog, auto_recover="on")
+    _rent(client, catalog)  # unticked
+    _rent(client, catalog, offering="h100_node", auto_recover="on")
+
+    rows = list(
+        Instance.objects.filter(tenant_id=user.tenant_id)
+        .order_by("created_at")
+        .values_list("offering__kind", "auto_recover")
+    )
+    assert rows == [("cloud", True), ("cloud", False), ("bare_metal", False)]
