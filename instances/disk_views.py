@@ -18,7 +18,7 @@ from datasets.shared_storage import nas_delete, nas_for_tenant, nas_set_size
 from instances.choices import DiskStatus, InstanceStatus
 from instances.disks import disk_attach, disk_create, disk_delete, disk_detach, disk_resize
 from instances.models import Disk, Instance
-from instances.storage import days_left, open_arrears, prices
+from instances.storage import days_left, open_arrears, prices, storage_day_fen
 from starverse.core.errors import ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
 
@@ -51,6 +51,15 @@ def tenant_disks(request: HttpRequest) -> Any:
     )
 
 
+def free_disks(request: HttpRequest) -> list[Disk]:
+    """The user's disks that can be attached now: not attached, not being deleted."""
+    return list(
+        tenant_disks(request)
+        .filter(status__in=(DiskStatus.CREATING, DiskStatus.AVAILABLE))
+        .order_by("name")
+    )
+
+
 @login_required
 def disk_list(request: HttpRequest) -> HttpResponse:
     tenant_id = request.user.tenant_id  # type: ignore[union-attr]
@@ -72,8 +81,7 @@ def disk_list(request: HttpRequest) -> HttpResponse:
             "days_left": days_left(arrears, timezone.now()) if arrears else None,
             "disk_price": price.get("disk", 0),
             "nas_price": price.get("nas", 0),
-            "day_total_fen": sum(d.size_gb for d in disks) * price.get("disk", 0)
-            + (nas.size_gb * price.get("nas", 0) if nas and nas.status != "deleting" else 0),
+            "day_total_fen": storage_day_fen(tenant_id),
             "stopped_instances": list(stopped.order_by("name")),
         },
     )

@@ -158,11 +158,7 @@ def _attach(disk: Disk, instance: Instance) -> None:
             % {"name": disk.name, "instance": disk.instance_id},
             code="disk_attached",
         )
-    clash = (
-        Disk.objects.filter(instance_id=instance.id, name=disk.name).exclude(pk=disk.pk).exists()
-    )
-    if clash:
-        raise Conflict(_("Another disk of that name is attached."), code="disk_name_taken")
+    # (no two disks of one instance share a mount path: names are unique per tenant)
     disk.instance_id, disk.status = instance.id, D.ATTACHED
     disk.save(update_fields=["instance", "status"])
 

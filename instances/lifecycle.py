@@ -430,8 +430,7 @@ def _recover(instance: Instance, *, node: Any, reason: str) -> None:
         "The node %(node)s was lost (%(reason)s). Billing paused at %(at)s; placing the "
         "instance again on a healthy node with the same disks."
     ) % {"node": node.name, "reason": reason, "at": paused}
-    release(instance)
-    instance_transition(
+    instance_release_gpus(
         instance,
         S.QUEUED,
         message,
@@ -449,7 +448,3 @@ def _recover(instance: Instance, *, node: Any, reason: str) -> None:
             status=S.QUEUED,
             message=later("No healthy capacity right now; it starts as soon as some frees."),
         )
-    product = instance.offering.gpu_model.product
-    from instances.tasks import drain_queue
-
-    transaction.on_commit(lambda: drain_queue.delay(product))

@@ -109,12 +109,13 @@ def storage_charge_new(*, tenant_id: str, kind: str, obj: Any, now: datetime | N
     if amount <= 0:
         return 0
     wallet = Wallet.objects.get(tenant_id=tenant_id)
-    if wallet.total_fen < amount:
+    try:
+        _post(wallet.id, volume, timezone.localdate(now or timezone.now()), amount)
+    except InsufficientBalance:  # the ledger decides, under its lock; we say what it means
         raise InsufficientBalance(
             _("A day of this storage costs %(fen)s and your balance is %(have)s. Top up first.")
             % {"fen": format_fen(amount), "have": format_fen(wallet.total_fen)}
-        )
-    _post(wallet.id, volume, timezone.localdate(now or timezone.now()), amount)
+        ) from None
     return amount
 
 

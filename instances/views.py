@@ -20,8 +20,8 @@ from django.views.decorators.http import require_POST
 from billing.selectors import wallet_for_tenant
 from datasets.shared_storage import nas_for_tenant
 from instances.api.serializers import InstanceOutput
-from instances.choices import BillingMode, DiskStatus, InstanceStatus, OfferingKind
-from instances.disk_views import tenant_disks
+from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.disk_views import free_disks
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
 from instances.selectors import availability, instance_metrics
@@ -35,8 +35,6 @@ CAN_STOP = (S.RUNNING, S.PROVISIONING)
 CAN_START = (S.STOPPED, S.FAILED)
 # Statuses that change on their own within seconds: the page watches them closely.
 TRANSIENT = (S.QUEUED, S.PROVISIONING, S.STOPPING, S.TERMINATING)
-# Disks that can be attached: not attached, not being deleted.
-FREE_DISK = (DiskStatus.CREATING, DiskStatus.AVAILABLE)
 # Idempotency keys of console orders, apart from keys that API clients choose.
 ORDER_KEY_PREFIX = "console:"
 
@@ -118,7 +116,7 @@ def rent(request: HttpRequest) -> HttpResponse:
     counts = availability(offerings)
     keys = list(scope_to_user(SshKey.objects.all(), request.user, "user"))
     selected_keys = [k.id for k in keys]
-    disks = list(tenant_disks(request).filter(status__in=FREE_DISK).order_by("name"))
+    disks = free_disks(request)
     selected_disks: list[str] = []
     error, error_code, status = None, "", 200
     if request.method == "POST":
@@ -273,7 +271,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "disks": list(instance.disks.order_by("name")),
-            "free_disks": list(tenant_disks(request).filter(status__in=FREE_DISK).order_by("name")),
+            "free_disks": free_disks(request),
             "nas": nas_for_tenant(instance.tenant_id),
             "tz": timezone.get_current_timezone_name(),
         },

@@ -1,7 +1,7 @@
 import json
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status
@@ -9,7 +9,6 @@ from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from instances.api.serializers import (
@@ -238,34 +237,7 @@ class ImageListView(CatalogView):
         )
 
 
-PAYLOAD_COLUMNS = (
-    "id",
-    "tenant_id",
-    "name",
-    "status",
-    "offering_id",
-    "image_id",
-    "billing",
-    "created_at",
-    "started_at",
-    "queued_at",
-    "ssh_port",
-    "jupyter_port",
-    "jupyter_token",
-    "cost_fen",
-    "node_id",
-    "error_message",
-    "paid_until",
-    "auto_renew",
-    "auto_recover",
-    "offering__gpu_model_id",
-    "offering__gpu_count",
-    "offering__price_per_hour_fen",
-    "node__name",
-)
-
-
-class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
     """Instances of the caller's tenant. Asynchronous operations answer 202 with the instance."""
 
     model = Instance
@@ -273,18 +245,7 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
     serializer_class = InstanceOutput
 
     def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
-        # Only the columns the payload uses: nodes carry JSON labels, instances many fields.
-        queryset = (
-            queryset.select_related("offering", "node")
-            .only(*PAYLOAD_COLUMNS)
-            .prefetch_related(
-                Prefetch(
-                    "disks",
-                    queryset=Disk.objects.only("id", "instance_id").order_by("name"),
-                    to_attr="attached_disks",
-                )
-            )
-        )
+        queryset = queryset.select_related("offering__gpu_model", "node")
         wanted = self._status_filter()
         return queryset.filter(status=wanted) if wanted else queryset
 
@@ -298,42 +259,14 @@ class InstanceViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantSc
         """The tenant's instances, newest first, paginated like every list (see
         instances.selectors.instance_page for why this one does not go through the ORM)."""
         paginator = Pagination()
-        size = paginator.get_page_size(request) or 20
-        try:
-            number = int(request.query_params.get(paginator.page_query_param, 1))
-        except ValueError:
-            number = 0
-        if number < 1:
-            raise NotFound(_("Invalid page."))
-        total, items = instance_page(
-            request.user.tenant_id,
-            status=self._status_filter(),
-            limit=size,
-            offset=(number - 1) * size,
+        items = paginator.paginate_fetched(
+            request,
+            lambda limit, offset: instance_page(
+                request.user.tenant_id, status=self._status_filter(), limit=limit, offset=offset
+            ),
         )
-        if total is None and number > 1:
-            raise NotFound(_("Invalid page."))
-        total = total or 0
-        url = request.build_absolute_uri()
-        last = max(1, -(-total // size))
-        previous = None
-        if number > 1:
-            previous = (
-                remove_query_param(url, paginator.page_query_param)
-                if number == 2
-                else replace_query_param(url, paginator.page_query_param, number - 1)
-            )
         output = InstanceOutput()
-        return Response(
-            {
-                "count": total,
-                "next": replace_query_param(url, paginator.page_query_param, number + 1)
-                if number < last
-                else None,
-                "previous": previous,
-                "results": [output.to_representation(item) for item in items],
-            }
-        )
+        return paginator.get_paginated_response([output.to_representation(i) for i in items])
 
     def _accepted(self, instance: Instance) -> Response:
         instance = self.get_queryset().get(pk=instance.pk)

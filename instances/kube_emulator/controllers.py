@@ -12,9 +12,8 @@ from .api import Api
 from .defaults import now_iso
 from .errors import ApiError, not_found
 from .kubelet import Kubelet
-from .objects import set_condition
+from .objects import TERMINAL, set_condition
 from .resources import ALL_RESOURCES, NAMESPACES, NODES, PODS, PVCS
-from .scheduler import TERMINAL
 
 Obj = dict[str, Any]
 UNREACHABLE = "node.kubernetes.io/unreachable"

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors as err
 from .defaults import now_iso
-from .objects import ns_name, strip_type
+from .objects import TERMINAL, ns_name, strip_type
 from .resources import ALL_RESOURCES, NAMESPACES, PODS, PVCS, ResourceType
 from .selectors import make_filter
 from .store import Obj, Store
-from .volumes import TERMINAL, pod_claims
+from .volumes import pod_claims
 
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
 PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})

@@ -21,9 +21,9 @@ from typing import Any
 
 from .api import Api
 from .defaults import now_iso, pod_requests
-from .objects import set_condition
+from .objects import TERMINAL, set_condition
 from .resources import NODES, PODS
-from .scheduler import TERMINAL, allocatable, describe_shortage, node_usage
+from .scheduler import allocatable, describe_shortage, node_usage
 from .volumes import VolumeBlock, attach_block, mount_block
 
 Obj = dict[str, Any]

@@ -9,6 +9,9 @@ from typing import Any
 from . import errors as err
 from .defaults import now_iso
 
+# Pod phases after which a pod holds nothing (no resources, no volumes).
+TERMINAL = ("Succeeded", "Failed")
+
 Obj = dict[str, Any]
 
 

@@ -16,13 +16,12 @@ from typing import Any
 from .api import Api
 from .defaults import pod_requests
 from .fleet import GPU_RESOURCE
-from .objects import set_condition
+from .objects import TERMINAL, set_condition
 from .quantity import QuantityError, format_quantity, parse_quantity
 from .resources import NODES, PODS
 from .selectors import node_selector_term_matches
 
 Obj = dict[str, Any]
-TERMINAL = ("Succeeded", "Failed")
 _EVENT_REPEAT_S = 5.0
 
 

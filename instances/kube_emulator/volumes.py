@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from .objects import set_condition
+from .objects import TERMINAL, set_condition
 from .quantity import QuantityError, parse_quantity
 from .resources import PODS, PVCS
 from .store import Store
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from .api import Api
 
 Obj = dict[str, Any]
-TERMINAL = ("Succeeded", "Failed")
 MULTI_ATTACH_MODES = ("ReadWriteMany", "ReadOnlyMany")
 RESIZE_PENDING = "FileSystemResizePending"
 RESIZER = "external-resizer starverse.io/emulated"

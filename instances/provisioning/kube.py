@@ -2,6 +2,7 @@
 timeout; failures come out as RetryableKubeError (timeouts, connection errors, 429, 5xx) or
 PermanentKubeError (everything else), so tasks know whether trying again can help."""
 
+import json
 import logging
 from dataclasses import dataclass
 from functools import cache
@@ -241,8 +242,6 @@ def claim_patch(namespace: str, name: str, body: dict[str, Any]) -> dict[str, An
 def node_volume_stats(node_name: str) -> list[dict[str, Any]]:
     """The kubelet's volume statistics of a node (its Summary API, through the apiserver's
     node proxy): one item per mounted claim, with pvcRef and usedBytes."""
-    import json
-
     # the generated client would turn the JSON body into a Python repr; read it raw
     response = _call(
         "node.stats",
@@ -281,8 +280,6 @@ def events_for(namespace: str, name: str) -> list[dict[str, Any]]:
 
 
 def _message(error: ApiException) -> str:
-    import json
-
     try:
         return json.loads(error.body or "{}").get("message", "")
     except ValueError:

@@ -22,11 +22,6 @@ def disk_name(instance_id: str) -> str:
     return f"disk-{instance_id.split('_', 1)[1].lower()}"
 
 
-def disk_name_for_pod(pod_name: str) -> str:
-    """The instance disk's claim name from the instance's object name (inst-x → disk-x)."""
-    return "disk-" + pod_name.removeprefix("inst-")
-
-
 def cloud_disk_name(disk_id: str) -> str:
     """A cloud disk's claim: `disk-dsk-…`, never equal to an instance disk's `disk-…`."""
     return f"disk-{disk_id.lower().replace('_', '-')}"

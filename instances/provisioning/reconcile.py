@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from instances.choices import InstanceStatus
+from instances.choices import DiskStatus, InstanceStatus
 from instances.lifecycle import instance_transition
 from instances.models import Disk, Instance
 from instances.provisioning import kube, manifests
@@ -92,7 +92,7 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
                 report.orphans.append(f"{kind.lower()}/{namespace}/{name}")
     # A claim holds somebody's data: it goes only when no row wants it at all (an instance that
     # is not terminated, a cloud disk or a NAS that is not deleted).
-    wanted_claims = _wanted_claims(keeps_objects)
+    wanted_claims = _wanted_claims()
     for namespace, name in kube.managed("PersistentVolumeClaim"):
         if (namespace, name) not in wanted_claims:
             kube.delete("PersistentVolumeClaim", namespace, name)
@@ -108,11 +108,15 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
     return report
 
 
-def _wanted_claims(instances: set[tuple[str, str]]) -> set[tuple[str, str]]:
+def _wanted_claims() -> set[tuple[str, str]]:
     from datasets.models import SharedStorage
-    from instances.choices import DiskStatus
 
-    wanted = {(namespace, manifests.disk_name_for_pod(name)) for namespace, name in instances}
+    wanted = {
+        (namespace, manifests.disk_name(instance_id))
+        for namespace, instance_id in Instance.objects.exclude(status=S.TERMINATED)
+        .exclude(k8s_name="")
+        .values_list("k8s_namespace", "id")
+    }
     wanted |= set(
         Disk.objects.exclude(status=DiskStatus.DELETED)
         .exclude(k8s_name="")

@@ -1,4 +1,21 @@
+from collections.abc import Callable
+from typing import Any
+
+from django.core.paginator import InvalidPage, Page
+from django.core.paginator import Paginator as DjangoPaginator
+from rest_framework.exceptions import NotFound
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+
+
+class _Counted:
+    """An object list whose length is known without its rows (for Django's Paginator)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def count(self) -> int:
+        return self.total
 
 
 class Pagination(PageNumberPagination):
@@ -6,3 +23,25 @@ class Pagination(PageNumberPagination):
 
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def paginate_fetched(
+        self, request: Request, fetch: Callable[[int, int], tuple[int | None, list[Any]]]
+    ) -> list[Any]:
+        """Paginate rows that `fetch(limit, offset)` reads together with their total (None
+        when the page is past the end), then answer with get_paginated_response as usual."""
+        size = self.get_page_size(request) or 1
+        raw = request.query_params.get(self.page_query_param) or 1
+        try:
+            number = int(raw)
+            if number < 1:
+                raise InvalidPage
+            total, items = fetch(size, (number - 1) * size)
+            paginator = DjangoPaginator(_Counted(total or 0), size)
+            paginator.validate_number(number)
+        except (ValueError, InvalidPage) as error:
+            raise NotFound(
+                self.invalid_page_message.format(page_number=raw, message=str(error))
+            ) from None
+        self.request = request
+        self.page = Page(items, number, paginator)
+        return items
