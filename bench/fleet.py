@@ -71,9 +71,9 @@ def run() -> list[dict]:
     setup_django()
     from django.db import connection, transaction
 
-    from instances.fleet import report_ingest
-    from instances.models import Gpu, Node
-    from instances.telemetry import report_parse
+    from fleet.models import Gpu, Node
+    from fleet.services import report_ingest
+    from fleet.telemetry import report_parse
 
     nodes = [
         Node.objects.create(

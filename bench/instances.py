@@ -46,7 +46,7 @@ def _users(count: int, prefix: str = "b") -> list:
 
 
 def _nodes(count: int) -> None:
-    from instances.models import Node
+    from fleet.models import Node
 
     Node.objects.bulk_create(
         [
@@ -69,11 +69,12 @@ def order_to_running() -> dict:
     from django.core.management import call_command
     from django.test import override_settings
 
-    from instances.fleet import nodes_sync_from_cluster
-    from instances.kube_emulator import KubeEmulator
+    from devstack.kube import KubeEmulator
+    from fleet.services import nodes_sync_from_cluster
     from instances.lifecycle import instance_order
     from instances.models import Offering
-    from instances.provisioning import converge, kube
+    from instances.provisioning import converge
+    from starverse.core import kube
 
     orders = 100
     emulator = KubeEmulator(

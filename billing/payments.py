@@ -18,13 +18,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing import stripe_gateway as gateway
-from billing.choices import (
-    ApprovalStatus,
-    RefundStatus,
-    TopUpMethod,
-    TopUpStatus,
-    TransactionKind,
-)
+from billing.choices import ApprovalStatus, RefundStatus, TopUpMethod, TopUpStatus, TransactionKind
 from billing.models import AdjustmentRequest, LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
 from billing.services import (
     adjustment_post,

@@ -17,12 +17,7 @@ from django.utils.translation import gettext_noop
 from billing.choices import COUNTER_ACCOUNT, PROMO_CREDIT_KINDS, Account, TransactionKind
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
 from starverse.core.db import bulk_set
-from starverse.core.errors import (
-    Conflict,
-    IdempotencyConflict,
-    InsufficientBalance,
-    InvalidInput,
-)
+from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.money import format_fen
 
 logger = logging.getLogger(__name__)

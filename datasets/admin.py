@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from datasets.models import PublicDataset, SharedStorage
+from datasets.models import PublicDataset
 from datasets.sizes import format_size
 
 
@@ -51,19 +51,3 @@ class PublicDatasetAdmin(admin.ModelAdmin):
 
     def get_prepopulated_fields(self, request: HttpRequest, obj: Any = None) -> dict[str, Any]:
         return {} if obj is not None else {"id": ["name"]}
-
-
-@admin.register(SharedStorage)
-class SharedStorageAdmin(admin.ModelAdmin):
-    """Each tenant's shared NAS with its quota and measured usage; read-only here."""
-
-    list_display = ["id", "tenant", "size_gb", "used_bytes", "used_at", "status", "created_at"]
-    list_filter = ["status"]
-    search_fields = ["id", "tenant__members__email"]
-    readonly_fields = [f.name for f in SharedStorage._meta.fields]
-
-    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False

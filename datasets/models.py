@@ -93,6 +93,6 @@ class PublicDataset(models.Model):
         return self.homepage or None
 
 
-from datasets.nas import SharedStorage  # noqa: E402 - the tenant's shared NAS, see datasets.nas
+from storage.models import SharedStorage  # noqa: E402 - the tenant's shared NAS, see storage.models
 
 __all__ = ["PublicDataset", "SharedStorage"]

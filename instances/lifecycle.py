@@ -14,11 +14,19 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing.selectors import wallet_for_tenant
-from instances.choices import INSTANCE_TRANSITIONS, BillingMode, InstanceStatus, OfferingKind
-from instances.disks import disks_attach_at_order
+from fleet.choices import NodeState
+from fleet.models import Node
+from instances.choices import (
+    HOLDS_GPUS,
+    INSTANCE_TRANSITIONS,
+    BillingMode,
+    InstanceStatus,
+    OfferingKind,
+)
 from instances.models import Image, Instance, InstanceEvent, Offering
 from instances.monthly import period_active, period_charge
 from instances.placement import allocate, choose, release
+from instances.volumes import disks_attach_at_order
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.money import format_fen
 from starverse.core.text import Deferred, later
@@ -382,12 +390,11 @@ def instance_terminate(*, instance_id: str, keep_disk: bool = False) -> Instance
     return instance
 
 
-def instances_on_node_changed(*, node: Any, state: str, reason: str) -> list[str]:
+def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[str]:
     """Tell every instance on a node what happened to it. A node that is down takes its
     instances with it: they fail (billing stops, GPUs are released) with the reason; on a
     cordoned or draining node they keep running and get an event saying why."""
-    from instances.choices import HOLDS_GPUS, NodeState
-
+    node = Node.objects.get(pk=node_id)
     affected = []
     for instance_id in Instance.objects.filter(node=node, status__in=HOLDS_GPUS).values_list(
         "id", flat=True

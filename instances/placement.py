@@ -7,8 +7,10 @@ from collections import defaultdict
 
 from django.db import connection
 
-from instances.choices import NodeState, OfferingKind
-from instances.models import Allocation, Gpu, GpuModel, Instance, Node, Offering
+from fleet.choices import NodeState
+from fleet.models import Allocation, Gpu, GpuModel, Node
+from instances.choices import OfferingKind
+from instances.models import Instance, Offering
 
 
 def choose(offering: Offering) -> tuple[Node, list[int]] | None:

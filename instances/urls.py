@@ -1,6 +1,7 @@
 from django.urls import path
 
-from instances import disk_views, views
+from instances import views
+from storage import views as disk_views
 
 app_name = "instances"
 
@@ -11,10 +12,10 @@ urlpatterns = [
     path("instances/<str:pk>/stop/", views.instance_stop_view, name="stop"),
     path("instances/<str:pk>/start/", views.instance_start_view, name="start"),
     path("instances/<str:pk>/terminate/", views.instance_terminate_view, name="terminate"),
-    path("instances/<str:pk>/disks/", disk_views.disk_attach_view, name="disk-attach"),
+    path("instances/<str:pk>/disks/", views.disk_attach_view, name="disk-attach"),
     path(
         "instances/<str:pk>/disks/<str:disk>/detach/",
-        disk_views.disk_detach_view,
+        views.disk_detach_view,
         name="disk-detach",
     ),
     path("disks/new/", disk_views.disk_create_view, name="disk-create"),

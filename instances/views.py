@@ -18,16 +18,18 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from billing.selectors import wallet_for_tenant
-from datasets.shared_storage import nas_for_tenant
 from instances.api.serializers import InstanceOutput
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
-from instances.disk_views import free_disks
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
 from instances.selectors import availability, instance_metrics
+from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.models import SshKey
+from starverse.core.console import run_service
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
+from storage.nas import nas_for_tenant
+from storage.selectors import free_disks
 
 S = InstanceStatus
 # Which actions an instance offers in each status (the services refuse the rest anyway).
@@ -116,7 +118,7 @@ def rent(request: HttpRequest) -> HttpResponse:
     counts = availability(offerings)
     keys = list(scope_to_user(SshKey.objects.all(), request.user, "user"))
     selected_keys = [k.id for k in keys]
-    disks = free_disks(request)
+    disks = free_disks(request.user)
     selected_disks: list[str] = []
     error, error_code, status = None, "", 200
     if request.method == "POST":
@@ -271,7 +273,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "disks": list(instance.disks.order_by("name")),
-            "free_disks": free_disks(request),
+            "free_disks": free_disks(request.user),
             "nas": nas_for_tenant(instance.tenant_id),
             "tz": timezone.get_current_timezone_name(),
         },
@@ -329,3 +331,38 @@ def instance_terminate_view(request: HttpRequest, pk: str) -> HttpResponse:
         instance_terminate,
         _("Terminating “%(name)s”: the instance and its disk are being deleted."),
     )
+
+
+@login_required
+@require_POST
+def disk_attach_view(request: HttpRequest, pk: str) -> HttpResponse:
+    """Attach a disk to an instance, from either page; `restart` is the user's confirmation."""
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+    disk_id = str(request.POST.get("disk", ""))[:32]
+    restart = request.POST.get("restart") == "1"
+    run_service(
+        request,
+        lambda: disk_attach(instance=instance, disk_id=disk_id, restart=restart),
+        _("Disk attached to “%(name)s”.") % {"name": instance.name}
+        + (" " + _("It restarts to mount it.") if restart else ""),
+    )
+    return _back_from_disks(request, instance)
+
+
+@login_required
+@require_POST
+def disk_detach_view(request: HttpRequest, pk: str, disk: str) -> HttpResponse:
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+    restart = request.POST.get("restart") == "1"
+    run_service(
+        request,
+        lambda: disk_detach(instance=instance, disk_id=disk, restart=restart),
+        _("Disk detached from “%(name)s”; its data is kept.") % {"name": instance.name},
+    )
+    return _back_from_disks(request, instance)
+
+
+def _back_from_disks(request: HttpRequest, instance: Instance) -> HttpResponse:
+    if request.POST.get("next") == "disks":
+        return redirect("console:disks")
+    return redirect(reverse("instances:detail", args=[instance.pk]) + "#disks")

@@ -32,15 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent import metrics as m
-from nodeagent.source import (
-    DriverInfo,
-    Event,
-    GpuInfo,
-    GpuMetrics,
-    Snapshot,
-    iso_utc,
-    utc_now,
-)
+from nodeagent.source import DriverInfo, Event, GpuInfo, GpuMetrics, Snapshot, iso_utc, utc_now
 
 log = logging.getLogger(__name__)
 

@@ -1,27 +1,50 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.http import HttpRequest, HttpResponse
+from django.urls import include, path, re_path
 from django.views.i18n import set_language
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from billing.webhooks import stripe_webhook
-from starverse.core import views as core_views
+from console import views as console_views
+
+# Admin pages of models that moved app (fleet and storage came out of instances and datasets):
+# the old addresses keep working. 308 keeps the method and body of a form post.
+MOVED_ADMIN = {
+    **dict.fromkeys(
+        ("gpumodel", "node", "gpu", "gpusample", "gpurollup", "nodeevent", "healthrule"), "fleet"
+    ),
+    **dict.fromkeys(("disk", "storageprice", "storagearrears", "sharedstorage"), "storage"),
+}
+
+
+def moved_admin(request: HttpRequest, model: str, rest: str) -> HttpResponse:
+    query = request.META.get("QUERY_STRING", "")
+    target = f"/admin/{MOVED_ADMIN[model]}/{model}/{rest}" + (f"?{query}" if query else "")
+    return HttpResponse(status=308, headers={"Location": target})
+
 
 api_v1 = [
     path("", include("starverse.accounts.api.urls")),
     path("", include("billing.api.urls")),
+    path("", include("fleet.api.urls")),
+    path("", include("storage.api.urls")),
     path("", include("instances.api.urls")),
     path("", include("datasets.api.urls")),
 ]
 
 urlpatterns = [
-    path("", core_views.home, name="home"),
-    path("healthz", core_views.healthz, name="healthz"),
+    path("", console_views.home, name="home"),
+    path("healthz", console_views.healthz, name="healthz"),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
-    path("console/", include("starverse.core.urls")),
+    path("console/", include("console.urls")),
     path("console/", include("instances.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     path("billing/", include("billing.urls")),
     path("i18n/setlang/", set_language, name="set_language"),
+    re_path(
+        r"^admin/(?:instances|datasets)/(?P<model>{})/(?P<rest>.*)$".format("|".join(MOVED_ADMIN)),
+        moved_admin,
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

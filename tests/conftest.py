@@ -6,9 +6,14 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core.cache import cache
+from django.core.management import call_command
 from django.db import connection
 from rest_framework.test import APIClient
 
+from devstack.kube import KubeEmulator
+from fleet.services import nodes_sync_from_cluster
+from instances.models import Image, Offering
+from starverse.core import kube
 from tests.factories import make_token, make_user
 
 IS_POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
@@ -87,3 +92,36 @@ def run_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in threads), "threads hung (deadlock?)"
     return results
+
+
+@pytest.fixture
+def cluster(tmp_path: Any, settings: Any) -> Iterator[KubeEmulator]:
+    """The local Kubernetes emulator with 2×8 H100, 1×8 A100 and 1×8 RTX 4090 nodes, the
+    platform pointed at it through a kubeconfig, and the catalog seeded."""
+    emulator = KubeEmulator(
+        fleet={"h100": 2, "a100": 1, "rtx4090": 1},
+        pull_delay_s=0.02,
+        start_delay_s=0.02,
+        tick_s=0.01,
+        pod_termination_s=0.01,
+    ).start()
+    path = tmp_path / "kubeconfig"
+    emulator.write_kubeconfig(str(path))
+    settings.KUBECONFIG = str(path)
+    kube._api_client.cache_clear()
+    yield emulator
+    emulator.stop()
+    kube._api_client.cache_clear()
+
+
+@pytest.fixture
+def catalog(cluster: KubeEmulator, db: Any) -> dict[str, Any]:
+    call_command("seed_catalog", verbosity=0)
+    nodes_sync_from_cluster()
+    return {
+        "h100x1": Offering.objects.get(name="1× H100 80GB SXM"),
+        "h100x8": Offering.objects.get(name="8× H100 80GB SXM"),
+        "h100_node": Offering.objects.get(name="8× H100 80GB SXM bare metal"),
+        "a100_node": Offering.objects.get(name="8× A100 80GB SXM bare metal"),
+        "image": Image.objects.get(pk="pytorch-2.1"),
+    }

@@ -5,9 +5,14 @@ import itertools
 import json
 import os
 import struct
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from billing.choices import TransactionKind
+from billing.services import ledger_post
+from instances.provisioning import converge
 from starverse.accounts.models import ApiToken, SshKey, User
 from starverse.accounts.services import ssh_key_add, token_create, user_create_operator, user_signup
 
@@ -58,7 +63,8 @@ def _topup(user: User) -> Any:
 def make_instance(user: User, status: str = "queued") -> Any:
     from django.utils import timezone
 
-    from instances.models import GpuModel, Image, Instance, Offering
+    from fleet.models import GpuModel
+    from instances.models import Image, Instance, Offering
 
     model, _ = GpuModel.objects.get_or_create(
         id="h100-80g",
@@ -101,8 +107,9 @@ def make_instance(user: User, status: str = "queued") -> Any:
 
 
 def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
-    from instances.models import Disk
-    from instances.provisioning.manifests import cloud_disk_name, namespace_name
+    from starverse.core.kube import namespace_name
+    from storage.manifests import cloud_disk_name
+    from storage.models import Disk
 
     disk = Disk(
         tenant_id=user.tenant_id, created_by=user, name=name, size_gb=size_gb, status="available"
@@ -114,9 +121,31 @@ def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
 
 OWNED_OBJECT_FACTORIES = {
     "instances.Instance": make_instance,
-    "instances.Disk": make_disk,
+    "storage.Disk": make_disk,
     "billing.TopUp": _topup,
     "accounts.ApiToken": lambda user: make_token(user)[0],
     "accounts.SshKey": make_ssh_key,
     "billing.LedgerTransaction": _ledger_row,
 }
+
+
+def fund(user: Any, fen: int) -> None:
+    ledger_post(
+        wallet_id=user.tenant.wallet.id,
+        key=f"topup:test:{user.id}:{fen}",
+        kind=TransactionKind.TOPUP,
+        amount_fen=fen,
+        description="Top-up",
+    )
+
+
+def converge_until(step: Callable[[str], str], instance_id: str, timeout: float = 10.0) -> str:
+    """Run a converge step the way the retrying task does, until it stops asking to wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return step(instance_id)
+        except converge.StillPending:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)

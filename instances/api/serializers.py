@@ -3,13 +3,10 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from fleet.models import GpuModel
 from instances.choices import BillingMode
-from instances.models import Disk, GpuModel, Image, Instance, InstanceEvent, Offering
-from starverse.core.api.serializers import (
-    InputSerializer,
-    StrictCharField,
-    StrictIntegerField,
-)
+from instances.models import Image, Instance, InstanceEvent, Offering
+from starverse.core.api.serializers import InputSerializer, StrictCharField
 
 
 class GpuModelOutput(serializers.ModelSerializer):
@@ -174,42 +171,6 @@ class InstanceEventOutput(serializers.ModelSerializer):
     class Meta:
         model = InstanceEvent
         fields = ["at", "status", "message"]
-
-
-class DiskOutput(serializers.ModelSerializer):
-    attached_to = serializers.CharField(source="instance_id", allow_null=True)
-    mount_path = serializers.CharField()
-    delete_after = serializers.DateTimeField(
-        allow_null=True, help_text="Set while unpaid storage counts down to deletion."
-    )
-
-    class Meta:
-        model = Disk
-        fields = [
-            "id",
-            "name",
-            "size_gb",
-            "status",
-            "attached_to",
-            "mount_path",
-            "created_at",
-            "delete_after",
-        ]
-
-    def to_representation(self, obj: Disk) -> dict[str, Any]:
-        data = super().to_representation(obj)
-        arrears = self.context.get("arrears")
-        data["delete_after"] = _iso(arrears.deadline) if arrears is not None else None
-        return data
-
-
-class DiskCreateInput(InputSerializer):
-    name = StrictCharField(max_length=63)
-    size_gb = StrictIntegerField(min_value=1)
-
-
-class DiskResizeInput(InputSerializer):
-    size_gb = StrictIntegerField(min_value=1)
 
 
 class DiskAttachInput(InputSerializer):

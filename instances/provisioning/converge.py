@@ -11,13 +11,19 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from instances.choices import InstanceStatus, NodeState
-from instances.disks import instance_disk_keep, instance_disks_release
+from fleet.choices import NodeState
+from fleet.models import Node
+from instances.choices import InstanceStatus
 from instances.lifecycle import instance_release_gpus, instance_transition
-from instances.models import Disk, Instance, InstanceEvent, Node
+from instances.models import Instance, InstanceEvent
 from instances.monthly import period_active
-from instances.provisioning import kube, manifests, storage
+from instances.provisioning import manifests
+from instances.volumes import instance_disk_keep, instance_disks_release
+from starverse.core import kube
 from starverse.core.text import later
+from storage import manifests as storage_manifests
+from storage import provisioning as storage
+from storage.models import Disk
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -78,7 +84,7 @@ def provision(instance_id: str) -> str:
         )
         instance.refresh_from_db()
     try:
-        kube.ensure(manifests.namespace(instance.tenant_id))
+        kube.ensure(kube.namespace(instance.tenant_id))
         kube.ensure(manifests.network_policy(instance.tenant_id))
         kube.ensure(
             manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
@@ -111,16 +117,16 @@ def provision(instance_id: str) -> str:
 def _storage(instance: Instance) -> tuple[list[Disk], object | None]:
     """The instance's attached cloud disks and its tenant's shared NAS, their claims made sure
     of (a disk's creation task may not have run yet)."""
-    from datasets.models import SharedStorage
+    from storage.models import SharedStorage
 
     disks = list(Disk.objects.filter(instance_id=instance.id).order_by("name"))
     for disk in disks:
-        storage.claim_converge(manifests.cloud_disk_claim(disk))
+        storage.claim_converge(storage_manifests.cloud_disk_claim(disk))
     nas = SharedStorage.objects.filter(
         tenant_id=instance.tenant_id, status__in=SharedStorage.LIVE
     ).first()
     if nas is not None:
-        storage.claim_converge(manifests.nas_claim(nas))
+        storage.claim_converge(storage_manifests.nas_claim(nas))
     return disks, nas
 
 

@@ -5,13 +5,11 @@ from typing import Any
 
 from django.conf import settings
 
-MANAGED = {"app.kubernetes.io/managed-by": "starverse"}
+from starverse.core.kube import MANAGED, namespace_name, tenant_label
+from storage.manifests import volumes_and_mounts
+
 SSH_PORT = 22
 JUPYTER_PORT = 8888
-
-
-def namespace_name(tenant_id: str) -> str:
-    return f"sv-{tenant_id.lower().replace('_', '-')}"
 
 
 def instance_name(instance_id: str) -> str:
@@ -22,35 +20,11 @@ def disk_name(instance_id: str) -> str:
     return f"disk-{instance_id.split('_', 1)[1].lower()}"
 
 
-def cloud_disk_name(disk_id: str) -> str:
-    """A cloud disk's claim: `disk-dsk-…`, never equal to an instance disk's `disk-…`."""
-    return f"disk-{disk_id.lower().replace('_', '-')}"
-
-
-def nas_name(nas_id: str) -> str:
-    return f"nas-{nas_id.lower().replace('_', '-')}"
-
-
-def _tenant_label(tenant_id: str) -> str:
-    return tenant_id.lower().replace("_", "-")
-
-
 def labels(instance: Any) -> dict[str, str]:
     return {
         **MANAGED,
-        "starverse.io/tenant": _tenant_label(instance.tenant_id),
+        "starverse.io/tenant": tenant_label(instance.tenant_id),
         "starverse.io/instance": instance.id.lower().replace("_", "-"),
-    }
-
-
-def namespace(tenant_id: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": namespace_name(tenant_id),
-            "labels": {**MANAGED, "starverse.io/tenant": _tenant_label(tenant_id)},
-        },
     }
 
 
@@ -115,75 +89,12 @@ def disk_claim(instance: Any) -> dict[str, Any]:
     }
 
 
-def _storage_class(name: str | None) -> dict[str, str]:
-    return {"storageClassName": name} if name else {}
-
-
-def cloud_disk_claim(disk: Any) -> dict[str, Any]:
-    """A cloud disk's claim: labelled with its disk and never owner-referenced, so deleting an
-    instance (or its namespace's other objects) never takes it along."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {
-            "name": disk.k8s_name,
-            "namespace": disk.k8s_namespace,
-            "labels": {
-                **MANAGED,
-                "starverse.io/tenant": _tenant_label(disk.tenant_id),
-                "starverse.io/disk": disk.id.lower().replace("_", "-"),
-            },
-        },
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": f"{disk.size_gb}Gi"}},
-            **_storage_class(disk.storage_class),
-        },
-    }
-
-
-def nas_claim(nas: Any) -> dict[str, Any]:
-    """The tenant's shared NAS: one ReadWriteMany claim in its namespace, mounted by all of
-    its instances; the claim's size is the quota."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {
-            "name": nas.k8s_name,
-            "namespace": namespace_name(nas.tenant_id),
-            "labels": {
-                **MANAGED,
-                "starverse.io/tenant": _tenant_label(nas.tenant_id),
-                "starverse.io/nas": nas.id.lower().replace("_", "-"),
-            },
-        },
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": f"{nas.size_gb}Gi"}},
-            **_storage_class(settings.NAS_STORAGE_CLASS),
-        },
-    }
-
-
-def _storage_volumes(disks: list[Any], nas: Any) -> tuple[list[dict], list[dict]]:
-    """(volumes, mounts) for the attached cloud disks at /mnt/<name> and the NAS at /nas."""
-    volumes, mounts = [], []
-    for disk in disks:
-        volume = f"cd-{disk.id.split('_', 1)[1].lower()}"
-        volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": disk.k8s_name}})
-        mounts.append({"name": volume, "mountPath": disk.mount_path})
-    if nas is not None:
-        volumes.append({"name": "nas", "persistentVolumeClaim": {"claimName": nas.k8s_name}})
-        mounts.append({"name": "nas", "mountPath": "/nas"})
-    return volumes, mounts
-
-
 def pod(
     instance: Any, node_name: str, disks: list[Any] | tuple = (), nas: Any = None
 ) -> dict[str, Any]:
     offering, name = instance.offering, instance_name(instance.id)
     gpus = str(offering.gpu_count)
-    storage_volumes, storage_mounts = _storage_volumes(list(disks), nas)
+    storage_volumes, storage_mounts = volumes_and_mounts(list(disks), nas)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

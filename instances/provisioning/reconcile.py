@@ -9,12 +9,15 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from instances.choices import DiskStatus, InstanceStatus
+from instances.choices import InstanceStatus
 from instances.lifecycle import instance_transition
-from instances.models import Disk, Instance
-from instances.provisioning import kube, manifests
+from instances.models import Instance
+from instances.provisioning import manifests
 from instances.provisioning.converge import events_record
+from starverse.core import kube
 from starverse.core.text import later
+from storage.choices import DiskStatus
+from storage.models import Disk
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -109,7 +112,7 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
 
 
 def _wanted_claims() -> set[tuple[str, str]]:
-    from datasets.models import SharedStorage
+    from storage.models import SharedStorage
 
     wanted = {
         (namespace, manifests.disk_name(instance_id))

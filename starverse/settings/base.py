@@ -28,8 +28,11 @@ INSTALLED_APPS = [
     "starverse.core",
     "starverse.accounts",
     "billing",
+    "fleet",
+    "storage",
     "instances",
     "datasets",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -162,12 +165,12 @@ CELERY_BEAT_SCHEDULE = {
     "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
     "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
     "monthly-renewals": {"task": "instances.tasks.renew_monthly", "schedule": 600.0},
-    "storage-billing": {"task": "instances.tasks.bill_storage", "schedule": 600.0},
-    "nas-usage": {"task": "instances.tasks.refresh_nas_usage", "schedule": 300.0},
-    "fleet-heartbeats": {"task": "instances.tasks.check_heartbeats", "schedule": 15.0},
-    "fleet-rollup": {"task": "instances.tasks.rollup_telemetry", "schedule": 60.0},
-    "fleet-prune": {"task": "instances.tasks.prune_telemetry", "schedule": 3600.0},
-    "fleet-sync-cluster": {"task": "instances.tasks.sync_nodes_from_cluster", "schedule": 30.0},
+    "storage-billing": {"task": "storage.tasks.bill_storage", "schedule": 600.0},
+    "nas-usage": {"task": "storage.tasks.refresh_nas_usage", "schedule": 300.0},
+    "fleet-heartbeats": {"task": "fleet.tasks.check_heartbeats", "schedule": 15.0},
+    "fleet-rollup": {"task": "fleet.tasks.rollup_telemetry", "schedule": 60.0},
+    "fleet-prune": {"task": "fleet.tasks.prune_telemetry", "schedule": 3600.0},
+    "fleet-sync-cluster": {"task": "fleet.tasks.sync_nodes_from_cluster", "schedule": 30.0},
     "billing-retry-stripe-events": {
         "task": "billing.tasks.retry_unprocessed_events",
         "schedule": 300.0,
@@ -232,7 +235,7 @@ LOGGING = {
 }
 
 # Payments. Without STRIPE_SECRET_KEY the platform talks to the local Stripe stand-in
-# (billing.stripe_fake, started by `make run`) with demo keys — labelled as a demo wherever shown.
+# (devstack.stripe, started by `make run`) with demo keys — labelled as a demo wherever shown.
 DEMO_STRIPE_KEY = "sk_test_starverse_demo"  # the local stand-in's key, not a secret
 STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY", DEMO_STRIPE_KEY)
 STRIPE_DEMO = STRIPE_SECRET_KEY == DEMO_STRIPE_KEY

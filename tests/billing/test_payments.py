@@ -8,7 +8,7 @@ from django.core import mail
 from billing import payments
 from billing.choices import RefundStatus, TopUpStatus, TransactionKind
 from billing.models import LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
-from billing.stripe_fake import StripeFake, sign
+from devstack.stripe import StripeFake, sign
 from starverse.core.errors import Conflict, InsufficientBalance, InvalidInput
 from tests.conftest import run_threads
 from tests.factories import make_operator, make_user

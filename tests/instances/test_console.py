@@ -2,8 +2,7 @@ import re
 
 from instances.models import Instance
 from instances.provisioning import converge
-from tests.factories import make_instance, make_ssh_key, make_user
-from tests.instances.conftest import converge_until, fund
+from tests.factories import converge_until, fund, make_instance, make_ssh_key, make_user
 
 
 def _token(page) -> str:
@@ -211,7 +210,7 @@ def test_navigation_points_at_the_new_pages(client, user):
 
 
 def test_disks_page_creates_grows_attaches_and_deletes(catalog, client, cluster):
-    from instances.models import Disk
+    from storage.models import Disk
 
     user = _renter(client)
     page = client.get("/console/disks/").content.decode()
@@ -252,7 +251,7 @@ def test_disks_page_shows_the_countdown_of_unpaid_storage(catalog, client):
 
     from django.utils import timezone
 
-    from instances.models import StorageArrears
+    from storage.models import StorageArrears
 
     user = _renter(client)
     client.post("/console/disks/new/", {"name": "ckpt", "size_gb": "100"})
@@ -266,7 +265,7 @@ def test_disks_page_shows_the_countdown_of_unpaid_storage(catalog, client):
 
 
 def test_another_users_disk_is_not_found_in_the_console(catalog, client):
-    from instances.disks import disk_create
+    from storage.disks import disk_create
 
     owner = make_user()
     fund(owner, 10_000)

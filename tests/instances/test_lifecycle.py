@@ -1,11 +1,12 @@
 import pytest
 from django.utils import timezone
 
+from fleet.models import Allocation
 from instances.lifecycle import queue_drain
-from instances.models import Allocation, Instance, InstanceEvent
-from instances.provisioning import converge, kube, manifests
-from tests.factories import make_user
-from tests.instances.conftest import converge_until, fund
+from instances.models import Instance, InstanceEvent
+from instances.provisioning import converge, manifests
+from starverse.core import kube
+from tests.factories import converge_until, fund, make_user
 
 
 @pytest.fixture
@@ -147,7 +148,7 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
         Allocation.objects.filter(instance=node).values_list("gpu_index", flat=True)
     ) == list(range(8))
     assert (third["status"], third["queue_position"]) == ("queued", 1)
-    from instances.selectors import capacity_by_model
+    from fleet.selectors import capacity_by_model
 
     h100 = next(r for r in capacity_by_model() if r["gpu_product"] == "NVIDIA H100 80GB HBM3")
     assert (h100["total"], h100["allocated"], h100["unhealthy"], h100["free"]) == (16, 10, 0, 6)
@@ -157,7 +158,7 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
 def test_concurrent_orders_never_double_book(transactional_db, cluster, client_for):
     from django.core.management import call_command
 
-    from instances.fleet import nodes_sync_from_cluster
+    from fleet.services import nodes_sync_from_cluster
     from instances.lifecycle import instance_order, instance_terminate
     from instances.models import Offering
     from tests.conftest import run_threads
@@ -219,8 +220,10 @@ def test_api_errors_are_retried_and_a_rerun_after_a_crash_completes(renter, cata
     assert InstanceEvent.objects.filter(instance=instance, status="running").count() == 1
 
 
-def test_node_lost_mid_run_fails_the_instance_and_tells_the_user(renter, catalog, cluster):
-    from instances.fleet import node_transition
+def test_node_lost_mid_run_fails_the_instance_and_tells_the_user(
+    renter, catalog, cluster, django_capture_on_commit_callbacks
+):
+    from fleet.services import node_transition
 
     _user, client = renter
     instance = Instance.objects.get(
@@ -229,7 +232,9 @@ def test_node_lost_mid_run_fails_the_instance_and_tells_the_user(renter, catalog
     converge_until(converge.provision, instance.id)
     instance.refresh_from_db()
 
-    node_transition(node=instance.node, to="down", reason="heartbeat lost: no report for 61 s")
+    # The fleet tells the instances app after its transaction commits.
+    with django_capture_on_commit_callbacks(execute=True):
+        node_transition(node=instance.node, to="down", reason="heartbeat lost: no report for 61 s")
 
     instance.refresh_from_db()
     assert instance.status == "failed"

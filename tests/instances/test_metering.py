@@ -8,8 +8,7 @@ from billing.services import minute_charge_fen, usage_post_many
 from instances.metering import metering_tick
 from instances.models import Instance
 from instances.provisioning import converge
-from tests.factories import make_user
-from tests.instances.conftest import converge_until, fund
+from tests.factories import converge_until, fund, make_user
 
 
 @pytest.mark.parametrize("price", [1, 999, 2200, 16000, 12345])

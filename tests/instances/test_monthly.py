@@ -4,15 +4,15 @@ import pytest
 from django.utils import timezone
 
 from billing.models import LedgerTransaction, Wallet
+from fleet.models import Allocation
 from instances.lifecycle import instance_order, instance_start, instance_stop
 from instances.metering import metering_tick
-from instances.models import Allocation, Instance
+from instances.models import Instance
 from instances.monthly import renewals_run
 from instances.provisioning import converge
 from instances.selectors import availability
 from starverse.core.errors import InsufficientBalance
-from tests.factories import make_user
-from tests.instances.conftest import converge_until, fund
+from tests.factories import converge_until, fund, make_user
 
 MONTH = 12_800_000  # the 8×H100 node: ¥128,000 a month
 

@@ -5,10 +5,10 @@ from django.utils import timezone
 
 from instances.lifecycle import instance_order
 from instances.models import Instance, InstanceEvent
-from instances.provisioning import converge, kube, manifests
+from instances.provisioning import converge, manifests
 from instances.provisioning.reconcile import reconcile
-from tests.factories import make_user
-from tests.instances.conftest import converge_until, fund
+from starverse.core import kube
+from tests.factories import converge_until, fund, make_user
 
 
 def _running(catalog):

@@ -2,7 +2,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from instances.models import GpuModel, Image, Offering, StoragePrice
+from fleet.models import GpuModel
+from instances.models import Image, Offering
+from storage.models import StoragePrice
 
 GPU_MODELS = [
     # id, name, NVML product, memory GB, interconnect

@@ -1,0 +1,90 @@
+"""Console pages that read across apps: the home redirect, the dashboard, the Disks page, and
+the health check. They sit above every app and change nothing themselves."""
+
+from django.contrib.auth.decorators import login_required
+from django.db import connection
+from django.db.models import Q, Sum
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+
+from billing.selectors import ledger_for_tenant, wallet_for_tenant
+from instances.choices import InstanceStatus
+from instances.models import Instance
+from starverse.core.tenancy import scope_to_user
+from storage.billing import days_left, open_arrears, prices, storage_day_fen
+from storage.nas import nas_for_tenant
+from storage.selectors import tenant_disks
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    return redirect("console:dashboard" if request.user.is_authenticated else "accounts:login")
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    wallet = wallet_for_tenant(request.user.tenant_id)  # type: ignore[union-attr]
+    recent = ledger_for_tenant(request.user.tenant_id)[:5]  # type: ignore[union-attr]
+    running = (
+        scope_to_user(Instance.objects.all(), request.user, "tenant")
+        .filter(status=InstanceStatus.RUNNING)
+        .select_related("offering__gpu_model")
+        .order_by("-running_since", "-created_at")
+    )
+    # The spend rate is the hourly price of what is running now (per-minute billing), so it is
+    # right from the first minute; the runway is how long the balance lasts at that rate.
+    totals = running.aggregate(
+        running_gpus=Sum("offering__gpu_count"),
+        running_list_fen=Sum("offering__price_per_hour_fen", filter=Q(billing="hourly")),
+    )
+    spend = totals["running_list_fen"] or 0
+    runway_minutes = max(wallet.total_fen, 0) * 60 // spend if spend > 0 else None
+    return render(
+        request,
+        "console/dashboard.html",
+        {
+            "wallet": wallet,
+            "recent": recent,
+            "running": running[:5],
+            "running_count": running.count(),
+            **totals,
+            "spend_per_hour_fen": spend,
+            "runway_minutes": runway_minutes,
+            "active": "dashboard",
+        },
+    )
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return JsonResponse({"status": "ok"})
+
+
+@login_required
+def disk_list(request: HttpRequest) -> HttpResponse:
+    """The Disks page: cloud disks with the instances they can be attached to, the shared NAS
+    and the countdown of unpaid storage."""
+    tenant_id = request.user.tenant_id  # type: ignore[union-attr]
+    disks = list(tenant_disks(request.user).select_related("instance").order_by("name"))
+    arrears = open_arrears(tenant_id)
+    price = prices()
+    nas = nas_for_tenant(tenant_id)
+    stopped = scope_to_user(Instance.objects.all(), request.user, "tenant").filter(
+        status__in=(InstanceStatus.STOPPED, InstanceStatus.FAILED, InstanceStatus.QUEUED)
+    )
+    return render(
+        request,
+        "storage/disks.html",
+        {
+            "active": "disks",
+            "disks": disks,
+            "nas": nas,
+            "arrears": arrears,
+            "days_left": days_left(arrears, timezone.now()) if arrears else None,
+            "disk_price": price.get("disk", 0),
+            "nas_price": price.get("nas", 0),
+            "day_total_fen": storage_day_fen(tenant_id),
+            "stopped_instances": list(stopped.order_by("name")),
+        },
+    )

@@ -1,0 +1,103 @@
+"""Run the Kubernetes API emulator (a development stand-in) in the foreground.
+
+    python -m devstack.kube --port 16443 --kubeconfig var/kubeconfig \\
+        --fleet h100=2,a100=2,rtx4090=2
+
+Logs one key=value line per request; SIGTERM or Ctrl-C stops it with exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from .emulator import KubeEmulator
+from .fleet import parse_fleet
+
+log = logging.getLogger("devstack.kube")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m devstack.kube",
+        description="Local Kubernetes API emulator: a development stand-in for a GPU cluster "
+        "(not for production).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=16443)
+    parser.add_argument("--kubeconfig", help="write a kubeconfig for this emulator here")
+    parser.add_argument(
+        "--fleet",
+        default="h100=2,a100=2,rtx4090=2",
+        help="node profiles and counts, e.g. h100=2,a100=2,rtx4090=2,cpu=1",
+    )
+    parser.add_argument("--pull-delay", type=float, default=0.5, help="image pull seconds")
+    parser.add_argument("--start-delay", type=float, default=0.2, help="container start seconds")
+    parser.add_argument("--tick", type=float, default=0.05, help="simulation tick seconds")
+    parser.add_argument(
+        "--eviction-grace",
+        type=float,
+        default=30.0,
+        help="seconds before pods of a lost node are evicted",
+    )
+    parser.add_argument("--no-validate", action="store_true", help="skip schema validation")
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="ts=%(asctime)s level=%(levelname)s %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S%z",
+    )
+    try:
+        fleet = parse_fleet(args.fleet)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    emulator = KubeEmulator(
+        args.host,
+        args.port,
+        None,
+        args.pull_delay,
+        args.start_delay,
+        args.tick,
+        not args.no_validate,
+        fleet=fleet,
+        eviction_grace_s=args.eviction_grace,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        emulator.start()
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    if args.kubeconfig:
+        path = emulator.write_kubeconfig(args.kubeconfig)
+        log.info("kube-emulator kubeconfig=%s", path)
+    log.info(
+        'kube-emulator ready url=%s nodes=%s note="development stand-in, not a real cluster"',
+        emulator.url,
+        ",".join(s.name for s in emulator.node_specs),
+    )
+    while not stop.wait(0.5):
+        pass
+    emulator.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

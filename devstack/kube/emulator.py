@@ -1,0 +1,280 @@
+"""``KubeEmulator``: a local Kubernetes API emulator for development and tests.
+
+It is a development stand-in for a cluster of GPU nodes — an HTTP server on 127.0.0.1 that the
+official ``kubernetes`` client and ``kubectl`` talk to unchanged — and never a way to run
+production workloads: nothing is executed, pods only walk through their lifecycle on paper.
+
+    emu = KubeEmulator(pull_delay_s=0.05, start_delay_s=0.05).start()
+    emu.write_kubeconfig("var/kubeconfig")
+    ...
+    emu.stop()
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .api import Api
+from .controllers import Controllers
+from .fleet import NodeSpec, build_fleet, lease_object, node_object
+from .kubelet import Kubelet
+from .resources import LEASES, NAMESPACES, NODES, SERVICES
+from .scheduler import Scheduler
+from .server import EmulatorHTTPServer, Fault, FaultInjector, ServerContext
+from .stats import NodeProxy
+from .store import Store
+from .validation import Validator, schema_version
+from .volumes import VolumeResizer
+
+log = logging.getLogger("devstack.kube")
+SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+DEV_TOKEN = "starverse-kube-emulator-dev-token"  # noqa: S105 - any token (or none) is accepted
+
+
+class KubeEmulator:
+    """Development stand-in for a Kubernetes cluster of GPU nodes (not for production)."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        nodes: list[NodeSpec] | None = None,
+        pull_delay_s: float = 0.5,
+        start_delay_s: float = 0.2,
+        tick_s: float = 0.05,
+        validate: bool = True,
+        *,
+        fleet: dict[str, int] | None = None,
+        history_size: int = 1000,
+        pod_termination_s: float = 0.2,
+        eviction_grace_s: float = 30.0,
+        bookmark_interval_s: float = 1.0,
+        max_watch_s: float = 1800.0,
+        seed: int | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.tick_s = tick_s
+        self.node_specs = list(nodes) if nodes is not None else build_fleet(fleet)
+        self.store = Store(history_size)
+        self.api = Api(self.store, Validator(schema=validate), seed)
+        self.kubelet = Kubelet(self.api, pull_delay_s, start_delay_s, pod_termination_s)
+        self.scheduler = Scheduler(self.api)
+        self.controllers = Controllers(self.api, self.kubelet, eviction_grace_s)
+        self.resizer = VolumeResizer(self.api)
+        self.node_proxy = NodeProxy(self.store, lambda node: node in self.kubelet.frozen_nodes)
+        self.faults = FaultInjector()
+        version = schema_version()
+        major, minor = version.split(".")[:2]
+        self.kubernetes_version = f"v{version}-starverse-emulator"
+        self.version_info: dict[str, Any] = {
+            "major": major,
+            "minor": minor,
+            "emulationMajor": major,
+            "emulationMinor": minor,
+            "gitVersion": self.kubernetes_version,
+            "gitCommit": "0000000000000000000000000000000000000000",
+            "gitTreeState": "clean",
+            "buildDate": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "goVersion": "n/a (Python kube emulator: development stand-in, not for production)",
+            "compiler": "starverse-kube-emulator",
+            "platform": "linux/amd64",
+        }
+        self._ctx = ServerContext(
+            self.api,
+            self.faults,
+            self.version_info,
+            bookmark_interval_s,
+            max_watch_s,
+            self.node_proxy,
+        )
+        self._server: EmulatorHTTPServer | None = None
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._seed_cluster()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def _seed_cluster(self) -> None:
+        for name in SEED_NAMESPACES:
+            self.api.create_internal(
+                NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
+        self.api.create_internal(
+            SERVICES,
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": "kubernetes",
+                    "namespace": "default",
+                    "labels": {"component": "apiserver", "provider": "kubernetes"},
+                },
+                "spec": {
+                    "clusterIP": "10.96.0.1",
+                    "ports": [
+                        {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}
+                    ],
+                },
+            },
+        )
+        for index, spec in enumerate(self.node_specs):
+            node = self.api.create_internal(
+                NODES, node_object(spec, index, self.kubernetes_version)
+            )
+            self.api.create_internal(LEASES, lease_object(spec.name, node["metadata"]["uid"]))
+
+    def start(self) -> KubeEmulator:
+        if self._server is not None:
+            return self
+        self._server = EmulatorHTTPServer((self.host, self.port), self._ctx)
+        self.port = self._server.server_address[1]
+        self._stopping.clear()
+        serve = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="kube-emulator-http",
+            daemon=True,
+        )
+        loop = threading.Thread(target=self._loop, name="kube-emulator-sim", daemon=True)
+        self._threads = [serve, loop]
+        for thread in self._threads:
+            thread.start()
+        log.info(
+            "kube-emulator started url=%s nodes=%d note=%s",
+            self.url,
+            len(self.node_specs),
+            json_quote("development stand-in, not a real cluster"),
+        )
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._stopping.set()
+        self.store.close()
+        self._server.shutdown()
+        self._server.close_connections()
+        self._server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._server = None
+        log.info("kube-emulator stopped url=%s", self.url)
+
+    def __enter__(self) -> KubeEmulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(self.tick_s):
+            self.tick()
+
+    def tick(self) -> None:
+        """One pass of the emulated control plane and kubelets (the loop calls this)."""
+        now = time.monotonic()
+        # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
+        with self.store.lock:
+            for part in (self.controllers, self.scheduler, self.kubelet, self.resizer):
+                try:
+                    part.tick(now)
+                except Exception:  # keep the loop alive; the log names the failing component
+                    log.exception("kube-emulator %s tick failed", type(part).__name__)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def write_kubeconfig(
+        self, path: str | os.PathLike[str], context: str = "starverse-emulator"
+    ) -> Path:
+        """Write a kubeconfig pointing at this emulator (plain http, static bearer token)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = (
+            "# Starverse kube emulator: a development stand-in, not a real cluster.\n"
+            "apiVersion: v1\n"
+            "kind: Config\n"
+            "clusters:\n"
+            f"- name: {context}\n"
+            "  cluster:\n"
+            f"    server: {self.url}\n"
+            "users:\n"
+            f"- name: {context}\n"
+            "  user:\n"
+            f"    token: {DEV_TOKEN}\n"
+            "contexts:\n"
+            f"- name: {context}\n"
+            "  context:\n"
+            f"    cluster: {context}\n"
+            f"    user: {context}\n"
+            "    namespace: default\n"
+            f"current-context: {context}\n"
+            "preferences: {}\n"
+        )
+        target.write_text(text)
+        target.chmod(0o600)
+        return target
+
+    # --- fault injection ---------------------------------------------------------------------
+
+    def inject_api_fault(
+        self,
+        status: int = 500,
+        count: int = 1,
+        verb: str | None = None,
+        resource: str | None = None,
+        retry_after_s: int = 1,
+    ) -> None:
+        """Answer the next ``count`` matching API requests with ``status`` (500, 429, ...).
+
+        ``verb`` is a Kubernetes verb (get, list, watch, create, update/replace, patch, delete,
+        deletecollection); ``resource`` a plural such as ``pods`` or ``pods/status``. A 429
+        carries ``Retry-After`` (urllib3 retries idempotent verbs on it by itself)."""
+        if verb is not None:
+            verb = {"replace": "update", "read": "get"}.get(verb, verb)
+        self.faults.add(Fault(status, count, verb, resource, retry_after_s))
+
+    def clear_api_faults(self) -> None:
+        self.faults.clear()
+
+    def fail_image_pull(self, image_substring: str) -> None:
+        """Pods whose image contains ``image_substring`` go ErrImagePull → ImagePullBackOff."""
+        self.kubelet.failing_images.append(image_substring)
+
+    def clear_image_pull_failures(self) -> None:
+        self.kubelet.failing_images.clear()
+
+    def lose_node(self, name: str) -> None:
+        """The node stops reporting: Ready=Unknown, unreachable taints, its pods NotReady
+        (NodeLost) and, after ``eviction_grace_s``, evicted."""
+        self.controllers.lose_node(name)
+
+    def restore_node(self, name: str) -> None:
+        self.controllers.restore_node(name)
+
+    def set_pull_delay(self, seconds: float) -> None:
+        self.kubelet.pull_delay_s = seconds
+
+    def set_volume_usage(self, namespace: str, claim: str, used_bytes: int) -> None:
+        """Bytes in use on a claim's volume, as the kubelet Summary API
+        (``nodes/{node}/proxy/stats/summary``) reports them for pods that mount it (0 until
+        set; nothing is written to emulated volumes)."""
+        self.node_proxy.set_volume_usage(namespace, claim, used_bytes)
+
+
+def json_quote(text: str) -> str:
+    return '"' + text.replace('"', '\\"') + '"'

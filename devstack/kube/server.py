@@ -1,0 +1,540 @@
+"""HTTP front end of the Kubernetes API emulator (a development stand-in, never a production
+control plane): apiserver-shaped routing, discovery, JSON (and Table) responses, chunked watch
+streams, the node proxy to the emulated kubelets (:mod:`.stats`) and injected faults, on
+``http.server.ThreadingHTTPServer``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from . import errors as err
+from . import openapi, protobuf
+from . import resources as res
+from .api import Api
+from .objects import success_status
+from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from .stats import NodeProxy
+from .tables import to_table, wants_table
+from .watch import stream_watch
+
+log = logging.getLogger("devstack.kube")
+_LEGACY_BINDING = re.compile(r"^/api/v1/namespaces/([^/]+)/bindings/?$")
+_NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
+
+
+@dataclass
+class Fault:
+    status: int
+    remaining: int
+    verb: str | None
+    resource: str | None
+    retry_after_s: int
+
+
+class FaultInjector:
+    """Queued failures answered instead of real responses (``inject_api_fault``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: list[Fault] = []
+
+    def add(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def take(self, verb: str, resource: str) -> err.ApiError | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.verb not in (None, verb):
+                    continue
+                if fault.resource not in (None, resource, resource.split("/")[0]):
+                    continue
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
+                return err.injected(fault.status, fault.retry_after_s)
+        return None
+
+
+@dataclass
+class ServerContext:
+    api: Api
+    faults: FaultInjector
+    version_info: dict[str, Any]
+    bookmark_interval_s: float = 1.0
+    max_watch_s: float = 1800.0
+    node_proxy: NodeProxy | None = None
+    connections: set[socket.socket] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class Target:
+    rt: res.ResourceType
+    namespace: str | None  # None: cluster-scoped, or all namespaces for a namespaced type
+    name: str | None
+    subresource: str | None
+
+
+def parse_target(path: str) -> Target | dict[str, Any] | None:
+    """A resource target, a discovery document, or None for an unknown path."""
+    segments = [s for s in path.split("/") if s]
+    if segments[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", segments[2:]
+    elif segments[:1] == ["apis"] and len(segments) >= 3:
+        group, version, rest = segments[1], segments[2], segments[3:]
+    else:
+        return None
+    if not rest:
+        return res.api_resource_list(group, version)
+    if (
+        rest[0] == "namespaces"
+        and len(rest) >= 3
+        and not (group == "" and len(rest) == 3 and rest[2] in ("status", "finalize"))
+    ):
+        namespace, plural, tail = rest[1], rest[2], rest[3:]
+    else:
+        namespace, plural, tail = None, rest[0], rest[1:]
+    rt = res.lookup(group, version, plural)
+    if rt is None or len(tail) > 2 or (namespace is not None and not rt.namespaced):
+        return None
+    if namespace is None and rt.namespaced and tail:
+        return None  # namespaced objects need /namespaces/{ns}/ in the path
+    return Target(rt, namespace, tail[0] if tail else None, tail[1] if len(tail) > 1 else None)
+
+
+def _int_param(params: dict[str, str], key: str) -> int:
+    try:
+        return int(params.get(key) or 0)
+    except ValueError as exc:
+        raise err.bad_request(f"{key} must be an integer") from exc
+
+
+def _flag(params: dict[str, str], key: str) -> bool:
+    return params.get(key, "").lower() in ("true", "1")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "starverse-kube-emulator/dev"
+    timeout = 300
+    server: EmulatorHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body go out as separate writes: without this, Nagle + delayed ACK
+        # add ~40 ms to every keep-alive response
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.ctx.lock:
+            self.server.ctx.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.ctx.lock:
+            self.server.ctx.connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # --- plumbing ----------------------------------------------------------------------------
+
+    def _handle(self, method: str) -> None:
+        started = time.perf_counter()
+        self._code = 0
+        self._verb = ""
+        self._resource = ""
+        url = urlsplit(self.path)
+        params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        raw = b""
+        try:
+            raw = self._read_body()
+            self._route(method, url.path, params, raw)
+        except err.ApiError as exc:
+            self._send_json(exc.code, exc.status(), exc.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # a bug in the emulator: answer like the apiserver would
+            log.exception("kube-emulator internal error path=%s", url.path)
+            self._send_json(500, err.internal_error(f"{type(exc).__name__}: {exc}").status())
+        finally:
+            log.info(
+                "kube-emulator request method=%s path=%s verb=%s resource=%s code=%s "
+                "duration_ms=%.1f content_type=%s user_agent=%s",
+                method,
+                url.path,
+                self._verb or "-",
+                self._resource or "-",
+                self._code,
+                (time.perf_counter() - started) * 1000,
+                self.headers.get("Content-Type", "-") if raw else "-",
+                json.dumps(self.headers.get("User-Agent", "")),
+            )
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            data = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return bytes(data)
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _decode(self, raw: bytes) -> Any:
+        if not raw.strip():
+            return None
+        content_type = self.headers.get("Content-Type", "application/json").lower()
+        if content_type.startswith(protobuf.PROTOBUF):
+            return protobuf.decode(raw)
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            if "yaml" in content_type:
+                try:
+                    import yaml
+
+                    return yaml.safe_load(raw)
+                except ImportError as missing:
+                    raise err.unsupported_media_type(content_type) from missing
+                except yaml.YAMLError as bad:
+                    raise err.bad_request(f"error decoding YAML: {bad}") from bad
+            raise err.bad_request(f"couldn't get version/kind; json parse error: {exc}") from exc
+
+    def _send_bytes(
+        self, code: int, payload: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self._code = code
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        for warning in getattr(self, "_warnings", []):
+            self.send_header("Warning", f"299 - {json.dumps(warning)}")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self._send_bytes(code, json.dumps(body).encode(), "application/json", headers)
+
+    # --- routing -----------------------------------------------------------------------------
+
+    def _route(self, method: str, path: str, params: dict[str, str], raw: bytes) -> None:
+        ctx = self.server.ctx
+        self._warnings: list[str] = []
+        if method == "GET":
+            if path in ("/healthz", "/livez", "/readyz"):
+                self._send_bytes(200, b"ok", "text/plain; charset=utf-8")
+                return
+            static = self._discovery(path)
+            if static is not None:
+                self._send_json(200, static)
+                return
+        legacy_binding = _LEGACY_BINDING.match(path)
+        if legacy_binding and method == "POST":  # the pre-subresource /bindings endpoint
+            self._verb, self._resource = "create", "bindings"
+            body = self._decode(raw)
+            meta = body.get("metadata") if isinstance(body, dict) else None
+            name = meta.get("name", "") if isinstance(meta, dict) else ""
+            self._send_json(201, ctx.api.bind(legacy_binding.group(1), name, body))
+            return
+        node_proxy = _NODE_PROXY.match(path)
+        if node_proxy and ctx.node_proxy is not None:
+            self._proxy_to_kubelet(ctx.node_proxy, method, node_proxy, params)
+            return
+        target = parse_target(path)
+        if isinstance(target, dict) and method == "GET":
+            self._send_json(200, target)
+            return
+        if not isinstance(target, Target):
+            raise err.path_not_found()
+        verb = self._verb_for(method, target, params)
+        self._verb = verb
+        self._resource = target.rt.plural + (f"/{target.subresource}" if target.subresource else "")
+        fault = ctx.faults.take(verb, self._resource)
+        if fault is not None:
+            raise fault
+        api, rt = ctx.api, target.rt
+        namespace = target.namespace or ""
+        dry_run = params.get("dryRun") == "All"
+        validation = params.get("fieldValidation") or "Strict"
+        if validation not in ("Strict", "Warn", "Ignore"):
+            raise err.bad_request(f"fieldValidation must be Ignore, Warn or Strict: {validation}")
+        if verb == "watch":
+            stream_watch(self, ctx, rt, target.namespace, params)
+            return
+        if verb == "list":
+            listing = api.list(
+                rt,
+                target.namespace,
+                label_selector=params.get("labelSelector"),
+                field_selector=params.get("fieldSelector"),
+                limit=_int_param(params, "limit"),
+                continue_token=params.get("continue"),
+                resource_version=params.get("resourceVersion"),
+            )
+            self._respond_object(200, rt, listing, params, is_list=True)
+        elif verb == "get" and target.subresource == "log":
+            text = pod_log(api.get(rt, namespace, target.name or ""), params.get("container"))
+            self._send_bytes(200, text.encode(), "text/plain")
+        elif verb == "get":
+            obj = api.get(rt, namespace, target.name or "")
+            self._respond_object(200, rt, obj, params)
+        elif verb == "create" and target.subresource == "binding":
+            self._send_json(201, api.bind(namespace, target.name or "", self._decode(raw)))
+        elif verb == "create":
+            obj, self._warnings = api.create(
+                rt, namespace, self._decode(raw), dry_run=dry_run, field_validation=validation
+            )
+            self._send_json(201, obj)
+        elif verb == "update":
+            obj, self._warnings = api.update(
+                rt,
+                namespace,
+                target.name or "",
+                self._decode(raw),
+                subresource=target.subresource,
+                dry_run=dry_run,
+                field_validation=validation,
+            )
+            self._send_json(200, obj)
+        elif verb == "patch":
+            content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if content_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH):
+                raise err.unsupported_media_type(content_type)
+            obj, self._warnings, created = api.patch(
+                rt,
+                namespace,
+                target.name or "",
+                content_type,
+                self._decode(raw),
+                subresource=target.subresource,
+                dry_run=dry_run,
+                field_validation=validation,
+            )
+            self._send_json(201 if created else 200, obj)
+        elif verb == "delete":
+            options = self._delete_options(raw, params)
+            obj, removed = api.delete(rt, namespace, target.name or "", options, dry_run=dry_run)
+            if removed and not rt.returns_deleted_object:
+                obj = success_status(
+                    obj["metadata"]["name"], rt.plural, rt.group, obj["metadata"].get("uid", "")
+                )
+            self._send_json(200, obj)
+        elif verb == "deletecollection":
+            options = self._delete_options(raw, params)
+            self._send_json(
+                200,
+                api.delete_collection(
+                    rt,
+                    target.namespace,
+                    options,
+                    label_selector=params.get("labelSelector"),
+                    field_selector=params.get("fieldSelector"),
+                    dry_run=dry_run,
+                ),
+            )
+        else:
+            raise err.method_not_allowed(method, rt.plural)
+
+    def _proxy_to_kubelet(
+        self, proxy: NodeProxy, method: str, match: re.Match[str], params: dict[str, str]
+    ) -> None:
+        """``nodes/{name}/proxy/{path}`` (or ``?path=``): GET only, as the kubelet's read-only
+        endpoints; a ``scheme:name:port`` node reference is reduced to the name, and the path
+        is percent-decoded (the generated client sends ``stats%2Fsummary``)."""
+        self._verb, self._resource = "get", "nodes/proxy"
+        if method != "GET":
+            raise err.method_not_allowed(method, "nodes/proxy")
+        fault = self.server.ctx.faults.take("get", "nodes/proxy")
+        if fault is not None:
+            raise fault
+        parts = unquote(match.group(1)).split(":")
+        node_name = parts[1] if parts[0] in ("http", "https") and len(parts) > 1 else parts[0]
+        path = unquote(match.group(2)) if match.group(2) is not None else params.get("path", "")
+        code, body, content_type = proxy.get(node_name, path)
+        self._send_bytes(code, body, content_type)
+
+    @staticmethod
+    def _verb_for(method: str, target: Target, params: dict[str, str]) -> str:
+        allowed = {
+            "status": {"GET", "PUT", "PATCH"},
+            "finalize": {"PUT"},
+            "binding": {"POST"},
+            "log": {"GET"},
+        }
+        owner = {"finalize": "namespaces", "binding": "pods", "log": "pods"}
+        if target.subresource and (
+            target.subresource not in allowed
+            or owner.get(target.subresource, target.rt.plural) != target.rt.plural
+        ):
+            raise err.path_not_found()
+        if target.subresource and method not in allowed[target.subresource]:
+            raise err.method_not_allowed(method, f"{target.rt.plural}/{target.subresource}")
+        if target.subresource == "status" and not target.rt.status_subresource:
+            raise err.path_not_found()
+        if target.name is None:
+            verbs = {
+                "GET": "watch" if _flag(params, "watch") else "list",
+                "POST": "create",
+                "DELETE": "deletecollection",
+            }
+        else:
+            verbs = {
+                "GET": "get",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete",
+                "POST": "create",
+            }
+        verb = verbs.get(method)
+        if verb is None or (verb == "create" and target.name and target.subresource != "binding"):
+            raise err.method_not_allowed(method, target.rt.plural)
+        return verb
+
+    def _delete_options(self, raw: bytes, params: dict[str, str]) -> dict[str, Any]:
+        body = self._decode(raw)
+        options: dict[str, Any] = dict(body) if isinstance(body, dict) else {}
+        if "gracePeriodSeconds" in params:
+            try:
+                options["gracePeriodSeconds"] = int(params["gracePeriodSeconds"])
+            except ValueError as exc:
+                raise err.bad_request("gracePeriodSeconds must be an integer") from exc
+        if params.get("propagationPolicy"):
+            options["propagationPolicy"] = params["propagationPolicy"]
+        if options.get("propagationPolicy") not in (None, "Orphan", "Background", "Foreground"):
+            raise err.bad_request(
+                f"propagationPolicy: Unsupported value: {options['propagationPolicy']!r}"
+            )
+        if options.get("gracePeriodSeconds") is not None:
+            options["gracePeriodSeconds"] = int(options["gracePeriodSeconds"])
+        return options
+
+    def _respond_object(
+        self,
+        code: int,
+        rt: res.ResourceType,
+        obj: dict[str, Any],
+        params: dict[str, str],
+        is_list: bool = False,
+    ) -> None:
+        if wants_table(self.headers.get("Accept", "")):
+            items = obj["items"] if is_list else [obj]
+            table = to_table(
+                rt,
+                items,
+                params.get("includeObject", "Metadata"),
+                obj["metadata"]
+                if is_list
+                else {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+            )
+            self._send_json(code, table)
+            return
+        self._send_json(code, obj)
+
+    def _discovery(self, path: str) -> dict[str, Any] | None:
+        ctx = self.server.ctx
+        path = path.rstrip("/") or "/"
+        if path == "/version":
+            return ctx.version_info
+        if path == "/openapi/v3":
+            return openapi.root()
+        if path.startswith("/openapi/v3/"):
+            document = openapi.group_version_document(path[len("/openapi/v3/") :])
+            if document is None:
+                raise err.path_not_found()
+            return document
+        if path == "/api":
+            host, port = self.server.server_address[:2]
+            return res.api_versions(f"{host}:{port}")
+        if path == "/apis":
+            return res.api_group_list()
+        if path.startswith("/apis/") and path.count("/") == 2:
+            group = res.api_group(path.split("/")[2])
+            if group is None:
+                raise err.path_not_found()
+            return group
+        if path == "/":
+            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v3", "/readyz"]
+            paths.append("/version")
+            paths += [f"/apis/{g}/{v}" for g, v in res.group_versions()]
+            return {"paths": sorted(paths)}
+        return None
+
+
+def pod_log(pod: dict[str, Any], container: str | None) -> str:
+    """``pods/{name}/log``: nothing runs in the emulator, so a running container has only a
+    banner; one that has not started answers 400 like the kubelet does."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    names = [c.get("name") for c in spec.get("containers") or []]
+    if container is None:
+        if len(names) != 1:
+            raise err.bad_request(
+                f"a container name must be specified for pod {meta['name']}, choose one of: "
+                f"[{' '.join(str(n) for n in names)}]"
+            )
+        container = str(names[0])
+    if container not in names:
+        raise err.bad_request(f"container {container} is not valid for pod {meta['name']}")
+    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+    waiting = ((statuses.get(container) or {}).get("state") or {}).get("waiting")
+    if container not in statuses or waiting:
+        reason = (waiting or {}).get("reason", "ContainerCreating")
+        raise err.bad_request(
+            f'container "{container}" in pod "{meta["name"]}" is waiting to start: {reason}'
+        )
+    return (
+        f"[kube emulator] container {container} of pod {meta.get('namespace')}/{meta['name']} "
+        "is emulated (development stand-in): no process runs, so there is no output.\n"
+    )
+
+
+class EmulatorHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], ctx: ServerContext) -> None:
+        self.ctx = ctx
+        super().__init__(address, Handler)
+
+    def close_connections(self) -> None:
+        with self.ctx.lock:
+            connections = list(self.ctx.connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)

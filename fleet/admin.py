@@ -1,0 +1,216 @@
+"""The operator's fleet screens: every node with its state, last report and live GPUs, the
+capacity per GPU model, cordon / uncordon / drain with a reason, and the health rules."""
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
+
+from fleet.models import Gpu, GpuModel, HealthRule, Node, NodeEvent
+from fleet.selectors import capacity_by_model, latest_samples
+from fleet.services import node_cordon, node_drain, node_token_issue, node_uncordon
+from starverse.core.errors import ServiceError
+
+
+class NodeEventInline(admin.TabularInline):
+    model = NodeEvent
+    fields = ["at", "kind", "code", "gpu", "message"]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    ordering = ["-at"]
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    fields = [
+        "index",
+        "uuid",
+        "product",
+        "memory_mb",
+        "pci_bus_id",
+        "nvlink_links",
+        "lost_at",
+        "last_seen_at",
+    ]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(label=_("Reason"), widget=forms.Textarea(attrs={"rows": 2}))
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "gpu_product",
+        "gpu_count",
+        "interconnect",
+        "state_badge",
+        "last_report",
+        "gpus_now",
+        "rack",
+    ]
+    list_filter = ["state", "gpu_product", "interconnect", "in_cluster"]
+    search_fields = ["name", "rack", "switch", "gpus__uuid"]
+    readonly_fields = [
+        "id",
+        "state",
+        "state_reason",
+        "state_changed_at",
+        "token_prefix",
+        "labels",
+        "in_cluster",
+        "agent_version",
+        "driver_version",
+        "cuda_version",
+        "last_report_at",
+        "created_at",
+        "operations",
+    ]
+    exclude = ["token_hash"]
+    inlines = [GpuInline, NodeEventInline]
+    change_list_template = "admin/fleet/node/change_list.html"
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        queryset = super().get_queryset(request).prefetch_related("gpus")
+        self._latest = latest_samples(list(Gpu.objects.values_list("pk", flat=True)))
+        return queryset
+
+    @admin.display(description=_("State"), ordering="state")
+    def state_badge(self, obj: Node) -> str:
+        colour = {"ready": "#15803d", "cordoned": "#b45309", "draining": "#b45309"}.get(
+            obj.state, "#b91c1c"
+        )
+        return format_html(
+            '<b style="color:{}">{}</b><br><small>{}</small>',
+            colour,
+            obj.get_state_display(),
+            obj.state_reason[:80],
+        )
+
+    @admin.display(description=_("Last report"), ordering="last_report_at")
+    def last_report(self, obj: Node) -> str:
+        if obj.last_report_at is None:
+            return "—"
+        return _("%(s)d s ago") % {"s": (timezone.now() - obj.last_report_at).total_seconds()}
+
+    @admin.display(description=_("GPUs now (util · °C · W)"))
+    def gpus_now(self, obj: Node) -> str:
+        """One small cell per GPU, shaded by utilisation; hover for temperature and power."""
+        latest = getattr(self, "_latest", {})
+        cells = []
+        for gpu in obj.gpus.all():
+            sample = latest.get(gpu.pk)
+            if gpu.lost_at:
+                cells.append(("#b91c1c", "#fff", f"GPU {gpu.index}: lost", "✕"))
+            elif sample and sample.util is not None:
+                shade = int(235 - 1.6 * sample.util)
+                tip = (
+                    f"GPU {gpu.index}: {sample.util}% · {sample.temp_c} °C · {sample.power_w:.0f} W"
+                )
+                cells.append((f"rgb({shade},{shade + 10},255)", "#111", tip, f"{sample.util}"))
+            else:
+                cells.append(("#e5e7eb", "#6b7280", f"GPU {gpu.index}: no data", "–"))
+        return (
+            format_html_join(
+                "",
+                '<span title="{}" style="display:inline-block;width:30px;margin:1px;padding:2px 0;'
+                'text-align:center;font:11px monospace;border-radius:3px;background:{};color:{}">'
+                "{}</span>",
+                ((tip, bg, fg, text) for bg, fg, tip, text in cells),
+            )
+            or "—"
+        )
+
+    @admin.display(description=_("Operations"))
+    def operations(self, obj: Node) -> str:
+        links = [
+            (reverse("admin:fleet_node_state", args=[obj.pk, action]), label)
+            for action, label in (
+                ("cordon", _("Cordon…")),
+                ("drain", _("Drain…")),
+                ("uncordon", _("Uncordon")),
+                ("token", _("New agent token")),
+            )
+        ]
+        return format_html_join(" ", '<a class="button" href="{}">{}</a>', links)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        extra_context = {**(extra_context or {}), "capacity": capacity_by_model()}
+        return super().changelist_view(request, extra_context)
+
+    def get_urls(self) -> list:
+        return [
+            path(
+                "<str:pk>/<str:action>/",
+                self.admin_site.admin_view(self.state_view),
+                name="fleet_node_state",
+            ),
+            *super().get_urls(),
+        ]
+
+    def response_add(self, request: HttpRequest, obj: Node, post_url_continue: Any = None) -> Any:
+        token = node_token_issue(node=obj)
+        messages.warning(
+            request,
+            _("Agent token for %(node)s (shown once): %(token)s")
+            % {"node": obj.name, "token": token},
+        )
+        return super().response_add(request, obj, post_url_continue)
+
+    def state_view(self, request: HttpRequest, pk: str, action: str) -> HttpResponse:
+        node = get_object_or_404(Node, pk=pk)
+        back = HttpResponseRedirect(reverse("admin:fleet_node_change", args=[node.pk]))
+        if action == "token" and request.method == "POST":
+            messages.warning(
+                request,
+                _("New agent token for %(node)s (shown once): %(token)s")
+                % {"node": node.name, "token": node_token_issue(node=node)},
+            )
+            return back
+        if action == "uncordon" and request.method == "POST":
+            node_uncordon(node=node, actor=request.user)
+            return back
+        form = ReasonForm(request.POST or None)
+        if action in ("cordon", "drain") and request.method == "POST" and form.is_valid():
+            try:
+                (node_cordon if action == "cordon" else node_drain)(
+                    node=node, reason=form.cleaned_data["reason"], actor=request.user
+                )
+            except ServiceError as error:
+                form.add_error(None, error.message)
+            else:
+                return back
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{action}: {node.name}",
+            "form": form if action in ("cordon", "drain") else None,
+            "object": node,
+            "opts": Node._meta,
+            "action": action,
+        }
+        return TemplateResponse(request, "admin/fleet/node/state_form.html", context)
+
+
+@admin.register(HealthRule)
+class HealthRuleAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "params", "action", "enabled"]
+    list_editable = ["enabled"]
+
+
+@admin.register(GpuModel)
+class GpuModelAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "product", "memory_gb", "interconnect"]

@@ -1,0 +1,407 @@
+"""Services for the fleet: node registration and tokens, state transitions (operator actions
+and health rules), report ingestion, and telemetry retention."""
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Avg, Count, Max
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from fleet.choices import NODE_TRANSITIONS, HealthRuleKind, NodeEventKind, NodeState
+from fleet.models import Gpu, GpuModel, GpuRollup, GpuSample, HealthRule, Node, NodeEvent
+from fleet.telemetry import STORED_METRICS, Report
+from starverse.accounts.tokens import (
+    NODE_TOKEN_PREFIX,
+    token_display_prefix,
+    token_generate,
+    token_hash,
+    token_is_well_formed,
+)
+from starverse.core import kube
+from starverse.core.dispatch import enqueue_on_commit
+from starverse.core.errors import Conflict, InvalidInput
+
+logger = logging.getLogger(__name__)
+RAW_RETENTION = timedelta(hours=24)
+ROLLUP_RETENTION = timedelta(days=30)
+
+
+# --- registration -------------------------------------------------------------------------
+
+
+def node_token_issue(*, node: Node) -> str:
+    """A new agent token for the node (the old one stops working); shown once."""
+    plaintext = token_generate(NODE_TOKEN_PREFIX)
+    Node.objects.filter(pk=node.pk).update(
+        token_hash=token_hash(plaintext), token_prefix=token_display_prefix(plaintext)
+    )
+    logger.info("node.token_issued node=%s", node.name)
+    return plaintext
+
+
+def node_for_token(*, name: str, token: str) -> Node | None:
+    """The node if the token is its token; None for a malformed, wrong or unknown one."""
+    if not token_is_well_formed(token, NODE_TOKEN_PREFIX):
+        return None
+    return Node.objects.filter(name=name, token_hash=token_hash(token)).first()
+
+
+def node_register(*, name: str, bootstrap_token: str, spec: dict[str, Any]) -> tuple[Node, str]:
+    """An agent joining with the fleet's bootstrap token gets its node (created if new) and
+    a node token of its own."""
+    expected = settings.NODE_BOOTSTRAP_TOKEN
+    if not expected or not bootstrap_token or bootstrap_token != expected:
+        raise InvalidInput("Unknown bootstrap token.", code="bad_bootstrap_token")
+    node, created = Node.objects.get_or_create(name=name, defaults=spec)
+    if created:
+        NodeEvent.objects.create(
+            node=node, kind=NodeEventKind.REGISTERED, message="Registered by its node agent."
+        )
+    return node, node_token_issue(node=node)
+
+
+# --- state --------------------------------------------------------------------------------
+
+
+def node_transition(
+    *,
+    node: Node,
+    to: NodeState,
+    reason: str,
+    kind: str = NodeEventKind.STATE,
+    actor: Any = None,
+    code: int | None = None,
+    gpu: Gpu | None = None,
+) -> bool:
+    """Move a node to another state, once, with an event saying why. False if it already was."""
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        if locked.state == to:
+            return False
+        if to not in NODE_TRANSITIONS[NodeState(locked.state)]:
+            raise Conflict(f"A {locked.state} node cannot become {to}.")
+        who = f" (by {actor.email})" if getattr(actor, "email", None) else ""
+        locked.state, locked.state_reason, locked.state_changed_at = to, reason, timezone.now()
+        locked.save(update_fields=["state", "state_reason", "state_changed_at"])
+        NodeEvent.objects.create(
+            node=locked,
+            gpu=gpu,
+            kind=kind,
+            code=code,
+            message=f"{NodeState(to).label}: {reason}{who}",
+        )
+    node.state, node.state_reason = to, reason
+    logger.warning("node.state node=%s state=%s reason=%s", node.name, to, reason)
+    _mirror_schedulable(node)
+    if to != NodeState.READY:
+        # The instances app tells the instances on the node (fail, recover or warn them).
+        enqueue_on_commit("instances.tasks.node_changed", node.pk, to, reason)
+    return True
+
+
+def _mirror_schedulable(node: Node) -> None:
+    """Keep the cluster's Node.spec.unschedulable in step, when a cluster is configured."""
+    if not node.in_cluster:
+        return
+    try:
+        kube.node_set_unschedulable(node.name, node.state != NodeState.READY)
+    except kube.KubeError as error:  # the reconcile loop converges it later
+        logger.error("node.mirror_failed node=%s error=%s", node.name, error)
+
+
+def node_cordon(*, node: Node, reason: str, actor: Any) -> bool:
+    if not reason.strip():
+        raise InvalidInput("A reason is required.")
+    return node_transition(node=node, to=NodeState.CORDONED, reason=reason.strip(), actor=actor)
+
+
+def node_drain(*, node: Node, reason: str, actor: Any) -> bool:
+    if not reason.strip():
+        raise InvalidInput("A reason is required.")
+    return node_transition(node=node, to=NodeState.DRAINING, reason=reason.strip(), actor=actor)
+
+
+def node_uncordon(*, node: Node, actor: Any) -> bool:
+    return node_transition(node=node, to=NodeState.READY, reason="returned to service", actor=actor)
+
+
+# --- reports ------------------------------------------------------------------------------
+
+
+def _rules(kind: HealthRuleKind) -> list[HealthRule]:
+    return [rule for rule in HealthRule.objects.filter(enabled=True) if rule.kind == kind]
+
+
+def _inventory_sync(node: Node, report: Report, now: Any) -> dict[str, Gpu]:
+    gpus = {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
+    for item in report.inventory:
+        gpu = gpus.get(item["uuid"])
+        keys = ("index", "pci_bus_id", "product", "memory_mb", "serial", "vbios", "nvlink_links")
+        fields = {key: item[key] for key in keys}
+        if gpu is None:
+            Gpu.objects.filter(node=node, index=item["index"]).exclude(uuid=item["uuid"]).delete()
+            gpus[item["uuid"]] = Gpu.objects.create(
+                node=node, uuid=item["uuid"], last_seen_at=now, **fields
+            )
+        elif any(getattr(gpu, k) != v for k, v in fields.items()) or gpu.lost_at:
+            for k, v in fields.items():
+                setattr(gpu, k, v)
+            gpu.lost_at, gpu.last_seen_at = None, now
+            gpu.save()
+    return gpus
+
+
+# Per process: node id → (the inventory it last reported, uuid → gpu id). Reports repeat
+# their inventory every 15 s; only a change needs the database.
+_GPU_MAP: dict[str, tuple[tuple, dict[str, int]]] = {}
+_SAMPLE_COLUMNS = ("gpu_id", "at", *STORED_METRICS)
+
+
+def _gpu_ids(node: Node, report: Report, now: Any) -> dict[str, int]:
+    signature = tuple(tuple(sorted(item.items())) for item in report.inventory)
+    cached = _GPU_MAP.get(node.pk)
+    if cached is not None and (not report.inventory or cached[0] == signature):
+        return cached[1]
+    gpus = (
+        _inventory_sync(node, report, now)
+        if report.inventory
+        else {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
+    )
+    ids = {uuid: gpu.pk for uuid, gpu in gpus.items()}
+    _GPU_MAP[node.pk] = (signature, ids)
+    return ids
+
+
+def _insert_samples(rows: list[tuple]) -> None:
+    """One multi-row INSERT: this is the fleet's hottest write, so it skips the ORM."""
+    if not rows:
+        return
+    table = GpuSample._meta.db_table
+    columns = ", ".join(_SAMPLE_COLUMNS)
+    values = ", ".join(["(" + ", ".join(["%s"] * len(_SAMPLE_COLUMNS)) + ")"] * len(rows))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) VALUES {values}",  # noqa: S608 - fixed names
+            [value for row in rows for value in row],
+        )
+
+
+def report_ingest(*, node: Node, report: Report) -> int:
+    """Store a report's samples, inventory and events, then apply the health rules it can
+    trigger. Returns the number of GPU samples stored."""
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            ids = _gpu_ids(node, report, now)
+            rows = [
+                (ids[reading.uuid], at, *(reading.values[column] for column in STORED_METRICS))
+                for at, readings in report.samples
+                for reading in readings
+                if reading.uuid in ids
+            ]
+            _insert_samples(rows)
+            updates = {
+                "last_report_at": now,
+                "agent_version": report.agent_version,
+                "driver_version": report.driver["driver_version"],
+                "cuda_version": report.driver["cuda_version"],
+            }
+            Node.objects.filter(pk=node.pk).update(**updates)
+    except IntegrityError:
+        _GPU_MAP.pop(node.pk, None)  # a GPU row went away under the cache: next report rebuilds
+        raise
+    for key, value in updates.items():
+        setattr(node, key, value)
+    if report.events or report.lost_gpus or _anomalous(report):
+        gpus = {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
+        _apply_report_rules(node, report, gpus)
+    if node.state == NodeState.DOWN and node.state_reason.startswith("heartbeat"):
+        node_transition(
+            node=node, to=NodeState.READY, reason="reports again", kind=NodeEventKind.HEARTBEAT
+        )
+    return len(rows)
+
+
+def _anomalous(report: Report) -> bool:
+    return any(
+        (reading.values.get("ecc_dbe") or 0) > 0 or reading.uncorrectable > 0
+        for _at, readings in report.samples[-1:]
+        for reading in readings
+    )
+
+
+def _apply_report_rules(node: Node, report: Report, gpus: dict[str, Gpu]) -> None:
+    for event in report.events:
+        if event["type"] != "xid" or event["xid"] is None:
+            continue
+        gpu = gpus.get(event["uuid"])
+        NodeEvent.objects.create(
+            node=node,
+            gpu=gpu,
+            kind=NodeEventKind.XID,
+            code=event["xid"],
+            at=event["at"],
+            message=event["message"] or f"XID {event['xid']}",
+        )
+        for rule in _rules(HealthRuleKind.XID):
+            if event["xid"] in rule.params.get("xids", []):
+                node_transition(
+                    node=node,
+                    to=rule.action,
+                    kind=NodeEventKind.XID,
+                    gpu=gpu,
+                    code=event["xid"],
+                    reason=f"critical XID {event['xid']} on GPU {event['gpu']} (rule {rule.name})",
+                )
+    for lost in report.lost_gpus:
+        gpu = gpus.get(lost["uuid"]) or next(
+            (g for g in gpus.values() if g.index == lost["index"]), None
+        )
+        if gpu is not None and gpu.lost_at is None:
+            Gpu.objects.filter(pk=gpu.pk).update(lost_at=timezone.now())
+        for rule in _rules(HealthRuleKind.GPU_LOST):
+            node_transition(
+                node=node,
+                to=rule.action,
+                kind=NodeEventKind.GPU_LOST,
+                gpu=gpu,
+                reason=f"GPU {lost['index']} lost ({lost['error'] or 'not visible'}; "
+                f"rule {rule.name})",
+            )
+    for rule in _rules(HealthRuleKind.ECC_UNCORRECTABLE):
+        threshold = int(rule.params.get("min_count", 1))
+        for _at, readings in report.samples[-1:]:
+            for reading in readings:
+                dbe = int(reading.values.get("ecc_dbe") or 0)
+                if max(dbe, reading.uncorrectable) >= threshold:
+                    node_transition(
+                        node=node,
+                        to=rule.action,
+                        kind=NodeEventKind.ECC,
+                        gpu=gpus.get(reading.uuid),
+                        reason=f"uncorrectable ECC errors on GPU {reading.index} "
+                        f"(rule {rule.name})",
+                    )
+
+
+def heartbeats_check() -> list[str]:
+    """Nodes whose agent has not reported within the heartbeat rule's timeout go down."""
+    downed = []
+    for rule in _rules(HealthRuleKind.HEARTBEAT):
+        cutoff = timezone.now() - timedelta(seconds=int(rule.params.get("timeout_s", 60)))
+        stale = Node.objects.filter(last_report_at__lt=cutoff).exclude(state=NodeState.DOWN)
+        for node in stale:
+            seconds = int((timezone.now() - node.last_report_at).total_seconds())
+            if node_transition(
+                node=node,
+                to=rule.action,
+                kind=NodeEventKind.HEARTBEAT,
+                reason=f"heartbeat lost: no report for {seconds} s (rule {rule.name})",
+            ):
+                downed.append(node.name)
+    return downed
+
+
+# --- retention ----------------------------------------------------------------------------
+
+
+def telemetry_rollup(*, since: Any = None) -> int:
+    """Aggregate raw samples into one-minute rollups (idempotent: upserts by gpu+minute)."""
+    since = since or timezone.now() - timedelta(minutes=10)
+    rows = (
+        GpuSample.objects.filter(at__gte=since)
+        .annotate(minute=TruncMinute("at"))
+        .values("gpu_id", "minute")
+        .annotate(
+            samples=Count("id"),
+            util_avg=Avg("util"),
+            mem_used_mb_avg=Avg("mem_used_mb"),
+            temp_c_max=Max("temp_c"),
+            power_w_avg=Avg("power_w"),
+        )
+    )
+    rollups = [GpuRollup(**row) for row in rows]
+    GpuRollup.objects.bulk_create(
+        rollups,
+        update_conflicts=True,
+        unique_fields=["gpu", "minute"],
+        update_fields=["samples", "util_avg", "mem_used_mb_avg", "temp_c_max", "power_w_avg"],
+    )
+    return len(rollups)
+
+
+def telemetry_prune() -> tuple[int, int]:
+    """Drop raw samples older than 24 hours and rollups older than 30 days."""
+    now = timezone.now()
+    raw, _ = GpuSample.objects.filter(at__lt=now - RAW_RETENTION).delete()
+    rolled, _ = GpuRollup.objects.filter(minute__lt=now - ROLLUP_RETENTION).delete()
+    return raw, rolled
+
+
+# --- the cluster's view -------------------------------------------------------------------
+
+_INTERCONNECT_BANDWIDTH = {"nvlink": 900}
+
+
+def _product(label: str) -> str:
+    """GPU feature discovery writes the NVML product name with spaces as dashes."""
+    for product in GpuModel.objects.values_list("product", flat=True):
+        if product.replace(" ", "-") == label:
+            return product
+    return label.replace("-", " ")
+
+
+def nodes_sync_from_cluster() -> int:
+    """Mirror the cluster's GPU Node objects into the fleet: new nodes appear, capacity and
+    labels follow the cluster. Nodes gone from the cluster are marked, never deleted."""
+    seen = []
+    for item in kube.nodes_list():
+        if item.gpu_count <= 0:
+            continue
+        labels = item.labels
+        interconnect = labels.get("starverse.io/interconnect", "pcie")
+        spec = {
+            "gpu_product": _product(labels.get("nvidia.com/gpu.product", "unknown")),
+            "gpu_count": item.gpu_count,
+            "gpu_memory_mb": int(labels.get("nvidia.com/gpu.memory", "0") or 0),
+            "interconnect": interconnect if interconnect in ("nvlink", "pcie") else "pcie",
+            "nvlink_bandwidth_gbps": _INTERCONNECT_BANDWIDTH.get(interconnect),
+            "cpu_cores": item.cpu_cores,
+            "memory_gb": item.memory_gb,
+            "labels": labels,
+            "in_cluster": True,
+        }
+        node, created = Node.objects.update_or_create(name=item.name, defaults=spec)
+        if created:
+            NodeEvent.objects.create(
+                node=node, kind=NodeEventKind.REGISTERED, message="Discovered in the cluster."
+            )
+        seen.append(item.name)
+    Node.objects.filter(in_cluster=True).exclude(name__in=seen).update(in_cluster=False)
+    return len(seen)
+
+
+# The rules a new installation starts with (migration instances 0002 seeded the same ones).
+DEFAULT_HEALTH_RULES = [
+    ("heartbeat-60s", HealthRuleKind.HEARTBEAT, {"timeout_s": 60}, NodeState.DOWN),
+    (
+        "critical-xid",
+        HealthRuleKind.XID,
+        {"xids": [48, 63, 64, 74, 79, 94, 95]},
+        NodeState.CORDONED,
+    ),
+    ("uncorrectable-ecc", HealthRuleKind.ECC_UNCORRECTABLE, {"min_count": 1}, NodeState.CORDONED),
+    ("gpu-lost", HealthRuleKind.GPU_LOST, {}, NodeState.CORDONED),
+]
+
+
+def health_rules_ensure_defaults() -> None:
+    """Put back any default health rule that is missing (operators' edits are kept)."""
+    for name, kind, params, action in DEFAULT_HEALTH_RULES:
+        HealthRule.objects.get_or_create(
+            name=name, defaults={"kind": kind, "params": params, "action": action}
+        )

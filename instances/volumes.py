@@ -1,0 +1,115 @@
+"""An instance's cloud disks: attach them at order time, attach or detach them later, give them
+back when the instance ends. A pod's volumes cannot change while it runs, so attaching to or
+detaching from a running instance restarts it, and only when the user has confirmed that
+(`restart=True`). The disks' own rules (one instance at a time, not while deleting) are
+storage's (storage.disks)."""
+
+from django.db import transaction
+from django.utils.translation import gettext as _
+
+from instances.choices import InstanceStatus
+from instances.models import Instance, InstanceEvent
+from starverse.core.errors import Conflict, NotFound
+from starverse.core.text import later
+from storage.disks import disk_adopt, disk_bind, disk_for_tenant, disk_unbind
+from storage.models import Disk
+
+S = InstanceStatus
+# States in which an instance has no pod, so its volumes can change without a restart.
+PODLESS = (S.QUEUED, S.STOPPED, S.FAILED)
+RESTARTABLE = (S.RUNNING, S.PROVISIONING)
+
+
+def disks_attach_at_order(instance: Instance, disk_ids: list[str]) -> None:
+    """Attach the ordered disks to a new instance, inside the order's transaction."""
+    for disk_id in dict.fromkeys(disk_ids):
+        disk_bind(disk_for_tenant(instance.tenant_id, disk_id, lock=True), instance.id)
+
+
+def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
+    """Check the instance can take a volume change now; schedule the restart it needs."""
+    from instances.lifecycle import instance_stop
+
+    if instance.status in PODLESS:
+        return
+    if instance.status not in RESTARTABLE:
+        raise Conflict(
+            _("Disks can be changed on a queued, stopped or running instance; this one is %(s)s.")
+            % {"s": InstanceStatus(instance.status).label.lower()},
+            code="wrong_state",
+        )
+    if not restart:
+        raise Conflict(
+            _(
+                "The instance is running, and a running instance's disks cannot change: it must "
+                "restart (unsaved work in memory is lost). Confirm with restart=true, or stop it "
+                "first."
+            ),
+            code="restart_required",
+        )
+    Instance.objects.filter(pk=instance.pk).update(restart_pending=True)
+    instance_stop(instance_id=instance.id, reason=what)
+
+
+def disk_attach(*, instance: Instance, disk_id: str, restart: bool = False) -> Disk:
+    with transaction.atomic():
+        locked = Instance.objects.select_for_update().get(pk=instance.pk)
+        disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
+        if disk.instance_id == locked.id:
+            return disk
+        disk_bind(disk, locked.id)
+        InstanceEvent.objects.create(
+            instance=locked,
+            status=locked.status,
+            message=later("Disk %(name)s attached at %(path)s.")
+            % {"name": disk.name, "path": disk.mount_path},
+        )
+        _volume_change(
+            locked,
+            restart=restart,
+            what=later("Restarting to attach the disk %(name)s.") % {"name": disk.name},
+        )
+    return disk
+
+
+def disk_detach(*, instance: Instance, disk_id: str, restart: bool = False) -> Disk:
+    with transaction.atomic():
+        locked = Instance.objects.select_for_update().get(pk=instance.pk)
+        disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
+        if disk.instance_id != locked.id:
+            raise NotFound(
+                _("The disk %(id)s is not attached to this instance.") % {"id": disk_id},
+                code="disk_not_attached",
+            )
+        _volume_change(
+            locked,
+            restart=restart,
+            what=later("Restarting to detach the disk %(name)s.") % {"name": disk.name},
+        )
+        disk_unbind(disk)
+        InstanceEvent.objects.create(
+            instance=locked,
+            status=locked.status,
+            message=later("Disk %(name)s detached.") % {"name": disk.name},
+        )
+    return disk
+
+
+def instance_disks_release(instance: Instance) -> list[str]:
+    """On terminate: every attached cloud disk becomes available again, data intact."""
+    from storage.disks import disks_release
+
+    return disks_release(instance.id)
+
+
+def instance_disk_keep(instance: Instance, claim_name: str) -> Disk:
+    """Adopt a terminated instance's own disk as a cloud disk (the same claim)."""
+    return disk_adopt(
+        tenant_id=instance.tenant_id,
+        created_by_id=instance.created_by_id,
+        name=f"{instance.name}-disk",
+        size_gb=instance.offering.local_disk_gb,
+        namespace=instance.k8s_namespace,
+        claim_name=claim_name,
+        origin=instance.id,
+    )

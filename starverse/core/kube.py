@@ -1,0 +1,335 @@
+"""The one module that talks to Kubernetes, through the official client. Every call has a
+timeout; failures come out as RetryableKubeError (timeouts, connection errors, 429, 5xx) or
+PermanentKubeError (everything else), so tasks know whether trying again can help."""
+
+import json
+import logging
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+logger = logging.getLogger(__name__)
+TIMEOUT = (3.05, 10)  # connect, read
+
+
+class KubeError(Exception):
+    pass
+
+
+class RetryableKubeError(KubeError):
+    pass
+
+
+class PermanentKubeError(KubeError):
+    pass
+
+
+class ClusterNotConfigured(PermanentKubeError):
+    pass
+
+
+# How a task that talks to the cluster retries: only retryable errors, with backoff and jitter.
+TASK_RETRY: dict[str, Any] = {
+    "autoretry_for": (RetryableKubeError,),
+    "retry_backoff": 2,
+    "retry_backoff_max": 120,
+    "retry_jitter": True,
+    "max_retries": 12,
+}
+MANAGED = {"app.kubernetes.io/managed-by": "starverse"}
+
+
+def namespace_name(tenant_id: str) -> str:
+    """The tenant's namespace: every object of one tenant lives there."""
+    return f"sv-{tenant_id.lower().replace('_', '-')}"
+
+
+def tenant_label(tenant_id: str) -> str:
+    """The tenant's id as a label value (`starverse.io/tenant`)."""
+    return tenant_id.lower().replace("_", "-")
+
+
+def namespace(tenant_id: str) -> dict[str, Any]:
+    """The tenant's namespace object; made sure of before anything is created in it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace_name(tenant_id),
+            "labels": {**MANAGED, "starverse.io/tenant": tenant_label(tenant_id)},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    name: str
+    labels: dict[str, str]
+    gpu_count: int
+    cpu_cores: int
+    memory_gb: int
+    unschedulable: bool
+    ready: bool
+
+
+@cache
+def _api_client(kubeconfig: str) -> client.ApiClient:
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+def core() -> client.CoreV1Api:
+    if not settings.KUBECONFIG:
+        raise ClusterNotConfigured("No cluster configured (set KUBECONFIG).")
+    return client.CoreV1Api(_api_client(settings.KUBECONFIG))
+
+
+def _call(operation: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return function(*args, _request_timeout=TIMEOUT, **kwargs)
+    except ApiException as error:
+        logger.warning(
+            "kube.error op=%s status=%s reason=%s", operation, error.status, error.reason
+        )
+        if error.status in (429, 500, 502, 503, 504) or error.status == 0:
+            raise RetryableKubeError(f"{operation}: {error.status} {error.reason}") from error
+        raise PermanentKubeError(f"{operation}: {error.status} {error.reason}") from error
+    except (HTTPError, OSError) as error:
+        logger.warning("kube.unreachable op=%s error=%s", operation, type(error).__name__)
+        raise RetryableKubeError(f"{operation}: {error}") from error
+
+
+def _quantity_gb(value: str) -> int:
+    units = {
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "K": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "T": 10**12,
+    }
+    for suffix, factor in units.items():
+        if value.endswith(suffix):
+            return int(float(value[: -len(suffix)]) * factor // 2**30)
+    return int(value) // 2**30 if value.isdigit() else 0
+
+
+def nodes_list() -> list[ClusterNode]:
+    items = _call("nodes.list", core().list_node).items
+    result = []
+    for item in items:
+        capacity = item.status.capacity or {}
+        conditions = {c.type: c.status for c in (item.status.conditions or [])}
+        result.append(
+            ClusterNode(
+                name=item.metadata.name,
+                labels=dict(item.metadata.labels or {}),
+                gpu_count=int(capacity.get("nvidia.com/gpu", "0")),
+                cpu_cores=int(str(capacity.get("cpu", "0")).rstrip("m") or 0),
+                memory_gb=_quantity_gb(str(capacity.get("memory", "0"))),
+                unschedulable=bool(item.spec.unschedulable),
+                ready=conditions.get("Ready") == "True",
+            )
+        )
+    return result
+
+
+def node_set_unschedulable(name: str, unschedulable: bool) -> None:
+    _call("nodes.patch", core().patch_node, name, {"spec": {"unschedulable": unschedulable}})
+
+
+def _networking() -> client.NetworkingV1Api:
+    core()  # raises ClusterNotConfigured the same way
+    return client.NetworkingV1Api(_api_client(settings.KUBECONFIG))
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    return _api_client(settings.KUBECONFIG).sanitize_for_serialization(obj)
+
+
+def _operations(kind: str) -> tuple[Any, Any, Any]:
+    """(create, read, delete) callables for a kind, taking (namespace, name/body)."""
+    api = core()
+    table = {
+        "Namespace": (
+            lambda ns, body: api.create_namespace(body, _request_timeout=TIMEOUT),
+            lambda ns, name: api.read_namespace(name, _request_timeout=TIMEOUT),
+            lambda ns, name: api.delete_namespace(name, _request_timeout=TIMEOUT),
+        ),
+        "Secret": (
+            api.create_namespaced_secret,
+            api.read_namespaced_secret,
+            api.delete_namespaced_secret,
+        ),
+        "PersistentVolumeClaim": (
+            api.create_namespaced_persistent_volume_claim,
+            api.read_namespaced_persistent_volume_claim,
+            api.delete_namespaced_persistent_volume_claim,
+        ),
+        "Pod": (api.create_namespaced_pod, api.read_namespaced_pod, api.delete_namespaced_pod),
+        "Service": (
+            api.create_namespaced_service,
+            api.read_namespaced_service,
+            api.delete_namespaced_service,
+        ),
+    }
+    if kind == "NetworkPolicy":
+        net = _networking()
+        table[kind] = (
+            net.create_namespaced_network_policy,
+            net.read_namespaced_network_policy,
+            net.delete_namespaced_network_policy,
+        )
+    create, read, delete = table[kind]
+    if kind == "Namespace":
+        return create, read, delete
+    return (
+        lambda ns, body: create(ns, body, _request_timeout=TIMEOUT),
+        lambda ns, name: read(name, ns, _request_timeout=TIMEOUT),
+        lambda ns, name: delete(name, ns, _request_timeout=TIMEOUT),
+    )
+
+
+def _guard(operation: str, function: Any) -> Any:
+    try:
+        return function()
+    except ApiException as error:
+        if error.status in (429, 500, 502, 503, 504) or error.status == 0:
+            raise RetryableKubeError(f"{operation}: {error.status} {error.reason}") from error
+        raise
+    except (HTTPError, OSError) as error:
+        raise RetryableKubeError(f"{operation}: {error}") from error
+
+
+def ensure(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Create the object, or accept the one already there if we made it (409 → read and
+    compare its labels). Another owner's object under our name is a permanent error."""
+    kind, meta = manifest["kind"], manifest["metadata"]
+    namespace, name = meta.get("namespace"), meta["name"]
+    create, read, _delete = _operations(kind)
+    try:
+        return _plain(_guard(f"{kind}.create", lambda: create(namespace, manifest)))
+    except ApiException as error:
+        if error.status != 409:
+            raise PermanentKubeError(
+                f"{kind} {name}: {error.status} {error.reason}: {_message(error)}"
+            ) from error
+    existing = _plain(_guard(f"{kind}.read", lambda: read(namespace, name)))
+    wanted = meta.get("labels", {})
+    have = existing.get("metadata", {}).get("labels") or {}
+    if any(have.get(key) != value for key, value in wanted.items()):
+        raise PermanentKubeError(f"{kind} {name} exists and is not ours")
+    return existing
+
+
+def read(kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+    _create, read_fn, _delete = _operations(kind)
+    try:
+        return _plain(_guard(f"{kind}.read", lambda: read_fn(namespace, name)))
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise PermanentKubeError(f"{kind} {name}: {error.status} {error.reason}") from error
+
+
+def delete(kind: str, namespace: str | None, name: str, *, force: bool = False) -> bool:
+    """Delete; an object that is already gone counts as deleted. True if it existed. `force`
+    (pods only) skips the grace period: the way to free a pod whose node is unreachable."""
+    _create, _read, delete_fn = _operations(kind)
+    if force:
+        api = core()
+
+        def delete_fn(ns: str | None, obj: str) -> Any:
+            return api.delete_namespaced_pod(
+                obj, ns, grace_period_seconds=0, _request_timeout=TIMEOUT
+            )
+
+    try:
+        _guard(f"{kind}.delete", lambda: delete_fn(namespace, name))
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise PermanentKubeError(f"{kind} {name}: {error.status} {error.reason}") from error
+    return True
+
+
+def claim_patch(namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Patch a PersistentVolumeClaim (labels, or a larger storage request to grow it)."""
+    return _plain(
+        _call(
+            "PersistentVolumeClaim.patch",
+            core().patch_namespaced_persistent_volume_claim,
+            name,
+            namespace,
+            body,
+        )
+    )
+
+
+def node_volume_stats(node_name: str) -> list[dict[str, Any]]:
+    """The kubelet's volume statistics of a node (its Summary API, through the apiserver's
+    node proxy): one item per mounted claim, with pvcRef and usedBytes."""
+    # the generated client would turn the JSON body into a Python repr; read it raw
+    response = _call(
+        "node.stats",
+        core().connect_get_node_proxy_with_path,
+        node_name,
+        "stats/summary",
+        _preload_content=False,
+    )
+    summary = json.loads(response.data)
+    return [
+        volume
+        for pod in (summary or {}).get("pods") or []
+        for volume in pod.get("volume") or []
+        if volume.get("pvcRef")
+    ]
+
+
+def warning_events() -> list[dict[str, Any]]:
+    """Warning events about pods in every namespace (OOMKilled, BackOff, FailedMount …)."""
+    items = _call(
+        "events.list",
+        core().list_event_for_all_namespaces,
+        field_selector="type=Warning,involvedObject.kind=Pod",
+    ).items
+    return [_plain(item) for item in items]
+
+
+def events_for(namespace: str, name: str) -> list[dict[str, Any]]:
+    items = _call(
+        "events.list",
+        core().list_namespaced_event,
+        namespace,
+        field_selector=f"involvedObject.name={name}",
+    ).items
+    return [_plain(item) for item in items]
+
+
+def _message(error: ApiException) -> str:
+    try:
+        return json.loads(error.body or "{}").get("message", "")
+    except ValueError:
+        return ""
+
+
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"
+
+
+def managed(kind: str) -> list[tuple[str, str]]:
+    """(namespace, name) of every object of this kind that the platform manages."""
+    api = core()
+    listing = {
+        "Pod": api.list_pod_for_all_namespaces,
+        "Service": api.list_service_for_all_namespaces,
+        "PersistentVolumeClaim": api.list_persistent_volume_claim_for_all_namespaces,
+        "Secret": api.list_secret_for_all_namespaces,
+    }[kind]
+    items = _call(f"{kind}.list", listing, label_selector=MANAGED_SELECTOR).items
+    return [(item.metadata.namespace, item.metadata.name) for item in items]

@@ -1,0 +1,91 @@
+"""The REST routes of storage: cloud disks and the shared NAS (attaching a disk is an instance's
+route, instances.api)."""
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from starverse.core.api.views import TenantScopedViewSet
+from starverse.core.errors import NotFound
+from storage.api.serializers import (
+    DiskCreateInput,
+    DiskOutput,
+    DiskResizeInput,
+    NasInput,
+    NasOutput,
+)
+from storage.billing import open_arrears
+from storage.disks import disk_create, disk_delete, disk_resize
+from storage.models import Disk
+from storage.nas import nas_delete, nas_for_tenant, nas_set_size
+
+
+class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+    """Cloud disks of the caller's tenant: persistent volumes that outlive instances."""
+
+    model = Disk
+    owner_field = "tenant"
+    serializer_class = DiskOutput
+
+    def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
+        return queryset.exclude(status="deleted")
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        user = self.request.user
+        if getattr(user, "is_authenticated", False):
+            context["arrears"] = open_arrears(user.tenant_id)
+        return context
+
+    @extend_schema(request=DiskCreateInput, responses={201: DiskOutput})
+    def create(self, request: Request) -> Response:
+        data = self.parse(request, DiskCreateInput)
+        disk = disk_create(user=request.user, name=data["name"], size_gb=data["size_gb"])
+        return Response(self.output(disk), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=DiskResizeInput, responses={200: DiskOutput})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        """Grow the disk (claims cannot shrink)."""
+        disk = self.get_object()
+        data = self.parse(request, DiskResizeInput)
+        disk = disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=data["size_gb"])
+        return Response(self.output(disk))
+
+    @extend_schema(responses={202: DiskOutput})
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        disk = self.get_object()
+        disk = disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk)
+        return Response(self.output(disk), status=status.HTTP_202_ACCEPTED)
+
+
+class NasView(APIView):
+    """The caller's shared NAS: one ReadWriteMany volume per account at /nas in every instance.
+    PUT creates it with a quota or grows it; it cannot shrink."""
+
+    def _get(self, request: Request) -> Any:
+        nas = nas_for_tenant(request.user.tenant_id)
+        if nas is None:
+            raise NotFound(_("You have no shared NAS; create one with PUT."), code="no_nas")
+        return nas
+
+    @extend_schema(responses=NasOutput)
+    def get(self, request: Request) -> Response:
+        return Response(NasOutput(self._get(request)).data)
+
+    @extend_schema(request=NasInput, responses={200: NasOutput, 201: NasOutput})
+    def put(self, request: Request) -> Response:
+        data = NasInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        nas, created = nas_set_size(user=request.user, size_gb=data.validated_data["size_gb"])
+        return Response(NasOutput(nas).data, status=201 if created else 200)
+
+    @extend_schema(responses={202: NasOutput})
+    def delete(self, request: Request) -> Response:
+        nas = nas_delete(tenant_id=request.user.tenant_id)
+        return Response(NasOutput(nas).data, status=status.HTTP_202_ACCEPTED)

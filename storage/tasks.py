@@ -1,0 +1,61 @@
+"""Thin Celery tasks for storage: converge a disk's or a NAS's claim, bill storage, read usage."""
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+
+from starverse.core.kube import TASK_RETRY, KubeError, RetryableKubeError
+from storage import billing, provisioning
+
+logger = logging.getLogger(__name__)
+KUBE_TASK = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETRY}
+
+
+@shared_task(**KUBE_TASK)
+def ensure_disk(self: Any, disk_id: str) -> None:
+    try:
+        provisioning.disk_ensure(disk_id)
+    except KubeError as error:
+        if isinstance(error, RetryableKubeError):
+            raise
+        logger.error("disk.ensure_failed disk=%s error=%s", disk_id, error)
+
+
+@shared_task(**KUBE_TASK)
+def delete_disk(self: Any, disk_id: str) -> None:
+    try:
+        provisioning.disk_remove(disk_id)
+    except provisioning.StillDeleting:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S * 5) from None
+
+
+@shared_task(**KUBE_TASK)
+def ensure_nas(self: Any, nas_id: str) -> None:
+    try:
+        provisioning.nas_ensure(nas_id)
+    except KubeError as error:
+        if isinstance(error, RetryableKubeError):
+            raise
+        logger.error("nas.ensure_failed nas=%s error=%s", nas_id, error)
+
+
+@shared_task(**KUBE_TASK)
+def delete_nas(self: Any, nas_id: str) -> None:
+    try:
+        provisioning.nas_remove(nas_id)
+    except provisioning.StillDeleting:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S * 5) from None
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def bill_storage(tenant_ids: list[str] | None = None) -> None:
+    billing.storage_bill(tenant_ids=tenant_ids)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def refresh_nas_usage() -> None:
+    if not settings.KUBECONFIG:
+        return
+    provisioning.nas_usage_refresh()

@@ -1,0 +1,105 @@
+"""Console pages for storage: the Disks page (cloud disks, the shared NAS, the countdown of unpaid
+storage) and its forms. They change things only through storage.disks and storage.nas, so the
+console and the API follow the same rules. Attaching a disk to an instance is an instance's
+action (instances.views)."""
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from starverse.core.console import run_service
+from starverse.core.tenancy import get_for_user
+from storage.disks import disk_create, disk_delete, disk_resize
+from storage.nas import nas_delete, nas_set_size
+from storage.selectors import tenant_disks
+
+
+class SizeForm(forms.Form):
+    size_gb = forms.IntegerField(min_value=1)
+
+
+class DiskForm(SizeForm):
+    name = forms.CharField(max_length=63)
+
+
+def _form_error(form: forms.Form) -> str:
+    return " ".join(str(e) for errors in form.errors.values() for e in errors)
+
+
+@login_required
+@require_POST
+def disk_create_view(request: HttpRequest) -> HttpResponse:
+    form = DiskForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_error(form))
+    else:
+        data = form.cleaned_data
+        run_service(
+            request,
+            lambda: disk_create(user=request.user, name=data["name"], size_gb=data["size_gb"]),
+            _("Disk “%(name)s” created.") % {"name": data["name"]},
+        )
+    return redirect("console:disks")
+
+
+@login_required
+@require_POST
+def disk_resize_view(request: HttpRequest, pk: str) -> HttpResponse:
+    disk = get_for_user(tenant_disks(request.user), request.user, "tenant", pk)
+    form = SizeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_error(form))
+    else:
+        size = form.cleaned_data["size_gb"]
+        run_service(
+            request,
+            lambda: disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=size),
+            _("Disk “%(name)s” grows to %(size)s GB.") % {"name": disk.name, "size": size},
+        )
+    return redirect("console:disks")
+
+
+@login_required
+@require_POST
+def disk_delete_view(request: HttpRequest, pk: str) -> HttpResponse:
+    disk = get_for_user(tenant_disks(request.user), request.user, "tenant", pk)
+    run_service(
+        request,
+        lambda: disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk),
+        _("Disk “%(name)s” is being deleted.") % {"name": disk.name},
+    )
+    return redirect("console:disks")
+
+
+@login_required
+@require_POST
+def nas_size_view(request: HttpRequest) -> HttpResponse:
+    form = SizeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_error(form))
+    else:
+        size = form.cleaned_data["size_gb"]
+        run_service(
+            request,
+            lambda: nas_set_size(user=request.user, size_gb=size),
+            _("The shared NAS is %(size)s GB. Instances started from now on mount it at /nas.")
+            % {"size": size},
+        )
+    return redirect(reverse("console:disks") + "#nas")
+
+
+@login_required
+@require_POST
+def nas_delete_view(request: HttpRequest) -> HttpResponse:
+    tenant_id = request.user.tenant_id  # type: ignore[union-attr]
+    run_service(
+        request,
+        lambda: nas_delete(tenant_id=tenant_id),
+        _("The shared NAS is being deleted."),
+    )
+    return redirect(reverse("console:disks") + "#nas")
