@@ -23,9 +23,10 @@ install: $(STAMP)
 run: $(STAMP)  ## Serve the console on 127.0.0.1:$PORT with a worker and beat (embedded defaults)
 	@bin/run
 
-test: $(STAMP)  ## Lint, migration check, deploy check and the whole test suite
+test: $(STAMP)  ## Lint, import contracts, types, migration and deploy checks, the whole suite
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 	DJANGO_SETTINGS_MODULE=starverse.settings.test $(PY) manage.py makemigrations --check --dry-run
 	DJANGO_SETTINGS_MODULE=starverse.settings.production \
 	  SECRET_KEY=deploy-check-$$(head -c 48 /dev/urandom | base64 | tr -d '/+=') \
@@ -35,9 +36,10 @@ test: $(STAMP)  ## Lint, migration check, deploy check and the whole test suite
 	  $(PY) manage.py check --deploy --fail-level WARNING
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## ruff check and format check
+lint: $(STAMP)  ## ruff check and format check, import contracts
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 fmt: $(STAMP)  ## Format the code
 	$(PY) -m ruff check --fix .

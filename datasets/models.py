@@ -93,6 +93,4 @@ class PublicDataset(models.Model):
         return self.homepage or None
 
 
-from storage.models import SharedStorage  # noqa: E402 - the tenant's shared NAS, see storage.models
 
-__all__ = ["PublicDataset", "SharedStorage"]
