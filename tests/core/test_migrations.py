@@ -1,0 +1,134 @@
+"""Moving models between apps keeps their tables and rows: a database made by the layout before
+the fleet and storage apps existed (everything in instances, the NAS in datasets) migrates
+forward with its data, and permissions follow the models."""
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+# The leaf migrations of the layout before the split.
+BEFORE = [
+    ("instances", "0007_cloud_disks"),
+    ("datasets", "0001_initial"),
+    ("fleet", None),
+    ("storage", None),
+]
+
+
+def _migrate(targets: list[tuple[str, str | None]]) -> Any:
+    """Migrate to `targets` (None: no migration of that app) and return the models as they
+    are there, every other app at its latest."""
+    executor = MigrationExecutor(connection)
+    executor.migrate(targets)
+    executor.loader.build_graph()
+    apps = {app for app, _name in targets}
+    nodes = [node for node in executor.loader.graph.leaf_nodes() if node[0] not in apps]
+    nodes += [(app, name) for app, name in targets if name is not None]
+    return executor.loader.project_state(nodes).apps
+
+
+def _latest() -> list[tuple[str, str]]:
+    executor = MigrationExecutor(connection)
+    return executor.loader.graph.leaf_nodes()
+
+
+def _seed_old_layout(old: Any) -> dict[str, str]:
+    """Rows in every moved model, written through the old layout's models."""
+    tenant = old.get_model("accounts", "Tenant").objects.create(id="tnt_migrate1", name="lab")
+    user = old.get_model("accounts", "User").objects.create(
+        id="usr_migrate1", email="lab@example.edu.cn", tenant=tenant
+    )
+    gpu_model = old.get_model("instances", "GpuModel").objects.create(
+        id="h100", name="H100", product="NVIDIA H100 80GB HBM3", memory_gb=80, interconnect="nvlink"
+    )
+    node = old.get_model("instances", "Node").objects.create(
+        id="node_migrate1",
+        name="gpu-a-01",
+        gpu_product=gpu_model.product,
+        gpu_count=8,
+        gpu_memory_mb=81559,
+    )
+    old.get_model("instances", "Gpu").objects.create(
+        node=node, index=0, uuid="GPU-0", product=gpu_model.product
+    )
+    offering = old.get_model("instances", "Offering").objects.create(
+        id="off_migrate1",
+        name="1× H100",
+        kind="cloud",
+        gpu_model=gpu_model,
+        gpu_count=1,
+        cpu_cores=24,
+        memory_gb=200,
+        local_disk_gb=50,
+        price_per_hour_fen=2_000,
+    )
+    image = old.get_model("instances", "Image").objects.create(
+        id="pytorch", name="PyTorch", description="", container_image="pytorch:2.1"
+    )
+    instance = old.get_model("instances", "Instance").objects.create(
+        id="ins_migrate1",
+        tenant=tenant,
+        created_by=user,
+        name="train",
+        offering=offering,
+        image=image,
+        status="running",
+        node=node,
+    )
+    old.get_model("instances", "Allocation").objects.create(
+        node=node, gpu_index=0, instance=instance
+    )
+    old.get_model("instances", "Disk").objects.create(
+        id="dsk_migrate1",
+        tenant=tenant,
+        name="ckpt",
+        size_gb=100,
+        status="attached",
+        instance=instance,
+    )
+    old.get_model("instances", "StoragePrice").objects.create(kind="disk", price_per_gb_day_fen=3)
+    old.get_model("datasets", "SharedStorage").objects.create(
+        id="nas_migrate1", tenant=tenant, size_gb=500, k8s_name="nas-x"
+    )
+    content_type = old.get_model("contenttypes", "ContentType")
+    node_type, _ = content_type.objects.get_or_create(app_label="instances", model="node")
+    permission = old.get_model("auth", "Permission").objects.get_or_create(
+        content_type=node_type, codename="change_node", defaults={"name": "Can change node"}
+    )[0]
+    return {"permission": str(permission.pk)}
+
+
+@pytest.mark.postgres
+def test_a_database_of_the_old_layout_migrates_forward_with_its_rows(transactional_db):
+    latest = _latest()
+    old = _migrate(BEFORE)
+    seeded = _seed_old_layout(old)
+
+    new = _migrate(latest)
+
+    node = new.get_model("fleet", "Node").objects.get(pk="node_migrate1")
+    assert node.name == "gpu-a-01"
+    assert new.get_model("fleet", "Gpu").objects.get(node=node, index=0).uuid == "GPU-0"
+    assert new.get_model("fleet", "GpuModel").objects.get(pk="h100").memory_gb == 80
+    instance = new.get_model("instances", "Instance").objects.get(pk="ins_migrate1")
+    assert (instance.node_id, instance.offering.gpu_model_id) == ("node_migrate1", "h100")
+    allocation = new.get_model("fleet", "Allocation").objects.get(node=node, gpu_index=0)
+    assert allocation.instance_id == "ins_migrate1"
+    disk = new.get_model("storage", "Disk").objects.get(pk="dsk_migrate1")
+    assert (disk.name, disk.instance_id, disk.status) == ("ckpt", "ins_migrate1", "attached")
+    assert (
+        new.get_model("storage", "StoragePrice").objects.get(kind="disk").price_per_gb_day_fen == 3
+    )
+    nas = new.get_model("storage", "SharedStorage").objects.get(pk="nas_migrate1")
+    assert nas.size_gb == 500
+    # Permissions granted on the old models are the new models' permissions.
+    permission = new.get_model("auth", "Permission").objects.get(pk=seeded["permission"])
+    assert (permission.content_type.app_label, permission.content_type.model) == ("fleet", "node")
+    # Nothing was copied: the tables are the ones the old layout wrote.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM instances_node")
+        assert cursor.fetchone()[0] == 1
+        cursor.execute("SELECT COUNT(*) FROM datasets_sharedstorage")
+        assert cursor.fetchone()[0] == 1
