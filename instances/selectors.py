@@ -1,12 +1,16 @@
 from collections import defaultdict
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
+from django.db import connection
+from django.db.models import Count, IntegerField, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from fleet.models import Gpu, GpuSample
-from instances.choices import OfferingKind
-from instances.models import Offering
+from instances.choices import InstanceStatus, OfferingKind
+from instances.models import Instance, Offering
 from instances.placement import capacity
 from starverse.core.db import raw_datetime
 
@@ -50,47 +54,58 @@ def instance_metrics(instance: Any, *, window: timedelta = timedelta(hours=1)) -
     ]
 
 
+# What instances.api.serializers.SHAPE reads from an instance, as (attribute path, column of
+# the list query): the one field list the list's raw SQL is built from. A path with a dot is
+# read from a related row (offering, node), as it is on an Instance.
+INSTANCE_COLUMNS = (
+    ("id", "i.id"),
+    ("name", "i.name"),
+    ("status", "i.status"),
+    ("offering_id", "i.offering_id"),
+    ("image_id", "i.image_id"),
+    ("billing", "i.billing"),
+    ("created_at", "i.created_at"),
+    ("started_at", "i.started_at"),
+    ("queued_at", "i.queued_at"),
+    ("ssh_port", "i.ssh_port"),
+    ("jupyter_port", "i.jupyter_port"),
+    ("jupyter_token", "i.jupyter_token"),
+    ("cost_fen", "i.cost_fen"),
+    ("node_id", "i.node_id"),
+    ("error_message", "i.error_message"),
+    ("paid_until", "i.paid_until"),
+    ("auto_renew", "i.auto_renew"),
+    ("auto_recover", "i.auto_recover"),
+    ("offering.gpu_model_id", "o.gpu_model_id"),
+    ("offering.gpu_count", "o.gpu_count"),
+    ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
+    ("node.name", "n.name"),
+)
+_TIMES = {"created_at", "started_at", "queued_at", "paid_until"}
+_BOOLEANS = {"auto_renew", "auto_recover"}
 LIST_SQL = """
-SELECT i.id, i.name, i.status, i.offering_id, i.image_id, i.billing, i.created_at,
-       i.started_at, i.queued_at, i.ssh_port, i.jupyter_port, i.jupyter_token, i.cost_fen,
-       i.node_id, i.error_message, i.paid_until, i.auto_renew, i.auto_recover,
-       o.gpu_model_id, o.gpu_count, o.price_per_hour_fen, m.product, n.name,
-       COUNT(*) OVER () AS total
+SELECT {columns}, COUNT(*) OVER () AS total
 FROM instances_instance i
 JOIN instances_offering o ON o.id = i.offering_id
-JOIN instances_gpumodel m ON m.id = o.gpu_model_id
 LEFT JOIN instances_node n ON n.id = i.node_id
 WHERE i.tenant_id = %s {status}
 ORDER BY i.created_at DESC, i.id
 LIMIT %s OFFSET %s
 """
-_ROW = (
-    "id",
-    "name",
-    "status",
-    "offering_id",
-    "image_id",
-    "billing",
-    "created_at",
-    "started_at",
-    "queued_at",
-    "ssh_port",
-    "jupyter_port",
-    "jupyter_token",
-    "cost_fen",
-    "node_id",
-    "error_message",
-    "paid_until",
-    "auto_renew",
-    "auto_recover",
-    "gpu_model_id",
-    "gpu_count",
-    "price_per_hour_fen",
-    "product",
-    "node_name",
-    "total",
-)
-_TIMES = ("created_at", "started_at", "queued_at", "paid_until")
+
+
+def _row(values: tuple[Any, ...]) -> SimpleNamespace:
+    """One row of the list query, shaped like an Instance for the attributes SHAPE reads."""
+    flat: dict[str, Any] = {}
+    related: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (path, _column), value in zip(INSTANCE_COLUMNS, values, strict=True):
+        if path in _TIMES:
+            value = raw_datetime(value)
+        elif path in _BOOLEANS:
+            value = bool(value)
+        owner, _dot, name = path.rpartition(".")
+        (related[owner] if owner else flat)[name] = value
+    return SimpleNamespace(**flat, **{k: SimpleNamespace(**v) for k, v in related.items()})
 
 
 def instance_page(
@@ -101,40 +116,49 @@ def instance_page(
     these queries through the ORM cost more than running them. Rows are shaped like Instance
     for InstanceOutput (offering, node and attached_disks included). The count is None when
     the page is past the end."""
-    from types import SimpleNamespace
-
-    from django.db import connection
-
     params: list[Any] = [tenant_id, *([status] if status else []), limit, offset]
-    sql = LIST_SQL.format(status="AND i.status = %s" if status else "")
+    sql = LIST_SQL.format(
+        columns=", ".join(column for _path, column in INSTANCE_COLUMNS),
+        status="AND i.status = %s" if status else "",
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        rows = [dict(zip(_ROW, row, strict=True)) for row in cursor.fetchall()]
-        ids = [row["id"] for row in rows]
+        fetched = cursor.fetchall()
+        total = fetched[0][-1] if fetched else None
+        items = [_row(values[:-1]) for values in fetched]
         disks: dict[str, list[Any]] = defaultdict(list)
-        if ids:
-            marks = ", ".join(["%s"] * len(ids))
+        if items:
+            marks = ", ".join(["%s"] * len(items))
             cursor.execute(
                 "SELECT instance_id, id FROM instances_disk "  # noqa: S608 - placeholders only
                 f"WHERE instance_id IN ({marks}) ORDER BY name",
-                ids,
+                [item.id for item in items],
             )
             for instance_id, disk_id in cursor.fetchall():
                 disks[instance_id].append(SimpleNamespace(id=disk_id))
-    items = []
-    for row in rows:
-        for key in _TIMES:
-            row[key] = raw_datetime(row[key])
-        row["auto_renew"], row["auto_recover"] = bool(row["auto_renew"]), bool(row["auto_recover"])
-        gpu_model = SimpleNamespace(id=row.pop("gpu_model_id"), product=row.pop("product"))
-        row["offering"] = SimpleNamespace(
-            gpu_model=gpu_model,
-            gpu_model_id=gpu_model.id,
-            gpu_count=row.pop("gpu_count"),
-            price_per_hour_fen=row.pop("price_per_hour_fen"),
-        )
-        row["node"] = SimpleNamespace(name=row.pop("node_name"))
-        row["attached_disks"] = disks.get(row["id"], [])
-        items.append(SimpleNamespace(**row))
-    total = rows[0]["total"] if rows else None
+    for item in items:
+        item.attached_disks = disks.get(item.id, [])
     return total, items
+
+
+def queue_positions(instances: list[Any]) -> dict[str, int]:
+    """Each queued instance's place in the line for its GPU product (1 = next), for a whole
+    page in one query: one more than the instances of that product queued before it."""
+    queued = [i.id for i in instances if i.status == InstanceStatus.QUEUED and i.queued_at]
+    if not queued:
+        return {}
+    ahead = (
+        Instance.objects.filter(
+            status=InstanceStatus.QUEUED,
+            offering__gpu_model__product=OuterRef("offering__gpu_model__product"),
+            queued_at__lt=OuterRef("queued_at"),
+        )
+        .order_by()
+        .values("offering__gpu_model__product")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    rows = Instance.objects.filter(pk__in=queued).annotate(
+        ahead=Coalesce(Subquery(ahead, output_field=IntegerField()), 0)
+    )
+    return {pk: n + 1 for pk, n in rows.values_list("pk", "ahead")}

@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -6,6 +7,7 @@ from rest_framework import serializers
 from fleet.models import GpuModel
 from instances.choices import BillingMode
 from instances.models import Image, Instance, InstanceEvent, Offering
+from instances.selectors import queue_positions
 from starverse.core.api.serializers import InputSerializer, StrictCharField
 
 
@@ -68,7 +70,61 @@ class InstanceCreateInput(InputSerializer):
     )
 
 
+def _ssh(obj: Any) -> dict[str, Any] | None:
+    if obj.status != "running" or not obj.ssh_port:
+        return None
+    host = settings.SSH_GATEWAY_HOST
+    return {
+        "host": host,
+        "port": obj.ssh_port,
+        "user": "root",
+        "command": f"ssh -p {obj.ssh_port} root@{host}",
+    }
+
+
+def _jupyter_url(obj: Any) -> str | None:
+    if obj.status != "running" or not obj.jupyter_port:
+        return None
+    return f"http://{settings.SSH_GATEWAY_HOST}:{obj.jupyter_port}/?token={obj.jupyter_token}"
+
+
+def _node(obj: Any) -> str | None:
+    return obj.node.name if obj.node_id and obj.status in ("provisioning", "running") else None
+
+
+# The instance's API shape, once: every key and how it is read from an Instance, or from a row
+# of instances.selectors.instance_page (which reads exactly the attributes these use, listed
+# in selectors.INSTANCE_COLUMNS). InstanceOutput's Meta.fields is this list; its declared
+# fields document the same keys for the schema. `positions` maps queued ids to their place.
+SHAPE: dict[str, Callable[[Any, dict[str, int]], Any]] = {
+    "id": lambda o, _p: o.id,
+    "name": lambda o, _p: o.name,
+    "status": lambda o, _p: o.status,
+    "offering": lambda o, _p: o.offering_id,
+    "image": lambda o, _p: o.image_id,
+    "gpu_model": lambda o, _p: o.offering.gpu_model_id,
+    "gpu_count": lambda o, _p: o.offering.gpu_count,
+    "billing": lambda o, _p: o.billing,
+    "price_per_hour_fen": lambda o, _p: o.offering.price_per_hour_fen,
+    "created_at": lambda o, _p: _iso(o.created_at),
+    "started_at": lambda o, _p: _iso(o.started_at),
+    "queue_position": lambda o, positions: positions.get(o.id),
+    "ssh": lambda o, _p: _ssh(o),
+    "jupyter_url": lambda o, _p: _jupyter_url(o),
+    "cost_fen": lambda o, _p: o.cost_fen,
+    "disks": lambda o, _p: _disk_ids(o),
+    "node": lambda o, _p: _node(o),
+    "error_message": lambda o, _p: o.error_message,
+    "paid_until": lambda o, _p: _iso(o.paid_until),
+    "auto_renew": lambda o, _p: o.auto_renew,
+    "auto_recover": lambda o, _p: o.auto_recover,
+}
+
+
 class InstanceOutput(serializers.ModelSerializer):
+    """An instance as the API shows it (see SHAPE). A list passes `queue_positions` in the
+    context, read for the whole page in one query; a single instance reads its own."""
+
     offering = serializers.CharField(source="offering_id")
     image = serializers.CharField(source="image_id")
     gpu_model = serializers.CharField(source="offering.gpu_model_id")
@@ -82,75 +138,16 @@ class InstanceOutput(serializers.ModelSerializer):
 
     class Meta:
         model = Instance
-        fields = [
-            "id",
-            "name",
-            "status",
-            "offering",
-            "image",
-            "gpu_model",
-            "gpu_count",
-            "billing",
-            "price_per_hour_fen",
-            "created_at",
-            "started_at",
-            "queue_position",
-            "ssh",
-            "jupyter_url",
-            "cost_fen",
-            "disks",
-            "node",
-            "error_message",
-            "paid_until",
-            "auto_renew",
-            "auto_recover",
-        ]
+        fields = list(SHAPE)
 
-    def to_representation(self, obj: Instance) -> dict[str, Any]:
-        """Built directly rather than field by field: this is every instance list's hot path.
-        The declared fields above document the same keys for the OpenAPI schema (a test
-        keeps the two equal)."""
-        from instances.lifecycle import queue_position
-
-        running = obj.status == "running"
-        host = settings.SSH_GATEWAY_HOST
-        return {
-            "id": obj.id,
-            "name": obj.name,
-            "status": obj.status,
-            "offering": obj.offering_id,
-            "image": obj.image_id,
-            "gpu_model": obj.offering.gpu_model_id,
-            "gpu_count": obj.offering.gpu_count,
-            "billing": obj.billing,
-            "price_per_hour_fen": obj.offering.price_per_hour_fen,
-            "created_at": _iso(obj.created_at),
-            "started_at": _iso(obj.started_at),
-            "queue_position": queue_position(obj) if obj.status == "queued" else None,
-            "ssh": {
-                "host": host,
-                "port": obj.ssh_port,
-                "user": "root",
-                "command": f"ssh -p {obj.ssh_port} root@{host}",
-            }
-            if running and obj.ssh_port
-            else None,
-            "jupyter_url": f"http://{host}:{obj.jupyter_port}/?token={obj.jupyter_token}"
-            if running and obj.jupyter_port
-            else None,
-            "cost_fen": obj.cost_fen,
-            "disks": _disk_ids(obj),
-            "node": obj.node.name
-            if obj.node_id and obj.status in ("provisioning", "running")
-            else None,
-            "error_message": obj.error_message,
-            "paid_until": _iso(obj.paid_until),
-            "auto_renew": obj.auto_renew,
-            "auto_recover": obj.auto_recover,
-        }
+    def to_representation(self, obj: Any) -> dict[str, Any]:
+        positions = self.context.get("queue_positions")
+        if positions is None:
+            positions = queue_positions([obj])
+        return {key: read(obj, positions) for key, read in SHAPE.items()}
 
 
-def _disk_ids(obj: Instance) -> list[str]:
+def _disk_ids(obj: Any) -> list[str]:
     # a list view prefetches them (`attached_disks`); a single instance reads them
     prefetched = getattr(obj, "attached_disks", None)
     if prefetched is not None:

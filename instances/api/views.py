@@ -24,6 +24,7 @@ from instances.selectors import (
     availability,
     instance_metrics,
     instance_page,
+    queue_positions,
 )
 from instances.volumes import disk_attach, disk_detach
 from starverse.core.api.pagination import Pagination
@@ -102,7 +103,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
                 request.user.tenant_id, status=self._status_filter(), limit=limit, offset=offset
             ),
         )
-        output = InstanceOutput()
+        output = InstanceOutput(context={"queue_positions": queue_positions(items)})
         return paginator.get_paginated_response([output.to_representation(i) for i in items])
 
     def _accepted(self, instance: Instance) -> Response:
