@@ -2,19 +2,17 @@
 hourly spend below one hour, then below ten minutes) — each once per crossing."""
 
 import logging
-from datetime import timedelta
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db.models import Sum
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
 
-from billing.choices import RunwayLevel, TransactionKind
-from billing.models import LedgerTransaction, RunwayNotice, TopUp, Wallet
+from billing.choices import RunwayLevel
+from billing.models import RunwayNotice, TopUp, Wallet
 
 logger = logging.getLogger(__name__)
-SPEND_WINDOW = timedelta(minutes=10)
 MAIL_LANGUAGES = ("zh-hans", "en")
 
 
@@ -61,20 +59,6 @@ def topup_receipt_send(*, topup_id: str) -> None:
     logger.info("notice.receipt topup=%s", topup.id)
 
 
-def hourly_spend_fen(wallet_ids: list[str] | None = None) -> dict[str, int]:
-    """Current hourly spend per wallet, from usage charged in the last ten minutes."""
-    since = timezone.now() - SPEND_WINDOW
-    rows = LedgerTransaction.objects.filter(kind=TransactionKind.USAGE, created_at__gte=since)
-    if wallet_ids is not None:
-        rows = rows.filter(wallet_id__in=wallet_ids)
-    scale = timedelta(hours=1) / SPEND_WINDOW
-    return {
-        row["wallet_id"]: int(-row["spent"] * scale)
-        for row in rows.values("wallet_id").annotate(spent=Sum("amount_fen"))
-        if row["spent"]
-    }
-
-
 def runway_level(total_fen: int, spend_per_hour_fen: int) -> RunwayLevel:
     if spend_per_hour_fen <= 0:
         return RunwayLevel.OK
@@ -86,16 +70,17 @@ def runway_level(total_fen: int, spend_per_hour_fen: int) -> RunwayLevel:
     return RunwayLevel.OK
 
 
-def runway_notices_check() -> int:
-    """Compare each spending wallet's runway with what it was last told; mail when it drops
-    to a lower level, reset silently when it recovers. Returns the number of mails sent."""
-    spend = hourly_spend_fen()
+def runway_notices_check(spend_per_hour_fen: dict[str, int]) -> int:
+    """Compare each spending tenant's runway at its current spend per hour (by tenant id; what
+    is spent is the instances app's to say) with what its wallet was last told; mail when it
+    drops to a lower level, reset silently when it recovers. Returns the number of mails."""
     notified = set(
         RunwayNotice.objects.exclude(level=RunwayLevel.OK).values_list("wallet_id", flat=True)
     )
     sent = 0
-    for wallet in Wallet.objects.filter(pk__in=set(spend) | notified):
-        rate = spend.get(wallet.id, 0)
+    wallets = Wallet.objects.filter(Q(tenant_id__in=set(spend_per_hour_fen)) | Q(pk__in=notified))
+    for wallet in wallets:
+        rate = spend_per_hour_fen.get(wallet.tenant_id, 0)
         level = runway_level(wallet.total_fen, rate)
         notice, _created = RunwayNotice.objects.get_or_create(wallet=wallet)
         if level > notice.level:

@@ -35,11 +35,6 @@ def send_topup_receipt(topup_id: str) -> None:
 
 
 @shared_task(acks_late=True, ignore_result=True)
-def check_runways() -> None:
-    notices.runway_notices_check()
-
-
-@shared_task(acks_late=True, ignore_result=True)
 def retry_unprocessed_events() -> None:
     """Events whose processing crashed or outlived its retries are picked up again."""
     from datetime import timedelta

@@ -3,7 +3,7 @@ the health check. They sit above every app and change nothing themselves."""
 
 from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -11,6 +11,7 @@ from django.utils import timezone
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
 from instances.choices import InstanceStatus
 from instances.models import Instance
+from instances.selectors import spend_per_hour_fen
 from starverse.core.tenancy import scope_to_user
 from storage.billing import days_left, open_arrears, prices, storage_day_fen
 from storage.nas import nas_for_tenant
@@ -31,13 +32,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         .select_related("offering__gpu_model")
         .order_by("-running_since", "-created_at")
     )
-    # The spend rate is the hourly price of what is running now (per-minute billing), so it is
-    # right from the first minute; the runway is how long the balance lasts at that rate.
-    totals = running.aggregate(
-        running_gpus=Sum("offering__gpu_count"),
-        running_list_fen=Sum("offering__price_per_hour_fen", filter=Q(billing="hourly")),
-    )
-    spend = totals["running_list_fen"] or 0
+    running_gpus = running.aggregate(n=Sum("offering__gpu_count"))["n"]
+    spend = spend_per_hour_fen([request.user.tenant_id]).get(request.user.tenant_id, 0)  # type: ignore[union-attr]
     runway_minutes = max(wallet.total_fen, 0) * 60 // spend if spend > 0 else None
     return render(
         request,
@@ -47,7 +43,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "recent": recent,
             "running": running[:5],
             "running_count": running.count(),
-            **totals,
+            "running_gpus": running_gpus,
             "spend_per_hour_fen": spend,
             "runway_minutes": runway_minutes,
             "active": "dashboard",

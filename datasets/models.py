@@ -91,6 +91,3 @@ class PublicDataset(models.Model):
     @property
     def homepage_or_none(self) -> str | None:
         return self.homepage or None
-
-
-

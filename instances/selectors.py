@@ -4,12 +4,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, IntegerField, OuterRef, Subquery
+from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from fleet.models import Gpu, GpuSample
-from instances.choices import InstanceStatus, OfferingKind
+from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from instances.models import Instance, Offering
 from instances.placement import capacity
 from starverse.core.db import raw_datetime
@@ -162,3 +162,15 @@ def queue_positions(instances: list[Any]) -> dict[str, int]:
         ahead=Coalesce(Subquery(ahead, output_field=IntegerField()), 0)
     )
     return {pk: n + 1 for pk, n in rows.values_list("pk", "ahead")}
+
+
+def spend_per_hour_fen(tenant_ids: list[str] | None = None) -> dict[str, int]:
+    """What each tenant's instances burn from its balance per hour right now: the hourly price
+    of its running pay-as-you-go instances (per-minute billing, so it is right from the first
+    minute; a monthly rental is prepaid and burns nothing). The one definition of spend rate:
+    the dashboard shows it and the runway warnings use it."""
+    rows = Instance.objects.filter(status=InstanceStatus.RUNNING, billing=BillingMode.HOURLY)
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=tenant_ids)
+    totals = rows.values("tenant_id").annotate(fen=Sum("offering__price_per_hour_fen"))
+    return {row["tenant_id"]: row["fen"] for row in totals if row["fen"]}

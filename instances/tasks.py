@@ -6,8 +6,10 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
+from billing.notices import runway_notices_check
 from instances import lifecycle, metering, monthly
 from instances.provisioning import converge, reconcile
+from instances.selectors import spend_per_hour_fen
 from starverse.core.kube import TASK_RETRY, KubeError
 
 logger = logging.getLogger(__name__)
@@ -71,3 +73,9 @@ def reconcile_cluster() -> None:
 @shared_task(acks_late=True, ignore_result=True)
 def renew_monthly() -> None:
     monthly.renewals_run()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def check_runways() -> None:
+    """Runway warnings at what the running instances burn now (instances.selectors)."""
+    runway_notices_check(spend_per_hour_fen())

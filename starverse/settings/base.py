@@ -161,7 +161,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "billing-audit-hourly": {"task": "billing.tasks.audit_wallets", "schedule": 3600.0},
-    "billing-runway-notices": {"task": "billing.tasks.check_runways", "schedule": 60.0},
+    "billing-runway-notices": {"task": "instances.tasks.check_runways", "schedule": 60.0},
     "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
     "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
     "monthly-renewals": {"task": "instances.tasks.renew_monthly", "schedule": 600.0},

@@ -22,22 +22,23 @@ def test_runway_levels():
 def test_runway_notices_are_sent_once_per_crossing(db):
     user = make_user()
     wallet = Wallet.objects.get(tenant=user.tenant)
-    _post(wallet, "topup:a", TransactionKind.TOPUP, 5_000)  # ¥60 in all
-    _post(wallet, "usage:a:1", TransactionKind.USAGE, -1_000)  # ¥10 in ten minutes = ¥60/h
+    spend = {user.tenant_id: 6_000}  # running instances burning ¥60/h
+    _post(wallet, "topup:a", TransactionKind.TOPUP, 5_000)
+    _post(wallet, "usage:a:1", TransactionKind.USAGE, -1_000)  # ¥50 left
 
-    assert runway_notices_check() == 1  # ¥50 at ¥60/h: 50 minutes
-    assert runway_notices_check() == 0
+    assert runway_notices_check(spend) == 1  # ¥50 at ¥60/h: 50 minutes
+    assert runway_notices_check(spend) == 0
     assert "50" in mail.outbox[0].body and mail.outbox[0].to == [user.email]
 
-    _post(wallet, "usage:a:2", TransactionKind.USAGE, -4_500)  # ¥55 in ten minutes = ¥330/h
+    _post(wallet, "usage:a:2", TransactionKind.USAGE, -4_500)  # ¥5 left
 
-    assert runway_notices_check() == 1  # ¥5 left: under a minute
-    assert runway_notices_check() == 0
+    assert runway_notices_check(spend) == 1  # ¥5 left: five minutes
+    assert runway_notices_check(spend) == 0
     assert RunwayNotice.objects.get(wallet=wallet).level == RunwayLevel.BELOW_TEN_MINUTES
 
     _post(wallet, "topup:b", TransactionKind.TOPUP, 100_000)  # a top-up ends the countdown
 
-    assert runway_notices_check() == 0
+    assert runway_notices_check(spend) == 0
     assert RunwayNotice.objects.get(wallet=wallet).level == RunwayLevel.OK
     assert len(mail.outbox) == 2
 
@@ -45,5 +46,5 @@ def test_runway_notices_are_sent_once_per_crossing(db):
 def test_wallets_without_spend_get_no_notice(db):
     make_user()
 
-    assert runway_notices_check() == 0
+    assert runway_notices_check({}) == 0
     assert RunwayNotice.objects.count() == 0

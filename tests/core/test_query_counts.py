@@ -20,7 +20,7 @@ BASELINE = {
     "/api/v1/billing/ledger": 3,
     "/api/v1/offerings": 4,
     "/console/instances/": 4,
-    "/console/": 7,
+    "/console/": 8,
     "/console/disks/": 10,
     "/admin/fleet/node/": 12,
 }
