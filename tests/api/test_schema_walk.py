@@ -89,13 +89,9 @@ class Probe:
 
     @property
     def default(self) -> APIClient:
-        return (
-            self.staff
-            if self.who == "staff"
-            else self.client
-            if self.who == "user"
-            else APIClient()
-        )
+        if self.who == "staff":
+            return self.staff
+        return self.client if self.who == "user" else APIClient()
 
     def call(
         self,
@@ -111,11 +107,7 @@ class Probe:
         path = re.sub(r"{(\w+)}", lambda m: (params or {}).get(m[1], "unknown"), self.route.path)
         if query:
             path += "?" + urlencode(query)
-        data = raw if raw is not None else "" if body is None else json.dumps(body)
-        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in (headers or {}).items()}
-        response = (client or self.default).generic(
-            self.route.method.upper(), path, data, content_type="application/json", **extra
-        )
+        response = self.send(client or self.default, path, body=body, raw=raw, headers=headers)
         where = f"{self.route} ({path})"
         assert response.status_code == expect, (where, response.status_code, response.content)
         declared = self.operation["responses"].get(str(expect))
@@ -132,6 +124,20 @@ class Probe:
             assert not found, f"{where}: an accepted request body breaks its schema: {found}"
         self.seen.add(expect)
         return response
+
+    def send(
+        self,
+        client: APIClient,
+        path: str,
+        *,
+        body: Any = None,
+        raw: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        data = raw if raw is not None else "" if body is None else json.dumps(body)
+        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in (headers or {}).items()}
+        method = self.route.method.upper()
+        return client.generic(method, path, data, content_type="application/json", **extra)
 
 
 @dataclass(frozen=True)
@@ -177,9 +183,12 @@ def common_probes(probe: Probe, monkeypatch: Any) -> None:
         probe.call(403, client=session)
     if 404 in declared and any(p["name"] == "page" for p in operation.get("parameters", [])):
         probe.call(404, query={"page": 9999})
-    if 429 in declared:
-        with throttled(monkeypatch):
+    with throttled(monkeypatch):
+        if 429 in declared:
             probe.call(429)
+        else:  # a route that declares no 429 must have no rate limit
+            path = re.sub(r"{\w+}", "unknown", probe.route.path)
+            assert probe.send(probe.default, path).status_code != 429, probe.route
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=str)
