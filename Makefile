@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-dev.lock 
 PORT ?= 8000
 export PORT
 
-.PHONY: help run test lint fmt bench messages audit clean
+.PHONY: help run test lint fmt schema bench messages audit clean
 
 help:  ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -44,6 +44,10 @@ lint: $(STAMP)  ## ruff check and format check, import contracts
 fmt: $(STAMP)  ## Format the code
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+schema: $(STAMP)  ## Regenerate docs/openapi.yaml from the code (a test fails while it differs)
+	DJANGO_SETTINGS_MODULE=starverse.settings.test $(PY) manage.py spectacular \
+	  --validate --fail-on-warn --file docs/openapi.yaml
 
 bench: $(STAMP)  ## Benchmarks against their baselines (needs PostgreSQL and pgbench)
 	$(PY) -m bench

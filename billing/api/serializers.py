@@ -2,6 +2,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.models import LedgerTransaction, TopUp
@@ -49,11 +50,16 @@ class TopUpCreateInput(InputSerializer):
 
 
 class TopUpOutput(serializers.ModelSerializer):
+    checkout_url = serializers.CharField(help_text="Stripe Checkout's page; empty until it opens.")
+
     class Meta:
         model = TopUp
         fields = ["id", "status", "method", "amount_fen", "checkout_url", "created_at", "paid_at"]
 
 
+@extend_schema_field(
+    {"oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "format": "decimal"}]}
+)
 class _Number(serializers.DecimalField):
     """A non-negative number given as JSON number or string, kept exact (no float)."""
 
@@ -96,3 +102,26 @@ class TcoInput(InputSerializer):
     buy = TcoBuyInput()
     cloud = TcoCloudInput()
     starverse = TcoStarverseInput()
+
+
+class TcoLineOutput(serializers.Serializer):
+    label = serializers.CharField()
+    formula = serializers.CharField()
+    amount_fen = serializers.IntegerField()
+
+
+class TcoOptionOutput(serializers.Serializer):
+    per_month_fen = serializers.IntegerField()
+    job_fen = serializers.IntegerField()
+    lines = TcoLineOutput(many=True)
+
+
+class TcoBuyOutput(TcoOptionOutput):
+    lifetime_fen = serializers.IntegerField()
+
+
+class TcoOutput(serializers.Serializer):
+    months = serializers.CharField(help_text="The job's length in months, as a decimal.")
+    buy = TcoBuyOutput()
+    cloud = TcoOptionOutput()
+    starverse = TcoOptionOutput()

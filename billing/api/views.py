@@ -1,6 +1,5 @@
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -11,6 +10,7 @@ from billing.api.serializers import (
     BalanceOutput,
     LedgerOutput,
     TcoInput,
+    TcoOutput,
     TopUpCreateInput,
     TopUpOutput,
 )
@@ -18,11 +18,12 @@ from billing.calculator import tco_compare
 from billing.models import LedgerTransaction, TopUp
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import wallet_for_tenant
+from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
 
 
 class BalanceView(APIView):
-    @extend_schema(responses=BalanceOutput)
+    @extend_schema(operation_id="billing_balance_retrieve", responses=BalanceOutput)
     def get(self, request: Request) -> Response:
         wallet = wallet_for_tenant(request.user.tenant_id)
         return Response(
@@ -35,6 +36,10 @@ class BalanceView(APIView):
         )
 
 
+@extend_schema_view(
+    list=extend_schema(operation_id="billing_ledger_list"),
+    retrieve=extend_schema(operation_id="billing_ledger_retrieve"),
+)
 class LedgerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
     """The caller's ledger, newest first."""
 
@@ -46,6 +51,10 @@ class LedgerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
         return queryset.order_by("-created_at", "-id")
 
 
+@extend_schema_view(
+    list=extend_schema(operation_id="billing_topups_list"),
+    retrieve=extend_schema(operation_id="billing_topups_retrieve"),
+)
 class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet):
     """Top-ups through Stripe Checkout: create one, then send the user to `checkout_url`."""
 
@@ -53,7 +62,11 @@ class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet):
     owner_field = "tenant"
     serializer_class = TopUpOutput
 
-    @extend_schema(request=TopUpCreateInput, responses={201: TopUpOutput})
+    @extend_schema(
+        operation_id="billing_topups_create",
+        request=TopUpCreateInput,
+        responses={201: TopUpOutput, **errors(503)},
+    )
     def create(self, request: Request) -> Response:
         data = self.parse(request, TopUpCreateInput)
         topup = topup_create(user=request.user, amount_fen=data["amount_fen"])
@@ -69,7 +82,7 @@ class TcoView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=TcoInput, responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="calculator_tco", request=TcoInput, responses=TcoOutput)
     def post(self, request: Request) -> Response:
         data = TcoInput(data=request.data)
         data.is_valid(raise_exception=True)

@@ -12,6 +12,7 @@ from datasets.choices import DatasetKind
 from datasets.models import PublicDataset
 from datasets.selectors import public_datasets
 from starverse.core.api.pagination import Pagination
+from starverse.core.api.schema import errors
 from starverse.core.errors import InvalidInput
 
 
@@ -28,6 +29,7 @@ class PublicCatalogMixin:
 
 @extend_schema_view(
     get=extend_schema(
+        operation_id="datasets_list",
         summary="Datasets and models of the public pool",
         parameters=[
             OpenApiParameter(
@@ -40,6 +42,7 @@ class PublicCatalogMixin:
                 "or tags.",
             ),
         ],
+        responses={200: PublicDatasetOutput(many=True), **errors(400)},
     )
 )
 class DatasetListView(PublicCatalogMixin, generics.ListAPIView):
@@ -54,6 +57,10 @@ class DatasetListView(PublicCatalogMixin, generics.ListAPIView):
         return public_datasets(kind=kind or None, query=self.request.query_params.get("q", ""))
 
 
-@extend_schema_view(get=extend_schema(summary="One dataset or model of the public pool"))
+@extend_schema_view(
+    get=extend_schema(
+        operation_id="datasets_retrieve", summary="One dataset or model of the public pool"
+    )
+)
 class DatasetDetailView(PublicCatalogMixin, generics.RetrieveAPIView):
     lookup_url_kwarg = "dataset_id"

@@ -6,17 +6,25 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.api.serializers import (
+    CapacityOutput,
+    NodeOutput,
+    NodeReportInput,
+    RegisteredOutput,
+    RegisterInput,
+    ReportAcceptedOutput,
+)
 from fleet.selectors import capacity_by_model, fleet_nodes, latest_samples
 from fleet.services import node_for_token, node_register, report_ingest
 from fleet.telemetry import report_parse
 from starverse.core.api.pagination import Pagination
-from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
+from starverse.core.api.schema import errors
 from starverse.core.errors import InvalidInput, Unauthenticated
 
 MAX_REPORT_BYTES = 2 * 1024 * 1024
@@ -29,7 +37,11 @@ class NodeReportView(APIView):
     permission_classes = [AllowAny]
     throttle_classes: list = []
 
-    @extend_schema(request=dict, responses={202: dict})
+    @extend_schema(
+        operation_id="nodes_report",
+        request=NodeReportInput,
+        responses={202: ReportAcceptedOutput, **errors(400, 401)},
+    )
     def post(self, request: Request, name: str) -> Response:
         header = request.headers.get("Authorization", "")
         token = header[7:] if header[:7].lower() == "bearer " else ""
@@ -46,32 +58,6 @@ class NodeReportView(APIView):
             )
         stored = report_ingest(node=node, report=report_parse(payload, node_name=name))
         return Response({"accepted_samples": stored}, status=status.HTTP_202_ACCEPTED)
-
-
-class GpuOutput(serializers.Serializer):
-    index = serializers.IntegerField()
-    uuid = serializers.CharField()
-    product = serializers.CharField()
-    memory_mb = serializers.IntegerField()
-    lost = serializers.BooleanField()
-    util = serializers.IntegerField(allow_null=True)
-    mem_used_mb = serializers.IntegerField(allow_null=True)
-    temp_c = serializers.IntegerField(allow_null=True)
-    power_w = serializers.FloatField(allow_null=True)
-
-
-class NodeOutput(serializers.Serializer):
-    id = serializers.CharField()
-    name = serializers.CharField()
-    gpu_product = serializers.CharField()
-    gpu_count = serializers.IntegerField()
-    gpu_memory_mb = serializers.IntegerField()
-    interconnect = serializers.CharField()
-    state = serializers.CharField()
-    state_reason = serializers.CharField()
-    last_report_at = serializers.DateTimeField(allow_null=True)
-    driver_version = serializers.CharField()
-    gpus = GpuOutput(many=True)
 
 
 def node_rows(nodes: list[Any]) -> list[dict[str, Any]]:
@@ -117,10 +103,11 @@ class NodeListView(APIView):
     """Staff only: the fleet with health and live telemetry."""
 
     permission_classes = [IsAdminUser]
+    pagination_class = Pagination
 
-    @extend_schema(responses=NodeOutput(many=True))
+    @extend_schema(operation_id="nodes_list", responses=NodeOutput(many=True))
     def get(self, request: Request) -> Response:
-        paginator = Pagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(fleet_nodes(), request, view=self)
         return paginator.get_paginated_response(NodeOutput(node_rows(page or []), many=True).data)
 
@@ -130,17 +117,9 @@ class CapacityView(APIView):
 
     permission_classes = [IsAdminUser]
 
-    @extend_schema(responses=dict)
+    @extend_schema(operation_id="nodes_capacity_retrieve", responses=CapacityOutput)
     def get(self, request: Request) -> Response:
         return Response({"results": capacity_by_model()})
-
-
-class RegisterInput(InputSerializer):
-    name = StrictCharField(max_length=253)
-    bootstrap_token = StrictCharField(max_length=200)
-    gpu_product = StrictCharField(max_length=100)
-    gpu_count = StrictIntegerField(min_value=1, max_value=16)
-    gpu_memory_mb = StrictIntegerField(min_value=0)
 
 
 class NodeRegisterView(APIView):
@@ -149,7 +128,11 @@ class NodeRegisterView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=RegisterInput, responses={201: dict})
+    @extend_schema(
+        operation_id="nodes_register",
+        request=RegisterInput,
+        responses={201: RegisteredOutput, **errors(401)},
+    )
     def post(self, request: Request) -> Response:
         data = RegisterInput(data=request.data)
         data.is_valid(raise_exception=True)

@@ -70,6 +70,13 @@ class InstanceCreateInput(InputSerializer):
     )
 
 
+class SshOutput(serializers.Serializer):
+    host = serializers.CharField()
+    port = serializers.IntegerField()
+    user = serializers.CharField()
+    command = serializers.CharField()
+
+
 def _ssh(obj: Any) -> dict[str, Any] | None:
     if obj.status != "running" or not obj.ssh_port:
         return None
@@ -131,7 +138,7 @@ class InstanceOutput(serializers.ModelSerializer):
     gpu_count = serializers.IntegerField(source="offering.gpu_count")
     price_per_hour_fen = serializers.IntegerField(source="offering.price_per_hour_fen")
     queue_position = serializers.IntegerField(allow_null=True)
-    ssh = serializers.DictField(allow_null=True, help_text="host, port, user, command")
+    ssh = SshOutput(allow_null=True, help_text="While running.")
     jupyter_url = serializers.CharField(allow_null=True)
     disks = serializers.ListField(child=serializers.CharField())
     node = serializers.CharField(allow_null=True)
@@ -177,3 +184,21 @@ class DiskAttachInput(InputSerializer):
         default=False,
         help_text="Confirm that a running instance restarts to change its disks.",
     )
+
+
+class GpuSampleOutput(serializers.Serializer):
+    at = serializers.DateTimeField()
+    util = serializers.IntegerField(allow_null=True)
+    mem_used_mb = serializers.IntegerField(allow_null=True)
+    temp_c = serializers.IntegerField(allow_null=True)
+    power_w = serializers.FloatField(allow_null=True)
+
+
+class GpuSeriesOutput(serializers.Serializer):
+    gpu = serializers.IntegerField(help_text="The GPU's index on its node.")
+    uuid = serializers.CharField()
+    samples = GpuSampleOutput(many=True, help_text="Oldest first.")
+
+
+class InstanceMetricsOutput(serializers.Serializer):
+    results = GpuSeriesOutput(many=True, help_text="One series per GPU of the instance.")

@@ -1,11 +1,10 @@
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, status
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import generics, mixins, status
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from fleet.models import GpuModel
 from instances.api.serializers import (
@@ -14,6 +13,7 @@ from instances.api.serializers import (
     ImageOutput,
     InstanceCreateInput,
     InstanceEventOutput,
+    InstanceMetricsOutput,
     InstanceOutput,
     OfferingOutput,
 )
@@ -27,54 +27,47 @@ from instances.selectors import (
     queue_positions,
 )
 from instances.volumes import disk_attach, disk_detach
-from starverse.core.api.pagination import Pagination
+from starverse.core.api.pagination import Pagination, WholeList
+from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import InvalidInput
 
 
-class CatalogView(APIView):
-    """Public catalog reads: prices and availability are no secret."""
+class CatalogList(generics.ListAPIView):
+    """Public catalog reads: prices and availability are no secret. Short lists, never paged."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
+    pagination_class = WholeList
 
 
-class GpuModelListView(CatalogView):
-    @extend_schema(responses=GpuModelOutput(many=True))
-    def get(self, request: Request) -> Response:
-        rows = GpuModel.objects.order_by("name")
-        return Response(
-            {
-                "count": rows.count(),
-                "next": None,
-                "previous": None,
-                "results": GpuModelOutput(rows, many=True).data,
-            }
-        )
+@extend_schema_view(get=extend_schema(operation_id="gpu_models_list"))
+class GpuModelListView(CatalogList):
+    serializer_class = GpuModelOutput
+
+    def get_queryset(self) -> QuerySet:
+        return GpuModel.objects.order_by("name")
 
 
-class OfferingListView(CatalogView):
-    @extend_schema(responses=OfferingOutput(many=True))
-    def get(self, request: Request) -> Response:
+@extend_schema_view(get=extend_schema(operation_id="offerings_list"))
+class OfferingListView(CatalogList):
+    serializer_class = OfferingOutput
+
+    def list(self, request: Request) -> Response:
         rows = list(Offering.objects.filter(active=True).select_related("gpu_model"))
         data = OfferingOutput(rows, many=True, context={"availability": availability(rows)}).data
-        return Response({"count": len(rows), "next": None, "previous": None, "results": data})
+        return self.paginator.get_paginated_response(data)
 
 
-class ImageListView(CatalogView):
-    @extend_schema(responses=ImageOutput(many=True))
-    def get(self, request: Request) -> Response:
-        rows = Image.objects.filter(active=True)
-        return Response(
-            {
-                "count": rows.count(),
-                "next": None,
-                "previous": None,
-                "results": ImageOutput(rows, many=True).data,
-            }
-        )
+@extend_schema_view(get=extend_schema(operation_id="images_list"))
+class ImageListView(CatalogList):
+    serializer_class = ImageOutput
+
+    def get_queryset(self) -> QuerySet:
+        return Image.objects.filter(active=True)
 
 
+@extend_schema_view(retrieve=extend_schema(operation_id="instances_retrieve"))
 class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
     """Instances of the caller's tenant. Asynchronous operations answer 202 with the instance."""
 
@@ -93,6 +86,13 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
             raise InvalidInput(f"status must be one of {', '.join(InstanceStatus.values)}")
         return wanted or None
 
+    @extend_schema(
+        operation_id="instances_list",
+        parameters=[
+            OpenApiParameter("status", str, enum=InstanceStatus.values, description="Only these.")
+        ],
+        responses={200: InstanceOutput(many=True), **errors(400)},
+    )
     def list(self, request: Request) -> Response:
         """The tenant's instances, newest first, paginated like every list (see
         instances.selectors.instance_page for why this one does not go through the ORM)."""
@@ -110,7 +110,19 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
         instance = self.get_queryset().get(pk=instance.pk)
         return Response(self.output(instance), status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=InstanceCreateInput, responses={202: InstanceOutput})
+    @extend_schema(
+        operation_id="instances_create",
+        request=InstanceCreateInput,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="The same key answers the same order instead of a second one.",
+            )
+        ],
+        responses={202: InstanceOutput, **errors(402, 404, 409)},
+    )
     def create(self, request: Request) -> Response:
         data = self.parse(request, InstanceCreateInput)
         instance, _created = instance_order(
@@ -128,19 +140,26 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
         return self._accepted(instance)
 
     @extend_schema(
+        operation_id="instances_destroy",
+        request=None,
         parameters=[
             OpenApiParameter(
                 "keep_disk",
                 bool,
                 description="Keep the instance's own disk as a cloud disk instead of deleting it.",
             )
-        ]
+        ],
+        responses={202: InstanceOutput, **errors(400)},
     )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         keep = _flag(request, "keep_disk")
         return self._accepted(instance_terminate(instance_id=self.get_object().pk, keep_disk=keep))
 
-    @extend_schema(request=DiskAttachInput, responses={202: InstanceOutput})
+    @extend_schema(
+        operation_id="instances_disks_attach",
+        request=DiskAttachInput,
+        responses={202: InstanceOutput, **errors(409)},
+    )
     @action(detail=True, methods=["post"], url_path="disks")
     def disks(self, request: Request, pk: str | None = None) -> Response:
         """Attach a disk. A running instance restarts to do it, only with restart=true."""
@@ -150,8 +169,10 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
         return self._accepted(instance)
 
     @extend_schema(
+        operation_id="instances_disks_detach",
+        request=None,
         parameters=[OpenApiParameter("restart", bool, description="Confirm the restart.")],
-        responses={202: InstanceOutput},
+        responses={202: InstanceOutput, **errors(400, 409)},
     )
     @action(detail=True, methods=["delete"], url_path=r"disks/(?P<disk>[A-Za-z0-9_]+)")
     def detach(self, request: Request, pk: str | None = None, disk: str = "") -> Response:
@@ -159,27 +180,29 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
         disk_detach(instance=instance, disk_id=disk, restart=_flag(request, "restart"))
         return self._accepted(instance)
 
+    @extend_schema(
+        operation_id="instances_stop", request=None, responses={202: InstanceOutput, **errors(409)}
+    )
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         return self._accepted(instance_stop(instance_id=self.get_object().pk))
 
+    @extend_schema(
+        operation_id="instances_start",
+        request=None,
+        responses={202: InstanceOutput, **errors(402, 409)},
+    )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
         return self._accepted(instance_start(instance_id=self.get_object().pk))
 
-    @extend_schema(responses=InstanceEventOutput(many=True))
-    @action(detail=True, methods=["get"])
+    @extend_schema(operation_id="instances_events_list", responses=InstanceEventOutput(many=True))
+    @action(detail=True, methods=["get"], pagination_class=WholeList)
     def events(self, request: Request, pk: str | None = None) -> Response:
         rows = self.get_object().events.order_by("at", "id")
-        return Response(
-            {
-                "count": rows.count(),
-                "next": None,
-                "previous": None,
-                "results": InstanceEventOutput(rows, many=True).data,
-            }
-        )
+        return self.paginator.get_paginated_response(InstanceEventOutput(rows, many=True).data)
 
+    @extend_schema(operation_id="instances_metrics_retrieve", responses=InstanceMetricsOutput)
     @action(detail=True, methods=["get"])
     def metrics(self, request: Request, pk: str | None = None) -> Response:
         return Response({"results": instance_metrics(self.get_object())})

@@ -189,7 +189,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "starverse.core.api.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "starverse.core.api.schema.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.UserRateThrottle",
         "rest_framework.throttling.AnonRateThrottle",
@@ -214,7 +214,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "instances.choices.InstanceStatus",
         "TopUpStatusEnum": "billing.choices.TopUpStatus",
-        "NodeStateEnum": "instances.choices.NodeState",
+        "NodeStateEnum": "fleet.choices.NodeState",
         "PublicDatasetKindEnum": "datasets.choices.DatasetKind",
     },
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -5,12 +5,13 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import NotFound
 from storage.api.serializers import (
@@ -26,6 +27,10 @@ from storage.models import Disk
 from storage.nas import nas_delete, nas_for_tenant, nas_set_size
 
 
+@extend_schema_view(
+    list=extend_schema(operation_id="disks_list"),
+    retrieve=extend_schema(operation_id="disks_retrieve"),
+)
 class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
     """Cloud disks of the caller's tenant: persistent volumes that outlive instances."""
 
@@ -43,13 +48,21 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
             context["arrears"] = open_arrears(user.tenant_id)
         return context
 
-    @extend_schema(request=DiskCreateInput, responses={201: DiskOutput})
+    @extend_schema(
+        operation_id="disks_create",
+        request=DiskCreateInput,
+        responses={201: DiskOutput, **errors(402, 409)},
+    )
     def create(self, request: Request) -> Response:
         data = self.parse(request, DiskCreateInput)
         disk = disk_create(user=request.user, name=data["name"], size_gb=data["size_gb"])
         return Response(self.output(disk), status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=DiskResizeInput, responses={200: DiskOutput})
+    @extend_schema(
+        operation_id="disks_partial_update",
+        request=DiskResizeInput,
+        responses={200: DiskOutput, **errors(409)},
+    )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         """Grow the disk (claims cannot shrink)."""
         disk = self.get_object()
@@ -57,7 +70,7 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
         disk = disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=data["size_gb"])
         return Response(self.output(disk))
 
-    @extend_schema(responses={202: DiskOutput})
+    @extend_schema(operation_id="disks_destroy", responses={202: DiskOutput, **errors(409)})
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         disk = self.get_object()
         disk = disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk)
@@ -74,18 +87,22 @@ class NasView(APIView):
             raise NotFound(_("You have no shared NAS; create one with PUT."), code="no_nas")
         return nas
 
-    @extend_schema(responses=NasOutput)
+    @extend_schema(operation_id="nas_retrieve", responses={200: NasOutput, **errors(404)})
     def get(self, request: Request) -> Response:
         return Response(NasOutput(self._get(request)).data)
 
-    @extend_schema(request=NasInput, responses={200: NasOutput, 201: NasOutput})
+    @extend_schema(
+        operation_id="nas_update",
+        request=NasInput,
+        responses={200: NasOutput, 201: NasOutput, **errors(402, 409)},
+    )
     def put(self, request: Request) -> Response:
         data = NasInput(data=request.data)
         data.is_valid(raise_exception=True)
         nas, created = nas_set_size(user=request.user, size_gb=data.validated_data["size_gb"])
         return Response(NasOutput(nas).data, status=201 if created else 200)
 
-    @extend_schema(responses={202: NasOutput})
+    @extend_schema(operation_id="nas_destroy", responses={202: NasOutput, **errors(404, 409)})
     def delete(self, request: Request) -> Response:
         nas = nas_delete(tenant_id=request.user.tenant_id)
         return Response(NasOutput(nas).data, status=status.HTTP_202_ACCEPTED)

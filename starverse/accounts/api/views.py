@@ -1,6 +1,6 @@
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -19,6 +19,7 @@ from starverse.accounts.services import (
     user_signup,
 )
 from starverse.accounts.throttles import LoginThrottle, SignupThrottle
+from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import Unauthenticated
 
@@ -32,7 +33,11 @@ class SignupView(APIView):
     permission_classes = [AllowAny]
     throttle_classes = [SignupThrottle]
 
-    @extend_schema(request=s.SignupInput, responses={201: s.SignupOutput})
+    @extend_schema(
+        operation_id="auth_signup",
+        request=s.SignupInput,
+        responses={201: s.SignupOutput, **errors(409)},
+    )
     def post(self, request: Request) -> Response:
         data = s.SignupInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -47,7 +52,11 @@ class TokenLoginView(APIView):
     permission_classes = [AllowAny]
     throttle_classes = [LoginThrottle]
 
-    @extend_schema(request=s.TokenLoginInput, responses={201: s.TokenCreatedOutput})
+    @extend_schema(
+        operation_id="auth_token_create",
+        request=s.TokenLoginInput,
+        responses={201: s.TokenCreatedOutput, **errors(401)},
+    )
     def post(self, request: Request) -> Response:
         data = s.TokenLoginInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -63,7 +72,7 @@ class TokenLoginView(APIView):
 
 
 class MeView(APIView):
-    @extend_schema(responses=s.MeOutput)
+    @extend_schema(operation_id="me_retrieve", responses=s.MeOutput)
     def get(self, request: Request) -> Response:
         wallet = wallet_for_tenant(request.user.tenant_id)
         balance = {
@@ -74,6 +83,11 @@ class MeView(APIView):
         return Response({"id": request.user.id, "email": request.user.email, "balance": balance})
 
 
+@extend_schema_view(
+    list=extend_schema(operation_id="tokens_list"),
+    retrieve=extend_schema(operation_id="tokens_retrieve"),
+    destroy=extend_schema(operation_id="tokens_destroy"),
+)
 class TokenViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet
 ):
@@ -84,7 +98,11 @@ class TokenViewSet(
     def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
         return queryset.filter(revoked_at__isnull=True)
 
-    @extend_schema(request=s.TokenCreateInput, responses={201: s.TokenCreatedOutput})
+    @extend_schema(
+        operation_id="tokens_create",
+        request=s.TokenCreateInput,
+        responses={201: s.TokenCreatedOutput, **errors(409)},
+    )
     def create(self, request: Request) -> Response:
         data = self.parse(request, s.TokenCreateInput)
         token, plaintext = token_create(user=request.user, name=data["name"])
@@ -96,6 +114,11 @@ class TokenViewSet(
         token_revoke(token=instance)
 
 
+@extend_schema_view(
+    list=extend_schema(operation_id="ssh_keys_list"),
+    retrieve=extend_schema(operation_id="ssh_keys_retrieve"),
+    destroy=extend_schema(operation_id="ssh_keys_destroy"),
+)
 class SshKeyViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet
 ):
@@ -103,7 +126,11 @@ class SshKeyViewSet(
     owner_field = "user"
     serializer_class = s.SshKeyOutput
 
-    @extend_schema(request=s.SshKeyCreateInput, responses={201: s.SshKeyOutput})
+    @extend_schema(
+        operation_id="ssh_keys_create",
+        request=s.SshKeyCreateInput,
+        responses={201: s.SshKeyOutput, **errors(409)},
+    )
     def create(self, request: Request) -> Response:
         data = self.parse(request, s.SshKeyCreateInput)
         key = ssh_key_add(

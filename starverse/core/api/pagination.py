@@ -4,8 +4,24 @@ from typing import Any
 from django.core.paginator import InvalidPage, Page
 from django.core.paginator import Paginator as DjangoPaginator
 from rest_framework.exceptions import NotFound
-from rest_framework.pagination import PageNumberPagination
+from rest_framework.pagination import BasePagination, PageNumberPagination
 from rest_framework.request import Request
+from rest_framework.response import Response
+
+
+def envelope_schema(results: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI schema of every list answer: all four keys are always sent."""
+    link = {"type": "string", "format": "uri", "nullable": True}
+    return {
+        "type": "object",
+        "properties": {
+            "count": {"type": "integer"},
+            "next": link,
+            "previous": link,
+            "results": results,
+        },
+        "required": ["count", "next", "previous", "results"],
+    }
 
 
 class _Counted:
@@ -23,6 +39,9 @@ class Pagination(PageNumberPagination):
 
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return envelope_schema(schema)
 
     def paginate_fetched(
         self, request: Request, fetch: Callable[[int, int], tuple[int | None, list[Any]]]
@@ -45,3 +64,17 @@ class Pagination(PageNumberPagination):
         self.request = request
         self.page = Page(items, number, paginator)
         return items
+
+
+class WholeList(BasePagination):
+    """The list envelope around a short list that is never paged (the catalog, an instance's
+    events): `next` and `previous` are always null and `?page=` is not read."""
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> list[Any]:
+        return list(queryset)
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response({"count": len(data), "next": None, "previous": None, "results": data})
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return envelope_schema(schema)

@@ -1,0 +1,134 @@
+"""The OpenAPI schema tells the truth: every 2xx body as it is sent, every error answer a route
+can give, and an explicit operation id on every operation.
+
+The error answers every route shares follow from how its view is configured, so they are added
+here, once: 401 where the view reads credentials, 403 for staff-only views and for unsafe
+methods under session authentication (CSRF), 404 on object routes and paginated lists (an
+unknown page), 400 where there is a request body, 429 where the view is throttled. A route
+declares only what is special to it, with `errors(...)` in its `extend_schema` responses."""
+
+from typing import Any
+
+import uritemplate
+from drf_spectacular.drainage import warn
+from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.generics import GenericAPIView
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import IsAdminUser
+
+from starverse.core.api.pagination import WholeList
+
+ERROR = ResolvedComponent(
+    name="Error",
+    type=ResolvedComponent.SCHEMA,
+    object="Error",
+    schema={
+        "type": "object",
+        "description": "Every error answer (starverse.core.api.errors).",
+        "properties": {
+            "detail": {"type": "string", "description": "What went wrong, for people."},
+            "code": {"type": "string", "description": "Stable and machine-readable."},
+            "errors": {
+                "type": "object",
+                "description": "Only on 400 for invalid fields: field → messages.",
+                "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "required": ["code", "detail"],
+    },
+)
+
+ERROR_DESCRIPTIONS = {
+    400: "Invalid input; `errors` names each field that is wrong.",
+    401: "No valid credentials.",
+    402: "The balance does not cover it: top up first.",
+    403: "Not allowed: staff only, or a session request without its CSRF token.",
+    404: "Not found (another tenant's object is not found either).",
+    409: "Not possible in the current state, or a conflicting repeat.",
+    429: "Too many requests: retry after the seconds in Retry-After.",
+    503: "An outside service could not be reached; nothing was done.",
+}
+
+UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+# Integer columns' storage limits (16, 32 and 64 bits), which differ between database backends:
+# the schema leaves them out so that it is the same whichever database generated it.
+STORAGE_MAXIMA = {2**15 - 1, 2**31 - 1, 2**63 - 1}
+STORAGE_MINIMA = {-(2**15), -(2**31), -(2**63)}
+
+
+def errors(*codes: int) -> dict[int, OpenApiResponse]:
+    """Error answers special to one route, for its `extend_schema(responses=...)`."""
+    return {
+        code: OpenApiResponse(response=ERROR.ref, description=ERROR_DESCRIPTIONS[code])
+        for code in codes
+    }
+
+
+class AutoSchema(SpectacularAutoSchema):
+    def get_operation_id(self) -> str:
+        # Ids are the names generated clients call; derived ones change when a view changes.
+        operation_id = super().get_operation_id()
+        warn(
+            f"{self.method} {self.path} has no explicit operation_id (derived: {operation_id}); "
+            "give it one with extend_schema(operation_id=...)"
+        )
+        return operation_id
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        responses = super()._get_response_bodies(direction)
+        self.registry.register_on_missing(ERROR)
+        for code, response in errors(*sorted(self.implied_error_codes())).items():
+            responses.setdefault(str(code), self._get_response_for_code(response, str(code)))
+        return dict(sorted(responses.items()))
+
+    def implied_error_codes(self) -> set[int]:
+        view = self.view
+        authentication = list(getattr(view, "authentication_classes", []))
+        codes = set()
+        if authentication:  # a wrong or revoked token is refused on every route that reads one
+            codes.add(401)
+        if any(issubclass(p, IsAdminUser) for p in getattr(view, "permission_classes", [])):
+            codes.add(403)
+        if self.method in UNSAFE_METHODS and any(
+            issubclass(a, SessionAuthentication) for a in authentication
+        ):
+            codes.add(403)
+        if isinstance(view, GenericAPIView) and uritemplate.variables(self.path):
+            codes.add(404)
+        if self._is_list_view() and isinstance(self._get_paginator(), PageNumberPagination):
+            codes.add(404)  # ?page= past the end
+        if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
+            codes.add(400)
+        if getattr(view, "throttle_classes", None):
+            codes.add(429)
+        return codes
+
+    def get_paginated_name(self, serializer_name: str) -> str:
+        if isinstance(self._get_paginator(), WholeList):
+            return f"{serializer_name}List"  # the envelope, but never more than one page
+        return super().get_paginated_name(serializer_name)
+
+    def _map_basic_serializer(self, serializer: Any, direction: Any) -> dict[str, Any]:
+        schema = super()._map_basic_serializer(serializer, direction)
+        for prop in schema.get("properties", {}).values():
+            if prop.get("type") == "integer":
+                _drop_storage_limits(prop)
+            if direction == "response":
+                # a model field's validators check forms, not the stored rows an answer shows
+                prop.pop("pattern", None)
+        if direction == "response" and schema.get("properties"):
+            # An output serializer sends every field it has, always (null where it says so).
+            schema["required"] = sorted(schema["properties"])
+        return schema
+
+
+def _drop_storage_limits(prop: dict[str, Any]) -> None:
+    if prop.get("maximum") in STORAGE_MAXIMA:
+        del prop["maximum"]
+    if prop.get("minimum") in STORAGE_MINIMA:
+        del prop["minimum"]
+    if prop.get("format") == "int64":
+        del prop["format"]  # only ever inferred from those limits

@@ -1,0 +1,672 @@
+"""Generated from the URL configuration: every operation under /api/v1/ is called for real, as
+its user, as another tenant, as staff where it is staff-only, without credentials and
+throttled. Every answer must carry a status code that the operation declares and a body that
+validates against the declared schema, with no key the schema leaves out; and every code an
+operation declares must be provoked, so the schema neither hides answers nor promises ones that
+never come. A new route fails here until it has a @case below."""
+
+import json
+import re
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from rest_framework.test import APIClient
+from rest_framework.throttling import SimpleRateThrottle
+
+from billing.calculator import PRESETS
+from datasets.services import public_dataset_upsert
+from devstack.stripe import StripeFake
+from fleet.api.views import MAX_REPORT_BYTES
+from fleet.models import Allocation, Node
+from fleet.services import node_token_issue, report_ingest
+from fleet.telemetry import report_parse
+from instances.lifecycle import instance_stop
+from instances.models import Instance, Offering
+from instances.volumes import disk_attach
+from nodeagent.fixture import open_fixture_source
+from nodeagent.report import build_report, pending_report
+from nodeagent.source import iso_utc, utc_now
+from starverse.accounts.models import ApiToken
+from starverse.accounts.services import MAX_TOKENS_PER_USER
+from storage.models import Disk
+from storage.nas import nas_delete, nas_set_size
+from tests.api.openapi import Route, api_routes, code_schema, problems
+from tests.factories import (
+    PASSWORD,
+    _topup,
+    ed25519_public_key,
+    fund,
+    make_disk,
+    make_instance,
+    make_operator,
+    make_ssh_key,
+    make_token,
+    make_user,
+)
+
+AGENT_FIXTURES = Path(__file__).resolve().parents[2] / "nodeagent" / "fixtures"
+UNSAFE = ("post", "put", "patch", "delete")
+ROUTES = api_routes()
+
+
+def _operation(route: Route) -> dict[str, Any] | None:
+    return code_schema()["paths"].get(route.path, {}).get(route.method)
+
+
+def token_client(user: Any) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(user)[1]}")
+    return client
+
+
+class Probe:
+    """Real requests to one operation, each checked against what the operation declares."""
+
+    def __init__(self, route: Route, operation: dict[str, Any], who: str, request: Any) -> None:
+        self.route, self.operation, self.who = route, operation, who
+        self.settings = request.getfixturevalue("settings")
+        self.finalizers = request.addfinalizer
+        self.user = make_user()
+        self.client = token_client(self.user)
+        self.seen: set[int] = set()
+
+    @cached_property
+    def staff(self) -> APIClient:
+        return token_client(make_operator())
+
+    def stranger(self) -> APIClient:
+        return token_client(make_user())
+
+    @property
+    def default(self) -> APIClient:
+        if self.who == "staff":
+            return self.staff
+        return self.client if self.who == "user" else APIClient()
+
+    def call(
+        self,
+        expect: int,
+        *,
+        client: APIClient | None = None,
+        params: dict[str, str] | None = None,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        raw: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        path = re.sub(r"{(\w+)}", lambda m: (params or {}).get(m[1], "unknown"), self.route.path)
+        if query:
+            path += "?" + urlencode(query)
+        response = self.send(client or self.default, path, body=body, raw=raw, headers=headers)
+        where = f"{self.route} ({path})"
+        assert response.status_code == expect, (where, response.status_code, response.content)
+        declared = self.operation["responses"].get(str(expect))
+        assert declared is not None, f"{where} answered {expect}, which its schema does not declare"
+        if "content" in declared:
+            schema = declared["content"]["application/json"]["schema"]
+            found = problems(schema, response.json(), closed=True)
+            assert not found, f"{where} {expect}: the body is not what the schema says: {found}"
+        else:
+            assert response.content == b"", f"{where} {expect}: a body the schema does not declare"
+        if 200 <= expect < 300 and body is not None and "requestBody" in self.operation:
+            schema = self.operation["requestBody"]["content"]["application/json"]["schema"]
+            found = problems(schema, body, closed=False)
+            assert not found, f"{where}: an accepted request body breaks its schema: {found}"
+        self.seen.add(expect)
+        return response
+
+    def send(
+        self,
+        client: APIClient,
+        path: str,
+        *,
+        body: Any = None,
+        raw: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        data = raw if raw is not None else "" if body is None else json.dumps(body)
+        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in (headers or {}).items()}
+        method = self.route.method.upper()
+        return client.generic(method, path, data, content_type="application/json", **extra)
+
+
+@dataclass(frozen=True)
+class Case:
+    run: Callable[[Probe], None]
+    who: str  # whose requests succeed: "user", "staff", "anon" or "node" (its own header)
+
+
+CASES: dict[str, Case] = {}
+
+
+def case(operation_id: str, who: str = "user") -> Callable[[Callable[[Probe], None]], Any]:
+    def register(run: Callable[[Probe], None]) -> Callable[[Probe], None]:
+        assert operation_id not in CASES, operation_id
+        CASES[operation_id] = Case(run, who)
+        return run
+
+    return register
+
+
+@contextmanager
+def throttled(monkeypatch: Any) -> Iterator[None]:
+    """Every rate limit refuses: the route answers 429 if, and only if, it has one."""
+    with monkeypatch.context() as patch:
+        patch.setattr(SimpleRateThrottle, "allow_request", lambda self, request, view: False)
+        patch.setattr(SimpleRateThrottle, "wait", lambda self: 60.0)
+        yield
+
+
+def common_probes(probe: Probe, monkeypatch: Any) -> None:
+    """The answers that follow from how a route is configured, provoked the same way for all."""
+    operation, declared = probe.operation, {int(code) for code in probe.operation["responses"]}
+    security = operation.get("security", [])
+    if 401 in declared and any(security):  # [{}] means that the route reads no credentials
+        probe.call(401, client=APIClient())
+    if (
+        403 in declared
+        and probe.route.method in UNSAFE
+        and any("cookieAuth" in s for s in security)
+    ):
+        session = APIClient(enforce_csrf_checks=True)
+        session.force_login(probe.user)
+        probe.call(403, client=session)
+    if 404 in declared and any(p["name"] == "page" for p in operation.get("parameters", [])):
+        probe.call(404, query={"page": 9999})
+    with throttled(monkeypatch):
+        if 429 in declared:
+            probe.call(429)
+        else:  # a route that declares no 429 must have no rate limit
+            path = re.sub(r"{\w+}", "unknown", probe.route.path)
+            assert probe.send(probe.default, path).status_code != 429, probe.route
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=str)
+def test_every_answer_is_declared_and_every_declared_answer_happens(
+    route, request, monkeypatch, db
+):
+    operation = _operation(route)
+    assert operation is not None, f"{route} is routed but missing from the schema"
+    found = CASES.get(operation["operationId"])
+    assert found is not None, (
+        f"no test data for {route} ({operation['operationId']}): add a @case to this file"
+    )
+    probe = Probe(route, operation, found.who, request)
+
+    found.run(probe)
+    common_probes(probe, monkeypatch)
+
+    never = {int(code) for code in operation["responses"]} - probe.seen
+    assert not never, f"{route} declares {sorted(never)}, which no request provoked"
+
+
+def test_the_schema_has_exactly_the_routed_operations_and_each_a_case():
+    in_schema = {(p, m) for p, item in code_schema()["paths"].items() for m in item}
+    ids = [op["operationId"] for r in ROUTES if (op := _operation(r))]
+
+    assert in_schema == {(r.path, r.method) for r in ROUTES}
+    assert len(ids) == len(set(ids)), "operation ids must be unique"
+    assert set(CASES) == set(ids), set(CASES) ^ set(ids)
+
+
+# --- test data ------------------------------------------------------------------------------
+
+
+def _catalog() -> None:
+    call_command("seed_catalog", verbosity=0)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _agent_report(node: str, fixture: str = "h100_xid79.json") -> dict[str, Any]:
+    """A report as the node agent builds it, from a recorded NVML fixture."""
+    source = open_fixture_source(AGENT_FIXTURES / fixture)
+    try:
+        pending = pending_report(source.driver(), source.inventory(), source.sample(), [])
+        pending.events.extend(source.events())
+    finally:
+        source.close()
+    return build_report(node, [pending], dropped_reports=0, sent_at=iso_utc(utc_now()))
+
+
+def _node(name: str = "gpu-h100-07") -> Node:
+    return Node.objects.create(
+        name=name,
+        gpu_product="NVIDIA H100 80GB HBM3",
+        gpu_count=8,
+        gpu_memory_mb=81559,
+        interconnect="nvlink",
+    )
+
+
+def _reporting_node() -> Node:
+    node = _node()
+    report_ingest(node=node, report=report_parse(_agent_report(node.name), node_name=node.name))
+    return node
+
+
+def _placed(user: Any, node: Node, status: str = "running") -> Instance:
+    instance = make_instance(user, status=status)
+    started = timezone.now() - timedelta(minutes=10)
+    Instance.objects.filter(pk=instance.pk).update(node=node, started_at=started)
+    Allocation.objects.create(node=node, gpu_index=0, instance=instance)
+    return instance
+
+
+# accounts
+
+
+@case("auth_signup", who="anon")
+def _(p: Probe) -> None:
+    body = {"email": "new@lab.example.edu.cn", "password": PASSWORD}
+    p.call(201, body=body)
+    p.call(409, body=body)
+    p.call(400, body={"email": "other@lab.example.edu.cn"})
+
+
+@case("auth_token_create", who="anon")
+def _(p: Probe) -> None:
+    p.call(201, body={"email": p.user.email, "password": PASSWORD, "name": "ci"})
+    p.call(401, body={"email": p.user.email, "password": "not the password at all"})
+    p.call(400, body={"email": p.user.email})
+
+
+@case("me_retrieve")
+def _(p: Probe) -> None:
+    p.call(200)
+
+
+@case("tokens_list")
+def _(p: Probe) -> None:
+    p.call(200)
+
+
+@case("tokens_create")
+def _(p: Probe) -> None:
+    p.call(201, body={"name": "laptop"})
+    p.call(400, body={"name": 5})
+    while (
+        ApiToken.objects.filter(user=p.user, revoked_at__isnull=True).count() < MAX_TOKENS_PER_USER
+    ):
+        make_token(p.user)
+    p.call(409, body={"name": "one too many"})
+
+
+@case("tokens_retrieve")
+def _(p: Probe) -> None:
+    token, _plaintext = make_token(p.user)
+    p.call(200, params={"id": token.id})
+    p.call(404, params={"id": token.id}, client=p.stranger())
+
+
+@case("tokens_destroy")
+def _(p: Probe) -> None:
+    token, _plaintext = make_token(p.user, "old")
+    p.call(204, params={"id": token.id})
+    p.call(404, params={"id": token.id})
+
+
+@case("ssh_keys_list")
+def _(p: Probe) -> None:
+    make_ssh_key(p.user)
+    p.call(200)
+
+
+@case("ssh_keys_create")
+def _(p: Probe) -> None:
+    key = ed25519_public_key("me@laptop")
+    p.call(201, body={"name": "laptop", "public_key": key})
+    p.call(409, body={"public_key": key})
+    p.call(400, body={"public_key": "ssh-ed25519 not-a-key"})
+
+
+@case("ssh_keys_retrieve")
+def _(p: Probe) -> None:
+    key = make_ssh_key(p.user)
+    p.call(200, params={"id": key.id})
+    p.call(404, params={"id": key.id}, client=p.stranger())
+
+
+@case("ssh_keys_destroy")
+def _(p: Probe) -> None:
+    key = make_ssh_key(p.user)
+    p.call(204, params={"id": key.id})
+    p.call(404, params={"id": key.id})
+
+
+# billing
+
+
+@case("billing_balance_retrieve")
+def _(p: Probe) -> None:
+    p.call(200)
+
+
+@case("billing_ledger_list")
+def _(p: Probe) -> None:
+    p.call(200)
+
+
+@case("billing_ledger_retrieve")
+def _(p: Probe) -> None:
+    row = p.user.tenant.wallet.transactions.get()
+    p.call(200, params={"id": row.id})
+    p.call(404, params={"id": row.id}, client=p.stranger())
+
+
+@case("billing_topups_list")
+def _(p: Probe) -> None:
+    _topup(p.user)
+    p.call(200)
+
+
+@case("billing_topups_create")
+def _(p: Probe) -> None:
+    p.settings.STRIPE_MAX_NETWORK_RETRIES = 0
+    p.settings.STRIPE_API_BASE = f"http://127.0.0.1:{_closed_port()}"
+    p.call(503, body={"amount_fen": 10_000})
+    p.call(400, body={"amount_fen": 1})
+    fake = StripeFake(webhook_secret="whsec_schema_walk")
+    fake.deliver_webhooks = False
+    fake.start()
+    p.finalizers(fake.stop)
+    p.settings.STRIPE_API_BASE = fake.url
+    p.call(201, body={"amount_fen": 10_000})
+
+
+@case("billing_topups_retrieve")
+def _(p: Probe) -> None:
+    topup = _topup(p.user)
+    p.call(200, params={"id": topup.id})
+    p.call(404, params={"id": topup.id}, client=p.stranger())
+
+
+@case("calculator_tco", who="anon")
+def _(p: Probe) -> None:
+    p.call(200, body=PRESETS[0]["input"])
+    p.call(400, body={"gpus": 8})
+
+
+# catalog and datasets
+
+
+@case("gpu_models_list", who="anon")
+def _(p: Probe) -> None:
+    _catalog()
+    p.call(200)
+
+
+@case("offerings_list", who="anon")
+def _(p: Probe) -> None:
+    _catalog()
+    p.call(200)
+
+
+@case("images_list", who="anon")
+def _(p: Probe) -> None:
+    _catalog()
+    p.call(200)
+
+
+def _dataset() -> Any:
+    entry, _created = public_dataset_upsert(
+        dataset_id="imagenet-1k",
+        values={
+            "kind": "dataset",
+            "name": "ImageNet-1k",
+            "version": "2012",
+            "size_bytes": 146_900_000_000,
+            "licence": "custom",
+            "directory": "imagenet-1k",
+            "description": "ILSVRC 2012.",
+            "homepage": "https://example.org/imagenet",
+            "tags": "vision, classification",
+        },
+    )
+    return entry
+
+
+@case("datasets_list", who="anon")
+def _(p: Probe) -> None:
+    _dataset()
+    p.call(200)
+    p.call(400, query={"kind": "video"})
+
+
+@case("datasets_retrieve", who="anon")
+def _(p: Probe) -> None:
+    p.call(200, params={"dataset_id": _dataset().id})
+    p.call(404, params={"dataset_id": "no-such-dataset"})
+
+
+# instances
+
+
+@case("instances_list")
+def _(p: Probe) -> None:
+    make_instance(p.user)
+    p.call(200)
+    p.call(400, query={"status": "sleeping"})
+
+
+@case("instances_create")
+def _(p: Probe) -> None:
+    _catalog()
+    order = {
+        "offering": Offering.objects.get(name="1× H100 80GB SXM").id,
+        "image": "pytorch-2.1",
+        "name": "train",
+    }
+    p.call(402, body=order)  # the trial credit does not pay an hour
+    fund(p.user, 100_000)
+    p.call(202, body=order, headers={"Idempotency-Key": "order-1"})
+    p.call(409, body={**order, "name": "other"}, headers={"Idempotency-Key": "order-1"})
+    p.call(404, body={**order, "disks": ["dsk_unknown"]})
+    p.call(400, body={**order, "gpus": 8})
+
+
+@case("instances_retrieve")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user)
+    p.call(200, params={"id": instance.id})
+    p.call(404, params={"id": instance.id}, client=p.stranger())
+
+
+@case("instances_destroy")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user)
+    p.call(400, params={"id": instance.id}, query={"keep_disk": "perhaps"})
+    p.call(202, params={"id": instance.id}, query={"keep_disk": "true"})
+    p.call(404, params={"id": instance.id}, client=p.stranger())
+
+
+@case("instances_stop")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user, status="running")
+    p.call(202, params={"id": instance.id})
+    p.call(409, params={"id": instance.id})
+    p.call(404, params={"id": instance.id}, client=p.stranger())
+
+
+@case("instances_start")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user, status="stopped")
+    p.call(402, params={"id": instance.id})
+    fund(p.user, 100_000)
+    p.call(202, params={"id": instance.id})
+    p.call(409, params={"id": instance.id})
+    p.call(404, params={"id": instance.id}, client=p.stranger())
+
+
+@case("instances_events_list")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user, status="running")
+    instance_stop(instance_id=instance.id)
+    p.call(200, params={"id": instance.id})
+    p.call(404, params={"id": instance.id}, client=p.stranger())
+
+
+@case("instances_metrics_retrieve")
+def _(p: Probe) -> None:
+    instance = _placed(p.user, _reporting_node())
+    body = p.call(200, params={"id": instance.id}).json()
+    assert body["results"][0]["samples"], "no samples: the check above validated too little"
+    p.call(404, params={"id": instance.id}, client=p.stranger())
+
+
+@case("instances_disks_attach")
+def _(p: Probe) -> None:
+    instance, disk, other = make_instance(p.user), make_disk(p.user), make_disk(p.user, "data")
+    p.call(202, params={"id": instance.id}, body={"disk": disk.id})
+    p.call(404, params={"id": instance.id}, body={"disk": "dsk_unknown"})
+    p.call(400, params={"id": instance.id}, body={"disk": other.id, "mount": "/data"})
+    Instance.objects.filter(pk=instance.pk).update(status="running")
+    p.call(409, params={"id": instance.id}, body={"disk": other.id})  # restart not confirmed
+
+
+@case("instances_disks_detach")
+def _(p: Probe) -> None:
+    instance, disk, loose = make_instance(p.user), make_disk(p.user), make_disk(p.user, "loose")
+    disk_attach(instance=instance, disk_id=disk.id)
+    ids = {"id": instance.id, "disk": disk.id}
+    p.call(404, params={**ids, "disk": loose.id})
+    p.call(400, params=ids, query={"restart": "perhaps"})
+    Instance.objects.filter(pk=instance.pk).update(status="running")
+    p.call(409, params=ids)  # restart not confirmed
+    Instance.objects.filter(pk=instance.pk).update(status="stopped")
+    p.call(202, params=ids)
+
+
+# storage
+
+
+@case("disks_list")
+def _(p: Probe) -> None:
+    make_disk(p.user)
+    p.call(200)
+
+
+@case("disks_create")
+def _(p: Probe) -> None:
+    _catalog()  # storage prices: a disk costs 1 fen per GB and day
+    p.call(201, body={"name": "ckpt", "size_gb": 100})
+    p.call(409, body={"name": "ckpt", "size_gb": 100})
+    p.call(402, body={"name": "huge", "size_gb": 5_000})
+    p.call(400, body={"name": "tiny", "size_gb": 0})
+
+
+@case("disks_retrieve")
+def _(p: Probe) -> None:
+    disk = make_disk(p.user)
+    p.call(200, params={"id": disk.id})
+    p.call(404, params={"id": disk.id}, client=p.stranger())
+
+
+@case("disks_partial_update")
+def _(p: Probe) -> None:
+    disk = make_disk(p.user, size_gb=100)
+    p.call(200, params={"id": disk.id}, body={"size_gb": 150})
+    p.call(400, params={"id": disk.id}, body={"size_gb": 10})
+    p.call(404, params={"id": disk.id}, body={"size_gb": 200}, client=p.stranger())
+    Disk.objects.filter(pk=disk.pk).update(status="deleting")
+    p.call(409, params={"id": disk.id}, body={"size_gb": 200})
+
+
+@case("disks_destroy")
+def _(p: Probe) -> None:
+    disk = make_disk(p.user)
+    disk_attach(instance=make_instance(p.user), disk_id=disk.id)
+    p.call(409, params={"id": disk.id})
+    p.call(202, params={"id": make_disk(p.user, "free").id})
+    p.call(404, params={"id": disk.id}, client=p.stranger())
+
+
+@case("nas_retrieve")
+def _(p: Probe) -> None:
+    p.call(404)
+    nas_set_size(user=p.user, size_gb=10)
+    p.call(200)
+
+
+@case("nas_update")
+def _(p: Probe) -> None:
+    _catalog()  # storage prices: the NAS costs 2 fen per GB and day
+    p.call(402, body={"size_gb": 1_000})
+    p.call(201, body={"size_gb": 100})
+    p.call(200, body={"size_gb": 200})
+    p.call(400, body={"size_gb": 50})
+    nas_delete(tenant_id=p.user.tenant_id)
+    p.call(409, body={"size_gb": 100})  # the old one is still being deleted
+
+
+@case("nas_destroy")
+def _(p: Probe) -> None:
+    p.call(404)
+    nas_set_size(user=p.user, size_gb=10)
+    instance = _placed(p.user, _node())
+    p.call(409)
+    Allocation.objects.filter(instance=instance).delete()
+    p.call(202)
+
+
+# fleet
+
+
+@case("nodes_list", who="staff")
+def _(p: Probe) -> None:
+    _reporting_node()
+    body = p.call(200).json()
+    assert body["results"][0]["gpus"], "no GPUs: the check above validated too little"
+    p.call(403, client=p.client)
+
+
+@case("nodes_capacity_retrieve", who="staff")
+def _(p: Probe) -> None:
+    _reporting_node()
+    p.call(200)
+    p.call(403, client=p.client)
+
+
+@case("nodes_register", who="anon")
+def _(p: Probe) -> None:
+    p.settings.NODE_BOOTSTRAP_TOKEN = "boot-schema-walk"
+    body = {
+        "name": "gpu-new-01",
+        "bootstrap_token": "boot-schema-walk",
+        "gpu_product": "NVIDIA H100 80GB HBM3",
+        "gpu_count": 8,
+        "gpu_memory_mb": 81559,
+    }
+    p.call(201, body=body)
+    p.call(401, body={**body, "name": "gpu-new-02", "bootstrap_token": "a guess"})
+    p.call(400, body={**body, "gpu_count": 0})
+
+
+@case("nodes_report", who="node")
+def _(p: Probe) -> None:
+    node = _node()
+    auth = {"Authorization": f"Bearer {node_token_issue(node=node)}"}
+    report = _agent_report(node.name)
+    assert report["events"], "no events: the check below validated too little"
+    p.call(202, params={"name": node.name}, body=report, headers=auth)
+    p.call(401, params={"name": node.name}, body=report, headers={"Authorization": "Bearer x"})
+    p.call(400, params={"name": node.name}, raw="{not json", headers=auth)
+    too_large = json.dumps({**report, "padding": "x" * MAX_REPORT_BYTES})
+    assert (
+        p.call(400, params={"name": node.name}, raw=too_large, headers=auth).json()["code"]
+        == "too_large"
+    )
