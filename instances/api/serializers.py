@@ -129,8 +129,10 @@ SHAPE: dict[str, Callable[[Any, dict[str, int]], Any]] = {
 
 
 class InstanceOutput(serializers.ModelSerializer):
-    """An instance as the API shows it (see SHAPE). A list passes `queue_positions` in the
-    context, read for the whole page in one query; a single instance reads its own."""
+    """A rented instance: its status, what it runs on, how to reach it and what it cost."""
+
+    # The keys and their values come from SHAPE. A list passes `queue_positions` in the
+    # context, read for the whole page in one query; a single instance reads its own.
 
     offering = serializers.CharField(source="offering_id")
     image = serializers.CharField(source="image_id")
