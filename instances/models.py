@@ -7,7 +7,7 @@ from django.utils import timezone
 from fleet.models import GpuModel, Node
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from starverse.core.ids import PublicIdField
-from starverse.core.text import Deferred, parts
+from starverse.core.text import Deferred, parts, translate_stored
 
 
 class Offering(models.Model):
@@ -59,7 +59,7 @@ class Image(models.Model):
 
 class Instance(models.Model):
     """A rental: an offering and an image for a tenant, placed on one node. Its status changes
-    only through instances.lifecycle.instance_transition, which writes an InstanceEvent."""
+    only through the state machine (instances.states), which writes an InstanceEvent."""
 
     id = PublicIdField(prefix="ins")
     tenant = models.ForeignKey(
@@ -151,6 +151,4 @@ class InstanceEvent(models.Model):
     @property
     def text(self) -> str:
         """The message in the active language."""
-        from starverse.core.text import translate_stored
-
         return translate_stored(self.message, self.params)

@@ -1,29 +1,34 @@
 """Converging an instance's objects on the cluster with what the database wants. Every step
 is an "ensure" (safe to run twice, after a crash, or concurrently with the reconcile loop);
 retryable cluster errors propagate to the task, which retries with backoff; permanent ones
-fail the instance with a message the user can act on. Failed provisioning is never billed."""
+fail the instance with a message the user can act on. Failed provisioning is never billed.
+This module only talks to the cluster: what it saw is reported to the state machine
+(instances.states), which changes the instance's status."""
 
 import logging
 import secrets
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from fleet.choices import NodeState
 from fleet.models import Node
 from instances.choices import InstanceStatus
-from instances.lifecycle import instance_release_gpus, instance_transition
 from instances.models import Instance, InstanceEvent
-from instances.monthly import period_active
 from instances.provisioning import manifests
-from instances.volumes import instance_disk_keep, instance_disks_release
+from instances.states import (
+    instance_fail,
+    instance_mark_running,
+    instance_mark_stopped,
+    instance_mark_terminated,
+)
+from starverse.accounts.models import SshKey
 from starverse.core import kube
 from starverse.core.text import later
 from storage import manifests as storage_manifests
 from storage import provisioning as storage
-from storage.models import Disk
+from storage.models import Disk, SharedStorage
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -35,32 +40,11 @@ class StillPending(Exception):
 
 
 def _authorized_keys(instance: Instance) -> str:
-    from starverse.accounts.models import SshKey
-
     keys = SshKey.objects.filter(user__tenant_id=instance.tenant_id)
     if instance.ssh_key_ids:
         keys = keys.filter(pk__in=instance.ssh_key_ids)
     keys = keys.values_list("public_key", flat=True)
     return "\n".join(keys) + "\n"
-
-
-def _fail(instance_id: str, message: str) -> None:
-    with transaction.atomic():
-        instance = (
-            Instance.objects.select_for_update()
-            .select_related("offering__gpu_model")
-            .get(pk=instance_id)
-        )
-        if instance.status not in (S.PROVISIONING, S.RUNNING):
-            return
-        instance_release_gpus(
-            instance,
-            S.FAILED,
-            message,
-            error_message=message,
-            running_since=None,
-            provisioning_since=None,
-        )
 
 
 def provision(instance_id: str) -> str:
@@ -94,7 +78,7 @@ def provision(instance_id: str) -> str:
         pod = kube.ensure(manifests.pod(instance, instance.node.name, disks, nas))
         service = kube.ensure(manifests.service(instance))
     except kube.PermanentKubeError as error:
-        _fail(
+        instance_fail(
             instance.id,
             later(
                 "The cluster refused the instance: %(error)s. It was not billed; "
@@ -117,8 +101,6 @@ def provision(instance_id: str) -> str:
 def _storage(instance: Instance) -> tuple[list[Disk], object | None]:
     """The instance's attached cloud disks and its tenant's shared NAS, their claims made sure
     of (a disk's creation task may not have run yet)."""
-    from storage.models import SharedStorage
-
     disks = list(Disk.objects.filter(instance_id=instance.id).order_by("name"))
     for disk in disks:
         storage.claim_converge(storage_manifests.cloud_disk_claim(disk))
@@ -177,7 +159,7 @@ def check_pod(instance_id: str) -> str:
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in PULL_FAILURES:
-            _fail(
+            instance_fail(
                 instance.id,
                 later(
                     "The image %(image)s could not be pulled (%(reason)s). It was not "
@@ -187,7 +169,7 @@ def check_pod(instance_id: str) -> str:
             )
             return S.FAILED
     if status.get("phase") == "Failed":
-        _fail(
+        instance_fail(
             instance.id,
             later("The instance's container failed to start: %(reason)s.")
             % {"reason": status.get("reason") or status.get("message") or "unknown"},
@@ -198,25 +180,10 @@ def check_pod(instance_id: str) -> str:
         for c in status.get("conditions") or []
     )
     if status.get("phase") == "Running" and ready:
-        with transaction.atomic():
-            locked = Instance.objects.select_for_update().get(pk=instance.pk)
-            if locked.status != S.PROVISIONING:
-                return locked.status
-            now = timezone.now()
-            instance_transition(
-                locked,
-                S.RUNNING,
-                later("Running: billing started."),
-                running_since=now,
-                started_at=locked.started_at or now,
-                session=locked.session + 1,
-                billed_minutes=0,
-                provisioning_since=None,
-            )
-        return S.RUNNING
+        return instance_mark_running(instance.id)
     since = instance.provisioning_since or instance.created_at
     if timezone.now() - since > timedelta(seconds=settings.PROVISIONING_TIMEOUT_S):
-        _fail(
+        instance_fail(
             instance.id,
             later("The instance did not start within %(m)d minutes. It was not billed.")
             % {"m": settings.PROVISIONING_TIMEOUT_S // 60},
@@ -242,44 +209,13 @@ def _delete_pod_and_wait(instance: Instance) -> None:
 
 
 def stop(instance_id: str) -> str:
-    """Delete the pod, keep the disk, secret and service; give the GPUs back."""
+    """Delete the pod, keep the disk, secret and service; once it is gone the state machine
+    gives the GPUs back."""
     instance = Instance.objects.filter(pk=instance_id).first()
     if instance is None or instance.status != S.STOPPING:
         return instance.status if instance else "gone"
     _delete_pod_and_wait(instance)
-    with transaction.atomic():
-        locked = (
-            Instance.objects.select_for_update()
-            .select_related("offering__gpu_model")
-            .get(pk=instance.pk)
-        )
-        if locked.status == S.STOPPING and period_active(locked):
-            instance_transition(
-                locked, S.STOPPED, later("Stopped. The disk is kept and the node stays reserved.")
-            )
-        elif locked.status == S.STOPPING:
-            instance_release_gpus(locked, S.STOPPED, later("Stopped. The disk is kept."))
-        if locked.status == S.STOPPED and locked.restart_pending:
-            Instance.objects.filter(pk=locked.pk).update(restart_pending=False)
-            transaction.on_commit(lambda: _restart(locked.id))
-    return S.STOPPED
-
-
-def _restart(instance_id: str) -> None:
-    """Start again after a stop made to change the disks; if starting is refused (no runway,
-    say), the instance stays stopped and its timeline says why."""
-    from instances.lifecycle import instance_start
-    from starverse.core.errors import ServiceError
-
-    try:
-        instance_start(instance_id=instance_id)
-    except ServiceError as error:
-        instance = Instance.objects.get(pk=instance_id)
-        InstanceEvent.objects.create(
-            instance=instance,
-            status=instance.status,
-            message=later("It could not start again: %(reason)s") % {"reason": error.message},
-        )
+    return instance_mark_stopped(instance.id)
 
 
 def terminate(instance_id: str) -> str:
@@ -295,27 +231,4 @@ def terminate(instance_id: str) -> str:
             objects.append(("PersistentVolumeClaim", claim))
         for kind, name in objects:
             kube.delete(kind, instance.k8s_namespace, name)
-    with transaction.atomic():
-        locked = (
-            Instance.objects.select_for_update()
-            .select_related("offering__gpu_model")
-            .get(pk=instance.pk)
-        )
-        if locked.status == S.TERMINATING:
-            released = instance_disks_release(locked)
-            if locked.keep_disk and locked.k8s_name:
-                kept = instance_disk_keep(locked, claim)
-                message = later("Terminated; its disk was kept as the cloud disk %(disk)s.") % {
-                    "disk": kept.name
-                }
-            else:
-                message = later("Terminated; its disk was deleted.")
-            instance_release_gpus(locked, S.TERMINATED, message, terminated_at=timezone.now())
-            if released:
-                InstanceEvent.objects.create(
-                    instance=locked,
-                    status=S.TERMINATED,
-                    message=later("Cloud disks detached and kept with their data: %(names)s.")
-                    % {"names": ", ".join(released)},
-                )
-    return S.TERMINATED
+    return instance_mark_terminated(instance.id, disk_claim=claim)

@@ -6,22 +6,27 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import transaction
 from django.utils import timezone
 
 from instances.choices import InstanceStatus
-from instances.lifecycle import instance_transition
 from instances.models import Instance
 from instances.provisioning import manifests
 from instances.provisioning.converge import events_record
+from instances.states import instance_recreate
 from starverse.core import kube
-from starverse.core.text import later
+from starverse.core.dispatch import enqueue_on_commit
 from storage.choices import DiskStatus
-from storage.models import Disk
+from storage.models import Disk, SharedStorage
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
 STUCK_AFTER = timedelta(seconds=60)
+# The task that carries out each state that waits on the cluster.
+TASK_FOR = {
+    S.PROVISIONING: "instances.tasks.provision_instance",
+    S.STOPPING: "instances.tasks.stop_instance",
+    S.TERMINATING: "instances.tasks.terminate_instance",
+}
 
 
 @dataclass
@@ -37,8 +42,6 @@ def _pod_ok(pod: dict | None) -> bool:
 
 
 def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
-    from instances import tasks
-
     now = now or timezone.now()
     report = Report()
     # A running instance whose pod vanished (deleted by hand, evicted, node rebooted) goes back
@@ -46,32 +49,13 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
     for instance in Instance.objects.filter(status=S.RUNNING).exclude(k8s_name=""):
         if _pod_ok(kube.read("Pod", instance.k8s_namespace, instance.k8s_name)):
             continue
-        with transaction.atomic():
-            locked = Instance.objects.select_for_update().get(pk=instance.pk)
-            if locked.status != S.RUNNING:
-                continue
-            from instances.metering import bill_until
-
-            bill_until(locked, now, started_minute=False)
-            instance_transition(
-                locked,
-                S.PROVISIONING,
-                later("Its container was gone; recreating it. Billing paused."),
-                running_since=None,
-                provisioning_since=now,
-            )
-            transaction.on_commit(lambda i=locked.id: tasks.provision_instance.delay(i))
-        report.recreated.append(instance.id)
+        if instance_recreate(instance.id, now=now):
+            report.recreated.append(instance.id)
     # Work whose task was lost (worker crash, broker restart) is handed out again.
-    stuck = {
-        S.PROVISIONING: tasks.provision_instance,
-        S.STOPPING: tasks.stop_instance,
-        S.TERMINATING: tasks.terminate_instance,
-    }
-    for instance in Instance.objects.filter(status__in=list(stuck)):
+    for instance in Instance.objects.filter(status__in=list(TASK_FOR)):
         last = instance.events.order_by("-at").values_list("at", flat=True).first()
         if last and now - last > STUCK_AFTER and instance.id not in report.recreated:
-            transaction.on_commit(lambda i=instance.id, t=stuck[instance.status]: t.delay(i))
+            enqueue_on_commit(TASK_FOR[instance.status], instance.id)
             report.requeued.append(instance.id)
     # Objects on the cluster that no live instance wants are removed.
     wanted_pods = set(
@@ -112,8 +96,6 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
 
 
 def _wanted_claims() -> set[tuple[str, str]]:
-    from storage.models import SharedStorage
-
     wanted = {
         (namespace, manifests.disk_name(instance_id))
         for namespace, instance_id in Instance.objects.exclude(status=S.TERMINATED)
