@@ -89,7 +89,18 @@ class Instance(models.Model):
     ssh_port = models.PositiveIntegerField(null=True, blank=True)
     jupyter_port = models.PositiveIntegerField(null=True, blank=True)
     jupyter_token = models.CharField(max_length=64, blank=True)
-    provisioning_since = models.DateTimeField(null=True, blank=True)
+    provisioning_since = models.DateTimeField(
+        null=True, blank=True, help_text="When this provisioning began (its timeout runs from it)."
+    )
+    objects_created_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When this provisioning's objects were created on the cluster; until then "
+        "they are created, after it the pod is only watched.",
+    )
+    events_read_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the pod's Kubernetes events were last read."
+    )
     seen_event_uids = models.JSONField(default=list, blank=True)
     billed_minutes = models.PositiveIntegerField(default=0)
     paid_until = models.DateTimeField(null=True, blank=True, help_text="Monthly: prepaid until.")

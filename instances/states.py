@@ -84,6 +84,12 @@ def _placed(node: Node) -> str:
     return later("Placed on %(node)s.") % {"node": node.name}
 
 
+def _provisioning_anew(now: datetime | None = None) -> dict[str, Any]:
+    """Each provisioning runs its own clock (the timeout) and creates its pod, Secret and the
+    rest anew (instances.provisioning.converge), so a start or a new node gets fresh ones."""
+    return {"provisioning_since": now or timezone.now(), "objects_created_at": None}
+
+
 # --- decisions (the caller holds the row lock) -----------------------------------------------
 
 
@@ -94,6 +100,8 @@ def instance_create(instance: Instance, *, placement: tuple[Node, list[int]] | N
     if placement is not None:
         node = placement[0]
         instance.status, instance.node, instance.queued_at = S.PROVISIONING, node, None
+        for key, value in _provisioning_anew().items():
+            setattr(instance, key, value)
         placed = InstanceEvent(instance=instance, status=S.PROVISIONING, message=_placed(node))
         events.append(placed)
     instance.save(force_insert=True)
@@ -107,13 +115,20 @@ def instance_mark_placed(instance: Instance, node: Node, indices: list[int]) -> 
     """A queued instance got GPUs: they are allocated to it on `node` and it is provisioning;
     provisioning starts after commit."""
     allocate(instance, node, indices)
-    _transition(instance, S.PROVISIONING, _placed(node), node=node, queued_at=None)
+    _transition(
+        instance, S.PROVISIONING, _placed(node), node=node, queued_at=None, **_provisioning_anew()
+    )
     enqueue_on_commit("instances.tasks.provision_instance", instance.id)
 
 
 def instance_mark_provisioning(instance: Instance) -> None:
     """A stopped monthly rental starts again on the node it keeps reserved."""
-    _transition(instance, S.PROVISIONING, later("Starting on its reserved node (paid monthly)."))
+    _transition(
+        instance,
+        S.PROVISIONING,
+        later("Starting on its reserved node (paid monthly)."),
+        **_provisioning_anew(),
+    )
     enqueue_on_commit("instances.tasks.provision_instance", instance.id)
 
 
@@ -228,7 +243,7 @@ def instance_recreate(instance_id: str, *, now: datetime) -> bool:
             S.PROVISIONING,
             later("Its container was gone; recreating it. Billing paused."),
             running_since=None,
-            provisioning_since=now,
+            **_provisioning_anew(now),
         )
         enqueue_on_commit("instances.tasks.provision_instance", instance.id)
     return True
