@@ -4,8 +4,9 @@ twice, or alongside the tasks is safe."""
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from django.db.models import Max
 from django.utils import timezone
 
 from instances.choices import InstanceStatus
@@ -37,27 +38,70 @@ class Report:
     events: int = 0
 
 
-def _pod_ok(pod: dict | None) -> bool:
-    return pod is not None and (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
-
-
-def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
+def reconcile(*, now: datetime | None = None) -> Report:
+    """One pass of the loop, from one list of each kind of object: the pods of running
+    instances that vanished are recreated, work whose task was lost is handed out again, what
+    no row wants is removed, and warnings about pods join their instances' timelines."""
     now = now or timezone.now()
     report = Report()
-    # A running instance whose pod vanished (deleted by hand, evicted, node rebooted) goes back
-    # to provisioning on its node: billing pauses until the pod is ready again.
-    for instance in Instance.objects.filter(status=S.RUNNING).exclude(k8s_name=""):
-        if _pod_ok(kube.read("Pod", instance.k8s_namespace, instance.k8s_name)):
+    # Read before the pods are listed: a pod made after the list is not yet a running one's.
+    running = list(
+        Instance.objects.filter(status=S.RUNNING)
+        .exclude(k8s_name="")
+        .values_list("id", "k8s_namespace", "k8s_name")
+    )
+    pods = {(pod.namespace, pod.name): pod for pod in kube.pods_managed()}
+    report.recreated = _vanished_recreate(running, pods, now=now)
+    report.requeued = _lost_work_hand_out(now=now, skip=report.recreated)
+    report.orphans = _orphans_remove(pods)
+    report.events = _mirror_warnings()
+    if report.recreated or report.requeued or report.orphans:
+        logger.warning(
+            "reconcile recreated=%s requeued=%s orphans=%s",
+            report.recreated,
+            report.requeued,
+            report.orphans,
+        )
+    return report
+
+
+def _vanished_recreate(
+    running: list[tuple[str, str, str]],
+    pods: dict[tuple[str, str], kube.ClusterPod],
+    *,
+    now: datetime,
+) -> list[str]:
+    """A running instance whose pod vanished (deleted by hand, evicted, node rebooted) goes
+    back to provisioning on its node: billing pauses until the pod is ready again."""
+    recreated = []
+    for instance_id, namespace, name in running:
+        pod = pods.get((namespace, name))
+        if pod is not None and pod.phase not in ("Failed", "Succeeded"):
             continue
-        if instance_recreate(instance.id, now=now):
-            report.recreated.append(instance.id)
-    # Work whose task was lost (worker crash, broker restart) is handed out again.
-    for instance in Instance.objects.filter(status__in=list(TASK_FOR)):
-        last = instance.events.order_by("-at").values_list("at", flat=True).first()
-        if last and now - last > STUCK_AFTER and instance.id not in report.recreated:
-            enqueue_on_commit(TASK_FOR[instance.status], instance.id)
-            report.requeued.append(instance.id)
-    # Objects on the cluster that no live instance wants are removed.
+        if instance_recreate(instance_id, now=now):
+            recreated.append(instance_id)
+    return recreated
+
+
+def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
+    """Work whose task was lost (worker crash, broker restart) is handed out again: an
+    instance waiting on the cluster with nothing on its timeline for a while."""
+    requeued = []
+    waiting = Instance.objects.filter(status__in=list(TASK_FOR)).annotate(
+        last_event=Max("events__at")
+    )
+    for instance_id, status, last in waiting.values_list("id", "status", "last_event"):
+        if last and now - last > STUCK_AFTER and instance_id not in skip:
+            enqueue_on_commit(TASK_FOR[status], instance_id)
+            requeued.append(instance_id)
+    return requeued
+
+
+def _orphans_remove(pods: dict[tuple[str, str], kube.ClusterPod]) -> list[str]:
+    """Objects on the cluster that no live instance wants are removed. A claim holds somebody's
+    data: it goes only when no row wants it at all (an instance that is not terminated, a cloud
+    disk or a NAS that is not deleted)."""
+    # Read after the pods were listed: an instance placed since then has no pod in the list.
     wanted_pods = set(
         Instance.objects.filter(status__in=(S.PROVISIONING, S.RUNNING, S.STOPPING)).values_list(
             "k8s_namespace", "k8s_name"
@@ -68,31 +112,22 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
         .exclude(k8s_name="")
         .values_list("k8s_namespace", "k8s_name")
     )
-    for namespace, name in kube.managed("Pod"):
+    orphans = []
+    for namespace, name in pods:
         if (namespace, name) not in wanted_pods:
             kube.delete("Pod", namespace, name)
-            report.orphans.append(f"pod/{namespace}/{name}")
+            orphans.append(f"pod/{namespace}/{name}")
     for kind in ("Service", "Secret"):
         for namespace, name in kube.managed(kind):
             if (namespace, name.removesuffix("-access")) not in keeps_objects:
                 kube.delete(kind, namespace, name)
-                report.orphans.append(f"{kind.lower()}/{namespace}/{name}")
-    # A claim holds somebody's data: it goes only when no row wants it at all (an instance that
-    # is not terminated, a cloud disk or a NAS that is not deleted).
+                orphans.append(f"{kind.lower()}/{namespace}/{name}")
     wanted_claims = _wanted_claims()
     for namespace, name in kube.managed("PersistentVolumeClaim"):
         if (namespace, name) not in wanted_claims:
             kube.delete("PersistentVolumeClaim", namespace, name)
-            report.orphans.append(f"persistentvolumeclaim/{namespace}/{name}")
-    report.events = _mirror_warnings()
-    if report.recreated or report.requeued or report.orphans:
-        logger.warning(
-            "reconcile recreated=%s requeued=%s orphans=%s",
-            report.recreated,
-            report.requeued,
-            report.orphans,
-        )
-    return report
+            orphans.append(f"persistentvolumeclaim/{namespace}/{name}")
+    return orphans
 
 
 def _wanted_claims() -> set[tuple[str, str]]:

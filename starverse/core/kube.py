@@ -344,11 +344,30 @@ def _message(error: ApiException) -> str:
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"
 
 
+@dataclass(frozen=True)
+class ClusterPod:
+    namespace: str
+    name: str
+    phase: str
+
+
+def pods_managed() -> list[ClusterPod]:
+    """Every pod the platform manages, with its phase, from one list call."""
+    items = _call(
+        "Pod.list", core().list_pod_for_all_namespaces, label_selector=MANAGED_SELECTOR
+    ).items
+    return [
+        ClusterPod(
+            item.metadata.namespace, item.metadata.name, (item.status and item.status.phase) or ""
+        )
+        for item in items
+    ]
+
+
 def managed(kind: str) -> list[tuple[str, str]]:
     """(namespace, name) of every object of this kind that the platform manages."""
     api = core()
     listing = {
-        "Pod": api.list_pod_for_all_namespaces,
         "Service": api.list_service_for_all_namespaces,
         "PersistentVolumeClaim": api.list_persistent_volume_claim_for_all_namespaces,
         "Secret": api.list_secret_for_all_namespaces,

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from instances.lifecycle import instance_order, instance_stop
 from instances.provisioning import converge
+from instances.provisioning.reconcile import reconcile
 from starverse.core import kube
 from tests.factories import converge_until, fund, make_user
 
@@ -101,3 +102,20 @@ def test_a_stop_asks_once_and_then_watches_the_pod_go(catalog, cluster, kube_cal
     assert calls[("DELETE", NS + "/pods/{name}")] == 1
     assert calls[POD] > 2
     assert set(calls) == {("DELETE", NS + "/pods/{name}"), POD}
+
+
+def test_the_reconcile_loop_works_from_one_list_of_pods(catalog, kube_calls):
+    for _ in range(3):
+        converge_until(converge.provision, _ordered(catalog).id)
+    kube_calls.clear()
+
+    report = reconcile()
+
+    assert (report.recreated, report.requeued, report.orphans) == ([], [], [])
+    assert Counter(kube_calls) == {
+        ("GET", "/api/v1/pods"): 1,
+        ("GET", "/api/v1/services"): 1,
+        ("GET", "/api/v1/secrets"): 1,
+        ("GET", "/api/v1/persistentvolumeclaims"): 1,
+        ("GET", "/api/v1/events"): 1,
+    }
