@@ -3,9 +3,12 @@ instances/states.py locks an instance row or changes a status, no module but ins
 imports the tasks, and no import hides inside a function (where it would hide a cycle)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[2] / "instances"
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "instances"
 FIRST_PARTY = {"starverse", "billing", "fleet", "storage", "instances", "datasets", "console"}
 
 
@@ -64,3 +67,20 @@ def test_only_the_state_machine_locks_instances_or_sets_a_status():
                 offenders.add(name)
 
     assert offenders == set()
+
+
+def test_the_modules_import_down_their_layers():
+    """The instances-layers contract in pyproject.toml: tasks, provisioning, services, the
+    state machine, charges and placement, models, each importing only those below it."""
+    # in a process of its own: import-linter reconfigures logging, which would mute other tests
+    linter = Path(sys.executable).with_name("lint-imports")
+    config = str(ROOT / "pyproject.toml")
+    result = subprocess.run(
+        [str(linter), "--config", config, "--contract", "instances-layers", "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
