@@ -85,13 +85,17 @@ def _vanished_recreate(
 
 def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
     """Work whose task was lost (worker crash, broker restart) is handed out again: an
-    instance waiting on the cluster with nothing on its timeline for a while."""
+    instance waiting on the cluster with no sign of life for a while, neither on its timeline
+    nor from a task watching its pod (which reads its events every few seconds)."""
     requeued = []
     waiting = Instance.objects.filter(status__in=list(TASK_FOR)).annotate(
         last_event=Max("events__at")
     )
-    for instance_id, status, last in waiting.values_list("id", "status", "last_event"):
-        if last and now - last > STUCK_AFTER and instance_id not in skip:
+    for instance_id, status, last_event, watched in waiting.values_list(
+        "id", "status", "last_event", "events_read_at"
+    ):
+        alive = max(last_event, watched or last_event) if last_event else None
+        if alive and now - alive > STUCK_AFTER and instance_id not in skip:
             enqueue_on_commit(TASK_FOR[status], instance_id)
             requeued.append(instance_id)
     return requeued
