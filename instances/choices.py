@@ -25,7 +25,8 @@ class InstanceStatus(models.TextChoices):
 
 S = InstanceStatus
 INSTANCE_TRANSITIONS: dict[str, set[str]] = {
-    S.QUEUED: {S.PROVISIONING, S.TERMINATING},
+    # → failed: a queued monthly rental whose month cannot be paid when its turn comes
+    S.QUEUED: {S.PROVISIONING, S.FAILED, S.TERMINATING},
     # → queued: automatic recovery after node loss places the instance again
     S.PROVISIONING: {S.RUNNING, S.FAILED, S.STOPPING, S.TERMINATING, S.QUEUED},
     S.RUNNING: {S.STOPPING, S.FAILED, S.TERMINATING, S.PROVISIONING, S.QUEUED},

@@ -1,5 +1,6 @@
-"""Instance lifecycle: ordering (runway check, idempotency, placement or the queue), the state
-machine, stop / start / terminate, and serving the queue as capacity frees."""
+"""Instance lifecycle services: ordering (runway check, idempotency, placement or the queue),
+stop / start / terminate, serving the queue as capacity frees, and what a node's change of
+state means for the instances on it. They decide; the state machine (instances.states) moves."""
 
 import hashlib
 import json
@@ -16,41 +17,36 @@ from django.utils.translation import gettext_noop
 from billing.selectors import wallet_for_tenant
 from fleet.choices import NodeState
 from fleet.models import Node
-from instances.choices import (
-    HOLDS_GPUS,
-    INSTANCE_TRANSITIONS,
-    BillingMode,
-    InstanceStatus,
-    OfferingKind,
-)
+from instances.charges import period_active, period_charge
+from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.models import Image, Instance, InstanceEvent, Offering
-from instances.monthly import period_active, period_charge
-from instances.placement import allocate, choose, release
+from instances.placement import choose
+from instances.states import (
+    instance_create,
+    instance_fail,
+    instance_locked,
+    instance_mark_placed,
+    instance_mark_provisioning,
+    instance_mark_queued,
+    instance_mark_stopping,
+    instance_mark_terminating,
+    instance_requeue,
+    instances_locked_skipping,
+)
 from instances.volumes import disks_attach_at_order
-from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
+from starverse.accounts.models import SshKey
+from starverse.core.errors import (
+    Conflict,
+    IdempotencyConflict,
+    InsufficientBalance,
+    InvalidInput,
+    ServiceError,
+)
 from starverse.core.money import format_fen
 from starverse.core.text import Deferred, later
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
-
-
-def instance_transition(instance: Instance, to: str, message: str, **fields: Any) -> Instance:
-    """The one way an instance changes status: checked against the transition table, saved with
-    update_fields, and recorded as an event. Call inside a transaction holding the row lock."""
-    if to not in INSTANCE_TRANSITIONS[instance.status]:
-        raise Conflict(
-            _("This instance is %(state)s; that is not possible now.")
-            % {"state": InstanceStatus(instance.status).label.lower()},
-            code="wrong_state",
-        )
-    instance.status = to
-    for key, value in fields.items():
-        setattr(instance, key, value)
-    instance.save(update_fields=["status", *fields])
-    InstanceEvent.objects.create(instance=instance, status=to, message=message)
-    logger.info("instance.status instance=%s status=%s", instance.id, to)
-    return instance
 
 
 def runway_check(*, tenant_id: str, offering: Offering, billing: str) -> None:
@@ -80,8 +76,6 @@ def _queued_ahead(product: str) -> Q:
 
 
 def _own_keys(user: Any, key_ids: list[str]) -> list[str]:
-    from starverse.accounts.models import SshKey
-
     found = set(
         SshKey.objects.filter(user__tenant_id=user.tenant_id, pk__in=key_ids).values_list(
             "pk", flat=True
@@ -127,10 +121,6 @@ def catalog_image(image_id: str) -> Image | None:
     )
 
 
-def _hash(fields: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
-
-
 def instance_order(
     *,
     user: Any,
@@ -146,22 +136,64 @@ def instance_order(
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
     Returns (instance, created); the same Idempotency-Key answers the same instance."""
-    request = {
-        "offering": offering_id,
-        "image": image_id,
-        "name": name,
-        "billing": billing,
-        "ssh_keys": sorted(ssh_keys or []),
+    request_hash = _request_hash(
+        offering=offering_id,
+        image=image_id,
+        name=name,
+        billing=billing,
+        ssh_keys=sorted(ssh_keys or []),
         **({"disks": sorted(disks)} if disks else {}),
-    }
-    if idempotency_key:
-        found = Instance.objects.filter(
-            tenant_id=user.tenant_id, idempotency_key=idempotency_key
-        ).first()
-        if found is not None:
-            if found.request_hash != _hash(request):
-                raise IdempotencyConflict(_("This Idempotency-Key was used for a different order."))
-            return found, False
+    )
+    earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
+    if earlier is not None:
+        return earlier, False
+    offering, image = _orderable(offering_id, image_id, billing)
+    key_ids = _own_keys(user, ssh_keys or [])
+    runway_check(tenant_id=user.tenant_id, offering=offering, billing=billing)
+    instance = Instance(
+        tenant_id=user.tenant_id,
+        created_by=user,
+        offering=offering,
+        image=image,
+        name=name.strip() or offering.name,
+        billing=billing,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        queued_at=timezone.now(),
+        auto_renew=auto_renew,
+        ssh_key_ids=key_ids,
+        # Network-backed storage lets a cloud instance move; a whole node is the node.
+        auto_recover=offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover,
+    )
+    try:
+        with transaction.atomic():
+            _place_or_queue(instance, disks or [])
+    except IntegrityError:
+        # A concurrent order under the same key committed first: this one is a repeat of it.
+        earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
+        if earlier is None:
+            raise
+        return earlier, False
+    return instance, True
+
+
+def _request_hash(**fields: Any) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _ordered_before(tenant_id: str, idempotency_key: str, request_hash: str) -> Instance | None:
+    """The instance an earlier order under this key made; the key used for a different order
+    is a conflict."""
+    if not idempotency_key:
+        return None
+    found = Instance.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+    if found is not None and found.request_hash != request_hash:
+        raise IdempotencyConflict(_("This Idempotency-Key was used for a different order."))
+    return found
+
+
+def _orderable(offering_id: str, image_id: str, billing: str) -> tuple[Offering, Image]:
+    """The active offering and image an order names, and whether it may be billed so."""
     offering = catalog_offering(offering_id)
     if offering is None:
         raise InvalidInput(
@@ -172,75 +204,25 @@ def instance_order(
         raise InvalidInput(_("Unknown image %(id)s.") % {"id": image_id}, code="unknown_image")
     if billing == BillingMode.MONTHLY and offering.price_per_month_fen is None:
         raise InvalidInput(_("Monthly billing is offered for whole nodes only."), code="no_monthly")
-    key_ids = _own_keys(user, ssh_keys or [])
-    runway_check(tenant_id=user.tenant_id, offering=offering, billing=billing)
-    try:
-        with transaction.atomic():
-            instance = Instance(
-                tenant_id=user.tenant_id,
-                created_by=user,
-                offering=offering,
-                image=image,
-                name=name.strip() or offering.name,
-                billing=billing,
-                idempotency_key=idempotency_key,
-                request_hash=_hash(request),
-                queued_at=timezone.now(),
-                auto_renew=auto_renew,
-                ssh_key_ids=key_ids,
-                # Network-backed storage lets a cloud instance move; a whole node is the node.
-                auto_recover=(
-                    offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover
-                ),
-            )
-            events = [InstanceEvent(instance=instance, status=S.QUEUED, message=later("Ordered."))]
-            product = offering.gpu_model.product
-            queue_ahead = Instance.objects.filter(_queued_ahead(product)).exists()
-            placement = None if queue_ahead else choose(offering)
-            if placement is not None:
-                node = placement[0]
-                instance.status, instance.node, instance.queued_at = S.PROVISIONING, node, None
-                events.append(
-                    InstanceEvent(
-                        instance=instance,
-                        status=S.PROVISIONING,
-                        message=later("Placed on %(node)s.") % {"node": node.name},
-                    )
-                )
-            instance.save(force_insert=True)
-            if disks:
-                disks_attach_at_order(instance, disks)
-            if placement is not None:
-                allocate(instance, *placement)
-                if billing == BillingMode.MONTHLY:
-                    period_charge(instance)  # 402 rolls the whole order back
-                _provision_after_commit(instance)
-            InstanceEvent.objects.bulk_create(events)
-    except IntegrityError:
-        if idempotency_key:
-            return instance_order(
-                user=user,
-                offering_id=offering_id,
-                image_id=image_id,
-                name=name,
-                billing=billing,
-                idempotency_key=idempotency_key,
-                auto_renew=auto_renew,
-                ssh_keys=ssh_keys,
-                disks=disks,
-                auto_recover=auto_recover,
-            )
-        raise
-    return instance, True
+    return offering, image
 
 
-def _provision_after_commit(instance: Instance) -> None:
-    from instances.tasks import provision_instance
-
-    transaction.on_commit(lambda: provision_instance.delay(instance.id))
+def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
+    """Inside the order's transaction: GPUs now when nobody waits for this GPU and some are
+    free, else the queue; then the ordered disks are attached, and a placed monthly rental pays
+    its first month (a 402 rolls the whole order back)."""
+    waiting = Instance.objects.filter(_queued_ahead(instance.offering.gpu_model.product)).exists()
+    placement = None if waiting else choose(instance.offering)
+    instance_create(instance, placement=placement)
+    disks_attach_at_order(instance, disk_ids)
+    if placement is not None and instance.billing == BillingMode.MONTHLY:
+        period_charge(instance)
 
 
 def _try_place(instance: Instance, *, fcfs: bool) -> bool:
+    """Give a queued (locked) instance GPUs if a node has them free and, with `fcfs`, nobody
+    queued before it. A monthly rental pays its month first, or fails. True if it was decided
+    (placed, or failed); False if it keeps waiting."""
     product = instance.offering.gpu_model.product
     ahead = _queued_ahead(product) & Q(queued_at__lt=instance.queued_at)
     if fcfs and Instance.objects.filter(ahead).exists():
@@ -248,25 +230,15 @@ def _try_place(instance: Instance, *, fcfs: bool) -> bool:
     placement = choose(instance.offering)
     if placement is None:
         return False
-    node, indices = placement
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
         try:
             with transaction.atomic():
                 period_charge(instance)
         except InsufficientBalance as error:
-            instance_transition(
-                instance, S.FAILED, error.message, error_message=error.message, queued_at=None
-            )
+            instance_fail(instance.id, error.message)
+            instance.refresh_from_db()
             return True
-    allocate(instance, node, indices)
-    instance_transition(
-        instance,
-        S.PROVISIONING,
-        later("Placed on %(node)s.") % {"node": node.name},
-        node=node,
-        queued_at=None,
-    )
-    _provision_after_commit(instance)
+    instance_mark_placed(instance, *placement)
     return True
 
 
@@ -287,9 +259,8 @@ def queue_drain(*, product: str) -> list[str]:
     while True:
         with transaction.atomic():
             head = (
-                Instance.objects.select_for_update(skip_locked=True)
+                instances_locked_skipping(Instance.objects.filter(_queued_ahead(product)))
                 .select_related("offering__gpu_model")
-                .filter(_queued_ahead(product))
                 .order_by("queued_at", "id")
                 .first()
             )
@@ -298,157 +269,126 @@ def queue_drain(*, product: str) -> list[str]:
             placed.append(head.id)
 
 
-def _locked(instance_id: str) -> Instance:
-    return (
-        Instance.objects.select_for_update()
-        .select_related("offering__gpu_model")
-        .get(pk=instance_id)
-    )
-
-
-def instance_release_gpus(instance: Instance, to: str, message: str, **fields: Any) -> None:
-    """Leave a GPU-holding state: give the GPUs back, then serve the queue after commit."""
-    release(instance)
-    instance_transition(instance, to, message, **fields)
-    product = instance.offering.gpu_model.product
-    from instances.tasks import drain_queue
-
-    transaction.on_commit(lambda: drain_queue.delay(product))
-
-
 STOP_REQUESTED = gettext_noop("Stop requested; billing stopped.")
 
 
 def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
     """Stop billing now (the minute in progress counts as a started minute) and delete the pod;
     the disk is kept."""
-    from instances.metering import bill_until
-
     with transaction.atomic():
-        instance = _locked(instance_id)
+        instance = instance_locked(instance_id)
         if instance.status not in (S.RUNNING, S.PROVISIONING):
             raise Conflict(
                 _("Only a running or starting instance can be stopped; this one is %(state)s.")
                 % {"state": InstanceStatus(instance.status).label.lower()},
                 code="wrong_state",
             )
-        if instance.status == S.RUNNING:
-            bill_until(instance, timezone.now(), started_minute=True)
-        instance_transition(
-            instance,
-            S.STOPPING,
-            reason if isinstance(reason, Deferred) else later(reason or STOP_REQUESTED),
-            running_since=None,
-        )
-    from instances.tasks import stop_instance
-
-    transaction.on_commit(lambda: stop_instance.delay(instance.id))
+        message = reason if isinstance(reason, Deferred) else later(reason or STOP_REQUESTED)
+        instance_mark_stopping(instance, message)
     return instance
 
 
 def instance_start(*, instance_id: str) -> Instance:
+    """Start a stopped or failed instance: a monthly rental in its paid period on the node it
+    keeps; any other, when the balance covers its runway, on GPUs free anywhere, behind earlier
+    orders for them."""
     with transaction.atomic():
-        instance = _locked(instance_id)
+        instance = instance_locked(instance_id)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
         if period_active(instance) and instance.allocations.exists():
-            instance_transition(
-                instance, S.PROVISIONING, later("Starting on its reserved node (paid monthly).")
-            )
-            _provision_after_commit(instance)
+            instance_mark_provisioning(instance)
             return instance
         runway_check(
             tenant_id=instance.tenant_id, offering=instance.offering, billing=instance.billing
         )
-        instance_transition(instance, S.QUEUED, later("Start requested."), queued_at=timezone.now())
+        instance_mark_queued(instance)
         _try_place(instance, fcfs=True)
     return instance
+
+
+def instance_restart(*, instance_id: str) -> Instance:
+    """Start again after a stop made to change the disks; if starting is refused (no runway,
+    say), the instance stays stopped and its timeline says why."""
+    try:
+        return instance_start(instance_id=instance_id)
+    except ServiceError as error:
+        instance = Instance.objects.get(pk=instance_id)
+        InstanceEvent.objects.create(
+            instance=instance,
+            status=instance.status,
+            message=later("It could not start again: %(reason)s") % {"reason": error.message},
+        )
+        return instance
 
 
 def instance_terminate(*, instance_id: str, keep_disk: bool = False) -> Instance:
     """Terminate: the pod, service and secret go; the instance's own disk is deleted unless
     `keep_disk` keeps it as a cloud disk; attached cloud disks are detached, data intact."""
-    from instances.metering import bill_until
-
     with transaction.atomic():
-        instance = _locked(instance_id)
+        instance = instance_locked(instance_id)
         if instance.status in (S.TERMINATED, S.TERMINATING):
             return instance
-        if instance.status == S.RUNNING:
-            bill_until(instance, timezone.now(), started_minute=True)
-        instance_transition(
-            instance,
-            S.TERMINATING,
-            later("Terminate requested."),
-            running_since=None,
-            queued_at=None,
-            keep_disk=keep_disk,
-        )
-    from instances.tasks import terminate_instance
-
-    transaction.on_commit(lambda: terminate_instance.delay(instance.id))
+        instance_mark_terminating(instance, keep_disk=keep_disk)
     return instance
 
 
 def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[str]:
-    """Tell every instance on a node what happened to it. A node that is down takes its
-    instances with it: they fail (billing stops, GPUs are released) with the reason; on a
-    cordoned or draining node they keep running and get an event saying why."""
+    """Tell every instance on a node what happened to it. A node that is down takes its running
+    and starting instances with it: they fail (billing stops, GPUs are released) with the
+    reason, or, recovering automatically, are placed again on a healthy node; a stopping one is
+    left to its stop, which frees a pod on a down node at once. On a cordoned or draining node
+    they keep running and get an event saying why."""
     node = Node.objects.get(pk=node_id)
     affected = []
     for instance_id in Instance.objects.filter(node=node, status__in=HOLDS_GPUS).values_list(
         "id", flat=True
     ):
         with transaction.atomic():
-            instance = _locked(instance_id)
+            instance = instance_locked(instance_id)
             if instance.status not in HOLDS_GPUS or instance.node_id != node.pk:
                 continue
-            if state == NodeState.DOWN and instance.auto_recover:
+            if state != NodeState.DOWN:
+                _out_of_service_note(instance, node=node, reason=reason)
+            elif instance.status == S.STOPPING:
+                continue
+            elif instance.auto_recover:
                 _recover(instance, node=node, reason=reason)
-            elif state == NodeState.DOWN:
-                message = later(
-                    "The node %(node)s was lost (%(reason)s). Billing stopped at that "
-                    "moment; start the instance again to place it on a healthy node."
-                ) % {"node": node.name, "reason": reason}
-                instance_release_gpus(
-                    instance, S.FAILED, message, error_message=message, running_since=None
-                )
             else:
-                InstanceEvent.objects.create(
-                    instance=instance,
-                    status=instance.status,
-                    message=later(
-                        "Its node %(node)s was taken out of service: %(reason)s. The "
-                        "instance keeps running."
-                    )
-                    % {"node": node.name, "reason": reason},
-                )
+                _lost(instance, node=node, reason=reason)
         affected.append(instance_id)
     return affected
 
 
-def _recover(instance: Instance, *, node: Any, reason: str) -> None:
+def _out_of_service_note(instance: Instance, *, node: Node, reason: str) -> None:
+    InstanceEvent.objects.create(
+        instance=instance,
+        status=instance.status,
+        message=later(
+            "Its node %(node)s was taken out of service: %(reason)s. The instance keeps running."
+        )
+        % {"node": node.name, "reason": reason},
+    )
+
+
+def _lost(instance: Instance, *, node: Node, reason: str) -> None:
+    message = later(
+        "The node %(node)s was lost (%(reason)s). Billing stopped at that moment; start the "
+        "instance again to place it on a healthy node."
+    ) % {"node": node.name, "reason": reason}
+    instance_fail(instance.id, message)
+
+
+def _recover(instance: Instance, *, node: Node, reason: str) -> None:
     """Automatic recovery after node loss: billing pauses now, the GPUs are given back, and the
     instance is placed again, ahead of new orders, on a healthy node with the same disks (they
     are network-backed, so the new pod mounts the same claims)."""
-    now = timezone.now()
-    paused = timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S")
+    paused = timezone.localtime(timezone.now()).strftime("%Y-%m-%d %H:%M:%S")
     message = later(
         "The node %(node)s was lost (%(reason)s). Billing paused at %(at)s; placing the "
         "instance again on a healthy node with the same disks."
     ) % {"node": node.name, "reason": reason, "at": paused}
-    instance_release_gpus(
-        instance,
-        S.QUEUED,
-        message,
-        running_since=None,
-        provisioning_since=None,
-        # first in line for its GPU: it was running before anything now queued was ordered
-        queued_at=instance.created_at,
-        node=None,
-        ssh_port=None,
-        jupyter_port=None,
-    )
+    instance_requeue(instance, message)
     if not _try_place(instance, fcfs=False):
         InstanceEvent.objects.create(
             instance=instance,

@@ -7,7 +7,7 @@ from django.utils import timezone
 from fleet.models import GpuModel, Node
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from starverse.core.ids import PublicIdField
-from starverse.core.text import Deferred, parts
+from starverse.core.text import Deferred, parts, translate_stored
 
 
 class Offering(models.Model):
@@ -59,7 +59,7 @@ class Image(models.Model):
 
 class Instance(models.Model):
     """A rental: an offering and an image for a tenant, placed on one node. Its status changes
-    only through instances.lifecycle.instance_transition, which writes an InstanceEvent."""
+    only through the state machine (instances.states), which writes an InstanceEvent."""
 
     id = PublicIdField(prefix="ins")
     tenant = models.ForeignKey(
@@ -89,7 +89,18 @@ class Instance(models.Model):
     ssh_port = models.PositiveIntegerField(null=True, blank=True)
     jupyter_port = models.PositiveIntegerField(null=True, blank=True)
     jupyter_token = models.CharField(max_length=64, blank=True)
-    provisioning_since = models.DateTimeField(null=True, blank=True)
+    provisioning_since = models.DateTimeField(
+        null=True, blank=True, help_text="When this provisioning began (its timeout runs from it)."
+    )
+    objects_created_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When this provisioning's objects were created on the cluster; until then "
+        "they are created, after it the pod is only watched.",
+    )
+    events_read_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the pod's Kubernetes events were last read."
+    )
     seen_event_uids = models.JSONField(default=list, blank=True)
     billed_minutes = models.PositiveIntegerField(default=0)
     paid_until = models.DateTimeField(null=True, blank=True, help_text="Monthly: prepaid until.")
@@ -151,6 +162,4 @@ class InstanceEvent(models.Model):
     @property
     def text(self) -> str:
         """The message in the active language."""
-        from starverse.core.text import translate_stored
-
         return translate_stored(self.message, self.params)

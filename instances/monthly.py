@@ -1,69 +1,28 @@
 """Monthly (包月) rental of whole nodes: each 30-day period is prepaid from the balance when the
-node is placed and at each renewal, under the ledger key monthly:{instance}:{period}; the node
-stays reserved while the instance is stopped; at the period's end the rental renews, or ends as
-the user chose (or when the balance cannot pay): the instance is stopped, the node freed, and a
-later start is billed by the minute."""
+node is placed and at each renewal, under the ledger key monthly:{instance}:{period}
+(instances.charges); the node stays reserved while the instance is stopped; at the period's end
+the rental renews, or ends as the user chose (or when the balance cannot pay): the instance is
+stopped, the node freed, and a later start is billed by the minute."""
 
 import logging
-from datetime import timedelta
-from typing import Any
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext_noop
 
-from billing.choices import TransactionKind
-from billing.services import ledger_post
+from instances.charges import period_charge
 from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance, InstanceEvent
+from instances.states import gpus_release, instance_locked, instance_mark_stopping
+from starverse.core.errors import InsufficientBalance
 from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
-PERIOD = timedelta(days=30)
 S = InstanceStatus
 
 
-def period_active(instance: Instance) -> bool:
-    """A monthly rental whose prepaid period runs: its node stays reserved, even stopped."""
-    return (
-        instance.billing == BillingMode.MONTHLY
-        and instance.paid_until is not None
-        and instance.paid_until > timezone.now()
-    )
-
-
-def period_charge(instance: Instance, *, now: Any = None) -> None:
-    """Prepay the next period (raises InsufficientBalance). Call with the row locked."""
-    now = now or timezone.now()
-    period = instance.monthly_period + 1
-    price = instance.offering.price_per_month_fen
-    txn = ledger_post(
-        wallet_id=instance.tenant.wallet.id,
-        key=f"monthly:{instance.id}:{period}",
-        kind=TransactionKind.USAGE,
-        amount_fen=-price,
-        instance_id=instance.id,
-        description=gettext_noop("Monthly rental"),
-    )
-    start = max(instance.paid_until or now, now)
-    instance.monthly_period, instance.paid_until = period, start + PERIOD
-    instance.cost_fen += -txn.amount_fen
-    Instance.objects.filter(pk=instance.pk).update(
-        monthly_period=period, paid_until=instance.paid_until, cost_fen=instance.cost_fen
-    )
-    InstanceEvent.objects.create(
-        instance=instance,
-        status=instance.status,
-        message=later("Monthly period %(n)d paid until %(until)s.")
-        % {"n": period, "until": timezone.localtime(instance.paid_until).strftime("%Y-%m-%d")},
-    )
-
-
-def renewals_run(*, now: Any = None) -> tuple[list[str], list[str]]:
+def renewals_run(*, now: datetime | None = None) -> tuple[list[str], list[str]]:
     """Renew or end every monthly rental whose period is over. Returns (renewed, ended)."""
-    from instances.lifecycle import _locked, instance_transition
-    from starverse.core.errors import InsufficientBalance
-
     now = now or timezone.now()
     renewed, ended = [], []
     due = (
@@ -73,44 +32,48 @@ def renewals_run(*, now: Any = None) -> tuple[list[str], list[str]]:
     )
     for instance_id in due:
         with transaction.atomic():
-            instance = _locked(instance_id)
+            instance = instance_locked(instance_id)
             if instance.billing != BillingMode.MONTHLY or instance.paid_until > now:
                 continue
-            if instance.auto_renew:
-                try:
-                    period_charge(instance, now=now)
-                except InsufficientBalance:
-                    reason = later("the balance could not pay the next month")
-                else:
-                    renewed.append(instance.id)
-                    continue
-            else:
-                reason = later("you chose not to renew")
-            instance.billing = BillingMode.HOURLY
-            instance.save(update_fields=["billing"])
-            message = later(
-                "Monthly rental ended: %(reason)s. The instance is stopped and its disk "
-                "kept; starting it again is billed by the minute."
-            ) % {"reason": reason}
-            if instance.status in (S.RUNNING, S.PROVISIONING):
-                instance_transition(instance, S.STOPPING, message, running_since=None)
-                from instances.tasks import stop_instance
-
-                transaction.on_commit(lambda i=instance.id: stop_instance.delay(i))
-            elif instance.status == S.STOPPED and instance.allocations.exists():
-                release_reservation(instance, message)
+            ends_because = _renew(instance, now=now)
+            if ends_because is None:
+                renewed.append(instance.id)
+                continue
+            _rental_end(instance, ends_because)
             ended.append(instance.id)
     if renewed or ended:
         logger.info("monthly.renewals renewed=%s ended=%s", renewed, ended)
     return renewed, ended
 
 
+def _renew(instance: Instance, *, now: datetime) -> str | None:
+    """Pay the next period of a rental that renews. None when paid; otherwise why it ends."""
+    if not instance.auto_renew:
+        return later("you chose not to renew")
+    try:
+        period_charge(instance, now=now)
+    except InsufficientBalance:
+        return later("the balance could not pay the next month")
+    return None
+
+
+def _rental_end(instance: Instance, reason: str) -> None:
+    """End a (locked) monthly rental: a running or starting instance is stopped with its disk
+    kept, a stopped one gives back the node it kept; from now on it is billed by the minute."""
+    message = later(
+        "Monthly rental ended: %(reason)s. The instance is stopped and its disk kept; "
+        "starting it again is billed by the minute."
+    ) % {"reason": reason}
+    if instance.status in (S.RUNNING, S.PROVISIONING):
+        # still billed monthly here, so stopping charges no minutes
+        instance_mark_stopping(instance, message)
+    elif instance.status == S.STOPPED and instance.allocations.exists():
+        release_reservation(instance, message)
+    instance.billing = BillingMode.HOURLY
+    instance.save(update_fields=["billing"])
+
+
 def release_reservation(instance: Instance, message: str) -> None:
     """Free the node a stopped monthly rental was keeping, and serve the queue."""
-    from instances.placement import release
-    from instances.tasks import drain_queue
-
-    release(instance)
+    gpus_release(instance)
     InstanceEvent.objects.create(instance=instance, status=instance.status, message=message)
-    product = instance.offering.gpu_model.product
-    transaction.on_commit(lambda: drain_queue.delay(product))

@@ -41,6 +41,12 @@ def terminate_instance(self: Any, instance_id: str) -> None:
 
 
 @shared_task(acks_late=True, ignore_result=True)
+def restart_instance(instance_id: str) -> None:
+    """An instance stopped to change its disks starts again (instances.states)."""
+    lifecycle.instance_restart(instance_id=instance_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
 def drain_queue(product: str) -> None:
     placed = lifecycle.queue_drain(product=product)
     if placed:

@@ -1,17 +1,18 @@
-"""An instance's cloud disks: attach them at order time, attach or detach them later, give them
-back when the instance ends. A pod's volumes cannot change while it runs, so attaching to or
-detaching from a running instance restarts it, and only when the user has confirmed that
-(`restart=True`). The disks' own rules (one instance at a time, not while deleting) are
-storage's (storage.disks)."""
+"""An instance's cloud disks: attach them at order time, attach or detach them later (the
+state machine gives them back when the instance terminates). A pod's volumes cannot change
+while it runs, so attaching to or detaching from a running instance restarts it, and only when
+the user has confirmed that (`restart=True`). The disks' own rules (one instance at a time, not
+while deleting) are storage's (storage.disks)."""
 
 from django.db import transaction
 from django.utils.translation import gettext as _
 
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
+from instances.states import instance_locked, instance_mark_stopping
 from starverse.core.errors import Conflict, NotFound
 from starverse.core.text import later
-from storage.disks import disk_adopt, disk_bind, disk_for_tenant, disk_unbind
+from storage.disks import disk_bind, disk_for_tenant, disk_unbind
 from storage.models import Disk
 
 S = InstanceStatus
@@ -27,9 +28,8 @@ def disks_attach_at_order(instance: Instance, disk_ids: list[str]) -> None:
 
 
 def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
-    """Check the instance can take a volume change now; schedule the restart it needs."""
-    from instances.lifecycle import instance_stop
-
+    """Check the (locked) instance can take a volume change now; a running or starting one
+    is stopped, to start again once stopped."""
     if instance.status in PODLESS:
         return
     if instance.status not in RESTARTABLE:
@@ -47,13 +47,12 @@ def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
             ),
             code="restart_required",
         )
-    Instance.objects.filter(pk=instance.pk).update(restart_pending=True)
-    instance_stop(instance_id=instance.id, reason=what)
+    instance_mark_stopping(instance, what, restart=True)
 
 
 def disk_attach(*, instance: Instance, disk_id: str, restart: bool = False) -> Disk:
     with transaction.atomic():
-        locked = Instance.objects.select_for_update().get(pk=instance.pk)
+        locked = instance_locked(instance.pk)
         disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
         if disk.instance_id == locked.id:
             return disk
@@ -74,7 +73,7 @@ def disk_attach(*, instance: Instance, disk_id: str, restart: bool = False) -> D
 
 def disk_detach(*, instance: Instance, disk_id: str, restart: bool = False) -> Disk:
     with transaction.atomic():
-        locked = Instance.objects.select_for_update().get(pk=instance.pk)
+        locked = instance_locked(instance.pk)
         disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
         if disk.instance_id != locked.id:
             raise NotFound(
@@ -93,23 +92,3 @@ def disk_detach(*, instance: Instance, disk_id: str, restart: bool = False) -> D
             message=later("Disk %(name)s detached.") % {"name": disk.name},
         )
     return disk
-
-
-def instance_disks_release(instance: Instance) -> list[str]:
-    """On terminate: every attached cloud disk becomes available again, data intact."""
-    from storage.disks import disks_release
-
-    return disks_release(instance.id)
-
-
-def instance_disk_keep(instance: Instance, claim_name: str) -> Disk:
-    """Adopt a terminated instance's own disk as a cloud disk (the same claim)."""
-    return disk_adopt(
-        tenant_id=instance.tenant_id,
-        created_by_id=instance.created_by_id,
-        name=f"{instance.name}-disk",
-        size_gb=instance.offering.local_disk_gb,
-        namespace=instance.k8s_namespace,
-        claim_name=claim_name,
-        origin=instance.id,
-    )

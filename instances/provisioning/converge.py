@@ -1,42 +1,117 @@
-"""Converging an instance's objects on the cluster with what the database wants. Every step
-is an "ensure" (safe to run twice, after a crash, or concurrently with the reconcile loop);
-retryable cluster errors propagate to the task, which retries with backoff; permanent ones
-fail the instance with a message the user can act on. Failed provisioning is never billed."""
+"""Converging an instance's objects on the cluster with what the database wants, the way a
+controller does. Each provisioning creates the instance's objects once (the row records when,
+in objects_created_at), then only watches the pod, one read a poll and its events every
+EVENTS_EVERY_S, until it is ready or cannot start; a stop or terminate asks once for the pod to
+go and watches it go. Every create is an "ensure" (409 → read and compare), so a pass cut short
+by a crash, or run alongside the reconcile loop, is safe to run again. Retryable cluster errors
+propagate to the task, which retries with backoff; permanent ones fail the instance with a
+message the user can act on. Failed provisioning is never billed.
+
+This module only talks to the cluster: what it saw is reported to the state machine
+(instances.states), which changes the instance's status."""
 
 import logging
 import secrets
 from datetime import timedelta
+from typing import Any, NoReturn
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from fleet.choices import NodeState
 from fleet.models import Node
 from instances.choices import InstanceStatus
-from instances.lifecycle import instance_release_gpus, instance_transition
 from instances.models import Instance, InstanceEvent
-from instances.monthly import period_active
 from instances.provisioning import manifests
-from instances.volumes import instance_disk_keep, instance_disks_release
+from instances.states import (
+    instance_fail,
+    instance_mark_running,
+    instance_mark_stopped,
+    instance_mark_terminated,
+)
+from starverse.accounts.models import SshKey
 from starverse.core import kube
 from starverse.core.text import later
 from storage import manifests as storage_manifests
 from storage import provisioning as storage
-from storage.models import Disk
+from storage.models import Disk, SharedStorage
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
+# How often a pending pod's Kubernetes events are read (they are the user's progress).
+EVENTS_EVERY_S = 5
 
 
 class StillPending(Exception):
-    """The pod is not ready yet; check again shortly."""
+    """The pod is not ready (or not gone) yet; check again shortly."""
+
+
+def provision(instance_id: str) -> str:
+    """Create a provisioning instance's objects once, then watch its pod: the instance is
+    reported running when the pod is ready, failed when it cannot start. Returns the instance's
+    status; raises StillPending while the pod starts."""
+    instance = (
+        Instance.objects.select_related("offering", "image", "node").filter(pk=instance_id).first()
+    )
+    if instance is None or instance.status != S.PROVISIONING or instance.node is None:
+        return instance.status if instance else "gone"
+    if instance.objects_created_at is None:
+        try:
+            _objects_create(instance)
+        except kube.PermanentKubeError as error:
+            return instance_fail(
+                instance.id,
+                later(
+                    "The cluster refused the instance: %(error)s. It was not billed; "
+                    "try again or contact support."
+                )
+                % {"error": error},
+            )
+    return _pod_watch(instance)
+
+
+def _objects_create(instance: Instance) -> None:
+    """Everything the instance needs on the cluster, created once per provisioning: the
+    tenant's namespace and network policy, the access Secret (rendered afresh: keys may have
+    changed since the last start), the instance's disk, its cloud disks' and NAS claims, its pod
+    pinned to its node, and its Service. Then the row records that they exist."""
+    _names_assign(instance)
+    kube.ensure(kube.namespace(instance.tenant_id))
+    kube.ensure(manifests.network_policy(instance.tenant_id))
+    secret = manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
+    kube.ensure(secret, update=True)
+    kube.ensure(manifests.disk_claim(instance))
+    disks, nas = _storage(instance)
+    pod = kube.ensure(manifests.pod(instance, instance.node.name, disks, nas))
+    if _node_of(pod) != instance.node.name:
+        _pod_elsewhere_remove(instance)
+    service = kube.ensure(manifests.service(instance))
+    ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
+    # only for the provisioning that created them: a later one creates its own
+    Instance.objects.filter(pk=instance.pk, provisioning_since=instance.provisioning_since).update(
+        ssh_port=ports.get("ssh"),
+        jupyter_port=ports.get("jupyter"),
+        objects_created_at=timezone.now(),
+    )
+
+
+def _names_assign(instance: Instance) -> None:
+    """The instance's deterministic object names (and its Jupyter token), stored on the row
+    before anything is created, so a terminate finds whatever a cut-short pass left."""
+    if instance.k8s_name:
+        return
+    instance.k8s_namespace = manifests.namespace_name(instance.tenant_id)
+    instance.k8s_name = manifests.instance_name(instance.id)
+    instance.jupyter_token = instance.jupyter_token or secrets.token_urlsafe(24)
+    Instance.objects.filter(pk=instance.pk).update(
+        k8s_namespace=instance.k8s_namespace,
+        k8s_name=instance.k8s_name,
+        jupyter_token=instance.jupyter_token,
+    )
 
 
 def _authorized_keys(instance: Instance) -> str:
-    from starverse.accounts.models import SshKey
-
     keys = SshKey.objects.filter(user__tenant_id=instance.tenant_id)
     if instance.ssh_key_ids:
         keys = keys.filter(pk__in=instance.ssh_key_ids)
@@ -44,81 +119,9 @@ def _authorized_keys(instance: Instance) -> str:
     return "\n".join(keys) + "\n"
 
 
-def _fail(instance_id: str, message: str) -> None:
-    with transaction.atomic():
-        instance = (
-            Instance.objects.select_for_update()
-            .select_related("offering__gpu_model")
-            .get(pk=instance_id)
-        )
-        if instance.status not in (S.PROVISIONING, S.RUNNING):
-            return
-        instance_release_gpus(
-            instance,
-            S.FAILED,
-            message,
-            error_message=message,
-            running_since=None,
-            provisioning_since=None,
-        )
-
-
-def provision(instance_id: str) -> str:
-    """Create (or find) every object of a provisioning instance, then mark it running once its
-    pod is ready. Returns the instance's status; raises StillPending while the pod starts."""
-    instance = (
-        Instance.objects.select_related("offering", "image", "node").filter(pk=instance_id).first()
-    )
-    if instance is None or instance.status != S.PROVISIONING or instance.node is None:
-        return instance.status if instance else "gone"
-    namespace, name = (
-        manifests.namespace_name(instance.tenant_id),
-        manifests.instance_name(instance.id),
-    )
-    if not instance.k8s_name:
-        Instance.objects.filter(pk=instance.pk).update(
-            k8s_namespace=namespace,
-            k8s_name=name,
-            provisioning_since=timezone.now(),
-            jupyter_token=instance.jupyter_token or secrets.token_urlsafe(24),
-        )
-        instance.refresh_from_db()
-    try:
-        kube.ensure(kube.namespace(instance.tenant_id))
-        kube.ensure(manifests.network_policy(instance.tenant_id))
-        kube.ensure(
-            manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
-        )
-        kube.ensure(manifests.disk_claim(instance))
-        disks, nas = _storage(instance)
-        pod = kube.ensure(manifests.pod(instance, instance.node.name, disks, nas))
-        service = kube.ensure(manifests.service(instance))
-    except kube.PermanentKubeError as error:
-        _fail(
-            instance.id,
-            later(
-                "The cluster refused the instance: %(error)s. It was not billed; "
-                "try again or contact support."
-            )
-            % {"error": error},
-        )
-        return S.FAILED
-    if (pod.get("spec") or {}).get("nodeName") != instance.node.name:
-        # A pod left on another node (one that was lost): free its GPUs and volumes at once.
-        kube.delete("Pod", namespace, name, force=True)
-        raise StillPending("old pod on another node deleted")
-    ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
-    Instance.objects.filter(pk=instance.pk).update(
-        ssh_port=ports.get("ssh"), jupyter_port=ports.get("jupyter")
-    )
-    return check_pod(instance.id)
-
-
 def _storage(instance: Instance) -> tuple[list[Disk], object | None]:
     """The instance's attached cloud disks and its tenant's shared NAS, their claims made sure
     of (a disk's creation task may not have run yet)."""
-    from storage.models import SharedStorage
-
     disks = list(Disk.objects.filter(instance_id=instance.id).order_by("name"))
     for disk in disks:
         storage.claim_converge(storage_manifests.cloud_disk_claim(disk))
@@ -130,12 +133,93 @@ def _storage(instance: Instance) -> tuple[list[Disk], object | None]:
     return disks, nas
 
 
+def _node_of(pod: dict[str, Any]) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName")
+
+
+def _pod_elsewhere_remove(instance: Instance) -> NoReturn:
+    """A pod of the instance's name sits on another node (the one it lost): free its GPUs and
+    volumes at once; the next poll creates the instance's objects again."""
+    kube.delete("Pod", instance.k8s_namespace, instance.k8s_name, force=True)
+    _objects_forget(instance)
+    raise StillPending("old pod on another node deleted")
+
+
+def _objects_forget(instance: Instance) -> None:
+    """The next poll of this provisioning creates the instance's objects again."""
+    Instance.objects.filter(pk=instance.pk, provisioning_since=instance.provisioning_since).update(
+        objects_created_at=None
+    )
+
+
+def _pod_watch(instance: Instance) -> str:
+    """One poll of a provisioning instance whose objects exist: one read of its pod, and a
+    report when the pod is ready or cannot start. Its events are read when due, and once more
+    before a report, so the timeline tells the whole story first."""
+    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    if pod is None:
+        _objects_forget(instance)  # gone while starting (deleted by hand, evicted)
+        raise StillPending("pod gone")
+    if _node_of(pod) != instance.node.name:
+        _pod_elsewhere_remove(instance)
+    status = pod.get("status") or {}
+    failure = _start_failure(status)
+    ready = failure is None and _ready(status)
+    if failure is None and not ready:
+        failure = _timed_out(instance)
+    if failure is not None or ready or _events_due(instance):
+        events_mirror(instance)
+    if failure is not None:
+        return instance_fail(instance.id, failure)
+    if ready:
+        return instance_mark_running(instance.id)
+    raise StillPending(status.get("phase") or "Pending")
+
+
+def _start_failure(status: dict[str, Any]) -> str | None:
+    """Why the pod cannot start (its image cannot be pulled, its container failed), if so."""
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULL_FAILURES:
+            return later(
+                "The image %(image)s could not be pulled (%(reason)s). It was not "
+                "billed; choose another image or try again later."
+            ) % {"image": container.get("image"), "reason": waiting["reason"]}
+    if status.get("phase") == "Failed":
+        return later("The instance's container failed to start: %(reason)s.") % {
+            "reason": status.get("reason") or status.get("message") or "unknown"
+        }
+    return None
+
+
+def _ready(status: dict[str, Any]) -> bool:
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _timed_out(instance: Instance) -> str | None:
+    since = instance.provisioning_since or instance.created_at
+    if timezone.now() - since > timedelta(seconds=settings.PROVISIONING_TIMEOUT_S):
+        return later("The instance did not start within %(m)d minutes. It was not billed.") % {
+            "m": settings.PROVISIONING_TIMEOUT_S // 60
+        }
+    return None
+
+
+def _events_due(instance: Instance) -> bool:
+    read_at = instance.events_read_at
+    return read_at is None or timezone.now() - read_at >= timedelta(seconds=EVENTS_EVERY_S)
+
+
 def events_mirror(instance: Instance) -> None:
     """Kubernetes events of the instance's pod become its progress events, once each."""
     try:
         events = kube.events_for(instance.k8s_namespace, instance.k8s_name)
     except kube.KubeError:
         return
+    Instance.objects.filter(pk=instance.pk).update(events_read_at=timezone.now())
     events_record(instance, events)
 
 
@@ -165,129 +249,41 @@ def events_record(instance: Instance, events: list[dict]) -> int:
     return len(new)
 
 
-def check_pod(instance_id: str) -> str:
-    instance = Instance.objects.filter(pk=instance_id).first()
-    if instance is None or instance.status != S.PROVISIONING:
-        return instance.status if instance else "gone"
-    events_mirror(instance)
-    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
-    if pod is None:
-        raise StillPending("pod not created yet")
-    status = pod.get("status") or {}
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in PULL_FAILURES:
-            _fail(
-                instance.id,
-                later(
-                    "The image %(image)s could not be pulled (%(reason)s). It was not "
-                    "billed; choose another image or try again later."
-                )
-                % {"image": container.get("image"), "reason": waiting["reason"]},
-            )
-            return S.FAILED
-    if status.get("phase") == "Failed":
-        _fail(
-            instance.id,
-            later("The instance's container failed to start: %(reason)s.")
-            % {"reason": status.get("reason") or status.get("message") or "unknown"},
-        )
-        return S.FAILED
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    if status.get("phase") == "Running" and ready:
-        with transaction.atomic():
-            locked = Instance.objects.select_for_update().get(pk=instance.pk)
-            if locked.status != S.PROVISIONING:
-                return locked.status
-            now = timezone.now()
-            instance_transition(
-                locked,
-                S.RUNNING,
-                later("Running: billing started."),
-                running_since=now,
-                started_at=locked.started_at or now,
-                session=locked.session + 1,
-                billed_minutes=0,
-                provisioning_since=None,
-            )
-        return S.RUNNING
-    since = instance.provisioning_since or instance.created_at
-    if timezone.now() - since > timedelta(seconds=settings.PROVISIONING_TIMEOUT_S):
-        _fail(
-            instance.id,
-            later("The instance did not start within %(m)d minutes. It was not billed.")
-            % {"m": settings.PROVISIONING_TIMEOUT_S // 60},
-        )
-        return S.FAILED
-    raise StillPending(status.get("phase") or "Pending")
-
-
-def _delete_pod_and_wait(instance: Instance) -> None:
-    """Delete the pod; its GPUs are free only once it is gone, so wait for that."""
+def _pod_gone(instance: Instance) -> bool:
+    """Ask once for the pod to go, then watch it go: its GPUs are free only once it has. A pod
+    on a node that is down is removed at once (its kubelet would never confirm)."""
     if not instance.k8s_name:
-        return
-    kube.delete("Pod", instance.k8s_namespace, instance.k8s_name)
+        return True
     pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
     if pod is None:
-        return
-    node = (pod.get("spec") or {}).get("nodeName")
-    if node and Node.objects.filter(name=node, state=NodeState.DOWN).exists():
-        # An unreachable kubelet never confirms the deletion: skip the grace period.
+        return True
+    if Node.objects.filter(name=_node_of(pod), state=NodeState.DOWN).exists():
         kube.delete("Pod", instance.k8s_namespace, instance.k8s_name, force=True)
-        return
-    raise StillPending("pod terminating")
+        return True
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        kube.delete("Pod", instance.k8s_namespace, instance.k8s_name)
+    return False
 
 
 def stop(instance_id: str) -> str:
-    """Delete the pod, keep the disk, secret and service; give the GPUs back."""
+    """Delete the pod (the disk, Secret and Service stay); once it is gone the instance is
+    reported stopped."""
     instance = Instance.objects.filter(pk=instance_id).first()
     if instance is None or instance.status != S.STOPPING:
         return instance.status if instance else "gone"
-    _delete_pod_and_wait(instance)
-    with transaction.atomic():
-        locked = (
-            Instance.objects.select_for_update()
-            .select_related("offering__gpu_model")
-            .get(pk=instance.pk)
-        )
-        if locked.status == S.STOPPING and period_active(locked):
-            instance_transition(
-                locked, S.STOPPED, later("Stopped. The disk is kept and the node stays reserved.")
-            )
-        elif locked.status == S.STOPPING:
-            instance_release_gpus(locked, S.STOPPED, later("Stopped. The disk is kept."))
-        if locked.status == S.STOPPED and locked.restart_pending:
-            Instance.objects.filter(pk=locked.pk).update(restart_pending=False)
-            transaction.on_commit(lambda: _restart(locked.id))
-    return S.STOPPED
-
-
-def _restart(instance_id: str) -> None:
-    """Start again after a stop made to change the disks; if starting is refused (no runway,
-    say), the instance stays stopped and its timeline says why."""
-    from instances.lifecycle import instance_start
-    from starverse.core.errors import ServiceError
-
-    try:
-        instance_start(instance_id=instance_id)
-    except ServiceError as error:
-        instance = Instance.objects.get(pk=instance_id)
-        InstanceEvent.objects.create(
-            instance=instance,
-            status=instance.status,
-            message=later("It could not start again: %(reason)s") % {"reason": error.message},
-        )
+    if not _pod_gone(instance):
+        raise StillPending("pod terminating")
+    return instance_mark_stopped(instance.id)
 
 
 def terminate(instance_id: str) -> str:
-    """Delete everything the instance had on the cluster, then its GPUs; 404s count as done."""
+    """Delete everything the instance had on the cluster (its own disk only if not kept), then
+    report it terminated; 404s count as done."""
     instance = Instance.objects.filter(pk=instance_id).first()
     if instance is None or instance.status != S.TERMINATING:
         return instance.status if instance else "gone"
-    _delete_pod_and_wait(instance)
+    if not _pod_gone(instance):
+        raise StillPending("pod terminating")
     claim = manifests.disk_name(instance.id)
     if instance.k8s_name:
         objects = [("Service", instance.k8s_name), ("Secret", f"{instance.k8s_name}-access")]
@@ -295,27 +291,4 @@ def terminate(instance_id: str) -> str:
             objects.append(("PersistentVolumeClaim", claim))
         for kind, name in objects:
             kube.delete(kind, instance.k8s_namespace, name)
-    with transaction.atomic():
-        locked = (
-            Instance.objects.select_for_update()
-            .select_related("offering__gpu_model")
-            .get(pk=instance.pk)
-        )
-        if locked.status == S.TERMINATING:
-            released = instance_disks_release(locked)
-            if locked.keep_disk and locked.k8s_name:
-                kept = instance_disk_keep(locked, claim)
-                message = later("Terminated; its disk was kept as the cloud disk %(disk)s.") % {
-                    "disk": kept.name
-                }
-            else:
-                message = later("Terminated; its disk was deleted.")
-            instance_release_gpus(locked, S.TERMINATED, message, terminated_at=timezone.now())
-            if released:
-                InstanceEvent.objects.create(
-                    instance=locked,
-                    status=S.TERMINATED,
-                    message=later("Cloud disks detached and kept with their data: %(names)s.")
-                    % {"names": ", ".join(released)},
-                )
-    return S.TERMINATED
+    return instance_mark_terminated(instance.id, disk_claim=claim)

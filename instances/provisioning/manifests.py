@@ -92,14 +92,15 @@ def disk_claim(instance: Any) -> dict[str, Any]:
 def pod(
     instance: Any, node_name: str, disks: list[Any] | tuple = (), nas: Any = None
 ) -> dict[str, Any]:
-    offering, name = instance.offering, instance_name(instance.id)
-    gpus = str(offering.gpu_count)
+    """The instance's pod, pinned to its node: its GPUs and the rest of its offering, shared
+    memory, its own disk, its cloud disks and NAS, the public pool read-only at /public, its
+    access Secret, and no service-account token."""
     storage_volumes, storage_mounts = volumes_and_mounts(list(disks), nas)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": name,
+            "name": instance_name(instance.id),
             "namespace": namespace_name(instance.tenant_id),
             "labels": labels(instance),
         },
@@ -110,73 +111,66 @@ def pod(
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": instance.image.container_image,
-                    "ports": [
-                        {"name": "ssh", "containerPort": SSH_PORT},
-                        {"name": "jupyter", "containerPort": JUPYTER_PORT},
-                    ],
-                    "env": [
-                        {"name": "STARVERSE_INSTANCE", "value": instance.id},
-                        {
-                            "name": "JUPYTER_TOKEN",
-                            "valueFrom": {
-                                "secretKeyRef": {"name": f"{name}-access", "key": "jupyter_token"}
-                            },
-                        },
-                    ],
-                    "resources": {
-                        "limits": {
-                            "nvidia.com/gpu": gpus,
-                            "cpu": str(offering.cpu_cores),
-                            "memory": f"{offering.memory_gb}Gi",
-                        },
-                        "requests": {
-                            "nvidia.com/gpu": gpus,
-                            "cpu": str(offering.cpu_cores),
-                            "memory": f"{offering.memory_gb}Gi",
-                        },
-                    },
-                    "volumeMounts": [
-                        {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - in the pod
-                        {"name": "disk", "mountPath": "/root/data"},
-                        {"name": "access", "mountPath": "/etc/starverse/access", "readOnly": True},
-                        {
-                            "name": "public",
-                            "mountPath": "/public/data",
-                            "subPath": "data",
-                            "readOnly": True,
-                        },
-                        {
-                            "name": "public",
-                            "mountPath": "/public/models",
-                            "subPath": "models",
-                            "readOnly": True,
-                        },
-                        *storage_mounts,
-                    ],
-                }
-            ],
-            "volumes": [
-                {
-                    "name": "shm",
-                    "emptyDir": {
-                        "medium": "Memory",
-                        "sizeLimit": f"{max(1, offering.memory_gb // 2)}Gi",
-                    },
-                },
-                {"name": "disk", "persistentVolumeClaim": {"claimName": disk_name(instance.id)}},
-                {
-                    "name": "access",
-                    "secret": {"secretName": f"{name}-access", "defaultMode": 0o400},
-                },
-                {"name": "public", **public_pool_volume()},
-                *storage_volumes,
-            ],
+            "containers": [_main_container(instance, storage_mounts)],
+            "volumes": [*_volumes(instance), *storage_volumes],
         },
     }
+
+
+def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    offering, name = instance.offering, instance_name(instance.id)
+    resources = {
+        "nvidia.com/gpu": str(offering.gpu_count),
+        "cpu": str(offering.cpu_cores),
+        "memory": f"{offering.memory_gb}Gi",
+    }
+    return {
+        "name": "main",
+        "image": instance.image.container_image,
+        "ports": [
+            {"name": "ssh", "containerPort": SSH_PORT},
+            {"name": "jupyter", "containerPort": JUPYTER_PORT},
+        ],
+        "env": [
+            {"name": "STARVERSE_INSTANCE", "value": instance.id},
+            {
+                "name": "JUPYTER_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": f"{name}-access", "key": "jupyter_token"}},
+            },
+        ],
+        "resources": {"limits": resources, "requests": dict(resources)},
+        "volumeMounts": [
+            {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - in the pod
+            {"name": "disk", "mountPath": "/root/data"},
+            {"name": "access", "mountPath": "/etc/starverse/access", "readOnly": True},
+            {"name": "public", "mountPath": "/public/data", "subPath": "data", "readOnly": True},
+            {
+                "name": "public",
+                "mountPath": "/public/models",
+                "subPath": "models",
+                "readOnly": True,
+            },
+            *storage_mounts,
+        ],
+    }
+
+
+def _volumes(instance: Any) -> list[dict[str, Any]]:
+    """Shared memory (half the instance's memory), its own disk, its access Secret, and the
+    public pool."""
+    name = instance_name(instance.id)
+    return [
+        {
+            "name": "shm",
+            "emptyDir": {
+                "medium": "Memory",
+                "sizeLimit": f"{max(1, instance.offering.memory_gb // 2)}Gi",
+            },
+        },
+        {"name": "disk", "persistentVolumeClaim": {"claimName": disk_name(instance.id)}},
+        {"name": "access", "secret": {"secretName": f"{name}-access", "defaultMode": 0o400}},
+        {"name": "public", **public_pool_volume()},
+    ]
 
 
 def public_pool_volume() -> dict[str, Any]:

@@ -4,24 +4,30 @@ twice, or alongside the tasks is safe."""
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from instances.choices import InstanceStatus
-from instances.lifecycle import instance_transition
 from instances.models import Instance
 from instances.provisioning import manifests
 from instances.provisioning.converge import events_record
+from instances.states import instance_recreate
 from starverse.core import kube
-from starverse.core.text import later
+from starverse.core.dispatch import enqueue_on_commit
 from storage.choices import DiskStatus
-from storage.models import Disk
+from storage.models import Disk, SharedStorage
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
 STUCK_AFTER = timedelta(seconds=60)
+# The task that carries out each state that waits on the cluster.
+TASK_FOR = {
+    S.PROVISIONING: "instances.tasks.provision_instance",
+    S.STOPPING: "instances.tasks.stop_instance",
+    S.TERMINATING: "instances.tasks.terminate_instance",
+}
 
 
 @dataclass
@@ -32,74 +38,22 @@ class Report:
     events: int = 0
 
 
-def _pod_ok(pod: dict | None) -> bool:
-    return pod is not None and (pod.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
-
-
-def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
-    from instances import tasks
-
+def reconcile(*, now: datetime | None = None) -> Report:
+    """One pass of the loop, from one list of each kind of object: the pods of running
+    instances that vanished are recreated, work whose task was lost is handed out again, what
+    no row wants is removed, and warnings about pods join their instances' timelines."""
     now = now or timezone.now()
     report = Report()
-    # A running instance whose pod vanished (deleted by hand, evicted, node rebooted) goes back
-    # to provisioning on its node: billing pauses until the pod is ready again.
-    for instance in Instance.objects.filter(status=S.RUNNING).exclude(k8s_name=""):
-        if _pod_ok(kube.read("Pod", instance.k8s_namespace, instance.k8s_name)):
-            continue
-        with transaction.atomic():
-            locked = Instance.objects.select_for_update().get(pk=instance.pk)
-            if locked.status != S.RUNNING:
-                continue
-            from instances.metering import bill_until
-
-            bill_until(locked, now, started_minute=False)
-            instance_transition(
-                locked,
-                S.PROVISIONING,
-                later("Its container was gone; recreating it. Billing paused."),
-                running_since=None,
-                provisioning_since=now,
-            )
-            transaction.on_commit(lambda i=locked.id: tasks.provision_instance.delay(i))
-        report.recreated.append(instance.id)
-    # Work whose task was lost (worker crash, broker restart) is handed out again.
-    stuck = {
-        S.PROVISIONING: tasks.provision_instance,
-        S.STOPPING: tasks.stop_instance,
-        S.TERMINATING: tasks.terminate_instance,
-    }
-    for instance in Instance.objects.filter(status__in=list(stuck)):
-        last = instance.events.order_by("-at").values_list("at", flat=True).first()
-        if last and now - last > STUCK_AFTER and instance.id not in report.recreated:
-            transaction.on_commit(lambda i=instance.id, t=stuck[instance.status]: t.delay(i))
-            report.requeued.append(instance.id)
-    # Objects on the cluster that no live instance wants are removed.
-    wanted_pods = set(
-        Instance.objects.filter(status__in=(S.PROVISIONING, S.RUNNING, S.STOPPING)).values_list(
-            "k8s_namespace", "k8s_name"
-        )
-    )
-    keeps_objects = set(
-        Instance.objects.exclude(status=S.TERMINATED)
+    # Read before the pods are listed: a pod made after the list is not yet a running one's.
+    running = list(
+        Instance.objects.filter(status=S.RUNNING)
         .exclude(k8s_name="")
-        .values_list("k8s_namespace", "k8s_name")
+        .values_list("id", "k8s_namespace", "k8s_name")
     )
-    for namespace, name in kube.managed("Pod"):
-        if (namespace, name) not in wanted_pods:
-            kube.delete("Pod", namespace, name)
-            report.orphans.append(f"pod/{namespace}/{name}")
-    for kind in ("Service", "Secret"):
-        for namespace, name in kube.managed(kind):
-            if (namespace, name.removesuffix("-access")) not in keeps_objects:
-                kube.delete(kind, namespace, name)
-                report.orphans.append(f"{kind.lower()}/{namespace}/{name}")
-    # A claim holds somebody's data: it goes only when no row wants it at all (an instance that
-    # is not terminated, a cloud disk or a NAS that is not deleted).
-    wanted_claims = _wanted_claims()
-    for namespace, name in kube.managed("PersistentVolumeClaim"):
-        if (namespace, name) not in wanted_claims:
-            kube.delete("PersistentVolumeClaim", namespace, name)
-            report.orphans.append(f"persistentvolumeclaim/{namespace}/{name}")
+    pods = {(pod.namespace, pod.name): pod for pod in kube.pods_managed()}
+    report.recreated = _vanished_recreate(running, pods, now=now)
+    report.requeued = _lost_work_hand_out(now=now, skip=report.recreated)
+    report.orphans = _orphans_remove(pods)
     report.events = _mirror_warnings()
     if report.recreated or report.requeued or report.orphans:
         logger.warning(
@@ -111,9 +65,76 @@ def reconcile(*, now=None) -> Report:  # type: ignore[no-untyped-def]
     return report
 
 
-def _wanted_claims() -> set[tuple[str, str]]:
-    from storage.models import SharedStorage
+def _vanished_recreate(
+    running: list[tuple[str, str, str]],
+    pods: dict[tuple[str, str], kube.ClusterPod],
+    *,
+    now: datetime,
+) -> list[str]:
+    """A running instance whose pod vanished (deleted by hand, evicted, node rebooted) goes
+    back to provisioning on its node: billing pauses until the pod is ready again."""
+    recreated = []
+    for instance_id, namespace, name in running:
+        pod = pods.get((namespace, name))
+        if pod is not None and pod.phase not in ("Failed", "Succeeded"):
+            continue
+        if instance_recreate(instance_id, now=now):
+            recreated.append(instance_id)
+    return recreated
 
+
+def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
+    """Work whose task was lost (worker crash, broker restart) is handed out again: an
+    instance waiting on the cluster with no sign of life for a while, neither on its timeline
+    nor from a task watching its pod (which reads its events every few seconds)."""
+    requeued = []
+    waiting = Instance.objects.filter(status__in=list(TASK_FOR)).annotate(
+        last_event=Max("events__at")
+    )
+    for instance_id, status, last_event, watched in waiting.values_list(
+        "id", "status", "last_event", "events_read_at"
+    ):
+        alive = max(last_event, watched or last_event) if last_event else None
+        if alive and now - alive > STUCK_AFTER and instance_id not in skip:
+            enqueue_on_commit(TASK_FOR[status], instance_id)
+            requeued.append(instance_id)
+    return requeued
+
+
+def _orphans_remove(pods: dict[tuple[str, str], kube.ClusterPod]) -> list[str]:
+    """Objects on the cluster that no live instance wants are removed. A claim holds somebody's
+    data: it goes only when no row wants it at all (an instance that is not terminated, a cloud
+    disk or a NAS that is not deleted)."""
+    # Read after the pods were listed: an instance placed since then has no pod in the list.
+    wanted_pods = set(
+        Instance.objects.filter(status__in=(S.PROVISIONING, S.RUNNING, S.STOPPING)).values_list(
+            "k8s_namespace", "k8s_name"
+        )
+    )
+    keeps_objects = set(
+        Instance.objects.exclude(status=S.TERMINATED)
+        .exclude(k8s_name="")
+        .values_list("k8s_namespace", "k8s_name")
+    )
+    orphans = []
+    for namespace, name in pods:
+        if (namespace, name) not in wanted_pods:
+            kube.delete("Pod", namespace, name)
+            orphans.append(f"pod/{namespace}/{name}")
+    for kind in ("Service", "Secret"):
+        for namespace, name in kube.managed(kind):
+            if (namespace, name.removesuffix("-access")) not in keeps_objects:
+                kube.delete(kind, namespace, name)
+                orphans.append(f"{kind.lower()}/{namespace}/{name}")
+    wanted_claims = _wanted_claims()
+    for namespace, name in kube.managed("PersistentVolumeClaim"):
+        if (namespace, name) not in wanted_claims:
+            kube.delete("PersistentVolumeClaim", namespace, name)
+            orphans.append(f"persistentvolumeclaim/{namespace}/{name}")
+    return orphans
+
+
+def _wanted_claims() -> set[tuple[str, str]]:
     wanted = {
         (namespace, manifests.disk_name(instance_id))
         for namespace, instance_id in Instance.objects.exclude(status=S.TERMINATED)

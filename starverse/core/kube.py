@@ -207,9 +207,10 @@ def _guard(operation: str, function: Any) -> Any:
         raise RetryableKubeError(f"{operation}: {error}") from error
 
 
-def ensure(manifest: dict[str, Any]) -> dict[str, Any]:
+def ensure(manifest: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
     """Create the object, or accept the one already there if we made it (409 → read and
-    compare its labels). Another owner's object under our name is a permanent error."""
+    compare its labels); with `update`, ours is replaced by `manifest` (a Secret rendered
+    afresh). Another owner's object under our name is a permanent error."""
     kind, meta = manifest["kind"], manifest["metadata"]
     namespace, name = meta.get("namespace"), meta["name"]
     create, read, _delete = _operations(kind)
@@ -225,7 +226,28 @@ def ensure(manifest: dict[str, Any]) -> dict[str, Any]:
     have = existing.get("metadata", {}).get("labels") or {}
     if any(have.get(key) != value for key, value in wanted.items()):
         raise PermanentKubeError(f"{kind} {name} exists and is not ours")
-    return existing
+    if not update:
+        return existing
+    version = existing["metadata"]["resourceVersion"]
+    return _replace({**manifest, "metadata": {**meta, "resourceVersion": version}})
+
+
+def _replace(manifest: dict[str, Any]) -> dict[str, Any]:
+    kind, meta = manifest["kind"], manifest["metadata"]
+    replace = {"Secret": core().replace_namespaced_secret}[kind]
+    try:
+        return _plain(
+            _guard(
+                f"{kind}.replace",
+                lambda: replace(
+                    meta["name"], meta["namespace"], manifest, _request_timeout=TIMEOUT
+                ),
+            )
+        )
+    except ApiException as error:
+        if error.status == 409:  # changed since we read it: read again on the retry
+            raise RetryableKubeError(f"{kind} {meta['name']}: changed meanwhile") from error
+        raise PermanentKubeError(f"{kind} {meta['name']}: {error.status} {error.reason}") from error
 
 
 def read(kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
@@ -322,11 +344,30 @@ def _message(error: ApiException) -> str:
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"
 
 
+@dataclass(frozen=True)
+class ClusterPod:
+    namespace: str
+    name: str
+    phase: str
+
+
+def pods_managed() -> list[ClusterPod]:
+    """Every pod the platform manages, with its phase, from one list call."""
+    items = _call(
+        "Pod.list", core().list_pod_for_all_namespaces, label_selector=MANAGED_SELECTOR
+    ).items
+    return [
+        ClusterPod(
+            item.metadata.namespace, item.metadata.name, (item.status and item.status.phase) or ""
+        )
+        for item in items
+    ]
+
+
 def managed(kind: str) -> list[tuple[str, str]]:
     """(namespace, name) of every object of this kind that the platform manages."""
     api = core()
     listing = {
-        "Pod": api.list_pod_for_all_namespaces,
         "Service": api.list_service_for_all_namespaces,
         "PersistentVolumeClaim": api.list_persistent_volume_claim_for_all_namespaces,
         "Secret": api.list_secret_for_all_namespaces,

@@ -1,3 +1,6 @@
+import base64
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
@@ -309,3 +312,67 @@ def test_the_timeline_is_shown_in_the_readers_language(renter, catalog):
     node = Instance.objects.get(pk=instance_id).node.name
     assert [e["message"] for e in english.json()["results"]] == ["Ordered.", f"Placed on {node}."]
     assert [e["message"] for e in chinese.json()["results"]] == ["已下单。", f"已分配到 {node}。"]
+
+
+def test_a_start_renders_the_access_secret_afresh_and_runs_its_own_clock(renter, catalog):
+    from tests.factories import make_ssh_key
+
+    user, client = renter
+    instance = Instance.objects.get(
+        pk=_order(client, catalog["h100x1"], catalog["image"]).json()["id"]
+    )
+    converge_until(converge.provision, instance.id)
+    client.post(f"/api/v1/instances/{instance.id}/stop")
+    converge_until(converge.stop, instance.id)
+    # ordered long ago: the timeout runs from this start, not from the order
+    Instance.objects.filter(pk=instance.pk).update(created_at=timezone.now() - timedelta(hours=2))
+    added = make_ssh_key(user, "new-laptop")
+
+    client.post(f"/api/v1/instances/{instance.id}/start")
+    assert converge_until(converge.provision, instance.id) == "running"
+
+    instance.refresh_from_db()
+    secret = kube.read("Secret", instance.k8s_namespace, f"{instance.k8s_name}-access")
+    assert added.public_key in base64.b64decode(secret["data"]["authorized_keys"]).decode()
+    assert _pod(instance)["status"]["phase"] == "Running"
+
+
+def test_a_pod_gone_while_starting_is_created_again(renter, catalog, cluster):
+    _user, client = renter
+    cluster.set_pull_delay(3600)
+    instance = Instance.objects.get(
+        pk=_order(client, catalog["h100x1"], catalog["image"]).json()["id"]
+    )
+    with pytest.raises(converge.StillPending):
+        converge.provision(instance.id)
+    instance.refresh_from_db()
+    kube.delete("Pod", instance.k8s_namespace, instance.k8s_name, force=True)
+
+    with pytest.raises(converge.StillPending):
+        converge.provision(instance.id)  # sees it gone
+    cluster.set_pull_delay(0.02)
+
+    assert converge_until(converge.provision, instance.id) == "running"
+    assert _pod(instance)["spec"]["nodeName"] == instance.node.name
+
+
+def test_a_stopping_instance_on_a_lost_node_is_left_to_its_stop(
+    renter, catalog, cluster, django_capture_on_commit_callbacks
+):
+    from fleet.services import node_transition
+
+    _user, client = renter
+    instance = Instance.objects.get(
+        pk=_order(client, catalog["h100x1"], catalog["image"], auto_recover=False).json()["id"]
+    )
+    converge_until(converge.provision, instance.id)
+    client.post(f"/api/v1/instances/{instance.id}/stop")
+    instance.refresh_from_db()
+
+    cluster.lose_node(instance.node.name)
+    with django_capture_on_commit_callbacks(execute=True):
+        node_transition(node=instance.node, to="down", reason="heartbeat lost: no report for 61 s")
+
+    assert Instance.objects.get(pk=instance.pk).status == "stopping"
+    assert converge_until(converge.stop, instance.id) == "stopped"  # the pod is freed at once
+    assert Allocation.objects.count() == 0

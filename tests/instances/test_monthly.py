@@ -116,3 +116,27 @@ def test_not_renewing_when_the_user_chose_so_frees_a_stopped_node(catalog):
     assert ended == [instance.id]
     assert Allocation.objects.filter(instance=instance).count() == 0
     assert len(_monthly_rows(instance)) == 1
+
+
+def test_a_queued_monthly_rental_that_cannot_pay_its_month_fails_and_frees_the_queue(catalog):
+    from instances.lifecycle import instance_terminate, queue_drain
+
+    user = make_user()
+    fund(user, 3 * MONTH)
+    first, _second = _monthly(catalog, user), _monthly(catalog, user)  # both H100 nodes
+    waiting, _ = instance_order(
+        user=user, offering_id=catalog["h100_node"].id, image_id="pytorch-2.1", billing="monthly"
+    )
+    assert waiting.status == "queued"
+    Wallet.objects.filter(tenant=user.tenant).update(cash_fen=0, promo_fen=0)  # audit-breaking
+    instance_terminate(instance_id=first.id)
+    converge_until(converge.terminate, first.id)
+
+    assert queue_drain(product="NVIDIA H100 80GB HBM3") == [waiting.id]
+
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.queued_at, waiting.node_id) == ("failed", None, None)
+    assert "balance" in waiting.error_message
+    assert Allocation.objects.filter(instance=waiting).count() == 0
+    assert _monthly_rows(waiting) == []
+    assert queue_drain(product="NVIDIA H100 80GB HBM3") == []  # the queue is not stuck on it

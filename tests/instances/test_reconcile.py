@@ -1,6 +1,7 @@
 import time
 from datetime import timedelta
 
+import pytest
 from django.utils import timezone
 
 from instances.lifecycle import instance_order
@@ -130,3 +131,28 @@ def test_warnings_about_a_running_pod_join_its_timeline_once(catalog, cluster):
         == 1
     )
     assert (first.events, second.events) == (1, 0)
+
+
+def test_a_pending_instance_that_is_being_watched_is_not_handed_out_again(
+    catalog, cluster, django_capture_on_commit_callbacks
+):
+    user = make_user()
+    fund(user, 100_000)
+    cluster.set_pull_delay(3600)
+    instance, _ = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id="pytorch-2.1"
+    )
+    with pytest.raises(converge.StillPending):
+        converge.provision(instance.id)  # a task watches the pod
+    InstanceEvent.objects.filter(instance=instance).update(at=timezone.now() - timedelta(minutes=5))
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        watched = reconcile()
+    Instance.objects.filter(pk=instance.pk).update(
+        events_read_at=timezone.now() - timedelta(minutes=5)  # that task is gone
+    )
+    with django_capture_on_commit_callbacks(execute=False) as more:
+        lost = reconcile()
+
+    assert (watched.requeued, len(callbacks)) == ([], 0)
+    assert (lost.requeued, len(more)) == ([instance.id], 1)

@@ -8,6 +8,7 @@ from django.utils import timezone
 from billing.models import LedgerTransaction
 from fleet.models import Node
 from fleet.services import node_transition
+from instances.lifecycle import instance_restart
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, manifests, reconcile
 from starverse.core import kube
@@ -165,7 +166,7 @@ def test_attach_and_detach_need_a_stop_or_a_confirmed_restart(renter, catalog):
     )
     assert restarting.json()["status"] == "stopping"
     converge_until(converge.stop, instance.id)
-    converge._restart(instance.id)
+    instance_restart(instance_id=instance.id)
     assert converge_until(converge.provision, instance.id) == "running"
     assert {"/mnt/data", "/mnt/ckpt"} <= set(_mounts(_pod(instance)))
 

@@ -1,0 +1,99 @@
+"""What an instance costs its tenant, posted to the ledger: the minutes it runs (hourly billing)
+and the 30-day periods it prepays (monthly billing). Usage minute m of a session is charged once,
+under usage:{instance}:{session}:{minute}; period n once, under monthly:{instance}:{n}. The
+state machine (instances.states) closes a session when an instance leaves running; the tick
+(instances.metering) and the renewals (instances.monthly) call these too."""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import F
+from django.utils import timezone
+from django.utils.translation import gettext_noop
+
+from billing.choices import TransactionKind
+from billing.services import ledger_post, minute_charge_fen, usage_post_many
+from instances.choices import BillingMode
+from instances.models import Instance, InstanceEvent
+from starverse.core.text import later
+
+PERIOD = timedelta(days=30)
+
+
+def closed_minutes(instance: Instance, now: datetime) -> int:
+    if instance.running_since is None:
+        return 0
+    return max(0, int((now - instance.running_since).total_seconds() // 60))
+
+
+def usage_charges(instance: Instance, upto: int) -> list[dict]:
+    """The usage charge of each unbilled minute up to `upto`, keyed per (instance, minute)."""
+    charges = []
+    for minute in range(instance.billed_minutes + 1, upto + 1):
+        amount = minute_charge_fen(instance.offering.price_per_hour_fen, minute)
+        if amount > 0:
+            charges.append(
+                {
+                    "wallet_id": instance.tenant.wallet.id,
+                    "key": f"usage:{instance.id}:{instance.session}:{minute}",
+                    "amount_fen": amount,
+                    "instance_id": instance.id,
+                    "description": gettext_noop("GPU usage"),
+                }
+            )
+    return charges
+
+
+def bill_until(instance: Instance, now: datetime, *, started_minute: bool) -> int:
+    """Charge the instance's unbilled minutes up to `now` (with the minute in progress when
+    `started_minute`), inside the caller's transaction that holds its row lock."""
+    if instance.running_since is None or instance.billing != BillingMode.HOURLY:
+        return 0
+    elapsed = (now - instance.running_since).total_seconds()
+    upto = int(-(-elapsed // 60)) if started_minute else int(elapsed // 60)
+    charges = usage_charges(instance, upto)
+    keys = [c["key"] for c in charges]
+    if upto <= instance.billed_minutes:
+        return 0
+    charged = usage_post_many(charges)
+    spent = sum(charged[key] for key in keys)
+    Instance.objects.filter(pk=instance.pk).update(
+        billed_minutes=upto, cost_fen=F("cost_fen") + spent
+    )
+    return spent
+
+
+def period_active(instance: Instance) -> bool:
+    """A monthly rental whose prepaid period runs: its node stays reserved, even stopped."""
+    return (
+        instance.billing == BillingMode.MONTHLY
+        and instance.paid_until is not None
+        and instance.paid_until > timezone.now()
+    )
+
+
+def period_charge(instance: Instance, *, now: Any = None) -> None:
+    """Prepay the next period (raises InsufficientBalance). Call with the row locked."""
+    now = now or timezone.now()
+    period = instance.monthly_period + 1
+    price = instance.offering.price_per_month_fen
+    txn = ledger_post(
+        wallet_id=instance.tenant.wallet.id,
+        key=f"monthly:{instance.id}:{period}",
+        kind=TransactionKind.USAGE,
+        amount_fen=-price,
+        instance_id=instance.id,
+        description=gettext_noop("Monthly rental"),
+    )
+    start = max(instance.paid_until or now, now)
+    instance.monthly_period, instance.paid_until = period, start + PERIOD
+    instance.cost_fen += -txn.amount_fen
+    Instance.objects.filter(pk=instance.pk).update(
+        monthly_period=period, paid_until=instance.paid_until, cost_fen=instance.cost_fen
+    )
+    InstanceEvent.objects.create(
+        instance=instance,
+        status=instance.status,
+        message=later("Monthly period %(n)d paid until %(until)s.")
+        % {"n": period, "until": timezone.localtime(instance.paid_until).strftime("%Y-%m-%d")},
+    )

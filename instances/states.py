@@ -1,0 +1,310 @@
+"""The instance state machine. Every change of an instance's status is one function here, over
+one row lock (instance_locked). Each checks the move against INSTANCE_TRANSITIONS, saves the row
+with update_fields, writes the InstanceEvent the console shows as progress, and does what the
+move means beyond the row:
+
+- leaving a GPU-holding state gives the GPUs back and serves the queue for them after commit;
+- leaving running closes the billing session (a stop or terminate counts the started minute);
+- entering provisioning, stopping or terminating starts, after commit, the task that carries the
+  move out on the cluster (reached by name through starverse.core.dispatch).
+
+Services decide whether an instance moves (the user asked, the balance ran out, a node was
+lost); provisioning reports what the cluster did. Functions for a decision take the row the
+caller has locked; functions for a report (instance_mark_running, instance_fail,
+instance_mark_stopped, instance_mark_terminated, instance_recreate) take the id, lock the row
+themselves and ignore a report the instance has already moved past."""
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from fleet.models import Node
+from instances.charges import bill_until, period_active
+from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
+from instances.models import Instance, InstanceEvent
+from instances.placement import allocate, release
+from starverse.core.dispatch import enqueue_on_commit
+from starverse.core.errors import Conflict
+from starverse.core.text import later
+from storage.disks import disk_adopt, disks_release
+from storage.models import Disk
+
+logger = logging.getLogger(__name__)
+S = InstanceStatus
+
+
+def instance_locked(instance_id: str) -> Instance:
+    """The instance's row, locked until the transaction ends, with the offering and GPU model
+    the transitions read (those rows are not locked). Locks are taken in one order everywhere:
+    the instance, then its GPU model (placement), its disks, its wallet (the ledger); so two
+    transactions never wait for each other in a circle."""
+    return (
+        Instance.objects.select_for_update(of=("self",))
+        .select_related("offering__gpu_model")
+        .get(pk=instance_id)
+    )
+
+
+def instances_locked_skipping(rows: QuerySet[Instance]) -> QuerySet[Instance]:
+    """`rows`, locked, without those another transaction holds: one worker at a time works on
+    an instance and the others pass it by (the metering tick, the queue)."""
+    return rows.select_for_update(skip_locked=True, of=("self",))
+
+
+def _transition(instance: Instance, to: str, message: str, **fields: Any) -> Instance:
+    """Checked against the transition table, saved with update_fields, recorded as an event.
+    The caller holds the row lock."""
+    if to not in INSTANCE_TRANSITIONS[instance.status]:
+        raise Conflict(
+            _("This instance is %(state)s; that is not possible now.")
+            % {"state": InstanceStatus(instance.status).label.lower()},
+            code="wrong_state",
+        )
+    instance.status = to
+    for key, value in fields.items():
+        setattr(instance, key, value)
+    instance.save(update_fields=["status", *fields])
+    InstanceEvent.objects.create(instance=instance, status=to, message=message)
+    logger.info("instance.status instance=%s status=%s", instance.id, to)
+    return instance
+
+
+def gpus_release(instance: Instance) -> None:
+    """Give the instance's GPUs back; the queue for them is served after commit."""
+    release(instance)
+    enqueue_on_commit("instances.tasks.drain_queue", instance.offering.gpu_model.product)
+
+
+def _placed(node: Node) -> str:
+    return later("Placed on %(node)s.") % {"node": node.name}
+
+
+def _provisioning_anew(now: datetime | None = None) -> dict[str, Any]:
+    """Each provisioning runs its own clock (the timeout) and creates its pod, Secret and the
+    rest anew (instances.provisioning.converge), so a start or a new node gets fresh ones."""
+    return {"provisioning_since": now or timezone.now(), "objects_created_at": None}
+
+
+# --- decisions (the caller holds the row lock) -----------------------------------------------
+
+
+def instance_create(instance: Instance, *, placement: tuple[Node, list[int]] | None) -> None:
+    """A new order enters the machine queued or, when placement found GPUs for it at once,
+    provisioning on that node with the GPUs allocated; provisioning starts after commit."""
+    events = [InstanceEvent(instance=instance, status=S.QUEUED, message=later("Ordered."))]
+    if placement is not None:
+        node = placement[0]
+        instance.status, instance.node, instance.queued_at = S.PROVISIONING, node, None
+        for key, value in _provisioning_anew().items():
+            setattr(instance, key, value)
+        placed = InstanceEvent(instance=instance, status=S.PROVISIONING, message=_placed(node))
+        events.append(placed)
+    instance.save(force_insert=True)
+    InstanceEvent.objects.bulk_create(events)
+    if placement is not None:
+        allocate(instance, *placement)
+        enqueue_on_commit("instances.tasks.provision_instance", instance.id)
+
+
+def instance_mark_placed(instance: Instance, node: Node, indices: list[int]) -> None:
+    """A queued instance got GPUs: they are allocated to it on `node` and it is provisioning;
+    provisioning starts after commit."""
+    allocate(instance, node, indices)
+    _transition(
+        instance, S.PROVISIONING, _placed(node), node=node, queued_at=None, **_provisioning_anew()
+    )
+    enqueue_on_commit("instances.tasks.provision_instance", instance.id)
+
+
+def instance_mark_provisioning(instance: Instance) -> None:
+    """A stopped monthly rental starts again on the node it keeps reserved."""
+    _transition(
+        instance,
+        S.PROVISIONING,
+        later("Starting on its reserved node (paid monthly)."),
+        **_provisioning_anew(),
+    )
+    enqueue_on_commit("instances.tasks.provision_instance", instance.id)
+
+
+def instance_mark_queued(instance: Instance) -> None:
+    """A start was asked: the instance waits for GPUs behind earlier orders for them."""
+    _transition(instance, S.QUEUED, later("Start requested."), queued_at=timezone.now())
+
+
+def instance_requeue(instance: Instance, message: str) -> None:
+    """Automatic recovery after its node was lost: billing pauses, the GPUs go back, and the
+    instance waits for GPUs again with the same disks, first in line (it was running before
+    anything now queued was ordered)."""
+    gpus_release(instance)
+    _transition(
+        instance,
+        S.QUEUED,
+        message,
+        running_since=None,
+        provisioning_since=None,
+        queued_at=instance.created_at,
+        node=None,
+        ssh_port=None,
+        jupyter_port=None,
+    )
+
+
+def instance_mark_stopping(instance: Instance, message: str, *, restart: bool = False) -> None:
+    """Stop asked (by the user, an operator, an empty balance, the end of a monthly rental, or a
+    change of disks when `restart`): billing ends now, the minute in progress counted as
+    started, and the pod is deleted after commit; the disk is kept. With `restart` the instance
+    starts again once stopped."""
+    if instance.status == S.RUNNING:
+        bill_until(instance, timezone.now(), started_minute=True)
+    restarting = {"restart_pending": True} if restart else {}
+    _transition(instance, S.STOPPING, message, running_since=None, **restarting)
+    enqueue_on_commit("instances.tasks.stop_instance", instance.id)
+
+
+def instance_mark_terminating(instance: Instance, *, keep_disk: bool) -> None:
+    """Terminate asked: billing ends now, the minute in progress counted as started, and
+    everything the instance has on the cluster is deleted after commit (its own disk too,
+    unless `keep_disk`)."""
+    if instance.status == S.RUNNING:
+        bill_until(instance, timezone.now(), started_minute=True)
+    _transition(
+        instance,
+        S.TERMINATING,
+        later("Terminate requested."),
+        running_since=None,
+        queued_at=None,
+        keep_disk=keep_disk,
+    )
+    enqueue_on_commit("instances.tasks.terminate_instance", instance.id)
+
+
+# --- reports (the row is locked here; a stale report changes nothing) -------------------------
+
+
+def instance_mark_running(instance_id: str) -> str:
+    """The pod is ready: billing starts, in a new session. Returns the instance's status."""
+    with transaction.atomic():
+        instance = instance_locked(instance_id)
+        if instance.status != S.PROVISIONING:
+            return instance.status
+        now = timezone.now()
+        _transition(
+            instance,
+            S.RUNNING,
+            later("Running: billing started."),
+            running_since=now,
+            started_at=instance.started_at or now,
+            session=instance.session + 1,
+            billed_minutes=0,
+            provisioning_since=None,
+        )
+    return S.RUNNING
+
+
+def instance_fail(instance_id: str, message: str) -> str:
+    """The instance could not be provisioned, lost its node, or (queued, monthly) could not pay
+    its month: it fails with `message` as its error, is billed no further, and gives its GPUs
+    back. Returns the instance's status."""
+    with transaction.atomic():
+        instance = instance_locked(instance_id)
+        if S.FAILED not in INSTANCE_TRANSITIONS[instance.status]:
+            return instance.status
+        if instance.status in HOLDS_GPUS:
+            gpus_release(instance)
+        _transition(
+            instance,
+            S.FAILED,
+            message,
+            error_message=message,
+            running_since=None,
+            provisioning_since=None,
+            queued_at=None,
+        )
+    return S.FAILED
+
+
+def instance_recreate(instance_id: str, *, now: datetime) -> bool:
+    """A running instance's pod vanished (deleted by hand, evicted, its node rebooted): the
+    closed minutes are charged, billing pauses, and it provisions again on its node. False if
+    the instance was no longer running."""
+    with transaction.atomic():
+        instance = instance_locked(instance_id)
+        if instance.status != S.RUNNING:
+            return False
+        bill_until(instance, now, started_minute=False)
+        _transition(
+            instance,
+            S.PROVISIONING,
+            later("Its container was gone; recreating it. Billing paused."),
+            running_since=None,
+            **_provisioning_anew(now),
+        )
+        enqueue_on_commit("instances.tasks.provision_instance", instance.id)
+    return True
+
+
+def instance_mark_stopped(instance_id: str) -> str:
+    """The pod is gone: the instance is stopped with its disk kept. A monthly rental whose
+    period runs keeps its node reserved; any other instance gives its GPUs back. One stopped to
+    change its disks starts again after commit. Returns the instance's status."""
+    with transaction.atomic():
+        instance = instance_locked(instance_id)
+        if instance.status != S.STOPPING:
+            return instance.status
+        if period_active(instance):
+            message = later("Stopped. The disk is kept and the node stays reserved.")
+        else:
+            gpus_release(instance)
+            message = later("Stopped. The disk is kept.")
+        restart = instance.restart_pending
+        _transition(instance, S.STOPPED, message, restart_pending=False)
+        if restart:
+            enqueue_on_commit("instances.tasks.restart_instance", instance.id)
+    return S.STOPPED
+
+
+def instance_mark_terminated(instance_id: str, *, disk_claim: str) -> str:
+    """Everything the instance had on the cluster is gone (but `disk_claim`, its own disk, when
+    it was to be kept): its cloud disks are free again with their data, its own disk becomes a
+    cloud disk when kept, its GPUs go back, and it is terminated. Returns its status."""
+    with transaction.atomic():
+        instance = instance_locked(instance_id)
+        if instance.status != S.TERMINATING:
+            return instance.status
+        released = disks_release(instance.id)
+        if instance.keep_disk and instance.k8s_name:
+            kept = _own_disk_keep(instance, disk_claim)
+            message = later("Terminated; its disk was kept as the cloud disk %(disk)s.") % {
+                "disk": kept.name
+            }
+        else:
+            message = later("Terminated; its disk was deleted.")
+        gpus_release(instance)
+        _transition(instance, S.TERMINATED, message, terminated_at=timezone.now())
+        if released:
+            InstanceEvent.objects.create(
+                instance=instance,
+                status=S.TERMINATED,
+                message=later("Cloud disks detached and kept with their data: %(names)s.")
+                % {"names": ", ".join(released)},
+            )
+    return S.TERMINATED
+
+
+def _own_disk_keep(instance: Instance, claim_name: str) -> Disk:
+    """A terminated instance's own disk, adopted as a cloud disk (the same claim)."""
+    return disk_adopt(
+        tenant_id=instance.tenant_id,
+        created_by_id=instance.created_by_id,
+        name=f"{instance.name}-disk",
+        size_gb=instance.offering.local_disk_gb,
+        namespace=instance.k8s_namespace,
+        claim_name=claim_name,
+        origin=instance.id,
+    )

@@ -1,0 +1,121 @@
+"""The platform talks to the cluster the way a controller does (STYLE rule 16): a provisioning
+creates the instance's objects once and then, while the pod is pending, only reads the pod (one
+GET a poll, its events every few seconds); the reconcile loop works from one list of pods.
+Counted at the client, request by request, against the local cluster."""
+
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from instances.lifecycle import instance_order, instance_stop
+from instances.provisioning import converge
+from instances.provisioning.reconcile import reconcile
+from starverse.core import kube
+from tests.factories import converge_until, fund, make_user
+
+NS = "/api/v1/namespaces/{namespace}"
+POD = ("GET", NS + "/pods/{name}")
+EVENTS = ("GET", NS + "/events")
+
+
+@pytest.fixture
+def kube_calls(cluster, monkeypatch):
+    """Every request the platform sends to the cluster, as (method, path template)."""
+    calls: list[tuple[str, str]] = []
+    api_client = kube._api_client(settings.KUBECONFIG)
+    send = api_client.call_api
+
+    def counted(resource_path, method, *args, **kwargs):
+        calls.append((method, resource_path))
+        return send(resource_path, method, *args, **kwargs)
+
+    monkeypatch.setattr(api_client, "call_api", counted)
+    return calls
+
+
+class Clock:
+    def __init__(self):
+        self.now = timezone.now()
+
+    def advance(self, seconds):
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """timezone.now() moved by the test, not by the wall clock."""
+    clock = Clock()
+    monkeypatch.setattr(timezone, "now", lambda: clock.now)
+    return clock
+
+
+def _ordered(catalog):
+    user = make_user()
+    fund(user, 100_000)
+    instance, _ = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id="pytorch-2.1"
+    )
+    return instance
+
+
+def test_a_pending_instance_costs_one_read_a_poll(catalog, cluster, kube_calls, clock):
+    cluster.set_pull_delay(3600)  # the image pull outlasts the test: the pod stays Pending
+    instance = _ordered(catalog)
+    with pytest.raises(converge.StillPending):
+        converge.provision(instance.id)
+    first = Counter(kube_calls)
+    kube_calls.clear()
+
+    polls = 60 // settings.PROVISIONING_POLL_S  # a minute of waiting
+    for _ in range(polls):
+        clock.advance(settings.PROVISIONING_POLL_S)
+        with pytest.raises(converge.StillPending):
+            converge.provision(instance.id)
+
+    print(f"first pass {sum(first.values())} calls; then {len(kube_calls)} a minute")
+    assert Counter(kube_calls) == {POD: 60, EVENTS: 12}
+    assert first == {
+        ("POST", "/api/v1/namespaces"): 1,
+        ("POST", "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"): 1,
+        ("POST", NS + "/secrets"): 1,
+        ("POST", NS + "/persistentvolumeclaims"): 1,
+        ("POST", NS + "/pods"): 1,
+        ("POST", NS + "/services"): 1,
+        POD: 1,
+        EVENTS: 1,
+    }
+
+
+def test_a_stop_asks_once_and_then_watches_the_pod_go(catalog, cluster, kube_calls):
+    instance = _ordered(catalog)
+    converge_until(converge.provision, instance.id)
+    cluster.kubelet.termination_s = 0.2  # the pod takes a few polls to go
+    instance_stop(instance_id=instance.id)
+    kube_calls.clear()
+
+    assert converge_until(converge.stop, instance.id) == "stopped"
+
+    calls = Counter(kube_calls)
+    assert calls[("DELETE", NS + "/pods/{name}")] == 1
+    assert calls[POD] > 2
+    assert set(calls) == {("DELETE", NS + "/pods/{name}"), POD}
+
+
+def test_the_reconcile_loop_works_from_one_list_of_pods(catalog, kube_calls):
+    for _ in range(3):
+        converge_until(converge.provision, _ordered(catalog).id)
+    kube_calls.clear()
+
+    report = reconcile()
+
+    assert (report.recreated, report.requeued, report.orphans) == ([], [], [])
+    assert Counter(kube_calls) == {
+        ("GET", "/api/v1/pods"): 1,
+        ("GET", "/api/v1/services"): 1,
+        ("GET", "/api/v1/secrets"): 1,
+        ("GET", "/api/v1/persistentvolumeclaims"): 1,
+        ("GET", "/api/v1/events"): 1,
+    }
