@@ -242,16 +242,6 @@ def _try_place(instance: Instance, *, fcfs: bool) -> bool:
     return True
 
 
-def queue_position(instance: Instance) -> int | None:
-    if instance.status != S.QUEUED or instance.queued_at is None:
-        return None
-    product = instance.offering.gpu_model.product
-    return (
-        Instance.objects.filter(_queued_ahead(product), queued_at__lt=instance.queued_at).count()
-        + 1
-    )
-
-
 def queue_drain(*, product: str) -> list[str]:
     """Place queued instances for this GPU product, first come first served, until the oldest
     one does not fit."""
