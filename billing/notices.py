@@ -11,6 +11,7 @@ from django.utils import timezone, translation
 
 from billing.choices import RunwayLevel
 from billing.models import RunwayNotice, TopUp, Wallet
+from starverse.accounts.models import User
 
 logger = logging.getLogger(__name__)
 MAIL_LANGUAGES = ("zh-hans", "en")
@@ -29,8 +30,6 @@ def _bilingual(template: str, context: dict) -> tuple[str, str]:
 
 
 def _recipients(tenant_id: str) -> list[str]:
-    from starverse.accounts.models import User
-
     return list(
         User.objects.filter(tenant_id=tenant_id, is_active=True).values_list("email", flat=True)
     )

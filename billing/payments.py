@@ -26,6 +26,7 @@ from billing.services import (
     transaction_reverse,
     wallet_credited_after_commit,
 )
+from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, ServiceUnavailable
 from starverse.core.ids import new_id
 from starverse.core.money import format_fen
@@ -43,10 +44,6 @@ def _require_reason(reason: str) -> str:
     if not reason or not reason.strip():
         raise InvalidInput(_("A reason is required."))
     return reason.strip()
-
-
-def _enqueue(task: Any, *args: Any) -> None:
-    transaction.on_commit(lambda: task.delay(*args))
 
 
 # --- top-ups ------------------------------------------------------------------------------
@@ -151,9 +148,7 @@ def topup_settle_from_session(
                 payment_intent_id=session.payment_intent or "",
             )
             if credited:
-                from billing.tasks import send_topup_receipt
-
-                _enqueue(send_topup_receipt, topup.id)
+                enqueue_on_commit("billing.tasks.send_topup_receipt", topup.id)
                 wallet_credited_after_commit(topup.wallet_id, topup.amount_fen)
                 logger.info("topup.paid topup=%s txn=%s", topup.id, txn.id)
     elif event_type == "checkout.session.async_payment_failed":
@@ -194,8 +189,6 @@ def stripe_event_receive(*, payload: bytes, signature: str) -> tuple[StripeEvent
         raise InvalidInput("livemode of the event does not match this deployment")
     if not isinstance(event.get("id"), str) or not isinstance(event.get("type"), str):
         raise InvalidInput("event without id or type")
-    from billing.tasks import process_stripe_event
-
     try:
         with transaction.atomic():
             stored = StripeEvent.objects.create(
@@ -204,7 +197,7 @@ def stripe_event_receive(*, payload: bytes, signature: str) -> tuple[StripeEvent
                 livemode=bool(event.get("livemode")),
                 payload=event,
             )
-            _enqueue(process_stripe_event, stored.id)
+            enqueue_on_commit("billing.tasks.process_stripe_event", stored.id)
     except IntegrityError:
         return StripeEvent.objects.filter(pk=event["id"]).first(), False
     logger.info("stripe.event_stored event=%s type=%s", stored.id, stored.type)
@@ -294,9 +287,7 @@ def refund_submit(*, refund_id: str) -> Refund:
             amount_fen=refund.amount_fen,
         )
     except gateway.RetryableGatewayError:
-        from billing.tasks import submit_refund
-
-        submit_refund.apply_async((refund.id,), countdown=60)
+        enqueue_on_commit("billing.tasks.submit_refund", refund.id, countdown=60)
         return refund
     except gateway.PermanentGatewayError as error:
         return refund_release(refund_id=refund.id, error=str(error))
@@ -387,9 +378,7 @@ def bank_transfer_post(
                 actor=actor,
             )
             TopUp.objects.filter(pk=topup.pk).update(ledger_transaction=txn)
-            from billing.tasks import send_topup_receipt
-
-            _enqueue(send_topup_receipt, topup.id)
+            enqueue_on_commit("billing.tasks.send_topup_receipt", topup.id)
             wallet_credited_after_commit(wallet.id, amount_fen)
     except IntegrityError:
         raise Conflict(

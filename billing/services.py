@@ -16,6 +16,7 @@ from django.utils.translation import gettext_noop
 
 from billing.choices import COUNTER_ACCOUNT, PROMO_CREDIT_KINDS, Account, TransactionKind
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
+from billing.signals import wallet_credited
 from starverse.core.db import bulk_set
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.money import format_fen
@@ -49,7 +50,6 @@ def _existing(key: str, request_hash: str) -> LedgerTransaction | None:
 def wallet_credited_after_commit(wallet_id: str, amount_fen: int) -> None:
     """Tell listeners (storage arrears, say) that money came in from outside — a top-up, a
     bank transfer, an operator's credit — once the posting has committed."""
-    from billing.signals import wallet_credited
 
     def send() -> None:
         tenant_id = Wallet.objects.values_list("tenant_id", flat=True).get(pk=wallet_id)

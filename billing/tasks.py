@@ -2,15 +2,19 @@
 retryable gateway errors, with exponential backoff, jitter and a cap."""
 
 import logging
+from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
 from billing import notices, payments
+from billing.models import StripeEvent
 from billing.selectors import unbalanced_transactions, wallet_drifts
 from billing.stripe_gateway import RetryableGatewayError
 
 logger = logging.getLogger(__name__)
-RETRY = {
+RETRY: dict[str, Any] = {
     "autoretry_for": (RetryableGatewayError,),
     "retry_backoff": 5,
     "retry_backoff_max": 600,
@@ -37,12 +41,6 @@ def send_topup_receipt(topup_id: str) -> None:
 @shared_task(acks_late=True, ignore_result=True)
 def retry_unprocessed_events() -> None:
     """Events whose processing crashed or outlived its retries are picked up again."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from billing.models import StripeEvent
-
     stale = timezone.now() - timedelta(minutes=5)
     for event_id in StripeEvent.objects.filter(
         processed_at__isnull=True, received_at__lt=stale

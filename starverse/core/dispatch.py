@@ -19,17 +19,22 @@ def _load_task_modules() -> None:
     current_app.loader.import_default_modules()
 
 
-def send(task: str, *args: Any) -> None:
-    """Send a task now (through the registry, so eager mode in tests runs it in-process)."""
+def send(task: str, *args: Any, countdown: float | None = None) -> None:
+    """Send a task now (through the registry, so eager mode in tests runs it in-process), to
+    start at once or `countdown` seconds from now."""
     registered = current_app.tasks.get(task)
     if registered is None:
         _load_task_modules()
         registered = current_app.tasks.get(task)
     if registered is None:
         raise LookupError(f"no task named {task}")
-    registered.delay(*args)
+    if countdown is None:
+        registered.delay(*args)
+    else:
+        registered.apply_async(args, countdown=countdown)
 
 
-def enqueue_on_commit(task: str, *args: Any) -> None:
-    """Send `task` with `args` (ids, never rows) after the current transaction commits."""
-    transaction.on_commit(functools.partial(send, task, *args))
+def enqueue_on_commit(task: str, *args: Any, countdown: float | None = None) -> None:
+    """Send `task` with `args` (ids, never rows) after the current transaction commits (at once
+    outside one); a `countdown` makes the worker wait that many seconds before starting it."""
+    transaction.on_commit(functools.partial(send, task, *args, countdown=countdown))

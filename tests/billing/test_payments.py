@@ -5,7 +5,7 @@ import time
 import pytest
 from django.core import mail
 
-from billing import payments
+from billing import payments, tasks
 from billing.choices import RefundStatus, TopUpStatus, TransactionKind
 from billing.models import LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
 from devstack.stripe import StripeFake, sign
@@ -356,6 +356,27 @@ def test_refund_reserves_then_settles_once(
     assert (wallet.cash_fen, wallet.promo_fen) == (4_000, 1_000)
     assert LedgerTransaction.objects.filter(kind=TransactionKind.REFUND).count() == 1
     assert LedgerTransaction.objects.filter(kind=TransactionKind.REVERSAL).count() == 0
+
+
+def test_a_refund_the_provider_cannot_take_now_is_sent_again_in_a_minute(
+    paid_topup, fake, monkeypatch, django_capture_on_commit_callbacks
+):
+    scheduled = []
+    monkeypatch.setattr(
+        tasks.submit_refund,
+        "apply_async",
+        lambda args, countdown: scheduled.append((args, countdown)),
+    )
+    fake.inject_faults(status=500, count=1)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        refund = payments.refund_request(
+            topup_id=paid_topup.id, amount_fen=6_000, reason="unused", actor=make_operator()
+        )
+
+    assert (refund.status, refund.stripe_refund_id) == (RefundStatus.PENDING, None)
+    assert scheduled == [((refund.id,), 60)]
+    assert Wallet.objects.get(pk=paid_topup.wallet_id).cash_fen == 4_000  # still reserved
 
 
 def test_failed_refund_releases_the_reservation_once(

@@ -2,6 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from billing.models import Wallet
 from billing.selectors import unbalanced_transactions, wallet_drifts
 from starverse.core.money import format_fen
 
@@ -25,6 +26,4 @@ class Command(BaseCommand):
                 f"{len(drifts)} wallet(s) drift from the ledger, {len(unbalanced)} transaction(s) "
                 "unbalanced."
             )
-        from billing.models import Wallet
-
         self.stdout.write(f"OK: {Wallet.objects.count()} wallet(s) equal their ledger sums.")
