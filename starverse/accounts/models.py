@@ -1,5 +1,8 @@
+from typing import ClassVar
+
 from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
 from django.db import models
+from django.db.models.functions import Lower, Trim
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -24,18 +27,11 @@ class Tenant(models.Model):
 
 
 class UserManager(BaseUserManager["User"]):
+    """Finds users by their normalised address. It creates none: an account comes with a
+    tenant and a wallet, so starverse.accounts.services makes them (sign-up, operators)."""
+
     def get_by_natural_key(self, username: str | None) -> "User":
         return self.get(email=normalize_email(username or ""))
-
-    def create_user(self, email: str, password: str | None = None, **extra: object) -> "User":
-        from starverse.accounts.services import user_signup
-
-        return user_signup(email=email, password=password or "")
-
-    def create_superuser(self, email: str, password: str | None = None, **extra: object) -> "User":
-        from starverse.accounts.services import user_create_operator
-
-        return user_create_operator(email=email, password=password or "")
 
 
 class User(AbstractBaseUser, PermissionsMixin):
@@ -52,14 +48,14 @@ class User(AbstractBaseUser, PermissionsMixin):
 
     USERNAME_FIELD = "email"
     EMAIL_FIELD = "email"
-    REQUIRED_FIELDS: list[str] = []
+    REQUIRED_FIELDS: ClassVar[list[str]] = []
 
     objects = UserManager()
 
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(email=models.functions.Lower(models.functions.Trim("email"))),
+                condition=models.Q(email=Lower(Trim("email"))),
                 name="user_email_normalized",
             )
         ]

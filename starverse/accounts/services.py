@@ -3,6 +3,7 @@
 import logging
 from typing import Any
 
+from django.contrib.auth import authenticate
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.validators import EmailValidator
@@ -141,7 +142,5 @@ def ssh_key_delete(*, key: SshKey) -> None:
 
 def login_check(*, email: str, password: str) -> User | None:
     """The user for these credentials, or None; runs the hasher either way (no timing oracle)."""
-    from django.contrib.auth import authenticate
-
     user: Any = authenticate(email=normalize_email(email), password=password)
     return user if user is not None and user.is_active else None

@@ -17,6 +17,8 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
+    # Before django.contrib.auth, whose `createsuperuser` its own replaces.
+    "starverse.accounts",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -26,7 +28,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "starverse.core",
-    "starverse.accounts",
     "billing",
     "fleet",
     "storage",
