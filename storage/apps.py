@@ -1,6 +1,6 @@
-from typing import Any
-
 from django.apps import AppConfig
+
+from billing.signals import wallet_credited
 
 
 class StorageConfig(AppConfig):
@@ -8,16 +8,7 @@ class StorageConfig(AppConfig):
     verbose_name = "Storage"
 
     def ready(self) -> None:
-        from billing.signals import wallet_credited
+        # storage.billing reads models, so it can only be imported once the apps are loaded.
+        from storage.billing import arrears_review_on_credit
 
-        wallet_credited.connect(_storage_arrears_review, dispatch_uid="storage-arrears-review")
-
-
-def _storage_arrears_review(sender: Any, tenant_id: str, **kwargs: Any) -> None:
-    """A credit may end a storage countdown: bill that tenant's storage now, not at the next
-    scheduled run."""
-    from starverse.core.dispatch import send
-    from storage.billing import open_arrears
-
-    if open_arrears(tenant_id) is not None:
-        send("storage.tasks.bill_storage", [tenant_id])
+        wallet_credited.connect(arrears_review_on_credit, dispatch_uid="storage-arrears-review")

@@ -25,7 +25,7 @@ from billing.models import LedgerTransaction, Wallet
 from billing.notices import mail_tenant
 from billing.services import ledger_post
 from fleet.models import Allocation
-from starverse.core.dispatch import enqueue_on_commit
+from starverse.core.dispatch import enqueue_on_commit, send
 from starverse.core.errors import InsufficientBalance
 from starverse.core.money import format_fen
 from storage.choices import LIVE_DISK, DiskStatus, StorageKind
@@ -33,7 +33,7 @@ from storage.models import Disk, SharedStorage, StorageArrears, StoragePrice
 
 logger = logging.getLogger(__name__)
 WARN_AT_DAYS = (7, 3, 1)
-DESCRIPTIONS = {
+DESCRIPTIONS: dict[str, str] = {
     StorageKind.DISK: gettext_noop("Cloud disk storage"),
     StorageKind.NAS: gettext_noop("Shared NAS storage"),
 }
@@ -121,6 +121,13 @@ def storage_charge_new(*, tenant_id: str, kind: str, obj: Any, now: datetime | N
 
 def open_arrears(tenant_id: str) -> StorageArrears | None:
     return StorageArrears.objects.filter(tenant_id=tenant_id, resolved_at__isnull=True).first()
+
+
+def arrears_review_on_credit(sender: Any, tenant_id: str, **kwargs: Any) -> None:
+    """Receiver of billing's `wallet_credited` (sent after commit): a credit may end a storage
+    countdown, so that tenant's storage is billed now, not at the next scheduled run."""
+    if open_arrears(tenant_id) is not None:
+        send("storage.tasks.bill_storage", [tenant_id])
 
 
 def _tenants_to_bill() -> set[str]:
