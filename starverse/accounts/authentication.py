@@ -40,11 +40,12 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         user = next(iter(User.objects.raw(TOKEN_USER_SQL, [token_hash(raw)])), None)
         if user is None or not user.is_active:
             raise exceptions.AuthenticationFailed(_("Invalid or revoked token."))
+        columns = vars(user)  # the query's token_* columns land on the user as plain attributes
         token = ApiToken(
-            pk=user.token_id,
+            pk=columns["token_id"],
             user=user,
-            name=user.token_name,
-            last_used_at=raw_datetime(user.token_last_used),
+            name=columns["token_name"],
+            last_used_at=raw_datetime(columns["token_last_used"]),
         )
         token_touch(token=token)
         return user, token

@@ -1,15 +1,19 @@
+from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView
 
 
 class _PerAddress(SimpleRateThrottle):
     """Counts requests per client address; the console's forms use the same throttles."""
 
     def get_rate(self) -> str | None:
-        # Read at request time, so SIGNUP_THROTTLE_RATE / settings overrides always apply.
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        # Read at request time, so SIGNUP_THROTTLE_RATE / settings overrides always apply. (The
+        # stubs type the rates as numbers; DRF's rates are strings such as "5/min".)
+        rates: dict[str, str | None] = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]
+        return rates.get(self.scope or "")
 
-    def get_cache_key(self, request, view) -> str:  # type: ignore[no-untyped-def]
+    def get_cache_key(self, request: Request, view: APIView) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
 

@@ -1,9 +1,12 @@
 """Database helpers for the few hot paths that the ORM makes slow."""
 
+from datetime import UTC
 from typing import Any
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import Field, Model
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 BATCH = 2000
 
@@ -21,10 +24,10 @@ def bulk_set(model: type[Model], rows: list[tuple[Any, ...]], fields: list[str])
             for field, value in zip(fields, values, strict=True):
                 setattr(obj, field, value)
             objects.append(obj)
-        model.objects.bulk_update(objects, fields, batch_size=500)  # type: ignore[attr-defined]
+        model._default_manager.bulk_update(objects, fields, batch_size=500)
         return
-    table, pk = model._meta.db_table, model._meta.pk.column  # type: ignore[union-attr]
-    columns = [model._meta.get_field(name).column for name in fields]
+    table, pk = model._meta.db_table, _column(model, model._meta.pk.name)
+    columns = [_column(model, name) for name in fields]
     assignments = ", ".join(f'"{c}" = v."{c}"' for c in columns)
     names = ", ".join(f'"{c}"' for c in [pk, *columns])
     placeholder = "(" + ", ".join(["%s"] * (len(fields) + 1)) + ")"
@@ -39,14 +42,16 @@ def bulk_set(model: type[Model], rows: list[tuple[Any, ...]], fields: list[str])
             )
 
 
+def _column(model: type[Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field) or field.column is None:
+        raise TypeError(f"{model.__name__}.{name} has no column of its own")
+    return field.column
+
+
 def raw_datetime(value: Any) -> Any:
     """A datetime column read by raw SQL, as the ORM would give it: aware, in UTC. Drivers
     differ (SQLite gives text, PostgreSQL aware datetimes)."""
-    from datetime import UTC
-
-    from django.utils import timezone
-    from django.utils.dateparse import parse_datetime
-
     if isinstance(value, str):
         value = parse_datetime(value)
     if value is not None and timezone.is_naive(value):

@@ -4,7 +4,8 @@ They are the primary keys of tenant-visible rows, so an id reveals neither order
 
 import secrets
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.db import models
 
@@ -29,19 +30,32 @@ def id_factory(prefix: str) -> Callable[[], str]:
     return make
 
 
-class PublicIdField(models.CharField):
+# Generic in its stored and read types like every django-stubs field, so that the plugin types
+# a foreign key to these rows as str, or str | None where it is nullable. Django's fields take
+# no type arguments at run time; there a Generic mixin stands in.
+_ST = TypeVar("_ST", contravariant=True)
+_GT = TypeVar("_GT", covariant=True)
+if TYPE_CHECKING:
+    _CharColumn = models.CharField
+else:
+
+    class _CharColumn(models.CharField, Generic[_ST, _GT]):
+        pass
+
+
+class PublicIdField(_CharColumn[_ST, _GT]):
     """Primary key holding a prefixed random id; the prefix names the resource type."""
 
-    def __init__(self, prefix: str = "", **kwargs: object) -> None:
+    def __init__(self, prefix: str = "", **kwargs: Any) -> None:
         self.prefix = prefix
         kwargs.setdefault("max_length", 32)
         kwargs.setdefault("primary_key", True)
         kwargs.setdefault("editable", False)
         if prefix:
             kwargs.setdefault("default", _factories.setdefault(prefix, id_factory(prefix)))
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)
 
-    def deconstruct(self) -> tuple:
+    def deconstruct(self) -> tuple[str, str, Sequence[Any], dict[str, Any]]:
         name, path, args, kwargs = super().deconstruct()
         kwargs["prefix"] = self.prefix
         kwargs.pop("default", None)

@@ -150,7 +150,8 @@ def _networking() -> client.NetworkingV1Api:
 
 
 def _plain(obj: Any) -> dict[str, Any]:
-    return _api_client(settings.KUBECONFIG).sanitize_for_serialization(obj)
+    plain: dict[str, Any] = _api_client(settings.KUBECONFIG).sanitize_for_serialization(obj)
+    return plain
 
 
 def _operations(kind: str) -> tuple[Any, Any, Any]:
@@ -336,9 +337,10 @@ def events_for(namespace: str, name: str) -> list[dict[str, Any]]:
 
 def _message(error: ApiException) -> str:
     try:
-        return json.loads(error.body or "{}").get("message", "")
+        message: str = json.loads(error.body or "{}").get("message", "")
     except ValueError:
         return ""
+    return message
 
 
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"

@@ -2,6 +2,7 @@
 
 from typing import Any, TypeVar
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
@@ -24,5 +25,5 @@ def get_for_user(queryset: QuerySet[M], user: Any, owner_field: str, pk: str) ->
     """The object with this id if it belongs to the user, else 404 (never 403)."""
     try:
         return scope_to_user(queryset, user, owner_field).get(pk=pk)
-    except (queryset.model.DoesNotExist, ValueError):
+    except (ObjectDoesNotExist, ValueError):
         raise Http404 from None
