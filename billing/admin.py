@@ -239,11 +239,9 @@ class WalletAdmin(ReadOnlyAdmin):
                 reference=data["reference"],
                 reason=data["reason"],
             )
-            return (
-                messages.SUCCESS,
-                _posted_message(topup.ledger_transaction),
-                _back("wallet", wallet.pk),
-            )
+            posted = topup.ledger_transaction
+            assert posted is not None  # bank_transfer_post links it in the same transaction
+            return messages.SUCCESS, _posted_message(posted), _back("wallet", wallet.pk)
 
         return _service_form(
             request,
@@ -257,8 +255,7 @@ class WalletAdmin(ReadOnlyAdmin):
 
 class LedgerEntryInline(ReadOnlyInline):
     model = LedgerEntry
-    fields = ["account", "wallet", "amount_fen"]
-    readonly_fields = fields
+    fields = readonly_fields = ("account", "wallet", "amount_fen")
 
 
 @admin.register(LedgerTransaction)
@@ -351,7 +348,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
 
 class RefundInline(ReadOnlyInline):
     model = Refund
-    fields = [
+    fields = readonly_fields = (
         "id",
         "amount_fen",
         "status",
@@ -361,8 +358,7 @@ class RefundInline(ReadOnlyInline):
         "error_message",
         "created_at",
         "settled_at",
-    ]
-    readonly_fields = fields
+    )
 
 
 @admin.register(TopUp)

@@ -68,7 +68,7 @@ def topup(request: HttpRequest) -> HttpResponse:
         else:
             return redirect(created.checkout_url)
     else:
-        messages.error(request, " ".join(form.errors["amount"]))
+        messages.error(request, " ".join(map(str, form.errors["amount"])))
     return redirect("billing:billing")
 
 

@@ -8,7 +8,7 @@ class DatasetKind(models.TextChoices):
 
 
 # Where each kind is mounted, read-only, in every instance (the pool itself is mounted at /public).
-MOUNT_ROOTS = {
+MOUNT_ROOTS: dict[str, str] = {
     DatasetKind.DATASET: "/public/data",
     DatasetKind.MODEL: "/public/models",
 }

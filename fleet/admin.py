@@ -21,8 +21,7 @@ from starverse.core.errors import ServiceError
 
 class NodeEventInline(admin.TabularInline):
     model = NodeEvent
-    fields = ["at", "kind", "code", "gpu", "message"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at", "kind", "code", "gpu", "message")
     extra = 0
     max_num = 0
     can_delete = False
@@ -31,7 +30,7 @@ class NodeEventInline(admin.TabularInline):
 
 class GpuInline(admin.TabularInline):
     model = Gpu
-    fields = [
+    fields = readonly_fields = (
         "index",
         "uuid",
         "product",
@@ -40,8 +39,7 @@ class GpuInline(admin.TabularInline):
         "nvlink_links",
         "lost_at",
         "last_seen_at",
-    ]
-    readonly_fields = fields
+    )
     extra = 0
     max_num = 0
     can_delete = False

@@ -70,7 +70,7 @@ def node_register(*, name: str, bootstrap_token: str, spec: dict[str, Any]) -> t
 def node_transition(
     *,
     node: Node,
-    to: NodeState,
+    to: str,
     reason: str,
     kind: str = NodeEventKind.STATE,
     actor: Any = None,
@@ -157,7 +157,8 @@ def _inventory_sync(node: Node, report: Report, now: Any) -> dict[str, Gpu]:
 
 # Per process: node id → (the inventory it last reported, uuid → gpu id). Reports repeat
 # their inventory every 15 s; only a change needs the database.
-_GPU_MAP: dict[str, tuple[tuple, dict[str, int]]] = {}
+_Inventory = tuple[tuple[tuple[str, Any], ...], ...]
+_GPU_MAP: dict[str, tuple[_Inventory, dict[str, int]]] = {}
 _SAMPLE_COLUMNS = ("gpu_id", "at", *STORED_METRICS)
 
 
@@ -176,7 +177,7 @@ def _gpu_ids(node: Node, report: Report, now: Any) -> dict[str, int]:
     return ids
 
 
-def _insert_samples(rows: list[tuple]) -> None:
+def _insert_samples(rows: list[tuple[Any, ...]]) -> None:
     """One multi-row INSERT: this is the fleet's hottest write, so it skips the ORM."""
     if not rows:
         return
@@ -295,6 +296,7 @@ def heartbeats_check() -> list[str]:
         cutoff = timezone.now() - timedelta(seconds=int(rule.params.get("timeout_s", 60)))
         stale = Node.objects.filter(last_report_at__lt=cutoff).exclude(state=NodeState.DOWN)
         for node in stale:
+            assert node.last_report_at is not None  # last_report_at__lt leaves out NULL
             seconds = int((timezone.now() - node.last_report_at).total_seconds())
             if node_transition(
                 node=node,

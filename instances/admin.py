@@ -36,8 +36,7 @@ class ImageAdmin(admin.ModelAdmin):
 
 class InstanceEventInline(admin.TabularInline):
     model = InstanceEvent
-    fields = ["at", "status", "message"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at", "status", "message")
     extra = 0
     max_num = 0
     can_delete = False

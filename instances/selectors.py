@@ -34,7 +34,9 @@ def availability(offerings: list[Offering]) -> dict[str, int]:
     return result
 
 
-def instance_metrics(instance: Any, *, window: timedelta = timedelta(hours=1)) -> list[dict]:
+def instance_metrics(
+    instance: Instance, *, window: timedelta = timedelta(hours=1)
+) -> list[dict[str, Any]]:
     """Per-GPU series of the instance's GPUs over the last hour of its current placement."""
     if instance.node_id is None:
         return []
@@ -42,7 +44,7 @@ def instance_metrics(instance: Any, *, window: timedelta = timedelta(hours=1)) -
     gpus = {g.index: g for g in Gpu.objects.filter(node_id=instance.node_id, index__in=indices)}
     since = max(timezone.now() - window, instance.started_at or timezone.now() - window)
     samples = GpuSample.objects.filter(gpu__in=gpus.values(), at__gte=since).order_by("at")
-    series: dict[int, list[dict]] = defaultdict(list)
+    series: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for sample in samples.values("gpu_id", "at", "util", "mem_used_mb", "temp_c", "power_w"):
         series[sample["gpu_id"]].append(
             {k: sample[k] for k in ("at", "util", "mem_used_mb", "temp_c", "power_w")}

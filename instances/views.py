@@ -2,6 +2,7 @@
 read through the selectors and change things only through instances.lifecycle."""
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
@@ -76,14 +77,19 @@ class RentForm(forms.Form):
         offerings: list[Offering],
         images: list[Image],
         keys: list[Any],
-        disks: list[Any] = (),  # type: ignore[assignment]
+        disks: Sequence[Any] = (),
         **kwargs: Any,
-    ):
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["disks"].choices = [(d.id, d.name) for d in disks]
-        self.fields["offering"].choices = [(o.id, o.name) for o in offerings]
-        self.fields["image"].choices = [(i.id, i.name) for i in images]
-        self.fields["ssh_keys"].choices = [(k.id, k.name) for k in keys]
+        self._offer("disks", [(d.id, d.name) for d in disks])
+        self._offer("offering", [(o.id, o.name) for o in offerings])
+        self._offer("image", [(i.id, i.name) for i in images])
+        self._offer("ssh_keys", [(k.id, k.name) for k in keys])
+
+    def _offer(self, name: str, choices: list[tuple[str, str]]) -> None:
+        field = self.fields[name]
+        assert isinstance(field, forms.ChoiceField)  # the choice fields declared above
+        field.choices = choices
 
 
 def _auto_recover(offerings: list[Offering], data: dict[str, Any]) -> bool | None:
@@ -97,8 +103,8 @@ def _default_offering(offerings: list[Offering], counts: dict[str, int], balance
     free one, else the first): a safe first choice, above all for trial credit."""
     free = sorted((o for o in offerings if counts.get(o.id)), key=lambda o: o.price_per_hour_fen)
     affordable = [o for o in free if o.price_per_hour_fen <= balance]
-    choice = (affordable or free or offerings or [None])[0]
-    return choice.id if choice else ""
+    candidates = affordable or free or offerings
+    return candidates[0].id if candidates else ""
 
 
 def _groups(offerings: list[Offering], counts: dict[str, int]) -> list[dict[str, Any]]:
@@ -165,7 +171,7 @@ def rent(request: HttpRequest) -> HttpResponse:
                     )
                 return redirect("instances:detail", instance.pk)
         else:
-            error, status = " ".join(e for errs in form.errors.values() for e in errs), 400
+            error, status = " ".join(str(e) for errs in form.errors.values() for e in errs), 400
             if "token" in form.errors:
                 token = _new_token()
     else:

@@ -79,7 +79,9 @@ def _namespace(value: Any) -> Any:
 
 
 def _field_value(item: dict[str, Any]) -> SimpleNamespace:
-    union = dict.fromkeys(("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"), 0)
+    union: dict[str, int | float] = dict.fromkeys(
+        ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"), 0
+    )
     union["dVal"] = 0.0
     error = item.get("error")
     value_type = int(item.get("valueType", 0))
@@ -200,16 +202,20 @@ class FixtureNvml:
         self.initialised = False
 
     def nvmlSystemGetDriverVersion(self) -> str:
-        return self._system("nvmlSystemGetDriverVersion")
+        version: str = self._system("nvmlSystemGetDriverVersion")
+        return version
 
     def nvmlSystemGetCudaDriverVersion(self) -> int:
-        return self._system("nvmlSystemGetCudaDriverVersion")
+        version: int = self._system("nvmlSystemGetCudaDriverVersion")
+        return version
 
     def nvmlSystemGetNVMLVersion(self) -> str:
-        return self._system("nvmlSystemGetNVMLVersion")
+        version: str = self._system("nvmlSystemGetNVMLVersion")
+        return version
 
     def nvmlDeviceGetCount(self) -> int:
-        return self._system("nvmlDeviceGetCount")
+        count: int = self._system("nvmlDeviceGetCount")
+        return count
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FixtureHandle:
         if not 0 <= index < len(self.devices):
@@ -259,7 +265,8 @@ class FixtureNvml:
 
 def load_fixture(path: str | Path) -> dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        fixture: dict[str, Any] = json.load(handle)
+    return fixture
 
 
 def open_fixture_source(

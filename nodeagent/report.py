@@ -351,9 +351,10 @@ class Reporter:
 
 def _read_quietly(response: Any) -> bytes:
     try:
-        return response.read(65536)
+        body: bytes = response.read(65536)
     except (OSError, http.client.HTTPException):
         return b""
+    return body
 
 
 def _detail(payload: bytes) -> str:
