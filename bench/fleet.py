@@ -5,6 +5,7 @@ report, in the same run and the same process."""
 import os
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bench.common import recreate_database, report, setup_django
 
@@ -115,7 +116,7 @@ def run() -> list[dict]:
     for r in range(ROUNDS):
         at = start + timedelta(seconds=15 * (r + 1), milliseconds=1)
         for node in nodes:
-            params = []
+            params: list[Any] = []
             for gpu_id in gpu_ids[node.pk]:
                 params += [gpu_id, at, 91, 42, 70211, 67, 641.2, 1980, 0]
             with transaction.atomic(), connection.cursor() as cursor:

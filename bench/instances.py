@@ -406,7 +406,9 @@ def api_list_instances() -> dict:
         )
         for user in users
     ]
-    bare_requests = [(f"/bench/bare-instances?tenant={user.tenant_id}", {}) for user in users]
+    bare_requests: list[tuple[str, dict[str, str]]] = [
+        (f"/bench/bare-instances?tenant={user.tenant_id}", {}) for user in users
+    ]
     port = 18765
     env = {
         **os.environ,

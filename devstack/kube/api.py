@@ -6,6 +6,7 @@ collection and namespace lifecycle. Runs under the store's single lock."""
 from __future__ import annotations
 
 import base64
+import builtins
 import copy
 import json
 import random
@@ -37,6 +38,8 @@ def _spec_content(obj: Obj) -> Obj:
 
 
 class Api(DeletionMixin):
+    # Inside this class `list` is the verb below, so annotations spell the type builtins.list.
+
     def __init__(self, store: Store, validator: Validator, seed: int | None = None) -> None:
         self.store = store
         self.validator = validator
@@ -147,7 +150,7 @@ class Api(DeletionMixin):
         *,
         dry_run: bool = False,
         field_validation: str = "Strict",
-    ) -> tuple[Obj, list[str]]:
+    ) -> tuple[Obj, builtins.list[str]]:
         body = self._check_type(rt, body)
         meta = body["metadata"]
         if meta.get("resourceVersion"):
@@ -272,7 +275,7 @@ class Api(DeletionMixin):
         dry_run: bool = False,
         field_validation: str = "Strict",
         precondition_rv: str | None = None,
-    ) -> tuple[Obj, list[str]]:
+    ) -> tuple[Obj, builtins.list[str]]:
         body = self._check_type(rt, body)
         with self.store.lock:
             old = self.get_raw(rt, namespace, name)
@@ -319,7 +322,7 @@ class Api(DeletionMixin):
         subresource: str | None = None,
         dry_run: bool = False,
         field_validation: str = "Strict",
-    ) -> tuple[Obj, list[str], bool]:
+    ) -> tuple[Obj, builtins.list[str], bool]:
         """Apply a patch; returns (object, warnings, created) — only apply-patch creates."""
         with self.store.lock:
             old = self.store.get(rt, namespace, name)

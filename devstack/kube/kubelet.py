@@ -123,12 +123,10 @@ class Kubelet:
         for resource in sorted(wanted, key=lambda r: (r != "nvidia.com/gpu", r)):
             amount = wanted[resource]
             capacity = have.get(resource, Fraction(0))
-            if amount > 0 and amount > capacity - used.get(resource, Fraction(0)):
+            in_use = Fraction(used.get(resource, 0))  # the usage Counter holds Fractions and ints
+            if amount > 0 and amount > capacity - in_use:
                 self._reject(
-                    pod,
-                    node_name,
-                    resource,
-                    describe_shortage(resource, amount, used.get(resource, Fraction(0)), capacity),
+                    pod, node_name, resource, describe_shortage(resource, amount, in_use, capacity)
                 )
                 return
         block = self._volume_block(pod, node_name)

@@ -113,7 +113,8 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
-    pos, out = 0, []
+    pos = 0
+    out: list[tuple[int, int | bytes]] = []
     while pos < len(data):
         key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7

@@ -481,6 +481,7 @@ class Handler(BaseHTTPRequestHandler):
             return document
         if path == "/api":
             host, port = self.server.server_address[:2]
+            assert isinstance(host, str)  # an AF_INET server's address
             return res.api_versions(f"{host}:{port}")
         if path == "/apis":
             return res.api_group_list()

@@ -423,7 +423,7 @@ class Store:
             stream = self.stream_of[refund_id]
             charge = self.charges[refund["charge"]]
             refund["status"] = outcome
-            previous = {"status": "pending"}
+            previous: dict[str, str | None] = {"status": "pending"}
             if outcome == "succeeded":
                 charge["amount_refunded"] += refund["amount"]
                 charge["refunded"] = charge["amount_refunded"] >= charge["amount"]
