@@ -15,6 +15,7 @@ from billing.services import ledger_post
 from instances.provisioning import converge
 from starverse.accounts.models import ApiToken, SshKey, User
 from starverse.accounts.services import ssh_key_add, token_create, user_create_operator, user_signup
+from starverse.core import kube
 
 PASSWORD = "correct horse battery staple"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -119,7 +120,7 @@ def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
     return disk
 
 
-OWNED_OBJECT_FACTORIES = {
+OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {
     "instances.Instance": make_instance,
     "storage.Disk": make_disk,
     "billing.TopUp": _topup,
@@ -149,3 +150,10 @@ def converge_until(step: Callable[[str], str], instance_id: str, timeout: float 
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
+
+
+def read_existing(kind: str, namespace: str, name: str) -> dict[str, Any]:
+    """An object the test expects on the cluster (fails the test if it is not there)."""
+    found = kube.read(kind, namespace, name)
+    assert found is not None, f"no {kind} {namespace}/{name} on the cluster"
+    return found

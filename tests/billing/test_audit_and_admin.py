@@ -65,7 +65,7 @@ def test_admin_adjustment_requires_a_reason_and_records_who(operator_client):
         "SLA credit ticket 88",
         5000,
     )
-    assert adjustment.created_by.is_staff
+    assert adjustment.created_by is not None and adjustment.created_by.is_staff
     wallet.refresh_from_db()
     assert wallet.cash_fen == 5000
 

@@ -453,6 +453,7 @@ def test_bank_transfer_credits_once_per_reference(db, django_capture_on_commit_c
 
     wallet.refresh_from_db()
     txn = topup.ledger_transaction
+    assert txn is not None
     assert wallet.cash_fen == 2_000_000
     assert (txn.kind, txn.created_by_id, txn.idempotency_key) == (
         "bank_transfer",
@@ -485,6 +486,7 @@ def test_large_adjustments_need_a_second_operator(db, settings):
 
     wallet.refresh_from_db()
     assert wallet.cash_fen == 200_001
+    assert decided.ledger_transaction is not None
     assert decided.ledger_transaction.idempotency_key == f"adj:{large.id}"
     assert decided.decided_by_id == second.id
 

@@ -105,6 +105,7 @@ def test_pod_that_fits_nowhere_stays_pending_with_failed_scheduling(
         what="PodScheduled=False",
     )
     scheduled = condition(pod, "PodScheduled")
+    assert scheduled is not None
     assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
     assert scheduled.message == (
         "0/6 nodes are available: 6 Insufficient nvidia.com/gpu. preemption: 0/6 nodes are "
@@ -229,10 +230,9 @@ def test_lost_node_marks_pods_not_ready_then_evicts_them() -> None:
         ]
         pod = api.read_namespaced_pod("victim", "default")
         assert pod.status.phase == "Running"
-        assert (condition(pod, "Ready").status, condition(pod, "Ready").reason) == (
-            "False",
-            "NodeLost",
-        )
+        ready = condition(pod, "Ready")
+        assert ready is not None
+        assert (ready.status, ready.reason) == ("False", "NodeLost")
         assert pod.status.reason == "NodeLost"
         wait_for(lambda: not api.list_namespaced_pod("default").items, what="eviction")
         reasons = [e.reason for e in api.list_namespaced_event("default").items]

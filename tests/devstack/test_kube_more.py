@@ -272,7 +272,9 @@ def test_cli_runs_in_the_foreground_and_exits_0_on_sigterm(tmp_path: Path) -> No
     )
     try:
         wait_for(kubeconfig.exists, timeout=20, what="the kubeconfig")
-        server = re.search(r"server: (\S+)", kubeconfig.read_text()).group(1)
+        found = re.search(r"server: (\S+)", kubeconfig.read_text())
+        assert found is not None
+        server = found.group(1)
         with urllib.request.urlopen(f"{server}/api/v1/nodes", timeout=5) as response:  # noqa: S310
             nodes = json.load(response)
         assert [n["metadata"]["name"] for n in nodes["items"]] == ["cpu-0", "gpu-h100-0"]

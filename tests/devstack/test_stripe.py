@@ -125,6 +125,12 @@ def paid_intent(fake: StripeFake) -> str:
     return fake.pay(session.id, "card")["payment_intent"]
 
 
+def _error_of(raised: stripe.StripeError) -> Any:
+    """The `error` object of the JSON body that came with a raised Stripe error."""
+    assert isinstance(raised.json_body, dict)
+    return raised.json_body["error"]
+
+
 def raw_request(
     fake: StripeFake, method: str, path: str, body: str = "", headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, str], str]:
@@ -249,10 +255,8 @@ def test_wrong_key_raises_authentication_error(fake: StripeFake) -> None:
     with pytest.raises(stripe.AuthenticationError) as excinfo:
         make_client(fake, key="rk_wrong_123").v1.checkout.sessions.create(params=session_params())
     assert excinfo.value.http_status == 401
-    assert excinfo.value.json_body["error"]["type"] == "invalid_request_error"
-    assert (
-        excinfo.value.json_body["error"]["message"] == "Invalid API Key provided: rk_wrong****_123"
-    )
+    assert _error_of(excinfo.value)["type"] == "invalid_request_error"
+    assert _error_of(excinfo.value)["message"] == "Invalid API Key provided: rk_wrong****_123"
 
     with pytest.raises(stripe.AuthenticationError):
         make_client(fake, key="sk_live_123").v1.checkout.sessions.retrieve("cs_test_x")
@@ -360,7 +364,7 @@ def test_idempotent_replay_returns_the_same_session(fake: StripeFake) -> None:
             options={"idempotency_key": "topup:top_x"},
         )
     assert excinfo.value.http_status == 400
-    assert excinfo.value.json_body["error"]["type"] == "idempotency_error"
+    assert _error_of(excinfo.value)["type"] == "idempotency_error"
 
 
 def test_idempotency_key_is_scoped_to_the_path(fake: StripeFake) -> None:
@@ -614,7 +618,7 @@ def test_injected_500_surfaces_without_retries(fake: StripeFake) -> None:
     with pytest.raises(stripe.APIError) as excinfo:
         create_session(fake)
     assert excinfo.value.http_status == 500
-    assert excinfo.value.json_body["error"]["type"] == "api_error"
+    assert _error_of(excinfo.value)["type"] == "api_error"
     assert create_session(fake).status == "open"
 
 
@@ -632,7 +636,7 @@ def test_injected_429_is_a_rate_limit_error_the_library_does_not_retry(fake: Str
     fake.inject_faults(status=429, count=1)
     with pytest.raises(stripe.RateLimitError) as excinfo:
         make_client(fake, retries=2).v1.checkout.sessions.create(params=session_params())
-    assert excinfo.value.json_body["error"]["code"] == "rate_limit"
+    assert _error_of(excinfo.value)["code"] == "rate_limit"
     assert [r["status"] for r in fake.requests] == [429]
 
 

@@ -9,7 +9,7 @@ from instances.lifecycle import queue_drain
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, manifests
 from starverse.core import kube
-from tests.factories import converge_until, fund, make_user
+from tests.factories import converge_until, fund, make_user, read_existing
 
 
 @pytest.fixture
@@ -62,6 +62,7 @@ def test_full_lifecycle_through_the_real_client(renter, catalog, cluster):
     pod = _pod(instance)
     spec = pod["spec"]
     container = spec["containers"][0]
+    assert instance.node is not None
     assert spec["nodeName"] == instance.node.name
     assert spec["automountServiceAccountToken"] is False
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
@@ -185,9 +186,11 @@ def test_concurrent_orders_never_double_book(transactional_db, cluster, client_f
     pairs = list(Allocation.objects.values_list("node_id", "gpu_index"))
     assert len(pairs) == len(set(pairs)) == 16
     oldest = Instance.objects.filter(status="queued").order_by("queued_at").first()
+    assert oldest is not None
     # after commit the (eager) provisioning tasks have brought the placed ones up
     assert Instance.objects.filter(status="running").count() == 16
     victim = Instance.objects.filter(status="running").first()
+    assert victim is not None
     instance_terminate(instance_id=victim.id)
     converge_until(converge.terminate, victim.id)
     oldest.refresh_from_db()
@@ -236,6 +239,7 @@ def test_node_lost_mid_run_fails_the_instance_and_tells_the_user(
     instance.refresh_from_db()
 
     # The fleet tells the instances app after its transaction commits.
+    assert instance.node is not None
     with django_capture_on_commit_callbacks(execute=True):
         node_transition(node=instance.node, to="down", reason="heartbeat lost: no report for 61 s")
 
@@ -282,7 +286,7 @@ def test_chosen_ssh_keys_are_the_ones_installed_and_others_are_refused(renter, c
     instance = Instance.objects.get(pk=ordered.json()["id"])
     converge_until(converge.provision, instance.id)
     instance.refresh_from_db()
-    secret = kube.read("Secret", instance.k8s_namespace, f"{instance.k8s_name}-access")
+    secret = read_existing("Secret", instance.k8s_namespace, f"{instance.k8s_name}-access")
     installed = base64.b64decode(secret["data"]["authorized_keys"]).decode()
     assert chosen.public_key in installed and other.public_key not in installed
 
@@ -309,7 +313,9 @@ def test_the_timeline_is_shown_in_the_readers_language(renter, catalog):
     english = client.get(f"/api/v1/instances/{instance_id}/events", HTTP_ACCEPT_LANGUAGE="en")
     chinese = client.get(f"/api/v1/instances/{instance_id}/events", HTTP_ACCEPT_LANGUAGE="zh-Hans")
 
-    node = Instance.objects.get(pk=instance_id).node.name
+    placed_on = Instance.objects.get(pk=instance_id).node
+    assert placed_on is not None
+    node = placed_on.name
     assert [e["message"] for e in english.json()["results"]] == ["Ordered.", f"Placed on {node}."]
     assert [e["message"] for e in chinese.json()["results"]] == ["已下单。", f"已分配到 {node}。"]
 

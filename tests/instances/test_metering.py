@@ -72,6 +72,7 @@ def test_exhausted_balance_takes_what_is_left_and_stops_within_one_tick(catalog)
     instance.refresh_from_db()
     Wallet.objects.filter(tenant=user.tenant).update(cash_fen=0, promo_fen=5)  # audit-breaking
 
+    assert instance.running_since is not None
     result = metering_tick(now=instance.running_since + timedelta(minutes=3, seconds=1))
 
     instance.refresh_from_db()
@@ -79,7 +80,8 @@ def test_exhausted_balance_takes_what_is_left_and_stops_within_one_tick(catalog)
     assert instance.status == "stopping"
     assert instance.cost_fen == 5
     assert Wallet.objects.get(tenant=user.tenant).total_fen == 0
-    assert "Balance exhausted" in instance.events.last().message
+    last = instance.events.last()
+    assert last is not None and "Balance exhausted" in last.message
 
 
 def test_usage_batch_replays_are_not_charged_twice(db):

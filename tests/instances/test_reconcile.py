@@ -2,6 +2,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from instances.lifecycle import instance_order
@@ -9,7 +10,7 @@ from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, manifests
 from instances.provisioning.reconcile import reconcile
 from starverse.core import kube
-from tests.factories import converge_until, fund, make_user
+from tests.factories import converge_until, fund, make_user, read_existing
 
 
 def _running(catalog):
@@ -101,7 +102,7 @@ def test_warnings_about_a_running_pod_join_its_timeline_once(catalog, cluster):
     from kubernetes import client
 
     instance = _running(catalog)
-    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    pod = read_existing("Pod", instance.k8s_namespace, instance.k8s_name)
     event = {
         "apiVersion": "v1",
         "kind": "Event",
@@ -117,7 +118,7 @@ def test_warnings_about_a_running_pod_join_its_timeline_once(catalog, cluster):
         "type": "Warning",
         "source": {"component": "kubelet"},
     }
-    client.CoreV1Api(kube._api_client(kube.settings.KUBECONFIG)).create_namespaced_event(
+    client.CoreV1Api(kube._api_client(settings.KUBECONFIG)).create_namespaced_event(
         instance.k8s_namespace, event
     )
 

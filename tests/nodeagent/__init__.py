@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "nodeagent" / "fixtures"
@@ -206,8 +206,11 @@ def kube_pod(
     }
 
 
+ServerT = TypeVar("ServerT", bound=_Server)
+
+
 @contextmanager
-def serving(server: _Server) -> Iterator[_Server]:
+def serving(server: ServerT) -> Iterator[ServerT]:
     try:
         yield server
     finally:

@@ -14,6 +14,7 @@ from nodeagent import nvml
 from nodeagent.fixture import NOT_RECORDED, FixtureMissing, FixtureNvml, load_fixture
 from nodeagent.nvml import NvmlSource, NvmlUnavailable
 from nodeagent.report import build_report, pending_report
+from nodeagent.source import Event
 from tests.nodeagent import FIXTURES, FixedClock, has_nvidia_driver, run_python, wait_for
 
 H100_GPU0_UUID = "GPU-399df670-20bf-30c0-a141-fb41420c8c64"
@@ -255,8 +256,13 @@ def test_xid79_event_reaches_events_with_the_gpu_uuid() -> None:
 def test_xid_events_are_watched_by_a_thread() -> None:
     gpus = source(fixture("h100_xid79"), threaded_events=True, event_timeout_ms=20)
     try:
-        seen: list[dict[str, Any]] = []
-        assert wait_for(lambda: bool(seen.extend(gpus.events()) or seen))
+        seen: list[Event] = []
+
+        def drained() -> bool:
+            seen.extend(gpus.events())
+            return bool(seen)
+
+        assert wait_for(drained)
         assert [(event["gpu"], event["xid"], event["uuid"]) for event in seen] == [
             (3, 79, H100_GPU3_UUID)
         ]

@@ -113,7 +113,11 @@ def test_gpus_ramp_down_smoothly_when_the_pod_ends() -> None:
         sim = SimSource(NODE, KubeClient(kube.url))
         assert_busy(sim.sample()["gpus"][1]["metrics"])
         kube.pods[0]["status"]["phase"] = "Succeeded"
-        ramp = [sim.sample()["gpus"][1]["metrics"][m.GPU_UTIL] for _ in range(6)]
+        ramp: list[float] = []
+        for _ in range(6):
+            util = sim.sample()["gpus"][1]["metrics"][m.GPU_UTIL]
+            assert util is not None
+            ramp.append(util)
     assert 0 < ramp[0] < 85
     assert ramp == sorted(ramp, reverse=True)
     assert ramp[-1] == 0

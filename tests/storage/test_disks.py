@@ -14,7 +14,7 @@ from instances.provisioning import converge, manifests, reconcile
 from starverse.core import kube
 from storage import provisioning
 from storage.models import Disk
-from tests.factories import converge_until, fund, make_user
+from tests.factories import converge_until, fund, make_user, read_existing
 
 
 @pytest.fixture
@@ -183,13 +183,15 @@ def test_stop_start_keeps_the_instance_disk_and_terminate_can_keep_it(renter, ca
     converge_until(converge.provision, instance.id)
     instance.refresh_from_db()
     claim_name = manifests.disk_name(instance.id)
-    uid = kube.read("PersistentVolumeClaim", instance.k8s_namespace, claim_name)["metadata"]["uid"]
+    uid = read_existing("PersistentVolumeClaim", instance.k8s_namespace, claim_name)["metadata"][
+        "uid"
+    ]
 
     client.post(f"/api/v1/instances/{instance.id}/stop")
     converge_until(converge.stop, instance.id)
     client.post(f"/api/v1/instances/{instance.id}/start")
     converge_until(converge.provision, instance.id)
-    claim = kube.read("PersistentVolumeClaim", instance.k8s_namespace, claim_name)
+    claim = read_existing("PersistentVolumeClaim", instance.k8s_namespace, claim_name)
     assert claim["metadata"]["uid"] == uid
 
     assert client.delete(f"/api/v1/instances/{instance.id}?keep_disk=maybe").status_code == 400
@@ -305,7 +307,7 @@ def test_the_shared_nas_is_mounted_everywhere_and_its_usage_is_measured(renter, 
         converge_until(converge.provision, instance.id)
         assert _mounts(_pod(instance))["/nas"] == nas.k8s_name
     namespace = manifests.namespace_name(nas.tenant_id)
-    claim = kube.read("PersistentVolumeClaim", namespace, nas.k8s_name)
+    claim = read_existing("PersistentVolumeClaim", namespace, nas.k8s_name)
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
 
     cluster.set_volume_usage(namespace, nas.k8s_name, 123 * 2**30)
