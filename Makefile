@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-dev.lock 
 PORT ?= 8000
 export PORT
 
-.PHONY: help run test lint fmt schema bench messages audit clean
+.PHONY: help run test lint typecheck fmt schema bench messages audit clean
 
 help:  ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,6 +27,7 @@ test: $(STAMP)  ## Lint, import contracts, types, migration and deploy checks, t
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m mypy
 	DJANGO_SETTINGS_MODULE=starverse.settings.test $(PY) manage.py makemigrations --check --dry-run
 	DJANGO_SETTINGS_MODULE=starverse.settings.production \
 	  SECRET_KEY=deploy-check-$$(head -c 48 /dev/urandom | base64 | tr -d '/+=') \
@@ -40,6 +41,9 @@ lint: $(STAMP)  ## ruff check and format check, import contracts
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
+
+typecheck: $(STAMP)  ## mypy with the Django and DRF plugins (configured in pyproject.toml)
+	$(PY) -m mypy
 
 fmt: $(STAMP)  ## Format the code
 	$(PY) -m ruff check --fix .
