@@ -65,13 +65,34 @@ def _yuan(fen: Any) -> str:
     return format_fen(round_half_up(_f(fen)))
 
 
+@dataclass(frozen=True)
+class _Job:
+    """What every option is costed for: `gpus` GPUs over `months` (days ÷ 365/12)."""
+
+    gpus: int
+    months: Fraction
+    span: dict[str, str]  # the days and months as the formulas print them
+
+
 def tco_compare(data: dict[str, Any]) -> dict[str, Any]:
     """`data` is validated input (see billing.api.serializers.TcoInput)."""
-    gpus = int(data["gpus"])
     months = _f(data["duration_days"]) / DAYS_PER_MONTH
-    span = {"days": _num(data["duration_days"]), "months": f"{float(months):.4f}"}
+    job = _Job(
+        gpus=int(data["gpus"]),
+        months=months,
+        span={"days": _num(data["duration_days"]), "months": f"{float(months):.4f}"},
+    )
+    return {
+        "months": f"{float(months):.6f}",
+        "buy": _buying(data["buy"], job).as_dict(),
+        "cloud": _cloud_rental(data["cloud"], job).as_dict(),
+        "starverse": _starverse_rental(data["starverse"], job).as_dict(),
+    }
 
-    buy_in, buy = data["buy"], Option()
+
+def _buying(buy_in: dict[str, Any], job: _Job) -> Option:
+    """The lifetime cost of owning the GPUs, spread evenly over the months of their lifetime."""
+    buy, gpus = Option(), job.gpus
     years = int(buy_in["years"])
     gpu_cost = gpus * _f(buy_in["gpu_unit_fen"])
     power = _f(buy_in["power_kw"]) * _f(buy_in["electricity_fen_per_kwh"]) * HOURS_PER_YEAR * years
@@ -113,19 +134,23 @@ def tco_compare(data: dict[str, Any]) -> dict[str, Any]:
     )
     buy.job_fen = buy.line(
         _("This job"),
-        _("per month × %(days)s days ÷ (365/12) = %(months)s months") % span,
-        per_month * months,
+        _("per month × %(days)s days ÷ (365/12) = %(months)s months") % job.span,
+        per_month * job.months,
     )
+    return buy
 
-    cloud_in, cloud = data["cloud"], Option()
-    nodes = ceil(gpus / int(cloud_in["gpus_per_node"]))
+
+def _cloud_rental(cloud_in: dict[str, Any], job: _Job) -> Option:
+    """Whole nodes by the month from a traditional cloud, plus its fee for data leaving it."""
+    cloud = Option()
+    nodes = ceil(job.gpus / int(cloud_in["gpus_per_node"]))
     cloud_month = nodes * _f(cloud_in["node_month_fen"])
     egress = _f(cloud_in["egress_gb"]) * _f(cloud_in["egress_fen_per_gb"])
     cloud.per_month_fen = cloud.line(_("Per month"), _node_months(nodes, cloud_in), cloud_month)
     cloud.line(
         _("Compute for this job"),
-        _("per month × %(days)s days ÷ (365/12) = %(months)s months") % span,
-        cloud_month * months,
+        _("per month × %(days)s days ÷ (365/12) = %(months)s months") % job.span,
+        cloud_month * job.months,
     )
     cloud.line(
         _("Data egress"),
@@ -133,25 +158,26 @@ def tco_compare(data: dict[str, Any]) -> dict[str, Any]:
         % {"gb": _num(cloud_in["egress_gb"]), "price": _yuan(cloud_in["egress_fen_per_gb"])},
         egress,
     )
-    cloud.job_fen = cloud.line(_("This job"), _("compute + egress"), cloud_month * months + egress)
+    cloud.job_fen = cloud.line(
+        _("This job"), _("compute + egress"), cloud_month * job.months + egress
+    )
+    return cloud
 
-    sv_in, starverse = data["starverse"], Option()
-    sv_nodes = ceil(gpus / int(sv_in["gpus_per_node"]))
+
+def _starverse_rental(sv_in: dict[str, Any], job: _Job) -> Option:
+    """Whole nodes by the month on Starverse, which charges nothing for egress."""
+    starverse = Option()
+    sv_nodes = ceil(job.gpus / int(sv_in["gpus_per_node"]))
     sv_month = sv_nodes * _f(sv_in["node_month_fen"])
     starverse.per_month_fen = starverse.line(
         _("Per month"), _node_months(sv_nodes, sv_in), sv_month
     )
     starverse.job_fen = starverse.line(
         _("This job"),
-        _("per month × %(days)s days ÷ (365/12) = %(months)s months; no egress fees") % span,
-        sv_month * months,
+        _("per month × %(days)s days ÷ (365/12) = %(months)s months; no egress fees") % job.span,
+        sv_month * job.months,
     )
-    return {
-        "months": f"{float(months):.6f}",
-        "buy": buy.as_dict(),
-        "cloud": cloud.as_dict(),
-        "starverse": starverse.as_dict(),
-    }
+    return starverse
 
 
 def _node_months(nodes: int, side: dict[str, Any]) -> str:
