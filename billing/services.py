@@ -102,19 +102,7 @@ def _post(
                 instance_id=instance_id,
                 reverses=reverses,
             )
-            legs = [(Account.CASH, cash_delta), (Account.PROMO, promo_delta)]
-            entries = [
-                LedgerEntry(transaction=txn, wallet=wallet, account=account, amount_fen=amount)
-                for account, amount in legs
-                if amount
-            ]
-            if cash_delta + promo_delta:
-                entries.append(
-                    LedgerEntry(
-                        transaction=txn, account=counter, amount_fen=-(cash_delta + promo_delta)
-                    )
-                )
-            LedgerEntry.objects.bulk_create(entries)
+            LedgerEntry.objects.bulk_create(_entries(txn, counter))
             Wallet.objects.filter(pk=wallet.pk).update(cash_fen=cash_after, promo_fen=promo_after)
     except IntegrityError:
         found = _existing(key, request_hash)
@@ -130,6 +118,20 @@ def _post(
         key,
     )
     return txn
+
+
+def _entries(txn: LedgerTransaction, counter: str) -> list[LedgerEntry]:
+    """The legs of a posting: the wallet's cash and promo changes that it made, and their sum
+    the other way on the counter account, so that every transaction's entries add up to zero."""
+    legs = [(Account.CASH, txn.cash_delta_fen), (Account.PROMO, txn.promo_delta_fen)]
+    entries = [
+        LedgerEntry(transaction=txn, wallet_id=txn.wallet_id, account=account, amount_fen=amount)
+        for account, amount in legs
+        if amount
+    ]
+    if txn.amount_fen:
+        entries.append(LedgerEntry(transaction=txn, account=counter, amount_fen=-txn.amount_fen))
+    return entries
 
 
 def _check_amount(kind: str, amount_fen: int) -> None:
@@ -294,75 +296,19 @@ def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, int]:
     if not charges:
         return results
     with transaction.atomic():
-        keys = [c["key"] for c in charges]
-        for txn in LedgerTransaction.objects.filter(idempotency_key__in=keys).only(
-            "idempotency_key", "amount_fen"
-        ):
-            results[txn.idempotency_key] = -txn.amount_fen
+        results.update(_charged_before([c["key"] for c in charges]))
         todo = [c for c in charges if c["key"] not in results]
         wallet_ids = sorted({c["wallet_id"] for c in todo})
         wallets = {
             w.id: w
             for w in Wallet.objects.select_for_update().filter(pk__in=wallet_ids).order_by("id")
         }
-        txns, legs = [], []
-        for charge in todo:
-            wallet = wallets[charge["wallet_id"]]
-            wanted = charge["amount_fen"]
-            promo = min(wallet.promo_fen, wanted)
-            cash = min(wallet.cash_fen, wanted - promo)
-            wallet.promo_fen -= promo
-            wallet.cash_fen -= cash
-            request_hash = _request_hash(
-                {
-                    "wallet": wallet.id,
-                    "kind": TransactionKind.USAGE,
-                    "amount": -wanted,
-                    "description": charge["description"],
-                    "partial": True,
-                    "instance": charge["instance_id"],
-                    "reason": "",
-                }
-            )
-            txn = LedgerTransaction(
-                wallet_id=wallet.id,
-                kind=TransactionKind.USAGE,
-                idempotency_key=charge["key"],
-                request_hash=request_hash,
-                amount_fen=-(cash + promo),
-                cash_delta_fen=-cash,
-                promo_delta_fen=-promo,
-                cash_after_fen=wallet.cash_fen,
-                promo_after_fen=wallet.promo_fen,
-                description=charge["description"][:500],
-                instance_id=charge["instance_id"],
-            )
-            txns.append(txn)
-            legs.append((txn, wallet.id, cash, promo))
-            results[charge["key"]] = cash + promo
-        LedgerTransaction.objects.bulk_create(txns, batch_size=2000)
-        entries = []
-        for txn, wallet_id, cash, promo in legs:
-            if cash:
-                entries.append(
-                    LedgerEntry(
-                        transaction=txn, wallet_id=wallet_id, account=Account.CASH, amount_fen=-cash
-                    )
-                )
-            if promo:
-                entries.append(
-                    LedgerEntry(
-                        transaction=txn,
-                        wallet_id=wallet_id,
-                        account=Account.PROMO,
-                        amount_fen=-promo,
-                    )
-                )
-            if cash + promo:
-                entries.append(
-                    LedgerEntry(transaction=txn, account=Account.REVENUE, amount_fen=cash + promo)
-                )
-        LedgerEntry.objects.bulk_create(entries, batch_size=5000)
+        debits = [_usage_debit(wallets[charge["wallet_id"]], charge) for charge in todo]
+        results.update({txn.idempotency_key: -txn.amount_fen for txn in debits})
+        LedgerTransaction.objects.bulk_create(debits, batch_size=2000)
+        LedgerEntry.objects.bulk_create(
+            [entry for txn in debits for entry in _entries(txn, Account.REVENUE)], batch_size=5000
+        )
         bulk_set(
             Wallet,
             [(w.id, w.cash_fen, w.promo_fen) for w in wallets.values()],
@@ -370,3 +316,45 @@ def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, int]:
         )
     logger.info("ledger.usage_batch posted=%d replayed=%d", len(todo), len(charges) - len(todo))
     return results
+
+
+def _charged_before(keys: list[str]) -> dict[str, int]:
+    """Key → fen charged, for the keys that were posted before."""
+    posted = LedgerTransaction.objects.filter(idempotency_key__in=keys)
+    return {
+        txn.idempotency_key: -txn.amount_fen for txn in posted.only("idempotency_key", "amount_fen")
+    }
+
+
+def _usage_debit(wallet: Wallet, charge: dict[str, Any]) -> LedgerTransaction:
+    """The (unsaved) debit of one charge against a locked wallet, promo before cash, taking what
+    is left when the balance is short; the wallet's balances in memory follow it."""
+    wanted = charge["amount_fen"]
+    promo = min(wallet.promo_fen, wanted)
+    cash = min(wallet.cash_fen, wanted - promo)
+    wallet.promo_fen -= promo
+    wallet.cash_fen -= cash
+    request_hash = _request_hash(
+        {
+            "wallet": wallet.id,
+            "kind": TransactionKind.USAGE,
+            "amount": -wanted,
+            "description": charge["description"],
+            "partial": True,
+            "instance": charge["instance_id"],
+            "reason": "",
+        }
+    )
+    return LedgerTransaction(
+        wallet_id=wallet.id,
+        kind=TransactionKind.USAGE,
+        idempotency_key=charge["key"],
+        request_hash=request_hash,
+        amount_fen=-(cash + promo),
+        cash_delta_fen=-cash,
+        promo_delta_fen=-promo,
+        cash_after_fen=wallet.cash_fen,
+        promo_after_fen=wallet.promo_fen,
+        description=charge["description"][:500],
+        instance_id=charge["instance_id"],
+    )
