@@ -106,83 +106,22 @@ def report_parse(payload: Any, *, node_name: str) -> Report:
     if body.get("node") not in (None, node_name):
         raise _fail("node", f"does not match the URL's node {node_name!r}")
     driver = _obj(body.get("driver", {}), "driver")
-    inventory = []
-    for i, item in enumerate(_list(body.get("inventory", []), "inventory", MAX_GPUS)):
-        field = f"inventory[{i}]"
-        item = _obj(item, field)
-        inventory.append(
-            {
-                "index": _int(item.get("index"), f"{field}.index", high=MAX_GPUS - 1),
-                "uuid": _str(item.get("uuid"), f"{field}.uuid", max_length=96),
-                "pci_bus_id": _str(item.get("pci_bus_id"), f"{field}.pci_bus_id", optional=True),
-                "product": _str(item.get("product"), f"{field}.product", max_length=100),
-                "memory_mb": _int(item.get("memory_total_mb"), f"{field}.memory_total_mb"),
-                "serial": _str(item.get("serial"), f"{field}.serial", max_length=64, optional=True),
-                "vbios": _str(item.get("vbios"), f"{field}.vbios", max_length=64, optional=True),
-                "nvlink_links": None
-                if item.get("nvlink_links") is None
-                else _int(item.get("nvlink_links"), f"{field}.nvlink_links", high=64),
-            }
-        )
-    samples = []
-    for s, sample in enumerate(_list(body.get("samples"), "samples", MAX_SAMPLES)):
-        field = f"samples[{s}]"
-        sample = _obj(sample, field)
-        at = _time(sample.get("at"), f"{field}.at", now)
-        readings = []
-        for g, gpu in enumerate(_list(sample.get("gpus"), f"{field}.gpus", MAX_GPUS)):
-            gfield = f"{field}.gpus[{g}]"
-            gpu = _obj(gpu, gfield)
-            metrics = _obj(gpu.get("metrics"), f"{gfield}.metrics")
-            values = {
-                column: _number(metrics.get(name), f"{gfield}.metrics.{name}")
-                for column, name in STORED_METRICS.items()
-            }
-            remapped = _number(
-                metrics.get(UNCORRECTABLE_REMAPPED), f"{gfield}.metrics.{UNCORRECTABLE_REMAPPED}"
-            )
-            readings.append(
-                GpuReading(
-                    index=_int(gpu.get("index"), f"{gfield}.index", high=MAX_GPUS - 1),
-                    uuid=_str(gpu.get("uuid"), f"{gfield}.uuid", max_length=96),
-                    values=values,
-                    uncorrectable=int(remapped or 0),
-                )
-            )
-        samples.append((at, readings))
-    events = []
-    for e, event in enumerate(_list(body.get("events", []), "events", MAX_EVENTS)):
-        field = f"events[{e}]"
-        event = _obj(event, field)
-        events.append(
-            {
-                "at": _time(event.get("at"), f"{field}.at", now),
-                "type": _str(event.get("type"), f"{field}.type", max_length=32),
-                "gpu": None
-                if event.get("gpu") is None
-                else _int(event.get("gpu"), f"{field}.gpu", high=MAX_GPUS - 1),
-                "uuid": _str(event.get("uuid"), f"{field}.uuid", max_length=96, optional=True),
-                "xid": None
-                if event.get("xid") is None
-                else _int(event.get("xid"), f"{field}.xid", high=10_000),
-                "message": _str(
-                    event.get("message"), f"{field}.message", max_length=1000, optional=True
-                ),
-            }
-        )
-    lost = []
-    for i, item in enumerate(_list(body.get("lost_gpus", []), "lost_gpus", MAX_GPUS)):
-        field = f"lost_gpus[{i}]"
-        item = _obj(item, field)
-        lost.append(
-            {
-                "index": None
-                if item.get("index") is None
-                else _int(item.get("index"), f"{field}.index", high=MAX_GPUS - 1),
-                "uuid": _str(item.get("uuid"), f"{field}.uuid", max_length=96, optional=True),
-                "error": _str(item.get("error"), f"{field}.error", max_length=64, optional=True),
-            }
-        )
+    inventory = [
+        _inventory_item(item, f"inventory[{i}]")
+        for i, item in enumerate(_list(body.get("inventory", []), "inventory", MAX_GPUS))
+    ]
+    samples = [
+        _sample(sample, f"samples[{s}]", now)
+        for s, sample in enumerate(_list(body.get("samples"), "samples", MAX_SAMPLES))
+    ]
+    events = [
+        _event(event, f"events[{e}]", now)
+        for e, event in enumerate(_list(body.get("events", []), "events", MAX_EVENTS))
+    ]
+    lost = [
+        _lost_gpu(item, f"lost_gpus[{i}]")
+        for i, item in enumerate(_list(body.get("lost_gpus", []), "lost_gpus", MAX_GPUS))
+    ]
     return Report(
         node=node_name,
         agent_version=_str(body.get("agent_version", ""), "agent_version", max_length=32),
@@ -195,3 +134,75 @@ def report_parse(payload: Any, *, node_name: str) -> Report:
         events=events,
         lost_gpus=lost,
     )
+
+
+def _inventory_item(value: Any, field: str) -> dict[str, Any]:
+    item = _obj(value, field)
+    return {
+        "index": _int(item.get("index"), f"{field}.index", high=MAX_GPUS - 1),
+        "uuid": _str(item.get("uuid"), f"{field}.uuid", max_length=96),
+        "pci_bus_id": _str(item.get("pci_bus_id"), f"{field}.pci_bus_id", optional=True),
+        "product": _str(item.get("product"), f"{field}.product", max_length=100),
+        "memory_mb": _int(item.get("memory_total_mb"), f"{field}.memory_total_mb"),
+        "serial": _str(item.get("serial"), f"{field}.serial", max_length=64, optional=True),
+        "vbios": _str(item.get("vbios"), f"{field}.vbios", max_length=64, optional=True),
+        "nvlink_links": None
+        if item.get("nvlink_links") is None
+        else _int(item.get("nvlink_links"), f"{field}.nvlink_links", high=64),
+    }
+
+
+def _sample(value: Any, field: str, now: datetime) -> tuple[datetime, list[GpuReading]]:
+    sample = _obj(value, field)
+    at = _time(sample.get("at"), f"{field}.at", now)
+    readings = [
+        _reading(gpu, f"{field}.gpus[{g}]")
+        for g, gpu in enumerate(_list(sample.get("gpus"), f"{field}.gpus", MAX_GPUS))
+    ]
+    return at, readings
+
+
+def _reading(value: Any, field: str) -> GpuReading:
+    """One GPU's stored metrics in a sample, with its count of uncorrectable remapped rows."""
+    gpu = _obj(value, field)
+    metrics = _obj(gpu.get("metrics"), f"{field}.metrics")
+    values = {
+        column: _number(metrics.get(name), f"{field}.metrics.{name}")
+        for column, name in STORED_METRICS.items()
+    }
+    remapped = _number(
+        metrics.get(UNCORRECTABLE_REMAPPED), f"{field}.metrics.{UNCORRECTABLE_REMAPPED}"
+    )
+    return GpuReading(
+        index=_int(gpu.get("index"), f"{field}.index", high=MAX_GPUS - 1),
+        uuid=_str(gpu.get("uuid"), f"{field}.uuid", max_length=96),
+        values=values,
+        uncorrectable=int(remapped or 0),
+    )
+
+
+def _event(value: Any, field: str, now: datetime) -> dict[str, Any]:
+    event = _obj(value, field)
+    return {
+        "at": _time(event.get("at"), f"{field}.at", now),
+        "type": _str(event.get("type"), f"{field}.type", max_length=32),
+        "gpu": None
+        if event.get("gpu") is None
+        else _int(event.get("gpu"), f"{field}.gpu", high=MAX_GPUS - 1),
+        "uuid": _str(event.get("uuid"), f"{field}.uuid", max_length=96, optional=True),
+        "xid": None
+        if event.get("xid") is None
+        else _int(event.get("xid"), f"{field}.xid", high=10_000),
+        "message": _str(event.get("message"), f"{field}.message", max_length=1000, optional=True),
+    }
+
+
+def _lost_gpu(value: Any, field: str) -> dict[str, Any]:
+    item = _obj(value, field)
+    return {
+        "index": None
+        if item.get("index") is None
+        else _int(item.get("index"), f"{field}.index", high=MAX_GPUS - 1),
+        "uuid": _str(item.get("uuid"), f"{field}.uuid", max_length=96, optional=True),
+        "error": _str(item.get("error"), f"{field}.error", max_length=64, optional=True),
+    }
