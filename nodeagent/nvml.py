@@ -204,6 +204,10 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _flag(value: Any) -> int | None:
+    return None if value is None else int(bool(value))
+
+
 def _handle_key(handle: Any) -> int:
     """A stable key for a device handle: its pointer value (ctypes), else the object's id."""
     try:
@@ -463,8 +467,34 @@ class NvmlSource:
 
     def _metrics(self, device: _Device) -> dict[str, int | float | None]:
         i, h = device.index, device.handle
+        # One group after the other, so NVML is called in the same order every sample.
+        values = {
+            **self._memory_and_load(i, h),
+            **self._thermals_power_and_clocks(i, h),
+            **self._memory_errors(i, h),
+            **self._links_and_processes(i, h),
+        }
+        with self._lock:
+            values[m.XID_ERRORS] = self._xid_last.get(i, 0) if i in self._xid_registered else None
+        return {name: values[name] for name in m.METRIC_NAMES}
+
+    def _memory_and_load(self, i: int, h: Any) -> dict[str, int | float | None]:
         memory = self._get(i, "nvmlDeviceGetMemoryInfo", h)
         util = self._get(i, "nvmlDeviceGetUtilizationRates", h)
+
+        def mib(attribute: str) -> int | None:
+            value = _int(getattr(memory, attribute, None))
+            return value // MIB if value is not None else None
+
+        return {
+            m.GPU_UTIL: _int(getattr(util, "gpu", None)),
+            m.MEM_COPY_UTIL: _int(getattr(util, "memory", None)),
+            m.FB_USED: mib("used"),
+            m.FB_FREE: mib("free"),
+            m.FB_TOTAL: mib("total"),
+        }
+
+    def _thermals_power_and_clocks(self, i: int, h: Any) -> dict[str, int | float | None]:
         temp, err = self._read(i, "nvmlDeviceGetTemperature", h, TEMPERATURE_GPU)
         if err == "FunctionNotFound":  # drivers that dropped the deprecated call
             temp = self._get(i, "nvmlDeviceGetTemperatureV", h, TEMPERATURE_GPU)
@@ -473,6 +503,17 @@ class NvmlSource:
         limit = _int(self._get(i, "nvmlDeviceGetEnforcedPowerLimit", h))
         sm_clock = self._get(i, "nvmlDeviceGetClockInfo", h, CLOCK_SM)
         mem_clock = self._get(i, "nvmlDeviceGetClockInfo", h, CLOCK_MEM)
+        return {
+            m.GPU_TEMP: _int(temp),
+            m.MEMORY_TEMP: memory_temp,
+            m.POWER_USAGE: round(power / 1000, 3) if power is not None else None,
+            m.POWER_MGMT_LIMIT: round(limit / 1000, 3) if limit is not None else None,
+            m.SM_CLOCK: _int(sm_clock),
+            m.MEM_CLOCK: _int(mem_clock),
+        }
+
+    def _memory_errors(self, i: int, h: Any) -> dict[str, int | float | None]:
+        """ECC counts, remapped rows and retired pages: how the GPU's memory is wearing."""
         ecc = {
             (kind, counter): _int(self._get(i, "nvmlDeviceGetTotalEccErrors", h, kind, counter))
             for kind in (MEMORY_ERROR_TYPE_CORRECTED, MEMORY_ERROR_TYPE_UNCORRECTED)
@@ -487,50 +528,31 @@ class NvmlSource:
             i, "nvmlDeviceGetRetiredPages", h, PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
         )
         retired_pending = self._get(i, "nvmlDeviceGetRetiredPagesPendingStatus", h)
-        nvlink_active, _links = self._nvlink(i, h)
-        pcie_tx = self._get(i, "nvmlDeviceGetPcieThroughput", h, PCIE_UTIL_TX_BYTES)
-        pcie_rx = self._get(i, "nvmlDeviceGetPcieThroughput", h, PCIE_UTIL_RX_BYTES)
-        processes = self._get(i, "nvmlDeviceGetComputeRunningProcesses", h)
-
-        def mib(attribute: str) -> int | None:
-            value = _int(getattr(memory, attribute, None))
-            return value // MIB if value is not None else None
-
-        def flag(value: Any) -> int | None:
-            return None if value is None else int(bool(value))
-
-        with self._lock:
-            xid = self._xid_last.get(i, 0) if i in self._xid_registered else None
-        values: dict[str, int | float | None] = {
-            m.GPU_UTIL: _int(getattr(util, "gpu", None)),
-            m.MEM_COPY_UTIL: _int(getattr(util, "memory", None)),
-            m.FB_USED: mib("used"),
-            m.FB_FREE: mib("free"),
-            m.FB_TOTAL: mib("total"),
-            m.GPU_TEMP: _int(temp),
-            m.MEMORY_TEMP: memory_temp,
-            m.POWER_USAGE: round(power / 1000, 3) if power is not None else None,
-            m.POWER_MGMT_LIMIT: round(limit / 1000, 3) if limit is not None else None,
-            m.SM_CLOCK: _int(sm_clock),
-            m.MEM_CLOCK: _int(mem_clock),
+        return {
             m.ECC_SBE_VOL_TOTAL: ecc[MEMORY_ERROR_TYPE_CORRECTED, VOLATILE_ECC],
             m.ECC_DBE_VOL_TOTAL: ecc[MEMORY_ERROR_TYPE_UNCORRECTED, VOLATILE_ECC],
             m.ECC_SBE_AGG_TOTAL: ecc[MEMORY_ERROR_TYPE_CORRECTED, AGGREGATE_ECC],
             m.ECC_DBE_AGG_TOTAL: ecc[MEMORY_ERROR_TYPE_UNCORRECTED, AGGREGATE_ECC],
             m.CORRECTABLE_REMAPPED_ROWS: _int(rows[0]),
             m.UNCORRECTABLE_REMAPPED_ROWS: _int(rows[1]),
-            m.ROW_REMAP_PENDING: flag(rows[2]),
-            m.ROW_REMAP_FAILURE: flag(rows[3]),
+            m.ROW_REMAP_PENDING: _flag(rows[2]),
+            m.ROW_REMAP_FAILURE: _flag(rows[3]),
             m.RETIRED_SBE: len(retired_sbe) if retired_sbe is not None else None,
             m.RETIRED_DBE: len(retired_dbe) if retired_dbe is not None else None,
-            m.RETIRED_PENDING: flag(retired_pending),
+            m.RETIRED_PENDING: _flag(retired_pending),
+        }
+
+    def _links_and_processes(self, i: int, h: Any) -> dict[str, int | float | None]:
+        nvlink_active, _links = self._nvlink(i, h)
+        pcie_tx = self._get(i, "nvmlDeviceGetPcieThroughput", h, PCIE_UTIL_TX_BYTES)
+        pcie_rx = self._get(i, "nvmlDeviceGetPcieThroughput", h, PCIE_UTIL_RX_BYTES)
+        processes = self._get(i, "nvmlDeviceGetComputeRunningProcesses", h)
+        return {
             m.NVLINK_ACTIVE_LINKS: nvlink_active,
             m.PCIE_TX_THROUGHPUT: _int(pcie_tx),
             m.PCIE_RX_THROUGHPUT: _int(pcie_rx),
             m.COMPUTE_PROCESSES: len(processes) if processes is not None else None,
-            m.XID_ERRORS: xid,
         }
-        return {name: values[name] for name in m.METRIC_NAMES}
 
     def _field(self, index: int, handle: Any, field_id: int) -> int | float | None:
         """One NVML field value (nvmlDeviceGetFieldValues); its own return code is checked."""
