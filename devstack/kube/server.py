@@ -255,6 +255,8 @@ class Handler(BaseHTTPRequestHandler):
     # --- routing -----------------------------------------------------------------------------
 
     def _route(self, method: str, path: str, params: dict[str, str], raw: bytes) -> None:
+        """Paths that name no resource first (health, discovery, the legacy bindings endpoint,
+        the node proxy), then the resource the path names."""
         ctx = self.server.ctx
         self._warnings: list[str] = []
         if method == "GET":
@@ -283,21 +285,37 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not isinstance(target, Target):
             raise err.path_not_found()
+        self._serve_resource(method, target, params, raw)
+
+    def _serve_resource(
+        self, method: str, target: Target, params: dict[str, str], raw: bytes
+    ) -> None:
+        """The verb on a resource, after any injected fault and the query's options."""
+        ctx = self.server.ctx
         verb = self._verb_for(method, target, params)
         self._verb = verb
         self._resource = target.rt.plural + (f"/{target.subresource}" if target.subresource else "")
         fault = ctx.faults.take(verb, self._resource)
         if fault is not None:
             raise fault
-        api, rt = ctx.api, target.rt
-        namespace = target.namespace or ""
         dry_run = params.get("dryRun") == "All"
         validation = params.get("fieldValidation") or "Strict"
         if validation not in ("Strict", "Warn", "Ignore"):
             raise err.bad_request(f"fieldValidation must be Ignore, Warn or Strict: {validation}")
         if verb == "watch":
-            stream_watch(self, ctx, rt, target.namespace, params)
-            return
+            stream_watch(self, ctx, target.rt, target.namespace, params)
+        elif verb in ("list", "get"):
+            self._serve_read(verb, target, params)
+        elif verb == "patch":
+            self._serve_patch(target, raw, dry_run=dry_run, validation=validation)
+        elif verb in ("delete", "deletecollection"):
+            self._serve_delete(verb, target, params, raw, dry_run=dry_run)
+        else:
+            self._serve_write(method, verb, target, raw, dry_run=dry_run, validation=validation)
+
+    def _serve_read(self, verb: str, target: Target, params: dict[str, str]) -> None:
+        api, rt = self.server.ctx.api, target.rt
+        namespace = target.namespace or ""
         if verb == "list":
             listing = api.list(
                 rt,
@@ -309,13 +327,20 @@ class Handler(BaseHTTPRequestHandler):
                 resource_version=params.get("resourceVersion"),
             )
             self._respond_object(200, rt, listing, params, is_list=True)
-        elif verb == "get" and target.subresource == "log":
+        elif target.subresource == "log":
             text = pod_log(api.get(rt, namespace, target.name or ""), params.get("container"))
             self._send_bytes(200, text.encode(), "text/plain")
-        elif verb == "get":
+        else:
             obj = api.get(rt, namespace, target.name or "")
             self._respond_object(200, rt, obj, params)
-        elif verb == "create" and target.subresource == "binding":
+
+    def _serve_write(
+        self, method: str, verb: str, target: Target, raw: bytes, *, dry_run: bool, validation: str
+    ) -> None:
+        """create (a binding, or any object) and update."""
+        api, rt = self.server.ctx.api, target.rt
+        namespace = target.namespace or ""
+        if verb == "create" and target.subresource == "binding":
             self._send_json(201, api.bind(namespace, target.name or "", self._decode(raw)))
         elif verb == "create":
             obj, self._warnings = api.create(
@@ -333,44 +358,49 @@ class Handler(BaseHTTPRequestHandler):
                 field_validation=validation,
             )
             self._send_json(200, obj)
-        elif verb == "patch":
-            content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
-            if content_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH):
-                raise err.unsupported_media_type(content_type)
-            obj, self._warnings, created = api.patch(
-                rt,
-                namespace,
-                target.name or "",
-                content_type,
-                self._decode(raw),
-                subresource=target.subresource,
-                dry_run=dry_run,
-                field_validation=validation,
+        else:
+            raise err.method_not_allowed(method, rt.plural)
+
+    def _serve_patch(self, target: Target, raw: bytes, *, dry_run: bool, validation: str) -> None:
+        content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if content_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH):
+            raise err.unsupported_media_type(content_type)
+        obj, self._warnings, created = self.server.ctx.api.patch(
+            target.rt,
+            target.namespace or "",
+            target.name or "",
+            content_type,
+            self._decode(raw),
+            subresource=target.subresource,
+            dry_run=dry_run,
+            field_validation=validation,
+        )
+        self._send_json(201 if created else 200, obj)
+
+    def _serve_delete(
+        self, verb: str, target: Target, params: dict[str, str], raw: bytes, *, dry_run: bool
+    ) -> None:
+        api, rt = self.server.ctx.api, target.rt
+        options = self._delete_options(raw, params)
+        if verb == "delete":
+            obj, removed = api.delete(
+                rt, target.namespace or "", target.name or "", options, dry_run=dry_run
             )
-            self._send_json(201 if created else 200, obj)
-        elif verb == "delete":
-            options = self._delete_options(raw, params)
-            obj, removed = api.delete(rt, namespace, target.name or "", options, dry_run=dry_run)
             if removed and not rt.returns_deleted_object:
                 obj = success_status(
                     obj["metadata"]["name"], rt.plural, rt.group, obj["metadata"].get("uid", "")
                 )
             self._send_json(200, obj)
-        elif verb == "deletecollection":
-            options = self._delete_options(raw, params)
-            self._send_json(
-                200,
-                api.delete_collection(
-                    rt,
-                    target.namespace,
-                    options,
-                    label_selector=params.get("labelSelector"),
-                    field_selector=params.get("fieldSelector"),
-                    dry_run=dry_run,
-                ),
-            )
-        else:
-            raise err.method_not_allowed(method, rt.plural)
+            return
+        collection = api.delete_collection(
+            rt,
+            target.namespace,
+            options,
+            label_selector=params.get("labelSelector"),
+            field_selector=params.get("fieldSelector"),
+            dry_run=dry_run,
+        )
+        self._send_json(200, collection)
 
     def _proxy_to_kubelet(
         self, proxy: NodeProxy, method: str, match: re.Match[str], params: dict[str, str]
