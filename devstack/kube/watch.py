@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import ApiError
@@ -84,6 +85,28 @@ class _Stream:
         self.handler.wfile.flush()
 
 
+@dataclass(frozen=True)
+class _WatchOptions:
+    timeout_s: float
+    bookmarks: bool
+    send_initial: bool
+    start_rv: int | None  # None: list what is there now, then follow
+
+
+def _watch_options(params: dict[str, str], max_watch_s: float) -> _WatchOptions:
+    try:
+        timeout = float(params.get("timeoutSeconds") or max_watch_s)
+    except ValueError as exc:
+        raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from exc
+    requested = params.get("resourceVersion") or ""
+    return _WatchOptions(
+        timeout_s=min(max(timeout, 0.0), max_watch_s),
+        bookmarks=params.get("allowWatchBookmarks", "").lower() in ("true", "1"),
+        send_initial=params.get("sendInitialEvents", "").lower() == "true",
+        start_rv=parse_rv(requested) if requested not in ("", "0") else None,
+    )
+
+
 def stream_watch(
     handler: Handler,
     ctx: ServerContext,
@@ -91,27 +114,21 @@ def stream_watch(
     namespace: str | None,
     params: dict[str, str],
 ) -> None:
+    """Send the objects there are (unless the watch starts at a version), then every change
+    after, until the timeout, the history running out from under it, or the store closing."""
     store = ctx.api.store
     matcher = make_filter(rt.plural, params.get("labelSelector"), params.get("fieldSelector"))
-    try:
-        timeout = float(params.get("timeoutSeconds") or ctx.max_watch_s)
-    except ValueError as exc:
-        raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from exc
-    timeout = min(max(timeout, 0.0), ctx.max_watch_s)
-    bookmarks = params.get("allowWatchBookmarks", "").lower() in ("true", "1")
-    send_initial = params.get("sendInitialEvents", "").lower() == "true"
-    requested = params.get("resourceVersion") or ""
-    start_rv = parse_rv(requested) if requested not in ("", "0") else None
+    options = _watch_options(params, ctx.max_watch_s)
     stream = _Stream(handler, rt, params)
     stream.start()
     with store.lock:
         initial: list[Obj] = []
         expired: ApiError | None = None
-        if start_rv is None or send_initial:
+        if options.start_rv is None or options.send_initial:
             initial = [o for o in store.items(rt, namespace) if matcher(o)]
             last = store.resource_version
         else:
-            last = start_rv
+            last = options.start_rv
             try:
                 store.check_not_expired(last)
             except ApiError as exc:
@@ -122,19 +139,37 @@ def stream_watch(
         return
     for obj in initial:
         stream.send("ADDED", obj)
-    if send_initial and bookmarks:
+    if options.send_initial and options.bookmarks:
         stream.bookmark(last, {"k8s.io/initial-events-end": "true"})
-    deadline = time.monotonic() + timeout
+    last, store_closed = _follow(stream, ctx, rt, namespace, matcher, last, options)
+    if not store_closed and options.bookmarks and not store.closed:
+        stream.bookmark(last)
+    stream.end()
+
+
+def _follow(
+    stream: _Stream,
+    ctx: ServerContext,
+    rt: ResourceType,
+    namespace: str | None,
+    matcher: Any,
+    last: int,
+    options: _WatchOptions,
+) -> tuple[int, bool]:
+    """Stream the changes after `last` until the deadline or an expired history (returns the
+    last version seen, False) or until the store closes (the version, True)."""
+    store = ctx.api.store
+    deadline = time.monotonic() + options.timeout_s
     next_bookmark = time.monotonic() + ctx.bookmark_interval_s
     while not store.closed:
         now = time.monotonic()
         if now >= deadline:
-            break
+            return last, False
         try:
             changes = store.changes_after(last)
         except ApiError as exc:  # fell out of the history while waiting
             stream.send("ERROR", exc.status())
-            break
+            return last, False
         for change in changes:
             last = change.rv
             if change.resource != rt.key:
@@ -142,14 +177,9 @@ def stream_watch(
             kind = _classify(change, namespace, matcher)
             if kind is not None:
                 stream.send(kind, change.obj)
-        if bookmarks and now >= next_bookmark:
+        if options.bookmarks and now >= next_bookmark:
             stream.bookmark(last)
             next_bookmark = now + ctx.bookmark_interval_s
         if not changes:
             store.wait_for_change(last, min(deadline - now, 0.25))
-    else:
-        stream.end()
-        return
-    if bookmarks and not store.closed:
-        stream.bookmark(last)
-    stream.end()
+    return last, True
