@@ -7,7 +7,7 @@ import ipaddress
 import random
 from typing import Any
 
-from .errors import invalid, invalid_value
+from .errors import ApiError, invalid, invalid_value
 from .resources import SERVICES
 from .store import Store
 
@@ -27,9 +27,7 @@ class Allocator:
     def assign_service(self, svc: dict[str, Any], old: dict[str, Any] | None) -> None:
         """Fill clusterIP(s), nodePorts and the load-balancer status; 422 on collisions."""
         spec = svc["spec"]
-        meta = svc["metadata"]
-        others = self._services(meta.get("uid", ""))
-        used_ips = {s["spec"].get("clusterIP") for s in others}
+        others = self._services(svc["metadata"].get("uid", ""))
         old_spec = (old or {}).get("spec") or {}
         if spec.get("type") == "ExternalName":
             spec.pop("clusterIP", None)
@@ -37,64 +35,55 @@ class Allocator:
         elif spec.get("clusterIP") == "None":
             spec["clusterIPs"] = ["None"]
         else:
-            wanted = spec.get("clusterIP") or old_spec.get("clusterIP")
-            if wanted and wanted != old_spec.get("clusterIP"):
-                try:
-                    address = ipaddress.ip_address(wanted)
-                except ValueError:
-                    address = None
-                if address is None or address not in SERVICE_NET:
-                    raise invalid(
-                        "Service",
-                        "",
-                        meta.get("name", ""),
-                        [
-                            invalid_value(
-                                "spec.clusterIPs",
-                                [wanted],
-                                f"failed to allocate IP {wanted}: the provided IP ({wanted}) is "
-                                f"not in the valid range. The range of valid IPs is {SERVICE_NET}",
-                            )
-                        ],
-                    )
-                if wanted in used_ips:
-                    raise invalid(
-                        "Service",
-                        "",
-                        meta.get("name", ""),
-                        [
-                            invalid_value(
-                                "spec.clusterIPs",
-                                [wanted],
-                                f"failed to allocate IP {wanted}: provided IP is already allocated",
-                            )
-                        ],
-                    )
-            if not wanted:
-                for host in SERVICE_NET.hosts():
-                    if int(host) - int(SERVICE_NET.network_address) < 10:
-                        continue
-                    if str(host) not in used_ips:
-                        wanted = str(host)
-                        break
+            wanted = self._cluster_ip(svc, others, old_spec)
             spec["clusterIP"] = wanted
             spec["clusterIPs"] = [wanted]
         self._assign_node_ports(svc, others, old_spec)
         if spec.get("type") == "LoadBalancer":
             status = svc.setdefault("status", {})
             ingress = ((old or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
-            if not ingress:
-                used = {
-                    i.get("ip")
-                    for s in others
-                    for i in ((s.get("status") or {}).get("loadBalancer") or {}).get("ingress")
-                    or []
-                }
-                free = next(str(h) for h in LB_NET.hosts() if str(h) not in used)
-                ingress = [{"ip": free, "ipMode": "VIP"}]
-            status["loadBalancer"] = {"ingress": ingress}
+            status["loadBalancer"] = {"ingress": ingress or self._free_ingress(others)}
         else:
             svc["status"] = {"loadBalancer": {}}
+
+    def _cluster_ip(
+        self, svc: dict[str, Any], others: list[dict[str, Any]], old_spec: dict[str, Any]
+    ) -> str | None:
+        """The address asked for (checked: in range, not taken), the one the service had, or
+        the first free one past the ten reserved at the start of the range."""
+        used_ips = {s["spec"].get("clusterIP") for s in others}
+        wanted = svc["spec"].get("clusterIP") or old_spec.get("clusterIP")
+        if wanted and wanted != old_spec.get("clusterIP"):
+            try:
+                address = ipaddress.ip_address(wanted)
+            except ValueError:
+                address = None
+            if address is None or address not in SERVICE_NET:
+                raise _cluster_ip_refused(
+                    svc,
+                    wanted,
+                    f"the provided IP ({wanted}) is not in the valid range. The range of valid "
+                    f"IPs is {SERVICE_NET}",
+                )
+            if wanted in used_ips:
+                raise _cluster_ip_refused(svc, wanted, "provided IP is already allocated")
+        if not wanted:
+            for host in SERVICE_NET.hosts():
+                if int(host) - int(SERVICE_NET.network_address) < 10:
+                    continue
+                if str(host) not in used_ips:
+                    return str(host)
+        return wanted
+
+    @staticmethod
+    def _free_ingress(others: list[dict[str, Any]]) -> list[dict[str, str]]:
+        used = {
+            i.get("ip")
+            for s in others
+            for i in ((s.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        }
+        free = next(str(h) for h in LB_NET.hosts() if str(h) not in used)
+        return [{"ip": free, "ipMode": "VIP"}]
 
     def _assign_node_ports(
         self, svc: dict[str, Any], others: list[dict[str, Any]], old_spec: dict[str, Any]
@@ -136,3 +125,12 @@ class Allocator:
                 wanted = self._random.choice(free)
             port["nodePort"] = wanted
             used.add(wanted)
+
+
+def _cluster_ip_refused(svc: dict[str, Any], wanted: str, why: str) -> ApiError:
+    return invalid(
+        "Service",
+        "",
+        svc["metadata"].get("name", ""),
+        [invalid_value("spec.clusterIPs", [wanted], f"failed to allocate IP {wanted}: {why}")],
+    )

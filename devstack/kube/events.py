@@ -34,35 +34,19 @@ class EventRecorder:
         host: str = "",
         field_path: str = "",
     ) -> None:
+        """An Event about `obj` in its namespace (none once that is being deleted); the same
+        event again counts up the one recorded before."""
         meta = obj.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
         with self.store.lock:
             ns = self.store.get(NAMESPACES, "", namespace)
             if ns is None or ns["metadata"].get("deletionTimestamp"):
                 return
-            # kubelets name node events by node name (kubectl describe node relies on that)
-            uid = meta.get("name", "") if rt.plural == "nodes" else meta.get("uid", "")
-            involved: Obj = {
-                "kind": rt.kind,
-                "name": meta.get("name", ""),
-                "uid": uid,
-                "apiVersion": rt.api_version,
-                "resourceVersion": meta.get("resourceVersion", ""),
-            }
-            if meta.get("namespace"):
-                involved["namespace"] = meta["namespace"]
-            if field_path:
-                involved["fieldPath"] = field_path
-            key = (uid, rt.kind, reason, message, component, host, field_path, type_)
+            involved = _involved_object(rt, meta, field_path)
+            key = (involved["uid"], rt.kind, reason, message, component, host, field_path, type_)
             stamp = now_iso()
-            if key in self._index:
-                current = self.store.get(EVENTS, *self._index[key])
-                if current is not None:
-                    updated = copy.deepcopy(current)
-                    updated["count"] = int(updated.get("count", 1)) + 1
-                    updated["lastTimestamp"] = stamp
-                    self.store.replace(EVENTS, updated)
-                    return
+            if self._count_again(key, stamp):
+                return
             name = f"{meta.get('name', 'unknown')}.{time.time_ns():x}{next(self._serial):02x}"
             event: Obj = {
                 "apiVersion": "v1",
@@ -86,3 +70,33 @@ class EventRecorder:
             }
             self.store.add(EVENTS, event)
             self._index[key] = (namespace, name)
+
+    def _count_again(self, key: tuple[str, ...], stamp: str) -> bool:
+        """Count one more of the event recorded under `key`, if it is still there."""
+        if key not in self._index:
+            return False
+        current = self.store.get(EVENTS, *self._index[key])
+        if current is None:
+            return False
+        updated = copy.deepcopy(current)
+        updated["count"] = int(updated.get("count", 1)) + 1
+        updated["lastTimestamp"] = stamp
+        self.store.replace(EVENTS, updated)
+        return True
+
+
+def _involved_object(rt: ResourceType, meta: Obj, field_path: str) -> Obj:
+    # kubelets name node events by node name (kubectl describe node relies on that)
+    uid = meta.get("name", "") if rt.plural == "nodes" else meta.get("uid", "")
+    involved: Obj = {
+        "kind": rt.kind,
+        "name": meta.get("name", ""),
+        "uid": uid,
+        "apiVersion": rt.api_version,
+        "resourceVersion": meta.get("resourceVersion", ""),
+    }
+    if meta.get("namespace"):
+        involved["namespace"] = meta["namespace"]
+    if field_path:
+        involved["fieldPath"] = field_path
+    return involved

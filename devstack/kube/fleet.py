@@ -108,6 +108,56 @@ def node_ip(index: int) -> str:
 
 def node_object(spec: NodeSpec, index: int, kubelet_version: str) -> dict[str, Any]:
     digest = hashlib.sha256(spec.name.encode()).hexdigest()
+    labels, resources = _labels_and_resources(spec)
+    address = node_ip(index)
+    now = now_iso()
+    node_spec: dict[str, Any] = {
+        "podCIDR": f"10.244.{index}.0/24",
+        "podCIDRs": [f"10.244.{index}.0/24"],
+        "providerID": f"starverse-emulator://{spec.name}",
+    }
+    if spec.taints:
+        node_spec["taints"] = [dict(t) for t in spec.taints]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": spec.name,
+            "labels": labels,
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "starverse.io/emulator": "development stand-in, not a real node",
+            },
+        },
+        "spec": node_spec,
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "conditions": _healthy_conditions(now),
+            "addresses": [
+                {"type": "InternalIP", "address": address},
+                {"type": "Hostname", "address": spec.name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": digest[:32],
+                "systemUUID": str(uuid.UUID(digest[32:64])),
+                "bootID": str(uuid.uuid4()),
+                "kernelVersion": "6.8.0-starverse-emulated",
+                "osImage": "Starverse emulated node (development stand-in)",
+                "containerRuntimeVersion": "containerd://1.7.0-emulated",
+                "kubeletVersion": kubelet_version,
+                "kubeProxyVersion": kubelet_version,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+
+
+def _labels_and_resources(spec: NodeSpec) -> tuple[dict[str, str], dict[str, str]]:
+    """The node's labels and its capacity, with the GPU operator's labels and the GPU resource
+    when it has GPUs."""
     labels = {
         "kubernetes.io/hostname": spec.name,
         "kubernetes.io/os": "linux",
@@ -137,9 +187,11 @@ def node_object(spec: NodeSpec, index: int, kubelet_version: str) -> dict[str, A
         )
         resources[GPU_RESOURCE] = str(spec.gpu_count)
     labels.update(spec.labels)
-    address = node_ip(index)
-    now = now_iso()
-    conditions = [
+    return labels, resources
+
+
+def _healthy_conditions(now: str) -> list[dict[str, str]]:
+    return [
         _condition(
             "MemoryPressure",
             "False",
@@ -159,48 +211,6 @@ def node_object(spec: NodeSpec, index: int, kubelet_version: str) -> dict[str, A
         ),
         _condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", now),
     ]
-    node_spec: dict[str, Any] = {
-        "podCIDR": f"10.244.{index}.0/24",
-        "podCIDRs": [f"10.244.{index}.0/24"],
-        "providerID": f"starverse-emulator://{spec.name}",
-    }
-    if spec.taints:
-        node_spec["taints"] = [dict(t) for t in spec.taints]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": spec.name,
-            "labels": labels,
-            "annotations": {
-                "node.alpha.kubernetes.io/ttl": "0",
-                "starverse.io/emulator": "development stand-in, not a real node",
-            },
-        },
-        "spec": node_spec,
-        "status": {
-            "capacity": dict(resources),
-            "allocatable": dict(resources),
-            "conditions": conditions,
-            "addresses": [
-                {"type": "InternalIP", "address": address},
-                {"type": "Hostname", "address": spec.name},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": digest[:32],
-                "systemUUID": str(uuid.UUID(digest[32:64])),
-                "bootID": str(uuid.uuid4()),
-                "kernelVersion": "6.8.0-starverse-emulated",
-                "osImage": "Starverse emulated node (development stand-in)",
-                "containerRuntimeVersion": "containerd://1.7.0-emulated",
-                "kubeletVersion": kubelet_version,
-                "kubeProxyVersion": kubelet_version,
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        },
-    }
 
 
 def _condition(kind: str, status: str, reason: str, message: str, now: str) -> dict[str, str]:

@@ -144,33 +144,13 @@ def session_params(params: dict[str, Any], now: int) -> dict[str, Any]:
     success_url = _url(require(params, "success_url"), "success_url")
     cancel_url = _url(require(params, "cancel_url"), "cancel_url")
     types, options = _payment_methods(params)
-    expires_at = now + MAX_EXPIRY_S
-    if "expires_at" in params:
-        expires_at = as_int(params["expires_at"], "expires_at")
-        if expires_at < now + MIN_EXPIRY_S - EXPIRY_LEEWAY_S:
-            raise invalid_request(
-                "The `expires_at` timestamp must be at least 30 minutes from Checkout Session "
-                "creation.",
-                param="expires_at",
-            )
-        if expires_at > now + MAX_EXPIRY_S + EXPIRY_LEEWAY_S:
-            raise invalid_request(
-                "The `expires_at` timestamp must be less than 24 hours from Checkout Session "
-                "creation.",
-                param="expires_at",
-            )
+    expires_at = _expires_at(params, now)
     client_reference_id = None
     if params.get("client_reference_id", "") != "":
         client_reference_id = as_str(
             params["client_reference_id"], "client_reference_id", max_length=200
         )
-    customer_email = None
-    if params.get("customer_email", "") != "":
-        customer_email = as_str(params["customer_email"], "customer_email", max_length=800)
-        if not _EMAIL.match(customer_email):
-            raise invalid_request(
-                f"Invalid email address: {customer_email}", param="customer_email"
-            )
+    customer_email = _customer_email(params)
     intent_data = as_dict(params.get("payment_intent_data", {}), "payment_intent_data")
     reject_unknown(intent_data, {"metadata", "description"}, "payment_intent_data")
     return {
@@ -190,6 +170,34 @@ def session_params(params: dict[str, Any], now: int) -> dict[str, Any]:
         ),
         "intent_description": intent_data.get("description") or None,
     }
+
+
+def _expires_at(params: dict[str, Any], now: int) -> int:
+    """24 hours from now unless given; a given time must be 30 minutes to 24 hours away."""
+    if "expires_at" not in params:
+        return now + MAX_EXPIRY_S
+    expires_at = as_int(params["expires_at"], "expires_at")
+    if expires_at < now + MIN_EXPIRY_S - EXPIRY_LEEWAY_S:
+        raise invalid_request(
+            "The `expires_at` timestamp must be at least 30 minutes from Checkout Session "
+            "creation.",
+            param="expires_at",
+        )
+    if expires_at > now + MAX_EXPIRY_S + EXPIRY_LEEWAY_S:
+        raise invalid_request(
+            "The `expires_at` timestamp must be less than 24 hours from Checkout Session creation.",
+            param="expires_at",
+        )
+    return expires_at
+
+
+def _customer_email(params: dict[str, Any]) -> str | None:
+    if params.get("customer_email", "") == "":
+        return None
+    customer_email = as_str(params["customer_email"], "customer_email", max_length=800)
+    if not _EMAIL.match(customer_email):
+        raise invalid_request(f"Invalid email address: {customer_email}", param="customer_email")
+    return customer_email
 
 
 def refund_params(params: dict[str, Any]) -> dict[str, Any]:
