@@ -105,7 +105,9 @@ class TcoInput(InputSerializer):
 
 
 class TcoLineOutput(serializers.Serializer):
-    label = serializers.CharField()
+    # A field named `label`: the serializer's metaclass moves it out of the class attributes,
+    # where the stubs see Field.label.
+    label = serializers.CharField()  # type: ignore[assignment]
     formula = serializers.CharField()
     amount_fen = serializers.IntegerField()
 

@@ -135,7 +135,9 @@ class Probe:
         headers: dict[str, str] | None = None,
     ) -> Any:
         data = raw if raw is not None else "" if body is None else json.dumps(body)
-        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in (headers or {}).items()}
+        extra: dict[str, Any] = {
+            f"HTTP_{k.upper().replace('-', '_')}": v for k, v in (headers or {}).items()
+        }
         method = self.route.method.upper()
         return client.generic(method, path, data, content_type="application/json", **extra)
 

@@ -2,6 +2,7 @@
 the fleet and storage apps existed (everything in instances, the NAS in datasets) migrates
 forward with its data, and permissions follow the models."""
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ BEFORE = [
 ]
 
 
-def _migrate(targets: list[tuple[str, str | None]]) -> Any:
+def _migrate(targets: Sequence[tuple[str, str | None]]) -> Any:
     """Migrate to `targets` (None: no migration of that app) and return the models as they
     are there, every other app at its latest."""
     executor = MigrationExecutor(connection)

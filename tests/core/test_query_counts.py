@@ -63,6 +63,10 @@ def _grow(tenant: dict[str, Any], rows: int) -> None:
         disk_create(user=user, name=f"d{user.tenant.disks.count()}", size_gb=10)
 
 
+def _count_get(tenant: dict[str, Any], path: str) -> int:
+    return _count(lambda: _client_for(tenant, path).get(path))
+
+
 def _client_for(tenant: dict[str, Any], path: str) -> APIClient:
     if path.startswith("/api/"):
         return tenant["api"]
@@ -71,8 +75,8 @@ def _client_for(tenant: dict[str, Any], path: str) -> APIClient:
 
 def test_hot_lists_cost_the_same_queries_for_two_rows_as_for_twelve(tenant):
     _grow(tenant, 2)
-    few = {path: _count(lambda p=path: _client_for(tenant, p).get(p)) for path in BASELINE}
+    few = {path: _count_get(tenant, path) for path in BASELINE}
     _grow(tenant, 10)
-    many = {path: _count(lambda p=path: _client_for(tenant, p).get(p)) for path in BASELINE}
+    many = {path: _count_get(tenant, path) for path in BASELINE}
     assert many == few
     assert many == BASELINE
