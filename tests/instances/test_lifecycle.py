@@ -338,7 +338,7 @@ def test_a_start_renders_the_access_secret_afresh_and_runs_its_own_clock(renter,
     assert converge_until(converge.provision, instance.id) == "running"
 
     instance.refresh_from_db()
-    secret = kube.read("Secret", instance.k8s_namespace, f"{instance.k8s_name}-access")
+    secret = read_existing("Secret", instance.k8s_namespace, f"{instance.k8s_name}-access")
     assert added.public_key in base64.b64decode(secret["data"]["authorized_keys"]).decode()
     assert _pod(instance)["status"]["phase"] == "Running"
 
@@ -359,6 +359,7 @@ def test_a_pod_gone_while_starting_is_created_again(renter, catalog, cluster):
     cluster.set_pull_delay(0.02)
 
     assert converge_until(converge.provision, instance.id) == "running"
+    assert instance.node is not None
     assert _pod(instance)["spec"]["nodeName"] == instance.node.name
 
 
@@ -374,6 +375,7 @@ def test_a_stopping_instance_on_a_lost_node_is_left_to_its_stop(
     converge_until(converge.provision, instance.id)
     client.post(f"/api/v1/instances/{instance.id}/stop")
     instance.refresh_from_db()
+    assert instance.node is not None
 
     cluster.lose_node(instance.node.name)
     with django_capture_on_commit_callbacks(execute=True):
