@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from billing.choices import TransactionKind
+from billing.onboarding import user_create_operator, user_signup
 from billing.services import ledger_post
 from instances.provisioning import converge
 from starverse.accounts.models import ApiToken, SshKey, User
-from starverse.accounts.services import ssh_key_add, token_create, user_create_operator, user_signup
+from starverse.accounts.services import ssh_key_add, token_create
 from starverse.core import kube
 
 PASSWORD = "correct horse battery staple"

@@ -1,4 +1,5 @@
-"""Writes for accounts: sign-up (with the trial credit), API tokens and SSH keys."""
+"""Writes for accounts: people and their tenants, API tokens and SSH keys. Opening an account
+with its wallet and trial credit is billing.onboarding, which calls user_create here."""
 
 import logging
 from typing import Any
@@ -11,7 +12,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from billing.services import trial_grant, wallet_create
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User, normalize_email
 from starverse.accounts.sshkeys import parse_public_key
 from starverse.accounts.tokens import token_display_prefix, token_generate, token_hash
@@ -44,7 +44,12 @@ def _check_password(password: str, email: str) -> None:
         raise InvalidInput(" ".join(error.messages), code="weak_password") from None
 
 
-def _create_account(*, email: str, password: str, ip: str | None, is_staff: bool) -> User:
+def user_create(*, email: str, password: str, ip: str | None, is_staff: bool) -> User:
+    """A person (or an operator) and their own tenant, with the address and password checked.
+    The normalised e-mail is unique, so of concurrent creations of one address one wins and
+    the others get a Conflict. The wallet is billing's (billing.onboarding)."""
+    email = _clean_email(email)
+    _check_password(password, email)
     try:
         with transaction.atomic():
             tenant = Tenant.objects.create(name=email)
@@ -53,9 +58,6 @@ def _create_account(*, email: str, password: str, ip: str | None, is_staff: bool
             )
             user.set_password(password)
             user.save()
-            wallet = wallet_create(tenant_id=tenant.id)
-            if not is_staff:
-                trial_grant(wallet_id=wallet.id, user_id=user.id)
     except IntegrityError:
         if User.objects.filter(email=email).exists():
             raise Conflict(
@@ -65,22 +67,6 @@ def _create_account(*, email: str, password: str, ip: str | None, is_staff: bool
         raise
     logger.info("account.created user=%s tenant=%s staff=%s", user.id, tenant.id, is_staff)
     return user
-
-
-def user_signup(*, email: str, password: str, ip: str | None = None) -> User:
-    """Create a person's account, tenant and wallet with the trial credit on it, all in one
-    transaction. The normalised e-mail is unique, so concurrent sign-ups of one address make
-    one account and one grant; the losers get a Conflict."""
-    email = _clean_email(email)
-    _check_password(password, email)
-    return _create_account(email=email, password=password, ip=ip, is_staff=False)
-
-
-def user_create_operator(*, email: str, password: str) -> User:
-    """An operator (staff + superuser) for the admin; operators get no trial credit."""
-    email = _clean_email(email)
-    _check_password(password, email)
-    return _create_account(email=email, password=password, ip=None, is_staff=True)
 
 
 def token_create(*, user: User, name: str) -> tuple[ApiToken, str]:

@@ -10,15 +10,10 @@ from django.urls import reverse_lazy
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from billing.onboarding import user_signup
 from starverse.accounts.forms import LoginForm, SignupForm, SshKeyForm, TokenForm
 from starverse.accounts.models import ApiToken, SshKey
-from starverse.accounts.services import (
-    ssh_key_add,
-    ssh_key_delete,
-    token_create,
-    token_revoke,
-    user_signup,
-)
+from starverse.accounts.services import ssh_key_add, ssh_key_delete, token_create, token_revoke
 from starverse.accounts.throttles import SignupThrottle
 from starverse.core.errors import ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user

@@ -3,8 +3,8 @@ from django.urls import reverse
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction, Wallet
+from billing.onboarding import user_signup
 from starverse.accounts.models import User
-from starverse.accounts.services import user_signup
 from starverse.core.errors import Conflict
 from tests.conftest import run_threads
 from tests.factories import PASSWORD

@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.onboarding import user_signup
 from billing.selectors import wallet_for_tenant
 from starverse.accounts.api import serializers as s
 from starverse.accounts.models import ApiToken, SshKey
@@ -16,7 +17,6 @@ from starverse.accounts.services import (
     ssh_key_delete,
     token_create,
     token_revoke,
-    user_signup,
 )
 from starverse.accounts.throttles import LoginThrottle, SignupThrottle
 from starverse.core.api.schema import errors

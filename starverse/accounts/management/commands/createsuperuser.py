@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from starverse.accounts.services import user_create_operator
+from billing.onboarding import user_create_operator
 from starverse.core.errors import ServiceError
 
 

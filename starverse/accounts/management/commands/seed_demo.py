@@ -2,8 +2,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from billing.onboarding import user_create_operator
 from starverse.accounts.models import User
-from starverse.accounts.services import user_create_operator
 from starverse.env import env_str
 
 DEMO_OPERATOR = "admin@starverse.local"
