@@ -5,27 +5,39 @@ that is not there yet, and a rolled-back write starts nothing."""
 
 import functools
 import logging
+import threading
 from typing import Any
 
-from celery import current_app
 from django.db import transaction
+
+# The platform's Celery app itself, not celery.current_app: that one is per thread and falls
+# back to an empty default app in threads Celery did not start (a web server's workers).
+from starverse.celery import app
 
 logger = logging.getLogger(__name__)
 
 
-@functools.cache
+_loading = threading.Lock()
+_loaded = threading.Event()
+
+
 def _load_task_modules() -> None:
-    # Every app's tasks module, as a worker loads them; after that the registry knows each name.
-    current_app.loader.import_default_modules()
+    """Import every app's tasks module, as a worker does; after that the registry knows each
+    name. Under a lock: threads that ask while another is importing wait for it to finish
+    rather than look in a half-filled registry."""
+    with _loading:
+        if not _loaded.is_set():
+            app.loader.import_default_modules()
+            _loaded.set()
 
 
 def send(task: str, *args: Any, countdown: float | None = None) -> None:
     """Send a task now (through the registry, so eager mode in tests runs it in-process), to
     start at once or `countdown` seconds from now."""
-    registered = current_app.tasks.get(task)
+    registered = app.tasks.get(task)
     if registered is None:
         _load_task_modules()
-        registered = current_app.tasks.get(task)
+        registered = app.tasks.get(task)
     if registered is None:
         raise LookupError(f"no task named {task}")
     if countdown is None:
