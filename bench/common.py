@@ -15,7 +15,7 @@ def database_url() -> str:
 
 def setup_django() -> None:
     os.environ["DATABASE_URL"] = database_url()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "starverse.settings.dev")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     os.environ["DEBUG"] = "false"  # no query log kept in memory
     os.environ["LOG_LEVEL"] = "WARNING"  # one log line per posting would be measured too
     import django

@@ -4,3 +4,7 @@ from starverse.settings.dev import *  # noqa: F403
 
 ROOT_URLCONF = "bench.urls"
 DEBUG = False
+# Tasks the measured code sends are not run here (each benchmark drives the work itself): an
+# in-memory broker needs no var/ folder from `make run` and puts no file I/O in the timings.
+CELERY_BROKER_URL = "memory://"
+CELERY_BROKER_TRANSPORT_OPTIONS = {}
