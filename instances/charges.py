@@ -77,6 +77,9 @@ def period_charge(instance: Instance, *, now: Any = None) -> None:
     now = now or timezone.now()
     period = instance.monthly_period + 1
     price = instance.offering.price_per_month_fen
+    if price is None:
+        # an order needs one (lifecycle._orderable): only an offering edited since lacks it
+        raise ValueError(f"offering {instance.offering_id} has no monthly price")
     txn = ledger_post(
         wallet_id=instance.tenant.wallet.id,
         key=f"monthly:{instance.id}:{period}",

@@ -245,7 +245,7 @@ def _try_place(instance: Instance, *, fcfs: bool) -> bool:
 def queue_drain(*, product: str) -> list[str]:
     """Place queued instances for this GPU product, first come first served, until the oldest
     one does not fit."""
-    placed = []
+    placed: list[str] = []
     while True:
         with transaction.atomic():
             head = (

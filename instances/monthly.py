@@ -33,7 +33,12 @@ def renewals_run(*, now: datetime | None = None) -> tuple[list[str], list[str]]:
     for instance_id in due:
         with transaction.atomic():
             instance = instance_locked(instance_id)
-            if instance.billing != BillingMode.MONTHLY or instance.paid_until > now:
+            # checked again under the lock; as in the query (paid_until__lte), NULL is not due
+            if (
+                instance.billing != BillingMode.MONTHLY
+                or instance.paid_until is None
+                or instance.paid_until > now
+            ):
                 continue
             ends_because = _renew(instance, now=now)
             if ends_because is None:

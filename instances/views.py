@@ -3,6 +3,7 @@ read through the selectors and change things only through instances.lifecycle.""
 
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
@@ -18,6 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from billing.models import Wallet
 from billing.selectors import wallet_for_tenant
 from instances.api.serializers import InstanceOutput
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
@@ -29,6 +31,7 @@ from starverse.accounts.models import SshKey
 from starverse.core.console import run_service
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
+from storage.models import Disk
 from storage.nas import nas_for_tenant
 from storage.selectors import free_disks
 
@@ -116,103 +119,177 @@ def _groups(offerings: list[Offering], counts: dict[str, int]) -> list[dict[str,
     return list(groups.values())
 
 
+@dataclass
+class _Offer:
+    """What the rent page offers: the active catalogue with its live availability, and the
+    user's balance, SSH keys and free cloud disks."""
+
+    offerings: list[Offering]
+    images: list[Image]
+    wallet: Wallet
+    counts: dict[str, int]
+    keys: list[SshKey]
+    disks: list[Disk]
+
+
+@dataclass
+class _Shown:
+    """The rent form as the page shows it: the choices, the order token (the idempotency key
+    of the order it places), and why the last submission was refused, if it was."""
+
+    chosen: dict[str, str]
+    token: str
+    selected_keys: list[str]
+    selected_disks: list[str]
+    error: str | None = None
+    error_code: str = ""
+    http_status: int = 200
+
+    def refuse(self, error: str, *, status: int, code: str = "", new_token: bool = False) -> None:
+        self.error, self.error_code, self.http_status = error, code, status
+        if new_token:
+            self.token = _new_token()
+
+
 @login_required
 def rent(request: HttpRequest) -> HttpResponse:
+    """Rent GPUs. A submitted form places its order once (a second submission of it finds the
+    same order) and leads to the instance; a refused one comes back with the reason and the
+    choices kept."""
+    offer = _offer_for(request)
+    if request.method != "POST":
+        return _rent_page(request, offer, _form_new(request, offer))
+    form = RentForm(
+        request.POST,
+        offerings=offer.offerings,
+        images=offer.images,
+        keys=offer.keys,
+        disks=offer.disks,
+    )
+    shown = _form_as_posted(request)
+    if not form.is_valid():
+        shown.refuse(_errors_of(form), status=400, new_token="token" in form.errors)
+        return _rent_page(request, offer, shown)
+    try:
+        instance, created = _order_place(request, offer, form.cleaned_data)
+    except IdempotencyConflict as conflict:
+        # A stale copy of a form that already placed a different order.
+        message = _(
+            "This form was already used to place a different order. Check your "
+            "instances, then submit again if you still want this one."
+        )
+        shown.refuse(message, status=conflict.status_code, new_token=True)
+    except ServiceError as failure:
+        # Nothing was ordered: the same token stays valid for the corrected order.
+        shown.refuse(failure.message, status=failure.status_code, code=failure.code)
+    else:
+        return _ordered(request, instance, created=created)
+    return _rent_page(request, offer, shown)
+
+
+def _offer_for(request: HttpRequest) -> _Offer:
     offerings = list(Offering.objects.filter(active=True).select_related("gpu_model"))
-    images = list(Image.objects.filter(active=True))
-    wallet = wallet_for_tenant(request.user.tenant_id)  # type: ignore[union-attr]
-    counts = availability(offerings)
-    keys = list(scope_to_user(SshKey.objects.all(), request.user, "user"))
-    selected_keys = [k.id for k in keys]
-    disks = free_disks(request.user)
-    selected_disks: list[str] = []
-    error, error_code, status = None, "", 200
-    if request.method == "POST":
-        form = RentForm(request.POST, offerings=offerings, images=images, keys=keys, disks=disks)
-        selected_keys = request.POST.getlist("ssh_keys")
-        selected_disks = request.POST.getlist("disks")
-        chosen = {
+    return _Offer(
+        offerings=offerings,
+        images=list(Image.objects.filter(active=True)),
+        wallet=wallet_for_tenant(request.user.tenant_id),  # type: ignore[union-attr]
+        counts=availability(offerings),
+        keys=list(scope_to_user(SshKey.objects.all(), request.user, "user")),
+        disks=free_disks(request.user),
+    )
+
+
+def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
+    """A blank form: the offering asked for (?offering=) or a safe default, the first image,
+    hourly billing, recovery on, every SSH key, no disk, and a new token."""
+    wanted = request.GET.get("offering", "")
+    chosen = {
+        "offering": wanted
+        if any(o.id == wanted for o in offer.offerings)
+        else _default_offering(offer.offerings, offer.counts, offer.wallet.total_fen),
+        "image": offer.images[0].id if offer.images else "",
+        "billing": BillingMode.HOURLY,
+        "name": "",
+        "auto_recover": "on",
+    }
+    return _Shown(
+        chosen=chosen,
+        token=_new_token(),
+        selected_keys=[k.id for k in offer.keys],
+        selected_disks=[],
+    )
+
+
+def _form_as_posted(request: HttpRequest) -> _Shown:
+    """The submitted form, to show again as it was sent."""
+    return _Shown(
+        chosen={
             key: str(request.POST.get(key, ""))[:100]
             for key in ("offering", "image", "billing", "name", "auto_recover")
-        }
-        token = str(request.POST.get("token", ""))
-        if form.is_valid():
-            data = form.cleaned_data
-            try:
-                instance, created = instance_order(
-                    user=request.user,
-                    offering_id=data["offering"],
-                    image_id=data["image"],
-                    name=data["name"],
-                    billing=data["billing"],
-                    ssh_keys=data["ssh_keys"],
-                    disks=data["disks"],
-                    auto_recover=_auto_recover(offerings, data),
-                    idempotency_key=ORDER_KEY_PREFIX + data["token"],
-                )
-            except IdempotencyConflict as conflict:
-                # A stale copy of a form that already placed a different order.
-                error = _(
-                    "This form was already used to place a different order. Check your "
-                    "instances, then submit again if you still want this one."
-                )
-                token, status = _new_token(), conflict.status_code
-            except ServiceError as failure:
-                # Nothing was ordered: the same token stays valid for the corrected order.
-                error, error_code, status = failure.message, failure.code, failure.status_code
-            else:
-                if created:
-                    messages.success(
-                        request, _("Instance “%(name)s” ordered.") % {"name": instance.name}
-                    )
-                else:
-                    messages.info(
-                        request, _("This order had already been placed; here is its instance.")
-                    )
-                return redirect("instances:detail", instance.pk)
-        else:
-            error, status = " ".join(str(e) for errs in form.errors.values() for e in errs), 400
-            if "token" in form.errors:
-                token = _new_token()
+        },
+        token=str(request.POST.get("token", "")),
+        selected_keys=request.POST.getlist("ssh_keys"),
+        selected_disks=request.POST.getlist("disks"),
+    )
+
+
+def _errors_of(form: RentForm) -> str:
+    return " ".join(str(e) for errs in form.errors.values() for e in errs)
+
+
+def _order_place(
+    request: HttpRequest, offer: _Offer, data: dict[str, Any]
+) -> tuple[Instance, bool]:
+    """The order a valid form describes; its token makes it the same order when sent again."""
+    return instance_order(
+        user=request.user,
+        offering_id=data["offering"],
+        image_id=data["image"],
+        name=data["name"],
+        billing=data["billing"],
+        ssh_keys=data["ssh_keys"],
+        disks=data["disks"],
+        auto_recover=_auto_recover(offer.offerings, data),
+        idempotency_key=ORDER_KEY_PREFIX + data["token"],
+    )
+
+
+def _ordered(request: HttpRequest, instance: Instance, *, created: bool) -> HttpResponse:
+    """On to the instance's page, saying whether this submission placed the order."""
+    if created:
+        messages.success(request, _("Instance “%(name)s” ordered.") % {"name": instance.name})
     else:
-        wanted = request.GET.get("offering", "")
-        chosen = {
-            "offering": wanted
-            if any(o.id == wanted for o in offerings)
-            else _default_offering(offerings, counts, wallet.total_fen),
-            "image": images[0].id if images else "",
-            "billing": BillingMode.HOURLY,
-            "name": "",
-            "auto_recover": "on",
-        }
-        token = _new_token()
-    selected = next((o for o in offerings if o.id == chosen["offering"]), None)
+        messages.info(request, _("This order had already been placed; here is its instance."))
+    return redirect("instances:detail", instance.pk)
+
+
+def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpResponse:
     catalog = {
         o.id: {
             "name": o.name,
             "hour": o.price_per_hour_fen,
             "month": o.price_per_month_fen,
-            "available": counts.get(o.id, 0),
+            "available": offer.counts.get(o.id, 0),
         }
-        for o in offerings
+        for o in offer.offerings
     }
     context = {
         "active": "rent",
-        "groups": _groups(offerings, counts),
-        "images": images,
-        "keys": keys,
-        "selected_keys": selected_keys,
-        "disks": disks,
-        "selected_disks": selected_disks,
-        "wallet": wallet,
-        "chosen": chosen,
-        "selected": selected,
+        "groups": _groups(offer.offerings, offer.counts),
+        "images": offer.images,
+        "keys": offer.keys,
+        "selected_keys": shown.selected_keys,
+        "disks": offer.disks,
+        "selected_disks": shown.selected_disks,
+        "wallet": offer.wallet,
+        "chosen": shown.chosen,
+        "selected": next((o for o in offer.offerings if o.id == shown.chosen["offering"]), None),
         "catalog": catalog,
-        "token": token,
-        "error": error,
-        "error_code": error_code,
+        "token": shown.token,
+        "error": shown.error,
+        "error_code": shown.error_code,
     }
-    return render(request, "instances/rent.html", context, status=status)
+    return render(request, "instances/rent.html", context, status=shown.http_status)
 
 
 def _user_instances(request: HttpRequest) -> Any:

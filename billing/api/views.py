@@ -18,6 +18,7 @@ from billing.calculator import tco_compare
 from billing.models import LedgerTransaction, TopUp
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import wallet_for_tenant
+from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
 
@@ -25,7 +26,7 @@ from starverse.core.api.views import TenantScopedViewSet
 class BalanceView(APIView):
     @extend_schema(operation_id="billing_balance_retrieve", responses=BalanceOutput)
     def get(self, request: Request) -> Response:
-        wallet = wallet_for_tenant(request.user.tenant_id)
+        wallet = wallet_for_tenant(signed_in_user(request).tenant_id)
         return Response(
             {
                 "cash_fen": wallet.cash_fen,
@@ -40,14 +41,18 @@ class BalanceView(APIView):
     list=extend_schema(operation_id="billing_ledger_list"),
     retrieve=extend_schema(operation_id="billing_ledger_retrieve"),
 )
-class LedgerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+class LedgerViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet[LedgerTransaction]
+):
     """The caller's ledger, newest first."""
 
     model = LedgerTransaction
     owner_field = "wallet__tenant"
     serializer_class = LedgerOutput
 
-    def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
+    def filter_queryset_extra(
+        self, queryset: QuerySet[LedgerTransaction]
+    ) -> QuerySet[LedgerTransaction]:
         return queryset.order_by("-created_at", "-id")
 
 
@@ -55,7 +60,7 @@ class LedgerViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScop
     list=extend_schema(operation_id="billing_topups_list"),
     retrieve=extend_schema(operation_id="billing_topups_retrieve"),
 )
-class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet):
+class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet[TopUp]):
     """Top-ups through Stripe Checkout: create one, then send the user to `checkout_url`."""
 
     model = TopUp
@@ -69,7 +74,7 @@ class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet):
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, TopUpCreateInput)
-        topup = topup_create(user=request.user, amount_fen=data["amount_fen"])
+        topup = topup_create(user=signed_in_user(request), amount_fen=data["amount_fen"])
         return Response(self.output(topup), status=status.HTTP_201_CREATED)
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:

@@ -16,7 +16,7 @@ from starverse.core.api.schema import errors
 from starverse.core.errors import InvalidInput
 
 
-class PublicCatalogMixin:
+class PublicCatalogView(generics.GenericAPIView[PublicDataset]):
     """No authentication: what the pool holds is no secret."""
 
     authentication_classes: list = []
@@ -45,7 +45,7 @@ class PublicCatalogMixin:
         responses={200: PublicDatasetOutput(many=True), **errors(400)},
     )
 )
-class DatasetListView(PublicCatalogMixin, generics.ListAPIView):
+class DatasetListView(PublicCatalogView, generics.ListAPIView[PublicDataset]):
     pagination_class = Pagination
 
     def get_queryset(self) -> QuerySet[PublicDataset]:
@@ -62,5 +62,5 @@ class DatasetListView(PublicCatalogMixin, generics.ListAPIView):
         operation_id="datasets_retrieve", summary="One dataset or model of the public pool"
     )
 )
-class DatasetDetailView(PublicCatalogMixin, generics.RetrieveAPIView):
+class DatasetDetailView(PublicCatalogView, generics.RetrieveAPIView[PublicDataset]):
     lookup_url_kwarg = "dataset_id"

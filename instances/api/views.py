@@ -27,6 +27,7 @@ from instances.selectors import (
     queue_positions,
 )
 from instances.volumes import disk_attach, disk_detach
+from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
@@ -56,7 +57,7 @@ class OfferingListView(CatalogList):
     def list(self, request: Request) -> Response:
         rows = list(Offering.objects.filter(active=True).select_related("gpu_model"))
         data = OfferingOutput(rows, many=True, context={"availability": availability(rows)}).data
-        return self.paginator.get_paginated_response(data)
+        return WholeList().get_paginated_response(data)
 
 
 @extend_schema_view(get=extend_schema(operation_id="images_list"))
@@ -68,14 +69,14 @@ class ImageListView(CatalogList):
 
 
 @extend_schema_view(retrieve=extend_schema(operation_id="instances_retrieve"))
-class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
+class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     """Instances of the caller's tenant. Asynchronous operations answer 202 with the instance."""
 
     model = Instance
     owner_field = "tenant"
     serializer_class = InstanceOutput
 
-    def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
+    def filter_queryset_extra(self, queryset: QuerySet[Instance]) -> QuerySet[Instance]:
         queryset = queryset.select_related("offering__gpu_model", "node")
         wanted = self._status_filter()
         return queryset.filter(status=wanted) if wanted else queryset
@@ -96,11 +97,12 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
     def list(self, request: Request) -> Response:
         """The tenant's instances, newest first, paginated like every list (see
         instances.selectors.instance_page for why this one does not go through the ORM)."""
+        tenant_id = signed_in_user(request).tenant_id
         paginator = Pagination()
         items = paginator.paginate_fetched(
             request,
             lambda limit, offset: instance_page(
-                request.user.tenant_id, status=self._status_filter(), limit=limit, offset=offset
+                tenant_id, status=self._status_filter(), limit=limit, offset=offset
             ),
         )
         output = InstanceOutput(context={"queue_positions": queue_positions(items)})
@@ -126,7 +128,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
     def create(self, request: Request) -> Response:
         data = self.parse(request, InstanceCreateInput)
         instance, _created = instance_order(
-            user=request.user,
+            user=signed_in_user(request),
             offering_id=data["offering"],
             image_id=data["image"],
             name=data.get("name", ""),
@@ -200,7 +202,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet):
     @action(detail=True, methods=["get"], pagination_class=WholeList)
     def events(self, request: Request, pk: str | None = None) -> Response:
         rows = self.get_object().events.order_by("at", "id")
-        return self.paginator.get_paginated_response(InstanceEventOutput(rows, many=True).data)
+        return WholeList().get_paginated_response(InstanceEventOutput(rows, many=True).data)
 
     @extend_schema(operation_id="instances_metrics_retrieve", responses=InstanceMetricsOutput)
     @action(detail=True, methods=["get"])

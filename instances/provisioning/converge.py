@@ -56,9 +56,10 @@ def provision(instance_id: str) -> str:
     )
     if instance is None or instance.status != S.PROVISIONING or instance.node is None:
         return instance.status if instance else "gone"
+    node = instance.node
     if instance.objects_created_at is None:
         try:
-            _objects_create(instance)
+            _objects_create(instance, node)
         except kube.PermanentKubeError as error:
             return instance_fail(
                 instance.id,
@@ -68,10 +69,10 @@ def provision(instance_id: str) -> str:
                 )
                 % {"error": error},
             )
-    return _pod_watch(instance)
+    return _pod_watch(instance, node)
 
 
-def _objects_create(instance: Instance) -> None:
+def _objects_create(instance: Instance, node: Node) -> None:
     """Everything the instance needs on the cluster, created once per provisioning: the
     tenant's namespace and network policy, the access Secret (rendered afresh: keys may have
     changed since the last start), the instance's disk, its cloud disks' and NAS claims, its pod
@@ -83,8 +84,8 @@ def _objects_create(instance: Instance) -> None:
     kube.ensure(secret, update=True)
     kube.ensure(manifests.disk_claim(instance))
     disks, nas = _storage(instance)
-    pod = kube.ensure(manifests.pod(instance, instance.node.name, disks, nas))
-    if _node_of(pod) != instance.node.name:
+    pod = kube.ensure(manifests.pod(instance, node.name, disks, nas))
+    if _node_of(pod) != node.name:
         _pod_elsewhere_remove(instance)
     service = kube.ensure(manifests.service(instance))
     ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
@@ -115,8 +116,7 @@ def _authorized_keys(instance: Instance) -> str:
     keys = SshKey.objects.filter(user__tenant_id=instance.tenant_id)
     if instance.ssh_key_ids:
         keys = keys.filter(pk__in=instance.ssh_key_ids)
-    keys = keys.values_list("public_key", flat=True)
-    return "\n".join(keys) + "\n"
+    return "\n".join(keys.values_list("public_key", flat=True)) + "\n"
 
 
 def _storage(instance: Instance) -> tuple[list[Disk], object | None]:
@@ -152,7 +152,7 @@ def _objects_forget(instance: Instance) -> None:
     )
 
 
-def _pod_watch(instance: Instance) -> str:
+def _pod_watch(instance: Instance, node: Node) -> str:
     """One poll of a provisioning instance whose objects exist: one read of its pod, and a
     report when the pod is ready or cannot start. Its events are read when due, and once more
     before a report, so the timeline tells the whole story first."""
@@ -160,7 +160,7 @@ def _pod_watch(instance: Instance) -> str:
     if pod is None:
         _objects_forget(instance)  # gone while starting (deleted by hand, evicted)
         raise StillPending("pod gone")
-    if _node_of(pod) != instance.node.name:
+    if _node_of(pod) != node.name:
         _pod_elsewhere_remove(instance)
     status = pod.get("status") or {}
     failure = _start_failure(status)

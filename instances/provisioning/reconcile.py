@@ -96,7 +96,7 @@ def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
     ):
         alive = max(last_event, watched or last_event) if last_event else None
         if alive and now - alive > STUCK_AFTER and instance_id not in skip:
-            enqueue_on_commit(TASK_FOR[status], instance_id)
+            enqueue_on_commit(TASK_FOR[S(status)], instance_id)
             requeued.append(instance_id)
     return requeued
 

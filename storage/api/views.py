@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import NotFound
@@ -31,20 +32,20 @@ from storage.nas import nas_delete, nas_for_tenant, nas_set_size
     list=extend_schema(operation_id="disks_list"),
     retrieve=extend_schema(operation_id="disks_retrieve"),
 )
-class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet):
+class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScopedViewSet[Disk]):
     """Cloud disks of the caller's tenant: persistent volumes that outlive instances."""
 
     model = Disk
     owner_field = "tenant"
     serializer_class = DiskOutput
 
-    def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
+    def filter_queryset_extra(self, queryset: QuerySet[Disk]) -> QuerySet[Disk]:
         return queryset.exclude(status="deleted")
 
     def get_serializer_context(self) -> dict[str, Any]:
-        context = super().get_serializer_context()
+        context = dict(super().get_serializer_context())
         user = self.request.user
-        if getattr(user, "is_authenticated", False):
+        if user.is_authenticated:  # the schema generator asks without a signed-in user
             context["arrears"] = open_arrears(user.tenant_id)
         return context
 
@@ -55,7 +56,7 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, DiskCreateInput)
-        disk = disk_create(user=request.user, name=data["name"], size_gb=data["size_gb"])
+        disk = disk_create(user=signed_in_user(request), name=data["name"], size_gb=data["size_gb"])
         return Response(self.output(disk), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -82,7 +83,7 @@ class NasView(APIView):
     PUT creates it with a quota or grows it; it cannot shrink."""
 
     def _get(self, request: Request) -> Any:
-        nas = nas_for_tenant(request.user.tenant_id)
+        nas = nas_for_tenant(signed_in_user(request).tenant_id)
         if nas is None:
             raise NotFound(_("You have no shared NAS; create one with PUT."), code="no_nas")
         return nas
@@ -99,10 +100,12 @@ class NasView(APIView):
     def put(self, request: Request) -> Response:
         data = NasInput(data=request.data)
         data.is_valid(raise_exception=True)
-        nas, created = nas_set_size(user=request.user, size_gb=data.validated_data["size_gb"])
+        nas, created = nas_set_size(
+            user=signed_in_user(request), size_gb=data.validated_data["size_gb"]
+        )
         return Response(NasOutput(nas).data, status=201 if created else 200)
 
     @extend_schema(operation_id="nas_destroy", responses={202: NasOutput, **errors(404, 409)})
     def delete(self, request: Request) -> Response:
-        nas = nas_delete(tenant_id=request.user.tenant_id)
+        nas = nas_delete(tenant_id=signed_in_user(request).tenant_id)
         return Response(NasOutput(nas).data, status=status.HTTP_202_ACCEPTED)

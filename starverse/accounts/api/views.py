@@ -19,6 +19,7 @@ from starverse.accounts.services import (
     token_revoke,
 )
 from starverse.accounts.throttles import LoginThrottle, SignupThrottle
+from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import Unauthenticated
@@ -74,13 +75,14 @@ class TokenLoginView(APIView):
 class MeView(APIView):
     @extend_schema(operation_id="me_retrieve", responses=s.MeOutput)
     def get(self, request: Request) -> Response:
-        wallet = wallet_for_tenant(request.user.tenant_id)
+        user = signed_in_user(request)
+        wallet = wallet_for_tenant(user.tenant_id)
         balance = {
             "cash_fen": wallet.cash_fen,
             "promo_fen": wallet.promo_fen,
             "total_fen": wallet.total_fen,
         }
-        return Response({"id": request.user.id, "email": request.user.email, "balance": balance})
+        return Response({"id": user.id, "email": user.email, "balance": balance})
 
 
 @extend_schema_view(
@@ -89,13 +91,16 @@ class MeView(APIView):
     destroy=extend_schema(operation_id="tokens_destroy"),
 )
 class TokenViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    TenantScopedViewSet[ApiToken],
 ):
     model = ApiToken
     owner_field = "user"
     serializer_class = s.TokenOutput
 
-    def filter_queryset_extra(self, queryset: QuerySet) -> QuerySet:
+    def filter_queryset_extra(self, queryset: QuerySet[ApiToken]) -> QuerySet[ApiToken]:
         return queryset.filter(revoked_at__isnull=True)
 
     @extend_schema(
@@ -105,7 +110,7 @@ class TokenViewSet(
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, s.TokenCreateInput)
-        token, plaintext = token_create(user=request.user, name=data["name"])
+        token, plaintext = token_create(user=signed_in_user(request), name=data["name"])
         return Response(
             {"id": token.id, "name": token.name, "token": plaintext}, status=status.HTTP_201_CREATED
         )
@@ -120,7 +125,10 @@ class TokenViewSet(
     destroy=extend_schema(operation_id="ssh_keys_destroy"),
 )
 class SshKeyViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TenantScopedViewSet
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    TenantScopedViewSet[SshKey],
 ):
     model = SshKey
     owner_field = "user"
@@ -134,7 +142,7 @@ class SshKeyViewSet(
     def create(self, request: Request) -> Response:
         data = self.parse(request, s.SshKeyCreateInput)
         key = ssh_key_add(
-            user=request.user, name=data.get("name", ""), public_key=data["public_key"]
+            user=signed_in_user(request), name=data.get("name", ""), public_key=data["public_key"]
         )
         return Response(self.output(key), status=status.HTTP_201_CREATED)
 

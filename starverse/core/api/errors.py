@@ -31,10 +31,10 @@ def _flatten(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ServiceError):
-        response = Response({"detail": exc.message, "code": exc.code}, status=exc.status_code)
+        refusal = Response({"detail": exc.message, "code": exc.code}, status=exc.status_code)
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:
-            response["WWW-Authenticate"] = 'Bearer realm="api"'
-        return response
+            refusal["WWW-Authenticate"] = 'Bearer realm="api"'
+        return refusal
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -1,8 +1,9 @@
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import InvalidPage, Page
 from django.core.paginator import Paginator as DjangoPaginator
+from django.utils.functional import cached_property
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import BasePagination, PageNumberPagination
 from rest_framework.request import Request
@@ -24,12 +25,22 @@ def envelope_schema(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class _Counted:
-    """An object list whose length is known without its rows (for Django's Paginator)."""
+# django-stubs makes Paginator generic in its rows; Django's class takes no type arguments.
+if TYPE_CHECKING:
+    _Paginator = DjangoPaginator[Any]
+else:
+    _Paginator = DjangoPaginator
 
-    def __init__(self, total: int) -> None:
+
+class _CountedPaginator(_Paginator):
+    """A Paginator told its total instead of counting rows: the page's rows and the total come
+    from one query (paginate_fetched), so its object list is never read."""
+
+    def __init__(self, total: int, per_page: int) -> None:
+        super().__init__([], per_page)
         self.total = total
 
+    @cached_property
     def count(self) -> int:
         return self.total
 
@@ -55,7 +66,7 @@ class Pagination(PageNumberPagination):
             if number < 1:
                 raise InvalidPage
             total, items = fetch(size, (number - 1) * size)
-            paginator = DjangoPaginator(_Counted(total or 0), size)
+            paginator = _CountedPaginator(total or 0, size)
             paginator.validate_number(number)
         except (ValueError, InvalidPage) as error:
             raise NotFound(

@@ -26,7 +26,9 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
-class InputSerializer(serializers.Serializer):
+# A request body is validated, never bound to a stored object: its instance type is None.
+# (The docstring below is the schema's description of every body that has none of its own.)
+class InputSerializer(serializers.Serializer[None]):
     """Base for request bodies: unknown fields are an error, so a typo is never ignored."""
 
     def to_internal_value(self, data: Any) -> Any:
