@@ -375,12 +375,7 @@ def _back(request: HttpRequest, instance: Instance) -> HttpResponse:
 
 def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
-    try:
-        service(instance_id=instance.pk)
-    except ServiceError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, done % {"name": instance.name})
+    run_service(request, lambda: service(instance_id=instance.pk), done % {"name": instance.name})
     return _back(request, instance)
 
 
