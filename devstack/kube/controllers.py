@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .api import Api
@@ -44,12 +45,23 @@ def _set_node_condition(node: Obj, kind: str, status: str, reason: str, message:
 
 
 class Controllers:
-    def __init__(self, api: Api, kubelet: Kubelet, eviction_grace_s: float) -> None:
+    def __init__(
+        self,
+        api: Api,
+        kubelet: Kubelet,
+        eviction_grace_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.api = api
         self.kubelet = kubelet
         self.eviction_grace_s = eviction_grace_s
+        self.clock = clock  # the emulator's clock: eviction grace counts from a lost node on it
         self.lost: dict[str, float] = {}
         self._orphaned: dict[str, float] = {}
+
+    def reset(self) -> None:
+        self.lost.clear()
+        self._orphaned.clear()
 
     # --- node lifecycle ----------------------------------------------------------------------
 
@@ -66,7 +78,7 @@ class Controllers:
             if self.api.store.get(NODES, "", name) is None:
                 raise not_found("nodes", "", name)
             self.kubelet.frozen_nodes.add(name)
-            self.lost[name] = time.monotonic()
+            self.lost[name] = self.clock()
 
             def unreachable(node: Obj) -> None:
                 for kind in _NODE_OK:

@@ -8,15 +8,22 @@ production workloads: nothing is executed, pods only walk through their lifecycl
     emu.write_kubeconfig("var/kubeconfig")
     ...
     emu.stop()
+
+Tests drive it deterministically: ``step(seconds)`` moves its clock and runs one pass of the
+control plane and kubelets synchronously, ``paused()`` stops its own loop and clock for a block,
+and ``reset()`` takes a running emulator back to its seeded cluster for the next test.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime as dt
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -25,11 +32,11 @@ from .api import Api
 from .controllers import Controllers
 from .fleet import NodeSpec, build_fleet, lease_object, node_object
 from .kubelet import Kubelet
-from .resources import LEASES, NAMESPACES, NODES, SERVICES
+from .resources import ALL_RESOURCES, LEASES, NAMESPACES, NODES, SERVICES
 from .scheduler import Scheduler
 from .server import EmulatorHTTPServer, Fault, FaultInjector, ServerContext
 from .stats import NodeProxy
-from .store import Store
+from .store import Obj, Store
 from .validation import Validator, schema_version
 from .volumes import VolumeResizer
 
@@ -67,7 +74,10 @@ class KubeEmulator:
         self.api = Api(self.store, Validator(schema=validate), seed)
         self.kubelet = Kubelet(self.api, pull_delay_s, start_delay_s, pod_termination_s)
         self.scheduler = Scheduler(self.api)
-        self.controllers = Controllers(self.api, self.kubelet, eviction_grace_s)
+        self._clock_lock = threading.Lock()
+        self._clock_offset = 0.0  # seconds step() added to the monotonic clock
+        self._paused_at: float | None = None  # the clock's reading while paused
+        self.controllers = Controllers(self.api, self.kubelet, eviction_grace_s, self.now)
         self.resizer = VolumeResizer(self.api)
         self.node_proxy = NodeProxy(self.store, lambda node: node in self.kubelet.frozen_nodes)
         self.faults = FaultInjector()
@@ -99,6 +109,7 @@ class KubeEmulator:
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
         self._seed_cluster()
+        self._seeded = {key: copy.deepcopy(obj) for key, obj in self.store.everything().items()}
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -181,18 +192,92 @@ class KubeEmulator:
 
     def _loop(self) -> None:
         while not self._stopping.wait(self.tick_s):
-            self.tick()
+            with self.store.lock:
+                if self._paused_at is None:
+                    self.tick()
 
     def tick(self) -> None:
         """One pass of the emulated control plane and kubelets (the loop calls this)."""
-        now = time.monotonic()
         # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
         with self.store.lock:
+            now = self.now()
             for part in (self.controllers, self.scheduler, self.kubelet, self.resizer):
                 try:
                     part.tick(now)
                 except Exception:  # keep the loop alive; the log names the failing component
                     log.exception("kube-emulator %s tick failed", type(part).__name__)
+
+    # --- driving it from a test -------------------------------------------------------------
+
+    def now(self) -> float:
+        """The emulated clock (monotonic seconds) the control plane and kubelets run on: real
+        time plus what ``step`` added, standing still while ``paused``."""
+        with self._clock_lock:
+            if self._paused_at is not None:
+                return self._paused_at
+            return time.monotonic() + self._clock_offset
+
+    def step(self, seconds: float = 0.0) -> None:
+        """Move the emulated clock ``seconds`` forward, then run one pass of the control plane
+        and kubelets before returning (a pass moves each pod on by at most one stage)."""
+        if seconds < 0:
+            raise ValueError("the emulated clock only moves forward")
+        with self.store.lock:
+            with self._clock_lock:
+                if self._paused_at is not None:
+                    self._paused_at += seconds
+                else:
+                    self._clock_offset += seconds
+            self.tick()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[KubeEmulator]:
+        """Within the block the emulator's own loop does not run and its clock stands still:
+        only ``step`` moves them, so a test can show that something did not happen after a
+        given number of passes and seconds, however slow the machine. API requests are served
+        as usual."""
+        with self.store.lock, self._clock_lock:
+            if self._paused_at is not None:
+                raise RuntimeError("the kube emulator is already paused")
+            self._paused_at = time.monotonic() + self._clock_offset
+        try:
+            yield self
+        finally:
+            with self.store.lock, self._clock_lock:
+                assert self._paused_at is not None
+                self._clock_offset = self._paused_at - time.monotonic()  # the clock goes on
+                self._paused_at = None
+
+    @property
+    def open_watches(self) -> int:
+        """How many watch streams the server is serving now."""
+        with self._ctx.lock:
+            return self._ctx.watches
+
+    def reset(self) -> None:
+        """Take the running emulator back to its seeded cluster, so that one emulator can serve
+        test after test: objects created since are removed (watches see them deleted), seeded
+        objects that changed get their seeded content back (nodes uncordoned, healthy and
+        untainted), and injected faults, failing images, lost nodes, volume usage and the
+        kubelets' pods are forgotten. resourceVersions and the clock keep counting."""
+        by_key = {rt.key: rt for rt in ALL_RESOURCES}
+        with self.store.lock:
+            self.faults.clear()
+            self.kubelet.reset()
+            self.scheduler.reset()
+            self.controllers.reset()
+            self.node_proxy.clear_volume_usage()
+            self.api.events.forget()
+            current = self.store.everything()
+            for key, obj in current.items():
+                seeded = self._seeded.get(key)
+                if seeded is None:
+                    self.store.remove(by_key[key[0]], obj)
+                elif _without_version(obj) != _without_version(seeded):
+                    self.store.replace(by_key[key[0]], copy.deepcopy(seeded))
+            for key, seeded in self._seeded.items():
+                if key not in current:
+                    self.store.add(by_key[key[0]], copy.deepcopy(seeded))
 
     @property
     def url(self) -> str:
@@ -274,6 +359,11 @@ class KubeEmulator:
         (``nodes/{node}/proxy/stats/summary``) reports them for pods that mount it (0 until
         set; nothing is written to emulated volumes)."""
         self.node_proxy.set_volume_usage(namespace, claim, used_bytes)
+
+
+def _without_version(obj: Obj) -> Obj:
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k != "resourceVersion"}
+    return {**obj, "metadata": meta}
 
 
 def json_quote(text: str) -> str:

@@ -22,6 +22,11 @@ class EventRecorder:
         self._index: dict[tuple[str, ...], tuple[str, str]] = {}
         self._serial = itertools.count()
 
+    def forget(self) -> None:
+        """Stop aggregating into events recorded so far (the emulator removed them)."""
+        with self.store.lock:
+            self._index.clear()
+
     def record(
         self,
         rt: ResourceType,

@@ -60,6 +60,7 @@ class Kubelet:
         self, api: Api, pull_delay_s: float, start_delay_s: float, termination_s: float
     ) -> None:
         self.api = api
+        self.configured_pull_delay_s = pull_delay_s
         self.pull_delay_s = pull_delay_s
         self.start_delay_s = start_delay_s
         self.termination_s = termination_s
@@ -67,6 +68,14 @@ class Kubelet:
         self.frozen_nodes: set[str] = set()
         self.sims: dict[str, PodSim] = {}
         self._ip_serial: dict[str, int] = {}
+
+    def reset(self) -> None:
+        """Forget every pod and fault: kubelets as they were when the emulator started."""
+        self.pull_delay_s = self.configured_pull_delay_s
+        self.failing_images.clear()
+        self.frozen_nodes.clear()
+        self.sims.clear()
+        self._ip_serial.clear()
 
     # --- loop --------------------------------------------------------------------------------
 

@@ -110,6 +110,10 @@ class Scheduler:
         self._attempted_at: dict[str, int] = {}  # pod uid -> store rv at the last failed try
         self._last_event: dict[str, tuple[str, float]] = {}
 
+    def reset(self) -> None:
+        self._attempted_at.clear()
+        self._last_event.clear()
+
     def tick(self, now: float) -> None:
         store = self.api.store
         pods = store.items(PODS)

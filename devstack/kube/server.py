@@ -80,6 +80,7 @@ class ServerContext:
     node_proxy: NodeProxy | None = None
     connections: set[socket.socket] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    watches: int = 0  # watch streams being served now
 
 
 @dataclass
@@ -303,7 +304,13 @@ class Handler(BaseHTTPRequestHandler):
         if validation not in ("Strict", "Warn", "Ignore"):
             raise err.bad_request(f"fieldValidation must be Ignore, Warn or Strict: {validation}")
         if verb == "watch":
-            stream_watch(self, ctx, target.rt, target.namespace, params)
+            with ctx.lock:
+                ctx.watches += 1
+            try:
+                stream_watch(self, ctx, target.rt, target.namespace, params)
+            finally:
+                with ctx.lock:
+                    ctx.watches -= 1
         elif verb in ("list", "get"):
             self._serve_read(verb, target, params)
         elif verb == "patch":

@@ -74,6 +74,10 @@ class NodeProxy:
         with self._lock:
             self._usage[(namespace, claim)] = int(used_bytes)
 
+    def clear_volume_usage(self) -> None:
+        with self._lock:
+            self._usage.clear()
+
     def usage(self, namespace: str, claim: str) -> int:
         with self._lock:
             return self._usage.get((namespace, claim), 0)

@@ -59,6 +59,15 @@ class Store:
             keys = sorted(k for k in bucket if namespace is None or k[0] == namespace)
             return [bucket[k] for k in keys]
 
+    def everything(self) -> dict[tuple[str, str, str], Obj]:
+        """Every stored object by ``(resource key, namespace, name)``."""
+        with self.lock:
+            return {
+                (key, *obj_key(obj)): obj
+                for key, bucket in self._objects.items()
+                for obj in bucket.values()
+            }
+
     def find(self, predicate: Any) -> list[tuple[str, Obj]]:
         """All ``(resource key, object)`` pairs, across types, for which predicate(obj) holds."""
         with self.lock:

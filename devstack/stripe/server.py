@@ -53,6 +53,7 @@ class StripeFake:
         self.port = port
         self.webhook_url = webhook_url
         self.webhook_secret = webhook_secret
+        self._configured = (webhook_url, webhook_secret)
         self.api_key_prefix = api_key_prefix
         self.livemode = livemode
         self.api_version = api_version
@@ -71,9 +72,12 @@ class StripeFake:
             timeout=webhook_timeout,
             log=self._emit_log,
         )
-        self._store = Store(
+        self._store = self._new_store()
+
+    def _new_store(self) -> Store:
+        return Store(
             base_url=lambda: self.url,
-            api_version=api_version,
+            api_version=self.api_version,
             on_event=self._dispatcher.enqueue,
             will_deliver=lambda: self.deliver_webhooks and bool(self.webhook_url),
         )
@@ -105,6 +109,21 @@ class StripeFake:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+    def reset(self, timeout: float = 10.0) -> None:
+        """Forget every session, payment, refund, event, request, idempotency key and queued
+        fault, cancel webhook retries still waiting, and go back to the webhook settings it was
+        made with and delivery on: one running fake can serve test after test."""
+        self._dispatcher.stop()  # deliveries waiting for a retry give up
+        self._dispatcher.wait_idle(timeout)
+        self._dispatcher.resume()
+        with self._lock:
+            self._faults.clear()
+            self._idempotency.clear()
+            self._requests.clear()
+        self.webhook_url, self.webhook_secret = self._configured
+        self.deliver_webhooks = True
+        self._store = self._new_store()
 
     def __enter__(self) -> "StripeFake":
         return self.start()
