@@ -11,6 +11,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from devstack.kube import KubeEmulator
+from devstack.stripe import StripeFake
 from fleet.services import nodes_sync_from_cluster
 from instances.models import Image, Offering
 from starverse.core import kube
@@ -94,23 +95,46 @@ def run_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
     return results
 
 
-@pytest.fixture
-def cluster(tmp_path: Any, settings: Any) -> Iterator[KubeEmulator]:
-    """The local Kubernetes emulator with 2×8 H100, 1×8 A100 and 1×8 RTX 4090 nodes, the
-    platform pointed at it through a kubeconfig, and the catalog seeded."""
-    emulator = KubeEmulator(
-        fleet={"h100": 2, "a100": 1, "rtx4090": 1},
-        pull_delay_s=0.02,
-        start_delay_s=0.02,
-        tick_s=0.01,
-        pod_termination_s=0.01,
-    ).start()
-    path = tmp_path / "kubeconfig"
-    emulator.write_kubeconfig(str(path))
-    settings.KUBECONFIG = str(path)
-    kube._api_client.cache_clear()
+# The session kube emulator's fleet and its fast timings. A test that needs another fleet or
+# other options (history size, eviction grace, validation off) starts its own emulator.
+FLEET = {"h100": 2, "a100": 1, "rtx4090": 1}
+KUBE_TIMINGS = {
+    "pull_delay_s": 0.02,
+    "start_delay_s": 0.02,
+    "tick_s": 0.01,
+    "pod_termination_s": 0.01,
+}
+
+
+@pytest.fixture(scope="session")
+def kube_emulator() -> Iterator[KubeEmulator]:
+    """One kube emulator per test session (per xdist worker); tests take it through `emu` or
+    `cluster`, which reset it first."""
+    emulator = KubeEmulator(fleet=FLEET, **KUBE_TIMINGS).start()
     yield emulator
     emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(kube_emulator: KubeEmulator, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A kubeconfig file pointing at the session's kube emulator."""
+    return str(kube_emulator.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig"))
+
+
+@pytest.fixture
+def emu(kube_emulator: KubeEmulator) -> KubeEmulator:
+    """The session's kube emulator back in its seeded state: 2×8 H100, 1×8 A100 and 1×8
+    RTX 4090 nodes, Ready and uncordoned, and nothing created by an earlier test."""
+    kube_emulator.reset()
+    return kube_emulator
+
+
+@pytest.fixture
+def cluster(emu: KubeEmulator, kubeconfig: str, settings: Any) -> Iterator[KubeEmulator]:
+    """The reset kube emulator (`emu`) with the platform pointed at it through a kubeconfig."""
+    settings.KUBECONFIG = kubeconfig
+    kube._api_client.cache_clear()
+    yield emu
     kube._api_client.cache_clear()
 
 
@@ -125,3 +149,17 @@ def catalog(cluster: KubeEmulator, db: Any) -> dict[str, Any]:
         "a100_node": Offering.objects.get(name="8× A100 80GB SXM bare metal"),
         "image": Image.objects.get(pk="pytorch-2.1"),
     }
+
+
+@pytest.fixture(scope="session")
+def _stripe_server() -> Iterator[StripeFake]:
+    with StripeFake() as server:
+        yield server
+
+
+@pytest.fixture
+def stripe_fake(_stripe_server: StripeFake) -> StripeFake:
+    """The session's Stripe stand-in, emptied: no sessions, events or faults, no webhook URL,
+    its default webhook secret, delivery on."""
+    _stripe_server.reset()
+    return _stripe_server

@@ -8,7 +8,7 @@ from django.core import mail
 from billing import payments, tasks
 from billing.choices import RefundStatus, TopUpStatus, TransactionKind
 from billing.models import LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
-from devstack.stripe import StripeFake, sign
+from devstack.stripe import sign
 from starverse.core.errors import Conflict, InsufficientBalance, InvalidInput
 from tests.conftest import run_threads
 from tests.factories import make_operator, make_user
@@ -17,16 +17,16 @@ SECRET = "whsec_suite_secret"
 
 
 @pytest.fixture
-def fake(settings):
-    server = StripeFake(webhook_secret=SECRET)
-    server.deliver_webhooks = False  # tests deliver events themselves, in the order they choose
-    server.start()
-    settings.STRIPE_API_BASE = server.url
+def fake(stripe_fake, settings):
+    stripe_fake.webhook_secret = SECRET
+    stripe_fake.deliver_webhooks = (
+        False  # tests deliver events themselves, in the order they choose
+    )
+    settings.STRIPE_API_BASE = stripe_fake.url
     settings.STRIPE_SECRET_KEY = "sk_test_suite"
     settings.STRIPE_WEBHOOK_SECRETS = ["whsec_old_rotated_out", SECRET]
     settings.STRIPE_MAX_NETWORK_RETRIES = 0
-    yield server
-    server.stop()
+    return stripe_fake
 
 
 def _topup(client, amount_fen=10_000):

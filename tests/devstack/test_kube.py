@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,86 +14,15 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from devstack.kube import KubeEmulator
-
-KUBECTL = "/usr/bin/kubectl"
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-
-
-# --- helpers shared with the other test_kube_emulator_* modules ------------------------------
-
-
-def start_emulator(**kwargs: Any) -> KubeEmulator:
-    options: dict[str, Any] = {
-        "pull_delay_s": 0.02,
-        "start_delay_s": 0.02,
-        "tick_s": 0.01,
-        "pod_termination_s": 0.05,
-    }
-    options.update(kwargs)
-    return KubeEmulator(**options).start()
-
-
-def core_api(emu: KubeEmulator) -> client.CoreV1Api:
-    cfg = client.Configuration()
-    cfg.host = emu.url
-    return client.CoreV1Api(client.ApiClient(cfg))
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def error_body(exc: ApiException) -> dict[str, Any]:
-    return json.loads(exc.body)
-
-
-def pod_body(
-    name: str,
-    image: str = "nvcr.io/nvidia/pytorch:24.05-py3",
-    gpus: int = 0,
-    **spec: Any,
-) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": image}
-    if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {"containers": [container], "tolerations": [GPU_TOLERATION], **spec},
-    }
-    return body
-
-
-def config_map(name: str, labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "labels": labels or {}, **extra},
-        "data": {"k": "v"},
-    }
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulator]:
-    emulator = start_emulator()
-    yield emulator
-    emulator.stop()
-
-
-@pytest.fixture
-def api(emu: KubeEmulator) -> Iterator[client.CoreV1Api]:
-    core = core_api(emu)
-    yield core
-    core.api_client.close()
-
+from tests.devstack import (
+    KUBECTL,
+    config_map,
+    core_api,
+    error_body,
+    pod_body,
+    start_emulator,
+    wait_for,
+)
 
 # --- discovery --------------------------------------------------------------------------------
 
@@ -109,9 +37,20 @@ def test_version_names_the_emulator_as_a_development_stand_in(emu: KubeEmulator)
     assert [g.name for g in groups.groups] == ["networking.k8s.io", "coordination.k8s.io"]
 
 
+@pytest.fixture
+def default_fleet() -> Iterator[client.CoreV1Api]:
+    """The fleet `make run` starts (two nodes of each GPU profile), on an emulator of its own."""
+    emulator = start_emulator()
+    api = core_api(emulator)
+    yield api
+    api.api_client.close()
+    emulator.stop()
+
+
 def test_default_fleet_nodes_carry_gpu_labels_capacity_and_taints(
-    api: client.CoreV1Api,
+    default_fleet: client.CoreV1Api,
 ) -> None:
+    api = default_fleet
     nodes = api.list_node().items
     assert [n.metadata.name for n in nodes] == [
         "gpu-a100-0",
@@ -476,17 +415,25 @@ def test_watch_filters_by_selector_and_reports_transitions(api: client.CoreV1Api
     api.patch_namespaced_config_map("w", "default", {"metadata": {"labels": {"stage": "b"}}})
     api.patch_namespaced_config_map("w", "default", {"metadata": {"labels": {"stage": "a"}}})
     api.create_namespaced_config_map("default", config_map("other", {"stage": "b"}))
-    events = [
-        (e["type"], e["object"].metadata.name, e["object"].metadata.labels["stage"])
-        for e in watch.Watch().stream(
-            api.list_namespaced_config_map,
-            "default",
-            resource_version=rv,
-            label_selector="stage=a",
-            timeout_seconds=1,
-        )
+    api.create_namespaced_config_map("default", config_map("last", {"stage": "a"}))
+    stream = watch.Watch()
+    events = []
+    for e in stream.stream(
+        api.list_namespaced_config_map,
+        "default",
+        resource_version=rv,
+        label_selector="stage=a",
+        timeout_seconds=5,
+    ):
+        events.append((e["type"], e["object"].metadata.name, e["object"].metadata.labels["stage"]))
+        if e["object"].metadata.name == "last":  # the last write: everything before it was sent
+            stream.stop()
+    assert events == [
+        ("ADDED", "w", "a"),
+        ("DELETED", "w", "b"),
+        ("ADDED", "w", "a"),
+        ("ADDED", "last", "a"),
     ]
-    assert events == [("ADDED", "w", "a"), ("DELETED", "w", "b"), ("ADDED", "w", "a")]
 
 
 def test_too_old_resource_version_is_410_gone() -> None:
@@ -666,7 +613,9 @@ def test_services_get_cluster_ips_and_unique_node_ports(api: client.CoreV1Api) -
     assert kubernetes.spec.cluster_ip == "10.96.0.1"
 
 
-def test_pvc_binds_immediately_and_protection_waits_for_pods(api: client.CoreV1Api) -> None:
+def test_pvc_binds_immediately_and_protection_waits_for_pods(
+    emu: KubeEmulator, api: client.CoreV1Api
+) -> None:
     claim = api.create_namespaced_persistent_volume_claim(
         "default",
         {
@@ -688,7 +637,7 @@ def test_pvc_binds_immediately_and_protection_waits_for_pods(api: client.CoreV1A
     api.create_namespaced_pod("default", body)
     wait_for(lambda: api.read_namespaced_pod("user", "default").status.phase == "Running")
     api.delete_namespaced_persistent_volume_claim("data", "default")
-    time.sleep(0.1)
+    emu.step()  # a pass of the controllers: pvc-protection keeps a claim that is in use
     held = api.read_namespaced_persistent_volume_claim("data", "default")
     assert held.metadata.deletion_timestamp is not None
     api.delete_namespaced_pod("user", "default")

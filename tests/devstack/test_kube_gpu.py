@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes_validate
@@ -11,21 +10,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from devstack.kube import KubeEmulator, NodeSpec
-from tests.devstack.test_kube import core_api, pod_body, start_emulator, wait_for
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulator]:
-    emulator = start_emulator()
-    yield emulator
-    emulator.stop()
-
-
-@pytest.fixture
-def api(emu: KubeEmulator) -> Iterator[client.CoreV1Api]:
-    core = core_api(emu)
-    yield core
-    core.api_client.close()
+from tests.devstack import core_api, pod_body, start_emulator, wait_for
 
 
 def phase(api: client.CoreV1Api, name: str, namespace: str = "default") -> str:
@@ -108,8 +93,8 @@ def test_pod_that_fits_nowhere_stays_pending_with_failed_scheduling(
     assert scheduled is not None
     assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
     assert scheduled.message == (
-        "0/6 nodes are available: 6 Insufficient nvidia.com/gpu. preemption: 0/6 nodes are "
-        "available: 6 No preemption victims found for incoming pod."
+        "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are "
+        "available: 4 No preemption victims found for incoming pod."
     )
     assert pod.status.phase == "Pending"
     failed = api.list_namespaced_event("default", field_selector="reason=FailedScheduling")
@@ -125,7 +110,7 @@ def test_pod_that_fits_nowhere_stays_pending_with_failed_scheduling(
         )
     )
     assert message.startswith(
-        "0/6 nodes are available: 6 node(s) had untolerated taint {nvidia.com/gpu: present}."
+        "0/4 nodes are available: 4 node(s) had untolerated taint {nvidia.com/gpu: present}."
     )
 
 

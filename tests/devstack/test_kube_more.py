@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from devstack.kube import KubeEmulator
-from tests.devstack.test_kube import (
+from tests.devstack import (
     KUBECTL,
     config_map,
     core_api,
@@ -32,20 +31,6 @@ from tests.devstack.test_kube import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulator]:
-    emulator = start_emulator()
-    yield emulator
-    emulator.stop()
-
-
-@pytest.fixture
-def api(emu: KubeEmulator) -> Iterator[client.CoreV1Api]:
-    core = core_api(emu)
-    yield core
-    core.api_client.close()
 
 
 def test_status_subresource_is_separate_from_the_main_resource(api: client.CoreV1Api) -> None:
@@ -70,16 +55,16 @@ def test_status_subresource_is_separate_from_the_main_resource(api: client.CoreV
     assert updated.status.allocatable["nvidia.com/gpu"] == "4"
 
 
-def test_binding_subresource_assigns_a_node_once(api: client.CoreV1Api) -> None:
+def test_binding_subresource_assigns_a_node_once(emu: KubeEmulator, api: client.CoreV1Api) -> None:
     body = pod_body("bound", gpus=1, schedulerName="my-scheduler")
     api.create_namespaced_pod("default", body)
-    time.sleep(0.05)
+    emu.step()  # a pass of the default scheduler leaves another scheduler's pod alone
     assert api.read_namespaced_pod("bound", "default").spec.node_name is None
     binding = {
         "apiVersion": "v1",
         "kind": "Binding",
         "metadata": {"name": "bound"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-a100-1"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-a100-0"},
     }
     # like the apiserver, the emulator answers a Status, which the client cannot deserialize
     # as a V1Binding (kubernetes-client/python#547), hence _preload_content=False
@@ -88,7 +73,7 @@ def test_binding_subresource_assigns_a_node_once(api: client.CoreV1Api) -> None:
     )
     assert json.loads(response.data)["status"] == "Success"
     wait_for(lambda: api.read_namespaced_pod("bound", "default").status.phase == "Running")
-    assert api.read_namespaced_pod("bound", "default").spec.node_name == "gpu-a100-1"
+    assert api.read_namespaced_pod("bound", "default").spec.node_name == "gpu-a100-0"
     with pytest.raises(ApiException) as caught:
         api.create_namespaced_binding(  # the legacy /bindings endpoint
             "default", binding, _preload_content=False
@@ -96,7 +81,7 @@ def test_binding_subresource_assigns_a_node_once(api: client.CoreV1Api) -> None:
     assert caught.value.status == 409
     assert error_body(caught.value)["message"] == (
         'Operation cannot be fulfilled on pods/binding "bound": pod bound is already assigned '
-        'to node "gpu-a100-1"'
+        'to node "gpu-a100-0"'
     )
 
 
@@ -183,6 +168,82 @@ def test_dry_run_persists_nothing(api: client.CoreV1Api) -> None:
     assert api.list_namespaced_config_map("default").items == []
 
 
+def test_a_paused_emulator_moves_only_when_stepped(
+    emu: KubeEmulator, api: client.CoreV1Api
+) -> None:
+    def state() -> tuple[bool, str, list[str]]:
+        pod = api.read_namespaced_pod("stepped", "default")
+        reasons = [
+            e.reason
+            for e in api.list_namespaced_event(
+                "default", field_selector="involvedObject.name=stepped"
+            ).items
+        ]
+        return pod.spec.node_name is not None, pod.status.phase, reasons
+
+    with emu.paused():
+        api.create_namespaced_pod("default", pod_body("stepped", gpus=1))
+        assert state() == (False, "Pending", [])
+        emu.step()  # scheduled, and its kubelet starts pulling (pulls take 0.02 s)
+        assert state() == (True, "Pending", ["Scheduled", "Pulling"])
+        emu.step(0.05)
+        assert state() == (
+            True,
+            "Pending",
+            ["Scheduled", "Pulling", "Pulled", "Created", "Started"],
+        )
+        emu.step(0.05)
+        assert state()[1] == "Running"
+    with pytest.raises(ValueError):
+        emu.step(-1)
+
+
+def test_reset_takes_the_emulator_back_to_its_seeded_cluster(
+    emu: KubeEmulator, api: client.CoreV1Api
+) -> None:
+    seeded = api.list_node().items
+    rv = api.list_namespaced_pod("default").metadata.resource_version
+    api.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
+    api.create_namespaced_config_map("team", config_map("cfg"))
+    api.create_namespaced_pod("default", pod_body("hog", gpus=8, nodeName="gpu-h100-1"))
+    wait_for(lambda: api.read_namespaced_pod("hog", "default").status.phase == "Running")
+    api.patch_node("gpu-h100-0", {"spec": {"unschedulable": True}})
+    emu.lose_node("gpu-h100-1")
+    emu.inject_api_fault(status=500, count=3, verb="list", resource="configmaps")
+    emu.fail_image_pull("pytorch")
+    emu.set_pull_delay(60)
+
+    emu.reset()
+
+    assert api.list_config_map_for_all_namespaces().items == []  # no fault left either
+    assert api.list_pod_for_all_namespaces().items == []
+    assert api.list_event_for_all_namespaces().items == []
+    assert [n.metadata.name for n in api.list_namespace().items] == [
+        "default",
+        "kube-node-lease",
+        "kube-public",
+        "kube-system",
+    ]
+    nodes = api.list_node().items
+    assert [(n.metadata.name, n.metadata.uid, n.spec, n.status.conditions) for n in nodes] == [
+        (n.metadata.name, n.metadata.uid, n.spec, n.status.conditions) for n in seeded
+    ]
+    stream = watch.Watch()
+    seen = []
+    for event in stream.stream(
+        api.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=5
+    ):
+        seen.append(event["type"])
+        if event["type"] == "DELETED":
+            stream.stop()
+    assert (seen[0], seen[-1]) == ("ADDED", "DELETED")  # watchers saw the pod go
+    api.create_namespaced_pod("default", pod_body("after", gpus=8, nodeName="gpu-h100-1"))
+    wait_for(  # its 8 GPUs are free, its kubelet is back, and pulls are quick and succeed again
+        lambda: api.read_namespaced_pod("after", "default").status.phase == "Running",
+        what="a pod on the node the reset gave back",
+    )
+
+
 def test_validation_can_be_switched_off_but_apiserver_rules_remain() -> None:
     emu = start_emulator(validate=False)
     api = core_api(emu)
@@ -241,7 +302,7 @@ def test_stop_ends_open_watches() -> None:
 
     thread = threading.Thread(target=watcher, daemon=True)
     thread.start()
-    time.sleep(0.2)
+    wait_for(lambda: emu.open_watches == 1, what="the watch to be served")
     started = time.monotonic()
     emu.stop()
     assert finished.wait(5)

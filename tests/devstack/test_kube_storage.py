@@ -5,53 +5,19 @@ deletion of pods on a lost node and the kubelet Summary API's volume statistics.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from devstack.kube import KubeEmulator
+from tests.devstack import wait_for
 
 GIB = 2**30
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 NODE_A, NODE_B = "gpu-h100-0", "gpu-h100-1"
-
-
-@pytest.fixture
-def emu() -> Iterator[KubeEmulator]:
-    emulator = KubeEmulator(
-        fleet={"h100": 2},
-        pull_delay_s=0.02,
-        start_delay_s=0.02,
-        tick_s=0.01,
-        pod_termination_s=0.01,
-    ).start()
-    yield emulator
-    emulator.stop()
-
-
-@pytest.fixture
-def api(emu: KubeEmulator, tmp_path: Path) -> Iterator[client.CoreV1Api]:
-    path = emu.write_kubeconfig(tmp_path / "kubeconfig")
-    api_client = config.new_client_from_config(config_file=str(path))
-    yield client.CoreV1Api(api_client)
-    api_client.close()
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def claim_body(name: str, mode: str = "ReadWriteOnce", size: str = "10Gi") -> dict[str, Any]:
@@ -112,7 +78,7 @@ def summary(api: client.CoreV1Api, node: str) -> dict[str, Any]:
 
 
 def test_pod_waits_for_a_missing_claim_with_failed_mount_then_runs(
-    api: client.CoreV1Api,
+    emu: KubeEmulator, api: client.CoreV1Api
 ) -> None:
     api.create_namespaced_pod("default", pod_body("early", NODE_A, "later"))
     warning = wait_for(lambda: events(api, "early", "FailedMount"), "FailedMount")[0]
@@ -123,7 +89,9 @@ def test_pod_waits_for_a_missing_claim_with_failed_mount_then_runs(
         "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[]: "
         'persistentvolumeclaim "later" not found'
     )
-    time.sleep(0.3)  # ~30 ticks of retrying
+    with emu.paused():
+        for _ in range(30):  # 30 kubelet passes over 0.3 s of retrying
+            emu.step(0.01)
     pod = api.read_namespaced_pod("early", "default")
     assert pod.status.phase == "Pending"
     assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
@@ -137,7 +105,9 @@ def test_pod_waits_for_a_missing_claim_with_failed_mount_then_runs(
     assert events(api, "early", "Pulling")
 
 
-def test_read_write_once_claim_attaches_to_one_node_at_a_time(api: client.CoreV1Api) -> None:
+def test_read_write_once_claim_attaches_to_one_node_at_a_time(
+    emu: KubeEmulator, api: client.CoreV1Api
+) -> None:
     claim = api.create_namespaced_persistent_volume_claim("default", claim_body("rwo"))
     api.create_namespaced_pod("default", pod_body("first", NODE_A, "rwo"))
     wait_for(lambda: running(api, "first"), "the first pod")
@@ -151,7 +121,9 @@ def test_read_write_once_claim_attaches_to_one_node_at_a_time(api: client.CoreV1
         f'Multi-Attach error for volume "pvc-{claim.metadata.uid}" Volume is already used by '
         "pod(s) first, neighbour"
     )
-    time.sleep(0.2)
+    with emu.paused():
+        for _ in range(20):  # 20 kubelet passes over 0.2 s of retrying the attach
+            emu.step(0.01)
     assert phase(api, "second") == "Pending"
     api.delete_namespaced_pod("first", "default")
     api.delete_namespaced_pod("neighbour", "default")
@@ -260,7 +232,9 @@ def test_force_delete_frees_a_pod_stuck_on_a_lost_node(
     wait_for(lambda: running(api, "stranded"), "the pod")
     emu.lose_node(NODE_A)
     api.delete_namespaced_pod("stranded", "default")  # graceful: the kubelet never confirms
-    time.sleep(0.2)
+    with emu.paused():
+        for _ in range(5):  # 5 s: far past the termination grace, short of eviction (30 s)
+            emu.step(1.0)
     stuck = api.read_namespaced_pod("stranded", "default")
     assert stuck.metadata.deletion_timestamp is not None
     api.create_namespaced_pod("default", pod_body("replacement", NODE_B, "work"))

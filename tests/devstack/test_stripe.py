@@ -64,11 +64,9 @@ class Receiver:
 
 
 @pytest.fixture
-def fake() -> Iterator[StripeFake]:
-    server = StripeFake()
-    server.start()
-    yield server
-    server.stop()
+def fake(stripe_fake: StripeFake) -> StripeFake:
+    """The session's fake, emptied, without a webhook endpoint."""
+    return stripe_fake
 
 
 @pytest.fixture
@@ -79,11 +77,10 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def hooked(receiver: Receiver) -> Iterator[StripeFake]:
-    server = StripeFake(webhook_url=receiver.url, webhook_secret=SECRET)
-    server.start()
-    yield server
-    server.stop()
+def hooked(stripe_fake: StripeFake, receiver: Receiver) -> StripeFake:
+    """The session's fake, emptied, delivering webhooks to ``receiver`` signed with SECRET."""
+    stripe_fake.webhook_url, stripe_fake.webhook_secret = receiver.url, SECRET
+    return stripe_fake
 
 
 def make_client(fake: StripeFake, retries: int = 0, key: str = "sk_test_123") -> Any:

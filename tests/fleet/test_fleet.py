@@ -5,7 +5,13 @@ from django.utils import timezone
 
 from fleet.choices import NodeState
 from fleet.models import Gpu, GpuRollup, GpuSample, HealthRule, Node, NodeEvent
-from fleet.services import heartbeats_check, node_token_issue, telemetry_prune, telemetry_rollup
+from fleet.services import (
+    health_rules_ensure_defaults,
+    heartbeats_check,
+    node_token_issue,
+    telemetry_prune,
+    telemetry_rollup,
+)
 from tests.factories import make_operator, make_user
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -68,6 +74,9 @@ def _report(node="gpu-h100-01", gpus=8, util=87, events=(), lost=(), dbe=0, at=N
 
 @pytest.fixture
 def node(db):
+    # The default health rules come from a data migration that a transactional test run
+    # earlier in this process has flushed.
+    health_rules_ensure_defaults()
     return Node.objects.create(
         name="gpu-h100-01",
         gpu_product=H100,
