@@ -163,3 +163,12 @@ def stripe_fake(_stripe_server: StripeFake) -> StripeFake:
     its default webhook secret, delivery on."""
     _stripe_server.reset()
     return _stripe_server
+
+
+@pytest.fixture
+def payments(stripe_fake: StripeFake, settings: Any) -> StripeFake:
+    """The platform's payments pointed at the emptied Stripe stand-in, without retries."""
+    settings.STRIPE_API_BASE = stripe_fake.url
+    settings.STRIPE_SECRET_KEY = "sk_test_suite"
+    settings.STRIPE_MAX_NETWORK_RETRIES = 0
+    return stripe_fake

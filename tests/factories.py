@@ -1,6 +1,7 @@
 """Test data built through the services, so every object is made the way production makes it."""
 
 import base64
+import io
 import itertools
 import json
 import os
@@ -9,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from django.core.management import call_command
 
 from billing.choices import TransactionKind
 from billing.onboarding import user_create_operator, user_signup
@@ -55,70 +58,70 @@ def _ledger_row(user: User) -> Any:
 
 
 def _topup(user: User) -> Any:
-    from billing.models import TopUp
+    """A pending top-up, its checkout opened on the Stripe stand-in (the `payments` fixture)."""
+    from billing.payments import topup_create
 
-    return TopUp.objects.create(
-        tenant=user.tenant, wallet=user.tenant.wallet, created_by=user, amount_fen=5_000
-    )
+    return topup_create(user=user, amount_fen=5_000)
 
 
-def make_instance(user: User, status: str = "queued") -> Any:
-    from django.utils import timezone
+CLOUD_GPU = "1× H100 80GB SXM"
+IMAGE = "pytorch-2.1"
 
-    from fleet.models import GpuModel
-    from instances.models import Image, Instance, Offering
 
-    model, _ = GpuModel.objects.get_or_create(
-        id="h100-80g",
-        defaults={
-            "name": "H100 80GB SXM",
-            "product": "NVIDIA H100 80GB HBM3",
-            "memory_gb": 80,
-            "interconnect": "nvlink",
-        },
-    )
-    offering, _ = Offering.objects.get_or_create(
-        name="1× H100 80GB SXM",
-        defaults={
-            "kind": "cloud",
-            "gpu_model": model,
-            "gpu_count": 1,
-            "cpu_cores": 24,
-            "memory_gb": 240,
-            "local_disk_gb": 1000,
-            "price_per_hour_fen": 2200,
-        },
-    )
-    image, _ = Image.objects.get_or_create(
-        id="pytorch-2.1",
-        defaults={
-            "name": "PyTorch 2.1",
-            "description": "base",
-            "container_image": "starverse/pytorch:2.1",
-        },
-    )
-    return Instance.objects.create(
-        tenant=user.tenant,
-        created_by=user,
-        name="job",
-        offering=offering,
-        image=image,
-        status=status,
-        queued_at=timezone.now(),
-    )
+def _seed_catalog() -> None:
+    from instances.models import Offering
+
+    if not Offering.objects.exists():
+        call_command("seed_catalog", stdout=io.StringIO())
+
+
+def make_instance(user: User, status: str | None = None, *, cluster: Any = None) -> Any:
+    """A 1× H100 instance ordered through `instance_order` (the catalog seeded if it is not, an
+    hour of runway topped up if the balance lacks it), as ordered: queued when the fleet has no free GPU,
+    provisioning when placed (its task runs only after commit). A `status` is reached the way
+    production reaches it, on the cluster the test points the platform at (`catalog`):
+    "running" provisioned, "stopped" stopped after running, "failed" when its image cannot be
+    pulled (pass the emulator as `cluster`; its image pull failures are cleared afterwards)."""
+    from instances.lifecycle import instance_order, instance_stop, runway_check
+    from instances.models import Image, Offering
+    from starverse.core.errors import InsufficientBalance
+
+    _seed_catalog()
+    offering = Offering.objects.get(name=CLOUD_GPU)
+    try:
+        runway_check(tenant_id=user.tenant_id, offering=offering, billing="hourly")
+    except InsufficientBalance:
+        fund(user, offering.price_per_hour_fen)
+    if status == "failed":
+        if cluster is None:
+            raise TypeError("a failed instance needs the kube emulator: pass cluster=")
+        cluster.fail_image_pull(Image.objects.get(pk=IMAGE).container_image)
+    try:
+        instance, _created = instance_order(
+            user=user, offering_id=offering.id, image_id=IMAGE, name="job"
+        )
+        if status is None:
+            return instance
+        assert instance.status == "provisioning", f"not placed: no {status} instance without GPUs"
+        reached = converge_until(converge.provision, instance.id)
+    finally:
+        if status == "failed":
+            cluster.clear_image_pull_failures()
+    if status == "stopped":
+        instance_stop(instance_id=instance.id)
+        reached = converge_until(converge.stop, instance.id)
+    assert reached == status, f"the instance became {reached}, not {status}"
+    instance.refresh_from_db()
+    return instance
 
 
 def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
-    from starverse.core.kube import namespace_name
-    from storage.manifests import cloud_disk_name
-    from storage.models import Disk
+    """A cloud disk made by `disk_create` (its first day charged), as created: its claim is made
+    by the storage task after commit."""
+    from storage.disks import disk_create
 
-    disk = Disk(
-        tenant_id=user.tenant_id, created_by=user, name=name, size_gb=size_gb, status="available"
-    )
-    disk.k8s_namespace, disk.k8s_name = namespace_name(user.tenant_id), cloud_disk_name(disk.id)
-    disk.save(force_insert=True)
-    return disk
+    _seed_catalog()
+    return disk_create(user=user, name=name, size_gb=size_gb)
 
 
 OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {

@@ -17,16 +17,11 @@ SECRET = "whsec_suite_secret"
 
 
 @pytest.fixture
-def fake(stripe_fake, settings):
-    stripe_fake.webhook_secret = SECRET
-    stripe_fake.deliver_webhooks = (
-        False  # tests deliver events themselves, in the order they choose
-    )
-    settings.STRIPE_API_BASE = stripe_fake.url
-    settings.STRIPE_SECRET_KEY = "sk_test_suite"
+def fake(payments, settings):
+    # tests deliver events themselves, in the order they choose
+    payments.webhook_secret, payments.deliver_webhooks = SECRET, False
     settings.STRIPE_WEBHOOK_SECRETS = ["whsec_old_rotated_out", SECRET]
-    settings.STRIPE_MAX_NETWORK_RETRIES = 0
-    return stripe_fake
+    return payments
 
 
 def _topup(client, amount_fen=10_000):

@@ -44,7 +44,7 @@ def _concrete_path(route: str, pk: str) -> str:
 
 
 @pytest.mark.parametrize(("route", "callback"), OBJECT_ROUTES, ids=[r for r, _ in OBJECT_ROUTES])
-def test_another_tenants_object_is_404_everywhere(route, callback, client_for, db):
+def test_another_tenants_object_is_404_everywhere(route, callback, client_for, db, payments):
     model = callback.cls.model
     factory = OWNED_OBJECT_FACTORIES[model._meta.label]
     owner, stranger = make_user(), make_user()

@@ -2,16 +2,16 @@
 the disks) answers what the ORM-built detail answers, paginated like every list."""
 
 from instances.models import Instance
+from instances.volumes import disk_attach
 from tests.factories import make_disk, make_instance, make_user
 
 
-def test_the_list_matches_the_detail_and_pages(client_for, db):
+def test_the_list_matches_the_detail_and_pages(client_for, catalog, cluster):
     user = make_user()
     client = client_for(user)
-    made = [make_instance(user, status=s) for s in ["stopped"] * 4 + ["failed"]]
-    disk = make_disk(user)
-    disk.instance, disk.status = made[0], "attached"
-    disk.save()
+    made = [make_instance(user, status="stopped") for _ in range(4)]
+    made.append(make_instance(user, status="failed", cluster=cluster))
+    disk = disk_attach(instance=made[0], disk_id=make_disk(user).id)
     make_instance(make_user())  # another tenant's
 
     first = client.get("/api/v1/instances?page_size=2").json()
@@ -32,11 +32,11 @@ def test_the_list_matches_the_detail_and_pages(client_for, db):
     ]
 
 
-def test_the_list_filters_and_refuses_what_it_cannot_answer(client_for, db):
+def test_the_list_filters_and_refuses_what_it_cannot_answer(client_for, catalog, cluster):
     user = make_user()
     client = client_for(user)
     make_instance(user, status="stopped")
-    failed = make_instance(user, status="failed")
+    failed = make_instance(user, status="failed", cluster=cluster)
 
     only_failed = client.get("/api/v1/instances?status=failed").json()
     assert [row["id"] for row in only_failed["results"]] == [failed.id]
