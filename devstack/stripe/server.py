@@ -189,10 +189,11 @@ class StripeFake:
         return [record.type for record in self.events]
 
     def resend(self, event_id: str) -> EventRecord:
-        """Deliver an event again (even while ``deliver_webhooks`` is off)."""
+        """Deliver an event again (even while ``deliver_webhooks`` is off); answers the event
+        as queued (``pending``), before the delivery can have started."""
         if not self.webhook_url:
             raise invalid_request("No webhook URL is configured", param="webhook_url")
-        with self._store.lock:
+        with self._store.lock, self._dispatcher.lock:
             record = self._store.get_event(event_id)
             self._dispatcher.enqueue(record)
             return record.snapshot()
