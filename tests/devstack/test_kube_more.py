@@ -88,21 +88,19 @@ def test_binding_subresource_assigns_a_node_once(emu: KubeEmulator, api: client.
 def test_pod_log_is_a_banner_once_the_container_runs(
     emu: KubeEmulator, api: client.CoreV1Api
 ) -> None:
-    emu.set_pull_delay(5)
-    api.create_namespaced_pod("default", pod_body("chatty"))
-    wait_for(lambda: api.read_namespaced_pod("chatty", "default").status.container_statuses)
-    with pytest.raises(ApiException) as caught:
-        api.read_namespaced_pod_log("chatty", "default")
+    with emu.paused():
+        api.create_namespaced_pod("default", pod_body("chatty"))
+        emu.step()  # scheduled, its image pulling; the clock stands still until the block ends
+        assert api.read_namespaced_pod("chatty", "default").status.container_statuses
+        with pytest.raises(ApiException) as caught:
+            api.read_namespaced_pod_log("chatty", "default")
     assert caught.value.status == 400
     assert error_body(caught.value)["message"] == (
         'container "main" in pod "chatty" is waiting to start: ContainerCreating'
     )
-    emu.set_pull_delay(0.01)
-    api.delete_namespaced_pod("chatty", "default", grace_period_seconds=0)
-    api.create_namespaced_pod("default", pod_body("chatty2"))
-    wait_for(lambda: api.read_namespaced_pod("chatty2", "default").status.phase == "Running")
-    assert api.read_namespaced_pod_log("chatty2", "default") == (
-        "[kube emulator] container main of pod default/chatty2 is emulated (development "
+    wait_for(lambda: api.read_namespaced_pod("chatty", "default").status.phase == "Running")
+    assert api.read_namespaced_pod_log("chatty", "default") == (
+        "[kube emulator] container main of pod default/chatty is emulated (development "
         "stand-in): no process runs, so there is no output.\n"
     )
 
