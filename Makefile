@@ -6,6 +6,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-dev.lock pyproject.toml | cksum | cut -d' ' -f1)
 PORT ?= 8000
 export PORT
+# pytest-xdist workers for `make test` (0: one process). Two suit a 2-core CI machine; a fixed
+# count, not `auto`, since every worker has its own database and the concurrency tests open
+# ~20 connections each (PostgreSQL allows 100 by default).
+PYTEST_WORKERS ?= 2
 
 .PHONY: help run test lint typecheck fmt schema bench messages audit clean
 
@@ -35,7 +39,7 @@ test: $(STAMP)  ## Lint, import contracts, types, migration and deploy checks, t
 	  REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
 	  STRIPE_SECRET_KEY=sk_test_deploy_check STRIPE_WEBHOOK_SECRET=whsec_deploy_check \
 	  $(PY) manage.py check --deploy --fail-level WARNING
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff check and format check, import contracts
 	$(PY) -m ruff check .

@@ -20,15 +20,19 @@ from tests.factories import make_token, make_user
 IS_POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Checked here, before any xdist worker starts: a worker's error would be an opaque crash.
+    if os.environ.get("STARVERSE_REQUIRE_POSTGRES") and not IS_POSTGRES:
+        raise pytest.UsageError(
+            "STARVERSE_REQUIRE_POSTGRES is set, so the tests that need PostgreSQL must not be "
+            "skipped: export DATABASE_URL=postgres://…"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     needs_pg = [item for item in items if item.get_closest_marker("postgres")]
     if IS_POSTGRES or not needs_pg:
         return
-    if os.environ.get("STARVERSE_REQUIRE_POSTGRES"):
-        raise pytest.UsageError(
-            f"{len(needs_pg)} tests need PostgreSQL and STARVERSE_REQUIRE_POSTGRES is set: "
-            "export DATABASE_URL=postgres://…"
-        )
     skip = pytest.mark.skip(reason="needs PostgreSQL (row locks, concurrency): set DATABASE_URL")
     for item in needs_pg:
         item.add_marker(skip)

@@ -49,11 +49,18 @@ def run_python(
     )
 
 
+_HELD_PORTS: list[socket.socket] = []
+
+
 def free_port() -> int:
-    """A local port nothing listens on (connections to it are refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A local port nothing listens on (connections to it are refused). It stays bound, never
+    listening, until the process ends, so that no other server of this or another xdist worker
+    is given it; a test's own server may still listen on it (both sides set SO_REUSEADDR)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    _HELD_PORTS.append(sock)
+    return sock.getsockname()[1]
 
 
 class FixedClock:
