@@ -102,7 +102,7 @@ def run_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
 # The session kube emulator's fleet and its fast timings. A test that needs another fleet or
 # other options (history size, eviction grace, validation off) starts its own emulator.
 FLEET = {"h100": 2, "a100": 1, "rtx4090": 1}
-KUBE_TIMINGS = {
+KUBE_TIMINGS: dict[str, Any] = {
     "pull_delay_s": 0.02,
     "start_delay_s": 0.02,
     "tick_s": 0.01,

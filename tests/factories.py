@@ -76,22 +76,21 @@ def _seed_catalog() -> None:
 
 
 def make_instance(user: User, status: str | None = None, *, cluster: Any = None) -> Any:
-    """A 1× H100 instance ordered through `instance_order` (the catalog seeded if it is not, an
-    hour of runway topped up if the balance lacks it), as ordered: queued when the fleet has no free GPU,
+    """A 1× H100 instance ordered through `instance_order` (the catalog seeded if it is not, the
+    balance topped up to the hour of runway ordering needs if it is short), as ordered: queued when the fleet has no free GPU,
     provisioning when placed (its task runs only after commit). A `status` is reached the way
     production reaches it, on the cluster the test points the platform at (`catalog`):
     "running" provisioned, "stopped" stopped after running, "failed" when its image cannot be
     pulled (pass the emulator as `cluster`; its image pull failures are cleared afterwards)."""
-    from instances.lifecycle import instance_order, instance_stop, runway_check
+    from billing.selectors import wallet_for_tenant
+    from instances.lifecycle import instance_order, instance_stop
     from instances.models import Image, Offering
-    from starverse.core.errors import InsufficientBalance
 
     _seed_catalog()
     offering = Offering.objects.get(name=CLOUD_GPU)
-    try:
-        runway_check(tenant_id=user.tenant_id, offering=offering, billing="hourly")
-    except InsufficientBalance:
-        fund(user, offering.price_per_hour_fen)
+    short = offering.price_per_hour_fen - wallet_for_tenant(user.tenant_id).total_fen
+    if short > 0:
+        fund(user, short, key=f"runway:{next(_seq)}")
     if status == "failed":
         if cluster is None:
             raise TypeError("a failed instance needs the kube emulator: pass cluster=")
@@ -134,10 +133,11 @@ OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {
 }
 
 
-def fund(user: Any, fen: int) -> None:
+def fund(user: Any, fen: int, key: str = "") -> None:
+    """Credit the wallet; the same amount again (or the same `key`) credits nothing more."""
     ledger_post(
         wallet_id=user.tenant.wallet.id,
-        key=f"topup:test:{user.id}:{fen}",
+        key=f"topup:test:{user.id}:{key or fen}",
         kind=TransactionKind.TOPUP,
         amount_fen=fen,
         description="Top-up",

@@ -11,7 +11,6 @@ import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,6 @@ from urllib.parse import urlencode
 
 import pytest
 from django.core.management import call_command
-from django.utils import timezone
 from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -27,11 +25,12 @@ from billing.calculator import PRESETS
 from datasets.services import public_dataset_upsert
 from devstack.stripe import StripeFake
 from fleet.api.views import MAX_REPORT_BYTES
-from fleet.models import Allocation, Node
+from fleet.models import Node
 from fleet.services import node_token_issue, report_ingest
 from fleet.telemetry import report_parse
-from instances.lifecycle import instance_stop
+from instances.lifecycle import instance_stop, instance_terminate
 from instances.models import Instance, Offering
+from instances.provisioning import converge
 from instances.volumes import disk_attach
 from nodeagent.fixture import open_fixture_source
 from nodeagent.report import build_report, pending_report
@@ -74,6 +73,7 @@ class Probe:
 
     def __init__(self, route: Route, operation: dict[str, Any], who: str, request: Any) -> None:
         self.route, self.operation, self.who = route, operation, who
+        self.request = request
         self.settings = request.getfixturevalue("settings")
         self.finalizers = request.addfinalizer
         self.user = make_user()
@@ -86,6 +86,15 @@ class Probe:
 
     def stranger(self) -> APIClient:
         return token_client(make_user())
+
+    def cluster(self) -> None:
+        """The platform on the session's kube emulator, the catalog seeded and the fleet synced
+        from it: for an instance that must run."""
+        self.request.getfixturevalue("catalog")
+
+    def payments(self) -> StripeFake:
+        """The platform's payments on the session's Stripe stand-in."""
+        return self.request.getfixturevalue("payments")
 
     @property
     def default(self) -> APIClient:
@@ -228,10 +237,13 @@ def _catalog() -> None:
     call_command("seed_catalog", verbosity=0)
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _closed_port(p: Probe) -> int:
+    """A port that refuses connections: bound, never listening, until the test ends (so no
+    server of another xdist worker is given it meanwhile)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    p.finalizers(sock.close)
+    return int(sock.getsockname()[1])
 
 
 def _agent_report(node: str, fixture: str = "h100_xid79.json") -> dict[str, Any]:
@@ -255,17 +267,17 @@ def _node(name: str = "gpu-h100-07") -> Node:
     )
 
 
-def _reporting_node() -> Node:
+def _reporting_node(fixture: str = "h100_xid79.json") -> Node:
     node = _node()
-    report_ingest(node=node, report=report_parse(_agent_report(node.name), node_name=node.name))
+    report = _agent_report(node.name, fixture)
+    report_ingest(node=node, report=report_parse(report, node_name=node.name))
     return node
 
 
-def _placed(user: Any, node: Node, status: str = "running") -> Instance:
-    instance = make_instance(user, status=status)
-    started = timezone.now() - timedelta(minutes=10)
-    Instance.objects.filter(pk=instance.pk).update(node=node, started_at=started)
-    Allocation.objects.create(node=node, gpu_index=0, instance=instance)
+def _placed(user: Any, node: Node) -> Instance:
+    """An instance the order placed on `node`, the fleet's only node (its task not run)."""
+    instance = make_instance(user)
+    assert (instance.status, instance.node_id) == ("provisioning", node.pk)
     return instance
 
 
@@ -372,26 +384,24 @@ def _(p: Probe) -> None:
 
 @case("billing_topups_list")
 def _(p: Probe) -> None:
+    p.payments()
     _topup(p.user)
     p.call(200)
 
 
 @case("billing_topups_create")
 def _(p: Probe) -> None:
-    p.settings.STRIPE_MAX_NETWORK_RETRIES = 0
-    p.settings.STRIPE_API_BASE = f"http://127.0.0.1:{_closed_port()}"
+    fake = p.payments()
+    p.settings.STRIPE_API_BASE = f"http://127.0.0.1:{_closed_port(p)}"
     p.call(503, body={"amount_fen": 10_000})
     p.call(400, body={"amount_fen": 1})
-    fake = StripeFake(webhook_secret="whsec_schema_walk")
-    fake.deliver_webhooks = False
-    fake.start()
-    p.finalizers(fake.stop)
     p.settings.STRIPE_API_BASE = fake.url
     p.call(201, body={"amount_fen": 10_000})
 
 
 @case("billing_topups_retrieve")
 def _(p: Probe) -> None:
+    p.payments()
     topup = _topup(p.user)
     p.call(200, params={"id": topup.id})
     p.call(404, params={"id": topup.id}, client=p.stranger())
@@ -498,6 +508,7 @@ def _(p: Probe) -> None:
 
 @case("instances_stop")
 def _(p: Probe) -> None:
+    p.cluster()
     instance = make_instance(p.user, status="running")
     p.call(202, params={"id": instance.id})
     p.call(409, params={"id": instance.id})
@@ -506,6 +517,7 @@ def _(p: Probe) -> None:
 
 @case("instances_start")
 def _(p: Probe) -> None:
+    p.cluster()
     instance = make_instance(p.user, status="stopped")
     p.call(402, params={"id": instance.id})
     fund(p.user, 100_000)
@@ -516,6 +528,7 @@ def _(p: Probe) -> None:
 
 @case("instances_events_list")
 def _(p: Probe) -> None:
+    p.cluster()
     instance = make_instance(p.user, status="running")
     instance_stop(instance_id=instance.id)
     p.call(200, params={"id": instance.id})
@@ -524,7 +537,7 @@ def _(p: Probe) -> None:
 
 @case("instances_metrics_retrieve")
 def _(p: Probe) -> None:
-    instance = _placed(p.user, _reporting_node())
+    instance = _placed(p.user, _reporting_node("h100_8x_healthy.json"))  # Xid 79 would cordon
     body = p.call(200, params={"id": instance.id}).json()
     assert body["results"][0]["samples"], "no samples: the check above validated too little"
     p.call(404, params={"id": instance.id}, client=p.stranger())
@@ -621,7 +634,8 @@ def _(p: Probe) -> None:
     nas_set_size(user=p.user, size_gb=10)
     instance = _placed(p.user, _node())
     p.call(409)
-    Allocation.objects.filter(instance=instance).delete()
+    instance_terminate(instance_id=instance.id)
+    converge.terminate(instance.id)  # it never reached the cluster: its GPUs are given back
     p.call(202)
 
 
