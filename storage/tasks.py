@@ -59,3 +59,17 @@ def refresh_nas_usage() -> None:
     if not settings.KUBECONFIG:
         return
     provisioning.nas_usage_refresh()
+
+
+def _answer_to_old_name(task: Any) -> None:
+    """A claim task queued by the release before storage had its own app carries its old name
+    (`instances.tasks.<name>`): serve that name too, by sending the task on under its own, so an
+    upgrade drops no disk. Periodic tasks need no such name: beat sends them again."""
+
+    @shared_task(name=f"instances.tasks.{task.__name__}", acks_late=True, ignore_result=True)
+    def queued_before_the_split(*args: Any) -> None:
+        task.delay(*args)
+
+
+for _claim_task in (ensure_disk, delete_disk, ensure_nas, delete_nas):
+    _answer_to_old_name(_claim_task)

@@ -356,3 +356,16 @@ def test_concurrent_orders_for_one_disk_attach_it_once(transactional_db, cluster
     disk.refresh_from_db()
     assert disk.instance_id == placed[0].id
     assert Instance.objects.count() == 1  # the refused orders left nothing behind
+
+
+def test_a_claim_task_queued_under_its_name_from_before_the_split_still_runs(renter, cluster):
+    from starverse.core.dispatch import send
+
+    _user, client = renter
+    created = client.post("/api/v1/disks", {"name": "older", "size_gb": 10}, format="json")
+    disk_id = created.json()["id"]  # its own ensure task waits for a commit that never comes
+    assert Disk.objects.get(pk=disk_id).status == "creating"
+
+    send("instances.tasks.ensure_disk", disk_id)  # as a message from the previous release
+
+    assert Disk.objects.get(pk=disk_id).status == "available"
