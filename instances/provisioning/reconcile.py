@@ -35,6 +35,7 @@ class Report:
     recreated: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    queues: list[str] = field(default_factory=list)
     events: int = 0
 
 
@@ -53,6 +54,7 @@ def reconcile(*, now: datetime | None = None) -> Report:
     pods = {(pod.namespace, pod.name): pod for pod in kube.pods_managed()}
     report.recreated = _vanished_recreate(running, pods, now=now)
     report.requeued = _lost_work_hand_out(now=now, skip=report.recreated)
+    report.queues = _queues_serve()
     report.orphans = _orphans_remove(pods)
     report.events = _mirror_warnings()
     if report.recreated or report.requeued or report.orphans:
@@ -99,6 +101,22 @@ def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
             enqueue_on_commit(TASK_FOR[S(status)], instance_id)
             requeued.append(instance_id)
     return requeued
+
+
+def _queues_serve() -> list[str]:
+    """Serve every GPU product that has orders waiting: a message that would have drained its
+    queue may have been lost (a broker down when the order committed); serving a queue that
+    cannot place anything is one query."""
+    products = sorted(
+        set(
+            Instance.objects.filter(status=S.QUEUED).values_list(
+                "offering__gpu_model__product", flat=True
+            )
+        )
+    )
+    for product in products:
+        enqueue_on_commit("instances.tasks.drain_queue", product)
+    return products
 
 
 def _orphans_remove(pods: dict[tuple[str, str], kube.ClusterPod]) -> list[str]:

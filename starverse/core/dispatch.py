@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from django.db import transaction
+from kombu.exceptions import OperationalError
 
 # The platform's Celery app itself, not celery.current_app: that one is per thread and falls
 # back to an empty default app in threads Celery did not start (a web server's workers).
@@ -46,7 +47,18 @@ def send(task: str, *args: Any, countdown: float | None = None) -> None:
         registered.apply_async(args, countdown=countdown)
 
 
+def _send_after_commit(task: str, args: tuple[Any, ...], countdown: float | None) -> None:
+    """Send, or say why not: the write that asked for the task has committed, so a broker that
+    is down must not turn the caller's answer into an error. The desired state is in the
+    database, and the loops that converge it (reconcile, the queue, the retry of Stripe
+    events) send the work again."""
+    try:
+        send(task, *args, countdown=countdown)
+    except OperationalError as error:
+        logger.error("task.unsent task=%s args=%s error=%s", task, args, error)
+
+
 def enqueue_on_commit(task: str, *args: Any, countdown: float | None = None) -> None:
     """Send `task` with `args` (ids, never rows) after the current transaction commits (at once
     outside one); a `countdown` makes the worker wait that many seconds before starting it."""
-    transaction.on_commit(functools.partial(send, task, *args, countdown=countdown))
+    transaction.on_commit(functools.partial(_send_after_commit, task, args, countdown))
