@@ -46,6 +46,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "starverse.core.csp.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "starverse.urls"

@@ -108,3 +108,13 @@
     }
   });
 })();
+
+// Attach forms (Disks page): the chosen instance decides where the form posts.
+document.addEventListener("DOMContentLoaded", function () {
+  document.querySelectorAll("[data-attach-form]").forEach(function (form) {
+    var select = form.querySelector("[data-attach-target]");
+    function sync() { form.action = select.value; }
+    select.addEventListener("change", sync);
+    sync();
+  });
+});

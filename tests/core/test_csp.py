@@ -1,0 +1,38 @@
+"""Console pages carry a Content-Security-Policy that runs no inline script; no console page
+relies on one."""
+
+import re
+
+import pytest
+
+from starverse.core.csp import POLICY
+from tests.factories import make_user
+
+PAGES = [
+    "/console/",
+    "/console/rent/",
+    "/console/instances/",
+    "/console/disks/",
+    "/console/datasets/",
+    "/billing/",
+    "/accounts/login/",
+]
+INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>")
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_console_pages_forbid_inline_scripts_and_use_none(client, db, path):
+    if path != "/accounts/login/":
+        client.force_login(make_user())
+    page = client.get(path)
+    assert page.status_code == 200
+    assert page["Content-Security-Policy"] == POLICY
+    assert (
+        "script-src 'self'" in POLICY
+        and "unsafe-inline" not in POLICY.split("script-src")[1].split(";")[0]
+    )
+    assert INLINE_SCRIPT.findall(page.content.decode()) == []
+
+
+def test_the_admin_keeps_its_own_pages_unrestricted(client, db):
+    assert "Content-Security-Policy" not in client.get("/admin/login/")
