@@ -231,7 +231,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"kv": {"format": "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "kv"}},
+    "filters": {"no_url_secrets": {"()": "starverse.access_log.RedactUrlSecrets"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "kv",
+            "filters": ["no_url_secrets"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
