@@ -40,9 +40,14 @@ def instance_metrics(
     """Per-GPU series of the instance's GPUs over the last hour of its current placement."""
     if instance.node_id is None:
         return []
-    indices = sorted(instance.allocations.values_list("gpu_index", flat=True))
+    held = list(instance.allocations.values_list("gpu_index", "created_at"))
+    if not held:
+        return []
+    indices = sorted(index for index, _at in held)
     gpus = {g.index: g for g in Gpu.objects.filter(node_id=instance.node_id, index__in=indices)}
-    since = max(timezone.now() - window, instance.started_at or timezone.now() - window)
+    # From when these GPUs became this instance's: earlier samples are another renter's work.
+    placed_at = min(at for _index, at in held)
+    since = max(timezone.now() - window, placed_at)
     samples = GpuSample.objects.filter(gpu__in=gpus.values(), at__gte=since).order_by("at")
     series: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for sample in samples.values("gpu_id", "at", "util", "mem_used_mb", "temp_c", "power_w"):
