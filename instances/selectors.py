@@ -46,7 +46,8 @@ def instance_metrics(
     indices = sorted(index for index, _at in held)
     gpus = {g.index: g for g in Gpu.objects.filter(node_id=instance.node_id, index__in=indices)}
     # From when these GPUs became this instance's: earlier samples are another renter's work.
-    placed_at = min(at for _index, at in held)
+    # Agents stamp samples in whole seconds, so the second of the placement counts.
+    placed_at = min(at for _index, at in held).replace(microsecond=0)
     since = max(timezone.now() - window, placed_at)
     samples = GpuSample.objects.filter(gpu__in=gpus.values(), at__gte=since).order_by("at")
     series: dict[int, list[dict[str, Any]]] = defaultdict(list)

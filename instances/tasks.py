@@ -8,6 +8,8 @@ from django.conf import settings
 
 from billing.notices import runway_notices_check
 from instances import lifecycle, metering, monthly
+from instances.choices import InstanceStatus
+from instances.models import Instance
 from instances.provisioning import converge, reconcile
 from instances.selectors import spend_per_hour_fen
 from starverse.core.kube import TASK_RETRY, KubeError
@@ -85,3 +87,13 @@ def renew_monthly() -> None:
 def check_runways() -> None:
     """Runway warnings at what the running instances burn now (instances.selectors)."""
     runway_notices_check(spend_per_hour_fen())
+
+
+@shared_task(**KUBE_TASK)
+def refresh_access(self: Any, tenant_id: str) -> None:
+    """A tenant's SSH keys changed: every instance of it with a pod gets its access Secret
+    rendered again."""
+    for instance_id in Instance.objects.filter(
+        tenant_id=tenant_id, status__in=(InstanceStatus.PROVISIONING, InstanceStatus.RUNNING)
+    ).values_list("id", flat=True):
+        converge.access_refresh(instance_id)

@@ -112,6 +112,21 @@ def _names_assign(instance: Instance) -> None:
     )
 
 
+def access_refresh(instance_id: str) -> bool:
+    """Render an instance's access Secret again from the keys that exist now (a key was added
+    or deleted): a running container re-reads the mounted Secret, so a deleted key stops
+    opening it within a minute and no restart is needed. Only for an instance whose objects
+    exist; a later start renders the Secret anyway. Returns whether it wrote one."""
+    instance = Instance.objects.filter(pk=instance_id).first()
+    if instance is None or not instance.k8s_name or instance.objects_created_at is None:
+        return False
+    if instance.status not in (S.PROVISIONING, S.RUNNING):
+        return False
+    secret = manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
+    kube.ensure(secret, update=True)
+    return True
+
+
 def _authorized_keys(instance: Instance) -> str:
     keys = SshKey.objects.filter(user__tenant_id=instance.tenant_id)
     if instance.ssh_key_ids:

@@ -15,12 +15,15 @@ from django.utils.translation import gettext as _
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User, normalize_email
 from starverse.accounts.sshkeys import parse_public_key
 from starverse.accounts.tokens import token_display_prefix, token_generate, token_hash
+from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput
 
 logger = logging.getLogger(__name__)
 MAX_PASSWORD_LENGTH = 128
 MAX_TOKENS_PER_USER = 50
 MAX_KEYS_PER_USER = 50
+# Renders the access Secrets of a tenant's instances again (the instances app's task).
+ACCESS_REFRESH_TASK = "instances.tasks.refresh_access"
 
 
 def _clean_email(email: str) -> str:
@@ -112,6 +115,8 @@ def ssh_key_add(*, user: User, name: str, public_key: str) -> SshKey:
                 fingerprint=parsed.fingerprint,
                 bits=parsed.bits,
             )
+            # running instances that take every key of the tenant get this one too
+            enqueue_on_commit(ACCESS_REFRESH_TASK, user.tenant_id)
     except IntegrityError:
         raise Conflict(
             _("This key is already added (%(fp)s).") % {"fp": parsed.fingerprint},
@@ -122,7 +127,12 @@ def ssh_key_add(*, user: User, name: str, public_key: str) -> SshKey:
 
 
 def ssh_key_delete(*, key: SshKey) -> None:
-    key.delete()
+    """Delete a key; the tenant's running instances stop accepting it within a minute (their
+    access Secrets are rendered again after commit)."""
+    tenant_id = key.user.tenant_id
+    with transaction.atomic():
+        key.delete()
+        enqueue_on_commit(ACCESS_REFRESH_TASK, tenant_id)
     logger.info("sshkey.deleted user=%s key=%s", key.user_id, key.pk)
 
 

@@ -537,7 +537,11 @@ def _(p: Probe) -> None:
 
 @case("instances_metrics_retrieve")
 def _(p: Probe) -> None:
-    instance = _placed(p.user, _reporting_node("h100_8x_healthy.json"))  # Xid 79 would cordon
+    node = _node()
+    instance = _placed(p.user, node)
+    # Samples from after the GPUs became the instance's (earlier ones are not its own).
+    report = _agent_report(node.name, "h100_8x_healthy.json")  # Xid 79 would cordon
+    report_ingest(node=node, report=report_parse(report, node_name=node.name))
     body = p.call(200, params={"id": instance.id}).json()
     assert body["results"][0]["samples"], "no samples: the check above validated too little"
     p.call(404, params={"id": instance.id}, client=p.stranger())

@@ -1,0 +1,51 @@
+"""SSH keys follow the console: adding or deleting one renders the access Secret of every
+running instance again, so a deleted key stops opening them without a restart."""
+
+import base64
+
+from instances.models import Instance
+from starverse.accounts.services import ssh_key_add, ssh_key_delete
+from starverse.core import kube
+from tests.factories import SSH_KEYS, make_instance, make_user
+
+
+def _authorized_keys(instance: Instance) -> str:
+    secret = kube.read("Secret", instance.k8s_namespace, f"{instance.k8s_name}-access")
+    assert secret is not None
+    if "stringData" in secret:
+        return str(secret["stringData"]["authorized_keys"])
+    return base64.b64decode(secret["data"]["authorized_keys"]).decode()
+
+
+def test_a_deleted_key_leaves_the_running_instances_secret(
+    cluster, catalog, django_capture_on_commit_callbacks
+):
+    user = make_user()
+    kept, dropped = list(SSH_KEYS.values())[:2]
+    with django_capture_on_commit_callbacks(execute=True):
+        ssh_key_add(user=user, name="kept", public_key=kept["public_key"])
+    instance = make_instance(user, status="running")
+    instance.refresh_from_db()
+    assert kept["public_key"].split()[1] in _authorized_keys(instance)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        key = ssh_key_add(user=user, name="laptop", public_key=dropped["public_key"])
+    assert dropped["public_key"].split()[1] in _authorized_keys(instance)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        ssh_key_delete(key=key)
+    keys = _authorized_keys(instance)
+    assert dropped["public_key"].split()[1] not in keys
+    assert kept["public_key"].split()[1] in keys
+
+
+def test_another_tenants_instances_are_not_touched(
+    cluster, catalog, django_capture_on_commit_callbacks
+):
+    owner, other = make_user(), make_user()
+    instance = make_instance(owner, status="running")
+    instance.refresh_from_db()
+    before = _authorized_keys(instance)
+    with django_capture_on_commit_callbacks(execute=True):
+        ssh_key_add(user=other, name="x", public_key=SSH_KEYS["k_ed"]["public_key"])
+    assert _authorized_keys(instance) == before
