@@ -1,12 +1,13 @@
 """The fleet's REST routes: the node agents' registration and reports (node tokens), and the
 staff's view of the fleet and its capacity."""
 
-import json
+import io
 from typing import Any
 
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ParseError
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,6 +24,7 @@ from fleet.api.serializers import (
 from fleet.selectors import capacity_by_model, fleet_nodes, latest_samples
 from fleet.services import node_for_token, node_register, report_ingest
 from fleet.telemetry import report_parse
+from starverse.core.api import parsers
 from starverse.core.api.pagination import Pagination
 from starverse.core.api.schema import errors
 from starverse.core.errors import InvalidInput, Unauthenticated
@@ -51,8 +53,8 @@ class NodeReportView(APIView):
         if len(request.body) > MAX_REPORT_BYTES:
             return Response({"detail": "report too large", "code": "too_large"}, status=400)
         try:
-            payload = json.loads(request.body)
-        except ValueError as error:
+            payload = parsers.load(io.BytesIO(request.body))
+        except ParseError as error:
             return Response(
                 {"detail": f"body: not JSON ({error})", "code": "invalid_report"}, status=400
             )

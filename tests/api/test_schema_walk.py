@@ -192,6 +192,9 @@ def common_probes(probe: Probe, monkeypatch: Any) -> None:
         session = APIClient(enforce_csrf_checks=True)
         session.force_login(probe.user)
         probe.call(403, client=session)
+    if 413 in declared:
+        oversized = "x" * (probe.settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
+        assert probe.call(413, raw=oversized).json()["code"] == "too_large"
     if 404 in declared and any(p["name"] == "page" for p in operation.get("parameters", [])):
         probe.call(404, query={"page": 9999})
     with throttled(monkeypatch):

@@ -3,7 +3,7 @@
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, status
@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from starverse.core.errors import ServiceError
+from starverse.core.middleware import too_large_detail
 
 
 def _flatten(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -35,6 +36,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:
             refusal["WWW-Authenticate"] = 'Bearer realm="api"'
         return refusal
+    if isinstance(exc, RequestDataTooBig):  # a body without Content-Length, read past the limit
+        return Response(
+            {"detail": too_large_detail(), "code": "too_large"},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -25,6 +25,10 @@ def envelope_schema(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# The furthest row a page may start at: a bigint OFFSET, so that an absurd `?page=` is a 404
+# rather than a number the database refuses.
+MAX_OFFSET = 2**63 - 1
+
 # django-stubs makes Paginator generic in its rows; Django's class takes no type arguments.
 if TYPE_CHECKING:
     _Paginator = DjangoPaginator[Any]
@@ -63,7 +67,7 @@ class Pagination(PageNumberPagination):
         raw = request.query_params.get(self.page_query_param) or 1
         try:
             number = int(raw)
-            if number < 1:
+            if number < 1 or (number - 1) * size > MAX_OFFSET:
                 raise InvalidPage
             total, items = fetch(size, (number - 1) * size)
             paginator = _CountedPaginator(total or 0, size)

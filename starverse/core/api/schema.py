@@ -4,7 +4,7 @@ can give, and an explicit operation id on every operation.
 The error answers every route shares follow from how its view is configured, so they are added
 here, once: 401 where the view reads credentials, 403 for staff-only views and for unsafe
 methods under session authentication (CSRF), 404 on object routes and paginated lists (an
-unknown page), 400 where there is a request body, 429 where the view is throttled. A route
+unknown page), 400 and 413 where there is a request body, 429 where the view is throttled. A route
 declares only what is special to it, with `errors(...)` in its `extend_schema` responses."""
 
 from typing import TYPE_CHECKING, Any
@@ -72,6 +72,7 @@ ERROR_DESCRIPTIONS = {
     403: "Not allowed: staff only, or a session request without its CSRF token.",
     404: "Not found (another tenant's object is not found either).",
     409: "Not possible in the current state, or a conflicting repeat.",
+    413: "The request body is over the limit (DATA_UPLOAD_MAX_MEMORY_SIZE; 2.5 MB by default).",
     429: "Too many requests: retry after the seconds in Retry-After.",
     503: "An outside service could not be reached; nothing was done.",
 }
@@ -125,7 +126,7 @@ class AutoSchema(_SpectacularAutoSchema):
         if self._is_list_view() and isinstance(self._get_paginator(), PageNumberPagination):
             codes.add(404)  # ?page= past the end
         if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
-            codes.add(400)
+            codes |= {400, 413}
         if getattr(view, "throttle_classes", None):
             codes.add(429)
         return codes
