@@ -193,8 +193,19 @@ def _insert_samples(rows: list[tuple[Any, ...]]) -> None:
 
 def report_ingest(*, node: Node, report: Report) -> int:
     """Store a report's samples, inventory and events, then apply the health rules it can
-    trigger. Returns the number of GPU samples stored."""
+    trigger. Returns the number of GPU samples stored. Metrics refused as out of range are
+    stored as null; the heartbeat is recorded all the same."""
     now = timezone.now()
+    if report.refused:
+        first = report.refused[0]
+        logger.warning(
+            "node.report_refused node=%s count=%d gpu=%s field=%s reason=%s",
+            node.name,
+            len(report.refused),
+            first["gpu"],
+            first["field"],
+            first["reason"],
+        )
     try:
         with transaction.atomic():
             ids = _gpu_ids(node, report, now)

@@ -56,8 +56,10 @@ class NodeReportView(APIView):
             return Response(
                 {"detail": f"body: not JSON ({error})", "code": "invalid_report"}, status=400
             )
-        stored = report_ingest(node=node, report=report_parse(payload, node_name=name))
-        return Response({"accepted_samples": stored}, status=status.HTTP_202_ACCEPTED)
+        report = report_parse(payload, node_name=name)
+        stored = report_ingest(node=node, report=report)
+        answer = {"accepted_samples": stored, "refused": report.refused}
+        return Response(ReportAcceptedOutput(answer).data, status=status.HTTP_202_ACCEPTED)
 
 
 def node_rows(nodes: list[Any]) -> list[dict[str, Any]]:

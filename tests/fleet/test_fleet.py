@@ -9,6 +9,7 @@ from fleet.services import (
     health_rules_ensure_defaults,
     heartbeats_check,
     node_token_issue,
+    node_transition,
     telemetry_prune,
     telemetry_rollup,
 )
@@ -105,7 +106,7 @@ def test_a_report_stores_samples_inventory_and_heartbeat(agent, node):
     response = agent(_report())
 
     assert response.status_code == 202
-    assert response.json() == {"accepted_samples": 8}
+    assert response.json() == {"accepted_samples": 8, "refused": []}
     node.refresh_from_db()
     assert (node.driver_version, node.cuda_version, node.agent_version) == (
         "550.54.15",
@@ -152,6 +153,67 @@ def test_bad_reports_are_400_naming_the_field_and_store_nothing(agent, node, mut
     assert Gpu.objects.count() == 0
     node.refresh_from_db()
     assert node.last_report_at is None
+
+
+def test_metrics_out_of_range_are_refused_one_by_one_and_the_heartbeat_is_kept(agent, node):
+    node_transition(node=node, to=NodeState.DOWN, reason="heartbeat lost", kind="heartbeat")
+    body = _report()
+    gpus = body["samples"][0]["gpus"]
+    gpus[1]["metrics"]["DCGM_FI_DEV_GPU_TEMP"] = 1e9
+    gpus[2]["metrics"]["DCGM_FI_DEV_POWER_USAGE"] = -5
+    gpus[3]["metrics"]["DCGM_FI_DEV_GPU_UTIL"] = 400
+    gpus[4]["metrics"]["DCGM_FI_DEV_FB_USED"] = 2**40
+    gpus[5]["metrics"]["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] = 2**40
+
+    response = agent(body)
+
+    assert response.status_code == 202
+    assert response.json() == {
+        "accepted_samples": 8,
+        "refused": [
+            {"gpu": 1, "field": "DCGM_FI_DEV_GPU_TEMP", "reason": "1e+09 is outside -40..150"},
+            {"gpu": 2, "field": "DCGM_FI_DEV_POWER_USAGE", "reason": "-5 is outside 0..10000"},
+            {"gpu": 3, "field": "DCGM_FI_DEV_GPU_UTIL", "reason": "400 is outside 0..100"},
+            {
+                "gpu": 4,
+                "field": "DCGM_FI_DEV_FB_USED",
+                "reason": "1.09951e+12 is outside 0..1.67772e+07",
+            },
+            {
+                "gpu": 5,
+                "field": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                "reason": "1.09951e+12 is outside 0..2.14748e+09",
+            },
+        ],
+    }
+    rows = {
+        s.gpu.index: (s.util, s.mem_used_mb, s.temp_c, s.power_w, s.ecc_dbe)
+        for s in GpuSample.objects.select_related("gpu")
+    }
+    assert rows[0] == (87, 61234, 64, 612.5, 0)
+    assert rows[1] == (87, 61234, None, 612.5, 0)
+    assert rows[2] == (87, 61234, 64, None, 0)
+    assert rows[3] == (None, 61234, 64, 612.5, 0)
+    assert rows[4] == (87, None, 64, 612.5, 0)
+    assert rows[5] == (87, 61234, 64, 612.5, None)
+    node.refresh_from_db()
+    assert node.last_report_at is not None
+    assert node.state == NodeState.READY
+
+
+def test_a_backlog_refuses_a_bad_metric_once_per_gpu(agent, node):
+    body = _report()
+    second = {"at": body["samples"][0]["at"], "gpus": body["samples"][0]["gpus"]}
+    body["samples"] = [second, second]
+    second["gpus"][0]["metrics"]["DCGM_FI_DEV_SM_CLOCK"] = -1
+
+    response = agent(body)
+
+    assert response.status_code == 202
+    assert response.json()["refused"] == [
+        {"gpu": 0, "field": "DCGM_FI_DEV_SM_CLOCK", "reason": "-1 is outside 0..10000"}
+    ]
+    assert GpuSample.objects.count() == 16
 
 
 def test_wrong_token_or_unknown_node_is_401(agent, node):
