@@ -133,7 +133,7 @@ class NodeRegisterView(APIView):
     @extend_schema(
         operation_id="nodes_register",
         request=RegisterInput,
-        responses={201: RegisteredOutput, **errors(401)},
+        responses={201: RegisteredOutput, **errors(401, 409)},
     )
     def post(self, request: Request) -> Response:
         data = RegisterInput(data=request.data)

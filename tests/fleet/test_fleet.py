@@ -420,6 +420,70 @@ def test_agents_register_with_the_bootstrap_token(api, db, settings):
     assert NodeEvent.objects.filter(node__name="gpu-new-01", kind="registered").count() == 1
 
 
+@pytest.fixture
+def bootstrap(api, settings):
+    settings.NODE_BOOTSTRAP_TOKEN = "boot-7f3a9c"
+
+    def register(name):
+        body = {
+            "name": name,
+            "bootstrap_token": "boot-7f3a9c",
+            "gpu_product": H100,
+            "gpu_count": 8,
+            "gpu_memory_mb": 81559,
+        }
+        return api.post("/api/v1/nodes/register", body, format="json")
+
+    return register
+
+
+def test_registering_a_registered_node_again_is_refused_and_its_agent_keeps_working(
+    agent, node, bootstrap
+):
+    before = Node.objects.values_list("token_hash", "token_prefix").get(pk=node.pk)
+
+    response = bootstrap(node.name)
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "node_exists"
+    assert '"New agent token" in the admin' in response.json()["detail"]
+    assert Node.objects.values_list("token_hash", "token_prefix").get(pk=node.pk) == before
+    assert Node.objects.count() == 1
+    assert agent(_report()).status_code == 202
+
+
+def test_a_node_found_in_the_cluster_registers_once(db, bootstrap):
+    Node.objects.create(
+        name="gpu-found-01", gpu_product=H100, gpu_count=8, gpu_memory_mb=81559, in_cluster=True
+    )
+
+    first = bootstrap("gpu-found-01")
+    again = bootstrap("gpu-found-01")
+
+    assert first.status_code == 201
+    assert first.json()["token"].startswith("svn_")
+    assert again.status_code == 409
+    node = Node.objects.get(name="gpu-found-01")
+    assert node.in_cluster is True
+    assert node.token_prefix == first.json()["token"][: len(node.token_prefix)]
+
+
+def test_the_bootstrap_token_is_compared_in_constant_time(db, bootstrap, monkeypatch):
+    import hmac
+
+    calls = []
+    real = hmac.compare_digest
+
+    def compare(a, b):
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", compare)
+
+    assert bootstrap("gpu-new-02").status_code == 201
+    assert calls == [(b"boot-7f3a9c", b"boot-7f3a9c")]
+
+
 def test_admin_fleet_page_shows_live_gpus(agent, node, client):
     agent(_report(util=55))
     client.force_login(make_operator())
