@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -24,10 +25,12 @@ from billing.models import (
     Wallet,
 )
 from billing.payments import (
+    STRIPE_EVENT_MAX_ATTEMPTS,
     adjustment_decide,
     adjustment_request,
     bank_transfer_post,
     refund_request,
+    stripe_events_retry,
 )
 from billing.services import transaction_reverse
 from starverse.core.errors import ServiceError
@@ -496,10 +499,35 @@ class AdjustmentRequestAdmin(ReadOnlyAdmin):
         self._decide(request, queryset, approve=False)
 
 
+class GaveUpFilter(admin.SimpleListFilter):
+    title = _("gave up")
+    parameter_name = "gave_up"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("yes", _("Yes")), ("no", _("No"))]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        gave_up = Q(processed_at__isnull=True, attempts__gte=STRIPE_EVENT_MAX_ATTEMPTS)
+        if self.value() == "yes":
+            return queryset.filter(gave_up)
+        if self.value() == "no":
+            return queryset.exclude(gave_up)
+        return queryset
+
+
 @admin.register(StripeEvent)
 class StripeEventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "type", "received_at", "processed_at", "attempts", "error"]
-    list_filter = ["type"]
+    list_display = [
+        "id",
+        "type",
+        "received_at",
+        "processed_at",
+        "attempts",
+        "gave_up",
+        "error",
+    ]
+    list_filter = [GaveUpFilter, "type"]
+    actions = ["retry"]
     search_fields = ["id"]
     readonly_fields = [
         "id",
@@ -511,3 +539,23 @@ class StripeEventAdmin(ReadOnlyAdmin):
         "attempts",
         "error",
     ]
+
+    @admin.display(description=_("Gave up"), boolean=True)
+    def gave_up(self, obj: StripeEvent) -> bool:
+        return obj.processed_at is None and obj.attempts >= STRIPE_EVENT_MAX_ATTEMPTS
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The list needs it to offer the retry action; no event is ever editable.
+        return obj is None and bool(request.user.is_staff)
+
+    @admin.action(description=_("Retry processing the selected events"))
+    def retry(self, request: HttpRequest, queryset: Any) -> None:
+        ids = list(queryset.values_list("id", flat=True))
+        try:
+            queued = stripe_events_retry(event_ids=ids, actor=request.user)
+        except ServiceError as error:
+            self.message_user(request, error.message, messages.ERROR)
+            return
+        self.message_user(
+            request, _("%(count)d unprocessed event(s) queued again.") % {"count": queued}
+        )

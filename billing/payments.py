@@ -204,13 +204,42 @@ def stripe_event_receive(*, payload: bytes, signature: str) -> tuple[StripeEvent
     return stored, True
 
 
+# Processing attempts after which the sweep stops retrying an event: it then waits in the admin
+# ("gave up") for an operator to retry it by hand.
+STRIPE_EVENT_MAX_ATTEMPTS = 8
+
+
 def stripe_event_process(*, event_id: str) -> None:
     """Apply one stored event. Safe to run any number of times, concurrently or after a crash
-    at any point: each effect is keyed or a conditional update."""
+    at any point: each effect is keyed or a conditional update. A failure is recorded on the
+    event (`error`) and raised again for the task's retry policy."""
     event = StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).first()
     if event is None:
         return
     StripeEvent.objects.filter(pk=event_id).update(attempts=F("attempts") + 1)
+    try:
+        _stripe_event_apply(event)
+    except Exception as error:
+        StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).update(
+            error=f"{type(error).__name__}: {error}"[:2000]
+        )
+        attempts = event.attempts + 1
+        log = logger.error if attempts >= STRIPE_EVENT_MAX_ATTEMPTS else logger.warning
+        log(
+            "stripe.event_failed event=%s type=%s attempts=%d gave_up=%s error=%s",
+            event_id,
+            event.type,
+            attempts,
+            attempts >= STRIPE_EVENT_MAX_ATTEMPTS,
+            type(error).__name__,
+        )
+        raise
+    StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).update(
+        processed_at=timezone.now(), error=""
+    )
+
+
+def _stripe_event_apply(event: StripeEvent) -> None:
     obj = event.payload.get("data", {}).get("object", {})
     if event.type.startswith("checkout.session."):
         session = gateway.checkout_session_retrieve(obj["id"])
@@ -220,9 +249,21 @@ def stripe_event_process(*, event_id: str) -> None:
     elif event.type == "charge.refunded":
         for item in (obj.get("refunds") or {}).get("data", []):
             _refund_apply(gateway.refund_from(item))
-    StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).update(
-        processed_at=timezone.now(), error=""
+
+
+def stripe_events_retry(*, event_ids: list[str], actor: Any) -> int:
+    """An operator's retry of unprocessed events, whatever their attempts (the cap stops only
+    the automatic sweep). Returns how many were queued."""
+    _require_staff(actor)
+    ids = list(
+        StripeEvent.objects.filter(pk__in=event_ids, processed_at__isnull=True).values_list(
+            "id", flat=True
+        )
     )
+    for event_id in ids:
+        enqueue_on_commit("billing.tasks.process_stripe_event", event_id)
+    logger.info("stripe.events_retried count=%d by=%s", len(ids), actor.pk)
+    return len(ids)
 
 
 # --- refunds ------------------------------------------------------------------------------

@@ -40,10 +40,14 @@ def send_topup_receipt(topup_id: str) -> None:
 
 @shared_task(acks_late=True, ignore_result=True)
 def retry_unprocessed_events() -> None:
-    """Events whose processing crashed or outlived its retries are picked up again."""
+    """Events whose processing crashed or outlived its retries are picked up again, until
+    they reach STRIPE_EVENT_MAX_ATTEMPTS; then they wait for an operator (the admin's "gave
+    up" filter and retry action)."""
     stale = timezone.now() - timedelta(minutes=5)
     for event_id in StripeEvent.objects.filter(
-        processed_at__isnull=True, received_at__lt=stale
+        processed_at__isnull=True,
+        received_at__lt=stale,
+        attempts__lt=payments.STRIPE_EVENT_MAX_ATTEMPTS,
     ).values_list("id", flat=True)[:100]:
         process_stripe_event.delay(event_id)
 

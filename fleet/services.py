@@ -1,6 +1,7 @@
 """Services for the fleet: node registration and tokens, state transitions (operator actions
 and health rules), report ingestion, and telemetry retention."""
 
+import hmac
 import logging
 from datetime import timedelta
 from typing import Any
@@ -51,17 +52,30 @@ def node_for_token(*, name: str, token: str) -> Node | None:
 
 
 def node_register(*, name: str, bootstrap_token: str, spec: dict[str, Any]) -> tuple[Node, str]:
-    """An agent joining with the fleet's bootstrap token gets its node (created if new) and
-    a node token of its own."""
+    """An agent joining with the fleet's bootstrap token gets its node (created if new, or one
+    the cluster sync found that has no agent yet) and a node token of its own. A node that
+    already has a token is refused: the bootstrap token must not let anyone lock a node's real
+    agent out; a new token for it is an admin action."""
     expected = settings.NODE_BOOTSTRAP_TOKEN
-    if not expected or not bootstrap_token or bootstrap_token != expected:
+    if not expected or not hmac.compare_digest(bootstrap_token.encode(), expected.encode()):
         raise InvalidInput("Unknown bootstrap token.", code="bad_bootstrap_token")
-    node, created = Node.objects.get_or_create(name=name, defaults=spec)
-    if created:
-        NodeEvent.objects.create(
-            node=node, kind=NodeEventKind.REGISTERED, message="Registered by its node agent."
-        )
-    return node, node_token_issue(node=node)
+    plaintext = token_generate(NODE_TOKEN_PREFIX)
+    issued = {"token_hash": token_hash(plaintext), "token_prefix": token_display_prefix(plaintext)}
+    with transaction.atomic():
+        node, created = Node.objects.get_or_create(name=name, defaults={**spec, **issued})
+        # The condition on token_hash makes two racing first registrations give one token.
+        if not created and not Node.objects.filter(pk=node.pk, token_hash=None).update(**issued):
+            raise Conflict(
+                f"Node {name!r} is already registered. A new agent token for it is an admin "
+                'action: the node\'s "New agent token" in the admin.',
+                code="node_exists",
+            )
+        if created:
+            NodeEvent.objects.create(
+                node=node, kind=NodeEventKind.REGISTERED, message="Registered by its node agent."
+            )
+    logger.info("node.registered node=%s created=%s", node.name, created)
+    return node, plaintext
 
 
 # --- state --------------------------------------------------------------------------------
@@ -193,8 +207,19 @@ def _insert_samples(rows: list[tuple[Any, ...]]) -> None:
 
 def report_ingest(*, node: Node, report: Report) -> int:
     """Store a report's samples, inventory and events, then apply the health rules it can
-    trigger. Returns the number of GPU samples stored."""
+    trigger. Returns the number of GPU samples stored. Metrics refused as out of range are
+    stored as null; the heartbeat is recorded all the same."""
     now = timezone.now()
+    if report.refused:
+        first = report.refused[0]
+        logger.warning(
+            "node.report_refused node=%s count=%d gpu=%s field=%s reason=%s",
+            node.name,
+            len(report.refused),
+            first["gpu"],
+            first["field"],
+            first["reason"],
+        )
     try:
         with transaction.atomic():
             ids = _gpu_ids(node, report, now)

@@ -3,7 +3,7 @@
 Validation is hand-written rather than a nested serializer because it is the fleet's hot path
 (128 nodes × 8 GPUs every 15 s); every refusal still names the field that is wrong."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +27,20 @@ STORED_METRICS = {
     "ecc_dbe": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
 }
 UNCORRECTABLE_REMAPPED = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+INT32_MAX = 2**31 - 1
+# The values a sensor can truly give, inside what each column holds (smallint, integer). A value
+# outside is a broken sensor or agent: that one field is refused, the rest of the report kept,
+# so one bad reading never costs the node its heartbeat.
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    "util": (0, 100),
+    "mem_util": (0, 100),
+    "mem_used_mb": (0, 16 * 1024 * 1024),
+    "temp_c": (-40, 150),
+    "power_w": (0, 10_000),
+    "sm_clock_mhz": (0, 10_000),
+    "ecc_dbe": (0, INT32_MAX),
+}
+REMAPPED_RANGE: tuple[float, float] = (0, INT32_MAX)
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ class GpuReading:
     uuid: str
     values: dict[str, float | int | None]
     uncorrectable: int
+    refused: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,8 @@ class Report:
     samples: list[tuple[datetime, list[GpuReading]]]
     events: list[dict[str, Any]]
     lost_gpus: list[dict[str, Any]]
+    # {gpu, field, reason} of each metric refused as out of range, once per GPU and field.
+    refused: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _fail(field: str, message: str) -> InvalidInput:
@@ -85,9 +102,15 @@ def _number(value: Any, field: str) -> float | int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         raise _fail(field, "must be a number or null")
-    if abs(value) > 1e12:
-        raise _fail(field, "is out of range")
     return value
+
+
+def _out_of_range(value: float | int | None, bounds: tuple[float, float]) -> str:
+    """Why the value is refused, or "" when it is within bounds (or null)."""
+    low, high = bounds
+    if value is None or low <= value <= high:
+        return ""
+    return f"{value:g} is outside {low:g}..{high:g}"
 
 
 def _time(value: Any, field: str, now: datetime) -> datetime:
@@ -122,6 +145,11 @@ def report_parse(payload: Any, *, node_name: str) -> Report:
         _lost_gpu(item, f"lost_gpus[{i}]")
         for i, item in enumerate(_list(body.get("lost_gpus", []), "lost_gpus", MAX_GPUS))
     ]
+    refused: dict[tuple[int, str], dict[str, Any]] = {}
+    for _at, readings in samples:
+        for reading in readings:
+            for item in reading.refused:
+                refused.setdefault((item["gpu"], item["field"]), item)
     return Report(
         node=node_name,
         agent_version=_str(body.get("agent_version", ""), "agent_version", max_length=32),
@@ -133,6 +161,7 @@ def report_parse(payload: Any, *, node_name: str) -> Report:
         samples=samples,
         events=events,
         lost_gpus=lost,
+        refused=list(refused.values()),
     )
 
 
@@ -163,21 +192,28 @@ def _sample(value: Any, field: str, now: datetime) -> tuple[datetime, list[GpuRe
 
 
 def _reading(value: Any, field: str) -> GpuReading:
-    """One GPU's stored metrics in a sample, with its count of uncorrectable remapped rows."""
+    """One GPU's stored metrics in a sample, with its count of uncorrectable remapped rows.
+    A metric out of its range is stored as null and listed in `refused`."""
     gpu = _obj(value, field)
+    index = _int(gpu.get("index"), f"{field}.index", high=MAX_GPUS - 1)
     metrics = _obj(gpu.get("metrics"), f"{field}.metrics")
-    values = {
-        column: _number(metrics.get(name), f"{field}.metrics.{name}")
-        for column, name in STORED_METRICS.items()
-    }
-    remapped = _number(
-        metrics.get(UNCORRECTABLE_REMAPPED), f"{field}.metrics.{UNCORRECTABLE_REMAPPED}"
-    )
+    refused = []
+    values: dict[str, float | int | None] = {}
+    checks = [(c, n, METRIC_RANGES[c]) for c, n in STORED_METRICS.items()]
+    for column, name, bounds in [*checks, ("", UNCORRECTABLE_REMAPPED, REMAPPED_RANGE)]:
+        number = _number(metrics.get(name), f"{field}.metrics.{name}")
+        reason = _out_of_range(number, bounds)
+        if reason:
+            refused.append({"gpu": index, "field": name, "reason": reason})
+            number = None
+        values[column] = number
+    remapped = values.pop("")
     return GpuReading(
-        index=_int(gpu.get("index"), f"{field}.index", high=MAX_GPUS - 1),
+        index=index,
         uuid=_str(gpu.get("uuid"), f"{field}.uuid", max_length=96),
         values=values,
         uncorrectable=int(remapped or 0),
+        refused=refused,
     )
 
 

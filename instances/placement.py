@@ -5,6 +5,7 @@ raced."""
 
 from collections import defaultdict
 
+from django.conf import settings
 from django.db import connection
 
 from fleet.choices import NodeState
@@ -47,7 +48,8 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
 
 
 _CAPACITY_SQL = """
-SELECT 'node', id, name, gpu_count FROM {node} WHERE state = %s AND gpu_product = %s
+SELECT 'node', id, name, gpu_count FROM {node}
+  WHERE state = %s AND gpu_product = %s AND (in_cluster OR %s)
 UNION ALL
 SELECT 'taken', a.node_id, NULL, a.gpu_index FROM {allocation} a
   JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s
@@ -59,13 +61,15 @@ SELECT 'taken', g.node_id, NULL, g."index" FROM {gpu} g
 
 def capacity(product: str) -> tuple[list[tuple[str, str, int]], dict[str, set[int]]]:
     """Ready nodes of a product, in id order, and the GPU indices taken (allocated or lost)
-    on each: one round trip."""
+    on each: one round trip. When a cluster is configured, only nodes it lists: a node that
+    registered itself but that the cluster does not run cannot host a pod."""
     sql = _CAPACITY_SQL.format(
         node=Node._meta.db_table, allocation=Allocation._meta.db_table, gpu=Gpu._meta.db_table
     )
     nodes, taken = [], defaultdict(set)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [NodeState.READY, product, product, product])
+        any_node = not settings.KUBECONFIG
+        cursor.execute(sql, [NodeState.READY, product, any_node, product, product])
         for kind, node_id, name, number in cursor.fetchall():
             if kind == "node":
                 nodes.append((node_id, name, number))

@@ -27,8 +27,9 @@
   * Times are UTC, ISO 8601, whole seconds, with `Z`.
   * `dropped_reports`: reports this agent has dropped since it started because its backlog was
     full (a counter: it only grows while the agent runs).
-  * The platform answers 202 {"accepted_samples": n}; 400 {"detail", "code"} for a bad payload;
-    401 for a wrong token or unknown node.
+  * The platform answers 202 {"accepted_samples": n, "refused": [{gpu, field, reason}]} (metrics
+    out of their range, stored as null); 400 {"detail", "code"} for a bad payload; 401 for a
+    wrong token or unknown node.
 
 Delivery: a bounded backlog (default 240 reports, 1 h at 15 s) of reports not yet delivered;
 connection errors, timeouts, 408, 429 and 5xx are retried with exponential backoff and jitter

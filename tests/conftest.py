@@ -38,6 +38,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(skip)
 
 
+# The ledger refuses TRUNCATE (billing migration 0004) unless the transaction has set this; the
+# flush that empties the database after each transactional test is the one place that does.
+LEDGER_TRUNCATE_ALLOWED = "SET LOCAL starverse.ledger_truncate = 'on'"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_may_truncate_the_ledger() -> Iterator[None]:
+    if not IS_POSTGRES:
+        yield
+        return
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    flush = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
+        # execute_sql_flush runs its statements in one transaction: SET LOCAL ends with it.
+        flush(self, [LEDGER_TRUNCATE_ALLOWED, *sql_list])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _clear_cache() -> Iterator[None]:
     from django.utils import translation

@@ -128,5 +128,15 @@ class NodeReportInput(serializers.Serializer):
     dropped_reports = serializers.IntegerField(min_value=0, required=False)
 
 
+class ReportRefusedOutput(serializers.Serializer):
+    gpu = serializers.IntegerField(help_text="The GPU's index.")
+    field = serializers.CharField(help_text="The dcgm-exporter metric name.")
+    reason = serializers.CharField()
+
+
 class ReportAcceptedOutput(serializers.Serializer):
     accepted_samples = serializers.IntegerField()
+    refused = ReportRefusedOutput(
+        many=True,
+        help_text="Metrics out of their range, stored as null; the rest of the report is kept.",
+    )

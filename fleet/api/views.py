@@ -58,8 +58,10 @@ class NodeReportView(APIView):
             return Response(
                 {"detail": f"body: not JSON ({error})", "code": "invalid_report"}, status=400
             )
-        stored = report_ingest(node=node, report=report_parse(payload, node_name=name))
-        return Response({"accepted_samples": stored}, status=status.HTTP_202_ACCEPTED)
+        report = report_parse(payload, node_name=name)
+        stored = report_ingest(node=node, report=report)
+        answer = {"accepted_samples": stored, "refused": report.refused}
+        return Response(ReportAcceptedOutput(answer).data, status=status.HTTP_202_ACCEPTED)
 
 
 def node_rows(nodes: list[Any]) -> list[dict[str, Any]]:
@@ -133,7 +135,7 @@ class NodeRegisterView(APIView):
     @extend_schema(
         operation_id="nodes_register",
         request=RegisterInput,
-        responses={201: RegisteredOutput, **errors(401)},
+        responses={201: RegisteredOutput, **errors(401, 409)},
     )
     def post(self, request: Request) -> Response:
         data = RegisterInput(data=request.data)

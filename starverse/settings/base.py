@@ -83,8 +83,12 @@ TEMPLATES = [
 ]
 
 _default_db = f"sqlite:///{VAR_DIR / 'starverse.sqlite3'}"
+# Persistent connections are checked before reuse, so a restarted database costs one retry-free
+# reconnect instead of an error on the next request.
 DATABASES = {
-    "default": dj_database_url.parse(env_str("DATABASE_URL", _default_db), conn_max_age=60)
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", _default_db), conn_max_age=60, conn_health_checks=True
+    )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
@@ -140,6 +144,7 @@ EMAIL_PORT = env_int("EMAIL_PORT", 25)
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)  # seconds: a hung SMTP server must not hang a worker
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Starverse <noreply@starverse.local>")
 
 # Celery: Redis in production; without REDIS_URL an embedded file-system broker under var/.

@@ -675,6 +675,7 @@ def _(p: Probe) -> None:
         "gpu_memory_mb": 81559,
     }
     p.call(201, body=body)
+    p.call(409, body=body)
     p.call(401, body={**body, "name": "gpu-new-02", "bootstrap_token": "a guess"})
     p.call(400, body={**body, "gpu_count": 0})
 

@@ -133,3 +133,94 @@ def test_admin_large_adjustment_waits_for_another_operator(operator_client, clie
     wallet.refresh_from_db()
     request.refresh_from_db()
     assert (request.status, wallet.cash_fen) == ("approved", 50_000)
+
+
+def _stripe_event(event_id, *, minutes_ago=10):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.models import StripeEvent
+
+    return StripeEvent.objects.create(
+        id=event_id,
+        type="checkout.session.completed",
+        payload={"id": event_id, "data": {"object": {"id": "cs_gone"}}},
+        received_at=timezone.now() - timedelta(minutes=minutes_ago),
+    )
+
+
+def _broken_gateway(monkeypatch):
+    from billing import payments
+    from billing.stripe_gateway import PermanentGatewayError
+
+    def fail(session_id):
+        raise PermanentGatewayError(f"No such checkout.session: {session_id}")
+
+    monkeypatch.setattr(payments.gateway, "checkout_session_retrieve", fail)
+
+
+def test_a_failing_stripe_event_is_retried_up_to_the_cap_then_left_for_an_operator(db, monkeypatch):
+    from billing import tasks
+    from billing.models import StripeEvent
+    from billing.payments import STRIPE_EVENT_MAX_ATTEMPTS
+    from billing.stripe_gateway import PermanentGatewayError
+
+    _broken_gateway(monkeypatch)
+    _stripe_event("evt_broken")
+    calls: list[str] = []
+    monkeypatch.setattr(tasks.process_stripe_event, "delay", calls.append)
+
+    for _ in range(STRIPE_EVENT_MAX_ATTEMPTS + 3):
+        before = len(calls)
+        tasks.retry_unprocessed_events()
+        if len(calls) > before:  # what the worker would run
+            with pytest.raises(PermanentGatewayError, match=r"No such checkout\.session"):
+                tasks.process_stripe_event.run("evt_broken")
+
+    event = StripeEvent.objects.get()
+    assert STRIPE_EVENT_MAX_ATTEMPTS == 8
+    assert calls == ["evt_broken"] * 8
+    assert (event.attempts, event.processed_at) == (8, None)
+    assert event.error == "PermanentGatewayError: No such checkout.session: cs_gone"
+
+
+def test_admin_lists_the_events_it_gave_up_on_and_retries_them(
+    operator_client, monkeypatch, django_capture_on_commit_callbacks
+):
+    from billing.models import StripeEvent
+
+    gave_up = _stripe_event("evt_gave_up")
+    StripeEvent.objects.filter(pk=gave_up.pk).update(attempts=8, error="Boom: once")
+    _stripe_event("evt_still_trying")
+    StripeEvent.objects.filter(pk="evt_still_trying").update(attempts=3)
+    processed = []
+    monkeypatch.setattr(
+        "billing.payments._stripe_event_apply", lambda event: processed.append(event.id)
+    )
+
+    listing = operator_client.get("/admin/billing/stripeevent/?gave_up=yes").content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = operator_client.post(
+            "/admin/billing/stripeevent/",
+            {"action": "retry", "_selected_action": ["evt_gave_up"]},
+            follow=True,
+        )
+
+    assert "evt_gave_up" in listing
+    assert "evt_still_trying" not in listing
+    assert "1 unprocessed event(s) queued again." in answer.content.decode()
+    assert processed == ["evt_gave_up"]
+    event = StripeEvent.objects.get(pk="evt_gave_up")
+    assert (event.attempts, event.error) == (9, "")
+    assert event.processed_at is not None
+    assert StripeEvent.objects.get(pk="evt_still_trying").processed_at is None
+
+
+def test_renters_cannot_retry_stripe_events(db):
+    from billing.payments import stripe_events_retry
+    from starverse.core.errors import InvalidInput
+
+    _stripe_event("evt_x")
+    with pytest.raises(InvalidInput):
+        stripe_events_retry(event_ids=["evt_x"], actor=make_user())

@@ -178,6 +178,26 @@ def test_raw_update_or_delete_of_ledger_rows_fails(user, statement):
     assert LedgerTransaction.objects.count() == 1
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("table", ["billing_ledgertransaction", "billing_ledgerentry"])
+def test_truncate_of_ledger_tables_fails(transactional_db, table):
+    # Committed rows: TRUNCATE in the transaction that wrote them would fail for another
+    # reason (pending deferred-constraint events). The flush after this test then shows that
+    # the suite's own TRUNCATE still works.
+    make_user()
+    before = list(LedgerEntry.objects.values_list("id", "amount_fen"))
+
+    with (
+        pytest.raises(DatabaseError, match="append-only: TRUNCATE on billing_ledger"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(f"TRUNCATE {table} CASCADE")
+
+    assert list(LedgerEntry.objects.values_list("id", "amount_fen")) == before
+    assert LedgerTransaction.objects.count() == 1
+
+
 def test_wallet_balance_cannot_go_negative_even_by_hand(user):
     with pytest.raises(DatabaseError), transaction.atomic():
         Wallet.objects.filter(tenant=user.tenant).update(promo_fen=-1)

@@ -9,6 +9,7 @@ from fleet.services import (
     health_rules_ensure_defaults,
     heartbeats_check,
     node_token_issue,
+    node_transition,
     telemetry_prune,
     telemetry_rollup,
 )
@@ -105,7 +106,7 @@ def test_a_report_stores_samples_inventory_and_heartbeat(agent, node):
     response = agent(_report())
 
     assert response.status_code == 202
-    assert response.json() == {"accepted_samples": 8}
+    assert response.json() == {"accepted_samples": 8, "refused": []}
     node.refresh_from_db()
     assert (node.driver_version, node.cuda_version, node.agent_version) == (
         "550.54.15",
@@ -152,6 +153,67 @@ def test_bad_reports_are_400_naming_the_field_and_store_nothing(agent, node, mut
     assert Gpu.objects.count() == 0
     node.refresh_from_db()
     assert node.last_report_at is None
+
+
+def test_metrics_out_of_range_are_refused_one_by_one_and_the_heartbeat_is_kept(agent, node):
+    node_transition(node=node, to=NodeState.DOWN, reason="heartbeat lost", kind="heartbeat")
+    body = _report()
+    gpus = body["samples"][0]["gpus"]
+    gpus[1]["metrics"]["DCGM_FI_DEV_GPU_TEMP"] = 1e9
+    gpus[2]["metrics"]["DCGM_FI_DEV_POWER_USAGE"] = -5
+    gpus[3]["metrics"]["DCGM_FI_DEV_GPU_UTIL"] = 400
+    gpus[4]["metrics"]["DCGM_FI_DEV_FB_USED"] = 2**40
+    gpus[5]["metrics"]["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] = 2**40
+
+    response = agent(body)
+
+    assert response.status_code == 202
+    assert response.json() == {
+        "accepted_samples": 8,
+        "refused": [
+            {"gpu": 1, "field": "DCGM_FI_DEV_GPU_TEMP", "reason": "1e+09 is outside -40..150"},
+            {"gpu": 2, "field": "DCGM_FI_DEV_POWER_USAGE", "reason": "-5 is outside 0..10000"},
+            {"gpu": 3, "field": "DCGM_FI_DEV_GPU_UTIL", "reason": "400 is outside 0..100"},
+            {
+                "gpu": 4,
+                "field": "DCGM_FI_DEV_FB_USED",
+                "reason": "1.09951e+12 is outside 0..1.67772e+07",
+            },
+            {
+                "gpu": 5,
+                "field": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                "reason": "1.09951e+12 is outside 0..2.14748e+09",
+            },
+        ],
+    }
+    rows = {
+        s.gpu.index: (s.util, s.mem_used_mb, s.temp_c, s.power_w, s.ecc_dbe)
+        for s in GpuSample.objects.select_related("gpu")
+    }
+    assert rows[0] == (87, 61234, 64, 612.5, 0)
+    assert rows[1] == (87, 61234, None, 612.5, 0)
+    assert rows[2] == (87, 61234, 64, None, 0)
+    assert rows[3] == (None, 61234, 64, 612.5, 0)
+    assert rows[4] == (87, None, 64, 612.5, 0)
+    assert rows[5] == (87, 61234, 64, 612.5, None)
+    node.refresh_from_db()
+    assert node.last_report_at is not None
+    assert node.state == NodeState.READY
+
+
+def test_a_backlog_refuses_a_bad_metric_once_per_gpu(agent, node):
+    body = _report()
+    second = {"at": body["samples"][0]["at"], "gpus": body["samples"][0]["gpus"]}
+    body["samples"] = [second, second]
+    second["gpus"][0]["metrics"]["DCGM_FI_DEV_SM_CLOCK"] = -1
+
+    response = agent(body)
+
+    assert response.status_code == 202
+    assert response.json()["refused"] == [
+        {"gpu": 0, "field": "DCGM_FI_DEV_SM_CLOCK", "reason": "-1 is outside 0..10000"}
+    ]
+    assert GpuSample.objects.count() == 16
 
 
 def test_wrong_token_or_unknown_node_is_401(agent, node):
@@ -356,6 +418,70 @@ def test_agents_register_with_the_bootstrap_token(api, db, settings):
     )
     assert report.status_code == 202
     assert NodeEvent.objects.filter(node__name="gpu-new-01", kind="registered").count() == 1
+
+
+@pytest.fixture
+def bootstrap(api, settings):
+    settings.NODE_BOOTSTRAP_TOKEN = "boot-7f3a9c"
+
+    def register(name):
+        body = {
+            "name": name,
+            "bootstrap_token": "boot-7f3a9c",
+            "gpu_product": H100,
+            "gpu_count": 8,
+            "gpu_memory_mb": 81559,
+        }
+        return api.post("/api/v1/nodes/register", body, format="json")
+
+    return register
+
+
+def test_registering_a_registered_node_again_is_refused_and_its_agent_keeps_working(
+    agent, node, bootstrap
+):
+    before = Node.objects.values_list("token_hash", "token_prefix").get(pk=node.pk)
+
+    response = bootstrap(node.name)
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "node_exists"
+    assert '"New agent token" in the admin' in response.json()["detail"]
+    assert Node.objects.values_list("token_hash", "token_prefix").get(pk=node.pk) == before
+    assert Node.objects.count() == 1
+    assert agent(_report()).status_code == 202
+
+
+def test_a_node_found_in_the_cluster_registers_once(db, bootstrap):
+    Node.objects.create(
+        name="gpu-found-01", gpu_product=H100, gpu_count=8, gpu_memory_mb=81559, in_cluster=True
+    )
+
+    first = bootstrap("gpu-found-01")
+    again = bootstrap("gpu-found-01")
+
+    assert first.status_code == 201
+    assert first.json()["token"].startswith("svn_")
+    assert again.status_code == 409
+    node = Node.objects.get(name="gpu-found-01")
+    assert node.in_cluster is True
+    assert node.token_prefix == first.json()["token"][: len(node.token_prefix)]
+
+
+def test_the_bootstrap_token_is_compared_in_constant_time(db, bootstrap, monkeypatch):
+    import hmac
+
+    calls = []
+    real = hmac.compare_digest
+
+    def compare(a, b):
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", compare)
+
+    assert bootstrap("gpu-new-02").status_code == 201
+    assert calls == [(b"boot-7f3a9c", b"boot-7f3a9c")]
 
 
 def test_admin_fleet_page_shows_live_gpus(agent, node, client):

@@ -384,3 +384,32 @@ def test_a_stopping_instance_on_a_lost_node_is_left_to_its_stop(
     assert Instance.objects.get(pk=instance.pk).status == "stopping"
     assert converge_until(converge.stop, instance.id) == "stopped"  # the pod is freed at once
     assert Allocation.objects.count() == 0
+
+
+def test_a_node_the_cluster_does_not_list_takes_no_orders(renter, catalog):
+    from fleet.models import Node
+    from instances.placement import capacity
+
+    _user, client = renter
+    h100 = catalog["h100_node"].gpu_model.product
+    rogue = Node.objects.create(
+        name="gpu-rogue-01", gpu_product=h100, gpu_count=8, gpu_memory_mb=81559
+    )
+    listed = {name for _id, name, _count in capacity(h100)[0]}
+
+    orders = [_order(client, catalog["h100_node"], catalog["image"]).json() for _ in range(3)]
+
+    assert "gpu-rogue-01" not in listed
+    assert len(listed) == 2
+    assert [o["status"] for o in orders][2] == "queued"
+    assert not Allocation.objects.filter(node=rogue).exists()
+
+
+def test_without_a_cluster_every_ready_node_is_placed_on(db, settings):
+    from fleet.models import Node
+    from instances.placement import capacity
+
+    settings.KUBECONFIG = None
+    Node.objects.create(name="gpu-solo-01", gpu_product="L4", gpu_count=1, gpu_memory_mb=24)
+
+    assert [name for _id, name, _count in capacity("L4")[0]] == ["gpu-solo-01"]
