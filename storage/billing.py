@@ -26,7 +26,7 @@ from billing.notices import mail_tenant
 from billing.services import ledger_post
 from fleet.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit, send
-from starverse.core.errors import InsufficientBalance
+from starverse.core.errors import Conflict, InsufficientBalance
 from starverse.core.money import format_fen
 from storage.choices import LIVE_DISK, DiskStatus, StorageKind
 from storage.models import Disk, SharedStorage, StorageArrears, StoragePrice
@@ -114,6 +114,67 @@ def storage_charge_new(*, tenant_id: str, kind: str, obj: Any, now: datetime | N
     except InsufficientBalance:  # the ledger decides, under its lock; we say what it means
         raise InsufficientBalance(
             _("A day of this storage costs %(fen)s and your balance is %(have)s. Top up first.")
+            % {"fen": format_fen(amount), "have": format_fen(wallet.total_fen)}
+        ) from None
+    return amount
+
+
+def _grow_key(volume: Volume, day: date) -> str:
+    return f"storage-grow:{volume.id}:{day.isoformat()}:{volume.size_gb}"
+
+
+def grow_fen(*, kind: str, old_gb: int, new_gb: int, now: datetime, price: dict[str, int]) -> int:
+    """What the added GB cost for the rest of today (days in TIME_ZONE): the day's price of the
+    difference times the share of the day that is left, in fen, rounded up."""
+    diff_fen = (new_gb - old_gb) * price.get(kind, 0)
+    if diff_fen <= 0:
+        return 0
+    local = timezone.localtime(now)
+    start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    tz = local.tzinfo
+    end = datetime.combine(start.date() + timedelta(days=1), datetime.min.time(), tzinfo=tz)
+    left, length = end - local, end - start
+    left_us = left // timedelta(microseconds=1)
+    length_us = length // timedelta(microseconds=1)
+    return -(-diff_fen * left_us // length_us)
+
+
+def storage_charge_growth(
+    *, tenant_id: str, kind: str, obj: Any, new_size_gb: int, now: datetime | None = None
+) -> int:
+    """Charge growing a volume from obj.size_gb to new_size_gb, inside the transaction that
+    grows it. Refused (409) while the tenant's storage is in arrears and (402) when the balance
+    cannot pay the rest of today's difference. If today was not billed yet, today's run bills
+    the new size for the whole day, so nothing is charged now."""
+    now = now or timezone.now()
+    wallet = Wallet.objects.select_for_update().get(tenant_id=tenant_id)
+    if open_arrears(tenant_id) is not None:
+        raise Conflict(
+            _("Your storage is in arrears: top up first to pay for it, then grow the volume."),
+            code="storage_arrears",
+        )
+    day = timezone.localdate(now)
+    if not LedgerTransaction.objects.filter(
+        idempotency_key=_key(Volume(kind, obj.id, obj.size_gb), day)
+    ).exists():
+        return 0
+    amount = grow_fen(kind=kind, old_gb=obj.size_gb, new_gb=new_size_gb, now=now, price=prices())
+    if amount <= 0:
+        return 0
+    try:
+        ledger_post(
+            wallet_id=wallet.id,
+            key=_grow_key(Volume(kind, obj.id, new_size_gb), day),
+            kind=TransactionKind.USAGE,
+            amount_fen=-amount,
+            description=DESCRIPTIONS[kind],
+        )
+    except InsufficientBalance:
+        raise InsufficientBalance(
+            _(
+                "Growing this storage costs %(fen)s for the rest of today and your balance is "
+                "%(have)s. Top up first."
+            )
             % {"fen": format_fen(amount), "have": format_fen(wallet.total_fen)}
         ) from None
     return amount

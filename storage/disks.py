@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.kube import namespace_name
-from storage.billing import storage_charge_new
+from storage.billing import storage_charge_growth, storage_charge_new
 from storage.choices import LIVE_DISK, DiskStatus, StorageKind
 from storage.manifests import cloud_disk_name
 from storage.models import Disk
@@ -90,8 +90,9 @@ def disk_create(*, user: Any, name: str, size_gb: int) -> Disk:
 
 
 def disk_resize(*, tenant_id: str, disk_id: str, size_gb: int) -> Disk:
-    """Grow a disk (claims can only grow). The file system grows online; the new size is
-    charged from the next day."""
+    """Grow a disk (claims can only grow). The file system grows online; the added GB are
+    charged at once for the rest of today (storage.billing.storage_charge_growth): refused while
+    the tenant's storage is in arrears (409) or when the balance cannot pay it (402)."""
     size_gb = _size(size_gb)
     with transaction.atomic():
         disk = disk_for_tenant(tenant_id, disk_id, lock=True)
@@ -105,6 +106,9 @@ def disk_resize(*, tenant_id: str, disk_id: str, size_gb: int) -> Disk:
             )
         if size_gb == disk.size_gb:
             return disk
+        storage_charge_growth(
+            tenant_id=tenant_id, kind=StorageKind.DISK, obj=disk, new_size_gb=size_gb
+        )
         disk.size_gb = size_gb
         disk.save(update_fields=["size_gb"])
         enqueue_on_commit("storage.tasks.ensure_disk", disk.id)

@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from fleet.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
-from storage.billing import storage_charge_new
+from storage.billing import storage_charge_growth, storage_charge_new
 from storage.choices import StorageKind
 from storage.manifests import nas_name
 from storage.models import SharedStorage
@@ -36,7 +36,9 @@ def nas_for_tenant(tenant_id: str) -> SharedStorage | None:
 
 
 def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
-    """Create the tenant's NAS with this quota, or grow it to it. (nas, created)."""
+    """Create the tenant's NAS with this quota, or grow it to it. (nas, created). Growing is
+    charged at once for the rest of today, and refused in arrears (409) or when the balance
+    cannot pay it (402); see storage.billing.storage_charge_growth."""
     size_gb = _size(size_gb)
     with transaction.atomic():
         nas = (
@@ -51,6 +53,9 @@ def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
                     code="nas_shrink",
                 )
             if size_gb > nas.size_gb:
+                storage_charge_growth(
+                    tenant_id=user.tenant_id, kind=StorageKind.NAS, obj=nas, new_size_gb=size_gb
+                )
                 nas.size_gb = size_gb
                 nas.save(update_fields=["size_gb"])
                 enqueue_on_commit("storage.tasks.ensure_nas", nas.id)

@@ -62,7 +62,7 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
     @extend_schema(
         operation_id="disks_partial_update",
         request=DiskResizeInput,
-        responses={200: DiskOutput, **errors(409)},
+        responses={200: DiskOutput, **errors(402, 409)},
     )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         """Grow the disk (claims cannot shrink)."""

@@ -37,7 +37,8 @@ from nodeagent.report import build_report, pending_report
 from nodeagent.source import iso_utc, utc_now
 from starverse.accounts.models import ApiToken
 from starverse.accounts.services import MAX_TOKENS_PER_USER
-from storage.models import Disk
+from storage.disks import disk_create
+from storage.models import Disk, StoragePrice
 from storage.nas import nas_delete, nas_set_size
 from tests.api.openapi import Route, api_routes, code_schema, problems
 from tests.factories import (
@@ -606,6 +607,10 @@ def _(p: Probe) -> None:
     p.call(404, params={"id": disk.id}, body={"size_gb": 200}, client=p.stranger())
     Disk.objects.filter(pk=disk.pk).update(status="deleting")
     p.call(409, params={"id": disk.id}, body={"size_gb": 200})
+    _catalog()
+    paid = disk_create(user=p.user, name="paid", size_gb=1)  # today is charged: growth is too
+    StoragePrice.objects.filter(kind="disk").update(price_per_gb_day_fen=10**6)
+    p.call(402, params={"id": paid.id}, body={"size_gb": 16_000})
 
 
 @case("disks_destroy")
