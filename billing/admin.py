@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -28,11 +29,11 @@ from billing.payments import (
     STRIPE_EVENT_MAX_ATTEMPTS,
     adjustment_decide,
     adjustment_request,
-    bank_transfer_post,
+    bank_transfer_request,
     refund_request,
+    reversal_request,
     stripe_events_retry,
 )
-from billing.services import transaction_reverse
 from starverse.core.errors import ServiceError
 from starverse.core.money import MoneyParseError, format_fen, parse_fen
 
@@ -128,6 +129,27 @@ def _form_page(
     return TemplateResponse(request, "admin/billing/money_form.html", context)
 
 
+# The permission each operator money view (and approving its requests) needs. Superusers hold
+# every permission; other staff need it granted (directly or through a group).
+PERMS = {
+    AdjustmentRequest.Kind.ADJUSTMENT: "billing.post_adjustment",
+    AdjustmentRequest.Kind.BANK_TRANSFER: "billing.post_bank_transfer",
+    AdjustmentRequest.Kind.REVERSAL: "billing.reverse_transaction",
+}
+REFUND_PERM = "billing.refund_topup"
+
+
+def _require_perm(request: HttpRequest, perm: str) -> None:
+    if not request.user.has_perm(perm):
+        raise PermissionDenied
+
+
+def _pending_message(item: AdjustmentRequest) -> str:
+    return _(
+        "%(amount)s is above the approval threshold: request %(id)s waits for a second operator."
+    ) % {"amount": format_fen(item.amount_fen, sign=True), "id": item.id}
+
+
 def _back(name: str, pk: str) -> HttpResponseRedirect:
     return HttpResponseRedirect(reverse(f"admin:billing_{name}_change", args=[pk]))
 
@@ -200,6 +222,7 @@ class WalletAdmin(ReadOnlyAdmin):
         ]
 
     def adjust_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        _require_perm(request, PERMS[AdjustmentRequest.Kind.ADJUSTMENT])
         wallet = get_object_or_404(Wallet, pk=pk)
 
         def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
@@ -210,15 +233,7 @@ class WalletAdmin(ReadOnlyAdmin):
                 reason=data["reason"],
             )
             if isinstance(result, AdjustmentRequest):
-                return (
-                    messages.WARNING,
-                    _(
-                        "%(amount)s is above the approval threshold: request %(id)s waits for a "
-                        "second operator."
-                    )
-                    % {"amount": format_fen(result.amount_fen, sign=True), "id": result.id},
-                    _back("wallet", wallet.pk),
-                )
+                return messages.WARNING, _pending_message(result), _back("wallet", wallet.pk)
             return messages.SUCCESS, _posted_message(result), _back("wallet", wallet.pk)
 
         return _service_form(
@@ -231,10 +246,11 @@ class WalletAdmin(ReadOnlyAdmin):
         )
 
     def bank_transfer_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        _require_perm(request, PERMS[AdjustmentRequest.Kind.BANK_TRANSFER])
         wallet = get_object_or_404(Wallet, pk=pk)
 
         def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
-            topup = bank_transfer_post(
+            topup = bank_transfer_request(
                 wallet_id=wallet.id,
                 actor=request.user,
                 amount_fen=data["amount"],
@@ -242,6 +258,8 @@ class WalletAdmin(ReadOnlyAdmin):
                 reference=data["reference"],
                 reason=data["reason"],
             )
+            if isinstance(topup, AdjustmentRequest):
+                return messages.WARNING, _pending_message(topup), _back("wallet", wallet.pk)
             posted = topup.ledger_transaction
             assert posted is not None  # bank_transfer_post links it in the same transaction
             return messages.SUCCESS, _posted_message(posted), _back("wallet", wallet.pk)
@@ -327,12 +345,19 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         ]
 
     def reverse_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        _require_perm(request, PERMS[AdjustmentRequest.Kind.REVERSAL])
         txn = get_object_or_404(LedgerTransaction, pk=pk)
 
         def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
-            reversal = transaction_reverse(
+            reversal = reversal_request(
                 transaction_id=txn.id, actor=request.user, reason=data["reason"]
             )
+            if isinstance(reversal, AdjustmentRequest):
+                return (
+                    messages.WARNING,
+                    _pending_message(reversal),
+                    _back("ledgertransaction", txn.pk),
+                )
             return (
                 messages.SUCCESS,
                 _posted_message(reversal),
@@ -423,6 +448,7 @@ class TopUpAdmin(ReadOnlyAdmin):
         ]
 
     def refund_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        _require_perm(request, REFUND_PERM)
         topup = get_object_or_404(TopUp, pk=pk)
 
         def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
@@ -455,11 +481,22 @@ class TopUpAdmin(ReadOnlyAdmin):
 
 @admin.register(AdjustmentRequest)
 class AdjustmentRequestAdmin(ReadOnlyAdmin):
-    list_display = ["id", "created_at", "wallet", "amount", "status", "requested_by", "decided_by"]
-    list_filter = ["status"]
+    list_display = [
+        "id",
+        "created_at",
+        "kind",
+        "wallet",
+        "amount",
+        "status",
+        "requested_by",
+        "decided_by",
+    ]
+    list_filter = ["status", "kind"]
     readonly_fields = [
         "id",
+        "kind",
         "wallet",
+        "payload",
         "amount_fen",
         "reason",
         "status",
@@ -481,6 +518,13 @@ class AdjustmentRequestAdmin(ReadOnlyAdmin):
 
     def _decide(self, request: HttpRequest, queryset: Any, approve: bool) -> None:
         for item in queryset.filter(status=ApprovalStatus.PENDING):
+            if not request.user.has_perm(PERMS[item.kind]):
+                self.message_user(
+                    request,
+                    f"{item.id}: {_('you lack the permission this posting needs')}",
+                    messages.ERROR,
+                )
+                continue
             try:
                 adjustment_decide(request_id=item.id, approve=approve, actor=request.user)
             except ServiceError as error:
@@ -490,11 +534,11 @@ class AdjustmentRequestAdmin(ReadOnlyAdmin):
                     request, f"{item.id}: {_('approved') if approve else _('rejected')}"
                 )
 
-    @admin.action(description=_("Approve selected adjustments (posts them)"))
+    @admin.action(description=_("Approve selected requests (posts them)"))
     def approve(self, request: HttpRequest, queryset: Any) -> None:
         self._decide(request, queryset, approve=True)
 
-    @admin.action(description=_("Reject selected adjustments"))
+    @admin.action(description=_("Reject selected requests"))
     def reject(self, request: HttpRequest, queryset: Any) -> None:
         self._decide(request, queryset, approve=False)
 

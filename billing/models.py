@@ -29,6 +29,10 @@ class Wallet(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        permissions = [
+            ("post_adjustment", "Can post operator adjustments"),
+            ("post_bank_transfer", "Can post bank transfers"),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(cash_fen__gte=0), name="wallet_cash_non_negative"),
             models.CheckConstraint(condition=Q(promo_fen__gte=0), name="wallet_promo_non_negative"),
@@ -70,6 +74,7 @@ class LedgerTransaction(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
+        permissions = [("reverse_transaction", "Can reverse ledger transactions")]
         indexes = [models.Index(fields=["wallet", "-created_at"], name="ledger_wallet_recent")]
         constraints = [
             models.CheckConstraint(
@@ -150,6 +155,7 @@ class TopUp(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [("refund_topup", "Can refund top-ups")]
         constraints = [models.CheckConstraint(condition=Q(amount_fen__gt=0), name="topup_positive")]
 
     def __str__(self) -> str:
@@ -216,10 +222,19 @@ class Refund(models.Model):
 
 
 class AdjustmentRequest(models.Model):
-    """An operator adjustment above the approval threshold, waiting for a second operator."""
+    """An operator posting above the approval threshold — an adjustment, a bank transfer or a
+    reversal (`kind`) — waiting for a second operator. `payload` holds what the kind needs
+    besides the amount: the payer and bank reference, or the transaction to reverse."""
+
+    class Kind(models.TextChoices):
+        ADJUSTMENT = "adjustment", "Adjustment"
+        BANK_TRANSFER = "bank_transfer", "Bank transfer"
+        REVERSAL = "reversal", "Reversal"
 
     id = PublicIdField(prefix="adr")
     wallet = models.ForeignKey(Wallet, on_delete=models.PROTECT, related_name="adjustment_requests")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.ADJUSTMENT)
+    payload = models.JSONField(default=dict, blank=True)
     amount_fen = models.BigIntegerField()
     reason = models.TextField()
     status = models.CharField(

@@ -10,8 +10,10 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
+from django.db.models.functions import Abs
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -429,28 +431,192 @@ def bank_transfer_post(
     return topup
 
 
-def adjustment_request(
-    *, wallet_id: str, amount_fen: int, reason: str, actor: Any
-) -> LedgerTransaction | AdjustmentRequest:
-    """Post an adjustment at once if it is within the threshold; above it, record a request
-    that a second operator must approve."""
-    _require_staff(actor)
-    reason = _require_reason(reason)
-    if abs(amount_fen) <= settings.ADJUSTMENT_APPROVAL_THRESHOLD_FEN:
-        return adjustment_post(
-            wallet_id=wallet_id, amount_fen=amount_fen, reason=reason, actor=actor
+OPERATOR_POSTING_KINDS = (
+    TransactionKind.ADJUSTMENT,
+    TransactionKind.BANK_TRANSFER,
+    TransactionKind.REVERSAL,
+)
+
+
+def operator_posted_today_fen(actor: Any) -> int:
+    """What the operator posted today (days in TIME_ZONE) by adjustments, bank transfers and
+    reversals, either sign counted as its size."""
+    local = timezone.localtime()
+    start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    total = LedgerTransaction.objects.filter(
+        created_by_id=actor.pk, kind__in=OPERATOR_POSTING_KINDS, created_at__gte=start
+    ).aggregate(total=Sum(Abs("amount_fen")))["total"]
+    return int(total or 0)
+
+
+def _check_daily_cap(actor: Any, amount_fen: int) -> None:
+    """Refuse a posting that takes the operator's postings today over ADMIN_DAILY_CAP_FEN, so
+    that one large posting cannot be split into many under the approval threshold. Holds the
+    operator's row lock until the surrounding transaction ends, so that two postings by the
+    same operator are counted one after the other."""
+    get_user_model().objects.select_for_update().filter(pk=actor.pk).first()
+    done = operator_posted_today_fen(actor)
+    cap = settings.ADMIN_DAILY_CAP_FEN
+    if done + abs(amount_fen) > cap:
+        raise InvalidInput(
+            _(
+                "You have posted %(done)s today; %(amount)s more would pass your daily cap of "
+                "%(cap)s. Ask a second operator to post it, or wait until tomorrow."
+            )
+            % {
+                "done": format_fen(done),
+                "amount": format_fen(abs(amount_fen)),
+                "cap": format_fen(cap),
+            },
+            code="daily_cap",
         )
+
+
+def _needs_approval(amount_fen: int) -> bool:
+    return abs(amount_fen) > settings.ADJUSTMENT_APPROVAL_THRESHOLD_FEN
+
+
+def _approval_request(
+    *, kind: str, wallet_id: str, amount_fen: int, reason: str, actor: Any, payload: dict[str, Any]
+) -> AdjustmentRequest:
     request = AdjustmentRequest.objects.create(
-        wallet_id=wallet_id, amount_fen=amount_fen, reason=reason, requested_by=actor
+        kind=kind,
+        wallet_id=wallet_id,
+        amount_fen=amount_fen,
+        reason=reason,
+        requested_by=actor,
+        payload=payload,
     )
     logger.info(
-        "adjustment.requested request=%s amount_fen=%d by=%s", request.id, amount_fen, actor.pk
+        "approval.requested request=%s kind=%s amount_fen=%d by=%s",
+        request.id,
+        kind,
+        amount_fen,
+        actor.pk,
     )
     return request
 
 
+def adjustment_request(
+    *, wallet_id: str, amount_fen: int, reason: str, actor: Any
+) -> LedgerTransaction | AdjustmentRequest:
+    """Post an adjustment at once if it is within the threshold (and the operator's daily cap);
+    above it, record a request that a second operator must approve."""
+    _require_staff(actor)
+    reason = _require_reason(reason)
+    if _needs_approval(amount_fen):
+        return _approval_request(
+            kind=AdjustmentRequest.Kind.ADJUSTMENT,
+            wallet_id=wallet_id,
+            amount_fen=amount_fen,
+            reason=reason,
+            actor=actor,
+            payload={},
+        )
+    with transaction.atomic():
+        _check_daily_cap(actor, amount_fen)
+        return adjustment_post(
+            wallet_id=wallet_id, amount_fen=amount_fen, reason=reason, actor=actor
+        )
+
+
+def bank_transfer_request(
+    *, wallet_id: str, amount_fen: int, payer: str, reference: str, reason: str, actor: Any
+) -> TopUp | AdjustmentRequest:
+    """Post a bank transfer at once if it is within the threshold (and the operator's daily
+    cap); above it, record a request that a second operator must approve."""
+    _require_staff(actor)
+    reason = _require_reason(reason)
+    payer, reference = payer.strip(), reference.strip()
+    if not payer or not reference:
+        raise InvalidInput(_("The payer and the bank reference are required."))
+    waiting = AdjustmentRequest.objects.filter(
+        kind=AdjustmentRequest.Kind.BANK_TRANSFER,
+        status=ApprovalStatus.PENDING,
+        payload__reference=reference,
+    )
+    if TopUp.objects.filter(bank_reference=reference).exists() or waiting.exists():
+        raise Conflict(
+            _("Bank reference %(ref)s was already posted.") % {"ref": reference}, code="duplicate"
+        )
+    if _needs_approval(amount_fen):
+        return _approval_request(
+            kind=AdjustmentRequest.Kind.BANK_TRANSFER,
+            wallet_id=wallet_id,
+            amount_fen=amount_fen,
+            reason=reason,
+            actor=actor,
+            payload={"payer": payer, "reference": reference},
+        )
+    with transaction.atomic():
+        _check_daily_cap(actor, amount_fen)
+        return bank_transfer_post(
+            wallet_id=wallet_id,
+            amount_fen=amount_fen,
+            payer=payer,
+            reference=reference,
+            reason=reason,
+            actor=actor,
+        )
+
+
+def reversal_request(
+    *, transaction_id: str, reason: str, actor: Any
+) -> LedgerTransaction | AdjustmentRequest:
+    """Reverse a transaction at once if it is within the threshold (and the operator's daily
+    cap); above it, record a request that a second operator must approve."""
+    _require_staff(actor)
+    reason = _require_reason(reason)
+    original = LedgerTransaction.objects.get(pk=transaction_id)
+    if _needs_approval(original.amount_fen):
+        if original.kind == TransactionKind.REVERSAL:
+            raise Conflict(_("A reversal cannot be reversed; post an adjustment instead."))
+        if LedgerTransaction.objects.filter(reverses=original).exists():
+            raise Conflict(_("Transaction %(id)s is already reversed.") % {"id": original.id})
+        return _approval_request(
+            kind=AdjustmentRequest.Kind.REVERSAL,
+            wallet_id=original.wallet_id,
+            amount_fen=-original.amount_fen,
+            reason=reason,
+            actor=actor,
+            payload={"transaction": original.id},
+        )
+    with transaction.atomic():
+        _check_daily_cap(actor, original.amount_fen)
+        return transaction_reverse(transaction_id=original.id, reason=reason, actor=actor)
+
+
+def _approved_posting(request: AdjustmentRequest, actor: Any) -> LedgerTransaction:
+    reason = f"{request.reason} (approved by {actor.email})"
+    if request.kind == AdjustmentRequest.Kind.BANK_TRANSFER:
+        topup = bank_transfer_post(
+            wallet_id=request.wallet_id,
+            amount_fen=request.amount_fen,
+            payer=request.payload["payer"],
+            reference=request.payload["reference"],
+            reason=reason,
+            actor=request.requested_by,
+        )
+        assert topup.ledger_transaction is not None  # linked in the same transaction
+        return topup.ledger_transaction
+    if request.kind == AdjustmentRequest.Kind.REVERSAL:
+        return transaction_reverse(
+            transaction_id=request.payload["transaction"],
+            reason=reason,
+            actor=request.requested_by,
+        )
+    return adjustment_post(
+        wallet_id=request.wallet_id,
+        amount_fen=request.amount_fen,
+        reason=reason,
+        actor=request.requested_by,
+        key=f"adj:{request.id}",
+    )
+
+
 def adjustment_decide(*, request_id: str, approve: bool, actor: Any) -> AdjustmentRequest:
-    """Approve (post) or reject a pending adjustment; the decider must be another operator."""
+    """Approve (post) or reject a pending request (an adjustment, a bank transfer or a
+    reversal); the decider must be another operator."""
     _require_staff(actor)
     with transaction.atomic():
         request = AdjustmentRequest.objects.select_for_update().get(pk=request_id)
@@ -459,13 +625,7 @@ def adjustment_decide(*, request_id: str, approve: bool, actor: Any) -> Adjustme
         if request.requested_by_id == actor.pk:
             raise InvalidInput(_("A second operator must approve an adjustment you requested."))
         if approve:
-            request.ledger_transaction = adjustment_post(
-                wallet_id=request.wallet_id,
-                amount_fen=request.amount_fen,
-                reason=f"{request.reason} (approved by {actor.email})",
-                actor=request.requested_by,
-                key=f"adj:{request.id}",
-            )
+            request.ledger_transaction = _approved_posting(request, actor)
         request.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
         request.decided_by, request.decided_at = actor, timezone.now()
         request.save(update_fields=["status", "decided_by", "decided_at", "ledger_transaction"])

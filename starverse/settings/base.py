@@ -267,6 +267,10 @@ TOPUP_PRESETS_FEN = [5_000, 10_000, 50_000, 100_000]
 TOPUP_CHECKOUT_MINUTES = 30
 # Operator adjustments larger than this (in fen, either sign) need a second operator's approval.
 ADJUSTMENT_APPROVAL_THRESHOLD_FEN = env_int("ADJUSTMENT_APPROVAL_THRESHOLD_FEN", 100_000)
+# Bank transfers and reversals above the threshold need a second operator too. What one
+# operator may post in a day by adjustments, bank transfers and reversals (either sign) without
+# one, so that a large adjustment cannot be split into many small ones.
+ADMIN_DAILY_CAP_FEN = env_int("ADMIN_DAILY_CAP_FEN", 500_000)
 
 # Fleet. KUBECONFIG points at the cluster (the local emulator's var/kubeconfig under `make run`);
 # without it the platform runs with no cluster. Agents join with NODE_BOOTSTRAP_TOKEN.

@@ -93,7 +93,9 @@ def test_renters_cannot_open_the_admin(client, user):
     assert client.get("/admin/billing/ledgertransaction/").status_code == 302
 
 
-def test_admin_bank_transfer_form_posts_once(operator_client):
+def test_admin_bank_transfer_form_posts_once(operator_client, settings):
+    # within the approval threshold and the daily cap: posted at once
+    settings.ADJUSTMENT_APPROVAL_THRESHOLD_FEN = settings.ADMIN_DAILY_CAP_FEN = 10_000_000
     wallet = Wallet.objects.get(tenant=make_user().tenant)
     url = f"/admin/billing/wallet/{wallet.id}/bank-transfer/"
     form = {"amount": "20,000.00", "payer": "清华大学", "reference": "BOC-8812", "reason": "grant"}
