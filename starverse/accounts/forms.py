@@ -1,5 +1,5 @@
 from django import forms
-from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm, SetPasswordForm
 from django.utils.translation import gettext_lazy as _
 
 
@@ -26,4 +26,13 @@ class SshKeyForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=100, required=False)
     public_key = forms.CharField(
         label=_("Public key"), max_length=16384, widget=forms.Textarea(attrs={"rows": 4})
+    )
+
+
+class ResetPasswordForm(SetPasswordForm):
+    revoke_tokens = forms.BooleanField(
+        label=_("Also revoke all my API tokens"),
+        required=False,
+        initial=True,
+        help_text=_("Recommended if someone else may know your password or a token."),
     )

@@ -1,19 +1,33 @@
 """Console pages for accounts: sign-up, log-in, API tokens and SSH keys."""
 
 from django.contrib import messages
-from django.contrib.auth import login
+from django.contrib.auth import SESSION_KEY, login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.forms import SetPasswordForm
+from django.contrib.auth.views import INTERNAL_RESET_SESSION_TOKEN
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from billing.onboarding import user_signup
-from starverse.accounts.forms import LoginForm, SignupForm, SshKeyForm, TokenForm
+from starverse.accounts.forms import (
+    LoginForm,
+    ResetPasswordForm,
+    SignupForm,
+    SshKeyForm,
+    TokenForm,
+)
 from starverse.accounts.models import ApiToken, SshKey
-from starverse.accounts.services import ssh_key_add, ssh_key_delete, token_create, token_revoke
+from starverse.accounts.services import (
+    ssh_key_add,
+    ssh_key_delete,
+    token_create,
+    token_revoke,
+    user_password_set,
+)
 from starverse.accounts.throttles import SignupThrottle
 from starverse.core.errors import ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
@@ -62,6 +76,20 @@ class PasswordResetView(auth_views.PasswordResetView):
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     template_name = "accounts/password_reset_confirm.html"
     success_url = reverse_lazy("accounts:password_reset_complete")
+    form_class = ResetPasswordForm
+
+    def form_valid(self, form: SetPasswordForm) -> HttpResponse:
+        user = user_password_set(
+            user=form.user,
+            password=form.cleaned_data["new_password1"],
+            revoke_tokens=bool(form.cleaned_data.get("revoke_tokens")),
+        )
+        if self.request.session.get(SESSION_KEY) == str(user.pk):
+            # this browser's own session was one of the user's: it ends too
+            self.request.session.flush()
+        else:
+            del self.request.session[INTERNAL_RESET_SESSION_TOKEN]
+        return HttpResponseRedirect(self.get_success_url())
 
 
 @login_required
