@@ -4,7 +4,7 @@ from django.contrib import messages
 from django.contrib.auth import SESSION_KEY, login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import SetPasswordForm
+from django.contrib.auth.forms import PasswordResetForm, SetPasswordForm
 from django.contrib.auth.views import INTERNAL_RESET_SESSION_TOKEN
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from billing.onboarding import user_signup
+from starverse.accounts import lockout
 from starverse.accounts.forms import (
     LoginForm,
     ResetPasswordForm,
@@ -65,12 +66,30 @@ class LoginView(auth_views.LoginView):
     authentication_form = LoginForm
     redirect_authenticated_user = True
 
+    def form_invalid(self, form: LoginForm) -> HttpResponse:  # type: ignore[override]
+        response = super().form_invalid(form)
+        if form.locked_out:
+            response.status_code = 429
+        return response
+
 
 class PasswordResetView(auth_views.PasswordResetView):
     template_name = "accounts/password_reset.html"
     email_template_name = "accounts/password_reset_email.txt"
     subject_template_name = "accounts/password_reset_subject.txt"
     success_url = reverse_lazy("accounts:password_reset_done")
+
+    def form_valid(self, form: PasswordResetForm) -> HttpResponse:
+        refusal = lockout.password_reset_refusal(self.request)
+        if refusal:
+            form.add_error(None, refusal)
+            response = self.form_invalid(form)
+            response.status_code = 429
+            return response
+        if not lockout.password_reset_allowed_for(form.cleaned_data["email"]):
+            # answered as if sent, so the page says nothing of whether the account exists
+            return HttpResponseRedirect(self.get_success_url())
+        return super().form_valid(form)
 
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
