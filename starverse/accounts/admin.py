@@ -4,7 +4,11 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.http import HttpRequest
 
+from starverse.accounts.forms import AdminLoginForm
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User
+
+# /admin/login/ counts failures and locks out like the console's log-in.
+admin.site.login_form = AdminLoginForm
 
 
 @admin.register(User)

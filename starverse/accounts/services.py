@@ -140,3 +140,39 @@ def login_check(*, email: str, password: str) -> User | None:
     """The user for these credentials, or None; runs the hasher either way (no timing oracle)."""
     user: Any = authenticate(email=normalize_email(email), password=password)
     return user if user is not None and user.is_active else None
+
+
+def sessions_revoke(*, user: User) -> int:
+    """Delete every stored session signed in as this user; the number deleted. (A changed
+    password already makes Django refuse them; deleting them ends them for certain.)"""
+    from django.contrib.auth import SESSION_KEY
+    from django.contrib.sessions.models import Session
+
+    stale = [
+        session.pk
+        for session in Session.objects.filter(expire_date__gt=timezone.now()).iterator()
+        if session.get_decoded().get(SESSION_KEY) == str(user.pk)
+    ]
+    Session.objects.filter(pk__in=stale).delete()
+    return len(stale)
+
+
+def user_password_set(*, user: User, password: str, revoke_tokens: bool) -> User:
+    """A new password (already validated by the form): every session of the user ends and,
+    when asked, every API token of theirs is revoked, so a leaked credential stops working."""
+    with transaction.atomic():
+        user.set_password(password)
+        user.save(update_fields=["password"])
+        revoked = 0
+        if revoke_tokens:
+            revoked = ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(
+                revoked_at=timezone.now()
+            )
+        sessions = sessions_revoke(user=user)
+    logger.info(
+        "account.password_set user=%s sessions_revoked=%s tokens_revoked=%s",
+        user.id,
+        sessions,
+        revoked,
+    )
+    return user

@@ -1,19 +1,34 @@
 """Console pages for accounts: sign-up, log-in, API tokens and SSH keys."""
 
 from django.contrib import messages
-from django.contrib.auth import login
+from django.contrib.auth import SESSION_KEY, login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.forms import PasswordResetForm, SetPasswordForm
+from django.contrib.auth.views import INTERNAL_RESET_SESSION_TOKEN
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from billing.onboarding import user_signup
-from starverse.accounts.forms import LoginForm, SignupForm, SshKeyForm, TokenForm
+from starverse.accounts import lockout
+from starverse.accounts.forms import (
+    LoginForm,
+    ResetPasswordForm,
+    SignupForm,
+    SshKeyForm,
+    TokenForm,
+)
 from starverse.accounts.models import ApiToken, SshKey
-from starverse.accounts.services import ssh_key_add, ssh_key_delete, token_create, token_revoke
+from starverse.accounts.services import (
+    ssh_key_add,
+    ssh_key_delete,
+    token_create,
+    token_revoke,
+    user_password_set,
+)
 from starverse.accounts.throttles import SignupThrottle
 from starverse.core.errors import ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
@@ -51,6 +66,12 @@ class LoginView(auth_views.LoginView):
     authentication_form = LoginForm
     redirect_authenticated_user = True
 
+    def form_invalid(self, form: LoginForm) -> HttpResponse:  # type: ignore[override]
+        response = super().form_invalid(form)
+        if form.locked_out:
+            response.status_code = 429
+        return response
+
 
 class PasswordResetView(auth_views.PasswordResetView):
     template_name = "accounts/password_reset.html"
@@ -58,10 +79,36 @@ class PasswordResetView(auth_views.PasswordResetView):
     subject_template_name = "accounts/password_reset_subject.txt"
     success_url = reverse_lazy("accounts:password_reset_done")
 
+    def form_valid(self, form: PasswordResetForm) -> HttpResponse:
+        refusal = lockout.password_reset_refusal(self.request)
+        if refusal:
+            form.add_error(None, refusal)
+            response = self.form_invalid(form)
+            response.status_code = 429
+            return response
+        if not lockout.password_reset_allowed_for(form.cleaned_data["email"]):
+            # answered as if sent, so the page says nothing of whether the account exists
+            return HttpResponseRedirect(self.get_success_url())
+        return super().form_valid(form)
+
 
 class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     template_name = "accounts/password_reset_confirm.html"
     success_url = reverse_lazy("accounts:password_reset_complete")
+    form_class = ResetPasswordForm
+
+    def form_valid(self, form: SetPasswordForm) -> HttpResponse:
+        user = user_password_set(
+            user=form.user,
+            password=form.cleaned_data["new_password1"],
+            revoke_tokens=bool(form.cleaned_data.get("revoke_tokens")),
+        )
+        if self.request.session.get(SESSION_KEY) == str(user.pk):
+            # this browser's own session was one of the user's: it ends too
+            self.request.session.flush()
+        else:
+            del self.request.session[INTERNAL_RESET_SESSION_TOKEN]
+        return HttpResponseRedirect(self.get_success_url())
 
 
 @login_required

@@ -212,6 +212,14 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
+# Console and admin log-in: failures counted per account and per client address over a window;
+# password-reset requests per address and per target e-mail over the same window.
+LOGIN_FAILURES_PER_ACCOUNT = env_int("LOGIN_FAILURES_PER_ACCOUNT", 10)
+LOGIN_FAILURES_PER_ADDRESS = env_int("LOGIN_FAILURES_PER_ADDRESS", 30)
+LOGIN_FAILURE_WINDOW_MINUTES = env_int("LOGIN_FAILURE_WINDOW_MINUTES", 15)
+PASSWORD_RESET_REQUESTS_PER_ADDRESS = env_int("PASSWORD_RESET_REQUESTS_PER_ADDRESS", 10)
+PASSWORD_RESET_REQUESTS_PER_EMAIL = env_int("PASSWORD_RESET_REQUESTS_PER_EMAIL", 3)
+
 SPECTACULAR_SETTINGS = {
     "TITLE": "Starverse API",
     "DESCRIPTION": "Rent GPU nodes and cloud-GPU instances, billed per minute in CNY.",

@@ -143,6 +143,7 @@ def test_stop_start_terminate_through_the_console(catalog, client, cluster):
     page = client.get(f"/console/instances/{instance.id}/").content.decode()
     assert f"ssh -p {instance.ssh_port} root@" in page
     assert f"?token={instance.jupyter_token}" in page
+    assert "This link is plain HTTP, not encrypted" in page  # the token travels in clear
     assert "Running: billing started." in page  # the timeline
     assert 'name="csrfmiddlewaretoken"' in page and "{{" not in page
 
