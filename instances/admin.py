@@ -15,7 +15,17 @@ from starverse.core.money import format_fen
 
 @admin.register(Offering)
 class OfferingAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "gpu_model", "gpu_count", "hourly", "monthly", "active", "sort"]
+    list_display = [
+        "name",
+        "kind",
+        "gpu_model",
+        "gpu_count",
+        "hourly",
+        "monthly",
+        "runtime_class",
+        "active",
+        "sort",
+    ]
     list_filter = ["kind", "gpu_model", "active"]
     list_editable = ["active", "sort"]
 

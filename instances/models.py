@@ -26,6 +26,9 @@ class Offering(models.Model):
     price_per_month_fen = models.BigIntegerField(null=True, blank=True)
     active = models.BooleanField(default=True)
     sort = models.PositiveSmallIntegerField(default=0)
+    # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
+    # blank = the cluster's default runtime.
+    runtime_class = models.CharField(max_length=63, blank=True, default="")
 
     class Meta:
         ordering = ["sort", "gpu_model", "gpu_count"]

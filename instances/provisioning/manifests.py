@@ -1,6 +1,7 @@
 """Kubernetes objects for an instance, as plain dicts: deterministic names from platform ids,
 the managed-by label and the starverse.io labels on everything."""
 
+import ipaddress
 from typing import Any
 
 from django.conf import settings
@@ -28,8 +29,58 @@ def labels(instance: Any) -> dict[str, str]:
     }
 
 
+METADATA_CIDR = "169.254.0.0/16"  # link-local: cloud metadata services, never for tenants
+
+# A tenant pod runs as root with sshd, so it keeps only what that needs (capabilities are
+# dropped to none, then these are added back; all are in the Pod Security "baseline" set):
+CAPABILITIES = [
+    "CHOWN",  # chown files in the image and on the tenant's disks (apt, pip, tar)
+    "DAC_OVERRIDE",  # root reads and writes files it does not own (package managers)
+    "FOWNER",  # chmod / utime on files of other owners (dpkg, tar, rsync)
+    "SETUID",  # sshd and su/sudo switch to the logging-in user
+    "SETGID",  # … and to that user's groups
+    "KILL",  # signal processes of other users in the pod (sshd sessions, jobs)
+    "NET_BIND_SERVICE",  # sshd listens on port 22
+    "SYS_CHROOT",  # sshd's privilege-separation chroot
+    "AUDIT_WRITE",  # sshd/PAM write login audit records (logins fail without it)
+]
+
+
+def egress_excluded() -> list[str]:
+    """IPv4 ranges a tenant pod's internet egress leaves out: the metadata range, the
+    cluster's pod and Service ranges, the API server and the nodes (their kubelets)."""
+    ranges = [
+        METADATA_CIDR,
+        *settings.CLUSTER_POD_CIDR,
+        *settings.CLUSTER_SERVICE_CIDR,
+        *settings.KUBE_API_CIDR,
+        *settings.CLUSTER_NODE_CIDR,
+    ]
+    seen: list[str] = []
+    for cidr in ranges:
+        network = ipaddress.ip_network(cidr, strict=False)
+        if network.version == 4 and str(network) not in seen:
+            seen.append(str(network))
+    return seen
+
+
 def network_policy(tenant_id: str) -> dict[str, Any]:
-    """Pods of a tenant talk to each other and the internet, never to other tenants."""
+    """Default-deny both ways, then: pods of a tenant talk to each other (multi-node jobs);
+    SSH and Jupyter come in only from the operator's GATEWAY_CIDR; out go DNS to kube-system
+    and the internet, never the metadata range, the cluster's pods, Services, nodes or API
+    server, so never another tenant."""
+    ports = [
+        {"port": SSH_PORT, "protocol": "TCP"},
+        {"port": JUPYTER_PORT, "protocol": "TCP"},
+    ]
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {}}]}]
+    if settings.GATEWAY_CIDR:  # none set: nothing from outside the tenant (fail closed)
+        ingress.append(
+            {
+                "from": [{"ipBlock": {"cidr": cidr}} for cidr in settings.GATEWAY_CIDR],
+                "ports": ports,
+            }
+        )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -40,15 +91,24 @@ def network_policy(tenant_id: str) -> dict[str, Any]:
         },
         "spec": {
             "podSelector": {},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {"from": [{"podSelector": {}}]},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": [
+                {"to": [{"podSelector": {}}]},
                 {
+                    "to": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                            }
+                        }
+                    ],
                     "ports": [
-                        {"port": SSH_PORT, "protocol": "TCP"},
-                        {"port": JUPYTER_PORT, "protocol": "TCP"},
-                    ]
+                        {"port": 53, "protocol": "UDP"},
+                        {"port": 53, "protocol": "TCP"},
+                    ],
                 },
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": egress_excluded()}}]},
             ],
         },
     }
@@ -108,6 +168,12 @@ def pod(
             "nodeName": node_name,
             "automountServiceAccountToken": False,
             "restartPolicy": "Always",
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            **(
+                {"runtimeClassName": instance.offering.runtime_class}
+                if instance.offering.runtime_class
+                else {}
+            ),
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
@@ -123,6 +189,7 @@ def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict
         "nvidia.com/gpu": str(offering.gpu_count),
         "cpu": str(offering.cpu_cores),
         "memory": f"{offering.memory_gb}Gi",
+        "ephemeral-storage": f"{settings.INSTANCE_EPHEMERAL_STORAGE_GB}Gi",
     }
     return {
         "name": "main",
@@ -139,6 +206,12 @@ def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict
             },
         ],
         "resources": {"limits": resources, "requests": dict(resources)},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES)},
+        },
         "volumeMounts": [
             {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - in the pod
             {"name": "disk", "mountPath": "/root/data"},

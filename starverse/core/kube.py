@@ -61,9 +61,37 @@ def namespace(tenant_id: str) -> dict[str, Any]:
         "kind": "Namespace",
         "metadata": {
             "name": namespace_name(tenant_id),
-            "labels": {**MANAGED, "starverse.io/tenant": tenant_label(tenant_id)},
+            "labels": {
+                **MANAGED,
+                "starverse.io/tenant": tenant_label(tenant_id),
+                # Pod Security Admission: a tenant pod runs as root with a few added
+                # capabilities (sshd), which "restricted" refuses, so "baseline" is enforced
+                # (no privileged, host namespaces or ports, no capabilities beyond the
+                # baseline set) and "restricted" is warned and audited.
+                "pod-security.kubernetes.io/enforce": pod_security_enforce_level(),
+                "pod-security.kubernetes.io/enforce-version": "latest",
+                "pod-security.kubernetes.io/warn": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+            },
         },
     }
+
+
+def pod_security_enforce_level() -> str:
+    """ "baseline", unless the public pool is a hostPath volume (which baseline forbids): then
+    "privileged", with restricted still warned and audited; use an nfs:// or pvc:// pool."""
+    source = settings.PUBLIC_POOL_SOURCE
+    return "baseline" if source.startswith(("nfs://", "pvc://")) else "privileged"
+
+
+def _ours(wanted: dict[str, str], have: dict[str, str]) -> bool:
+    """Whether an object is ours: its identity labels (managed-by, starverse.io/*) match; other
+    labels (Pod Security levels) may lag behind on objects made by an older release."""
+    return all(
+        have.get(key) == value
+        for key, value in wanted.items()
+        if key in MANAGED or key.startswith("starverse.io/")
+    )
 
 
 @dataclass(frozen=True)
@@ -225,7 +253,7 @@ def ensure(manifest: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
     existing = _plain(_guard(f"{kind}.read", lambda: read(namespace, name)))
     wanted = meta.get("labels", {})
     have = existing.get("metadata", {}).get("labels") or {}
-    if any(have.get(key) != value for key, value in wanted.items()):
+    if not _ours(wanted, have):
         raise PermanentKubeError(f"{kind} {name} exists and is not ours")
     if not update:
         return existing

@@ -1,8 +1,10 @@
 """Settings shared by every deployment. Outside values come only through starverse.env."""
 
+import ipaddress
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from starverse.env import env_bool, env_int, env_list, env_optional, env_str
@@ -299,4 +301,34 @@ PUBLIC_POOL_SOURCE = env_str("PUBLIC_POOL_SOURCE", "hostpath:///srv/starverse/pu
 # Where users reach their instances' SSH and Jupyter node ports.
 SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
 PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
+# Tenant pods. Each gets this much node-local scratch (image layers, logs, /tmp) as its
+# ephemeral-storage request and limit; the kubelet evicts a pod that writes more.
+INSTANCE_EPHEMERAL_STORAGE_GB = env_int("INSTANCE_EPHEMERAL_STORAGE_GB", 50)
+# What tenant pods may not reach (their NetworkPolicy's egress `except`): the cluster's pod and
+# Service ranges, the API server's address(es) and the nodes' own addresses (the kubelet). The
+# link-local metadata range 169.254.0.0/16 is always excluded.
+CLUSTER_POD_CIDR = env_list("CLUSTER_POD_CIDR", ["10.244.0.0/16"])
+CLUSTER_SERVICE_CIDR = env_list("CLUSTER_SERVICE_CIDR", ["10.96.0.0/12"])
+KUBE_API_CIDR = env_list("KUBE_API_CIDR", [])
+CLUSTER_NODE_CIDR = env_list("CLUSTER_NODE_CIDR", [])
+# Where SSH (22) and Jupyter (8888) may come from: the SSH gateway / the nodes that forward the
+# NodePorts. Defaults to CLUSTER_NODE_CIDR; empty = nobody (production refuses to start).
+# A whole address space (0.0.0.0/0, ::/0) is refused everywhere.
+GATEWAY_CIDR = env_list("GATEWAY_CIDR", CLUSTER_NODE_CIDR)
+for _name, _cidrs in (
+    ("CLUSTER_POD_CIDR", CLUSTER_POD_CIDR),
+    ("CLUSTER_SERVICE_CIDR", CLUSTER_SERVICE_CIDR),
+    ("KUBE_API_CIDR", KUBE_API_CIDR),
+    ("CLUSTER_NODE_CIDR", CLUSTER_NODE_CIDR),
+    ("GATEWAY_CIDR", GATEWAY_CIDR),
+):
+    for _cidr in _cidrs:
+        try:
+            _network = ipaddress.ip_network(_cidr)
+        except ValueError:
+            raise ImproperlyConfigured(f"{_name} must list CIDRs, got {_cidr!r}.") from None
+        if _name == "GATEWAY_CIDR" and _network.prefixlen == 0:
+            raise ImproperlyConfigured(
+                "GATEWAY_CIDR must not be a whole address space: name the gateway's range."
+            )
 PROVISIONING_POLL_S = 1

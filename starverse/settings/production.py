@@ -18,6 +18,11 @@ env_str("STRIPE_WEBHOOK_SECRET")
 if STRIPE_DEMO or STRIPE_WEBHOOK_SECRETS == ["whsec_starverse_demo"]:  # noqa: F405
     raise ImproperlyConfigured("Production needs real STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET.")
 
+if not GATEWAY_CIDR:  # noqa: F405
+    raise ImproperlyConfigured(
+        "Set GATEWAY_CIDR (or CLUSTER_NODE_CIDR): where tenant SSH and Jupyter come from."
+    )
+
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
