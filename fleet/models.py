@@ -46,6 +46,12 @@ class Node(models.Model):
     cpu_cores = models.PositiveIntegerField(default=0)
     memory_gb = models.PositiveIntegerField(default=0)
     local_nvme_gb = models.PositiveIntegerField(default=0)
+    # The Node's status.allocatable as the cluster last reported it (capacity less the kubelet's
+    # reservations): what placement fits pods into. Null where never reported (no limit known).
+    allocatable_cpu_m = models.PositiveIntegerField(null=True, blank=True)
+    allocatable_memory_mib = models.PositiveBigIntegerField(null=True, blank=True)
+    allocatable_ephemeral_mib = models.PositiveBigIntegerField(null=True, blank=True)
+    allocatable_pods = models.PositiveIntegerField(null=True, blank=True)
     rack = models.CharField(max_length=64, blank=True)
     switch = models.CharField(max_length=64, blank=True)
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.READY)

@@ -399,6 +399,10 @@ def nodes_sync_from_cluster() -> int:
             "nvlink_bandwidth_gbps": _INTERCONNECT_BANDWIDTH.get(interconnect),
             "cpu_cores": item.cpu_cores,
             "memory_gb": item.memory_gb,
+            "allocatable_cpu_m": item.allocatable_cpu_m,
+            "allocatable_memory_mib": item.allocatable_memory_mib,
+            "allocatable_ephemeral_mib": item.allocatable_ephemeral_mib,
+            "allocatable_pods": item.allocatable_pods,
             "labels": labels,
             "in_cluster": True,
         }

@@ -3,18 +3,41 @@ timeline, with stop and terminate as actions."""
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from instances.lifecycle import instance_stop, instance_terminate
 from instances.models import Image, Instance, InstanceEvent, Offering
+from instances.placement import misfit
 from starverse.core.errors import ServiceError
 from starverse.core.money import format_fen
 
 
+class OfferingForm(forms.ModelForm):
+    """Refuses an offering no node of its GPU model could ever run (by GPUs and the node's
+    allocatable CPU, memory, local storage and pod slots): it would only ever queue or fail."""
+
+    class Meta:
+        model = Offering
+        fields = "__all__"  # noqa: DJ007 - the admin edits every field
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        fields = ("gpu_model", "gpu_count", "cpu_cores", "memory_gb", "local_disk_gb", "kind")
+        if self.errors or any(cleaned.get(f) is None for f in fields):
+            return cleaned
+        candidate = Offering(**{f: cleaned[f] for f in fields})
+        reason = misfit(candidate)
+        if reason:
+            raise forms.ValidationError(reason, code="fits_no_node")
+        return cleaned
+
+
 @admin.register(Offering)
 class OfferingAdmin(admin.ModelAdmin):
+    form = OfferingForm
     list_display = [
         "name",
         "kind",

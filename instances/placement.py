@@ -4,6 +4,7 @@ caller's transaction, serialised per GPU model by one row lock, and the unique
 raced."""
 
 from collections import defaultdict
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
@@ -14,13 +15,109 @@ from instances.choices import OfferingKind
 from instances.models import Instance, Offering
 
 
+class Room(NamedTuple):
+    """What a node still has for pods, by its allocatable less what is placed on it: CPU in
+    millicores, memory and ephemeral storage in MiB, pod slots. None: no limit known (the
+    node's allocatable was never reported)."""
+
+    cpu_m: int | None
+    memory_mib: int | None
+    ephemeral_mib: int | None
+    pods: int | None
+
+
+class Need(NamedTuple):
+    """What one instance asks of a node, in Room's units."""
+
+    cpu_m: int
+    memory_mib: int
+    ephemeral_mib: int
+    pods: int
+
+
+def needs(offering: Offering) -> Need:
+    """What one instance of an offering asks of a node: its pod's CPU and memory requests, its
+    local disk on the node's storage, one pod slot."""
+    return Need(
+        cpu_m=offering.cpu_cores * 1000,
+        memory_mib=offering.memory_gb * 1024,
+        ephemeral_mib=offering.local_disk_gb * 1024,
+        pods=1,
+    )
+
+
+def times(room: Room, need: Need) -> int | None:
+    """How many times `need` fits in `room` by CPU, memory, storage and pods (None: no limit)."""
+    counts = [
+        have // want if want > 0 else None
+        for have, want in zip(room, need, strict=True)
+        if have is not None
+    ]
+    limited = [c for c in counts if c is not None]
+    return max(min(limited), 0) if limited else None
+
+
+def shortfall(room: Room, need: Need) -> list[tuple[str, int]]:
+    """The resources `need` exceeds `room` by, as (field, amount) pairs."""
+    return [
+        (field, want - have)
+        for field, have, want in zip(Room._fields, room, need, strict=True)
+        if have is not None and want > have
+    ]
+
+
+_UNITS = {
+    "cpu_m": ("CPU cores", 1000),
+    "memory_mib": ("GiB of memory", 1024),
+    "ephemeral_mib": ("GiB of local storage", 1024),
+    "pods": ("pod slots", 1),
+}
+
+
+def misfit(offering: Offering) -> str | None:
+    """Why an offering fits on no node of its GPU model even when the node is empty (by GPUs
+    and the node's allocatable), or None when one node fits it or no node of the model is
+    known yet. Says which resource is short and by how much, on the node closest to fitting."""
+    nodes = list(Node.objects.filter(gpu_product=offering.gpu_model.product).order_by("name"))
+    if not nodes:
+        return None
+    want = needs(offering)
+    reasons = []
+    for node in nodes:
+        short = []
+        if node.gpu_count < offering.gpu_count:
+            short.append(f"{offering.gpu_count - node.gpu_count} GPUs")
+        elif offering.kind == OfferingKind.BARE_METAL and node.gpu_count != offering.gpu_count:
+            short.append(f"a whole node of {offering.gpu_count} GPUs (it has {node.gpu_count})")
+        room = Room(
+            node.allocatable_cpu_m,
+            node.allocatable_memory_mib,
+            node.allocatable_ephemeral_mib,
+            node.allocatable_pods,
+        )
+        for field, amount in shortfall(room, want):
+            label, unit = _UNITS[field]
+            have = getattr(room, field)
+            short.append(
+                f"{amount / unit:g} {label} (needs {getattr(want, field) / unit:g}, "
+                f"allocatable {have / unit:g})"
+            )
+        if not short:
+            return None
+        reasons.append((len(short), node.name, short))
+    _count, name, short = min(reasons)
+    return f"Fits on no {offering.gpu_model} node: {name} is short of " + "; ".join(short) + "."
+
+
 def choose(offering: Offering) -> tuple[Node, list[int]] | None:
-    """The node and GPU indices an instance of this offering gets now, or None. Whole-node
-    offerings go only to fully free nodes; GPU offerings best-fit (the fullest node that still
-    fits), so whole nodes stay free for whole-node rentals. Must run inside
-    transaction.atomic(): it takes the GPU model's lock, which serialises placements of that
-    model while other models place in parallel; allocate() must follow in the same transaction.
-    Reads plain tuples: this is the hot path of every order."""
+    """The node and GPU indices an instance of this offering gets now, or None. A node fits when
+    it has the GPUs free and, by its allocatable less what is already placed on it, the CPU,
+    memory, ephemeral storage and pod slot the instance's pod asks for, so the kubelet admits
+    what the database placed. Whole-node offerings go only to fully free nodes; GPU offerings
+    best-fit (the fullest node that still fits), so whole nodes stay free for whole-node
+    rentals. Must run inside transaction.atomic(): it takes the GPU model's lock, which
+    serialises placements of that model while other models place in parallel; allocate() must
+    follow in the same transaction. Reads plain tuples: this is the hot path of every order."""
     # SQLite has no row locks (its IMMEDIATE transactions already serialise writers).
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     with connection.cursor() as cursor:
@@ -29,8 +126,9 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
             [offering.gpu_model_id],
         )
     product = offering.gpu_model.product
-    nodes, taken = capacity(product)
+    nodes, taken, rooms = capacity(product)
     need = offering.gpu_count
+    want = needs(offering)
     best = None
     for node_id, name, count in nodes:
         free = count - len(taken[node_id])
@@ -38,6 +136,7 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
             fits = count == need and free == count
         else:
             fits = free >= need
+        fits = fits and times(rooms[node_id], want) != 0
         if fits and (best is None or free < best[3]):
             best = (node_id, name, count, free)
     if best is None:
@@ -48,35 +147,71 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
 
 
 _CAPACITY_SQL = """
-SELECT 'node', id, name, gpu_count FROM {node}
+SELECT 'node', id, name, gpu_count, allocatable_cpu_m, allocatable_memory_mib,
+       allocatable_ephemeral_mib, allocatable_pods FROM {node}
   WHERE state = %s AND gpu_product = %s AND (in_cluster OR %s)
 UNION ALL
-SELECT 'taken', a.node_id, NULL, a.gpu_index FROM {allocation} a
+SELECT 'taken', a.node_id, NULL, a.gpu_index, NULL, NULL, NULL, NULL FROM {allocation} a
   JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s
 UNION ALL
-SELECT 'taken', g.node_id, NULL, g."index" FROM {gpu} g
+SELECT 'taken', g.node_id, NULL, g."index", NULL, NULL, NULL, NULL FROM {gpu} g
   JOIN {node} n ON n.id = g.node_id WHERE n.gpu_product = %s AND g.lost_at IS NOT NULL
+UNION ALL
+SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb, o.local_disk_gb, NULL
+  FROM (SELECT DISTINCT a.node_id, a.instance_id FROM {allocation} a
+          JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s) held
+  JOIN {instance} i ON i.id = held.instance_id
+  JOIN {offering} o ON o.id = i.offering_id
 """
 
 
-def capacity(product: str) -> tuple[list[tuple[str, str, int]], dict[str, set[int]]]:
-    """Ready nodes of a product, in id order, and the GPU indices taken (allocated or lost)
-    on each: one round trip. When a cluster is configured, only nodes it lists: a node that
+def capacity(
+    product: str,
+) -> tuple[list[tuple[str, str, int]], dict[str, set[int]], dict[str, Room]]:
+    """Ready nodes of a product, in id order, the GPU indices taken (allocated or lost) on
+    each, and the room each has left by its allocatable less the pods of the instances holding
+    its GPUs: one round trip. When a cluster is configured, only nodes it lists: a node that
     registered itself but that the cluster does not run cannot host a pod."""
     sql = _CAPACITY_SQL.format(
-        node=Node._meta.db_table, allocation=Allocation._meta.db_table, gpu=Gpu._meta.db_table
+        node=Node._meta.db_table,
+        allocation=Allocation._meta.db_table,
+        gpu=Gpu._meta.db_table,
+        instance=Instance._meta.db_table,
+        offering=Offering._meta.db_table,
     )
     nodes, taken = [], defaultdict(set)
+    allocatable: dict[str, Room] = {}
+    used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     with connection.cursor() as cursor:
         any_node = not settings.KUBECONFIG
-        cursor.execute(sql, [NodeState.READY, product, any_node, product, product])
-        for kind, node_id, name, number in cursor.fetchall():
+        cursor.execute(sql, [NodeState.READY, product, any_node, product, product, product])
+        for kind, node_id, name, number, cpu, memory, storage, pods in cursor.fetchall():
             if kind == "node":
                 nodes.append((node_id, name, number))
-            else:
+                allocatable[node_id] = Room(cpu, memory, storage, pods)
+            elif kind == "taken":
                 taken[node_id].add(number)
+            else:
+                held = used[node_id]
+                held[0] += cpu * 1000
+                held[1] += memory * 1024
+                held[2] += storage * 1024
+                held[3] += 1
     nodes.sort()
-    return nodes, taken
+    rooms = {
+        node_id: Room(
+            *(
+                None if have is None else have - spent
+                for have, spent in zip(room, used[node_id], strict=True)
+            )
+        )
+        for node_id, room in allocatable.items()
+    }
+    return nodes, taken, rooms
+
+
+def _less(room: Room, spent: list[int]) -> Room:
+    return Room(*(None if have is None else have - s for have, s in zip(room, spent, strict=True)))
 
 
 def allocate(instance: Instance, node: Node, indices: list[int]) -> None:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from fleet.models import Gpu, GpuSample
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from instances.models import Instance, Offering
-from instances.placement import capacity
+from instances.placement import capacity, needs, times
 from starverse.core.db import raw_datetime
 
 
@@ -23,14 +23,19 @@ def availability(offerings: list[Offering]) -> dict[str, int]:
     }
     result = {}
     for offering in offerings:
-        nodes, taken = per_product[offering.gpu_model.product]
-        free = [(count, count - len(taken[node_id])) for node_id, _name, count in nodes]
-        if offering.kind == OfferingKind.BARE_METAL:
-            result[offering.id] = sum(
-                1 for count, left in free if count == offering.gpu_count and left == count
-            )
-        else:
-            result[offering.id] = sum(left // offering.gpu_count for _count, left in free)
+        nodes, taken, rooms = per_product[offering.gpu_model.product]
+        want = needs(offering)
+        total = 0
+        for node_id, _name, count in nodes:
+            left = count - len(taken[node_id])
+            by_room = times(rooms[node_id], want)
+            if offering.kind == OfferingKind.BARE_METAL:
+                fits = count == offering.gpu_count and left == count and by_room != 0
+                total += 1 if fits else 0
+            else:
+                by_gpus = left // offering.gpu_count
+                total += by_gpus if by_room is None else min(by_gpus, by_room)
+        result[offering.id] = total
     return result
 
 

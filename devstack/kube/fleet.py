@@ -6,12 +6,17 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from .defaults import now_iso
+from .quantity import format_quantity, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+# What a real kubelet keeps back from pods (kube-reserved + system-reserved + the hard eviction
+# threshold): allocatable is capacity less these, so an exact fit by capacity is refused.
+RESERVED = {"cpu": "2", "memory": "16Gi", "ephemeral-storage": "100Gi"}
 
 
 def _default_taints() -> list[dict[str, str]]:
@@ -48,14 +53,15 @@ class Profile:
     memory: str
     instance_type: str
     interconnect: str
+    ephemeral_storage: str = "3500Gi"
 
 
 PROFILES: dict[str, Profile] = {
     "h100": Profile(
-        "NVIDIA-H100-80GB-HBM3", 8, 81559, "192", "2048Gi", "gpu-8x-h100-80gb", "nvlink"
+        "NVIDIA-H100-80GB-HBM3", 8, 81559, "192", "2048Gi", "gpu-8x-h100-80gb", "nvlink", "15Ti"
     ),
     "a100": Profile(
-        "NVIDIA-A100-SXM4-80GB", 8, 81920, "128", "1024Gi", "gpu-8x-a100-80gb", "nvlink"
+        "NVIDIA-A100-SXM4-80GB", 8, 81920, "128", "1024Gi", "gpu-8x-a100-80gb", "nvlink", "7Ti"
     ),
     "rtx4090": Profile(
         "NVIDIA-GeForce-RTX-4090", 8, 24564, "64", "512Gi", "gpu-8x-rtx4090-24gb", "pcie"
@@ -97,6 +103,7 @@ def build_fleet(fleet: dict[str, int] | None = None) -> list[NodeSpec]:
                     memory=profile.memory,
                     instance_type=profile.instance_type,
                     interconnect=profile.interconnect,
+                    ephemeral_storage=profile.ephemeral_storage,
                 )
             )
     return specs
@@ -132,7 +139,7 @@ def node_object(spec: NodeSpec, index: int, kubelet_version: str) -> dict[str, A
         "spec": node_spec,
         "status": {
             "capacity": dict(resources),
-            "allocatable": dict(resources),
+            "allocatable": allocatable_of(resources),
             "conditions": _healthy_conditions(now),
             "addresses": [
                 {"type": "InternalIP", "address": address},
@@ -188,6 +195,16 @@ def _labels_and_resources(spec: NodeSpec) -> tuple[dict[str, str], dict[str, str
         resources[GPU_RESOURCE] = str(spec.gpu_count)
     labels.update(spec.labels)
     return labels, resources
+
+
+def allocatable_of(capacity: dict[str, str]) -> dict[str, str]:
+    """Capacity less the kubelet's reservations, as a real kubelet reports it."""
+    allocatable = dict(capacity)
+    for resource, reserved in RESERVED.items():
+        if resource in capacity:
+            left = max(parse_quantity(capacity[resource]) - parse_quantity(reserved), Fraction(0))
+            allocatable[resource] = format_quantity(left, resource)
+    return allocatable
 
 
 def _healthy_conditions(now: str) -> list[dict[str, str]]:

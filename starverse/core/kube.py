@@ -5,6 +5,7 @@ PermanentKubeError (everything else), so tasks know whether trying again can hel
 import json
 import logging
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from functools import cache
 from typing import Any
 
@@ -103,6 +104,11 @@ class ClusterNode:
     memory_gb: int
     unschedulable: bool
     ready: bool
+    # status.allocatable: what the kubelet admits pods against (None where not reported)
+    allocatable_cpu_m: int | None = None
+    allocatable_memory_mib: int | None = None
+    allocatable_ephemeral_mib: int | None = None
+    allocatable_pods: int | None = None
 
 
 @cache
@@ -148,11 +154,56 @@ def _quantity_gb(value: str) -> int:
     return int(value) // 2**30 if value.isdigit() else 0
 
 
+_SUFFIXES = {
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+}
+
+
+def quantity(value: Any) -> Decimal | None:
+    """A Kubernetes resource quantity ("190", "500m", "2032Gi", "1e3") as a number, or None."""
+    text = str(value).strip() if value is not None else ""
+    if not text:
+        return None
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix):
+            try:
+                return Decimal(text[: -len(suffix)]) * _SUFFIXES[suffix]
+            except InvalidOperation:
+                return None
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        return None
+
+
+def _scaled(value: Any, unit: int, *, milli: bool = False) -> int | None:
+    """A quantity in whole units (rounded down), or in thousandths with milli."""
+    number = quantity(value)
+    if number is None:
+        return None
+    return max(int(number * 1000) if milli else int(number // unit), 0)
+
+
 def nodes_list() -> list[ClusterNode]:
     items = _call("nodes.list", core().list_node).items
     result = []
     for item in items:
         capacity = item.status.capacity or {}
+        allocatable = item.status.allocatable or {}
         conditions = {c.type: c.status for c in (item.status.conditions or [])}
         result.append(
             ClusterNode(
@@ -163,6 +214,10 @@ def nodes_list() -> list[ClusterNode]:
                 memory_gb=_quantity_gb(str(capacity.get("memory", "0"))),
                 unschedulable=bool(item.spec.unschedulable),
                 ready=conditions.get("Ready") == "True",
+                allocatable_cpu_m=_scaled(allocatable.get("cpu"), 1, milli=True),
+                allocatable_memory_mib=_scaled(allocatable.get("memory"), 2**20),
+                allocatable_ephemeral_mib=_scaled(allocatable.get("ephemeral-storage"), 2**20),
+                allocatable_pods=_scaled(allocatable.get("pods"), 1),
             )
         )
     return result

@@ -70,8 +70,11 @@ def test_default_fleet_nodes_carry_gpu_labels_capacity_and_taints(
     assert labels["starverse.io/interconnect"] == "nvlink"
     assert api.read_node("gpu-rtx4090-1").metadata.labels["starverse.io/interconnect"] == "pcie"
     assert h100.status.capacity["nvidia.com/gpu"] == "8"
-    assert h100.status.allocatable["cpu"] == "192"
-    assert h100.status.allocatable["memory"] == "2048Gi"
+    assert h100.status.capacity["cpu"] == "192"
+    assert h100.status.capacity["memory"] == "2048Gi"
+    # like a real kubelet: capacity less system/kube reservations and the eviction threshold
+    assert h100.status.allocatable["cpu"] == "190"
+    assert h100.status.allocatable["memory"] == "2032Gi"
     assert [(t.key, t.value, t.effect) for t in h100.spec.taints] == [
         ("nvidia.com/gpu", "present", "NoSchedule")
     ]

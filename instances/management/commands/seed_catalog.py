@@ -13,11 +13,13 @@ GPU_MODELS = [
     ("rtx4090", "RTX 4090 24GB", "NVIDIA GeForce RTX 4090", 24, "pcie"),
 ]
 # model, per-GPU hourly price (fen), whole-node hourly and monthly price (fen) or None,
-# per-GPU share of the node's CPU cores, RAM GB and local NVMe GB.
+# per-GPU share of the node's CPU cores, RAM GB and local NVMe GB. Eight shares fit the seeded
+# (emulated) nodes' allocatable, which is capacity less the kubelet's reservations (2 cores,
+# 16 GiB): 8 × 23 ≤ 190 cores on H100 nodes, 8 × 15 ≤ 126 on A100, 8 × 7 ≤ 62 on RTX 4090.
 PRICING = {
-    "h100-80g": (2200, 16000, 12_800_000, 24, 240, 1000),
-    "a100-80g": (850, 6400, 3_800_000, 16, 120, 500),
-    "rtx4090": (220, None, None, 12, 60, 250),
+    "h100-80g": (2200, 16000, 12_800_000, 23, 240, 1000),
+    "a100-80g": (850, 6400, 3_800_000, 15, 120, 500),
+    "rtx4090": (220, None, None, 7, 60, 250),
 }
 # Per GB-day in fen: a 100 GB cloud disk costs ¥1/day (¥30/month); the shared NAS ¥2/day.
 STORAGE_PRICES = {"disk": 1, "nas": 2}
