@@ -23,10 +23,6 @@ class StillDeleting(Exception):
     """The claim is terminating (a pod still mounts it); check again shortly."""
 
 
-def _gi(quantity: str) -> int:
-    return kube._quantity_gb(quantity)
-
-
 def claim_converge(manifest: dict[str, Any]) -> dict[str, Any]:
     """Create the claim, or bring the one there to the wanted labels and (larger) size. An
     instance's own disk kept as a cloud disk is adopted this way: same claim, new labels."""
@@ -45,7 +41,7 @@ def claim_converge(manifest: dict[str, Any]) -> dict[str, Any]:
         patch["metadata"] = {"labels": wanted_labels}
     want = manifest["spec"]["resources"]["requests"]["storage"]
     have = ((existing.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
-    if have is None or _gi(want) > _gi(have):
+    if have is None or kube.quantity_gib(want) > kube.quantity_gib(have):
         patch["spec"] = {"resources": {"requests": {"storage": want}}}
     if not patch:
         return existing

@@ -137,23 +137,6 @@ def _call(operation: str, function: Any, *args: Any, **kwargs: Any) -> Any:
         raise RetryableKubeError(f"{operation}: {error}") from error
 
 
-def _quantity_gb(value: str) -> int:
-    units = {
-        "Ki": 2**10,
-        "Mi": 2**20,
-        "Gi": 2**30,
-        "Ti": 2**40,
-        "K": 10**3,
-        "M": 10**6,
-        "G": 10**9,
-        "T": 10**12,
-    }
-    for suffix, factor in units.items():
-        if value.endswith(suffix):
-            return int(float(value[: -len(suffix)]) * factor // 2**30)
-    return int(value) // 2**30 if value.isdigit() else 0
-
-
 _SUFFIXES = {
     "Ki": Decimal(2**10),
     "Mi": Decimal(2**20),
@@ -190,6 +173,11 @@ def quantity(value: Any) -> Decimal | None:
         return None
 
 
+def quantity_gib(value: Any) -> int:
+    """A quantity ("2048Gi", "500G") in whole GiB, rounded down; 0 when it is missing or bad."""
+    return _scaled(value, 2**30) or 0
+
+
 def _scaled(value: Any, unit: int, *, milli: bool = False) -> int | None:
     """A quantity in whole units (rounded down), or in thousandths with milli."""
     number = quantity(value)
@@ -211,7 +199,7 @@ def nodes_list() -> list[ClusterNode]:
                 labels=dict(item.metadata.labels or {}),
                 gpu_count=int(capacity.get("nvidia.com/gpu", "0")),
                 cpu_cores=int(str(capacity.get("cpu", "0")).rstrip("m") or 0),
-                memory_gb=_quantity_gb(str(capacity.get("memory", "0"))),
+                memory_gb=quantity_gib(capacity.get("memory")),
                 unschedulable=bool(item.spec.unschedulable),
                 ready=conditions.get("Ready") == "True",
                 allocatable_cpu_m=_scaled(allocatable.get("cpu"), 1, milli=True),
