@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -26,7 +26,7 @@ from starverse.accounts.services import (
 from starverse.accounts.throttles import LoginThrottle, SignupThrottle
 from starverse.accounts.twofactor import token_login
 from starverse.core.api.auth import signed_in_user
-from starverse.core.api.schema import errors
+from starverse.core.api.schema import ERROR, errors
 from starverse.core.api.views import TenantScopedViewSet
 
 
@@ -67,7 +67,20 @@ class TokenLoginView(APIView):
         "the account must turn on two-factor authentication first (operators; everyone when "
         "REQUIRE_2FA_FOR_API_TOKENS is on).",
         request=s.TokenLoginInput,
-        responses={201: s.TokenCreatedOutput, **errors(401, 403, 429)},
+        responses={
+            201: s.TokenCreatedOutput,
+            **errors(401),
+            403: OpenApiResponse(
+                response=ERROR.ref,
+                description="Two-factor authentication must be turned on first (`2fa_required`).",
+            ),
+            429: OpenApiResponse(
+                response=ERROR.ref,
+                description="Too many requests from the address (`throttled`, with "
+                "Retry-After), or too many failed log-ins for the account or from the address "
+                "(`locked_out`).",
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
         data = s.TokenLoginInput(data=request.data)
@@ -133,7 +146,15 @@ class TokenViewSet(
     @extend_schema(
         operation_id="tokens_create",
         request=s.TokenCreateInput,
-        responses={201: s.TokenCreatedOutput, **errors(403, 409)},
+        responses={
+            201: s.TokenCreatedOutput,
+            **errors(409),
+            403: OpenApiResponse(
+                response=ERROR.ref,
+                description="A session request without its CSRF token, or REQUIRE_2FA_FOR_API_"
+                "TOKENS is on and the account has no two-factor authentication (`2fa_required`).",
+            ),
+        },
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, s.TokenCreateInput)
