@@ -249,6 +249,11 @@ def ssh_key_remove(request: HttpRequest, pk: str) -> HttpResponse:
     return redirect("accounts:ssh_keys")
 
 
+# The Security page shows both forms that ask for a code: their fields need distinct HTML ids.
+REGENERATE_IDS = "regenerate_%s"
+DISABLE_IDS = "disable_%s"
+
+
 def _status(error: ServiceError) -> int:
     return 429 if error.status_code == 429 else 400
 
@@ -271,8 +276,8 @@ def _security_page(
         "codes_left": recovery_codes_left(user) if device else 0,
         "new_codes": new_codes,
         "confirm_form": confirm_form or TotpConfirmForm(),
-        "regenerate_form": regenerate_form or OtpForm(),
-        "disable_form": disable_form or TotpDisableForm(),
+        "regenerate_form": regenerate_form or OtpForm(auto_id=REGENERATE_IDS),
+        "disable_form": disable_form or TotpDisableForm(auto_id=DISABLE_IDS),
         "active": "security",
     }
     return render(request, "accounts/security.html", context, status=status)
@@ -317,7 +322,7 @@ def security_confirm(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def security_recovery_codes(request: HttpRequest) -> HttpResponse:
-    form = OtpForm(request.POST)
+    form = OtpForm(request.POST, auto_id=REGENERATE_IDS)
     if not form.is_valid():
         return _security_page(request, regenerate_form=form, status=400)
     try:
@@ -336,7 +341,7 @@ def security_recovery_codes(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def security_disable(request: HttpRequest) -> HttpResponse:
-    form = TotpDisableForm(request.POST)
+    form = TotpDisableForm(request.POST, auto_id=DISABLE_IDS)
     if not form.is_valid():
         return _security_page(request, disable_form=form, status=400)
     try:

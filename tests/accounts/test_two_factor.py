@@ -100,6 +100,7 @@ def test_enrolment_shows_a_qr_code_once_and_log_in_then_asks_for_the_code(db, cl
     )
     after = client.get(SECURITY).content.decode()
     assert "10 unused recovery codes" in after
+    assert after.count('id="regenerate_code"') == after.count('id="disable_code"') == 1
     assert device.secret not in after and grouped not in after and "segno" not in after
     assert not any(code in after for code in codes)
 
