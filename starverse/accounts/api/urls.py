@@ -11,5 +11,6 @@ urlpatterns = [
     path("auth/signup", views.SignupView.as_view(), name="signup"),
     path("auth/token", views.TokenLoginView.as_view(), name="token-login"),
     path("me", views.MeView.as_view(), name="me"),
+    path("me/2fa", views.MeTwoFactorView.as_view(), name="me-2fa"),
     *router.urls,
 ]
