@@ -42,6 +42,14 @@ class Unauthenticated(ServiceError):
     code = "authentication_failed"
 
 
+class TooManyRequests(ServiceError):
+    """Over a per-account limit on how many of something may exist at once (queued orders):
+    wait for one to finish, or have the limit raised."""
+
+    status_code = 429
+    code = "too_many_requests"
+
+
 class ServiceUnavailable(ServiceError):
     status_code = 503
     code = "unavailable"
