@@ -40,6 +40,9 @@ COUNTER_ACCOUNT = {
 
 # Credits of these kinds are promotional money: spent first, never refunded or transferred.
 PROMO_CREDIT_KINDS = (TransactionKind.TRIAL,)
+# Credits of these kinds are money the customer paid in: a wallet that never had one is on trial
+# credit only.
+PAID_CREDIT_KINDS = (TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
 
 
 class TopUpStatus(models.TextChoices):

@@ -2,12 +2,32 @@ from dataclasses import dataclass
 
 from django.db.models import Q, QuerySet, Sum
 
-from billing.choices import Account
+from billing.choices import PAID_CREDIT_KINDS, Account
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
 
 
 def wallet_for_tenant(tenant_id: str) -> Wallet:
     return Wallet.objects.get(tenant_id=tenant_id)
+
+
+def wallet_locked(tenant_id: str) -> Wallet:
+    """The tenant's wallet, its row locked until the transaction ends. The ledger posts under
+    this lock, so a decision that must hold against the balance until it commits (placing a
+    queued order, counting an account's orders against its limits) reads the wallet so. In the
+    lock order it comes last: after an instance, its GPU model and its disks."""
+    return Wallet.objects.select_for_update().get(tenant_id=tenant_id)
+
+
+def wallet_has_paid(wallet: Wallet) -> bool:
+    """Whether the wallet holds cash (trial credit is promo money, so cash came from the
+    customer or an operator) or ever received a payment (a top-up or a bank transfer). An
+    account whose wallet has neither lives on trial credit."""
+    return (
+        wallet.cash_fen > 0
+        or LedgerTransaction.objects.filter(
+            wallet=wallet, kind__in=PAID_CREDIT_KINDS, cash_delta_fen__gt=0
+        ).exists()
+    )
 
 
 def ledger_for_tenant(tenant_id: str) -> QuerySet[LedgerTransaction]:

@@ -211,4 +211,5 @@ class HealthRuleAdmin(admin.ModelAdmin):
 
 @admin.register(GpuModel)
 class GpuModelAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "product", "memory_gb", "interconnect"]
+    list_display = ["id", "name", "product", "memory_gb", "interconnect", "premium"]
+    list_editable = ["premium"]

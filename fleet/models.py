@@ -18,6 +18,11 @@ class GpuModel(models.Model):
     product = models.CharField(max_length=100, unique=True, help_text="NVML product name.")
     memory_gb = models.PositiveIntegerField()
     interconnect = models.CharField(max_length=16, choices=Interconnect.choices)
+    premium = models.BooleanField(
+        default=False,
+        help_text="One of the dearest models: accounts on trial credit only may hold at most "
+        "TRIAL_MAX_PREMIUM_GPUS of them (or their own limit).",
+    )
 
     class Meta:
         db_table = "instances_gpumodel"

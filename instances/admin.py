@@ -1,16 +1,19 @@
-"""The operator's catalog and rental screens: offerings, images, and every instance with its
-timeline, with stop and terminate as actions."""
+"""The operator's catalog and rental screens: offerings, images, every instance with its
+timeline (stop and terminate as actions), and each tenant's limits on ordering."""
 
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from instances.lifecycle import instance_stop, instance_terminate
-from instances.models import Image, Instance, InstanceEvent, Offering
+from instances.models import Image, Instance, InstanceEvent, Offering, TenantLimits
 from instances.placement import misfit
+from starverse.accounts.admin import TenantAdmin
+from starverse.accounts.models import Tenant
 from starverse.core.errors import ServiceError
 from starverse.core.money import format_fen
 
@@ -109,3 +112,46 @@ class InstanceAdmin(admin.ModelAdmin):
     @admin.action(description=_("Terminate selected instances (disks deleted)"))
     def terminate(self, request: HttpRequest, queryset: Any) -> None:
         self._act(request, queryset, instance_terminate)
+
+
+def _limit(value: int | None, default: int) -> str:
+    return _("%(value)d (default)") % {"value": default} if value is None else str(value)
+
+
+@admin.register(TenantLimits)
+class TenantLimitsAdmin(admin.ModelAdmin):
+    """An account's own limits on ordering; an empty field is the setting's default."""
+
+    list_display = ["tenant", "queued_orders", "running_gpus", "trial_premium_gpus", "updated_at"]
+    search_fields = ["tenant__id", "tenant__name", "tenant__members__email"]
+    autocomplete_fields = ["tenant"]
+    readonly_fields = ["updated_at"]
+
+    @admin.display(description=_("Queued orders"))
+    def queued_orders(self, obj: TenantLimits) -> str:
+        return _limit(obj.max_queued_orders, settings.MAX_QUEUED_ORDERS)
+
+    @admin.display(description=_("GPUs held and queued"))
+    def running_gpus(self, obj: TenantLimits) -> str:
+        return _limit(obj.max_running_gpus, settings.MAX_RUNNING_GPUS)
+
+    @admin.display(description=_("Premium GPUs on trial credit"))
+    def trial_premium_gpus(self, obj: TenantLimits) -> str:
+        return _limit(obj.trial_max_premium_gpus, settings.TRIAL_MAX_PREMIUM_GPUS)
+
+
+class TenantLimitsInline(admin.StackedInline):
+    model = TenantLimits
+    fields = ["max_queued_orders", "max_running_gpus", "trial_max_premium_gpus", "note"]
+    max_num = 1
+    extra = 1  # a blank form while the account has none: fill in only what differs
+
+
+# The tenant's page (an accounts screen) shows its limits, which are the instances app's: the
+# app above extends the screen, so accounts never imports instances.
+admin.site.unregister(Tenant)
+
+
+@admin.register(Tenant)
+class TenantWithLimitsAdmin(TenantAdmin):
+    inlines = [*TenantAdmin.inlines, TenantLimitsInline]

@@ -1,22 +1,26 @@
-"""Instance lifecycle services: ordering (runway check, idempotency, placement or the queue),
-stop / start / terminate, serving the queue as capacity frees, and what a node's change of
-state means for the instances on it. They decide; the state machine (instances.states) moves."""
+"""Instance lifecycle services: ordering (runway check, account limits, idempotency, placement
+or the queue), stop / start / terminate, serving the queue as capacity frees (to the orders
+that can pay, checked under the wallet lock), and what a node's change of state means for the
+instances on it. They decide; the state machine (instances.states) moves."""
 
 import hashlib
 import json
 import logging
 import time
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from billing.selectors import wallet_for_tenant
+from billing.selectors import wallet_locked
 from fleet.choices import NodeState
 from fleet.models import Node
+from instances.admission import Runway, admit, runway_of
 from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.models import Image, Instance, InstanceEvent, Offering
@@ -38,7 +42,6 @@ from starverse.accounts.models import SshKey
 from starverse.core.errors import (
     Conflict,
     IdempotencyConflict,
-    InsufficientBalance,
     InvalidInput,
     ServiceError,
 )
@@ -49,30 +52,10 @@ logger = logging.getLogger(__name__)
 S = InstanceStatus
 
 
-def runway_check(*, tenant_id: str, offering: Offering, billing: str) -> None:
-    """Starting needs at least one hour of the instance's price (a month for monthly)."""
-    need = (
-        offering.price_per_month_fen
-        if billing == BillingMode.MONTHLY
-        else offering.price_per_hour_fen
-    )
-    have = wallet_for_tenant(tenant_id).total_fen
-    if have < (need or 0):
-        raise InsufficientBalance(
-            _(
-                "Your balance of %(have)s does not cover %(need)s (one %(unit)s of this instance). "
-                "Top up to continue."
-            )
-            % {
-                "have": format_fen(have),
-                "need": format_fen(need or 0),
-                "unit": _("month") if billing == BillingMode.MONTHLY else _("hour"),
-            }
-        )
-
-
-def _queued_ahead(product: str) -> Q:
-    return Q(status=S.QUEUED, offering__gpu_model__product=product)
+def _waiting(product: str) -> Q:
+    """Orders waiting for GPUs of a product that a new order must queue behind: those whose
+    balance did not cover them when their turn came are passed over."""
+    return Q(status=S.QUEUED, offering__gpu_model__product=product, unfunded_since__isnull=True)
 
 
 def _own_keys(user: Any, key_ids: list[str]) -> list[str]:
@@ -149,7 +132,6 @@ def instance_order(
         return earlier, False
     offering, image = _orderable(offering_id, image_id, billing)
     key_ids = _own_keys(user, ssh_keys or [])
-    runway_check(tenant_id=user.tenant_id, offering=offering, billing=billing)
     instance = Instance(
         tenant_id=user.tenant_id,
         created_by=user,
@@ -209,54 +191,146 @@ def _orderable(offering_id: str, image_id: str, billing: str) -> tuple[Offering,
 
 def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
     """Inside the order's transaction: GPUs now when nobody waits for this GPU and some are
-    free, else the queue; then the ordered disks are attached, and a placed monthly rental pays
-    its first month (a 402 rolls the whole order back)."""
-    waiting = Instance.objects.filter(_queued_ahead(instance.offering.gpu_model.product)).exists()
+    free, else the queue; then the ordered disks are attached, the runway and the account's
+    limits are checked under the wallet lock, and a placed monthly rental pays its first month
+    (a refusal rolls the whole order back). Locks: GPU model, disks, wallet."""
+    waiting = Instance.objects.filter(_waiting(instance.offering.gpu_model.product)).exists()
     placement = None if waiting else choose(instance.offering)
     instance_create(instance, placement=placement)
     disks_attach_at_order(instance, disk_ids)
+    admit(instance)
     if placement is not None and instance.billing == BillingMode.MONTHLY:
         period_charge(instance)
 
 
-def _try_place(instance: Instance, *, fcfs: bool) -> bool:
-    """Give a queued (locked) instance GPUs if a node has them free and, with `fcfs`, nobody
-    queued before it. A monthly rental pays its month first, or fails. True if it was decided
-    (placed, or failed); False if it keeps waiting."""
+Outcome = Literal["placed", "wait", "unfunded"]
+
+
+def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | None]:
+    """Give a queued (locked) instance GPUs if a node has them free, nobody who can pay waits
+    before it (with `fcfs`), and its tenant's balance covers its runway, read under the wallet
+    lock so that it holds until the placement commits (locks: the instance, its GPU model, the
+    wallet). A monthly rental pays its month as it is placed. Returns "placed"; "wait" (no room,
+    or someone ahead); or "unfunded", with the runway it lacks (whether or not there is room:
+    an order that cannot pay must not hold up those behind it)."""
     product = instance.offering.gpu_model.product
-    ahead = _queued_ahead(product) & Q(queued_at__lt=instance.queued_at)
+    ahead = _waiting(product) & Q(queued_at__lt=instance.queued_at)
     if fcfs and Instance.objects.filter(ahead).exists():
-        return False
+        return "wait", None
     placement = choose(instance.offering)
+    found = runway_of(instance, wallet_locked(instance.tenant_id))
+    if not found.covered:
+        return "unfunded", found
     if placement is None:
-        return False
+        return "wait", None
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
-        try:
-            with transaction.atomic():
-                period_charge(instance)
-        except InsufficientBalance as error:
-            instance_fail(instance.id, error.message)
-            instance.refresh_from_db()
-            return True
+        period_charge(instance)
     instance_mark_placed(instance, *placement)
-    return True
+    return "placed", None
 
 
-def queue_drain(*, product: str) -> list[str]:
-    """Place queued instances for this GPU product, first come first served, until the oldest
-    one does not fit."""
+def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
+    """Place queued instances for this GPU product, oldest first, while they fit. One whose
+    balance does not cover its runway is passed over, so the queue serves first come, first
+    served among the orders that can pay (_unfunded). Returns the ids placed."""
+    now = now or timezone.now()
     placed: list[str] = []
+    passed: list[str] = []
     while True:
         with transaction.atomic():
             head = (
-                instances_locked_skipping(Instance.objects.filter(_queued_ahead(product)))
+                instances_locked_skipping(
+                    Instance.objects.filter(
+                        status=S.QUEUED, offering__gpu_model__product=product
+                    ).exclude(pk__in=passed)
+                )
                 .select_related("offering__gpu_model")
                 .order_by("queued_at", "id")
                 .first()
             )
-            if head is None or not _try_place(head, fcfs=False):
+            if head is None:
                 return placed
-            placed.append(head.id)
+            outcome, lacking = _try_place(head, fcfs=False)
+            if lacking is not None:
+                _unfunded(head, lacking, now=now)
+                passed.append(head.id)
+            elif outcome == "placed":
+                placed.append(head.id)
+            else:
+                return placed
+
+
+def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
+    """A queued (locked) instance whose turn came and whose balance does not cover it: it
+    keeps its place, passed over, and its timeline says until when; after
+    QUEUE_UNFUNDED_GRACE_MINUTES it fails, never having cost anything."""
+    grace = timedelta(minutes=settings.QUEUE_UNFUNDED_GRACE_MINUTES)
+    amounts = {
+        "have": format_fen(lacking.have_fen),
+        "need": format_fen(lacking.need_fen),
+        "own": format_fen(lacking.own_fen),
+        "burn": format_fen(lacking.burn_fen),
+        "unit": lacking.unit,
+    }
+    if instance.unfunded_since is None:
+        instance.unfunded_since = now
+        Instance.objects.filter(pk=instance.pk).update(unfunded_since=now)
+        until = timezone.localtime(now + grace).strftime("%Y-%m-%d %H:%M")
+        InstanceEvent.objects.create(
+            instance=instance,
+            status=instance.status,
+            message=later(
+                "Your balance of %(have)s does not cover %(need)s: one %(unit)s of this order "
+                "(%(own)s) plus one hour of your running instances (%(burn)s). Orders that can "
+                "pay are served first. Top up before %(until)s to keep this order; after that "
+                "it fails, at no cost."
+            )
+            % {**amounts, "until": until},
+        )
+        logger.info("queue.unfunded instance=%s tenant=%s", instance.id, instance.tenant_id)
+    elif now - instance.unfunded_since >= grace:
+        instance_fail(
+            instance.id,
+            later(
+                "Your balance of %(have)s did not cover %(need)s, one %(unit)s of this order "
+                "(%(own)s) plus one hour of your running instances (%(burn)s), while this order "
+                "waited; nothing was charged. Top up and order again."
+            )
+            % amounts,
+        )
+        logger.info("queue.unfunded_failed instance=%s", instance.id)
+
+
+def queue_review(*, tenant_id: str | None = None, now: datetime | None = None) -> list[str]:
+    """Look again at the queued orders passed over for want of money (of one tenant, after it
+    was credited; or of all, every minute): one its balance covers now waits in line again, one
+    past its grace fails; then the queue of every GPU product with orders waiting is served.
+    Returns the ids placed."""
+    now = now or timezone.now()
+    passed = Instance.objects.filter(status=S.QUEUED, unfunded_since__isnull=False)
+    queued = Instance.objects.filter(status=S.QUEUED)
+    if tenant_id is not None:
+        passed, queued = passed.filter(tenant_id=tenant_id), queued.filter(tenant_id=tenant_id)
+    for instance_id in list(passed.values_list("id", flat=True)):
+        with transaction.atomic():
+            instance = instance_locked(instance_id)
+            if instance.status != S.QUEUED or instance.unfunded_since is None:
+                continue
+            found = runway_of(instance, wallet_locked(instance.tenant_id))
+            if not found.covered:
+                _unfunded(instance, found, now=now)
+                continue
+            Instance.objects.filter(pk=instance.pk).update(unfunded_since=None)
+            InstanceEvent.objects.create(
+                instance=instance,
+                status=instance.status,
+                message=later("The balance covers this order again; it waits for GPUs in line."),
+            )
+    products = queued.values_list("offering__gpu_model__product", flat=True).distinct()
+    placed: list[str] = []
+    for product in sorted(set(products)):
+        placed += queue_drain(product=product, now=now)
+    return placed
 
 
 STOP_REQUESTED = gettext_noop("Stop requested; billing stopped.")
@@ -280,20 +354,19 @@ def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
 
 def instance_start(*, instance_id: str) -> Instance:
     """Start a stopped or failed instance: a monthly rental in its paid period on the node it
-    keeps; any other, when the balance covers its runway, on GPUs free anywhere, behind earlier
-    orders for them."""
+    keeps; any other, when the balance covers its runway and the account's limits allow it, on
+    GPUs free anywhere, behind earlier orders for them that can pay."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
         if period_active(instance) and instance.allocations.exists():
+            # its GPUs are its own until the month ends: no runway or limit to check
             instance_mark_provisioning(instance)
             return instance
-        runway_check(
-            tenant_id=instance.tenant_id, offering=instance.offering, billing=instance.billing
-        )
         instance_mark_queued(instance)
         _try_place(instance, fcfs=True)
+        admit(instance)
     return instance
 
 
@@ -379,7 +452,10 @@ def _recover(instance: Instance, *, node: Node, reason: str) -> None:
         "instance again on a healthy node with the same disks."
     ) % {"node": node.name, "reason": reason, "at": paused}
     instance_requeue(instance, message)
-    if not _try_place(instance, fcfs=False):
+    outcome, lacking = _try_place(instance, fcfs=False)
+    if lacking is not None:
+        _unfunded(instance, lacking, now=timezone.now())
+    elif outcome == "wait":
         InstanceEvent.objects.create(
             instance=instance,
             status=S.QUEUED,

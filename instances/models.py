@@ -85,6 +85,12 @@ class Instance(models.Model):
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
     queued_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    unfunded_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Queued: when its turn came and the balance did not cover its runway. The "
+        "queue passes it over; it fails after QUEUE_UNFUNDED_GRACE_MINUTES unless topped up.",
+    )
     running_since = models.DateTimeField(null=True, blank=True)
     session = models.PositiveIntegerField(default=0, help_text="Billing session, +1 per start.")
     k8s_namespace = models.CharField(max_length=63, blank=True)
@@ -166,3 +172,36 @@ class InstanceEvent(models.Model):
     def text(self) -> str:
         """The message in the active language."""
         return translate_stored(self.message, self.params)
+
+
+class TenantLimits(models.Model):
+    """An operator's limits for one tenant, above or below the defaults in the settings; an
+    empty field is the default. Checked when an order is placed or queued and when an
+    instance starts, under the tenant's wallet lock."""
+
+    tenant = models.OneToOneField(
+        "accounts.Tenant", on_delete=models.CASCADE, related_name="limits"
+    )
+    max_queued_orders = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Orders waiting in the queue. Empty: MAX_QUEUED_ORDERS."
+    )
+    max_running_gpus = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPUs held (starting, running, stopping) plus queued. Empty: MAX_RUNNING_GPUS.",
+    )
+    trial_max_premium_gpus = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="While the account has never paid in (trial credit only): GPUs of the premium "
+        "models held plus queued. Empty: TRIAL_MAX_PREMIUM_GPUS.",
+    )
+    note = models.TextField(blank=True, help_text="Why these limits (who asked, when).")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "tenant limits"
+        verbose_name_plural = "tenant limits"
+
+    def __str__(self) -> str:
+        return f"limits of {self.tenant_id}"

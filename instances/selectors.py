@@ -1,18 +1,22 @@
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import Count, IntegerField, OuterRef, Subquery, Sum
+from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from fleet.models import Gpu, GpuSample
-from instances.choices import BillingMode, InstanceStatus, OfferingKind
-from instances.models import Instance, Offering
+from fleet.models import Gpu, GpuModel, GpuSample
+from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
+from instances.models import Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
 from starverse.core.db import raw_datetime
+
+S = InstanceStatus
 
 
 def availability(offerings: list[Offering]) -> dict[str, int]:
@@ -156,7 +160,8 @@ def instance_page(
 
 def queue_positions(instances: list[Any]) -> dict[str, int]:
     """Each queued instance's place in the line for its GPU product (1 = next), for a whole
-    page in one query: one more than the instances of that product queued before it."""
+    page in one query: one more than the instances of that product queued before it, less
+    those the queue passes over because their balance did not cover them."""
     queued = [i.id for i in instances if i.status == InstanceStatus.QUEUED and i.queued_at]
     if not queued:
         return {}
@@ -165,6 +170,8 @@ def queue_positions(instances: list[Any]) -> dict[str, int]:
             status=InstanceStatus.QUEUED,
             offering__gpu_model__product=OuterRef("offering__gpu_model__product"),
             queued_at__lt=OuterRef("queued_at"),
+            # orders that could not pay when their turn came are passed over
+            unfunded_since__isnull=True,
         )
         .order_by()
         .values("offering__gpu_model__product")
@@ -177,13 +184,73 @@ def queue_positions(instances: list[Any]) -> dict[str, int]:
     return {pk: n + 1 for pk, n in rows.values_list("pk", "ahead")}
 
 
-def spend_per_hour_fen(tenant_ids: list[str] | None = None) -> dict[str, int]:
+def spend_per_hour_fen(
+    tenant_ids: list[str] | None = None, *, starting: bool = False, exclude: str = ""
+) -> dict[str, int]:
     """What each tenant's instances burn from its balance per hour right now: the hourly price
     of its running pay-as-you-go instances (per-minute billing, so it is right from the first
     minute; a monthly rental is prepaid and burns nothing). The one definition of spend rate:
-    the dashboard shows it and the runway warnings use it."""
-    rows = Instance.objects.filter(status=InstanceStatus.RUNNING, billing=BillingMode.HOURLY)
+    the dashboard shows it and the runway warnings use it. With `starting`, also the instances
+    placed and provisioning, which burn from their first running minute (what a runway must
+    cover); `exclude` leaves out one instance (the one whose runway is checked)."""
+    statuses = (S.PROVISIONING, S.RUNNING) if starting else (S.RUNNING,)
+    rows = Instance.objects.filter(status__in=statuses, billing=BillingMode.HOURLY)
     if tenant_ids is not None:
         rows = rows.filter(tenant_id__in=tenant_ids)
+    if exclude:
+        rows = rows.exclude(pk=exclude)
     totals = rows.values("tenant_id").annotate(fen=Sum("offering__price_per_hour_fen"))
     return {row["tenant_id"]: row["fen"] for row in totals if row["fen"]}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A tenant's limits in force: its operator-set ones, else the settings' defaults."""
+
+    max_queued_orders: int
+    max_running_gpus: int
+    trial_max_premium_gpus: int
+
+
+def tenant_limits(tenant_id: str) -> Limits:
+    own = TenantLimits.objects.filter(tenant_id=tenant_id).first()
+
+    def pick(field: str, default: int) -> int:
+        value = getattr(own, field, None)
+        return default if value is None else value
+
+    return Limits(
+        max_queued_orders=pick("max_queued_orders", settings.MAX_QUEUED_ORDERS),
+        max_running_gpus=pick("max_running_gpus", settings.MAX_RUNNING_GPUS),
+        trial_max_premium_gpus=pick("trial_max_premium_gpus", settings.TRIAL_MAX_PREMIUM_GPUS),
+    )
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a tenant holds and waits for, as its limits count it: orders queued, and GPUs of
+    instances holding GPUs (starting, running, stopping) or queued, all and of premium models."""
+
+    queued: int
+    gpus: int
+    premium_gpus: int
+
+
+def tenant_usage(tenant_id: str) -> Usage:
+    totals = Instance.objects.filter(
+        tenant_id=tenant_id, status__in=(*HOLDS_GPUS, S.QUEUED)
+    ).aggregate(
+        queued=Count("pk", filter=Q(status=S.QUEUED)),
+        gpus=Sum("offering__gpu_count", default=0),
+        premium_gpus=Sum(
+            "offering__gpu_count", filter=Q(offering__gpu_model__premium=True), default=0
+        ),
+    )
+    return Usage(**totals)
+
+
+def premium_models() -> list[str]:
+    """The names of the premium GPU models, for messages."""
+    return list(
+        GpuModel.objects.filter(premium=True).order_by("name").values_list("name", flat=True)
+    )

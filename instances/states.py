@@ -116,7 +116,13 @@ def instance_mark_placed(instance: Instance, node: Node, indices: list[int]) -> 
     provisioning starts after commit."""
     allocate(instance, node, indices)
     _transition(
-        instance, S.PROVISIONING, _placed(node), node=node, queued_at=None, **_provisioning_anew()
+        instance,
+        S.PROVISIONING,
+        _placed(node),
+        node=node,
+        queued_at=None,
+        unfunded_since=None,
+        **_provisioning_anew(),
     )
     enqueue_on_commit("instances.tasks.provision_instance", instance.id)
 
@@ -134,7 +140,13 @@ def instance_mark_provisioning(instance: Instance) -> None:
 
 def instance_mark_queued(instance: Instance) -> None:
     """A start was asked: the instance waits for GPUs behind earlier orders for them."""
-    _transition(instance, S.QUEUED, later("Start requested."), queued_at=timezone.now())
+    _transition(
+        instance,
+        S.QUEUED,
+        later("Start requested."),
+        queued_at=timezone.now(),
+        unfunded_since=None,
+    )
 
 
 def instance_requeue(instance: Instance, message: str) -> None:
@@ -149,6 +161,7 @@ def instance_requeue(instance: Instance, message: str) -> None:
         running_since=None,
         provisioning_since=None,
         queued_at=instance.created_at,
+        unfunded_since=None,
         node=None,
         ssh_port=None,
         jupyter_port=None,

@@ -56,6 +56,15 @@ def drain_queue(product: str) -> None:
 
 
 @shared_task(acks_late=True, ignore_result=True)
+def review_queue(tenant_id: str | None = None) -> None:
+    """Every minute, and for one tenant after it was credited: orders passed over for want of
+    money wait again or fail after their grace, and the queues are served."""
+    placed = lifecycle.queue_review(tenant_id=tenant_id)
+    if placed:
+        logger.info("queue.placed tenant=%s instances=%s", tenant_id, ",".join(placed))
+
+
+@shared_task(acks_late=True, ignore_result=True)
 def node_changed(node_id: str, state: str, reason: str) -> None:
     """A node left service (fleet.services.node_transition): tell its instances."""
     affected = lifecycle.instances_on_node_changed(node_id=node_id, state=state, reason=reason)

@@ -103,7 +103,8 @@ def _seed_catalog() -> None:
 
 def make_instance(user: User, status: str | None = None, *, cluster: Any = None) -> Any:
     """A 1× H100 instance ordered through `instance_order` (the catalog seeded if it is not, the
-    balance topped up to the hour of runway ordering needs if it is short), as ordered: queued when the fleet has no free GPU,
+    balance topped up to the runway ordering needs if it is short: an hour of it and of what the
+    tenant's instances burn), as ordered: queued when the fleet has no free GPU,
     provisioning when placed (its task runs only after commit). A `status` is reached the way
     production reaches it, on the cluster the test points the platform at (`catalog`):
     "running" provisioned, "stopped" stopped after running, "failed" when its image cannot be
@@ -111,10 +112,12 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
     from billing.selectors import wallet_for_tenant
     from instances.lifecycle import instance_order, instance_stop
     from instances.models import Image, Offering
+    from instances.selectors import spend_per_hour_fen
 
     _seed_catalog()
     offering = Offering.objects.get(name=CLOUD_GPU)
-    short = offering.price_per_hour_fen - wallet_for_tenant(user.tenant_id).total_fen
+    burn = spend_per_hour_fen([user.tenant_id], starting=True).get(user.tenant_id, 0)
+    short = offering.price_per_hour_fen + burn - wallet_for_tenant(user.tenant_id).total_fen
     if short > 0:
         fund(user, short, key=f"runway:{next(_seq)}")
     if status == "failed":

@@ -33,6 +33,15 @@ from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import InvalidInput
 
+# What an order or a start may meet besides the shared error answers: the account's limits
+# (instances.admission), each named by its code; the detail says which limit and how to raise it.
+ACCOUNT_LIMITS = {
+    409: "Or over a limit of the account: `gpu_limit` (GPUs held and queued), `trial_limit` "
+    "(premium GPUs on trial credit: top up).",
+    429: "Or `queue_limit`: the account has as many orders queued as it may (no Retry-After: "
+    "wait for one to start, or cancel one).",
+}
+
 
 class CatalogList(generics.ListAPIView):
     """Public catalog reads: prices and availability are no secret. Short lists, never paged."""
@@ -123,7 +132,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
                 description="The same key answers the same order instead of a second one.",
             )
         ],
-        responses={202: InstanceOutput, **errors(402, 404, 409)},
+        responses={202: InstanceOutput, **errors(402, 404, 409, also=ACCOUNT_LIMITS)},
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, InstanceCreateInput)
@@ -192,7 +201,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     @extend_schema(
         operation_id="instances_start",
         request=None,
-        responses={202: InstanceOutput, **errors(402, 409)},
+        responses={202: InstanceOutput, **errors(402, 409, also=ACCOUNT_LIMITS)},
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:

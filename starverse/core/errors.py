@@ -55,6 +55,14 @@ class TooManyAttempts(ServiceError):
     code = "locked_out"
 
 
+class TooManyRequests(ServiceError):
+    """Over a per-account limit on how many of something may exist at once (queued orders):
+    wait for one to finish, or have the limit raised."""
+
+    status_code = 429
+    code = "too_many_requests"
+
+
 class ServiceUnavailable(ServiceError):
     status_code = 503
     code = "unavailable"

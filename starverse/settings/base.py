@@ -177,6 +177,7 @@ CELERY_BEAT_SCHEDULE = {
     "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
     "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
     "monthly-renewals": {"task": "instances.tasks.renew_monthly", "schedule": 600.0},
+    "queue-review": {"task": "instances.tasks.review_queue", "schedule": 60.0},
     "storage-billing": {"task": "storage.tasks.bill_storage", "schedule": 600.0},
     "nas-usage": {"task": "storage.tasks.refresh_nas_usage", "schedule": 300.0},
     "fleet-heartbeats": {"task": "fleet.tasks.check_heartbeats", "schedule": 15.0},
@@ -308,6 +309,15 @@ PUBLIC_POOL_SOURCE = env_str("PUBLIC_POOL_SOURCE", "hostpath:///srv/starverse/pu
 # Where users reach their instances' SSH and Jupyter node ports.
 SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
 PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
+# The queue. An order whose balance does not cover its runway when its turn comes is passed
+# over, and fails (at no cost) after this many minutes unless a top-up covers it first.
+QUEUE_UNFUNDED_GRACE_MINUTES = env_int("QUEUE_UNFUNDED_GRACE_MINUTES", 30)
+# Per-account limits; an operator sets other values for one account in the admin (Tenant
+# limits). Trial-only accounts (never topped up) may hold no GPUs of the premium models by
+# default: free sign-ups must not be a way to occupy the scarce GPUs paying customers wait for.
+MAX_QUEUED_ORDERS = env_int("MAX_QUEUED_ORDERS", 5)
+MAX_RUNNING_GPUS = env_int("MAX_RUNNING_GPUS", 16)
+TRIAL_MAX_PREMIUM_GPUS = env_int("TRIAL_MAX_PREMIUM_GPUS", 0)
 # Tenant pods. Each gets this much node-local scratch (image layers, logs, /tmp) as its
 # ephemeral-storage request and limit; the kubelet evicts a pod that writes more.
 INSTANCE_EPHEMERAL_STORAGE_GB = env_int("INSTANCE_EPHEMERAL_STORAGE_GB", 50)

@@ -42,7 +42,9 @@ def _count(get: Callable[[], Any]) -> int:
 
 
 @pytest.fixture
-def tenant(catalog: dict[str, Any]) -> dict[str, Any]:
+def tenant(catalog: dict[str, Any], settings: Any) -> dict[str, Any]:
+    # one account with a dozen whole nodes, most of them queued: over the default limits
+    settings.MAX_RUNNING_GPUS, settings.MAX_QUEUED_ORDERS = 200, 20
     user = make_user()
     fund(user, 100_000_000)
     api = APIClient()

@@ -172,7 +172,8 @@ def test_stop_start_terminate_through_the_console(catalog, client, cluster):
     assert instance.id in client.get("/console/instances/?view=terminated").content.decode()
 
 
-def test_queued_instance_page_explains_the_wait(catalog, client):
+def test_queued_instance_page_explains_the_wait(catalog, client, settings):
+    settings.MAX_RUNNING_GPUS = 24  # three whole nodes, the third queued
     _renter(client, 10_000_000)
     for _ in range(3):
         _rent(client, catalog, offering="h100_node")

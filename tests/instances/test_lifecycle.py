@@ -13,7 +13,10 @@ from tests.factories import converge_until, fund, make_user, read_existing
 
 
 @pytest.fixture
-def renter(catalog, client_for):
+def renter(catalog, client_for, settings):
+    # Placement and the queue, with room for three whole nodes: the account limits have their
+    # own tests (test_queue.py).
+    settings.MAX_RUNNING_GPUS = 32
     user = make_user()
     fund(user, 100_000)
     return user, client_for(user)

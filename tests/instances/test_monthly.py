@@ -118,9 +118,12 @@ def test_not_renewing_when_the_user_chose_so_frees_a_stopped_node(catalog):
     assert len(_monthly_rows(instance)) == 1
 
 
-def test_a_queued_monthly_rental_that_cannot_pay_its_month_fails_and_frees_the_queue(catalog):
+def test_a_queued_monthly_rental_that_cannot_pay_its_month_is_passed_over_then_fails_free(
+    catalog, settings
+):
     from instances.lifecycle import instance_terminate, queue_drain
 
+    settings.MAX_RUNNING_GPUS = 24  # three whole nodes, the third queued
     user = make_user()
     fund(user, 3 * MONTH)
     first, _second = _monthly(catalog, user), _monthly(catalog, user)  # both H100 nodes
@@ -131,12 +134,23 @@ def test_a_queued_monthly_rental_that_cannot_pay_its_month_fails_and_frees_the_q
     Wallet.objects.filter(tenant=user.tenant).update(cash_fen=0, promo_fen=0)  # audit-breaking
     instance_terminate(instance_id=first.id)
     converge_until(converge.terminate, first.id)
+    now = timezone.now()
 
-    assert queue_drain(product="NVIDIA H100 80GB HBM3") == [waiting.id]
+    assert queue_drain(product="NVIDIA H100 80GB HBM3", now=now) == []
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.unfunded_since) == ("queued", now)
+    assert "one month of this order" in [event.text for event in waiting.events.all()][-1]
+
+    later = now + timedelta(minutes=settings.QUEUE_UNFUNDED_GRACE_MINUTES)
+    assert queue_drain(product="NVIDIA H100 80GB HBM3", now=later) == []
 
     waiting.refresh_from_db()
     assert (waiting.status, waiting.queued_at, waiting.node_id) == ("failed", None, None)
-    assert "balance" in waiting.error_message
+    assert waiting.error_message == (
+        "Your balance of ¥0.00 did not cover ¥128,000.00, one month of this order (¥128,000.00) "
+        "plus one hour of your running instances (¥0.00), while this order waited; nothing was "
+        "charged. Top up and order again."
+    )
     assert Allocation.objects.filter(instance=waiting).count() == 0
     assert _monthly_rows(waiting) == []
-    assert queue_drain(product="NVIDIA H100 80GB HBM3") == []  # the queue is not stuck on it
+    assert queue_drain(product="NVIDIA H100 80GB HBM3", now=later) == []  # not stuck on it

@@ -18,7 +18,9 @@ SEEDED = [f"{count}× {name}" for _key, name, *_rest in GPU_MODELS for count in 
 
 
 @pytest.fixture
-def renter(catalog, client_for):
+def renter(catalog, client_for, settings):
+    # One account fills the fleet here: the account limits have their own tests (test_queue.py).
+    settings.MAX_RUNNING_GPUS = 100
     user = make_user()
     fund(user, 10_000_000)
     return client_for(user)

@@ -7,10 +7,10 @@ from instances.models import Image, Offering
 from storage.models import StoragePrice
 
 GPU_MODELS = [
-    # id, name, NVML product, memory GB, interconnect
-    ("h100-80g", "H100 80GB SXM", "NVIDIA H100 80GB HBM3", 80, "nvlink"),
-    ("a100-80g", "A100 80GB SXM", "NVIDIA A100-SXM4-80GB", 80, "nvlink"),
-    ("rtx4090", "RTX 4090 24GB", "NVIDIA GeForce RTX 4090", 24, "pcie"),
+    # id, name, NVML product, memory GB, interconnect, premium (the dearest: not on trial credit)
+    ("h100-80g", "H100 80GB SXM", "NVIDIA H100 80GB HBM3", 80, "nvlink", True),
+    ("a100-80g", "A100 80GB SXM", "NVIDIA A100-SXM4-80GB", 80, "nvlink", True),
+    ("rtx4090", "RTX 4090 24GB", "NVIDIA GeForce RTX 4090", 24, "pcie", False),
 ]
 # model, per-GPU hourly price (fen), whole-node hourly and monthly price (fen) or None,
 # per-GPU share of the node's CPU cores, RAM GB and local NVMe GB. Eight shares fit the seeded
@@ -63,7 +63,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         for kind, fen in STORAGE_PRICES.items():
             StoragePrice.objects.get_or_create(kind=kind, defaults={"price_per_gb_day_fen": fen})
-        for sort, (key, name, product, memory, interconnect) in enumerate(GPU_MODELS):
+        for sort, (key, name, product, memory, interconnect, premium) in enumerate(GPU_MODELS):
             model, _ = GpuModel.objects.get_or_create(
                 id=key,
                 defaults={
@@ -71,6 +71,7 @@ class Command(BaseCommand):
                     "product": product,
                     "memory_gb": memory,
                     "interconnect": interconnect,
+                    "premium": premium,
                 },
             )
             per_gpu, node_hour, node_month, cores, ram, nvme = PRICING[key]

@@ -84,11 +84,16 @@ STORAGE_MAXIMA = {2**15 - 1, 2**31 - 1, 2**63 - 1}
 STORAGE_MINIMA = {-(2**15), -(2**31), -(2**63)}
 
 
-def errors(*codes: int) -> dict[int, OpenApiResponse]:
-    """Error answers special to one route, for its `extend_schema(responses=...)`."""
+def errors(*codes: int, also: dict[int, str] | None = None) -> dict[int, OpenApiResponse]:
+    """Error answers special to one route, for its `extend_schema(responses=...)`; `also` adds
+    to a code's description what that code means on this route (its own error codes)."""
+    notes = also or {}
     return {
-        code: OpenApiResponse(response=ERROR.ref, description=ERROR_DESCRIPTIONS[code])
-        for code in codes
+        code: OpenApiResponse(
+            response=ERROR.ref,
+            description=" ".join(filter(None, [ERROR_DESCRIPTIONS[code], notes.get(code)])),
+        )
+        for code in sorted({*codes, *notes})
     }
 
 

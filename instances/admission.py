@@ -1,0 +1,157 @@
+"""What an order or a start must meet before it may hold or wait for GPUs: a runway on the
+balance, and the account's limits. Both are checked under the tenant's wallet lock
+(billing.selectors.wallet_locked), so the balance and the counts hold until the decision
+commits and two orders at once cannot both pass.
+
+The runway is one hour of the instance (a month for a monthly rental) plus one hour of what the
+tenant's other instances burn. The limits are how many orders may wait in the queue, how many
+GPUs an account may hold and wait for, and how many GPUs of the premium models an account
+living on trial credit may; an operator sets an account's own in the admin (TenantLimits), an
+empty one is the setting's default."""
+
+from dataclasses import dataclass
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from billing.models import Wallet
+from billing.selectors import wallet_has_paid, wallet_locked
+from instances.charges import period_active
+from instances.choices import BillingMode, InstanceStatus
+from instances.models import Instance, Offering
+from instances.selectors import premium_models, spend_per_hour_fen, tenant_limits, tenant_usage
+from starverse.core.errors import Conflict, InsufficientBalance, TooManyRequests
+from starverse.core.money import format_fen
+
+
+@dataclass(frozen=True)
+class Runway:
+    """What a start needs on the balance: one hour of the instance's price (a month for a
+    monthly rental, nothing for one inside its paid month) plus one hour of what the tenant's
+    other instances burn, placed or running (their hourly price; monthly rentals are prepaid
+    and burn nothing, so they are not counted); and what the balance has."""
+
+    have_fen: int
+    own_fen: int
+    burn_fen: int
+    unit: str
+
+    @property
+    def need_fen(self) -> int:
+        return self.own_fen + self.burn_fen
+
+    @property
+    def covered(self) -> bool:
+        return self.have_fen >= self.need_fen
+
+
+HOUR, MONTH = gettext_noop("hour"), gettext_noop("month")
+
+
+def runway(
+    *, wallet: Wallet, offering: Offering, billing: str, paid: bool = False, exclude: str = ""
+) -> Runway:
+    """The runway of an instance of `offering` billed so, for the tenant of `wallet`; `paid`:
+    a monthly rental inside its paid month; `exclude`: the instance itself, when it is placed."""
+    monthly = billing == BillingMode.MONTHLY
+    own = offering.price_per_month_fen if monthly else offering.price_per_hour_fen
+    burn = spend_per_hour_fen([wallet.tenant_id], starting=True, exclude=exclude)
+    return Runway(
+        have_fen=wallet.total_fen,
+        own_fen=0 if paid else (own or 0),
+        burn_fen=burn.get(wallet.tenant_id, 0),
+        unit=MONTH if monthly else HOUR,
+    )
+
+
+def runway_of(instance: Instance, wallet: Wallet) -> Runway:
+    return runway(
+        wallet=wallet,
+        offering=instance.offering,
+        billing=instance.billing,
+        paid=period_active(instance),
+        exclude=instance.id,
+    )
+
+
+def runway_check(found: Runway) -> None:
+    """Refuse (402) a start the balance does not cover, saying both parts of what it needs."""
+    if found.covered:
+        return
+    amounts = {
+        "have": format_fen(found.have_fen),
+        "need": format_fen(found.need_fen),
+        "own": format_fen(found.own_fen),
+        "burn": format_fen(found.burn_fen),
+        "unit": _(found.unit),
+    }
+    if not found.burn_fen:
+        message = _(
+            "Your balance of %(have)s does not cover %(need)s (one %(unit)s of this instance). "
+            "Top up to continue."
+        )
+    else:
+        message = _(
+            "Your balance of %(have)s does not cover %(need)s: one %(unit)s of this instance "
+            "(%(own)s) plus one hour of what your running instances burn (%(burn)s). Top up to "
+            "continue."
+        )
+    raise InsufficientBalance(message % amounts)
+
+
+def admit(instance: Instance) -> None:
+    """Under the tenant's wallet lock (so that the balance and the counts hold until commit):
+    the runway of the saved instance, then its tenant's limits."""
+    wallet = wallet_locked(instance.tenant_id)
+    runway_check(runway_of(instance, wallet))
+    limits_check(instance, wallet)
+
+
+def limits_check(instance: Instance, wallet: Wallet) -> None:
+    """Refuse what takes the instance's tenant over one of its limits, counting the instance
+    (saved, queued or placed) itself: GPUs of premium models while the account has never paid
+    in (409 `trial_limit`), GPUs held and queued (409 `gpu_limit`), and, when the instance
+    waits in the queue, orders queued (429 `queue_limit`). The caller holds the tenant's wallet
+    lock (`wallet`, from billing.selectors.wallet_locked) and rolls back on a refusal."""
+    tenant_id = instance.tenant_id
+    limits, usage = tenant_limits(tenant_id), tenant_usage(tenant_id)
+    want = instance.offering.gpu_count
+    if (
+        instance.offering.gpu_model.premium
+        and usage.premium_gpus > limits.trial_max_premium_gpus
+        and not wallet_has_paid(wallet)
+    ):
+        raise Conflict(
+            _(
+                "An account on trial credit may hold at most %(limit)d GPUs of the premium models "
+                "(%(models)s), queued ones included; you have %(have)d and this needs %(want)d "
+                "more. Top up any amount to lift this limit."
+            )
+            % {
+                "limit": limits.trial_max_premium_gpus,
+                "models": ", ".join(premium_models()),
+                "have": usage.premium_gpus - want,
+                "want": want,
+            },
+            code="trial_limit",
+        )
+    if usage.gpus > limits.max_running_gpus:
+        raise Conflict(
+            _(
+                "Your account may hold at most %(limit)d GPUs, starting, running and queued "
+                "together; you have %(have)d and this needs %(want)d more. Stop or terminate an "
+                "instance, or ask support to raise your GPU limit."
+            )
+            % {"limit": limits.max_running_gpus, "have": usage.gpus - want, "want": want},
+            code="gpu_limit",
+        )
+    if instance.status == InstanceStatus.QUEUED and usage.queued > limits.max_queued_orders:
+        raise TooManyRequests(
+            _(
+                "Your account may have at most %(limit)d orders waiting in the queue, and "
+                "%(have)d are waiting. Wait for one to start or cancel one, or ask support to "
+                "raise your queued-orders limit."
+            )
+            % {"limit": limits.max_queued_orders, "have": usage.queued - 1},
+            code="queue_limit",
+        )
