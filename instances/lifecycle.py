@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from billing.holds import account_hold_check
 from billing.selectors import wallet_for_tenant
 from fleet.choices import NodeState
 from fleet.models import Node
@@ -149,6 +150,7 @@ def instance_order(
         return earlier, False
     offering, image = _orderable(offering_id, image_id, billing)
     key_ids = _own_keys(user, ssh_keys or [])
+    account_hold_check(user.tenant_id)
     runway_check(tenant_id=user.tenant_id, offering=offering, billing=billing)
     instance = Instance(
         tenant_id=user.tenant_id,
@@ -286,6 +288,7 @@ def instance_start(*, instance_id: str) -> Instance:
         instance = instance_locked(instance_id)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
+        account_hold_check(instance.tenant_id)
         if period_active(instance) and instance.allocations.exists():
             instance_mark_provisioning(instance)
             return instance

@@ -45,3 +45,8 @@ class Unauthenticated(ServiceError):
 class ServiceUnavailable(ServiceError):
     status_code = 503
     code = "unavailable"
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+    code = "forbidden"
