@@ -569,3 +569,62 @@ def test_a_dispute_that_names_only_the_charge_finds_the_top_up_through_stripe(pa
     assert topup.charge_id == charge
     assert [r["path"] for r in fake.requests][-1] == f"/v1/charges/{charge}"
     assert _balances(topup) == (0, 1_000, 0, 1_000)
+
+
+@pytest.mark.postgres
+def test_concurrent_deliveries_of_a_dispute_debit_once(transactional_db, fake, client_for):
+    from django.test import Client
+
+    from tests.conftest import run_threads
+
+    user = make_user()
+    response = client_for(user).post(
+        "/api/v1/billing/topups", {"amount_fen": 10_000}, format="json"
+    )
+    topup = TopUp.objects.get(pk=response.json()["id"])
+    fake.pay(topup.checkout_session_id)
+
+    def post(record):
+        return Client().generic(
+            "POST",
+            "/webhooks/stripe",
+            record.body,
+            content_type="application/json",
+            HTTP_STRIPE_SIGNATURE=sign(record.body, SECRET),
+        )
+
+    assert post(_event(fake, "checkout.session.completed")).status_code == 200
+    charge = fake.payment_intent(TopUp.objects.get(pk=topup.pk).payment_intent_id)["latest_charge"]
+    fake.open_dispute(charge)
+    events = [
+        _event(fake, "charge.dispute.created"),
+        _event(fake, "charge.dispute.funds_withdrawn"),
+    ]
+
+    results = run_threads(12, lambda i: post(events[i % 2]).status_code)
+
+    assert results == [200] * 12
+    assert Dispute.objects.count() == 1 and AccountHold.objects.count() == 1
+    assert _kinds(topup, TransactionKind.CHARGEBACK).count() == 1
+    assert _balances(topup) == (0, 1_000, 0, 1_000)
+    assert not StripeEvent.objects.filter(processed_at__isnull=True).exists()
+    assert len(_operator_mails()) == 1
+
+
+def test_the_billing_page_says_what_is_owed_and_that_orders_are_paused(
+    paid, fake, deliver, client, renter
+):
+    user, _api = renter
+    topup, charge = paid
+    _spend(topup, 6_000)
+    client.force_login(user)
+    before = client.get("/billing/").content.decode()
+    fake.open_dispute(charge)
+    deliver(_event(fake, "charge.dispute.created"))
+
+    page = client.get("/billing/").content.decode()
+
+    assert 'id="account-hold"' not in before
+    assert 'id="account-hold"' in page
+    assert "You owe ¥50.00" in page and "Contact support to lift the hold" in page
+    assert "-¥50.00" in page  # the balance, net of what is owed
