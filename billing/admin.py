@@ -12,12 +12,15 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from billing.choices import ApprovalStatus, TopUpMethod, TopUpStatus
+from billing.choices import DISPUTE_CLOSED, ApprovalStatus, TopUpMethod, TopUpStatus
+from billing.holds import hold_lift
 from billing.models import (
+    AccountHold,
     AdjustmentRequest,
+    Dispute,
     LedgerEntry,
     LedgerTransaction,
     Refund,
@@ -107,7 +110,7 @@ class ReasonForm(forms.Form):
 
 
 def _posted_message(txn: LedgerTransaction) -> str:
-    after = txn.cash_after_fen + txn.promo_after_fen
+    after = txn.balance_after_fen
     return _("Posted %(amount)s as %(txn)s; balance %(before)s → %(after)s.") % {
         "amount": format_fen(txn.amount_fen, sign=True),
         "txn": txn.id,
@@ -137,6 +140,7 @@ PERMS = {
     AdjustmentRequest.Kind.REVERSAL: "billing.reverse_transaction",
 }
 REFUND_PERM = "billing.refund_topup"
+LIFT_HOLD_PERM = "billing.lift_hold"
 
 
 def _require_perm(request: HttpRequest, perm: str) -> None:
@@ -182,10 +186,19 @@ def _service_form(
 
 @admin.register(Wallet)
 class WalletAdmin(ReadOnlyAdmin):
-    list_display = ["id", "tenant", "cash", "promo", "total", "created_at"]
+    list_display = ["id", "tenant", "cash", "promo", "arrears", "total", "created_at"]
     search_fields = ["id", "tenant__name", "tenant__members__email"]
-    readonly_fields = ["id", "tenant", "cash", "promo", "total", "created_at", "operations"]
-    exclude = ["cash_fen", "promo_fen"]
+    readonly_fields = [
+        "id",
+        "tenant",
+        "cash",
+        "promo",
+        "arrears",
+        "total",
+        "created_at",
+        "operations",
+    ]
+    exclude = ["cash_fen", "promo_fen", "arrears_fen"]
 
     @admin.display(description=_("Cash"))
     def cash(self, obj: Wallet) -> str:
@@ -194,6 +207,10 @@ class WalletAdmin(ReadOnlyAdmin):
     @admin.display(description=_("Trial credit"))
     def promo(self, obj: Wallet) -> str:
         return format_fen(obj.promo_fen)
+
+    @admin.display(description=_("Arrears"))
+    def arrears(self, obj: Wallet) -> str:
+        return format_fen(obj.arrears_fen)
 
     @admin.display(description=_("Total"))
     def total(self, obj: Wallet) -> str:
@@ -309,8 +326,10 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         "amount_fen",
         "cash_delta_fen",
         "promo_delta_fen",
+        "arrears_delta_fen",
         "cash_after_fen",
         "promo_after_fen",
+        "arrears_after_fen",
         "description",
         "reason",
         "created_by",
@@ -327,7 +346,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("Balance after"))
     def balance_after(self, obj: LedgerTransaction) -> str:
-        return format_fen(obj.cash_after_fen + obj.promo_after_fen)
+        return format_fen(obj.balance_after_fen)
 
     @admin.display(description=_("Operations"))
     def operations(self, obj: LedgerTransaction) -> str:
@@ -380,6 +399,7 @@ class RefundInline(ReadOnlyInline):
         "id",
         "amount_fen",
         "status",
+        "source",
         "stripe_refund_id",
         "requested_by",
         "reason",
@@ -397,6 +417,7 @@ class TopUpAdmin(ReadOnlyAdmin):
         "id",
         "checkout_session_id",
         "payment_intent_id",
+        "charge_id",
         "bank_reference",
         "tenant__members__email",
         "payer",
@@ -412,6 +433,7 @@ class TopUpAdmin(ReadOnlyAdmin):
         "status",
         "checkout_session_id",
         "payment_intent_id",
+        "charge_id",
         "bank_reference",
         "payer",
         "reason",
@@ -602,4 +624,183 @@ class StripeEventAdmin(ReadOnlyAdmin):
             return
         self.message_user(
             request, _("%(count)d unprocessed event(s) queued again.") % {"count": queued}
+        )
+
+
+def _link(name: str, pk: Any, text: Any = None) -> str:
+    if pk is None:
+        return "—"
+    return format_html(
+        '<a href="{}">{}</a>', reverse(f"admin:{name}_change", args=[pk]), text or pk
+    )
+
+
+class OpenFilter(admin.SimpleListFilter):
+    """Open or closed disputes (closed: won, lost, an inquiry closed)."""
+
+    title = _("open")
+    parameter_name = "open"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("yes", _("Open")), ("no", _("Closed"))]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        closed = Q(status__in=DISPUTE_CLOSED)
+        if self.value() == "yes":
+            return queryset.exclude(closed)
+        if self.value() == "no":
+            return queryset.filter(closed)
+        return queryset
+
+
+@admin.register(Dispute)
+class DisputeAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "created_at",
+        "tenant_link",
+        "topup_link",
+        "amount",
+        "status",
+        "reason",
+        "closed_at",
+    ]
+    list_filter = [OpenFilter, "status", "reason"]
+    search_fields = ["id", "stripe_dispute_id", "topup__id", "topup__tenant__members__email"]
+    list_select_related = ["topup"]
+    readonly_fields = [
+        "id",
+        "stripe_dispute_id",
+        "tenant_link",
+        "topup_link",
+        "amount",
+        "currency",
+        "status",
+        "reason",
+        "debit_link",
+        "arrears_link",
+        "credit_link",
+        "holds_list",
+        "last_event_id",
+        "created_at",
+        "closed_at",
+    ]
+    fields = tuple(readonly_fields)
+
+    @admin.display(description=_("Account"))
+    def tenant_link(self, obj: Dispute) -> str:
+        return _link("accounts_tenant", obj.topup.tenant_id)
+
+    @admin.display(description=_("Top-up"))
+    def topup_link(self, obj: Dispute) -> str:
+        return _link("billing_topup", obj.topup_id)
+
+    @admin.display(description=_("Amount"))
+    def amount(self, obj: Dispute) -> str:
+        return format_fen(obj.amount_fen)
+
+    @admin.display(description=_("Debit"))
+    def debit_link(self, obj: Dispute) -> str:
+        return _link("billing_ledgertransaction", obj.debit_transaction_id)
+
+    @admin.display(description=_("Into arrears"))
+    def arrears_link(self, obj: Dispute) -> str:
+        return _link("billing_ledgertransaction", obj.arrears_transaction_id)
+
+    @admin.display(description=_("Credited back"))
+    def credit_link(self, obj: Dispute) -> str:
+        return _link("billing_ledgertransaction", obj.credit_transaction_id)
+
+    @admin.display(description=_("Holds"))
+    def holds_list(self, obj: Dispute) -> str:
+        links = [
+            _link(
+                "billing_accounthold",
+                hold.pk,
+                f"{hold.pk} ({_('lifted') if hold.lifted_at else _('open')})",
+            )
+            for hold in obj.holds.all()
+        ]
+        return format_html_join(", ", "{}", ((link,) for link in links)) if links else "—"
+
+
+class LiftedFilter(admin.SimpleListFilter):
+    title = _("lifted")
+    parameter_name = "lifted"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("no", _("Open")), ("yes", _("Lifted"))]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value() == "no":
+            return queryset.filter(lifted_at__isnull=True)
+        if self.value() == "yes":
+            return queryset.filter(lifted_at__isnull=False)
+        return queryset
+
+
+@admin.register(AccountHold)
+class AccountHoldAdmin(ReadOnlyAdmin):
+    list_display = ["id", "created_at", "tenant_link", "reason", "lifted_at", "lifted_by"]
+    list_filter = [LiftedFilter]
+    search_fields = ["id", "key", "tenant__id", "tenant__members__email"]
+    readonly_fields = [
+        "id",
+        "tenant_link",
+        "key",
+        "reason",
+        "dispute_link",
+        "refund",
+        "created_at",
+        "lifted_at",
+        "lifted_by",
+        "lift_reason",
+        "operations",
+    ]
+    fields = tuple(readonly_fields)
+
+    @admin.display(description=_("Account"))
+    def tenant_link(self, obj: AccountHold) -> str:
+        return _link("accounts_tenant", obj.tenant_id)
+
+    @admin.display(description=_("Dispute"))
+    def dispute_link(self, obj: AccountHold) -> str:
+        return _link("billing_dispute", obj.dispute_id)
+
+    @admin.display(description=_("Operations"))
+    def operations(self, obj: AccountHold) -> str:
+        if obj.lifted_at is not None:
+            return "—"
+        url = reverse("admin:billing_accounthold_lift", args=[obj.pk])
+        return format_html('<a class="button" href="{}">{}</a>', url, _("Lift hold…"))
+
+    def get_urls(self) -> list:
+        return [
+            path(
+                "<str:pk>/lift/",
+                self.admin_site.admin_view(self.lift_view),
+                name="billing_accounthold_lift",
+            ),
+            *super().get_urls(),
+        ]
+
+    def lift_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        _require_perm(request, LIFT_HOLD_PERM)
+        hold = get_object_or_404(AccountHold, pk=pk)
+
+        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+            lifted = hold_lift(hold_id=hold.id, reason=data["reason"], actor=request.user)
+            return (
+                messages.SUCCESS,
+                _("Hold %(id)s lifted.") % {"id": lifted.id},
+                _back("accounthold", hold.pk),
+            )
+
+        return _service_form(
+            request,
+            self.admin_site,
+            form_class=ReasonForm,
+            title=_("Lift hold %s") % hold.id,
+            obj=hold,
+            act=act,
         )

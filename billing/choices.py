@@ -10,23 +10,30 @@ class TransactionKind(models.TextChoices):
     ADJUSTMENT = "adjustment", _("Adjustment")
     REFUND = "refund", _("Refund")
     REVERSAL = "reversal", _("Reversal")
+    # A payment disputed at the card issuer (debit when Stripe withdraws it, credit when a won
+    # dispute reinstates it), and what the wallet then owes: into arrears, or paid off.
+    CHARGEBACK = "chargeback", _("Chargeback")
+    ARREARS = "arrears", _("Arrears")
 
 
 class Account(models.TextChoices):
-    """Ledger accounts. The first two belong to a wallet; the rest are the platform's books,
-    so every transaction's entries sum to zero (double entry)."""
+    """Ledger accounts. The first three belong to a wallet (arrears: what it owes, as negative
+    money); the rest are the platform's books, so every transaction's entries sum to zero
+    (double entry)."""
 
     CASH = "cash", _("Cash")
     PROMO = "promo", _("Trial credit")
+    ARREARS = "arrears", _("Arrears (owed by the customer)")
     PROMOTIONS = "platform:promotions", _("Platform: promotions")
     REVENUE = "platform:revenue", _("Platform: revenue")
     PAYMENTS = "platform:payments", _("Platform: payment processor")
     BANK = "platform:bank", _("Platform: bank")
     ADJUSTMENTS = "platform:adjustments", _("Platform: adjustments")
     REFUNDS = "platform:refunds", _("Platform: refunds to customers")
+    CHARGEBACKS = "platform:chargebacks", _("Platform: chargebacks")
 
 
-WALLET_ACCOUNTS = (Account.CASH, Account.PROMO)
+WALLET_ACCOUNTS = (Account.CASH, Account.PROMO, Account.ARREARS)
 
 # Where the other side of a transaction of each kind is booked.
 COUNTER_ACCOUNT = {
@@ -36,6 +43,7 @@ COUNTER_ACCOUNT = {
     TransactionKind.USAGE: Account.REVENUE,
     TransactionKind.ADJUSTMENT: Account.ADJUSTMENTS,
     TransactionKind.REFUND: Account.REFUNDS,
+    TransactionKind.CHARGEBACK: Account.CHARGEBACKS,
 }
 
 # Credits of these kinds are promotional money: spent first, never refunded or transferred.
@@ -58,6 +66,40 @@ class TopUpStatus(models.TextChoices):
 class TopUpMethod(models.TextChoices):
     STRIPE = "stripe", _("Online payment")
     BANK_TRANSFER = "bank_transfer", _("Bank transfer")
+
+
+class RefundSource(models.TextChoices):
+    OPERATOR = "operator", _("Refunded by an operator here")
+    DASHBOARD = "dashboard", _("Refunded in the Stripe dashboard")
+
+
+class DisputeStatus(models.TextChoices):
+    """Stripe's dispute statuses. `warning_*` are inquiries: no money is withdrawn."""
+
+    WARNING_NEEDS_RESPONSE = "warning_needs_response", _("Inquiry: needs response")
+    WARNING_UNDER_REVIEW = "warning_under_review", _("Inquiry: under review")
+    WARNING_CLOSED = "warning_closed", _("Inquiry: closed")
+    NEEDS_RESPONSE = "needs_response", _("Needs response")
+    UNDER_REVIEW = "under_review", _("Under review")
+    WON = "won", _("Won")
+    LOST = "lost", _("Lost")
+    PREVENTED = "prevented", _("Prevented")
+
+
+DISPUTE_CLOSED = (
+    DisputeStatus.WARNING_CLOSED,
+    DisputeStatus.WON,
+    DisputeStatus.LOST,
+    DisputeStatus.PREVENTED,
+)
+# Statuses in which Stripe has not taken the disputed money (inquiries, and disputes prevented
+# before they were filed).
+DISPUTE_NO_WITHDRAWAL = (
+    DisputeStatus.WARNING_NEEDS_RESPONSE,
+    DisputeStatus.WARNING_UNDER_REVIEW,
+    DisputeStatus.WARNING_CLOSED,
+    DisputeStatus.PREVENTED,
+)
 
 
 class RefundStatus(models.TextChoices):

@@ -4,9 +4,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.choices import (
+    DISPUTE_CLOSED,
     WALLET_ACCOUNTS,
     Account,
     ApprovalStatus,
+    RefundSource,
     RefundStatus,
     RunwayLevel,
     TopUpMethod,
@@ -17,8 +19,10 @@ from starverse.core.ids import PublicIdField
 
 
 class Wallet(models.Model):
-    """A tenant's prepaid CNY balance. The two balances are a cache of the ledger: they change
-    only inside billing.services.ledger_post, under a row lock, and never go below zero."""
+    """A tenant's prepaid CNY balance. The balances are a cache of the ledger: they change only
+    inside billing.services, under a row lock, and never go below zero. `arrears_fen` is what
+    the tenant owes after a chargeback or a refund took more cash than it held; it exists only
+    while cash is zero, because every cash credit pays it off first."""
 
     id = PublicIdField(prefix="wal")
     tenant = models.OneToOneField(
@@ -26,6 +30,7 @@ class Wallet(models.Model):
     )
     cash_fen = models.BigIntegerField(default=0)
     promo_fen = models.BigIntegerField(default=0)
+    arrears_fen = models.BigIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -36,6 +41,12 @@ class Wallet(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(cash_fen__gte=0), name="wallet_cash_non_negative"),
             models.CheckConstraint(condition=Q(promo_fen__gte=0), name="wallet_promo_non_negative"),
+            models.CheckConstraint(
+                condition=Q(arrears_fen__gte=0), name="wallet_arrears_non_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(arrears_fen=0) | Q(cash_fen=0), name="wallet_arrears_only_without_cash"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -43,7 +54,8 @@ class Wallet(models.Model):
 
     @property
     def total_fen(self) -> int:
-        return self.cash_fen + self.promo_fen
+        """The balance net of arrears: negative while the tenant owes money."""
+        return self.cash_fen + self.promo_fen - self.arrears_fen
 
 
 class LedgerTransaction(models.Model):
@@ -57,11 +69,19 @@ class LedgerTransaction(models.Model):
     kind = models.CharField(max_length=32, choices=TransactionKind.choices)
     idempotency_key = models.CharField(max_length=200, unique=True)
     request_hash = models.CharField(max_length=64)
-    amount_fen = models.BigIntegerField(help_text="Change of the wallet's total balance.")
+    amount_fen = models.BigIntegerField(
+        help_text="Change of the wallet's total balance (cash + trial credit − arrears)."
+    )
     cash_delta_fen = models.BigIntegerField()
     promo_delta_fen = models.BigIntegerField()
+    arrears_delta_fen = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Change of what the wallet owes (positive: into arrears).",
+    )
     cash_after_fen = models.BigIntegerField()
     promo_after_fen = models.BigIntegerField()
+    arrears_after_fen = models.BigIntegerField(default=0, db_default=0)
     description = models.CharField(max_length=500)
     reason = models.TextField(blank=True, help_text="Why an operator posted it.")
     created_by = models.ForeignKey(
@@ -78,11 +98,17 @@ class LedgerTransaction(models.Model):
         indexes = [models.Index(fields=["wallet", "-created_at"], name="ledger_wallet_recent")]
         constraints = [
             models.CheckConstraint(
-                condition=Q(amount_fen=models.F("cash_delta_fen") + models.F("promo_delta_fen")),
+                condition=Q(
+                    amount_fen=models.F("cash_delta_fen")
+                    + models.F("promo_delta_fen")
+                    - models.F("arrears_delta_fen")
+                ),
                 name="ledger_amount_is_sum_of_deltas",
             ),
             models.CheckConstraint(
-                condition=Q(cash_after_fen__gte=0) & Q(promo_after_fen__gte=0),
+                condition=Q(cash_after_fen__gte=0)
+                & Q(promo_after_fen__gte=0)
+                & Q(arrears_after_fen__gte=0),
                 name="ledger_after_non_negative",
             ),
         ]
@@ -90,10 +116,15 @@ class LedgerTransaction(models.Model):
     def __str__(self) -> str:
         return f"{self.id} {self.kind} {self.amount_fen}"
 
+    @property
+    def balance_after_fen(self) -> int:
+        return self.cash_after_fen + self.promo_after_fen - self.arrears_after_fen
+
 
 class LedgerEntry(models.Model):
-    """One leg of a transaction. The legs of a transaction sum to zero: the wallet's cash and
-    promo legs against one platform account."""
+    """One leg of a transaction. The legs of a transaction sum to zero: the wallet's cash, promo
+    and arrears legs (an arrears leg is the change of what it owes, negated) against one
+    platform account."""
 
     transaction = models.ForeignKey(
         LedgerTransaction, on_delete=models.PROTECT, related_name="entries"
@@ -141,6 +172,12 @@ class TopUp(models.Model):
     checkout_session_id = models.CharField(max_length=255, null=True, blank=True, unique=True)
     checkout_url = models.URLField(max_length=2000, blank=True)
     payment_intent_id = models.CharField(max_length=255, blank=True, db_index=True)
+    charge_id = models.CharField(
+        max_length=255,
+        blank=True,
+        db_index=True,
+        help_text="Stripe's charge, once a dispute or refund named it.",
+    )
     bank_reference = models.CharField(max_length=100, null=True, blank=True, unique=True)
     payer = models.CharField(max_length=200, blank=True)
     reason = models.TextField(blank=True)
@@ -183,8 +220,10 @@ class StripeEvent(models.Model):
 
 
 class Refund(models.Model):
-    """Unspent cash of a top-up returned through Stripe. The amount is reserved (debited) when
-    the refund is asked for, kept when Stripe reports success and released when it fails."""
+    """Cash of a top-up returned through Stripe. An operator's refund here reserves (debits) the
+    amount when it is asked for, keeps it when Stripe reports success and releases it when it
+    fails. A refund made in the Stripe dashboard (`source` dashboard, no operator) is recorded
+    and debited once when Stripe reports it succeeded, into arrears if cash is short."""
 
     id = PublicIdField(prefix="rfd")
     topup = models.ForeignKey(TopUp, on_delete=models.PROTECT, related_name="refunds")
@@ -192,13 +231,24 @@ class Refund(models.Model):
     status = models.CharField(
         max_length=16, choices=RefundStatus.choices, default=RefundStatus.PENDING
     )
+    source = models.CharField(
+        max_length=16, choices=RefundSource.choices, default=RefundSource.OPERATOR
+    )
     stripe_refund_id = models.CharField(max_length=255, null=True, blank=True, unique=True)
     reason = models.TextField()
     requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     reserve_transaction = models.OneToOneField(
         LedgerTransaction, on_delete=models.PROTECT, related_name="refund_reserved"
+    )
+    arrears_transaction = models.OneToOneField(
+        LedgerTransaction,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="A dashboard refund's posting into arrears, where cash did not cover it.",
     )
     release_transaction = models.OneToOneField(
         LedgerTransaction,
@@ -214,11 +264,102 @@ class Refund(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.CheckConstraint(condition=Q(amount_fen__gt=0), name="refund_positive")
+            models.CheckConstraint(condition=Q(amount_fen__gt=0), name="refund_positive"),
+            models.CheckConstraint(
+                condition=Q(source=RefundSource.DASHBOARD) | Q(requested_by__isnull=False),
+                name="refund_operator_named",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.amount_fen} {self.status}"
+
+
+class Dispute(models.Model):
+    """A chargeback (or an inquiry) a card holder opened at their bank against a top-up's
+    payment, as Stripe reports it. The disputed amount is debited once when Stripe withdraws
+    it (`debit_transaction`, with `arrears_transaction` for what cash could not cover) and
+    credited back once if the dispute is won (`credit_transaction`)."""
+
+    id = PublicIdField(prefix="dsp")
+    stripe_dispute_id = models.CharField(max_length=255, unique=True)
+    topup = models.ForeignKey(TopUp, on_delete=models.PROTECT, related_name="disputes")
+    amount_fen = models.BigIntegerField()
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=32, help_text="Stripe's dispute status.")
+    reason = models.CharField(max_length=64, blank=True, help_text="Stripe's dispute reason.")
+    debit_transaction = models.OneToOneField(
+        LedgerTransaction, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    arrears_transaction = models.OneToOneField(
+        LedgerTransaction, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    credit_transaction = models.OneToOneField(
+        LedgerTransaction, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    last_event_id = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_fen__gt=0), name="dispute_positive"),
+            models.CheckConstraint(
+                condition=Q(credit_transaction__isnull=True) | Q(debit_transaction__isnull=False),
+                name="dispute_credit_after_debit",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.amount_fen} {self.status}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status not in DISPUTE_CLOSED
+
+
+class AccountHold(models.Model):
+    """A stop on a tenant's new orders (instances, starts, storage) after a disputed payment or
+    a refund that left the wallet in arrears; top-ups stay allowed. One row per cause (`key`,
+    e.g. `dispute:dp_…`); the tenant is on hold while any row is not lifted. Only an operator
+    lifts a hold, with a reason, and the row keeps who and when."""
+
+    id = PublicIdField(prefix="hld")
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="holds")
+    key = models.CharField(max_length=255, unique=True)
+    reason = models.TextField()
+    dispute = models.ForeignKey(
+        Dispute, null=True, blank=True, on_delete=models.PROTECT, related_name="holds"
+    )
+    refund = models.ForeignKey(
+        Refund, null=True, blank=True, on_delete=models.PROTECT, related_name="holds"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lifted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    lift_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("lift_hold", "Can lift account holds")]
+        indexes = [
+            models.Index(
+                fields=["tenant"], condition=Q(lifted_at__isnull=True), name="hold_open_by_tenant"
+            )
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(lifted_at__isnull=True)
+                | (Q(lifted_by__isnull=False) & ~Q(lift_reason="")),
+                name="hold_lift_audited",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.tenant_id} {'lifted' if self.lifted_at else 'open'}"
 
 
 class AdjustmentRequest(models.Model):

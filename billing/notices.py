@@ -1,5 +1,7 @@
 """E-mails about money: the receipt of a top-up, and the runway warnings (balance ÷ current
-hourly spend below one hour, then below ten minutes) — each once per crossing."""
+hourly spend below one hour, then below ten minutes) — each once per crossing; and to the
+operators (OPERATOR_EMAILS, else the active superusers), chargebacks and refunds made in the
+Stripe dashboard."""
 
 import logging
 
@@ -7,10 +9,11 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db.models import Q
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone, translation
 
 from billing.choices import RunwayLevel
-from billing.models import RunwayNotice, TopUp, Wallet
+from billing.models import Dispute, LedgerTransaction, Refund, RunwayNotice, TopUp, Wallet
 from starverse.accounts.models import User
 
 logger = logging.getLogger(__name__)
@@ -50,12 +53,86 @@ def topup_receipt_send(*, topup_id: str) -> None:
         "billing/email/topup_receipt.txt",
         {
             "topup": topup,
-            "balance_after_fen": txn.cash_after_fen + txn.promo_after_fen,
+            "balance_after_fen": txn.balance_after_fen,
             "console_url": settings.PUBLIC_BASE_URL,
         },
     )
     send_mail(subject, body, None, _recipients(topup.tenant_id))
     logger.info("notice.receipt topup=%s", topup.id)
+
+
+def operator_recipients() -> list[str]:
+    """OPERATOR_EMAILS, or when it is empty every active superuser's address."""
+    if settings.OPERATOR_EMAILS:
+        return list(settings.OPERATOR_EMAILS)
+    return list(
+        User.objects.filter(is_superuser=True, is_active=True)
+        .exclude(email="")
+        .order_by("email")
+        .values_list("email", flat=True)
+    )
+
+
+def _mail_operators(template: str, context: dict, what: str) -> None:
+    recipients = operator_recipients()
+    if not recipients:
+        logger.error("notice.operators_unreachable what=%s (set OPERATOR_EMAILS)", what)
+        return
+    subject, body = _bilingual(template, {"console_url": settings.PUBLIC_BASE_URL, **context})
+    send_mail(subject, body, None, recipients)
+    logger.info("notice.operators what=%s recipients=%d", what, len(recipients))
+
+
+def _fen(txn: LedgerTransaction | None) -> tuple[int, int]:
+    """(cash taken, arrears added) by a posting; a credit counts as nothing taken."""
+    if txn is None:
+        return 0, 0
+    return max(-txn.cash_delta_fen, 0), max(txn.arrears_delta_fen, 0)
+
+
+def dispute_notice_send(*, dispute_id: str) -> None:
+    """Tell the operators a payment was disputed, or that a dispute closed, and what it moved."""
+    dispute = Dispute.objects.select_related(
+        "topup", "debit_transaction", "arrears_transaction", "credit_transaction"
+    ).get(pk=dispute_id)
+    cash_fen, _none = _fen(dispute.debit_transaction)
+    _none, arrears_fen = _fen(dispute.arrears_transaction)
+    credit = dispute.credit_transaction
+    _mail_operators(
+        "billing/email/operator_dispute.txt",
+        {
+            "dispute": dispute,
+            "emails": ", ".join(_recipients(dispute.topup.tenant_id)),
+            "cash_fen": cash_fen,
+            "arrears_fen": arrears_fen,
+            "credited_fen": credit.amount_fen if credit else 0,
+            "balance_fen": Wallet.objects.get(pk=dispute.topup.wallet_id).total_fen,
+            "admin_url": settings.PUBLIC_BASE_URL
+            + reverse("admin:billing_dispute_change", args=[dispute.id]),
+        },
+        f"dispute:{dispute.id}:{dispute.status}",
+    )
+
+
+def dashboard_refund_notice_send(*, refund_id: str) -> None:
+    """Tell the operators a refund was made in the Stripe dashboard and what it debited."""
+    refund = Refund.objects.select_related(
+        "topup", "reserve_transaction", "arrears_transaction"
+    ).get(pk=refund_id)
+    cash_fen, _none = _fen(refund.reserve_transaction)
+    _mail_operators(
+        "billing/email/operator_refund.txt",
+        {
+            "refund": refund,
+            "emails": ", ".join(_recipients(refund.topup.tenant_id)),
+            "cash_fen": cash_fen,
+            "arrears_fen": _fen(refund.arrears_transaction)[1],
+            "balance_fen": Wallet.objects.get(pk=refund.topup.wallet_id).total_fen,
+            "admin_url": settings.PUBLIC_BASE_URL
+            + reverse("admin:billing_topup_change", args=[refund.topup_id]),
+        },
+        f"refund:{refund.id}",
+    )
 
 
 def runway_level(total_fen: int, spend_per_hour_fen: int) -> RunwayLevel:

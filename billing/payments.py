@@ -1,8 +1,10 @@
-"""Services for money coming in and going back: Stripe top-ups, webhooks, refunds, bank
-transfers and operator adjustments that need a second operator's approval.
+"""Services for money coming in and going back: Stripe top-ups, webhooks, refunds (ours and
+those made in the Stripe dashboard), bank transfers and operator adjustments that need a second
+operator's approval. Disputes (chargebacks) are billing.disputes.
 
 Network calls to Stripe never run inside a database transaction. Every credit is keyed in the
 ledger (`topup:{checkout_session}`, `bank:{reference}`, `refund:{id}:reserve`, `adj:{request}`),
+and so is every debit of money Stripe gave back outside our refund flow (`refund:{stripe refund}`),
 so any number of webhooks, replays, retries and success-page visits converge on one posting."""
 
 import logging
@@ -20,16 +22,27 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing import stripe_gateway as gateway
-from billing.choices import ApprovalStatus, RefundStatus, TopUpMethod, TopUpStatus, TransactionKind
+from billing.choices import (
+    ApprovalStatus,
+    RefundSource,
+    RefundStatus,
+    TopUpMethod,
+    TopUpStatus,
+    TransactionKind,
+)
+from billing.disputes import dispute_apply, topup_for_charge
+from billing.holds import hold_place
 from billing.models import AdjustmentRequest, LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
 from billing.services import (
     adjustment_post,
+    arrears_debit_post,
     ledger_post,
     transaction_reverse,
+    transaction_reversible_check,
     wallet_credited_after_commit,
 )
 from starverse.core.dispatch import enqueue_on_commit
-from starverse.core.errors import Conflict, InvalidInput, ServiceUnavailable
+from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput, ServiceUnavailable
 from starverse.core.ids import new_id
 from starverse.core.money import format_fen
 
@@ -247,10 +260,12 @@ def _stripe_event_apply(event: StripeEvent) -> None:
         session = gateway.checkout_session_retrieve(obj["id"])
         topup_settle_from_session(session, event_type=event.type)
     elif event.type in ("refund.updated", "refund.failed", "refund.created"):
-        _refund_apply(gateway.refund_from(obj))
+        _refund_apply(gateway.refund_from(obj), event_id=event.id)
     elif event.type == "charge.refunded":
         for item in (obj.get("refunds") or {}).get("data", []):
-            _refund_apply(gateway.refund_from(item))
+            _refund_apply(gateway.refund_from(item), event_id=event.id)
+    elif event.type.startswith("charge.dispute."):
+        dispute_apply(remote=gateway.dispute_from(obj), event_id=event.id, event_type=event.type)
 
 
 def stripe_events_retry(*, event_ids: list[str], actor: Any) -> int:
@@ -342,10 +357,14 @@ def refund_submit(*, refund_id: str) -> Refund:
     return refund
 
 
-def _refund_apply(remote: gateway.Refund) -> None:
+def _refund_apply(remote: gateway.Refund, *, event_id: str = "") -> None:
     refund = Refund.objects.filter(
         Q(stripe_refund_id=remote.id) | Q(pk=remote.metadata.get("refund_id", ""))
     ).first()
+    if refund is None and not remote.metadata.get("refund_id"):
+        # Not asked for here (ours carry their id): made in the Stripe dashboard.
+        dashboard_refund_record(remote, event_id=event_id)
+        return
     if refund is None:
         logger.error("refund.unknown stripe_refund=%s", remote.id)
         return
@@ -353,6 +372,76 @@ def _refund_apply(remote: gateway.Refund) -> None:
         refund_settle(refund_id=refund.id)
     elif remote.status in ("failed", "canceled"):
         refund_release(refund_id=refund.id, error=f"Stripe reported the refund {remote.status}.")
+
+
+def dashboard_refund_record(remote: gateway.Refund, *, event_id: str) -> Refund | None:
+    """A refund made in the Stripe dashboard, not through refund_request: once Stripe reports
+    it succeeded, record it (source dashboard) and debit the wallet its amount, cash first and
+    the rest into arrears, exactly once per Stripe refund (the unique refund id and the ledger
+    key `refund:{stripe refund}`). Arrears hold the tenant; the operators are told either way.
+    None while it is not through, or when it is not a top-up's payment."""
+    if remote.status != "succeeded":
+        return None
+    topup = topup_for_charge(payment_intent=remote.payment_intent, charge=remote.charge)
+    if topup is None or topup.ledger_transaction_id is None:
+        logger.error(
+            "refund.dashboard_unmatched stripe_refund=%s charge=%s topup=%s",
+            remote.id,
+            remote.charge,
+            topup.id if topup else None,
+        )
+        return None
+    reason = f"Refunded in the Stripe dashboard: {remote.id} of top-up {topup.id}, event {event_id}"
+    try:
+        with transaction.atomic():
+            debit, owed = arrears_debit_post(
+                wallet_id=topup.wallet_id,
+                key=f"refund:{remote.id}",
+                kind=TransactionKind.REFUND,
+                amount_fen=remote.amount,
+                description=gettext_noop("Refund"),
+                reason=reason,
+            )
+            refund = Refund.objects.create(
+                topup=topup,
+                amount_fen=remote.amount,
+                status=RefundStatus.SUCCEEDED,
+                source=RefundSource.DASHBOARD,
+                stripe_refund_id=remote.id,
+                reason=reason,
+                reserve_transaction=debit,
+                arrears_transaction=owed,
+                settled_at=timezone.now(),
+            )
+            if owed is not None:
+                hold_place(
+                    tenant_id=topup.tenant_id,
+                    key=f"refund:{remote.id}",
+                    reason=f"A refund of top-up {topup.id} made in the Stripe dashboard "
+                    f"({remote.id}) left the wallet {format_fen(owed.arrears_delta_fen)} in "
+                    "arrears.",
+                    refund=refund,
+                )
+            enqueue_on_commit("billing.tasks.send_refund_notice", refund.id)
+    except (IntegrityError, IdempotencyConflict):
+        # Another event about the same refund recorded it first.
+        existing = Refund.objects.filter(stripe_refund_id=remote.id).first()
+        if existing is None:
+            raise
+        return existing
+    logger.warning(
+        "billing.dashboard_refund refund=%s stripe_refund=%s tenant=%s topup=%s amount_fen=%d "
+        "debit=%s arrears=%s event=%s",
+        refund.id,
+        remote.id,
+        topup.tenant_id,
+        topup.id,
+        remote.amount,
+        debit.id,
+        owed.id if owed else None,
+        event_id,
+    )
+    return refund
 
 
 def refund_settle(*, refund_id: str) -> bool:
@@ -569,8 +658,7 @@ def reversal_request(
     reason = _require_reason(reason)
     original = LedgerTransaction.objects.get(pk=transaction_id)
     if _needs_approval(original.amount_fen):
-        if original.kind == TransactionKind.REVERSAL:
-            raise Conflict(_("A reversal cannot be reversed; post an adjustment instead."))
+        transaction_reversible_check(original)
         if LedgerTransaction.objects.filter(reverses=original).exists():
             raise Conflict(_("Transaction %(id)s is already reversed.") % {"id": original.id})
         return _approval_request(

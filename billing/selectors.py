@@ -43,10 +43,13 @@ class Drift:
     promo_fen: int
     ledger_cash_fen: int
     ledger_promo_fen: int
+    arrears_fen: int = 0
+    ledger_arrears_fen: int = 0
 
 
 def wallet_drifts() -> list[Drift]:
-    """Wallets whose cached balances differ from the sum of their ledger entries."""
+    """Wallets whose cached balances differ from the sum of their ledger entries (arrears
+    entries are negative money: the wallet owes minus their sum)."""
     sums = {
         row["wallet_id"]: row
         for row in LedgerEntry.objects.filter(wallet__isnull=False)
@@ -54,15 +57,16 @@ def wallet_drifts() -> list[Drift]:
         .annotate(
             cash=Sum("amount_fen", filter=Q(account=Account.CASH), default=0),
             promo=Sum("amount_fen", filter=Q(account=Account.PROMO), default=0),
+            arrears=Sum("amount_fen", filter=Q(account=Account.ARREARS), default=0),
         )
     }
     drifts = []
     for wallet in Wallet.objects.order_by("id").iterator():
-        row = sums.get(wallet.id, {"cash": 0, "promo": 0})
-        if (wallet.cash_fen, wallet.promo_fen) != (row["cash"], row["promo"]):
-            drifts.append(
-                Drift(wallet.id, wallet.cash_fen, wallet.promo_fen, row["cash"], row["promo"])
-            )
+        row = sums.get(wallet.id, {"cash": 0, "promo": 0, "arrears": 0})
+        cached = (wallet.cash_fen, wallet.promo_fen, wallet.arrears_fen)
+        ledger = (row["cash"], row["promo"], -row["arrears"])
+        if cached != ledger:
+            drifts.append(Drift(wallet.id, *cached[:2], *ledger[:2], cached[2], ledger[2]))
     return drifts
 
 

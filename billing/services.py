@@ -1,6 +1,11 @@
 """The ledger's only writer. Every change of a wallet's balance is a LedgerTransaction posted
 here, inside one database transaction that holds the wallet's row lock, writes the transaction
-and its balanced entries, and updates the cached balances."""
+and its balanced entries, and updates the cached balances.
+
+No balance goes below zero. Money the platform lost and could not take from cash (a chargeback,
+a refund made in the Stripe dashboard) becomes arrears through an explicit `arrears` posting
+(arrears_debit_post); any later cash credit pays arrears off first, in an `arrears` posting of
+its own keyed by the credit."""
 
 import hashlib
 import json
@@ -14,7 +19,13 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from billing.choices import COUNTER_ACCOUNT, PROMO_CREDIT_KINDS, Account, TransactionKind
+from billing.choices import (
+    COUNTER_ACCOUNT,
+    PROMO_CREDIT_KINDS,
+    WALLET_ACCOUNTS,
+    Account,
+    TransactionKind,
+)
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
 from billing.signals import wallet_credited
 from starverse.core.db import bulk_set
@@ -26,10 +37,15 @@ logger = logging.getLogger(__name__)
 CREDIT_KINDS = (TransactionKind.TRIAL, TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
 DEBIT_KINDS = (TransactionKind.USAGE, TransactionKind.REFUND)
 # Debits of these kinds may only take cash: trial money is never refunded or taken back.
-CASH_ONLY_DEBITS = (TransactionKind.REFUND, TransactionKind.ADJUSTMENT)
+CASH_ONLY_DEBITS = (TransactionKind.REFUND, TransactionKind.ADJUSTMENT, TransactionKind.CHARGEBACK)
+# Postings an operator does not reverse by hand: a dispute's outcome (or a credit) settles them.
+NOT_REVERSIBLE = (TransactionKind.REVERSAL, TransactionKind.CHARGEBACK, TransactionKind.ARREARS)
+# The causes that may drive a wallet into arrears (the counter account of the arrears posting).
+ARREARS_CAUSES = (TransactionKind.CHARGEBACK, TransactionKind.REFUND)
 MAX_AMOUNT_FEN = 10**12
 
-Split = Callable[[Wallet], tuple[int, int]]
+# A posting's change of (cash, promo, arrears) on the locked wallet.
+Split = Callable[[Wallet], tuple[int, int, int]]
 
 
 def _request_hash(fields: dict[str, Any]) -> str:
@@ -83,47 +99,113 @@ def _post(
     try:
         with transaction.atomic():
             wallet = Wallet.objects.select_for_update().get(pk=wallet_id)
-            cash_delta, promo_delta = split(wallet)
-            cash_after = wallet.cash_fen + cash_delta
-            promo_after = wallet.promo_fen + promo_delta
-            txn = LedgerTransaction.objects.create(
-                wallet=wallet,
+            cash_delta, promo_delta, arrears_delta = split(wallet)
+            txn = _transaction(
+                wallet,
                 kind=kind,
-                idempotency_key=key,
+                key=key,
                 request_hash=request_hash,
-                amount_fen=cash_delta + promo_delta,
-                cash_delta_fen=cash_delta,
-                promo_delta_fen=promo_delta,
-                cash_after_fen=cash_after,
-                promo_after_fen=promo_after,
-                description=description[:500],
+                deltas=(cash_delta, promo_delta, arrears_delta),
+                description=description,
                 reason=reason,
-                created_by=actor if getattr(actor, "pk", None) else None,
+                actor=actor,
                 instance_id=instance_id,
                 reverses=reverses,
             )
+            txn.save(force_insert=True)
             LedgerEntry.objects.bulk_create(_entries(txn, counter))
-            Wallet.objects.filter(pk=wallet.pk).update(cash_fen=cash_after, promo_fen=promo_after)
+            paid = _arrears_pay(wallet, txn) if cash_delta > 0 else None
+            Wallet.objects.filter(pk=wallet.pk).update(
+                cash_fen=wallet.cash_fen, promo_fen=wallet.promo_fen, arrears_fen=wallet.arrears_fen
+            )
     except IntegrityError:
         found = _existing(key, request_hash)
         if found is None:
             raise
         return found
-    logger.info(
-        "ledger.post txn=%s wallet=%s kind=%s amount_fen=%d key=%s",
-        txn.id,
-        wallet_id,
-        kind,
-        txn.amount_fen,
-        key,
+    for posted in (txn, paid):
+        if posted is not None:
+            logger.info(
+                "ledger.post txn=%s wallet=%s kind=%s amount_fen=%d arrears_delta_fen=%d key=%s",
+                posted.id,
+                wallet_id,
+                posted.kind,
+                posted.amount_fen,
+                posted.arrears_delta_fen,
+                posted.idempotency_key,
+            )
+    return txn
+
+
+def _transaction(
+    wallet: Wallet,
+    *,
+    kind: str,
+    key: str,
+    request_hash: str,
+    deltas: tuple[int, int, int],
+    description: str,
+    reason: str = "",
+    actor: Any = None,
+    instance_id: str = "",
+    reverses: LedgerTransaction | None = None,
+) -> LedgerTransaction:
+    """The (unsaved) transaction applying `deltas` to the locked wallet, whose balances in
+    memory follow it."""
+    cash_delta, promo_delta, arrears_delta = deltas
+    wallet.cash_fen += cash_delta
+    wallet.promo_fen += promo_delta
+    wallet.arrears_fen += arrears_delta
+    return LedgerTransaction(
+        wallet=wallet,
+        kind=kind,
+        idempotency_key=key,
+        request_hash=request_hash,
+        amount_fen=cash_delta + promo_delta - arrears_delta,
+        cash_delta_fen=cash_delta,
+        promo_delta_fen=promo_delta,
+        arrears_delta_fen=arrears_delta,
+        cash_after_fen=wallet.cash_fen,
+        promo_after_fen=wallet.promo_fen,
+        arrears_after_fen=wallet.arrears_fen,
+        description=description[:500],
+        reason=reason,
+        created_by=actor if getattr(actor, "pk", None) else None,
+        instance_id=instance_id,
+        reverses=reverses,
     )
+
+
+def _arrears_pay(wallet: Wallet, credit: LedgerTransaction) -> LedgerTransaction | None:
+    """Inside a cash credit's posting: pay what the wallet owes from the cash that came in, as
+    an `arrears` posting keyed by the credit (so it happens exactly when the credit does). Its
+    amount is zero: cash and the debt shrink together."""
+    pay = min(wallet.cash_fen, wallet.arrears_fen)
+    if pay <= 0:
+        return None
+    txn = _transaction(
+        wallet,
+        kind=TransactionKind.ARREARS,
+        key=f"arrears-paid:{credit.id}",
+        request_hash=_request_hash({"pays_from": credit.id, "amount": pay}),
+        deltas=(-pay, 0, -pay),
+        description=gettext_noop("Arrears paid"),
+        reason=f"Paid from {credit.id} ({credit.kind})",
+    )
+    txn.save(force_insert=True)
+    LedgerEntry.objects.bulk_create(_entries(txn, Account.ADJUSTMENTS))
     return txn
 
 
 def _entries(txn: LedgerTransaction, counter: str) -> list[LedgerEntry]:
-    """The legs of a posting: the wallet's cash and promo changes that it made, and their sum
-    the other way on the counter account, so that every transaction's entries add up to zero."""
-    legs = [(Account.CASH, txn.cash_delta_fen), (Account.PROMO, txn.promo_delta_fen)]
+    """The legs of a posting: the wallet's cash, promo and arrears changes that it made (owing
+    more is a negative arrears leg), and their sum the other way on the counter account, so
+    that every transaction's entries add up to zero."""
+    legs = [
+        (Account.CASH, txn.cash_delta_fen),
+        (Account.PROMO, txn.promo_delta_fen),
+        (Account.ARREARS, -txn.arrears_delta_fen),
+    ]
     entries = [
         LedgerEntry(transaction=txn, wallet_id=txn.wallet_id, account=account, amount_fen=amount)
         for account, amount in legs
@@ -163,13 +245,13 @@ def ledger_post(
     promo before cash (refunds and adjustments take cash only). A debit larger than what is
     left raises InsufficientBalance, or with allow_partial takes what is left: a balance never
     goes below zero."""
-    if kind == TransactionKind.REVERSAL:
-        raise InvalidInput("Use transaction_reverse for reversals.")
+    if kind in (TransactionKind.REVERSAL, TransactionKind.ARREARS):
+        raise InvalidInput("Use transaction_reverse or arrears_debit_post for this kind.")
     _check_amount(kind, amount_fen)
 
-    def split(wallet: Wallet) -> tuple[int, int]:
+    def split(wallet: Wallet) -> tuple[int, int, int]:
         if amount_fen > 0:
-            return (0, amount_fen) if kind in PROMO_CREDIT_KINDS else (amount_fen, 0)
+            return (0, amount_fen, 0) if kind in PROMO_CREDIT_KINDS else (amount_fen, 0, 0)
         wanted = -amount_fen
         promo_spend = 0 if kind in CASH_ONLY_DEBITS else min(wallet.promo_fen, wanted)
         cash_spend = min(wallet.cash_fen, wanted - promo_spend)
@@ -178,7 +260,7 @@ def ledger_post(
                 _("Insufficient balance: %(need)s needed, %(have)s available.")
                 % {"need": format_fen(wanted), "have": format_fen(promo_spend + cash_spend)}
             )
-        return -cash_spend, -promo_spend
+        return -cash_spend, -promo_spend, 0
 
     return _post(
         wallet_id=wallet_id,
@@ -206,18 +288,17 @@ def transaction_reverse(*, transaction_id: str, reason: str, actor: Any) -> Ledg
     if not reason.strip():
         raise InvalidInput(_("A reason is required."))
     original = LedgerTransaction.objects.get(pk=transaction_id)
-    if original.kind == TransactionKind.REVERSAL:
-        raise Conflict(_("A reversal cannot be reversed; post an adjustment instead."))
+    transaction_reversible_check(original)
     if LedgerTransaction.objects.filter(reverses=original).exists():
         raise Conflict(_("Transaction %(id)s is already reversed.") % {"id": original.id})
-    counter = original.entries.exclude(account__in=[Account.CASH, Account.PROMO]).first()
+    counter = original.entries.exclude(account__in=WALLET_ACCOUNTS).first()
 
-    def split(wallet: Wallet) -> tuple[int, int]:
+    def split(wallet: Wallet) -> tuple[int, int, int]:
         if wallet.cash_fen < original.cash_delta_fen or wallet.promo_fen < original.promo_delta_fen:
             raise InsufficientBalance(
                 _("The balance no longer holds the money this transaction credited.")
             )
-        return -original.cash_delta_fen, -original.promo_delta_fen
+        return -original.cash_delta_fen, -original.promo_delta_fen, 0
 
     try:
         return _post(
@@ -235,6 +316,68 @@ def transaction_reverse(*, transaction_id: str, reason: str, actor: Any) -> Ledg
         )
     except IdempotencyConflict:
         raise Conflict(_("Transaction %(id)s is already reversed.") % {"id": original.id}) from None
+
+
+def transaction_reversible_check(original: LedgerTransaction) -> None:
+    """Reversals, chargebacks and arrears postings are not reversed by hand: a reversal is
+    corrected by an adjustment, a chargeback by its dispute's outcome, and arrears are paid
+    off by any cash credit (an adjustment, to forgive them)."""
+    if original.kind == TransactionKind.REVERSAL:
+        raise Conflict(_("A reversal cannot be reversed; post an adjustment instead."))
+    if original.kind in NOT_REVERSIBLE:
+        raise Conflict(
+            _(
+                "A %(kind)s posting cannot be reversed: a won dispute credits it back, and a "
+                "cash adjustment pays off arrears."
+            )
+            % {"kind": TransactionKind(original.kind).label.lower()}
+        )
+
+
+def arrears_debit_post(
+    *,
+    wallet_id: str,
+    key: str,
+    kind: TransactionKind,
+    amount_fen: int,
+    description: str,
+    reason: str,
+) -> tuple[LedgerTransaction, LedgerTransaction | None]:
+    """Take money the platform has already lost (a chargeback, a refund made outside this
+    platform) from the wallet: its cash first, by one posting of `kind` under `key`, then
+    what cash could not cover as arrears, by an explicit `arrears` posting under `key:arrears`
+    (booked against the same platform account). Returns (debit, arrears posting or None).
+
+    Exactly once per key: a replay finds the debit and derives the same shortfall from it, so
+    it neither debits again nor owes more."""
+    if kind not in ARREARS_CAUSES:
+        raise InvalidInput(f"{kind} postings cannot go into arrears.")
+    if not reason.strip():
+        raise InvalidInput(_("A reason is required."))
+    with transaction.atomic():
+        debit = ledger_post(
+            wallet_id=wallet_id,
+            key=key,
+            kind=kind,
+            amount_fen=-amount_fen,
+            description=description,
+            allow_partial=True,
+            reason=reason,
+        )
+        shortfall = amount_fen + debit.amount_fen
+        if shortfall <= 0:
+            return debit, None
+        owed = _post(
+            wallet_id=wallet_id,
+            key=f"{key}:arrears",
+            kind=TransactionKind.ARREARS,
+            request={"amount": shortfall, "after": debit.id, "reason": reason},
+            split=lambda wallet: (0, 0, shortfall),
+            counter=COUNTER_ACCOUNT[kind],
+            description=gettext_noop("Into arrears"),
+            reason=f"{reason}; {format_fen(shortfall)} more than the cash held after {debit.id}",
+        )
+    return debit, owed
 
 
 def trial_grant(*, wallet_id: str, user_id: str) -> LedgerTransaction:
@@ -355,6 +498,7 @@ def _usage_debit(wallet: Wallet, charge: dict[str, Any]) -> LedgerTransaction:
         promo_delta_fen=-promo,
         cash_after_fen=wallet.cash_fen,
         promo_after_fen=wallet.promo_fen,
+        arrears_after_fen=wallet.arrears_fen,
         description=charge["description"][:500],
         instance_id=charge["instance_id"],
     )

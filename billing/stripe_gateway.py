@@ -49,6 +49,20 @@ class Refund:
     amount: int
     payment_intent: str | None
     metadata: dict[str, str]
+    charge: str | None = None
+    currency: str = ""
+
+
+@dataclass(frozen=True)
+class Dispute:
+    id: str
+    status: str
+    amount: int
+    currency: str
+    reason: str
+    charge: str | None
+    payment_intent: str | None
+    livemode: bool
 
 
 def _client() -> stripe.StripeClient:
@@ -159,15 +173,45 @@ def refund_create(*, refund_id: str, payment_intent: str, amount_fen: int) -> Re
     return refund_from(obj)
 
 
+def _id_of(value: Any) -> str | None:
+    """An id Stripe sends either as a string or, expanded, as the object."""
+    if value is None or isinstance(value, str):
+        return value
+    return str(value["id"])
+
+
 def refund_from(obj: Any) -> Refund:
     obj = _plain(obj)
     return Refund(
         id=obj["id"],
         status=obj.get("status") or "",
         amount=int(obj.get("amount") or 0),
-        payment_intent=obj.get("payment_intent"),
+        payment_intent=_id_of(obj.get("payment_intent")),
         metadata=dict(obj.get("metadata") or {}),
+        charge=_id_of(obj.get("charge")),
+        currency=(obj.get("currency") or "").lower(),
     )
+
+
+def dispute_from(obj: Any) -> Dispute:
+    obj = _plain(obj)
+    return Dispute(
+        id=obj["id"],
+        status=obj.get("status") or "",
+        amount=int(obj.get("amount") or 0),
+        currency=(obj.get("currency") or "").lower(),
+        reason=obj.get("reason") or "",
+        charge=_id_of(obj.get("charge")),
+        payment_intent=_id_of(obj.get("payment_intent")),
+        livemode=bool(obj.get("livemode")),
+    )
+
+
+def charge_payment_intent(charge_id: str) -> str | None:
+    """The PaymentIntent a charge belongs to (for a dispute or refund that names only the
+    charge)."""
+    obj = _plain(_call("charge.retrieve", _client().v1.charges.retrieve, charge_id))
+    return _id_of(obj.get("payment_intent"))
 
 
 def event_verify(payload: bytes, signature: str) -> dict[str, Any]:

@@ -39,6 +39,16 @@ def send_topup_receipt(topup_id: str) -> None:
 
 
 @shared_task(acks_late=True, ignore_result=True)
+def send_dispute_notice(dispute_id: str) -> None:
+    notices.dispute_notice_send(dispute_id=dispute_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def send_refund_notice(refund_id: str) -> None:
+    notices.dashboard_refund_notice_send(refund_id=refund_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
 def retry_unprocessed_events() -> None:
     """Events whose processing crashed or outlived its retries are picked up again, until
     they reach STRIPE_EVENT_MAX_ATTEMPTS; then they wait for an operator (the admin's "gave
@@ -59,12 +69,14 @@ def audit_wallets() -> None:
     for d in drifts:
         logger.error(
             "billing.audit.drift wallet=%s cash_fen=%d ledger_cash_fen=%d promo_fen=%d "
-            "ledger_promo_fen=%d",
+            "ledger_promo_fen=%d arrears_fen=%d ledger_arrears_fen=%d",
             d.wallet_id,
             d.cash_fen,
             d.ledger_cash_fen,
             d.promo_fen,
             d.ledger_promo_fen,
+            d.arrears_fen,
+            d.ledger_arrears_fen,
         )
     unbalanced = unbalanced_transactions()
     for txn in unbalanced:

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 
 from billing.calculator import PRESETS
 from billing.choices import TopUpStatus
+from billing.holds import tenant_on_hold
 from billing.models import TopUp
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
@@ -45,6 +46,7 @@ def billing(request: HttpRequest) -> HttpResponse:
         "billing/billing.html",
         {
             "wallet": wallet_for_tenant(tenant_id),
+            "on_hold": tenant_on_hold(tenant_id),
             "page": page,
             "topups": topups,
             "presets": settings.TOPUP_PRESETS_FEN,

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
 from fleet.choices import NodeState
 from fleet.models import Node
@@ -132,6 +133,7 @@ def instance_order(
         return earlier, False
     offering, image = _orderable(offering_id, image_id, billing)
     key_ids = _own_keys(user, ssh_keys or [])
+    account_hold_check(user.tenant_id)
     instance = Instance(
         tenant_id=user.tenant_id,
         created_by=user,
@@ -360,6 +362,7 @@ def instance_start(*, instance_id: str) -> Instance:
         instance = instance_locked(instance_id)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
+        account_hold_check(instance.tenant_id)
         if period_active(instance) and instance.allocations.exists():
             # its GPUs are its own until the month ends: no runway or limit to check
             instance_mark_provisioning(instance)

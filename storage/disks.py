@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from billing.holds import account_hold_check
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.kube import namespace_name
@@ -58,8 +59,9 @@ def disk_for_tenant(tenant_id: str, disk_id: str, *, lock: bool = False) -> Disk
 
 def disk_create(*, user: Any, name: str, size_gb: int) -> Disk:
     """A new empty disk. Its first day is charged at once, so creating one needs a balance
-    that pays a day of it (storage.billing)."""
+    that pays a day of it (storage.billing), and an account not on hold."""
     name, size_gb = _name(name), _size(size_gb)
+    account_hold_check(user.tenant_id)
     live = Disk.objects.filter(tenant_id=user.tenant_id, status__in=LIVE_DISK)
     if live.count() >= settings.DISKS_PER_TENANT:
         raise Conflict(
@@ -92,7 +94,8 @@ def disk_create(*, user: Any, name: str, size_gb: int) -> Disk:
 def disk_resize(*, tenant_id: str, disk_id: str, size_gb: int) -> Disk:
     """Grow a disk (claims can only grow). The file system grows online; the added GB are
     charged at once for the rest of today (storage.billing.storage_charge_growth): refused while
-    the tenant's storage is in arrears (409) or when the balance cannot pay it (402)."""
+    the tenant's storage is in arrears (409), when the balance cannot pay it (402) or while the
+    account is on hold (403)."""
     size_gb = _size(size_gb)
     with transaction.atomic():
         disk = disk_for_tenant(tenant_id, disk_id, lock=True)
@@ -106,6 +109,7 @@ def disk_resize(*, tenant_id: str, disk_id: str, size_gb: int) -> Disk:
             )
         if size_gb == disk.size_gb:
             return disk
+        account_hold_check(tenant_id)
         storage_charge_growth(
             tenant_id=tenant_id, kind=StorageKind.DISK, obj=disk, new_size_gb=size_gb
         )

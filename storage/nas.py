@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
+from billing.holds import account_hold_check
 from fleet.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
@@ -38,7 +39,8 @@ def nas_for_tenant(tenant_id: str) -> SharedStorage | None:
 def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
     """Create the tenant's NAS with this quota, or grow it to it. (nas, created). Growing is
     charged at once for the rest of today, and refused in arrears (409) or when the balance
-    cannot pay it (402); see storage.billing.storage_charge_growth."""
+    cannot pay it (402); see storage.billing.storage_charge_growth. Creating or growing it is
+    refused while the account is on hold (403)."""
     size_gb = _size(size_gb)
     with transaction.atomic():
         nas = (
@@ -53,6 +55,7 @@ def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
                     code="nas_shrink",
                 )
             if size_gb > nas.size_gb:
+                account_hold_check(user.tenant_id)
                 storage_charge_growth(
                     tenant_id=user.tenant_id, kind=StorageKind.NAS, obj=nas, new_size_gb=size_gb
                 )
@@ -60,6 +63,7 @@ def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
                 nas.save(update_fields=["size_gb"])
                 enqueue_on_commit("storage.tasks.ensure_nas", nas.id)
             return nas, False
+        account_hold_check(user.tenant_id)
         nas = SharedStorage(tenant_id=user.tenant_id, size_gb=size_gb)
         nas.k8s_name = nas_name(nas.id)
         try:

@@ -12,7 +12,15 @@ from starverse.core.api.serializers import InputSerializer, StrictIntegerField
 class BalanceOutput(serializers.Serializer):
     cash_fen = serializers.IntegerField()
     promo_fen = serializers.IntegerField()
-    total_fen = serializers.IntegerField()
+    arrears_fen = serializers.IntegerField(
+        help_text="Owed after a chargeback or refund took more than the cash held; "
+        "the next top-up pays it first."
+    )
+    total_fen = serializers.IntegerField(help_text="cash + trial credit − arrears.")
+    on_hold = serializers.BooleanField(
+        help_text="New instances, starts and storage are refused (403 account_on_hold) until "
+        "support lifts the hold; top-ups still work."
+    )
     currency = serializers.CharField()
 
 
@@ -29,6 +37,7 @@ class LedgerOutput(serializers.ModelSerializer):
             "amount_fen",
             "cash_delta_fen",
             "promo_delta_fen",
+            "arrears_delta_fen",
             "balance_after_fen",
             "created_at",
             "description",
@@ -42,7 +51,7 @@ class LedgerOutput(serializers.ModelSerializer):
         return obj.instance_id or None
 
     def get_balance_after_fen(self, obj: LedgerTransaction) -> int:
-        return obj.cash_after_fen + obj.promo_after_fen
+        return obj.balance_after_fen
 
 
 class TopUpCreateInput(InputSerializer):

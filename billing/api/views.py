@@ -15,6 +15,7 @@ from billing.api.serializers import (
     TopUpOutput,
 )
 from billing.calculator import tco_compare
+from billing.holds import tenant_on_hold
 from billing.models import LedgerTransaction, TopUp
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import wallet_for_tenant
@@ -31,7 +32,9 @@ class BalanceView(APIView):
             {
                 "cash_fen": wallet.cash_fen,
                 "promo_fen": wallet.promo_fen,
+                "arrears_fen": wallet.arrears_fen,
                 "total_fen": wallet.total_fen,
+                "on_hold": tenant_on_hold(wallet.tenant_id),
                 "currency": "CNY",
             }
         )

@@ -152,6 +152,26 @@ class StripeFake:
     def settle_refund(self, refund_id: str, outcome: str = "succeeded") -> dict[str, Any]:
         return self._store.settle_refund(refund_id, outcome, None)
 
+    def refund_in_dashboard(
+        self, charge_id: str, amount: int | None = None, *, pending: bool = False
+    ) -> dict[str, Any]:
+        """A refund made by hand in Stripe's dashboard, not through the API (no metadata)."""
+        return self._store.refund_in_dashboard(charge_id, amount, pending, None)
+
+    def open_dispute(
+        self,
+        charge_id: str,
+        amount: int | None = None,
+        *,
+        reason: str = "fraudulent",
+        inquiry: bool = False,
+    ) -> dict[str, Any]:
+        """The card holder disputes the charge at their bank (an ``inquiry`` withdraws nothing)."""
+        return self._store.open_dispute(charge_id, amount, reason, inquiry, None)
+
+    def close_dispute(self, dispute_id: str, outcome: str = "won") -> dict[str, Any]:
+        return self._store.close_dispute(dispute_id, outcome, None)
+
     def inject_faults(self, status: int = 500, count: int = 1) -> None:
         if not 400 <= status <= 599 or count < 0:
             raise invalid_request("status must be 400-599 and count >= 0", param="status")
@@ -173,6 +193,9 @@ class StripeFake:
 
     def charge(self, charge_id: str) -> dict[str, Any]:
         return self._store.get("charge", charge_id)
+
+    def dispute(self, dispute_id: str) -> dict[str, Any]:
+        return self._store.get("dispute", dispute_id)
 
     @property
     def sessions(self) -> list[dict[str, Any]]:
@@ -300,7 +323,8 @@ class StripeFake:
                 raise StripeFakeError(
                     404,
                     f"Unrecognized request URL ({method}: {path}). The local Stripe fake only "
-                    "speaks checkout sessions, refunds, payment intents, charges and events.",
+                    "speaks checkout sessions, refunds, payment intents, charges, disputes and "
+                    "events.",
                 )
         except StripeFakeError as err:
             return json_response(err.status, err.body(), {**base, **err.headers})
@@ -410,6 +434,26 @@ class StripeFake:
             return json_response(
                 200, self.settle_refund(args[0], params.get("outcome", "succeeded"))
             )
+        if name in ("dashboard_refund", "open_dispute"):
+            amount = params.get("amount")
+            try:
+                fen = int(amount) if amount else None
+            except ValueError:
+                raise invalid_request("amount must be an integer", param="amount") from None
+            if name == "dashboard_refund":
+                waits = params.get("pending") == "true"
+                return json_response(200, self.refund_in_dashboard(args[0], fen, pending=waits))
+            return json_response(
+                200,
+                self.open_dispute(
+                    args[0],
+                    fen,
+                    reason=params.get("reason", "fraudulent"),
+                    inquiry=params.get("inquiry") == "true",
+                ),
+            )
+        if name == "close_dispute":
+            return json_response(200, self.close_dispute(args[0], params.get("outcome", "won")))
         if name == "events":
             data = [record.to_dict() for record in self.events]
             return json_response(200, {"object": "list", "data": data})

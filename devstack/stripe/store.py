@@ -1,4 +1,5 @@
-"""In-memory state of the fake: checkout sessions, payment intents, charges, refunds and events.
+"""In-memory state of the fake: checkout sessions, payment intents, charges, refunds, disputes
+and events.
 
 Every public method takes the lock, so the store is safe to share between the HTTP threads, the
 in-process helpers tests call and the webhook dispatcher."""
@@ -18,6 +19,22 @@ from .webhooks import EventRecord
 
 _ALPHABET = string.ascii_letters + string.digits
 PAY_METHODS = ("card", "alipay", "wechat_pay", "async")
+DISPUTE_REASONS = (
+    "bank_cannot_process",
+    "credit_not_processed",
+    "customer_initiated",
+    "debit_not_authorized",
+    "duplicate",
+    "fraudulent",
+    "general",
+    "incorrect_account_details",
+    "insufficient_funds",
+    "product_not_received",
+    "product_unacceptable",
+    "subscription_canceled",
+    "unrecognized",
+)
+DISPUTE_FEE = 1500  # what Stripe charges the platform per dispute (in the charge's currency here)
 RequestContext = dict[str, str | None]
 
 
@@ -46,6 +63,7 @@ class Store:
         self.intents: dict[str, dict[str, Any]] = {}
         self.charges: dict[str, dict[str, Any]] = {}
         self.refunds: dict[str, dict[str, Any]] = {}
+        self.disputes: dict[str, dict[str, Any]] = {}
         self.stream_of: dict[str, str] = {}  # object id -> the checkout session it hangs off
         self.events: list[EventRecord] = []
         self.events_by_id: dict[str, EventRecord] = {}
@@ -134,7 +152,8 @@ class Store:
         return view
 
     def get(self, kind: str, object_id: str) -> dict[str, Any]:
-        """A snapshot of one object: ``kind`` is session, payment_intent, charge or refund."""
+        """A snapshot of one object: ``kind`` is session, payment_intent, charge, refund or
+        dispute."""
         with self.lock:
             self.sweep()
             if kind == "session":
@@ -144,7 +163,11 @@ class Store:
                 if charge is None:
                     raise missing("charge", object_id)
                 return self._charge_view(charge)
-            table = {"payment_intent": self.intents, "refund": self.refunds}[kind]
+            table = {
+                "payment_intent": self.intents,
+                "refund": self.refunds,
+                "dispute": self.disputes,
+            }[kind]
             if object_id not in table:
                 raise missing(kind, object_id)
             return copy.deepcopy(table[object_id])
@@ -236,6 +259,7 @@ class Store:
             "amount_refunded": 0,
             "created": self.now(),
             "currency": intent["currency"],
+            "disputed": False,
             "livemode": intent["livemode"],
             "metadata": dict(intent["metadata"]),
             "paid": True,
@@ -372,38 +396,66 @@ class Store:
         with self.lock:
             spec = validation.refund_params(params)
             charge = self._charge_for(spec)
-            left = self._refundable(charge)
-            if left <= 0:
-                raise invalid_request(
-                    f"Charge {charge['id']} has already been refunded.",
-                    code="charge_already_refunded",
-                )
-            amount = left if spec["amount"] is None else spec["amount"]
-            if amount > left:
-                raise invalid_request(
-                    f"Refund amount ({amount}) is greater than unrefunded amount on charge "
-                    f"({left}).",
-                    param="amount",
-                    code="amount_too_large",
-                )
-            refund = {
-                "id": new_id("re", livemode),
-                "object": "refund",
-                "amount": amount,
-                "balance_transaction": None,
-                "charge": charge["id"],
-                "created": self.now(),
-                "currency": charge["currency"],
-                "failure_reason": None,
-                "metadata": spec["metadata"],
-                "payment_intent": charge["payment_intent"],
-                "reason": spec["reason"],
-                "status": "pending",
-            }
-            self.refunds[refund["id"]] = refund
-            stream = self.stream_of[charge["id"]]
-            self.stream_of[refund["id"]] = stream
+            refund = self._new_refund(charge, spec["amount"], spec["metadata"], spec["reason"])
+            self._emit("refund.created", refund, self.stream_of[refund["id"]], ctx)
+            return copy.deepcopy(refund)
+
+    def _new_refund(
+        self,
+        charge: dict[str, Any],
+        amount: int | None,
+        metadata: dict[str, str],
+        reason: str | None,
+        status: str = "pending",
+    ) -> dict[str, Any]:
+        left = self._refundable(charge)
+        if left <= 0:
+            raise invalid_request(
+                f"Charge {charge['id']} has already been refunded.",
+                code="charge_already_refunded",
+            )
+        amount = left if amount is None else amount
+        if amount > left:
+            raise invalid_request(
+                f"Refund amount ({amount}) is greater than unrefunded amount on charge ({left}).",
+                param="amount",
+                code="amount_too_large",
+            )
+        refund = {
+            "id": new_id("re", charge["livemode"]),
+            "object": "refund",
+            "amount": amount,
+            "balance_transaction": None,
+            "charge": charge["id"],
+            "created": self.now(),
+            "currency": charge["currency"],
+            "failure_reason": None,
+            "metadata": metadata,
+            "payment_intent": charge["payment_intent"],
+            "reason": reason,
+            "status": status,
+        }
+        if status == "succeeded":
+            charge["amount_refunded"] += amount
+            charge["refunded"] = charge["amount_refunded"] >= charge["amount"]
+        self.refunds[refund["id"]] = refund
+        self.stream_of[refund["id"]] = self.stream_of[charge["id"]]
+        return refund
+
+    def refund_in_dashboard(
+        self, charge_id: str, amount: int | None, pending: bool, ctx: RequestContext | None
+    ) -> dict[str, Any]:
+        """A refund an operator makes in the Stripe dashboard: no metadata of the platform's.
+        A card refund succeeds at once (``refund.created`` then ``charge.refunded``); a
+        ``pending`` one waits for ``settle_refund``."""
+        with self.lock:
+            charge = self._charge(charge_id)
+            status = "pending" if pending else "succeeded"
+            refund = self._new_refund(charge, amount, {}, "requested_by_customer", status)
+            stream = self.stream_of[refund["id"]]
             self._emit("refund.created", refund, stream, ctx)
+            if not pending:
+                self._emit("charge.refunded", self._charge_view(charge), stream, ctx)
             return copy.deepcopy(refund)
 
     def settle_refund(
@@ -436,5 +488,109 @@ class Store:
                 self._emit("refund.failed", refund, stream, ctx)
             return copy.deepcopy(refund)
 
+    # -- disputes --------------------------------------------------------------------------
 
-__all__ = ["PAY_METHODS", "Store", "StripeFakeError", "new_id"]
+    def _charge(self, charge_id: str) -> dict[str, Any]:
+        charge = self.charges.get(charge_id)
+        if charge is None:
+            raise missing("charge", charge_id, param="charge")
+        return charge
+
+    def _balance_transaction(
+        self, dispute: dict[str, Any], amount: int, category: str
+    ) -> dict[str, Any]:
+        fee = DISPUTE_FEE if category == "dispute" else 0
+        return {
+            "id": new_id("txn", dispute["livemode"]),
+            "object": "balance_transaction",
+            "amount": amount,
+            "currency": dispute["currency"],
+            "fee": fee,
+            "net": amount - fee,
+            "reporting_category": category,
+            "type": "adjustment",
+        }
+
+    def open_dispute(
+        self,
+        charge_id: str,
+        amount: int | None,
+        reason: str,
+        inquiry: bool,
+        ctx: RequestContext | None,
+    ) -> dict[str, Any]:
+        """The card holder disputes a charge at their bank. A dispute takes the amount and the
+        fee from the balance at once (``charge.dispute.created`` then
+        ``charge.dispute.funds_withdrawn``); an ``inquiry`` takes nothing yet."""
+        if reason not in DISPUTE_REASONS:
+            raise invalid_request(
+                f"Invalid reason: must be one of {', '.join(DISPUTE_REASONS)}", param="reason"
+            )
+        with self.lock:
+            charge = self._charge(charge_id)
+            if charge.get("disputed"):
+                raise unexpected_state(
+                    f"Charge {charge_id} is already disputed.", code="charge_disputed"
+                )
+            amount = charge["amount"] if amount is None else amount
+            if not 0 < amount <= charge["amount"]:
+                raise invalid_request(f"A dispute is of 1 to {charge['amount']}.", param="amount")
+            dispute: dict[str, Any] = {
+                "id": new_id("dp", charge["livemode"]),
+                "object": "dispute",
+                "amount": amount,
+                "balance_transactions": [],
+                "charge": charge["id"],
+                "created": self.now(),
+                "currency": charge["currency"],
+                "evidence": {},
+                "is_charge_refundable": False,
+                "livemode": charge["livemode"],
+                "metadata": {},
+                "payment_intent": charge["payment_intent"],
+                "reason": reason,
+                "status": "warning_needs_response" if inquiry else "needs_response",
+            }
+            charge["disputed"] = True
+            self.disputes[dispute["id"]] = dispute
+            stream = self.stream_of[charge["id"]]
+            self.stream_of[dispute["id"]] = stream
+            self._emit("charge.dispute.created", dispute, stream, ctx)
+            if not inquiry:
+                dispute["balance_transactions"].append(
+                    self._balance_transaction(dispute, -amount, "dispute")
+                )
+                self._emit("charge.dispute.funds_withdrawn", dispute, stream, ctx)
+            return copy.deepcopy(dispute)
+
+    def close_dispute(
+        self, dispute_id: str, outcome: str, ctx: RequestContext | None
+    ) -> dict[str, Any]:
+        """The bank decides: ``won`` gives the amount back (``charge.dispute.funds_reinstated``,
+        then ``charge.dispute.closed``), ``lost`` keeps it; an inquiry just closes."""
+        if outcome not in ("won", "lost"):
+            raise invalid_request("outcome must be won or lost", param="outcome")
+        with self.lock:
+            dispute = self.disputes.get(dispute_id)
+            if dispute is None:
+                raise missing("dispute", dispute_id)
+            if dispute["status"] in ("won", "lost", "warning_closed"):
+                raise unexpected_state(
+                    f"This dispute is already closed ({dispute['status']}).",
+                    code="dispute_closed",
+                )
+            stream = self.stream_of[dispute_id]
+            if dispute["status"].startswith("warning_"):
+                dispute["status"] = "warning_closed"
+            else:
+                dispute["status"] = outcome
+                if outcome == "won":
+                    dispute["balance_transactions"].append(
+                        self._balance_transaction(dispute, dispute["amount"], "dispute_reversal")
+                    )
+                    self._emit("charge.dispute.funds_reinstated", dispute, stream, ctx)
+            self._emit("charge.dispute.closed", dispute, stream, ctx)
+            return copy.deepcopy(dispute)
+
+
+__all__ = ["DISPUTE_REASONS", "PAY_METHODS", "Store", "StripeFakeError", "new_id"]

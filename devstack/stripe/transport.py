@@ -113,6 +113,7 @@ API_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(r"^/v1/refunds/([^/]+)$"), "get_refund"),
     ("GET", re.compile(r"^/v1/payment_intents/([^/]+)$"), "get_payment_intent"),
     ("GET", re.compile(r"^/v1/charges/([^/]+)$"), "get_charge"),
+    ("GET", re.compile(r"^/v1/disputes/([^/]+)$"), "get_dispute"),
     ("GET", re.compile(r"^/v1/events/([^/]+)$"), "get_event"),
 ]
 CONTROL_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
@@ -120,6 +121,9 @@ CONTROL_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(r"^/_fake/sessions/([^/]+)/async_result$"), "async_result"),
     ("POST", re.compile(r"^/_fake/sessions/([^/]+)/expire$"), "expire"),
     ("POST", re.compile(r"^/_fake/refunds/([^/]+)/settle$"), "settle"),
+    ("POST", re.compile(r"^/_fake/charges/([^/]+)/refund$"), "dashboard_refund"),
+    ("POST", re.compile(r"^/_fake/charges/([^/]+)/dispute$"), "open_dispute"),
+    ("POST", re.compile(r"^/_fake/disputes/([^/]+)/close$"), "close_dispute"),
     ("GET", re.compile(r"^/_fake/events$"), "events"),
     ("POST", re.compile(r"^/_fake/events/([^/]+)/resend$"), "resend"),
     ("POST", re.compile(r"^/_fake/faults$"), "faults"),

@@ -29,7 +29,7 @@ from instances.selectors import (
 from instances.volumes import disk_attach, disk_detach
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
-from starverse.core.api.schema import errors
+from starverse.core.api.schema import errors, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import InvalidInput
 
@@ -132,7 +132,11 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
                 description="The same key answers the same order instead of a second one.",
             )
         ],
-        responses={202: InstanceOutput, **errors(402, 404, 409, also=ACCOUNT_LIMITS)},
+        responses={
+            202: InstanceOutput,
+            **errors(402, 404, 409, also=ACCOUNT_LIMITS),
+            **on_hold_error(),
+        },
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, InstanceCreateInput)
@@ -201,7 +205,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     @extend_schema(
         operation_id="instances_start",
         request=None,
-        responses={202: InstanceOutput, **errors(402, 409, also=ACCOUNT_LIMITS)},
+        responses={202: InstanceOutput, **errors(402, 409, also=ACCOUNT_LIMITS), **on_hold_error()},
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:

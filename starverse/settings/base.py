@@ -289,6 +289,9 @@ ADJUSTMENT_APPROVAL_THRESHOLD_FEN = env_int("ADJUSTMENT_APPROVAL_THRESHOLD_FEN",
 # operator may post in a day by adjustments, bank transfers and reversals (either sign) without
 # one, so that a large adjustment cannot be split into many small ones.
 ADMIN_DAILY_CAP_FEN = env_int("ADMIN_DAILY_CAP_FEN", 500_000)
+# Who is mailed about chargebacks and refunds made in the Stripe dashboard (comma-separated);
+# empty = every active superuser.
+OPERATOR_EMAILS = env_list("OPERATOR_EMAILS", [])
 
 # Fleet. KUBECONFIG points at the cluster (the local emulator's var/kubeconfig under `make run`);
 # without it the platform runs with no cluster. Agents join with NODE_BOOTSTRAP_TOKEN.

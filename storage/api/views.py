@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from starverse.core.api.auth import signed_in_user
-from starverse.core.api.schema import errors
+from starverse.core.api.schema import errors, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import NotFound
 from storage.api.serializers import (
@@ -52,7 +52,7 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
     @extend_schema(
         operation_id="disks_create",
         request=DiskCreateInput,
-        responses={201: DiskOutput, **errors(402, 409)},
+        responses={201: DiskOutput, **errors(402, 409), **on_hold_error()},
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, DiskCreateInput)
@@ -62,7 +62,7 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
     @extend_schema(
         operation_id="disks_partial_update",
         request=DiskResizeInput,
-        responses={200: DiskOutput, **errors(402, 409)},
+        responses={200: DiskOutput, **errors(402, 409), **on_hold_error()},
     )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         """Grow the disk (claims cannot shrink)."""
@@ -95,7 +95,7 @@ class NasView(APIView):
     @extend_schema(
         operation_id="nas_update",
         request=NasInput,
-        responses={200: NasOutput, 201: NasOutput, **errors(402, 409)},
+        responses={200: NasOutput, 201: NasOutput, **errors(402, 409), **on_hold_error()},
     )
     def put(self, request: Request) -> Response:
         data = NasInput(data=request.data)

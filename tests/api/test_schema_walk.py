@@ -24,6 +24,7 @@ from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
 from billing.calculator import PRESETS
+from billing.holds import hold_lift, hold_place
 from datasets.services import public_dataset_upsert
 from devstack.stripe import StripeFake
 from fleet.api.views import MAX_REPORT_BYTES
@@ -281,6 +282,14 @@ def _reporting_node(fixture: str = "h100_xid79.json") -> Node:
     return node
 
 
+def _on_hold(p: Probe, **call: Any) -> None:
+    """The call refused while the account is on hold (a disputed payment), then the hold
+    lifted."""
+    hold, _created = hold_place(tenant_id=p.user.tenant_id, key="dispute:dp_walk", reason="walk")
+    assert p.call(403, **call).json()["code"] == "account_on_hold"
+    hold_lift(hold_id=hold.id, reason="walk", actor=make_operator())
+
+
 def _placed(user: Any, node: Node) -> Instance:
     """An instance the order placed on `node`, the fleet's only node (its task not run)."""
     instance = make_instance(user)
@@ -507,6 +516,7 @@ def _(p: Probe) -> None:
     }
     p.call(402, body=order)  # the trial credit does not pay an hour
     fund(p.user, 100_000)
+    _on_hold(p, body=order)
     p.call(202, body=order, headers={"Idempotency-Key": "order-1"})
     p.call(409, body={**order, "name": "other"}, headers={"Idempotency-Key": "order-1"})
     p.call(404, body={**order, "disks": ["dsk_unknown"]})
@@ -604,6 +614,7 @@ def _(p: Probe) -> None:
 @case("disks_create")
 def _(p: Probe) -> None:
     _catalog()  # storage prices: a disk costs 1 fen per GB and day
+    _on_hold(p, body={"name": "ckpt", "size_gb": 100})
     p.call(201, body={"name": "ckpt", "size_gb": 100})
     p.call(409, body={"name": "ckpt", "size_gb": 100})
     p.call(402, body={"name": "huge", "size_gb": 5_000})

@@ -496,6 +496,7 @@ def test_admin_refund_form(paid_topup, fake, client):
     assert "At most ¥100.00" in too_much.content.decode()
     assert done.status_code == 302
     refund = Refund.objects.get()
+    assert refund.requested_by is not None
     assert (refund.amount_fen, refund.status, refund.requested_by.is_staff) == (
         3_000,
         "pending",

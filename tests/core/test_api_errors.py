@@ -124,7 +124,14 @@ def test_signup_then_token_flow_uses_exact_contract_fields(api, db):
     balance = api.get("/api/v1/billing/balance").json()
     ledger = api.get("/api/v1/billing/ledger").json()
 
-    assert balance == {"cash_fen": 0, "promo_fen": 1000, "total_fen": 1000, "currency": "CNY"}
+    assert balance == {
+        "cash_fen": 0,
+        "promo_fen": 1000,
+        "arrears_fen": 0,
+        "total_fen": 1000,
+        "on_hold": False,
+        "currency": "CNY",
+    }
     assert ledger["count"] == 1
     row = ledger["results"][0]
     assert {k: row[k] for k in ("kind", "amount_fen", "description", "instance")} == {

@@ -607,6 +607,129 @@ def test_refund_errors_for_unknown_intents_and_refunds(fake: StripeFake) -> None
     assert excinfo.value.param == "payment_intent"
 
 
+# -- disputes and dashboard refunds --------------------------------------------------------
+
+
+def paid_charge(fake: StripeFake) -> str:
+    return str(fake.payment_intent(paid_intent(fake))["latest_charge"])
+
+
+def test_dispute_withdraws_then_a_won_dispute_reinstates(
+    hooked: StripeFake, receiver: Receiver
+) -> None:
+    charge_id = paid_charge(hooked)
+
+    opened = hooked.open_dispute(charge_id, reason="fraudulent")
+    closed = hooked.close_dispute(opened["id"], "won")
+
+    assert opened["id"].startswith("dp_test_")
+    assert (opened["status"], opened["amount"], opened["currency"]) == (
+        "needs_response",
+        123456,
+        "cny",
+    )
+    assert (opened["charge"], opened["reason"]) == (charge_id, "fraudulent")
+    assert opened["payment_intent"] == hooked.charge(charge_id)["payment_intent"]
+    assert closed["status"] == "won"
+    assert [(t["amount"], t["reporting_category"]) for t in closed["balance_transactions"]] == [
+        (-123456, "dispute"),
+        (123456, "dispute_reversal"),
+    ]
+    retrieved = make_client(hooked).v1.disputes.retrieve(opened["id"])
+    assert (retrieved.status, retrieved.charge) == ("won", charge_id)
+    assert hooked.charge(charge_id)["disputed"] is True
+    assert hooked.wait_for_webhooks(5)
+    assert receiver.types() == [
+        "checkout.session.completed",
+        "charge.dispute.created",
+        "charge.dispute.funds_withdrawn",
+        "charge.dispute.funds_reinstated",
+        "charge.dispute.closed",
+    ]
+    objects = [json.loads(item["body"])["data"]["object"] for item in receiver.received[1:]]
+    assert [o["status"] for o in objects] == ["needs_response", "needs_response", "won", "won"]
+
+
+def test_a_lost_dispute_and_an_inquiry(fake: StripeFake) -> None:
+    lost = fake.open_dispute(paid_charge(fake), 100_000, reason="product_not_received")
+    fake.close_dispute(lost["id"], "lost")
+    inquiry = fake.open_dispute(paid_charge(fake), inquiry=True)
+    closed = fake.close_dispute(inquiry["id"], "won")
+
+    assert fake.dispute(lost["id"])["status"] == "lost"
+    assert fake.dispute(lost["id"])["amount"] == 100_000
+    assert (inquiry["status"], closed["status"], closed["balance_transactions"]) == (
+        "warning_needs_response",
+        "warning_closed",
+        [],
+    )
+    assert [t for t in fake.event_types() if t.startswith("charge.dispute.")] == [
+        "charge.dispute.created",
+        "charge.dispute.funds_withdrawn",
+        "charge.dispute.closed",
+        "charge.dispute.created",
+        "charge.dispute.closed",
+    ]
+    with pytest.raises(StripeFakeError, match="already closed"):
+        fake.close_dispute(lost["id"], "won")
+    with pytest.raises(StripeFakeError, match="already disputed"):
+        fake.open_dispute(lost["charge"])
+    with pytest.raises(StripeFakeError, match="Invalid reason"):
+        fake.open_dispute(paid_charge(fake), reason="bored")
+    with pytest.raises(StripeFakeError, match="No such charge"):
+        fake.open_dispute("ch_test_nope")
+
+
+def test_a_dashboard_refund_has_no_metadata_and_succeeds_at_once(
+    hooked: StripeFake, receiver: Receiver
+) -> None:
+    charge_id = paid_charge(hooked)
+
+    refund = hooked.refund_in_dashboard(charge_id, 23_456)
+    pending = hooked.refund_in_dashboard(charge_id, 100_000, pending=True)
+
+    assert (refund["status"], refund["metadata"], refund["charge"]) == ("succeeded", {}, charge_id)
+    assert pending["status"] == "pending"
+    assert hooked.charge(charge_id)["amount_refunded"] == 23_456
+    with pytest.raises(StripeFakeError, match="already been refunded"):
+        hooked.refund_in_dashboard(charge_id, 1)
+    hooked.settle_refund(pending["id"], "succeeded")
+    assert hooked.charge(charge_id)["refunded"] is True
+    assert hooked.wait_for_webhooks(5)
+    assert receiver.types() == [
+        "checkout.session.completed",
+        "refund.created",
+        "charge.refunded",
+        "refund.created",
+        "refund.updated",
+        "charge.refunded",
+    ]
+
+
+def test_dispute_and_dashboard_refund_control_endpoints(fake: StripeFake) -> None:
+    charge_id = paid_charge(fake)
+
+    status, _, body = raw_request(
+        fake, "POST", f"/_fake/charges/{charge_id}/refund", "amount=456&pending=true"
+    )
+    assert (status, json.loads(body)["amount"], json.loads(body)["status"]) == (
+        200,
+        456,
+        "pending",
+    )
+    status, _, body = raw_request(
+        fake, "POST", f"/_fake/charges/{charge_id}/dispute", "reason=duplicate&amount=1000"
+    )
+    dispute = json.loads(body)
+    assert (status, dispute["reason"], dispute["amount"]) == (200, "duplicate", 1000)
+    status, _, body = raw_request(
+        fake, "POST", f"/_fake/disputes/{dispute['id']}/close?outcome=lost"
+    )
+    assert (status, json.loads(body)["status"]) == (200, "lost")
+    status, _, body = raw_request(fake, "POST", "/_fake/charges/ch_test_nope/dispute")
+    assert (status, json.loads(body)["error"]["type"]) == (404, "invalid_request_error")
+
+
 # -- fault injection -----------------------------------------------------------------------
 
 

@@ -17,7 +17,9 @@ class Command(BaseCommand):
             self.stderr.write(
                 f"DRIFT wallet={d.wallet_id} cash={format_fen(d.cash_fen)} "
                 f"ledger_cash={format_fen(d.ledger_cash_fen)} promo={format_fen(d.promo_fen)} "
-                f"ledger_promo={format_fen(d.ledger_promo_fen)}"
+                f"ledger_promo={format_fen(d.ledger_promo_fen)} "
+                f"arrears={format_fen(d.arrears_fen)} "
+                f"ledger_arrears={format_fen(d.ledger_arrears_fen)}"
             )
         for txn in unbalanced:
             self.stderr.write(f"UNBALANCED transaction={txn}")

@@ -97,6 +97,16 @@ def errors(*codes: int, also: dict[int, str] | None = None) -> dict[int, OpenApi
     }
 
 
+def on_hold_error() -> dict[int, OpenApiResponse]:
+    """The 403 of a route that starts new spending, which an account on hold may not do."""
+    description = (
+        "The account is on hold after a disputed or refunded payment (code "
+        "`account_on_hold`): no new orders until support lifts it. Also a session request "
+        "without its CSRF token."
+    )
+    return {403: OpenApiResponse(response=ERROR.ref, description=description)}
+
+
 class AutoSchema(_SpectacularAutoSchema):
     def get_operation_id(self) -> str:
         # Ids are the names generated clients call; derived ones change when a view changes.
