@@ -10,13 +10,10 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from billing.onboarding import user_email_verify
-from starverse.accounts.forms import AdminLoginForm
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User
+from starverse.accounts.selectors import totp_device_confirmed
 from starverse.accounts.services import email_clean, user_email_change
 from starverse.core.errors import ServiceError
-
-# /admin/login/ counts failures and locks out like the console's log-in.
-admin.site.login_form = AdminLoginForm
 
 
 class UserChangeAdminForm(UserChangeForm):
@@ -65,6 +62,7 @@ class UserAdmin(BaseUserAdmin):
         "date_joined",
         "last_login",
         "signup_ip",
+        "two_factor",
     ]
     actions = ["mark_verified"]
     fieldsets = [
@@ -78,6 +76,7 @@ class UserAdmin(BaseUserAdmin):
                     "email_verified_at",
                     "tenant",
                     "signup_ip",
+                    "two_factor",
                 ]
             },
         ),
@@ -87,6 +86,13 @@ class UserAdmin(BaseUserAdmin):
         ),
         ("Dates", {"fields": ["date_joined", "last_login"]}),
     ]
+
+    @admin.display(description="Two-factor authentication")
+    def two_factor(self, obj: User) -> str:
+        device = totp_device_confirmed(obj)
+        if device is None:
+            return "off"
+        return f"on since {device.confirmed_at:%Y-%m-%d %H:%M} (lost phone: manage.py totp_reset)"
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Accounts are created by sign-up (or `createsuperuser`), which also makes the wallet.

@@ -1,7 +1,6 @@
 from typing import Any
 
 from django import forms
-from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm, SetPasswordForm
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
@@ -22,8 +21,9 @@ class SignupForm(forms.Form):
 
 class LockoutMixin:
     """Refuses a log-in while the account or the client address has too many recent failures
-    (before the password is checked), counts each failure, and clears the account's count on
-    success. For the console's and the admin's log-in forms."""
+    (before the password is checked) and counts each failure. The account's count is cleared
+    when the log-in completes, after the second step where there is one (loginflow.complete),
+    so a known password does not reset the count of wrong codes."""
 
     request: Any
     locked_out = False
@@ -42,8 +42,6 @@ class LockoutMixin:
             if self.request is not None and email:
                 lockout.login_failed(self.request, email)
             raise
-        if email:
-            lockout.login_succeeded(email)
         return cleaned
 
 
@@ -51,8 +49,31 @@ class LoginForm(LockoutMixin, AuthenticationForm):
     username = forms.CharField(label=_("E-mail"), max_length=254)
 
 
-class AdminLoginForm(LockoutMixin, AdminAuthenticationForm):
-    pass
+class OtpForm(forms.Form):
+    code = forms.CharField(
+        label=_("Code"),
+        max_length=32,
+        help_text=_("The 6-digit code from your authenticator app, or a recovery code."),
+    )
+
+
+class TotpConfirmForm(forms.Form):
+    code = forms.CharField(
+        label=_("Code from the app"),
+        max_length=32,
+        help_text=_("The 6-digit code the app shows after adding Starverse."),
+    )
+
+
+class TotpDisableForm(forms.Form):
+    password = forms.CharField(
+        label=_("Password"), max_length=128, strip=False, widget=forms.PasswordInput
+    )
+    code = forms.CharField(
+        label=_("Code"),
+        max_length=32,
+        help_text=_("The 6-digit code from your authenticator app, or a recovery code."),
+    )
 
 
 class TokenForm(forms.Form):

@@ -113,3 +113,41 @@ class SshKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.fingerprint}"
+
+
+class TotpDevice(models.Model):
+    """A user's authenticator app: the shared secret of RFC 6238 time-based codes (6 digits,
+    30-second steps). It counts as the second factor only once confirmed with a code it made;
+    until then it is an enrolment in progress and its secret may be shown again, afterwards
+    never. `last_used_step` is the step of the last code accepted: a code of that step or an
+    earlier one is refused, so each code logs in once."""
+
+    user = models.OneToOneField(
+        User, on_delete=models.CASCADE, primary_key=True, related_name="totp_device"
+    )
+    secret = models.CharField(max_length=64, help_text="Base32; never shown after enrolment.")
+    created_at = models.DateTimeField(default=timezone.now)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    last_used_step = models.BigIntegerField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"TOTP of {self.user_id}"
+
+
+class RecoveryCode(models.Model):
+    """A one-time code that stands in for the authenticator app when it is lost. Like an API
+    token only its SHA-256 is kept; `used_at` is set when it is used, after which it is never
+    accepted again. A new set replaces the old one whole."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="recovery_codes")
+    code_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "code_hash"], name="recoverycode_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"recovery code of {self.user_id}"

@@ -11,15 +11,17 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.validators import EmailValidator
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from starverse.accounts.canonical import canonical_email
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User, normalize_email
+from starverse.accounts.selectors import two_factor_enabled
 from starverse.accounts.sshkeys import parse_public_key
 from starverse.accounts.tokens import token_display_prefix, token_generate, token_hash
 from starverse.core.dispatch import enqueue_on_commit
-from starverse.core.errors import Conflict, InvalidInput
+from starverse.core.errors import Conflict, Forbidden, InvalidInput
 
 logger = logging.getLogger(__name__)
 MAX_PASSWORD_LENGTH = 128
@@ -124,8 +126,21 @@ def user_email_mark_verified(*, user: User) -> bool:
     return bool(done)
 
 
-def token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
-    """A new API token; the plaintext is returned once and never stored."""
+def two_factor_needed_message() -> str:
+    url = settings.PUBLIC_BASE_URL.rstrip("/") + reverse("accounts:security")
+    return _(
+        "Turn on two-factor authentication first, on the Security page of the console: %(url)s"
+    ) % {"url": url}
+
+
+def token_create(*, user: User, name: str, at_signup: bool = False) -> tuple[ApiToken, str]:
+    """A new API token; the plaintext is returned once and never stored. With
+    REQUIRE_2FA_FOR_API_TOKENS only an account with two-factor authentication gets one, so a
+    stolen password cannot be turned into a credential that skips the second factor. The
+    sign-up token is exempt: it is the new account's first credential, made before a second
+    factor can exist, and goes to whoever just chose the password."""
+    if settings.REQUIRE_2FA_FOR_API_TOKENS and not at_signup and not two_factor_enabled(user):
+        raise Forbidden(two_factor_needed_message(), code="2fa_required")
     name = name.strip() or _("API token")
     if ApiToken.objects.filter(user=user, revoked_at__isnull=True).count() >= MAX_TOKENS_PER_USER:
         raise Conflict(_("You have %(n)d tokens; revoke one first.") % {"n": MAX_TOKENS_PER_USER})

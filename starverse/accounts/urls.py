@@ -10,6 +10,7 @@ urlpatterns = [
     path("verify-email/resend/", views.verify_email_resend, name="verify_email_resend"),
     path("verify-email/<str:token>/", views.verify_email, name="verify_email"),
     path("login/", views.LoginView.as_view(), name="login"),
+    path("login/verify/", views.login_verify, name="login_verify"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password-reset/", views.PasswordResetView.as_view(), name="password_reset"),
     path(
@@ -31,6 +32,11 @@ urlpatterns = [
     ),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<str:pk>/revoke/", views.token_delete, name="token_delete"),
+    path("security/", views.security, name="security"),
+    path("security/enrol/", views.security_enrol, name="security_enrol"),
+    path("security/confirm/", views.security_confirm, name="security_confirm"),
+    path("security/recovery-codes/", views.security_recovery_codes, name="security_recovery_codes"),
+    path("security/disable/", views.security_disable, name="security_disable"),
     path("ssh-keys/", views.ssh_keys, name="ssh_keys"),
     path("ssh-keys/<str:pk>/delete/", views.ssh_key_remove, name="ssh_key_delete"),
 ]

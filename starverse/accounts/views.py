@@ -16,15 +16,24 @@ from django.views.decorators.http import require_http_methods, require_POST
 from billing.choices import TrialStatus
 from billing.onboarding import user_email_verify_token, user_signup
 from billing.selectors import trial_state
-from starverse.accounts import lockout
+from starverse.accounts import lockout, loginflow
 from starverse.accounts.forms import (
     LoginForm,
+    OtpForm,
     ResetPasswordForm,
     SignupForm,
     SshKeyForm,
     TokenForm,
+    TotpConfirmForm,
+    TotpDisableForm,
 )
 from starverse.accounts.models import ApiToken, SshKey, User
+from starverse.accounts.selectors import (
+    recovery_codes_left,
+    totp_device_confirmed,
+    two_factor_enabled,
+    two_factor_required_for_login,
+)
 from starverse.accounts.services import (
     email_verification_send,
     ssh_key_add,
@@ -34,6 +43,14 @@ from starverse.accounts.services import (
     user_password_set,
 )
 from starverse.accounts.throttles import SignupThrottle, VerifyEmailResendThrottle
+from starverse.accounts.twofactor import (
+    recovery_codes_regenerate,
+    totp_begin,
+    totp_confirm,
+    totp_disable,
+    totp_enrolment,
+    totp_verify,
+)
 from starverse.accounts.verification import verification_user
 from starverse.core.errors import ServiceError
 from starverse.core.money import format_fen
@@ -130,15 +147,66 @@ def verify_email_resend(request: HttpRequest) -> HttpResponse:
 
 
 class LoginView(auth_views.LoginView):
+    """The password step. An account with two-factor authentication goes on to the code step
+    (loginflow), signed in only after it; an operator without it (REQUIRE_2FA_FOR_STAFF) is
+    signed in but sent to set it up, and reaches nothing else until then (the middleware)."""
+
     template_name = "accounts/login.html"
     authentication_form = LoginForm
     redirect_authenticated_user = True
+
+    def form_valid(self, form: LoginForm) -> HttpResponse:  # type: ignore[override]
+        user = form.get_user()
+        if two_factor_enabled(user):
+            loginflow.pending_start(self.request, user, self.get_success_url())
+            return redirect("accounts:login_verify")
+        loginflow.complete(self.request, user, second_factor=False)
+        if two_factor_required_for_login(user):
+            messages.warning(
+                self.request,
+                _(
+                    "Operators must turn on two-factor authentication before using the console "
+                    "or the admin. Set up an authenticator app below."
+                ),
+            )
+            return redirect("accounts:security")
+        return HttpResponseRedirect(self.get_success_url())
 
     def form_invalid(self, form: LoginForm) -> HttpResponse:  # type: ignore[override]
         response = super().form_invalid(form)
         if form.locked_out:
             response.status_code = 429
         return response
+
+
+def login_verify(request: HttpRequest) -> HttpResponse:
+    """The code step of the log-in: the session is signed in only when the code is right."""
+    user = loginflow.pending_user(request)
+    if user is None:
+        messages.info(request, _("Log in again: the code was not entered within 5 minutes."))
+        return redirect("accounts:login")
+    form = OtpForm(request.POST or None)
+    status = 200
+    if request.method == "POST" and form.is_valid():
+        next_url = loginflow.pending_next(request)
+        try:
+            used = totp_verify(request=request, user=user, code=form.cleaned_data["code"])
+        except ServiceError as error:
+            form.add_error(None, error.message)
+            status = error.status_code if error.status_code == 429 else 200
+        else:
+            loginflow.complete(request, user, second_factor=True)
+            if used == "recovery":
+                messages.warning(
+                    request,
+                    _(
+                        "You logged in with a recovery code, which now cannot be used again "
+                        "(%(n)d left). Make new ones on the Security page if you are running out."
+                    )
+                    % {"n": recovery_codes_left(user)},
+                )
+            return HttpResponseRedirect(next_url)
+    return render(request, "accounts/login_verify.html", {"form": form}, status=status)
 
 
 class PasswordResetView(auth_views.PasswordResetView):
@@ -192,10 +260,17 @@ def tokens(request: HttpRequest) -> HttpResponse:
             created = {"token": token, "plaintext": plaintext}
             form = TokenForm()
     rows = scope_to_user(ApiToken.objects.filter(revoked_at__isnull=True), request.user, "user")
+    needs_2fa = settings.REQUIRE_2FA_FOR_API_TOKENS and not two_factor_enabled(request.user)  # type: ignore[arg-type]
     return render(
         request,
         "accounts/tokens.html",
-        {"form": form, "tokens": rows, "created": created, "active": "tokens"},
+        {
+            "form": form,
+            "tokens": rows,
+            "created": created,
+            "needs_2fa": needs_2fa,
+            "active": "tokens",
+        },
     )
 
 
@@ -239,3 +314,112 @@ def ssh_key_remove(request: HttpRequest, pk: str) -> HttpResponse:
     ssh_key_delete(key=key)
     messages.success(request, _("Key “%(name)s” deleted.") % {"name": key.name})
     return redirect("accounts:ssh_keys")
+
+
+# The Security page shows both forms that ask for a code: their fields need distinct HTML ids.
+REGENERATE_IDS = "regenerate_%s"
+DISABLE_IDS = "disable_%s"
+
+
+def _status(error: ServiceError) -> int:
+    return 429 if error.status_code == 429 else 400
+
+
+def _security_page(
+    request: HttpRequest,
+    *,
+    confirm_form: TotpConfirmForm | None = None,
+    regenerate_form: OtpForm | None = None,
+    disable_form: TotpDisableForm | None = None,
+    new_codes: list[str] | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    user: User = request.user  # type: ignore[assignment]
+    device = totp_device_confirmed(user)
+    context = {
+        "device": device,
+        "enrolment": None if device else totp_enrolment(user=user),
+        "required": two_factor_required_for_login(user),
+        "codes_left": recovery_codes_left(user) if device else 0,
+        "new_codes": new_codes,
+        "confirm_form": confirm_form or TotpConfirmForm(),
+        "regenerate_form": regenerate_form or OtpForm(auto_id=REGENERATE_IDS),
+        "disable_form": disable_form or TotpDisableForm(auto_id=DISABLE_IDS),
+        "active": "security",
+    }
+    return render(request, "accounts/security.html", context, status=status)
+
+
+@login_required
+def security(request: HttpRequest) -> HttpResponse:
+    """Two-factor authentication: set it up, see how many recovery codes are left, make new
+    ones, switch it off."""
+    return _security_page(request)
+
+
+@login_required
+@require_POST
+def security_enrol(request: HttpRequest) -> HttpResponse:
+    try:
+        totp_begin(user=request.user)  # type: ignore[arg-type]
+    except ServiceError as error:
+        messages.error(request, error.message)
+    return redirect("accounts:security")
+
+
+@login_required
+@require_POST
+def security_confirm(request: HttpRequest) -> HttpResponse:
+    form = TotpConfirmForm(request.POST)
+    if not form.is_valid():
+        return _security_page(request, confirm_form=form, status=400)
+    user: User = request.user  # type: ignore[assignment]
+    try:
+        codes = totp_confirm(user=user, code=form.cleaned_data["code"])
+    except ServiceError as error:
+        form.add_error("code", error.message)
+        return _security_page(request, confirm_form=form, status=400)
+    # the session just proved the factor: it counts as passed, under a new key
+    request.session.cycle_key()
+    loginflow.mark_verified(request, user)
+    messages.success(request, _("Two-factor authentication is on."))
+    return _security_page(request, new_codes=codes)
+
+
+@login_required
+@require_POST
+def security_recovery_codes(request: HttpRequest) -> HttpResponse:
+    form = OtpForm(request.POST, auto_id=REGENERATE_IDS)
+    if not form.is_valid():
+        return _security_page(request, regenerate_form=form, status=400)
+    try:
+        codes = recovery_codes_regenerate(
+            request=request,
+            user=request.user,  # type: ignore[arg-type]
+            code=form.cleaned_data["code"],
+        )
+    except ServiceError as error:
+        form.add_error("code", error.message)
+        return _security_page(request, regenerate_form=form, status=_status(error))
+    messages.success(request, _("New recovery codes made; the old ones no longer work."))
+    return _security_page(request, new_codes=codes)
+
+
+@login_required
+@require_POST
+def security_disable(request: HttpRequest) -> HttpResponse:
+    form = TotpDisableForm(request.POST, auto_id=DISABLE_IDS)
+    if not form.is_valid():
+        return _security_page(request, disable_form=form, status=400)
+    try:
+        totp_disable(
+            request=request,
+            user=request.user,  # type: ignore[arg-type]
+            password=form.cleaned_data["password"],
+            code=form.cleaned_data["code"],
+        )
+    except ServiceError as error:
+        form.add_error(None, error.message)
+        return _security_page(request, disable_form=form, status=_status(error))
+    messages.success(request, _("Two-factor authentication is off."))
+    return redirect("accounts:security")

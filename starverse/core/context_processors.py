@@ -12,6 +12,7 @@ NAVIGATION = [
     ("billing:billing", _("Billing"), "billing"),
     ("accounts:tokens", _("API tokens"), "tokens"),
     ("accounts:ssh_keys", _("SSH keys"), "ssh_keys"),
+    ("accounts:security", _("Security"), "security"),
     ("billing:calculator", _("Cost calculator"), "calculator"),
 ]
 

@@ -23,6 +23,11 @@ class InsufficientBalance(ServiceError):
     code = "insufficient_balance"
 
 
+class Forbidden(ServiceError):
+    status_code = 403
+    code = "forbidden"
+
+
 class NotFound(ServiceError):
     status_code = 404
     code = "not_found"
@@ -40,6 +45,14 @@ class IdempotencyConflict(Conflict):
 class Unauthenticated(ServiceError):
     status_code = 401
     code = "authentication_failed"
+
+
+class TooManyAttempts(ServiceError):
+    """Too many failed log-ins for the account or from the address (starverse.accounts.lockout):
+    refused without checking anything, until the window ends."""
+
+    status_code = 429
+    code = "locked_out"
 
 
 class ServiceUnavailable(ServiceError):

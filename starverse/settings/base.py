@@ -18,7 +18,8 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin on Starverse's site class (operators need the second factor).
+    "starverse.accounts.apps.AdminConfig",
     # Before django.contrib.auth, whose `createsuperuser` its own replaces.
     "starverse.accounts",
     "django.contrib.auth",
@@ -48,6 +49,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "starverse.accounts.middleware.StaffTwoFactorMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "starverse.core.csp.ContentSecurityPolicyMiddleware",
 ]
@@ -222,6 +224,11 @@ LOGIN_FAILURES_PER_ADDRESS = env_int("LOGIN_FAILURES_PER_ADDRESS", 30)
 LOGIN_FAILURE_WINDOW_MINUTES = env_int("LOGIN_FAILURE_WINDOW_MINUTES", 15)
 PASSWORD_RESET_REQUESTS_PER_ADDRESS = env_int("PASSWORD_RESET_REQUESTS_PER_ADDRESS", 10)
 PASSWORD_RESET_REQUESTS_PER_EMAIL = env_int("PASSWORD_RESET_REQUESTS_PER_EMAIL", 3)
+# Two-factor authentication (TOTP): operators cannot use the console, the admin or a token
+# log-in until they have it; with REQUIRE_2FA_FOR_API_TOKENS, nobody creates an API token
+# without it (a token would otherwise be a way round the second factor).
+REQUIRE_2FA_FOR_STAFF = env_bool("REQUIRE_2FA_FOR_STAFF", True)
+REQUIRE_2FA_FOR_API_TOKENS = env_bool("REQUIRE_2FA_FOR_API_TOKENS", False)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Starverse API",

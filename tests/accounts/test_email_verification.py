@@ -18,7 +18,7 @@ from starverse.accounts.models import User
 from starverse.accounts.services import user_email_change
 from starverse.accounts.verification import verification_email_send, verification_token
 from tests.conftest import run_threads
-from tests.factories import PASSWORD, make_instance, make_operator, make_user
+from tests.factories import PASSWORD, make_instance, make_operator, make_user, staff_login
 
 GRANTED = "Your e-mail address is verified: ¥10.00 of trial credit is on your balance."
 NO_TRIAL = "no trial credit was added: the trial is given once per mailbox"
@@ -337,7 +337,7 @@ def test_without_required_verification_the_console_welcome_states_the_credit_or_
 
 def test_an_alias_of_an_account_granted_under_the_old_key_gets_no_trial(db):
     old = make_user("wang@tsinghua.edu.cn", verified=False)
-    # as the account stands after migration 0002: granted at sign-up by `trial:{user}`, verified
+    # as the account stands after migration 0003: granted at sign-up by `trial:{user}`, verified
     ledger_post(
         wallet_id=old.tenant.wallet.id,
         key=f"trial:{old.id}",
@@ -403,7 +403,7 @@ def test_the_migration_marks_existing_accounts_verified_with_their_canonical_add
     user = make_user("A.B+old@GoogleMail.com", verified=False)
     User.objects.filter(pk=user.pk).update(canonical_email="", email_verified_at=None)
     migration = importlib.import_module(
-        "starverse.accounts.migrations.0002_user_email_verification"
+        "starverse.accounts.migrations.0003_user_email_verification"
     )
 
     migration.backfill(apps, None)
@@ -413,7 +413,7 @@ def test_the_migration_marks_existing_accounts_verified_with_their_canonical_add
 
 
 def test_admin_lists_the_verification_and_marks_verified_granting_the_trial(client, db):
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     user = make_user("x.y+1@gmail.com", verified=False)
     alias = make_user("xy@googlemail.com", verified=False)
     changelist = reverse("admin:accounts_user_changelist")
@@ -434,7 +434,7 @@ def test_admin_lists_the_verification_and_marks_verified_granting_the_trial(clie
 
 
 def test_admin_changing_an_address_recomputes_its_canonical_form(client, db):
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     user = make_user("old@lab.example")
 
     saved = client.post(

@@ -53,15 +53,22 @@ def test_one_address_trying_many_accounts_is_locked_out(db):
     assert _login(Client(REMOTE_ADDR="10.1.2.4"), other.email, PASSWORD).status_code == 302
 
 
-def test_admin_login_is_locked_out_too(db):
+def test_admin_login_is_the_consoles_so_it_is_locked_out_too(db):
     operator = make_operator()
     client = Client()
+
+    admin_login = client.get("/admin/", follow=True)
+    assert admin_login.redirect_chain == [
+        ("/admin/login/?next=/admin/", 302),
+        ("/accounts/login/?next=/admin/", 302),
+    ]
     for _ in range(10):
-        response = _login(client, operator.email, "wrong password!", url="/admin/login/")
+        response = _login(client, operator.email, "wrong password!")
         assert LOCKED not in response.content.decode()
 
-    locked = _login(client, operator.email, PASSWORD, url="/admin/login/")
+    locked = _login(client, operator.email, PASSWORD)
 
+    assert locked.status_code == 429
     assert LOCKED in locked.content.decode()
     assert not client.get("/admin/").wsgi_request.user.is_authenticated
 

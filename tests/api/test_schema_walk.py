@@ -8,6 +8,7 @@ never come. A new route fails here until it has a @case below."""
 import json
 import re
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import pyotp
 import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
@@ -46,6 +48,7 @@ from tests.factories import (
     PASSWORD,
     _topup,
     ed25519_public_key,
+    enrol_totp,
     fund,
     make_disk,
     make_instance,
@@ -302,6 +305,18 @@ def _(p: Probe) -> None:
     p.call(201, body={"email": p.user.email, "password": PASSWORD, "name": "ci"})
     p.call(401, body={"email": p.user.email, "password": "not the password at all"})
     p.call(400, body={"email": p.user.email})
+    p.call(403, body={"email": make_operator().email, "password": PASSWORD})
+    secret, _codes = enrol_totp(p.user)
+    p.call(401, body={"email": p.user.email, "password": PASSWORD})
+    otp = pyotp.TOTP(secret).at(time.time() + 30)
+    p.call(201, body={"email": p.user.email, "password": PASSWORD, "otp": otp})
+
+
+@case("me_2fa_retrieve")
+def _(p: Probe) -> None:
+    p.call(200)
+    enrol_totp(p.user)
+    p.call(200)
 
 
 @case("auth_verify_email", who="anon")
@@ -332,6 +347,9 @@ def _(p: Probe) -> None:
 def _(p: Probe) -> None:
     p.call(201, body={"name": "laptop"})
     p.call(400, body={"name": 5})
+    p.settings.REQUIRE_2FA_FOR_API_TOKENS = True
+    p.call(403, body={"name": "without two-factor"})
+    p.settings.REQUIRE_2FA_FOR_API_TOKENS = False
     while (
         ApiToken.objects.filter(user=p.user, revoked_at__isnull=True).count() < MAX_TOKENS_PER_USER
     ):

@@ -3,7 +3,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from billing.models import LedgerTransaction, Wallet
-from tests.factories import make_operator, make_user
+from tests.factories import make_operator, make_user, staff_login
 
 
 def test_billing_audit_passes_then_names_the_drifting_wallet(db, capsys):
@@ -24,7 +24,7 @@ def test_billing_audit_passes_then_names_the_drifting_wallet(db, capsys):
 
 @pytest.fixture
 def operator_client(client, db):
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     return client
 
 
@@ -127,7 +127,7 @@ def test_admin_large_adjustment_waits_for_another_operator(operator_client, clie
         follow=True,
     )
     assert "second operator" in own.content.decode()
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     client.post(
         "/admin/billing/adjustmentrequest/", {"action": "approve", "_selected_action": [request.id]}
     )

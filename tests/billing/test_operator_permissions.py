@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from billing.models import AdjustmentRequest, LedgerTransaction, TopUp, Wallet
-from tests.factories import make_operator, make_user
+from tests.factories import make_operator, make_user, staff_login
 
 
 def _staff(*codenames):
@@ -35,7 +35,7 @@ def _approve(client, request_id):
 def test_each_money_view_needs_its_own_permission(client):
     wallet = _wallet()
     trial = LedgerTransaction.objects.get(wallet=wallet)
-    client.force_login(_staff("post_adjustment"))
+    staff_login(client, _staff("post_adjustment"))
     views = {
         "adjust": f"/admin/billing/wallet/{wallet.id}/adjust/",
         "bank": f"/admin/billing/wallet/{wallet.id}/bank-transfer/",
@@ -62,7 +62,7 @@ def test_each_money_view_needs_its_own_permission(client):
 @pytest.mark.django_db
 def test_a_staff_user_with_the_other_permissions_reaches_those_views(client):
     wallet = _wallet()
-    client.force_login(_staff("post_bank_transfer", "reverse_transaction", "refund_topup"))
+    staff_login(client, _staff("post_bank_transfer", "reverse_transaction", "refund_topup"))
 
     adjust = client.get(f"/admin/billing/wallet/{wallet.id}/adjust/")
     bank = client.post(
@@ -85,7 +85,7 @@ def test_large_bank_transfers_and_reversals_wait_for_a_second_operator(client, s
     settings.ADMIN_DAILY_CAP_FEN = 10**9
     wallet = _wallet()
     first = make_operator()
-    client.force_login(first)
+    staff_login(client, first)
     form = {"amount": "20,000", "payer": "清华大学", "reference": "BOC-1", "reason": "grant"}
 
     client.post(f"/admin/billing/wallet/{wallet.id}/bank-transfer/", form)
@@ -98,12 +98,12 @@ def test_large_bank_transfers_and_reversals_wait_for_a_second_operator(client, s
 
     # a second operator holding only the adjustment permission may not approve it
     limited = _staff("post_adjustment")
-    client.force_login(limited)
+    staff_login(client, limited)
     _approve(client, request.id)
     request.refresh_from_db()
     assert request.status == "pending"
 
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     _approve(client, request.id)
     request.refresh_from_db()
     wallet.refresh_from_db()
@@ -112,7 +112,7 @@ def test_large_bank_transfers_and_reversals_wait_for_a_second_operator(client, s
     assert transfer is not None and transfer.kind == "bank_transfer"
     assert TopUp.objects.get().bank_reference == "BOC-1"
 
-    client.force_login(first)
+    staff_login(client, first)
     client.post(
         f"/admin/billing/ledgertransaction/{transfer.id}/reverse/",
         {"reason": "wrong wallet"},
@@ -120,7 +120,7 @@ def test_large_bank_transfers_and_reversals_wait_for_a_second_operator(client, s
     reversal = AdjustmentRequest.objects.get(kind="reversal")
     wallet.refresh_from_db()
     assert (reversal.amount_fen, wallet.cash_fen) == (-2_000_000, 2_000_000)
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     _approve(client, reversal.id)
     reversal.refresh_from_db()
     wallet.refresh_from_db()
@@ -134,7 +134,7 @@ def test_the_daily_cap_stops_splitting_a_large_adjustment(client, settings):
     settings.ADJUSTMENT_APPROVAL_THRESHOLD_FEN = 10_000
     settings.ADMIN_DAILY_CAP_FEN = 15_000
     wallet = _wallet()
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     url = f"/admin/billing/wallet/{wallet.id}/adjust/"
 
     one = client.post(url, {"amount": "100", "reason": "part 1"})
@@ -146,5 +146,5 @@ def test_the_daily_cap_stops_splitting_a_large_adjustment(client, settings):
     wallet.refresh_from_db()
     assert wallet.cash_fen == 6_000
     # another operator has a cap of their own
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     assert client.post(url, {"amount": "20", "reason": "part 3"}).status_code == 302

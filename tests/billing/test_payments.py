@@ -11,7 +11,7 @@ from billing.models import LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
 from devstack.stripe import sign
 from starverse.core.errors import Conflict, InsufficientBalance, InvalidInput
 from tests.conftest import run_threads
-from tests.factories import make_operator, make_user
+from tests.factories import make_operator, make_user, staff_login
 
 SECRET = "whsec_suite_secret"
 
@@ -487,7 +487,7 @@ def test_large_adjustments_need_a_second_operator(db, settings):
 
 
 def test_admin_refund_form(paid_topup, fake, client):
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     url = f"/admin/billing/topup/{paid_topup.id}/refund/"
 
     too_much = client.post(url, {"amount": "100.01", "reason": "customer asked"})

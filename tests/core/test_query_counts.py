@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from storage.disks import disk_create
-from tests.factories import fund, make_operator, make_token, make_user
+from tests.factories import fund, make_operator, make_token, make_user, staff_login
 
 # Queries per request, whatever the number of rows on the page.
 BASELINE = {
@@ -50,7 +50,7 @@ def tenant(catalog: dict[str, Any]) -> dict[str, Any]:
     console = APIClient()
     console.force_login(user)
     staff = APIClient()
-    staff.force_login(make_operator())
+    staff_login(staff, make_operator())
     return {"user": user, "api": api, "console": console, "staff": staff, "catalog": catalog}
 
 

@@ -13,7 +13,7 @@ from fleet.services import (
     telemetry_prune,
     telemetry_rollup,
 )
-from tests.factories import make_operator, make_user
+from tests.factories import make_operator, make_user, staff_login
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -371,7 +371,7 @@ def test_fleet_api_is_staff_only(agent, node, client_for):
 
 def test_cordoned_nodes_leave_free_capacity(agent, node, client, db):
     operator = make_operator()
-    client.force_login(operator)
+    staff_login(client, operator)
     Node.objects.create(name="gpu-h100-02", gpu_product=H100, gpu_count=8, gpu_memory_mb=81559)
 
     form = client.post(f"/admin/fleet/node/{node.pk}/cordon/", {"reason": "fan failure"})
@@ -486,7 +486,7 @@ def test_the_bootstrap_token_is_compared_in_constant_time(db, bootstrap, monkeyp
 
 def test_admin_fleet_page_shows_live_gpus(agent, node, client):
     agent(_report(util=55))
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
 
     page = client.get("/admin/fleet/node/").content.decode()
 
@@ -495,7 +495,7 @@ def test_admin_fleet_page_shows_live_gpus(agent, node, client):
 
 
 def test_admin_addresses_from_before_the_fleet_app_still_lead_to_the_pages(db, client):
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
     node = Node.objects.create(
         name="gpu-old-1", gpu_product="NVIDIA H100 80GB HBM3", gpu_count=8, gpu_memory_mb=81559
     )

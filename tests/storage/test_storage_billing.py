@@ -14,7 +14,7 @@ from storage.billing import storage_bill
 from storage.disks import disk_create
 from storage.models import Disk, SharedStorage, StorageArrears, StoragePrice
 from storage.nas import nas_set_size
-from tests.factories import fund, make_operator, make_user
+from tests.factories import fund, make_operator, make_user, staff_login
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=SHANGHAI)
@@ -176,7 +176,7 @@ def test_operators_see_disks_nas_prices_and_arrears_in_the_admin(owner, client, 
     disk = disk_create(user=owner, name="ckpt", size_gb=2_000)
     nas, _created = nas_set_size(user=owner, size_gb=10)
     clock.bill(T0 + timedelta(days=1))
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
 
     pages = {
         "disk": client.get("/admin/storage/disk/"),

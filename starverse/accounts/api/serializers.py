@@ -14,6 +14,13 @@ class TokenLoginInput(InputSerializer):
     email = StrictCharField(max_length=254)
     password = StrictCharField(max_length=128, trim_whitespace=False)
     name = StrictCharField(max_length=100, required=False, allow_blank=True)
+    otp = StrictCharField(
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        help_text="The 6-digit code of the authenticator app, or a recovery code: required "
+        "when the account has two-factor authentication.",
+    )
 
 
 class VerifyEmailInput(InputSerializer):
@@ -59,6 +66,18 @@ class MeOutput(serializers.Serializer):
     email_verified = serializers.BooleanField()
     balance = MeBalanceOutput()
     trial = TrialOutput()
+
+
+class TwoFactorOutput(serializers.Serializer):
+    enabled = serializers.BooleanField(help_text="An authenticator app is set up and confirmed.")
+    confirmed_at = serializers.DateTimeField(allow_null=True)
+    recovery_codes_left = serializers.IntegerField()
+    required_for_login = serializers.BooleanField(
+        help_text="This account cannot log in without it (operators, REQUIRE_2FA_FOR_STAFF)."
+    )
+    required_for_tokens = serializers.BooleanField(
+        help_text="Creating API tokens needs it (REQUIRE_2FA_FOR_API_TOKENS)."
+    )
 
 
 class SignupOutput(serializers.Serializer):

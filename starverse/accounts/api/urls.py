@@ -17,5 +17,6 @@ urlpatterns = [
         name="verify-email-resend",
     ),
     path("me", views.MeView.as_view(), name="me"),
+    path("me/2fa", views.MeTwoFactorView.as_view(), name="me-2fa"),
     *router.urls,
 ]

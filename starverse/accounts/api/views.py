@@ -3,7 +3,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -14,19 +14,23 @@ from billing.onboarding import user_email_verify_token, user_signup
 from billing.selectors import TrialState, trial_state, wallet_for_tenant
 from starverse.accounts.api import serializers as s
 from starverse.accounts.models import ApiToken, SshKey
+from starverse.accounts.selectors import (
+    recovery_codes_left,
+    totp_device_confirmed,
+    two_factor_required_for_login,
+)
 from starverse.accounts.services import (
     email_verification_send,
-    login_check,
     ssh_key_add,
     ssh_key_delete,
     token_create,
     token_revoke,
 )
 from starverse.accounts.throttles import LoginThrottle, SignupThrottle, VerifyEmailResendThrottle
+from starverse.accounts.twofactor import token_login
 from starverse.core.api.auth import signed_in_user
-from starverse.core.api.schema import errors
+from starverse.core.api.schema import ERROR, errors
 from starverse.core.api.views import TenantScopedViewSet
-from starverse.core.errors import Unauthenticated
 
 
 def client_ip(request: Request) -> str | None:
@@ -51,7 +55,7 @@ class SignupView(APIView):
         data = s.SignupInput(data=request.data)
         data.is_valid(raise_exception=True)
         user = user_signup(**data.validated_data, ip=client_ip(request))
-        _token, plaintext = token_create(user=user, name=_("Sign-up token"))
+        _token, plaintext = token_create(user=user, name=_("Sign-up token"), at_signup=True)
         body = {
             "user": s.UserOutput(user).data,
             "token": plaintext,
@@ -112,18 +116,38 @@ class TokenLoginView(APIView):
 
     @extend_schema(
         operation_id="auth_token_create",
+        description="A new token for an e-mail and password. An account with two-factor "
+        "authentication also sends `otp`: without it the answer is 401 `otp_required`, with a "
+        "wrong or already used code 401 `otp_invalid`. Wrong passwords and codes count toward "
+        "the same lock-out as the console's log-in (429 `locked_out`). 403 `2fa_required`: "
+        "the account must turn on two-factor authentication first (operators; everyone when "
+        "REQUIRE_2FA_FOR_API_TOKENS is on).",
         request=s.TokenLoginInput,
-        responses={201: s.TokenCreatedOutput, **errors(401)},
+        responses={
+            201: s.TokenCreatedOutput,
+            **errors(401),
+            403: OpenApiResponse(
+                response=ERROR.ref,
+                description="Two-factor authentication must be turned on first (`2fa_required`).",
+            ),
+            429: OpenApiResponse(
+                response=ERROR.ref,
+                description="Too many requests from the address (`throttled`, with "
+                "Retry-After), or too many failed log-ins for the account or from the address "
+                "(`locked_out`).",
+            ),
+        },
     )
     def post(self, request: Request) -> Response:
         data = s.TokenLoginInput(data=request.data)
         data.is_valid(raise_exception=True)
-        user = login_check(
-            email=data.validated_data["email"], password=data.validated_data["password"]
+        token, plaintext = token_login(
+            request=request._request,
+            email=data.validated_data["email"],
+            password=data.validated_data["password"],
+            otp=data.validated_data.get("otp") or None,
+            name=data.validated_data.get("name", ""),
         )
-        if user is None:
-            raise Unauthenticated(_("Wrong e-mail address or password."))
-        token, plaintext = token_create(user=user, name=data.validated_data.get("name", ""))
         return Response(
             {"id": token.id, "name": token.name, "token": plaintext}, status=status.HTTP_201_CREATED
         )
@@ -150,6 +174,21 @@ class MeView(APIView):
         )
 
 
+class MeTwoFactorView(APIView):
+    @extend_schema(operation_id="me_2fa_retrieve", responses=s.TwoFactorOutput)
+    def get(self, request: Request) -> Response:
+        user = signed_in_user(request)
+        device = totp_device_confirmed(user)
+        body = {
+            "enabled": device is not None,
+            "confirmed_at": device.confirmed_at if device else None,
+            "recovery_codes_left": recovery_codes_left(user) if device else 0,
+            "required_for_login": two_factor_required_for_login(user),
+            "required_for_tokens": settings.REQUIRE_2FA_FOR_API_TOKENS,
+        }
+        return Response(s.TwoFactorOutput(body).data)
+
+
 @extend_schema_view(
     list=extend_schema(operation_id="tokens_list"),
     retrieve=extend_schema(operation_id="tokens_retrieve"),
@@ -171,7 +210,15 @@ class TokenViewSet(
     @extend_schema(
         operation_id="tokens_create",
         request=s.TokenCreateInput,
-        responses={201: s.TokenCreatedOutput, **errors(409)},
+        responses={
+            201: s.TokenCreatedOutput,
+            **errors(409),
+            403: OpenApiResponse(
+                response=ERROR.ref,
+                description="A session request without its CSRF token, or REQUIRE_2FA_FOR_API_"
+                "TOKENS is on and the account has no two-factor authentication (`2fa_required`).",
+            ),
+        },
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, s.TokenCreateInput)

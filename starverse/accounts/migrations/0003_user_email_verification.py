@@ -31,7 +31,7 @@ def backfill(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("accounts", "0001_initial")]
+    dependencies = [("accounts", "0002_two_factor")]
 
     operations = [
         migrations.AddField(
