@@ -53,6 +53,14 @@ PROMO_CREDIT_KINDS = (TransactionKind.TRIAL,)
 PAID_CREDIT_KINDS = (TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
 
 
+class TrialStatus(models.TextChoices):
+    """Where an account stands with the trial credit (billing.selectors.trial_state)."""
+
+    GRANTED = "granted", _("Granted")
+    PENDING_VERIFICATION = "pending_verification", _("Waiting for e-mail verification")
+    NOT_ELIGIBLE = "not_eligible", _("Not eligible")
+
+
 class TopUpStatus(models.TextChoices):
     CREATED = "created", _("Created")
     PENDING = "pending", _("Awaiting payment")

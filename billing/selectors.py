@@ -1,9 +1,11 @@
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 
-from billing.choices import PAID_CREDIT_KINDS, Account
+from billing.choices import PAID_CREDIT_KINDS, Account, TransactionKind, TrialStatus
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
+from starverse.accounts.models import User
 
 
 def wallet_for_tenant(tenant_id: str) -> Wallet:
@@ -33,6 +35,48 @@ def wallet_has_paid(wallet: Wallet) -> bool:
 def ledger_for_tenant(tenant_id: str) -> QuerySet[LedgerTransaction]:
     return LedgerTransaction.objects.filter(wallet__tenant_id=tenant_id).order_by(
         "-created_at", "-id"
+    )
+
+
+@dataclass(frozen=True)
+class TrialState:
+    status: TrialStatus
+    amount_fen: int  # granted: what was credited; pending: what verifying would credit; else 0
+
+
+def trial_state(user: User) -> TrialState:
+    """The account's trial: granted (a trial credit is on its wallet's ledger), pending until
+    its address is verified, or not eligible (its canonical address's trial went to another
+    account, it is an operator's, or the deployment grants at sign-up and gave none)."""
+    grant = (
+        LedgerTransaction.objects.filter(
+            wallet__tenant_id=user.tenant_id, kind=TransactionKind.TRIAL
+        )
+        .order_by("created_at")
+        .first()
+    )
+    if grant is not None:
+        return TrialState(TrialStatus.GRANTED, grant.amount_fen)
+    if (
+        settings.TRIAL_REQUIRES_VERIFICATION
+        and user.email_verified_at is None
+        and not user.is_staff
+    ):
+        return TrialState(TrialStatus.PENDING_VERIFICATION, settings.TRIAL_CREDIT_FEN)
+    return TrialState(TrialStatus.NOT_ELIGIBLE, 0)
+
+
+def trial_given_to_another(*, canonical_email: str, wallet_id: str) -> bool:
+    """Whether an account of this canonical address other than the wallet's holds a trial.
+    Grants made before the key was the canonical address (`trial:{user}`) are found only this
+    way; no such key is written any more, so this read does not race the grants it looks for."""
+    return (
+        LedgerTransaction.objects.filter(
+            kind=TransactionKind.TRIAL,
+            wallet__tenant__members__canonical_email=canonical_email,
+        )
+        .exclude(wallet_id=wallet_id)
+        .exists()
     )
 
 

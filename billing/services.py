@@ -43,6 +43,7 @@ NOT_REVERSIBLE = (TransactionKind.REVERSAL, TransactionKind.CHARGEBACK, Transact
 # The causes that may drive a wallet into arrears (the counter account of the arrears posting).
 ARREARS_CAUSES = (TransactionKind.CHARGEBACK, TransactionKind.REFUND)
 MAX_AMOUNT_FEN = 10**12
+TRIAL_KEY_MAX_LENGTH = LedgerTransaction._meta.get_field("idempotency_key").max_length or 200
 
 # A posting's change of (cash, promo, arrears) on the locked wallet.
 Split = Callable[[Wallet], tuple[int, int, int]]
@@ -380,15 +381,32 @@ def arrears_debit_post(
     return debit, owed
 
 
-def trial_grant(*, wallet_id: str, user_id: str) -> LedgerTransaction:
-    """The sign-up credit: once per person, keyed by the user."""
-    return ledger_post(
-        wallet_id=wallet_id,
-        key=f"trial:{user_id}",
-        kind=TransactionKind.TRIAL,
-        amount_fen=settings.TRIAL_CREDIT_FEN,
-        description=gettext_noop("Trial credit"),
-    )
+def trial_key(canonical_email: str) -> str:
+    """`trial:{canonical address}`; an address too long for the key column goes by its
+    SHA-256 (`trial:sha256:{hex}`)."""
+    key = f"trial:{canonical_email}"
+    if len(key) <= TRIAL_KEY_MAX_LENGTH:
+        return key
+    return "trial:sha256:" + hashlib.sha256(canonical_email.encode()).hexdigest()
+
+
+def trial_grant(*, wallet_id: str, canonical_email: str) -> LedgerTransaction | None:
+    """The trial credit, once per canonical address (its ledger key): this wallet's grant (made
+    now or before), or None when the address's trial went to another wallet. Under concurrent
+    grants to two wallets the key's unique index decides, and the loser gets None."""
+    key = trial_key(canonical_email)
+    try:
+        return ledger_post(
+            wallet_id=wallet_id,
+            key=key,
+            kind=TransactionKind.TRIAL,
+            amount_fen=settings.TRIAL_CREDIT_FEN,
+            description=gettext_noop("Trial credit"),
+        )
+    except IdempotencyConflict:
+        # the key is taken: by another wallet, or by this one when the amount has changed since
+        earlier = LedgerTransaction.objects.get(idempotency_key=key)
+        return earlier if earlier.wallet_id == wallet_id else None
 
 
 def adjustment_post(

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from billing.selectors import ledger_for_tenant, wallet_for_tenant
+from billing.selectors import ledger_for_tenant, trial_state, wallet_for_tenant
 from instances.choices import InstanceStatus
 from instances.models import Instance
 from instances.selectors import spend_per_hour_fen
@@ -46,6 +46,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "running_gpus": running_gpus,
             "spend_per_hour_fen": spend,
             "runway_minutes": runway_minutes,
+            "trial": trial_state(request.user),  # type: ignore[arg-type]
             "active": "dashboard",
         },
     )

@@ -1,8 +1,9 @@
 """Logs without the secrets that travel in URLs: a password-reset link carries a one-time token
-in its path (/accounts/password-reset/<uid>/<token>/), and whoever reads the logs must not be
-able to use it. Gunicorn's access log runs with `--logger-class starverse.access_log.AccessLog`
-(as `make run` and the image do); the application's own log lines (Django names the path of a
-failed request) pass through RedactUrlSecrets (settings LOGGING)."""
+in its path (/accounts/password-reset/<uid>/<token>/), and so does an e-mail verification link
+(/accounts/verify-email/<token>/); whoever reads the logs must not be able to use them.
+Gunicorn's access log runs with `--logger-class starverse.access_log.AccessLog` (as `make run`
+and the image do); the application's own log lines (Django names the path of a failed request)
+pass through RedactUrlSecrets (settings LOGGING)."""
 
 import logging
 import re
@@ -14,12 +15,13 @@ from gunicorn.glogging import Logger
 # visit, and that form is no secret.
 RESET_LINK = re.compile(r"(/accounts/password-reset/)(?!sent/|complete/)[^/\s?]+/[^/\s?]+/")
 REDACTED = r"\1…/…/"
+VERIFY_LINK = re.compile(r"(/accounts/verify-email/)(?!resend/)[^/\s?]+/")
 # The atoms that can hold a path: request line, path, and the referring page.
 PATH_ATOMS = ("r", "U", "f")
 
 
 def redact(text: str) -> str:
-    return RESET_LINK.sub(REDACTED, text)
+    return VERIFY_LINK.sub(r"\1…/", RESET_LINK.sub(REDACTED, text))
 
 
 class AccessLog(Logger):

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from billing.choices import TransactionKind
-from billing.onboarding import user_create_operator, user_signup
+from billing.onboarding import user_create_operator, user_email_verify, user_signup
 from billing.services import ledger_post
 from instances.provisioning import converge
 from starverse.accounts import loginflow
@@ -32,8 +32,13 @@ SSH_KEYS: dict[str, dict[str, Any]] = json.loads((FIXTURES / "ssh_keys.json").re
 _seq = itertools.count(1)
 
 
-def make_user(email: str | None = None) -> User:
-    return user_signup(email=email or f"user{next(_seq)}@lab.example.edu.cn", password=PASSWORD)
+def make_user(email: str | None = None, *, verified: bool = True) -> User:
+    """A person who signed up and, unless `verified=False`, verified their address: with the
+    ¥10 trial on the balance when the address is the first of its canonical form."""
+    user = user_signup(email=email or f"user{next(_seq)}@lab.example.edu.cn", password=PASSWORD)
+    if verified:
+        user_email_verify(user=user)
+    return user
 
 
 def make_operator(email: str | None = None) -> User:

@@ -36,10 +36,20 @@ class UserManager(BaseUserManager["User"]):
 
 class User(AbstractBaseUser, PermissionsMixin):
     """A person who signs in. The e-mail is stored normalised and is unique, which is what makes
-    sign-up (and with it the trial credit) happen once per address even under races."""
+    sign-up happen once per address even under races. Its canonical form (canonical.py) is not
+    unique: the aliases of one mailbox are separate accounts, but the trial credit goes to one
+    canonical address once, and only after the address is verified (email_verified_at)."""
 
     id = PublicIdField(prefix="usr")
     email = models.EmailField(_("email"), max_length=254, unique=True)
+    canonical_email = models.CharField(
+        max_length=320,
+        db_index=True,
+        editable=False,
+        help_text="The mailbox the address reaches (+tags, Gmail's dots and alias domains "
+        "folded); the trial credit is given once per canonical address.",
+    )
+    email_verified_at = models.DateTimeField(null=True, blank=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="members")
     is_staff = models.BooleanField(default=False)
     is_active = models.BooleanField(default=True)

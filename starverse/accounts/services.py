@@ -1,5 +1,6 @@
-"""Writes for accounts: people and their tenants, API tokens and SSH keys. Opening an account
-with its wallet and trial credit is billing.onboarding, which calls user_create here."""
+"""Writes for accounts: people and their tenants, their addresses' verification, API tokens and
+SSH keys. Opening an account with its wallet, and the trial credit that a verified address
+earns, are billing.onboarding's, which calls user_create and user_email_mark_verified here."""
 
 import logging
 from typing import Any
@@ -11,9 +12,10 @@ from django.core.exceptions import ValidationError
 from django.core.validators import EmailValidator
 from django.db import IntegrityError, transaction
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from starverse.accounts.canonical import canonical_email
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User, normalize_email
 from starverse.accounts.selectors import two_factor_enabled
 from starverse.accounts.sshkeys import parse_public_key
@@ -27,15 +29,17 @@ MAX_TOKENS_PER_USER = 50
 MAX_KEYS_PER_USER = 50
 # Renders the access Secrets of a tenant's instances again (the instances app's task).
 ACCESS_REFRESH_TASK = "instances.tasks.refresh_access"
+VERIFICATION_MAIL_TASK = "starverse.accounts.tasks.send_verification_email"
 
 
-def _clean_email(email: str) -> str:
+def email_clean(email: str) -> tuple[str, str]:
+    """The normalised address and its canonical form, or InvalidInput."""
     email = normalize_email(email)
     try:
         EmailValidator()(email)
-    except ValidationError:
+        return email, canonical_email(email)
+    except (ValidationError, ValueError):
         raise InvalidInput(_("Enter a valid e-mail address."), code="invalid_email") from None
-    return email
 
 
 def _check_password(password: str, email: str) -> None:
@@ -53,14 +57,20 @@ def _check_password(password: str, email: str) -> None:
 def user_create(*, email: str, password: str, ip: str | None, is_staff: bool) -> User:
     """A person (or an operator) and their own tenant, with the address and password checked.
     The normalised e-mail is unique, so of concurrent creations of one address one wins and
-    the others get a Conflict. The wallet is billing's (billing.onboarding)."""
-    email = _clean_email(email)
+    the others get a Conflict. The address is not verified yet. The wallet is billing's
+    (billing.onboarding)."""
+    email, canonical = email_clean(email)
     _check_password(password, email)
     try:
         with transaction.atomic():
             tenant = Tenant.objects.create(name=email)
             user = User(
-                email=email, tenant=tenant, signup_ip=ip, is_staff=is_staff, is_superuser=is_staff
+                email=email,
+                canonical_email=canonical,
+                tenant=tenant,
+                signup_ip=ip,
+                is_staff=is_staff,
+                is_superuser=is_staff,
             )
             user.set_password(password)
             user.save()
@@ -73,6 +83,47 @@ def user_create(*, email: str, password: str, ip: str | None, is_staff: bool) ->
         raise
     logger.info("account.created user=%s tenant=%s staff=%s", user.id, tenant.id, is_staff)
     return user
+
+
+def user_email_change(*, user: User, email: str) -> User:
+    """An operator's correction of an account's address: normalised and checked as at sign-up,
+    with its canonical form. Whether it is verified stays as it was: the trial follows the first
+    verification only, so a changed address earns no second one."""
+    email, canonical = email_clean(email)
+    try:
+        with transaction.atomic():
+            User.objects.filter(pk=user.pk).update(email=email, canonical_email=canonical)
+    except IntegrityError:
+        raise Conflict(
+            _("An account with this e-mail address already exists."), code="email_taken"
+        ) from None
+    user.email, user.canonical_email = email, canonical
+    logger.info("account.email_changed user=%s", user.id)
+    return user
+
+
+def email_verification_send(*, user: User, language: str | None = None) -> None:
+    """Mail the user a link that verifies their address, in `language` (the active one by
+    default). A worker sends it after commit, so a slow mail server holds up no request."""
+    if user.email_verified_at is not None:
+        raise Conflict(_("Your e-mail address is already verified."), code="already_verified")
+    language = language or translation.get_language() or settings.LANGUAGE_CODE
+    enqueue_on_commit(VERIFICATION_MAIL_TASK, user.id, language)
+    logger.info("account.verification_requested user=%s", user.id)
+
+
+def user_email_mark_verified(*, user: User) -> bool:
+    """Mark the address verified, once: True for the call that did it, False when it already
+    was. A conditional update decides between concurrent calls (the second waits for the
+    first's row lock, then finds nothing left to update)."""
+    now = timezone.now()
+    done = User.objects.filter(pk=user.pk, email_verified_at__isnull=True).update(
+        email_verified_at=now
+    )
+    if done:
+        user.email_verified_at = now
+        logger.info("account.email_verified user=%s", user.id)
+    return bool(done)
 
 
 def two_factor_needed_message() -> str:

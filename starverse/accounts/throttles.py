@@ -1,6 +1,6 @@
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
 
@@ -23,3 +23,13 @@ class SignupThrottle(_PerAddress):
 
 class LoginThrottle(_PerAddress):
     scope = "login"
+
+
+class VerifyEmailResendThrottle(UserRateThrottle):
+    """Verification mails asked for again, per account (the API's and the dashboard's button)."""
+
+    scope = "verify_email_resend"
+
+    def get_rate(self) -> str | None:
+        rates: dict[str, str | None] = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]
+        return rates.get(self.scope or "")

@@ -7,6 +7,8 @@ app_name = "accounts"
 
 urlpatterns = [
     path("signup/", views.signup, name="signup"),
+    path("verify-email/resend/", views.verify_email_resend, name="verify_email_resend"),
+    path("verify-email/<str:token>/", views.verify_email, name="verify_email"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("login/verify/", views.login_verify, name="login_verify"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -1,4 +1,4 @@
-"""Console pages for accounts: sign-up, log-in, API tokens and SSH keys."""
+"""Console pages for accounts: sign-up, e-mail verification, log-in, API tokens and SSH keys."""
 
 from django.conf import settings
 from django.contrib import messages
@@ -11,9 +11,11 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
-from billing.onboarding import user_signup
+from billing.choices import TrialStatus
+from billing.onboarding import user_email_verify_token, user_signup
+from billing.selectors import trial_state
 from starverse.accounts import lockout, loginflow
 from starverse.accounts.forms import (
     LoginForm,
@@ -33,13 +35,14 @@ from starverse.accounts.selectors import (
     two_factor_required_for_login,
 )
 from starverse.accounts.services import (
+    email_verification_send,
     ssh_key_add,
     ssh_key_delete,
     token_create,
     token_revoke,
     user_password_set,
 )
-from starverse.accounts.throttles import SignupThrottle
+from starverse.accounts.throttles import SignupThrottle, VerifyEmailResendThrottle
 from starverse.accounts.twofactor import (
     recovery_codes_regenerate,
     totp_begin,
@@ -48,7 +51,9 @@ from starverse.accounts.twofactor import (
     totp_enrolment,
     totp_verify,
 )
+from starverse.accounts.verification import verification_user
 from starverse.core.errors import ServiceError
+from starverse.core.money import format_fen
 from starverse.core.tenancy import get_for_user, scope_to_user
 
 
@@ -72,11 +77,73 @@ def signup(request: HttpRequest) -> HttpResponse:
                 form.add_error(field, error.message)
             else:
                 login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-                messages.success(request, _("Welcome! ¥10.00 of trial credit is on your balance."))
+                messages.success(request, _signup_welcome(user))
                 return redirect("console:dashboard")
     return render(
-        request, "accounts/signup.html", {"form": form}, status=400 if form.errors else 200
+        request,
+        "accounts/signup.html",
+        {"form": form, "trial_after_verification": settings.TRIAL_REQUIRES_VERIFICATION},
+        status=400 if form.errors else 200,
     )
+
+
+def _signup_welcome(user: User) -> str:
+    trial = trial_state(user)
+    amount = format_fen(trial.amount_fen)
+    if trial.status == TrialStatus.GRANTED:
+        return _("Welcome! %(amount)s of trial credit is on your balance.") % {"amount": amount}
+    if trial.status == TrialStatus.PENDING_VERIFICATION:
+        return _(
+            "Welcome! We have sent a link to %(email)s: verify your e-mail to receive your "
+            "%(amount)s trial credit. Your account works already."
+        ) % {"email": user.email, "amount": amount}
+    return _(
+        "Welcome! No trial credit was added: an account with this address or another form of "
+        "it has already received the trial. Top up to rent GPUs."
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def verify_email(request: HttpRequest, token: str) -> HttpResponse:
+    """The e-mailed link. GET only shows a button (mail scanners fetch links); its POST
+    verifies the address and grants the trial, then says which it did."""
+    error = None
+    try:
+        if request.method == "POST":
+            verification = user_email_verify_token(token=token)
+            granted = verification.trial.status == TrialStatus.GRANTED
+            (messages.success if granted else messages.info)(request, verification.message)
+            return redirect(
+                "console:dashboard" if request.user.is_authenticated else "accounts:login"
+            )
+        email = verification_user(token).email
+    except ServiceError as failure:
+        error, email = failure, None
+    return render(
+        request,
+        "accounts/verify_email.html",
+        {"error": error, "email": email},
+        status=(error.status_code if error else 200),
+    )
+
+
+@login_required
+@require_POST
+def verify_email_resend(request: HttpRequest) -> HttpResponse:
+    throttle = VerifyEmailResendThrottle()
+    if not throttle.allow_request(request, None):  # type: ignore[arg-type]
+        messages.error(request, _("You have asked for several links already. Try again later."))
+    else:
+        try:
+            email_verification_send(user=request.user)  # type: ignore[arg-type]
+        except ServiceError as error:
+            messages.info(request, error.message)
+        else:
+            messages.success(
+                request,
+                _("A new link is on its way to %(email)s.") % {"email": request.user.email},  # type: ignore[union-attr]
+            )
+    return redirect("console:dashboard")
 
 
 class LoginView(auth_views.LoginView):

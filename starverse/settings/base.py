@@ -212,6 +212,7 @@ REST_FRAMEWORK = {
         "anon": env_str("ANON_THROTTLE_RATE", "120/minute"),
         "signup": env_str("SIGNUP_THROTTLE_RATE", "20/hour"),
         "login": env_str("LOGIN_THROTTLE_RATE", "30/hour"),
+        "verify_email_resend": env_str("VERIFY_EMAIL_RESEND_RATE", "3/hour"),
     },
     "NUM_PROXIES": env_int("NUM_PROXIES", 0),
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -242,6 +243,7 @@ SPECTACULAR_SETTINGS = {
         "TopUpStatusEnum": "billing.choices.TopUpStatus",
         "NodeStateEnum": "fleet.choices.NodeState",
         "PublicDatasetKindEnum": "datasets.choices.DatasetKind",
+        "TrialStatusEnum": "billing.choices.TrialStatus",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -250,6 +252,10 @@ SPECTACULAR_SETTINGS = {
 
 # Money and product rules.
 TRIAL_CREDIT_FEN = env_int("TRIAL_CREDIT_FEN", 1000)
+# The trial is given once per canonical address, after the address is verified by an e-mailed
+# link (valid this many days). False: given at sign-up, as private deployments may prefer.
+TRIAL_REQUIRES_VERIFICATION = env_bool("TRIAL_REQUIRES_VERIFICATION", True)
+EMAIL_VERIFICATION_DAYS = env_int("EMAIL_VERIFICATION_DAYS", 3)
 
 LOGGING = {
     "version": 1,

@@ -16,24 +16,31 @@ def _trial_rows(user: User) -> list[LedgerTransaction]:
     )
 
 
-def test_api_signup_grants_ten_yuan_once(api, db):
-    response = api.post(
-        "/api/v1/auth/signup",
-        {"email": "  Li.Lei@PKU.edu.cn ", "password": PASSWORD},
-        format="json",
-    )
+def test_api_signup_opens_the_account_without_the_trial_and_mails_a_link(
+    api, db, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(
+            "/api/v1/auth/signup",
+            {"email": "  Li.Lei@PKU.edu.cn ", "password": PASSWORD},
+            format="json",
+        )
 
     assert response.status_code == 201
     body = response.json()
     assert body["user"]["email"] == "li.lei@pku.edu.cn"
     assert body["user"]["id"].startswith("usr_")
     assert body["token"].startswith("sv_")
+    assert body["email_verified"] is False
+    assert body["trial"] == {"status": "pending_verification", "amount_fen": 1000}
     me = api.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer {body['token']}").json()
-    assert me["balance"] == {"cash_fen": 0, "promo_fen": 1000, "total_fen": 1000}
+    assert me["balance"] == {"cash_fen": 0, "promo_fen": 0, "total_fen": 0}
+    assert (me["email_verified"], me["trial"]["status"]) == (False, "pending_verification")
     user = User.objects.get()
-    assert [(t.amount_fen, t.promo_delta_fen, t.idempotency_key) for t in _trial_rows(user)] == [
-        (1000, 1000, f"trial:{user.id}")
-    ]
+    assert (user.canonical_email, user.email_verified_at) == ("li.lei@pku.edu.cn", None)
+    assert _trial_rows(user) == []
+    assert [m.to for m in mailoutbox] == [["li.lei@pku.edu.cn"]]
+    assert "/accounts/verify-email/" in mailoutbox[0].body
 
 
 def test_api_signup_of_a_taken_address_is_refused_and_grants_nothing(api, db):
@@ -46,10 +53,10 @@ def test_api_signup_of_a_taken_address_is_refused_and_grants_nothing(api, db):
     assert again.status_code == 409
     assert again.json()["code"] == "email_taken"
     assert User.objects.count() == 1
-    assert LedgerTransaction.objects.count() == 1
+    assert LedgerTransaction.objects.count() == 0
 
 
-def test_form_signup_logs_in_and_grants_trial(client, db):
+def test_form_signup_logs_in_without_the_trial_and_asks_to_verify(client, db):
     response = client.post(
         reverse("accounts:signup"), {"email": "Form@Lab.cn", "password": PASSWORD}
     )
@@ -57,11 +64,27 @@ def test_form_signup_logs_in_and_grants_trial(client, db):
     assert response.status_code == 302
     assert response.url == reverse("console:dashboard")
     user = User.objects.get(email="form@lab.cn")
-    assert Wallet.objects.get(tenant=user.tenant).promo_fen == 1000
-    assert len(_trial_rows(user)) == 1
+    assert Wallet.objects.get(tenant=user.tenant).promo_fen == 0
+    assert _trial_rows(user) == []
     dashboard = client.get(reverse("console:dashboard"))
     assert dashboard.status_code == 200
-    assert "¥10.00" in dashboard.content.decode()
+    html = dashboard.content.decode()
+    assert "verify your e-mail to receive your ¥10.00 trial credit" in html
+    assert "Verify your e-mail to receive your ¥10.00 trial credit" in html
+    assert reverse("accounts:verify_email_resend") in html
+
+
+@pytest.mark.parametrize(
+    ("required", "promise"),
+    [
+        (True, "¥10 trial credit when you verify your e-mail"),
+        (False, "¥10 trial credit on sign-up"),
+    ],
+)
+def test_the_signup_page_promises_the_trial_as_it_comes(client, db, settings, required, promise):
+    settings.TRIAL_REQUIRES_VERIFICATION = required
+
+    assert promise in client.get(reverse("accounts:signup")).content.decode()
 
 
 def test_form_signup_with_weak_password_writes_nothing(client, db):
@@ -76,7 +99,9 @@ def test_form_signup_with_weak_password_writes_nothing(client, db):
 
 
 @pytest.mark.postgres
-def test_twelve_concurrent_signups_of_one_address_make_one_account_and_one_grant(transactional_db):
+def test_twelve_concurrent_signups_of_one_address_make_one_account_and_one_link(
+    transactional_db, mailoutbox
+):
     variants = [
         "wang@tsinghua.edu.cn",
         " WANG@tsinghua.edu.cn",
@@ -94,8 +119,8 @@ def test_twelve_concurrent_signups_of_one_address_make_one_account_and_one_grant
     assert len(refused) == 11, results
     assert User.objects.count() == 1
     assert Wallet.objects.count() == 1
-    assert LedgerTransaction.objects.filter(kind=TransactionKind.TRIAL).count() == 1
-    assert Wallet.objects.get().promo_fen == 1000
+    assert LedgerTransaction.objects.filter(kind=TransactionKind.TRIAL).count() == 0
+    assert len(mailoutbox) == 1  # one verification link, for the one account
 
 
 def test_signups_are_throttled_per_client_address(api, db, settings):

@@ -52,7 +52,7 @@ def _module(package: Any, name: str) -> Any:
 
 @pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_a_generated_client_rents_and_stops_an_instance(
-    generated, live_server, transactional_db, catalog
+    generated, live_server, transactional_db, catalog, mailoutbox
 ):
     api = lambda name: _module(generated, f"api.{name}")  # noqa: E731
     models = _module(generated, "models")
@@ -70,6 +70,15 @@ def test_a_generated_client_rents_and_stops_an_instance(
             body=models.SignupInputRequest(email="client@lab.example.edu.cn", password=PASSWORD),
         )
     assert isinstance(signed, models.SignupOutput), signed
+    assert signed.trial.status == models.TrialStatusEnum.PENDING_VERIFICATION
+    link = next(line for line in mailoutbox[0].body.splitlines() if "/verify-email/" in line)
+    with generated.Client(**options) as anon:
+        verified = api("auth.auth_verify_email").sync(
+            client=anon,
+            body=models.VerifyEmailInputRequest(token=link.rstrip("/").rsplit("/", 1)[1]),
+        )
+    assert isinstance(verified, models.VerifyEmailOutput), verified
+    assert verified.trial.status == models.TrialStatusEnum.GRANTED
     with generated.AuthenticatedClient(token=signed.token, **options) as client:
         _rent_and_stop(client, api, models)
 

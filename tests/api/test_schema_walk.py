@@ -40,6 +40,7 @@ from nodeagent.report import build_report, pending_report
 from nodeagent.source import iso_utc, utc_now
 from starverse.accounts.models import ApiToken
 from starverse.accounts.services import MAX_TOKENS_PER_USER
+from starverse.accounts.verification import verification_token
 from storage.disks import disk_create
 from storage.models import Disk, StoragePrice
 from storage.nas import nas_delete, nas_set_size
@@ -325,6 +326,20 @@ def _(p: Probe) -> None:
     p.call(200)
     enrol_totp(p.user)
     p.call(200)
+
+
+@case("auth_verify_email", who="anon")
+def _(p: Probe) -> None:
+    token = verification_token(make_user(verified=False))
+    p.call(200, body={"token": token})
+    p.call(409, body={"token": token})
+    p.call(400, body={"token": "not-a-token"})
+
+
+@case("auth_verify_email_resend")
+def _(p: Probe) -> None:
+    p.call(202, client=token_client(make_user(verified=False)))
+    p.call(409)  # make_user's address is verified
 
 
 @case("me_retrieve")

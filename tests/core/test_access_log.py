@@ -1,4 +1,4 @@
-"""A password-reset link's token never reaches the access log."""
+"""A password-reset or e-mail verification link's token never reaches the access log."""
 
 import datetime as dt
 import logging
@@ -33,8 +33,21 @@ def test_the_reset_token_is_cut_from_the_request_line_path_and_referer():
     assert atoms["U"] == "/accounts/password-reset/…/…/"
 
 
+def test_the_verification_token_is_cut_too():
+    path = "/accounts/verify-email/WyJ1c3JfYWJjIiwiZGVmIl0:1vQx2:k9Zb3Vt-Xq/"
+    atoms = _logged(path, referer="https://console.example" + path)
+    line = " ".join(str(atoms[key]) for key in ("r", "U", "f", "{referer}i"))
+    assert "WyJ1c3J" not in line and "k9Zb3Vt" not in line
+    assert atoms["U"] == "/accounts/verify-email/…/"
+
+
 def test_other_paths_are_logged_as_they_are():
-    for path in ("/accounts/password-reset/sent/", "/console/instances/ins_abc/", "/api/v1/me"):
+    for path in (
+        "/accounts/password-reset/sent/",
+        "/accounts/verify-email/resend/",
+        "/console/instances/ins_abc/",
+        "/api/v1/me",
+    ):
         assert _logged(path)["U"] == path
 
 

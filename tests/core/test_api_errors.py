@@ -115,10 +115,18 @@ def test_openapi_schema_lists_the_contract(api, db):
     assert api.get("/api/docs/").status_code == 200
 
 
-def test_signup_then_token_flow_uses_exact_contract_fields(api, db):
-    body = api.post(
-        "/api/v1/auth/signup", {"email": "c@lab.cn", "password": PASSWORD}, format="json"
-    ).json()
+def test_signup_then_token_flow_uses_exact_contract_fields(
+    api, db, mailoutbox, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        body = api.post(
+            "/api/v1/auth/signup", {"email": "c@lab.cn", "password": PASSWORD}, format="json"
+        ).json()
+    link = next(line for line in mailoutbox[0].body.splitlines() if "/verify-email/" in line)
+    verified = api.post(
+        "/api/v1/auth/verify-email", {"token": link.rstrip("/").rsplit("/", 1)[1]}, format="json"
+    )
+    assert verified.status_code == 200, verified.content
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {body['token']}")
 
     balance = api.get("/api/v1/billing/balance").json()

@@ -20,7 +20,7 @@ BASELINE = {
     "/api/v1/billing/ledger": 3,
     "/api/v1/offerings": 4,
     "/console/instances/": 4,
-    "/console/": 8,
+    "/console/": 9,  # with the trial's state (the banner of an unverified address)
     "/console/disks/": 10,
     "/admin/fleet/node/": 12,
 }

@@ -1,5 +1,6 @@
 from rest_framework import serializers
 
+from billing.choices import TrialStatus
 from starverse.accounts.models import ApiToken, SshKey, User
 from starverse.core.api.serializers import InputSerializer, StrictCharField
 
@@ -20,6 +21,10 @@ class TokenLoginInput(InputSerializer):
         help_text="The 6-digit code of the authenticator app, or a recovery code: required "
         "when the account has two-factor authentication.",
     )
+
+
+class VerifyEmailInput(InputSerializer):
+    token = StrictCharField(max_length=500, help_text="The token of the e-mailed link.")
 
 
 class TokenCreateInput(InputSerializer):
@@ -43,10 +48,24 @@ class MeBalanceOutput(serializers.Serializer):
     total_fen = serializers.IntegerField()
 
 
+class TrialOutput(serializers.Serializer):
+    status = serializers.ChoiceField(
+        choices=TrialStatus.choices,
+        help_text="granted; pending_verification (verify the e-mail address to receive it); "
+        "not_eligible (the trial of this address, or of another form of it, went to another "
+        "account, or the account is an operator's).",
+    )
+    amount_fen = serializers.IntegerField(
+        help_text="Granted: what was credited. Pending: what verifying credits. Otherwise 0."
+    )
+
+
 class MeOutput(serializers.Serializer):
     id = serializers.CharField()
     email = serializers.EmailField()
+    email_verified = serializers.BooleanField()
     balance = MeBalanceOutput()
+    trial = TrialOutput()
 
 
 class TwoFactorOutput(serializers.Serializer):
@@ -64,6 +83,19 @@ class TwoFactorOutput(serializers.Serializer):
 class SignupOutput(serializers.Serializer):
     user = UserOutput()
     token = serializers.CharField()
+    email_verified = serializers.BooleanField()
+    trial = TrialOutput()
+
+
+class VerifyEmailOutput(serializers.Serializer):
+    email_verified = serializers.BooleanField()
+    trial = TrialOutput()
+    detail = serializers.CharField(help_text="What happened, in words: the credit, or why none.")
+
+
+class VerifyEmailResendOutput(serializers.Serializer):
+    sent_to = serializers.EmailField()
+    expires_in_days = serializers.IntegerField()
 
 
 class TokenOutput(serializers.ModelSerializer):

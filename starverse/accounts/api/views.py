@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.conf import settings
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
@@ -8,8 +10,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.onboarding import user_signup
-from billing.selectors import wallet_for_tenant
+from billing.onboarding import user_email_verify_token, user_signup
+from billing.selectors import TrialState, trial_state, wallet_for_tenant
 from starverse.accounts.api import serializers as s
 from starverse.accounts.models import ApiToken, SshKey
 from starverse.accounts.selectors import (
@@ -18,12 +20,13 @@ from starverse.accounts.selectors import (
     two_factor_required_for_login,
 )
 from starverse.accounts.services import (
+    email_verification_send,
     ssh_key_add,
     ssh_key_delete,
     token_create,
     token_revoke,
 )
-from starverse.accounts.throttles import LoginThrottle, SignupThrottle
+from starverse.accounts.throttles import LoginThrottle, SignupThrottle, VerifyEmailResendThrottle
 from starverse.accounts.twofactor import token_login
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import ERROR, errors
@@ -32,6 +35,10 @@ from starverse.core.api.views import TenantScopedViewSet
 
 def client_ip(request: Request) -> str | None:
     return SignupThrottle().get_ident(request)
+
+
+def trial_body(trial: TrialState) -> dict[str, Any]:
+    return {"status": trial.status.value, "amount_fen": trial.amount_fen}
 
 
 class SignupView(APIView):
@@ -49,8 +56,57 @@ class SignupView(APIView):
         data.is_valid(raise_exception=True)
         user = user_signup(**data.validated_data, ip=client_ip(request))
         _token, plaintext = token_create(user=user, name=_("Sign-up token"), at_signup=True)
-        body = {"user": s.UserOutput(user).data, "token": plaintext}
+        body = {
+            "user": s.UserOutput(user).data,
+            "token": plaintext,
+            "email_verified": user.email_verified_at is not None,
+            "trial": trial_body(trial_state(user)),
+        }
         return Response(body, status=status.HTTP_201_CREATED)
+
+
+class VerifyEmailView(APIView):
+    """Verify the account's address with the token of the e-mailed link (the last part of its
+    path); the first verification grants the trial, once per canonical address. No credentials
+    are needed: the token proves the address."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="auth_verify_email",
+        request=s.VerifyEmailInput,
+        responses={200: s.VerifyEmailOutput, **errors(409)},
+    )
+    def post(self, request: Request) -> Response:
+        data = s.VerifyEmailInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        verification = user_email_verify_token(token=data.validated_data["token"])
+        return Response(
+            {
+                "email_verified": True,
+                "trial": trial_body(verification.trial),
+                "detail": verification.message,
+            }
+        )
+
+
+class VerifyEmailResendView(APIView):
+    """Mail a new verification link to the signed-in account's address (rate-limited per
+    account, VERIFY_EMAIL_RESEND_RATE)."""
+
+    throttle_classes = [VerifyEmailResendThrottle]
+
+    @extend_schema(
+        operation_id="auth_verify_email_resend",
+        request=None,
+        responses={202: s.VerifyEmailResendOutput, **errors(409)},
+    )
+    def post(self, request: Request) -> Response:
+        user = signed_in_user(request)
+        email_verification_send(user=user)
+        body = {"sent_to": user.email, "expires_in_days": settings.EMAIL_VERIFICATION_DAYS}
+        return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 class TokenLoginView(APIView):
@@ -107,7 +163,15 @@ class MeView(APIView):
             "promo_fen": wallet.promo_fen,
             "total_fen": wallet.total_fen,
         }
-        return Response({"id": user.id, "email": user.email, "balance": balance})
+        return Response(
+            {
+                "id": user.id,
+                "email": user.email,
+                "email_verified": user.email_verified_at is not None,
+                "balance": balance,
+                "trial": trial_body(trial_state(user)),
+            }
+        )
 
 
 class MeTwoFactorView(APIView):
