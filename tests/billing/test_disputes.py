@@ -19,7 +19,7 @@ from devstack.stripe import sign
 from instances.models import Instance
 from starverse.core.errors import Conflict
 from storage.models import Disk
-from tests.factories import make_instance, make_operator, make_user
+from tests.factories import make_instance, make_operator, make_user, staff_login
 
 SECRET = "whsec_suite_secret"
 OPS = "ops@starverse.example"
@@ -495,9 +495,9 @@ def test_lifting_a_hold_needs_its_permission_and_a_reason_and_is_recorded(
     url = f"/admin/billing/accounthold/{hold.id}/lift/"
     viewer, lifter = _staff("view_accounthold"), _staff("view_accounthold", "lift_hold")
 
-    client.force_login(viewer)
+    staff_login(client, viewer)
     refused = client.post(url, {"reason": "paid by bank transfer"})
-    client.force_login(lifter)
+    staff_login(client, lifter)
     page = client.get(f"/admin/billing/accounthold/{hold.id}/change/")
     no_reason = client.post(url, {"reason": ""})
     lifted = client.post(url, {"reason": "Customer withdrew the dispute, ticket 41"})
@@ -525,7 +525,7 @@ def test_admin_lists_open_disputes_with_links_to_the_account_and_top_up(
     remote = fake.open_dispute(charge)
     deliver(_event(fake, "charge.dispute.created"))
     dispute = Dispute.objects.get()
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
 
     open_list = client.get("/admin/billing/dispute/?open=yes").content.decode()
     page = client.get(f"/admin/billing/dispute/{dispute.id}/change/")
