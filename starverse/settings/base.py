@@ -181,6 +181,7 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-rollup": {"task": "fleet.tasks.rollup_telemetry", "schedule": 60.0},
     "fleet-prune": {"task": "fleet.tasks.prune_telemetry", "schedule": 3600.0},
     "fleet-sync-cluster": {"task": "fleet.tasks.sync_nodes_from_cluster", "schedule": 30.0},
+    "tenant-namespaces": {"task": "instances.tasks.converge_tenant_namespaces", "schedule": 300.0},
     "billing-retry-stripe-events": {
         "task": "billing.tasks.retry_unprocessed_events",
         "schedule": 300.0,
@@ -282,9 +283,26 @@ ADJUSTMENT_APPROVAL_THRESHOLD_FEN = env_int("ADJUSTMENT_APPROVAL_THRESHOLD_FEN",
 # one, so that a large adjustment cannot be split into many small ones.
 ADMIN_DAILY_CAP_FEN = env_int("ADMIN_DAILY_CAP_FEN", 500_000)
 
-# Fleet. KUBECONFIG points at the cluster (the local emulator's var/kubeconfig under `make run`);
-# without it the platform runs with no cluster. Agents join with NODE_BOOTSTRAP_TOKEN.
+# Fleet. KUBECONFIG points at the cluster (the local emulator's var/kubeconfig under `make run`,
+# "in-cluster" for the pod's own service-account token); without it the platform runs with no
+# cluster. Agents join with NODE_BOOTSTRAP_TOKEN.
 KUBECONFIG = env_optional("KUBECONFIG")
+# Whether this process may talk to the cluster: only the Celery worker does. The web tier runs
+# with KUBE_ACCESS=false and no credentials; a call from it is refused (KubeAccessRefused).
+KUBE_ACCESS = env_bool("KUBE_ACCESS", True)
+# The worker's service account ("namespace/name"), bound to the starverse-tenant ClusterRole in
+# each tenant namespace by a RoleBinding the worker makes with the namespace.
+KUBE_WORKER_SERVICE_ACCOUNT = env_str(
+    "KUBE_WORKER_SERVICE_ACCOUNT", "starverse-system/starverse-worker"
+)
+if KUBE_WORKER_SERVICE_ACCOUNT.count("/") != 1 or not all(KUBE_WORKER_SERVICE_ACCOUNT.split("/")):
+    raise ImproperlyConfigured(
+        "KUBE_WORKER_SERVICE_ACCOUNT must be namespace/name, e.g. "
+        "starverse-system/starverse-worker."
+    )
+# The periodic pass that brings tenant namespaces, their RoleBinding and NetworkPolicy up to
+# date paces its API calls to this many a second (it runs against the production API server).
+TENANT_SWEEP_CALLS_PER_S = env_int("TENANT_SWEEP_CALLS_PER_S", 10)
 NODE_BOOTSTRAP_TOKEN = env_optional("NODE_BOOTSTRAP_TOKEN")
 INSTANCE_STORAGE_CLASS = env_optional("INSTANCE_STORAGE_CLASS")
 # Cloud disks and the shared NAS: network-backed StorageClasses (e.g. Ceph RBD for disks,
