@@ -76,12 +76,15 @@ def provision(instance_id: str) -> str:
 def _objects_create(instance: Instance, node: Node) -> None:
     """Everything the instance needs on the cluster, created once per provisioning: the
     tenant's namespace, the worker's RoleBinding and the network policy (brought up to date
-    when the platform's policy changed since they were made), the access Secret (rendered
-    afresh: keys may have changed since the last start), the instance's disk, its cloud disks'
-    and NAS claims, its pod pinned to its node, and its Service. Then the row records that they
-    exist."""
+    when the platform's policy changed since they were made), a pvc:// public pool's claim, the
+    access Secret (rendered afresh: keys may have changed since the last start), the instance's
+    disk, its cloud disks' and NAS claims, its pod pinned to its node, and its Service. Then the
+    row records that they exist."""
     _names_assign(instance)
     tenant_policy_converge(instance.tenant_id)
+    pool = manifests.public_pool_claim(instance.tenant_id)
+    if pool is not None:
+        kube.ensure(pool)
     secret = manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
     kube.ensure(secret, update=True)
     kube.ensure(manifests.disk_claim(instance))

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Max, Q
 from django.utils import timezone
 
@@ -178,8 +179,7 @@ def _orphans_remove(
             if (namespace, name.removesuffix("-access")) not in keeps_objects:
                 kube.delete(kind, namespace, name)
                 orphans.append(f"{kind.lower()}/{namespace}/{name}")
-    wanted_claims = _wanted_claims()
-
+    wanted_claims = _wanted_claims(namespaces)
     for namespace, name in kube.managed("PersistentVolumeClaim", namespaces):
         if (namespace, name) not in wanted_claims:
             kube.delete("PersistentVolumeClaim", namespace, name)
@@ -187,7 +187,8 @@ def _orphans_remove(
     return orphans
 
 
-def _wanted_claims() -> set[tuple[str, str]]:
+def _wanted_claims(namespaces: list[str]) -> set[tuple[str, str]]:
+    """Claims a row wants, and a pvc:// public pool's claim in every tenant namespace."""
     wanted = {
         (namespace, manifests.disk_name(instance_id))
         for namespace, instance_id in Instance.objects.exclude(status=S.TERMINATED)
@@ -203,6 +204,9 @@ def _wanted_claims() -> set[tuple[str, str]]:
         status=SharedStorage.Status.DELETED
     ).values_list("tenant_id", "k8s_name"):
         wanted.add((manifests.namespace_name(tenant_id), name))
+    scheme, _sep, pool = settings.PUBLIC_POOL_SOURCE.partition("://")
+    if scheme == "pvc":
+        wanted |= {(namespace, pool) for namespace in namespaces}
     return wanted
 
 

@@ -1,6 +1,7 @@
 """Settings shared by every deployment. Outside values come only through starverse.env."""
 
 import ipaddress
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -314,8 +315,30 @@ DISKS_PER_TENANT = env_int("DISKS_PER_TENANT", 50)
 NAS_MAX_GB = env_int("NAS_MAX_GB", 102_400)
 # Unpaid storage is kept this long (warnings at 7, 3 and 1 days left), then deleted.
 STORAGE_GRACE_DAYS = env_int("STORAGE_GRACE_DAYS", 15)
-# The read-only public pool, mounted at /public: "nfs://server/export" or "hostpath:///path".
+# The read-only public pool, mounted at /public (README "The public pool"): "nfs://server/export"
+# (an inline NFS volume), "pvc://claim" (a ReadOnlyMany claim the worker makes in each tenant
+# namespace from PUBLIC_POOL_STORAGE_CLASS) or "hostpath:///dir" (development only: production
+# refuses it unless PUBLIC_POOL_ALLOW_HOSTPATH is set). Always read-only, volume and mount.
 PUBLIC_POOL_SOURCE = env_str("PUBLIC_POOL_SOURCE", "hostpath:///srv/starverse/public")
+PUBLIC_POOL_STORAGE_CLASS = env_optional("PUBLIC_POOL_STORAGE_CLASS")
+PUBLIC_POOL_ALLOW_HOSTPATH = env_bool("PUBLIC_POOL_ALLOW_HOSTPATH", False)
+_pool_scheme, _pool_sep, _pool_rest = PUBLIC_POOL_SOURCE.partition("://")
+if (
+    not _pool_sep
+    or _pool_scheme not in ("nfs", "pvc", "hostpath")
+    or (_pool_scheme == "nfs" and not re.fullmatch(r"[^/\s]+/\S*", _pool_rest))
+    or (_pool_scheme == "pvc" and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", _pool_rest))
+    or (_pool_scheme == "hostpath" and not _pool_rest.startswith("/"))
+):
+    raise ImproperlyConfigured(
+        "PUBLIC_POOL_SOURCE must be nfs://server/export/path, pvc://claim-name or "
+        f"hostpath:///absolute/dir, got {PUBLIC_POOL_SOURCE!r}."
+    )
+if _pool_scheme == "pvc" and not PUBLIC_POOL_STORAGE_CLASS:
+    raise ImproperlyConfigured(
+        "PUBLIC_POOL_SOURCE=pvc://… needs PUBLIC_POOL_STORAGE_CLASS: the StorageClass whose "
+        "ReadOnlyMany claims all reach the public pool's share."
+    )
 # Where users reach their instances' SSH and Jupyter node ports.
 SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
 PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
