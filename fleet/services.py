@@ -34,6 +34,19 @@ ROLLUP_RETENTION = timedelta(days=30)
 # --- registration -------------------------------------------------------------------------
 
 
+def node_token_revoke(*, node: Node) -> None:
+    """Reset the node's agent registration: its token stops working, and its agent registers
+    again with the bootstrap token (and keeps the new token on its node). The way to rotate a
+    node's credential when agents join by bootstrap."""
+    Node.objects.filter(pk=node.pk).update(token_hash=None, token_prefix="")
+    NodeEvent.objects.create(
+        node=node,
+        kind=NodeEventKind.TOKEN_RESET,
+        message="Agent registration reset: the agent registers again with the bootstrap token.",
+    )
+    logger.info("node.token_revoked node=%s", node.name)
+
+
 def node_token_issue(*, node: Node) -> str:
     """A new agent token for the node (the old one stops working); shown once."""
     plaintext = token_generate(NODE_TOKEN_PREFIX)

@@ -185,12 +185,13 @@ def test_the_admin_works_without_cluster_access(web_tier, client, settings):
         ("drain", {"reason": "maintenance"}),
         ("uncordon", {}),
         ("token", {}),
+        ("reset", {}),
     ):
         url = reverse("admin:fleet_node_state", args=[node.pk, action])
         _ok(client.get(url))
         assert _ok(client.post(url, data)).status_code == 302, action
     node.refresh_from_db()
-    assert node.state == NodeState.READY
+    assert (node.state, node.token_hash) == (NodeState.READY, None)
 
 
 def _request(user: Any) -> Any:
