@@ -15,7 +15,13 @@ from django.utils.translation import gettext_lazy as _
 
 from fleet.models import Gpu, GpuModel, HealthRule, Node, NodeEvent
 from fleet.selectors import capacity_by_model, latest_samples
-from fleet.services import node_cordon, node_drain, node_token_issue, node_uncordon
+from fleet.services import (
+    node_cordon,
+    node_drain,
+    node_token_issue,
+    node_token_revoke,
+    node_uncordon,
+)
 from starverse.core.errors import ServiceError
 
 
@@ -142,6 +148,7 @@ class NodeAdmin(admin.ModelAdmin):
                 ("drain", _("Drain…")),
                 ("uncordon", _("Uncordon")),
                 ("token", _("New agent token")),
+                ("reset", _("Reset agent registration")),
             )
         ]
         return format_html_join(" ", '<a class="button" href="{}">{}</a>', links)
@@ -177,6 +184,18 @@ class NodeAdmin(admin.ModelAdmin):
                 request,
                 _("New agent token for %(node)s (shown once): %(token)s")
                 % {"node": node.name, "token": node_token_issue(node=node)},
+            )
+            return back
+        if action == "reset" and request.method == "POST":
+            node_token_revoke(node=node)
+            messages.warning(
+                request,
+                _(
+                    "The agent token of %(node)s no longer works. Its agent registers again "
+                    "with the bootstrap token on its next report and keeps the new token on "
+                    "the node."
+                )
+                % {"node": node.name},
             )
             return back
         if action == "uncordon" and request.method == "POST":

@@ -31,6 +31,7 @@ class NodeEventKind(models.TextChoices):
     HEARTBEAT = "heartbeat", _("Heartbeat lost")
     STATE = "state", _("State change")
     REGISTERED = "registered", _("Registered")
+    TOKEN_RESET = "token_reset", _("Agent registration reset")
 
 
 class HealthRuleKind(models.TextChoices):

@@ -34,6 +34,19 @@ ROLLUP_RETENTION = timedelta(days=30)
 # --- registration -------------------------------------------------------------------------
 
 
+def node_token_revoke(*, node: Node) -> None:
+    """Reset the node's agent registration: its token stops working, and its agent registers
+    again with the bootstrap token (and keeps the new token on its node). The way to rotate a
+    node's credential when agents join by bootstrap."""
+    Node.objects.filter(pk=node.pk).update(token_hash=None, token_prefix="")
+    NodeEvent.objects.create(
+        node=node,
+        kind=NodeEventKind.TOKEN_RESET,
+        message="Agent registration reset: the agent registers again with the bootstrap token.",
+    )
+    logger.info("node.token_revoked node=%s", node.name)
+
+
 def node_token_issue(*, node: Node) -> str:
     """A new agent token for the node (the old one stops working); shown once."""
     plaintext = token_generate(NODE_TOKEN_PREFIX)
@@ -110,21 +123,26 @@ def node_transition(
         )
     node.state, node.state_reason = to, reason
     logger.warning("node.state node=%s state=%s reason=%s", node.name, to, reason)
-    _mirror_schedulable(node)
+    if node.in_cluster:
+        # The worker mirrors it: a web request (an admin action, an agent's report) never
+        # talks to the cluster.
+        enqueue_on_commit("fleet.tasks.mirror_node_schedulable", node.pk)
     if to != NodeState.READY:
         # The instances app tells the instances on the node (fail, recover or warn them).
         enqueue_on_commit("instances.tasks.node_changed", node.pk, to, reason)
     return True
 
 
-def _mirror_schedulable(node: Node) -> None:
-    """Keep the cluster's Node.spec.unschedulable in step, when a cluster is configured."""
-    if not node.in_cluster:
-        return
-    try:
-        kube.node_set_unschedulable(node.name, node.state != NodeState.READY)
-    except kube.KubeError as error:  # the reconcile loop converges it later
-        logger.error("node.mirror_failed node=%s error=%s", node.name, error)
+def node_schedulable_mirror(*, node_id: str) -> bool | None:
+    """Put the cluster's Node.spec.unschedulable in step with the node's state as it is now
+    (a ready node schedulable, any other not). Returns the value set, None for a node that is
+    gone or not in the cluster. Retryable cluster errors propagate to the retrying task."""
+    node = Node.objects.filter(pk=node_id).first()
+    if node is None or not node.in_cluster:
+        return None
+    unschedulable = node.state != NodeState.READY
+    kube.node_set_unschedulable(node.name, unschedulable)
+    return unschedulable
 
 
 def node_cordon(*, node: Node, reason: str, actor: Any) -> bool:

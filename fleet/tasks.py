@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from fleet import services
-from starverse.core.kube import KubeError
+from starverse.core.kube import TASK_RETRY, KubeError
 
 logger = logging.getLogger(__name__)
 
@@ -39,3 +39,11 @@ def sync_nodes_from_cluster() -> None:
         logger.error("fleet.sync_failed error=%s", error)
         return
     logger.info("fleet.synced nodes=%d", count)
+
+
+@shared_task(acks_late=True, ignore_result=True, **TASK_RETRY)
+def mirror_node_schedulable(node_id: str) -> None:
+    """A node changed state: cordon or uncordon it on the cluster (fleet.services)."""
+    if not settings.KUBECONFIG:
+        return
+    services.node_schedulable_mirror(node_id=node_id)

@@ -10,7 +10,7 @@ from billing.notices import runway_notices_check
 from instances import lifecycle, metering, monthly
 from instances.choices import InstanceStatus
 from instances.models import Instance
-from instances.provisioning import converge, reconcile
+from instances.provisioning import converge, namespaces, reconcile
 from instances.selectors import spend_per_hour_fen
 from starverse.core.kube import TASK_RETRY, KubeError
 
@@ -85,6 +85,18 @@ def reconcile_cluster() -> None:
         reconcile.reconcile()
     except KubeError as error:
         logger.error("reconcile.failed error=%s", error)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def converge_tenant_namespaces() -> None:
+    """Bring every tenant namespace's labels, RoleBinding and NetworkPolicy up to the
+    platform's policy (a release, or the operator's CIDR settings, changed it)."""
+    if not settings.KUBECONFIG:
+        return
+    try:
+        namespaces.tenant_namespaces_sweep()
+    except KubeError as error:
+        logger.error("tenant_namespaces.sweep_failed error=%s", error)
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -1,11 +1,16 @@
 """Command line of the node agent.
 
     python -m nodeagent --platform-url URL --node NAME (--token-file PATH | --token T)
+                        [--bootstrap-token-file PATH]
                         [--interval 15] [--source nvml|sim|fixture:PATH] [--once]
     python -m nodeagent record --out FILE.json [--events-seconds N] [--redact]
 
 Settings fall back on the environment: NODEAGENT_PLATFORM_URL, NODEAGENT_NODE,
-NODEAGENT_TOKEN_FILE, NODEAGENT_TOKEN, NODEAGENT_INTERVAL, NODEAGENT_SOURCE, NODEAGENT_KUBE_URL.
+NODEAGENT_TOKEN_FILE, NODEAGENT_TOKEN, NODEAGENT_BOOTSTRAP_TOKEN_FILE, NODEAGENT_INTERVAL,
+NODEAGENT_SOURCE, NODEAGENT_KUBE_URL.
+
+With --bootstrap-token-file, --token-file is where the agent keeps the node token it gets by
+registering (nodeagent.credentials): it need not exist on the first start.
 
 Exit status: 0 (stopped, or --once delivered), 1 (--once not delivered), 2 (bad settings, or
 NVML unavailable: no driver on this machine).
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent import AGENT_VERSION
+from nodeagent.credentials import NodeCredentials, registration_spec
 from nodeagent.nvml import NvmlUnavailable
 from nodeagent.source import GpuSource
 
@@ -51,6 +57,12 @@ def agent_parser() -> argparse.ArgumentParser:
         "--token-file", default=_env("NODEAGENT_TOKEN_FILE"), help="file holding the node token"
     )
     parser.add_argument("--token", default=_env("NODEAGENT_TOKEN"), help="the node token")
+    parser.add_argument(
+        "--bootstrap-token-file",
+        default=_env("NODEAGENT_BOOTSTRAP_TOKEN_FILE"),
+        help="file holding the fleet's bootstrap token: register this node (again, when its "
+        "token is refused) and keep its node token in --token-file",
+    )
     parser.add_argument(
         "--interval",
         type=float,
@@ -126,6 +138,25 @@ def token_provider(args: argparse.Namespace) -> str | Callable[[], str]:
     raise UsageError("no node token: give --token-file PATH or --token T (or NODEAGENT_TOKEN)")
 
 
+def bootstrap_credentials(args: argparse.Namespace, source: GpuSource) -> NodeCredentials | None:
+    """With a bootstrap token, the node's own credentials (registered on first use, kept in
+    --token-file); None without (the token is given)."""
+    if not args.bootstrap_token_file:
+        return None
+    if not args.token_file:
+        raise UsageError("--bootstrap-token-file needs --token-file: where to keep the node token")
+    if not Path(args.bootstrap_token_file).is_file():
+        raise UsageError(f"no bootstrap token file at {args.bootstrap_token_file}")
+    return NodeCredentials(
+        args.platform_url,
+        args.node,
+        args.token_file,
+        args.bootstrap_token_file,
+        lambda: registration_spec(source.inventory()),
+        timeout=args.timeout,
+    )
+
+
 def open_source(args: argparse.Namespace) -> GpuSource:
     """Raises NvmlUnavailable (nvml) or UsageError."""
     spec = str(args.source)
@@ -173,11 +204,21 @@ def run_agent(argv: Sequence[str]) -> int:
             raise UsageError("no node name: give --node (or NODEAGENT_NODE)")
         if args.interval <= 0:
             raise UsageError("--interval must be positive")
-        token = token_provider(args)
-        reporter = Reporter(
-            args.platform_url, args.node, token, timeout=args.timeout, buffer_size=args.buffer
-        )
+        given = None if args.bootstrap_token_file else token_provider(args)
         source = open_source(args)
+        try:
+            credentials = bootstrap_credentials(args, source)
+            reporter = Reporter(
+                args.platform_url,
+                args.node,
+                credentials.token if credentials else given or "",
+                timeout=args.timeout,
+                buffer_size=args.buffer,
+                on_refused=credentials.refused if credentials else None,
+            )
+        except (UsageError, ValueError):
+            source.close()
+            raise
     except (UsageError, ValueError) as exc:
         print(f"nodeagent: {exc}", file=sys.stderr)
         return 2

@@ -34,8 +34,11 @@
 Delivery: a bounded backlog (default 240 reports, 1 h at 15 s) of reports not yet delivered;
 connection errors, timeouts, 408, 429 and 5xx are retried with exponential backoff and jitter
 (1 s doubling to 60 s, honouring Retry-After); other answers (400, 401, 403, 404, 3xx, …) are
-final for that report: it is dropped and the platform's `detail` logged (401/403 loudly). When
-the backlog is full the oldest report is dropped and counted.
+final for that report: it is dropped and the platform's `detail` logged (401/403 loudly), except
+that a refused token is first handed to `on_refused` (the agent's credentials, which register
+the node again with the bootstrap token): the batch is sent again with the new token, or kept
+and retried with backoff until the operator acts. When the backlog is full the oldest report is
+dropped and counted.
 """
 
 import contextlib
@@ -175,7 +178,8 @@ class Reporter:
     Single-threaded: the agent loop calls `submit()` each cycle and `flush()` whenever
     `due()`; nothing here sleeps. `clock` (monotonic seconds) and `jitter` are injectable.
     `token` is the node token, or a callable returning it (re-read at each POST, so a rotated
-    token file is picked up).
+    token file is picked up). `on_refused(status, detail)`, when given, is told of a 401/403
+    and answers whether a new token is in place.
     """
 
     def __init__(
@@ -192,6 +196,7 @@ class Reporter:
         jitter: Callable[[float], float] = default_jitter,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], str] = lambda: iso_utc(utc_now()),
+        on_refused: Callable[[int, str], bool] | None = None,
     ) -> None:
         if buffer_size < 1:
             raise ValueError("buffer_size must be at least 1")
@@ -207,6 +212,7 @@ class Reporter:
         self._jitter = jitter
         self._clock = clock
         self._now = now
+        self._on_refused = on_refused
         self._opener = urllib.request.build_opener(_NoRedirect())
         self.dropped_reports = 0  # backlog overflow, since start
         self.rejected_reports = 0  # final answers other than 2xx
@@ -258,6 +264,7 @@ class Reporter:
         the number of reports delivered. Does nothing before `next_attempt`."""
         delivered = 0
         limit = len(self.buffer)
+        asked = False  # on_refused is asked once a flush
         while self.buffer and self._clock() >= self.next_attempt:
             batch = self._batch(limit)
             answer = self._post(batch)
@@ -270,6 +277,13 @@ class Reporter:
                 continue
             if answer.status is None or answer.status in RETRY_STATUSES or answer.status >= 500:
                 self._schedule_retry(answer)
+                break
+            if answer.status in AUTH_STATUSES and self._on_refused is not None:
+                if not asked:
+                    asked = True
+                    if self._on_refused(answer.status, answer.detail):
+                        continue  # a new token: the same batch again
+                self._schedule_retry(answer)  # kept until the node has a token that works
                 break
             if len(batch) > 1:
                 limit = 1  # find the report the platform refuses; deliver the others

@@ -53,7 +53,7 @@ def disk_ensure(disk_id: str) -> str:
     disk = Disk.objects.filter(pk=disk_id).first()
     if disk is None or disk.status not in (D.CREATING, D.AVAILABLE, D.ATTACHED):
         return disk.status if disk else "gone"
-    kube.ensure(kube.namespace(disk.tenant_id))
+    kube.tenant_namespace_ensure(disk.tenant_id)
     claim_converge(manifests.cloud_disk_claim(disk))
     Disk.objects.filter(pk=disk.pk, status=D.CREATING).update(status=D.AVAILABLE)
     return Disk.objects.values_list("status", flat=True).get(pk=disk.pk)
@@ -80,7 +80,7 @@ def nas_ensure(nas_id: str) -> str:
     nas = SharedStorage.objects.filter(pk=nas_id).first()
     if nas is None or nas.status not in SharedStorage.LIVE:
         return nas.status if nas else "gone"
-    kube.ensure(kube.namespace(nas.tenant_id))
+    kube.tenant_namespace_ensure(nas.tenant_id)
     claim_converge(manifests.nas_claim(nas))
     SharedStorage.objects.filter(pk=nas.pk, status=SharedStorage.Status.CREATING).update(
         status=SharedStorage.Status.READY

@@ -190,7 +190,7 @@ def converge_until(step: Callable[[str], str], instance_id: str, timeout: float 
             time.sleep(0.02)
 
 
-def read_existing(kind: str, namespace: str, name: str) -> dict[str, Any]:
+def read_existing(kind: str, namespace: str | None, name: str) -> dict[str, Any]:
     """An object the test expects on the cluster (fails the test if it is not there)."""
     found = kube.read(kind, namespace, name)
     assert found is not None, f"no {kind} {namespace}/{name} on the cluster"

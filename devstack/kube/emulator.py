@@ -9,6 +9,10 @@ production workloads: nothing is executed, pods only walk through their lifecycl
     ...
     emu.stop()
 
+Given ``users`` (bearer token → ``User``), it authenticates and authorizes every request with
+RBAC from the Roles, ClusterRoles and bindings it stores (:mod:`.rbac`); without, any token (or
+none) may do anything, as before.
+
 Tests drive it deterministically: ``step(seconds)`` moves its clock and runs one pass of the
 control plane and kubelets synchronously, ``paused()`` stops its own loop and clock for a block,
 and ``reset()`` takes a running emulator back to its seeded cluster for the next test.
@@ -32,6 +36,7 @@ from .api import Api
 from .controllers import Controllers
 from .fleet import NodeSpec, build_fleet, lease_object, node_object
 from .kubelet import Kubelet
+from .rbac import Authorizer, User
 from .resources import ALL_RESOURCES, LEASES, NAMESPACES, NODES, SERVICES
 from .scheduler import Scheduler
 from .server import EmulatorHTTPServer, Fault, FaultInjector, ServerContext
@@ -65,6 +70,7 @@ class KubeEmulator:
         bookmark_interval_s: float = 1.0,
         max_watch_s: float = 1800.0,
         seed: int | None = None,
+        users: dict[str, User] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -104,6 +110,7 @@ class KubeEmulator:
             bookmark_interval_s,
             max_watch_s,
             self.node_proxy,
+            authorizer=Authorizer(self.store, users) if users else None,
         )
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -283,10 +290,29 @@ class KubeEmulator:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def apply(self, objects: list[Obj]) -> list[Obj]:
+        """Create objects of kinds the emulator serves (a manifest file's RBAC objects, say) as
+        the cluster's administrator would, validated but past any authorization; returns them
+        as stored."""
+        by_kind = {(rt.api_version, rt.kind): rt for rt in ALL_RESOURCES}
+        created = []
+        for obj in objects:
+            rt = by_kind.get((obj.get("apiVersion", ""), obj.get("kind", "")))
+            if rt is None:
+                raise ValueError(f"the kube emulator does not serve {obj.get('kind')!r}")
+            namespace = (obj.get("metadata") or {}).get("namespace") or ""
+            stored, _warnings = self.api.create(rt, namespace, copy.deepcopy(obj))
+            created.append(stored)
+        return created
+
     def write_kubeconfig(
-        self, path: str | os.PathLike[str], context: str = "starverse-emulator"
+        self,
+        path: str | os.PathLike[str],
+        context: str = "starverse-emulator",
+        token: str = DEV_TOKEN,
     ) -> Path:
-        """Write a kubeconfig pointing at this emulator (plain http, static bearer token)."""
+        """Write a kubeconfig pointing at this emulator (plain http, static bearer token: with
+        ``users``, the token of the user to act as)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         text = (
@@ -300,7 +326,7 @@ class KubeEmulator:
             "users:\n"
             f"- name: {context}\n"
             "  user:\n"
-            f"    token: {DEV_TOKEN}\n"
+            f"    token: {token}\n"
             "contexts:\n"
             f"- name: {context}\n"
             "  context:\n"

@@ -66,6 +66,9 @@ PVCS = ResourceType(
 )
 SECRETS = ResourceType("secrets", "secret", "Secret", "", "v1", True)
 CONFIGMAPS = ResourceType("configmaps", "configmap", "ConfigMap", "", "v1", True, ("cm",))
+SERVICE_ACCOUNTS = ResourceType(
+    "serviceaccounts", "serviceaccount", "ServiceAccount", "", "v1", True, ("sa",)
+)
 EVENTS = ResourceType("events", "event", "Event", "", "v1", True, ("ev",))
 NAMESPACES = ResourceType("namespaces", "namespace", "Namespace", "", "v1", False, ("ns",), True)
 NODES = ResourceType("nodes", "node", "Node", "", "v1", False, ("no",), True)
@@ -79,6 +82,13 @@ NETWORK_POLICIES = ResourceType(
     ("netpol",),
 )
 LEASES = ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", True)
+RBAC_GROUP = "rbac.authorization.k8s.io"
+ROLES = ResourceType("roles", "role", "Role", RBAC_GROUP, "v1", True)
+ROLE_BINDINGS = ResourceType("rolebindings", "rolebinding", "RoleBinding", RBAC_GROUP, "v1", True)
+CLUSTER_ROLES = ResourceType("clusterroles", "clusterrole", "ClusterRole", RBAC_GROUP, "v1", False)
+CLUSTER_ROLE_BINDINGS = ResourceType(
+    "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", RBAC_GROUP, "v1", False
+)
 
 ALL_RESOURCES: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -88,9 +98,14 @@ ALL_RESOURCES: tuple[ResourceType, ...] = (
     PVCS,
     SECRETS,
     CONFIGMAPS,
+    SERVICE_ACCOUNTS,
     EVENTS,
     NETWORK_POLICIES,
     LEASES,
+    ROLES,
+    ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
 )
 
 _BY_PATH: dict[tuple[str, str, str], ResourceType] = {

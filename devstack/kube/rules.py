@@ -449,6 +449,9 @@ def check_update(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> 
             errors.append(invalid_value("spec.clusterIP", new_ip, "field is immutable"))
     elif rt.plural == "persistentvolumeclaims":
         errors.extend(check_pvc_update(old, new))
+    elif rt.plural in ("rolebindings", "clusterrolebindings"):
+        if old.get("roleRef") != new.get("roleRef"):
+            errors.append(invalid_value("roleRef", new.get("roleRef"), "cannot change roleRef"))
     elif rt.plural in ("secrets", "configmaps"):
         if rt.plural == "secrets":
             errors.extend(_immutable(old.get("type"), new.get("type"), "type"))

@@ -23,6 +23,7 @@ from . import resources as res
 from .api import Api
 from .objects import success_status
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from .rbac import BINDING_PLURALS, Attributes, Authorizer, User, unauthorized
 from .stats import NodeProxy
 from .tables import to_table, wants_table
 from .watch import stream_watch
@@ -81,6 +82,7 @@ class ServerContext:
     connections: set[socket.socket] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
     watches: int = 0  # watch streams being served now
+    authorizer: Authorizer | None = None  # RBAC, when the emulator was given users
 
 
 @dataclass
@@ -260,6 +262,11 @@ class Handler(BaseHTTPRequestHandler):
         the node proxy), then the resource the path names."""
         ctx = self.server.ctx
         self._warnings: list[str] = []
+        self._user: User | None = None
+        if ctx.authorizer is not None:
+            self._user = ctx.authorizer.authenticate(self.headers.get("Authorization", ""))
+            if self._user is None:
+                raise unauthorized()
         if method == "GET":
             if path in ("/healthz", "/livez", "/readyz"):
                 self._send_bytes(200, b"ok", "text/plain; charset=utf-8")
@@ -271,6 +278,7 @@ class Handler(BaseHTTPRequestHandler):
         legacy_binding = _LEGACY_BINDING.match(path)
         if legacy_binding and method == "POST":  # the pre-subresource /bindings endpoint
             self._verb, self._resource = "create", "bindings"
+            self._authorize(Attributes("create", "", "bindings", "", legacy_binding.group(1)))
             body = self._decode(raw)
             meta = body.get("metadata") if isinstance(body, dict) else None
             name = meta.get("name", "") if isinstance(meta, dict) else ""
@@ -296,6 +304,7 @@ class Handler(BaseHTTPRequestHandler):
         verb = self._verb_for(method, target, params)
         self._verb = verb
         self._resource = target.rt.plural + (f"/{target.subresource}" if target.subresource else "")
+        self._authorize_resource(verb, target, raw)
         fault = ctx.faults.take(verb, self._resource)
         if fault is not None:
             raise fault
@@ -319,6 +328,26 @@ class Handler(BaseHTTPRequestHandler):
             self._serve_delete(verb, target, params, raw, dry_run=dry_run)
         else:
             self._serve_write(method, verb, target, raw, dry_run=dry_run, validation=validation)
+
+    def _authorize(self, request: Attributes) -> None:
+        authorizer = self.server.ctx.authorizer
+        if authorizer is not None and self._user is not None:
+            authorizer.check(self._user, request)
+
+    def _authorize_resource(self, verb: str, target: Target, raw: bytes) -> None:
+        """RBAC for a resource request; the namespace object itself counts as in its own
+        namespace (a RoleBinding there can grant it), and a binding needs `bind` on its role."""
+        authorizer = self.server.ctx.authorizer
+        if authorizer is None or self._user is None:
+            return
+        rt, name = target.rt, target.name or ""
+        namespace = target.namespace or (name if rt.plural == "namespaces" else "")
+        authorizer.check(
+            self._user,
+            Attributes(verb, rt.group, rt.plural, target.subresource or "", namespace, name),
+        )
+        if rt.plural in BINDING_PLURALS and verb in ("create", "update"):
+            authorizer.check_bind(self._user, self._decode(raw), namespace, rt.plural)
 
     def _serve_read(self, verb: str, target: Target, params: dict[str, str]) -> None:
         api, rt = self.server.ctx.api, target.rt
@@ -418,11 +447,12 @@ class Handler(BaseHTTPRequestHandler):
         self._verb, self._resource = "get", "nodes/proxy"
         if method != "GET":
             raise err.method_not_allowed(method, "nodes/proxy")
+        parts = unquote(match.group(1)).split(":")
+        node_name = parts[1] if parts[0] in ("http", "https") and len(parts) > 1 else parts[0]
+        self._authorize(Attributes("get", "", "nodes", "proxy", "", node_name))
         fault = self.server.ctx.faults.take("get", "nodes/proxy")
         if fault is not None:
             raise fault
-        parts = unquote(match.group(1)).split(":")
-        node_name = parts[1] if parts[0] in ("http", "https") and len(parts) > 1 else parts[0]
         path = unquote(match.group(2)) if match.group(2) is not None else params.get("path", "")
         code, body, content_type = proxy.get(node_name, path)
         self._send_bytes(code, body, content_type)

@@ -23,6 +23,7 @@ from fleet.models import Node
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import manifests
+from instances.provisioning.namespaces import tenant_policy_converge
 from instances.states import (
     instance_fail,
     instance_mark_running,
@@ -74,12 +75,16 @@ def provision(instance_id: str) -> str:
 
 def _objects_create(instance: Instance, node: Node) -> None:
     """Everything the instance needs on the cluster, created once per provisioning: the
-    tenant's namespace and network policy, the access Secret (rendered afresh: keys may have
-    changed since the last start), the instance's disk, its cloud disks' and NAS claims, its pod
-    pinned to its node, and its Service. Then the row records that they exist."""
+    tenant's namespace, the worker's RoleBinding and the network policy (brought up to date
+    when the platform's policy changed since they were made), a pvc:// public pool's claim, the
+    access Secret (rendered afresh: keys may have changed since the last start), the instance's
+    disk, its cloud disks' and NAS claims, its pod pinned to its node, and its Service. Then the
+    row records that they exist."""
     _names_assign(instance)
-    kube.ensure(kube.namespace(instance.tenant_id))
-    kube.ensure(manifests.network_policy(instance.tenant_id))
+    tenant_policy_converge(instance.tenant_id)
+    pool = manifests.public_pool_claim(instance.tenant_id)
+    if pool is not None:
+        kube.ensure(pool)
     secret = manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
     kube.ensure(secret, update=True)
     kube.ensure(manifests.disk_claim(instance))

@@ -247,14 +247,44 @@ def _volumes(instance: Any) -> list[dict[str, Any]]:
 
 
 def public_pool_volume() -> dict[str, Any]:
-    """The public datasets and models pool, read-only, from the operator-configured source."""
-    source = settings.PUBLIC_POOL_SOURCE
-    if source.startswith("nfs://"):
-        server, _slash, path = source[len("nfs://") :].partition("/")
+    """The public datasets and models pool from the operator-configured source, read-only at
+    the volume as well as at each mount: an inline NFS export, the tenant namespace's own
+    ReadOnlyMany claim, or (development only) a host directory, whose volume has no read-only
+    switch of its own, so only its mounts are."""
+    scheme, _sep, rest = settings.PUBLIC_POOL_SOURCE.partition("://")
+    if scheme == "nfs":
+        server, _slash, path = rest.partition("/")
         return {"nfs": {"server": server, "path": "/" + path, "readOnly": True}}
-    if source.startswith("pvc://"):
-        return {"persistentVolumeClaim": {"claimName": source[len("pvc://") :], "readOnly": True}}
-    return {"hostPath": {"path": source.removeprefix("hostpath://"), "type": "Directory"}}
+    if scheme == "pvc":
+        return {"persistentVolumeClaim": {"claimName": rest, "readOnly": True}}
+    return {"hostPath": {"path": rest, "type": "Directory"}}
+
+
+# A pvc:// pool's claims all reach one share that the StorageClass's provisioner does not size.
+PUBLIC_POOL_CLAIM_SIZE = "1Gi"
+
+
+def public_pool_claim(tenant_id: str) -> dict[str, Any] | None:
+    """With a pvc:// pool, the claim the tenant's namespace needs (a claim is namespaced, and a
+    volume binds one claim only): ReadOnlyMany, from PUBLIC_POOL_STORAGE_CLASS, whose
+    provisioner maps every claim onto the same share (README, the public pool). None otherwise."""
+    scheme, _sep, name = settings.PUBLIC_POOL_SOURCE.partition("://")
+    if scheme != "pvc":
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace_name(tenant_id),
+            "labels": {**MANAGED, "starverse.io/tenant": tenant_label(tenant_id)},
+        },
+        "spec": {
+            "accessModes": ["ReadOnlyMany"],
+            "storageClassName": settings.PUBLIC_POOL_STORAGE_CLASS,
+            "resources": {"requests": {"storage": PUBLIC_POOL_CLAIM_SIZE}},
+        },
+    }
 
 
 def service(instance: Any) -> dict[str, Any]:

@@ -1,12 +1,17 @@
 """The reconcile loop: the database says what should exist, the cluster is converged to it.
 Run by beat; every action is one the tasks would take anyway, so running it at any moment,
-twice, or alongside the tasks is safe."""
+twice, or alongside the tasks is safe.
+
+The worker may list only inside tenant namespaces (its RoleBinding there; README "Cluster
+credentials"), so a pass lists the platform's namespaces once and then each kind of object in
+each namespace where the database has something live, or had until lately."""
 
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Max
+from django.conf import settings
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from instances.choices import InstanceStatus
@@ -22,6 +27,9 @@ from storage.models import Disk, SharedStorage
 logger = logging.getLogger(__name__)
 S = InstanceStatus
 STUCK_AFTER = timedelta(seconds=60)
+# How long a tenant namespace is still swept after its last instance, disk or NAS ended: a task
+# cut short, or a provisioning pass racing a terminate, leaves its leftovers just then.
+SWEPT_AFTER_END = timedelta(hours=1)
 # The task that carries out each state that waits on the cluster.
 TASK_FOR = {
     S.PROVISIONING: "instances.tasks.provision_instance",
@@ -51,11 +59,12 @@ def reconcile(*, now: datetime | None = None) -> Report:
         .exclude(k8s_name="")
         .values_list("id", "k8s_namespace", "k8s_name")
     )
-    pods = {(pod.namespace, pod.name): pod for pod in kube.pods_managed()}
+    namespaces = _swept_namespaces(now=now)
+    pods = {(pod.namespace, pod.name): pod for pod in kube.pods_managed(namespaces)}
     report.recreated = _vanished_recreate(running, pods, now=now)
     report.requeued = _lost_work_hand_out(now=now, skip=report.recreated)
     report.queues = _queues_serve()
-    report.orphans = _orphans_remove(pods)
+    report.orphans = _orphans_remove(pods, namespaces)
     report.events = _mirror_warnings()
     if report.recreated or report.requeued or report.orphans:
         logger.warning(
@@ -65,6 +74,30 @@ def reconcile(*, now: datetime | None = None) -> Report:
             report.orphans,
         )
     return report
+
+
+def _swept_namespaces(*, now: datetime) -> list[str]:
+    """The tenant namespaces this pass compares with the database: those on the cluster whose
+    tenant has an instance, a cloud disk or a NAS that is live or ended within
+    SWEPT_AFTER_END. Elsewhere nothing of ours should exist."""
+    since = now - SWEPT_AFTER_END
+    tenants = set(
+        Instance.objects.filter(Q(terminated_at__isnull=True) | Q(terminated_at__gte=since))
+        .exclude(k8s_name="")
+        .values_list("tenant_id", flat=True)
+    )
+    for model in (Disk, SharedStorage):
+        tenants |= set(
+            model.objects.filter(Q(deleted_at__isnull=True) | Q(deleted_at__gte=since))
+            .values_list("tenant_id", flat=True)
+            .distinct()
+        )
+    wanted = {manifests.namespace_name(tenant_id) for tenant_id in tenants}
+    return sorted(
+        item["metadata"]["name"]
+        for item in kube.tenant_namespaces()
+        if item["metadata"]["name"] in wanted
+    )
 
 
 def _vanished_recreate(
@@ -119,7 +152,9 @@ def _queues_serve() -> list[str]:
     return products
 
 
-def _orphans_remove(pods: dict[tuple[str, str], kube.ClusterPod]) -> list[str]:
+def _orphans_remove(
+    pods: dict[tuple[str, str], kube.ClusterPod], namespaces: list[str]
+) -> list[str]:
     """Objects on the cluster that no live instance wants are removed. A claim holds somebody's
     data: it goes only when no row wants it at all (an instance that is not terminated, a cloud
     disk or a NAS that is not deleted)."""
@@ -140,19 +175,20 @@ def _orphans_remove(pods: dict[tuple[str, str], kube.ClusterPod]) -> list[str]:
             kube.delete("Pod", namespace, name)
             orphans.append(f"pod/{namespace}/{name}")
     for kind in ("Service", "Secret"):
-        for namespace, name in kube.managed(kind):
+        for namespace, name in kube.managed(kind, namespaces):
             if (namespace, name.removesuffix("-access")) not in keeps_objects:
                 kube.delete(kind, namespace, name)
                 orphans.append(f"{kind.lower()}/{namespace}/{name}")
-    wanted_claims = _wanted_claims()
-    for namespace, name in kube.managed("PersistentVolumeClaim"):
+    wanted_claims = _wanted_claims(namespaces)
+    for namespace, name in kube.managed("PersistentVolumeClaim", namespaces):
         if (namespace, name) not in wanted_claims:
             kube.delete("PersistentVolumeClaim", namespace, name)
             orphans.append(f"persistentvolumeclaim/{namespace}/{name}")
     return orphans
 
 
-def _wanted_claims() -> set[tuple[str, str]]:
+def _wanted_claims(namespaces: list[str]) -> set[tuple[str, str]]:
+    """Claims a row wants, and a pvc:// public pool's claim in every tenant namespace."""
     wanted = {
         (namespace, manifests.disk_name(instance_id))
         for namespace, instance_id in Instance.objects.exclude(status=S.TERMINATED)
@@ -168,6 +204,9 @@ def _wanted_claims() -> set[tuple[str, str]]:
         status=SharedStorage.Status.DELETED
     ).values_list("tenant_id", "k8s_name"):
         wanted.add((manifests.namespace_name(tenant_id), name))
+    scheme, _sep, pool = settings.PUBLIC_POOL_SOURCE.partition("://")
+    if scheme == "pvc":
+        wanted |= {(namespace, pool) for namespace in namespaces}
     return wanted
 
 

@@ -1,6 +1,11 @@
 """The one module that talks to Kubernetes, through the official client. Every call has a
-timeout; failures come out as RetryableKubeError (timeouts, connection errors, 429, 5xx) or
-PermanentKubeError (everything else), so tasks know whether trying again can help."""
+timeout; failures come out as RetryableKubeError (timeouts, connection errors, 429, 5xx, an RBAC
+denial) or PermanentKubeError (everything else), so tasks know whether trying again can help.
+
+Only the Celery worker talks to the cluster: a process with KUBE_ACCESS off (the web tier, which
+holds no cluster credentials) is refused every call with KubeAccessRefused. The worker's rights
+in a tenant namespace come from a RoleBinding it makes there when it makes the namespace
+(tenant_namespace_ensure); see deploy/k8s/platform.yaml and README "Cluster credentials"."""
 
 import json
 import logging
@@ -12,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
 logger = logging.getLogger(__name__)
@@ -34,6 +40,17 @@ class ClusterNotConfigured(PermanentKubeError):
     pass
 
 
+class KubeAccessRefused(Exception):
+    """This process may not talk to the cluster (KUBE_ACCESS is off: the web tier). Not a
+    KubeError, so no handler of cluster errors hides it: a request that reaches for the cluster
+    is a bug to fix by handing the work to the worker."""
+
+
+# KUBECONFIG=in-cluster: the pod's own service-account token (the worker's, in production).
+IN_CLUSTER = "in-cluster"
+RETRYABLE_STATUSES = (0, 429, 500, 502, 503, 504)
+
+
 # How a task that talks to the cluster retries: only retryable errors, with backoff and jitter.
 TASK_RETRY: dict[str, Any] = {
     "autoretry_for": (RetryableKubeError,),
@@ -43,6 +60,16 @@ TASK_RETRY: dict[str, Any] = {
     "max_retries": 12,
 }
 MANAGED = {"app.kubernetes.io/managed-by": "starverse"}
+# The ClusterRole with the worker's verbs inside a tenant namespace, bound there per namespace.
+TENANT_ROLE = "starverse-tenant"
+RBAC_GROUP = "rbac.authorization.k8s.io"
+# Label keys the platform owns on its objects: the rest (an operator's, a policy engine's) are
+# never changed or removed.
+OWNED_LABEL_PREFIXES = (
+    "app.kubernetes.io/managed-by",
+    "starverse.io/",
+    "pod-security.kubernetes.io/",
+)
 
 
 def namespace_name(tenant_id: str) -> str:
@@ -76,6 +103,63 @@ def namespace(tenant_id: str) -> dict[str, Any]:
             },
         },
     }
+
+
+def tenant_binding(tenant_id: str) -> dict[str, Any]:
+    """The RoleBinding that gives the worker's service account the tenant ClusterRole in the
+    tenant's namespace, and nowhere else."""
+    namespace, _sep, name = settings.KUBE_WORKER_SERVICE_ACCOUNT.partition("/")
+    return {
+        "apiVersion": f"{RBAC_GROUP}/v1",
+        "kind": "RoleBinding",
+        "metadata": {
+            "name": TENANT_ROLE,
+            "namespace": namespace_name(tenant_id),
+            "labels": {**MANAGED, "starverse.io/tenant": tenant_label(tenant_id)},
+        },
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": TENANT_ROLE},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+
+
+def owned_label_drift(wanted: dict[str, str], have: dict[str, str]) -> dict[str, str | None]:
+    """A merge patch of labels that brings our labels to `wanted`: changed or missing ones set,
+    ones we own but no longer want removed (None); every other label left alone."""
+    drift: dict[str, str | None] = {k: v for k, v in wanted.items() if have.get(k) != v}
+    for key in have:
+        if key not in wanted and key.startswith(OWNED_LABEL_PREFIXES):
+            drift[key] = None
+    return drift
+
+
+def tenant_namespace_ensure(tenant_id: str) -> dict[str, Any]:
+    """The tenant's namespace as the platform wants it now, and the worker's RoleBinding in it:
+    created if missing; on one made by an older release, our labels (Pod Security levels) are
+    merged in and the binding's subjects put right. Returns the namespace."""
+    manifest = namespace(tenant_id)
+    existing = ensure(manifest)
+    have = (existing.get("metadata") or {}).get("labels") or {}
+    drift = owned_label_drift(manifest["metadata"]["labels"], have)
+    if drift:
+        existing = namespace_patch(manifest["metadata"]["name"], {"metadata": {"labels": drift}})
+        logger.info(
+            "namespace.labels_updated namespace=%s keys=%s",
+            manifest["metadata"]["name"],
+            ",".join(sorted(drift)),
+        )
+    ensure(tenant_binding(tenant_id), update=True)
+    return existing
+
+
+def namespace_patch(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch of a namespace (labels, annotations): keys not named stay as they are."""
+    return _plain(_call("Namespace.patch", core().patch_namespace, name, body))
+
+
+def tenant_namespaces() -> list[dict[str, Any]]:
+    """Every namespace the platform manages, from one list call."""
+    items = _call("Namespace.list", core().list_namespace, label_selector=MANAGED_SELECTOR).items
+    return [_plain(item) for item in items]
 
 
 def pod_security_enforce_level() -> str:
@@ -113,13 +197,51 @@ class ClusterNode:
 
 @cache
 def _api_client(kubeconfig: str) -> client.ApiClient:
+    if kubeconfig == IN_CLUSTER:
+        configuration = client.Configuration()
+        # re-reads the projected token before it expires
+        config.load_incluster_config(client_configuration=configuration)
+        return client.ApiClient(configuration)
     return config.new_client_from_config(config_file=kubeconfig)
 
 
-def core() -> client.CoreV1Api:
+def _client() -> client.ApiClient:
+    if not settings.KUBE_ACCESS:
+        raise KubeAccessRefused(
+            "This process has no cluster access (KUBE_ACCESS is off): hand the work to the "
+            "worker through a task."
+        )
     if not settings.KUBECONFIG:
         raise ClusterNotConfigured("No cluster configured (set KUBECONFIG).")
-    return client.CoreV1Api(_api_client(settings.KUBECONFIG))
+    try:
+        return _api_client(settings.KUBECONFIG)
+    except ConfigException as error:
+        raise ClusterNotConfigured(
+            f"Cannot load KUBECONFIG={settings.KUBECONFIG}: {error}"
+        ) from error
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api(_client())
+
+
+def _rbac_denied(error: ApiException) -> bool:
+    """A 403 from the RBAC authorizer ('User "…" cannot create resource …'), as opposed to one
+    from admission (Pod Security, quota), which no retry cures. RBAC may catch up: a binding the
+    worker has just made takes a moment to reach the authorizer's cache."""
+    message = _message(error)
+    return error.status == 403 and ' is forbidden: User "' in message and '" cannot ' in message
+
+
+def _retryable(operation: str, error: ApiException) -> bool:
+    if _rbac_denied(error):
+        logger.error(
+            "kube.forbidden op=%s message=%s: see the worker's RBAC in deploy/k8s/platform.yaml",
+            operation,
+            _message(error),
+        )
+        return True
+    return error.status in RETRYABLE_STATUSES
 
 
 def _call(operation: str, function: Any, *args: Any, **kwargs: Any) -> Any:
@@ -129,7 +251,7 @@ def _call(operation: str, function: Any, *args: Any, **kwargs: Any) -> Any:
         logger.warning(
             "kube.error op=%s status=%s reason=%s", operation, error.status, error.reason
         )
-        if error.status in (429, 500, 502, 503, 504) or error.status == 0:
+        if _retryable(operation, error):
             raise RetryableKubeError(f"{operation}: {error.status} {error.reason}") from error
         raise PermanentKubeError(f"{operation}: {error.status} {error.reason}") from error
     except (HTTPError, OSError) as error:
@@ -216,12 +338,15 @@ def node_set_unschedulable(name: str, unschedulable: bool) -> None:
 
 
 def _networking() -> client.NetworkingV1Api:
-    core()  # raises ClusterNotConfigured the same way
-    return client.NetworkingV1Api(_api_client(settings.KUBECONFIG))
+    return client.NetworkingV1Api(_client())
+
+
+def _rbac() -> client.RbacAuthorizationV1Api:
+    return client.RbacAuthorizationV1Api(_client())
 
 
 def _plain(obj: Any) -> dict[str, Any]:
-    plain: dict[str, Any] = _api_client(settings.KUBECONFIG).sanitize_for_serialization(obj)
+    plain: dict[str, Any] = _client().sanitize_for_serialization(obj)
     return plain
 
 
@@ -258,6 +383,13 @@ def _operations(kind: str) -> tuple[Any, Any, Any]:
             net.read_namespaced_network_policy,
             net.delete_namespaced_network_policy,
         )
+    if kind == "RoleBinding":
+        rbac = _rbac()
+        table[kind] = (
+            rbac.create_namespaced_role_binding,
+            rbac.read_namespaced_role_binding,
+            rbac.delete_namespaced_role_binding,
+        )
     create, read, delete = table[kind]
     if kind == "Namespace":
         return create, read, delete
@@ -272,7 +404,7 @@ def _guard(operation: str, function: Any) -> Any:
     try:
         return function()
     except ApiException as error:
-        if error.status in (429, 500, 502, 503, 504) or error.status == 0:
+        if _retryable(operation, error):
             raise RetryableKubeError(f"{operation}: {error.status} {error.reason}") from error
         raise
     except (HTTPError, OSError) as error:
@@ -281,8 +413,10 @@ def _guard(operation: str, function: Any) -> Any:
 
 def ensure(manifest: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
     """Create the object, or accept the one already there if we made it (409 → read and
-    compare its labels); with `update`, ours is replaced by `manifest` (a Secret rendered
-    afresh). Another owner's object under our name is a permanent error."""
+    compare its labels); with `update`, ours is replaced by `manifest` when it differs (a
+    Secret, rendered afresh, always: what it holds cannot be read back to compare), keeping
+    labels and annotations that others put on it. Another owner's object under our name is a
+    permanent error."""
     kind, meta = manifest["kind"], manifest["metadata"]
     namespace, name = meta.get("namespace"), meta["name"]
     create, read, _delete = _operations(kind)
@@ -298,15 +432,38 @@ def ensure(manifest: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
     have = existing.get("metadata", {}).get("labels") or {}
     if not _ours(wanted, have):
         raise PermanentKubeError(f"{kind} {name} exists and is not ours")
-    if not update:
+    if not update or not _differs(manifest, existing):
         return existing
-    version = existing["metadata"]["resourceVersion"]
-    return _replace({**manifest, "metadata": {**meta, "resourceVersion": version}})
+    old_meta = existing["metadata"]
+    merged = {
+        **meta,
+        "labels": {**have, **wanted},
+        "annotations": {**(old_meta.get("annotations") or {}), **(meta.get("annotations") or {})},
+        "resourceVersion": old_meta["resourceVersion"],
+    }
+    logger.info("kube.replace kind=%s namespace=%s name=%s", kind, namespace, name)
+    return _replace({**manifest, "metadata": merged})
+
+
+def _differs(manifest: dict[str, Any], existing: dict[str, Any]) -> bool:
+    """Whether the object on the cluster differs from the rendered one in what we render: our
+    labels and every top-level field (spec, roleRef, subjects …)."""
+    if manifest["kind"] == "Secret":
+        return True
+    have = existing.get("metadata", {}).get("labels") or {}
+    if any(have.get(key) != value for key, value in manifest["metadata"].get("labels", {}).items()):
+        return True
+    skip = ("apiVersion", "kind", "metadata", "status")
+    return any(existing.get(key) != value for key, value in manifest.items() if key not in skip)
 
 
 def _replace(manifest: dict[str, Any]) -> dict[str, Any]:
     kind, meta = manifest["kind"], manifest["metadata"]
-    replace = {"Secret": core().replace_namespaced_secret}[kind]
+    replace = {
+        "Secret": lambda: core().replace_namespaced_secret,
+        "NetworkPolicy": lambda: _networking().replace_namespaced_network_policy,
+        "RoleBinding": lambda: _rbac().replace_namespaced_role_binding,
+    }[kind]()
     try:
         return _plain(
             _guard(
@@ -424,26 +581,32 @@ class ClusterPod:
     phase: str
 
 
-def pods_managed() -> list[ClusterPod]:
-    """Every pod the platform manages, with its phase, from one list call."""
-    items = _call(
-        "Pod.list", core().list_pod_for_all_namespaces, label_selector=MANAGED_SELECTOR
-    ).items
+def pods_managed(namespaces: list[str]) -> list[ClusterPod]:
+    """Every pod the platform manages in these namespaces, with its phase: one list call per
+    namespace (the worker may list only inside tenant namespaces)."""
+    api = core()
     return [
         ClusterPod(
             item.metadata.namespace, item.metadata.name, (item.status and item.status.phase) or ""
         )
-        for item in items
+        for namespace in namespaces
+        for item in _call(
+            "Pod.list", api.list_namespaced_pod, namespace, label_selector=MANAGED_SELECTOR
+        ).items
     ]
 
 
-def managed(kind: str) -> list[tuple[str, str]]:
-    """(namespace, name) of every object of this kind that the platform manages."""
+def managed(kind: str, namespaces: list[str]) -> list[tuple[str, str]]:
+    """(namespace, name) of every object of this kind that the platform manages in these
+    namespaces, one list call per namespace."""
     api = core()
     listing = {
-        "Service": api.list_service_for_all_namespaces,
-        "PersistentVolumeClaim": api.list_persistent_volume_claim_for_all_namespaces,
-        "Secret": api.list_secret_for_all_namespaces,
+        "Service": api.list_namespaced_service,
+        "PersistentVolumeClaim": api.list_namespaced_persistent_volume_claim,
+        "Secret": api.list_namespaced_secret,
     }[kind]
-    items = _call(f"{kind}.list", listing, label_selector=MANAGED_SELECTOR).items
-    return [(item.metadata.namespace, item.metadata.name) for item in items]
+    return [
+        (item.metadata.namespace, item.metadata.name)
+        for namespace in namespaces
+        for item in _call(f"{kind}.list", listing, namespace, label_selector=MANAGED_SELECTOR).items
+    ]

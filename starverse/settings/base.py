@@ -1,6 +1,7 @@
 """Settings shared by every deployment. Outside values come only through starverse.env."""
 
 import ipaddress
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -184,6 +185,7 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-rollup": {"task": "fleet.tasks.rollup_telemetry", "schedule": 60.0},
     "fleet-prune": {"task": "fleet.tasks.prune_telemetry", "schedule": 3600.0},
     "fleet-sync-cluster": {"task": "fleet.tasks.sync_nodes_from_cluster", "schedule": 30.0},
+    "tenant-namespaces": {"task": "instances.tasks.converge_tenant_namespaces", "schedule": 300.0},
     "billing-retry-stripe-events": {
         "task": "billing.tasks.retry_unprocessed_events",
         "schedule": 300.0,
@@ -299,9 +301,26 @@ ADMIN_DAILY_CAP_FEN = env_int("ADMIN_DAILY_CAP_FEN", 500_000)
 # empty = every active superuser.
 OPERATOR_EMAILS = env_list("OPERATOR_EMAILS", [])
 
-# Fleet. KUBECONFIG points at the cluster (the local emulator's var/kubeconfig under `make run`);
-# without it the platform runs with no cluster. Agents join with NODE_BOOTSTRAP_TOKEN.
+# Fleet. KUBECONFIG points at the cluster (the local emulator's var/kubeconfig under `make run`,
+# "in-cluster" for the pod's own service-account token); without it the platform runs with no
+# cluster. Agents join with NODE_BOOTSTRAP_TOKEN.
 KUBECONFIG = env_optional("KUBECONFIG")
+# Whether this process may talk to the cluster: only the Celery worker does. The web tier runs
+# with KUBE_ACCESS=false and no credentials; a call from it is refused (KubeAccessRefused).
+KUBE_ACCESS = env_bool("KUBE_ACCESS", True)
+# The worker's service account ("namespace/name"), bound to the starverse-tenant ClusterRole in
+# each tenant namespace by a RoleBinding the worker makes with the namespace.
+KUBE_WORKER_SERVICE_ACCOUNT = env_str(
+    "KUBE_WORKER_SERVICE_ACCOUNT", "starverse-system/starverse-worker"
+)
+if KUBE_WORKER_SERVICE_ACCOUNT.count("/") != 1 or not all(KUBE_WORKER_SERVICE_ACCOUNT.split("/")):
+    raise ImproperlyConfigured(
+        "KUBE_WORKER_SERVICE_ACCOUNT must be namespace/name, e.g. "
+        "starverse-system/starverse-worker."
+    )
+# The periodic pass that brings tenant namespaces, their RoleBinding and NetworkPolicy up to
+# date paces its API calls to this many a second (it runs against the production API server).
+TENANT_SWEEP_CALLS_PER_S = env_int("TENANT_SWEEP_CALLS_PER_S", 10)
 NODE_BOOTSTRAP_TOKEN = env_optional("NODE_BOOTSTRAP_TOKEN")
 INSTANCE_STORAGE_CLASS = env_optional("INSTANCE_STORAGE_CLASS")
 # Cloud disks and the shared NAS: network-backed StorageClasses (e.g. Ceph RBD for disks,
@@ -313,8 +332,30 @@ DISKS_PER_TENANT = env_int("DISKS_PER_TENANT", 50)
 NAS_MAX_GB = env_int("NAS_MAX_GB", 102_400)
 # Unpaid storage is kept this long (warnings at 7, 3 and 1 days left), then deleted.
 STORAGE_GRACE_DAYS = env_int("STORAGE_GRACE_DAYS", 15)
-# The read-only public pool, mounted at /public: "nfs://server/export" or "hostpath:///path".
+# The read-only public pool, mounted at /public (README "The public pool"): "nfs://server/export"
+# (an inline NFS volume), "pvc://claim" (a ReadOnlyMany claim the worker makes in each tenant
+# namespace from PUBLIC_POOL_STORAGE_CLASS) or "hostpath:///dir" (development only: production
+# refuses it unless PUBLIC_POOL_ALLOW_HOSTPATH is set). Always read-only, volume and mount.
 PUBLIC_POOL_SOURCE = env_str("PUBLIC_POOL_SOURCE", "hostpath:///srv/starverse/public")
+PUBLIC_POOL_STORAGE_CLASS = env_optional("PUBLIC_POOL_STORAGE_CLASS")
+PUBLIC_POOL_ALLOW_HOSTPATH = env_bool("PUBLIC_POOL_ALLOW_HOSTPATH", False)
+_pool_scheme, _pool_sep, _pool_rest = PUBLIC_POOL_SOURCE.partition("://")
+if (
+    not _pool_sep
+    or _pool_scheme not in ("nfs", "pvc", "hostpath")
+    or (_pool_scheme == "nfs" and not re.fullmatch(r"[^/\s]+/\S*", _pool_rest))
+    or (_pool_scheme == "pvc" and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", _pool_rest))
+    or (_pool_scheme == "hostpath" and not _pool_rest.startswith("/"))
+):
+    raise ImproperlyConfigured(
+        "PUBLIC_POOL_SOURCE must be nfs://server/export/path, pvc://claim-name or "
+        f"hostpath:///absolute/dir, got {PUBLIC_POOL_SOURCE!r}."
+    )
+if _pool_scheme == "pvc" and not PUBLIC_POOL_STORAGE_CLASS:
+    raise ImproperlyConfigured(
+        "PUBLIC_POOL_SOURCE=pvc://… needs PUBLIC_POOL_STORAGE_CLASS: the StorageClass whose "
+        "ReadOnlyMany claims all reach the public pool's share."
+    )
 # Where users reach their instances' SSH and Jupyter node ports.
 SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
 PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)

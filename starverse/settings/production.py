@@ -23,6 +23,14 @@ if not GATEWAY_CIDR:  # noqa: F405
         "Set GATEWAY_CIDR (or CLUSTER_NODE_CIDR): where tenant SSH and Jupyter come from."
     )
 
+if PUBLIC_POOL_SOURCE.startswith("hostpath://") and not PUBLIC_POOL_ALLOW_HOSTPATH:  # noqa: F405
+    raise ImproperlyConfigured(
+        "PUBLIC_POOL_SOURCE is a hostPath, which tenant pods may not mount in production (Pod "
+        "Security baseline forbids it, and a node directory is not shared): set "
+        "PUBLIC_POOL_SOURCE=nfs://server/export or pvc://claim (README, the public pool), or "
+        "PUBLIC_POOL_ALLOW_HOSTPATH=1 for a single-node test cluster."
+    )
+
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)

@@ -34,7 +34,11 @@ def test_version_names_the_emulator_as_a_development_stand_in(emu: KubeEmulator)
     assert info.git_version.endswith("-starverse-emulator")
     assert "development stand-in" in info.go_version
     groups = client.ApisApi(client.ApiClient(cfg)).get_api_versions()
-    assert [g.name for g in groups.groups] == ["networking.k8s.io", "coordination.k8s.io"]
+    assert [g.name for g in groups.groups] == [
+        "networking.k8s.io",
+        "coordination.k8s.io",
+        "rbac.authorization.k8s.io",
+    ]
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from fleet.choices import NodeState
 from fleet.models import Gpu, GpuSample, Node, NodeEvent
-from fleet.services import health_rules_ensure_defaults, node_token_issue
+from fleet.services import health_rules_ensure_defaults, node_token_issue, node_token_revoke
 
 FIXTURES = Path(__file__).resolve().parents[2] / "nodeagent" / "fixtures"
 
@@ -92,3 +92,56 @@ def test_a_wrong_token_is_refused_loudly(live_server, node):
     assert result.returncode == 1
     assert "401" in result.stderr
     assert GpuSample.objects.count() == 0
+
+
+def _bootstrapped_agent(live_server, name, token_file, bootstrap_file):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nodeagent",
+            "--once",
+            "--source",
+            f"fixture:{FIXTURES / 'h100_8x_healthy.json'}",
+            "--platform-url",
+            live_server.url,
+            "--node",
+            name,
+            "--token-file",
+            str(token_file),
+            "--bootstrap-token-file",
+            str(bootstrap_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=FIXTURES.parents[1],
+    )
+
+
+def test_an_agent_registers_itself_and_again_after_a_reset(
+    live_server, transactional_db, settings, tmp_path
+):
+    health_rules_ensure_defaults()
+    settings.NODE_BOOTSTRAP_TOKEN = "boot-7f3a9c"
+    bootstrap = tmp_path / "bootstrap"
+    bootstrap.write_text("boot-7f3a9c\n")
+    token_file = tmp_path / "state" / "node-token"
+
+    first = _bootstrapped_agent(live_server, "gpu-h100-09", token_file, bootstrap)
+
+    assert first.returncode == 0, first.stderr
+    node = Node.objects.get(name="gpu-h100-09")
+    assert (node.gpu_product, node.gpu_count) == ("NVIDIA H100 80GB HBM3", 8)
+    assert GpuSample.objects.filter(gpu__node=node).count() == 8
+    kept = token_file.read_text()
+    assert node.token_prefix and kept.startswith(node.token_prefix)
+
+    node_token_revoke(node=node)
+    again = _bootstrapped_agent(live_server, "gpu-h100-09", token_file, bootstrap)
+
+    assert again.returncode == 0, again.stderr
+    assert "registering node 'gpu-h100-09' again with the bootstrap token" in again.stderr
+    assert token_file.read_text() != kept
+    assert GpuSample.objects.filter(gpu__node=node).count() == 16
+    assert NodeEvent.objects.filter(node=node, kind="registered").count() == 1

@@ -1,7 +1,7 @@
 """The platform talks to the cluster the way a controller does (STYLE rule 16): a provisioning
 creates the instance's objects once and then, while the pod is pending, only reads the pod (one
-GET a poll, its events every few seconds); the reconcile loop works from one list of pods.
-Counted at the client, request by request, against the local cluster."""
+GET a poll, its events every few seconds); the reconcile loop lists each kind once a tenant
+namespace. Counted at the client, request by request, against the local cluster."""
 
 from collections import Counter
 from datetime import timedelta
@@ -79,6 +79,7 @@ def test_a_pending_instance_costs_one_read_a_poll(catalog, cluster, kube_calls, 
     assert Counter(kube_calls) == {POD: 60, EVENTS: 12}
     assert first == {
         ("POST", "/api/v1/namespaces"): 1,
+        ("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"): 1,
         ("POST", "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"): 1,
         ("POST", NS + "/secrets"): 1,
         ("POST", NS + "/persistentvolumeclaims"): 1,
@@ -104,18 +105,24 @@ def test_a_stop_asks_once_and_then_watches_the_pod_go(catalog, cluster, kube_cal
     assert set(calls) == {("DELETE", NS + "/pods/{name}"), POD}
 
 
-def test_the_reconcile_loop_works_from_one_list_of_pods(catalog, kube_calls):
+def test_the_reconcile_loop_lists_each_kind_once_per_tenant_namespace(catalog, kube_calls):
+    """The worker may list only inside tenant namespaces (README "Cluster credentials"): one
+    list of the platform's namespaces, one list of each kind in each namespace with live rows,
+    and the warnings of the whole cluster."""
     for _ in range(3):
         converge_until(converge.provision, _ordered(catalog).id)
+    idle = make_user()  # a tenant with nothing live: its namespace costs nothing
+    kube.tenant_namespace_ensure(idle.tenant_id)
     kube_calls.clear()
 
     report = reconcile()
 
     assert (report.recreated, report.requeued, report.orphans) == ([], [], [])
     assert Counter(kube_calls) == {
-        ("GET", "/api/v1/pods"): 1,
-        ("GET", "/api/v1/services"): 1,
-        ("GET", "/api/v1/secrets"): 1,
-        ("GET", "/api/v1/persistentvolumeclaims"): 1,
+        ("GET", "/api/v1/namespaces"): 1,
+        ("GET", NS + "/pods"): 3,
+        ("GET", NS + "/services"): 3,
+        ("GET", NS + "/secrets"): 3,
+        ("GET", NS + "/persistentvolumeclaims"): 3,
         ("GET", "/api/v1/events"): 1,
     }

@@ -28,6 +28,7 @@ def test_the_package_never_imports_django() -> None:
     assert report["imported"] == [
         "nodeagent.__main__",
         "nodeagent.agent",
+        "nodeagent.credentials",
         "nodeagent.fixture",
         "nodeagent.metrics",
         "nodeagent.nvml",

@@ -256,12 +256,17 @@ def test_node_loss_places_the_instance_again_with_the_same_disks(
     lost = instance.node
 
     cluster.lose_node(lost.name)
-    # The fleet tells the instances app after its transaction commits; run that one task (the
-    # provisioning it starts in turn is driven below, step by step).
+    # The fleet cordons the node on the cluster and tells the instances app after its
+    # transaction commits; run those two tasks (the provisioning they start in turn is driven
+    # below, step by step).
     with django_capture_on_commit_callbacks() as after_commit:
         node_transition(node=lost, to="down", reason="heartbeat lost: no report for 61 s")
-    assert len(after_commit) == 1
-    after_commit[0]()
+    assert [callback.args[0] for callback in after_commit] == [
+        "fleet.tasks.mirror_node_schedulable",
+        "instances.tasks.node_changed",
+    ]
+    for callback in after_commit:
+        callback()
 
     instance.refresh_from_db()
     assert instance.status == "provisioning" and instance.node_id != lost.pk

@@ -1,0 +1,119 @@
+"""Tenant namespaces kept in step with the platform's policy. A namespace, the worker's
+RoleBinding in it and its NetworkPolicy are created once, but the policy they carry changes
+with a release (new Pod Security labels) or with the operator's settings (GATEWAY_CIDR and the
+cluster ranges the egress rule leaves out). Each provisioning brings its tenant's up to date;
+this periodic sweep brings every tenant namespace up to date, including those of tenants who
+start nothing.
+
+The sweep is paced for a production API server: one list of the platform's namespaces, then
+calls only where a namespace's policy fingerprint (an annotation written once it is up to
+date) differs from the policy rendered now, at most TENANT_SWEEP_CALLS_PER_S a second and for
+at most SWEEP_BUDGET_S a run; what is left waits for the next run. Labels others put on a
+namespace or a policy are never touched."""
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from instances.provisioning import manifests
+from starverse.core import kube
+
+logger = logging.getLogger(__name__)
+FINGERPRINT = "starverse.io/policy-fingerprint"
+# The calls converging one namespace takes at most: binding create/read/replace, policy
+# create/read/replace, namespace patch.
+CALLS_PER_NAMESPACE = 7
+# A run stops in time for the next one (beat sends it every 300 s).
+SWEEP_BUDGET_S = 240.0
+
+
+def policy_fingerprint(tenant: str) -> str:
+    """A digest of everything the platform renders for a tenant namespace: its labels, the
+    worker's RoleBinding and the NetworkPolicy."""
+    binding = kube.tenant_binding(tenant)
+    policy = manifests.network_policy(tenant)
+    rendered = {
+        "namespace": kube.namespace(tenant)["metadata"]["labels"],
+        "binding": [binding["metadata"]["labels"], binding["roleRef"], binding["subjects"]],
+        "policy": [policy["metadata"]["labels"], policy["spec"]],
+    }
+    digest = hashlib.sha256(json.dumps(rendered, sort_keys=True).encode()).hexdigest()
+    return digest[:16]
+
+
+def tenant_policy_converge(tenant: str) -> None:
+    """Bring one tenant's namespace labels, RoleBinding and NetworkPolicy to what the platform
+    renders now (each read, compared, and replaced only if it differs)."""
+    kube.tenant_namespace_ensure(tenant)
+    kube.ensure(manifests.network_policy(tenant), update=True)
+
+
+@dataclass
+class SweepReport:
+    namespaces: int = 0
+    updated: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    left: int = 0  # out of time: the next run takes them
+
+
+def tenant_namespaces_sweep(
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> SweepReport:
+    """One run over every tenant namespace: those whose fingerprint or labels are out of date
+    are converged, paced, within the run's time budget."""
+    report = SweepReport()
+    interval = CALLS_PER_NAMESPACE / max(settings.TENANT_SWEEP_CALLS_PER_S, 1)
+    started = next_at = clock()
+    stale = []
+    for item in kube.tenant_namespaces():
+        report.namespaces += 1
+        if _stale(item):
+            stale.append(item)
+    for index, item in enumerate(stale):
+        name = item["metadata"]["name"]
+        if clock() - started > SWEEP_BUDGET_S:
+            report.left = len(stale) - index
+            break
+        sleep(max(0.0, next_at - clock()))
+        next_at = clock() + interval
+        # The manifests depend on a tenant only through tenant_label (sv-<label>), which gives
+        # back a label unchanged: rendered from the namespace's label, they are the tenant's.
+        tenant = item["metadata"]["labels"]["starverse.io/tenant"]
+        try:
+            tenant_policy_converge(tenant)
+            kube.namespace_patch(
+                name, {"metadata": {"annotations": {FINGERPRINT: policy_fingerprint(tenant)}}}
+            )
+        except kube.KubeError as error:
+            logger.error("tenant_namespace.converge_failed namespace=%s error=%s", name, error)
+            report.failed.append(name)
+            continue
+        report.updated.append(name)
+    if report.updated or report.failed or report.left:
+        logger.info(
+            "tenant_namespaces.swept namespaces=%d updated=%d failed=%d left=%d",
+            report.namespaces,
+            len(report.updated),
+            len(report.failed),
+            report.left,
+        )
+    return report
+
+
+def _stale(item: dict[str, Any]) -> bool:
+    meta = item.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    tenant = labels.get("starverse.io/tenant")
+    if not tenant or meta.get("name") != kube.namespace_name(tenant):
+        return False  # not a tenant namespace (or not one we named)
+    if (meta.get("annotations") or {}).get(FINGERPRINT) != policy_fingerprint(tenant):
+        return True
+    return bool(kube.owned_label_drift(kube.namespace(tenant)["metadata"]["labels"], labels))
