@@ -20,7 +20,14 @@ from fleet.tasks import mirror_node_schedulable
 from instances.models import Instance
 from instances.provisioning import converge
 from starverse.core import kube
-from tests.factories import converge_until, fund, make_operator, make_ssh_key, make_user
+from tests.factories import (
+    converge_until,
+    fund,
+    make_operator,
+    make_ssh_key,
+    make_user,
+    staff_login,
+)
 from tests.fleet.test_fleet import _iso, _report
 
 
@@ -168,7 +175,7 @@ def test_the_admin_works_without_cluster_access(web_tier, client, settings):
     operator = make_operator()
     operator.is_superuser = True
     operator.save(update_fields=["is_superuser"])
-    client.force_login(operator)
+    staff_login(client, operator)
     for model, model_admin in admin.site._registry.items():
         meta = model._meta
         changelist = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")

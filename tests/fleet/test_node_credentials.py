@@ -5,7 +5,7 @@ bootstrap token)."""
 from fleet.choices import NodeEventKind
 from fleet.models import GpuSample, Node, NodeEvent
 from fleet.services import node_token_issue, node_token_revoke
-from tests.factories import make_operator
+from tests.factories import make_operator, staff_login
 from tests.fleet.test_fleet import H100, _report
 
 
@@ -68,7 +68,7 @@ def test_a_reset_registration_lets_only_a_new_registration_in(api, db, settings)
 def test_the_admin_resets_a_nodes_registration(client, db):
     node = _node("gpu-h100-d")
     node_token_issue(node=node)
-    client.force_login(make_operator())
+    staff_login(client, make_operator())
 
     page = client.get(f"/admin/fleet/node/{node.pk}/reset/")
     node.refresh_from_db()
