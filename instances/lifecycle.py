@@ -24,6 +24,7 @@ from fleet.models import Node
 from instances.admission import Runway, admit, runway_of
 from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
+from instances.gateway import ports_validate
 from instances.models import Image, Instance, InstanceEvent, Offering
 from instances.placement import choose
 from instances.states import (
@@ -117,9 +118,12 @@ def instance_order(
     ssh_keys: list[str] | None = None,
     disks: list[str] | None = None,
     auto_recover: bool | None = None,
+    ports: list[int] | None = None,
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
-    Returns (instance, created); the same Idempotency-Key answers the same instance."""
+    Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`
+    are the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway)."""
+    declared = ports_validate(ports or [])
     request_hash = _request_hash(
         offering=offering_id,
         image=image_id,
@@ -127,6 +131,7 @@ def instance_order(
         billing=billing,
         ssh_keys=sorted(ssh_keys or []),
         **({"disks": sorted(disks)} if disks else {}),
+        **({"ports": declared} if declared else {}),
     )
     earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
     if earlier is not None:
@@ -146,6 +151,7 @@ def instance_order(
         queued_at=timezone.now(),
         auto_renew=auto_renew,
         ssh_key_ids=key_ids,
+        ports=declared,
         # Network-backed storage lets a cloud instance move; a whole node is the node.
         auto_recover=offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover,
     )

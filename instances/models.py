@@ -2,6 +2,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from fleet.models import GpuModel, Node
@@ -129,6 +130,11 @@ class Instance(models.Model):
     keep_disk = models.BooleanField(
         default=False, help_text="On terminate, keep the instance's own disk as a cloud disk."
     )
+    ports = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="HTTP ports served through the gateway besides Jupyter's (instances.gateway).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
@@ -141,10 +147,34 @@ class Instance(models.Model):
                 condition=~Q(idempotency_key=""),
                 name="instance_idempotency_key",
             ),
+            # Gateway addresses carry the id in lower case (host names have no case): one
+            # instance per lower-cased id, found through this index.
+            models.UniqueConstraint(Lower("id"), name="instance_id_lower"),
         ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.name}"
+
+
+class PortShare(models.Model):
+    """A link that opens one port of one instance through the gateway to whoever holds it,
+    without a console account; it works until its owner revokes it or the port goes. Only the
+    SHA-256 of its token is stored: the link is shown once."""
+
+    id = PublicIdField(prefix="shr")
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="shares")
+    port = models.PositiveIntegerField()
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["port", "created_at"]
+        indexes = [models.Index(fields=["instance", "port"], name="portshare_instance_port")]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.instance_id}:{self.port}"
 
 
 class InstanceEvent(models.Model):

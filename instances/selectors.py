@@ -1,3 +1,4 @@
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
@@ -85,8 +86,7 @@ INSTANCE_COLUMNS = (
     ("started_at", "i.started_at"),
     ("queued_at", "i.queued_at"),
     ("ssh_port", "i.ssh_port"),
-    ("jupyter_port", "i.jupyter_port"),
-    ("jupyter_token", "i.jupyter_token"),
+    ("ports", "i.ports"),
     ("cost_fen", "i.cost_fen"),
     ("node_id", "i.node_id"),
     ("error_message", "i.error_message"),
@@ -100,6 +100,7 @@ INSTANCE_COLUMNS = (
 )
 _TIMES = {"created_at", "started_at", "queued_at", "paid_until"}
 _BOOLEANS = {"auto_renew", "auto_recover"}
+_JSON = {"ports"}
 LIST_SQL = """
 SELECT {columns}, COUNT(*) OVER () AS total
 FROM instances_instance i
@@ -120,6 +121,8 @@ def _row(values: tuple[Any, ...]) -> SimpleNamespace:
             value = raw_datetime(value)
         elif path in _BOOLEANS:
             value = bool(value)
+        elif path in _JSON and isinstance(value, str):  # SQLite hands JSON back as text
+            value = json.loads(value)
         owner, _dot, name = path.rpartition(".")
         (related[owner] if owner else flat)[name] = value
     return SimpleNamespace(**flat, **{k: SimpleNamespace(**v) for k, v in related.items()})

@@ -42,6 +42,15 @@ def terminate_instance(self: Any, instance_id: str) -> None:
         raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
 
 
+@shared_task(**{**KUBE_TASK, "max_retries": None})
+def converge_ports(self: Any, instance_id: str) -> None:
+    """An instance's declared ports changed (instances.gateway): its gateway routes follow."""
+    try:
+        converge.ports_converge(instance_id)
+    except converge.StillPending:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
+
+
 @shared_task(acks_late=True, ignore_result=True)
 def restart_instance(instance_id: str) -> None:
     """An instance stopped to change its disks starts again (instances.states)."""

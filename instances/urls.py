@@ -1,6 +1,6 @@
 from django.urls import path
 
-from instances import views
+from instances import gateway_views, views
 from storage import views as disk_views
 
 app_name = "instances"
@@ -17,6 +17,18 @@ urlpatterns = [
         "instances/<str:pk>/disks/<str:disk>/detach/",
         views.disk_detach_view,
         name="disk-detach",
+    ),
+    path("instances/<str:pk>/ports/", gateway_views.port_add_view, name="port-add"),
+    path(
+        "instances/<str:pk>/ports/<int:port>/remove/",
+        gateway_views.port_remove_view,
+        name="port-remove",
+    ),
+    path("instances/<str:pk>/shares/", gateway_views.share_create_view, name="share-create"),
+    path(
+        "instances/<str:pk>/shares/<str:share>/revoke/",
+        gateway_views.share_revoke_view,
+        name="share-revoke",
     ),
     path("disks/new/", disk_views.disk_create_view, name="disk-create"),
     path("disks/<str:pk>/resize/", disk_views.disk_resize_view, name="disk-resize"),

@@ -23,6 +23,8 @@ from billing.models import Wallet
 from billing.selectors import wallet_for_tenant
 from instances.api.serializers import InstanceOutput
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.gateway import MAX_PORTS
+from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
 from instances.selectors import availability, instance_metrics
@@ -359,6 +361,10 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "free_disks": free_disks(request.user),
             "nas": nas_for_tenant(instance.tenant_id),
             "tz": timezone.get_current_timezone_name(),
+            "gateway_ports": gateway_ports(instance),
+            "new_share": new_share_take(request, instance),
+            "can_change_ports": instance.status not in (S.TERMINATING, S.TERMINATED),
+            "max_ports": MAX_PORTS,
         },
     )
 

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from billing.webhooks import stripe_webhook
 from console import views as console_views
+from instances.api import gateway
 
 # Admin pages of models that moved app (fleet and storage came out of instances and datasets):
 # the old addresses keep working. 308 keeps the method and body of a form post.
@@ -36,6 +37,8 @@ urlpatterns = [
     path("", console_views.home, name="home"),
     path("healthz", console_views.healthz, name="healthz"),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
+    re_path(r"^gateway/auth(?P<rest>/.*)?$", gateway.forward_auth, name="gateway-auth"),
+    path("gateway/login", gateway.gateway_login, name="gateway-login"),
     path("console/", include("console.urls")),
     path("console/", include("instances.urls")),
     path("accounts/", include("starverse.accounts.urls")),

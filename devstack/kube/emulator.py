@@ -36,6 +36,7 @@ from .api import Api
 from .controllers import Controllers
 from .fleet import NodeSpec, build_fleet, lease_object, node_object
 from .kubelet import Kubelet
+from .network import ServiceNetwork
 from .rbac import Authorizer, User
 from .resources import ALL_RESOURCES, LEASES, NAMESPACES, NODES, SERVICES
 from .scheduler import Scheduler
@@ -111,6 +112,7 @@ class KubeEmulator:
             max_watch_s,
             self.node_proxy,
             authorizer=Authorizer(self.store, users) if users else None,
+            network=ServiceNetwork(self.store),
         )
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -289,6 +291,11 @@ class KubeEmulator:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def service_host(self, namespace: str, service: str, port: int) -> str:
+        """The Host header that reaches a Service's port through this emulator's stand-in of
+        the pod network (:mod:`.network`), as cluster DNS names it."""
+        return f"{service}.{namespace}.svc.cluster.local:{port}"
 
     def apply(self, objects: list[Obj]) -> list[Obj]:
         """Create objects of kinds the emulator serves (a manifest file's RBAC objects, say) as

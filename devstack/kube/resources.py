@@ -82,6 +82,10 @@ NETWORK_POLICIES = ResourceType(
     ("netpol",),
 )
 LEASES = ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", True)
+# Gateway API routes (a CRD on a real cluster: the gateway's proxy reads them).
+HTTP_ROUTES = ResourceType(
+    "httproutes", "httproute", "HTTPRoute", "gateway.networking.k8s.io", "v1", True
+)
 RBAC_GROUP = "rbac.authorization.k8s.io"
 ROLES = ResourceType("roles", "role", "Role", RBAC_GROUP, "v1", True)
 ROLE_BINDINGS = ResourceType("rolebindings", "rolebinding", "RoleBinding", RBAC_GROUP, "v1", True)
@@ -102,6 +106,7 @@ ALL_RESOURCES: tuple[ResourceType, ...] = (
     EVENTS,
     NETWORK_POLICIES,
     LEASES,
+    HTTP_ROUTES,
     ROLES,
     ROLE_BINDINGS,
     CLUSTER_ROLES,

@@ -464,6 +464,43 @@ def check_update(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> 
     return errors
 
 
+_ROUTE_HOSTNAME = re.compile(
+    r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+def check_httproute(route: dict[str, Any]) -> list[FieldError]:
+    """What the Gateway API CRD's schema and rules require of the parts the platform uses:
+    host names without ports, a named parent, and Service backends with a port."""
+    spec = route.get("spec")
+    if not isinstance(spec, dict):
+        return [required("spec")]
+    errors: list[FieldError] = []
+    for index, parent in enumerate(spec.get("parentRefs") or []):
+        if not isinstance(parent, dict) or not parent.get("name"):
+            errors.append(required(f"spec.parentRefs[{index}].name"))
+    for index, hostname in enumerate(spec.get("hostnames") or []):
+        if not isinstance(hostname, str) or not _ROUTE_HOSTNAME.match(hostname):
+            errors.append(
+                invalid_value(
+                    f"spec.hostnames[{index}]",
+                    hostname,
+                    "should match the Gateway API hostname pattern (no port)",
+                )
+            )
+    for r, rule in enumerate(spec.get("rules") or []):
+        for b, backend in enumerate((rule or {}).get("backendRefs") or []):
+            field = f"spec.rules[{r}].backendRefs[{b}]"
+            if not backend.get("name"):
+                errors.append(required(f"{field}.name"))
+            port = backend.get("port")
+            if backend.get("kind", "Service") == "Service" and not (
+                isinstance(port, int) and 1 <= port <= 65535
+            ):
+                errors.append(invalid_value(f"{field}.port", port, "Must have port for Service"))
+    return errors
+
+
 def check(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
     """All non-schema rules for one object (``old`` set on update)."""
     meta = obj.get("metadata")
@@ -476,6 +513,8 @@ def check(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
         errors.extend(check_pvc(obj))
     elif rt.plural in ("secrets", "configmaps"):
         errors.extend(check_config_data(obj, rt.plural == "secrets"))
+    elif rt.plural == "httproutes":
+        errors.extend(check_httproute(obj))
     if old is not None:
         errors.extend(check_update(rt, old, obj))
     return errors

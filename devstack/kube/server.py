@@ -21,6 +21,7 @@ from . import errors as err
 from . import openapi, protobuf
 from . import resources as res
 from .api import Api
+from .network import ServiceNetwork, service_address
 from .objects import success_status
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
 from .rbac import BINDING_PLURALS, Attributes, Authorizer, User, unauthorized
@@ -83,6 +84,7 @@ class ServerContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     watches: int = 0  # watch streams being served now
     authorizer: Authorizer | None = None  # RBAC, when the emulator was given users
+    network: ServiceNetwork | None = None  # Services' ports (:mod:`.network`)
 
 
 @dataclass
@@ -170,9 +172,16 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._handle("DELETE")
 
+    def do_HEAD(self) -> None:
+        self._handle("HEAD")
+
     # --- plumbing ----------------------------------------------------------------------------
 
     def _handle(self, method: str) -> None:
+        address = service_address(self.headers.get("Host", ""))
+        if address is not None and self.server.ctx.network is not None:
+            self._serve_network(method, address)
+            return
         started = time.perf_counter()
         self._code = 0
         self._verb = ""
@@ -203,6 +212,25 @@ class Handler(BaseHTTPRequestHandler):
                 self.headers.get("Content-Type", "-") if raw else "-",
                 json.dumps(self.headers.get("User-Agent", "")),
             )
+
+    def _serve_network(self, method: str, address: tuple[str, str, int]) -> None:
+        """A request to a Service's port on the emulated pod network (:mod:`.network`)."""
+        assert self.server.ctx.network is not None
+        try:
+            self._read_body()
+            namespace, service, port = address
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            path = urlsplit(self.path).path or "/"
+            answer = self.server.ctx.network.answer(namespace, service, port, path, headers)
+            self.send_response(answer.status)
+            for key, value in answer.headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(answer.body)))
+            self.end_headers()
+            if method != "HEAD":
+                self.wfile.write(answer.body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():

@@ -6,7 +6,8 @@ from rest_framework import serializers
 
 from fleet.models import GpuModel
 from instances.choices import BillingMode
-from instances.models import Image, Instance, InstanceEvent, Offering
+from instances.gateway import MAX_PORTS, jupyter_url, ports_output
+from instances.models import Image, Instance, InstanceEvent, Offering, PortShare
 from instances.selectors import queue_positions
 from starverse.core.api.serializers import InputSerializer, StrictCharField
 
@@ -68,6 +69,54 @@ class InstanceCreateInput(InputSerializer):
     billing = serializers.ChoiceField(
         choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
     )
+    ports = serializers.ListField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text=f"HTTP ports served through the gateway besides Jupyter's (at most {MAX_PORTS};"
+        " not 22 or 8888).",
+    )
+
+
+class PortOutput(serializers.Serializer):
+    port = serializers.IntegerField()
+    url = serializers.CharField(
+        help_text="Its HTTPS address; the owner's console sign-in opens it."
+    )
+
+
+class PortsInput(InputSerializer):
+    ports = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text=f"Every HTTP port to serve besides Jupyter's (at most {MAX_PORTS}; not 22 or "
+        "8888); the list replaces the previous one.",
+    )
+
+
+class PortsOutput(serializers.Serializer):
+    ports = PortOutput(many=True)
+
+
+class ShareCreateInput(InputSerializer):
+    port = serializers.IntegerField(help_text="A served port: 8888 (Jupyter) or a declared one.")
+
+
+class ShareOutput(serializers.ModelSerializer):
+    class Meta:
+        model = PortShare
+        fields = ["id", "port", "created_at"]
+
+
+class ShareCreatedOutput(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField(
+        help_text="The link, shown this once: whoever holds it can open the port until revoked."
+    )
+
+    class Meta:
+        model = PortShare
+        fields = ["id", "port", "created_at", "url"]
+
+    def get_url(self, obj: PortShare) -> str:
+        return str(self.context["url"])
 
 
 class SshOutput(serializers.Serializer):
@@ -87,12 +136,6 @@ def _ssh(obj: Any) -> dict[str, Any] | None:
         "user": "root",
         "command": f"ssh -p {obj.ssh_port} root@{host}",
     }
-
-
-def _jupyter_url(obj: Any) -> str | None:
-    if obj.status != "running" or not obj.jupyter_port:
-        return None
-    return f"http://{settings.SSH_GATEWAY_HOST}:{obj.jupyter_port}/?token={obj.jupyter_token}"
 
 
 def _node(obj: Any) -> str | None:
@@ -117,7 +160,8 @@ SHAPE: dict[str, Callable[[Any, dict[str, int]], Any]] = {
     "started_at": lambda o, _p: _iso(o.started_at),
     "queue_position": lambda o, positions: positions.get(o.id),
     "ssh": lambda o, _p: _ssh(o),
-    "jupyter_url": lambda o, _p: _jupyter_url(o),
+    "jupyter_url": lambda o, _p: jupyter_url(o),
+    "ports": lambda o, _p: ports_output(o),
     "cost_fen": lambda o, _p: o.cost_fen,
     "disks": lambda o, _p: _disk_ids(o),
     "node": lambda o, _p: _node(o),
@@ -141,7 +185,10 @@ class InstanceOutput(serializers.ModelSerializer):
     price_per_hour_fen = serializers.IntegerField(source="offering.price_per_hour_fen")
     queue_position = serializers.IntegerField(allow_null=True)
     ssh = SshOutput(allow_null=True, help_text="While running.")
-    jupyter_url = serializers.CharField(allow_null=True)
+    jupyter_url = serializers.CharField(
+        allow_null=True, help_text="While running: JupyterLab through the HTTPS gateway."
+    )
+    ports = PortOutput(many=True, help_text="Declared HTTP ports and their gateway addresses.")
     disks = serializers.ListField(child=serializers.CharField())
     node = serializers.CharField(allow_null=True)
 

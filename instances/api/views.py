@@ -16,8 +16,20 @@ from instances.api.serializers import (
     InstanceMetricsOutput,
     InstanceOutput,
     OfferingOutput,
+    PortsInput,
+    PortsOutput,
+    ShareCreatedOutput,
+    ShareCreateInput,
+    ShareOutput,
 )
 from instances.choices import InstanceStatus
+from instances.gateway import (
+    instance_ports_set,
+    ports_output,
+    share_create,
+    share_revoke,
+    shares_live,
+)
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
 from instances.selectors import (
@@ -150,6 +162,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
             ssh_keys=data.get("ssh_keys"),
             disks=data.get("disks"),
             auto_recover=data["auto_recover"],
+            ports=data.get("ports"),
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
         )
         return self._accepted(instance)
@@ -210,6 +223,50 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
         return self._accepted(instance_start(instance_id=self.get_object().pk))
+
+    @extend_schema(
+        operation_id="instances_ports_update",
+        request=PortsInput,
+        responses={200: PortsOutput, **errors(409)},
+    )
+    @action(detail=True, methods=["put"])
+    def ports(self, request: Request, pk: str | None = None) -> Response:
+        """Set the HTTP ports served through the gateway besides Jupyter's; a 400 names the
+        port that is refused. The worker brings the routes in line within seconds."""
+        instance = self.get_object()
+        data = self.parse(request, PortsInput)
+        instance = instance_ports_set(instance_id=instance.pk, ports=data["ports"])
+        return Response({"ports": ports_output(instance)})
+
+    @extend_schema(operation_id="instances_shares_list", responses=ShareOutput(many=True))
+    @action(detail=True, methods=["get"], pagination_class=WholeList)
+    def shares(self, request: Request, pk: str | None = None) -> Response:
+        """The instance's live share links (their links were shown once, when made)."""
+        rows = shares_live(self.get_object())
+        return WholeList().get_paginated_response(ShareOutput(rows, many=True).data)
+
+    @extend_schema(
+        operation_id="instances_shares_create",
+        request=ShareCreateInput,
+        responses={201: ShareCreatedOutput, **errors(409)},
+    )
+    @shares.mapping.post
+    def shares_add(self, request: Request, pk: str | None = None) -> Response:
+        """A link that opens one served port to whoever holds it, until revoked."""
+        instance = self.get_object()
+        data = self.parse(request, ShareCreateInput)
+        share, url = share_create(
+            instance=instance, port=data["port"], user=signed_in_user(request)
+        )
+        body = ShareCreatedOutput(share, context={"url": url}).data
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(operation_id="instances_shares_destroy", request=None, responses={204: None})
+    @action(detail=True, methods=["delete"], url_path=r"shares/(?P<share>[A-Za-z0-9_]+)")
+    def shares_remove(self, request: Request, pk: str | None = None, share: str = "") -> Response:
+        """Revoke a share link: it stops working at once."""
+        share_revoke(instance=self.get_object(), share_id=share)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(operation_id="instances_events_list", responses=InstanceEventOutput(many=True))
     @action(detail=True, methods=["get"], pagination_class=WholeList)

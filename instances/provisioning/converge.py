@@ -21,9 +21,13 @@ from django.utils import timezone
 from fleet.choices import NodeState
 from fleet.models import Node
 from instances.choices import InstanceStatus
+from instances.gateway import served_ports
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import manifests
-from instances.provisioning.namespaces import tenant_policy_converge
+from instances.provisioning.namespaces import (
+    tenant_network_policy_converge,
+    tenant_policy_converge,
+)
 from instances.states import (
     instance_fail,
     instance_mark_running,
@@ -78,8 +82,9 @@ def _objects_create(instance: Instance, node: Node) -> None:
     tenant's namespace, the worker's RoleBinding and the network policy (brought up to date
     when the platform's policy changed since they were made), a pvc:// public pool's claim, the
     access Secret (rendered afresh: keys may have changed since the last start), the instance's
-    disk, its cloud disks' and NAS claims, its pod pinned to its node, and its Service. Then the
-    row records that they exist."""
+    disk, its cloud disks' and NAS claims, its pod pinned to its node, its SSH Service, and a
+    Service and a gateway route for each HTTP port it serves. Then the row records that they
+    exist."""
     _names_assign(instance)
     tenant_policy_converge(instance.tenant_id)
     pool = manifests.public_pool_claim(instance.tenant_id)
@@ -94,12 +99,73 @@ def _objects_create(instance: Instance, node: Node) -> None:
         _pod_elsewhere_remove(instance)
     service = kube.ensure(manifests.service(instance))
     ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
+    for port in served_ports(_ports_now(instance)):
+        _port_objects_ensure(instance, port)
     # only for the provisioning that created them: a later one creates its own
     Instance.objects.filter(pk=instance.pk, provisioning_since=instance.provisioning_since).update(
-        ssh_port=ports.get("ssh"),
-        jupyter_port=ports.get("jupyter"),
-        objects_created_at=timezone.now(),
+        ssh_port=ports.get("ssh"), objects_created_at=timezone.now()
     )
+
+
+def _ports_now(instance: Instance) -> Instance:
+    """The instance with its ports as the database holds them now (they change while it
+    provisions; the ports task waits for the objects, then brings the routes in line)."""
+    instance.ports = Instance.objects.values_list("ports", flat=True).get(pk=instance.pk)
+    return instance
+
+
+def _port_objects_ensure(instance: Instance, port: int) -> None:
+    kube.ensure(manifests.port_service(instance, port))
+    kube.ensure(manifests.http_route(instance, port))
+
+
+def ports_converge(instance_id: str) -> list[str]:
+    """Bring an instance's gateway objects in line with the ports it declares now: a Service
+    and an HTTPRoute made for each port added, deleted for each port gone (one list of each
+    kind finds them), and the tenant's NetworkPolicy let through what its instances declare.
+    A provisioning whose objects are not made yet makes them with the ports of the moment, so
+    this waits for it (StillPending). Returns what changed, as kind/name."""
+    instance = Instance.objects.filter(pk=instance_id).first()
+    if instance is None or not instance.k8s_name:
+        return []
+    if instance.status == S.PROVISIONING and instance.objects_created_at is None:
+        raise StillPending("objects not created yet")
+    if instance.status not in (S.PROVISIONING, S.RUNNING, S.STOPPING, S.STOPPED):
+        return []  # queued or failed: the next provisioning makes them
+    namespace, selector = instance.k8s_namespace, manifests.port_selector(instance)
+    wanted = set(served_ports(instance))
+    changed = []
+    for kind in ("HTTPRoute", "Service"):
+        have = {}
+        for _ns, name in kube.managed(kind, [namespace], label_selector=selector):
+            parsed = manifests.port_object_parse(name)
+            if parsed is not None:
+                have[parsed[1]] = name
+        for port in sorted(wanted - set(have)):
+            manifest = (
+                manifests.http_route(instance, port)
+                if kind == "HTTPRoute"
+                else manifests.port_service(instance, port)
+            )
+            kube.ensure(manifest)
+            changed.append(f"{kind}/{manifest['metadata']['name']}")
+        for port in sorted(set(have) - wanted):
+            kube.delete(kind, namespace, have[port])
+            changed.append(f"{kind}/{have[port]}")
+    tenant_network_policy_converge(instance.tenant_id)
+    if changed:
+        logger.info("gateway.ports_converged instance=%s changed=%s", instance.id, changed)
+    return changed
+
+
+def _port_objects_delete(instance: Instance) -> None:
+    """Every gateway route and port Service of the instance, whatever ports it had."""
+    selector = manifests.port_selector(instance)
+    for kind in ("HTTPRoute", "Service"):
+        for namespace, name in kube.managed(
+            kind, [instance.k8s_namespace], label_selector=selector
+        ):
+            kube.delete(kind, namespace, name)
 
 
 def _names_assign(instance: Instance) -> None:
@@ -297,8 +363,8 @@ def stop(instance_id: str) -> str:
 
 
 def terminate(instance_id: str) -> str:
-    """Delete everything the instance had on the cluster (its own disk only if not kept), then
-    report it terminated; 404s count as done."""
+    """Delete everything the instance had on the cluster (its gateway routes and Services,
+    its own disk only if not kept), then report it terminated; 404s count as done."""
     instance = Instance.objects.filter(pk=instance_id).first()
     if instance is None or instance.status != S.TERMINATING:
         return instance.status if instance else "gone"
@@ -306,6 +372,7 @@ def terminate(instance_id: str) -> str:
         raise StillPending("pod terminating")
     claim = manifests.disk_name(instance.id)
     if instance.k8s_name:
+        _port_objects_delete(instance)
         objects = [("Service", instance.k8s_name), ("Secret", f"{instance.k8s_name}-access")]
         if not instance.keep_disk:
             objects.append(("PersistentVolumeClaim", claim))

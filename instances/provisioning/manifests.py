@@ -2,15 +2,14 @@
 the managed-by label and the starverse.io labels on everything."""
 
 import ipaddress
+import re
 from typing import Any
 
 from django.conf import settings
 
-from starverse.core.kube import MANAGED, namespace_name, tenant_label
+from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
+from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
 from storage.manifests import volumes_and_mounts
-
-SSH_PORT = 22
-JUPYTER_PORT = 8888
 
 
 def instance_name(instance_id: str) -> str:
@@ -64,14 +63,15 @@ def egress_excluded() -> list[str]:
     return seen
 
 
-def network_policy(tenant_id: str) -> dict[str, Any]:
+def network_policy(tenant_id: str, http_ports: list[int] | tuple[int, ...] = ()) -> dict[str, Any]:
     """Default-deny both ways, then: pods of a tenant talk to each other (multi-node jobs);
-    SSH and Jupyter come in only from the operator's GATEWAY_CIDR; out go DNS to kube-system
-    and the internet, never the metadata range, the cluster's pods, Services, nodes or API
-    server, so never another tenant."""
+    SSH, Jupyter and the HTTP ports its instances declare (`http_ports`) come in only from the
+    operator's GATEWAY_CIDR (the SSH NodePorts' nodes and the HTTPS gateway's proxy); out go
+    DNS to kube-system and the internet, never the metadata range, the cluster's pods,
+    Services, nodes or API server, so never another tenant."""
     ports = [
-        {"port": SSH_PORT, "protocol": "TCP"},
-        {"port": JUPYTER_PORT, "protocol": "TCP"},
+        {"port": port, "protocol": "TCP"}
+        for port in [SSH_PORT, JUPYTER_PORT, *sorted(set(http_ports) - {SSH_PORT, JUPYTER_PORT})]
     ]
     ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {}}]}]
     if settings.GATEWAY_CIDR:  # none set: nothing from outside the tenant (fail closed)
@@ -288,6 +288,8 @@ def public_pool_claim(tenant_id: str) -> dict[str, Any] | None:
 
 
 def service(instance: Any) -> dict[str, Any]:
+    """SSH on a NodePort. Nothing else of the pod is published on the nodes: its HTTP ports
+    (Jupyter's included) are reached only through the gateway (port_service, http_route)."""
     name = instance_name(instance.id)
     return {
         "apiVersion": "v1",
@@ -300,9 +302,68 @@ def service(instance: Any) -> dict[str, Any]:
         "spec": {
             "type": "NodePort",
             "selector": {"starverse.io/instance": labels(instance)["starverse.io/instance"]},
-            "ports": [
-                {"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT},
-                {"name": "jupyter", "port": JUPYTER_PORT, "targetPort": JUPYTER_PORT},
-            ],
+            "ports": [{"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT}],
+        },
+    }
+
+
+PORT_LABEL = "starverse.io/port"
+_PORT_OBJECT = re.compile(r"^(inst-[a-z0-9]+)-p([0-9]{1,5})$")
+
+
+def port_object_name(instance_id: str, port: int) -> str:
+    """The name of the Service and the HTTPRoute of one served port."""
+    return f"{instance_name(instance_id)}-p{port}"
+
+
+def port_object_parse(name: str) -> tuple[str, int] | None:
+    """(instance object name, port) of a port's Service or HTTPRoute name, else None."""
+    found = _PORT_OBJECT.match(name)
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+def port_selector(instance: Any) -> str:
+    """The label selector of the instance's port Services and HTTPRoutes."""
+    return f"starverse.io/instance={labels(instance)['starverse.io/instance']},{PORT_LABEL}"
+
+
+def port_service(instance: Any, port: int) -> dict[str, Any]:
+    """One served port of the pod inside the cluster (ClusterIP): the gateway's backend. One
+    Service per port, so that a port added or removed is one object made or deleted, and
+    the others never change."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": port_object_name(instance.id, port),
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": {**labels(instance), PORT_LABEL: str(port)},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"starverse.io/instance": labels(instance)["starverse.io/instance"]},
+            "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def http_route(instance: Any, port: int) -> dict[str, Any]:
+    """The gateway's route from the port's address to its Service (Gateway API), attached to
+    the platform's Gateway (GATEWAY_ROUTE_PARENT, deploy/k8s/gateway.yaml), whose proxy asks
+    the console's authorization check first."""
+    parent_namespace, _sep, parent = settings.GATEWAY_ROUTE_PARENT.partition("/")
+    name = port_object_name(instance.id, port)
+    return {
+        "apiVersion": HTTP_ROUTE_API,
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": name,
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": {**labels(instance), PORT_LABEL: str(port)},
+        },
+        "spec": {
+            "parentRefs": [{"name": parent, "namespace": parent_namespace}],
+            "hostnames": [route_hostname(instance.id, port)],
+            "rules": [{"backendRefs": [{"name": name, "port": port}]}],
         },
     }

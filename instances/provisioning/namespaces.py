@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db.models.functions import Lower
 
+from instances.choices import InstanceStatus
+from instances.models import Instance
 from instances.provisioning import manifests
 from starverse.core import kube
 
@@ -33,11 +36,36 @@ CALLS_PER_NAMESPACE = 7
 SWEEP_BUDGET_S = 240.0
 
 
-def policy_fingerprint(tenant: str) -> str:
+def _tenant_key(tenant: str) -> str:
+    """A tenant's id in lower case, from the id or from its label (which only lower-cases it
+    and turns "_" into "-"; the id's random part has neither)."""
+    return tenant.lower().replace("-", "_")
+
+
+def http_ports_by_tenant(tenant: str | None = None) -> dict[str, list[int]]:
+    """The HTTP ports the instances of each tenant declare (instances.gateway), that are not
+    terminated, by lower-cased tenant id: what the tenant's NetworkPolicy lets the gateway
+    reach. One query, for one tenant or for all."""
+    rows = Instance.objects.exclude(status=InstanceStatus.TERMINATED).exclude(ports=[])
+    if tenant is not None:
+        rows = rows.alias(tenant_lower=Lower("tenant_id")).filter(tenant_lower=_tenant_key(tenant))
+    found: dict[str, set[int]] = {}
+    for tenant_id, ports in rows.values_list("tenant_id", "ports"):
+        found.setdefault(tenant_id.lower(), set()).update(ports or [])
+    return {key: sorted(ports) for key, ports in found.items()}
+
+
+def _http_ports(tenant: str, known: dict[str, list[int]] | None) -> list[int]:
+    by_tenant = known if known is not None else http_ports_by_tenant(tenant)
+    return by_tenant.get(_tenant_key(tenant), [])
+
+
+def policy_fingerprint(tenant: str, http_ports: dict[str, list[int]] | None = None) -> str:
     """A digest of everything the platform renders for a tenant namespace: its labels, the
-    worker's RoleBinding and the NetworkPolicy."""
+    worker's RoleBinding and the NetworkPolicy (with the ports its instances declare, read
+    here unless given as `http_ports`, by tenant)."""
     binding = kube.tenant_binding(tenant)
-    policy = manifests.network_policy(tenant)
+    policy = manifests.network_policy(tenant, _http_ports(tenant, http_ports))
     rendered = {
         "namespace": kube.namespace(tenant)["metadata"]["labels"],
         "binding": [binding["metadata"]["labels"], binding["roleRef"], binding["subjects"]],
@@ -47,11 +75,17 @@ def policy_fingerprint(tenant: str) -> str:
     return digest[:16]
 
 
-def tenant_policy_converge(tenant: str) -> None:
+def tenant_policy_converge(tenant: str, http_ports: dict[str, list[int]] | None = None) -> None:
     """Bring one tenant's namespace labels, RoleBinding and NetworkPolicy to what the platform
     renders now (each read, compared, and replaced only if it differs)."""
     kube.tenant_namespace_ensure(tenant)
-    kube.ensure(manifests.network_policy(tenant), update=True)
+    policy = manifests.network_policy(tenant, _http_ports(tenant, http_ports))
+    kube.ensure(policy, update=True)
+
+
+def tenant_network_policy_converge(tenant: str) -> None:
+    """Only the tenant's NetworkPolicy (its instances' declared ports changed)."""
+    kube.ensure(manifests.network_policy(tenant, _http_ports(tenant, None)), update=True)
 
 
 @dataclass
@@ -73,9 +107,10 @@ def tenant_namespaces_sweep(
     interval = CALLS_PER_NAMESPACE / max(settings.TENANT_SWEEP_CALLS_PER_S, 1)
     started = next_at = clock()
     stale = []
+    http_ports = http_ports_by_tenant()
     for item in kube.tenant_namespaces():
         report.namespaces += 1
-        if _stale(item):
+        if _stale(item, http_ports):
             stale.append(item)
     for index, item in enumerate(stale):
         name = item["metadata"]["name"]
@@ -88,10 +123,9 @@ def tenant_namespaces_sweep(
         # back a label unchanged: rendered from the namespace's label, they are the tenant's.
         tenant = item["metadata"]["labels"]["starverse.io/tenant"]
         try:
-            tenant_policy_converge(tenant)
-            kube.namespace_patch(
-                name, {"metadata": {"annotations": {FINGERPRINT: policy_fingerprint(tenant)}}}
-            )
+            tenant_policy_converge(tenant, http_ports)
+            fingerprint = policy_fingerprint(tenant, http_ports)
+            kube.namespace_patch(name, {"metadata": {"annotations": {FINGERPRINT: fingerprint}}})
         except kube.KubeError as error:
             logger.error("tenant_namespace.converge_failed namespace=%s error=%s", name, error)
             report.failed.append(name)
@@ -108,12 +142,12 @@ def tenant_namespaces_sweep(
     return report
 
 
-def _stale(item: dict[str, Any]) -> bool:
+def _stale(item: dict[str, Any], http_ports: dict[str, list[int]]) -> bool:
     meta = item.get("metadata") or {}
     labels = meta.get("labels") or {}
     tenant = labels.get("starverse.io/tenant")
     if not tenant or meta.get("name") != kube.namespace_name(tenant):
         return False  # not a tenant namespace (or not one we named)
-    if (meta.get("annotations") or {}).get(FINGERPRINT) != policy_fingerprint(tenant):
+    if (meta.get("annotations") or {}).get(FINGERPRINT) != policy_fingerprint(tenant, http_ports):
         return True
     return bool(kube.owned_label_drift(kube.namespace(tenant)["metadata"]["labels"], labels))

@@ -9,12 +9,14 @@ each namespace where the database has something live, or had until lately."""
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 
 from django.conf import settings
 from django.db.models import Max, Q
 from django.utils import timezone
 
 from instances.choices import InstanceStatus
+from instances.gateway import served_ports
 from instances.models import Instance
 from instances.provisioning import manifests
 from instances.provisioning.converge import events_record
@@ -155,28 +157,32 @@ def _queues_serve() -> list[str]:
 def _orphans_remove(
     pods: dict[tuple[str, str], kube.ClusterPod], namespaces: list[str]
 ) -> list[str]:
-    """Objects on the cluster that no live instance wants are removed. A claim holds somebody's
-    data: it goes only when no row wants it at all (an instance that is not terminated, a cloud
-    disk or a NAS that is not deleted)."""
+    """Objects on the cluster that no live instance wants are removed (a gateway route and its
+    Service go with their port). A claim holds somebody's data: it goes only when no row wants
+    it at all (an instance that is not terminated, a cloud disk or a NAS that is not
+    deleted)."""
     # Read after the pods were listed: an instance placed since then has no pod in the list.
     wanted_pods = set(
         Instance.objects.filter(status__in=(S.PROVISIONING, S.RUNNING, S.STOPPING)).values_list(
             "k8s_namespace", "k8s_name"
         )
     )
-    keeps_objects = set(
-        Instance.objects.exclude(status=S.TERMINATED)
-        .exclude(k8s_name="")
-        .values_list("k8s_namespace", "k8s_name")
-    )
     orphans = []
     for namespace, name in pods:
         if (namespace, name) not in wanted_pods:
             kube.delete("Pod", namespace, name)
             orphans.append(f"pod/{namespace}/{name}")
-    for kind in ("Service", "Secret"):
-        for namespace, name in kube.managed(kind, namespaces):
-            if (namespace, name.removesuffix("-access")) not in keeps_objects:
+    listed = {kind: kube.managed(kind, namespaces) for kind in ("Service", "Secret", "HTTPRoute")}
+    # Read after the lists: a port added since has no objects in them.
+    served = {
+        (namespace, name): set(served_ports(SimpleNamespace(ports=ports)))
+        for namespace, name, ports in Instance.objects.exclude(status=S.TERMINATED)
+        .exclude(k8s_name="")
+        .values_list("k8s_namespace", "k8s_name", "ports")
+    }
+    for kind, objects in listed.items():
+        for namespace, name in objects:
+            if not _object_wanted(served, namespace, name):
                 kube.delete(kind, namespace, name)
                 orphans.append(f"{kind.lower()}/{namespace}/{name}")
     wanted_claims = _wanted_claims(namespaces)
@@ -185,6 +191,16 @@ def _orphans_remove(
             kube.delete("PersistentVolumeClaim", namespace, name)
             orphans.append(f"persistentvolumeclaim/{namespace}/{name}")
     return orphans
+
+
+def _object_wanted(served: dict[tuple[str, str], set[int]], namespace: str, name: str) -> bool:
+    """Whether an instance that is not terminated wants this Service, Secret or HTTPRoute: its
+    SSH Service, its access Secret, or the Service and route of a port it serves now."""
+    port_object = manifests.port_object_parse(name)
+    if port_object is not None:
+        instance, port = port_object
+        return port in served.get((namespace, instance), set())
+    return (namespace, name.removesuffix("-access")) in served
 
 
 def _wanted_claims(namespaces: list[str]) -> set[tuple[str, str]]:

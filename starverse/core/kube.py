@@ -60,6 +60,10 @@ TASK_RETRY: dict[str, Any] = {
     "max_retries": 12,
 }
 MANAGED = {"app.kubernetes.io/managed-by": "starverse"}
+# Kinds outside the core API groups, reached through the custom-objects client: (group,
+# version, plural). HTTPRoutes are the gateway's routes to the instances (Gateway API).
+HTTP_ROUTE_API = "gateway.networking.k8s.io/v1"
+CUSTOM_KINDS = {"HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes")}
 # The ClusterRole with the worker's verbs inside a tenant namespace, bound there per namespace.
 TENANT_ROLE = "starverse-tenant"
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -350,8 +354,26 @@ def _plain(obj: Any) -> dict[str, Any]:
     return plain
 
 
+def _custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(_client())
+
+
 def _operations(kind: str) -> tuple[Any, Any, Any]:
     """(create, read, delete) callables for a kind, taking (namespace, name/body)."""
+    if kind in CUSTOM_KINDS:
+        group, version, plural = CUSTOM_KINDS[kind]
+        custom = _custom()
+        return (
+            lambda ns, body: custom.create_namespaced_custom_object(
+                group, version, ns, plural, body, _request_timeout=TIMEOUT
+            ),
+            lambda ns, name: custom.get_namespaced_custom_object(
+                group, version, ns, plural, name, _request_timeout=TIMEOUT
+            ),
+            lambda ns, name: custom.delete_namespaced_custom_object(
+                group, version, ns, plural, name, _request_timeout=TIMEOUT
+            ),
+        )
     api = core()
     table = {
         "Namespace": (
@@ -596,9 +618,27 @@ def pods_managed(namespaces: list[str]) -> list[ClusterPod]:
     ]
 
 
-def managed(kind: str, namespaces: list[str]) -> list[tuple[str, str]]:
+def managed(
+    kind: str, namespaces: list[str], *, label_selector: str = MANAGED_SELECTOR
+) -> list[tuple[str, str]]:
     """(namespace, name) of every object of this kind that the platform manages in these
-    namespaces, one list call per namespace."""
+    namespaces (or only those `label_selector` selects), one list call per namespace."""
+    if kind in CUSTOM_KINDS:
+        group, version, plural = CUSTOM_KINDS[kind]
+        custom = _custom()
+        return [
+            (item["metadata"]["namespace"], item["metadata"]["name"])
+            for namespace in namespaces
+            for item in _call(
+                f"{kind}.list",
+                custom.list_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                label_selector=label_selector,
+            )["items"]
+        ]
     api = core()
     listing = {
         "Service": api.list_namespaced_service,
@@ -608,5 +648,5 @@ def managed(kind: str, namespaces: list[str]) -> list[tuple[str, str]]:
     return [
         (item.metadata.namespace, item.metadata.name)
         for namespace in namespaces
-        for item in _call(f"{kind}.list", listing, namespace, label_selector=MANAGED_SELECTOR).items
+        for item in _call(f"{kind}.list", listing, namespace, label_selector=label_selector).items
     ]

@@ -356,8 +356,34 @@ if _pool_scheme == "pvc" and not PUBLIC_POOL_STORAGE_CLASS:
         "PUBLIC_POOL_SOURCE=pvc://… needs PUBLIC_POOL_STORAGE_CLASS: the StorageClass whose "
         "ReadOnlyMany claims all reach the public pool's share."
     )
-# Where users reach their instances' SSH and Jupyter node ports.
+# Where users reach their instances' SSH node ports.
 SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
+# The HTTPS gateway (README "The HTTPS gateway"): Jupyter and each port an instance declares
+# answer at <scheme>://ins-<id>-<port>.<GATEWAY_DOMAIN>/. `make run`'s development gateway
+# listens on localhost:8001 (*.localhost resolves to this machine in browsers and curl);
+# production names a wildcard domain of its own, served over https only.
+GATEWAY_DOMAIN = env_str("GATEWAY_DOMAIN", "localhost:8001").strip().lower().rstrip(".")
+if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?", GATEWAY_DOMAIN):
+    raise ImproperlyConfigured(
+        f"GATEWAY_DOMAIN must be a domain name (with a port, for development), got "
+        f"{GATEWAY_DOMAIN!r}."
+    )
+_gateway_host = GATEWAY_DOMAIN.split(":")[0]
+_local_gateway = _gateway_host == "localhost" or _gateway_host.endswith(".localhost")
+GATEWAY_SCHEME = env_str("GATEWAY_SCHEME", "http" if _local_gateway else "https")
+if GATEWAY_SCHEME not in ("http", "https"):
+    raise ImproperlyConfigured(f"GATEWAY_SCHEME must be http or https, got {GATEWAY_SCHEME!r}.")
+# How long the gateway's cookie (one address, one person or share link) lasts before the
+# browser passes through the console's log-in again.
+GATEWAY_SESSION_HOURS = env_int("GATEWAY_SESSION_HOURS", 12)
+# `namespace/name` of the Gateway (Gateway API) the instances' HTTPRoutes attach to.
+GATEWAY_ROUTE_PARENT = env_str("GATEWAY_ROUTE_PARENT", "starverse-gateway/instances")
+if not re.fullmatch(r"[a-z0-9-]+/[a-z0-9-]+", GATEWAY_ROUTE_PARENT):
+    raise ImproperlyConfigured(
+        f"GATEWAY_ROUTE_PARENT must be namespace/name, got {GATEWAY_ROUTE_PARENT!r}."
+    )
+# The proxy's authorization check reaches the console with the gateway address as its Host.
+ALLOWED_HOSTS = [*ALLOWED_HOSTS, "." + _gateway_host]
 PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
 # The queue. An order whose balance does not cover its runway when its turn comes is passed
 # over, and fails (at no cost) after this many minutes unless a top-up covers it first.

@@ -23,6 +23,14 @@ if not GATEWAY_CIDR:  # noqa: F405
         "Set GATEWAY_CIDR (or CLUSTER_NODE_CIDR): where tenant SSH and Jupyter come from."
     )
 
+env_str("GATEWAY_DOMAIN")
+if GATEWAY_SCHEME != "https" or GATEWAY_DOMAIN.split(":")[0].endswith("localhost"):  # noqa: F405
+    raise ImproperlyConfigured(
+        "The instances' gateway must be served over https on a domain of its own: set "
+        "GATEWAY_DOMAIN (e.g. gw.example.com, with a wildcard certificate) and leave "
+        "GATEWAY_SCHEME unset (README, the HTTPS gateway)."
+    )
+
 if PUBLIC_POOL_SOURCE.startswith("hostpath://") and not PUBLIC_POOL_ALLOW_HOSTPATH:  # noqa: F405
     raise ImproperlyConfigured(
         "PUBLIC_POOL_SOURCE is a hostPath, which tenant pods may not mount in production (Pod "
@@ -33,6 +41,8 @@ if PUBLIC_POOL_SOURCE.startswith("hostpath://") and not PUBLIC_POOL_ALLOW_HOSTPA
 
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+# The gateway's proxy asks its authorization check over the cluster network, in plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^gateway/auth(/|$)"]
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True

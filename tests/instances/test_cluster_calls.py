@@ -17,6 +17,8 @@ from starverse.core import kube
 from tests.factories import converge_until, fund, make_user
 
 NS = "/api/v1/namespaces/{namespace}"
+# HTTPRoutes (the gateway's routes) go through the client's custom-objects API.
+CUSTOM = "/apis/{group}/{version}/namespaces/{namespace}/{plural}"
 POD = ("GET", NS + "/pods/{name}")
 EVENTS = ("GET", NS + "/events")
 
@@ -84,7 +86,8 @@ def test_a_pending_instance_costs_one_read_a_poll(catalog, cluster, kube_calls, 
         ("POST", NS + "/secrets"): 1,
         ("POST", NS + "/persistentvolumeclaims"): 1,
         ("POST", NS + "/pods"): 1,
-        ("POST", NS + "/services"): 1,
+        ("POST", NS + "/services"): 2,  # SSH's, and Jupyter's behind the gateway
+        ("POST", CUSTOM): 1,  # Jupyter's gateway route
         POD: 1,
         EVENTS: 1,
     }
@@ -124,5 +127,6 @@ def test_the_reconcile_loop_lists_each_kind_once_per_tenant_namespace(catalog, k
         ("GET", NS + "/services"): 3,
         ("GET", NS + "/secrets"): 3,
         ("GET", NS + "/persistentvolumeclaims"): 3,
+        ("GET", CUSTOM): 3,  # the gateway's routes
         ("GET", "/api/v1/events"): 1,
     }

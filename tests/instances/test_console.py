@@ -142,8 +142,10 @@ def test_stop_start_terminate_through_the_console(catalog, client, cluster):
 
     page = client.get(f"/console/instances/{instance.id}/").content.decode()
     assert f"ssh -p {instance.ssh_port} root@" in page
-    assert f"?token={instance.jupyter_token}" in page
-    assert "This link is plain HTTP, not encrypted" in page  # the token travels in clear
+    jupyter = f"http://{instance.id.lower().replace('_', '-')}-8888.localhost:8001/"
+    assert f'href="{jupyter}"' in page  # through the gateway, with no token in it
+    assert instance.jupyter_token not in page
+    assert "plain HTTP" in page  # the development gateway is not encrypted
     assert "Running: billing started." in page  # the timeline
     assert 'name="csrfmiddlewaretoken"' in page and "{{" not in page
 

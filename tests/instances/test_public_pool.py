@@ -117,6 +117,7 @@ def _production(**env):
         STRIPE_SECRET_KEY="sk_test_production_check",
         STRIPE_WEBHOOK_SECRET="whsec_production_check",
         GATEWAY_CIDR="192.0.2.0/24",
+        GATEWAY_DOMAIN="gw.example.com",
         **env,
     )
     clean.pop("DEBUG", None)

@@ -1,0 +1,314 @@
+"""The development gateway: what the production proxy (Envoy Gateway, deploy/k8s/gateway.yaml)
+does for the instances' addresses, on one machine, for ``make run`` and the tests.
+
+For every request it asks the console's authorization check first (``/gateway/auth``, with
+X-Forwarded-Host / -Uri / -Method / -Proto and the browser's cookies, as Traefik's ForwardAuth
+sends them). A 2xx lets the request through, with the check's ``Authorization`` header added
+(Envoy's ``headersToBackend``: Jupyter's token, which the browser never sees); any other answer
+(the log-in redirect, the cookie being set, a 404) goes back to the browser as it is. Then it
+routes the way the proxy does: by the HTTPRoutes the worker made on the cluster (host name →
+Service and port), to that Service's port on the pod network, which the kube emulator stands in
+for (devstack.kube.network; a Host header of ``<service>.<namespace>.svc.cluster.local:<port>``
+on the emulator's address).
+
+One thing it does that Envoy's check does not: it keeps a check's 2xx for AUTH_CACHE_S (2 s) per
+address and cookie, so a page's burst of requests costs one check. A revoked share link or a
+removed port therefore stops passing within those seconds here, at once in production. It does
+not carry WebSockets (nothing in an emulated pod speaks them). Development only: no TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from multidict import CIMultiDict
+
+log = logging.getLogger("devstack.gateway")
+AUTH_CACHE_S = 2.0
+ROUTE_REFRESH_S = 5.0
+ROUTES_PATH = "/apis/gateway.networking.k8s.io/v1/httproutes"
+# Headers that belong to one connection (RFC 9110 §7.6.1), never passed on.
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+}
+# What the check's 2xx adds to the request upstream (Envoy Gateway's headersToBackend).
+TO_BACKEND = ("Authorization",)
+# What a refusal carries back to the browser.
+TO_CLIENT = ("Location", "Set-Cookie", "Content-Type", "Cache-Control", "WWW-Authenticate")
+MAX_BODY = 100 * 2**20
+
+
+@dataclass(frozen=True)
+class Backend:
+    namespace: str
+    service: str
+    port: int
+
+
+class DevGateway:
+    """The development gateway on ``host:port`` (0: any free port), checking with the console
+    at ``auth_url`` and routing by the HTTPRoutes of the cluster at ``kube_url`` (the kube
+    emulator). ``start()`` runs it in a thread of its own; ``serve()`` in the caller's loop."""
+
+    def __init__(
+        self,
+        *,
+        auth_url: str,
+        kube_url: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        auth_cache_s: float = AUTH_CACHE_S,
+        route_refresh_s: float = ROUTE_REFRESH_S,
+    ) -> None:
+        self.auth_url = auth_url
+        self.kube_url = kube_url.rstrip("/")
+        self.host = host
+        self.port = port
+        self.auth_cache_s = auth_cache_s
+        self.route_refresh_s = route_refresh_s
+        self.checks = 0  # authorization checks asked of the console
+        self._allowed: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+        self._routes: dict[str, Backend] = {}
+        self._routes_read_at = 0.0
+        self._routes_lock: asyncio.Lock | None = None
+        self._session: ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._refresher: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # --- running ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Listen, and begin reading the routes."""
+        self._routes_lock = asyncio.Lock()
+        self._session = ClientSession(
+            connector=TCPConnector(limit=256),
+            timeout=ClientTimeout(total=60, connect=5),
+            auto_decompress=False,
+        )
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+        self._refresher = asyncio.create_task(self._refresh_routes_forever())
+        log.info(
+            "gateway started url=%s auth=%s cluster=%s note=%s",
+            self.url,
+            self.auth_url,
+            self.kube_url,
+            '"development stand-in for the production proxy"',
+        )
+
+    async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+        log.info("gateway stopped url=%s", self.url)
+
+    def start(self) -> DevGateway:
+        """Serve in a background thread until ``stop()``."""
+        started = threading.Event()
+        failure: list[BaseException] = []
+        loop = asyncio.new_event_loop()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.open())
+            except BaseException as error:  # reported to start()'s caller
+                failure.append(error)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self.close())
+            loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="dev-gateway", daemon=True)
+        self._thread.start()
+        started.wait(10)
+        if failure:
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop = self._thread = None
+
+    def __enter__(self) -> DevGateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- one request ------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        host = request.headers.get("Host", "")
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return _text(501, "The development gateway does not carry WebSockets.")
+        allowed = await self._authorize(request, host)
+        if isinstance(allowed, web.StreamResponse):
+            return allowed
+        backend = await self._backend(host.split(":")[0].lower())
+        if backend is None:
+            return _text(502, "No route to this address yet: try again in a moment.")
+        return await self._forward(request, host, backend, allowed)
+
+    async def _authorize(
+        self, request: web.Request, host: str
+    ) -> dict[str, str] | web.StreamResponse:
+        """The headers to add upstream, or the console's refusal to hand back."""
+        assert self._session is not None
+        cookie = request.headers.get("Cookie", "")
+        key = (host, cookie)
+        now = time.monotonic()
+        cached = self._allowed.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        self.checks += 1
+        check_headers = {
+            "X-Forwarded-Host": host,
+            "X-Forwarded-Uri": request.raw_path,
+            "X-Forwarded-Method": request.method,
+            "X-Forwarded-Proto": "http",
+        }
+        if cookie:
+            check_headers["Cookie"] = cookie
+        try:
+            async with self._session.get(
+                self.auth_url, headers=check_headers, allow_redirects=False
+            ) as answer:
+                body = await answer.read()
+                if 200 <= answer.status < 300:
+                    added = {k: answer.headers[k] for k in TO_BACKEND if k in answer.headers}
+                    if len(self._allowed) > 10_000:
+                        self._allowed.clear()
+                    self._allowed[key] = (now + self.auth_cache_s, added)
+                    return added
+                headers = CIMultiDict[str]()
+                for name in TO_CLIENT:
+                    for value in answer.headers.getall(name, []):
+                        headers.add(name, value)
+                return web.Response(status=answer.status, body=body, headers=headers)
+        except (TimeoutError, ClientError) as error:
+            log.warning("gateway.auth_unreachable url=%s error=%s", self.auth_url, error)
+            return _text(502, "The console's authorization check cannot be reached.")
+
+    async def _forward(
+        self, request: web.Request, host: str, backend: Backend, added: dict[str, str]
+    ) -> web.StreamResponse:
+        assert self._session is not None
+        headers = CIMultiDict[str]()
+        for name, value in request.headers.items():
+            if name.lower() not in HOP_BY_HOP and name.lower() not in ("host", "content-length"):
+                headers.add(name, value)
+        for name, value in added.items():
+            headers[name] = value
+        headers["Host"] = f"{backend.service}.{backend.namespace}.svc.cluster.local:{backend.port}"
+        headers["X-Forwarded-Host"] = host
+        headers["X-Forwarded-Proto"] = "http"
+        body = await request.read() if request.body_exists else None
+        try:
+            async with self._session.request(
+                request.method,
+                self.kube_url + request.raw_path,
+                headers=headers,
+                data=body,
+                allow_redirects=False,
+            ) as answer:
+                payload = await answer.read()
+                back = CIMultiDict[str]()
+                for name, value in answer.headers.items():
+                    if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
+                        back.add(name, value)
+                return web.Response(status=answer.status, body=payload, headers=back)
+        except (TimeoutError, ClientError) as error:
+            log.warning("gateway.upstream_failed host=%s error=%s", host, error)
+            return _text(502, "The instance did not answer.")
+
+    # --- routes -----------------------------------------------------------------------------
+
+    async def _backend(self, hostname: str) -> Backend | None:
+        """The Service port a host name is routed to; the routes are read again (at most a few
+        times a second) when a name is missing: the worker may have just made its route."""
+        found = self._routes.get(hostname)
+        if found is not None:
+            return found
+        assert self._routes_lock is not None
+        async with self._routes_lock:
+            if time.monotonic() - self._routes_read_at > 0.25:
+                await self._read_routes()
+        return self._routes.get(hostname)
+
+    async def _read_routes(self) -> None:
+        assert self._session is not None
+        self._routes_read_at = time.monotonic()
+        try:
+            async with self._session.get(self.kube_url + ROUTES_PATH) as answer:
+                listing: dict[str, Any] = await answer.json()
+        except (TimeoutError, ClientError, ValueError) as error:
+            log.warning("gateway.routes_unreadable cluster=%s error=%s", self.kube_url, error)
+            return
+        self._routes = routes_table(listing.get("items") or [])
+
+    async def _refresh_routes_forever(self) -> None:
+        while True:
+            await self._read_routes()
+            await asyncio.sleep(self.route_refresh_s)
+
+
+def routes_table(routes: list[dict[str, Any]]) -> dict[str, Backend]:
+    """Host name → the Service port of the first backend of the first rule, per HTTPRoute."""
+    table: dict[str, Backend] = {}
+    for route in routes:
+        spec, meta = route.get("spec") or {}, route.get("metadata") or {}
+        backends = [b for rule in spec.get("rules") or [] for b in rule.get("backendRefs") or []]
+        if not backends or not isinstance(backends[0].get("port"), int):
+            continue
+        first = backends[0]
+        backend = Backend(
+            first.get("namespace") or meta.get("namespace", ""), first["name"], first["port"]
+        )
+        for hostname in spec.get("hostnames") or []:
+            table[str(hostname).lower()] = backend
+    return table
+
+
+def _text(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n", content_type="text/plain")

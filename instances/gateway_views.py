@@ -1,0 +1,116 @@
+"""Console forms of an instance's gateway addresses (instances.gateway): its HTTP ports and
+their share links, on the instance's page. Changes go through the gateway services."""
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from instances.gateway import (
+    JUPYTER_PORT,
+    instance_ports_set,
+    port_url,
+    served_ports,
+    share_create,
+    share_revoke,
+    shares_live,
+)
+from instances.models import Instance
+from starverse.core.console import run_service
+from starverse.core.errors import InvalidInput
+from starverse.core.tenancy import get_for_user
+
+
+def gateway_ports(instance: Instance) -> list[dict[str, Any]]:
+    """Jupyter's port and the declared ones, each with its address and live share links."""
+    shares: dict[int, list[Any]] = {}
+    for share in shares_live(instance):
+        shares.setdefault(share.port, []).append(share)
+    return [
+        {
+            "port": port,
+            "url": port_url(instance.id, port),
+            "jupyter": port == JUPYTER_PORT,
+            "shares": shares.get(port, []),
+        }
+        for port in served_ports(instance)
+    ]
+
+
+# A share link is shown once, on the page the owner lands on after making it; it waits in the
+# (server-side) session until then, never in a cookie.
+NEW_SHARE_KEY = "instances:new_share"
+
+
+def new_share_take(request: HttpRequest, instance: Instance) -> dict[str, Any] | None:
+    found = request.session.get(NEW_SHARE_KEY)
+    if not found or found.get("instance") != instance.pk:
+        return None
+    del request.session[NEW_SHARE_KEY]
+    return dict(found)
+
+
+def _port_posted(request: HttpRequest) -> int:
+    try:
+        return int(str(request.POST.get("port", "")).strip())
+    except ValueError:
+        raise InvalidInput(_("Enter a port number between 1 and 65535.")) from None
+
+
+def _to_ports(instance: Instance) -> HttpResponse:
+    return redirect(reverse("instances:detail", args=[instance.pk]) + "#ports")
+
+
+@login_required
+@require_POST
+def port_add_view(request: HttpRequest, pk: str) -> HttpResponse:
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+
+    def add() -> None:
+        port = _port_posted(request)
+        instance_ports_set(instance_id=instance.pk, ports=[*instance.ports, port])
+
+    run_service(request, add, _("Port added: its address works in a few seconds."))
+    return _to_ports(instance)
+
+
+@login_required
+@require_POST
+def port_remove_view(request: HttpRequest, pk: str, port: int) -> HttpResponse:
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+    kept = [p for p in instance.ports if p != port]
+    run_service(
+        request,
+        lambda: instance_ports_set(instance_id=instance.pk, ports=kept),
+        _("Port %(port)s removed; its share links no longer work.") % {"port": port},
+    )
+    return _to_ports(instance)
+
+
+@login_required
+@require_POST
+def share_create_view(request: HttpRequest, pk: str) -> HttpResponse:
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+
+    def create() -> None:
+        share, url = share_create(instance=instance, port=_port_posted(request), user=request.user)
+        request.session[NEW_SHARE_KEY] = {"instance": instance.pk, "port": share.port, "url": url}
+
+    run_service(request, create, _("Share link made. Copy it now: it is shown only once."))
+    return _to_ports(instance)
+
+
+@login_required
+@require_POST
+def share_revoke_view(request: HttpRequest, pk: str, share: str) -> HttpResponse:
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+    run_service(
+        request,
+        lambda: share_revoke(instance=instance, share_id=share),
+        _("Share link revoked: it no longer opens the port."),
+    )
+    return _to_ports(instance)
