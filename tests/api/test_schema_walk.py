@@ -31,6 +31,7 @@ from fleet.api.views import MAX_REPORT_BYTES
 from fleet.models import Node
 from fleet.services import node_token_issue, report_ingest
 from fleet.telemetry import report_parse
+from instances.gateway import share_create
 from instances.lifecycle import instance_stop, instance_terminate
 from instances.models import Instance, Offering
 from instances.provisioning import converge
@@ -615,6 +616,48 @@ def _(p: Probe) -> None:
     p.call(409, params=ids)  # restart not confirmed
     Instance.objects.filter(pk=instance.pk).update(status="stopped")
     p.call(202, params=ids)
+
+
+@case("instances_ports_update")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user)
+    ports = p.call(200, params={"id": instance.id}, body={"ports": [6006, 7860]}).json()
+    assert [row["port"] for row in ports["ports"]] == [6006, 7860]
+    assert p.call(400, params={"id": instance.id}, body={"ports": [22]}).json()["code"] == (
+        "reserved_port"
+    )
+    p.call(404, params={"id": instance.id}, body={"ports": []}, client=p.stranger())
+    instance_terminate(instance_id=instance.id)
+    p.call(409, params={"id": instance.id}, body={"ports": [6006]})
+
+
+@case("instances_shares_list")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user)
+    share_create(instance=instance, port=8888, user=p.user)
+    assert len(p.call(200, params={"id": instance.id}).json()["results"]) == 1
+    p.call(404, params={"id": instance.id}, client=p.stranger())
+
+
+@case("instances_shares_create")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user)
+    made = p.call(201, params={"id": instance.id}, body={"port": 8888}).json()
+    assert "/__starverse/share?token=" in made["url"]
+    p.call(400, params={"id": instance.id}, body={"port": 6006})  # not served
+    p.call(404, params={"id": instance.id}, body={"port": 8888}, client=p.stranger())
+    instance_terminate(instance_id=instance.id)
+    p.call(409, params={"id": instance.id}, body={"port": 8888})
+
+
+@case("instances_shares_destroy")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user)
+    share, _url = share_create(instance=instance, port=8888, user=p.user)
+    ids = {"id": instance.id, "share": share.id}
+    p.call(404, params=ids, client=p.stranger())
+    p.call(204, params=ids)
+    assert p.call(404, params=ids).json()["code"] == "share_not_found"
 
 
 # storage

@@ -37,6 +37,7 @@ def test_version_names_the_emulator_as_a_development_stand_in(emu: KubeEmulator)
     assert [g.name for g in groups.groups] == [
         "networking.k8s.io",
         "coordination.k8s.io",
+        "gateway.networking.k8s.io",
         "rbac.authorization.k8s.io",
     ]
 

@@ -1,9 +1,9 @@
 """The worker's cluster rights as deploy/k8s/platform.yaml grants them are enough for all it
 does, and no more: against a local cluster that enforces RBAC (the kube emulator given users),
 with the manifest's ServiceAccounts, ClusterRoles and ClusterRoleBinding applied, the worker
-provisions, stops and terminates an instance, makes, grows and deletes a disk and a NAS, reads
-the NAS's usage, reconciles, sweeps the tenant namespaces and cordons a node, never refused;
-and it is refused everywhere outside the tenant namespaces."""
+provisions, stops and terminates an instance, changes its gateway routes, makes, grows and
+deletes a disk and a NAS, reads the NAS's usage, reconciles, sweeps the tenant namespaces and
+cordons a node, never refused; and it is refused everywhere outside the tenant namespaces."""
 
 import json
 import logging
@@ -20,6 +20,7 @@ from devstack.kube import KubeEmulator
 from devstack.kube.rbac import User
 from fleet.models import Node
 from fleet.services import node_cordon, node_schedulable_mirror, nodes_sync_from_cluster
+from instances.gateway import instance_ports_set
 from instances.lifecycle import instance_order, instance_stop, instance_terminate
 from instances.models import Offering
 from instances.provisioning import converge
@@ -83,11 +84,15 @@ def test_the_manifest_grants_the_worker_all_it_does(as_worker, db, settings, cap
     disk_resize(tenant_id=user.tenant_id, disk_id=disk.id, size_gb=200)
     assert storage.disk_ensure(disk.id) == "available"  # the claim grows (patch)
     offering = Offering.objects.get(name="1× H100 80GB SXM")
-    instance, _ = instance_order(user=user, offering_id=offering.id, image_id="pytorch-2.1")
+    instance, _ = instance_order(
+        user=user, offering_id=offering.id, image_id="pytorch-2.1", ports=[6006]
+    )
     assert converge_until(converge.provision, instance.id) == "running"
     instance.refresh_from_db()
     namespace = instance.k8s_namespace
     assert converge.access_refresh(instance.id) is True  # the Secret rendered again (update)
+    instance_ports_set(instance_id=instance.id, ports=[7860])
+    assert len(converge.ports_converge(instance.id)) == 4  # a route and a Service, each way
 
     nas.refresh_from_db()
     as_worker.set_volume_usage(namespace, nas.k8s_name, 5 * 2**30)
