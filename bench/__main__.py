@@ -2,9 +2,14 @@
 
 import sys
 
-from bench import fleet, instances, ledger
+from bench import fleet, gateway, instances, ledger
 
-BENCHMARKS = {"ledger": ledger.run, "fleet": fleet.run, "instances": instances.run}
+BENCHMARKS = {
+    "ledger": ledger.run,
+    "fleet": fleet.run,
+    "instances": instances.run,
+    "gateway": gateway.run,
+}
 
 
 def main(names: list[str]) -> int:

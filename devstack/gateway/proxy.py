@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from multidict import CIMultiDict
@@ -47,11 +48,14 @@ HOP_BY_HOP = {
     "transfer-encoding",
     "upgrade",
 }
+# Set by the gateway itself on the way upstream.
+_REPLACED = {"host", "content-length", "x-forwarded-host", "x-forwarded-proto"}
 # What the check's 2xx adds to the request upstream (Envoy Gateway's headersToBackend).
 TO_BACKEND = ("Authorization",)
 # What a refusal carries back to the browser.
 TO_CLIENT = ("Location", "Set-Cookie", "Content-Type", "Cache-Control", "WWW-Authenticate")
 MAX_BODY = 100 * 2**20
+UPSTREAM_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -88,10 +92,12 @@ class DevGateway:
         self._routes_read_at = 0.0
         self._routes_lock: asyncio.Lock | None = None
         self._session: ClientSession | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._refresher: asyncio.Task[None] | None = None
+        parts = urlsplit(self.kube_url)
+        self._upstream = Upstream(parts.hostname or "127.0.0.1", parts.port or 80)
 
     @property
     def url(self) -> str:
@@ -103,13 +109,20 @@ class DevGateway:
         """Listen, and begin reading the routes."""
         self._routes_lock = asyncio.Lock()
         self._session = ClientSession(
-            connector=TCPConnector(limit=256),
-            timeout=ClientTimeout(total=60, connect=5),
-            auto_decompress=False,
+            connector=TCPConnector(limit=64), timeout=ClientTimeout(total=30, connect=5)
         )
-        app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_route("*", "/{path:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # the low-level server: every path is the instance's, no router needed
+        loop = asyncio.get_running_loop()
+
+        def request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
+            return web.BaseRequest(
+                message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY
+            )
+
+        server = web.Server(self._handle, request_factory=request, access_log=None)
+        self._runner = web.ServerRunner(server, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -134,6 +147,7 @@ class DevGateway:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        self._upstream.close()
         log.info("gateway stopped url=%s", self.url)
 
     def start(self) -> DevGateway:
@@ -178,7 +192,7 @@ class DevGateway:
 
     # --- one request ------------------------------------------------------------------------
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         host = request.headers.get("Host", "")
         if request.headers.get("Upgrade", "").lower() == "websocket":
             return _text(501, "The development gateway does not carry WebSockets.")
@@ -191,7 +205,7 @@ class DevGateway:
         return await self._forward(request, host, backend, allowed)
 
     async def _authorize(
-        self, request: web.Request, host: str
+        self, request: web.BaseRequest, host: str
     ) -> dict[str, str] | web.StreamResponse:
         """The headers to add upstream, or the console's refusal to hand back."""
         assert self._session is not None
@@ -231,36 +245,36 @@ class DevGateway:
             return _text(502, "The console's authorization check cannot be reached.")
 
     async def _forward(
-        self, request: web.Request, host: str, backend: Backend, added: dict[str, str]
+        self, request: web.BaseRequest, host: str, backend: Backend, added: dict[str, str]
     ) -> web.StreamResponse:
-        assert self._session is not None
-        headers = CIMultiDict[str]()
+        lines = [f"{request.method} {request.raw_path} HTTP/1.1"]
+        replaced = _REPLACED | {name.lower() for name in added}
         for name, value in request.headers.items():
-            if name.lower() not in HOP_BY_HOP and name.lower() not in ("host", "content-length"):
-                headers.add(name, value)
-        for name, value in added.items():
-            headers[name] = value
-        headers["Host"] = f"{backend.service}.{backend.namespace}.svc.cluster.local:{backend.port}"
-        headers["X-Forwarded-Host"] = host
-        headers["X-Forwarded-Proto"] = "http"
-        body = await request.read() if request.body_exists else None
+            lowered = name.lower()
+            if lowered in HOP_BY_HOP or lowered in replaced:
+                continue
+            lines.append(f"{name}: {value}")
+        lines += [f"{name}: {value}" for name, value in added.items()]
+        body = await request.read() if request.body_exists else b""
+        lines += [
+            f"Host: {backend.service}.{backend.namespace}.svc.cluster.local:{backend.port}",
+            f"X-Forwarded-Host: {host}",
+            "X-Forwarded-Proto: http",
+            f"Content-Length: {len(body)}",
+        ]
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         try:
-            async with self._session.request(
-                request.method,
-                self.kube_url + request.raw_path,
-                headers=headers,
-                data=body,
-                allow_redirects=False,
-            ) as answer:
-                payload = await answer.read()
-                back = CIMultiDict[str]()
-                for name, value in answer.headers.items():
-                    if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
-                        back.add(name, value)
-                return web.Response(status=answer.status, body=payload, headers=back)
-        except (TimeoutError, ClientError) as error:
+            status, headers, payload = await self._upstream.exchange(
+                head + body, head_only=request.method == "HEAD"
+            )
+        except (OSError, asyncio.IncompleteReadError, ValueError) as error:
             log.warning("gateway.upstream_failed host=%s error=%s", host, error)
             return _text(502, "The instance did not answer.")
+        back = CIMultiDict[str]()
+        for name, value in headers:
+            if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
+                back.add(name, value)
+        return web.Response(status=status, body=payload, headers=back)
 
     # --- routes -----------------------------------------------------------------------------
 
@@ -291,6 +305,82 @@ class DevGateway:
         while True:
             await self._read_routes()
             await asyncio.sleep(self.route_refresh_s)
+
+
+class Upstream:
+    """Kept-alive HTTP/1.1 connections to the cluster's pod network (the emulator), for the
+    proxied requests: a request is written as it came, the answer read by its Content-Length,
+    its chunks or the connection's end. Leaner than a general HTTP client, which at the
+    development gateway's rates cost as much as the rest of a request."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def exchange(
+        self, request: bytes, *, head_only: bool
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """(status, headers, body) of one request; a kept-alive connection the other side
+        closed meanwhile is replaced once, when nothing of the answer came yet."""
+        for attempt in (0, 1):
+            reused = bool(self._idle)
+            reader, writer = (
+                self._idle.pop() if reused else await asyncio.open_connection(self.host, self.port)
+            )
+            try:
+                async with asyncio.timeout(UPSTREAM_TIMEOUT_S):
+                    writer.write(request)
+                    status_line = await reader.readline()
+                    if not status_line:
+                        raise ConnectionResetError("closed before answering")
+                    status, headers, body, keep = await _read_answer(reader, status_line, head_only)
+            except (OSError, asyncio.IncompleteReadError, ValueError):
+                writer.close()
+                if reused and attempt == 0:
+                    continue
+                raise
+            if keep:
+                self._idle.append((reader, writer))
+            else:
+                writer.close()
+            return status, headers, body
+        raise ConnectionResetError("unreachable")  # the loop returns or raises
+
+    def close(self) -> None:
+        for _reader, writer in self._idle:
+            writer.close()
+        self._idle.clear()
+
+
+async def _read_answer(
+    reader: asyncio.StreamReader, status_line: bytes, head_only: bool
+) -> tuple[int, list[tuple[str, str]], bytes, bool]:
+    version, _sp, rest = status_line.decode("latin-1").partition(" ")
+    status = int(rest.split(" ", 1)[0])
+    headers: list[tuple[str, str]] = []
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _colon, value = line.decode("latin-1").partition(":")
+        headers.append((name.strip(), value.strip()))
+    fields = {name.lower(): value for name, value in headers}
+    keep = fields.get("connection", "").lower() != "close" and version == "HTTP/1.1"
+    if head_only or status in (204, 304) or 100 <= status < 200:
+        return status, headers, b"", keep
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        body = bytearray()
+        while True:
+            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return status, headers, bytes(body), keep
+            body += await reader.readexactly(size)
+            await reader.readline()
+    if "content-length" in fields:
+        return status, headers, await reader.readexactly(int(fields["content-length"])), keep
+    return status, headers, await reader.read(), False
 
 
 def routes_table(routes: list[dict[str, Any]]) -> dict[str, Backend]:
