@@ -9,6 +9,11 @@ production workloads: nothing is executed, pods only walk through their lifecycl
     ...
     emu.stop()
 
+The same address stands in for the cluster's Service network: a request whose Host names a
+Service (``<service>.<namespace>.svc.cluster.local:<port>``, see ``service_host``) is answered by
+a stand-in page of the pod behind it (:mod:`.network`), which is what the development gateway
+routes to.
+
 Given ``users`` (bearer token → ``User``), it authenticates and authorizes every request with
 RBAC from the Roles, ClusterRoles and bindings it stores (:mod:`.rbac`); without, any token (or
 none) may do anything, as before.
