@@ -154,12 +154,13 @@ class Terminal:
 
     async def _run(self, target: TerminalTarget, email: str, session: kube.ExecSession) -> None:
         opened = time.monotonic()
+        bridge = Bridge(self, session)
         reason: str = ENDED_CLOSED
         try:
             await _db(terminal_session_start, instance_id=target.instance_id, user_email=email)
-            await self.message({"type": "ready"})
-            reason = await Bridge(self, session).run()
+            reason = await bridge.run()
         finally:
+            await bridge.close()  # whatever went wrong, the shell in the container ends
             await _db(
                 terminal_session_end,
                 instance_id=target.instance_id,
@@ -193,6 +194,8 @@ class Bridge:
         self.terminal, self.session = terminal, session
         self.output: asyncio.Queue[bytes | None] = asyncio.Queue(OUTPUT_BUFFER)
         self.loop = asyncio.get_running_loop()
+        self.reader = threading.Thread(target=self._read, name="terminal-exec", daemon=True)
+        self.closed = False
 
     def _read(self) -> None:
         while True:
@@ -205,13 +208,13 @@ class Bridge:
                 return
 
     async def run(self) -> str:
-        reader = threading.Thread(target=self._read, name="terminal-exec-reader", daemon=True)
-        reader.start()
+        self.reader.start()
         idle_s = float(settings.TERMINAL_IDLE_MINUTES) * 60
         last_input = time.monotonic()
         browser = asyncio.ensure_future(self.terminal.receive())
         output = asyncio.ensure_future(self.output.get())
         try:
+            await self.terminal.message({"type": "ready"})
             while True:
                 left = last_input + idle_s - time.monotonic()
                 if left <= 0:
@@ -240,12 +243,12 @@ class Bridge:
                     if await self._input(message):
                         last_input = time.monotonic()
                     browser = asyncio.ensure_future(self.terminal.receive())
-        except OSError:  # the browser's connection broke while output was being sent
+        except OSError:  # the browser's connection broke while something was being sent
             return ENDED_CLOSED
         finally:
             for task in (browser, output):
                 task.cancel()
-            await self._close(reader)
+            await self.close()
 
     async def _input(self, message: Message) -> bool:
         """Pass a browser message on; True for keystrokes (which keep the session alive)."""
@@ -269,12 +272,15 @@ class Bridge:
         )
         await self.terminal.refuse(CLOSE_EXITED, text, level="info")
 
-    async def _close(self, reader: threading.Thread) -> None:
-        """End the exec session, then let the reader thread finish (its last output is
-        dropped: nobody is there to read it)."""
+    async def close(self) -> None:
+        """End the exec session (once), then let the reader thread finish: its last output is
+        dropped, nobody is there to read it."""
+        if self.closed:
+            return
+        self.closed = True
         await asyncio.to_thread(self.session.close)
         deadline = time.monotonic() + 5
-        while reader.is_alive() and time.monotonic() < deadline:
+        while self.reader.is_alive() and time.monotonic() < deadline:
             while not self.output.empty():
                 self.output.get_nowait()
             await asyncio.sleep(0.01)
