@@ -309,11 +309,10 @@ KUBECONFIG = env_optional("KUBECONFIG")
 # tier runs with KUBE_ACCESS=false and no credentials; a call from it is refused
 # (KubeAccessRefused). The web terminal service runs with KUBE_ACCESS=exec: it may only open exec
 # sessions into tenant pods.
-KUBE_ACCESS: bool | str = (
-    "exec"
-    if env_str("KUBE_ACCESS", "true").strip().lower() == "exec"
-    else env_bool("KUBE_ACCESS", True)
-)
+_kube_access = env_str("KUBE_ACCESS", "true").strip().lower()
+if _kube_access not in ("true", "1", "yes", "on", "false", "0", "no", "off", "", "exec"):
+    raise ImproperlyConfigured(f"KUBE_ACCESS must be true, false or exec, got {_kube_access!r}.")
+KUBE_ACCESS: bool | str = "exec" if _kube_access == "exec" else env_bool("KUBE_ACCESS", True)
 # The worker's service account ("namespace/name"), bound to the starverse-tenant ClusterRole in
 # each tenant namespace by a RoleBinding the worker makes with the namespace; the terminal
 # service's, bound to starverse-exec (pods/exec) the same way.

@@ -38,7 +38,7 @@ def test_kube_access_is_true_false_or_exec(monkeypatch):
         assert runpy.run_path(str(BASE))["KUBE_ACCESS"] == read
 
     monkeypatch.setenv("KUBE_ACCESS", "shell")
-    with pytest.raises(ImproperlyConfigured, match="KUBE_ACCESS must be true or false"):
+    with pytest.raises(ImproperlyConfigured, match="KUBE_ACCESS must be true, false or exec"):
         runpy.run_path(str(BASE))
 
 
