@@ -312,6 +312,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         "description",
     ]
     list_filter = ["kind", "created_at"]
+    ordering = ["-created_at", "-id"]  # newest first (ids are random: no order of their own)
     search_fields = [
         "id",
         "idempotency_key",
