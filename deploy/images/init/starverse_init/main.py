@@ -124,7 +124,7 @@ def main() -> int:
     log("starting", instance=config.instance_id or "-", root=config.root)
     children = setup(config)
     follower = KeyFollower(config)
-    follower.tick()  # setup synced them: the next read is one poll interval away
+    follower.tick()  # read now, then once every poll interval
     for child in children:
         child.start()
     while not stopping.is_set():
