@@ -87,6 +87,7 @@ INSTANCE_COLUMNS = (
     ("ssh_port", "i.ssh_port"),
     ("jupyter_port", "i.jupyter_port"),
     ("jupyter_token", "i.jupyter_token"),
+    ("ssh_host_key_fingerprint", "i.ssh_host_key_fingerprint"),
     ("cost_fen", "i.cost_fen"),
     ("node_id", "i.node_id"),
     ("error_message", "i.error_message"),
