@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -42,6 +43,8 @@ from starverse.core.money import MoneyParseError, format_fen, parse_fen
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -309,6 +312,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         "description",
     ]
     list_filter = ["kind", "created_at"]
+    ordering = ["-created_at", "-id"]  # newest first (ids are random: no order of their own)
     search_fields = [
         "id",
         "idempotency_key",

@@ -3,6 +3,7 @@
 from typing import Any
 
 from django.contrib import admin
+from django.db import models
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
@@ -12,6 +13,8 @@ from datasets.sizes import format_size
 
 @admin.register(PublicDataset)
 class PublicDatasetAdmin(admin.ModelAdmin):
+    # a homepage typed without a scheme is https (Django 6's default, chosen now)
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     list_display = [
         "name",
         "id",

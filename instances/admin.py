@@ -17,6 +17,9 @@ from starverse.accounts.models import Tenant
 from starverse.core.errors import ServiceError
 from starverse.core.money import format_fen
 
+# Never on an operator's screen: the Jupyter token and the private half of the SSH host key.
+SECRET_FIELDS = ("jupyter_token", "ssh_host_key")
+
 
 class OfferingForm(forms.ModelForm):
     """Refuses an offering no node of its GPU model could ever run (by GPUs and the node's
@@ -83,8 +86,8 @@ class InstanceAdmin(admin.ModelAdmin):
     list_display = ["id", "name", "tenant", "offering", "status", "node", "cost", "created_at"]
     list_filter = ["status", "billing", "offering__gpu_model"]
     search_fields = ["id", "name", "tenant__members__email", "node__name"]
-    readonly_fields = [f.name for f in Instance._meta.fields if f.name != "jupyter_token"]
-    exclude = ["jupyter_token"]
+    readonly_fields = [f.name for f in Instance._meta.fields if f.name not in SECRET_FIELDS]
+    exclude = list(SECRET_FIELDS)
     inlines = [InstanceEventInline]
     actions = ["stop", "terminate"]
 

@@ -99,6 +99,15 @@ class Instance(models.Model):
     ssh_port = models.PositiveIntegerField(null=True, blank=True)
     jupyter_port = models.PositiveIntegerField(null=True, blank=True)
     jupyter_token = models.CharField(max_length=64, blank=True)
+    # The instance's SSH host key, made once by the platform (starverse.core.hostkeys). The
+    # private half is kept here, not only in the cluster's Secret, because the database is the
+    # desired state: the Secret is rendered again on every start and key change, in whatever
+    # namespace and on whatever node, and must carry the same key so the host stays the one the
+    # user's known_hosts has.
+    ssh_host_key = models.TextField(blank=True)
+    ssh_host_key_fingerprint = models.CharField(
+        max_length=64, blank=True, help_text="SHA256 fingerprint of the SSH host key."
+    )
     provisioning_since = models.DateTimeField(
         null=True, blank=True, help_text="When this provisioning began (its timeout runs from it)."
     )

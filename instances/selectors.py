@@ -87,6 +87,7 @@ INSTANCE_COLUMNS = (
     ("queued_at", "i.queued_at"),
     ("ssh_port", "i.ssh_port"),
     ("ports", "i.ports"),
+    ("ssh_host_key_fingerprint", "i.ssh_host_key_fingerprint"),
     ("cost_fen", "i.cost_fen"),
     ("node_id", "i.node_id"),
     ("error_message", "i.error_message"),

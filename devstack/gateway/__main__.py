@@ -1,6 +1,6 @@
 """Run the development gateway (a stand-in for the production proxy) in the foreground.
 
-    python -m devstack.gateway --port 8001 --auth-url http://127.0.0.1:8000/gateway/auth \\
+    python -m devstack.gateway --port 8002 --auth-url http://127.0.0.1:8000/gateway/auth \\
         --kube-url http://127.0.0.1:16443
 
 SIGTERM or Ctrl-C stops it with exit status 0.
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         "production proxy (not for production).",
     )
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--port", type=int, default=8002)
     parser.add_argument("--auth-url", required=True, help="the console's /gateway/auth")
     parser.add_argument("--kube-url", required=True, help="the kube emulator")
     parser.add_argument(

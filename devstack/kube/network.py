@@ -8,7 +8,7 @@ the API (no credentials: this is the pod network, which the tenant NetworkPolicy
 real cluster). Like kube-proxy it answers only for the ports the Service declares, and only
 when a Running, Ready pod matches its selector. The port that targets 8888 (Jupyter) stands in
 for JupyterLab with token authentication: it answers 403 unless the request carries the pod's
-``JUPYTER_TOKEN`` (read from the Secret its env names) as ``Authorization: token <token>``.
+token (``jupyter_token`` of the Secret it mounts) as ``Authorization: token <token>``.
 """
 
 from __future__ import annotations
@@ -117,18 +117,26 @@ class ServiceNetwork:
         return _page(200, f"{what} stand-in", f"{what} stand-in on port {target} of pod {name}")
 
     def _jupyter_token(self, pod: Obj) -> str | None:
-        """The pod's JUPYTER_TOKEN: its value, or the Secret key its env points to."""
-        for container in (pod.get("spec") or {}).get("containers") or []:
+        """The pod's Jupyter token, where the image contract puts it (docs/images.md): the key
+        ``jupyter_token`` of a Secret the pod mounts, else its ``JUPYTER_TOKEN`` env (a value,
+        or the Secret key it points to)."""
+        namespace = pod["metadata"].get("namespace", "")
+        spec = pod.get("spec") or {}
+        for volume in spec.get("volumes") or []:
+            name = (volume.get("secret") or {}).get("secretName")
+            token = self._secret_value(namespace, name, "jupyter_token") if name else None
+            if token is not None:
+                return token
+        for container in spec.get("containers") or []:
             for env in container.get("env") or []:
                 if env.get("name") != "JUPYTER_TOKEN":
                     continue
                 if "value" in env:
                     return str(env["value"])
                 ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
-                secret = self.store.get(
-                    SECRETS, pod["metadata"].get("namespace", ""), ref.get("name", "")
-                )
-                data = (secret or {}).get("data") or {}
-                if ref.get("key") in data:
-                    return base64.b64decode(data[ref["key"]]).decode()
+                return self._secret_value(namespace, ref.get("name", ""), ref.get("key", ""))
         return None
+
+    def _secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        data = (self.store.get(SECRETS, namespace, name) or {}).get("data") or {}
+        return base64.b64decode(data[key]).decode() if key in data else None

@@ -124,6 +124,11 @@ class SshOutput(serializers.Serializer):
     port = serializers.IntegerField()
     user = serializers.CharField()
     command = serializers.CharField()
+    host_key_fingerprint = serializers.CharField(
+        allow_null=True,
+        help_text="The instance's SSH host key, as `ssh-keygen -l` prints it (SHA256:…): check "
+        "it against what ssh shows on the first connection.",
+    )
 
 
 def _ssh(obj: Any) -> dict[str, Any] | None:
@@ -135,6 +140,7 @@ def _ssh(obj: Any) -> dict[str, Any] | None:
         "port": obj.ssh_port,
         "user": "root",
         "command": f"ssh -p {obj.ssh_port} root@{host}",
+        "host_key_fingerprint": obj.ssh_host_key_fingerprint or None,
     }
 
 

@@ -36,6 +36,7 @@ from instances.states import (
 )
 from starverse.accounts.models import SshKey
 from starverse.core import kube
+from starverse.core.hostkeys import host_key_from_private, host_key_generate
 from starverse.core.text import later
 from storage import manifests as storage_manifests
 from storage import provisioning as storage
@@ -90,8 +91,8 @@ def _objects_create(instance: Instance, node: Node) -> None:
     pool = manifests.public_pool_claim(instance.tenant_id)
     if pool is not None:
         kube.ensure(pool)
-    secret = manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
-    kube.ensure(secret, update=True)
+    _host_key_assign(instance)
+    kube.ensure(_access_secret(instance), update=True)
     kube.ensure(manifests.disk_claim(instance))
     disks, nas = _storage(instance)
     pod = kube.ensure(manifests.pod(instance, node.name, disks, nas))
@@ -193,9 +194,36 @@ def access_refresh(instance_id: str) -> bool:
         return False
     if instance.status not in (S.PROVISIONING, S.RUNNING):
         return False
-    secret = manifests.ssh_secret(instance, _authorized_keys(instance), instance.jupyter_token)
-    kube.ensure(secret, update=True)
+    kube.ensure(_access_secret(instance), update=True)
     return True
+
+
+def _host_key_assign(instance: Instance) -> None:
+    """The instance's SSH host key, made once, at its first provisioning, and kept for its life
+    (every later start renders the same key into its Secret, so the host the user's known_hosts
+    holds stays the same across stop/start and a move to another node). A pass that races
+    another keeps whichever key was stored first."""
+    if instance.ssh_host_key:
+        return
+    key = host_key_generate()
+    Instance.objects.filter(pk=instance.pk, ssh_host_key="").update(
+        ssh_host_key=key.private_openssh, ssh_host_key_fingerprint=key.fingerprint
+    )
+    instance.refresh_from_db(fields=["ssh_host_key", "ssh_host_key_fingerprint"])
+    logger.info(
+        "instance.host_key instance=%s fingerprint=%s",
+        instance.id,
+        instance.ssh_host_key_fingerprint,
+    )
+
+
+def _access_secret(instance: Instance) -> dict[str, Any]:
+    """The instance's access Secret as it should be now: the keys that may log in, its Jupyter
+    token and its SSH host key."""
+    host_key = host_key_from_private(instance.ssh_host_key) if instance.ssh_host_key else None
+    return manifests.ssh_secret(
+        instance, _authorized_keys(instance), instance.jupyter_token, host_key
+    )
 
 
 def _authorized_keys(instance: Instance) -> str:

@@ -6,10 +6,23 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.urls import reverse
 
 from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
+from starverse.core.hostkeys import HostKey
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
 from storage.manifests import volumes_and_mounts
+
+# The image contract (docs/images.md): tini as PID 1 (it reaps zombies and forwards SIGTERM)
+# runs the platform's init package, which installs the access Secret mounted at ACCESS_DIR.
+INIT_COMMAND = ["/usr/bin/tini", "--", "/opt/starverse/bin/starverse-init"]
+ACCESS_DIR = "/etc/starverse/access"
+HOST_KEY_FILE = "ssh_host_ed25519_key"
+DISK_MOUNT = "/root/data"
+# On stop the init gives the user's on-stop hooks this long in all, then stops sshd and Jupyter;
+# the kubelet waits that plus a margin before it kills what is left.
+STOP_HOOKS_DEADLINE_S = 60
+STOP_MARGIN_S = 30
 
 
 def instance_name(instance_id: str) -> str:
@@ -114,7 +127,16 @@ def network_policy(tenant_id: str, http_ports: list[int] | tuple[int, ...] = ())
     }
 
 
-def ssh_secret(instance: Any, authorized_keys: str, jupyter_token: str) -> dict[str, Any]:
+def ssh_secret(
+    instance: Any, authorized_keys: str, jupyter_token: str, host_key: HostKey | None
+) -> dict[str, Any]:
+    """The per-instance access Secret, mounted at ACCESS_DIR: the public keys that may log in
+    (the image's init follows changes to them), the Jupyter token and the SSH host key pair,
+    which the init installs on the instance's disk (docs/images.md)."""
+    data = {"authorized_keys": authorized_keys, "jupyter_token": jupyter_token}
+    if host_key is not None:
+        data[HOST_KEY_FILE] = host_key.private_openssh
+        data[f"{HOST_KEY_FILE}.pub"] = host_key.public_openssh + "\n"
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -124,7 +146,7 @@ def ssh_secret(instance: Any, authorized_keys: str, jupyter_token: str) -> dict[
             "namespace": namespace_name(instance.tenant_id),
             "labels": labels(instance),
         },
-        "stringData": {"authorized_keys": authorized_keys, "jupyter_token": jupyter_token},
+        "stringData": data,
     }
 
 
@@ -168,6 +190,7 @@ def pod(
             "nodeName": node_name,
             "automountServiceAccountToken": False,
             "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": STOP_HOOKS_DEADLINE_S + STOP_MARGIN_S,
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             **(
                 {"runtimeClassName": instance.offering.runtime_class}
@@ -184,7 +207,7 @@ def pod(
 
 
 def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
-    offering, name = instance.offering, instance_name(instance.id)
+    offering = instance.offering
     resources = {
         "nvidia.com/gpu": str(offering.gpu_count),
         "cpu": str(offering.cpu_cores),
@@ -194,17 +217,12 @@ def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict
     return {
         "name": "main",
         "image": instance.image.container_image,
+        "command": list(INIT_COMMAND),
         "ports": [
             {"name": "ssh", "containerPort": SSH_PORT},
             {"name": "jupyter", "containerPort": JUPYTER_PORT},
         ],
-        "env": [
-            {"name": "STARVERSE_INSTANCE", "value": instance.id},
-            {
-                "name": "JUPYTER_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": f"{name}-access", "key": "jupyter_token"}},
-            },
-        ],
+        "env": init_env(instance),
         "resources": {"limits": resources, "requests": dict(resources)},
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -214,8 +232,8 @@ def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict
         },
         "volumeMounts": [
             {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - in the pod
-            {"name": "disk", "mountPath": "/root/data"},
-            {"name": "access", "mountPath": "/etc/starverse/access", "readOnly": True},
+            {"name": "disk", "mountPath": DISK_MOUNT},
+            {"name": "access", "mountPath": ACCESS_DIR, "readOnly": True},
             {"name": "public", "mountPath": "/public/data", "subPath": "data", "readOnly": True},
             {
                 "name": "public",
@@ -226,6 +244,28 @@ def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict
             *storage_mounts,
         ],
     }
+
+
+def jupyter_base_url(instance: Any) -> str:
+    """The path JupyterLab serves under in the instance (its links are made relative to it)."""
+    return "/"
+
+
+def init_env(instance: Any) -> list[dict[str, Any]]:
+    """What the image's init reads (docs/images.md). SSH sessions see the STARVERSE_ ones too;
+    the Jupyter token is not among them: the init reads it from the mounted Secret."""
+    console = settings.PUBLIC_BASE_URL.rstrip("/")
+    values = {
+        "STARVERSE_INSTANCE_ID": instance.id,
+        "STARVERSE_CONSOLE_URL": console + "/",
+        "STARVERSE_BALANCE_URL": console + reverse("billing:billing"),
+        "STARVERSE_ACCESS_DIR": ACCESS_DIR,
+        "STARVERSE_DISK": DISK_MOUNT,
+        "STARVERSE_JUPYTER_PORT": str(JUPYTER_PORT),
+        "STARVERSE_JUPYTER_BASE_URL": jupyter_base_url(instance),
+        "STARVERSE_STOP_DEADLINE_S": str(STOP_HOOKS_DEADLINE_S),
+    }
+    return [{"name": key, "value": value} for key, value in values.items()]
 
 
 def _volumes(instance: Any) -> list[dict[str, Any]]:

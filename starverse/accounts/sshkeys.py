@@ -3,13 +3,13 @@ RFC 8709), so a key is accepted only if its blob really is a key of the type it 
 
 import base64
 import binascii
-import hashlib
 import struct
 from dataclasses import dataclass
 
 from django.utils.translation import gettext as _
 
 from starverse.core.errors import InvalidInput
+from starverse.core.hostkeys import openssh_fingerprint
 
 MIN_RSA_BITS = 2048
 MAX_KEY_CHARS = 16_384
@@ -34,8 +34,7 @@ class ParsedKey:
 
     @property
     def fingerprint(self) -> str:
-        digest = base64.b64encode(hashlib.sha256(self.blob).digest()).decode().rstrip("=")
-        return f"SHA256:{digest}"
+        return openssh_fingerprint(self.blob)
 
     @property
     def canonical(self) -> str:

@@ -61,12 +61,10 @@ def test_the_jupyter_stand_in_wants_the_pod_token(emu, api: client.CoreV1Api) ->
         "default",
         {"metadata": {"name": "lab-access"}, "stringData": {"jupyter_token": "s3cret"}},
     )
-    body = pod_body("lab")
-    body["spec"]["containers"][0]["env"] = [
-        {
-            "name": "JUPYTER_TOKEN",
-            "valueFrom": {"secretKeyRef": {"name": "lab-access", "key": "jupyter_token"}},
-        }
+    body = pod_body("lab")  # the Secret mounted as the image contract has it
+    body["spec"]["volumes"] = [{"name": "access", "secret": {"secretName": "lab-access"}}]
+    body["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "access", "mountPath": "/etc/starverse/access", "readOnly": True}
     ]
     api.create_namespaced_service("default", _service("lab", {"app": "lab"}, 8888))
     _running(api, body)

@@ -142,7 +142,7 @@ def test_stop_start_terminate_through_the_console(catalog, client, cluster):
 
     page = client.get(f"/console/instances/{instance.id}/").content.decode()
     assert f"ssh -p {instance.ssh_port} root@" in page
-    jupyter = f"http://{instance.id.lower().replace('_', '-')}-8888.localhost:8001/"
+    jupyter = f"http://{instance.id.lower().replace('_', '-')}-8888.localhost:8002/"
     assert f'href="{jupyter}"' in page  # through the gateway, with no token in it
     assert instance.jupyter_token not in page
     assert "plain HTTP" in page  # the development gateway is not encrypted

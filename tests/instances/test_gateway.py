@@ -18,7 +18,7 @@ COOKIE = "starverse-gw"  # the development gateway's (GATEWAY_SCHEME http) cooki
 
 
 def _host(instance, port):
-    return f"{instance.id.lower().replace('_', '-')}-{port}.localhost:8001"
+    return f"{instance.id.lower().replace('_', '-')}-{port}.localhost:8002"
 
 
 def _check(host, uri="/", cookie=None, method="GET"):
@@ -108,8 +108,8 @@ def test_put_ports_answers_each_port_with_its_address(db, client_for):
     assert answer.status_code == 200
     assert answer.json() == {
         "ports": [
-            {"port": 6006, "url": f"http://{label}-6006.localhost:8001/"},
-            {"port": 7860, "url": f"http://{label}-7860.localhost:8001/"},
+            {"port": 6006, "url": f"http://{label}-6006.localhost:8002/"},
+            {"port": 7860, "url": f"http://{label}-7860.localhost:8002/"},
         ]
     }
     shown = client_for(user).get(f"/api/v1/instances/{instance.id}").json()
@@ -154,7 +154,7 @@ def test_ports_are_declared_at_order_time_and_checked_there(catalog, client_for)
 
 def test_without_a_cookie_every_address_goes_to_the_console_login_alike(running, settings):
     mine = _host(running, 6006)
-    nobody = "ins-" + "a" * 20 + "-6006.localhost:8001"
+    nobody = "ins-" + "a" * 20 + "-6006.localhost:8002"
 
     answers = [_check(host, "/scalars?run=1") for host in (mine, nobody)]
 
@@ -219,7 +219,7 @@ def test_another_tenant_gets_404_signed_in_or_with_its_own_cookie(running, catal
 
     refused = console.get("/gateway/login", {"next": f"http://{_host(running, 8888)}/"})
     nobody = console.get(
-        "/gateway/login", {"next": "http://ins-" + "b" * 20 + "-8888.localhost:8001/"}
+        "/gateway/login", {"next": "http://ins-" + "b" * 20 + "-8888.localhost:8002/"}
     )
     own_cookie = _sign_in(console, _host(theirs, 8888))
 

@@ -159,7 +159,7 @@ def test_the_cluster_refuses_a_route_whose_host_name_has_a_port(cluster):
         "metadata": {"name": "bad", "namespace": "default"},
         "spec": {
             "parentRefs": [{"name": "instances"}],
-            "hostnames": ["ins-x-6006.localhost:8001"],
+            "hostnames": ["ins-x-6006.localhost:8002"],
             "rules": [{"backendRefs": [{"name": "svc"}]}],
         },
     }

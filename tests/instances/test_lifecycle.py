@@ -85,7 +85,7 @@ def test_full_lifecycle_through_the_real_client(renter, catalog, cluster):
     assert detail["status"] == "running"
     assert detail["ssh"]["command"] == f"ssh -p {instance.ssh_port} root@127.0.0.1"
     label = instance.id.lower().replace("_", "-")
-    assert detail["jupyter_url"] == f"http://{label}-8888.localhost:8001/"  # no token in it
+    assert detail["jupyter_url"] == f"http://{label}-8888.localhost:8002/"  # no token in it
     assert detail["ports"] == []
     events = [
         e["message"]

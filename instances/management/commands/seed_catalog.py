@@ -23,35 +23,38 @@ PRICING = {
 }
 # Per GB-day in fen: a 100 GB cloud disk costs ¥1/day (¥30/month); the shared NAS ¥2/day.
 STORAGE_PRICES = {"disk": 1, "nas": 2}
+# The images of deploy/images (built by its build.sh): each reference is a tag of its
+# matrix.yaml, which says what versions it has.
 IMAGES = [
     (
         "pytorch-2.1",
         "PyTorch 2.1 · CUDA 12.1 · NCCL 2.18",
-        "Ubuntu 22.04, CUDA 12.1, cuDNN 8.9, PyTorch 2.1, NCCL 2.18, JupyterLab, SSH.",
+        "Ubuntu 22.04, CUDA 12.1, cuDNN 8.9, PyTorch 2.1.2, NCCL 2.18.1, JupyterLab 4, SSH.",
         "starverse/pytorch:2.1-cuda12.1",
     ),
     (
         "deepspeed-0.12",
         "DeepSpeed 0.12 (PyTorch 2.1)",
-        "The PyTorch 2.1 base with DeepSpeed 0.12, apex and flash-attention 2.",
+        "The PyTorch 2.1 base with DeepSpeed 0.12.6 and FlashAttention 2.",
         "starverse/deepspeed:0.12-pytorch2.1",
     ),
     (
         "megatron-lm",
         "Megatron-LM (PyTorch 2.1)",
-        "The PyTorch 2.1 base with Megatron-LM core and Transformer Engine for 3D parallelism.",
+        "The PyTorch 2.1 base with Megatron-LM core 0.4 and Transformer Engine 1.2 for 3D "
+        "parallelism.",
         "starverse/megatron-lm:core0.4-pytorch2.1",
     ),
     (
         "colossalai-0.3",
         "Colossal-AI 0.3 (PyTorch 2.1)",
-        "The PyTorch 2.1 base with Colossal-AI 0.3.",
+        "The PyTorch 2.1 base with Colossal-AI 0.3.4.",
         "starverse/colossalai:0.3-pytorch2.1",
     ),
     (
         "tensorrt-llm-0.7",
         "TensorRT-LLM 0.7 (inference)",
-        "CUDA 12.2 with TensorRT-LLM 0.7 and Triton for LLM inference.",
+        "CUDA 12.2 with TensorRT-LLM 0.7.1 and the Triton client, for LLM inference.",
         "starverse/tensorrt-llm:0.7-cuda12.2",
     ),
 ]

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('accounts', '0003_user_email_verification'),
         ('fleet', '0004_node_event_token_reset'),
-        ('instances', '0011_queue_unfunded_and_tenant_limits'),
+        ('instances', '0012_instance_ssh_host_key'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

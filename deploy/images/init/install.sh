@@ -1,0 +1,27 @@
+#!/bin/sh
+# Adds to an image what the platform's init needs (docs/images.md, "The image contract"):
+# openssh-server, tini, a python3 of 3.8 or later, and the init package, which the Dockerfile
+# has copied to /opt/starverse/init. Debian and Ubuntu bases.
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+packages="openssh-server tini ca-certificates"
+command -v python3 >/dev/null 2>&1 || packages="$packages python3"
+apt-get update
+# shellcheck disable=SC2086
+apt-get install -y --no-install-recommends $packages
+rm -rf /var/lib/apt/lists/*
+python3 -I -c 'import sys; assert sys.version_info >= (3, 8), sys.version'
+
+# The package made host keys: baked into the image they would be every instance's. Each
+# instance gets its own from the platform (the access Secret), kept on its disk.
+rm -f /etc/ssh/ssh_host_*
+
+# Root logs in with a key, never a password; sshd refuses an account locked with "!".
+usermod -p '*' root
+install -d -m 0700 /root/.ssh
+install -d -m 0755 /run/sshd /root/.starverse/on-stop.d /opt/starverse/bin
+ln -sf /opt/starverse/init/bin/starverse-init /opt/starverse/bin/starverse-init
+chmod 0755 /opt/starverse/init/bin/starverse-init
+test -x /usr/bin/tini
+test -x /usr/sbin/sshd
+python3 -I -c 'import sys; sys.path.insert(0, "/opt/starverse/init"); import starverse_init.main'

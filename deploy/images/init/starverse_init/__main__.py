@@ -1,0 +1,5 @@
+import sys
+
+from starverse_init.main import main
+
+sys.exit(main())
