@@ -29,6 +29,11 @@ class Offering(models.Model):
     # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
     # blank = the cluster's default runtime.
     runtime_class = models.CharField(max_length=63, blank=True, default="")
+    cluster_one_switch = models.BooleanField(
+        default=False,
+        help_text="Clusters of this (whole-node) offering are placed under one leaf switch only; "
+        "an order that does not fit under one waits instead of spanning switches.",
+    )
 
     class Meta:
         ordering = ["sort", "gpu_model", "gpu_count"]
@@ -138,6 +143,16 @@ class Instance(models.Model):
     keep_disk = models.BooleanField(
         default=False, help_text="On terminate, keep the instance's own disk as a cloud disk."
     )
+    # A rank of a multi-node cluster (clusters.Cluster): its ranks are placed, queued and
+    # started together, all or none (instances.placement.choose_nodes).
+    cluster = models.ForeignKey(
+        "clusters.Cluster",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="ranks",
+    )
+    rank = models.PositiveSmallIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
@@ -149,6 +164,11 @@ class Instance(models.Model):
                 fields=["tenant", "idempotency_key"],
                 condition=~Q(idempotency_key=""),
                 name="instance_idempotency_key",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "rank"],
+                condition=Q(cluster__isnull=False),
+                name="instance_cluster_rank",
             ),
         ]
 

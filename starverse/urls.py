@@ -29,6 +29,7 @@ api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("storage.api.urls")),
     path("", include("instances.api.urls")),
+    path("", include("clusters.api.urls")),
     path("", include("datasets.api.urls")),
 ]
 
