@@ -60,7 +60,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
         ],
         responses={
             202: ClusterOutput,
-            **errors(402, 404, 409, also=ACCOUNT_LIMITS),
+            **errors(402, 409, also=ACCOUNT_LIMITS),
             **on_hold_error(),
         },
     )
