@@ -7,8 +7,15 @@ from typing import Any
 
 from clusters.choices import status_of
 from clusters.models import Cluster
+from fleet.models import Node
+from instances.choices import HOLDS_GPUS
 from instances.models import Instance, InstanceEvent
 from instances.selectors import instance_metrics, queue_positions
+
+
+def _held(rank: Instance) -> Node | None:
+    """The node a rank holds now (as an instance shows its node: while starting or running)."""
+    return rank.node if rank.status in HOLDS_GPUS else None
 
 
 @dataclass
@@ -25,10 +32,13 @@ class ClusterView:
 
     @property
     def switches_spanned(self) -> int | None:
-        """Leaf switches under the ranks' nodes; None while any rank has no node."""
-        if not self.ranks or any(rank.node is None for rank in self.ranks):
+        """Leaf switches under the ranks' nodes; None unless every rank holds its node."""
+        if not self.ranks or any(_held(rank) is None for rank in self.ranks):
             return None
         return len({rank.node.switch for rank in self.ranks if rank.node is not None})
+
+    def node_of(self, rank: Instance) -> Node | None:
+        return _held(rank)
 
     @property
     def cost_fen(self) -> int:

@@ -85,12 +85,12 @@ class ClusterOutput(serializers.Serializer):
                 {
                     "rank": rank.rank,
                     "instance": rank.id,
-                    "node": rank.node.name if rank.node else None,
-                    "switch": (rank.node.switch or None) if rank.node else None,
+                    "node": node.name if node else None,
+                    "switch": (node.switch or None) if node else None,
                     "status": rank.status,
                     "host": None,
                 }
-                for rank in view.ranks
+                for rank, node in ((rank, view.node_of(rank)) for rank in view.ranks)
             ],
             "preflight": None,
             "cost_fen": view.cost_fen,

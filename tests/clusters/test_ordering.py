@@ -231,3 +231,28 @@ def test_two_clusters_racing_for_the_same_nodes_never_split(catalog):
         statuses = set(cluster.ranks.values_list("status", flat=True))
         assert (held, statuses == {"queued"}) in ((16, False), (0, True)), (held, statuses)
     assert Allocation.objects.count() == 16
+
+
+def test_stop_start_and_terminate_move_every_rank(catalog, client_for):
+    user = _paying_user()
+    client = client_for(user)
+    cluster = make_cluster(user)
+    ranks = list(cluster.ranks.order_by("rank"))
+    for rank in ranks:
+        assert converge_until(converge.provision, rank.id) == "running"
+    assert client.get(f"/api/v1/clusters/{cluster.id}").json()["status"] == "running"
+    assert client.post(f"/api/v1/clusters/{cluster.id}/stop").json()["status"] == "stopping"
+    for rank in ranks:
+        assert converge_until(converge.stop, rank.id) == "stopped"
+    body = client.get(f"/api/v1/clusters/{cluster.id}").json()
+    assert (body["status"], body["switches_spanned"]) == ("stopped", None)
+    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    started = client.post(f"/api/v1/clusters/{cluster.id}/start").json()
+    assert started["status"] == "provisioning"
+    assert {r["status"] for r in started["ranks"]} == {"provisioning"}
+    assert Allocation.objects.filter(instance__cluster=cluster).count() == 16
+    assert client.delete(f"/api/v1/clusters/{cluster.id}").json()["status"] == "terminating"
+    for rank in ranks:
+        assert converge_until(converge.terminate, rank.id) == "terminated"
+    assert client.get(f"/api/v1/clusters/{cluster.id}").json()["status"] == "terminated"
+    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
