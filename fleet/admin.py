@@ -68,7 +68,7 @@ class NodeAdmin(admin.ModelAdmin):
         "rack",
         "switch",
     ]
-    list_filter = ["state", "gpu_product", "interconnect", "in_cluster", "switch"]
+    list_filter = ["state", "gpu_product", "interconnect", "in_cluster"]
     search_fields = ["name", "rack", "switch", "fabric", "gpus__uuid"]
     readonly_fields = [
         "id",
