@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -359,6 +360,25 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "free_disks": free_disks(request.user),
             "nas": nas_for_tenant(instance.tenant_id),
             "tz": timezone.get_current_timezone_name(),
+        },
+    )
+
+
+@login_required
+def instance_terminal(request: HttpRequest, pk: str) -> HttpResponse:
+    """The instance page's Terminal tab: a terminal emulator in the page, connected to the web
+    terminal service (terminal/, at TERMINAL_URL), which says itself when there is no shell to
+    open (a stopped instance, say)."""
+    instance = get_for_user(_user_instances(request), request.user, "tenant", pk)
+    return render(
+        request,
+        "instances/terminal.html",
+        {
+            "active": "instances",
+            "instance": instance,
+            "socket_url": f"{settings.TERMINAL_URL}/terminal/{instance.pk}/ws",
+            "idle_minutes": settings.TERMINAL_IDLE_MINUTES,
+            "status_labels": _status_labels(),
         },
     )
 

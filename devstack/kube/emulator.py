@@ -2,7 +2,8 @@
 
 It is a development stand-in for a cluster of GPU nodes — an HTTP server on 127.0.0.1 that the
 official ``kubernetes`` client and ``kubectl`` talk to unchanged — and never a way to run
-production workloads: nothing is executed, pods only walk through their lifecycle on paper.
+production workloads: nothing is executed, pods only walk through their lifecycle on paper, and
+exec into a pod reaches a simulated shell (:mod:`.shell`).
 
     emu = KubeEmulator(pull_delay_s=0.05, start_delay_s=0.05).start()
     emu.write_kubeconfig("var/kubeconfig")
@@ -36,6 +37,7 @@ from .api import Api
 from .controllers import Controllers
 from .fleet import NodeSpec, build_fleet, lease_object, node_object
 from .kubelet import Kubelet
+from .podexec import ExecSession
 from .rbac import Authorizer, User
 from .resources import ALL_RESOURCES, LEASES, NAMESPACES, NODES, SERVICES
 from .scheduler import Scheduler
@@ -260,6 +262,16 @@ class KubeEmulator:
         """How many watch streams the server is serving now."""
         with self._ctx.lock:
             return self._ctx.watches
+
+    @property
+    def exec_sessions(self) -> list[ExecSession]:
+        """The exec sessions (``pods/{name}/exec``) whose connection is open now."""
+        return self._ctx.execs.sessions()
+
+    @property
+    def exec_sessions_total(self) -> int:
+        """How many exec sessions have been opened since the emulator started."""
+        return self._ctx.execs.total
 
     def reset(self) -> None:
         """Take the running emulator back to its seeded cluster, so that one emulator can serve

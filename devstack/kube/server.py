@@ -1,7 +1,7 @@
 """HTTP front end of the Kubernetes API emulator (a development stand-in, never a production
 control plane): apiserver-shaped routing, discovery, JSON (and Table) responses, chunked watch
-streams, the node proxy to the emulated kubelets (:mod:`.stats`) and injected faults, on
-``http.server.ThreadingHTTPServer``."""
+streams, the node proxy to the emulated kubelets (:mod:`.stats`), exec into pods over WebSocket
+(:mod:`.podexec`) and injected faults, on ``http.server.ThreadingHTTPServer``."""
 
 from __future__ import annotations
 
@@ -18,19 +18,22 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import errors as err
-from . import openapi, protobuf
+from . import openapi, podexec, protobuf
 from . import resources as res
 from .api import Api
 from .objects import success_status
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
 from .rbac import BINDING_PLURALS, Attributes, Authorizer, User, unauthorized
+from .shell import SimulatedShell, container_for
 from .stats import NodeProxy
 from .tables import to_table, wants_table
 from .watch import stream_watch
+from .websocket import ServerSocket, accept_key
 
 log = logging.getLogger("devstack.kube")
 _LEGACY_BINDING = re.compile(r"^/api/v1/namespaces/([^/]+)/bindings/?$")
 _NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
+_POD_EXEC = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec/?$")
 
 
 @dataclass
@@ -83,6 +86,7 @@ class ServerContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     watches: int = 0  # watch streams being served now
     authorizer: Authorizer | None = None  # RBAC, when the emulator was given users
+    execs: podexec.ExecRegistry = field(default_factory=podexec.ExecRegistry)
 
 
 @dataclass
@@ -288,6 +292,10 @@ class Handler(BaseHTTPRequestHandler):
         if node_proxy and ctx.node_proxy is not None:
             self._proxy_to_kubelet(ctx.node_proxy, method, node_proxy, params)
             return
+        pod_exec = _POD_EXEC.match(path)
+        if pod_exec:
+            self._serve_exec(method, pod_exec.group(1), pod_exec.group(2))
+            return
         target = parse_target(path)
         if isinstance(target, dict) and method == "GET":
             self._send_json(200, target)
@@ -456,6 +464,84 @@ class Handler(BaseHTTPRequestHandler):
         path = unquote(match.group(2)) if match.group(2) is not None else params.get("path", "")
         code, body, content_type = proxy.get(node_name, path)
         self._send_bytes(code, body, content_type)
+
+    def _serve_exec(self, method: str, namespace: str, name: str) -> None:
+        """``pods/{name}/exec``: authorized as ``create`` on ``pods/exec`` (what the apiserver
+        asks of a WebSocket exec too), the container checked, then the WebSocket handshake and
+        the session (:mod:`.podexec`) on this connection until either side ends it."""
+        ctx = self.server.ctx
+        self._verb, self._resource = "create", "pods/exec"
+        if method not in ("GET", "POST"):
+            raise err.method_not_allowed(method, "pods/exec")
+        self._authorize(Attributes("create", "", "pods", "exec", namespace, name))
+        fault = ctx.faults.take("create", "pods/exec")
+        if fault is not None:
+            raise fault
+        query = parse_qs(urlsplit(self.path).query)
+        command = query.get("command") or []
+        if not command:
+            raise err.bad_request("you must specify at least 1 command")
+        pod = ctx.api.get(res.PODS, namespace, name)
+        named = query.get("container")
+        container = podexec.exec_container(pod, named[-1] if named else None)
+        upgrade = self.headers.get("Upgrade", "").lower()
+        if "websocket" not in upgrade or not self.headers.get("Sec-WebSocket-Key"):
+            raise err.bad_request("Upgrade request required")
+        protocol = podexec.negotiate(self.headers.get("Sec-WebSocket-Protocol", ""))
+        if protocol is None:
+            raise err.bad_request(
+                "unable to upgrade: no supported subprotocol in Sec-WebSocket-Protocol"
+            )
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        with ctx.api.store.lock:
+            node = ctx.api.store.get(res.NODES, "", node_name)
+            neighbours = [
+                p for p in ctx.api.store.items(res.PODS) if p["spec"].get("nodeName") == node_name
+            ]
+        # listed before the handshake completes: a client that sees it open finds it here
+        session = ctx.execs.add(
+            namespace=namespace,
+            pod=name,
+            container=container,
+            command=tuple(command),
+            user=self._user.name if self._user else "",
+            protocol=protocol,
+        )
+        try:
+            self._run_exec(session, protocol, query, pod, node, neighbours)
+        finally:
+            ctx.execs.remove(session)
+
+    def _run_exec(
+        self,
+        session: podexec.ExecSession,
+        protocol: str,
+        query: dict[str, list[str]],
+        pod: dict[str, Any],
+        node: dict[str, Any] | None,
+        neighbours: list[dict[str, Any]],
+    ) -> None:
+        self._code = 101
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept_key(self.headers["Sec-WebSocket-Key"]))
+        if protocol:
+            self.send_header("Sec-WebSocket-Protocol", protocol)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.settimeout(None)  # a shell may sit idle as long as its client likes
+        channels = podexec.Channels(ServerSocket(self.rfile, self.wfile), protocol)
+        shell = SimulatedShell(
+            container_for(pod, node, neighbours),
+            lambda data: channels.send(podexec.STDOUT, data),
+            tty=(query.get("tty") or ["false"])[-1].lower() in ("true", "1"),
+        )
+        stdin = (query.get("stdin") or ["false"])[-1].lower() in ("true", "1")
+        # the client going away (or speaking nonsense) ends the session with it
+        with contextlib.suppress(podexec.Closed, podexec.ProtocolError, OSError):
+            podexec.serve(channels, shell, list(session.command), stdin=stdin)
 
     @staticmethod
     def _verb_for(method: str, target: Target, params: dict[str, str]) -> str:

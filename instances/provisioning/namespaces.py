@@ -1,9 +1,9 @@
-"""Tenant namespaces kept in step with the platform's policy. A namespace, the worker's
-RoleBinding in it and its NetworkPolicy are created once, but the policy they carry changes
-with a release (new Pod Security labels) or with the operator's settings (GATEWAY_CIDR and the
-cluster ranges the egress rule leaves out). Each provisioning brings its tenant's up to date;
-this periodic sweep brings every tenant namespace up to date, including those of tenants who
-start nothing.
+"""Tenant namespaces kept in step with the platform's policy. A namespace, the worker's and the
+terminal service's RoleBindings in it and its NetworkPolicy are created once, but the policy
+they carry changes with a release (new Pod Security labels) or with the operator's settings
+(GATEWAY_CIDR and the cluster ranges the egress rule leaves out). Each provisioning brings its
+tenant's up to date; this periodic sweep brings every tenant namespace up to date, including
+those of tenants who start nothing.
 
 The sweep is paced for a production API server: one list of the platform's namespaces, then
 calls only where a namespace's policy fingerprint (an annotation written once it is up to
@@ -26,21 +26,27 @@ from starverse.core import kube
 
 logger = logging.getLogger(__name__)
 FINGERPRINT = "starverse.io/policy-fingerprint"
-# The calls converging one namespace takes at most: binding create/read/replace, policy
-# create/read/replace, namespace patch.
-CALLS_PER_NAMESPACE = 7
+# The calls converging one namespace takes at most: create/read/replace of each of the two
+# bindings and of the policy, namespace patch.
+CALLS_PER_NAMESPACE = 10
 # A run stops in time for the next one (beat sends it every 300 s).
 SWEEP_BUDGET_S = 240.0
 
 
 def policy_fingerprint(tenant: str) -> str:
     """A digest of everything the platform renders for a tenant namespace: its labels, the
-    worker's RoleBinding and the NetworkPolicy."""
+    worker's and the terminal service's RoleBindings and the NetworkPolicy."""
     binding = kube.tenant_binding(tenant)
+    exec_binding = kube.tenant_exec_binding(tenant)
     policy = manifests.network_policy(tenant)
     rendered = {
         "namespace": kube.namespace(tenant)["metadata"]["labels"],
         "binding": [binding["metadata"]["labels"], binding["roleRef"], binding["subjects"]],
+        "exec_binding": [
+            exec_binding["metadata"]["labels"],
+            exec_binding["roleRef"],
+            exec_binding["subjects"],
+        ],
         "policy": [policy["metadata"]["labels"], policy["spec"]],
     }
     digest = hashlib.sha256(json.dumps(rendered, sort_keys=True).encode()).hexdigest()
@@ -48,7 +54,7 @@ def policy_fingerprint(tenant: str) -> str:
 
 
 def tenant_policy_converge(tenant: str) -> None:
-    """Bring one tenant's namespace labels, RoleBinding and NetworkPolicy to what the platform
+    """Bring one tenant's namespace labels, RoleBindings and NetworkPolicy to what the platform
     renders now (each read, compared, and replaced only if it differs)."""
     kube.tenant_namespace_ensure(tenant)
     kube.ensure(manifests.network_policy(tenant), update=True)

@@ -3,12 +3,16 @@ timeout; failures come out as RetryableKubeError (timeouts, connection errors, 4
 denial) or PermanentKubeError (everything else), so tasks know whether trying again can help.
 
 Only the Celery worker talks to the cluster: a process with KUBE_ACCESS off (the web tier, which
-holds no cluster credentials) is refused every call with KubeAccessRefused. The worker's rights
-in a tenant namespace come from a RoleBinding it makes there when it makes the namespace
-(tenant_namespace_ensure); see deploy/k8s/platform.yaml and README "Cluster credentials"."""
+holds no cluster credentials) is refused every call with KubeAccessRefused, and one with
+KUBE_ACCESS=exec (the web terminal service) may only open exec sessions (exec_open). The worker's
+rights in a tenant namespace come from a RoleBinding it makes there when it makes the namespace
+(tenant_namespace_ensure), and so do the terminal service's (pods/exec only); see
+deploy/k8s/platform.yaml and README "Cluster credentials"."""
 
+import contextlib
 import json
 import logging
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import cache
@@ -18,7 +22,9 @@ from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.stream import stream
 from urllib3.exceptions import HTTPError
+from websocket import ABNF, WebSocketException, setdefaulttimeout
 
 logger = logging.getLogger(__name__)
 TIMEOUT = (3.05, 10)  # connect, read
@@ -41,9 +47,10 @@ class ClusterNotConfigured(PermanentKubeError):
 
 
 class KubeAccessRefused(Exception):
-    """This process may not talk to the cluster (KUBE_ACCESS is off: the web tier). Not a
-    KubeError, so no handler of cluster errors hides it: a request that reaches for the cluster
-    is a bug to fix by handing the work to the worker."""
+    """This process may not make this call (KUBE_ACCESS is off: the web tier; or it is `exec`:
+    the terminal service, which may only open exec sessions). Not a KubeError, so no handler of
+    cluster errors hides it: a request that reaches for the cluster is a bug to fix by handing
+    the work to the worker."""
 
 
 # KUBECONFIG=in-cluster: the pod's own service-account token (the worker's, in production).
@@ -62,6 +69,10 @@ TASK_RETRY: dict[str, Any] = {
 MANAGED = {"app.kubernetes.io/managed-by": "starverse"}
 # The ClusterRole with the worker's verbs inside a tenant namespace, bound there per namespace.
 TENANT_ROLE = "starverse-tenant"
+# The ClusterRole of the terminal service (pods get, pods/exec create), bound the same way.
+EXEC_ROLE = "starverse-exec"
+# KUBE_ACCESS of a process that may only open exec sessions (the terminal service).
+EXEC_ONLY = "exec"
 RBAC_GROUP = "rbac.authorization.k8s.io"
 # Label keys the platform owns on its objects: the rest (an operator's, a policy engine's) are
 # never changed or removed.
@@ -108,16 +119,26 @@ def namespace(tenant_id: str) -> dict[str, Any]:
 def tenant_binding(tenant_id: str) -> dict[str, Any]:
     """The RoleBinding that gives the worker's service account the tenant ClusterRole in the
     tenant's namespace, and nowhere else."""
-    namespace, _sep, name = settings.KUBE_WORKER_SERVICE_ACCOUNT.partition("/")
+    return _role_binding(tenant_id, TENANT_ROLE, settings.KUBE_WORKER_SERVICE_ACCOUNT)
+
+
+def tenant_exec_binding(tenant_id: str) -> dict[str, Any]:
+    """The RoleBinding that gives the terminal service's account the exec ClusterRole in the
+    tenant's namespace, and nowhere else."""
+    return _role_binding(tenant_id, EXEC_ROLE, settings.KUBE_TERMINAL_SERVICE_ACCOUNT)
+
+
+def _role_binding(tenant_id: str, role: str, service_account: str) -> dict[str, Any]:
+    namespace, _sep, name = service_account.partition("/")
     return {
         "apiVersion": f"{RBAC_GROUP}/v1",
         "kind": "RoleBinding",
         "metadata": {
-            "name": TENANT_ROLE,
+            "name": role,
             "namespace": namespace_name(tenant_id),
             "labels": {**MANAGED, "starverse.io/tenant": tenant_label(tenant_id)},
         },
-        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": TENANT_ROLE},
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
     }
 
@@ -133,9 +154,10 @@ def owned_label_drift(wanted: dict[str, str], have: dict[str, str]) -> dict[str,
 
 
 def tenant_namespace_ensure(tenant_id: str) -> dict[str, Any]:
-    """The tenant's namespace as the platform wants it now, and the worker's RoleBinding in it:
-    created if missing; on one made by an older release, our labels (Pod Security levels) are
-    merged in and the binding's subjects put right. Returns the namespace."""
+    """The tenant's namespace as the platform wants it now, and the worker's and the terminal
+    service's RoleBindings in it: created if missing; on one made by an older release, our
+    labels (Pod Security levels) are merged in and the bindings' subjects put right. Returns the
+    namespace."""
     manifest = namespace(tenant_id)
     existing = ensure(manifest)
     have = (existing.get("metadata") or {}).get("labels") or {}
@@ -148,6 +170,7 @@ def tenant_namespace_ensure(tenant_id: str) -> dict[str, Any]:
             ",".join(sorted(drift)),
         )
     ensure(tenant_binding(tenant_id), update=True)
+    ensure(tenant_exec_binding(tenant_id), update=True)
     return existing
 
 
@@ -205,11 +228,16 @@ def _api_client(kubeconfig: str) -> client.ApiClient:
     return config.new_client_from_config(config_file=kubeconfig)
 
 
-def _client() -> client.ApiClient:
+def _client(*, exec_session: bool = False) -> client.ApiClient:
     if not settings.KUBE_ACCESS:
         raise KubeAccessRefused(
             "This process has no cluster access (KUBE_ACCESS is off): hand the work to the "
             "worker through a task."
+        )
+    if settings.KUBE_ACCESS == EXEC_ONLY and not exec_session:
+        raise KubeAccessRefused(
+            "This process may only open exec sessions into tenant pods (KUBE_ACCESS=exec): "
+            "hand other work to the worker through a task."
         )
     if not settings.KUBECONFIG:
         raise ClusterNotConfigured("No cluster configured (set KUBECONFIG).")
@@ -610,3 +638,118 @@ def managed(kind: str, namespaces: list[str]) -> list[tuple[str, str]]:
         for namespace in namespaces
         for item in _call(f"{kind}.list", listing, namespace, label_selector=MANAGED_SELECTOR).items
     ]
+
+
+# --- exec: the web terminal --------------------------------------------------------------------
+
+EXEC_CONNECT_TIMEOUT = 10.0  # seconds to open the exec WebSocket (a session then lasts)
+_HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
+STDIN, STDOUT, STDERR, EXEC_ERROR, RESIZE = 0, 1, 2, 3, 4
+
+
+class ExecSession:
+    """A command running in a container through the API server's exec subresource, over one
+    WebSocket (the v4 channel protocol): stdin and resizes go in, output comes out, and `close`
+    ends it on the cluster's side as well. `receive` blocks; `send`, `resize` and `close` may be
+    called from other threads meanwhile."""
+
+    def __init__(self, ws: Any, api_client: client.ApiClient) -> None:
+        self._ws = ws
+        self._api_client = api_client
+        self.exit_code: int | None = None  # set when the API server reports how it ended
+
+    def send(self, data: bytes) -> None:
+        self._ws.write_channel(STDIN, data)
+
+    def resize(self, cols: int, rows: int) -> None:
+        self._ws.write_channel(RESIZE, json.dumps({"Width": cols, "Height": rows}).encode())
+
+    def receive(self) -> bytes | None:
+        """The next output (stdout or stderr, as bytes), or None once the session has ended."""
+        sock = self._ws.sock
+        while True:
+            try:
+                opcode, frame = sock.recv_data_frame(True)
+            except (WebSocketException, OSError, ValueError):
+                return None
+            if opcode == ABNF.OPCODE_CLOSE:
+                return None
+            data = frame.data if isinstance(frame.data, bytes) else str(frame.data).encode()
+            if opcode not in (ABNF.OPCODE_BINARY, ABNF.OPCODE_TEXT) or not data:
+                continue
+            channel, payload = data[0], data[1:]
+            if channel in (STDOUT, STDERR) and payload:
+                return bytes(payload)
+            if channel == EXEC_ERROR and payload:
+                self.exit_code = _exit_code(payload)
+
+    def close(self) -> None:
+        """End the session: a close frame to the API server (which ends the process's
+        connection), then the socket shut, which also wakes a thread blocked in `receive`."""
+        sock = self._ws.sock
+        with contextlib.suppress(WebSocketException, OSError):
+            sock.send_close()
+        sock.abort()
+        sock.shutdown()
+        self._api_client.close()
+
+
+def _exit_code(status: bytes) -> int | None:
+    try:
+        body = json.loads(status)
+    except ValueError:
+        return None
+    if body.get("status") == "Success":
+        return 0
+    for cause in (body.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message"))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def exec_open(namespace: str, pod: str, *, container: str, command: list[str]) -> ExecSession:
+    """Run `command` in a container with stdin and a TTY (a shell, for the web terminal). The
+    only call a process with KUBE_ACCESS=exec may make. A refusal by RBAC, a missing pod or a
+    container that is not running is a PermanentKubeError; an unreachable API server a
+    RetryableKubeError."""
+    base = _client(exec_session=True)
+    # its own ApiClient: kubernetes.stream swaps the client's request method while it connects
+    api_client = client.ApiClient(base.configuration)
+    # websocket-client takes its connect timeout from this default (this process opens only
+    # exec WebSockets); the session's socket then blocks without one
+    setdefaulttimeout(EXEC_CONNECT_TIMEOUT)
+    try:
+        ws = stream(
+            client.CoreV1Api(api_client).connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            container=container,
+            command=command,
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=True,
+            binary=True,
+            _preload_content=False,
+        )
+    except ApiException as error:
+        api_client.close()
+        found = _HANDSHAKE_STATUS.search(str(error.reason))
+        status = int(found.group(1)) if found else 0
+        logger.warning(
+            "kube.exec_refused namespace=%s pod=%s status=%s", namespace, pod, status or "-"
+        )
+        if status == 403:
+            logger.error(
+                "kube.forbidden op=pods.exec namespace=%s: see the terminal's RBAC in "
+                "deploy/k8s/platform.yaml",
+                namespace,
+            )
+        if status in RETRYABLE_STATUSES:
+            raise RetryableKubeError(f"pods.exec {pod}: {status or 'unreachable'}") from error
+        raise PermanentKubeError(f"pods.exec {pod}: {status}") from error
+    ws.sock.settimeout(None)
+    return ExecSession(ws, api_client)

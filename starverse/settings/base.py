@@ -306,19 +306,31 @@ OPERATOR_EMAILS = env_list("OPERATOR_EMAILS", [])
 # "in-cluster" for the pod's own service-account token); without it the platform runs with no
 # cluster. Agents join with NODE_BOOTSTRAP_TOKEN.
 KUBECONFIG = env_optional("KUBECONFIG")
-# Whether this process may talk to the cluster: only the Celery worker does. The web tier runs
-# with KUBE_ACCESS=false and no credentials; a call from it is refused (KubeAccessRefused).
-KUBE_ACCESS = env_bool("KUBE_ACCESS", True)
+# Whether this process may talk to the cluster: only the Celery worker does (true). The web
+# tier runs with KUBE_ACCESS=false and no credentials; a call from it is refused
+# (KubeAccessRefused). The web terminal service runs with KUBE_ACCESS=exec: it may only open exec
+# sessions into tenant pods.
+_kube_access = env_str("KUBE_ACCESS", "true").strip().lower()
+if _kube_access not in ("true", "1", "yes", "on", "false", "0", "no", "off", "", "exec"):
+    raise ImproperlyConfigured(f"KUBE_ACCESS must be true, false or exec, got {_kube_access!r}.")
+KUBE_ACCESS: bool | str = "exec" if _kube_access == "exec" else env_bool("KUBE_ACCESS", True)
 # The worker's service account ("namespace/name"), bound to the starverse-tenant ClusterRole in
-# each tenant namespace by a RoleBinding the worker makes with the namespace.
+# each tenant namespace by a RoleBinding the worker makes with the namespace; the terminal
+# service's, bound to starverse-exec (pods/exec) the same way.
 KUBE_WORKER_SERVICE_ACCOUNT = env_str(
     "KUBE_WORKER_SERVICE_ACCOUNT", "starverse-system/starverse-worker"
 )
-if KUBE_WORKER_SERVICE_ACCOUNT.count("/") != 1 or not all(KUBE_WORKER_SERVICE_ACCOUNT.split("/")):
-    raise ImproperlyConfigured(
-        "KUBE_WORKER_SERVICE_ACCOUNT must be namespace/name, e.g. "
-        "starverse-system/starverse-worker."
-    )
+KUBE_TERMINAL_SERVICE_ACCOUNT = env_str(
+    "KUBE_TERMINAL_SERVICE_ACCOUNT", "starverse-system/starverse-terminal"
+)
+for _name, _account in (
+    ("KUBE_WORKER_SERVICE_ACCOUNT", KUBE_WORKER_SERVICE_ACCOUNT),
+    ("KUBE_TERMINAL_SERVICE_ACCOUNT", KUBE_TERMINAL_SERVICE_ACCOUNT),
+):
+    if _account.count("/") != 1 or not all(_account.split("/")):
+        raise ImproperlyConfigured(
+            f"{_name} must be namespace/name, e.g. starverse-system/starverse-worker."
+        )
 # The periodic pass that brings tenant namespaces, their RoleBinding and NetworkPolicy up to
 # date paces its API calls to this many a second (it runs against the production API server).
 TENANT_SWEEP_CALLS_PER_S = env_int("TENANT_SWEEP_CALLS_PER_S", 10)
@@ -357,6 +369,17 @@ if _pool_scheme == "pvc" and not PUBLIC_POOL_STORAGE_CLASS:
         "PUBLIC_POOL_SOURCE=pvc://… needs PUBLIC_POOL_STORAGE_CLASS: the StorageClass whose "
         "ReadOnlyMany claims all reach the public pool's share."
     )
+# The web terminal (README "Terminal"): its own ASGI service (terminal/), which the console's
+# pages reach at TERMINAL_URL (ws:// or wss://; by default the console's own address, where an
+# Ingress routes /terminal/ to it). A session with no keystroke for this many minutes closes.
+TERMINAL_URL = env_str(
+    "TERMINAL_URL", re.sub(r"^http", "ws", PUBLIC_BASE_URL.rstrip("/"), count=1)
+).rstrip("/")
+if not re.fullmatch(r"wss?://[^/\s]+", TERMINAL_URL):
+    raise ImproperlyConfigured(
+        f"TERMINAL_URL must be ws://host[:port] or wss://host[:port], got {TERMINAL_URL!r}."
+    )
+TERMINAL_IDLE_MINUTES = env_int("TERMINAL_IDLE_MINUTES", 30)
 # Where users reach their instances' SSH and Jupyter node ports.
 SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
 PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)

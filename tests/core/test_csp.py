@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from starverse.core.csp import POLICY
+from starverse.core.csp import policy
 from tests.factories import make_operator, make_user, staff_login
 
 PAGES = [
@@ -26,12 +26,21 @@ def test_console_pages_forbid_inline_scripts_and_use_none(client, db, path):
         client.force_login(make_user())
     page = client.get(path)
     assert page.status_code == 200
-    assert page["Content-Security-Policy"] == POLICY
+    assert page["Content-Security-Policy"] == policy()
     assert (
-        "script-src 'self'" in POLICY
-        and "unsafe-inline" not in POLICY.split("script-src")[1].split(";")[0]
+        "script-src 'self'" in policy()
+        and "unsafe-inline" not in policy().split("script-src")[1].split(";")[0]
     )
     assert INLINE_SCRIPT.findall(page.content.decode()) == []
+
+
+def test_pages_may_connect_to_the_console_and_the_web_terminal_only(client, db, settings):
+    settings.TERMINAL_URL = "wss://terminal.example.com"
+    client.force_login(make_user())
+
+    header = client.get("/console/")["Content-Security-Policy"]
+
+    assert "connect-src 'self' wss://terminal.example.com;" in header
 
 
 def test_the_admin_keeps_its_own_pages_unrestricted(client, db):

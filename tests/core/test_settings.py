@@ -30,3 +30,27 @@ def test_email_timeout_is_read_from_the_environment(monkeypatch):
     monkeypatch.setenv("EMAIL_TIMEOUT", "soon")
     with pytest.raises(ImproperlyConfigured, match="EMAIL_TIMEOUT must be an integer"):
         runpy.run_path(str(BASE))
+
+
+def test_kube_access_is_true_false_or_exec(monkeypatch):
+    for raw, read in (("true", True), ("false", False), ("exec", "exec"), (" EXEC ", "exec")):
+        monkeypatch.setenv("KUBE_ACCESS", raw)
+        assert runpy.run_path(str(BASE))["KUBE_ACCESS"] == read
+
+    monkeypatch.setenv("KUBE_ACCESS", "shell")
+    with pytest.raises(ImproperlyConfigured, match="KUBE_ACCESS must be true, false or exec"):
+        runpy.run_path(str(BASE))
+
+
+def test_the_terminal_is_reached_at_the_consoles_address_unless_told(monkeypatch):
+    monkeypatch.delenv("TERMINAL_URL", raising=False)
+    monkeypatch.setenv("PUBLIC_BASE_URL", "https://console.example.com/")
+    assert runpy.run_path(str(BASE))["TERMINAL_URL"] == "wss://console.example.com"
+    monkeypatch.setenv("PUBLIC_BASE_URL", "http://127.0.0.1:8000")
+    assert runpy.run_path(str(BASE))["TERMINAL_URL"] == "ws://127.0.0.1:8000"
+
+    monkeypatch.setenv("TERMINAL_URL", "ws://127.0.0.1:8001/")
+    assert runpy.run_path(str(BASE))["TERMINAL_URL"] == "ws://127.0.0.1:8001"
+    monkeypatch.setenv("TERMINAL_URL", "https://console.example.com/terminal")
+    with pytest.raises(ImproperlyConfigured, match="TERMINAL_URL must be ws://"):
+        runpy.run_path(str(BASE))

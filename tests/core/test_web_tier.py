@@ -59,10 +59,30 @@ def test_without_cluster_access_every_kube_call_is_refused(cluster, settings):
     ):
         with pytest.raises(kube.KubeAccessRefused, match="KUBE_ACCESS is off"):
             call()
+    with pytest.raises(kube.KubeAccessRefused, match="KUBE_ACCESS is off"):
+        kube.exec_open("sv-abc", "inst-abc", container="main", command=["sh"])
     # a programming error, not a cluster error: no `except KubeError` hides it
     assert not issubclass(kube.KubeAccessRefused, kube.KubeError)
     settings.KUBE_ACCESS = True
     assert kube.read("Namespace", None, "default") is not None
+
+
+def test_an_exec_only_process_may_make_no_other_call(cluster, settings):
+    settings.KUBE_ACCESS = "exec"  # the terminal service
+
+    for call in (
+        kube.nodes_list,
+        lambda: kube.read("Pod", "sv-abc", "inst-abc"),
+        lambda: kube.ensure(kube.namespace("ten_abc")),
+        lambda: kube.delete("Pod", "sv-abc", "inst-abc"),
+        kube.tenant_namespaces,
+        kube.warning_events,
+    ):
+        with pytest.raises(kube.KubeAccessRefused, match="may only open exec sessions"):
+            call()
+    # exec itself reaches the cluster (which has no such pod)
+    with pytest.raises(kube.PermanentKubeError, match="404"):
+        kube.exec_open("sv-abc", "inst-abc", container="main", command=["sh"])
 
 
 def test_in_cluster_credentials_outside_a_cluster_say_so(settings, monkeypatch):

@@ -79,7 +79,8 @@ def test_a_pending_instance_costs_one_read_a_poll(catalog, cluster, kube_calls, 
     assert Counter(kube_calls) == {POD: 60, EVENTS: 12}
     assert first == {
         ("POST", "/api/v1/namespaces"): 1,
-        ("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"): 1,
+        # the worker's binding and the terminal service's
+        ("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"): 2,
         ("POST", "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"): 1,
         ("POST", NS + "/secrets"): 1,
         ("POST", NS + "/persistentvolumeclaims"): 1,

@@ -34,7 +34,12 @@ from tests.factories import converge_until, fund, make_operator, make_ssh_key, m
 
 PLATFORM = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "platform.yaml"
 WORKER = "system:serviceaccount:starverse-system:starverse-worker"
-USERS = {"worker-token": User(WORKER), "admin-token": User("admin", ("system:masters",))}
+TERMINAL = "system:serviceaccount:starverse-system:starverse-terminal"
+USERS = {
+    "worker-token": User(WORKER),
+    "terminal-token": User(TERMINAL),
+    "admin-token": User("admin", ("system:masters",)),
+}
 # What the emulator serves of the manifest; the rest (Deployments, admission policies) is the
 # real cluster's business.
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
@@ -177,6 +182,50 @@ def test_the_worker_is_refused_outside_the_tenant_namespaces(as_worker, db):
     # inside the tenant namespace, through its binding, the same calls are allowed
     assert core.list_namespaced_secret(namespace).items == []
     assert core.create_namespaced_pod(namespace, pod).metadata.namespace == namespace
+
+
+def _output(session: kube.ExecSession) -> bytes:
+    output = b""
+    while (chunk := session.receive()) is not None:
+        output += chunk
+    session.close()
+    return output
+
+
+def test_the_terminal_may_only_open_shells_in_tenant_pods(as_worker, db, settings, tmp_path):
+    user = make_user()
+    fund(user, 1_000_000)
+    offering = Offering.objects.get(name="1× H100 80GB SXM")
+    instance, _ = instance_order(user=user, offering_id=offering.id, image_id="pytorch-2.1")
+    assert converge_until(converge.provision, instance.id) == "running"
+    instance.refresh_from_db()
+    namespace, name = instance.k8s_namespace, instance.k8s_name
+    with pytest.raises(kube.PermanentKubeError, match="403"):  # the worker runs no shells
+        kube.exec_open(namespace, name, container="main", command=["true"])
+    # the terminal service: its own token, and KUBE_ACCESS=exec
+    terminal = as_worker.write_kubeconfig(tmp_path / "terminal", token="terminal-token")
+    settings.KUBECONFIG = str(terminal)
+    settings.KUBE_ACCESS = "exec"
+    kube._api_client.cache_clear()
+
+    shell = kube.exec_open(namespace, name, container="main", command=["nvidia-smi", "-L"])
+
+    assert _output(shell).startswith(b"GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-")
+    assert shell.exit_code == 0
+    with pytest.raises(kube.PermanentKubeError, match="403"):
+        kube.exec_open("kube-system", "etcd", container="etcd", command=["sh"])
+    with pytest.raises(kube.KubeAccessRefused, match="KUBE_ACCESS=exec"):
+        kube.read("Pod", namespace, name)
+    # its token, used for anything else, is refused by the cluster as well
+    settings.KUBE_ACCESS = True
+    core = kube.core()
+    assert core.read_namespaced_pod(name, namespace).metadata.name == name
+    _refused(lambda: core.list_namespaced_pod(namespace))
+    _refused(lambda: core.read_namespaced_secret(f"{name}-access", namespace))
+    _refused(lambda: core.delete_namespaced_pod(name, namespace))
+    _refused(lambda: core.read_namespaced_pod_log(name, namespace))
+    _refused(lambda: core.list_namespace())
+    assert as_worker.exec_sessions == []
 
 
 def test_an_rbac_refusal_is_retried_and_names_the_manifest(as_worker, db, caplog):

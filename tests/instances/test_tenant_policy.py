@@ -159,6 +159,31 @@ def test_the_tenant_binding_follows_the_worker_service_account(catalog, cluster,
     ]
 
 
+def test_the_terminal_binding_follows_the_terminal_service_account(catalog, cluster, settings):
+    user = make_user()
+    instance = make_instance(user, status="running")
+    binding = read_existing("RoleBinding", instance.k8s_namespace, "starverse-exec")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "starverse-exec",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "starverse-terminal", "namespace": "starverse-system"}
+    ]
+
+    settings.KUBE_TERMINAL_SERVICE_ACCOUNT = "platform/sv-terminal"
+    settings.TENANT_SWEEP_CALLS_PER_S = 1000
+    assert tenant_namespaces_sweep().updated == [instance.k8s_namespace]
+
+    binding = read_existing("RoleBinding", instance.k8s_namespace, "starverse-exec")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "sv-terminal", "namespace": "platform"}
+    ]
+    worker = read_existing("RoleBinding", instance.k8s_namespace, "starverse-tenant")
+    assert worker["subjects"][0]["name"] == "starverse-worker"
+
+
 def test_a_second_provisioning_replaces_nothing_that_is_up_to_date(catalog, cluster, kube_calls):
     user = make_user()
     make_instance(user, status="running")
@@ -176,6 +201,7 @@ def test_rendering_from_a_namespace_label_gives_the_tenants_own_objects(db):
 
     assert kube.namespace(label) == kube.namespace(tenant)
     assert kube.tenant_binding(label) == kube.tenant_binding(tenant)
+    assert kube.tenant_exec_binding(label) == kube.tenant_exec_binding(tenant)
     assert manifests.network_policy(label) == manifests.network_policy(tenant)
 
 
@@ -199,7 +225,7 @@ def test_the_sweep_is_paced_and_stops_at_its_budget(catalog, cluster, settings, 
 
     for _ in range(4):
         kube.tenant_namespace_ensure(make_user().tenant_id)
-    settings.TENANT_SWEEP_CALLS_PER_S = 7  # a namespace takes at most 7 calls: one a second
+    settings.TENANT_SWEEP_CALLS_PER_S = 10  # a namespace takes at most 10 calls: one a second
     monkeypatch.setattr(namespaces, "SWEEP_BUDGET_S", 1.5)
     clock = _Clock()
 

@@ -1,0 +1,360 @@
+"""The simulated shell behind the Kubernetes API emulator's exec (a development stand-in: nothing
+runs in an emulated container). It answers a handful of commands the way a container of the
+platform would, so the web terminal can be tested end to end: ``echo``, ``ls`` (the read-only
+public pool under ``/public``, the instance disk at ``/root/data``), ``nvidia-smi`` (the pod's
+GPUs as the emulated node has them), ``stty size`` (the terminal size, after resizes), ``pwd``,
+``cd``, ``whoami``, ``hostname``, ``clear`` and ``exit``; anything else is "command not found".
+
+With a TTY it behaves like a terminal's line discipline: typed characters are echoed (wide CJK
+characters count two columns when erased), Backspace erases, Enter runs the line, Ctrl-C drops
+it, Ctrl-D on an empty line exits, and output lines end in CR LF. Input is UTF-8, decoded
+incrementally, so a character split across two frames arrives whole."""
+
+from __future__ import annotations
+
+import codecs
+import datetime as dt
+import hashlib
+import shlex
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeagent.sim import HGX_BUSES, gpu_limit, product_name, profile_for
+
+# What the platform's public pool holds (the seeded catalogue's directories), as the emulated
+# containers see it: the emulator mounts nothing.
+PUBLIC_POOL = {
+    "data": ["BELLE", "CLUECorpusSmall", "COIG", "ImageNet-1k", "alpaca-gpt4-zh", "c4-en"],
+    "models": [
+        "Baichuan2-7B-Chat",
+        "Meta-Llama-3-8B-Instruct",
+        "Qwen2-7B-Instruct",
+        "bge-large-zh-v1.5",
+        "chatglm3-6b",
+    ],
+}
+FILES = {
+    "/": ["bin", "dev", "etc", "home", "proc", "public", "root", "sys", "tmp", "usr", "var"],
+    "/root": ["data"],
+    "/root/data": [],
+    "/public": sorted(PUBLIC_POOL),
+    **{f"/public/{kind}": names for kind, names in PUBLIC_POOL.items()},
+}
+SHELLS = ("sh", "bash", "ash", "dash", "zsh")
+DRIVER, CUDA = "550.54.15", "12.4"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int  # on the node
+    name: str
+    uuid: str
+    bus_id: str
+    memory_mb: int
+    power_limit_w: int
+
+
+@dataclass(frozen=True)
+class Container:
+    """What the shell knows of the container it pretends to run in."""
+
+    pod: str
+    node: str
+    gpus: list[Gpu] = field(default_factory=list)
+    driver: str = DRIVER
+    cuda: str = CUDA
+
+
+def _running_order(pod: dict[str, Any]) -> tuple[str, str, str]:
+    meta = pod.get("metadata", {})
+    return (
+        str(meta.get("creationTimestamp", "")),
+        str(meta.get("namespace", "")),
+        str(meta.get("name", "")),
+    )
+
+
+def container_for(pod: dict[str, Any], node: dict[str, Any] | None, pods: list[Any]) -> Container:
+    """The pod's GPUs as the simulated node agent sees them: the node's GPUs are handed out in
+    order of its Running pods' ``nvidia.com/gpu`` limits, oldest pod first."""
+    name = pod["metadata"]["name"]
+    node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    product = product_name(str(labels.get("nvidia.com/gpu.product", "")))
+    profile = profile_for(product)
+    memory = int(labels.get("nvidia.com/gpu.memory") or profile.memory_mb)
+    offset = 0
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    for other in sorted(running, key=_running_order):
+        if other["metadata"].get("uid") == pod["metadata"].get("uid"):
+            break
+        offset += gpu_limit(other)
+    gpus = []
+    for index in range(offset, offset + gpu_limit(pod)):
+        digest = hashlib.sha256(f"{node_name}/{index}".encode()).hexdigest()
+        uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        bus = HGX_BUSES[index % len(HGX_BUSES)]
+        gpus.append(
+            Gpu(
+                index, product, uuid, f"00000000:{bus:02X}:00.0", memory, int(profile.power_limit_w)
+            )
+        )
+    return Container(name, node_name, gpus)
+
+
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in text)
+
+
+class SimulatedShell:
+    """One shell session: ``feed`` it the client's stdin bytes; what it prints goes to
+    ``write``; ``exit_code`` is set once it has exited."""
+
+    def __init__(
+        self,
+        container: Container,
+        write: Callable[[bytes], None],
+        *,
+        tty: bool,
+        clock: Callable[[], dt.datetime] = dt.datetime.now,
+    ) -> None:
+        self.container = container
+        self._write = write
+        self.tty = tty
+        self.clock = clock
+        self.cols, self.rows = 80, 24
+        self.cwd = "/root"
+        self.exit_code: int | None = None
+        self._line = ""
+        self._escape = ""  # an escape sequence being skipped (arrow keys and the like)
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    # --- output ------------------------------------------------------------------------------
+
+    def print(self, text: str) -> None:
+        if self.tty:
+            text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+        self._write(text.encode())
+
+    def prompt(self) -> None:
+        where = "~" if self.cwd == "/root" else self.cwd
+        self.print(f"root@{self.container.pod}:{where}# " if self.tty else "")
+
+    # --- input -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.prompt()
+
+    def resize(self, cols: int, rows: int) -> None:
+        if cols > 0 and rows > 0:
+            self.cols, self.rows = cols, rows
+
+    def feed(self, data: bytes) -> None:
+        for char in self._decoder.decode(data):
+            if self.exit_code is not None:
+                return
+            if self.tty:
+                self._key(char)
+            elif char == "\n":
+                self.run(self._line)
+                self._line = ""
+            else:
+                self._line += char
+
+    def end_of_input(self) -> None:
+        """The client closed stdin: what is left runs, then the shell exits."""
+        if self.exit_code is None and self._line and not self.tty:
+            self.run(self._line)
+        if self.exit_code is None:
+            self.exit_code = 0
+
+    def _key(self, char: str) -> None:
+        if self._escape:
+            self._escape += char
+            if len(self._escape) > 1 and (char.isalpha() or char == "~" or len(self._escape) > 8):
+                self._escape = ""
+            return
+        if char == "\x1b":
+            self._escape = char
+        elif char in ("\r", "\n"):
+            self.print("\n")
+            line, self._line = self._line, ""
+            self.run(line)
+            if self.exit_code is None:
+                self.prompt()
+        elif char in ("\x7f", "\b"):
+            if self._line:
+                width = _width(self._line[-1])
+                self._line = self._line[:-1]
+                self._write(("\b" * width + " " * width + "\b" * width).encode())
+        elif char == "\x03":
+            self._line = ""
+            self.print("^C\n")
+            self.prompt()
+        elif char == "\x04":
+            if not self._line:
+                self.print("exit\n")
+                self.exit_code = 0
+        elif char >= " " or char == "\t":
+            self._line += char
+            self._write(char.encode())
+
+    # --- commands ----------------------------------------------------------------------------
+
+    def run(self, line: str) -> int:
+        """Run one command line; its status (0 fine, 1 usage, 2 missing file, 127 not found)."""
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            self.print("bash: syntax error: unexpected end of file\n")
+            return 2
+        if not words:
+            return 0
+        name, args = words[0], words[1:]
+        command = {
+            "echo": self._echo,
+            "ls": self._ls,
+            "cd": self._cd,
+            "pwd": lambda a: self._say(self.cwd),
+            "whoami": lambda a: self._say("root"),
+            "hostname": lambda a: self._say(self.container.pod),
+            "nvidia-smi": self._nvidia_smi,
+            "stty": self._stty,
+            "clear": lambda a: self._raw("\x1b[H\x1b[2J"),
+            "exit": self._exit,
+            "true": lambda a: 0,
+        }.get(name)
+        if command is None:
+            self.print(f"bash: {name}: command not found\n")
+            return 127
+        return command(args)
+
+    def _say(self, text: str) -> int:
+        self.print(text + "\n")
+        return 0
+
+    def _raw(self, text: str) -> int:
+        self._write(text.encode())
+        return 0
+
+    def _echo(self, args: list[str]) -> int:
+        newline = not (args and args[0] == "-n")
+        text = " ".join(args[1:] if not newline else args)
+        self.print(text + ("\n" if newline else ""))
+        return 0
+
+    def _path(self, arg: str) -> str:
+        if arg in ("", "~"):
+            return "/root"
+        path = arg if arg.startswith("/") else f"{self.cwd.rstrip('/')}/{arg}"
+        parts: list[str] = []
+        for part in path.split("/"):
+            if part == "..":
+                parts = parts[:-1]
+            elif part not in ("", "."):
+                parts.append(part)
+        return "/" + "/".join(parts)
+
+    def _ls(self, args: list[str]) -> int:
+        paths = [a for a in args if not a.startswith("-")] or [self.cwd]
+        status = 0
+        for index, arg in enumerate(paths):
+            names = FILES.get(self._path(arg))
+            if names is None:
+                self.print(f"ls: cannot access '{arg}': No such file or directory\n")
+                status = 2
+                continue
+            if len(paths) > 1:
+                self.print(("\n" if index else "") + f"{arg}:\n")
+            if names:
+                self.print("  ".join(sorted(names, key=str.lower)) + "\n")
+        return status
+
+    def _cd(self, args: list[str]) -> int:
+        path = self._path(args[0] if args else "")
+        if path not in FILES:
+            self.print(f"bash: cd: {args[0]}: No such file or directory\n")
+            return 1
+        self.cwd = path
+        return 0
+
+    def _stty(self, args: list[str]) -> int:
+        if args == ["size"]:
+            return self._say(f"{self.rows} {self.cols}")
+        return 0
+
+    def _exit(self, args: list[str]) -> int:
+        try:
+            self.exit_code = int(args[0]) % 256 if args else 0
+        except ValueError:
+            self.exit_code = 2
+        return self.exit_code
+
+    def _nvidia_smi(self, args: list[str]) -> int:
+        gpus = self.container.gpus
+        if not gpus:
+            self.print(
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                "Make sure that the latest NVIDIA driver is installed and running.\n"
+            )
+            return 9
+        if args == ["-L"]:
+            for number, gpu in enumerate(gpus):
+                self.print(f"GPU {number}: {gpu.name} (UUID: {gpu.uuid})\n")
+            return 0
+        self.print(nvidia_smi_table(self.container, self.clock()))
+        return 0
+
+
+def nvidia_smi_table(container: Container, now: dt.datetime) -> str:
+    """``nvidia-smi``'s summary of the container's GPUs, numbered from 0 as inside a container,
+    idle."""
+    rule = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"
+
+    def row(left: str, middle: str, right: str) -> str:
+        return f"|{left:<41}|{middle:>24}|{right:>22}|"
+
+    lines = [
+        now.strftime("%a %b %d %H:%M:%S %Y"),
+        "+" + "-" * 89 + "+",
+        f"| NVIDIA-SMI {container.driver:<22}Driver Version: {container.driver:<15}"
+        f"CUDA Version: {container.cuda:<10}|",
+        rule.replace("+", "|", 1)[:-1] + "+",
+        row(
+            " GPU  Name                 Persistence-M ",
+            " Bus-Id          Disp.A ",
+            " Volatile Uncorr. ECC ",
+        ),
+        row(
+            " Fan  Temp   Perf          Pwr:Usage/Cap ",
+            "           Memory-Usage ",
+            " GPU-Util  Compute M. ",
+        ),
+        row("", "", "               MIG M. "),
+        "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|",
+    ]
+    for number, gpu in enumerate(container.gpus):
+        name = gpu.name[:24]
+        lines += [
+            row(f" {number:>3}  {name:<24}       On ", f" {gpu.bus_id} Off ", "0 "),
+            row(
+                f" N/A   32C    P0{f'70W / {gpu.power_limit_w:>4}W':>24} ",
+                f"{0:>8}MiB / {gpu.memory_mb:>6}MiB ",
+                f"{0:>6}%      Default ",
+            ),
+            row("", "", "Disabled "),
+            rule,
+        ]
+    lines += [
+        "",
+        "+" + "-" * 89 + "+",
+        f"| {'Processes:':<88}|",
+        f"|  {'GPU   GI   CI        PID   Type   Process name':<76}{'GPU Memory':<11}|",
+        f"|  {'      ID   ID':<76}{'Usage':<11}|",
+        "|" + "=" * 89 + "|",
+        f"|  {'No running processes found':<87}|",
+        "+" + "-" * 89 + "+",
+    ]
+    return "\n".join(lines) + "\n"
