@@ -66,9 +66,10 @@ class NodeAdmin(admin.ModelAdmin):
         "last_report",
         "gpus_now",
         "rack",
+        "switch",
     ]
     list_filter = ["state", "gpu_product", "interconnect", "in_cluster"]
-    search_fields = ["name", "rack", "switch", "gpus__uuid"]
+    search_fields = ["name", "rack", "switch", "fabric", "gpus__uuid"]
     readonly_fields = [
         "id",
         "state",

@@ -58,7 +58,12 @@ class Node(models.Model):
     allocatable_ephemeral_mib = models.PositiveBigIntegerField(null=True, blank=True)
     allocatable_pods = models.PositiveIntegerField(null=True, blank=True)
     rack = models.CharField(max_length=64, blank=True)
-    switch = models.CharField(max_length=64, blank=True)
+    switch = models.CharField(
+        max_length=64, blank=True, help_text="Leaf switch, from topology.starverse.io/switch."
+    )
+    fabric = models.CharField(
+        max_length=64, blank=True, help_text="RDMA fabric, from topology.starverse.io/fabric."
+    )
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.READY)
     state_reason = models.TextField(blank=True)
     state_changed_at = models.DateTimeField(default=timezone.now)

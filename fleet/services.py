@@ -400,6 +400,13 @@ def _product(label: str) -> str:
     return label.replace("-", " ")
 
 
+TOPOLOGY_LABELS = {
+    "rack": "topology.starverse.io/rack",
+    "switch": "topology.starverse.io/switch",
+    "fabric": "topology.starverse.io/fabric",
+}
+
+
 def nodes_sync_from_cluster() -> int:
     """Mirror the cluster's GPU Node objects into the fleet: new nodes appear, capacity and
     labels follow the cluster. Nodes gone from the cluster are marked, never deleted."""
@@ -422,6 +429,13 @@ def nodes_sync_from_cluster() -> int:
             "allocatable_ephemeral_mib": item.allocatable_ephemeral_mib,
             "allocatable_pods": item.allocatable_pods,
             "labels": labels,
+            # Topology for cluster placement; a label the cluster does not set stays as it was
+            # (an operator may have entered it in the admin).
+            **{
+                field: labels[TOPOLOGY_LABELS[field]]
+                for field in TOPOLOGY_LABELS
+                if TOPOLOGY_LABELS[field] in labels
+            },
             "in_cluster": True,
         }
         node, created = Node.objects.update_or_create(name=item.name, defaults=spec)

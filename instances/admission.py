@@ -49,22 +49,44 @@ HOUR, MONTH = gettext_noop("hour"), gettext_noop("month")
 
 
 def runway(
-    *, wallet: Wallet, offering: Offering, billing: str, paid: bool = False, exclude: str = ""
+    *,
+    wallet: Wallet,
+    offering: Offering,
+    billing: str,
+    paid: bool = False,
+    exclude: str = "",
+    nodes: int = 1,
+    exclude_cluster: str = "",
 ) -> Runway:
     """The runway of an instance of `offering` billed so, for the tenant of `wallet`; `paid`:
-    a monthly rental inside its paid month; `exclude`: the instance itself, when it is placed."""
+    a monthly rental inside its paid month; `exclude`: the instance itself, when it is placed.
+    A cluster's is that of its `nodes` ranks together, its own ranks (`exclude_cluster`) left
+    out of what the tenant burns."""
     monthly = billing == BillingMode.MONTHLY
     own = offering.price_per_month_fen if monthly else offering.price_per_hour_fen
-    burn = spend_per_hour_fen([wallet.tenant_id], starting=True, exclude=exclude)
+    burn = spend_per_hour_fen(
+        [wallet.tenant_id], starting=True, exclude=exclude, exclude_cluster=exclude_cluster
+    )
     return Runway(
         have_fen=wallet.total_fen,
-        own_fen=0 if paid else (own or 0),
+        own_fen=0 if paid else (own or 0) * nodes,
         burn_fen=burn.get(wallet.tenant_id, 0),
         unit=MONTH if monthly else HOUR,
     )
 
 
 def runway_of(instance: Instance, wallet: Wallet) -> Runway:
+    """An instance's runway; a cluster's rank stands for its whole cluster (its ranks are
+    placed, started and billed together)."""
+    if instance.cluster_id:
+        return runway(
+            wallet=wallet,
+            offering=instance.offering,
+            billing=instance.billing,
+            paid=period_active(instance),
+            nodes=Instance.objects.filter(cluster_id=instance.cluster_id).count(),
+            exclude_cluster=instance.cluster_id,
+        )
     return runway(
         wallet=wallet,
         offering=instance.offering,
@@ -116,6 +138,8 @@ def limits_check(instance: Instance, wallet: Wallet) -> None:
     tenant_id = instance.tenant_id
     limits, usage = tenant_limits(tenant_id), tenant_usage(tenant_id)
     want = instance.offering.gpu_count
+    if instance.cluster_id:
+        want *= Instance.objects.filter(cluster_id=instance.cluster_id).count()
     if (
         instance.offering.gpu_model.premium
         and usage.premium_gpus > limits.trial_max_premium_gpus

@@ -26,8 +26,9 @@ from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.gateway import ports_validate
 from instances.models import Image, Instance, InstanceEvent, Offering
-from instances.placement import choose
+from instances.placement import Gang, choose, choose_nodes
 from instances.states import (
+    gpus_release,
     instance_create,
     instance_fail,
     instance_locked,
@@ -38,6 +39,7 @@ from instances.states import (
     instance_mark_terminating,
     instance_requeue,
     instances_locked_skipping,
+    ranks_locked,
 )
 from instances.volumes import disks_attach_at_order
 from starverse.accounts.models import SshKey
@@ -60,7 +62,7 @@ def _waiting(product: str) -> Q:
     return Q(status=S.QUEUED, offering__gpu_model__product=product, unfunded_since__isnull=True)
 
 
-def _own_keys(user: Any, key_ids: list[str]) -> list[str]:
+def ssh_keys_own(user: Any, key_ids: list[str]) -> list[str]:
     found = set(
         SshKey.objects.filter(user__tenant_id=user.tenant_id, pk__in=key_ids).values_list(
             "pk", flat=True
@@ -124,7 +126,7 @@ def instance_order(
     Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`
     are the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway)."""
     declared = ports_validate(ports or [])
-    request_hash = _request_hash(
+    request_hash = request_hash_of(
         offering=offering_id,
         image=image_id,
         name=name,
@@ -136,8 +138,8 @@ def instance_order(
     earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
     if earlier is not None:
         return earlier, False
-    offering, image = _orderable(offering_id, image_id, billing)
-    key_ids = _own_keys(user, ssh_keys or [])
+    offering, image = orderable(offering_id, image_id, billing)
+    key_ids = ssh_keys_own(user, ssh_keys or [])
     account_hold_check(user.tenant_id)
     instance = Instance(
         tenant_id=user.tenant_id,
@@ -167,7 +169,7 @@ def instance_order(
     return instance, True
 
 
-def _request_hash(**fields: Any) -> str:
+def request_hash_of(**fields: Any) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -182,7 +184,7 @@ def _ordered_before(tenant_id: str, idempotency_key: str, request_hash: str) -> 
     return found
 
 
-def _orderable(offering_id: str, image_id: str, billing: str) -> tuple[Offering, Image]:
+def orderable(offering_id: str, image_id: str, billing: str) -> tuple[Offering, Image]:
     """The active offering and image an order names, and whether it may be billed so."""
     offering = catalog_offering(offering_id)
     if offering is None:
@@ -211,6 +213,44 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
         period_charge(instance)
 
 
+def gang_place_or_queue(ranks: list[Instance]) -> Gang | None:
+    """Inside a cluster order's transaction, its ranks (unsaved, in rank order, one whole-node
+    offering): whole nodes for all of them now when nobody waits for this GPU and enough are
+    free, else all of them queue as one order; then the runway of the whole cluster and the
+    account's limits are checked under the wallet lock, and placed monthly ranks pay their
+    month (a refusal rolls the whole order back). Returns where they went, or None (queued).
+    Locks: GPU model, wallet; never a partial placement."""
+    offering = ranks[0].offering
+    waiting = Instance.objects.filter(_waiting(offering.gpu_model.product)).exists()
+    gang = None if waiting else choose_nodes(offering, len(ranks))
+    for index, rank in enumerate(ranks):
+        instance_create(rank, placement=None if gang is None else gang.placements[index])
+    admit(ranks[0])
+    if gang is not None and ranks[0].billing == BillingMode.MONTHLY:
+        for rank in ranks:
+            period_charge(rank)
+    return gang
+
+
+def gang_start(*, ranks: list[Instance]) -> None:
+    """Start a stopped or failed cluster (its ranks locked, in rank order): monthly ranks in
+    their paid period on the nodes they keep; otherwise all of them wait as one order and are
+    placed together when whole nodes for all are free and nobody who can pay waits before
+    them; the runway of the whole cluster and the limits are checked under the wallet lock."""
+    account_hold_check(ranks[0].tenant_id)
+    if all(period_active(rank) and rank.allocations.exists() for rank in ranks):
+        for rank in ranks:
+            instance_mark_provisioning(rank)
+        return
+    now = timezone.now()
+    for rank in ranks:
+        if rank.allocations.exists():
+            gpus_release(rank)
+        instance_mark_queued(rank, at=now)
+    _try_place(ranks[0], fcfs=True)
+    admit(ranks[0])
+
+
 Outcome = Literal["placed", "wait", "unfunded"]
 
 
@@ -225,6 +265,8 @@ def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | Non
     ahead = _waiting(product) & Q(queued_at__lt=instance.queued_at)
     if fcfs and Instance.objects.filter(ahead).exists():
         return "wait", None
+    if instance.cluster_id:
+        return _try_place_gang(instance)
     placement = choose(instance.offering)
     found = runway_of(instance, wallet_locked(instance.tenant_id))
     if not found.covered:
@@ -234,6 +276,23 @@ def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | Non
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
         period_charge(instance)
     instance_mark_placed(instance, *placement)
+    return "placed", None
+
+
+def _try_place_gang(head: Instance) -> tuple[Outcome, Runway | None]:
+    """_try_place for a queued cluster, through its rank 0 (locked): every queued rank, locked
+    in rank order after it, gets a whole node or none does."""
+    ranks = [rank for rank in ranks_locked(str(head.cluster_id)) if rank.status == S.QUEUED]
+    gang = choose_nodes(head.offering, len(ranks))
+    found = runway_of(head, wallet_locked(head.tenant_id))
+    if not found.covered:
+        return "unfunded", found
+    if gang is None:
+        return "wait", None
+    for rank, placement in zip(ranks, gang.placements, strict=True):
+        if rank.billing == BillingMode.MONTHLY and not period_active(rank):
+            period_charge(rank)
+        instance_mark_placed(rank, *placement)
     return "placed", None
 
 
@@ -249,7 +308,10 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
             head = (
                 instances_locked_skipping(
                     Instance.objects.filter(
-                        status=S.QUEUED, offering__gpu_model__product=product
+                        # a queued cluster is served through its rank 0, which locks the rest
+                        Q(cluster__isnull=True) | Q(rank=0),
+                        status=S.QUEUED,
+                        offering__gpu_model__product=product,
                     ).exclude(pk__in=passed)
                 )
                 .select_related("offering__gpu_model")
@@ -280,9 +342,15 @@ def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
         "burn": format_fen(lacking.burn_fen),
         "unit": lacking.unit,
     }
+    # a queued cluster is passed over, and fails, as one order
+    order = (
+        Instance.objects.filter(cluster_id=instance.cluster_id, status=S.QUEUED)
+        if instance.cluster_id
+        else Instance.objects.filter(pk=instance.pk)
+    )
     if instance.unfunded_since is None:
         instance.unfunded_since = now
-        Instance.objects.filter(pk=instance.pk).update(unfunded_since=now)
+        order.update(unfunded_since=now)
         until = timezone.localtime(now + grace).strftime("%Y-%m-%d %H:%M")
         InstanceEvent.objects.create(
             instance=instance,
@@ -297,15 +365,13 @@ def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
         )
         logger.info("queue.unfunded instance=%s tenant=%s", instance.id, instance.tenant_id)
     elif now - instance.unfunded_since >= grace:
-        instance_fail(
-            instance.id,
-            later(
-                "Your balance of %(have)s did not cover %(need)s, one %(unit)s of this order "
-                "(%(own)s) plus one hour of your running instances (%(burn)s), while this order "
-                "waited; nothing was charged. Top up and order again."
-            )
-            % amounts,
+        message = later(
+            "Your balance of %(have)s did not cover %(need)s, one %(unit)s of this order "
+            "(%(own)s) plus one hour of your running instances (%(burn)s), while this order "
+            "waited; nothing was charged. Top up and order again."
         )
+        for instance_id in list(order.order_by("rank").values_list("pk", flat=True)):
+            instance_fail(instance_id, message % amounts)
         logger.info("queue.unfunded_failed instance=%s", instance.id)
 
 

@@ -30,6 +30,11 @@ class Offering(models.Model):
     # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
     # blank = the cluster's default runtime.
     runtime_class = models.CharField(max_length=63, blank=True, default="")
+    cluster_one_switch = models.BooleanField(
+        default=False,
+        help_text="Clusters of this (whole-node) offering are placed under one leaf switch only; "
+        "an order that does not fit under one waits instead of spanning switches.",
+    )
 
     class Meta:
         ordering = ["sort", "gpu_model", "gpu_count"]
@@ -144,6 +149,16 @@ class Instance(models.Model):
         blank=True,
         help_text="HTTP ports served through the gateway besides Jupyter's (instances.gateway).",
     )
+    # A rank of a multi-node cluster (clusters.Cluster): its ranks are placed, queued and
+    # started together, all or none (instances.placement.choose_nodes).
+    cluster = models.ForeignKey(
+        "clusters.Cluster",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="ranks",
+    )
+    rank = models.PositiveSmallIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
@@ -159,6 +174,11 @@ class Instance(models.Model):
             # Gateway addresses carry the id in lower case (host names have no case): one
             # instance per lower-cased id, found through this index.
             models.UniqueConstraint(Lower("id"), name="instance_id_lower"),
+            models.UniqueConstraint(
+                fields=["cluster", "rank"],
+                condition=Q(cluster__isnull=False),
+                name="instance_cluster_rank",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -118,13 +118,7 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
     rentals. Must run inside transaction.atomic(): it takes the GPU model's lock, which
     serialises placements of that model while other models place in parallel; allocate() must
     follow in the same transaction. Reads plain tuples: this is the hot path of every order."""
-    # SQLite has no row locks (its IMMEDIATE transactions already serialise writers).
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT 1 FROM {GpuModel._meta.db_table} WHERE id = %s{lock}",  # noqa: S608
-            [offering.gpu_model_id],
-        )
+    _model_lock(offering)
     product = offering.gpu_model.product
     nodes, taken, rooms = capacity(product)
     need = offering.gpu_count
@@ -144,6 +138,79 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
     node_id, name, count, _free = best
     indices = [i for i in range(count) if i not in taken[node_id]][:need]
     return Node(id=node_id, name=name, gpu_count=count, gpu_product=product), indices
+
+
+def _model_lock(offering: Offering) -> None:
+    # SQLite has no row locks (its IMMEDIATE transactions already serialise writers).
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {GpuModel._meta.db_table} WHERE id = %s{lock}",  # noqa: S608
+            [offering.gpu_model_id],
+        )
+
+
+class Gang(NamedTuple):
+    """Where a cluster's ranks go: one whole node each, in rank order, and how many leaf
+    switches they span."""
+
+    placements: list[tuple[Node, list[int]]]
+    switches_spanned: int
+
+
+def pack(free: dict[str, list[str]], count: int, *, one_switch: bool) -> list[str] | None:
+    """`count` nodes out of `free` (node ids by leaf switch) under as few switches as possible,
+    or None. Greedy, and optimal in the number of switches: whole switches are taken largest
+    first (no k switches hold more free nodes than the k largest), and the last one is the
+    smallest that still covers what is left, so big switches stay whole for the next cluster.
+    It does not weigh racks or what lies between two switches (the spine): any two switches
+    count alike. With `one_switch`, only a single switch that holds them all will do."""
+    groups = sorted(free.items(), key=lambda item: (-len(item[1]), item[0]))
+    chosen: list[str] = []
+    while len(chosen) < count and groups:
+        left = count - len(chosen)
+        fitting = [group for group in groups if len(group[1]) >= left]
+        if one_switch and not fitting:
+            return None
+        # the smallest switch that holds the rest, else the largest one there is
+        group = fitting[-1] if fitting else groups[0]
+        groups.remove(group)
+        chosen += group[1][:left]
+    return chosen if len(chosen) == count else None
+
+
+def choose_nodes(offering: Offering, count: int) -> Gang | None:
+    """Whole free nodes for every rank of a cluster of a whole-node offering, or None (all or
+    none: a cluster never holds part of its nodes). Packed under as few leaf switches as
+    possible (pack); an offering with `cluster_one_switch` refuses to span switches. Runs in
+    the caller's transaction under the same GPU-model lock and the same fit rules as choose(),
+    and allocate() follows in that transaction for every rank."""
+    _model_lock(offering)
+    product = offering.gpu_model.product
+    nodes, taken, rooms = capacity(product)
+    want = needs(offering)
+    fit = {
+        node_id: (name, gpus)
+        for node_id, name, gpus in nodes
+        if gpus == offering.gpu_count and not taken[node_id] and times(rooms[node_id], want) != 0
+    }
+    if len(fit) < count:
+        return None
+    switches = dict(Node.objects.filter(pk__in=list(fit)).values_list("pk", "switch"))
+    free: dict[str, list[str]] = defaultdict(list)
+    for node_id in sorted(fit, key=lambda pk: fit[pk][0]):
+        free[switches[node_id]].append(node_id)
+    chosen = pack(free, count, one_switch=offering.cluster_one_switch)
+    if chosen is None:
+        return None
+    placements = [
+        (
+            Node(id=node_id, name=fit[node_id][0], gpu_count=fit[node_id][1], gpu_product=product),
+            list(range(fit[node_id][1])),
+        )
+        for node_id in chosen
+    ]
+    return Gang(placements, len({switches[node_id] for node_id in chosen}))
 
 
 _CAPACITY_SQL = """

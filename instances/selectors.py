@@ -164,8 +164,9 @@ def instance_page(
 
 def queue_positions(instances: list[Any]) -> dict[str, int]:
     """Each queued instance's place in the line for its GPU product (1 = next), for a whole
-    page in one query: one more than the instances of that product queued before it, less
-    those the queue passes over because their balance did not cover them."""
+    page in one query: one more than the orders of that product queued before it (a cluster's
+    ranks are one order), less those the queue passes over because their balance did not
+    cover them."""
     queued = [i.id for i in instances if i.status == InstanceStatus.QUEUED and i.queued_at]
     if not queued:
         return {}
@@ -179,7 +180,7 @@ def queue_positions(instances: list[Any]) -> dict[str, int]:
         )
         .order_by()
         .values("offering__gpu_model__product")
-        .annotate(n=Count("pk"))
+        .annotate(n=Count("pk", filter=Q(cluster__isnull=True)) + Count("cluster", distinct=True))
         .values("n")
     )
     rows = Instance.objects.filter(pk__in=queued).annotate(
@@ -189,20 +190,27 @@ def queue_positions(instances: list[Any]) -> dict[str, int]:
 
 
 def spend_per_hour_fen(
-    tenant_ids: list[str] | None = None, *, starting: bool = False, exclude: str = ""
+    tenant_ids: list[str] | None = None,
+    *,
+    starting: bool = False,
+    exclude: str = "",
+    exclude_cluster: str = "",
 ) -> dict[str, int]:
     """What each tenant's instances burn from its balance per hour right now: the hourly price
     of its running pay-as-you-go instances (per-minute billing, so it is right from the first
     minute; a monthly rental is prepaid and burns nothing). The one definition of spend rate:
     the dashboard shows it and the runway warnings use it. With `starting`, also the instances
     placed and provisioning, which burn from their first running minute (what a runway must
-    cover); `exclude` leaves out one instance (the one whose runway is checked)."""
+    cover); `exclude` leaves out one instance (the one whose runway is checked), and
+    `exclude_cluster` the ranks of one cluster."""
     statuses = (S.PROVISIONING, S.RUNNING) if starting else (S.RUNNING,)
     rows = Instance.objects.filter(status__in=statuses, billing=BillingMode.HOURLY)
     if tenant_ids is not None:
         rows = rows.filter(tenant_id__in=tenant_ids)
     if exclude:
         rows = rows.exclude(pk=exclude)
+    if exclude_cluster:
+        rows = rows.exclude(cluster_id=exclude_cluster)
     totals = rows.values("tenant_id").annotate(fen=Sum("offering__price_per_hour_fen"))
     return {row["tenant_id"]: row["fen"] for row in totals if row["fen"]}
 
@@ -244,13 +252,16 @@ def tenant_usage(tenant_id: str) -> Usage:
     totals = Instance.objects.filter(
         tenant_id=tenant_id, status__in=(*HOLDS_GPUS, S.QUEUED)
     ).aggregate(
-        queued=Count("pk", filter=Q(status=S.QUEUED)),
+        # a queued cluster is one order, whatever its node count
+        queued_instances=Count("pk", filter=Q(status=S.QUEUED, cluster__isnull=True)),
+        queued_clusters=Count("cluster", filter=Q(status=S.QUEUED), distinct=True),
         gpus=Sum("offering__gpu_count", default=0),
         premium_gpus=Sum(
             "offering__gpu_count", filter=Q(offering__gpu_model__premium=True), default=0
         ),
     )
-    return Usage(**totals)
+    queued = totals.pop("queued_instances") + totals.pop("queued_clusters")
+    return Usage(queued=queued, **totals)
 
 
 def premium_models() -> list[str]:

@@ -50,6 +50,17 @@ def instance_locked(instance_id: str) -> Instance:
     )
 
 
+def ranks_locked(cluster_id: str) -> list[Instance]:
+    """A cluster's ranks (instances.Instance.cluster), locked in rank order: the one order every
+    cluster service takes them in, so two never wait for each other in a circle."""
+    return list(
+        Instance.objects.select_for_update(of=("self",))
+        .select_related("offering__gpu_model")
+        .filter(cluster_id=cluster_id)
+        .order_by("rank")
+    )
+
+
 def instances_locked_skipping(rows: QuerySet[Instance]) -> QuerySet[Instance]:
     """`rows`, locked, without those another transaction holds: one worker at a time works on
     an instance and the others pass it by (the metering tick, the queue)."""
@@ -138,13 +149,14 @@ def instance_mark_provisioning(instance: Instance) -> None:
     enqueue_on_commit("instances.tasks.provision_instance", instance.id)
 
 
-def instance_mark_queued(instance: Instance) -> None:
-    """A start was asked: the instance waits for GPUs behind earlier orders for them."""
+def instance_mark_queued(instance: Instance, *, at: datetime | None = None) -> None:
+    """A start was asked: the instance waits for GPUs behind earlier orders for them (a
+    cluster's ranks all at the same moment `at`, as one order)."""
     _transition(
         instance,
         S.QUEUED,
         later("Start requested."),
-        queued_at=timezone.now(),
+        queued_at=at or timezone.now(),
         unfunded_since=None,
     )
 

@@ -30,6 +30,7 @@ api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("storage.api.urls")),
     path("", include("instances.api.urls")),
+    path("", include("clusters.api.urls")),
     path("", include("datasets.api.urls")),
 ]
 

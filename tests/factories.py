@@ -157,8 +157,38 @@ def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
     return disk_create(user=user, name=name, size_gb=size_gb)
 
 
+WHOLE_NODE = "8× H100 80GB SXM bare metal"
+
+
+def make_cluster(user: User, node_count: int = 2, **order: Any) -> Any:
+    """A cluster of whole H100 nodes ordered through `cluster_order` (the catalog seeded if it
+    is not, the balance topped up to its runway: an hour of every node and of what the tenant's
+    instances burn), as ordered: placed when enough whole nodes are free, else queued."""
+    from billing.selectors import wallet_for_tenant
+    from clusters.services import cluster_order
+    from instances.models import Offering
+    from instances.selectors import spend_per_hour_fen
+
+    _seed_catalog()
+    offering = Offering.objects.get(name=WHOLE_NODE)
+    burn = spend_per_hour_fen([user.tenant_id], starting=True).get(user.tenant_id, 0)
+    need = offering.price_per_hour_fen * node_count + burn
+    short = need - wallet_for_tenant(user.tenant_id).total_fen
+    if short > 0:
+        fund(user, short, key=f"runway:{next(_seq)}")
+    cluster, _created = cluster_order(
+        user=user,
+        offering_id=offering.id,
+        image_id=IMAGE,
+        node_count=node_count,
+        **{"template": "deepspeed", **order},
+    )
+    return cluster
+
+
 OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {
     "instances.Instance": make_instance,
+    "clusters.Cluster": make_cluster,
     "storage.Disk": make_disk,
     "billing.TopUp": _topup,
     "accounts.ApiToken": lambda user: make_token(user)[0],

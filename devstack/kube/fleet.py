@@ -104,9 +104,24 @@ def build_fleet(fleet: dict[str, int] | None = None) -> list[NodeSpec]:
                     instance_type=profile.instance_type,
                     interconnect=profile.interconnect,
                     ephemeral_storage=profile.ephemeral_storage,
+                    labels=topology_labels(profile_name, index) if profile.gpu_count else {},
                 )
             )
     return specs
+
+
+# The seeded fleet's topology: two nodes a rack, two racks (four nodes) a leaf switch, one RDMA
+# fabric per GPU model, as a real fleet's operator labels its nodes for cluster placement.
+NODES_PER_RACK, RACKS_PER_SWITCH = 2, 2
+
+
+def topology_labels(profile_name: str, index: int) -> dict[str, str]:
+    rack = index // NODES_PER_RACK
+    return {
+        "topology.starverse.io/rack": f"{profile_name}-rack-{rack}",
+        "topology.starverse.io/switch": f"{profile_name}-leaf-{rack // RACKS_PER_SWITCH}",
+        "topology.starverse.io/fabric": f"{profile_name}-ib",
+    }
 
 
 def node_ip(index: int) -> str:

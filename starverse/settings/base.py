@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "fleet",
     "storage",
     "instances",
+    "clusters",
     "datasets",
     "console",
 ]
@@ -417,6 +418,8 @@ QUEUE_UNFUNDED_GRACE_MINUTES = env_int("QUEUE_UNFUNDED_GRACE_MINUTES", 30)
 MAX_QUEUED_ORDERS = env_int("MAX_QUEUED_ORDERS", 5)
 MAX_RUNNING_GPUS = env_int("MAX_RUNNING_GPUS", 16)
 TRIAL_MAX_PREMIUM_GPUS = env_int("TRIAL_MAX_PREMIUM_GPUS", 0)
+# Multi-node clusters: the most whole nodes one cluster may have (2 at least).
+CLUSTER_MAX_NODES = env_int("CLUSTER_MAX_NODES", 128)
 # Tenant pods. Each gets this much node-local scratch (image layers, logs, /tmp) as its
 # ephemeral-storage request and limit; the kubelet evicts a pod that writes more.
 INSTANCE_EPHEMERAL_STORAGE_GB = env_int("INSTANCE_EPHEMERAL_STORAGE_GB", 50)

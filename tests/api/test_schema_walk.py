@@ -25,6 +25,7 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from billing.calculator import PRESETS
 from billing.holds import hold_lift, hold_place
+from clusters.services import cluster_stop
 from datasets.services import public_dataset_upsert
 from devstack.stripe import StripeFake
 from fleet.api.views import MAX_REPORT_BYTES
@@ -49,9 +50,11 @@ from tests.api.openapi import Route, api_routes, code_schema, problems
 from tests.factories import (
     PASSWORD,
     _topup,
+    converge_until,
     ed25519_public_key,
     enrol_totp,
     fund,
+    make_cluster,
     make_disk,
     make_instance,
     make_operator,
@@ -736,6 +739,91 @@ def _(p: Probe) -> None:
     instance_terminate(instance_id=instance.id)
     converge.terminate(instance.id)  # it never reached the cluster: its GPUs are given back
     p.call(202)
+
+
+# clusters
+
+
+def _running_cluster(p: Probe) -> Any:
+    """A 2-node cluster whose ranks ran (their first minute charged) and are running."""
+    p.cluster()
+    cluster = make_cluster(p.user)
+    for rank in cluster.ranks.all():
+        assert converge_until(converge.provision, rank.id) == "running"
+    return cluster
+
+
+@case("clusters_list")
+def _(p: Probe) -> None:
+    make_cluster(p.user)
+    p.call(200)
+
+
+@case("clusters_create")
+def _(p: Probe) -> None:
+    _catalog()
+    order = {
+        "offering": Offering.objects.get(name="8× H100 80GB SXM bare metal").id,
+        "image": "pytorch-2.1",
+        "node_count": 2,
+        "template": "deepspeed",
+    }
+    p.call(402, body=order)  # the trial credit does not pay an hour of two nodes
+    fund(p.user, 1_000_000)
+    _on_hold(p, body=order)
+    p.call(202, body=order, headers={"Idempotency-Key": "cluster-1"})
+    p.call(409, body={**order, "template": "none"}, headers={"Idempotency-Key": "cluster-1"})
+    p.call(400, body={**order, "node_count": 1})
+
+
+@case("clusters_retrieve")
+def _(p: Probe) -> None:
+    cluster = make_cluster(p.user)
+    p.call(200, params={"id": cluster.id})
+    p.call(404, params={"id": cluster.id}, client=p.stranger())
+
+
+@case("clusters_destroy")
+def _(p: Probe) -> None:
+    cluster = make_cluster(p.user)
+    p.call(202, params={"id": cluster.id})
+    p.call(404, params={"id": cluster.id}, client=p.stranger())
+
+
+@case("clusters_stop")
+def _(p: Probe) -> None:
+    cluster = _running_cluster(p)
+    p.call(202, params={"id": cluster.id})
+    p.call(409, params={"id": cluster.id})
+    p.call(404, params={"id": cluster.id}, client=p.stranger())
+
+
+@case("clusters_start")
+def _(p: Probe) -> None:
+    cluster = _running_cluster(p)
+    cluster_stop(cluster=cluster)
+    for rank in cluster.ranks.all():
+        assert converge_until(converge.stop, rank.id) == "stopped"
+    p.call(402, params={"id": cluster.id})  # its minutes were charged: an hour is not covered
+    fund(p.user, 1_000_000)
+    p.call(202, params={"id": cluster.id})
+    p.call(409, params={"id": cluster.id})
+    p.call(404, params={"id": cluster.id}, client=p.stranger())
+
+
+@case("clusters_events_list")
+def _(p: Probe) -> None:
+    cluster = make_cluster(p.user)
+    body = p.call(200, params={"id": cluster.id}).json()
+    assert body["results"], "no events: the check above validated too little"
+    p.call(404, params={"id": cluster.id}, client=p.stranger())
+
+
+@case("clusters_metrics_retrieve")
+def _(p: Probe) -> None:
+    cluster = make_cluster(p.user)
+    p.call(200, params={"id": cluster.id})
+    p.call(404, params={"id": cluster.id}, client=p.stranger())
 
 
 # fleet

@@ -15,6 +15,7 @@ BEFORE = [
     ("datasets", "0001_initial"),
     ("fleet", None),
     ("storage", None),
+    ("clusters", None),
 ]
 
 

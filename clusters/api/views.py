@@ -1,0 +1,113 @@
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from clusters.api.serializers import (
+    ClusterCreateInput,
+    ClusterEventOutput,
+    ClusterMetricsOutput,
+    ClusterOutput,
+)
+from clusters.models import Cluster
+from clusters.selectors import cluster_events, cluster_metrics, cluster_view, cluster_views
+from clusters.services import cluster_order, cluster_start, cluster_stop, cluster_terminate
+from instances.api.views import ACCOUNT_LIMITS
+from starverse.core.api.auth import signed_in_user
+from starverse.core.api.pagination import Pagination, WholeList
+from starverse.core.api.schema import errors, on_hold_error
+from starverse.core.api.views import TenantScopedViewSet
+
+
+@extend_schema_view(retrieve=extend_schema(operation_id="clusters_retrieve"))
+class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
+    """Clusters of the caller's tenant. Asynchronous operations answer 202 with the cluster."""
+
+    model = Cluster
+    owner_field = "tenant"
+    serializer_class = ClusterOutput
+
+    def filter_queryset_extra(self, queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
+        return queryset.select_related("offering")
+
+    def retrieve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(ClusterOutput(cluster_view(self.get_object())).data)
+
+    def _accepted(self, cluster: Cluster) -> Response:
+        cluster = self.get_queryset().get(pk=cluster.pk)
+        return Response(ClusterOutput(cluster_view(cluster)).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(operation_id="clusters_list", responses={200: ClusterOutput(many=True)})
+    def list(self, request: Request) -> Response:
+        """The tenant's clusters, newest first, each with its ranks."""
+        paginator = Pagination()
+        page = paginator.paginate_queryset(self.get_queryset().order_by("-created_at"), request)
+        views = cluster_views(list(page or []))
+        return paginator.get_paginated_response([ClusterOutput(v).data for v in views])
+
+    @extend_schema(
+        operation_id="clusters_create",
+        request=ClusterCreateInput,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="The same key answers the same order instead of a second one.",
+            )
+        ],
+        responses={
+            202: ClusterOutput,
+            **errors(402, 409, also=ACCOUNT_LIMITS),
+            **on_hold_error(),
+        },
+    )
+    def create(self, request: Request) -> Response:
+        data = self.parse(request, ClusterCreateInput)
+        cluster, _created = cluster_order(
+            user=signed_in_user(request),
+            offering_id=data["offering"],
+            image_id=data["image"],
+            node_count=data["node_count"],
+            template=data["template"],
+            name=data.get("name", ""),
+            billing=data["billing"],
+            ssh_keys=data.get("ssh_keys"),
+            idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
+        )
+        return self._accepted(cluster)
+
+    @extend_schema(
+        operation_id="clusters_destroy", request=None, responses={202: ClusterOutput, **errors()}
+    )
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        return self._accepted(cluster_terminate(cluster=self.get_object()))
+
+    @extend_schema(
+        operation_id="clusters_stop", request=None, responses={202: ClusterOutput, **errors(409)}
+    )
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, pk: str | None = None) -> Response:
+        return self._accepted(cluster_stop(cluster=self.get_object()))
+
+    @extend_schema(
+        operation_id="clusters_start",
+        request=None,
+        responses={202: ClusterOutput, **errors(402, 409, also=ACCOUNT_LIMITS), **on_hold_error()},
+    )
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, pk: str | None = None) -> Response:
+        return self._accepted(cluster_start(cluster=self.get_object()))
+
+    @extend_schema(operation_id="clusters_events_list", responses=ClusterEventOutput(many=True))
+    @action(detail=True, methods=["get"], pagination_class=WholeList)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        rows = cluster_events(self.get_object())
+        return WholeList().get_paginated_response(ClusterEventOutput(rows, many=True).data)
+
+    @extend_schema(operation_id="clusters_metrics_retrieve", responses=ClusterMetricsOutput)
+    @action(detail=True, methods=["get"])
+    def metrics(self, request: Request, pk: str | None = None) -> Response:
+        return Response({"results": cluster_metrics(self.get_object())})

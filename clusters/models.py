@@ -1,0 +1,45 @@
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from clusters.choices import Template
+from instances.choices import BillingMode
+from instances.models import Image, Offering
+from starverse.core.ids import PublicIdField
+
+
+class Cluster(models.Model):
+    """A multi-node rental: `node_count` whole nodes of one offering, one rank each. Its ranks
+    are Instance rows (Instance.cluster, Instance.rank), so ordering, allocations, metering,
+    disks, access Secrets and the state machine are the instances'; the cluster is their
+    aggregate and its status derives from theirs (clusters.choices.status_of). Ranks are placed
+    and queued all together, never some of them (instances.placement.choose_nodes)."""
+
+    id = PublicIdField(prefix="clu")
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    created_by = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    name = models.CharField(max_length=100)
+    offering = models.ForeignKey(Offering, on_delete=models.PROTECT, related_name="+")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="+")
+    node_count = models.PositiveSmallIntegerField()
+    template = models.CharField(max_length=16, choices=Template.choices, default=Template.TORCHRUN)
+    billing = models.CharField(
+        max_length=16, choices=BillingMode.choices, default=BillingMode.HOURLY
+    )
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    request_hash = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="cluster_idempotency_key",
+            ),
+            models.CheckConstraint(condition=Q(node_count__gte=2), name="cluster_node_count"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.name}"

@@ -1,0 +1,206 @@
+"""Cluster services: ordering (whole-node offering, node count, idempotency, gang placement or
+the queue as one order), and stop / start / terminate of every rank together. The ranks are
+instances: these services decide for the cluster and move each rank through the instance
+services and state machine, so billing, allocations and provisioning are the instances'."""
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from billing.holds import account_hold_check
+from clusters.choices import Template
+from clusters.models import Cluster
+from fleet.models import Node
+from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.lifecycle import (
+    gang_place_or_queue,
+    gang_start,
+    instance_stop,
+    instance_terminate,
+    orderable,
+    request_hash_of,
+    ssh_keys_own,
+)
+from instances.models import Instance, Offering
+from instances.states import ranks_locked
+from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput
+
+logger = logging.getLogger(__name__)
+S = InstanceStatus
+
+
+def cluster_order(
+    *,
+    user: Any,
+    offering_id: str,
+    image_id: str,
+    node_count: int,
+    template: str = Template.TORCHRUN,
+    name: str = "",
+    billing: str = BillingMode.HOURLY,
+    ssh_keys: list[str] | None = None,
+    idempotency_key: str = "",
+) -> tuple[Cluster, bool]:
+    """Order a cluster: every rank placed now on whole nodes packed under as few leaf switches
+    as possible, or all of them queued as one order behind earlier orders for the same GPU.
+    Returns (cluster, created); the same Idempotency-Key answers the same cluster."""
+    request_hash = request_hash_of(
+        kind="cluster",
+        offering=offering_id,
+        image=image_id,
+        node_count=node_count,
+        template=template,
+        name=name,
+        billing=billing,
+        ssh_keys=sorted(ssh_keys or []),
+    )
+    earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
+    if earlier is not None:
+        return earlier, False
+    offering, image = orderable(offering_id, image_id, billing)
+    _orderable_as_cluster(offering, node_count)
+    key_ids = ssh_keys_own(user, ssh_keys or [])
+    account_hold_check(user.tenant_id)
+    now = timezone.now()
+    cluster = Cluster(
+        tenant_id=user.tenant_id,
+        created_by=user,
+        name=name.strip() or f"{offering.gpu_model_id}-x{node_count}",
+        offering=offering,
+        image=image,
+        node_count=node_count,
+        template=template,
+        billing=billing,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        created_at=now,
+    )
+    ranks = [
+        Instance(
+            tenant_id=user.tenant_id,
+            created_by=user,
+            offering=offering,
+            image=image,
+            name=f"{cluster.name}-{index}",
+            billing=billing,
+            queued_at=now,
+            ssh_key_ids=key_ids,
+            cluster=cluster,
+            rank=index,
+            created_at=now,
+        )
+        for index in range(node_count)
+    ]
+    try:
+        with transaction.atomic():
+            cluster.save(force_insert=True)
+            gang = gang_place_or_queue(ranks)
+    except IntegrityError:
+        # A concurrent order under the same key committed first: this one is a repeat of it.
+        earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
+        if earlier is None:
+            raise
+        return earlier, False
+    logger.info(
+        "cluster.ordered cluster=%s nodes=%d placed=%s switches=%s",
+        cluster.id,
+        node_count,
+        gang is not None,
+        gang.switches_spanned if gang else None,
+    )
+    return cluster, True
+
+
+def _ordered_before(tenant_id: str, idempotency_key: str, request_hash: str) -> Cluster | None:
+    if not idempotency_key:
+        return None
+    found = Cluster.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+    if found is not None and found.request_hash != request_hash:
+        raise IdempotencyConflict(_("This Idempotency-Key was used for a different order."))
+    return found
+
+
+def _orderable_as_cluster(offering: Offering, node_count: int) -> None:
+    """A cluster is of whole nodes, 2 to CLUSTER_MAX_NODES of them, and no more than the fleet
+    has of that model (under one switch, where the offering asks for one): an order that could
+    never be placed is refused rather than queued for ever (unless no node of the model is
+    known at all, as for instances: instances.placement.misfit)."""
+    if offering.kind != OfferingKind.BARE_METAL:
+        raise InvalidInput(
+            _("A cluster is made of whole nodes: choose a bare-metal (whole node) offering."),
+            code="not_whole_node",
+        )
+    most = settings.CLUSTER_MAX_NODES
+    if not 2 <= node_count <= most:
+        raise InvalidInput(
+            _("A cluster has 2 to %(most)d nodes; choose a node count in that range.")
+            % {"most": most},
+            code="invalid_node_count",
+        )
+    nodes = Node.objects.filter(
+        gpu_product=offering.gpu_model.product, gpu_count=offering.gpu_count
+    )
+    if offering.cluster_one_switch:
+        largest = (
+            nodes.values("switch")
+            .annotate(n=Count("pk"))
+            .order_by("-n")
+            .values_list("n", flat=True)
+        )
+        have = next(iter(largest), 0)
+        if have and node_count > have:
+            raise InvalidInput(
+                _(
+                    "This offering places a cluster under one network switch, and the largest "
+                    "switch has %(have)d %(model)s nodes. Choose at most %(have)d nodes."
+                )
+                % {"have": have, "model": offering.gpu_model.name},
+                code="too_many_nodes",
+            )
+        return
+    have = nodes.count()
+    # no node of the model known yet (the fleet not synced): it queues, as an instance does
+    if have and node_count > have:
+        raise InvalidInput(
+            _("The fleet has %(have)d %(model)s nodes. Choose at most %(have)d nodes.")
+            % {"have": have, "model": offering.gpu_model.name},
+            code="too_many_nodes",
+        )
+
+
+def cluster_stop(*, cluster: Cluster) -> Cluster:
+    """Stop every rank: billing stops now for all of them, the pods go, the disks are kept; a
+    monthly cluster keeps its nodes reserved while its month runs."""
+    with transaction.atomic():
+        ranks = ranks_locked(cluster.pk)
+        if not any(rank.status in (S.RUNNING, S.PROVISIONING) for rank in ranks):
+            raise Conflict(
+                _("Only a running or starting cluster can be stopped."), code="wrong_state"
+            )
+        for rank in ranks:
+            if rank.status in (S.RUNNING, S.PROVISIONING):
+                instance_stop(instance_id=rank.id)
+    return cluster
+
+
+def cluster_start(*, cluster: Cluster) -> Cluster:
+    """Start a stopped or failed cluster: all ranks again, together, as one order."""
+    with transaction.atomic():
+        ranks = ranks_locked(cluster.pk)
+        if not ranks or any(rank.status not in (S.STOPPED, S.FAILED) for rank in ranks):
+            raise Conflict(_("Only a stopped cluster can be started."), code="wrong_state")
+        gang_start(ranks=ranks)
+    return cluster
+
+
+def cluster_terminate(*, cluster: Cluster) -> Cluster:
+    """Terminate every rank: the pods and the nodes go back, billing ends now."""
+    with transaction.atomic():
+        for rank in ranks_locked(cluster.pk):
+            instance_terminate(instance_id=rank.id)
+    return cluster
