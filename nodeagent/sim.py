@@ -151,7 +151,17 @@ def busy_gpus(pods: list[dict[str, Any]]) -> int:
     return sum(gpu_limit(pod) for pod in running)
 
 
-def _running_order(pod: dict[str, Any]) -> tuple[str, str, str]:
+def gpu_digest(node: str, index: int) -> str:
+    """The stable digest a simulated GPU's UUID and serial come from: the node and the index."""
+    return hashlib.sha256(f"{node}/{index}".encode()).hexdigest()
+
+
+def gpu_uuid(digest: str) -> str:
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
+def running_order(pod: dict[str, Any]) -> tuple[str, str, str]:
+    """The order in which a node's Running pods are handed its GPUs: oldest first."""
     meta = pod.get("metadata", {})
     return (
         str(meta.get("creationTimestamp", "")),
@@ -233,12 +243,11 @@ class SimSource:
         old = {gpu.info["index"]: gpu for gpu in self._gpus}
         gpus = []
         for index in range(count):
-            digest = hashlib.sha256(f"{self.node}/{index}".encode()).hexdigest()
+            digest = gpu_digest(self.node, index)
             bus = HGX_BUSES[index] if count <= len(HGX_BUSES) else (index * 0x10 + 0x10) % 0x100
             info = GpuInfo(
                 index=index,
-                uuid=f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-"
-                f"{digest[20:32]}",
+                uuid=gpu_uuid(digest),
                 pci_bus_id=f"00000000:{bus:02X}:00.0",
                 product=product,
                 serial=str(int(digest[32:], 16))[:13] if profile.ecc else None,
@@ -257,7 +266,7 @@ class SimSource:
             {"fieldSelector": f"spec.nodeName={self.node}"},
         )
         if isinstance(pods, dict):
-            items = sorted(pods.get("items", []) or [], key=_running_order)
+            items = sorted(pods.get("items", []) or [], key=running_order)
             self._busy = busy_gpus(items)
 
     # -- GpuSource ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -17,7 +17,7 @@ from clusters.services import cluster_order, cluster_start, cluster_stop, cluste
 from instances.api.views import ACCOUNT_LIMITS
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
-from starverse.core.api.schema import errors, on_hold_error
+from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
 
 
@@ -50,14 +50,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     @extend_schema(
         operation_id="clusters_create",
         request=ClusterCreateInput,
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                description="The same key answers the same order instead of a second one.",
-            )
-        ],
+        parameters=[IDEMPOTENCY_KEY],
         responses={
             202: ClusterOutput,
             **errors(402, 409, also=ACCOUNT_LIMITS),
@@ -75,7 +68,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
             name=data.get("name", ""),
             billing=data["billing"],
             ssh_keys=data.get("ssh_keys"),
-            idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
+            idempotency_key=idempotency_key(request),
         )
         return self._accepted(cluster)
 

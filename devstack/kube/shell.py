@@ -14,14 +14,21 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
-import hashlib
 import shlex
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.sim import HGX_BUSES, gpu_limit, product_name, profile_for
+from nodeagent.sim import (
+    HGX_BUSES,
+    gpu_digest,
+    gpu_limit,
+    gpu_uuid,
+    product_name,
+    profile_for,
+    running_order,
+)
 
 # What the platform's public pool holds (the seeded catalogue's directories), as the emulated
 # containers see it: the emulator mounts nothing.
@@ -67,15 +74,6 @@ class Container:
     cuda: str = CUDA
 
 
-def _running_order(pod: dict[str, Any]) -> tuple[str, str, str]:
-    meta = pod.get("metadata", {})
-    return (
-        str(meta.get("creationTimestamp", "")),
-        str(meta.get("namespace", "")),
-        str(meta.get("name", "")),
-    )
-
-
 def container_for(pod: dict[str, Any], node: dict[str, Any] | None, pods: list[Any]) -> Container:
     """The pod's GPUs as the simulated node agent sees them: the node's GPUs are handed out in
     order of its Running pods' ``nvidia.com/gpu`` limits, oldest pod first."""
@@ -87,14 +85,13 @@ def container_for(pod: dict[str, Any], node: dict[str, Any] | None, pods: list[A
     memory = int(labels.get("nvidia.com/gpu.memory") or profile.memory_mb)
     offset = 0
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-    for other in sorted(running, key=_running_order):
+    for other in sorted(running, key=running_order):
         if other["metadata"].get("uid") == pod["metadata"].get("uid"):
             break
         offset += gpu_limit(other)
     gpus = []
     for index in range(offset, offset + gpu_limit(pod)):
-        digest = hashlib.sha256(f"{node_name}/{index}".encode()).hexdigest()
-        uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        uuid = gpu_uuid(gpu_digest(node_name, index))
         bus = HGX_BUSES[index % len(HGX_BUSES)]
         gpus.append(
             Gpu(

@@ -41,7 +41,7 @@ from instances.selectors import (
 from instances.volumes import disk_attach, disk_detach
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
-from starverse.core.api.schema import errors, on_hold_error
+from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import InvalidInput
 
@@ -136,14 +136,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     @extend_schema(
         operation_id="instances_create",
         request=InstanceCreateInput,
-        parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                description="The same key answers the same order instead of a second one.",
-            )
-        ],
+        parameters=[IDEMPOTENCY_KEY],
         responses={
             202: InstanceOutput,
             **errors(402, 404, 409, also=ACCOUNT_LIMITS),
@@ -163,7 +156,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
             disks=data.get("disks"),
             auto_recover=data["auto_recover"],
             ports=data.get("ports"),
-            idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
+            idempotency_key=idempotency_key(request),
         )
         return self._accepted(instance)
 

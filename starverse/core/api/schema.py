@@ -13,7 +13,7 @@ import uritemplate
 from drf_spectacular.drainage import warn
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.plumbing import ResolvedComponent
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import BasePagination, PageNumberPagination
@@ -95,6 +95,21 @@ def errors(*codes: int, also: dict[int, str] | None = None) -> dict[int, OpenApi
         )
         for code in sorted({*codes, *notes})
     }
+
+
+IDEMPOTENCY_KEY_MAX_LENGTH = 200
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    description="The same key answers the same order instead of a second one.",
+)
+
+
+def idempotency_key(request: Any) -> str:
+    """An order's Idempotency-Key header (documented by IDEMPOTENCY_KEY), cut to what the
+    orders' key column holds; empty when absent."""
+    return str(request.headers.get("Idempotency-Key", ""))[:IDEMPOTENCY_KEY_MAX_LENGTH]
 
 
 def on_hold_error() -> dict[int, OpenApiResponse]:
