@@ -114,7 +114,8 @@ def run() -> list[dict]:
     product = offering.gpu_model.product
     _fleet(product)
 
-    selects, free_by_switch = [], {}
+    selects: list[float] = []
+    free_by_switch: dict[str, int] = {}
     for _ in range(ROUNDS):
         began = time.perf_counter()
         with connection.cursor() as cursor:
