@@ -326,28 +326,29 @@ def _metrics_json(cluster: Cluster) -> list[dict[str, Any]]:
 @login_required
 def cluster_detail(request: HttpRequest, pk: str) -> HttpResponse:
     cluster = get_for_user(_user_clusters(request), request.user, "tenant", pk)
-    view: ClusterView = cluster_view(cluster)
-    info = ClusterOutput(view).data
+    return render(request, "clusters/detail.html", detail_context(cluster, cluster_view(cluster)))
+
+
+def detail_context(cluster: Cluster, view: ClusterView) -> dict[str, Any]:
+    """What a cluster's page shows: the cluster as the API answers it (ClusterOutput: ranks,
+    `launch`, `preflight`, cost, queue position), every rank's events and GPU samples, and the
+    actions its status allows."""
     status = view.status
-    return render(
-        request,
-        "clusters/detail.html",
-        {
-            "active": "clusters",
-            "cluster": cluster,
-            "info": info,
-            "status": status,
-            "events": cluster_events(cluster),
-            "metrics": _metrics_json(cluster),
-            "status_labels": _status_labels(),
-            "rank_labels": {value: str(label) for value, label in InstanceStatus.choices},
-            "can_stop": status in CAN_STOP,
-            "can_start": status in CAN_START,
-            "can_terminate": status not in (C.TERMINATING, C.TERMINATED),
-            "transient": status in TRANSIENT,
-            "tz": timezone.get_current_timezone_name(),
-        },
-    )
+    return {
+        "active": "clusters",
+        "cluster": cluster,
+        "info": ClusterOutput(view).data,
+        "status": status,
+        "events": cluster_events(cluster),
+        "metrics": _metrics_json(cluster),
+        "status_labels": _status_labels(),
+        "rank_labels": {value: str(label) for value, label in InstanceStatus.choices},
+        "can_stop": status in CAN_STOP,
+        "can_start": status in CAN_START,
+        "can_terminate": status not in (C.TERMINATING, C.TERMINATED),
+        "transient": status in TRANSIENT,
+        "tz": timezone.get_current_timezone_name(),
+    }
 
 
 def _back(request: HttpRequest, cluster: Cluster) -> HttpResponse:

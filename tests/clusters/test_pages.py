@@ -5,9 +5,12 @@ page with its ranks, and its stop / start / terminate buttons; in English and Ch
 import re
 
 import pytest
+from django.template.loader import render_to_string
 
 from clusters.models import Cluster
+from clusters.selectors import cluster_view
 from clusters.services import cluster_order
+from clusters.views import detail_context
 from instances.lifecycle import instance_order
 from instances.models import Instance
 from instances.provisioning import converge
@@ -250,3 +253,29 @@ def test_stop_start_terminate_buttons_move_every_rank(catalog, client):
         assert converge_until(converge.terminate, rank.id) == "terminated"
     page = client.get(f"/console/clusters/{cluster.id}/").content.decode()
     assert "A terminated cluster has no actions left." in page
+
+
+def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(catalog, rf):
+    """The page renders the API's `launch` {name: command} and `preflight` as they come (other
+    parts of the platform fill them): one copy button per command, the bandwidth, extra keys."""
+    user = make_user()
+    cluster = make_cluster(user)
+    context = detail_context(cluster, cluster_view(cluster))
+    context["info"] = {
+        **context["info"],
+        "launch": {
+            "deepspeed": "deepspeed --hostfile /etc/starverse/hostfile train.py",
+            "torchrun": "torchrun --nnodes 2 --nproc-per-node 8 train.py",
+        },
+        "preflight": {"status": "passed", "busbw_gbps": 182.46, "floor_gbps": 150},
+    }
+    request = rf.get(f"/console/clusters/{cluster.id}/")
+    request.user = user
+
+    html = render_to_string("clusters/detail.html", context, request=request)
+
+    assert "deepspeed --hostfile /etc/starverse/hostfile train.py" in html
+    assert html.count('data-copy="#launch-') == 2
+    assert "No launch commands yet" not in html
+    assert "182.5 GB/s" in html and "floor_gbps" in html and "Passed" in html
+    assert "Not run yet" not in html
