@@ -42,9 +42,9 @@ urlpatterns = [
     path("gateway/login", gateway.gateway_login, name="gateway-login"),
     path("console/", include("console.urls")),
     path("console/", include("instances.urls")),
+    path("", include("clusters.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     path("billing/", include("billing.urls")),
-    path("clusters/", include("clusters.urls")),
     path("i18n/setlang/", set_language, name="set_language"),
     re_path(
         r"^admin/(?:instances|datasets)/(?P<model>{})/(?P<rest>.*)$".format("|".join(MOVED_ADMIN)),

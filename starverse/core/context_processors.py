@@ -7,6 +7,7 @@ NAVIGATION = [
     ("console:dashboard", _("Dashboard"), "dashboard"),
     ("instances:rent", _("Rent"), "rent"),
     ("instances:list", _("Instances"), "instances"),
+    ("clusters:list", _("Clusters"), "clusters"),
     ("console:disks", _("Disks"), "disks"),
     ("console:datasets", _("Datasets"), "datasets"),
     ("billing:billing", _("Billing"), "billing"),
