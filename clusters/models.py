@@ -26,6 +26,14 @@ class Cluster(models.Model):
     billing = models.CharField(
         max_length=16, choices=BillingMode.choices, default=BillingMode.HOURLY
     )
+    # Megatron-LM's degrees when the user chose them (else tensor = GPUs per node, pipeline 1;
+    # instances.provisioning.ranks.Layout.degrees); data parallel is what is left.
+    tensor_parallel = models.PositiveSmallIntegerField(null=True, blank=True)
+    pipeline_parallel = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The key pair every rank logs in to every other with (OpenSSH private key, unencrypted),
+    # made at the first rank's provisioning; kept here, the database being the source of truth
+    # for what the cluster's Secret holds.
+    ssh_private_key = models.TextField(blank=True, editable=False)
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
