@@ -1,5 +1,6 @@
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from clusters.choices import Template
@@ -47,6 +48,9 @@ class Cluster(models.Model):
                 name="cluster_idempotency_key",
             ),
             models.CheckConstraint(condition=Q(node_count__gte=2), name="cluster_node_count"),
+            # Its objects and DNS names carry the id in lower case (DNS has no case): one
+            # cluster per lower-cased id.
+            models.UniqueConstraint(Lower("id"), name="cluster_id_lower"),
         ]
 
     def __str__(self) -> str:

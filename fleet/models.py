@@ -261,7 +261,8 @@ class NodeProfile(models.Model):
     host_network = models.BooleanField(
         default=False,
         help_text="Ranks use the node's network namespace (whole-node rentals only): fastest "
-        "path to the NICs, at the cost of the pod's own network isolation.",
+        "path to the NICs, at the cost of the pod's own network isolation. Pod Security "
+        "'baseline' forbids it: tenant namespaces must be 'privileged' for such ranks.",
     )
     nccl_env = models.JSONField(
         default=dict,

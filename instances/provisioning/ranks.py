@@ -289,7 +289,7 @@ def ssh_config(layout: Layout) -> str:
     )
 
 
-def known_hosts(ranks: list[Instance], layout: Layout) -> str:
+def known_hosts(ranks: list[Any], layout: Layout) -> str:
     lines = []
     for rank in ranks:
         if not rank.ssh_host_key or rank.rank is None:
