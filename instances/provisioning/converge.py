@@ -118,10 +118,28 @@ def _cluster_objects_ensure(instance: Instance, node: Node) -> None:
     """A rank's cluster objects (instances.provisioning.ranks): its headless Service as made
     first, the key Secret and the files ConfigMap brought up to date (a rank moved or the
     cluster scaled while stopped changes what they hold)."""
-    service, secret, files = ranks.shared_objects(instance, node, _host_key_assign)
+    siblings = ranks.cluster_ranks(instance)
+    for rank in siblings:  # every rank's host key, so known_hosts lists them all from the start
+        _host_key_assign(rank)
+    service, secret, files = ranks.shared_objects(
+        instance, node, _cluster_key_assign(instance), siblings
+    )
     kube.ensure(service)
     kube.ensure(secret, update=True)
     kube.ensure(files, update=True)
+
+
+def _cluster_key_assign(instance: Instance) -> str:
+    """The cluster's SSH private key, made once (at its first rank's provisioning) and kept on
+    the cluster row for its life; a pass that races another keeps the key stored first."""
+    cluster = instance.cluster
+    assert cluster is not None
+    if not cluster.ssh_private_key:
+        type(cluster).objects.filter(pk=cluster.pk, ssh_private_key="").update(
+            ssh_private_key=host_key_generate().private_openssh
+        )
+        cluster.refresh_from_db(fields=["ssh_private_key"])
+    return cluster.ssh_private_key
 
 
 def _ports_now(instance: Instance) -> Instance:

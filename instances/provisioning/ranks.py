@@ -16,7 +16,7 @@ from fleet.models import MULTUS_NETWORKS, Node, NodeProfile
 from fleet.selectors import node_profile_for
 from instances.gateway import SSH_PORT
 from instances.models import Instance
-from starverse.core.hostkeys import host_key_from_private, host_key_generate
+from starverse.core.hostkeys import host_key_from_private
 from starverse.core.kube import MANAGED, namespace_name, tenant_label
 
 CLUSTER_LABEL = "starverse.io/cluster"
@@ -302,27 +302,8 @@ def known_hosts(ranks: list[Any], layout: Layout) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def cluster_key(instance: Instance) -> str:
-    """The cluster's SSH private key, made once (at its first rank's provisioning) and kept on
-    the cluster row for its life; a pass that races another keeps the key stored first."""
-    cluster = instance.cluster
-    assert cluster is not None
-    if not cluster.ssh_private_key:
-        model = type(cluster)
-        model.objects.filter(pk=cluster.pk, ssh_private_key="").update(
-            ssh_private_key=host_key_generate().private_openssh
-        )
-        cluster.refresh_from_db(fields=["ssh_private_key"])
-    return str(cluster.ssh_private_key)
-
-
-def ranks_with_host_keys(instance: Instance, assign: Any) -> list[Instance]:
-    """Every rank of the instance's cluster with its SSH host key made (`assign`, the instance
-    host key seam), so known_hosts lists them all from the first rank up."""
-    ranks = list(Instance.objects.filter(cluster_id=instance.cluster_id).order_by("rank"))
-    for rank in ranks:
-        assign(rank)
-    return ranks
+def cluster_ranks(instance: Instance) -> list[Instance]:
+    return list(Instance.objects.filter(cluster_id=instance.cluster_id).order_by("rank"))
 
 
 # --- the rank's pod -----------------------------------------------------------------------------
@@ -437,13 +418,15 @@ def rank_service(service: dict[str, Any], node: Node) -> dict[str, Any]:
     return service
 
 
-def shared_objects(instance: Instance, node: Node, assign_host_key: Any) -> list[dict[str, Any]]:
-    """The headless Service, the key Secret and the files ConfigMap of the rank's cluster."""
+def shared_objects(
+    instance: Instance, node: Node, private_key: str, ranks: list[Instance]
+) -> list[dict[str, Any]]:
+    """The headless Service, the key Secret (`private_key`, the `ranks`' host keys) and the
+    files ConfigMap of the rank's cluster."""
     layout = layout_of(instance.cluster, node_profile_for(node))
-    ranks = ranks_with_host_keys(instance, assign_host_key)
     return [
         headless_service(instance),
-        ssh_key_secret(instance, cluster_key(instance), known_hosts(ranks, layout), layout),
+        ssh_key_secret(instance, private_key, known_hosts(ranks, layout), layout),
         files_config_map(instance, layout),
     ]
 
