@@ -44,6 +44,7 @@ urlpatterns = [
     path("console/", include("instances.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     path("billing/", include("billing.urls")),
+    path("clusters/", include("clusters.urls")),
     path("i18n/setlang/", set_language, name="set_language"),
     re_path(
         r"^admin/(?:instances|datasets)/(?P<model>{})/(?P<rest>.*)$".format("|".join(MOVED_ADMIN)),

@@ -14,6 +14,7 @@ NAVIGATION = [
     ("accounts:ssh_keys", _("SSH keys"), "ssh_keys"),
     ("accounts:security", _("Security"), "security"),
     ("billing:calculator", _("Cost calculator"), "calculator"),
+    ("clusters:plan", _("Parallelism planner"), "planner"),
 ]
 
 
