@@ -6,7 +6,17 @@ from rest_framework import serializers
 from clusters.choices import ClusterStatus, Template
 from clusters.planner import PRESETS, PlanInputError, plan_inputs
 from instances.choices import BillingMode, InstanceStatus
+from instances.provisioning.ranks import launch_of, layout_of, rank_host
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
+
+
+class ParallelismInput(InputSerializer):
+    tensor = serializers.IntegerField(
+        min_value=1, help_text="Tensor-parallel degree: divides the GPUs per node."
+    )
+    pipeline = serializers.IntegerField(
+        min_value=1, required=False, default=1, help_text="Pipeline-parallel degree."
+    )
 
 
 class ClusterCreateInput(InputSerializer):
@@ -25,6 +35,11 @@ class ClusterCreateInput(InputSerializer):
     billing = serializers.ChoiceField(
         choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
     )
+    parallelism = ParallelismInput(
+        required=False,
+        help_text="Megatron-LM degrees for the launch script; tensor × pipeline divides the "
+        "world size. Default: tensor = GPUs per node, pipeline 1.",
+    )
 
 
 class RankOutput(serializers.Serializer):
@@ -41,6 +56,12 @@ class RankOutput(serializers.Serializer):
 class PreflightOutput(serializers.Serializer):
     status = serializers.CharField()
     busbw_gbps = serializers.FloatField(allow_null=True)
+
+
+class ParallelismOutput(serializers.Serializer):
+    tensor = serializers.IntegerField()
+    pipeline = serializers.IntegerField()
+    data = serializers.IntegerField()  # type: ignore[assignment]  # popped into the fields
 
 
 class ClusterOutput(serializers.Serializer):
@@ -64,12 +85,15 @@ class ClusterOutput(serializers.Serializer):
     preflight = PreflightOutput(allow_null=True)
     cost_fen = serializers.IntegerField()
     launch = serializers.DictField(
-        child=serializers.CharField(), help_text="Launch commands by name."
+        child=serializers.CharField(),
+        help_text="The template's launch command by name, to run on any rank; empty for none.",
     )
+    parallelism = ParallelismOutput(help_text="The Megatron-LM degrees of the launch script.")
     created_at = serializers.DateTimeField()
 
     def to_representation(self, view: Any) -> dict[str, Any]:
         cluster = view.cluster
+        tensor, pipeline, data = layout_of(cluster).degrees()
         return {
             "id": cluster.id,
             "name": cluster.name,
@@ -90,13 +114,14 @@ class ClusterOutput(serializers.Serializer):
                     "node": node.name if node else None,
                     "switch": (node.switch or None) if node else None,
                     "status": rank.status,
-                    "host": None,
+                    "host": rank_host(cluster.id, rank.rank),
                 }
                 for rank, node in ((rank, view.node_of(rank)) for rank in view.ranks)
             ],
             "preflight": None,
             "cost_fen": view.cost_fen,
-            "launch": {},
+            "launch": launch_of(cluster),
+            "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
             "created_at": serializers.DateTimeField().to_representation(cluster.created_at),
         }
 

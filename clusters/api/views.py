@@ -73,6 +73,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
             name=data.get("name", ""),
             billing=data["billing"],
             ssh_keys=data.get("ssh_keys"),
+            parallelism=data.get("parallelism"),
             idempotency_key=idempotency_key(request),
         )
         return self._accepted(cluster)
