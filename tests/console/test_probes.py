@@ -51,13 +51,13 @@ def test_the_host_check_and_https_redirect_still_hold_for_every_other_page(
 def test_readyz_names_a_broker_that_does_not_answer(client, db, settings):
     settings.KUBE_ACCESS = False
     old = celery_app.conf.broker_url
-    celery_app.conf.broker_url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    celery_app.conf.update(broker_url="redis://127.0.0.1:1/0")  # nothing listens on port 1
     try:
         started = time.monotonic()
         answer = client.get("/readyz")
         took = time.monotonic() - started
     finally:
-        celery_app.conf.broker_url = old
+        celery_app.conf.update(broker_url=old)
 
     assert answer.status_code == 503
     body = answer.json()
