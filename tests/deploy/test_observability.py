@@ -73,7 +73,7 @@ def exported(db, client, settings):
     settings.METRICS_TOKEN = ""
     settings.METRICS_ALLOWED_CIDRS = []
     text = client.get("/metrics").content.decode()
-    names = set()
+    names: set[str] = set()
     for family in text_string_to_metric_families(text):
         names.update(family.name + s for s in SUFFIXES.get(family.type, ("",)))
     names.update(metric.name for metric in METRICS)
