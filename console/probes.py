@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -27,17 +27,13 @@ OK = "ok"
 
 
 def check_database() -> None:
-    """One round trip, bounded on PostgreSQL by a statement timeout (connecting is bounded by
-    the connect_timeout the settings give)."""
-    with connection.cursor() as cursor:
+    """One round trip, bounded on PostgreSQL by a statement timeout local to its transaction
+    (connecting is bounded by the connect_timeout the settings give)."""
+    with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("SET statement_timeout = %s", [int(settings.READYZ_TIMEOUT_S * 1000)])
-            try:
-                cursor.execute("SELECT 1")
-            finally:
-                cursor.execute("SET statement_timeout = 0")
-        else:
-            cursor.execute("SELECT 1")
+            timeout_ms = int(settings.READYZ_TIMEOUT_S * 1000)
+            cursor.execute("SET LOCAL statement_timeout = %s", [timeout_ms])
+        cursor.execute("SELECT 1")
 
 
 def check_broker() -> None:

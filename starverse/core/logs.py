@@ -46,16 +46,19 @@ class RequestIdMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         rid = sane_request_id(request.headers.get(REQUEST_ID_HEADER)) or new_request_id()
-        token = request_id.set(rid)
-        actor_token = actor.set(("", ""))
+        # Kept until the response is closed (request_finished), so that Django's own line about
+        # a failed request, written after the middleware returns, carries the id too.
+        request_id.set(rid)
+        actor.set(("", ""))
         request.request_id = rid  # type: ignore[attr-defined]
-        try:
-            response = self.get_response(request)
-        finally:
-            request_id.reset(token)
-            actor.reset(actor_token)
+        response = self.get_response(request)
         response[REQUEST_ID_HEADER] = rid
         return response
+
+
+def on_request_finished(**_: Any) -> None:
+    request_id.set("")
+    actor.set(("", ""))
 
 
 class ActorMiddleware:

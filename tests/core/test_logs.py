@@ -13,7 +13,7 @@ from django.http import HttpResponse
 from starverse.celery import app as celery_app
 from starverse.core import logs
 from starverse.settings.base import logging_config
-from tests.factories import make_user
+from tests.factories import make_token, make_user
 
 task_logger = logging.getLogger("tests.task")
 
@@ -81,6 +81,23 @@ def test_lines_logged_during_a_request_carry_its_id(rf, db, json_lines):
     assert line["user"] == str(user.pk)
     assert line["tenant"] == str(user.tenant_id)
     assert line["time"].endswith("+00:00")
+
+
+def test_djangos_line_about_a_failed_api_request_names_the_token_user(client, db, json_lines):
+    user = make_user()
+    _token, raw = make_token(user)
+
+    answer = client.get(
+        "/api/v1/instances/ins_nosuchthing",
+        HTTP_AUTHORIZATION=f"Bearer {raw}",
+        HTTP_X_REQUEST_ID="req-api-404-0001",
+    )
+
+    assert answer.status_code == 404
+    (line,) = [line for line in json_lines() if line["logger"] == "django.request"]
+    assert line["message"] == "Not Found: /api/v1/instances/ins_nosuchthing"
+    assert (line["request_id"], line["user"]) == ("req-api-404-0001", str(user.pk))
+    assert logs.request_id.get() == ""  # cleared once the response is closed
 
 
 @pytest.mark.filterwarnings("ignore::celery.exceptions.AlwaysEagerIgnored")
