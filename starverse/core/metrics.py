@@ -26,7 +26,12 @@ from prometheus_client.registry import REGISTRY, Collector
 
 logger = logging.getLogger(__name__)
 
-TASK_RETRIES = Counter("starverse_task_retries", "Celery task retries, by task.", ["task"])
+TASK_RETRIES = Counter(
+    "starverse_task_retries",
+    "Celery task retries, by task and cause: the error's class, or `wait` for a task that "
+    "polls by retrying (provisioning waits for its pod this way).",
+    ["task", "cause"],
+)
 TASK_FAILURES = Counter(
     "starverse_task_failures", "Celery tasks that ended in an exception, by task.", ["task"]
 )
@@ -95,9 +100,10 @@ def scrape_allowed(request: HttpRequest) -> bool:
 # --- Celery hooks (connected in starverse.celery) ----------------------------------------------
 
 
-def on_task_retry(request: Any = None, **_: Any) -> None:
+def on_task_retry(request: Any = None, reason: Any = None, **_: Any) -> None:
     name = getattr(request, "task", None) or "unknown"
-    TASK_RETRIES.labels(task=name).inc()
+    error = getattr(reason, "exc", None)
+    TASK_RETRIES.labels(task=name, cause=type(error).__name__ if error else "wait").inc()
 
 
 def on_task_failure(sender: Any = None, **_: Any) -> None:

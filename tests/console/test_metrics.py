@@ -128,15 +128,30 @@ def flaky(self):
     return "done"
 
 
+@shared_task(bind=True, max_retries=1, default_retry_delay=0)
+def erring(self):
+    if self.request.retries == 0:
+        raise self.retry(countdown=0, exc=ConnectionError("down"))
+    return "done"
+
+
 def test_task_retries_and_the_ledger_audit_are_counted(db, client, open_metrics):
-    name = flaky.name
-    before = value(scrape(client), "starverse_task_retries_total", task=name) or 0
+    start = scrape(client)
+    waited = value(start, "starverse_task_retries_total", task=flaky.name, cause="wait") or 0
+    erred = value(start, "starverse_task_retries_total", task=erring.name, cause="ConnectionError")
 
     flaky.apply()
+    erring.apply()
     audit_wallets()
 
     samples = scrape(client)
-    assert value(samples, "starverse_task_retries_total", task=name) == before + 1
+    assert (
+        value(samples, "starverse_task_retries_total", task=flaky.name, cause="wait") == waited + 1
+    )
+    assert (
+        value(samples, "starverse_task_retries_total", task=erring.name, cause="ConnectionError")
+        == (erred or 0) + 1
+    )
     assert value(samples, "starverse_ledger_audit_drifting_wallets") == 0
     assert value(samples, "starverse_ledger_audit_unbalanced_transactions") == 0
     last = value(samples, "starverse_ledger_audit_last_run_timestamp_seconds")
