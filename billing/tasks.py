@@ -2,6 +2,7 @@
 retryable gateway errors, with exponential backoff, jitter and a cap."""
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ from billing import notices, payments
 from billing.models import StripeEvent
 from billing.selectors import unbalanced_transactions, wallet_drifts
 from billing.stripe_gateway import RetryableGatewayError
+from starverse.core import metrics
 
 logger = logging.getLogger(__name__)
 RETRY: dict[str, Any] = {
@@ -82,3 +84,5 @@ def audit_wallets() -> None:
     for txn in unbalanced:
         logger.error("billing.audit.unbalanced transaction=%s", txn)
     logger.info("billing.audit wallets_drifting=%d unbalanced=%d", len(drifts), len(unbalanced))
+    # Prometheus alerts on drift (deploy/prometheus/alerts.yaml) from the worker's metrics.
+    metrics.record_audit(len(drifts), len(unbalanced), time.time())

@@ -28,6 +28,7 @@ from typing import Any
 
 from nodeagent import AGENT_VERSION
 from nodeagent.credentials import NodeCredentials, registration_spec
+from nodeagent.exporter import GpuCollector, serve
 from nodeagent.nvml import NvmlUnavailable
 from nodeagent.source import GpuSource
 
@@ -83,6 +84,13 @@ def agent_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--kube-token-file", default=_env("NODEAGENT_KUBE_TOKEN_FILE"))
     parser.add_argument("--kube-ca-file", default=_env("NODEAGENT_KUBE_CA_FILE"))
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env("NODEAGENT_METRICS_PORT", "0"),
+        help="serve the GPUs' metrics for Prometheus under dcgm-exporter's names on this port "
+        "(dcgm-exporter's is 9400; default 0: off)",
+    )
     parser.add_argument("--buffer", type=int, default=240, help="reports kept while unreachable")
     parser.add_argument("--timeout", type=float, default=10.0, help="HTTP timeout, seconds")
     parser.add_argument("--log-level", default=_env("NODEAGENT_LOG_LEVEL", "info"))
@@ -226,7 +234,11 @@ def run_agent(argv: Sequence[str]) -> int:
         print(exc, file=sys.stderr)
         return 2
 
-    agent = Agent(source, reporter, interval=args.interval)
+    exporter = None
+    if args.metrics_port:
+        exporter = GpuCollector(args.node)
+        serve(exporter, args.metrics_port)
+    agent = Agent(source, reporter, interval=args.interval, exporter=exporter)
     try:
         if args.once:
             delivered = agent.run_once()

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from nodeagent.exporter import GpuCollector
 from nodeagent.report import PendingReport, Reporter, pending_report
 from nodeagent.source import GpuSource
 
@@ -21,6 +22,7 @@ class Agent:
         *,
         interval: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
+        exporter: GpuCollector | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -28,13 +30,18 @@ class Agent:
         self.reporter = reporter
         self.interval = interval
         self._clock = clock
+        self.exporter = exporter
         self.cycles = 0
 
     def collect(self) -> PendingReport:
         """Sample once and queue the report."""
         snapshot = self.source.sample()
         events = self.source.events()
-        report = pending_report(self.source.driver(), self.source.inventory(), snapshot, events)
+        inventory = self.source.inventory()
+        report = pending_report(self.source.driver(), inventory, snapshot, events)
+        if self.exporter is not None:
+            pods = getattr(self.source, "gpu_pods", None)
+            self.exporter.update(inventory, snapshot, pods() if pods else None)
         self.reporter.submit(report)
         self.cycles += 1
         return report

@@ -160,6 +160,25 @@ def gpu_uuid(digest: str) -> str:
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
+def pods_by_gpu(pods: list[dict[str, Any]]) -> dict[int, tuple[str, str, str]]:
+    """GPU index → (namespace, pod, first container) of the Running pods, in running order
+    (the same hand-out as `busy_gpus`)."""
+    owners: dict[int, tuple[str, str, str]] = {}
+    for pod in pods:
+        if pod.get("status", {}).get("phase") != "Running":
+            continue
+        meta = pod.get("metadata", {})
+        containers = pod.get("spec", {}).get("containers", []) or [{}]
+        owner = (
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+            str(containers[0].get("name", "")),
+        )
+        for _ in range(gpu_limit(pod)):
+            owners[len(owners)] = owner
+    return owners
+
+
 def running_order(pod: dict[str, Any]) -> tuple[str, str, str]:
     """The order in which a node's Running pods are handed its GPUs: oldest first."""
     meta = pod.get("metadata", {})
@@ -194,6 +213,7 @@ class SimSource:
         self._rng = random.Random(seed if seed is not None else node)
         self._node_read = False
         self._busy = 0
+        self._pods: dict[int, tuple[str, str, str]] = {}
         self._api_down = False
         self._labels: dict[str, str] = {}
         self._gpus: list[_Gpu] = []
@@ -268,6 +288,11 @@ class SimSource:
         if isinstance(pods, dict):
             items = sorted(pods.get("items", []) or [], key=running_order)
             self._busy = busy_gpus(items)
+            self._pods = pods_by_gpu(items)
+
+    def gpu_pods(self) -> dict[int, tuple[str, str, str]]:
+        """(namespace, pod, container) holding each busy GPU, as the simulation hands them out."""
+        return dict(self._pods)
 
     # -- GpuSource ----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from starverse.accounts.models import ApiToken, User
 from starverse.accounts.services import token_touch
 from starverse.accounts.tokens import token_hash, token_is_well_formed
+from starverse.core import logs
 from starverse.core.db import raw_datetime
 
 # Every API request runs this lookup: one raw query (the user with its live token's id, name and
@@ -48,6 +49,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             last_used_at=raw_datetime(columns["token_last_used"]),
         )
         token_touch(token=token)
+        logs.set_actor(user)  # the request's log lines name who it is (starverse.core.logs)
         return user, token
 
     def authenticate_header(self, request: Request) -> str:

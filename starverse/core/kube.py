@@ -253,6 +253,17 @@ def _client(*, exec_session: bool = False) -> client.ApiClient:
         ) from error
 
 
+def api_reachable(timeout_s: float) -> None:
+    """Whether the API server answers (GET /version) within the timeout: the readiness probe of
+    a process that talks to the cluster. Raises KubeError when it does not."""
+    try:
+        client.VersionApi(_client()).get_code(_request_timeout=(timeout_s, timeout_s))
+    except ApiException as error:
+        raise RetryableKubeError(f"version: {error.status} {error.reason}") from error
+    except (HTTPError, OSError) as error:
+        raise RetryableKubeError(f"version: {type(error).__name__}") from error
+
+
 def core() -> client.CoreV1Api:
     return client.CoreV1Api(_client())
 

@@ -3,6 +3,7 @@
 import ipaddress
 import re
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -42,6 +43,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "starverse.core.logs.RequestIdMiddleware",
+    # /healthz, /readyz and /metrics, answered before the HTTPS redirect and the Host check
+    # (probes and scrapers come with the pod's IP as Host, over plain HTTP).
+    "console.probes.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -50,6 +55,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "starverse.core.logs.ActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "starverse.accounts.middleware.StaffTwoFactorMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -99,6 +105,9 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+else:
+    # A database that does not answer fails a request (and /readyz) in seconds, not minutes.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_optional("REDIS_URL")
@@ -171,6 +180,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The worker logs through LOGGING (JSON or text, with the request id), not Celery's own format.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
@@ -260,21 +271,39 @@ TRIAL_CREDIT_FEN = env_int("TRIAL_CREDIT_FEN", 1000)
 TRIAL_REQUIRES_VERIFICATION = env_bool("TRIAL_REQUIRES_VERIFICATION", True)
 EMAIL_VERIFICATION_DAYS = env_int("EMAIL_VERIFICATION_DAYS", 3)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"kv": {"format": "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"}},
-    "filters": {"no_url_secrets": {"()": "starverse.access_log.RedactUrlSecrets"}},
-    "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "formatter": "kv",
-            "filters": ["no_url_secrets"],
-        }
-    },
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
-}
+
+def logging_config(log_format: str) -> dict[str, Any]:
+    """LOG_FORMAT=json: one JSON object per line (starverse.core.logs.JsonFormatter), for a log
+    collector; text: key=value lines for a person. Both carry the request id."""
+    if log_format not in ("json", "text"):
+        raise ImproperlyConfigured(f"LOG_FORMAT must be json or text, got {log_format!r}.")
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "kv": {
+                "format": "%(asctime)s level=%(levelname)s logger=%(name)s "
+                "request_id=%(request_id)s %(message)s"
+            },
+            "json": {"()": "starverse.core.logs.JsonFormatter"},
+        },
+        "filters": {
+            "no_url_secrets": {"()": "starverse.access_log.RedactUrlSecrets"},
+            "context": {"()": "starverse.core.logs.ContextFilter"},
+        },
+        "handlers": {
+            "console": {
+                "class": "logging.StreamHandler",
+                "formatter": "kv" if log_format == "text" else "json",
+                "filters": ["no_url_secrets", "context"],
+            }
+        },
+        "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+        "loggers": {"django.db.backends": {"level": "WARNING"}},
+    }
+
+
+LOGGING = logging_config(env_str("LOG_FORMAT", "text"))
 
 # Payments. Without STRIPE_SECRET_KEY the platform talks to the local Stripe stand-in
 # (devstack.stripe, started by `make run`) with demo keys — labelled as a demo wherever shown.
@@ -408,6 +437,22 @@ if not re.fullmatch(r"[a-z0-9-]+/[a-z0-9-]+", GATEWAY_ROUTE_PARENT):
     )
 # The proxy's authorization check reaches the console with the gateway address as its Host.
 ALLOWED_HOSTS = [*ALLOWED_HOSTS, "." + _gateway_host]
+# Observability. /metrics answers the bearer token METRICS_TOKEN or addresses in
+# METRICS_ALLOWED_CIDRS; with neither it is open only with DEBUG on (make run). The Celery
+# worker serves its own in-process metrics on METRICS_PORT (0: not at all). /readyz gives each
+# dependency this long to answer.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+METRICS_ALLOWED_CIDRS = env_list("METRICS_ALLOWED_CIDRS", [])
+for _cidr in METRICS_ALLOWED_CIDRS:
+    try:
+        ipaddress.ip_network(_cidr)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"METRICS_ALLOWED_CIDRS must list CIDRs, got {_cidr!r}."
+        ) from None
+METRICS_PORT = env_int("METRICS_PORT", 0)
+READYZ_TIMEOUT_S = float(env_int("READYZ_TIMEOUT_MS", 2000)) / 1000
+
 PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
 # The queue. An order whose balance does not cover its runway when its turn comes is passed
 # over, and fails (at no cost) after this many minutes unless a top-up covers it first.

@@ -39,6 +39,9 @@ if PUBLIC_POOL_SOURCE.startswith("hostpath://") and not PUBLIC_POOL_ALLOW_HOSTPA
         "PUBLIC_POOL_ALLOW_HOSTPATH=1 for a single-node test cluster."
     )
 
+# One JSON object per log line for the cluster's log collector (LOG_FORMAT=text for people).
+LOGGING = logging_config(env_str("LOG_FORMAT", "json"))  # noqa: F405
+
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
 # The gateway's proxy asks its authorization check over the cluster network, in plain HTTP.

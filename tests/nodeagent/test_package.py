@@ -29,6 +29,7 @@ def test_the_package_never_imports_django() -> None:
         "nodeagent.__main__",
         "nodeagent.agent",
         "nodeagent.credentials",
+        "nodeagent.exporter",
         "nodeagent.fixture",
         "nodeagent.metrics",
         "nodeagent.nvml",
