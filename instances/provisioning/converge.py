@@ -95,7 +95,14 @@ def _objects_create(instance: Instance, node: Node) -> None:
     kube.ensure(_access_secret(instance), update=True)
     kube.ensure(manifests.disk_claim(instance))
     disks, nas = _storage(instance)
-    pod = kube.ensure(manifests.pod(instance, node.name, disks, nas))
+    pod_manifest = manifests.pod(instance, node.name, disks, nas)
+    if instance.cluster_id is not None:
+        # the emulator's simulated pre-flight finds a cluster's ranks by these
+        dns = str(instance.cluster_id).lower().replace("_", "-")
+        pod_manifest["metadata"]["labels"].update(
+            {"starverse.io/cluster": dns, "starverse.io/rank": str(instance.rank)}
+        )
+    pod = kube.ensure(pod_manifest)
     if _node_of(pod) != node.name:
         _pod_elsewhere_remove(instance)
     service = kube.ensure(manifests.service(instance))
@@ -131,7 +138,7 @@ def ports_converge(instance_id: str) -> list[str]:
         return []
     if instance.status == S.PROVISIONING and instance.objects_created_at is None:
         raise StillPending("objects not created yet")
-    if instance.status not in (S.PROVISIONING, S.RUNNING, S.STOPPING, S.STOPPED):
+    if instance.status not in (S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING, S.STOPPED):
         return []  # queued or failed: the next provisioning makes them
     namespace, selector = instance.k8s_namespace, manifests.port_selector(instance)
     wanted = set(served_ports(instance))
@@ -192,7 +199,7 @@ def access_refresh(instance_id: str) -> bool:
     instance = Instance.objects.filter(pk=instance_id).first()
     if instance is None or not instance.k8s_name or instance.objects_created_at is None:
         return False
-    if instance.status not in (S.PROVISIONING, S.RUNNING):
+    if instance.status not in (S.PROVISIONING, S.CHECKING, S.RUNNING):
         return False
     kube.ensure(_access_secret(instance), update=True)
     return True

@@ -163,9 +163,9 @@ def _orphans_remove(
     deleted)."""
     # Read after the pods were listed: an instance placed since then has no pod in the list.
     wanted_pods = set(
-        Instance.objects.filter(status__in=(S.PROVISIONING, S.RUNNING, S.STOPPING)).values_list(
-            "k8s_namespace", "k8s_name"
-        )
+        Instance.objects.filter(
+            status__in=(S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING)
+        ).values_list("k8s_namespace", "k8s_name")
     )
     orphans = []
     for namespace, name in pods:
@@ -237,7 +237,9 @@ def _mirror_warnings() -> int:
     if not by_pod:
         return 0
     mirrored = 0
-    live = Instance.objects.filter(status__in=(S.RUNNING, S.PROVISIONING)).exclude(k8s_name="")
+    live = Instance.objects.filter(status__in=(S.RUNNING, S.CHECKING, S.PROVISIONING)).exclude(
+        k8s_name=""
+    )
     for instance in live.only("id", "status", "k8s_namespace", "k8s_name", "seen_event_uids"):
         events = by_pod.get((instance.k8s_namespace, instance.k8s_name))
         if events:
