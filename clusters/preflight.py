@@ -107,7 +107,7 @@ def _round_start(cluster_id: str) -> int | None:
             instance=ranks[0],
             status=S.CHECKING,
             message=later(
-                "Pre-flight check, round %(round)d: an NCCL all-reduce across all %(n)d nodes "
+                "Pre-flight check, round %(round)s: an NCCL all-reduce across all %(n)s nodes "
                 "and between pairs of them."
             )
             % {"round": found.round, "n": len(ranks)},
@@ -186,7 +186,7 @@ def _words(found: Preflight) -> dict[str, Any]:
 
 def _passed(found: Preflight, ranks: list[Instance]) -> None:
     message = later(
-        "Pre-flight check passed (round %(round)d): %(busbw)s GB/s bus bandwidth, floor "
+        "Pre-flight check passed (round %(round)s): %(busbw)s GB/s bus bandwidth, floor "
         "%(floor)s GB/s. Running: billing started."
     ) % _words(found)
     ranks_mark_running(ranks, message)
@@ -200,14 +200,14 @@ def _failed(
     allowed, the whole cluster failed (it was never billed)."""
     words = _words(found)
     if found.message:
-        text = later("Pre-flight check round %(round)d could not run: %(error)s.") % {
+        text = later("Pre-flight check round %(round)s could not run: %(error)s.") % {
             **words,
             "error": found.message,
         }
     else:
         text = (
             later(
-                "Pre-flight check failed (round %(round)d): %(busbw)s GB/s bus bandwidth, floor "
+                "Pre-flight check failed (round %(round)s): %(busbw)s GB/s bus bandwidth, floor "
                 "%(floor)s GB/s."
             )
             % words
@@ -222,7 +222,7 @@ def _failed(
     )
     if _failed_rounds(str(found.cluster_id)) >= settings.CLUSTER_PREFLIGHT_MAX_ROUNDS:
         message = later(
-            "The cluster failed its pre-flight check %(n)d times in a row (last: %(busbw)s GB/s "
+            "The cluster failed its pre-flight check %(n)s times in a row (last: %(busbw)s GB/s "
             "bus bandwidth, floor %(floor)s GB/s). It was never billed; its nodes are free "
             "again. Start it again or contact support."
         ) % {**words, "n": settings.CLUSTER_PREFLIGHT_MAX_ROUNDS}
@@ -244,7 +244,7 @@ def _failed(
             rank,
             later(
                 "Its node %(node)s was slow in the pre-flight check and was cordoned; "
-                "moving rank %(rank)d to another node."
+                "moving rank %(rank)s to another node."
             )
             % {"node": node.name, "rank": rank.rank},
         )

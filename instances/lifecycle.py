@@ -568,7 +568,7 @@ def _rank_lost(instance_id: str, *, cluster_id: str, node: Node, reason: str) ->
                 rank_mark_checking(
                     other,
                     later(
-                        "Rank %(rank)d's node %(node)s was lost (%(reason)s): billing paused for "
+                        "Rank %(rank)s's node %(node)s was lost (%(reason)s): billing paused for "
                         "the whole cluster at %(at)s, until the rank is up on a healthy node and "
                         "the pre-flight check passes again."
                     )
@@ -578,7 +578,7 @@ def _rank_lost(instance_id: str, *, cluster_id: str, node: Node, reason: str) ->
         rank_replace(
             rank,
             later(
-                "The node %(node)s was lost (%(reason)s). Placing rank %(rank)d again on a "
+                "The node %(node)s was lost (%(reason)s). Placing rank %(rank)s again on a "
                 "healthy node, with the same rank, name and disks."
             )
             % words,
