@@ -6,7 +6,8 @@ Only the Celery worker talks to the cluster: a process with KUBE_ACCESS off (the
 holds no cluster credentials) is refused every call with KubeAccessRefused, and one with
 KUBE_ACCESS=exec (the web terminal service) may only open exec sessions (exec_open). The worker's
 rights in a tenant namespace come from a RoleBinding it makes there when it makes the namespace
-(tenant_namespace_ensure), and so do the terminal service's (pods/exec only); see
+(tenant_namespace_ensure; it includes pods/exec, for a cluster's pre-flight check: exec_run),
+and so do the terminal service's (pods/exec only); see
 deploy/k8s/platform.yaml and README "Cluster credentials"."""
 
 import contextlib
@@ -680,7 +681,7 @@ def managed(
     ]
 
 
-# --- exec: the web terminal --------------------------------------------------------------------
+# --- exec: the web terminal, and the worker's own checks --------------------------------------------------------------------
 
 EXEC_CONNECT_TIMEOUT = 10.0  # seconds to open the exec WebSocket (a session then lasts)
 _HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
