@@ -681,7 +681,7 @@ def managed(
     ]
 
 
-# --- exec: the web terminal, and the worker's own checks --------------------------------------------------------------------
+# --- exec: the web terminal, and the worker's own checks ------------------------------------
 
 EXEC_CONNECT_TIMEOUT = 10.0  # seconds to open the exec WebSocket (a session then lasts)
 _HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")

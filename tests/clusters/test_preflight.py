@@ -71,6 +71,11 @@ def _ranks(cluster: Any) -> list[Instance]:
     return list(Instance.objects.filter(cluster=cluster).select_related("node").order_by("rank"))
 
 
+def _node(rank: Instance) -> Node:
+    assert rank.node is not None
+    return rank.node
+
+
 def _up(cluster: Any) -> None:
     """Every provisioning rank converged until its pod is ready: it waits in checking."""
     for rank in _ranks(cluster):
@@ -127,8 +132,8 @@ def test_a_bad_link_node_is_cordoned_replaced_and_the_check_passes_again(fleet, 
     client = client_for(renter)
     cluster = make_cluster(renter, node_count=3)
     ranks = _ranks(cluster)
-    assert {rank.node.switch for rank in ranks} == {"h100-leaf-0"}
-    bad = ranks[1].node
+    assert {_node(rank).switch for rank in ranks} == {"h100-leaf-0"}
+    bad = _node(ranks[1])
     _bad_link(bad.name)
     _up(cluster)
 
@@ -140,7 +145,7 @@ def test_a_bad_link_node_is_cordoned_replaced_and_the_check_passes_again(fleet, 
     assert bad.state == "cordoned" and "pre-flight" in bad.state_reason
     moved = Instance.objects.select_related("node").get(pk=ranks[1].pk)
     assert moved.status == "provisioning" and moved.rank == 1
-    assert moved.node_id != bad.pk and moved.node.switch == "h100-leaf-0"  # near the others
+    assert moved.node_id != bad.pk and _node(moved).switch == "h100-leaf-0"  # near the others
     assert not Allocation.objects.filter(node=bad).exists()
     assert _usage(renter) == 0
     body = client.get(f"/api/v1/clusters/{cluster.id}").json()
@@ -161,7 +166,7 @@ def test_a_bad_link_node_is_cordoned_replaced_and_the_check_passes_again(fleet, 
 def test_a_rank_with_no_free_node_waits_queued(fleet, renter, client_for):
     client = client_for(renter)
     cluster = make_cluster(renter, node_count=6)  # the whole fleet: nowhere to move to
-    bad = _ranks(cluster)[4].node
+    bad = _node(_ranks(cluster)[4])
     _bad_link(bad.name)
     _up(cluster)
     assert preflight_run(cluster.id) == "failed"
@@ -183,7 +188,7 @@ def test_a_node_lost_while_running_pauses_billing_for_every_rank(
     Instance.objects.filter(cluster=cluster).update(
         running_since=timezone.now() - timedelta(minutes=5, seconds=10)
     )
-    lost = _ranks(cluster)[2].node
+    lost = _node(_ranks(cluster)[2])
     fleet.lose_node(lost.name)
     node_transition(node=lost, to="down", reason="heartbeat lost: no report for 61 s")
     lost_rank = _ranks(cluster)[2].pk

@@ -11,7 +11,7 @@ def _peer(rank, switch, *, bad=False, product="NVIDIA H100 80GB HBM3"):
 
 
 def _run(peers, *args):
-    out = []
+    out: list[bytes] = []
     shell = SimulatedShell(
         Container("clu-a-0", "node-0", peers=tuple(peers)), out.append, tty=False
     )

@@ -19,7 +19,7 @@ def test_hosts_read_takes_slots_and_skips_comments():
 def test_pair_rounds_put_every_node_in_two_pairs_without_overlap(nodes):
     rounds = preflight.pair_rounds(nodes)
     seen = set()
-    partners = Counter()
+    partners: Counter[int] = Counter()
     for pairs in rounds:
         in_round = [node for pair in pairs for node in pair]
         assert len(in_round) == len(set(in_round))  # a node in one pair a round
