@@ -28,7 +28,12 @@ from fleet.services import node_cordon
 from instances.choices import InstanceStatus
 from instances.lifecycle import rank_replace
 from instances.models import Instance, InstanceEvent
-from instances.states import instance_fail, ranks_locked, ranks_mark_running
+from instances.states import (
+    instance_fail,
+    rank_mark_checking,
+    ranks_locked,
+    ranks_mark_running,
+)
 from starverse.core import kube
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.text import later
@@ -83,12 +88,15 @@ def result_parse(output: str) -> dict[str, Any] | None:
 
 
 def _round_start(cluster_id: str) -> int | None:
-    """A new round's row, when every rank is checking and no round runs (a round left running
-    longer than twice the timeout, by a worker that died, is abandoned first)."""
+    """A new round's row, when every rank is checking (or, ranks that came up again beside
+    running ones, once those are paused) and no round runs (a round left running longer than
+    twice the timeout, by a worker that died, is abandoned first)."""
     with transaction.atomic():
         ranks = ranks_locked(cluster_id)
-        if not ranks or any(rank.status != S.CHECKING for rank in ranks):
+        waiting = [rank for rank in ranks if rank.status == S.CHECKING]
+        if not waiting or any(rank.status not in (S.CHECKING, S.RUNNING) for rank in ranks):
             return None
+        _pause_for(ranks, waiting)
         stale = timezone.now() - timedelta(seconds=2 * settings.CLUSTER_PREFLIGHT_TIMEOUT_S)
         rounds = Preflight.objects.filter(cluster_id=cluster_id)
         rounds.filter(status=P.RUNNING, started_at__lt=stale).update(
@@ -114,6 +122,24 @@ def _round_start(cluster_id: str) -> int | None:
         )
     logger.info("cluster.preflight_started cluster=%s round=%d", cluster_id, found.round)
     return found.pk
+
+
+def _pause_for(ranks: list[Instance], waiting: list[Instance]) -> None:
+    """Ranks came up again (their pods were recreated) while the others ran: the cluster runs
+    only as a whole, so the others' billing pauses (their closed minutes charged) and the check
+    covers them all."""
+    now = timezone.now()
+    for rank in ranks:
+        if rank.status == S.RUNNING:
+            rank_mark_checking(
+                rank,
+                later(
+                    "Rank %(ranks)s came up again: billing paused for the whole cluster until "
+                    "the pre-flight check passes again."
+                )
+                % {"ranks": ", ".join(str(found.rank) for found in waiting)},
+                now=now,
+            )
 
 
 def bad_ranks(result: dict[str, Any], floor: float | None) -> list[int]:

@@ -292,11 +292,13 @@ def instance_fail(instance_id: str, message: str) -> str:
 
 def instance_recreate(instance_id: str, *, now: datetime) -> bool:
     """A running instance's pod vanished (deleted by hand, evicted, its node rebooted): the
-    closed minutes are charged, billing pauses, and it provisions again on its node. False if
-    the instance was no longer running."""
+    closed minutes are charged, billing pauses, and it provisions again on its node. A
+    cluster's rank may be checking (not billed); once up again it waits for a new pre-flight
+    round, which pauses the billing of its cluster's other ranks first. False if the instance
+    was neither running nor checking."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        if instance.status != S.RUNNING:
+        if instance.status not in (S.RUNNING, S.CHECKING):
             return False
         bill_until(instance, now, started_minute=False)
         _transition(

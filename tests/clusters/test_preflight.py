@@ -27,6 +27,7 @@ from instances.lifecycle import instances_on_node_changed
 from instances.metering import metering_tick
 from instances.models import Instance
 from instances.provisioning import converge
+from instances.provisioning.reconcile import reconcile
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
 from tests.factories import converge_until, fund, make_cluster, make_user
@@ -288,3 +289,22 @@ def test_bad_ranks_and_result_parse():
     }
     assert result_parse("Traceback: boom") is None
     assert result_parse('{"busbw_gbps": "fast"}') is None
+
+
+def test_a_rank_whose_pod_vanished_is_checked_again_with_the_whole_cluster(fleet, renter):
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    assert preflight_run(cluster.id) == "passed"
+    gone = _ranks(cluster)[1]
+    assert kube.delete("Pod", gone.k8s_namespace, gone.k8s_name, force=True)
+    assert reconcile().recreated == [gone.pk]
+    assert [rank.status for rank in _ranks(cluster)] == ["running", "provisioning"]
+    _up(cluster)
+    assert [rank.status for rank in _ranks(cluster)] == ["running", "checking"]
+    # the round pauses rank 0's billing first: the cluster runs only as a whole
+    assert preflight_run(cluster.id) == "passed"
+    ranks = _ranks(cluster)
+    assert {rank.status for rank in ranks} == {"running"}
+    assert {rank.session for rank in ranks} == {2}
+    assert len({rank.running_since for rank in ranks}) == 1
+    assert ranks[0].events.filter(message__contains="came up again").exists()
