@@ -2,13 +2,14 @@
 
 import sys
 
-from bench import fleet, gateway, instances, ledger
+from bench import clusters, fleet, gateway, instances, ledger
 
 BENCHMARKS = {
     "ledger": ledger.run,
     "fleet": fleet.run,
     "instances": instances.run,
     "gateway": gateway.run,
+    "clusters": clusters.run,
 }
 
 

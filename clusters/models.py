@@ -1,5 +1,6 @@
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -27,6 +28,14 @@ class Cluster(models.Model):
     billing = models.CharField(
         max_length=16, choices=BillingMode.choices, default=BillingMode.HOURLY
     )
+    # Megatron-LM's degrees when the user chose them (else tensor = GPUs per node, pipeline 1;
+    # instances.provisioning.ranks.Layout.degrees); data parallel is what is left.
+    tensor_parallel = models.PositiveSmallIntegerField(null=True, blank=True)
+    pipeline_parallel = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The key pair every rank logs in to every other with (OpenSSH private key, unencrypted),
+    # made at the first rank's provisioning; kept here, the database being the source of truth
+    # for what the cluster's Secret holds.
+    ssh_private_key = models.TextField(blank=True, editable=False)
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -40,6 +49,9 @@ class Cluster(models.Model):
                 name="cluster_idempotency_key",
             ),
             models.CheckConstraint(condition=Q(node_count__gte=2), name="cluster_node_count"),
+            # Its objects and DNS names carry the id in lower case (DNS has no case): one
+            # cluster per lower-cased id.
+            models.UniqueConstraint(Lower("id"), name="cluster_id_lower"),
         ]
 
     def __str__(self) -> str:

@@ -45,10 +45,12 @@ def cluster_order(
     name: str = "",
     billing: str = BillingMode.HOURLY,
     ssh_keys: list[str] | None = None,
+    parallelism: dict[str, int] | None = None,
     idempotency_key: str = "",
 ) -> tuple[Cluster, bool]:
     """Order a cluster: every rank placed now on whole nodes packed under as few leaf switches
     as possible, or all of them queued as one order behind earlier orders for the same GPU.
+    `parallelism` ({tensor, pipeline}) fixes the Megatron-LM degrees of the launch script.
     Returns (cluster, created); the same Idempotency-Key answers the same cluster."""
     request_hash = request_hash_of(
         kind="cluster",
@@ -59,12 +61,14 @@ def cluster_order(
         name=name,
         billing=billing,
         ssh_keys=sorted(ssh_keys or []),
+        parallelism=dict(parallelism) if parallelism else None,
     )
     earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
     if earlier is not None:
         return earlier, False
     offering, image = orderable(offering_id, image_id, billing)
     _orderable_as_cluster(offering, node_count)
+    tensor, pipeline = _degrees_valid(parallelism, offering.gpu_count, node_count)
     key_ids = ssh_keys_own(user, ssh_keys or [])
     account_hold_check(user.tenant_id)
     now = timezone.now()
@@ -76,6 +80,8 @@ def cluster_order(
         image=image,
         node_count=node_count,
         template=template,
+        tensor_parallel=tensor,
+        pipeline_parallel=pipeline,
         billing=billing,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
@@ -172,6 +178,37 @@ def _orderable_as_cluster(offering: Offering, node_count: int) -> None:
             % {"have": have, "model": offering.gpu_model.name},
             code="too_many_nodes",
         )
+
+
+def _degrees_valid(
+    parallelism: dict[str, int] | None, gpus_per_node: int, node_count: int
+) -> tuple[int | None, int | None]:
+    """Chosen Megatron-LM degrees must split the cluster's GPUs: tensor parallelism stays
+    inside a node (it divides the GPUs per node), and tensor × pipeline divides the world
+    size (data parallelism takes what is left)."""
+    if not parallelism:
+        return None, None
+    tensor, pipeline = parallelism["tensor"], parallelism.get("pipeline", 1)
+    world = gpus_per_node * node_count
+    if gpus_per_node % tensor:
+        raise InvalidInput(
+            _(
+                "Tensor parallelism %(tensor)d does not divide the %(gpus)d GPUs of a node: "
+                "choose a divisor of %(gpus)d."
+            )
+            % {"tensor": tensor, "gpus": gpus_per_node},
+            code="invalid_parallelism",
+        )
+    if world % (tensor * pipeline):
+        raise InvalidInput(
+            _(
+                "Tensor × pipeline parallelism (%(product)d) does not divide the cluster's "
+                "%(world)d GPUs: choose degrees whose product divides %(world)d."
+            )
+            % {"product": tensor * pipeline, "world": world},
+            code="invalid_parallelism",
+        )
+    return tensor, pipeline
 
 
 def cluster_stop(*, cluster: Cluster) -> Cluster:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from fleet.models import Gpu, GpuModel, HealthRule, Node, NodeEvent
+from fleet.models import Gpu, GpuModel, HealthRule, Node, NodeEvent, NodeProfile
 from fleet.selectors import capacity_by_model, latest_samples
 from fleet.services import (
     node_cordon,
@@ -233,3 +233,20 @@ class HealthRuleAdmin(admin.ModelAdmin):
 class GpuModelAdmin(admin.ModelAdmin):
     list_display = ["id", "name", "product", "memory_gb", "interconnect", "premium"]
     list_editable = ["premium"]
+
+
+@admin.register(NodeProfile)
+class NodeProfileAdmin(admin.ModelAdmin):
+    """Per node pool: what cluster ranks on those nodes request and get (README, node profiles).
+    A change applies to ranks provisioned after it."""
+
+    list_display = ["name", "node_selector", "rdma_resource", "rdma_count", "host_network"]
+    fields = [
+        "name",
+        "node_selector",
+        "rdma_resource",
+        "rdma_count",
+        "networks",
+        "host_network",
+        "nccl_env",
+    ]

@@ -2,9 +2,13 @@
 held by which rental (allocations). Tables keep the names they had when this lived in the
 instances app (`instances_*`), so moving the code moved no data."""
 
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from fleet.choices import HealthRuleKind, Interconnect, NodeEventKind, NodeState
 from starverse.core.ids import PublicIdField
@@ -219,3 +223,81 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}#{self.gpu_index} → {self.instance_id}"
+
+
+ENV_NAME = RegexValidator(
+    r"^[A-Z_][A-Z0-9_]*$", gettext_lazy("An environment variable name: A-Z, 0-9 and _.")
+)
+MULTUS_NETWORKS = "k8s.v1.cni.cncf.io/networks"
+
+
+class NodeProfile(models.Model):
+    """How cluster ranks run on one pool of nodes, as the operator sets it: the RDMA device
+    resource to request, the Multus secondary networks, host networking for whole-node
+    rentals, and the NCCL settings that fit the pool's fabric. A node takes the profile whose
+    `node_selector` its labels match; the one with the most selector labels wins (then by
+    name), so a pool-wide profile and a narrower one can sit side by side."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    node_selector = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Node labels a node must carry, e.g. {"nvidia.com/gpu.product": '
+        '"NVIDIA-H100-80GB-HBM3"}. Empty: every node.',
+    )
+    rdma_resource = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="Extended resource of the RDMA device plugin, e.g. rdma/rdma_shared_device_a. "
+        "Blank: none requested.",
+    )
+    rdma_count = models.PositiveSmallIntegerField(default=1)
+    networks = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=f"Multus secondary networks ({MULTUS_NETWORKS} annotation), e.g. "
+        "kube-system/ib-sriov. Blank: none.",
+    )
+    host_network = models.BooleanField(
+        default=False,
+        help_text="Ranks use the node's network namespace (whole-node rentals only): fastest "
+        "path to the NICs, at the cost of the pod's own network isolation. Pod Security "
+        "'baseline' forbids it: tenant namespaces must be 'privileged' for such ranks.",
+    )
+    nccl_env = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Environment for every rank, e.g. {"NCCL_IB_HCA": "mlx5", '
+        '"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_GID_INDEX": "3", "NCCL_NET_GDR_LEVEL": "PXB"}.',
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors = {}
+        if not isinstance(self.node_selector, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.node_selector.items()
+        ):
+            errors["node_selector"] = _("Node labels as an object of strings.")
+        if not isinstance(self.nccl_env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.nccl_env.items()
+        ):
+            errors["nccl_env"] = _("Variables as an object of strings.")
+        else:
+            for key in self.nccl_env:
+                try:
+                    ENV_NAME(key)
+                except ValidationError:
+                    errors["nccl_env"] = _("%(name)s is not an environment variable name.") % {
+                        "name": key
+                    }
+        if errors:
+            raise ValidationError(errors)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.node_selector.items())

@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleet.choices import NodeState
-from fleet.models import Allocation, Gpu, GpuSample, Node
+from fleet.models import Allocation, Gpu, GpuSample, Node, NodeProfile
 
 
 def latest_samples(
@@ -48,3 +48,11 @@ def capacity_by_model() -> list[dict[str, Any]]:
         {"gpu_product": product, **v, "free": v["total"] - v["allocated"] - v["unhealthy"]}
         for product, v in sorted(totals.items())
     ]
+
+
+def node_profile_for(node: Node) -> NodeProfile | None:
+    """The operator's profile for the node's pool: of those whose selector its labels match,
+    the one with the most selector labels (then the first by name); None when none matches."""
+    labels = node.labels or {}
+    matching = [p for p in NodeProfile.objects.order_by("name") if p.matches(labels)]
+    return max(matching, key=lambda p: len(p.node_selector), default=None)

@@ -29,12 +29,14 @@ class Runway:
     """What a start needs on the balance: one hour of the instance's price (a month for a
     monthly rental, nothing for one inside its paid month) plus one hour of what the tenant's
     other instances burn, placed or running (their hourly price; monthly rentals are prepaid
-    and burn nothing, so they are not counted); and what the balance has."""
+    and burn nothing, so they are not counted); and what the balance has. `cluster`: the
+    runway is a whole cluster's (its message says so)."""
 
     have_fen: int
     own_fen: int
     burn_fen: int
     unit: str
+    cluster: bool = False
 
     @property
     def need_fen(self) -> int:
@@ -72,6 +74,7 @@ def runway(
         own_fen=0 if paid else (own or 0) * nodes,
         burn_fen=burn.get(wallet.tenant_id, 0),
         unit=MONTH if monthly else HOUR,
+        cluster=bool(exclude_cluster),
     )
 
 
@@ -107,7 +110,18 @@ def runway_check(found: Runway) -> None:
         "burn": format_fen(found.burn_fen),
         "unit": _(found.unit),
     }
-    if not found.burn_fen:
+    if found.cluster and not found.burn_fen:
+        message = _(
+            "Your balance of %(have)s does not cover %(need)s (one %(unit)s of this cluster). "
+            "Top up to continue."
+        )
+    elif found.cluster:
+        message = _(
+            "Your balance of %(have)s does not cover %(need)s: one %(unit)s of this cluster "
+            "(%(own)s) plus one hour of what your running instances burn (%(burn)s). Top up to "
+            "continue."
+        )
+    elif not found.burn_fen:
         message = _(
             "Your balance of %(have)s does not cover %(need)s (one %(unit)s of this instance). "
             "Top up to continue."

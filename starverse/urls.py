@@ -42,6 +42,7 @@ urlpatterns = [
     path("gateway/login", gateway.gateway_login, name="gateway-login"),
     path("console/", include("console.urls")),
     path("console/", include("instances.urls")),
+    path("", include("clusters.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     path("billing/", include("billing.urls")),
     path("i18n/setlang/", set_language, name="set_language"),

@@ -1,11 +1,23 @@
+from decimal import Decimal
 from typing import Any
 
 from rest_framework import serializers
 
 from clusters.choices import ClusterStatus, Template
 from clusters.models import PreflightStatus
+from clusters.planner import PRESETS, PlanInputError, plan_inputs
 from instances.choices import BillingMode, InstanceStatus
-from starverse.core.api.serializers import InputSerializer, StrictCharField
+from instances.provisioning.ranks import launch_of, layout_of, rank_host
+from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
+
+
+class ParallelismInput(InputSerializer):
+    tensor = serializers.IntegerField(
+        min_value=1, help_text="Tensor-parallel degree: divides the GPUs per node."
+    )
+    pipeline = serializers.IntegerField(
+        min_value=1, required=False, default=1, help_text="Pipeline-parallel degree."
+    )
 
 
 class ClusterCreateInput(InputSerializer):
@@ -23,6 +35,11 @@ class ClusterCreateInput(InputSerializer):
     )
     billing = serializers.ChoiceField(
         choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
+    )
+    parallelism = ParallelismInput(
+        required=False,
+        help_text="Megatron-LM degrees for the launch script; tensor × pipeline divides the "
+        "world size. Default: tensor = GPUs per node, pipeline 1.",
     )
 
 
@@ -67,6 +84,12 @@ class PreflightOutput(serializers.Serializer):
     finished_at = serializers.DateTimeField(allow_null=True)
 
 
+class ParallelismOutput(serializers.Serializer):
+    tensor = serializers.IntegerField()
+    pipeline = serializers.IntegerField()
+    data = serializers.IntegerField()  # type: ignore[assignment]  # popped into the fields
+
+
 class ClusterOutput(serializers.Serializer):
     """A cluster: its derived status, its ranks and where they run, and what it cost."""
 
@@ -88,12 +111,15 @@ class ClusterOutput(serializers.Serializer):
     preflight = PreflightOutput(allow_null=True)
     cost_fen = serializers.IntegerField()
     launch = serializers.DictField(
-        child=serializers.CharField(), help_text="Launch commands by name."
+        child=serializers.CharField(),
+        help_text="The template's launch command by name, to run on any rank; empty for none.",
     )
+    parallelism = ParallelismOutput(help_text="The Megatron-LM degrees of the launch script.")
     created_at = serializers.DateTimeField()
 
     def to_representation(self, view: Any) -> dict[str, Any]:
         cluster = view.cluster
+        tensor, pipeline, data = layout_of(cluster).degrees()
         return {
             "id": cluster.id,
             "name": cluster.name,
@@ -114,13 +140,14 @@ class ClusterOutput(serializers.Serializer):
                     "node": node.name if node else None,
                     "switch": (node.switch or None) if node else None,
                     "status": rank.status,
-                    "host": None,
+                    "host": rank_host(cluster.id, rank.rank),
                 }
                 for rank, node in ((rank, view.node_of(rank)) for rank in view.ranks)
             ],
             "preflight": PreflightOutput(view.preflight).data if view.preflight else None,
             "cost_fen": view.cost_fen,
-            "launch": {},
+            "launch": launch_of(cluster),
+            "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
             "created_at": serializers.DateTimeField().to_representation(cluster.created_at),
         }
 
@@ -139,3 +166,75 @@ class RankMetricsOutput(serializers.Serializer):
 
 class ClusterMetricsOutput(serializers.Serializer):
     results = RankMetricsOutput(many=True)
+
+
+class PlanInput(InputSerializer):
+    """A model and the GPUs to train it on. A `preset` fills the model's fields that are not
+    given; `tensor_parallel`, `pipeline_parallel` and `zero_stage` pin a degree."""
+
+    preset = serializers.ChoiceField(
+        choices=sorted(PRESETS), required=False, help_text="A Llama-like shape to start from."
+    )
+    params_b = serializers.DecimalField(
+        max_digits=9,
+        decimal_places=3,
+        min_value=Decimal("0.001"),
+        max_value=Decimal("100000"),
+        required=False,
+        help_text="Parameters, in billions.",
+    )
+    num_layers = StrictIntegerField(min_value=1, max_value=1000, required=False)
+    hidden_size = StrictIntegerField(min_value=64, max_value=1_000_000, required=False)
+    num_attention_heads = StrictIntegerField(
+        min_value=1, max_value=10_000, required=False, help_text="Default: hidden size / 128."
+    )
+    seq_length = StrictIntegerField(min_value=1, max_value=10_000_000, required=False)
+    micro_batch_size = StrictIntegerField(min_value=1, max_value=10_000, required=False)
+    gpu_model = StrictCharField(max_length=32, help_text="A GPU model's id (GET /gpu-models).")
+    node_count = StrictIntegerField(min_value=1, help_text="Whole nodes: 1 to CLUSTER_MAX_NODES.")
+    tensor_parallel = StrictIntegerField(min_value=1, max_value=64, required=False)
+    pipeline_parallel = StrictIntegerField(min_value=1, max_value=1000, required=False)
+    zero_stage = serializers.ChoiceField(choices=[0, 1, 2, 3], required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            shape, hardware, pins = plan_inputs(attrs)
+        except PlanInputError as error:
+            raise serializers.ValidationError(
+                {name: [text] for name, text in error.errors.items()}
+            ) from None
+        return {"shape": shape, "hardware": hardware, "pins": pins}
+
+
+class PlanLineOutput(serializers.Serializer):
+    item = serializers.CharField(help_text="parameters, gradients, optimizer or activations.")
+    # A field named `label`: see billing.api.serializers.TcoLineOutput.
+    label = serializers.CharField()  # type: ignore[assignment]
+    formula = serializers.CharField()
+    bytes = serializers.IntegerField()
+    gb = serializers.FloatField(help_text="GiB (2^30 bytes), two decimals.")
+
+
+class PlanMemoryOutput(serializers.Serializer):
+    lines = PlanLineOutput(many=True)
+    total_bytes = serializers.IntegerField()
+    total_gb = serializers.FloatField()
+    usable_gb = serializers.FloatField(help_text="The GPU's memory less the safety margin.")
+    safety_margin = serializers.FloatField()
+
+
+class PlanOutput(serializers.Serializer):
+    """The degrees chosen, the per-GPU memory estimate and the filled Megatron-LM command."""
+
+    gpu_model = serializers.CharField()
+    gpu_memory_gb = serializers.IntegerField()
+    gpus_per_node = serializers.IntegerField()
+    node_count = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    tensor_parallel = serializers.IntegerField()
+    pipeline_parallel = serializers.IntegerField()
+    data_parallel = serializers.IntegerField()
+    zero_stage = serializers.IntegerField()
+    global_batch_size = serializers.IntegerField()
+    memory = PlanMemoryOutput()
+    megatron_command = serializers.CharField()

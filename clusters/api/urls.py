@@ -1,3 +1,4 @@
+from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from clusters.api import views
@@ -7,4 +8,7 @@ from clusters.api import views
 router = SimpleRouter(trailing_slash=False)
 router.register("clusters", views.ClusterViewSet, basename="cluster")
 
-urlpatterns = [*router.urls]
+urlpatterns = [
+    path("clusters/plan", views.PlanView.as_view(), name="clusters-plan"),
+    *router.urls,
+]

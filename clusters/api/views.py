@@ -2,16 +2,21 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from clusters.api.serializers import (
     ClusterCreateInput,
     ClusterEventOutput,
     ClusterMetricsOutput,
     ClusterOutput,
+    PlanInput,
+    PlanOutput,
 )
 from clusters.models import Cluster
+from clusters.planner import plan
 from clusters.selectors import cluster_events, cluster_metrics, cluster_view, cluster_views
 from clusters.services import cluster_order, cluster_start, cluster_stop, cluster_terminate
 from instances.api.views import ACCOUNT_LIMITS
@@ -68,6 +73,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
             name=data.get("name", ""),
             billing=data["billing"],
             ssh_keys=data.get("ssh_keys"),
+            parallelism=data.get("parallelism"),
             idempotency_key=idempotency_key(request),
         )
         return self._accepted(cluster)
@@ -104,3 +110,30 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     @action(detail=True, methods=["get"])
     def metrics(self, request: Request, pk: str | None = None) -> Response:
         return Response({"results": cluster_metrics(self.get_object())})
+
+
+class PlanView(APIView):
+    """Public: the parallelism planner (clusters.planner). No authentication; throttled per
+    client address like the other anonymous routes."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="clusters_plan",
+        request=PlanInput,
+        responses={200: PlanOutput},
+        description="TP × PP × DP degrees and a ZeRO stage that fit the model in the GPUs' "
+        "memory, the per-GPU estimate line by line and a Megatron-LM command. 400 names a "
+        "field that does not suit the others, or (code `does_not_fit`) says what the leanest "
+        "split still needs.",
+    )
+    def post(self, request: Request) -> Response:
+        data = PlanInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        found = plan(
+            data.validated_data["shape"],
+            data.validated_data["hardware"],
+            data.validated_data["pins"],
+        )
+        return Response(found.as_dict())

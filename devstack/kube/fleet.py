@@ -13,6 +13,10 @@ from .defaults import now_iso
 from .quantity import format_quantity, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# What an RDMA shared-device plugin advertises on nodes with InfiniBand/RoCE NICs: a large
+# count, each pod that asks for one gets the node's HCAs (cluster ranks, by node profile).
+RDMA_RESOURCE = "rdma/rdma_shared_device_a"
+RDMA_SHARED_DEVICES = 1000
 DEFAULT_GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 # What a real kubelet keeps back from pods (kube-reserved + system-reserved + the hard eviction
 # threshold): allocatable is capacity less these, so an exact fit by capacity is refused.
@@ -38,6 +42,7 @@ class NodeSpec:
     interconnect: str = "nvlink"
     pods: int = 110
     ephemeral_storage: str = "3500Gi"
+    rdma_devices: int = 0  # RDMA_RESOURCE allocatable (0: no RDMA NIC)
 
     def __post_init__(self) -> None:
         if self.taints is None:
@@ -54,14 +59,31 @@ class Profile:
     instance_type: str
     interconnect: str
     ephemeral_storage: str = "3500Gi"
+    rdma_devices: int = 0
 
 
 PROFILES: dict[str, Profile] = {
     "h100": Profile(
-        "NVIDIA-H100-80GB-HBM3", 8, 81559, "192", "2048Gi", "gpu-8x-h100-80gb", "nvlink", "15Ti"
+        "NVIDIA-H100-80GB-HBM3",
+        8,
+        81559,
+        "192",
+        "2048Gi",
+        "gpu-8x-h100-80gb",
+        "nvlink",
+        "15Ti",
+        RDMA_SHARED_DEVICES,
     ),
     "a100": Profile(
-        "NVIDIA-A100-SXM4-80GB", 8, 81920, "128", "1024Gi", "gpu-8x-a100-80gb", "nvlink", "7Ti"
+        "NVIDIA-A100-SXM4-80GB",
+        8,
+        81920,
+        "128",
+        "1024Gi",
+        "gpu-8x-a100-80gb",
+        "nvlink",
+        "7Ti",
+        RDMA_SHARED_DEVICES,
     ),
     "rtx4090": Profile(
         "NVIDIA-GeForce-RTX-4090", 8, 24564, "64", "512Gi", "gpu-8x-rtx4090-24gb", "pcie"
@@ -104,6 +126,7 @@ def build_fleet(fleet: dict[str, int] | None = None) -> list[NodeSpec]:
                     instance_type=profile.instance_type,
                     interconnect=profile.interconnect,
                     ephemeral_storage=profile.ephemeral_storage,
+                    rdma_devices=profile.rdma_devices,
                     labels=topology_labels(profile_name, index) if profile.gpu_count else {},
                 )
             )
@@ -208,6 +231,8 @@ def _labels_and_resources(spec: NodeSpec) -> tuple[dict[str, str], dict[str, str
             }
         )
         resources[GPU_RESOURCE] = str(spec.gpu_count)
+    if spec.rdma_devices:
+        resources[RDMA_RESOURCE] = str(spec.rdma_devices)
     labels.update(spec.labels)
     return labels, resources
 

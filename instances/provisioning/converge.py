@@ -23,7 +23,7 @@ from fleet.models import Node
 from instances.choices import InstanceStatus
 from instances.gateway import served_ports
 from instances.models import Instance, InstanceEvent
-from instances.provisioning import manifests
+from instances.provisioning import manifests, ranks
 from instances.provisioning.namespaces import (
     tenant_network_policy_converge,
     tenant_policy_converge,
@@ -96,16 +96,15 @@ def _objects_create(instance: Instance, node: Node) -> None:
     kube.ensure(manifests.disk_claim(instance))
     disks, nas = _storage(instance)
     pod_manifest = manifests.pod(instance, node.name, disks, nas)
+    service_manifest = manifests.service(instance)
     if instance.cluster_id is not None:
-        # the emulator's simulated pre-flight finds a cluster's ranks by these
-        dns = str(instance.cluster_id).lower().replace("_", "-")
-        pod_manifest["metadata"]["labels"].update(
-            {"starverse.io/cluster": dns, "starverse.io/rank": str(instance.rank)}
-        )
+        _cluster_objects_ensure(instance, node)
+        pod_manifest = ranks.rank_pod(pod_manifest, instance, node)
+        service_manifest = ranks.rank_service(service_manifest, node)
     pod = kube.ensure(pod_manifest)
     if _node_of(pod) != node.name:
         _pod_elsewhere_remove(instance)
-    service = kube.ensure(manifests.service(instance))
+    service = kube.ensure(service_manifest)
     ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
     for port in served_ports(_ports_now(instance)):
         _port_objects_ensure(instance, port)
@@ -113,6 +112,34 @@ def _objects_create(instance: Instance, node: Node) -> None:
     Instance.objects.filter(pk=instance.pk, provisioning_since=instance.provisioning_since).update(
         ssh_port=ports.get("ssh"), objects_created_at=timezone.now()
     )
+
+
+def _cluster_objects_ensure(instance: Instance, node: Node) -> None:
+    """A rank's cluster objects (instances.provisioning.ranks): its headless Service as made
+    first, the key Secret and the files ConfigMap brought up to date (a rank moved or the
+    cluster scaled while stopped changes what they hold)."""
+    siblings = ranks.cluster_ranks(instance)
+    for rank in siblings:  # every rank's host key, so known_hosts lists them all from the start
+        _host_key_assign(rank)
+    service, secret, files = ranks.shared_objects(
+        instance, node, _cluster_key_assign(instance), siblings
+    )
+    kube.ensure(service)
+    kube.ensure(secret, update=True)
+    kube.ensure(files, update=True)
+
+
+def _cluster_key_assign(instance: Instance) -> str:
+    """The cluster's SSH private key, made once (at its first rank's provisioning) and kept on
+    the cluster row for its life; a pass that races another keeps the key stored first."""
+    cluster = instance.cluster
+    assert cluster is not None
+    if not cluster.ssh_private_key:
+        type(cluster).objects.filter(pk=cluster.pk, ssh_private_key="").update(
+            ssh_private_key=host_key_generate().private_openssh
+        )
+        cluster.refresh_from_db(fields=["ssh_private_key"])
+    return cluster.ssh_private_key
 
 
 def _ports_now(instance: Instance) -> Instance:
@@ -413,4 +440,18 @@ def terminate(instance_id: str) -> str:
             objects.append(("PersistentVolumeClaim", claim))
         for kind, name in objects:
             kube.delete(kind, instance.k8s_namespace, name)
+        if instance.cluster_id is not None and _last_rank(instance):
+            for kind, name in ranks.object_names(instance.cluster_id):
+                kube.delete(kind, instance.k8s_namespace, name)
     return instance_mark_terminated(instance.id, disk_claim=claim)
+
+
+def _last_rank(instance: Instance) -> bool:
+    """Whether every other rank of the instance's cluster is going or gone too (ranks that
+    terminate together may each delete the shared objects: a 404 is success)."""
+    return not (
+        Instance.objects.filter(cluster_id=instance.cluster_id)
+        .exclude(pk=instance.pk)
+        .exclude(status__in=(S.TERMINATING, S.TERMINATED))
+        .exists()
+    )

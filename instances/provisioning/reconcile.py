@@ -18,7 +18,7 @@ from django.utils import timezone
 from instances.choices import InstanceStatus
 from instances.gateway import served_ports
 from instances.models import Instance
-from instances.provisioning import manifests
+from instances.provisioning import manifests, ranks
 from instances.provisioning.converge import events_record
 from instances.states import instance_recreate
 from starverse.core import kube
@@ -191,8 +191,11 @@ def _orphans_remove(
         .exclude(k8s_name="")
         .values_list("k8s_namespace", "k8s_name", "ports")
     }
+    clusters = _cluster_objects_wanted()
     for kind, objects in listed.items():
         for namespace, name in objects:
+            if (namespace, name) in clusters:
+                continue
             if not _object_wanted(served, namespace, name):
                 kube.delete(kind, namespace, name)
                 orphans.append(f"{kind.lower()}/{namespace}/{name}")
@@ -202,6 +205,23 @@ def _orphans_remove(
             kube.delete("PersistentVolumeClaim", namespace, name)
             orphans.append(f"persistentvolumeclaim/{namespace}/{name}")
     return orphans
+
+
+def _cluster_objects_wanted() -> set[tuple[str, str]]:
+    """The shared objects (headless Service, key Secret) of clusters with a rank that is not
+    terminated."""
+    live = (
+        Instance.objects.exclude(status=S.TERMINATED)
+        .exclude(k8s_name="")
+        .filter(cluster__isnull=False)
+        .values_list("k8s_namespace", "cluster_id")
+        .distinct()
+    )
+    return {
+        (namespace, name)
+        for namespace, cluster_id in live
+        for _kind, name in ranks.object_names(cluster_id)
+    }
 
 
 def _object_wanted(served: dict[tuple[str, str], set[int]], namespace: str, name: str) -> bool:

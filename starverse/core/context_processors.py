@@ -7,6 +7,7 @@ NAVIGATION = [
     ("console:dashboard", _("Dashboard"), "dashboard"),
     ("instances:rent", _("Rent"), "rent"),
     ("instances:list", _("Instances"), "instances"),
+    ("clusters:list", _("Clusters"), "clusters"),
     ("console:disks", _("Disks"), "disks"),
     ("console:datasets", _("Datasets"), "datasets"),
     ("billing:billing", _("Billing"), "billing"),
@@ -14,6 +15,7 @@ NAVIGATION = [
     ("accounts:ssh_keys", _("SSH keys"), "ssh_keys"),
     ("accounts:security", _("Security"), "security"),
     ("billing:calculator", _("Cost calculator"), "calculator"),
+    ("clusters:plan", _("Parallelism planner"), "planner"),
 ]
 
 

@@ -426,6 +426,11 @@ def _operations(kind: str) -> tuple[Any, Any, Any]:
             api.read_namespaced_service,
             api.delete_namespaced_service,
         ),
+        "ConfigMap": (
+            api.create_namespaced_config_map,
+            api.read_namespaced_config_map,
+            api.delete_namespaced_config_map,
+        ),
     }
     if kind == "NetworkPolicy":
         net = _networking()
@@ -512,6 +517,7 @@ def _replace(manifest: dict[str, Any]) -> dict[str, Any]:
     kind, meta = manifest["kind"], manifest["metadata"]
     replace = {
         "Secret": lambda: core().replace_namespaced_secret,
+        "ConfigMap": lambda: core().replace_namespaced_config_map,
         "NetworkPolicy": lambda: _networking().replace_namespaced_network_policy,
         "RoleBinding": lambda: _rbac().replace_namespaced_role_binding,
     }[kind]()
@@ -673,6 +679,7 @@ def managed(
         "Service": api.list_namespaced_service,
         "PersistentVolumeClaim": api.list_namespaced_persistent_volume_claim,
         "Secret": api.list_namespaced_secret,
+        "ConfigMap": api.list_namespaced_config_map,
     }[kind]
     return [
         (item.metadata.namespace, item.metadata.name)

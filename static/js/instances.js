@@ -1,7 +1,7 @@
-/* Starverse console, instance pages: the live summary of the Rent form, live status on the
-   instance list, and on an instance's page the progress, the status and the GPU charts (inline
-   SVG, drawn here; no chart library). Every page works without this script: the forms post,
-   and the server renders the current state. */
+/* Starverse console, instance and cluster pages: the live summary of the Rent and cluster order
+   forms, live status on the instance list, and on an instance's or a cluster's page the
+   progress, the status and the GPU charts (inline SVG, drawn here; no chart library). Every page
+   works without this script: the forms post, and the server renders the current state. */
 (function () {
   "use strict";
 
@@ -103,8 +103,9 @@
     });
   }
 
-  /* ---------- Rent ---------- */
+  /* ---------- Rent, and the cluster order form ---------- */
 
+  // The cluster order form has a node count: its prices are those of every node together.
   function rentPage(form) {
     var catalog = readJSON("rent-catalog") || {};
     var t = readJSON("rent-i18n") || {};
@@ -124,10 +125,17 @@
       return count === 1 ? forms[0] : forms[1];
     }
 
-    function covers(offering) {
-      var hours = Math.floor(balance / offering.hour);
+    var count = form.querySelector('input[name="node_count"]');
+
+    function nodes() {
+      var n = count ? parseInt(count.value, 10) : 1;
+      return n > 0 ? n : 1;
+    }
+
+    function covers(offering, n) {
+      var hours = Math.floor(balance / (offering.hour * n));
       if (hours < 1) {
-        return fill(t.short, { balance: formatFen(balance), price: formatFen(offering.hour) });
+        return fill(t.short, { balance: formatFen(balance), price: formatFen(offering.hour * n) });
       }
       var number = new Intl.NumberFormat(lang);
       if (hours < 48) {
@@ -159,22 +167,33 @@
       var billing = checked("billing");
       var isMonthly = !!(billing && billing.value === "monthly");
       var image = checked("image");
+      var n = nodes();
 
-      out("offering").textContent = offering ? offering.name : "—";
+      out("offering").textContent = offering ? offering.name + (count ? " × " + n : "") : "—";
       out("image").textContent = image
         ? image.closest(".choice").querySelector("strong").textContent
         : "—";
       out("billing").textContent = isMonthly ? t.monthly : t.hourly;
-      out("price").textContent = offering ? formatFen(offering.hour) : "—";
+      out("price").textContent = offering ? formatFen(offering.hour * n) : "—";
+      var perNode = out("per-node");
+      if (perNode) {
+        perNode.textContent = offering
+          ? fill(t.per_node, { price: formatFen(offering.hour), nodes: n })
+          : "";
+      }
       var month = out("month");
       month.hidden = !monthOffered;
-      month.textContent = monthOffered ? fill(t.month_line, { price: formatFen(offering.month) }) : "";
-      out("covers").textContent = offering ? covers(offering) : "";
-      out("covers").classList.toggle("is-short", !!offering && balance < offering.hour);
+      month.textContent = monthOffered
+        ? fill(t.month_line, { price: formatFen(offering.month * n) })
+        : "";
+      out("covers").textContent = offering ? covers(offering, n) : "";
+      out("covers").classList.toggle("is-short", !!offering && balance < offering.hour * n);
       var short = out("month-short");
-      short.hidden = !(isMonthly && monthOffered && balance < offering.month);
-      short.textContent = short.hidden ? "" : fill(t.month_short, { price: formatFen(offering.month) });
-      out("queue").hidden = !offering || offering.available > 0;
+      short.hidden = !(isMonthly && monthOffered && balance < offering.month * n);
+      short.textContent = short.hidden
+        ? ""
+        : fill(t.month_short, { price: formatFen(offering.month * n) });
+      out("queue").hidden = !offering || offering.available >= n;
 
       Array.prototype.forEach.call(form.querySelectorAll(".offer, .choice"), function (label) {
         var input = label.querySelector("input");
@@ -183,6 +202,9 @@
     }
 
     form.addEventListener("change", update);
+    if (count) {
+      count.addEventListener("input", update);
+    }
     var submitted = false;
     form.addEventListener("submit", function (event) {
       // The token makes a second submission harmless; this only spares the round trip.
@@ -521,6 +543,45 @@
     });
   }
 
+  /* ---------- Timeline ---------- */
+
+  // Add the events after those shown; `prefix(event)` is text put before each message.
+  function appendEvents(timeline, scroller, events, tz, prefix) {
+    if (!timeline) {
+      return;
+    }
+    var shown = timeline.children.length;
+    events.slice(shown).forEach(function (event) {
+      var item = document.createElement("li");
+      item.className = "tl-item tl-" + event.status + " is-new";
+      var dot = document.createElement("span");
+      dot.className = "inst-dot";
+      dot.setAttribute("aria-hidden", "true");
+      var body = document.createElement("div");
+      body.className = "tl-body";
+      var time = document.createElement("time");
+      time.setAttribute("datetime", event.at);
+      time.textContent = formatDateTime(new Date(event.at), tz);
+      var message = document.createElement("p");
+      if (prefix) {
+        var label = document.createElement("span");
+        label.className = "strong";
+        label.textContent = prefix(event);
+        message.appendChild(label);
+        message.appendChild(document.createTextNode(" · "));
+      }
+      message.appendChild(document.createTextNode(event.message));
+      body.appendChild(time);
+      body.appendChild(message);
+      item.appendChild(dot);
+      item.appendChild(body);
+      timeline.appendChild(item);
+    });
+    if (scroller && events.length > shown) {
+      scroller.scrollTop = scroller.scrollHeight;
+    }
+  }
+
   /* ---------- Instance page ---------- */
 
   function detailPage(page) {
@@ -545,35 +606,6 @@
       }, 150);
     });
 
-    function appendEvents(events) {
-      if (!timeline) {
-        return;
-      }
-      var shown = timeline.children.length;
-      events.slice(shown).forEach(function (event) {
-        var item = document.createElement("li");
-        item.className = "tl-item tl-" + event.status + " is-new";
-        var dot = document.createElement("span");
-        dot.className = "inst-dot";
-        dot.setAttribute("aria-hidden", "true");
-        var body = document.createElement("div");
-        body.className = "tl-body";
-        var time = document.createElement("time");
-        time.setAttribute("datetime", event.at);
-        time.textContent = formatDateTime(new Date(event.at), tz);
-        var message = document.createElement("p");
-        message.textContent = event.message;
-        body.appendChild(time);
-        body.appendChild(message);
-        item.appendChild(dot);
-        item.appendChild(body);
-        timeline.appendChild(item);
-      });
-      if (scroller && events.length > shown) {
-        scroller.scrollTop = scroller.scrollHeight;
-      }
-    }
-
     function refresh() {
       return getJSON(page.getAttribute("data-api")).then(function (data) {
         if (data.status !== status) {
@@ -591,7 +623,7 @@
         }
         if (transient) {
           return getJSON(page.getAttribute("data-events")).then(function (events) {
-            appendEvents(events.results || []);
+            appendEvents(timeline, scroller, events.results || [], tz, null);
           });
         }
         return null;
@@ -612,10 +644,92 @@
     }
   }
 
+  /* ---------- Cluster page ---------- */
+
+  // One small utilisation chart per rank, drawn by the instance page's chart code.
+  function drawRankCharts(ranks, t, tz) {
+    var charts = document.getElementById("charts");
+    if (!charts) {
+      return;
+    }
+    ranks.forEach(function (rank) {
+      var figure = charts.querySelector('.chart[data-rank="' + rank.rank + '"]');
+      var any = (rank.gpus || []).some(function (gpu) {
+        return gpu.samples && gpu.samples.length;
+      });
+      if (figure && any) {
+        drawChart(figure, rank.gpus, charts, t, tz);
+      }
+    });
+  }
+
+  function clusterPage(page) {
+    var status = page.getAttribute("data-status");
+    var tz = page.getAttribute("data-tz") || undefined;
+    var transient = page.getAttribute("data-transient") === "true";
+    var t = readJSON("metrics-i18n") || {};
+    var ranks = readJSON("metrics-data") || [];
+    var timeline = document.getElementById("timeline");
+    var scroller = document.getElementById("timeline-scroll");
+    if (scroller) {
+      scroller.scrollTop = scroller.scrollHeight;
+    }
+
+    drawRankCharts(ranks, t, tz);
+    var resizeTimer = null;
+    window.addEventListener("resize", function () {
+      window.clearTimeout(resizeTimer);
+      resizeTimer = window.setTimeout(function () {
+        drawRankCharts(ranks, t, tz);
+      }, 150);
+    });
+
+    function rankOf(event) {
+      return fill(t.rank, { rank: event.rank });
+    }
+
+    function refresh() {
+      return getJSON(page.getAttribute("data-api")).then(function (data) {
+        if (data.status !== status) {
+          // A new status changes what the page offers (ranks, commands, actions): show it afresh.
+          window.location.reload();
+          return null;
+        }
+        var cost = page.querySelector('[data-field="cost"]');
+        if (cost) {
+          cost.textContent = formatFen(data.cost_fen);
+        }
+        var queue = page.querySelector('[data-field="queue"]');
+        if (queue && data.queue_position) {
+          queue.textContent = String(data.queue_position);
+        }
+        if (transient) {
+          return getJSON(page.getAttribute("data-events")).then(function (events) {
+            appendEvents(timeline, scroller, events.results || [], tz, rankOf);
+          });
+        }
+        return null;
+      });
+    }
+
+    if (status === "terminated") {
+      return;
+    }
+    every(transient ? 3000 : 15000, refresh);
+    if (status !== "stopped" && status !== "queued") {
+      every(15000, function () {
+        return getJSON(page.getAttribute("data-metrics")).then(function (data) {
+          ranks = data.results || [];
+          drawRankCharts(ranks, t, tz);
+        });
+      });
+    }
+  }
+
   /* ---------- Start ---------- */
 
   function start() {
-    var rent = document.getElementById("rent-form");
+    var rent = document.getElementById("rent-form") || document.getElementById("cluster-form");
     if (rent) {
       rentPage(rent);
     }
@@ -626,6 +740,10 @@
     var page = document.getElementById("instance-page");
     if (page) {
       detailPage(page);
+    }
+    var clusterView = document.getElementById("cluster-page");
+    if (clusterView) {
+      clusterPage(clusterView);
     }
   }
 

@@ -761,6 +761,13 @@ def _(p: Probe) -> None:
     p.call(200)
 
 
+@case("clusters_plan", who="anon")
+def _(p: Probe) -> None:
+    _catalog()
+    p.call(200, body={"preset": "llama-7b", "gpu_model": "h100-80g", "node_count": 1})
+    p.call(400, body={"preset": "llama-7b", "gpu_model": "h100-80g", "node_count": 0})
+
+
 @case("clusters_create")
 def _(p: Probe) -> None:
     _catalog()

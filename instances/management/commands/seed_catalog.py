@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from fleet.models import GpuModel
+from fleet.models import GpuModel, NodeProfile
 from instances.models import Image, Offering
 from storage.models import StoragePrice
 
@@ -24,6 +24,18 @@ PRICING = {
     "a100-80g": (850, 6400, 3_800_000, 15, 120, 500),
     "rtx4090": (220, None, None, 7, 60, 250),
 }
+# Node profiles of the seeded (emulated) fleet's pools: an RDMA shared-device plugin's resource
+# and the NCCL settings of an InfiniBand fabric (README, node profiles).
+NCCL_IB = {
+    "NCCL_IB_HCA": "mlx5",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "NCCL_IB_GID_INDEX": "3",
+    "NCCL_NET_GDR_LEVEL": "PXB",
+}
+NODE_PROFILES = [
+    ("h100-ib", "NVIDIA-H100-80GB-HBM3"),
+    ("a100-ib", "NVIDIA-A100-SXM4-80GB"),
+]
 # Per GB-day in fen: a 100 GB cloud disk costs ¥1/day (¥30/month); the shared NAS ¥2/day.
 STORAGE_PRICES = {"disk": 1, "nas": 2}
 # The images of deploy/images (built by its build.sh): each reference is a tag of its
@@ -111,6 +123,16 @@ class Command(BaseCommand):
                         "sort": sort * 10 + count,
                     },
                 )
+        for name, product in NODE_PROFILES:
+            NodeProfile.objects.get_or_create(
+                name=name,
+                defaults={
+                    "node_selector": {"nvidia.com/gpu.product": product},
+                    "rdma_resource": "rdma/rdma_shared_device_a",
+                    "rdma_count": 1,
+                    "nccl_env": NCCL_IB,
+                },
+            )
         for sort, (key, name, description, reference) in enumerate(IMAGES):
             Image.objects.get_or_create(
                 id=key,

@@ -15,8 +15,11 @@ from starverse_init.log import log
 
 
 def wanted_keys(config: Config) -> str:
-    """authorized_keys as the Secret says it: no Secret file means no key (nobody logs in)."""
+    """authorized_keys as the Secrets say it: the access Secret's keys and, on a cluster rank,
+    the cluster's own key; no Secret file means no key (nobody logs in)."""
     keys = read_text(config.access_dir / "authorized_keys") or ""
+    # a cluster rank also lets in its cluster's other ranks (starverse_init.cluster)
+    keys += read_text(config.cluster_ssh_dir / "id_ed25519.pub") or ""
     lines = [line.strip() for line in keys.splitlines()]
     kept = [line for line in lines if line and not line.startswith("#")]
     return "".join(f"{line}\n" for line in kept)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 ACCESS_DIR = "/etc/starverse/access"
+CLUSTER_SSH_DIR = "/etc/starverse/cluster-ssh"
 HOST_KEY_NAME = "ssh_host_ed25519_key"
 
 
@@ -19,6 +20,7 @@ class Config:
     root: Path
     home: Path  # root's home: .ssh/authorized_keys, .starverse/on-stop.d
     access_dir: Path  # the mounted access Secret
+    cluster_ssh_dir: Path  # a cluster rank's shared key Secret (absent on a lone instance)
     disk: Path  # the instance's own disk (kept across stop/start and moves)
     etc: Path  # /etc: profile.d, environment, motd, starverse/ (generated configs)
     public: Path  # the read-only public pool
@@ -53,6 +55,7 @@ class Config:
             root=root,
             home=inside("STARVERSE_HOME", "/root"),
             access_dir=inside("STARVERSE_ACCESS_DIR", ACCESS_DIR),
+            cluster_ssh_dir=inside("STARVERSE_CLUSTER_SSH_DIR", CLUSTER_SSH_DIR),
             disk=inside("STARVERSE_DISK", "/root/data"),
             etc=inside("STARVERSE_ETC", "/etc"),
             public=inside("STARVERSE_PUBLIC", "/public"),

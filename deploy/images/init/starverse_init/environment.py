@@ -33,6 +33,8 @@ NAMES = {
     "RANK",
     "LOCAL_RANK",
     "NODE_RANK",
+    "NNODES",
+    "NPROC_PER_NODE",
     "LOCAL_WORLD_SIZE",
     "LANG",
     "LANGUAGE",

@@ -16,6 +16,7 @@ import time
 from types import FrameType
 
 from starverse_init.access import KeyFollower, host_key_install, keys_sync
+from starverse_init.cluster import cluster_ssh_install
 from starverse_init.config import Config
 from starverse_init.environment import environment_write, session_environment
 from starverse_init.hooks import hooks_run
@@ -78,10 +79,12 @@ class Child:
 
 
 def setup(config: Config) -> list[Child]:
-    """Everything before the first log-in: environment files, keys, host key, sshd's config,
-    the message of the day, Jupyter's config. Returns the children to run."""
+    """Everything before the first log-in: environment files, a cluster rank's shared key,
+    keys, host key, sshd's config, the message of the day, Jupyter's config. Returns the
+    children to run."""
     variables = session_environment(os.environ)
     environment_write(config, variables)
+    cluster_ssh_install(config)
     keys_sync(config)
     motd_write(config)
     children = []

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('clusters', '0001_clusters'),
+        ('clusters', '0002_rank_provisioning'),
     ]
 
     operations = [

@@ -1,0 +1,436 @@
+"""Kubernetes objects of a multi-node cluster's ranks, as plain dicts (the ranks are instances;
+this adds what makes them one cluster). Each rank's pod gets the cluster and rank labels, a
+stable DNS name through one headless Service per cluster (rank i is `<dns>-<i>.<dns>` on every
+node, whatever node it runs on), the cluster's shared SSH key pair (one Secret), the node
+profile's RDMA resource, networks and NCCL settings, the launcher environment, and the
+cluster's files (hostfiles, launch scripts; one ConfigMap) under /etc/starverse.
+
+Everything here is derived from the database (the cluster row, its ranks' rows, the node's
+profile), so each object renders the same on every pass and from every rank: the rank that
+comes up first makes the shared ones, the others find them (kube.ensure)."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.models import MULTUS_NETWORKS, Node, NodeProfile
+from fleet.selectors import node_profile_for
+from instances.gateway import SSH_PORT
+from instances.models import Instance
+from starverse.core.hostkeys import host_key_from_private
+from starverse.core.kube import MANAGED, namespace_name, tenant_label
+
+CLUSTER_LABEL = "starverse.io/cluster"
+RANK_LABEL = "starverse.io/rank"
+MASTER_PORT = 29500
+FILES_DIR = "/etc/starverse"
+HOSTFILE = f"{FILES_DIR}/hostfile"
+MPI_HOSTFILE = f"{FILES_DIR}/mpi_hostfile"
+HOSTS = f"{FILES_DIR}/hosts"
+LAUNCH_DIR = f"{FILES_DIR}/launch"
+# The shared key pair; beside the access Secret, never over it (README, clusters).
+CLUSTER_SSH_DIR = f"{FILES_DIR}/cluster-ssh"
+# A rank on the node's network cannot take port 22 (the node's own sshd has it).
+HOST_NETWORK_SSH_PORT = 2222
+LAUNCHERS = ("torchrun", "deepspeed", "megatron", "colossalai")
+
+
+def cluster_dns(cluster_id: str) -> str:
+    """The cluster's id as a DNS label (clu_ABC → clu-abc): its Service's name."""
+    return cluster_id.lower().replace("_", "-")
+
+
+def rank_host(cluster_id: str, rank: int) -> str:
+    """Rank `rank`'s stable name, resolvable from every rank of the cluster."""
+    dns = cluster_dns(cluster_id)
+    return f"{dns}-{rank}.{dns}"
+
+
+def ssh_secret_name(cluster_id: str) -> str:
+    return f"{cluster_dns(cluster_id)}-ssh"
+
+
+def files_name(cluster_id: str) -> str:
+    return f"{cluster_dns(cluster_id)}-files"
+
+
+def object_names(cluster_id: str) -> list[tuple[str, str]]:
+    """(kind, name) of the objects the cluster's ranks share."""
+    return [
+        ("Service", cluster_dns(cluster_id)),
+        ("Secret", ssh_secret_name(cluster_id)),
+        ("ConfigMap", files_name(cluster_id)),
+    ]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a cluster's ranks are and how a launcher splits its GPUs among them."""
+
+    cluster_id: str
+    node_count: int
+    gpus_per_node: int
+    template: str
+    tensor: int | None = None
+    pipeline: int | None = None
+    ssh_port: int = SSH_PORT
+
+    @property
+    def dns(self) -> str:
+        return cluster_dns(self.cluster_id)
+
+    @property
+    def hosts(self) -> list[str]:
+        return [rank_host(self.cluster_id, rank) for rank in range(self.node_count)]
+
+    @property
+    def master_addr(self) -> str:
+        return rank_host(self.cluster_id, 0)
+
+    @property
+    def world_size(self) -> int:
+        return self.node_count * self.gpus_per_node
+
+    def degrees(self) -> tuple[int, int, int]:
+        """(tensor, pipeline, data) parallel degrees: the cluster's chosen ones, else tensor
+        parallel inside a node (over NVLink), no pipeline, data parallel across nodes."""
+        tensor = self.tensor or self.gpus_per_node
+        pipeline = self.pipeline or 1
+        return tensor, pipeline, self.world_size // (tensor * pipeline)
+
+
+def layout_of(cluster: Any, profile: NodeProfile | None = None) -> Layout:
+    return Layout(
+        cluster_id=cluster.id,
+        node_count=cluster.node_count,
+        gpus_per_node=cluster.offering.gpu_count,
+        template=cluster.template,
+        tensor=cluster.tensor_parallel,
+        pipeline=cluster.pipeline_parallel,
+        ssh_port=HOST_NETWORK_SSH_PORT if profile and profile.host_network else SSH_PORT,
+    )
+
+
+def launch_commands(layout: Layout) -> dict[str, str]:
+    """What a user runs, from any rank in the directory of their script, to start the
+    template's launcher on every rank (the scripts are in LAUNCH_DIR); none for `none`."""
+    if layout.template not in LAUNCHERS:
+        return {}
+    example = {
+        "torchrun": "train.py",
+        "deepspeed": "train.py --deepspeed ds_config.json",
+        "megatron": "--data-path /nas/data/my-corpus_text_document",
+        "colossalai": "train.py",
+    }[layout.template]
+    return {layout.template: f"bash {LAUNCH_DIR}/{layout.template}.sh {example}"}
+
+
+# --- the files ----------------------------------------------------------------------------------
+
+
+def hostfile(layout: Layout) -> str:
+    """DeepSpeed's hostfile (and OpenMPI's, which reads the same `host slots=n` lines)."""
+    return "".join(f"{host} slots={layout.gpus_per_node}\n" for host in layout.hosts)
+
+
+def hosts_file(layout: Layout) -> str:
+    """One host a line (Colossal-AI's --hostfile, pdsh's -w ^file)."""
+    return "".join(f"{host}\n" for host in layout.hosts)
+
+
+def _fan_out(layout: Layout, name: str, local: str) -> str:
+    """A script that runs `local` on every rank over SSH from the current directory (the
+    same path on every node: the NAS or the image), and fails if any rank fails."""
+    hosts = " ".join(layout.hosts)
+    return (
+        "#!/bin/bash\n"
+        f"# Written by Starverse for cluster {layout.cluster_id}: starts {name} on every rank.\n"
+        "# Run it on any rank from your script's directory (the NAS is the same on all).\n"
+        "set -euo pipefail\n"
+        'if [ -n "${STARVERSE_LAUNCH_LOCAL:-}" ]; then\n'
+        f"  exec {local}\n"
+        "fi\n"
+        "args=$(printf '%q ' \"$@\")\n"
+        "here=$(printf '%q' \"$PWD\")\n"
+        "pids=()\n"
+        f"for host in {hosts}; do\n"
+        '  ssh -o BatchMode=yes "$host" '
+        f'"cd $here && STARVERSE_LAUNCH_LOCAL=1 bash {LAUNCH_DIR}/{name}.sh $args" &\n'
+        "  pids+=($!)\n"
+        "done\n"
+        "status=0\n"
+        'for pid in "${pids[@]}"; do wait "$pid" || status=$?; done\n'
+        'exit "$status"\n'
+    )
+
+
+def _torchrun(layout: Layout, program: str = "") -> str:
+    return (
+        f"torchrun --nnodes={layout.node_count} --nproc-per-node={layout.gpus_per_node} "
+        f'--node-rank="$NODE_RANK" --master-addr={layout.master_addr} '
+        f'--master-port={MASTER_PORT} {program}"$@"'
+    )
+
+
+def launch_scripts(layout: Layout) -> dict[str, str]:
+    """The four launchers, whatever the template (an image may carry several): torchrun and
+    Megatron-LM started on every rank over SSH; DeepSpeed and Colossal-AI, which reach the
+    ranks over SSH themselves, from the hostfiles."""
+    tensor, pipeline, _data = layout.degrees()
+    head = (
+        f"#!/bin/bash\n# Written by Starverse for cluster {layout.cluster_id}.\nset -euo pipefail\n"
+    )
+    megatron = _torchrun(
+        layout,
+        "${MEGATRON_DIR:-/opt/Megatron-LM}/pretrain_gpt.py "
+        f"--tensor-model-parallel-size {tensor} --pipeline-model-parallel-size {pipeline} ",
+    )
+    return {
+        "torchrun.sh": _fan_out(layout, "torchrun", _torchrun(layout)),
+        "megatron.sh": _fan_out(layout, "megatron", megatron),
+        "deepspeed.sh": head
+        + f"exec deepspeed --hostfile {HOSTFILE} --master_addr {layout.master_addr} "
+        f'--master_port {MASTER_PORT} "$@"\n',
+        "colossalai.sh": head
+        + f"exec colossalai run --hostfile {HOSTS} --nproc_per_node {layout.gpus_per_node} "
+        f'--master_addr {layout.master_addr} --master_port {MASTER_PORT} "$@"\n',
+    }
+
+
+def files_config_map(instance: Any, layout: Layout) -> dict[str, Any]:
+    scripts = launch_scripts(layout)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": files_name(layout.cluster_id),
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": cluster_labels(instance),
+        },
+        "data": {
+            "hostfile": hostfile(layout),
+            "mpi_hostfile": hostfile(layout),
+            "hosts": hosts_file(layout),
+            **{f"launch-{name}": text for name, text in scripts.items()},
+        },
+    }
+
+
+# --- the shared objects -------------------------------------------------------------------------
+
+
+def cluster_labels(instance: Any) -> dict[str, str]:
+    return {
+        **MANAGED,
+        "starverse.io/tenant": tenant_label(instance.tenant_id),
+        CLUSTER_LABEL: cluster_dns(instance.cluster_id),
+    }
+
+
+def rank_labels(instance: Any) -> dict[str, str]:
+    return {CLUSTER_LABEL: cluster_dns(instance.cluster_id), RANK_LABEL: str(instance.rank)}
+
+
+def headless_service(instance: Any) -> dict[str, Any]:
+    """The cluster's headless Service: a DNS record per rank pod (hostname.subdomain), ready
+    or not, so ranks find each other while they all come up."""
+    dns = cluster_dns(instance.cluster_id)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": dns,
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": cluster_labels(instance),
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {CLUSTER_LABEL: dns},
+            "ports": [{"name": "ssh", "port": SSH_PORT, "targetPort": "ssh"}],
+        },
+    }
+
+
+def ssh_key_secret(instance: Any, private_openssh: str, known_hosts: str, layout: Layout) -> dict:
+    """The cluster's SSH key pair (every rank logs in to every other with it), the ranks' host
+    keys as known_hosts, and the ssh_config lines for the cluster's hosts; the image's init
+    installs them for root."""
+    key = host_key_from_private(private_openssh)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": ssh_secret_name(layout.cluster_id),
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": cluster_labels(instance),
+        },
+        "stringData": {
+            "id_ed25519": private_openssh,
+            "id_ed25519.pub": key.public_openssh + f" starverse-{layout.dns}\n",
+            "known_hosts": known_hosts,
+            "ssh_config": ssh_config(layout),
+        },
+    }
+
+
+def ssh_config(layout: Layout) -> str:
+    """Root's ssh_config for the cluster's hosts: its key, its port, the ranks' host keys
+    known (accept-new only for another name of them, never a changed key)."""
+    return (
+        f"Host {layout.dns}-* *.{layout.dns}\n"
+        f"    User root\n"
+        f"    Port {layout.ssh_port}\n"
+        f"    IdentityFile ~/.ssh/id_ed25519\n"
+        f"    UserKnownHostsFile ~/.ssh/known_hosts {CLUSTER_SSH_DIR}/known_hosts\n"
+        f"    StrictHostKeyChecking accept-new\n"
+        f"    BatchMode yes\n"
+        f"    LogLevel ERROR\n"
+    )
+
+
+def known_hosts(ranks: list[Any], layout: Layout) -> str:
+    lines = []
+    for rank in ranks:
+        if not rank.ssh_host_key or rank.rank is None:
+            continue
+        host = rank_host(layout.cluster_id, rank.rank)
+        names = [host, host.split(".", 1)[0]]
+        if layout.ssh_port != 22:
+            names = [f"[{name}]:{layout.ssh_port}" for name in names]
+        lines.append(f"{','.join(names)} {host_key_from_private(rank.ssh_host_key).public_openssh}")
+    return "".join(f"{line}\n" for line in lines)
+
+
+def cluster_ranks(instance: Instance) -> list[Instance]:
+    return list(Instance.objects.filter(cluster_id=instance.cluster_id).order_by("rank"))
+
+
+# --- the rank's pod -----------------------------------------------------------------------------
+
+
+def rank_env(instance: Any, layout: Layout, profile: NodeProfile | None) -> list[dict[str, str]]:
+    """The launchers' environment: torchrun's (and its PET_* twins), DeepSpeed's and
+    Megatron's, the cluster's id and the node profile's NCCL settings."""
+    values = {
+        "STARVERSE_CLUSTER_ID": layout.cluster_id,
+        "MASTER_ADDR": layout.master_addr,
+        "MASTER_PORT": str(MASTER_PORT),
+        "NODE_RANK": str(instance.rank),
+        "NNODES": str(layout.node_count),
+        "NPROC_PER_NODE": str(layout.gpus_per_node),
+        "WORLD_SIZE": str(layout.world_size),
+        "PET_MASTER_ADDR": layout.master_addr,
+        "PET_MASTER_PORT": str(MASTER_PORT),
+        "PET_NODE_RANK": str(instance.rank),
+        "PET_NNODES": str(layout.node_count),
+        "PET_NPROC_PER_NODE": str(layout.gpus_per_node),
+    }
+    if layout.ssh_port != SSH_PORT:
+        values["STARVERSE_SSH_PORT"] = str(layout.ssh_port)
+    for key, value in sorted((profile.nccl_env if profile else {}).items()):
+        values.setdefault(key, str(value))
+    return [{"name": key, "value": value} for key, value in values.items()]
+
+
+def rank_pod(pod: dict[str, Any], instance: Any, node: Node) -> dict[str, Any]:
+    """The instance's pod (manifests.pod) as a rank: labels, DNS name, the shared key and
+    files mounted, the environment, and the node profile's resources, networks and host
+    networking."""
+    profile = node_profile_for(node)
+    layout = layout_of(instance.cluster, profile)
+    meta, spec = pod["metadata"], pod["spec"]
+    meta["labels"] = {**meta["labels"], **rank_labels(instance)}
+    spec["hostname"] = f"{layout.dns}-{instance.rank}"
+    spec["subdomain"] = layout.dns
+    container = spec["containers"][0]
+    container["env"] = [*container["env"], *rank_env(instance, layout, profile)]
+    spec["volumes"] = [
+        *spec["volumes"],
+        {
+            "name": "cluster-ssh",
+            "secret": {"secretName": ssh_secret_name(layout.cluster_id), "defaultMode": 0o400},
+        },
+        {
+            "name": "cluster-files",
+            "configMap": {
+                "name": files_name(layout.cluster_id),
+                "items": [
+                    {"key": "hostfile", "path": "hostfile", "mode": 0o644},
+                    {"key": "mpi_hostfile", "path": "mpi_hostfile", "mode": 0o644},
+                    {"key": "hosts", "path": "hosts", "mode": 0o644},
+                    *(
+                        {"key": f"launch-{name}", "path": f"launch/{name}", "mode": 0o755}
+                        for name in sorted(launch_scripts(layout))
+                    ),
+                ],
+            },
+        },
+    ]
+    # Files by subPath, the launch folder as one: a volume at /etc/starverse itself would
+    # hide the access Secret's mount below it and the init's own files there.
+    container["volumeMounts"] = [
+        *container["volumeMounts"],
+        {"name": "cluster-ssh", "mountPath": CLUSTER_SSH_DIR, "readOnly": True},
+        *(
+            {
+                "name": "cluster-files",
+                "mountPath": f"{FILES_DIR}/{name}",
+                "subPath": name,
+                "readOnly": True,
+            }
+            for name in ("hostfile", "mpi_hostfile", "hosts", "launch")
+        ),
+    ]
+    if profile is not None:
+        _profile_apply(pod, container, profile, layout)
+    return pod
+
+
+def _profile_apply(
+    pod: dict[str, Any], container: dict[str, Any], profile: NodeProfile, layout: Layout
+) -> None:
+    spec = pod["spec"]
+    if profile.rdma_resource:
+        for kind in ("limits", "requests"):
+            container["resources"][kind][profile.rdma_resource] = str(profile.rdma_count)
+    if profile.networks:
+        pod["metadata"]["annotations"] = {
+            **(pod["metadata"].get("annotations") or {}),
+            MULTUS_NETWORKS: profile.networks,
+        }
+    if profile.host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+        for port in container["ports"]:
+            if port["name"] == "ssh":
+                port["containerPort"] = layout.ssh_port
+
+
+def rank_service(service: dict[str, Any], node: Node) -> dict[str, Any]:
+    """The rank's SSH Service (manifests.service), aimed at its sshd's port on the node's
+    network when the profile puts it there."""
+    profile = node_profile_for(node)
+    if profile is not None and profile.host_network:
+        for port in service["spec"]["ports"]:
+            if port["name"] == "ssh":
+                port["targetPort"] = HOST_NETWORK_SSH_PORT
+    return service
+
+
+def shared_objects(
+    instance: Instance, node: Node, private_key: str, ranks: list[Instance]
+) -> list[dict[str, Any]]:
+    """The headless Service, the key Secret (`private_key`, the `ranks`' host keys) and the
+    files ConfigMap of the rank's cluster."""
+    layout = layout_of(instance.cluster, node_profile_for(node))
+    return [
+        headless_service(instance),
+        ssh_key_secret(instance, private_key, known_hosts(ranks, layout), layout),
+        files_config_map(instance, layout),
+    ]
+
+
+def launch_of(cluster: Any) -> dict[str, str]:
+    """The API's `launch` of a cluster."""
+    return launch_commands(layout_of(cluster))

@@ -1,0 +1,206 @@
+"""A cluster rank's SSH to its fellow ranks, end to end without a container runtime: two ranks'
+scratch roots laid out as the platform mounts them (the access Secret, the cluster's shared
+key Secret rendered by instances.provisioning.ranks), rank 1's init running Debian's real
+sshd, and rank 0's root logging in to it with the ssh_config the init installed: the cluster's
+key, no password, no prompt, the host checked against the ranks' host keys, and the rank's
+launcher environment in the session.
+
+sshd must be installed (.ci/run installs openssh-server): without it this test fails."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from starverse_init.access import keys_sync
+from starverse_init.cluster import BEGIN, END, cluster_ssh_install, ssh_config_merge
+from starverse_init.config import Config
+
+from instances.provisioning import ranks
+from starverse.core.hostkeys import HostKey, host_key_generate
+from tests.images.test_init import INIT, SSHD, secret_write
+from tests.images.test_init_ssh import WAIT_S, _free_port, _safe_scratch
+
+CLUSTER = "clu_E2E"
+LAYOUT = ranks.Layout(cluster_id=CLUSTER, node_count=2, gpus_per_node=8, template="deepspeed")
+
+
+def _cluster_secret(root: Path, key: HostKey, host_keys: list[HostKey], version: int = 1) -> Path:
+    rows = [
+        SimpleNamespace(rank=index, ssh_host_key=host.private_openssh)
+        for index, host in enumerate(host_keys)
+    ]
+    rendered = ranks.ssh_key_secret(
+        SimpleNamespace(tenant_id="ten_E2E", cluster_id=CLUSTER),
+        key.private_openssh,
+        ranks.known_hosts(rows, LAYOUT),
+        LAYOUT,
+    )
+    directory = root / "etc" / "starverse" / "cluster-ssh"
+    secret_write(directory, rendered["stringData"], version=version)
+    return directory
+
+
+class Rank:
+    def __init__(self, root: Path, index: int, host_key: HostKey) -> None:
+        self.root, self.index, self.host_key, self.port = root, index, host_key, _free_port()
+        self.access = root / "etc" / "starverse" / "access"
+        (root / "root" / "data").mkdir(parents=True)
+        self.log = root / "init.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def env(self) -> dict[str, str]:
+        return {
+            "PATH": "/usr/sbin:/usr/bin:/bin",
+            "PYTHONPATH": str(INIT),
+            "LANG": "C.UTF-8",
+            "STARVERSE_ROOT": str(self.root),
+            "STARVERSE_SSH_PORT": str(self.port),
+            "STARVERSE_SSH_LISTEN": "127.0.0.1",
+            "STARVERSE_KEYS_POLL_S": "1",
+            "STARVERSE_STOP_DEADLINE_S": "5",
+            "STARVERSE_CLUSTER_ID": CLUSTER,
+            "MASTER_ADDR": LAYOUT.master_addr,
+            "NODE_RANK": str(self.index),
+            "NNODES": "2",
+            "NPROC_PER_NODE": "8",
+            "WORLD_SIZE": "16",
+        }
+
+    def boot(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "starverse_init"],
+                env=self.env(),
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, "sshd did not listen:\n" + self.log.read_text()
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, 9)
+            self.process.wait()
+
+
+@pytest.fixture
+def two_ranks() -> Iterator[tuple[Rank, Rank]]:
+    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
+    assert shutil.which("ssh"), "the ssh client is missing: apt-get install openssh-client"
+    assert os.geteuid() == 0, "sshd runs as root here, as in the container and in CI"
+    roots = [_safe_scratch(), _safe_scratch()]
+    made = [Rank(root, index, host_key_generate()) for index, root in enumerate(roots)]
+    try:
+        yield made[0], made[1]
+    finally:
+        for rank in made:
+            rank.kill()
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _ssh_from(rank: Rank, to: Rank, command: str) -> subprocess.CompletedProcess[str]:
+    """ssh as rank 0's root would run it (`ssh clu-e2e-1.clu-e2e …`, root's ssh_config and
+    nothing else); only the address is overridden, the test having no cluster DNS. The host
+    key is looked up under the rank's name, as it is in the cluster."""
+    host = ranks.rank_host(CLUSTER, to.index)
+    return subprocess.run(
+        [
+            "ssh",
+            "-F",
+            str(rank.root / "root" / ".ssh" / "config"),
+            "-o",
+            "HostName=127.0.0.1",
+            "-o",
+            f"Port={to.port}",
+            "-o",
+            f"HostKeyAlias={host}",
+            "-o",
+            "ConnectTimeout=10",
+            host,
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_ranks_log_in_to_each_other_with_the_cluster_key(two_ranks):
+    first, second = two_ranks
+    key = host_key_generate()
+    host_keys = [first.host_key, second.host_key]
+    for rank in two_ranks:
+        _cluster_secret(rank.root, key, host_keys)
+        secret_write(
+            rank.access,
+            {
+                "authorized_keys": "",  # the user chose no key: only the cluster's key opens it
+                "jupyter_token": "never-shown",
+                "ssh_host_ed25519_key": rank.host_key.private_openssh,
+                "ssh_host_ed25519_key.pub": rank.host_key.public_openssh + "\n",
+            },
+        )
+    second.boot()
+    assert cluster_ssh_install(Config.from_env(first.env()))
+
+    session = _ssh_from(first, second, 'printf "%s|%s|%s" "$NODE_RANK" "$NNODES" "$MASTER_ADDR"')
+    assert session.returncode == 0, session.stderr + second.log.read_text()
+    assert session.stdout == "1|2|clu-e2e-0.clu-e2e"
+    assert "Warning" not in session.stderr  # the host was known: no prompt, no "added" line
+    assert not (first.root / "root" / ".ssh" / "known_hosts").exists()
+
+    # a rank answering with another host key is refused, never accepted anew
+    other = host_key_generate()
+    _cluster_secret(first.root, key, [first.host_key, other], version=2)
+    refused = _ssh_from(first, second, "true")
+    assert refused.returncode == 255
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in refused.stderr
+
+
+def test_the_cluster_key_is_installed_for_root_and_authorized(tmp_path):
+    key = host_key_generate()
+    _cluster_secret(tmp_path, key, [host_key_generate(), host_key_generate()])
+    config = Config.from_env({"STARVERSE_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    ssh = tmp_path / "root" / ".ssh"
+    ssh.mkdir(parents=True)
+    (ssh / "config").write_text("Host laptop\n    User me\n")
+    assert cluster_ssh_install(config)
+    assert (ssh / "id_ed25519").read_text() == key.private_openssh
+    assert os.stat(ssh / "id_ed25519").st_mode & 0o777 == 0o600
+    assert (ssh / "id_ed25519.pub").read_text().startswith(key.public_openssh + " ")
+    written = (ssh / "config").read_text()
+    assert written.startswith(BEGIN + "\nHost clu-e2e-* *.clu-e2e\n")
+    assert "StrictHostKeyChecking accept-new" in written
+    assert f"IdentityFile {ssh}/id_ed25519" in written
+    assert f"{tmp_path}/etc/starverse/cluster-ssh/known_hosts" in written
+    assert written.endswith(f"{END}\n\nHost laptop\n    User me\n")
+    # again (every start): the block is replaced, the user's lines kept once
+    assert ssh_config_merge(written, "Host x\n") == f"{BEGIN}\nHost x\n{END}\n\n" + (
+        "Host laptop\n    User me\n"
+    )
+
+    keys_sync(config)
+    assert (ssh / "authorized_keys").read_text().startswith(key.public_openssh + " ")
+
+
+def test_a_lone_instance_gets_no_cluster_ssh(tmp_path):
+    config = Config.from_env({"STARVERSE_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert not cluster_ssh_install(config)
+    assert not (tmp_path / "root" / ".ssh").exists()
