@@ -8,6 +8,7 @@ import pytest
 from django.template.loader import render_to_string
 
 from clusters.models import Cluster
+from clusters.preflight import preflight_run
 from clusters.selectors import cluster_view
 from clusters.services import cluster_order
 from clusters.views import detail_context
@@ -221,7 +222,8 @@ def test_stop_start_terminate_buttons_move_every_rank(catalog, client):
     cluster = make_cluster(user)
     ranks = list(cluster.ranks.order_by("rank"))
     for rank in ranks:
-        assert converge_until(converge.provision, rank.id) == "running"
+        assert converge_until(converge.provision, rank.id) == "checking"
+    assert preflight_run(cluster.id) == "passed"
 
     page = client.get(f"/console/clusters/{cluster.id}/").content.decode()
     assert "inst-status-running" in page
