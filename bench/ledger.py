@@ -106,8 +106,8 @@ def run() -> list[dict]:
     _seed()
     lines = []
     for name, contended, goal in (
-        ("ledger_post_spread", False, 0.15),
-        ("ledger_post_contended", True, 0.25),
+        ("ledger_post_spread", False, 0.40),
+        ("ledger_post_contended", True, 0.40),
     ):
         ours = _run_ours(contended)
         wallet = "1" if contended else f"random(1, {WALLETS})"
