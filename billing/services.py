@@ -202,7 +202,7 @@ def _arrears_pay(wallet: Wallet, credit: LedgerTransaction) -> LedgerTransaction
 # The columns of a posting, in the order _write inserts them.
 _TXN_FIELDS = list(LedgerTransaction._meta.concrete_fields)
 _TXN_INSERT = "INSERT INTO billing_ledgertransaction ({}) VALUES ({})".format(  # noqa: S608
-    ", ".join(f.column for f in _TXN_FIELDS), ", ".join(["%s"] * len(_TXN_FIELDS))
+    ", ".join(str(f.column) for f in _TXN_FIELDS), ", ".join(["%s"] * len(_TXN_FIELDS))
 )
 
 

@@ -25,7 +25,7 @@ def new_ids(prefix: str, count: int) -> list[str]:
     """`count` ids like new_id's, for a batch (the metering tick makes 100,000 at once): one
     call for random bytes per id instead of one per character. Bytes of 248 and up are
     dropped, so that each character stays uniform over the 62 (248 = 4 × 62)."""
-    ids = []
+    ids: list[str] = []
     while len(ids) < count:
         chars = [ALPHABET[b % 62] for b in secrets.token_bytes(ID_LENGTH + 8) if b < 248]
         if len(chars) >= ID_LENGTH:

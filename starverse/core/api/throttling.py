@@ -47,7 +47,8 @@ def _script(client: Any) -> Any:
 class UserRateThrottle(throttling.UserRateThrottle):
     """DRF's per-user throttle, one atomic script call per request on Redis."""
 
-    oldest: float | None = None
+    oldest: float | None = None  # when refused: the time of the oldest request in the window
+    period: int = 0
 
     def allow_request(self, request: Request, view: "APIView") -> bool:
         # DRF's `cache` is Django's default-cache proxy: the backend behind it says which way
@@ -58,11 +59,13 @@ class UserRateThrottle(throttling.UserRateThrottle):
         if self.key is None:
             return True
         self.now = self.timer()
+        limit, period = self.parse_rate(self.rate)
+        self.period = period or 0
         key = backend.make_key(f"{self.key}:window")
         client = backend._cache.get_client(key, write=True)
         allowed, *rest = _script(client)(
             keys=[key],
-            args=[repr(self.now), self.duration, self.num_requests, uuid.uuid4().hex],
+            args=[repr(self.now), self.period, limit, uuid.uuid4().hex],
             client=client,
         )
         if allowed:
@@ -73,4 +76,4 @@ class UserRateThrottle(throttling.UserRateThrottle):
     def wait(self) -> float | None:
         if self.oldest is None:
             return super().wait()
-        return max(0.0, self.duration - (self.now - self.oldest))
+        return max(0.0, self.period - (self.now - self.oldest))
