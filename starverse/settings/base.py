@@ -218,7 +218,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "starverse.core.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "starverse.core.api.schema.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.UserRateThrottle",
+        "starverse.core.api.throttling.UserRateThrottle",
         "rest_framework.throttling.AnonRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
