@@ -1,0 +1,124 @@
+"""The browser suite's fixtures: one headless Chromium per test session (Debian's, driven by
+Playwright), a fresh context per test in the test's language, and a watch on the page that fails
+the test on a console error, an uncaught exception, a failed request or a 5xx answer. A failed
+test leaves a full-page screenshot under var/e2e-failures/ and says where.
+
+The console runs in pytest-django's live server (a thread of this process) against the
+transactional test database; tasks run eagerly after commit (test settings), the cluster is the
+session's kube emulator and payments go to the session's Stripe stand-in, as elsewhere in the
+suite. Each test starts from an emptied database, so the accounts a journey needs are made there,
+through the services (tests.factories), except the sign-up journey, which makes its own through
+the form."""
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response, sync_playwright
+
+FAILURES = Path(__file__).resolve().parents[2] / "var" / "e2e-failures"
+# The console's languages and the browser locale that asks for each (Accept-Language).
+BROWSER_LOCALES = {"zh-hans": "zh-CN", "en": "en-US"}
+LANGS = list(BROWSER_LOCALES)
+VIEWPORT = {"width": 1280, "height": 800}
+# A request the page itself gave up (a navigation that replaced a pending poll): not a failure.
+ABORTED = "net::ERR_ABORTED"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium from the system (never one Playwright downloads), shared by the
+    session's tests. Playwright's sync API runs an event loop in this thread, so Django's guard
+    against ORM calls from async code is lifted for the tests' own queries (they are plain
+    synchronous calls between page steps)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "the browser tests need Chromium: apt-get install chromium (see .ci/run)"
+    saved = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    playwright = sync_playwright().start()
+    try:
+        launched = playwright.chromium.launch(executable_path=chromium)
+        yield launched
+        launched.close()
+    finally:
+        playwright.stop()
+        if saved is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = saved
+
+
+@pytest.fixture(params=LANGS)
+def lang(request: pytest.FixtureRequest) -> str:
+    """The console language a journey runs in: its browser asks for it (Accept-Language)."""
+    return str(request.param)
+
+
+def _problems_watch(page: Page, problems: list[str]) -> None:
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            problems.append(f"console error: {message.text} at {message.location.get('url')}")
+
+    def on_failed(request: Request) -> None:
+        if request.failure != ABORTED:
+            problems.append(f"request failed: {request.method} {request.url}: {request.failure}")
+
+    def on_response(response: Response) -> None:
+        if response.status >= 500:
+            request = response.request
+            problems.append(f"HTTP {response.status}: {request.method} {response.url}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: problems.append(f"uncaught error: {error}"))
+    page.on("requestfailed", on_failed)
+    page.on("response", on_response)
+
+
+@pytest.fixture
+def page(
+    browser: Browser, request: pytest.FixtureRequest, live_server: Any, settings: Any
+) -> Iterator[Page]:
+    """A new page at 1280×800 in the test's language (`lang` when the test asks for it, else
+    English), watched for console errors and failed requests; the live server's address is
+    the console's public one (links in e-mails, Stripe's return pages)."""
+    language = request.getfixturevalue("lang") if "lang" in request.fixturenames else "en"
+    settings.PUBLIC_BASE_URL = live_server.url
+    context = browser.new_context(locale=BROWSER_LOCALES[language], viewport=VIEWPORT)
+    context.set_default_timeout(15_000)
+    opened = context.new_page()
+    problems: list[str] = []
+    _problems_watch(opened, problems)
+    request.node.e2e_problems = problems
+    yield opened
+    context.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test whose page logged an error fails, even when its own assertions passed."""
+    result = yield
+    problems = getattr(item, "e2e_problems", None)
+    if problems:
+        pytest.fail("the page reported problems:\n" + "\n".join(problems), pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """On a failure, a screenshot of the page as the test left it, named after the test."""
+    report = yield
+    page = getattr(item, "funcargs", {}).get("page")
+    if report.when == "call" and report.failed and isinstance(page, Page) and not page.is_closed():
+        FAILURES.mkdir(parents=True, exist_ok=True)
+        path = FAILURES / (re.sub(r"[^\w.-]+", "_", item.nodeid.split("::", 1)[1]) + ".png")
+        try:
+            page.screenshot(path=str(path), full_page=True)
+        except Exception as error:  # the browser itself may be what broke
+            report.sections.append(("e2e screenshot", f"none: {error}"))
+        else:
+            report.sections.append(("e2e screenshot", str(path)))
+    return report

@@ -1,0 +1,75 @@
+"""Steps the browser journeys share: logging in through the forms, confirming a dialog, the
+text the console shows in a language, and GPU reports from the real node agent."""
+
+import contextlib
+import io
+from typing import Any
+
+import pyotp
+from django.utils import translation
+from playwright.sync_api import Page
+
+from fleet.models import Node
+from fleet.services import node_token_issue
+from nodeagent.__main__ import main as nodeagent_main
+
+PASSWORD = "correct horse battery staple"
+
+
+def t(lang: str, message: str, **values: Any) -> str:
+    """`message` as the console shows it in `lang` (the catalogue the templates use)."""
+    with translation.override(lang):
+        text = translation.gettext(message)
+    return text % values if values else text
+
+
+def log_in(page: Page, base: str, email: str, password: str = PASSWORD) -> None:
+    """The log-in form, as a person fills it; lands where the console sends them."""
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=username]", email)
+    page.fill("input[name=password]", password)
+    with page.expect_navigation():
+        page.click("form.form button[type=submit]")
+
+
+def log_in_operator(page: Page, base: str, email: str, totp_secret: str) -> None:
+    """An operator's log-in: the password, then the code their authenticator app shows now."""
+    page.goto(f"{base}/admin/")
+    page.wait_for_url("**/accounts/login/**")
+    page.fill("input[name=username]", email)
+    page.fill("input[name=password]", PASSWORD)
+    with page.expect_navigation():
+        page.click("form.form button[type=submit]")
+    page.wait_for_url("**/accounts/login/verify/**")
+    page.fill("input[name=code]", pyotp.TOTP(totp_secret).now())
+    with page.expect_navigation():
+        page.click("form.form button[type=submit]")
+
+
+def submit_confirmed(page: Page, selector: str) -> str:
+    """Click a submit button whose form asks `confirm()` first, say yes, and wait for the page
+    the form leads to; returns the question asked."""
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    with page.expect_navigation():
+        page.click(selector)
+    assert asked, "the form did not ask before it was sent"
+    return asked[0]
+
+
+def agent_reports(base: str, kube_url: str, node_name: str, count: int = 3) -> None:
+    """`count` reports from the real node agent (`python -m nodeagent --once`, in this process)
+    on simulated NVML that follows the node's pods on the emulator, delivered over HTTP."""
+    node = Node.objects.get(name=node_name)
+    token = node_token_issue(node=node)
+    argv = ["--once", "--source", "sim", "--kube-url", kube_url]
+    argv += ["--platform-url", base, "--node", node_name, "--token", token, "--log-level", "ERROR"]
+    for _ in range(count):
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            code = nodeagent_main(argv)
+        assert code == 0, err.getvalue()
