@@ -18,13 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Page,
+    Request,
+    Response,
+    ViewportSize,
+    sync_playwright,
+)
 
 FAILURES = Path(__file__).resolve().parents[2] / "var" / "e2e-failures"
 # The console's languages and the browser locale that asks for each (Accept-Language).
 BROWSER_LOCALES = {"zh-hans": "zh-CN", "en": "en-US"}
 LANGS = list(BROWSER_LOCALES)
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 # A request the page itself gave up (a navigation that replaced a pending poll): not a failure.
 ABORTED = "net::ERR_ABORTED"
 

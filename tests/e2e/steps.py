@@ -3,6 +3,7 @@ text the console shows in a language, and GPU reports from the real node agent."
 
 import contextlib
 import io
+import time
 from typing import Any
 
 import pyotp
@@ -33,7 +34,9 @@ def log_in(page: Page, base: str, email: str, password: str = PASSWORD) -> None:
 
 
 def log_in_operator(page: Page, base: str, email: str, totp_secret: str) -> None:
-    """An operator's log-in: the password, then the code their authenticator app shows now."""
+    """An operator's log-in: the password, then a code of their authenticator app. The app's
+    next code (30 s on, within the drift allowed): its current one may be the code that just
+    confirmed the enrolment, and each code is accepted once."""
     page.goto(f"{base}/admin/")
     page.wait_for_url("**/accounts/login/**")
     page.fill("input[name=username]", email)
@@ -41,7 +44,7 @@ def log_in_operator(page: Page, base: str, email: str, totp_secret: str) -> None
     with page.expect_navigation():
         page.click("form.form button[type=submit]")
     page.wait_for_url("**/accounts/login/verify/**")
-    page.fill("input[name=code]", pyotp.TOTP(totp_secret).now())
+    page.fill("input[name=code]", pyotp.TOTP(totp_secret).at(time.time() + 30))
     with page.expect_navigation():
         page.click("form.form button[type=submit]")
 

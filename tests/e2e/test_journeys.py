@@ -60,6 +60,7 @@ def test_sign_up_verify_rent_watch_stop_and_terminate(
 
     # the node agent reports; the charts draw its samples
     instance.refresh_from_db()
+    assert instance.node is not None
     agent_reports(base, cluster.url, instance.node.name)
     page.reload()
     charts = page.locator("#charts")
