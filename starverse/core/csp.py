@@ -3,8 +3,9 @@ inline script, no other origin), so injected markup cannot run code or send data
 They connect only to the console itself and to the web terminal's WebSocket address
 (TERMINAL_URL), and their forms post only to the console, whose answer may send the browser on
 to the payment page (Stripe Checkout, or the local stand-in at STRIPE_API_BASE): Chromium holds
-a form's redirect to `form-action` too, so without it a top-up could not reach the payment. The admin and the API docs page are Django's and drf-spectacular's own pages and
-keep their defaults."""
+a form's redirect to `form-action` too, so without it a top-up could not reach the payment. The
+admin and the API docs page are Django's and drf-spectacular's own pages and keep their
+defaults."""
 
 from collections.abc import Callable
 from urllib.parse import urlsplit

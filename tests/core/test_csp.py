@@ -58,8 +58,9 @@ def test_forms_may_lead_to_the_payment_page_only(client, db, settings):
     client.force_login(make_user())
     settings.STRIPE_API_BASE = "http://127.0.0.1:12111/"
     page = client.get("/billing/")
-    assert "form-action 'self' https://checkout.stripe.com http://127.0.0.1:12111;" in (
-        page["Content-Security-Policy"]
+    assert (
+        "form-action 'self' https://checkout.stripe.com http://127.0.0.1:12111;"
+        in (page["Content-Security-Policy"])
     )
     settings.STRIPE_API_BASE = ""  # live Stripe
     assert "form-action 'self' https://checkout.stripe.com;" in policy()
