@@ -90,10 +90,15 @@ def _problems_watch(page: Page, problems: list[str]) -> None:
 def page(
     browser: Browser, request: pytest.FixtureRequest, live_server: Any, settings: Any
 ) -> Iterator[Page]:
-    """A new page at 1280×800 in the test's language (`lang` when the test asks for it, else
-    English), watched for console errors and failed requests; the live server's address is
-    the console's public one (links in e-mails, Stripe's return pages)."""
-    language = request.getfixturevalue("lang") if "lang" in request.fixturenames else "en"
+    """A new page at 1280×800 whose browser asks for the test's language (`browser_lang` when
+    the test has one, else `lang` when it has that, else English), watched for console errors
+    and failed requests; the live server's address is the console's public one (links in
+    e-mails, Stripe's return pages)."""
+    language = "en"
+    for name in ("browser_lang", "lang"):
+        if name in request.fixturenames:
+            language = request.getfixturevalue(name)
+            break
     settings.PUBLIC_BASE_URL = live_server.url
     context = browser.new_context(locale=BROWSER_LOCALES[language], viewport=VIEWPORT)
     context.set_default_timeout(15_000)
