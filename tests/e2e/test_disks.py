@@ -49,6 +49,7 @@ def test_create_a_disk_and_attach_it_to_a_running_instance(
     disk.refresh_from_db()
     assert (instance.status, disk.instance_id) == ("running", instance.id)
     pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert pod is not None
     claims = {
         volume["name"]: volume["persistentVolumeClaim"]["claimName"]
         for volume in pod["spec"]["volumes"]
