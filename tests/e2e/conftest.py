@@ -37,6 +37,12 @@ VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 ABORTED = "net::ERR_ABORTED"
 
 
+def screenshot_path(item: pytest.Item) -> Path:
+    """Where a failure of this test leaves its screenshot: named after the test and its
+    parameters (test_journeys.py::test_x[zh-hans] → test_x_zh-hans_.png)."""
+    return FAILURES / (re.sub(r"[^\w.-]+", "_", item.nodeid.split("::", 1)[1]) + ".png")
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
     """Headless Chromium from the system (never one Playwright downloads), shared by the
@@ -105,6 +111,7 @@ def page(
     opened = context.new_page()
     problems: list[str] = []
     _problems_watch(opened, problems)
+    screenshot_path(request.node).unlink(missing_ok=True)  # an earlier run's, now stale
     request.node.e2e_problems = problems
     yield opened
     context.close()
@@ -127,7 +134,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     page = getattr(item, "funcargs", {}).get("page")
     if report.when == "call" and report.failed and isinstance(page, Page) and not page.is_closed():
         FAILURES.mkdir(parents=True, exist_ok=True)
-        path = FAILURES / (re.sub(r"[^\w.-]+", "_", item.nodeid.split("::", 1)[1]) + ".png")
+        path = screenshot_path(item)
         try:
             page.screenshot(path=str(path), full_page=True)
         except Exception as error:  # the browser itself may be what broke
