@@ -1,7 +1,7 @@
-"""The browser suite's fixtures: one headless Chromium per test session (Debian's, driven by
-Playwright), a fresh context per test in the test's language, and a watch on the page that fails
-the test on a console error, an uncaught exception, a failed request or a 5xx answer. A failed
-test leaves a full-page screenshot under var/e2e-failures/ and says where.
+"""The browser suite's fixtures: the session's headless Chromium (Debian's, driven by Playwright:
+tests/conftest.py `browser`), a fresh context per test in the test's language, and a watch on
+the page that fails the test on a console error, an uncaught exception, a failed request or a
+5xx answer. A failed test leaves a full-page screenshot under var/e2e-failures/ and says where.
 
 The console runs in pytest-django's live server (a thread of this process) against the
 transactional test database; tasks run eagerly after commit (test settings), the cluster is the
@@ -10,9 +10,7 @@ suite. Each test starts from an emptied database, so the accounts a journey need
 through the services (tests.factories), except the sign-up journey, which makes its own through
 the form."""
 
-import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,6 @@ from playwright.sync_api import (
     Request,
     Response,
     ViewportSize,
-    sync_playwright,
 )
 
 FAILURES = Path(__file__).resolve().parents[2] / "var" / "e2e-failures"
@@ -41,29 +38,6 @@ def screenshot_path(item: pytest.Item) -> Path:
     """Where a failure of this test leaves its screenshot: named after the test and its
     parameters (test_journeys.py::test_x[zh-hans] → test_x_zh-hans_.png)."""
     return FAILURES / (re.sub(r"[^\w.-]+", "_", item.nodeid.split("::", 1)[1]) + ".png")
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    """Headless Chromium from the system (never one Playwright downloads), shared by the
-    session's tests. Playwright's sync API runs an event loop in this thread, so Django's guard
-    against ORM calls from async code is lifted for the tests' own queries (they are plain
-    synchronous calls between page steps)."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "the browser tests need Chromium: apt-get install chromium (see .ci/run)"
-    saved = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    playwright = sync_playwright().start()
-    try:
-        launched = playwright.chromium.launch(executable_path=chromium)
-        yield launched
-        launched.close()
-    finally:
-        playwright.stop()
-        if saved is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = saved
 
 
 @pytest.fixture(params=LANGS)
