@@ -23,6 +23,7 @@ from playwright.sync_api import (
     Request,
     Response,
     ViewportSize,
+    expect,
 )
 
 FAILURES = Path(__file__).resolve().parents[2] / "var" / "e2e-failures"
@@ -32,6 +33,11 @@ LANGS = list(BROWSER_LOCALES)
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 # A request the page itself gave up (a navigation that replaced a pending poll): not a failure.
 ABORTED = "net::ERR_ABORTED"
+# Waits, on a machine that also runs the rest of the suite: a page action, and an expectation
+# (long enough for a transient status's 3-s poll, twice).
+ACTION_TIMEOUT_MS = 15_000
+expect.set_options(timeout=10_000)
+PROBLEMS = "the page reported problems"
 
 
 def screenshot_path(item: pytest.Item) -> Path:
@@ -81,7 +87,7 @@ def page(
             break
     settings.PUBLIC_BASE_URL = live_server.url
     context = browser.new_context(locale=BROWSER_LOCALES[language], viewport=VIEWPORT)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
     opened = context.new_page()
     problems: list[str] = []
     _problems_watch(opened, problems)
@@ -97,15 +103,24 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     result = yield
     problems = getattr(item, "e2e_problems", None)
     if problems:
-        pytest.fail("the page reported problems:\n" + "\n".join(problems), pytrace=False)
+        pytest.fail(f"{PROBLEMS}:\n" + "\n".join(problems), pytrace=False)
     return result
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """On a failure, a screenshot of the page as the test left it, named after the test."""
+    """On a failure, a screenshot of the page as the test left it, named after the test, and
+    what the page reported (when an assertion failed first)."""
     report = yield
     page = getattr(item, "funcargs", {}).get("page")
+    problems = getattr(item, "e2e_problems", None)
+    if (
+        report.when == "call"
+        and report.failed
+        and problems
+        and PROBLEMS not in str(report.longrepr)
+    ):
+        report.sections.append(("e2e page problems", "\n".join(problems)))
     if report.when == "call" and report.failed and isinstance(page, Page) and not page.is_closed():
         FAILURES.mkdir(parents=True, exist_ok=True)
         path = screenshot_path(item)

@@ -12,7 +12,9 @@ from playwright.sync_api import Page
 
 from fleet.models import Node
 from fleet.services import node_token_issue
+from instances.provisioning import converge
 from nodeagent.__main__ import main as nodeagent_main
+from tests.factories import converge_until
 
 PASSWORD = "correct horse battery staple"
 
@@ -76,3 +78,14 @@ def agent_reports(base: str, kube_url: str, node_name: str, count: int = 3) -> N
         with contextlib.redirect_stderr(io.StringIO()) as err:
             code = nodeagent_main(argv)
         assert code == 0, err.getvalue()
+
+
+def settle(instance_id: str) -> str:
+    """Carry an instance's stop, start and termination through as the worker's retrying tasks
+    do. In tests they run eagerly, their retries back to back without the countdown, so on a
+    busy machine they can give up before the emulated pod has gone; the page then shows what
+    the next poll reads. Returns the status reached."""
+    status = ""
+    for step in (converge.stop, converge.provision, converge.terminate):
+        status = converge_until(step, instance_id)
+    return status

@@ -7,7 +7,7 @@ from playwright.sync_api import Page, expect
 
 from starverse.core import kube
 from storage.models import Disk
-from tests.e2e.steps import log_in, submit_confirmed, t
+from tests.e2e.steps import log_in, settle, submit_confirmed, t
 from tests.factories import fund, make_instance, make_user
 
 
@@ -42,6 +42,7 @@ def test_create_a_disk_and_attach_it_to_a_running_instance(
         "Attach the disk? The instance restarts to mount it: processes are stopped and what is "
         "only in memory is lost.",
     )
+    assert settle(instance.id) == "running"
     disks = page.locator("#disks tbody tr", has_text="ckpt")
     expect(disks).to_contain_text("/mnt/ckpt")
     expect(page.locator("h1 [data-status-badge]")).to_have_attribute("data-status", "running")

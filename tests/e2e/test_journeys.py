@@ -10,7 +10,7 @@ from playwright.sync_api import Page, expect
 
 from instances.models import Instance
 from starverse.accounts.models import User
-from tests.e2e.steps import PASSWORD, agent_reports, submit_confirmed, t
+from tests.e2e.steps import PASSWORD, agent_reports, settle, submit_confirmed, t
 
 OFFERING = "1× RTX 4090 24GB"  # not a premium model, so trial credit may pay for it
 
@@ -54,6 +54,7 @@ def test_sign_up_verify_rent_watch_stop_and_terminate(
         page.click("button[data-submit]")
     instance = Instance.objects.get(tenant__id=User.objects.get(email=email).tenant_id)
     expect(page).to_have_url(f"{base}/console/instances/{instance.id}/")
+    assert settle(instance.id) == "running"
     badge = page.locator("h1 [data-status-badge]")
     expect(badge).to_have_attribute("data-status", "running")
     expect(page.locator("#ssh-command")).to_contain_text("ssh -p ")
@@ -75,6 +76,7 @@ def test_sign_up_verify_rent_watch_stop_and_terminate(
     # stop, after the question
     question = submit_confirmed(page, "form[data-action=stop] button")
     assert instance.name in question
+    assert settle(instance.id) == "stopped"
     expect(badge).to_have_attribute("data-status", "stopped")
     expect(page.locator("form[data-action=start]")).to_be_visible()
     instance.refresh_from_db()
@@ -83,6 +85,7 @@ def test_sign_up_verify_rent_watch_stop_and_terminate(
     # terminate
     question = submit_confirmed(page, "form[data-action=terminate] button")
     assert instance.name in question
+    assert settle(instance.id) == "terminated"
     expect(badge).to_have_attribute("data-status", "terminated")
     expect(page.locator(".inst-actions")).to_contain_text(
         t(lang, "A terminated instance has no actions left.")
