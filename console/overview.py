@@ -12,7 +12,7 @@ carried forward, else the instance's node now."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, F, Min, OuterRef, Q, Subquery, Sum
@@ -176,11 +176,13 @@ def _revenue(now: datetime) -> list[dict[str, Any]]:
         .annotate(revenue=Sum("amount_fen"), cash=Sum("cash_delta_fen"))
         .order_by()
     )
-    found = {timezone.localtime(row["day"]).date(): row for row in rows}
+    found: dict[date, dict[str, Any]] = {
+        timezone.localtime(row["day"]).date(): dict(row) for row in rows
+    }
     days = []
     for offset in range(DAYS):
         day = (first + timedelta(days=offset)).date()
-        row: dict[str, Any] = found.get(day, {})
+        row = found.get(day, {})
         days.append(
             {
                 "day": day,
