@@ -22,6 +22,9 @@ PERM = "console.view_overview"
 # One colour per GPU model line, in the order of the models (then again from the first).
 COLOURS = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2"]
 ROW_PX = 14
+# Node names longer than this lose their middle ("gpu-h100-ra…slot07-ib"): pools share a prefix,
+# and the end tells the nodes apart.
+NAME_CHARS = 25
 
 
 def _wait(seconds: float) -> str:
@@ -29,6 +32,13 @@ def _wait(seconds: float) -> str:
     if minutes < 60:
         return _("%(m)d min") % {"m": minutes}
     return _("%(h)d h %(m)d min") % {"h": minutes // 60, "m": minutes % 60}
+
+
+def _short(name: str) -> str:
+    if len(name) <= NAME_CHARS:
+        return name
+    keep = (NAME_CHARS - 1) // 2
+    return f"{name[:keep]}…{name[-keep:]}"
 
 
 def _charts(data: Overview) -> dict[str, Any]:
@@ -84,6 +94,7 @@ def _charts(data: Overview) -> dict[str, Any]:
         "lines": lines,
         "cells": cells,
         "map_rows": len(data.nodes),
+        "map_names": [(node, _short(node.name)) for node in data.nodes],
         "map_height": max(len(data.nodes), 1) * ROW_PX,
         "row_px": ROW_PX,
         "bars": bars,
