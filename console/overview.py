@@ -8,7 +8,9 @@ comes from the instances' events: an instance holds its offering's GPUs from an 
 GPU-holding state (instances.choices.HOLDS_GPUS) until its next event. Those intervals are read
 in one query (each with the next event's time from a correlated subquery) and cut into hours
 here; the node of an interval is the one its placement event names ("Placed on %(node)s."),
-carried forward, else the instance's node now."""
+carried forward, else the instance's node now. A stopped monthly rental keeps its node
+reserved until its period ends; its events do not say when, so the history counts those GPUs
+free while it is stopped (the fleet page's capacity, from the allocations, counts them held)."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -144,7 +146,7 @@ def _usage(now: datetime, hours: list[datetime]) -> tuple[list[ModelUse], list[N
             name=names.get(product, product),
             total=total,
             percent=[
-                round(100 * used / (total * span), 1)
+                round(100 * used / (total * span), 1) if total else 0.0
                 for used, span in zip(by_model[product], seconds, strict=True)
             ],
         )
