@@ -13,6 +13,7 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from console.models import OperatorOverview
 from console.overview import Overview, operator_overview
@@ -102,6 +103,52 @@ def _charts(data: Overview) -> dict[str, Any]:
     }
 
 
+def _labels(data: Overview, revenue_total: str) -> dict[str, str]:
+    """The page's words, here rather than in the template so the catalogue (bin/messages,
+    which reads Python and the console's templates) holds them."""
+    nodes = len(data.nodes)
+    return {
+        "intro": _(
+            "As of %(at)s. Utilisation is the share of each model's GPUs held by instances "
+            "(placed, running or stopping), hour by hour; revenue is usage charged, in CNY."
+        )
+        % {"at": date_format(timezone.localtime(data.now), "Y-m-d H:i")},
+        "utilisation": _("Utilisation per GPU model, last 7 days"),
+        "utilisation_label": _("Utilisation per GPU model"),
+        "gpu_model": _("GPU model"),
+        "gpus": _("GPUs"),
+        "now": _("Now"),
+        "average": _("7-day average"),
+        "peak": _("Peak hour"),
+        "no_nodes": _("No nodes yet."),
+        "occupancy": ngettext(
+            "Occupancy per node, last 7 days (%(n)d node)",
+            "Occupancy per node, last 7 days (%(n)d nodes)",
+            nodes,
+        )
+        % {"n": nodes},
+        "map_label": _("Allocated GPUs per node and hour"),
+        "map_help": _(
+            "Each cell is one hour; the darker, the more of the node's GPUs were allocated. "
+            "Hover for the numbers."
+        ),
+        "revenue": _("Revenue per day, last 30 days: %(total)s") % {"total": revenue_total},
+        "revenue_label": _("Revenue per day"),
+        "cash": _("Cash"),
+        "cash_lower": _("cash"),
+        "trial": _("Trial credit"),
+        "tenants": _("Top tenants by spend, last 30 days"),
+        "tenant": _("Tenant"),
+        "spend": _("Spend"),
+        "gpus_running": _("GPUs running"),
+        "no_usage": _("No usage in the last 30 days."),
+        "queue": _("Queue"),
+        "orders_waiting": _("Orders waiting"),
+        "oldest_wait": _("Oldest wait"),
+        "no_queue": _("No orders waiting."),
+    }
+
+
 @admin.register(OperatorOverview)
 class OperatorOverviewAdmin(admin.ModelAdmin):
     """No list, no form: the model's one admin address is the overview page."""
@@ -140,7 +187,7 @@ class OperatorOverviewAdmin(admin.ModelAdmin):
             "title": _("Operator overview"),
             "opts": OperatorOverview._meta,
             "overview": data,
-            "revenue_total": format_fen(data.revenue_fen),
             "chart": _charts(data),
+            "t": _labels(data, format_fen(data.revenue_fen)),
         }
         return TemplateResponse(request, "admin/console/overview.html", context)
