@@ -6,7 +6,7 @@ spend, and the queue.
 Allocations are deleted when an instance gives its GPUs back, so the history of who held GPUs
 comes from the instances' events: an instance holds its offering's GPUs from an event in a
 GPU-holding state (instances.choices.HOLDS_GPUS) until its next event. Those intervals are read
-in one query (each with the next event's time from a correlated subquery) and cut into hours
+in one query (each with the next event's time from a window function) and cut into hours
 here; the node of an interval is the one its placement event names ("Placed on %(node)s."),
 carried forward, else the instance's node now. A stopped monthly rental keeps its node
 reserved until its period ends; its events do not say when, so the history counts those GPUs
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Min, OuterRef, Q, Subquery, Sum
-from django.db.models.functions import TruncDay
+from django.db.models import Count, F, Min, Q, Sum, Window
+from django.db.models.functions import Lead, TruncDay
 from django.utils import timezone
 
 from billing.choices import TransactionKind
@@ -77,24 +77,23 @@ class Overview:
 
 
 def _intervals(since: datetime, now: datetime) -> list[tuple[Any, ...]]:
-    """(instance, start, end or None, GPUs, product, node now, event params) of every
-    GPU-holding stretch that overlaps [since, now), in instance and time order. Only instances
-    with an event in the window or holding GPUs now are read, so old history costs nothing."""
-    following = InstanceEvent.objects.filter(
-        instance_id=OuterRef("instance_id"), at__gt=OuterRef("at")
-    ).order_by("at")
+    """(instance, status, start, end or None, GPUs, product, node now, event params) of every
+    event before `now` whose stretch (to the instance's next event) overlaps [since, now), in
+    instance and time order. The next event comes from one window (LEAD) over the events read;
+    only instances with an event in the window or holding GPUs now are read, so old history
+    costs nothing."""
     active = Instance.objects.filter(Q(status__in=HOLDS_GPUS) | Q(events__at__gte=since))
+    following = Window(Lead("at"), partition_by=[F("instance_id")], order_by=[F("at"), F("id")])
     rows = (
-        InstanceEvent.objects.filter(
-            instance__in=active.values("id"), status__in=HOLDS_GPUS, at__lt=now
-        )
-        .annotate(until=Subquery(following.values("at")[:1]))
+        InstanceEvent.objects.filter(instance__in=active.values("id"), at__lt=now)
+        .annotate(until=following)
         .filter(Q(until__isnull=True) | Q(until__gt=since))
         .order_by("instance_id", "at", "id")
     )
     return list(
         rows.values_list(
             "instance_id",
+            "status",
             "at",
             "until",
             "instance__offering__gpu_count",
@@ -129,9 +128,11 @@ def _usage(now: datetime, hours: list[datetime]) -> tuple[list[ModelUse], list[N
     by_model: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(hours))
     by_node: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(hours))
     placed_on: dict[str, str] = {}
-    for instance, start, end, gpus, product, node_now, params in _intervals(first, now):
+    for instance, status, start, end, gpus, product, node_now, params in _intervals(first, now):
         node = (params or {}).get("node") or placed_on.get(instance) or node_now
         placed_on[instance] = node
+        if status not in HOLDS_GPUS:
+            continue
         start, end = max(start, first), min(end or now, now)
         if end <= start:
             continue
