@@ -120,9 +120,10 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     )
     @action(detail=True, methods=["post"])
     def scale(self, request: Request, pk: str | None = None) -> Response:
+        found = self.get_object()  # another tenant's cluster is a 404 whatever the body
         data = self.parse(request, ClusterScaleInput)
         cluster, said = cluster_scale(
-            cluster=self.get_object(),
+            cluster=found,
             node_count=data["node_count"],
             user=signed_in_user(request),
             keep_disks=data["keep_disks"],
