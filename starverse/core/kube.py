@@ -10,6 +10,7 @@ rights in a tenant namespace come from a RoleBinding it makes there when it make
 and so do the terminal service's (pods/exec only); see
 deploy/k8s/platform.yaml and README "Cluster credentials"."""
 
+import base64
 import contextlib
 import json
 import logging
@@ -514,12 +515,18 @@ def ensure(manifest: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
 
 def _differs(manifest: dict[str, Any], existing: dict[str, Any]) -> bool:
     """Whether the object on the cluster differs from the rendered one in what we render: our
-    labels and every top-level field (spec, roleRef, subjects …)."""
-    if manifest["kind"] == "Secret":
-        return True
+    labels and every top-level field (spec, roleRef, subjects …); a Secret by its data, which
+    the API server answers base64-encoded whether it was sent as stringData or data."""
     have = existing.get("metadata", {}).get("labels") or {}
     if any(have.get(key) != value for key, value in manifest["metadata"].get("labels", {}).items()):
         return True
+    if manifest["kind"] == "Secret":
+        wanted = dict(manifest.get("data") or {})
+        for key, value in (manifest.get("stringData") or {}).items():
+            wanted[key] = base64.b64encode(value.encode()).decode()
+        return (existing.get("data") or {}) != wanted or existing.get("type") != manifest.get(
+            "type", existing.get("type")
+        )
     skip = ("apiVersion", "kind", "metadata", "status")
     return any(existing.get(key) != value for key, value in manifest.items() if key not in skip)
 

@@ -260,7 +260,8 @@ def test_stop_start_terminate_buttons_move_every_rank(catalog, client):
 
 def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(catalog, rf):
     """The page renders the API's `launch` {name: command} and `preflight` as they come (other
-    parts of the platform fill them): one copy button per command, the bandwidth, extra keys."""
+    parts of the platform fill them): one copy button per command, the bandwidth against its floor, each node pair (the slow
+    one marked) and the slow node."""
     user = make_user()
     cluster = make_cluster(user)
     context = detail_context(cluster, cluster_view(cluster))
@@ -270,7 +271,18 @@ def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(cat
             "deepspeed": "deepspeed --hostfile /etc/starverse/hostfile train.py",
             "torchrun": "torchrun --nnodes 2 --nproc-per-node 8 train.py",
         },
-        "preflight": {"status": "passed", "busbw_gbps": 182.46, "floor_gbps": 150},
+        "preflight": {
+            "status": "failed",
+            "round": 2,
+            "busbw_gbps": 120.0,
+            "floor_gbps": 150,
+            "pairs": [
+                {"round": 1, "ranks": [0, 1], "busbw_gbps": 182.46},
+                {"round": 1, "ranks": [2, 3], "busbw_gbps": 22.2},
+            ],
+            "bad_nodes": [{"rank": 3, "node": "gpu-a100-3"}],
+            "finished_at": "2026-12-01T12:44:57.485251+08:00",
+        },
     }
     request = rf.get(f"/console/clusters/{cluster.id}/")
     request.user = user
@@ -280,5 +292,8 @@ def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(cat
     assert "deepspeed --hostfile /etc/starverse/hostfile train.py" in html
     assert html.count('data-copy="#launch-') == 2
     assert "No launch command" not in html
-    assert "182.5 GB/s" in html and "floor_gbps" in html and "Passed" in html
+    assert "120.0 GB/s" in html and "150.0 GB/s" in html and "Failed" in html
+    assert "2026-12-01 12:44:57" in html and "Rank 3 on gpu-a100-3" in html
+    # each node pair measured, the one under the floor marked
+    assert "182.5 GB/s" in html and '<tr class="is-slow"><td>Rank 2 ↔ Rank 3</td>' in html
     assert "Not run yet" not in html
