@@ -33,7 +33,13 @@ from clusters.selectors import (
     cluster_view,
     cluster_views,
 )
-from clusters.services import cluster_order, cluster_start, cluster_stop, cluster_terminate
+from clusters.services import (
+    cluster_order,
+    cluster_scale,
+    cluster_start,
+    cluster_stop,
+    cluster_terminate,
+)
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from instances.models import Image, Offering
 from instances.selectors import availability
@@ -345,6 +351,8 @@ def detail_context(cluster: Cluster, view: ClusterView) -> dict[str, Any]:
         "rank_labels": {value: str(label) for value, label in InstanceStatus.choices},
         "can_stop": status in CAN_STOP,
         "can_start": status in CAN_START,
+        "can_scale": status == C.STOPPED,
+        "max_nodes": settings.CLUSTER_MAX_NODES,
         "can_terminate": status not in (C.TERMINATING, C.TERMINATED),
         "transient": status in TRANSIENT,
         "tz": timezone.get_current_timezone_name(),
@@ -393,3 +401,33 @@ def cluster_terminate_view(request: HttpRequest, pk: str) -> HttpResponse:
         cluster_terminate,
         _("Terminating “%(name)s”: every node and its disk are being deleted."),
     )
+
+
+class ScaleForm(forms.Form):
+    node_count = forms.IntegerField()
+    keep_disks = forms.BooleanField(required=False)
+
+
+@login_required
+@require_POST
+def cluster_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
+    """Scale a stopped cluster (clusters.services.cluster_scale); the bounds and the state are
+    the service's to check, its refusal flashed."""
+    cluster = get_for_user(Cluster.objects.all(), request.user, "tenant", pk)
+    form = ScaleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("Enter the number of nodes as a whole number."))
+        return _back(request, cluster)
+    data = form.cleaned_data
+    run_service(
+        request,
+        lambda: cluster_scale(
+            cluster=cluster,
+            node_count=data["node_count"],
+            user=request.user,
+            keep_disks=data["keep_disks"],
+        ),
+        _("“%(name)s” now has %(count)d nodes; start it to run them all.")
+        % {"name": cluster.name, "count": data["node_count"]},
+    )
+    return _back(request, cluster)
