@@ -16,7 +16,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
@@ -45,7 +44,7 @@ from instances.models import Image, Offering
 from instances.selectors import availability
 from instances.views import ORDER_KEY_PREFIX
 from starverse.accounts.models import SshKey
-from starverse.core.console import run_service
+from starverse.core.console import redirect_back, run_service
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
 
@@ -361,12 +360,7 @@ def detail_context(cluster: Cluster, view: ClusterView) -> dict[str, Any]:
 
 def _back(request: HttpRequest, cluster: Cluster) -> HttpResponse:
     """Back to where the action was taken (the list or the cluster's page)."""
-    target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return redirect(target)
-    return redirect(reverse("clusters:detail", args=[cluster.pk]))
+    return redirect_back(request, reverse("clusters:detail", args=[cluster.pk]))
 
 
 def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:
