@@ -3,6 +3,7 @@ order for a region places there and provisions through that cluster's API server
 where there is room; a disk attaches only in its region; the periodic sync, the regions API and
 the node agents' registration are per region."""
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -294,3 +295,52 @@ def test_fleet_sync_command_syncs_the_named_region(two_regions, tmp_path):
         "b-gpu-h100-0"
     ]
     assert sorted(p.name for p in folder.iterdir()) == ["b-gpu-h100-0.token"]
+
+
+def test_the_rent_page_offers_the_regions_and_the_instance_page_shows_its_own(
+    two_regions, client
+):
+    user = _user()
+    client.force_login(user)
+    page = client.get("/console/rent/").content.decode()
+    token = re.search(r'name="token" value="([^"]+)"', page)
+
+    ordered = client.post(
+        "/console/rent/",
+        {
+            "offering": two_regions["h100x1"].id,
+            "image": two_regions["image"].id,
+            "billing": "hourly",
+            "region": REGION_B,
+            "token": token.group(1) if token else "",
+        },
+    )
+
+    assert '<option value="cn-north-1">华北 1</option>' in page
+    instance = Instance.objects.get(tenant_id=user.tenant_id)
+    assert ordered.status_code == 302
+    assert (instance.region_id, _node_name(instance)) == (REGION_B, "b-gpu-h100-0")
+    detail = client.get(f"/console/instances/{instance.id}/").content.decode()
+    assert '<dd data-field="region">华北 1</dd>' in detail
+
+
+def test_the_disks_page_offers_only_instances_of_the_disks_region(two_regions, client):
+    user = _user()
+    client.force_login(user)
+    disk_create(user=user, name="ckpt", size_gb=100, region=DEFAULT_REGION)
+    for region in (DEFAULT_REGION, REGION_B):
+        instance, _ = instance_order(
+            user=user,
+            offering_id=two_regions["h100x1"].id,
+            image_id="pytorch-2.1",
+            name=f"in-{region}",
+            region=region,
+        )
+        Instance.objects.filter(pk=instance.pk).update(status="stopped")
+
+    page = client.get("/console/disks/").content.decode()
+
+    assert "Region: Default" in page
+    assert "in-default (Stopped)" in page
+    assert "in-cn-north-1" not in page
+    assert "A disk lives in one region and attaches only to instances in that region." in page
