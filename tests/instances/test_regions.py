@@ -297,9 +297,7 @@ def test_fleet_sync_command_syncs_the_named_region(two_regions, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["b-gpu-h100-0.token"]
 
 
-def test_the_rent_page_offers_the_regions_and_the_instance_page_shows_its_own(
-    two_regions, client
-):
+def test_the_rent_page_offers_the_regions_and_the_instance_page_shows_its_own(two_regions, client):
     user = _user()
     client.force_login(user)
     page = client.get("/console/rent/").content.decode()
