@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import clusters, fleet, gateway, instances, ledger
+from bench import cluster_ready, clusters, fleet, gateway, instances, ledger
 
 BENCHMARKS = {
     "ledger": ledger.run,
@@ -10,6 +10,7 @@ BENCHMARKS = {
     "instances": instances.run,
     "gateway": gateway.run,
     "clusters": clusters.run,
+    "cluster_ready": cluster_ready.run,
 }
 
 

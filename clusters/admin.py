@@ -2,12 +2,36 @@ from typing import Any
 
 from django.contrib import admin
 
-from clusters.models import Cluster
+from clusters.models import Cluster, Preflight
+
+
+class PreflightInline(admin.TabularInline):
+    """The cluster's pre-flight rounds (bus bandwidth in GB/s, as nccl-tests prints busbw)."""
+
+    model = Preflight
+    extra = 0
+    can_delete = False
+    fields = (
+        "round",
+        "status",
+        "busbw_gbps",
+        "floor_gbps",
+        "bad_nodes",
+        "message",
+        "started_at",
+        "finished_at",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
     """Clusters are read here; their ranks are instances (the Instances list, by cluster)."""
+
+    inlines = [PreflightInline]
 
     list_display = ["id", "name", "tenant", "offering", "node_count", "template", "created_at"]
     list_filter = ["template", "billing"]

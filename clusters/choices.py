@@ -30,8 +30,9 @@ R, C = InstanceStatus, ClusterStatus
 def status_of(ranks: list[str]) -> str:
     """A cluster's status from its ranks' (the instance state machine moves each rank; the
     cluster is their aggregate). The first rule that matches wins: any rank terminating, all
-    terminated, any failed, any queued (ranks queue together), any stopping, all stopped, all
-    running; anything else is on its way up (provisioning)."""
+    terminated, any failed, any queued (ranks queue together, and a rank that moves waits
+    queued), any stopping, all stopped, all running, all checking (up, the pre-flight check
+    running: not billed); anything else is on its way up (provisioning)."""
     found = set(ranks)
     if not found:
         return C.QUEUED
@@ -46,4 +47,6 @@ def status_of(ranks: list[str]) -> str:
         return C.STOPPED
     if found == {R.RUNNING}:
         return C.RUNNING
+    if found == {R.CHECKING}:
+        return C.CHECKING
     return C.PROVISIONING

@@ -2,6 +2,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from clusters.choices import Template
 from instances.choices import BillingMode
@@ -55,3 +56,42 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.name}"
+
+
+class PreflightStatus(models.TextChoices):
+    RUNNING = "running", _("Running")
+    PASSED = "passed", _("Passed")
+    FAILED = "failed", _("Failed")
+    # the cluster changed while it ran (a rank stopped, moved or was lost): its result is void
+    ABANDONED = "abandoned", _("Abandoned")
+
+
+class Preflight(models.Model):
+    """One round of a cluster's pre-flight check: an NCCL all-reduce across every rank, then
+    between pairs of nodes (each node in two pairs at least), run by `starverse-preflight` in
+    rank 0's container. Bandwidths are bus bandwidth in GB/s, as nccl-tests prints busbw."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="preflights")
+    round = models.PositiveSmallIntegerField()
+    status = models.CharField(
+        max_length=16, choices=PreflightStatus.choices, default=PreflightStatus.RUNNING
+    )
+    busbw_gbps = models.FloatField(null=True, blank=True)
+    floor_gbps = models.FloatField(null=True, blank=True)
+    pairs = models.JSONField(default=list, blank=True)
+    # node names, with the reason each was cordoned
+    bad_nodes = models.JSONField(default=list, blank=True)
+    # the node of each rank while it ran, {rank: node id}: a result for other nodes is void
+    nodes = models.JSONField(default=dict, blank=True)
+    message = models.TextField(blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "round"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "round"], name="preflight_round"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} round {self.round} {self.status}"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusters.choices import status_of
-from clusters.models import Cluster
+from clusters.models import Cluster, Preflight
 from fleet.models import Node
 from instances.choices import HOLDS_GPUS
 from instances.models import Instance, InstanceEvent
@@ -25,6 +25,7 @@ class ClusterView:
     cluster: Cluster
     ranks: list[Instance] = field(default_factory=list)
     queue_position: int | None = None
+    preflight: Preflight | None = None  # its latest pre-flight round
 
     @property
     def status(self) -> str:
@@ -46,7 +47,8 @@ class ClusterView:
 
 
 def cluster_views(clusters: list[Cluster]) -> list[ClusterView]:
-    """Views of `clusters` with their ranks in two queries, whatever their number."""
+    """Views of `clusters` with their ranks and latest pre-flight rounds in three queries,
+    whatever their number."""
     ranks: dict[str, list[Instance]] = defaultdict(list)
     rows = (
         Instance.objects.filter(cluster__in=[c.pk for c in clusters])
@@ -57,11 +59,17 @@ def cluster_views(clusters: list[Cluster]) -> list[ClusterView]:
         ranks[str(rank.cluster_id)].append(rank)
     heads = [found[0] for found in ranks.values() if found]
     positions = queue_positions(heads)
+    latest: dict[str, Preflight] = {}
+    for found in Preflight.objects.filter(cluster__in=[c.pk for c in clusters]).order_by(
+        "cluster_id", "-round"
+    ):
+        latest.setdefault(str(found.cluster_id), found)
     return [
         ClusterView(
             cluster=cluster,
             ranks=ranks[cluster.pk],
             queue_position=positions.get(ranks[cluster.pk][0].pk) if ranks[cluster.pk] else None,
+            preflight=latest.get(cluster.pk),
         )
         for cluster in clusters
     ]

@@ -32,6 +32,7 @@ from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
+STOPPABLE = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 
 
 def cluster_order(
@@ -215,12 +216,12 @@ def cluster_stop(*, cluster: Cluster) -> Cluster:
     monthly cluster keeps its nodes reserved while its month runs."""
     with transaction.atomic():
         ranks = ranks_locked(cluster.pk)
-        if not any(rank.status in (S.RUNNING, S.PROVISIONING) for rank in ranks):
+        if not any(rank.status in STOPPABLE for rank in ranks):
             raise Conflict(
                 _("Only a running or starting cluster can be stopped."), code="wrong_state"
             )
         for rank in ranks:
-            if rank.status in (S.RUNNING, S.PROVISIONING):
+            if rank.status in STOPPABLE:
                 instance_stop(instance_id=rank.id)
     return cluster
 

@@ -3,6 +3,7 @@ and health rules), report ingestion, and telemetry retention."""
 
 import hmac
 import logging
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -234,31 +235,49 @@ _SAMPLE_COLUMNS = ("gpu_id", "at", *STORED_METRICS)
 
 
 def _gpu_ids(node: Node, report: Report, now: Any) -> dict[str, int]:
-    signature = tuple(tuple(sorted(item.items())) for item in report.inventory)
-    cached = _GPU_MAP.get(node.pk)
-    if cached is not None and (not report.inventory or cached[0] == signature):
-        return cached[1]
+    ids = _gpu_ids_cached(node, report)
+    if ids is not None:
+        return ids
     gpus = (
         _inventory_sync(node, report, now)
         if report.inventory
         else {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
     )
     ids = {uuid: gpu.pk for uuid, gpu in gpus.items()}
-    _GPU_MAP[node.pk] = (signature, ids)
+    _GPU_MAP[node.pk] = (_signature(report), ids)
     return ids
 
 
-def _insert_samples(rows: list[tuple[Any, ...]]) -> None:
-    """One multi-row INSERT: this is the fleet's hottest write, so it skips the ORM."""
-    if not rows:
-        return
+def _gpu_ids_cached(node: Node, report: Report) -> dict[str, int] | None:
+    """uuid → gpu id from this process's cache, or None when the report's inventory is new."""
+    cached = _GPU_MAP.get(node.pk)
+    if cached is not None and (not report.inventory or cached[0] == _signature(report)):
+        return cached[1]
+    return None
+
+
+def _signature(report: Report) -> _Inventory:
+    return tuple(tuple(sorted(item.items())) for item in report.inventory)
+
+
+def _store(node: Node, rows: list[tuple[Any, ...]], updates: dict[str, Any]) -> None:
+    """The samples in one multi-row INSERT and the node's heartbeat, in one statement (the
+    INSERT a WITH part of the UPDATE): this is the fleet's hottest write, so it skips the ORM,
+    and as one statement it is atomic without a transaction around it: one round trip where
+    BEGIN, INSERT, UPDATE and COMMIT took four."""
     table = GpuSample._meta.db_table
-    columns = ", ".join(_SAMPLE_COLUMNS)
-    values = ", ".join(["(" + ", ".join(["%s"] * len(_SAMPLE_COLUMNS)) + ")"] * len(rows))
+    params: list[Any] = []
+    insert = ""
+    if rows:
+        columns = ", ".join(_SAMPLE_COLUMNS)
+        values = ", ".join(["(" + ", ".join(["%s"] * len(_SAMPLE_COLUMNS)) + ")"] * len(rows))
+        insert = f"WITH samples AS (INSERT INTO {table} ({columns}) VALUES {values}) "  # noqa: S608
+        params = [value for row in rows for value in row]
+    assignments = ", ".join(f"{name} = %s" for name in updates)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} ({columns}) VALUES {values}",  # noqa: S608 - fixed names
-            [value for row in rows for value in row],
+            f"{insert}UPDATE {Node._meta.db_table} SET {assignments} WHERE id = %s",  # noqa: S608
+            [*params, *updates.values(), node.pk],
         )
 
 
@@ -277,23 +296,27 @@ def report_ingest(*, node: Node, report: Report) -> int:
             first["field"],
             first["reason"],
         )
+    updates = {
+        "last_report_at": now,
+        "agent_version": report.agent_version,
+        "driver_version": report.driver["driver_version"],
+        "cuda_version": report.driver["cuda_version"],
+    }
+    # A known inventory (nearly every report) needs one statement, atomic by itself; a new one
+    # is synced first, in the same transaction as the samples. Inside a caller's transaction a
+    # savepoint keeps a failed report from breaking it, as before.
+    ids = _gpu_ids_cached(node, report)
+    alone = ids is not None and not connection.in_atomic_block
     try:
-        with transaction.atomic():
-            ids = _gpu_ids(node, report, now)
+        with nullcontext() if alone else transaction.atomic():
+            ids = ids if ids is not None else _gpu_ids(node, report, now)
             rows = [
                 (ids[reading.uuid], at, *(reading.values[column] for column in STORED_METRICS))
                 for at, readings in report.samples
                 for reading in readings
                 if reading.uuid in ids
             ]
-            _insert_samples(rows)
-            updates = {
-                "last_report_at": now,
-                "agent_version": report.agent_version,
-                "driver_version": report.driver["driver_version"],
-                "cuda_version": report.driver["cuda_version"],
-            }
-            Node.objects.filter(pk=node.pk).update(**updates)
+            _store(node, rows, updates)
     except IntegrityError:
         _GPU_MAP.pop(node.pk, None)  # a GPU row went away under the cache: next report rebuilds
         raise

@@ -191,6 +191,14 @@ def _sample(value: Any, field: str, now: datetime) -> tuple[datetime, list[GpuRe
     return at, readings
 
 
+# (column, metric name, bounds) of each reading's check, the remapped rows last (column "").
+_CHECKS = [
+    *((c, n, METRIC_RANGES[c]) for c, n in STORED_METRICS.items()),
+    ("", UNCORRECTABLE_REMAPPED, REMAPPED_RANGE),
+]
+_PLAIN = (int, float)
+
+
 def _reading(value: Any, field: str) -> GpuReading:
     """One GPU's stored metrics in a sample, with its count of uncorrectable remapped rows.
     A metric out of its range is stored as null and listed in `refused`."""
@@ -199,9 +207,14 @@ def _reading(value: Any, field: str) -> GpuReading:
     metrics = _obj(gpu.get("metrics"), f"{field}.metrics")
     refused = []
     values: dict[str, float | int | None] = {}
-    checks = [(c, n, METRIC_RANGES[c]) for c, n in STORED_METRICS.items()]
-    for column, name, bounds in [*checks, ("", UNCORRECTABLE_REMAPPED, REMAPPED_RANGE)]:
-        number = _number(metrics.get(name), f"{field}.metrics.{name}")
+    for column, name, bounds in _CHECKS:
+        value = metrics.get(name)
+        # The usual reading (a plain number within range) is taken at once; anything else goes
+        # through the full checks below, which name what is wrong. NaN fails the comparison.
+        if type(value) in _PLAIN and bounds[0] <= value <= bounds[1]:
+            values[column] = value
+            continue
+        number = _number(value, f"{field}.metrics.{name}")
         reason = _out_of_range(number, bounds)
         if reason:
             refused.append({"gpu": index, "field": name, "reason": reason})

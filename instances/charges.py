@@ -28,16 +28,36 @@ def closed_minutes(instance: Instance, now: datetime) -> int:
 
 def usage_charges(instance: Instance, upto: int) -> list[dict]:
     """The usage charge of each unbilled minute up to `upto`, keyed per (instance, minute)."""
+    return minute_charges(
+        instance_id=instance.id,
+        session=instance.session,
+        wallet_id=instance.tenant.wallet.id,
+        price_per_hour_fen=instance.offering.price_per_hour_fen,
+        billed=instance.billed_minutes,
+        upto=upto,
+    )
+
+
+def minute_charges(
+    *,
+    instance_id: str,
+    session: int,
+    wallet_id: str,
+    price_per_hour_fen: int,
+    billed: int,
+    upto: int,
+) -> list[dict]:
+    """usage_charges from plain values: the metering tick reads its instances as rows."""
     charges = []
-    for minute in range(instance.billed_minutes + 1, upto + 1):
-        amount = minute_charge_fen(instance.offering.price_per_hour_fen, minute)
+    for minute in range(billed + 1, upto + 1):
+        amount = minute_charge_fen(price_per_hour_fen, minute)
         if amount > 0:
             charges.append(
                 {
-                    "wallet_id": instance.tenant.wallet.id,
-                    "key": f"usage:{instance.id}:{instance.session}:{minute}",
+                    "wallet_id": wallet_id,
+                    "key": f"usage:{instance_id}:{session}:{minute}",
                     "amount_fen": amount,
-                    "instance_id": instance.id,
+                    "instance_id": instance_id,
                     "description": gettext_noop("GPU usage"),
                 }
             )

@@ -15,6 +15,7 @@ class BillingMode(models.TextChoices):
 class InstanceStatus(models.TextChoices):
     QUEUED = "queued", _("Queued")
     PROVISIONING = "provisioning", _("Provisioning")
+    CHECKING = "checking", _("Checking")
     RUNNING = "running", _("Running")
     STOPPING = "stopping", _("Stopping")
     STOPPED = "stopped", _("Stopped")
@@ -28,8 +29,13 @@ INSTANCE_TRANSITIONS: dict[str, set[str]] = {
     # → failed: a queued monthly rental whose month cannot be paid when its turn comes
     S.QUEUED: {S.PROVISIONING, S.FAILED, S.TERMINATING},
     # → queued: automatic recovery after node loss places the instance again
-    S.PROVISIONING: {S.RUNNING, S.FAILED, S.STOPPING, S.TERMINATING, S.QUEUED},
-    S.RUNNING: {S.STOPPING, S.FAILED, S.TERMINATING, S.PROVISIONING, S.QUEUED},
+    # → checking: a cluster's rank is up and waits for the cluster's pre-flight check
+    S.PROVISIONING: {S.RUNNING, S.CHECKING, S.FAILED, S.STOPPING, S.TERMINATING, S.QUEUED},
+    # → running: the pre-flight passed; → queued: its node was cordoned and it moves;
+    # → provisioning: its pod vanished
+    S.CHECKING: {S.RUNNING, S.QUEUED, S.PROVISIONING, S.FAILED, S.STOPPING, S.TERMINATING},
+    # → checking: a rank of its cluster was lost; billing pauses until the check passes again
+    S.RUNNING: {S.STOPPING, S.FAILED, S.TERMINATING, S.PROVISIONING, S.QUEUED, S.CHECKING},
     S.STOPPING: {S.STOPPED, S.TERMINATING},
     S.STOPPED: {S.PROVISIONING, S.QUEUED, S.TERMINATING},
     S.FAILED: {S.PROVISIONING, S.QUEUED, S.TERMINATING},
@@ -37,4 +43,4 @@ INSTANCE_TRANSITIONS: dict[str, set[str]] = {
     S.TERMINATED: set(),
 }
 # States that hold GPUs on a node.
-HOLDS_GPUS = (S.PROVISIONING, S.RUNNING, S.STOPPING)
+HOLDS_GPUS = (S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -40,6 +40,7 @@ from instances.states import (
     instance_mark_terminating,
     instance_requeue,
     instances_locked_skipping,
+    rank_mark_checking,
     ranks_locked,
 )
 from instances.volumes import disks_attach_at_order
@@ -269,6 +270,9 @@ def gang_start(*, ranks: list[Instance]) -> None:
 
 
 Outcome = Literal["placed", "wait", "unfunded"]
+_lower_queued_rank = Instance.objects.filter(
+    cluster_id=OuterRef("cluster_id"), status=S.QUEUED, rank__lt=OuterRef("rank")
+)
 
 
 def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | None]:
@@ -299,8 +303,11 @@ def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | Non
 def _try_place_gang(head: Instance) -> tuple[Outcome, Runway | None]:
     """_try_place for a queued cluster, through its rank 0 (locked): every queued rank, locked
     in rank order after it, gets a whole node or none does."""
-    ranks = [rank for rank in ranks_locked(str(head.cluster_id)) if rank.status == S.QUEUED]
-    gang = choose_nodes(head.offering, len(ranks), head.region_id or "")
+    every = ranks_locked(str(head.cluster_id))
+    ranks = [rank for rank in every if rank.status == S.QUEUED]
+    gang = choose_nodes(
+        head.offering, len(ranks), head.region_id or "", prefer=_switches_held(every)
+    )
     found = runway_of(head, wallet_locked(head.tenant_id))
     if not found.covered:
         return "unfunded", found
@@ -311,6 +318,40 @@ def _try_place_gang(head: Instance) -> tuple[Outcome, Runway | None]:
             period_charge(rank)
         instance_mark_placed(rank, *placement)
     return "placed", None
+
+
+def _switches_held(ranks: list[Instance]) -> frozenset[str]:
+    """The leaf switches under the nodes a cluster's ranks hold (a rank that moves goes near
+    them)."""
+    held = [rank.node_id for rank in ranks if rank.status in HOLDS_GPUS and rank.node_id]
+    return frozenset(
+        Node.objects.filter(pk__in=held).exclude(switch="").values_list("switch", flat=True)
+    )
+
+
+def rank_replace(rank: Instance, message: str) -> bool:
+    """A cluster's rank (its cluster's ranks locked, in rank order) moves to another whole
+    node (its own was cordoned or lost): its GPUs go back and it is placed again, ahead of new
+    orders, on a free whole node near the cluster's other ranks, with the same rank, DNS name
+    and disks; with none free it waits queued (the queue serves it as its cluster's head) and
+    its timeline says so. The cluster was admitted when ordered: no runway is asked again.
+    Returns whether it was placed now."""
+    instance_requeue(rank, message)
+    others = list(Instance.objects.filter(cluster_id=rank.cluster_id).exclude(pk=rank.pk))
+    # in its own region: its disks and its cluster's other ranks are there
+    gang = choose_nodes(rank.offering, 1, rank.region_id or "", prefer=_switches_held(others))
+    if gang is None:
+        InstanceEvent.objects.create(
+            instance=rank,
+            status=S.QUEUED,
+            message=later(
+                "No free whole node for this rank right now; it waits queued, and the "
+                "pre-flight check runs again once it is up."
+            ),
+        )
+        return False
+    instance_mark_placed(rank, *gang.placements[0])
+    return True
 
 
 def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
@@ -325,8 +366,9 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
             head = (
                 instances_locked_skipping(
                     Instance.objects.filter(
-                        # a queued cluster is served through its rank 0, which locks the rest
-                        Q(cluster__isnull=True) | Q(rank=0),
+                        # a queued cluster is served through its lowest queued rank (rank 0,
+                        # or a rank that moves), which locks the rest
+                        Q(cluster__isnull=True) | ~Exists(_lower_queued_rank),
                         status=S.QUEUED,
                         offering__gpu_model__product=product,
                     ).exclude(pk__in=passed)
@@ -432,7 +474,7 @@ def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
     the disk is kept."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        if instance.status not in (S.RUNNING, S.PROVISIONING):
+        if instance.status not in (S.RUNNING, S.CHECKING, S.PROVISIONING):
             raise Conflict(
                 _("Only a running or starting instance can be stopped; this one is %(state)s.")
                 % {"state": InstanceStatus(instance.status).label.lower()},
@@ -492,8 +534,9 @@ def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[
     """Tell every instance on a node what happened to it. A node that is down takes its running
     and starting instances with it: they fail (billing stops, GPUs are released) with the
     reason, or, recovering automatically, are placed again on a healthy node; a stopping one is
-    left to its stop, which frees a pod on a down node at once. On a cordoned or draining node
-    they keep running and get an event saying why."""
+    left to its stop, which frees a pod on a down node at once; a cluster's rank moves to a
+    healthy node with its whole cluster's billing paused (_rank_lost). On a cordoned or
+    draining node they keep running and get an event saying why."""
     node = Node.objects.get(pk=node_id)
     affected = []
     for instance_id in Instance.objects.filter(node=node, status__in=HOLDS_GPUS).values_list(
@@ -507,12 +550,61 @@ def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[
                 _out_of_service_note(instance, node=node, reason=reason)
             elif instance.status == S.STOPPING:
                 continue
+            elif instance.cluster_id is not None:
+                pass  # below, with its cluster's ranks locked first
             elif instance.auto_recover:
                 _recover(instance, node=node, reason=reason)
             else:
                 _lost(instance, node=node, reason=reason)
+        if (
+            state == NodeState.DOWN
+            and instance.cluster_id is not None
+            and not _rank_lost(
+                instance_id, cluster_id=str(instance.cluster_id), node=node, reason=reason
+            )
+        ):
+            continue
         affected.append(instance_id)
     return affected
+
+
+def _rank_lost(instance_id: str, *, cluster_id: str, node: Node, reason: str) -> bool:
+    """A cluster's rank lost its node: billing pauses for the whole cluster (every running rank
+    is charged its closed minutes and goes back to checking), the rank is placed again on a
+    healthy whole node (rank_replace), and once it is up the pre-flight check runs again and
+    all ranks run, and are billed, together. False if the rank had moved on meanwhile."""
+    with transaction.atomic():
+        ranks = ranks_locked(cluster_id)
+        rank = next((r for r in ranks if r.pk == instance_id), None)
+        if rank is None or rank.node_id != node.pk or rank.status not in HOLDS_GPUS:
+            return False
+        if rank.status == S.STOPPING:
+            return False
+        now = timezone.now()
+        at = timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S")
+        words = {"node": node.name, "reason": reason, "at": at, "rank": rank.rank}
+        for other in ranks:
+            if other.status == S.RUNNING:
+                rank_mark_checking(
+                    other,
+                    later(
+                        "Rank %(rank)s's node %(node)s was lost (%(reason)s): billing paused for "
+                        "the whole cluster at %(at)s, until the rank is up on a healthy node and "
+                        "the pre-flight check passes again."
+                    )
+                    % words,
+                    now=now,
+                )
+        rank_replace(
+            rank,
+            later(
+                "The node %(node)s was lost (%(reason)s). Placing rank %(rank)s again on a "
+                "healthy node, with the same rank, name and disks."
+            )
+            % words,
+        )
+    logger.info("cluster.rank_lost cluster=%s rank=%s node=%s", cluster_id, rank.rank, node.name)
+    return True
 
 
 def _out_of_service_note(instance: Instance, *, node: Node, reason: str) -> None:

@@ -6,6 +6,7 @@ cannot pay takes what is left and stops the instance."""
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -13,7 +14,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from billing.services import usage_post_many
-from instances.charges import closed_minutes, usage_charges
+from instances.charges import minute_charges
 from instances.choices import BillingMode, InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import Instance
@@ -39,11 +40,7 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
     with transaction.atomic():
         running = list(_running_hourly())
         billed = _charge_closed_minutes(running, now, result)
-        bulk_set(
-            Instance,
-            [(i.pk, i.billed_minutes, i.cost_fen) for i in billed],
-            ["billed_minutes", "cost_fen"],
-        )
+        bulk_set(Instance, billed, ["billed_minutes", "cost_fen"])
     for instance_id in result.exhausted:
         instance_stop(
             instance_id=instance_id,
@@ -59,39 +56,59 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
     return result
 
 
-def _running_hourly() -> QuerySet[Instance]:
+# What the tick reads of each running instance: plain rows, not model objects (a tick of
+# 100,000 instances spent most of its time building them).
+_RUNNING_COLUMNS = (
+    "id",
+    "session",
+    "billed_minutes",
+    "cost_fen",
+    "running_since",
+    "offering__price_per_hour_fen",
+    "tenant__wallet__id",
+)
+
+
+def _running_hourly() -> QuerySet[Instance, tuple[Any, ...]]:
     # skipping locked rows: a concurrent tick leaves these to us (single flight per instance)
     return instances_locked_skipping(
-        Instance.objects.select_related("offering", "tenant__wallet").filter(
+        Instance.objects.filter(
             status=InstanceStatus.RUNNING,
             running_since__isnull=False,
             billing=BillingMode.HOURLY,
         )
-    )
+    ).values_list(*_RUNNING_COLUMNS)
 
 
 def _charge_closed_minutes(
-    running: list[Instance], now: datetime, result: TickResult
-) -> list[Instance]:
+    running: list[tuple[Any, ...]], now: datetime, result: TickResult
+) -> list[tuple[str, int, int]]:
     """Post the unbilled closed minutes of every locked running instance in one batch; returns
-    the instances whose billed minutes and cost moved, updated in memory."""
+    (id, billed minutes, cost) of the instances whose billed minutes and cost moved."""
     charges, plan = [], []
-    for instance in running:
-        upto = min(closed_minutes(instance, now), instance.billed_minutes + MAX_CATCH_UP_MINUTES)
-        mine = usage_charges(instance, upto)
-        charges += mine
-        plan.append((instance, upto, [(c["key"], c["amount_fen"]) for c in mine]))
-    charged = usage_post_many(charges)
-    billed = []
-    for instance, upto, keys in plan:
-        if upto <= instance.billed_minutes:
+    for instance_id, session, billed, cost, running_since, price, wallet_id in running:
+        closed = max(0, int((now - running_since).total_seconds() // 60))
+        upto = min(closed, billed + MAX_CATCH_UP_MINUTES)
+        if upto <= billed:
             continue
+        mine = minute_charges(
+            instance_id=instance_id,
+            session=session,
+            wallet_id=wallet_id,
+            price_per_hour_fen=price,
+            billed=billed,
+            upto=upto,
+        )
+        charges += mine
+        plan.append((instance_id, billed, cost, upto, [(c["key"], c["amount_fen"]) for c in mine]))
+    charged = usage_post_many(charges)
+    moved = []
+    for instance_id, billed, cost, upto, keys in plan:
         spent = sum(charged[key] for key, _amount in keys)
-        result.charged_minutes += upto - instance.billed_minutes
+        result.charged_minutes += upto - billed
         result.charged_fen += spent
         # the rows are locked by this transaction, so absolute values are safe here
-        instance.billed_minutes, instance.cost_fen = upto, instance.cost_fen + spent
-        billed.append(instance)
+        moved.append((instance_id, upto, cost + spent))
         if any(charged[key] < amount for key, amount in keys):
-            result.exhausted.append(instance.id)
-    return billed
+            result.exhausted.append(instance_id)
+    return moved

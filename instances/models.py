@@ -35,6 +35,13 @@ class Offering(models.Model):
         help_text="Clusters of this (whole-node) offering are placed under one leaf switch only; "
         "an order that does not fit under one waits instead of spanning switches.",
     )
+    preflight_floor_gbps = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Clusters of this (whole-node) offering are ready, and billed, only when the "
+        "pre-flight all-reduce reaches this bus bandwidth, in GB/s as nccl-tests prints busbw "
+        "(every node pair too); blank: any result passes.",
+    )
 
     class Meta:
         ordering = ["sort", "gpu_model", "gpu_count"]

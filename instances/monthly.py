@@ -69,7 +69,7 @@ def _rental_end(instance: Instance, reason: str) -> None:
         "Monthly rental ended: %(reason)s. The instance is stopped and its disk kept; "
         "starting it again is billed by the minute."
     ) % {"reason": reason}
-    if instance.status in (S.RUNNING, S.PROVISIONING):
+    if instance.status in (S.RUNNING, S.CHECKING, S.PROVISIONING):
         # still billed monthly here, so stopping charges no minutes
         instance_mark_stopping(instance, message)
     elif instance.status == S.STOPPED and instance.allocations.exists():

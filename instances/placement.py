@@ -183,10 +183,14 @@ def pack(free: dict[str, list[str]], count: int, *, one_switch: bool) -> list[st
     return chosen if len(chosen) == count else None
 
 
-def choose_nodes(offering: Offering, count: int, region: str = "") -> Gang | None:
+def choose_nodes(
+    offering: Offering, count: int, region: str = "", *, prefer: frozenset[str] = frozenset()
+) -> Gang | None:
     """Whole free nodes for every rank of a cluster of a whole-node offering, or None (all or
     none: a cluster never holds part of its nodes). Packed under as few leaf switches as
-    possible (pack); an offering with `cluster_one_switch` refuses to span switches. Runs in
+    possible (pack), under the `prefer` switches (those a cluster's other ranks are on, when a
+    rank moves) if they have room; an offering with `cluster_one_switch` refuses to span
+    switches. Runs in
     the caller's transaction under the same GPU-model lock and the same fit rules as choose(),
     and allocate() follows in that transaction for every rank. All ranks go to one region
     (their pods must reach each other): `region`'s, or with "" the first region, by name,
@@ -209,7 +213,10 @@ def choose_nodes(offering: Offering, count: int, region: str = "") -> Gang | Non
         for node_id in sorted(fit, key=lambda pk: fit[pk][0]):
             if regions[node_id] == where:
                 free[switches[node_id]].append(node_id)
-        chosen = pack(free, count, one_switch=offering.cluster_one_switch)
+        near = {switch: ids for switch, ids in free.items() if switch in prefer}
+        chosen = pack(near, count, one_switch=offering.cluster_one_switch) if near else None
+        if chosen is None:
+            chosen = pack(free, count, one_switch=offering.cluster_one_switch)
         if chosen is not None:
             break
     if chosen is None:

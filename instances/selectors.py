@@ -239,7 +239,7 @@ def spend_per_hour_fen(
     placed and provisioning, which burn from their first running minute (what a runway must
     cover); `exclude` leaves out one instance (the one whose runway is checked), and
     `exclude_cluster` the ranks of one cluster."""
-    statuses = (S.PROVISIONING, S.RUNNING) if starting else (S.RUNNING,)
+    statuses = (S.PROVISIONING, S.CHECKING, S.RUNNING) if starting else (S.RUNNING,)
     rows = Instance.objects.filter(status__in=statuses, billing=BillingMode.HOURLY)
     if tenant_ids is not None:
         rows = rows.filter(tenant_id__in=tenant_ids)

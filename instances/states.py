@@ -215,11 +215,23 @@ def instance_mark_terminating(instance: Instance, *, keep_disk: bool) -> None:
 
 
 def instance_mark_running(instance_id: str) -> str:
-    """The pod is ready: billing starts, in a new session. Returns the instance's status."""
+    """The pod is ready: billing starts, in a new session. A cluster's rank goes to checking
+    instead, unbilled: its cluster's pre-flight check runs once every rank is checking
+    (clusters.tasks.preflight_cluster, reached by name) and ranks_mark_running starts the
+    billing of all of them together when it passes. Returns the instance's status."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
         if instance.status != S.PROVISIONING:
             return instance.status
+        if instance.cluster_id is not None:
+            _transition(
+                instance,
+                S.CHECKING,
+                later("Up; waiting for the cluster's pre-flight check. Not billed yet."),
+                provisioning_since=None,
+            )
+            enqueue_on_commit("clusters.tasks.preflight_cluster", str(instance.cluster_id))
+            return S.CHECKING
         now = timezone.now()
         _transition(
             instance,
@@ -232,6 +244,30 @@ def instance_mark_running(instance_id: str) -> str:
             provisioning_since=None,
         )
     return S.RUNNING
+
+
+def ranks_mark_running(ranks: list[Instance], message: str) -> None:
+    """A cluster's pre-flight passed (its ranks locked, every one checking): billing starts for
+    every rank at the same moment, each in a new session."""
+    now = timezone.now()
+    for instance in ranks:
+        _transition(
+            instance,
+            S.RUNNING,
+            message,
+            running_since=now,
+            started_at=instance.started_at or now,
+            session=instance.session + 1,
+            billed_minutes=0,
+            provisioning_since=None,
+        )
+
+
+def rank_mark_checking(instance: Instance, message: str, *, now: datetime) -> None:
+    """A running rank (locked) whose cluster lost a node: the closed minutes are charged and
+    billing pauses until the cluster's pre-flight passes again."""
+    bill_until(instance, now, started_minute=False)
+    _transition(instance, S.CHECKING, message, running_since=None)
 
 
 def instance_fail(instance_id: str, message: str) -> str:
@@ -258,11 +294,13 @@ def instance_fail(instance_id: str, message: str) -> str:
 
 def instance_recreate(instance_id: str, *, now: datetime) -> bool:
     """A running instance's pod vanished (deleted by hand, evicted, its node rebooted): the
-    closed minutes are charged, billing pauses, and it provisions again on its node. False if
-    the instance was no longer running."""
+    closed minutes are charged, billing pauses, and it provisions again on its node. A
+    cluster's rank may be checking (not billed); once up again it waits for a new pre-flight
+    round, which pauses the billing of its cluster's other ranks first. False if the instance
+    was neither running nor checking."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        if instance.status != S.RUNNING:
+        if instance.status not in (S.RUNNING, S.CHECKING):
             return False
         bill_until(instance, now, started_minute=False)
         _transition(

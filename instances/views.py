@@ -41,7 +41,7 @@ from storage.selectors import free_disks
 
 S = InstanceStatus
 # Which actions an instance offers in each status (the services refuse the rest anyway).
-CAN_STOP = (S.RUNNING, S.PROVISIONING)
+CAN_STOP = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 CAN_START = (S.STOPPED, S.FAILED)
 # Statuses that change on their own within seconds: the page watches them closely.
 TRANSIENT = (S.QUEUED, S.PROVISIONING, S.STOPPING, S.TERMINATING)

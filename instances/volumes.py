@@ -18,7 +18,7 @@ from storage.models import Disk
 S = InstanceStatus
 # States in which an instance has no pod, so its volumes can change without a restart.
 PODLESS = (S.QUEUED, S.STOPPED, S.FAILED)
-RESTARTABLE = (S.RUNNING, S.PROVISIONING)
+RESTARTABLE = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 
 
 def disks_attach_at_order(instance: Instance, disk_ids: list[str]) -> None:

@@ -4,6 +4,7 @@ from typing import Any
 from rest_framework import serializers
 
 from clusters.choices import ClusterStatus, Template
+from clusters.models import PreflightStatus
 from clusters.planner import PRESETS, PlanInputError, plan_inputs
 from instances.choices import BillingMode, InstanceStatus
 from instances.provisioning.ranks import launch_of, layout_of, rank_host
@@ -53,9 +54,34 @@ class RankOutput(serializers.Serializer):
     )
 
 
+class PreflightPairOutput(serializers.Serializer):
+    round = serializers.IntegerField()
+    ranks = serializers.ListField(child=serializers.IntegerField())
+    hosts = serializers.ListField(child=serializers.CharField())
+    busbw_gbps = serializers.FloatField()
+
+
+class PreflightBadNodeOutput(serializers.Serializer):
+    rank = serializers.IntegerField()
+    node = serializers.CharField()
+
+
 class PreflightOutput(serializers.Serializer):
-    status = serializers.CharField()
-    busbw_gbps = serializers.FloatField(allow_null=True)
+    """The cluster's latest pre-flight round. Bandwidths are bus bandwidth in GB/s (10^9
+    bytes a second), as nccl-tests prints busbw."""
+
+    status = serializers.ChoiceField(choices=PreflightStatus.choices)
+    round = serializers.IntegerField(help_text="1 for the first round; more after a failure.")
+    busbw_gbps = serializers.FloatField(
+        allow_null=True, help_text="All-reduce across every rank, GB/s (nccl-tests busbw)."
+    )
+    floor_gbps = serializers.FloatField(
+        allow_null=True, help_text="The offering's floor, GB/s; null: any result passes."
+    )
+    pairs = PreflightPairOutput(many=True, help_text="Node pairs, each node in two at least.")
+    bad_nodes = PreflightBadNodeOutput(many=True, help_text="Cordoned and replaced.")
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
 
 
 class ParallelismOutput(serializers.Serializer):
@@ -118,7 +144,7 @@ class ClusterOutput(serializers.Serializer):
                 }
                 for rank, node in ((rank, view.node_of(rank)) for rank in view.ranks)
             ],
-            "preflight": None,
+            "preflight": PreflightOutput(view.preflight).data if view.preflight else None,
             "cost_fen": view.cost_fen,
             "launch": launch_of(cluster),
             "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},

@@ -12,7 +12,7 @@ import re
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -25,7 +25,7 @@ from .network import ServiceNetwork, service_address
 from .objects import success_status
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
 from .rbac import BINDING_PLURALS, Attributes, Authorizer, User, unauthorized
-from .shell import SimulatedShell, container_for
+from .shell import Peer, SimulatedShell, container_for, peers_of
 from .stats import NodeProxy
 from .tables import to_table, wants_table
 from .watch import stream_watch
@@ -523,9 +523,11 @@ class Handler(BaseHTTPRequestHandler):
         node_name = (pod.get("spec") or {}).get("nodeName") or ""
         with ctx.api.store.lock:
             node = ctx.api.store.get(res.NODES, "", node_name)
-            neighbours = [
-                p for p in ctx.api.store.items(res.PODS) if p["spec"].get("nodeName") == node_name
-            ]
+            every_pod = list(ctx.api.store.items(res.PODS))
+            neighbours = [p for p in every_pod if p["spec"].get("nodeName") == node_name]
+            peers = peers_of(
+                pod, every_pod, {n["metadata"]["name"]: n for n in ctx.api.store.items(res.NODES)}
+            )
         # listed before the handshake completes: a client that sees it open finds it here
         session = ctx.execs.add(
             namespace=namespace,
@@ -536,7 +538,7 @@ class Handler(BaseHTTPRequestHandler):
             protocol=protocol,
         )
         try:
-            self._run_exec(session, protocol, query, pod, node, neighbours)
+            self._run_exec(session, protocol, query, pod, node, neighbours, peers)
         finally:
             ctx.execs.remove(session)
 
@@ -548,6 +550,7 @@ class Handler(BaseHTTPRequestHandler):
         pod: dict[str, Any],
         node: dict[str, Any] | None,
         neighbours: list[dict[str, Any]],
+        peers: list[Peer],
     ) -> None:
         self._code = 101
         self.send_response(101)
@@ -562,7 +565,7 @@ class Handler(BaseHTTPRequestHandler):
         self.connection.settimeout(None)  # a shell may sit idle as long as its client likes
         channels = podexec.Channels(ServerSocket(self.rfile, self.wfile), protocol)
         shell = SimulatedShell(
-            container_for(pod, node, neighbours),
+            replace(container_for(pod, node, neighbours), peers=tuple(peers)),
             lambda data: channels.send(podexec.STDOUT, data),
             tty=(query.get("tty") or ["false"])[-1].lower() in ("true", "1"),
         )

@@ -3,7 +3,9 @@ runs in an emulated container). It answers a handful of commands the way a conta
 platform would, so the web terminal can be tested end to end: ``echo``, ``ls`` (the read-only
 public pool under ``/public``, the instance disk at ``/root/data``), ``nvidia-smi`` (the pod's
 GPUs as the emulated node has them), ``stty size`` (the terminal size, after resizes), ``pwd``,
-``cd``, ``whoami``, ``hostname``, ``clear`` and ``exit``; anything else is "command not found".
+``cd``, ``whoami``, ``hostname``, ``clear``, ``exit`` and ``starverse-preflight`` (a cluster's
+pre-flight check, its result simulated from the topology: :func:`preflight_result`); anything
+else is "command not found".
 
 With a TTY it behaves like a terminal's line discipline: typed characters are echoed (wide CJK
 characters count two columns when erased), Backspace erases, Enter runs the line, Ctrl-C drops
@@ -14,10 +16,13 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
+import json
 import shlex
+import sys
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nodeagent.sim import (
@@ -64,6 +69,21 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class Peer:
+    """A rank of the pod's cluster (pods with its ``starverse.io/cluster`` label), as the
+    pre-flight simulation sees it: its host name, node, leaf switch, GPUs and whether its node
+    has an injected bad link."""
+
+    rank: int
+    host: str
+    node: str
+    switch: str
+    product: str
+    gpus: int
+    bad_link: bool = False
+
+
+@dataclass(frozen=True)
 class Container:
     """What the shell knows of the container it pretends to run in."""
 
@@ -72,6 +92,99 @@ class Container:
     gpus: list[Gpu] = field(default_factory=list)
     driver: str = DRIVER
     cuda: str = CUDA
+    peers: tuple[Peer, ...] = ()
+
+
+# A cluster node's label or annotation that injects a bad link into the simulated pre-flight
+# (kubectl label node gpu-h100-1 emulator.starverse.io/bad-link=true).
+BAD_LINK = "emulator.starverse.io/bad-link"
+CLUSTER_LABEL, RANK_LABEL = "starverse.io/cluster", "starverse.io/rank"
+SWITCH_LABEL = "topology.starverse.io/switch"
+# Simulated all-reduce bus bandwidth (GB/s, as nccl-tests prints busbw) between nodes under
+# one leaf switch, by GPU: 8×400G InfiniBand H100 nodes reach ~350-390, A100 (8×200G) ~180.
+BUSBW_GBPS = {"H100": 370.0, "H200": 375.0, "A100": 185.0}
+OTHER_BUSBW_GBPS = 40.0
+ACROSS_SPINE = 0.88  # across leaf switches, through the spine
+BAD_LINK_FACTOR = 0.12  # a node with a flapping or degraded link
+PREFLIGHT_SIZE_BYTES = 4_000_000_000
+
+
+def peers_of(pod: dict[str, Any], pods: list[dict[str, Any]], nodes: dict[str, Any]) -> list[Peer]:
+    """The ranks of the pod's cluster: pods of its namespace with its cluster label, each with
+    its node's switch label and bad-link mark."""
+    labels = pod["metadata"].get("labels") or {}
+    cluster = labels.get(CLUSTER_LABEL)
+    if not cluster:
+        return []
+    namespace = pod["metadata"].get("namespace")
+    peers = []
+    for other in pods:
+        meta = other["metadata"]
+        if (
+            meta.get("namespace") != namespace
+            or (meta.get("labels") or {}).get(CLUSTER_LABEL) != cluster
+        ):
+            continue
+        node_name = str((other.get("spec") or {}).get("nodeName") or "")
+        node_meta = (nodes.get(node_name) or {}).get("metadata") or {}
+        node_labels = node_meta.get("labels") or {}
+        marks = (node_labels.get(BAD_LINK), (node_meta.get("annotations") or {}).get(BAD_LINK))
+        rank = str((meta.get("labels") or {}).get(RANK_LABEL, "0"))
+        peers.append(
+            Peer(
+                rank=int(rank) if rank.isdigit() else 0,
+                host=f"{cluster}-{rank}.{cluster}",
+                node=node_name,
+                switch=str(node_labels.get(SWITCH_LABEL, "")),
+                product=product_name(str(node_labels.get("nvidia.com/gpu.product", ""))),
+                gpus=gpu_limit(other),
+                bad_link="true" in marks,
+            )
+        )
+    return sorted(peers, key=lambda peer: peer.rank)
+
+
+def _node_gbps(peer: Peer) -> float:
+    base = next((v for k, v in BUSBW_GBPS.items() if k in peer.product), OTHER_BUSBW_GBPS)
+    return base * (BAD_LINK_FACTOR if peer.bad_link else 1.0)
+
+
+def _image_preflight() -> Any:
+    """The images' own pre-flight module (deploy/images/init), so the simulation pairs nodes
+    and words its result as the real check does."""
+    try:
+        from starverse_init import preflight
+    except ImportError:  # the emulator started outside the test runner's path
+        sys.path.append(str(Path(__file__).resolve().parents[2] / "deploy" / "images" / "init"))
+        from starverse_init import preflight
+    return preflight
+
+
+def preflight_result(peers: list[Peer]) -> dict[str, Any]:
+    """What ``starverse-preflight --json`` prints for these ranks, simulated from the topology:
+    a pair under one switch runs at its GPUs' rate, one across switches slower (the spine), and
+    a pair with a bad-link node at that node's crippled rate; the whole cluster at its slowest
+    node's rate, slower again when it spans switches."""
+    image = _image_preflight()
+
+    def pair_gbps(a: Peer, b: Peer) -> float:
+        spine = ACROSS_SPINE if a.switch != b.switch else 1.0
+        return min(_node_gbps(a), _node_gbps(b)) * spine
+
+    spans = len({peer.switch for peer in peers}) > 1
+    overall = min(_node_gbps(peer) for peer in peers) * (ACROSS_SPINE if spans else 1.0) * 0.98
+    pairs = [
+        (number, (a, b), pair_gbps(peers[a], peers[b]))
+        for number, matching in enumerate(image.pair_rounds(len(peers)), start=1)
+        for a, b in matching
+    ]
+    return image.summary(
+        overall_gbps=overall,
+        size_bytes=PREFLIGHT_SIZE_BYTES,
+        hosts=[peer.host for peer in peers],
+        gpus_per_node=peers[0].gpus,
+        pairs=pairs,
+    )
 
 
 def container_for(pod: dict[str, Any], node: dict[str, Any] | None, pods: list[Any]) -> Container:
@@ -222,6 +335,7 @@ class SimulatedShell:
             "clear": lambda a: self._raw("\x1b[H\x1b[2J"),
             "exit": self._exit,
             "true": lambda a: 0,
+            "starverse-preflight": self._preflight,
         }.get(name)
         if command is None:
             self.print(f"bash: {name}: command not found\n")
@@ -288,6 +402,20 @@ class SimulatedShell:
         except ValueError:
             self.exit_code = 2
         return self.exit_code
+
+    def _preflight(self, args: list[str]) -> int:
+        peers = list(self.container.peers)
+        if len(peers) < 2:
+            self.print("starverse-preflight: the hostfile lists fewer than two nodes\n")
+            return 2
+        result = preflight_result(peers)
+        if "--json" in args:
+            return self._say(json.dumps(result))
+        self.print(f"all-reduce busbw {result['busbw_gbps']} GB/s\n")
+        for pair in result["pairs"]:
+            hosts = " ".join(pair["hosts"])
+            self.print(f"round {pair['round']} {hosts}: {pair['busbw_gbps']} GB/s\n")
+        return 0
 
     def _nvidia_smi(self, args: list[str]) -> int:
         gpus = self.container.gpus

@@ -173,7 +173,11 @@ def _ssh(obj: Any) -> dict[str, Any] | None:
 
 
 def _node(obj: Any) -> str | None:
-    return obj.node.name if obj.node_id and obj.status in ("provisioning", "running") else None
+    return (
+        obj.node.name
+        if obj.node_id and obj.status in ("provisioning", "checking", "running")
+        else None
+    )
 
 
 # The instance's API shape, once: every key and how it is read from an Instance, or from a row

@@ -184,7 +184,7 @@ def ports_converge(instance_id: str) -> list[str]:
         return []
     if instance.status == S.PROVISIONING and instance.objects_created_at is None:
         raise StillPending("objects not created yet")
-    if instance.status not in (S.PROVISIONING, S.RUNNING, S.STOPPING, S.STOPPED):
+    if instance.status not in (S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING, S.STOPPED):
         return []  # queued or failed: the next provisioning makes them
     namespace, selector = instance.k8s_namespace, manifests.port_selector(instance)
     wanted = set(served_ports(instance))
@@ -246,7 +246,7 @@ def access_refresh(instance_id: str) -> bool:
     instance = Instance.objects.filter(pk=instance_id).first()
     if instance is None or not instance.k8s_name or instance.objects_created_at is None:
         return False
-    if instance.status not in (S.PROVISIONING, S.RUNNING):
+    if instance.status not in (S.PROVISIONING, S.CHECKING, S.RUNNING):
         return False
     kube.ensure(_access_secret(instance), update=True)
     return True

@@ -37,6 +37,9 @@ TASK_FOR = {
     S.PROVISIONING: "instances.tasks.provision_instance",
     S.STOPPING: "instances.tasks.stop_instance",
     S.TERMINATING: "instances.tasks.terminate_instance",
+    # a cluster's ranks wait for its pre-flight check (by the cluster's id; at most one round
+    # runs at a time, so a repeat is harmless)
+    S.CHECKING: "clusters.tasks.preflight_cluster",
 }
 
 
@@ -60,7 +63,7 @@ def reconcile(*, now: datetime | None = None, region: str | None = None) -> Repo
     in_region = Q(region_id=region) if region else Q()
     # Read before the pods are listed: a pod made after the list is not yet a running one's.
     running = list(
-        Instance.objects.filter(in_region, status=S.RUNNING)
+        Instance.objects.filter(in_region, status__in=(S.RUNNING, S.CHECKING))
         .exclude(k8s_name="")
         .values_list("id", "k8s_namespace", "k8s_name")
     )
@@ -111,8 +114,9 @@ def _vanished_recreate(
     *,
     now: datetime,
 ) -> list[str]:
-    """A running instance whose pod vanished (deleted by hand, evicted, node rebooted) goes
-    back to provisioning on its node: billing pauses until the pod is ready again."""
+    """A running (or checking) instance whose pod vanished (deleted by hand, evicted, node
+    rebooted) goes back to provisioning on its node: billing pauses until the pod is ready
+    again (a cluster's: until its pre-flight check passes again)."""
     recreated = []
     for instance_id, namespace, name in running:
         pod = pods.get((namespace, name))
@@ -131,12 +135,19 @@ def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
     waiting = Instance.objects.filter(status__in=list(TASK_FOR)).annotate(
         last_event=Max("events__at")
     )
-    for instance_id, status, last_event, watched in waiting.values_list(
-        "id", "status", "last_event", "events_read_at"
+    checks: set[str] = set()
+    for instance_id, status, last_event, watched, cluster_id in waiting.values_list(
+        "id", "status", "last_event", "events_read_at", "cluster_id"
     ):
         alive = max(last_event, watched or last_event) if last_event else None
         if alive and now - alive > STUCK_AFTER and instance_id not in skip:
-            enqueue_on_commit(TASK_FOR[S(status)], instance_id)
+            if status == S.CHECKING:
+                if cluster_id in checks:
+                    continue
+                checks.add(cluster_id)
+            enqueue_on_commit(
+                TASK_FOR[S(status)], cluster_id if status == S.CHECKING else instance_id
+            )
             requeued.append(instance_id)
     return requeued
 
@@ -166,9 +177,9 @@ def _orphans_remove(
     deleted)."""
     # Read after the pods were listed: an instance placed since then has no pod in the list.
     wanted_pods = set(
-        Instance.objects.filter(status__in=(S.PROVISIONING, S.RUNNING, S.STOPPING)).values_list(
-            "k8s_namespace", "k8s_name"
-        )
+        Instance.objects.filter(
+            status__in=(S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING)
+        ).values_list("k8s_namespace", "k8s_name")
     )
     orphans = []
     for namespace, name in pods:
@@ -260,7 +271,9 @@ def _mirror_warnings() -> int:
     if not by_pod:
         return 0
     mirrored = 0
-    live = Instance.objects.filter(status__in=(S.RUNNING, S.PROVISIONING)).exclude(k8s_name="")
+    live = Instance.objects.filter(status__in=(S.RUNNING, S.CHECKING, S.PROVISIONING)).exclude(
+        k8s_name=""
+    )
     for instance in live.only("id", "status", "k8s_namespace", "k8s_name", "seen_event_uids"):
         events = by_pod.get((instance.k8s_namespace, instance.k8s_name))
         if events:

@@ -1,6 +1,7 @@
 """Database helpers for the few hot paths that the ORM makes slow."""
 
-from datetime import UTC
+import io
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
@@ -8,13 +9,14 @@ from django.db.models import Field, Model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-BATCH = 2000
+BATCH = 20_000
 
 
 def bulk_set(model: type[Model], rows: list[tuple[Any, ...]], fields: list[str]) -> None:
     """Set `fields` on many rows at once; each row is (pk, *values). On PostgreSQL one
-    UPDATE … FROM (VALUES …) per batch; elsewhere Django's bulk_update, which is correct but
-    builds a CASE per field and row."""
+    UPDATE … FROM unnest(one array per column) per batch: the statement stays the same size
+    whatever the batch, and the server parses one array rather than a tuple per row;
+    elsewhere Django's bulk_update, which is correct but builds a CASE per field and row."""
     if not rows:
         return
     if connection.vendor != "postgresql":
@@ -27,19 +29,68 @@ def bulk_set(model: type[Model], rows: list[tuple[Any, ...]], fields: list[str])
         model._default_manager.bulk_update(objects, fields, batch_size=500)
         return
     table, pk = model._meta.db_table, _column(model, model._meta.pk.name)
-    columns = [_column(model, name) for name in fields]
-    assignments = ", ".join(f'"{c}" = v."{c}"' for c in columns)
-    names = ", ".join(f'"{c}"' for c in [pk, *columns])
-    placeholder = "(" + ", ".join(["%s"] * (len(fields) + 1)) + ")"
+    names = [pk, *(_column(model, name) for name in fields)]
+    types = [_array_type(model, name) for name in [model._meta.pk.name, *fields]]
+    assignments = ", ".join(f'"{c}" = v."{c}"' for c in names[1:])
+    arrays = ", ".join(f"%s::{t}[]" for t in types)
+    columns = ", ".join(f'"{c}"' for c in names)
     with connection.cursor() as cursor:
         for start in range(0, len(rows), BATCH):
             batch = rows[start : start + BATCH]
             cursor.execute(
-                f'UPDATE "{table}" AS t SET {assignments} FROM (VALUES '  # noqa: S608
-                f"{', '.join([placeholder] * len(batch))}) AS v({names}) "
-                f'WHERE t."{pk}" = v."{pk}"',
-                [value for row in batch for value in row],
+                f'UPDATE "{table}" AS t SET {assignments} FROM unnest({arrays}) '  # noqa: S608
+                f'AS v({columns}) WHERE t."{pk}" = v."{pk}"',
+                [list(column) for column in zip(*batch, strict=True)],
             )
+
+
+def _array_type(model: type[Model], name: str) -> str:
+    """The column's type as an array element: varchar(32) → varchar, bigint stays."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field):
+        raise TypeError(f"{model.__name__}.{name} has no column of its own")
+    db_type = field.cast_db_type(connection) or "text"
+    return db_type.split("(")[0]
+
+
+def bulk_insert(table: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """Insert many rows of plain values. On PostgreSQL one COPY (the metering tick writes
+    100,000 transactions and twice as many entries a tick, and COPY takes them several times
+    faster than INSERTs); elsewhere executemany. Values are str, int, datetime or None."""
+    if not rows:
+        return
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            marks = ", ".join(["%s"] * len(columns))
+            cursor.executemany(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",  # noqa: S608
+                rows,
+            )
+            return
+        data = io.StringIO()
+        for row in rows:
+            data.write("\t".join(_copy_text(value) for value in row))
+            data.write("\n")
+        data.seek(0)
+        cursor.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN", data)
+
+
+def _copy_text(value: Any) -> str:
+    """A value in COPY's text format: \\N for null, backslash, tab and newlines escaped."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, str):
+        if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+            return (
+                value.replace("\\", "\\\\")
+                .replace("\t", "\\t")
+                .replace("\n", "\\n")
+                .replace("\r", "\\r")
+            )
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
 
 
 def _column(model: type[Model], name: str) -> str:

@@ -21,6 +21,18 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{random_base62(ID_LENGTH)}"
 
 
+def new_ids(prefix: str, count: int) -> list[str]:
+    """`count` ids like new_id's, for a batch (the metering tick makes 100,000 at once): one
+    call for random bytes per id instead of one per character. Bytes of 248 and up are
+    dropped, so that each character stays uniform over the 62 (248 = 4 × 62)."""
+    ids: list[str] = []
+    while len(ids) < count:
+        chars = [ALPHABET[b % 62] for b in secrets.token_bytes(ID_LENGTH + 8) if b < 248]
+        if len(chars) >= ID_LENGTH:
+            ids.append(f"{prefix}_{''.join(chars[:ID_LENGTH])}")
+    return ids
+
+
 def id_factory(prefix: str) -> Callable[[], str]:
     def make() -> str:
         return new_id(prefix)

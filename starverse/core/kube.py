@@ -6,9 +6,11 @@ Only the Celery worker talks to the cluster: a process with KUBE_ACCESS off (the
 holds no cluster credentials) is refused every call with KubeAccessRefused, and one with
 KUBE_ACCESS=exec (the web terminal service) may only open exec sessions (exec_open). The worker's
 rights in a tenant namespace come from a RoleBinding it makes there when it makes the namespace
-(tenant_namespace_ensure), and so do the terminal service's (pods/exec only); see
+(tenant_namespace_ensure; it includes pods/exec, for a cluster's pre-flight check: exec_run),
+and so do the terminal service's (pods/exec only); see
 deploy/k8s/platform.yaml and README "Cluster credentials"."""
 
+import base64
 import contextlib
 import json
 import logging
@@ -550,12 +552,18 @@ def ensure(manifest: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
 
 def _differs(manifest: dict[str, Any], existing: dict[str, Any]) -> bool:
     """Whether the object on the cluster differs from the rendered one in what we render: our
-    labels and every top-level field (spec, roleRef, subjects …)."""
-    if manifest["kind"] == "Secret":
-        return True
+    labels and every top-level field (spec, roleRef, subjects …); a Secret by its data, which
+    the API server answers base64-encoded whether it was sent as stringData or data."""
     have = existing.get("metadata", {}).get("labels") or {}
     if any(have.get(key) != value for key, value in manifest["metadata"].get("labels", {}).items()):
         return True
+    if manifest["kind"] == "Secret":
+        wanted = dict(manifest.get("data") or {})
+        for key, value in (manifest.get("stringData") or {}).items():
+            wanted[key] = base64.b64encode(value.encode()).decode()
+        return (existing.get("data") or {}) != wanted or existing.get("type") != manifest.get(
+            "type", existing.get("type")
+        )
     skip = ("apiVersion", "kind", "metadata", "status")
     return any(existing.get(key) != value for key, value in manifest.items() if key not in skip)
 
@@ -735,7 +743,7 @@ def managed(
     ]
 
 
-# --- exec: the web terminal --------------------------------------------------------------------
+# --- exec: the web terminal, and the worker's own checks ------------------------------------
 
 EXEC_CONNECT_TIMEOUT = 10.0  # seconds to open the exec WebSocket (a session then lasts)
 _HANDSHAKE_STATUS = re.compile(r"Handshake status (\d{3})")
@@ -848,3 +856,46 @@ def exec_open(namespace: str, pod: str, *, container: str, command: list[str]) -
         raise PermanentKubeError(f"pods.exec {pod}: {status}") from error
     ws.sock.settimeout(None)
     return ExecSession(ws, api_client)
+
+
+def exec_run(
+    namespace: str, pod: str, *, container: str, command: list[str], timeout: float
+) -> tuple[int | None, str]:
+    """Run `command` in a container to its end, without stdin or a TTY (the worker's own
+    checks, such as a cluster's pre-flight): its exit code (None if the API server did not say)
+    and its standard output. Needs `create` on pods/exec in the namespace (the worker's
+    starverse-tenant role). A refusal or a missing pod is a PermanentKubeError; an unreachable
+    API server, or a command still running after `timeout` seconds, a RetryableKubeError."""
+    api_client = client.ApiClient(_client().configuration)
+    setdefaulttimeout(EXEC_CONNECT_TIMEOUT)
+    try:
+        ws = stream(
+            client.CoreV1Api(api_client).connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            container=container,
+            command=command,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
+    except ApiException as error:
+        api_client.close()
+        found = _HANDSHAKE_STATUS.search(str(error.reason))
+        status = int(found.group(1)) if found else 0
+        if status in RETRYABLE_STATUSES:
+            raise RetryableKubeError(f"pods.exec {pod}: {status or 'unreachable'}") from error
+        raise PermanentKubeError(f"pods.exec {pod}: {status}") from error
+    try:
+        ws.run_forever(timeout=timeout)
+        if ws.is_open():
+            raise RetryableKubeError(f"pods.exec {pod}: still running after {timeout:g}s")
+        output = ws.read_stdout() or ""
+        return ws.returncode, output
+    except (WebSocketException, OSError) as error:
+        raise RetryableKubeError(f"pods.exec {pod}: {error}") from error
+    finally:
+        ws.close()
+        api_client.close()

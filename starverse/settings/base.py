@@ -218,7 +218,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "starverse.core.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "starverse.core.api.schema.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.UserRateThrottle",
+        "starverse.core.api.throttling.UserRateThrottle",
         "rest_framework.throttling.AnonRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
@@ -461,10 +461,14 @@ QUEUE_UNFUNDED_GRACE_MINUTES = env_int("QUEUE_UNFUNDED_GRACE_MINUTES", 30)
 # limits). Trial-only accounts (never topped up) may hold no GPUs of the premium models by
 # default: free sign-ups must not be a way to occupy the scarce GPUs paying customers wait for.
 MAX_QUEUED_ORDERS = env_int("MAX_QUEUED_ORDERS", 5)
-MAX_RUNNING_GPUS = env_int("MAX_RUNNING_GPUS", 16)
+MAX_RUNNING_GPUS = env_int("MAX_RUNNING_GPUS", 64)
 TRIAL_MAX_PREMIUM_GPUS = env_int("TRIAL_MAX_PREMIUM_GPUS", 0)
 # Multi-node clusters: the most whole nodes one cluster may have (2 at least).
 CLUSTER_MAX_NODES = env_int("CLUSTER_MAX_NODES", 128)
+# The pre-flight check before a cluster is billed: rounds that may fail (a node cordoned and
+# replaced after each) before the cluster fails, and how long one round may take.
+CLUSTER_PREFLIGHT_MAX_ROUNDS = env_int("CLUSTER_PREFLIGHT_MAX_ROUNDS", 3)
+CLUSTER_PREFLIGHT_TIMEOUT_S = env_int("CLUSTER_PREFLIGHT_TIMEOUT_S", 300)
 # Tenant pods. Each gets this much node-local scratch (image layers, logs, /tmp) as its
 # ephemeral-storage request and limit; the kubelet evicts a pod that writes more.
 INSTANCE_EPHEMERAL_STORAGE_GB = env_int("INSTANCE_EPHEMERAL_STORAGE_GB", 50)

@@ -25,6 +25,7 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from billing.calculator import PRESETS
 from billing.holds import hold_lift, hold_place
+from clusters.preflight import preflight_run
 from clusters.services import cluster_stop
 from datasets.services import public_dataset_upsert
 from devstack.stripe import StripeFake
@@ -751,11 +752,12 @@ def _(p: Probe) -> None:
 
 
 def _running_cluster(p: Probe) -> Any:
-    """A 2-node cluster whose ranks ran (their first minute charged) and are running."""
+    """A 2-node cluster whose ranks are up and passed the pre-flight check: running."""
     p.cluster()
     cluster = make_cluster(p.user)
     for rank in cluster.ranks.all():
-        assert converge_until(converge.provision, rank.id) == "running"
+        assert converge_until(converge.provision, rank.id) == "checking"
+    assert preflight_run(cluster.id) == "passed"
     return cluster
 
 

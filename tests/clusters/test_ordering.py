@@ -6,6 +6,7 @@ import pytest
 
 from billing.models import LedgerTransaction, Wallet
 from clusters.models import Cluster
+from clusters.preflight import preflight_run
 from clusters.services import cluster_order
 from fleet.models import Allocation, Node
 from instances.lifecycle import instance_order, instance_terminate, queue_drain
@@ -239,7 +240,9 @@ def test_stop_start_and_terminate_move_every_rank(catalog, client_for):
     cluster = make_cluster(user)
     ranks = list(cluster.ranks.order_by("rank"))
     for rank in ranks:
-        assert converge_until(converge.provision, rank.id) == "running"
+        assert converge_until(converge.provision, rank.id) == "checking"
+    assert client.get(f"/api/v1/clusters/{cluster.id}").json()["status"] == "checking"
+    assert preflight_run(cluster.id) == "passed"
     assert client.get(f"/api/v1/clusters/{cluster.id}").json()["status"] == "running"
     assert client.post(f"/api/v1/clusters/{cluster.id}/stop").json()["status"] == "stopping"
     for rank in ranks:

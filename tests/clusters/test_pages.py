@@ -8,6 +8,7 @@ import pytest
 from django.template.loader import render_to_string
 
 from clusters.models import Cluster
+from clusters.preflight import preflight_run
 from clusters.selectors import cluster_view
 from clusters.services import cluster_order
 from clusters.views import detail_context
@@ -193,7 +194,8 @@ def test_queued_cluster_page_shows_its_place_in_line(catalog, client):
     html = client.get(f"/console/clusters/{queued.id}/").content.decode()
 
     assert 'data-field="queue">1</span>' in html
-    assert "No launch commands yet" in html and "Not run yet" in html
+    # the launch command is known before any rank is placed (stable rank host names)
+    assert "/etc/starverse/launch/" in html and "Not run yet" in html
     listing = client.get("/console/clusters/").content.decode()
     assert "#1 in line" in listing
 
@@ -221,7 +223,8 @@ def test_stop_start_terminate_buttons_move_every_rank(catalog, client):
     cluster = make_cluster(user)
     ranks = list(cluster.ranks.order_by("rank"))
     for rank in ranks:
-        assert converge_until(converge.provision, rank.id) == "running"
+        assert converge_until(converge.provision, rank.id) == "checking"
+    assert preflight_run(cluster.id) == "passed"
 
     page = client.get(f"/console/clusters/{cluster.id}/").content.decode()
     assert "inst-status-running" in page
@@ -257,7 +260,8 @@ def test_stop_start_terminate_buttons_move_every_rank(catalog, client):
 
 def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(catalog, rf):
     """The page renders the API's `launch` {name: command} and `preflight` as they come (other
-    parts of the platform fill them): one copy button per command, the bandwidth, extra keys."""
+    parts of the platform fill them): one copy button per command, the bandwidth against its floor, each node pair (the slow
+    one marked) and the slow node."""
     user = make_user()
     cluster = make_cluster(user)
     context = detail_context(cluster, cluster_view(cluster))
@@ -267,7 +271,18 @@ def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(cat
             "deepspeed": "deepspeed --hostfile /etc/starverse/hostfile train.py",
             "torchrun": "torchrun --nnodes 2 --nproc-per-node 8 train.py",
         },
-        "preflight": {"status": "passed", "busbw_gbps": 182.46, "floor_gbps": 150},
+        "preflight": {
+            "status": "failed",
+            "round": 2,
+            "busbw_gbps": 120.0,
+            "floor_gbps": 150,
+            "pairs": [
+                {"round": 1, "ranks": [0, 1], "busbw_gbps": 182.46},
+                {"round": 1, "ranks": [2, 3], "busbw_gbps": 22.2},
+            ],
+            "bad_nodes": [{"rank": 3, "node": "gpu-a100-3"}],
+            "finished_at": "2026-12-01T12:44:57.485251+08:00",
+        },
     }
     request = rf.get(f"/console/clusters/{cluster.id}/")
     request.user = user
@@ -276,6 +291,9 @@ def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(cat
 
     assert "deepspeed --hostfile /etc/starverse/hostfile train.py" in html
     assert html.count('data-copy="#launch-') == 2
-    assert "No launch commands yet" not in html
-    assert "182.5 GB/s" in html and "floor_gbps" in html and "Passed" in html
+    assert "No launch command" not in html
+    assert "120.0 GB/s" in html and "150.0 GB/s" in html and "Failed" in html
+    assert "2026-12-01 12:44:57" in html and "Rank 3 on gpu-a100-3" in html
+    # each node pair measured, the one under the floor marked
+    assert "182.5 GB/s" in html and '<tr class="is-slow"><td>Rank 2 ↔ Rank 3</td>' in html
     assert "Not run yet" not in html

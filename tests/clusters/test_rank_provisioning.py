@@ -13,6 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from clusters.models import Cluster
+from clusters.preflight import preflight_run
 from devstack.kube.emulator import KubeEmulator
 from fleet.models import NodeProfile
 from fleet.services import nodes_sync_from_cluster
@@ -59,7 +60,8 @@ def fleet4(four_node_emulator, db, settings, tmp_path) -> Iterator[KubeEmulator]
 def _running(cluster: Cluster) -> list[Instance]:
     rows = list(cluster.ranks.order_by("rank"))
     for rank in rows:
-        assert converge_until(converge.provision, rank.id) == "running"
+        assert converge_until(converge.provision, rank.id) == "checking"
+    assert preflight_run(cluster.id) == "passed"  # the emulator's simulated check
     return list(cluster.ranks.order_by("rank"))
 
 

@@ -131,3 +131,25 @@ def test_the_reconcile_loop_lists_each_kind_once_per_tenant_namespace(catalog, k
         ("GET", CUSTOM): 3,  # the gateway's routes
         ("GET", "/api/v1/events"): 1,
     }
+
+
+def test_an_unchanged_secret_is_not_replaced_and_a_changed_one_is(cluster, kube_calls):
+    """A Secret read back (base64 data) is compared with the rendered one (stringData): many
+    ranks ensuring their cluster's shared Secret at once must not each replace it (each
+    replace after the first would meet a conflict and a retry)."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": "same-secret", "namespace": "default", "labels": dict(kube.MANAGED)},
+        "stringData": {"known_hosts": "clu-x-0.clu-x ssh-ed25519 AAAA\n", "note": "你好"},
+    }
+    first = kube.ensure(secret, update=True)
+    again = kube.ensure(secret, update=True)
+    assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert ("PUT", NS + "/secrets/{name}") not in kube_calls
+
+    changed = {**secret, "stringData": {**secret["stringData"], "note": "changed"}}
+    replaced = kube.ensure(changed, update=True)
+    assert replaced["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
+    assert kube_calls.count(("PUT", NS + "/secrets/{name}")) == 1

@@ -2,8 +2,9 @@
 does, and no more: against a local cluster that enforces RBAC (the kube emulator given users),
 with the manifest's ServiceAccounts, ClusterRoles and ClusterRoleBinding applied, the worker
 provisions, stops and terminates an instance, changes its gateway routes, makes, grows and
-deletes a disk and a NAS, reads the NAS's usage, reconciles, sweeps the tenant namespaces and
-cordons a node, never refused; and it is refused everywhere outside the tenant namespaces."""
+deletes a disk and a NAS, reads the NAS's usage, reconciles, sweeps the tenant namespaces,
+execs a command into a pod (a cluster's pre-flight check) and cordons a node, never
+refused; and it is refused everywhere outside the tenant namespaces."""
 
 import json
 import logging
@@ -98,6 +99,11 @@ def test_the_manifest_grants_the_worker_all_it_does(as_worker, db, settings, cap
     assert converge.access_refresh(instance.id) is True  # the Secret rendered again (update)
     instance_ports_set(instance_id=instance.id, ports=[7860])
     assert len(converge.ports_converge(instance.id)) == 4  # a route and a Service, each way
+    # a cluster's pre-flight check execs into rank 0 (pods/exec create)
+    code, output = kube.exec_run(
+        namespace, instance.k8s_name, container="main", command=["echo", "ok"], timeout=10
+    )
+    assert (code, output.strip()) == (0, "ok")
 
     nas.refresh_from_db()
     as_worker.set_volume_usage(namespace, nas.k8s_name, 5 * 2**30)
@@ -205,8 +211,8 @@ def test_the_terminal_may_only_open_shells_in_tenant_pods(as_worker, db, setting
     assert converge_until(converge.provision, instance.id) == "running"
     instance.refresh_from_db()
     namespace, name = instance.k8s_namespace, instance.k8s_name
-    with pytest.raises(kube.PermanentKubeError, match="403"):  # the worker runs no shells
-        kube.exec_open(namespace, name, container="main", command=["true"])
+    # the worker may exec (a cluster's pre-flight check, kube.exec_run), but opens no terminal
+    # sessions: exec_open is refused to it only by its own code, not by RBAC
     # the terminal service: its own token, and KUBE_ACCESS=exec
     terminal = as_worker.write_kubeconfig(tmp_path / "terminal", token="terminal-token")
     settings.KUBECONFIG = str(terminal)

@@ -22,6 +22,10 @@ install -d -m 0700 /root/.ssh
 install -d -m 0755 /run/sshd /root/.starverse/on-stop.d /opt/starverse/bin
 ln -sf /opt/starverse/init/bin/starverse-init /opt/starverse/bin/starverse-init
 chmod 0755 /opt/starverse/init/bin/starverse-init
+# the platform execs `starverse-preflight --json` into a cluster's rank 0 (found on any PATH)
+ln -sf /opt/starverse/init/bin/starverse-preflight /opt/starverse/bin/starverse-preflight
+ln -sf /opt/starverse/init/bin/starverse-preflight /usr/local/bin/starverse-preflight
+chmod 0755 /opt/starverse/init/bin/starverse-preflight
 test -x /usr/bin/tini
 test -x /usr/sbin/sshd
 python3 -I -c 'import sys; sys.path.insert(0, "/opt/starverse/init"); import starverse_init.main'

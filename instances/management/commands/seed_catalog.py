@@ -16,6 +16,9 @@ GPU_MODELS = [
 # per-GPU share of the node's CPU cores, RAM GB and local NVMe GB. Eight shares fit the seeded
 # (emulated) nodes' allocatable, which is capacity less the kubelet's reservations (2 cores,
 # 16 GiB): 8 × 23 ≤ 190 cores on H100 nodes, 8 × 15 ≤ 126 on A100, 8 × 7 ≤ 62 on RTX 4090.
+# Pre-flight floors (bus bandwidth, GB/s as nccl-tests prints it) of the whole-node offerings:
+# 8×400G InfiniBand H100 nodes reach ~350-390 under one leaf switch, A100 (8×200G) ~180.
+PREFLIGHT_FLOORS = {"h100-80g": 300.0, "a100-80g": 150.0}
 PRICING = {
     "h100-80g": (2200, 16000, 12_800_000, 23, 240, 1000),
     "a100-80g": (850, 6400, 3_800_000, 15, 120, 500),
@@ -102,6 +105,7 @@ class Command(BaseCommand):
                         "local_disk_gb": nvme * 8,
                         "price_per_hour_fen": node_hour,
                         "price_per_month_fen": node_month,
+                        "preflight_floor_gbps": PREFLIGHT_FLOORS.get(key),
                         "sort": sort * 10,
                     },
                 )

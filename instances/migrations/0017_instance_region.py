@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('fleet', '0007_regions'),
-        ('instances', '0014_cluster_ranks'),
+        ('instances', '0016_instance_fillfactor'),
     ]
 
     operations = [

@@ -1,0 +1,234 @@
+"""cluster_order_to_ready_p99: 16-node clusters ordered one after another on the local emulator
+(images already on the nodes), each from its order to ready: every rank's pod up (each rank's
+provisioning a task of its own, eight worker threads as a Celery worker runs them) and the
+simulated pre-flight passed. Baseline from the same run: 16 plain pods created through the
+client, pinned to 16 nodes by the same eight threads, until all are Running.
+
+cluster_128_ready: then the small clusters are terminated and one 128-node cluster is ordered
+on the same 128 emulated nodes and brought to ready; every rank's pod is read back from the
+emulator and its launcher environment (MASTER_ADDR, NODE_RANK, NNODES, WORLD_SIZE, PET_*) and
+the cluster's hostfile checked; the bench fails if any is wrong."""
+
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.common import recreate_database, report
+
+NODES = 128
+SMALL = 16
+SAMPLES = NODES // SMALL
+THREADS = 8
+POLL_S = 0.02
+
+
+def _until(step, done) -> None:  # type: ignore[no-untyped-def]
+    """Call `step` (a provisioning pass) until `done` says so; StillPending means not yet."""
+    from instances.provisioning import converge
+
+    while True:
+        try:
+            if done(step()):
+                return
+        except converge.StillPending:
+            pass
+        time.sleep(POLL_S)
+
+
+def _ready(cluster_id: str, pool: ThreadPoolExecutor) -> None:
+    """What the worker does for a cluster: each rank provisioned to checking (one task each),
+    then the pre-flight round, until the cluster runs."""
+    from clusters.models import Cluster
+    from clusters.preflight import preflight_run
+    from clusters.selectors import cluster_view
+    from instances.models import Instance
+    from instances.provisioning import converge
+
+    ranks = list(Instance.objects.filter(cluster_id=cluster_id).values_list("id", flat=True))
+    up = {"checking", "running"}
+    list(pool.map(lambda rank: _until(lambda: converge.provision(rank), up.__contains__), ranks))
+    while cluster_view(Cluster.objects.get(pk=cluster_id)).status != "running":
+        if preflight_run(cluster_id) is None:
+            time.sleep(POLL_S)
+
+
+def _terminate(cluster_id: str, pool: ThreadPoolExecutor) -> None:
+    from clusters.models import Cluster
+    from clusters.services import cluster_terminate
+    from instances.models import Instance
+    from instances.provisioning import converge
+
+    cluster_terminate(cluster=Cluster.objects.get(pk=cluster_id))
+    ranks = list(Instance.objects.filter(cluster_id=cluster_id).values_list("id", flat=True))
+    gone = "terminated".__eq__
+    list(pool.map(lambda rank: _until(lambda: converge.terminate(rank), gone), ranks))
+
+
+def _env_check(cluster_id: str, nodes: int, gpus: int) -> int:
+    """Ranks whose pod carries the right launcher environment; raises on any wrong one."""
+    from instances.models import Instance
+    from instances.provisioning.ranks import cluster_dns, files_name, rank_host
+    from starverse.core import kube
+
+    namespace = Instance.objects.filter(cluster_id=cluster_id).get(rank=0).k8s_namespace
+    pods = (
+        kube.core()
+        .list_namespaced_pod(
+            namespace, label_selector=f"starverse.io/cluster={cluster_dns(cluster_id)}"
+        )
+        .items
+    )
+    hostfile = kube.core().read_namespaced_config_map(files_name(cluster_id), namespace)
+    lines = hostfile.data["hostfile"].splitlines()
+    want_lines = [f"{rank_host(cluster_id, n)} slots={gpus}" for n in range(nodes)]
+    if lines != want_lines:
+        raise RuntimeError(f"hostfile of {cluster_id} is wrong: {lines[:3]}…")
+    correct = 0
+    for pod in pods:
+        rank = int(pod.metadata.labels["starverse.io/rank"])
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        want = {
+            "MASTER_ADDR": rank_host(cluster_id, 0),
+            "PET_MASTER_ADDR": rank_host(cluster_id, 0),
+            "NODE_RANK": str(rank),
+            "PET_NODE_RANK": str(rank),
+            "NNODES": str(nodes),
+            "PET_NNODES": str(nodes),
+            "NPROC_PER_NODE": str(gpus),
+            "WORLD_SIZE": str(nodes * gpus),
+        }
+        wrong = {k: env.get(k) for k, v in want.items() if env.get(k) != v}
+        if wrong or pod.spec.hostname != f"{cluster_dns(cluster_id)}-{rank}":
+            raise RuntimeError(f"rank {rank} of {cluster_id}: wrong {wrong or 'hostname'}")
+        correct += 1
+    if correct != nodes:
+        raise RuntimeError(f"{correct} of {nodes} rank pods found for {cluster_id}")
+    return correct
+
+
+def _raw_pods(api, round_: int, pool: ThreadPoolExecutor) -> float:  # type: ignore[no-untyped-def]
+    """16 plain pods, pinned to 16 nodes, created by the eight threads, until all Running."""
+
+    def one(n: int) -> None:
+        name = f"raw-{round_}-{n}"
+        api.create_namespaced_pod(
+            "default",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeName": f"gpu-h100-{n}",
+                    "tolerations": [
+                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                    "containers": [{"name": "c", "image": "busybox"}],
+                },
+            },
+        )
+        while api.read_namespaced_pod(name, "default").status.phase != "Running":
+            time.sleep(POLL_S)
+
+    began = time.perf_counter()
+    list(pool.map(one, range(SMALL)))
+    return time.perf_counter() - began
+
+
+def run() -> list[dict]:
+    recreate_database()
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from bench.instances import _users
+    from clusters.services import cluster_order
+    from devstack.kube import KubeEmulator
+    from fleet.services import nodes_sync_from_cluster
+    from instances.models import Offering
+    from starverse.core import dispatch, kube
+
+    emulator = KubeEmulator(
+        fleet={"h100": NODES}, pull_delay_s=0.0, start_delay_s=0.0, tick_s=0.01
+    ).start()
+    kubeconfig = Path(tempfile.mkdtemp()) / "kubeconfig"
+    emulator.write_kubeconfig(str(kubeconfig))
+    limits = {
+        "KUBECONFIG": str(kubeconfig),
+        "CELERY_TASK_ALWAYS_EAGER": False,
+        "MAX_RUNNING_GPUS": 10**6,
+        "TRIAL_MAX_PREMIUM_GPUS": 10**6,
+        "CLUSTER_MAX_NODES": NODES,
+    }
+    try:
+        with override_settings(**limits), ThreadPoolExecutor(max_workers=THREADS) as pool:
+            kube._api_client.cache_clear()
+            dispatch._load_task_modules()
+            call_command("seed_catalog", verbosity=0)
+            nodes_sync_from_cluster()
+            offering = Offering.objects.get(kind="bare_metal", gpu_model_id="h100-80g")
+            gpus = offering.gpu_count
+            (user,) = _users(1, prefix="rdy")
+
+            ours, small = [], []
+            for n in range(SAMPLES):
+                began = time.perf_counter()
+                cluster, _ = cluster_order(
+                    user=user,
+                    offering_id=offering.id,
+                    image_id="pytorch-2.1",
+                    node_count=SMALL,
+                    template="deepspeed",
+                    name=f"ready-{n}",
+                )
+                _ready(cluster.id, pool)
+                ours.append(time.perf_counter() - began)
+                small.append(cluster.id)
+            _env_check(small[0], SMALL, gpus)
+
+            api = kube.core()
+            baseline = [_raw_pods(api, n, pool) for n in range(SAMPLES)]
+            for name in [p.metadata.name for p in api.list_namespaced_pod("default").items]:
+                api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+
+            for cluster_id in small:
+                _terminate(cluster_id, pool)
+            began = time.perf_counter()
+            big, _ = cluster_order(
+                user=user,
+                offering_id=offering.id,
+                image_id="pytorch-2.1",
+                node_count=NODES,
+                template="megatron",
+                name="ready-128",
+            )
+            _ready(big.id, pool)
+            big_s = time.perf_counter() - began
+            correct = _env_check(big.id, NODES, gpus)
+    finally:
+        emulator.stop()
+        kube._api_client.cache_clear()
+
+    # p99 of a handful of samples is their maximum (statistics.quantiles' exclusive method)
+    p99 = statistics.quantiles(ours, n=100, method="inclusive")[98]
+    base99 = statistics.quantiles(baseline, n=100, method="inclusive")[98]
+    return [
+        report(
+            "cluster_order_to_ready_p99",
+            p99,
+            "s",
+            base99,
+            f"{SMALL} plain pods created through the client until Running, p99 of {SAMPLES}; "
+            f"ours median {statistics.median(ours):.2f} s",
+            "value <= 10",
+        ),
+        report(
+            "cluster_128_ready",
+            big_s,
+            "s",
+            p99,
+            f"{correct}/{NODES} ranks with the right environment and hostfile; baseline: "
+            f"the {SMALL}-node p99",
+            f"every rank correct ({correct} == {NODES})",
+        ),
+    ]
