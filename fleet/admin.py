@@ -59,7 +59,6 @@ class ReasonForm(forms.Form):
 class NodeAdmin(admin.ModelAdmin):
     list_display = [
         "name",
-        "region",
         "gpu_product",
         "gpu_count",
         "interconnect",
