@@ -46,7 +46,11 @@ def _ready(cluster_id: str, pool: ThreadPoolExecutor) -> None:
     from instances.models import Instance
     from instances.provisioning import converge
 
-    ranks = list(Instance.objects.filter(cluster_id=cluster_id).values_list("id", flat=True))
+    ranks = list(
+        Instance.objects.filter(cluster_id=cluster_id, rank__isnull=False).values_list(
+            "id", flat=True
+        )
+    )
     up = {"checking", "running"}
     list(pool.map(lambda rank: _until(lambda: converge.provision(rank), up.__contains__), ranks))
     while cluster_view(Cluster.objects.get(pk=cluster_id)).status != "running":
@@ -61,7 +65,11 @@ def _terminate(cluster_id: str, pool: ThreadPoolExecutor) -> None:
     from instances.provisioning import converge
 
     cluster_terminate(cluster=Cluster.objects.get(pk=cluster_id))
-    ranks = list(Instance.objects.filter(cluster_id=cluster_id).values_list("id", flat=True))
+    ranks = list(
+        Instance.objects.filter(cluster_id=cluster_id, rank__isnull=False).values_list(
+            "id", flat=True
+        )
+    )
     gone = "terminated".__eq__
     list(pool.map(lambda rank: _until(lambda: converge.terminate(rank), gone), ranks))
 

@@ -26,6 +26,8 @@ class ClusterView:
     ranks: list[Instance] = field(default_factory=list)
     queue_position: int | None = None
     preflight: Preflight | None = None  # its latest pre-flight round
+    # ranks scaled away (terminated, rank null): what they cost is still the cluster's
+    removed: list[Instance] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -43,20 +45,21 @@ class ClusterView:
 
     @property
     def cost_fen(self) -> int:
-        return sum(rank.cost_fen for rank in self.ranks)
+        return sum(rank.cost_fen for rank in [*self.ranks, *self.removed])
 
 
 def cluster_views(clusters: list[Cluster]) -> list[ClusterView]:
     """Views of `clusters` with their ranks and latest pre-flight rounds in three queries,
     whatever their number."""
     ranks: dict[str, list[Instance]] = defaultdict(list)
+    removed: dict[str, list[Instance]] = defaultdict(list)
     rows = (
         Instance.objects.filter(cluster__in=[c.pk for c in clusters])
         .select_related("node", "offering__gpu_model")
         .order_by("cluster_id", "rank")
     )
     for rank in rows:
-        ranks[str(rank.cluster_id)].append(rank)
+        (ranks if rank.rank is not None else removed)[str(rank.cluster_id)].append(rank)
     heads = [found[0] for found in ranks.values() if found]
     positions = queue_positions(heads)
     latest: dict[str, Preflight] = {}
@@ -70,6 +73,7 @@ def cluster_views(clusters: list[Cluster]) -> list[ClusterView]:
             ranks=ranks[cluster.pk],
             queue_position=positions.get(ranks[cluster.pk][0].pk) if ranks[cluster.pk] else None,
             preflight=latest.get(cluster.pk),
+            removed=removed[cluster.pk],
         )
         for cluster in clusters
     ]
@@ -90,5 +94,9 @@ def cluster_events(cluster: Cluster) -> list[InstanceEvent]:
 
 def cluster_metrics(cluster: Cluster) -> list[dict[str, Any]]:
     """Per rank, the GPU telemetry its instance shows (instances.selectors.instance_metrics)."""
-    ranks = Instance.objects.filter(cluster=cluster).select_related("node").order_by("rank")
+    ranks = (
+        Instance.objects.filter(cluster=cluster, rank__isnull=False)
+        .select_related("node")
+        .order_by("rank")
+    )
     return [{"rank": rank.rank, "gpus": instance_metrics(rank)} for rank in ranks]

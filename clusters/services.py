@@ -1,5 +1,6 @@
-"""Cluster services: ordering (whole-node offering, node count, idempotency, gang placement or
-the queue as one order), and stop / start / terminate of every rank together. The ranks are
+"""Cluster services: ordering (whole-node offering, node count, cloud disks per rank,
+idempotency, gang placement or the queue as one order), stop / start / terminate of every rank
+together, and scaling a stopped cluster up or down. The ranks are
 instances: these services decide for the cluster and move each rank through the instance
 services and state machine, so billing, allocations and provisioning are the instances'."""
 
@@ -13,9 +14,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from billing.holds import account_hold_check
-from clusters.choices import Template
+from clusters.choices import ClusterStatus, Template, status_of
 from clusters.models import Cluster
 from fleet.models import Node
+from instances.charges import period_active
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from instances.lifecycle import (
     gang_place_or_queue,
@@ -26,9 +28,10 @@ from instances.lifecycle import (
     request_hash_of,
     ssh_keys_own,
 )
-from instances.models import Instance, Offering
+from instances.models import Instance, InstanceEvent, Offering
 from instances.states import ranks_locked
 from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput
+from starverse.core.text import Deferred, later
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -45,13 +48,16 @@ def cluster_order(
     name: str = "",
     billing: str = BillingMode.HOURLY,
     ssh_keys: list[str] | None = None,
+    disks: list[list[str]] | None = None,
     parallelism: dict[str, int] | None = None,
     idempotency_key: str = "",
 ) -> tuple[Cluster, bool]:
     """Order a cluster: every rank placed now on whole nodes packed under as few leaf switches
     as possible, or all of them queued as one order behind earlier orders for the same GPU.
-    `parallelism` ({tensor, pipeline}) fixes the Megatron-LM degrees of the launch script.
-    Returns (cluster, created); the same Idempotency-Key answers the same cluster."""
+    `disks[rank]` are the tenant's cloud disks to attach to that rank (fewer entries than
+    ranks leave the rest without), all attached or the order refused. `parallelism` ({tensor,
+    pipeline}) fixes the Megatron-LM degrees of the launch script. Returns (cluster, created);
+    the same Idempotency-Key answers the same cluster."""
     request_hash = request_hash_of(
         kind="cluster",
         offering=offering_id,
@@ -62,6 +68,7 @@ def cluster_order(
         billing=billing,
         ssh_keys=sorted(ssh_keys or []),
         parallelism=dict(parallelism) if parallelism else None,
+        **({"disks": [sorted(ids) for ids in disks]} if disks else {}),
     )
     earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
     if earlier is not None:
@@ -69,6 +76,7 @@ def cluster_order(
     offering, image = orderable(offering_id, image_id, billing)
     _orderable_as_cluster(offering, node_count)
     tensor, pipeline = _degrees_valid(parallelism, offering.gpu_count, node_count)
+    _disks_valid(disks or [], node_count)
     key_ids = ssh_keys_own(user, ssh_keys or [])
     account_hold_check(user.tenant_id)
     now = timezone.now()
@@ -106,7 +114,7 @@ def cluster_order(
     try:
         with transaction.atomic():
             cluster.save(force_insert=True)
-            gang = gang_place_or_queue(ranks)
+            gang = gang_place_or_queue(ranks, disks)
     except IntegrityError:
         # A concurrent order under the same key committed first: this one is a repeat of it.
         earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
@@ -180,6 +188,28 @@ def _orderable_as_cluster(offering: Offering, node_count: int) -> None:
         )
 
 
+def _disks_valid(disks: list[list[str]], node_count: int) -> None:
+    """One list of disk ids per rank at most, each disk named once in the whole order (a disk
+    is on one instance at a time); whose disks they are and whether they are free is checked
+    under their locks as they are attached (instances.volumes.disks_attach_at_order)."""
+    if len(disks) > node_count:
+        raise InvalidInput(
+            _("Disks are given for %(given)d ranks, but the cluster has %(nodes)d nodes.")
+            % {"given": len(disks), "nodes": node_count},
+            code="too_many_disk_lists",
+        )
+    seen: set[str] = set()
+    for ids in disks:
+        for disk_id in ids:
+            if disk_id in seen:
+                raise InvalidInput(
+                    _("The disk %(id)s is named twice; a disk is attached to one node only.")
+                    % {"id": disk_id},
+                    code="duplicate_disk",
+                )
+            seen.add(disk_id)
+
+
 def _degrees_valid(
     parallelism: dict[str, int] | None, gpus_per_node: int, node_count: int
 ) -> tuple[int | None, int | None]:
@@ -242,3 +272,133 @@ def cluster_terminate(*, cluster: Cluster) -> Cluster:
         for rank in ranks_locked(cluster.pk):
             instance_terminate(instance_id=rank.id)
     return cluster
+
+
+def cluster_scale(
+    *, cluster: Cluster, node_count: int, user: Any, keep_disks: bool = False
+) -> tuple[Cluster, Deferred | None]:
+    """Scale a stopped cluster to `node_count` nodes (2 to CLUSTER_MAX_NODES, as at the
+    order). Down: the highest ranks are terminated (their own disks deleted, unless
+    `keep_disks` keeps them as cloud disks; attached cloud disks detached, data intact) and
+    leave the cluster's ranks (their rank becomes null; their cost stays the cluster's). A
+    monthly cluster is not scaled down while the ranks it would remove are in their paid
+    month: the month was paid for them, and a refund is not how monthly rentals work. Up: new
+    ranks are added stopped, without a node, with the cluster's offering, image and SSH keys,
+    so the next start places every rank together. Every rank's environment, hostfiles and the
+    shared Secret follow the new count at that start (converge._cluster_objects_ensure).
+    Returns the cluster and what changed, as the timeline says it (None: nothing to do)."""
+    with transaction.atomic():
+        ranks = ranks_locked(cluster.pk)
+        locked = Cluster.objects.select_for_update().select_related("offering__gpu_model")
+        cluster = locked.get(pk=cluster.pk)
+        status = status_of([rank.status for rank in ranks])
+        if status != ClusterStatus.STOPPED:
+            raise Conflict(
+                _("Only a stopped cluster can be scaled; this one is %(status)s. Stop it first.")
+                % {"status": ClusterStatus(status).label.lower()},
+                code="wrong_state",
+            )
+        _orderable_as_cluster(cluster.offering, node_count)
+        if cluster.tensor_parallel:
+            _degrees_valid(
+                {"tensor": cluster.tensor_parallel, "pipeline": cluster.pipeline_parallel or 1},
+                cluster.offering.gpu_count,
+                node_count,
+            )
+        before = len(ranks)
+        if node_count == before:
+            return cluster, None
+        if node_count < before:
+            said = _scale_down(ranks, ranks[node_count:], keep_disks=keep_disks)
+        else:
+            said = _scale_up(cluster, ranks, node_count, user)
+        cluster.node_count = node_count
+        cluster.save(update_fields=["node_count"])
+        InstanceEvent.objects.create(instance=ranks[0], status=ranks[0].status, message=said)
+    logger.info("cluster.scaled cluster=%s from=%d to=%d", cluster.id, before, node_count)
+    return cluster, said
+
+
+def _scale_down(ranks: list[Instance], removed: list[Instance], *, keep_disks: bool) -> Deferred:
+    paid = [rank for rank in removed if period_active(rank)]
+    if paid:
+        raise Conflict(
+            _(
+                "This monthly cluster's nodes are paid for until %(until)s: it cannot be scaled "
+                "down within its paid month. Scale it down after that date, or terminate it."
+            )
+            % {"until": timezone.localtime(paid[0].paid_until).strftime("%Y-%m-%d %H:%M")},
+            code="paid_period",
+        )
+    for rank in removed:
+        InstanceEvent.objects.create(
+            instance=rank,
+            status=rank.status,
+            message=later(
+                "Removed from the cluster as it scaled down to %(count)s nodes (it was rank "
+                "%(rank)s)."
+            )
+            % {"count": len(ranks) - len(removed), "rank": rank.rank},
+        )
+        instance_terminate(instance_id=rank.id, keep_disk=keep_disks)
+    # The ranks left are the cluster's; the removed rows stay for its history and cost.
+    Instance.objects.filter(pk__in=[rank.pk for rank in removed]).update(rank=None)
+    names = ", ".join(str(rank.rank) for rank in removed)
+    values = {"before": len(ranks), "after": len(ranks) - len(removed), "ranks": names}
+    if keep_disks:
+        return (
+            later(
+                "Scaled down from %(before)s to %(after)s nodes: ranks %(ranks)s terminated, "
+                "their own disks kept as cloud disks and their cloud disks detached, data "
+                "intact. Every rank gets the new layout at the next start."
+            )
+            % values
+        )
+    return (
+        later(
+            "Scaled down from %(before)s to %(after)s nodes: ranks %(ranks)s terminated, their "
+            "own disks deleted and their cloud disks detached, data intact. Every rank gets the "
+            "new layout at the next start."
+        )
+        % values
+    )
+
+
+def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: Any) -> Deferred:
+    now = timezone.now()
+    head = ranks[0]
+    added = [
+        Instance(
+            tenant_id=cluster.tenant_id,
+            created_by=user,
+            offering=cluster.offering,
+            image=cluster.image,
+            name=f"{cluster.name}-{index}",
+            billing=cluster.billing,
+            status=S.STOPPED,
+            ssh_key_ids=list(head.ssh_key_ids),
+            auto_recover=head.auto_recover,
+            cluster=cluster,
+            rank=index,
+            created_at=now,
+        )
+        for index in range(len(ranks), node_count)
+    ]
+    Instance.objects.bulk_create(added)
+    InstanceEvent.objects.bulk_create(
+        InstanceEvent(
+            instance=rank,
+            status=S.STOPPED,
+            message=later(
+                "Added as rank %(rank)s as the cluster scaled up to %(count)s nodes; it starts "
+                "with the others."
+            )
+            % {"rank": rank.rank, "count": node_count},
+        )
+        for rank in added
+    )
+    names = ", ".join(str(rank.rank) for rank in added)
+    return later(
+        "Scaled up from %(before)s to %(after)s nodes: ranks %(ranks)s added, stopped. The "
+        "next start places every rank together, each with the new layout."
+    ) % {"before": len(ranks), "after": node_count, "ranks": names}

@@ -13,4 +13,5 @@ urlpatterns = [
     path("console/clusters/<str:pk>/stop/", views.cluster_stop_view, name="stop"),
     path("console/clusters/<str:pk>/start/", views.cluster_start_view, name="start"),
     path("console/clusters/<str:pk>/terminate/", views.cluster_terminate_view, name="terminate"),
+    path("console/clusters/<str:pk>/scale/", views.cluster_scale_view, name="scale"),
 ]

@@ -16,7 +16,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
@@ -33,13 +32,19 @@ from clusters.selectors import (
     cluster_view,
     cluster_views,
 )
-from clusters.services import cluster_order, cluster_start, cluster_stop, cluster_terminate
+from clusters.services import (
+    cluster_order,
+    cluster_scale,
+    cluster_start,
+    cluster_stop,
+    cluster_terminate,
+)
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from instances.models import Image, Offering
 from instances.selectors import availability
 from instances.views import ORDER_KEY_PREFIX
 from starverse.accounts.models import SshKey
-from starverse.core.console import run_service
+from starverse.core.console import redirect_back, run_service
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
 
@@ -345,6 +350,8 @@ def detail_context(cluster: Cluster, view: ClusterView) -> dict[str, Any]:
         "rank_labels": {value: str(label) for value, label in InstanceStatus.choices},
         "can_stop": status in CAN_STOP,
         "can_start": status in CAN_START,
+        "can_scale": status == C.STOPPED,
+        "max_nodes": settings.CLUSTER_MAX_NODES,
         "can_terminate": status not in (C.TERMINATING, C.TERMINATED),
         "transient": status in TRANSIENT,
         "tz": timezone.get_current_timezone_name(),
@@ -353,12 +360,7 @@ def detail_context(cluster: Cluster, view: ClusterView) -> dict[str, Any]:
 
 def _back(request: HttpRequest, cluster: Cluster) -> HttpResponse:
     """Back to where the action was taken (the list or the cluster's page)."""
-    target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return redirect(target)
-    return redirect(reverse("clusters:detail", args=[cluster.pk]))
+    return redirect_back(request, reverse("clusters:detail", args=[cluster.pk]))
 
 
 def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:
@@ -393,3 +395,33 @@ def cluster_terminate_view(request: HttpRequest, pk: str) -> HttpResponse:
         cluster_terminate,
         _("Terminating “%(name)s”: every node and its disk are being deleted."),
     )
+
+
+class ScaleForm(forms.Form):
+    node_count = forms.IntegerField()
+    keep_disks = forms.BooleanField(required=False)
+
+
+@login_required
+@require_POST
+def cluster_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
+    """Scale a stopped cluster (clusters.services.cluster_scale); the bounds and the state are
+    the service's to check, its refusal flashed."""
+    cluster = get_for_user(Cluster.objects.all(), request.user, "tenant", pk)
+    form = ScaleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("Enter the number of nodes as a whole number."))
+        return _back(request, cluster)
+    data = form.cleaned_data
+    run_service(
+        request,
+        lambda: cluster_scale(
+            cluster=cluster,
+            node_count=data["node_count"],
+            user=request.user,
+            keep_disks=data["keep_disks"],
+        ),
+        _("“%(name)s” now has %(count)d nodes; start it to run them all.")
+        % {"name": cluster.name, "count": data["node_count"]},
+    )
+    return _back(request, cluster)

@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.utils import timezone
 
 from billing.selectors import ledger_for_tenant, trial_state, wallet_for_tenant
@@ -50,6 +51,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "active": "dashboard",
         },
     )
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """/favicon.ico: pages without an icon link of their own (the operator admin, the API docs)
+    make browsers ask for it; the console's icon answers rather than a 404 in their console."""
+    return redirect(static("img/favicon.svg"), permanent=True)
 
 
 @login_required

@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import re_path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
@@ -51,6 +51,10 @@ class GpuInline(admin.TabularInline):
     can_delete = False
 
 
+# The operations on a node, each at /admin/fleet/node/<pk>/<operation>/ (NodeAdmin.state_view).
+NODE_OPERATIONS = ("cordon", "drain", "uncordon", "token", "reset")
+
+
 class ReasonForm(forms.Form):
     reason = forms.CharField(label=_("Reason"), widget=forms.Textarea(attrs={"rows": 2}))
 
@@ -90,6 +94,10 @@ class NodeAdmin(admin.ModelAdmin):
     inlines = [GpuInline, NodeEventInline]
     change_list_template = "admin/fleet/node/change_list.html"
 
+    class Media:
+        # The node list and a node's page fit a 1280 px screen (the per-GPU grid wraps).
+        css = {"all": ["css/fleet-admin.css"]}
+
     def get_queryset(self, request: HttpRequest) -> Any:
         queryset = super().get_queryset(request).prefetch_related("gpus")
         self._latest = latest_samples(list(Gpu.objects.values_list("pk", flat=True)))
@@ -115,30 +123,32 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("GPUs now (util · °C · W)"))
     def gpus_now(self, obj: Node) -> str:
-        """One small cell per GPU, shaded by utilisation; hover for temperature and power."""
+        """One small fixed-size cell per GPU, four to a row (static/css/fleet-admin.css), shaded
+        by utilisation; hover for temperature and power."""
         latest = getattr(self, "_latest", {})
         cells = []
         for gpu in obj.gpus.all():
             sample = latest.get(gpu.pk)
             if gpu.lost_at:
-                cells.append(("#b91c1c", "#fff", f"GPU {gpu.index}: lost", "✕"))
+                cells.append(("is-lost", "", f"GPU {gpu.index}: lost", "✕"))
             elif sample and sample.util is not None:
                 shade = int(235 - 1.6 * sample.util)
                 tip = (
                     f"GPU {gpu.index}: {sample.util}% · {sample.temp_c} °C · {sample.power_w:.0f} W"
                 )
-                cells.append((f"rgb({shade},{shade + 10},255)", "#111", tip, f"{sample.util}"))
+                shading = f"background:rgb({shade},{shade + 10},255)"
+                cells.append(("", shading, tip, f"{sample.util}"))
             else:
-                cells.append(("#e5e7eb", "#6b7280", f"GPU {gpu.index}: no data", "–"))
-        return (
+                cells.append(("is-quiet", "", f"GPU {gpu.index}: no data", "–"))
+        if not cells:
+            return "—"
+        return format_html(
+            '<span class="gpu-grid">{}</span>',
             format_html_join(
                 "",
-                '<span title="{}" style="display:inline-block;width:30px;margin:1px;padding:2px 0;'
-                'text-align:center;font:11px monospace;border-radius:3px;background:{};color:{}">'
-                "{}</span>",
-                ((tip, bg, fg, text) for bg, fg, tip, text in cells),
-            )
-            or "—"
+                '<span class="gpu-cell {}" style="{}" title="{}">{}</span>',
+                ((kind, style, tip, text) for kind, style, tip, text in cells),
+            ),
         )
 
     @admin.display(description=_("Operations"))
@@ -161,8 +171,10 @@ class NodeAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list:
         return [
-            path(
-                "<str:pk>/<str:action>/",
+            # Only the operations: a wider pattern would shadow the admin's own
+            # <pk>/change/, /delete/ and /history/ pages of a node.
+            re_path(
+                r"^(?P<pk>[^/]+)/(?P<action>{})/$".format("|".join(NODE_OPERATIONS)),
                 self.admin_site.admin_view(self.state_view),
                 name="fleet_node_state",
             ),

@@ -87,7 +87,9 @@ def runway_of(instance: Instance, wallet: Wallet) -> Runway:
             offering=instance.offering,
             billing=instance.billing,
             paid=period_active(instance),
-            nodes=Instance.objects.filter(cluster_id=instance.cluster_id).count(),
+            nodes=Instance.objects.filter(
+                cluster_id=instance.cluster_id, rank__isnull=False
+            ).count(),
             exclude_cluster=instance.cluster_id,
         )
     return runway(
@@ -153,7 +155,7 @@ def limits_check(instance: Instance, wallet: Wallet) -> None:
     limits, usage = tenant_limits(tenant_id), tenant_usage(tenant_id)
     want = instance.offering.gpu_count
     if instance.cluster_id:
-        want *= Instance.objects.filter(cluster_id=instance.cluster_id).count()
+        want *= Instance.objects.filter(cluster_id=instance.cluster_id, rank__isnull=False).count()
     if (
         instance.offering.gpu_model.premium
         and usage.premium_gpus > limits.trial_max_premium_gpus

@@ -231,18 +231,23 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
         period_charge(instance)
 
 
-def gang_place_or_queue(ranks: list[Instance]) -> Gang | None:
+def gang_place_or_queue(
+    ranks: list[Instance], disk_ids: list[list[str]] | None = None
+) -> Gang | None:
     """Inside a cluster order's transaction, its ranks (unsaved, in rank order, one whole-node
     offering): whole nodes for all of them now when nobody waits for this GPU and enough are
-    free, else all of them queue as one order; then the runway of the whole cluster and the
-    account's limits are checked under the wallet lock, and placed monthly ranks pay their
-    month (a refusal rolls the whole order back). Returns where they went, or None (queued).
-    Locks: GPU model, wallet; never a partial placement."""
+    free, else all of them queue as one order; then each rank's ordered cloud disks
+    (`disk_ids[rank]`, as an instance order attaches them) are attached, the runway of the whole
+    cluster and the account's limits are checked under the wallet lock, and placed monthly
+    ranks pay their month (a refusal rolls the whole order back). Returns where they went, or
+    None (queued). Locks: GPU model, disks, wallet; never a partial placement."""
     offering = ranks[0].offering
     waiting = Instance.objects.filter(_waiting(offering.gpu_model.product)).exists()
     gang = None if waiting else choose_nodes(offering, len(ranks), ranks[0].region_id or "")
     for index, rank in enumerate(ranks):
         instance_create(rank, placement=None if gang is None else gang.placements[index])
+    for rank, wanted in zip(ranks, disk_ids or [], strict=False):
+        disks_attach_at_order(rank, wanted)
     admit(ranks[0])
     if gang is not None and ranks[0].billing == BillingMode.MONTHLY:
         for rank in ranks:

@@ -52,11 +52,12 @@ def instance_locked(instance_id: str) -> Instance:
 
 def ranks_locked(cluster_id: str) -> list[Instance]:
     """A cluster's ranks (instances.Instance.cluster), locked in rank order: the one order every
-    cluster service takes them in, so two never wait for each other in a circle."""
+    cluster service takes them in, so two never wait for each other in a circle. Ranks removed
+    by scaling down (rank null, terminated) are the cluster's history, not its ranks."""
     return list(
         Instance.objects.select_for_update(of=("self",))
         .select_related("offering__gpu_model")
-        .filter(cluster_id=cluster_id)
+        .filter(cluster_id=cluster_id, rank__isnull=False)
         .order_by("rank")
     )
 

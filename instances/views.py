@@ -15,7 +15,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
@@ -32,7 +31,7 @@ from instances.models import Image, Instance, Offering
 from instances.selectors import availability, instance_metrics
 from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.models import SshKey
-from starverse.core.console import run_service
+from starverse.core.console import redirect_back, run_service
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
 from storage.models import Disk
@@ -406,12 +405,7 @@ def instance_terminal(request: HttpRequest, pk: str) -> HttpResponse:
 
 def _back(request: HttpRequest, instance: Instance) -> HttpResponse:
     """Back to where the action was taken (the list or the instance's page)."""
-    target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(
-        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
-    ):
-        return redirect(target)
-    return redirect(reverse("instances:detail", args=[instance.pk]))
+    return redirect_back(request, reverse("instances:detail", args=[instance.pk]))
 
 
 def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:

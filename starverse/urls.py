@@ -36,6 +36,7 @@ api_v1 = [
 
 urlpatterns = [
     path("", console_views.home, name="home"),
+    path("favicon.ico", console_views.favicon, name="favicon"),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
     re_path(r"^gateway/auth(?P<rest>/.*)?$", gateway.forward_auth, name="gateway-auth"),
     path("gateway/login", gateway.gateway_login, name="gateway-login"),

@@ -1,4 +1,5 @@
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -8,6 +9,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
+from playwright.sync_api import Browser, sync_playwright
 from rest_framework.test import APIClient
 
 from devstack.kube import KubeEmulator
@@ -199,3 +201,27 @@ def payments(stripe_fake: StripeFake, settings: Any) -> StripeFake:
     settings.STRIPE_SECRET_KEY = "sk_test_suite"
     settings.STRIPE_MAX_NETWORK_RETRIES = 0
     return stripe_fake
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium from the system (never one Playwright downloads), shared by the
+    session's browser tests (tests/e2e, the web terminal's): Playwright's sync API may be
+    started once per thread. From then on an event loop runs in this thread, so Django's guard
+    against ORM calls from async code is lifted for the rest of the session (the tests' queries
+    are plain synchronous calls between page steps)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "the browser tests need Chromium: apt-get install chromium (see .ci/run)"
+    saved = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    playwright = sync_playwright().start()
+    try:
+        launched = playwright.chromium.launch(executable_path=chromium)
+        yield launched
+        launched.close()
+    finally:
+        playwright.stop()
+        if saved is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = saved

@@ -36,10 +36,26 @@ class ClusterCreateInput(InputSerializer):
     billing = serializers.ChoiceField(
         choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
     )
+    disks = serializers.ListField(
+        child=serializers.ListField(child=StrictCharField(max_length=32), max_length=16),
+        required=False,
+        max_length=128,
+        help_text="Cloud disks per rank: entry n lists the disk ids attached to rank n (fewer "
+        "entries than nodes leave the rest without). Each disk free, yours, named once.",
+    )
     parallelism = ParallelismInput(
         required=False,
         help_text="Megatron-LM degrees for the launch script; tensor × pipeline divides the "
         "world size. Default: tensor = GPUs per node, pipeline 1.",
+    )
+
+
+class ClusterScaleInput(InputSerializer):
+    node_count = StrictIntegerField(help_text="The new node count: 2 to CLUSTER_MAX_NODES.")
+    keep_disks = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Scaling down: keep the removed ranks' own disks as cloud disks.",
     )
 
 
@@ -152,9 +168,23 @@ class ClusterOutput(serializers.Serializer):
         }
 
 
+class ClusterScaleOutput(ClusterOutput):
+    """The cluster after scaling, and what changed (as its timeline says it)."""
+
+    message = serializers.CharField(
+        allow_null=True, help_text="Null when the cluster already had that many nodes."
+    )
+
+    def to_representation(self, view: Any) -> dict[str, Any]:
+        said = self.context.get("message")
+        return {**super().to_representation(view), "message": str(said) if said else None}
+
+
 class ClusterEventOutput(serializers.Serializer):
     at = serializers.DateTimeField()
-    rank = serializers.IntegerField(source="instance.rank")
+    rank = serializers.IntegerField(
+        source="instance.rank", allow_null=True, help_text="Null: a rank scaled away."
+    )
     status = serializers.CharField()
     message = serializers.CharField(source="text", help_text="In the request's language.")
 

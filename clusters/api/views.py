@@ -12,13 +12,21 @@ from clusters.api.serializers import (
     ClusterEventOutput,
     ClusterMetricsOutput,
     ClusterOutput,
+    ClusterScaleInput,
+    ClusterScaleOutput,
     PlanInput,
     PlanOutput,
 )
 from clusters.models import Cluster
 from clusters.planner import plan
 from clusters.selectors import cluster_events, cluster_metrics, cluster_view, cluster_views
-from clusters.services import cluster_order, cluster_start, cluster_stop, cluster_terminate
+from clusters.services import (
+    cluster_order,
+    cluster_scale,
+    cluster_start,
+    cluster_stop,
+    cluster_terminate,
+)
 from instances.api.views import ACCOUNT_LIMITS
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
@@ -73,6 +81,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
             name=data.get("name", ""),
             billing=data["billing"],
             ssh_keys=data.get("ssh_keys"),
+            disks=data.get("disks"),
             parallelism=data.get("parallelism"),
             idempotency_key=idempotency_key(request),
         )
@@ -99,6 +108,29 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
         return self._accepted(cluster_start(cluster=self.get_object()))
+
+    @extend_schema(
+        operation_id="clusters_scale",
+        request=ClusterScaleInput,
+        responses={202: ClusterScaleOutput, **errors(409)},
+        description="Scale a stopped cluster (409 `wrong_state` otherwise). Down terminates the "
+        "highest ranks: their own disks are deleted unless `keep_disks`, their cloud disks "
+        "detached intact; a monthly cluster in its paid month is not scaled down (409 "
+        "`paid_period`). Up adds stopped ranks; the next start places every rank together.",
+    )
+    @action(detail=True, methods=["post"])
+    def scale(self, request: Request, pk: str | None = None) -> Response:
+        found = self.get_object()  # another tenant's cluster is a 404 whatever the body
+        data = self.parse(request, ClusterScaleInput)
+        cluster, said = cluster_scale(
+            cluster=found,
+            node_count=data["node_count"],
+            user=signed_in_user(request),
+            keep_disks=data["keep_disks"],
+        )
+        cluster = self.get_queryset().get(pk=cluster.pk)
+        output = ClusterScaleOutput(cluster_view(cluster), context={"message": said})
+        return Response(output.data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(operation_id="clusters_events_list", responses=ClusterEventOutput(many=True))
     @action(detail=True, methods=["get"], pagination_class=WholeList)

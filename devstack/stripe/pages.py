@@ -58,6 +58,8 @@ def _document(title: str, body: str, wide: bool = False) -> str:
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        # no icon to fetch: a browser would otherwise ask for /favicon.ico and log its 404
+        '<link rel="icon" href="data:,">'
         f"<title>{escape(title)} · DEMO</title><style>{_CSS}</style></head><body>"
         f'<div class="banner">{escape(BANNER)}</div>'
         f'<main class="{"wide" if wide else ""}">{body}</main></body></html>'

@@ -303,7 +303,10 @@ def known_hosts(ranks: list[Any], layout: Layout) -> str:
 
 
 def cluster_ranks(instance: Instance) -> list[Instance]:
-    return list(Instance.objects.filter(cluster_id=instance.cluster_id).order_by("rank"))
+    """The rank's cluster's ranks now (not those scaled away: their rank is null)."""
+    return list(
+        Instance.objects.filter(cluster_id=instance.cluster_id, rank__isnull=False).order_by("rank")
+    )
 
 
 # --- the rank's pod -----------------------------------------------------------------------------

@@ -5,7 +5,9 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from starverse.core.errors import ServiceError
 
@@ -20,3 +22,14 @@ def run_service(request: HttpRequest, action: Callable[[], Any], done: str) -> b
         return False
     messages.success(request, done)
     return True
+
+
+def redirect_back(request: HttpRequest, fallback: str) -> HttpResponse:
+    """Back to where a form was posted from (its `next`, when it is this site's), else to
+    `fallback`: an action taken from a list returns to the list."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(target)
+    return redirect(fallback)

@@ -813,16 +813,22 @@ def _exit_code(status: bytes) -> int | None:
     return None
 
 
-def exec_open(namespace: str, pod: str, *, container: str, command: list[str]) -> ExecSession:
-    """Run `command` in a container with stdin and a TTY (a shell, for the web terminal). The
-    only call a process with KUBE_ACCESS=exec may make. A refusal by RBAC, a missing pod or a
-    container that is not running is a PermanentKubeError; an unreachable API server a
-    RetryableKubeError."""
-    base = _client(exec_session=True)
-    # its own ApiClient: kubernetes.stream swaps the client's request method while it connects
+def _exec_connect(
+    base: client.ApiClient,
+    namespace: str,
+    pod: str,
+    *,
+    container: str,
+    command: list[str],
+    interactive: bool,
+) -> tuple[Any, client.ApiClient]:
+    """The exec WebSocket into a container and the ApiClient it owns (kubernetes.stream swaps
+    a client's request method while it connects, so each session has its own). A refusal by
+    RBAC, a missing pod or a container that is not running is a PermanentKubeError; an
+    unreachable API server a RetryableKubeError."""
     api_client = client.ApiClient(base.configuration)
-    # websocket-client takes its connect timeout from this default (this process opens only
-    # exec WebSockets); the session's socket then blocks without one
+    # websocket-client takes its connect timeout from this default (the processes that exec
+    # open only exec WebSockets with it); an interactive session's socket then blocks without
     setdefaulttimeout(EXEC_CONNECT_TIMEOUT)
     try:
         ws = stream(
@@ -831,11 +837,11 @@ def exec_open(namespace: str, pod: str, *, container: str, command: list[str]) -
             namespace,
             container=container,
             command=command,
-            stdin=True,
+            stdin=interactive,
             stdout=True,
             stderr=True,
-            tty=True,
-            binary=True,
+            tty=interactive,
+            **({"binary": True} if interactive else {}),
             _preload_content=False,
         )
     except ApiException as error:
@@ -847,13 +853,27 @@ def exec_open(namespace: str, pod: str, *, container: str, command: list[str]) -
         )
         if status == 403:
             logger.error(
-                "kube.forbidden op=pods.exec namespace=%s: see the terminal's RBAC in "
+                "kube.forbidden op=pods.exec namespace=%s: see the pods/exec rules in "
                 "deploy/k8s/platform.yaml",
                 namespace,
             )
         if status in RETRYABLE_STATUSES:
             raise RetryableKubeError(f"pods.exec {pod}: {status or 'unreachable'}") from error
         raise PermanentKubeError(f"pods.exec {pod}: {status}") from error
+    return ws, api_client
+
+
+def exec_open(namespace: str, pod: str, *, container: str, command: list[str]) -> ExecSession:
+    """Run `command` in a container with stdin and a TTY (a shell, for the web terminal). The
+    only call a process with KUBE_ACCESS=exec may make; errors as _exec_connect's."""
+    ws, api_client = _exec_connect(
+        _client(exec_session=True),
+        namespace,
+        pod,
+        container=container,
+        command=command,
+        interactive=True,
+    )
     ws.sock.settimeout(None)
     return ExecSession(ws, api_client)
 
@@ -866,28 +886,9 @@ def exec_run(
     and its standard output. Needs `create` on pods/exec in the namespace (the worker's
     starverse-tenant role). A refusal or a missing pod is a PermanentKubeError; an unreachable
     API server, or a command still running after `timeout` seconds, a RetryableKubeError."""
-    api_client = client.ApiClient(_client().configuration)
-    setdefaulttimeout(EXEC_CONNECT_TIMEOUT)
-    try:
-        ws = stream(
-            client.CoreV1Api(api_client).connect_get_namespaced_pod_exec,
-            pod,
-            namespace,
-            container=container,
-            command=command,
-            stdin=False,
-            stdout=True,
-            stderr=True,
-            tty=False,
-            _preload_content=False,
-        )
-    except ApiException as error:
-        api_client.close()
-        found = _HANDSHAKE_STATUS.search(str(error.reason))
-        status = int(found.group(1)) if found else 0
-        if status in RETRYABLE_STATUSES:
-            raise RetryableKubeError(f"pods.exec {pod}: {status or 'unreachable'}") from error
-        raise PermanentKubeError(f"pods.exec {pod}: {status}") from error
+    ws, api_client = _exec_connect(
+        _client(), namespace, pod, container=container, command=command, interactive=False
+    )
     try:
         ws.run_forever(timeout=timeout)
         if ws.is_open():

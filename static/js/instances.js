@@ -685,7 +685,8 @@
     });
 
     function rankOf(event) {
-      return fill(t.rank, { rank: event.rank });
+      // a rank scaled away has no rank any more
+      return event.rank === null ? t.removed : fill(t.rank, { rank: event.rank });
     }
 
     function refresh() {

@@ -826,6 +826,18 @@ def _(p: Probe) -> None:
     p.call(404, params={"id": cluster.id}, client=p.stranger())
 
 
+@case("clusters_scale")
+def _(p: Probe) -> None:
+    cluster = _running_cluster(p)
+    p.call(409, params={"id": cluster.id}, body={"node_count": 3})  # running
+    cluster_stop(cluster=cluster)
+    for rank in cluster.ranks.all():
+        assert converge_until(converge.stop, rank.id) == "stopped"
+    p.call(400, params={"id": cluster.id}, body={"node_count": 1})
+    p.call(202, params={"id": cluster.id}, body={"node_count": 2})  # unchanged: message null
+    p.call(404, params={"id": cluster.id}, body={"node_count": 2}, client=p.stranger())
+
+
 @case("clusters_events_list")
 def _(p: Probe) -> None:
     cluster = make_cluster(p.user)

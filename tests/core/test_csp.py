@@ -50,3 +50,17 @@ def test_the_admin_keeps_its_own_pages_unrestricted(client, db):
 
     assert page.status_code == 200
     assert "Content-Security-Policy" not in page
+
+
+def test_forms_may_lead_to_the_payment_page_only(client, db, settings):
+    """The top-up form's answer redirects to Stripe Checkout (or the stand-in), and Chromium
+    holds that redirect to form-action: its origin is allowed, nothing else is."""
+    client.force_login(make_user())
+    settings.STRIPE_API_BASE = "http://127.0.0.1:12111/"
+    page = client.get("/billing/")
+    assert (
+        "form-action 'self' https://checkout.stripe.com http://127.0.0.1:12111;"
+        in (page["Content-Security-Policy"])
+    )
+    settings.STRIPE_API_BASE = ""  # live Stripe
+    assert "form-action 'self' https://checkout.stripe.com;" in policy()

@@ -5,6 +5,7 @@ namespace. Counted at the client, request by request, against the local cluster.
 
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -137,19 +138,20 @@ def test_an_unchanged_secret_is_not_replaced_and_a_changed_one_is(cluster, kube_
     """A Secret read back (base64 data) is compared with the rendered one (stringData): many
     ranks ensuring their cluster's shared Secret at once must not each replace it (each
     replace after the first would meet a conflict and a retry)."""
-    secret = {
+    data = {"known_hosts": "clu-x-0.clu-x ssh-ed25519 AAAA\n", "note": "你好"}
+    secret: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {"name": "same-secret", "namespace": "default", "labels": dict(kube.MANAGED)},
-        "stringData": {"known_hosts": "clu-x-0.clu-x ssh-ed25519 AAAA\n", "note": "你好"},
+        "stringData": data,
     }
     first = kube.ensure(secret, update=True)
     again = kube.ensure(secret, update=True)
     assert again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
     assert ("PUT", NS + "/secrets/{name}") not in kube_calls
 
-    changed = {**secret, "stringData": {**secret["stringData"], "note": "changed"}}
+    changed = {**secret, "stringData": {**data, "note": "changed"}}
     replaced = kube.ensure(changed, update=True)
     assert replaced["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
     assert kube_calls.count(("PUT", NS + "/secrets/{name}")) == 1

@@ -218,7 +218,8 @@ def test_the_queued_orders_limit_is_429_saying_how_to_raise_it(full_rtx, client_
     assert Instance.objects.filter(tenant=user.tenant).count() == 5
 
 
-def test_the_gpu_limit_is_409_saying_how_to_raise_it(catalog, client_for):
+def test_the_gpu_limit_is_409_saying_how_to_raise_it(catalog, client_for, settings):
+    settings.MAX_RUNNING_GPUS = 16  # two whole nodes
     user = make_user()
     fund(user, 1_000_000)
     client = client_for(user)
@@ -256,7 +257,8 @@ def test_a_trial_account_gets_no_premium_gpus_until_it_tops_up(catalog, client_f
     assert _post(client, "1× A100 80GB SXM").status_code == 202
 
 
-def test_an_operator_raises_an_accounts_limit_in_the_admin(full_rtx, client_for, client):
+def test_an_operator_raises_an_accounts_limit_in_the_admin(full_rtx, client_for, client, settings):
+    settings.MAX_RUNNING_GPUS = 16
     user = make_user()
     fund(user, 100_000)
     api = client_for(user)
@@ -288,7 +290,8 @@ def test_an_operator_raises_an_accounts_limit_in_the_admin(full_rtx, client_for,
     assert "16 (default)" in listing
 
 
-def test_limits_are_checked_when_an_instance_starts(catalog, cluster):
+def test_limits_are_checked_when_an_instance_starts(catalog, cluster, settings):
+    settings.MAX_RUNNING_GPUS = 16  # two whole nodes
     user = make_user()
     stopped = make_instance(user, status="stopped")
     fund(user, 1_000_000)

@@ -1,13 +1,13 @@
 """The web terminal in a real browser (headless Chromium, the system's, through Playwright): log
 in, open a running instance's Terminal tab, run nvidia-smi and echo 你好, read the output from
 the page, and leave; the shell in the container ends with the page. Chromium is a CI
-requirement (.ci/run installs it): without it this test fails, it does not skip."""
+requirement (.ci/run installs it): without it this test fails, it does not skip. The browser is
+the session's (tests/conftest.py), shared with the browser suite in tests/e2e."""
 
 import re
-import shutil
 import time
 
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from instances.models import InstanceEvent
 from tests.factories import PASSWORD, make_instance, make_user
@@ -19,10 +19,8 @@ def _rows(page: Page) -> str:
 
 
 def test_a_terminal_in_the_browser_runs_commands_in_the_container(
-    transactional_db, catalog, cluster, terminal_service, live_server, settings
+    transactional_db, catalog, cluster, terminal_service, live_server, settings, browser
 ):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "the browser tests need Chromium: apt-get install chromium (see .ci/run)"
     user = make_user()
     instance = make_instance(user, status="running")
     settings.KUBE_ACCESS = "exec"
@@ -30,9 +28,8 @@ def test_a_terminal_in_the_browser_runs_commands_in_the_container(
     port = terminal_service.rsplit(":", 1)[1]
     settings.TERMINAL_URL = f"ws://{live_server.url.split('//')[1].split(':')[0]}:{port}"
 
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium)
-        page = browser.new_page(locale="en-US", viewport={"width": 1280, "height": 900})
+    with browser.new_context(locale="en-US", viewport={"width": 1280, "height": 900}) as context:
+        page = context.new_page()
         page.set_default_timeout(10_000)
         page.goto(f"{live_server.url}/accounts/login/")
         page.fill("input[name=username]", user.email)
@@ -56,7 +53,6 @@ def test_a_terminal_in_the_browser_runs_commands_in_the_container(
         greeting = _rows(page)
         status = page.locator("#terminal-status").inner_text()
         page.close()
-        browser.close()
 
     assert "NVIDIA H100 80GB HBM3" in screen and "81559MiB" in screen
     assert greeting.count("你好") == 2  # the echoed command line, and its output

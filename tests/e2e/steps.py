@@ -1,0 +1,91 @@
+"""Steps the browser journeys share: logging in through the forms, confirming a dialog, the
+text the console shows in a language, and GPU reports from the real node agent."""
+
+import contextlib
+import io
+import time
+from typing import Any
+
+import pyotp
+from django.utils import translation
+from playwright.sync_api import Page
+
+from fleet.models import Node
+from fleet.services import node_token_issue
+from instances.provisioning import converge
+from nodeagent.__main__ import main as nodeagent_main
+from tests.factories import converge_until
+
+PASSWORD = "correct horse battery staple"
+
+
+def t(lang: str, message: str, **values: Any) -> str:
+    """`message` as the console shows it in `lang` (the catalogue the templates use)."""
+    with translation.override(lang):
+        text = translation.gettext(message)
+    return text % values if values else text
+
+
+def log_in(page: Page, base: str, email: str, password: str = PASSWORD) -> None:
+    """The log-in form, as a person fills it; lands where the console sends them."""
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=username]", email)
+    page.fill("input[name=password]", password)
+    with page.expect_navigation():
+        page.click("form.form button[type=submit]")
+
+
+def log_in_operator(page: Page, base: str, email: str, totp_secret: str) -> None:
+    """An operator's log-in: the password, then a code of their authenticator app. The app's
+    next code (30 s on, within the drift allowed): its current one may be the code that just
+    confirmed the enrolment, and each code is accepted once."""
+    page.goto(f"{base}/admin/")
+    page.wait_for_url("**/accounts/login/**")
+    page.fill("input[name=username]", email)
+    page.fill("input[name=password]", PASSWORD)
+    with page.expect_navigation():
+        page.click("form.form button[type=submit]")
+    page.wait_for_url("**/accounts/login/verify/**")
+    page.fill("input[name=code]", pyotp.TOTP(totp_secret).at(time.time() + 30))
+    with page.expect_navigation():
+        page.click("form.form button[type=submit]")
+
+
+def submit_confirmed(page: Page, selector: str) -> str:
+    """Click a submit button whose form asks `confirm()` first, say yes, and wait for the page
+    the form leads to; returns the question asked."""
+    asked: list[str] = []
+
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
+    with page.expect_navigation():
+        page.click(selector)
+    assert asked, "the form did not ask before it was sent"
+    return asked[0]
+
+
+def agent_reports(base: str, kube_url: str, node_name: str, count: int = 3) -> None:
+    """`count` reports from the real node agent (`python -m nodeagent --once`, in this process)
+    on simulated NVML that follows the node's pods on the emulator, delivered over HTTP."""
+    node = Node.objects.get(name=node_name)
+    token = node_token_issue(node=node)
+    argv = ["--once", "--source", "sim", "--kube-url", kube_url]
+    argv += ["--platform-url", base, "--node", node_name, "--token", token, "--log-level", "ERROR"]
+    for _ in range(count):
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            code = nodeagent_main(argv)
+        assert code == 0, err.getvalue()
+
+
+def settle(instance_id: str) -> str:
+    """Carry an instance's stop, start and termination through as the worker's retrying tasks
+    do. In tests they run eagerly, their retries back to back without the countdown, so on a
+    busy machine they can give up before the emulated pod has gone; the page then shows what
+    the next poll reads. Returns the status reached."""
+    status = ""
+    for step in (converge.stop, converge.provision, converge.terminate):
+        status = converge_until(step, instance_id)
+    return status

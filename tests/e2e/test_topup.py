@@ -1,0 +1,60 @@
+"""Topping up in the browser, in Chinese and in English: Billing's quick amount, Stripe's
+checkout page (the local stand-in, devstack/stripe), a card payment there, the signed webhook
+it sends to the live console, and the balance and the receipt that follow."""
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from billing.models import LedgerTransaction
+from tests.e2e.steps import log_in, t
+from tests.factories import make_user
+
+
+@pytest.fixture
+def checkout(payments, live_server, settings):
+    """The Stripe stand-in, delivering its signed webhooks to the live console."""
+    payments.webhook_url = f"{live_server.url}/webhooks/stripe"
+    settings.STRIPE_WEBHOOK_SECRETS = [payments.webhook_secret]
+    return payments
+
+
+@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
+def test_top_up_through_the_checkout_page(
+    page: Page, lang, live_server, transactional_db, checkout, mailoutbox
+):
+    base = live_server.url
+    user = make_user()  # verified: ¥10 of trial credit
+    log_in(page, base, user.email)
+    page.goto(f"{base}/billing/")
+    expect(page.locator("h1")).to_have_text(t(lang, "Billing"))
+    expect(page.locator(".stat-accent .stat-value")).to_have_text("¥10.00")
+    page.locator("#top-up .chip", has_text="¥100.00").click()
+    expect(page.locator("#top-up input[name=amount]")).to_have_value("100")
+    with page.expect_navigation():
+        page.locator("#top-up button[type=submit]").click()
+
+    # Stripe's checkout page (the stand-in's, on its own origin)
+    assert page.url.startswith(f"{checkout.url}/"), page.url
+    expect(page.locator("h1")).to_be_visible()
+    expect(page.locator("p.amount")).to_contain_text("100.00")
+    page.check("input[name=method][value=card]")
+    with page.expect_navigation(url=f"{base}/billing/"):
+        page.locator("form button[type=submit]").click()
+
+    # back on Billing: the payment is credited once, by whichever came first (the webhook or
+    # the return page), and the webhook itself was delivered and accepted
+    expect(page.locator(".stat-accent .stat-value")).to_have_text("¥110.00")
+    cash, trial = page.locator(".stats .stat").nth(1), page.locator(".stats .stat").nth(2)
+    expect(cash.locator(".stat-label")).to_have_text(t(lang, "Cash"))
+    expect(cash.locator(".stat-value")).to_have_text("¥100.00")
+    expect(trial.locator(".stat-value")).to_have_text("¥10.00")
+    recent = page.locator("section.card", has_text=t(lang, "Recent top-ups"))
+    expect(recent.locator("tbody tr")).to_have_count(1)
+    expect(recent.locator("tbody tr")).to_contain_text("¥100.00")
+    expect(recent.locator("tbody tr .badge-status-paid")).to_be_visible()
+    credits = LedgerTransaction.objects.filter(wallet__tenant=user.tenant, kind="topup")
+    assert [row.amount_fen for row in credits] == [10_000]
+    deliveries = {event.type: event.status for event in checkout.events}
+    assert deliveries.get("checkout.session.completed") == "delivered", deliveries
+    page.reload()
+    expect(page.locator(".stat-accent .stat-value")).to_have_text("¥110.00")
