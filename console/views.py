@@ -9,6 +9,7 @@ from django.templatetags.static import static
 from django.utils import timezone
 
 from billing.selectors import ledger_for_tenant, trial_state, wallet_for_tenant
+from fleet.models import Region
 from instances.choices import InstanceStatus
 from instances.models import Instance
 from instances.selectors import spend_per_hour_fen
@@ -63,7 +64,7 @@ def disk_list(request: HttpRequest) -> HttpResponse:
     """The Disks page: cloud disks with the instances they can be attached to, the shared NAS
     and the countdown of unpaid storage."""
     tenant_id = request.user.tenant_id  # type: ignore[union-attr]
-    disks = list(tenant_disks(request.user).select_related("instance").order_by("name"))
+    disks = list(tenant_disks(request.user).select_related("instance", "region").order_by("name"))
     arrears = open_arrears(tenant_id)
     price = prices()
     nas = nas_for_tenant(tenant_id)
@@ -83,5 +84,6 @@ def disk_list(request: HttpRequest) -> HttpResponse:
             "nas_price": price.get("nas", 0),
             "day_total_fen": storage_day_fen(tenant_id),
             "stopped_instances": list(stopped.order_by("name")),
+            "regions": list(Region.objects.filter(active=True).order_by("name")),
         },
     )

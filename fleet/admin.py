@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from fleet.models import Gpu, GpuModel, HealthRule, Node, NodeEvent, NodeProfile
+from fleet.models import Gpu, GpuModel, HealthRule, Node, NodeEvent, NodeProfile, Region
 from fleet.selectors import capacity_by_model, latest_samples
 from fleet.services import (
     node_cordon,
@@ -72,10 +72,11 @@ class NodeAdmin(admin.ModelAdmin):
         "rack",
         "switch",
     ]
-    list_filter = ["state", "gpu_product", "interconnect", "in_cluster"]
+    list_filter = ["region", "state", "gpu_product", "interconnect", "in_cluster"]
     search_fields = ["name", "rack", "switch", "fabric", "gpus__uuid"]
     readonly_fields = [
         "id",
+        "region",
         "state",
         "state_reason",
         "state_changed_at",
@@ -233,6 +234,19 @@ class NodeAdmin(admin.ModelAdmin):
             "action": action,
         }
         return TemplateResponse(request, "admin/fleet/node/state_form.html", context)
+
+
+@admin.register(Region)
+class RegionAdmin(admin.ModelAdmin):
+    """A region is a cluster: its kubeconfig is a path in the worker's pod (a mounted Secret),
+    never a credential kept in the database the web tier reads."""
+
+    list_display = ["name", "display_name", "kubeconfig", "active", "created_at"]
+    readonly_fields = ["created_at"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Nodes, instances and disks keep their region (PROTECT); retire one with `active`.
+        return False
 
 
 @admin.register(HealthRule)

@@ -2,6 +2,7 @@
 held by which rental (allocations). Tables keep the names they had when this lived in the
 instances app (`instances_*`), so moving the code moved no data."""
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
@@ -35,13 +36,54 @@ class GpuModel(models.Model):
         return self.name
 
 
+DEFAULT_REGION = "default"
+
+
+class Region(models.Model):
+    """A region: one Kubernetes cluster of GPU nodes, registered by an operator. Its nodes,
+    instances and cloud disks live there (a disk attaches only to instances of its region).
+    The row `default` (made by migration fleet 0007) is the cluster KUBECONFIG names, so a
+    single-cluster installation needs no configuration."""
+
+    name = models.SlugField(
+        primary_key=True, max_length=32, help_text="The region's id in the API, e.g. cn-east-1."
+    )
+    display_name = models.CharField(max_length=64, help_text="As shown to users, e.g. 华东 1.")
+    kubeconfig = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Path of the cluster's kubeconfig in the worker's pod (a Secret mounted there), "
+        "or in-cluster; blank = the KUBECONFIG setting.",
+    )
+    active = models.BooleanField(default=True, help_text="Offered to new orders and disks.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def configured(self) -> bool:
+        """Whether the platform can reach its cluster: a kubeconfig of its own or KUBECONFIG."""
+        return bool(self.kubeconfig or settings.KUBECONFIG)
+
+
 class Node(models.Model):
     """A GPU server of the fleet, mirrored from the cluster's Node object and reported on by
     its node agent. Only `ready` nodes take new rentals; the state changes only through
     fleet.services.node_transition."""
 
     id = PublicIdField(prefix="node")
-    name = models.CharField(max_length=253, unique=True, help_text="Kubernetes node name.")
+    name = models.CharField(
+        max_length=253,
+        unique=True,
+        help_text="Kubernetes node name (unique across the regions' clusters).",
+    )
+    region = models.ForeignKey(
+        Region, on_delete=models.PROTECT, related_name="nodes", default=DEFAULT_REGION
+    )
     gpu_product = models.CharField(max_length=100)
     gpu_count = models.PositiveSmallIntegerField()
     gpu_memory_mb = models.PositiveIntegerField()

@@ -1,14 +1,18 @@
 """Reads of the fleet that more than one screen or route needs."""
 
 from collections import defaultdict
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from fleet.choices import NodeState
-from fleet.models import Allocation, Gpu, GpuSample, Node, NodeProfile
+from fleet.models import Allocation, Gpu, GpuSample, Node, NodeProfile, Region
+from starverse.core import kube
+from starverse.core.errors import InvalidInput
 
 
 def latest_samples(
@@ -56,3 +60,37 @@ def node_profile_for(node: Node) -> NodeProfile | None:
     labels = node.labels or {}
     matching = [p for p in NodeProfile.objects.order_by("name") if p.matches(labels)]
     return max(matching, key=lambda p: len(p.node_selector), default=None)
+
+
+def region_target(region: Region) -> kube.Target:
+    """The cluster a region's calls go to (starverse.core.kube.cluster)."""
+    return kube.Target(name=region.name, kubeconfig=region.kubeconfig)
+
+
+def region_scope(region_id: str | None) -> AbstractContextManager[Any]:
+    """A context in which every cluster call goes to this region's cluster; None (or a region
+    that is gone) leaves the default, KUBECONFIG's."""
+    region = Region.objects.filter(pk=region_id).first() if region_id else None
+    if region is None:
+        return nullcontext()
+    return kube.cluster(region_target(region))
+
+
+def regions_configured() -> list[Region]:
+    """The regions whose cluster the platform can reach (their own kubeconfig, or KUBECONFIG):
+    the ones the periodic sync, reconcile and sweeps serve, one after another."""
+    return [region for region in Region.objects.order_by("name") if region.configured]
+
+
+def region_orderable(name: str) -> Region:
+    """The active region an order or a new disk names; an unknown one is a 400 that lists the
+    regions there are."""
+    region = Region.objects.filter(pk=name, active=True).first()
+    if region is None:
+        names = ", ".join(Region.objects.filter(active=True).values_list("name", flat=True))
+        raise InvalidInput(
+            _("Unknown region %(name)s. The regions are: %(names)s.")
+            % {"name": name, "names": names},
+            code="unknown_region",
+        )
+    return region

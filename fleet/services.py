@@ -14,7 +14,18 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from fleet.choices import NODE_TRANSITIONS, HealthRuleKind, NodeEventKind, NodeState
-from fleet.models import Gpu, GpuModel, GpuRollup, GpuSample, HealthRule, Node, NodeEvent
+from fleet.models import (
+    DEFAULT_REGION,
+    Gpu,
+    GpuModel,
+    GpuRollup,
+    GpuSample,
+    HealthRule,
+    Node,
+    NodeEvent,
+    Region,
+)
+from fleet.selectors import region_scope
 from fleet.telemetry import STORED_METRICS, Report
 from starverse.accounts.tokens import (
     NODE_TOKEN_PREFIX,
@@ -30,6 +41,19 @@ from starverse.core.errors import Conflict, InvalidInput
 logger = logging.getLogger(__name__)
 RAW_RETENTION = timedelta(hours=24)
 ROLLUP_RETENTION = timedelta(days=30)
+
+
+# --- regions ------------------------------------------------------------------------------
+
+
+def region_register(*, name: str, display_name: str, kubeconfig: str = "") -> Region:
+    """Register a region (a cluster), or update one: its display name and kubeconfig path.
+    Its nodes join at the next sync (fleet.tasks.sync_nodes_from_cluster)."""
+    region, created = Region.objects.update_or_create(
+        name=name, defaults={"display_name": display_name or name, "kubeconfig": kubeconfig}
+    )
+    logger.info("region.registered region=%s created=%s", name, created)
+    return region
 
 
 # --- registration -------------------------------------------------------------------------
@@ -65,18 +89,32 @@ def node_for_token(*, name: str, token: str) -> Node | None:
     return Node.objects.filter(name=name, token_hash=token_hash(token)).first()
 
 
-def node_register(*, name: str, bootstrap_token: str, spec: dict[str, Any]) -> tuple[Node, str]:
-    """An agent joining with the fleet's bootstrap token gets its node (created if new, or one
-    the cluster sync found that has no agent yet) and a node token of its own. A node that
-    already has a token is refused: the bootstrap token must not let anyone lock a node's real
-    agent out; a new token for it is an admin action."""
+def node_register(
+    *, name: str, bootstrap_token: str, spec: dict[str, Any], region: str = ""
+) -> tuple[Node, str]:
+    """An agent joining with the fleet's bootstrap token gets its node (created if new, in the
+    region its agent names, or one the cluster sync found that has no agent yet) and a node
+    token of its own. A node that already has a token is refused: the bootstrap token must not
+    let anyone lock a node's real agent out; a new token for it is an admin action. A node the
+    sync found in another region than the agent names is refused too (a misconfigured agent)."""
     expected = settings.NODE_BOOTSTRAP_TOKEN
     if not expected or not hmac.compare_digest(bootstrap_token.encode(), expected.encode()):
         raise InvalidInput("Unknown bootstrap token.", code="bad_bootstrap_token")
+    region = region or DEFAULT_REGION
+    if not Region.objects.filter(pk=region).exists():
+        raise InvalidInput(f"Unknown region {region!r}.", code="unknown_region")
     plaintext = token_generate(NODE_TOKEN_PREFIX)
     issued = {"token_hash": token_hash(plaintext), "token_prefix": token_display_prefix(plaintext)}
     with transaction.atomic():
-        node, created = Node.objects.get_or_create(name=name, defaults={**spec, **issued})
+        node, created = Node.objects.get_or_create(
+            name=name, defaults={**spec, **issued, "region_id": region}
+        )
+        if not created and node.region_id != region:
+            raise Conflict(
+                f"Node {name!r} belongs to region {node.region_id!r}, not {region!r}: check the "
+                "agent's --region.",
+                code="wrong_region",
+            )
         # The condition on token_hash makes two racing first registrations give one token.
         if not created and not Node.objects.filter(pk=node.pk, token_hash=None).update(**issued):
             raise Conflict(
@@ -142,7 +180,8 @@ def node_schedulable_mirror(*, node_id: str) -> bool | None:
     if node is None or not node.in_cluster:
         return None
     unschedulable = node.state != NodeState.READY
-    kube.node_set_unschedulable(node.name, unschedulable)
+    with region_scope(node.region_id):
+        kube.node_set_unschedulable(node.name, unschedulable)
     return unschedulable
 
 
@@ -430,9 +469,12 @@ TOPOLOGY_LABELS = {
 }
 
 
-def nodes_sync_from_cluster() -> int:
-    """Mirror the cluster's GPU Node objects into the fleet: new nodes appear, capacity and
-    labels follow the cluster. Nodes gone from the cluster are marked, never deleted."""
+def nodes_sync_from_cluster(*, region: str = DEFAULT_REGION) -> int:
+    """Mirror a region's cluster's GPU Node objects into the fleet (called inside that
+    region's kube.cluster context; the default region is KUBECONFIG's): new nodes appear in the
+    region, capacity and labels follow the cluster. Nodes gone from the cluster are marked,
+    never deleted. A node name another region already holds is skipped and logged: names are
+    unique across the regions (the agents report by name)."""
     seen = []
     for item in kube.nodes_list():
         if item.gpu_count <= 0:
@@ -461,13 +503,26 @@ def nodes_sync_from_cluster() -> int:
             },
             "in_cluster": True,
         }
-        node, created = Node.objects.update_or_create(name=item.name, defaults=spec)
+        elsewhere = Node.objects.filter(name=item.name).exclude(region_id=region).first()
+        if elsewhere is not None:
+            logger.error(
+                "fleet.sync_name_clash node=%s region=%s held_by=%s",
+                item.name,
+                region,
+                elsewhere.region_id,
+            )
+            continue
+        node, created = Node.objects.update_or_create(
+            name=item.name, defaults={**spec, "region_id": region}
+        )
         if created:
             NodeEvent.objects.create(
                 node=node, kind=NodeEventKind.REGISTERED, message="Discovered in the cluster."
             )
         seen.append(item.name)
-    Node.objects.filter(in_cluster=True).exclude(name__in=seen).update(in_cluster=False)
+    Node.objects.filter(region_id=region, in_cluster=True).exclude(name__in=seen).update(
+        in_cluster=False
+    )
     return len(seen)
 
 

@@ -21,6 +21,7 @@ from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
 from fleet.choices import NodeState
 from fleet.models import Node
+from fleet.selectors import region_orderable
 from instances.admission import Runway, admit, runway_of
 from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
@@ -52,6 +53,7 @@ from starverse.core.errors import (
 )
 from starverse.core.money import format_fen
 from starverse.core.text import Deferred, later
+from storage.models import Disk
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
@@ -122,10 +124,13 @@ def instance_order(
     disks: list[str] | None = None,
     auto_recover: bool | None = None,
     ports: list[int] | None = None,
+    region: str = "",
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
     Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`
-    are the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway)."""
+    are the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway).
+    `region` keeps it to that region's nodes; "" (any) places it where there is room, or in
+    the region of the disks it orders (a disk attaches only in its own region)."""
     declared = ports_validate(ports or [])
     request_hash = request_hash_of(
         offering=offering_id,
@@ -135,11 +140,13 @@ def instance_order(
         ssh_keys=sorted(ssh_keys or []),
         **({"disks": sorted(disks)} if disks else {}),
         **({"ports": declared} if declared else {}),
+        **({"region": region} if region else {}),
     )
     earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
     if earlier is not None:
         return earlier, False
     offering, image = orderable(offering_id, image_id, billing)
+    region_id = region_orderable(region).pk if region else _disks_region(user, disks or [])
     key_ids = ssh_keys_own(user, ssh_keys or [])
     account_hold_check(user.tenant_id)
     instance = Instance(
@@ -155,6 +162,7 @@ def instance_order(
         auto_renew=auto_renew,
         ssh_key_ids=key_ids,
         ports=declared,
+        region_id=region_id,
         # Network-backed storage lets a cloud instance move; a whole node is the node.
         auto_recover=offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover,
     )
@@ -168,6 +176,15 @@ def instance_order(
             raise
         return earlier, False
     return instance, True
+
+
+def _disks_region(user: Any, disk_ids: list[str]) -> str | None:
+    """The region of the first of the disks an order names (the rest must be there too), or
+    None: no disks, so any region."""
+    found = dict(
+        Disk.objects.filter(tenant_id=user.tenant_id, pk__in=disk_ids).values_list("pk", "region")
+    )
+    return next((found[pk] for pk in disk_ids if pk in found), None)
 
 
 def request_hash_of(**fields: Any) -> str:
@@ -206,7 +223,7 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
     limits are checked under the wallet lock, and a placed monthly rental pays its first month
     (a refusal rolls the whole order back). Locks: GPU model, disks, wallet."""
     waiting = Instance.objects.filter(_waiting(instance.offering.gpu_model.product)).exists()
-    placement = None if waiting else choose(instance.offering)
+    placement = None if waiting else choose(instance.offering, instance.region_id or "")
     instance_create(instance, placement=placement)
     disks_attach_at_order(instance, disk_ids)
     admit(instance)
@@ -226,7 +243,7 @@ def gang_place_or_queue(
     None (queued). Locks: GPU model, disks, wallet; never a partial placement."""
     offering = ranks[0].offering
     waiting = Instance.objects.filter(_waiting(offering.gpu_model.product)).exists()
-    gang = None if waiting else choose_nodes(offering, len(ranks))
+    gang = None if waiting else choose_nodes(offering, len(ranks), ranks[0].region_id or "")
     for index, rank in enumerate(ranks):
         instance_create(rank, placement=None if gang is None else gang.placements[index])
     for rank, wanted in zip(ranks, disk_ids or [], strict=False):
@@ -276,7 +293,7 @@ def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | Non
         return "wait", None
     if instance.cluster_id:
         return _try_place_gang(instance)
-    placement = choose(instance.offering)
+    placement = choose(instance.offering, instance.region_id or "")
     found = runway_of(instance, wallet_locked(instance.tenant_id))
     if not found.covered:
         return "unfunded", found
@@ -293,7 +310,9 @@ def _try_place_gang(head: Instance) -> tuple[Outcome, Runway | None]:
     in rank order after it, gets a whole node or none does."""
     every = ranks_locked(str(head.cluster_id))
     ranks = [rank for rank in every if rank.status == S.QUEUED]
-    gang = choose_nodes(head.offering, len(ranks), prefer=_switches_held(every))
+    gang = choose_nodes(
+        head.offering, len(ranks), head.region_id or "", prefer=_switches_held(every)
+    )
     found = runway_of(head, wallet_locked(head.tenant_id))
     if not found.covered:
         return "unfunded", found
@@ -324,7 +343,8 @@ def rank_replace(rank: Instance, message: str) -> bool:
     Returns whether it was placed now."""
     instance_requeue(rank, message)
     others = list(Instance.objects.filter(cluster_id=rank.cluster_id).exclude(pk=rank.pk))
-    gang = choose_nodes(rank.offering, 1, prefer=_switches_held(others))
+    # in its own region: its disks and its cluster's other ranks are there
+    gang = choose_nodes(rank.offering, 1, rank.region_id or "", prefer=_switches_held(others))
     if gang is None:
         InstanceEvent.objects.create(
             instance=rank,

@@ -95,6 +95,15 @@ class Instance(models.Model):
     node = models.ForeignKey(
         Node, null=True, blank=True, on_delete=models.PROTECT, related_name="instances"
     )
+    region = models.ForeignKey(
+        "fleet.Region",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Where it runs: the order's choice (null: any), then its first node's region, "
+        "kept for good (its own disk lives in that cluster).",
+    )
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
     queued_at = models.DateTimeField(null=True, blank=True, db_index=True)

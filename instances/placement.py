@@ -109,7 +109,7 @@ def misfit(offering: Offering) -> str | None:
     return f"Fits on no {offering.gpu_model} node: {name} is short of " + "; ".join(short) + "."
 
 
-def choose(offering: Offering) -> tuple[Node, list[int]] | None:
+def choose(offering: Offering, region: str = "") -> tuple[Node, list[int]] | None:
     """The node and GPU indices an instance of this offering gets now, or None. A node fits when
     it has the GPUs free and, by its allocatable less what is already placed on it, the CPU,
     memory, ephemeral storage and pod slot the instance's pod asks for, so the kubelet admits
@@ -117,10 +117,11 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
     best-fit (the fullest node that still fits), so whole nodes stay free for whole-node
     rentals. Must run inside transaction.atomic(): it takes the GPU model's lock, which
     serialises placements of that model while other models place in parallel; allocate() must
-    follow in the same transaction. Reads plain tuples: this is the hot path of every order."""
+    follow in the same transaction. Only nodes of `region` when one is given ("" = any region,
+    so the best fit anywhere). Reads plain tuples: this is the hot path of every order."""
     _model_lock(offering)
     product = offering.gpu_model.product
-    nodes, taken, rooms = capacity(product)
+    nodes, taken, rooms, regions = capacity(product, region)
     need = offering.gpu_count
     want = needs(offering)
     best = None
@@ -137,7 +138,10 @@ def choose(offering: Offering) -> tuple[Node, list[int]] | None:
         return None
     node_id, name, count, _free = best
     indices = [i for i in range(count) if i not in taken[node_id]][:need]
-    return Node(id=node_id, name=name, gpu_count=count, gpu_product=product), indices
+    node = Node(
+        id=node_id, name=name, gpu_count=count, gpu_product=product, region_id=regions[node_id]
+    )
+    return node, indices
 
 
 def _model_lock(offering: Offering) -> None:
@@ -180,7 +184,7 @@ def pack(free: dict[str, list[str]], count: int, *, one_switch: bool) -> list[st
 
 
 def choose_nodes(
-    offering: Offering, count: int, *, prefer: frozenset[str] = frozenset()
+    offering: Offering, count: int, region: str = "", *, prefer: frozenset[str] = frozenset()
 ) -> Gang | None:
     """Whole free nodes for every rank of a cluster of a whole-node offering, or None (all or
     none: a cluster never holds part of its nodes). Packed under as few leaf switches as
@@ -188,10 +192,12 @@ def choose_nodes(
     rank moves) if they have room; an offering with `cluster_one_switch` refuses to span
     switches. Runs in
     the caller's transaction under the same GPU-model lock and the same fit rules as choose(),
-    and allocate() follows in that transaction for every rank."""
+    and allocate() follows in that transaction for every rank. All ranks go to one region
+    (their pods must reach each other): `region`'s, or with "" the first region, by name,
+    where they fit."""
     _model_lock(offering)
     product = offering.gpu_model.product
-    nodes, taken, rooms = capacity(product)
+    nodes, taken, rooms, regions = capacity(product, region)
     want = needs(offering)
     fit = {
         node_id: (name, gpus)
@@ -201,18 +207,29 @@ def choose_nodes(
     if len(fit) < count:
         return None
     switches = dict(Node.objects.filter(pk__in=list(fit)).values_list("pk", "switch"))
-    free: dict[str, list[str]] = defaultdict(list)
-    for node_id in sorted(fit, key=lambda pk: fit[pk][0]):
-        free[switches[node_id]].append(node_id)
-    near = {switch: ids for switch, ids in free.items() if switch in prefer}
-    chosen = pack(near, count, one_switch=offering.cluster_one_switch) if near else None
-    if chosen is None:
-        chosen = pack(free, count, one_switch=offering.cluster_one_switch)
+    chosen = None
+    for where in sorted({regions[node_id] for node_id in fit}):
+        free: dict[str, list[str]] = defaultdict(list)
+        for node_id in sorted(fit, key=lambda pk: fit[pk][0]):
+            if regions[node_id] == where:
+                free[switches[node_id]].append(node_id)
+        near = {switch: ids for switch, ids in free.items() if switch in prefer}
+        chosen = pack(near, count, one_switch=offering.cluster_one_switch) if near else None
+        if chosen is None:
+            chosen = pack(free, count, one_switch=offering.cluster_one_switch)
+        if chosen is not None:
+            break
     if chosen is None:
         return None
     placements = [
         (
-            Node(id=node_id, name=fit[node_id][0], gpu_count=fit[node_id][1], gpu_product=product),
+            Node(
+                id=node_id,
+                name=fit[node_id][0],
+                gpu_count=fit[node_id][1],
+                gpu_product=product,
+                region_id=regions[node_id],
+            ),
             list(range(fit[node_id][1])),
         )
         for node_id in chosen
@@ -222,16 +239,16 @@ def choose_nodes(
 
 _CAPACITY_SQL = """
 SELECT 'node', id, name, gpu_count, allocatable_cpu_m, allocatable_memory_mib,
-       allocatable_ephemeral_mib, allocatable_pods FROM {node}
-  WHERE state = %s AND gpu_product = %s AND (in_cluster OR %s)
+       allocatable_ephemeral_mib, allocatable_pods, region_id FROM {node}
+  WHERE state = %s AND gpu_product = %s AND (in_cluster OR %s) AND (%s = '' OR region_id = %s)
 UNION ALL
-SELECT 'taken', a.node_id, NULL, a.gpu_index, NULL, NULL, NULL, NULL FROM {allocation} a
+SELECT 'taken', a.node_id, NULL, a.gpu_index, NULL, NULL, NULL, NULL, NULL FROM {allocation} a
   JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s
 UNION ALL
-SELECT 'taken', g.node_id, NULL, g."index", NULL, NULL, NULL, NULL FROM {gpu} g
+SELECT 'taken', g.node_id, NULL, g."index", NULL, NULL, NULL, NULL, NULL FROM {gpu} g
   JOIN {node} n ON n.id = g.node_id WHERE n.gpu_product = %s AND g.lost_at IS NOT NULL
 UNION ALL
-SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb, o.local_disk_gb, NULL
+SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb, o.local_disk_gb, NULL, NULL
   FROM (SELECT DISTINCT a.node_id, a.instance_id FROM {allocation} a
           JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s) held
   JOIN {instance} i ON i.id = held.instance_id
@@ -240,12 +257,13 @@ SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb, o.local_disk_
 
 
 def capacity(
-    product: str,
-) -> tuple[list[tuple[str, str, int]], dict[str, set[int]], dict[str, Room]]:
-    """Ready nodes of a product, in id order, the GPU indices taken (allocated or lost) on
-    each, and the room each has left by its allocatable less the pods of the instances holding
-    its GPUs: one round trip. When a cluster is configured, only nodes it lists: a node that
-    registered itself but that the cluster does not run cannot host a pod."""
+    product: str, region: str = ""
+) -> tuple[list[tuple[str, str, int]], dict[str, set[int]], dict[str, Room], dict[str, str]]:
+    """Ready nodes of a product (of one region, or of all with ""), in id order, the GPU
+    indices taken (allocated or lost) on each, the room each has left by its allocatable less
+    the pods of the instances holding its GPUs, and each node's region: one round trip. When a
+    cluster is configured, only nodes it lists: a node that registered itself but that the
+    cluster does not run cannot host a pod."""
     sql = _CAPACITY_SQL.format(
         node=Node._meta.db_table,
         allocation=Allocation._meta.db_table,
@@ -255,14 +273,19 @@ def capacity(
     )
     nodes, taken = [], defaultdict(set)
     allocatable: dict[str, Room] = {}
+    regions: dict[str, str] = {}
     used: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     with connection.cursor() as cursor:
         any_node = not settings.KUBECONFIG
-        cursor.execute(sql, [NodeState.READY, product, any_node, product, product, product])
-        for kind, node_id, name, number, cpu, memory, storage, pods in cursor.fetchall():
+        cursor.execute(
+            sql,
+            [NodeState.READY, product, any_node, region, region, product, product, product],
+        )
+        for kind, node_id, name, number, cpu, memory, storage, pods, where in cursor.fetchall():
             if kind == "node":
                 nodes.append((node_id, name, number))
                 allocatable[node_id] = Room(cpu, memory, storage, pods)
+                regions[node_id] = where
             elif kind == "taken":
                 taken[node_id].add(number)
             else:
@@ -281,7 +304,7 @@ def capacity(
         )
         for node_id, room in allocatable.items()
     }
-    return nodes, taken, rooms
+    return nodes, taken, rooms, regions
 
 
 def _less(room: Room, spent: list[int]) -> Room:

@@ -11,7 +11,7 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from fleet.models import Gpu, GpuModel, GpuSample
+from fleet.models import Gpu, GpuModel, GpuSample, Node, Region
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.models import Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
@@ -28,7 +28,7 @@ def availability(offerings: list[Offering]) -> dict[str, int]:
     }
     result = {}
     for offering in offerings:
-        nodes, taken, rooms = per_product[offering.gpu_model.product]
+        nodes, taken, rooms, _regions = per_product[offering.gpu_model.product]
         want = needs(offering)
         total = 0
         for node_id, _name, count in nodes:
@@ -41,6 +41,41 @@ def availability(offerings: list[Offering]) -> dict[str, int]:
                 by_gpus = left // offering.gpu_count
                 total += by_gpus if by_room is None else min(by_gpus, by_room)
         result[offering.id] = total
+    return result
+
+
+def offering_regions(offerings: list[Offering]) -> dict[str, list[str]]:
+    """The active regions where nodes of each offering's GPU model exist, by offering id."""
+    by_product: dict[str, set[str]] = defaultdict(set)
+    rows = Node.objects.filter(
+        gpu_product__in={o.gpu_model.product for o in offerings}, region__active=True
+    )
+    if settings.KUBECONFIG:
+        rows = rows.filter(in_cluster=True)
+    for product, region in rows.values_list("gpu_product", "region_id").distinct():
+        by_product[product].add(region)
+    return {o.id: sorted(by_product[o.gpu_model.product]) for o in offerings}
+
+
+def regions_overview() -> list[dict[str, Any]]:
+    """Every active region with, per GPU model it has nodes of, how many GPUs it has on ready
+    nodes and how many of them are free now (read the way placement reads them)."""
+    models = {model.product: model for model in GpuModel.objects.all()}
+    present: dict[str, set[str]] = defaultdict(set)
+    for where, product in Node.objects.values_list("region_id", "gpu_product").distinct():
+        present[where].add(product)
+    result = []
+    for region in Region.objects.filter(active=True).order_by("name"):
+        gpu_models = []
+        for product in sorted(present[region.name] & set(models), key=lambda p: models[p].id):
+            nodes, taken, _rooms, _regions = capacity(product, region.name)
+            total = sum(count for _id, _name, count in nodes)
+            free = sum(max(count - len(taken[node_id]), 0) for node_id, _name, count in nodes)
+            model = models[product]
+            gpu_models.append({"id": model.id, "name": model.name, "gpus": total, "free": free})
+        result.append(
+            {"name": region.name, "display_name": region.display_name, "gpu_models": gpu_models}
+        )
     return result
 
 
@@ -90,6 +125,7 @@ INSTANCE_COLUMNS = (
     ("ssh_host_key_fingerprint", "i.ssh_host_key_fingerprint"),
     ("cost_fen", "i.cost_fen"),
     ("node_id", "i.node_id"),
+    ("region_id", "i.region_id"),
     ("error_message", "i.error_message"),
     ("paid_until", "i.paid_until"),
     ("auto_renew", "i.auto_renew"),

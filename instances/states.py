@@ -23,7 +23,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from fleet.models import Node
+from fleet.models import DEFAULT_REGION, Node
 from instances.charges import bill_until, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.models import Instance, InstanceEvent
@@ -112,6 +112,7 @@ def instance_create(instance: Instance, *, placement: tuple[Node, list[int]] | N
     if placement is not None:
         node = placement[0]
         instance.status, instance.node, instance.queued_at = S.PROVISIONING, node, None
+        instance.region_id = node.region_id
         for key, value in _provisioning_anew().items():
             setattr(instance, key, value)
         placed = InstanceEvent(instance=instance, status=S.PROVISIONING, message=_placed(node))
@@ -132,6 +133,7 @@ def instance_mark_placed(instance: Instance, node: Node, indices: list[int]) -> 
         S.PROVISIONING,
         _placed(node),
         node=node,
+        region_id=node.region_id,
         queued_at=None,
         unfunded_since=None,
         **_provisioning_anew(),
@@ -371,4 +373,5 @@ def _own_disk_keep(instance: Instance, claim_name: str) -> Disk:
         namespace=instance.k8s_namespace,
         claim_name=claim_name,
         origin=instance.id,
+        region=instance.region_id or DEFAULT_REGION,
     )

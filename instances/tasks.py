@@ -7,11 +7,13 @@ from celery import shared_task
 from django.conf import settings
 
 from billing.notices import runway_notices_check
+from fleet.selectors import region_target, regions_configured
 from instances import lifecycle, metering, monthly
 from instances.choices import InstanceStatus
 from instances.models import Instance
 from instances.provisioning import converge, namespaces, reconcile
 from instances.selectors import spend_per_hour_fen
+from starverse.core import kube
 from starverse.core.kube import TASK_RETRY, KubeError
 
 logger = logging.getLogger(__name__)
@@ -88,24 +90,26 @@ def meter_usage() -> None:
 
 @shared_task(acks_late=True, ignore_result=True)
 def reconcile_cluster() -> None:
-    if not settings.KUBECONFIG:
-        return
-    try:
-        reconcile.reconcile()
-    except KubeError as error:
-        logger.error("reconcile.failed error=%s", error)
+    """One pass per region's cluster: one that cannot be reached does not hold up the rest."""
+    for region in regions_configured():
+        try:
+            with kube.cluster(region_target(region)):
+                reconcile.reconcile(region=region.name)
+        except KubeError as error:
+            logger.error("reconcile.failed region=%s error=%s", region.name, error)
 
 
 @shared_task(acks_late=True, ignore_result=True)
 def converge_tenant_namespaces() -> None:
     """Bring every tenant namespace's labels, RoleBinding and NetworkPolicy up to the
-    platform's policy (a release, or the operator's CIDR settings, changed it)."""
-    if not settings.KUBECONFIG:
-        return
-    try:
-        namespaces.tenant_namespaces_sweep()
-    except KubeError as error:
-        logger.error("tenant_namespaces.sweep_failed error=%s", error)
+    platform's policy (a release, or the operator's CIDR settings, changed it), in every
+    region's cluster."""
+    for region in regions_configured():
+        try:
+            with kube.cluster(region_target(region)):
+                namespaces.tenant_namespaces_sweep()
+        except KubeError as error:
+            logger.error("tenant_namespaces.sweep_failed region=%s error=%s", region.name, error)
 
 
 @shared_task(acks_late=True, ignore_result=True)

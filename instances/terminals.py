@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from django.utils.translation import gettext as _
 
+from fleet.selectors import region_target
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
+from starverse.core import kube
 from starverse.core.errors import Conflict
 from starverse.core.tenancy import get_for_user
 from starverse.core.text import later
@@ -44,6 +46,8 @@ class TerminalTarget:
     pod: str
     container: str
     command: tuple[str, ...]
+    # the instance's region's cluster (None: the default, KUBECONFIG's)
+    cluster: kube.Target | None = None
 
 
 def _not_running(status: str) -> str:
@@ -72,6 +76,11 @@ def terminal_target(*, user: object, instance_id: str) -> TerminalTarget:
         pod=instance.k8s_name,
         container=CONTAINER,
         command=tuple(SHELL),
+        cluster=(
+            region_target(instance.region)
+            if instance.region is not None and instance.region.kubeconfig
+            else None
+        ),
     )
 
 

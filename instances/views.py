@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from billing.models import Wallet
 from billing.selectors import wallet_for_tenant
+from fleet.models import Region
 from instances.api.serializers import InstanceOutput
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from instances.gateway import MAX_PORTS
@@ -74,6 +75,12 @@ class RentForm(forms.Form):
         },
     )
     auto_recover = forms.BooleanField(required=False)
+    region = forms.ChoiceField(
+        required=False,
+        error_messages={
+            "invalid_choice": gettext_lazy("That region is no longer offered; choose another.")
+        },
+    )
     token = forms.RegexField(regex=r"^[A-Za-z0-9_-]{16,64}$")
 
     def __init__(
@@ -83,10 +90,12 @@ class RentForm(forms.Form):
         images: list[Image],
         keys: list[Any],
         disks: Sequence[Any] = (),
+        regions: Sequence[Region] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self._offer("disks", [(d.id, d.name) for d in disks])
+        self._offer("region", [("", ""), *((r.name, r.display_name) for r in regions)])
         self._offer("offering", [(o.id, o.name) for o in offerings])
         self._offer("image", [(i.id, i.name) for i in images])
         self._offer("ssh_keys", [(k.id, k.name) for k in keys])
@@ -132,6 +141,7 @@ class _Offer:
     counts: dict[str, int]
     keys: list[SshKey]
     disks: list[Disk]
+    regions: list[Region]
 
 
 @dataclass
@@ -167,6 +177,7 @@ def rent(request: HttpRequest) -> HttpResponse:
         images=offer.images,
         keys=offer.keys,
         disks=offer.disks,
+        regions=offer.regions,
     )
     shown = _form_as_posted(request)
     if not form.is_valid():
@@ -198,6 +209,7 @@ def _offer_for(request: HttpRequest) -> _Offer:
         counts=availability(offerings),
         keys=list(scope_to_user(SshKey.objects.all(), request.user, "user")),
         disks=free_disks(request.user),
+        regions=list(Region.objects.filter(active=True).order_by("name")),
     )
 
 
@@ -213,6 +225,7 @@ def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
         "billing": BillingMode.HOURLY,
         "name": "",
         "auto_recover": "on",
+        "region": "",
     }
     return _Shown(
         chosen=chosen,
@@ -227,7 +240,7 @@ def _form_as_posted(request: HttpRequest) -> _Shown:
     return _Shown(
         chosen={
             key: str(request.POST.get(key, ""))[:100]
-            for key in ("offering", "image", "billing", "name", "auto_recover")
+            for key in ("offering", "image", "billing", "name", "auto_recover", "region")
         },
         token=str(request.POST.get("token", "")),
         selected_keys=request.POST.getlist("ssh_keys"),
@@ -252,6 +265,7 @@ def _order_place(
         ssh_keys=data["ssh_keys"],
         disks=data["disks"],
         auto_recover=_auto_recover(offer.offerings, data),
+        region=data["region"],
         idempotency_key=ORDER_KEY_PREFIX + data["token"],
     )
 
@@ -283,6 +297,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
         "selected_keys": shown.selected_keys,
         "disks": offer.disks,
         "selected_disks": shown.selected_disks,
+        "regions": offer.regions,
         "wallet": offer.wallet,
         "chosen": shown.chosen,
         "selected": next((o for o in offer.offerings if o.id == shown.chosen["offering"]), None),

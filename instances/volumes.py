@@ -24,7 +24,27 @@ RESTARTABLE = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 def disks_attach_at_order(instance: Instance, disk_ids: list[str]) -> None:
     """Attach the ordered disks to a new instance, inside the order's transaction."""
     for disk_id in dict.fromkeys(disk_ids):
-        disk_bind(disk_for_tenant(instance.tenant_id, disk_id, lock=True), instance.id)
+        disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
+        region_check(instance, disk)
+        disk_bind(disk, instance.id)
+
+
+def region_check(instance: Instance, disk: Disk) -> None:
+    """A disk is a claim in its region's cluster: it attaches only to an instance of that
+    region (one not placed yet and ordered for any region is kept to the disk's from then on)."""
+    if instance.region_id is None:
+        instance.region_id = disk.region_id
+        Instance.objects.filter(pk=instance.pk).update(region_id=disk.region_id)
+        return
+    if disk.region_id != instance.region_id:
+        raise Conflict(
+            _(
+                "Disk %(disk)s is in region %(disk_region)s and attaches only to instances in "
+                "that region; this instance is in %(region)s."
+            )
+            % {"disk": disk.name, "disk_region": disk.region_id, "region": instance.region_id},
+            code="wrong_region",
+        )
 
 
 def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
@@ -56,6 +76,7 @@ def disk_attach(*, instance: Instance, disk_id: str, restart: bool = False) -> D
         disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
         if disk.instance_id == locked.id:
             return disk
+        region_check(locked, disk)
         disk_bind(disk, locked.id)
         InstanceEvent.objects.create(
             instance=locked,

@@ -65,6 +65,12 @@ def agent_parser() -> argparse.ArgumentParser:
         "token is refused) and keep its node token in --token-file",
     )
     parser.add_argument(
+        "--region",
+        default=_env("NODEAGENT_REGION", ""),
+        help="the region (cluster) this node belongs to, sent when it registers (default: the "
+        "platform's default region)",
+    )
+    parser.add_argument(
         "--interval",
         type=float,
         default=_env("NODEAGENT_INTERVAL", "15"),
@@ -162,6 +168,7 @@ def bootstrap_credentials(args: argparse.Namespace, source: GpuSource) -> NodeCr
         args.bootstrap_token_file,
         lambda: registration_spec(source.inventory()),
         timeout=args.timeout,
+        region=args.region or "",
     )
 
 

@@ -13,7 +13,7 @@ to rotate it, or issued another token), an agent that has the bootstrap token re
 keeps the new token and sends its reports; one that cannot (the node is registered and holds
 another token) says loudly what the operator must do and keeps its reports for later.
 
-    POST {platform}/api/v1/nodes/register
+    POST {platform}/api/v1/nodes/register   (with "region" when the agent is given one)
     {"name", "bootstrap_token", "gpu_product", "gpu_count", "gpu_memory_mb"}
     → 201 {"name", "token"} | 401 (wrong bootstrap token) | 409 (already registered)
 """
@@ -72,6 +72,7 @@ class NodeCredentials:
         spec: Callable[[], dict[str, Any]],
         *,
         timeout: float = 10.0,
+        region: str = "",
     ) -> None:
         parsed = urllib.parse.urlsplit(platform_url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -82,6 +83,7 @@ class NodeCredentials:
         self.bootstrap_file = Path(bootstrap_file) if bootstrap_file else None
         self._spec = spec
         self.timeout = timeout
+        self.region = region
         self._opener = urllib.request.build_opener(_NoRedirect())
         self.registrations = 0
 
@@ -157,6 +159,8 @@ class NodeCredentials:
         except OSError as exc:
             raise TokenUnavailable(f"cannot read the bootstrap token: {exc}") from None
         body = {"name": self.node, "bootstrap_token": bootstrap, **self._spec()}
+        if self.region:
+            body["region"] = self.region
         request = urllib.request.Request(  # noqa: S310 - the URL's scheme is checked: http(s)
             self.register_url,
             data=json.dumps(body).encode(),

@@ -14,6 +14,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from billing.holds import account_hold_check
+from fleet.models import DEFAULT_REGION
+from fleet.selectors import region_orderable
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.kube import namespace_name
@@ -57,10 +59,12 @@ def disk_for_tenant(tenant_id: str, disk_id: str, *, lock: bool = False) -> Disk
     return disk
 
 
-def disk_create(*, user: Any, name: str, size_gb: int) -> Disk:
-    """A new empty disk. Its first day is charged at once, so creating one needs a balance
-    that pays a day of it (storage.billing), and an account not on hold."""
+def disk_create(*, user: Any, name: str, size_gb: int, region: str = "") -> Disk:
+    """A new empty disk in a region ("" = the default region): a claim in that region's
+    cluster, attachable only to instances there. Its first day is charged at once, so creating
+    one needs a balance that pays a day of it (storage.billing), and an account not on hold."""
     name, size_gb = _name(name), _size(size_gb)
+    region = region_orderable(region).pk if region else DEFAULT_REGION
     account_hold_check(user.tenant_id)
     live = Disk.objects.filter(tenant_id=user.tenant_id, status__in=LIVE_DISK)
     if live.count() >= settings.DISKS_PER_TENANT:
@@ -76,6 +80,7 @@ def disk_create(*, user: Any, name: str, size_gb: int) -> Disk:
         size_gb=size_gb,
         storage_class=settings.DISK_STORAGE_CLASS or "",
         k8s_namespace=namespace_name(user.tenant_id),
+        region_id=region,
     )
     disk.k8s_name = cloud_disk_name(disk.id)
     try:
@@ -179,6 +184,7 @@ def disk_adopt(
     namespace: str,
     claim_name: str,
     origin: str,
+    region: str = DEFAULT_REGION,
 ) -> Disk:
     """Adopt an existing claim (a terminated instance's own disk) as a cloud disk, under the
     first free name derived from `name`; the storage task relabels the claim, and it is charged
@@ -203,6 +209,7 @@ def disk_adopt(
         k8s_namespace=namespace,
         k8s_name=claim_name,
         origin=origin,
+        region_id=region,
         created_at=timezone.now(),
     )
     enqueue_on_commit("storage.tasks.ensure_disk", disk.id)

@@ -10,6 +10,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from fleet.models import DEFAULT_REGION
 from starverse.core.ids import PublicIdField
 from storage.choices import DiskStatus, StorageKind
 
@@ -32,6 +33,13 @@ class Disk(models.Model):
     )
     instance = models.ForeignKey(
         "instances.Instance", null=True, blank=True, on_delete=models.PROTECT, related_name="disks"
+    )
+    region = models.ForeignKey(
+        "fleet.Region",
+        on_delete=models.PROTECT,
+        related_name="+",
+        default=DEFAULT_REGION,
+        help_text="The region (cluster) the claim lives in: it attaches only to instances there.",
     )
     storage_class = models.CharField(max_length=253, blank=True)
     k8s_namespace = models.CharField(max_length=63, blank=True)

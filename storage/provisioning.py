@@ -2,13 +2,16 @@
 grow it, delete it. Claims are never owner-referenced; only these functions delete one, and
 only for a row that asks for it."""
 
+import functools
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.models import Allocation
+from fleet.models import DEFAULT_REGION, Allocation
+from fleet.selectors import region_scope
 from starverse.core import kube
 from starverse.core.kube import namespace_name
 from storage import manifests
@@ -17,10 +20,23 @@ from storage.models import Disk, SharedStorage
 
 logger = logging.getLogger(__name__)
 D = DiskStatus
+T = TypeVar("T")
 
 
 class StillDeleting(Exception):
     """The claim is terminating (a pod still mounts it); check again shortly."""
+
+
+def in_its_region(function: Callable[[str], T]) -> Callable[[str], T]:
+    """Run a step for one disk (by id) against its region's cluster, where its claim is."""
+
+    @functools.wraps(function)
+    def wrapper(disk_id: str) -> T:
+        region = Disk.objects.filter(pk=disk_id).values_list("region", flat=True).first()
+        with region_scope(region):
+            return function(disk_id)
+
+    return wrapper
 
 
 def claim_converge(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +64,7 @@ def claim_converge(manifest: dict[str, Any]) -> dict[str, Any]:
     return kube.claim_patch(meta["namespace"], meta["name"], patch)
 
 
+@in_its_region
 def disk_ensure(disk_id: str) -> str:
     """Make the disk's claim exist at its size; a new disk becomes available."""
     disk = Disk.objects.filter(pk=disk_id).first()
@@ -59,6 +76,7 @@ def disk_ensure(disk_id: str) -> str:
     return Disk.objects.values_list("status", flat=True).get(pk=disk.pk)
 
 
+@in_its_region
 def disk_remove(disk_id: str) -> str:
     """Delete a deleting disk's claim and wait until it is gone."""
     disk = Disk.objects.filter(pk=disk_id).first()
@@ -104,7 +122,8 @@ def nas_remove(nas_id: str) -> str:
 
 def nas_usage_refresh() -> int:
     """Read how full each shared NAS is from the kubelets' volume statistics of the nodes that
-    run the tenants' instances. Returns how many NAS rows were updated."""
+    run the tenants' instances (in the default region, the NAS's cluster). Returns how many
+    NAS rows were updated."""
     claims = {
         (namespace_name(t), name): pk
         for pk, t, name in SharedStorage.objects.filter(
@@ -116,7 +135,9 @@ def nas_usage_refresh() -> int:
     namespaces = {namespace for namespace, _name in claims}
     # The nodes where the tenants' pods run: those holding their GPUs.
     nodes = set(
-        Allocation.objects.filter(instance__k8s_namespace__in=namespaces)
+        Allocation.objects.filter(
+            instance__k8s_namespace__in=namespaces, node__region_id=DEFAULT_REGION
+        )
         .values_list("node__name", flat=True)
         .distinct()
     )

@@ -25,6 +25,7 @@ class SizeForm(forms.Form):
 
 class DiskForm(SizeForm):
     name = forms.CharField(max_length=63)
+    region = forms.CharField(max_length=32, required=False)
 
 
 def _form_error(form: forms.Form) -> str:
@@ -41,7 +42,12 @@ def disk_create_view(request: HttpRequest) -> HttpResponse:
         data = form.cleaned_data
         run_service(
             request,
-            lambda: disk_create(user=request.user, name=data["name"], size_gb=data["size_gb"]),
+            lambda: disk_create(
+                user=request.user,
+                name=data["name"],
+                size_gb=data["size_gb"],
+                region=data["region"],
+            ),
             _("Disk “%(name)s” created.") % {"name": data["name"]},
         )
     return redirect("console:disks")

@@ -89,6 +89,14 @@ async def _db(function: Callable[..., Any], **kwargs: Any) -> Any:
     return await sync_to_async(call, thread_sensitive=True)()
 
 
+def _exec_open(target: TerminalTarget) -> kube.ExecSession:
+    """The shell, opened through the API server of the instance's region's cluster."""
+    with kube.cluster(target.cluster) if target.cluster else contextlib.nullcontext():
+        return kube.exec_open(
+            target.namespace, target.pod, container=target.container, command=list(target.command)
+        )
+
+
 class Terminal:
     """One browser WebSocket, from the handshake to the end of its shell."""
 
@@ -133,13 +141,7 @@ class Terminal:
             return
         await self.accept()
         try:
-            session = await asyncio.to_thread(
-                kube.exec_open,
-                target.namespace,
-                target.pod,
-                container=target.container,
-                command=list(target.command),
-            )
+            session = await asyncio.to_thread(_exec_open, target)
         except kube.KubeError as error:
             logger.warning("terminal.exec_failed instance=%s error=%s", instance_id, error)
             await self.refuse(

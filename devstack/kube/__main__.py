@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="h100=2,a100=2,rtx4090=2",
         help="node profiles and counts, e.g. h100=2,a100=2,rtx4090=2,cpu=1",
     )
+    parser.add_argument(
+        "--node-prefix",
+        default="",
+        help="put before every node's name: a second emulated cluster's nodes, e.g. b-",
+    )
     parser.add_argument("--pull-delay", type=float, default=0.5, help="image pull seconds")
     parser.add_argument("--start-delay", type=float, default=0.2, help="container start seconds")
     parser.add_argument("--tick", type=float, default=0.05, help="simulation tick seconds")
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         not args.no_validate,
         fleet=fleet,
         eviction_grace_s=args.eviction_grace,
+        node_prefix=args.node_prefix,
     )
     stop = threading.Event()
 

@@ -79,11 +79,12 @@ class KubeEmulator:
         max_watch_s: float = 1800.0,
         seed: int | None = None,
         users: dict[str, User] | None = None,
+        node_prefix: str = "",
     ) -> None:
         self.host = host
         self.port = port
         self.tick_s = tick_s
-        self.node_specs = list(nodes) if nodes is not None else build_fleet(fleet)
+        self.node_specs = list(nodes) if nodes is not None else build_fleet(fleet, node_prefix)
         self.store = Store(history_size)
         self.api = Api(self.store, Validator(schema=validate), seed)
         self.kubelet = Kubelet(self.api, pull_delay_s, start_delay_s, pod_termination_s)

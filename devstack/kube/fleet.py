@@ -110,14 +110,17 @@ def parse_fleet(text: str) -> dict[str, int]:
     return fleet
 
 
-def build_fleet(fleet: dict[str, int] | None = None) -> list[NodeSpec]:
+def build_fleet(fleet: dict[str, int] | None = None, name_prefix: str = "") -> list[NodeSpec]:
+    """The nodes of a fleet; `name_prefix` sets a second emulated cluster's node names apart
+    (the platform's node names are unique across its regions)."""
     specs: list[NodeSpec] = []
     for profile_name, count in (DEFAULT_FLEET if fleet is None else fleet).items():
         profile = PROFILES[profile_name]
         for index in range(count):
             specs.append(
                 NodeSpec(
-                    name=f"gpu-{profile_name}-{index}" if profile.gpu_count else f"cpu-{index}",
+                    name=name_prefix
+                    + (f"gpu-{profile_name}-{index}" if profile.gpu_count else f"cpu-{index}"),
                     gpu_product=profile.gpu_product,
                     gpu_count=profile.gpu_count,
                     gpu_memory_mb=profile.gpu_memory_mb,

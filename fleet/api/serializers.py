@@ -50,6 +50,11 @@ class RegisterInput(InputSerializer):
     gpu_product = StrictCharField(max_length=100)
     gpu_count = StrictIntegerField(min_value=1, max_value=16)
     gpu_memory_mb = StrictIntegerField(min_value=0)
+    region = StrictCharField(
+        max_length=32,
+        required=False,
+        help_text="The region (cluster) of the node; default: the default region.",
+    )
 
 
 class RegisteredOutput(serializers.Serializer):

@@ -135,7 +135,7 @@ class NodeRegisterView(APIView):
     @extend_schema(
         operation_id="nodes_register",
         request=RegisterInput,
-        responses={201: RegisteredOutput, **errors(401, 409)},
+        responses={201: RegisteredOutput, **errors(400, 401, 409)},
     )
     def post(self, request: Request) -> Response:
         data = RegisterInput(data=request.data)
@@ -146,7 +146,10 @@ class NodeRegisterView(APIView):
                 name=data.validated_data["name"],
                 spec=spec,
                 bootstrap_token=data.validated_data["bootstrap_token"],
+                region=data.validated_data.get("region", ""),
             )
         except InvalidInput as error:
+            if error.code == "unknown_region":
+                raise
             raise Unauthenticated(error.message) from None
         return Response({"name": node.name, "token": token}, status=status.HTTP_201_CREATED)

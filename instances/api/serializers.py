@@ -21,6 +21,9 @@ class GpuModelOutput(serializers.ModelSerializer):
 class OfferingOutput(serializers.ModelSerializer):
     gpu_model = serializers.CharField(source="gpu_model_id")
     available = serializers.SerializerMethodField()
+    regions = serializers.SerializerMethodField(
+        help_text="The regions where nodes of this offering's GPU model are (GET /regions)."
+    )
 
     class Meta:
         model = Offering
@@ -36,10 +39,28 @@ class OfferingOutput(serializers.ModelSerializer):
             "price_per_hour_fen",
             "price_per_month_fen",
             "available",
+            "regions",
         ]
 
     def get_available(self, obj: Offering) -> int:
         return self.context["availability"].get(obj.id, 0)
+
+    def get_regions(self, obj: Offering) -> list[str]:
+        regions: list[str] = self.context["regions"].get(obj.id, [])
+        return regions
+
+
+class RegionGpuModelOutput(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    gpus = serializers.IntegerField(help_text="GPUs of this model on the region's ready nodes.")
+    free = serializers.IntegerField(help_text="How many of them are free now.")
+
+
+class RegionOutput(serializers.Serializer):
+    name = serializers.CharField(help_text="The region's id: an order's or a disk's `region`.")
+    display_name = serializers.CharField()
+    gpu_models = RegionGpuModelOutput(many=True)
 
 
 class ImageOutput(serializers.ModelSerializer):
@@ -74,6 +95,13 @@ class InstanceCreateInput(InputSerializer):
         required=False,
         help_text=f"HTTP ports served through the gateway besides Jupyter's (at most {MAX_PORTS};"
         " not 22 or 8888).",
+    )
+    region = StrictCharField(
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        help_text="A region from GET /regions; omitted or blank: any (where there is room, or "
+        "where the ordered disks are).",
     )
 
 
@@ -175,6 +203,7 @@ SHAPE: dict[str, Callable[[Any, dict[str, int]], Any]] = {
     "cost_fen": lambda o, _p: o.cost_fen,
     "disks": lambda o, _p: _disk_ids(o),
     "node": lambda o, _p: _node(o),
+    "region": lambda o, _p: o.region_id,
     "error_message": lambda o, _p: o.error_message,
     "paid_until": lambda o, _p: _iso(o.paid_until),
     "auto_renew": lambda o, _p: o.auto_renew,
@@ -201,6 +230,11 @@ class InstanceOutput(serializers.ModelSerializer):
     ports = PortOutput(many=True, help_text="Declared HTTP ports and their gateway addresses.")
     disks = serializers.ListField(child=serializers.CharField())
     node = serializers.CharField(allow_null=True)
+    region = serializers.CharField(
+        allow_null=True,
+        source="region_id",
+        help_text="Where it runs (set when placed, or by the order); null: queued for any.",
+    )
 
     class Meta:
         model = Instance

@@ -10,5 +10,6 @@ urlpatterns = [
     path("gpu-models", views.GpuModelListView.as_view(), name="gpu-models"),
     path("offerings", views.OfferingListView.as_view(), name="offerings"),
     path("images", views.ImageListView.as_view(), name="images"),
+    path("regions", views.RegionListView.as_view(), name="regions"),
     *router.urls,
 ]

@@ -18,6 +18,7 @@ from instances.api.serializers import (
     OfferingOutput,
     PortsInput,
     PortsOutput,
+    RegionOutput,
     ShareCreatedOutput,
     ShareCreateInput,
     ShareOutput,
@@ -36,7 +37,9 @@ from instances.selectors import (
     availability,
     instance_metrics,
     instance_page,
+    offering_regions,
     queue_positions,
+    regions_overview,
 )
 from instances.volumes import disk_attach, disk_detach
 from starverse.core.api.auth import signed_in_user
@@ -77,8 +80,19 @@ class OfferingListView(CatalogList):
 
     def list(self, request: Request) -> Response:
         rows = list(Offering.objects.filter(active=True).select_related("gpu_model"))
-        data = OfferingOutput(rows, many=True, context={"availability": availability(rows)}).data
+        context = {"availability": availability(rows), "regions": offering_regions(rows)}
+        data = OfferingOutput(rows, many=True, context=context).data
         return WholeList().get_paginated_response(data)
+
+
+@extend_schema_view(get=extend_schema(operation_id="regions_list"))
+class RegionListView(CatalogList):
+    """The regions (clusters) an order or a disk may name, with their GPUs free now."""
+
+    serializer_class = RegionOutput
+
+    def list(self, request: Request) -> Response:
+        return WholeList().get_paginated_response(RegionOutput(regions_overview(), many=True).data)
 
 
 @extend_schema_view(get=extend_schema(operation_id="images_list"))
@@ -156,6 +170,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
             disks=data.get("disks"),
             auto_recover=data["auto_recover"],
             ports=data.get("ports"),
+            region=data.get("region", ""),
             idempotency_key=idempotency_key(request),
         )
         return self._accepted(instance)

@@ -10,16 +10,19 @@ message the user can act on. Failed provisioning is never billed.
 This module only talks to the cluster: what it saw is reported to the state machine
 (instances.states), which changes the instance's status."""
 
+import functools
 import logging
 import secrets
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
 from django.utils import timezone
 
 from fleet.choices import NodeState
-from fleet.models import Node
+from fleet.models import DEFAULT_REGION, Node
+from fleet.selectors import region_scope
 from instances.choices import InstanceStatus
 from instances.gateway import served_ports
 from instances.models import Instance, InstanceEvent
@@ -44,6 +47,7 @@ from storage.models import Disk, SharedStorage
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
+T = TypeVar("T")
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 # How often a pending pod's Kubernetes events are read (they are the user's progress).
 EVENTS_EVERY_S = 5
@@ -53,6 +57,20 @@ class StillPending(Exception):
     """The pod is not ready (or not gone) yet; check again shortly."""
 
 
+def in_its_region(function: Callable[[str], T]) -> Callable[[str], T]:
+    """Run a step for one instance (by id) against its region's cluster: every kube call of
+    an instance goes to the cluster its node, and so its objects, are in."""
+
+    @functools.wraps(function)
+    def wrapper(instance_id: str) -> T:
+        region = Instance.objects.filter(pk=instance_id).values_list("region", flat=True).first()
+        with region_scope(region):
+            return function(instance_id)
+
+    return wrapper
+
+
+@in_its_region
 def provision(instance_id: str) -> str:
     """Create a provisioning instance's objects once, then watch its pod: the instance is
     reported running when the pod is ready, failed when it cannot start. Returns the instance's
@@ -154,6 +172,7 @@ def _port_objects_ensure(instance: Instance, port: int) -> None:
     kube.ensure(manifests.http_route(instance, port))
 
 
+@in_its_region
 def ports_converge(instance_id: str) -> list[str]:
     """Bring an instance's gateway objects in line with the ports it declares now: a Service
     and an HTTPRoute made for each port added, deleted for each port gone (one list of each
@@ -218,6 +237,7 @@ def _names_assign(instance: Instance) -> None:
     )
 
 
+@in_its_region
 def access_refresh(instance_id: str) -> bool:
     """Render an instance's access Secret again from the keys that exist now (a key was added
     or deleted): a running container re-reads the mounted Secret, so a deleted key stops
@@ -269,13 +289,16 @@ def _authorized_keys(instance: Instance) -> str:
 
 def _storage(instance: Instance) -> tuple[list[Disk], object | None]:
     """The instance's attached cloud disks and its tenant's shared NAS, their claims made sure
-    of (a disk's creation task may not have run yet)."""
+    of (a disk's creation task may not have run yet). The NAS lives in the default region's
+    cluster: instances of other regions do not mount it."""
     disks = list(Disk.objects.filter(instance_id=instance.id).order_by("name"))
     for disk in disks:
         storage.claim_converge(storage_manifests.cloud_disk_claim(disk))
-    nas = SharedStorage.objects.filter(
-        tenant_id=instance.tenant_id, status__in=SharedStorage.LIVE
-    ).first()
+    nas = None
+    if instance.region_id in (None, DEFAULT_REGION):
+        nas = SharedStorage.objects.filter(
+            tenant_id=instance.tenant_id, status__in=SharedStorage.LIVE
+        ).first()
     if nas is not None:
         storage.claim_converge(storage_manifests.nas_claim(nas))
     return disks, nas
@@ -413,6 +436,7 @@ def _pod_gone(instance: Instance) -> bool:
     return False
 
 
+@in_its_region
 def stop(instance_id: str) -> str:
     """Delete the pod (the disk, Secret and Service stay); once it is gone the instance is
     reported stopped."""
@@ -424,6 +448,7 @@ def stop(instance_id: str) -> str:
     return instance_mark_stopped(instance.id)
 
 
+@in_its_region
 def terminate(instance_id: str) -> str:
     """Delete everything the instance had on the cluster (its gateway routes and Services,
     its own disk only if not kept), then report it terminated; 404s count as done."""

@@ -52,15 +52,18 @@ class Report:
     events: int = 0
 
 
-def reconcile(*, now: datetime | None = None) -> Report:
+def reconcile(*, now: datetime | None = None, region: str | None = None) -> Report:
     """One pass of the loop, from one list of each kind of object: the pods of running
     instances that vanished are recreated, work whose task was lost is handed out again, what
-    no row wants is removed, and warnings about pods join their instances' timelines."""
+    no row wants is removed, and warnings about pods join their instances' timelines. With
+    `region`, the pass is that region's cluster's (run inside its kube.cluster context): only
+    its running instances are looked for among the pods listed."""
     now = now or timezone.now()
     report = Report()
+    in_region = Q(region_id=region) if region else Q()
     # Read before the pods are listed: a pod made after the list is not yet a running one's.
     running = list(
-        Instance.objects.filter(status__in=(S.RUNNING, S.CHECKING))
+        Instance.objects.filter(in_region, status__in=(S.RUNNING, S.CHECKING))
         .exclude(k8s_name="")
         .values_list("id", "k8s_namespace", "k8s_name")
     )

@@ -15,6 +15,8 @@ import contextlib
 import json
 import logging
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import cache
@@ -224,6 +226,40 @@ class ClusterNode:
     allocatable_pods: int | None = None
 
 
+@dataclass(frozen=True)
+class Target:
+    """The cluster the calls of this context go to (a region, fleet.models.Region): its name,
+    for messages, and its kubeconfig file ("" = the KUBECONFIG setting, the default cluster)."""
+
+    name: str
+    kubeconfig: str = ""
+
+
+# The cluster of the work at hand; None = KUBECONFIG's. A context variable, so a task that
+# serves one region cannot leak its cluster into the next task, or into another thread.
+_target: ContextVar[Target | None] = ContextVar("kube_target", default=None)
+
+
+@contextlib.contextmanager
+def cluster(target: Target) -> Iterator[Target]:
+    """Every call made inside goes to this cluster: the one seam that makes the module's
+    functions (which name no cluster) serve several clusters."""
+    token = _target.set(target)
+    try:
+        yield target
+    finally:
+        _target.reset(token)
+
+
+def current_kubeconfig() -> str:
+    """The kubeconfig calls go to now: the current cluster's, else KUBECONFIG ("" = none)."""
+    target = _target.get()
+    if target is not None and target.kubeconfig:
+        return target.kubeconfig
+    return settings.KUBECONFIG or ""
+
+
+# One client per kubeconfig, i.e. per cluster: its connection pool and credentials are kept.
 @cache
 def _api_client(kubeconfig: str) -> client.ApiClient:
     if kubeconfig == IN_CLUSTER:
@@ -245,14 +281,15 @@ def _client(*, exec_session: bool = False) -> client.ApiClient:
             "This process may only open exec sessions into tenant pods (KUBE_ACCESS=exec): "
             "hand other work to the worker through a task."
         )
-    if not settings.KUBECONFIG:
-        raise ClusterNotConfigured("No cluster configured (set KUBECONFIG).")
+    kubeconfig = current_kubeconfig()
+    if not kubeconfig:
+        target = _target.get()
+        where = f" for region {target.name}" if target is not None else ""
+        raise ClusterNotConfigured(f"No cluster configured{where} (set KUBECONFIG).")
     try:
-        return _api_client(settings.KUBECONFIG)
+        return _api_client(kubeconfig)
     except ConfigException as error:
-        raise ClusterNotConfigured(
-            f"Cannot load KUBECONFIG={settings.KUBECONFIG}: {error}"
-        ) from error
+        raise ClusterNotConfigured(f"Cannot load KUBECONFIG={kubeconfig}: {error}") from error
 
 
 def api_reachable(timeout_s: float) -> None:

@@ -18,6 +18,9 @@ class DiskOutput(serializers.ModelSerializer):
     delete_after = serializers.DateTimeField(
         allow_null=True, help_text="Set while unpaid storage counts down to deletion."
     )
+    region = serializers.CharField(
+        source="region_id", help_text="Its region: it attaches only to instances there."
+    )
 
     class Meta:
         model = Disk
@@ -30,6 +33,7 @@ class DiskOutput(serializers.ModelSerializer):
             "mount_path",
             "created_at",
             "delete_after",
+            "region",
         ]
 
     def to_representation(self, obj: Disk) -> dict[str, Any]:
@@ -42,6 +46,12 @@ class DiskOutput(serializers.ModelSerializer):
 class DiskCreateInput(InputSerializer):
     name = StrictCharField(max_length=63)
     size_gb = StrictIntegerField(min_value=1)
+    region = StrictCharField(
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        help_text="A region from GET /regions; default: the default region.",
+    )
 
 
 class DiskResizeInput(InputSerializer):

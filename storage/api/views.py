@@ -56,7 +56,12 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, DiskCreateInput)
-        disk = disk_create(user=signed_in_user(request), name=data["name"], size_gb=data["size_gb"])
+        disk = disk_create(
+            user=signed_in_user(request),
+            name=data["name"],
+            size_gb=data["size_gb"],
+            region=data.get("region", ""),
+        )
         return Response(self.output(disk), status=status.HTTP_201_CREATED)
 
     @extend_schema(

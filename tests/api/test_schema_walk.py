@@ -485,6 +485,12 @@ def _(p: Probe) -> None:
     p.call(200)
 
 
+@case("regions_list", who="anon")
+def _(p: Probe) -> None:
+    _catalog()
+    p.call(200)
+
+
 def _dataset() -> Any:
     entry, _created = public_dataset_upsert(
         dataset_id="imagenet-1k",
@@ -878,6 +884,7 @@ def _(p: Probe) -> None:
     p.call(201, body=body)
     p.call(409, body=body)
     p.call(401, body={**body, "name": "gpu-new-02", "bootstrap_token": "a guess"})
+    p.call(400, body={**body, "name": "gpu-new-03", "region": "mars-1"})
     p.call(400, body={**body, "gpu_count": 0})
 
 

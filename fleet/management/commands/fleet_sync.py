@@ -3,30 +3,38 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from fleet.models import Node
+from fleet.models import DEFAULT_REGION, Node, Region
+from fleet.selectors import region_target
 from fleet.services import node_token_issue, nodes_sync_from_cluster
+from starverse.core import kube
 from starverse.core.kube import KubeError
 
 
 class Command(BaseCommand):
     help = (
-        "Mirror the cluster's GPU nodes into the fleet. With --agent-tokens DIR, issue each "
-        "node a fresh agent token into DIR/<node>.token (for the demo's simulated agents)."
+        "Mirror a region's cluster's GPU nodes into the fleet (the default region: KUBECONFIG's). "
+        "With --agent-tokens DIR, issue each of its nodes a fresh agent token into "
+        "DIR/<node>.token (for the demo's simulated agents)."
     )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--agent-tokens", metavar="DIR")
+        parser.add_argument("--region", default=DEFAULT_REGION, help="the region to sync")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        region = Region.objects.filter(pk=options["region"]).first()
+        if region is None:
+            raise CommandError(f"No region {options['region']!r}: register it first.")
         try:
-            count = nodes_sync_from_cluster()
+            with kube.cluster(region_target(region)):
+                count = nodes_sync_from_cluster(region=region.name)
         except KubeError as error:
             raise CommandError(f"Cannot read the cluster's nodes: {error}") from error
-        self.stdout.write(f"Fleet: {count} GPU node(s) in the cluster.")
+        self.stdout.write(f"Fleet: {count} GPU node(s) in region {region.name}'s cluster.")
         if options["agent_tokens"]:
             folder = Path(options["agent_tokens"])
             folder.mkdir(parents=True, exist_ok=True)
-            for node in Node.objects.filter(in_cluster=True):
+            for node in Node.objects.filter(in_cluster=True, region=region):
                 path = folder / f"{node.name}.token"
                 path.write_text(node_token_issue(node=node))
                 path.chmod(0o600)
