@@ -1,3 +1,4 @@
+import importlib
 import os
 import shutil
 import threading
@@ -48,7 +49,7 @@ LEDGER_TRUNCATE_ALLOWED = "SET LOCAL starverse.ledger_truncate = 'on'"
 @pytest.fixture(scope="session", autouse=True)
 def _flush_may_truncate_the_ledger() -> Iterator[None]:
     if not IS_POSTGRES:
-        yield
+        yield from _sqlite_flush_may_empty_the_ledger()
         return
     from django.db.backends.postgresql.operations import DatabaseOperations
 
@@ -57,6 +58,28 @@ def _flush_may_truncate_the_ledger() -> Iterator[None]:
     def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
         # execute_sql_flush runs its statements in one transaction: SET LOCAL ends with it.
         flush(self, [LEDGER_TRUNCATE_ALLOWED, *sql_list])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
+        yield
+
+
+def _sqlite_flush_may_empty_the_ledger() -> Iterator[None]:
+    """On SQLite the ledger's DELETE triggers (billing migration 0002) refuse the flush's
+    DELETEs: the flush drops them and puts them back in its own transaction."""
+    from django.db.backends.sqlite3.operations import DatabaseOperations
+
+    immutable = importlib.import_module("billing.migrations.0002_ledger_immutable")
+    flush = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
+        drop = [f"DROP TRIGGER IF EXISTS {table}_no_delete" for table in immutable.TABLES]
+        create = [
+            f"CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} BEGIN SELECT "
+            f"RAISE(ABORT, 'ledger rows are append-only: DELETE on {table} refused'); END"
+            for table in immutable.TABLES
+        ]
+        flush(self, [*drop, *sql_list, *create])
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
