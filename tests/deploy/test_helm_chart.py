@@ -195,3 +195,39 @@ def test_the_gateway_follows_the_gateway_domain():
     assert policy["spec"]["extAuth"]["http"]["backendRefs"] == [
         {"name": "web", "namespace": NAMESPACE, "port": 80}
     ]
+
+
+def test_each_extra_region_mounts_its_kubeconfig_secret_into_the_worker_and_terminal():
+    """README "Regions": a second cluster's kubeconfig reaches the worker (and the terminal's
+    exec-only one the terminal) from an existing Secret, at the path region_register names;
+    the web tier and beat get none."""
+    regions = [
+        {
+            "name": "cn-north-1",
+            "kubeconfigSecret": "cluster-cn-north-1",
+            "terminalSecret": "cluster-cn-north-1-exec",
+        },
+        {"name": "cn-east-2", "kubeconfigSecret": "cluster-cn-east-2"},
+    ]
+    docs = render({**production_values(), "regions": regions})
+    for kube_version in KUBE_VERSIONS:
+        for doc in docs:
+            if doc["kind"] in ("Deployment",):
+                kubernetes_validate.validate(doc, kube_version, strict=True)
+    deployments = by_kind(docs, "Deployment")
+
+    def mounts(name: str) -> dict[str, str]:
+        spec = deployments[name]["spec"]["template"]["spec"]
+        secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+        return {
+            m["mountPath"]: secrets[m["name"]]
+            for m in container(deployments[name])["volumeMounts"]
+            if m["name"] in secrets and m.get("readOnly")
+        }
+
+    assert mounts("worker") == {
+        "/etc/starverse/clusters/cn-north-1": "cluster-cn-north-1",
+        "/etc/starverse/clusters/cn-east-2": "cluster-cn-east-2",
+    }
+    assert mounts("terminal") == {"/etc/starverse/clusters/cn-north-1": "cluster-cn-north-1-exec"}
+    assert mounts("web") == {} and mounts("beat") == {}
