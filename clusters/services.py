@@ -24,6 +24,7 @@ from instances.lifecycle import (
     gang_start,
     instance_stop,
     instance_terminate,
+    order_region,
     orderable,
     request_hash_of,
     ssh_keys_own,
@@ -50,14 +51,16 @@ def cluster_order(
     ssh_keys: list[str] | None = None,
     disks: list[list[str]] | None = None,
     parallelism: dict[str, int] | None = None,
+    region: str = "",
     idempotency_key: str = "",
 ) -> tuple[Cluster, bool]:
     """Order a cluster: every rank placed now on whole nodes packed under as few leaf switches
     as possible, or all of them queued as one order behind earlier orders for the same GPU.
     `disks[rank]` are the tenant's cloud disks to attach to that rank (fewer entries than
     ranks leave the rest without), all attached or the order refused. `parallelism` ({tensor,
-    pipeline}) fixes the Megatron-LM degrees of the launch script. Returns (cluster, created);
-    the same Idempotency-Key answers the same cluster."""
+    pipeline}) fixes the Megatron-LM degrees of the launch script. Every rank goes to `region`
+    (or, for "", its disks' region or any one with room: never spread over two). Returns
+    (cluster, created); the same Idempotency-Key answers the same cluster."""
     request_hash = request_hash_of(
         kind="cluster",
         offering=offering_id,
@@ -69,6 +72,7 @@ def cluster_order(
         ssh_keys=sorted(ssh_keys or []),
         parallelism=dict(parallelism) if parallelism else None,
         **({"disks": [sorted(ids) for ids in disks]} if disks else {}),
+        **({"region": region} if region else {}),
     )
     earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
     if earlier is not None:
@@ -78,6 +82,7 @@ def cluster_order(
     tensor, pipeline = _degrees_valid(parallelism, offering.gpu_count, node_count)
     _disks_valid(disks or [], node_count)
     key_ids = ssh_keys_own(user, ssh_keys or [])
+    region_id = order_region(user, region, [disk for ids in disks or [] for disk in ids])
     account_hold_check(user.tenant_id)
     now = timezone.now()
     cluster = Cluster(
@@ -107,6 +112,7 @@ def cluster_order(
             ssh_key_ids=key_ids,
             cluster=cluster,
             rank=index,
+            region_id=region_id,
             created_at=now,
         )
         for index in range(node_count)

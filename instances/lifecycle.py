@@ -59,10 +59,15 @@ logger = logging.getLogger(__name__)
 S = InstanceStatus
 
 
-def _waiting(product: str) -> Q:
+def _waiting(product: str, region_id: str | None = None) -> Q:
     """Orders waiting for GPUs of a product that a new order must queue behind: those whose
-    balance did not cover them when their turn came are passed over."""
-    return Q(status=S.QUEUED, offering__gpu_model__product=product, unfunded_since__isnull=True)
+    balance did not cover them when their turn came are passed over. An order kept to a region
+    waits only behind those that could take the same nodes (that region's, or any region's):
+    an order waiting for room in one region never holds up another region."""
+    waiting = Q(status=S.QUEUED, offering__gpu_model__product=product, unfunded_since__isnull=True)
+    if region_id:
+        waiting &= Q(region_id=region_id) | Q(region_id__isnull=True)
+    return waiting
 
 
 def ssh_keys_own(user: Any, key_ids: list[str]) -> list[str]:
@@ -146,7 +151,7 @@ def instance_order(
     if earlier is not None:
         return earlier, False
     offering, image = orderable(offering_id, image_id, billing)
-    region_id = region_orderable(region).pk if region else _disks_region(user, disks or [])
+    region_id = order_region(user, region, disks or [])
     key_ids = ssh_keys_own(user, ssh_keys or [])
     account_hold_check(user.tenant_id)
     instance = Instance(
@@ -176,6 +181,15 @@ def instance_order(
             raise
         return earlier, False
     return instance, True
+
+
+def order_region(user: Any, region: str, disk_ids: list[str]) -> str | None:
+    """The region an order (an instance, or every rank of a cluster) is kept to: the one it
+    names (400 unknown_region otherwise), else its disks' (a disk attaches only in its own
+    region), else None: any region, where there is room."""
+    if region:
+        return region_orderable(region).pk
+    return _disks_region(user, disk_ids)
 
 
 def _disks_region(user: Any, disk_ids: list[str]) -> str | None:
@@ -222,7 +236,8 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
     free, else the queue; then the ordered disks are attached, the runway and the account's
     limits are checked under the wallet lock, and a placed monthly rental pays its first month
     (a refusal rolls the whole order back). Locks: GPU model, disks, wallet."""
-    waiting = Instance.objects.filter(_waiting(instance.offering.gpu_model.product)).exists()
+    product = instance.offering.gpu_model.product
+    waiting = Instance.objects.filter(_waiting(product, instance.region_id)).exists()
     placement = None if waiting else choose(instance.offering, instance.region_id or "")
     instance_create(instance, placement=placement)
     disks_attach_at_order(instance, disk_ids)
@@ -242,7 +257,8 @@ def gang_place_or_queue(
     ranks pay their month (a refusal rolls the whole order back). Returns where they went, or
     None (queued). Locks: GPU model, disks, wallet; never a partial placement."""
     offering = ranks[0].offering
-    waiting = Instance.objects.filter(_waiting(offering.gpu_model.product)).exists()
+    product = offering.gpu_model.product
+    waiting = Instance.objects.filter(_waiting(product, ranks[0].region_id)).exists()
     gang = None if waiting else choose_nodes(offering, len(ranks), ranks[0].region_id or "")
     for index, rank in enumerate(ranks):
         instance_create(rank, placement=None if gang is None else gang.placements[index])
@@ -288,7 +304,7 @@ def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | Non
     or someone ahead); or "unfunded", with the runway it lacks (whether or not there is room:
     an order that cannot pay must not hold up those behind it)."""
     product = instance.offering.gpu_model.product
-    ahead = _waiting(product) & Q(queued_at__lt=instance.queued_at)
+    ahead = _waiting(product, instance.region_id) & Q(queued_at__lt=instance.queued_at)
     if fcfs and Instance.objects.filter(ahead).exists():
         return "wait", None
     if instance.cluster_id:

@@ -33,6 +33,13 @@ class ClusterCreateInput(InputSerializer):
     ssh_keys = serializers.ListField(
         child=StrictCharField(max_length=32), required=False, max_length=50
     )
+    region = StrictCharField(
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        help_text="The region every rank runs in (GET /regions); empty or absent: any region "
+        "with room (or the disks' region), never several.",
+    )
     billing = serializers.ChoiceField(
         choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
     )
@@ -115,6 +122,9 @@ class ClusterOutput(serializers.Serializer):
     offering = serializers.CharField()
     image = serializers.CharField()
     gpu_model = serializers.CharField()
+    region = serializers.CharField(
+        allow_null=True, help_text="Where its ranks run (all in one); null: any, not placed yet."
+    )
     node_count = serializers.IntegerField()
     template = serializers.ChoiceField(choices=Template.choices)
     billing = serializers.ChoiceField(choices=BillingMode.choices)
@@ -143,6 +153,7 @@ class ClusterOutput(serializers.Serializer):
             "offering": cluster.offering_id,
             "image": cluster.image_id,
             "gpu_model": cluster.offering.gpu_model_id,
+            "region": next((rank.region_id for rank in view.ranks if rank.region_id), None),
             "node_count": cluster.node_count,
             "template": cluster.template,
             "billing": cluster.billing,

@@ -83,6 +83,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
             ssh_keys=data.get("ssh_keys"),
             disks=data.get("disks"),
             parallelism=data.get("parallelism"),
+            region=data.get("region", ""),
             idempotency_key=idempotency_key(request),
         )
         return self._accepted(cluster)

@@ -342,3 +342,37 @@ def test_the_disks_page_offers_only_instances_of_the_disks_region(two_regions, c
     assert "in-default (Stopped)" in page
     assert "in-cn-north-1" not in page
     assert "A disk lives in one region and attaches only to instances in that region." in page
+
+
+def test_a_cluster_order_keeps_every_rank_in_its_region(two_regions, client_for):
+    """POST /clusters takes `region` like an instance order: every rank is kept to it (queued
+    there when it has too few whole nodes, never spread into another region); an unknown one
+    is a 400 that lists the regions."""
+    from clusters.models import Cluster
+
+    user = _user(2_000_000)
+    api = client_for(user)
+    offering = two_regions["h100_node"]
+
+    def order(region: str, key: str) -> Any:
+        return api.post(
+            "/api/v1/clusters",
+            {"offering": offering.id, "node_count": 2, "image": "pytorch-2.1", "region": region},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY=key,
+        )
+
+    unknown = order("mars-1", "c0")
+    assert (unknown.status_code, unknown.json()["code"]) == (400, "unknown_region")
+    assert REGION_B in unknown.json()["detail"] and not Cluster.objects.exists()
+
+    # region B has one H100 node: a 2-node cluster waits there, not on the default's two free
+    in_b = order(REGION_B, "c1")
+    assert in_b.status_code == 202, in_b.content
+    assert in_b.json()["status"] == "queued" and in_b.json()["region"] == REGION_B
+    ranks = Instance.objects.filter(cluster_id=in_b.json()["id"])
+    assert {r.region_id for r in ranks} == {REGION_B} and not any(r.node_id for r in ranks)
+
+    in_default = order(DEFAULT_REGION, "c2")
+    assert in_default.json()["region"] == DEFAULT_REGION
+    assert {r["node"] for r in in_default.json()["ranks"]} == {"gpu-h100-0", "gpu-h100-1"}
