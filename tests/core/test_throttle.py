@@ -1,9 +1,14 @@
 """The API's per-user throttle on Redis: one script call per request, the same sliding-window
-rule as DRF's, and no request let through twice by a race (run against the local Redis; skipped
-where none is running)."""
+rule as DRF's, and no request let through twice by a race. Run against a Redis server of their
+own (Debian's redis-server, which .ci/run installs; without it these fail, they do not skip)."""
 
+import shutil
+import socket
+import subprocess
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -12,16 +17,36 @@ from django.core.cache.backends.redis import RedisCache
 
 from starverse.core.api.throttling import UserRateThrottle
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    """A throwaway redis-server on a free port, for this module only."""
+    server = shutil.which("redis-server")
+    assert server, "these tests need Redis: apt-get install redis-server (see .ci/run)"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(url, socket_connect_timeout=0.2).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 @pytest.fixture
-def redis_cache():
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5).ping()
-    except redis.exceptions.ConnectionError:
-        pytest.skip("no Redis at 127.0.0.1:6379")
-    return RedisCache(REDIS_URL, {"KEY_PREFIX": f"test-{uuid.uuid4().hex}"})
+def redis_cache(redis_url: str) -> RedisCache:
+    return RedisCache(redis_url, {"KEY_PREFIX": f"test-{uuid.uuid4().hex}"})
 
 
 def _throttle(cache, rate="3/min", now=1000.0):

@@ -3,15 +3,12 @@ helm-python-sdk wheel: Helm's engine as a library, no helm binary), with the def
 production values; every rendered object of a built-in kind is validated against the Kubernetes
 OpenAPI schema (kubernetes-validate, strict), and the chart keeps what the platform relies on:
 the worker's RBAC exactly as deploy/k8s/platform.yaml, one beat, probes on /healthz and
-/readyz, migrations as a hook, secrets only from existing Secrets.
+/readyz, migrations as a hook, secrets only from existing Secrets."""
 
-Skipped only where the wheel is not installed; CI (CI=true) installs it from
-requirements-dev.lock and fails instead of skipping."""
-
-import os
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm  # Helm's Go SDK: requirements-dev.lock, installed by make test
 import kubernetes_validate
 import pytest
 import yaml
@@ -21,16 +18,6 @@ CHART = ROOT / "deploy" / "helm" / "starverse"
 PLATFORM = ROOT / "deploy" / "k8s" / "platform.yaml"
 NAMESPACE = "starverse-system"
 KUBE_VERSIONS = ("1.30.0", str(kubernetes_validate.latest_version()))
-
-try:
-    import helm_python as helm
-except ImportError:  # pragma: no cover - CI installs it
-    if os.environ.get("CI"):
-        raise
-    pytest.skip(
-        "helm-python-sdk is not installed (pip install -r requirements-dev.lock)",
-        allow_module_level=True,
-    )
 
 # Kinds of the optional parts that come from CRDs (gateway, cert-manager, Prometheus Operator):
 # no schema in kubernetes-validate; their shape is checked below.
