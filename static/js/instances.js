@@ -582,9 +582,14 @@
     }
   }
 
-  /* ---------- Instance page ---------- */
+  /* ---------- Instance and cluster pages ---------- */
 
-  function detailPage(page) {
+  // A live page (an instance's or a cluster's): its charts drawn by `draw(metrics, t, tz)`
+  // and redrawn on resize; its status, cost and queue place polled (a new status reloads the
+  // page, which then offers what that status allows); its timeline extended while the status
+  // is transient, each message after `prefix(event, t)` when given; its metrics polled while
+  // `chartsLive(status)`.
+  function livePage(page, draw, prefix, chartsLive) {
     var status = page.getAttribute("data-status");
     var tz = page.getAttribute("data-tz") || undefined;
     var transient = page.getAttribute("data-transient") === "true";
@@ -592,24 +597,29 @@
     var metrics = readJSON("metrics-data") || [];
     var timeline = document.getElementById("timeline");
     var scroller = document.getElementById("timeline-scroll");
+    var label = prefix
+      ? function (event) {
+          return prefix(event, t);
+        }
+      : null;
     // The newest step is at the bottom of a long history.
     if (scroller) {
       scroller.scrollTop = scroller.scrollHeight;
     }
 
-    drawCharts(metrics, t, tz);
+    draw(metrics, t, tz);
     var resizeTimer = null;
     window.addEventListener("resize", function () {
       window.clearTimeout(resizeTimer);
       resizeTimer = window.setTimeout(function () {
-        drawCharts(metrics, t, tz);
+        draw(metrics, t, tz);
       }, 150);
     });
 
     function refresh() {
       return getJSON(page.getAttribute("data-api")).then(function (data) {
         if (data.status !== status) {
-          // A new status changes what the page offers (SSH, actions): show it afresh.
+          // A new status changes what the page offers (SSH, ranks, actions): show it afresh.
           window.location.reload();
           return null;
         }
@@ -623,7 +633,7 @@
         }
         if (transient) {
           return getJSON(page.getAttribute("data-events")).then(function (events) {
-            appendEvents(timeline, scroller, events.results || [], tz, null);
+            appendEvents(timeline, scroller, events.results || [], tz, label);
           });
         }
         return null;
@@ -634,17 +644,21 @@
       return;
     }
     every(transient ? 3000 : 15000, refresh);
-    if (status === "running" || status === "provisioning") {
+    if (chartsLive(status)) {
       every(15000, function () {
         return getJSON(page.getAttribute("data-metrics")).then(function (data) {
           metrics = data.results || [];
-          drawCharts(metrics, t, tz);
+          draw(metrics, t, tz);
         });
       });
     }
   }
 
-  /* ---------- Cluster page ---------- */
+  function detailPage(page) {
+    livePage(page, drawCharts, null, function (status) {
+      return status === "running" || status === "provisioning";
+    });
+  }
 
   // One small utilisation chart per rank, drawn by the instance page's chart code.
   function drawRankCharts(ranks, t, tz) {
@@ -664,67 +678,17 @@
   }
 
   function clusterPage(page) {
-    var status = page.getAttribute("data-status");
-    var tz = page.getAttribute("data-tz") || undefined;
-    var transient = page.getAttribute("data-transient") === "true";
-    var t = readJSON("metrics-i18n") || {};
-    var ranks = readJSON("metrics-data") || [];
-    var timeline = document.getElementById("timeline");
-    var scroller = document.getElementById("timeline-scroll");
-    if (scroller) {
-      scroller.scrollTop = scroller.scrollHeight;
-    }
-
-    drawRankCharts(ranks, t, tz);
-    var resizeTimer = null;
-    window.addEventListener("resize", function () {
-      window.clearTimeout(resizeTimer);
-      resizeTimer = window.setTimeout(function () {
-        drawRankCharts(ranks, t, tz);
-      }, 150);
-    });
-
-    function rankOf(event) {
-      // a rank scaled away has no rank any more
-      return event.rank === null ? t.removed : fill(t.rank, { rank: event.rank });
-    }
-
-    function refresh() {
-      return getJSON(page.getAttribute("data-api")).then(function (data) {
-        if (data.status !== status) {
-          // A new status changes what the page offers (ranks, commands, actions): show it afresh.
-          window.location.reload();
-          return null;
-        }
-        var cost = page.querySelector('[data-field="cost"]');
-        if (cost) {
-          cost.textContent = formatFen(data.cost_fen);
-        }
-        var queue = page.querySelector('[data-field="queue"]');
-        if (queue && data.queue_position) {
-          queue.textContent = String(data.queue_position);
-        }
-        if (transient) {
-          return getJSON(page.getAttribute("data-events")).then(function (events) {
-            appendEvents(timeline, scroller, events.results || [], tz, rankOf);
-          });
-        }
-        return null;
-      });
-    }
-
-    if (status === "terminated") {
-      return;
-    }
-    every(transient ? 3000 : 15000, refresh);
-    if (status !== "stopped" && status !== "queued") {
-      every(15000, function () {
-        return getJSON(page.getAttribute("data-metrics")).then(function (data) {
-          ranks = data.results || [];
-          drawRankCharts(ranks, t, tz);
-        });
-      });
-    }
+    livePage(
+      page,
+      drawRankCharts,
+      function (event, t) {
+        // a rank scaled away has no rank any more
+        return event.rank === null ? t.removed : fill(t.rank, { rank: event.rank });
+      },
+      function (status) {
+        return status !== "stopped" && status !== "queued";
+      }
+    );
   }
 
   /* ---------- Start ---------- */
