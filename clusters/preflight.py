@@ -247,11 +247,18 @@ def _failed(
         found.bad_nodes,
     )
     if _failed_rounds(str(found.cluster_id)) >= settings.CLUSTER_PREFLIGHT_MAX_ROUNDS:
-        message = later(
-            "The cluster failed its pre-flight check %(n)s times in a row (last: %(busbw)s GB/s "
-            "bus bandwidth, floor %(floor)s GB/s). It was never billed; its nodes are free "
-            "again. Start it again or contact support."
-        ) % {**words, "n": settings.CLUSTER_PREFLIGHT_MAX_ROUNDS}
+        if any(rank.started_at for rank in ranks):  # a re-check (a node was lost): it ran before
+            message = later(
+                "The cluster failed its pre-flight check %(n)s times in a row (last: %(busbw)s "
+                "GB/s bus bandwidth, floor %(floor)s GB/s). Billing stopped when the checks "
+                "began; its nodes are free again. Start it again or contact support."
+            ) % {**words, "n": settings.CLUSTER_PREFLIGHT_MAX_ROUNDS}
+        else:
+            message = later(
+                "The cluster failed its pre-flight check %(n)s times in a row (last: %(busbw)s "
+                "GB/s bus bandwidth, floor %(floor)s GB/s). It was never billed; its nodes are "
+                "free again. Start it again or contact support."
+            ) % {**words, "n": settings.CLUSTER_PREFLIGHT_MAX_ROUNDS}
         for rank in ranks:
             instance_fail(rank.id, message)
         return
