@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import recreate_database, report
+from bench.common import raw_pod_running, recreate_database, report
 
 NODES = 128
 SMALL = 16
@@ -120,24 +120,7 @@ def _raw_pods(api, round_: int, pool: ThreadPoolExecutor) -> float:  # type: ign
     """16 plain pods, pinned to 16 nodes, created by the eight threads, until all Running."""
 
     def one(n: int) -> None:
-        name = f"raw-{round_}-{n}"
-        api.create_namespaced_pod(
-            "default",
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name},
-                "spec": {
-                    "nodeName": f"gpu-h100-{n}",
-                    "tolerations": [
-                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                    "containers": [{"name": "c", "image": "busybox"}],
-                },
-            },
-        )
-        while api.read_namespaced_pod(name, "default").status.phase != "Running":
-            time.sleep(POLL_S)
+        raw_pod_running(api, f"raw-{round_}-{n}", f"gpu-h100-{n}", poll_s=POLL_S)
 
     began = time.perf_counter()
     list(pool.map(one, range(SMALL)))

@@ -4,6 +4,8 @@ and the one JSON line each benchmark prints."""
 import json
 import os
 import subprocess
+import time
+from typing import Any
 from urllib.parse import urlparse
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/starverse_bench"
@@ -105,3 +107,25 @@ def report(
     }
     print(json.dumps(line), flush=True)
     return line
+
+
+def raw_pod_running(api: Any, name: str, node: str, *, poll_s: float = 0.02) -> None:
+    """The baseline of the provisioning benches: one plain pod pinned to `node`, created
+    straight through the client, waited for until Running."""
+    api.create_namespaced_pod(
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                ],
+                "containers": [{"name": "c", "image": "busybox"}],
+            },
+        },
+    )
+    while api.read_namespaced_pod(name, "default").status.phase != "Running":
+        time.sleep(poll_s)

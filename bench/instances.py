@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
-from bench.common import database_url, recreate_database, report, setup_django
+from bench.common import database_url, raw_pod_running, recreate_database, report, setup_django
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,28 +110,7 @@ def order_to_running() -> dict:
 
             def raw(n: int) -> float:
                 began = time.perf_counter()
-                name = f"raw-{n}"
-                api.create_namespaced_pod(
-                    "default",
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "metadata": {"name": name},
-                        "spec": {
-                            "nodeName": f"gpu-h100-{n % 14}",
-                            "tolerations": [
-                                {
-                                    "key": "nvidia.com/gpu",
-                                    "operator": "Exists",
-                                    "effect": "NoSchedule",
-                                }
-                            ],
-                            "containers": [{"name": "c", "image": "busybox"}],
-                        },
-                    },
-                )
-                while api.read_namespaced_pod(name, "default").status.phase != "Running":
-                    time.sleep(0.02)
+                raw_pod_running(api, f"raw-{n}", f"gpu-h100-{n % 14}")
                 return time.perf_counter() - began
 
             with ThreadPoolExecutor(max_workers=8) as pool:
