@@ -343,6 +343,7 @@ def detail_context(cluster: Cluster, view: ClusterView) -> dict[str, Any]:
         "active": "clusters",
         "cluster": cluster,
         "info": ClusterOutput(view).data,
+        "region": next((rank.region for rank in view.ranks if rank.region_id), None),
         "status": status,
         "events": cluster_events(cluster),
         "metrics": _metrics_json(cluster),
