@@ -473,3 +473,14 @@ def test_console_invitation_link_joins(team_of_two, client):
     assert b"NLP lab" in client.get(link).content
     assert client.post(link).status_code == 302
     assert Membership.objects.filter(tenant=team, user=newcomer).exists()
+
+
+def test_console_stop_of_anothers_instance_is_refused(catalog, team_of_two, client):
+    team, owner, member = team_of_two
+    fund_team(team, 100_000)
+    theirs = _order(bearer(owner, team=team), catalog).json()["id"]
+    client.force_login(member)
+    client.post("/teams/switch/", {"team": team.pk})
+    answer = client.post(f"/console/instances/{theirs}/stop/", follow=True)
+    assert "ordered by another member" in answer.content.decode()
+    assert Instance.objects.get(pk=theirs).status == "provisioning"
