@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import renderers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -35,7 +35,7 @@ from starverse.accounts.teams import (
     team_of,
 )
 from starverse.core.api.auth import signed_in_user
-from starverse.core.api.pagination import Pagination
+from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key
 from starverse.core.errors import InvalidInput, NotFound
 from starverse.core.roles import require_manager
@@ -61,6 +61,8 @@ class TeamView(APIView):
 
 
 class TeamListView(TeamView):
+    pagination_class = Pagination
+
     @extend_schema(operation_id="teams_list", responses=s.TeamOutput(many=True))
     def get(self, request: Request) -> Response:
         user = signed_in_user(request)
@@ -92,7 +94,12 @@ class TeamDetailView(TeamView):
 
 
 class MemberListView(TeamView):
-    @extend_schema(operation_id="teams_members_list", responses=s.MemberOutput(many=True))
+    pagination_class = Pagination
+
+    @extend_schema(
+        operation_id="teams_members_list",
+        responses={200: s.MemberOutput(many=True), **errors(404)},
+    )
     def get(self, request: Request, pk: str) -> Response:
         team = team_in_path(request, pk)
         rows = Membership.objects.filter(tenant=team).select_related("user").order_by("created_at")
@@ -119,7 +126,9 @@ class MemberView(TeamView):
         return Response(s.MemberOutput(membership).data)
 
     @extend_schema(
-        operation_id="teams_members_destroy", request=None, responses={204: None, **errors(409)}
+        operation_id="teams_members_destroy",
+        request=None,
+        responses={204: None, **errors(404, 409)},
     )
     def delete(self, request: Request, pk: str, user: str) -> Response:
         team = team_in_path(request, pk)
@@ -128,7 +137,12 @@ class MemberView(TeamView):
 
 
 class InvitationListView(TeamView):
-    @extend_schema(operation_id="teams_invitations_list", responses=s.InvitationOutput(many=True))
+    pagination_class = Pagination
+
+    @extend_schema(
+        operation_id="teams_invitations_list",
+        responses={200: s.InvitationOutput(many=True), **errors(404)},
+    )
     def get(self, request: Request, pk: str) -> Response:
         team = team_in_path(request, pk)
         require_manager(acting_in(request.user, team))
@@ -137,7 +151,7 @@ class InvitationListView(TeamView):
     @extend_schema(
         operation_id="teams_invitations_create",
         request=s.InvitationCreateInput,
-        responses={201: s.InvitationCreatedOutput, **errors(409)},
+        responses={201: s.InvitationCreatedOutput, **errors(404, 409)},
     )
     def post(self, request: Request, pk: str) -> Response:
         team = team_in_path(request, pk)
@@ -153,7 +167,9 @@ class InvitationListView(TeamView):
 
 class InvitationView(TeamView):
     @extend_schema(
-        operation_id="teams_invitations_destroy", request=None, responses={204: None, **errors(409)}
+        operation_id="teams_invitations_destroy",
+        request=None,
+        responses={204: None, **errors(404, 409)},
     )
     def delete(self, request: Request, pk: str, invitation: str) -> Response:
         team = team_in_path(request, pk)
@@ -168,7 +184,7 @@ class InvitationAcceptView(TeamView):
     @extend_schema(
         operation_id="teams_invitations_accept",
         request=None,
-        responses={201: s.MemberOutput, **errors(403, 409)},
+        responses={201: s.MemberOutput, **errors(400, 403, 409)},
         description="Join the team as the signed-in person the invitation was sent to "
         "(403 `wrong_account` otherwise); 409 `already_member` or `already_accepted`; 400 "
         "`link_expired` or `invalid_link`.",
@@ -194,7 +210,12 @@ def _budget_rows(team: Tenant) -> list[dict[str, Any]]:
 
 
 class BudgetView(TeamView):
-    @extend_schema(operation_id="teams_budgets_list", responses=s.BudgetOutput(many=True))
+    pagination_class = WholeList
+
+    @extend_schema(
+        operation_id="teams_budgets_list",
+        responses={200: s.BudgetOutput(many=True), **errors(404)},
+    )
     def get(self, request: Request, pk: str) -> Response:
         team = team_in_path(request, pk)
         acting = acting_in(request.user, team)
@@ -264,6 +285,7 @@ def _when(request: Request, name: str) -> datetime | None:
 
 
 class AuditView(TeamView):
+    pagination_class = Pagination
     renderer_classes = [renderers.JSONRenderer, CsvRenderer]
 
     @extend_schema(
@@ -276,7 +298,7 @@ class AuditView(TeamView):
             OpenApiParameter("format", str, enum=["json", "csv"], description="csv: a download."),
         ],
         responses={
-            200: OpenApiResponse(s.AuditEventOutput(many=True), description="JSON or CSV."),
+            200: s.AuditEventOutput(many=True),
             **errors(400, 404),
         },
         description="The team's audit log, newest first, for owners and admins; `?format=csv` "

@@ -149,9 +149,14 @@ class TokenLoginView(APIView):
             otp=data.validated_data.get("otp") or None,
             name=data.validated_data.get("name", ""),
         )
-        return Response(
-            {"id": token.id, "name": token.name, "token": plaintext}, status=status.HTTP_201_CREATED
-        )
+        body = {
+            "id": token.id,
+            "name": token.name,
+            "team": token.team_id,
+            "scopes": token.scopes,
+            "token": plaintext,
+        }
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class MeView(APIView):
