@@ -72,8 +72,10 @@ def _waiting(product: str, region_id: str | None = None) -> Q:
 
 
 def ssh_keys_own(user: Any, key_ids: list[str]) -> list[str]:
+    """The keys named, each the person's own (keys belong to people, not to the team they
+    order for)."""
     found = set(
-        SshKey.objects.filter(user__tenant_id=user.tenant_id, pk__in=key_ids).values_list(
+        SshKey.objects.filter(user__tenant_id=user.personal_tenant_id, pk__in=key_ids).values_list(
             "pk", flat=True
         )
     )
