@@ -111,11 +111,11 @@ ALL_RESOURCES: tuple[ResourceType, ...] = (
     NETWORK_POLICIES,
     LEASES,
     HTTP_ROUTES,
-    DAEMONSETS,
     ROLES,
     ROLE_BINDINGS,
     CLUSTER_ROLES,
     CLUSTER_ROLE_BINDINGS,
+    DAEMONSETS,
 )
 
 _BY_PATH: dict[tuple[str, str, str], ResourceType] = {
