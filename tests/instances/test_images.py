@@ -35,6 +35,11 @@ def blind_choice(offering: Any) -> str:
     return placed[0].name
 
 
+def node_of(instance: Instance) -> str:
+    assert instance.node is not None
+    return instance.node.name
+
+
 def order(user: Any, offering: Any) -> Instance:
     instance, _created = instance_order(user=user, offering_id=offering.id, image_id="pytorch-2.1")
     return instance
@@ -70,7 +75,7 @@ def test_placement_takes_the_node_holding_the_image_when_nodes_fit_equally(
     blind = blind_choice(offering)
     other = next(name for name in H100_NODES if name != blind)
     warm(cluster, other)
-    assert order(renter, offering).node.name == other
+    assert node_of(order(renter, offering)) == other
     # an image no node holds: the order goes where it would have gone anyway
     with transaction.atomic():
         placed = choose(offering, image="registry.example/none:1")
@@ -79,13 +84,13 @@ def test_placement_takes_the_node_holding_the_image_when_nodes_fit_equally(
 
 def test_a_warm_empty_node_never_beats_the_fuller_node_best_fit_packs(catalog, cluster, renter):
     first = order(renter, Offering.objects.get(name="4× H100 80GB SXM"))
-    fuller = first.node.name
+    fuller = node_of(first)
     emptier = next(name for name in H100_NODES if name != fuller)
     warm(cluster, emptier)
     # 4 GPUs left on the fuller node, 8 on the warm one: the cold, fuller node keeps packing
-    assert order(renter, catalog["h100x1"]).node.name == fuller
+    assert node_of(order(renter, catalog["h100x1"])) == fuller
     # a whole-node rental goes to the warm empty node (the only one that fits)
-    assert order(renter, catalog["h100_node"]).node.name == emptier
+    assert node_of(order(renter, catalog["h100_node"])) == emptier
 
 
 def test_a_warm_node_does_not_let_a_later_order_jump_the_queue(catalog, cluster, renter):
@@ -94,14 +99,14 @@ def test_a_warm_node_does_not_let_a_later_order_jump_the_queue(catalog, cluster,
     waiting_8 = order(renter, catalog["h100x8"])
     waiting_1 = order(renter, catalog["h100x1"])
     assert (waiting_8.status, waiting_1.status) == ("queued", "queued")
-    warm(cluster, whole[1].node.name)
+    warm(cluster, node_of(whole[1]))
     instance_terminate(instance_id=whole[0].id)
     assert converge_until(converge.terminate, whole[0].id) == "terminated"
     queue_drain(product=catalog["h100x8"].gpu_model.product)
     waiting_8.refresh_from_db()
     waiting_1.refresh_from_db()
     # the first in the queue takes the freed node; the 1-GPU order behind it waits its turn
-    assert (waiting_8.status, waiting_8.node.name) == ("provisioning", whole[0].node.name)
+    assert (waiting_8.status, node_of(waiting_8)) == ("provisioning", node_of(whole[0]))
     assert waiting_1.status == "queued"
 
 
