@@ -135,6 +135,25 @@ class Node(models.Model):
         return self.state == NodeState.READY
 
 
+class NodeImage(models.Model):
+    """One container image a node holds, by one of the names its kubelet lists for it in
+    Node.status.images (the tag and the digest form each make a row), as of the last node
+    sync: placement prefers nodes that hold an order's image."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="images")
+    name = models.CharField(max_length=500)
+    size_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "name"], name="fleet_nodeimage_unique"),
+        ]
+        indexes = [models.Index(fields=["name"], name="fleet_nodeimage_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Gpu(models.Model):
     """One GPU of a node, as NVML inventories it."""
 

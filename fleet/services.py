@@ -23,6 +23,7 @@ from fleet.models import (
     HealthRule,
     Node,
     NodeEvent,
+    NodeImage,
     Region,
 )
 from fleet.selectors import region_scope
@@ -479,10 +480,13 @@ TOPOLOGY_LABELS = {
 def nodes_sync_from_cluster(*, region: str = DEFAULT_REGION) -> int:
     """Mirror a region's cluster's GPU Node objects into the fleet (called inside that
     region's kube.cluster context; the default region is KUBECONFIG's): new nodes appear in the
-    region, capacity and labels follow the cluster. Nodes gone from the cluster are marked,
+    region, capacity, labels and the images each holds (Node.status.images) follow the
+    cluster. Nodes gone from the cluster are marked,
     never deleted. A node name another region already holds is skipped and logged: names are
     unique across the regions (the agents report by name)."""
     seen = []
+    synced: list[str] = []
+    held: dict[tuple[str, str], int] = {}
     for item in kube.nodes_list():
         if item.gpu_count <= 0:
             continue
@@ -527,10 +531,32 @@ def nodes_sync_from_cluster(*, region: str = DEFAULT_REGION) -> int:
                 node=node, kind=NodeEventKind.REGISTERED, message="Discovered in the cluster."
             )
         seen.append(item.name)
+        held.update({(node.pk, name): size for name, size in item.images})
+        synced.append(node.pk)
     Node.objects.filter(region_id=region, in_cluster=True).exclude(name__in=seen).update(
         in_cluster=False
     )
+    _node_images_sync(synced, held)
     return len(seen)
+
+
+def _node_images_sync(node_ids: list[str], held: dict[tuple[str, str], int]) -> None:
+    """The images the synced nodes hold become exactly `held` ((node, name) → bytes): what
+    they dropped is deleted and what they pulled added, in three statements whatever the
+    fleet's size."""
+    rows = NodeImage.objects.filter(node_id__in=node_ids)
+    have = {(node_id, name): pk for pk, node_id, name in rows.values_list("pk", "node_id", "name")}
+    gone = [pk for key, pk in have.items() if key not in held]
+    if gone:
+        NodeImage.objects.filter(pk__in=gone).delete()
+    NodeImage.objects.bulk_create(
+        [
+            NodeImage(node_id=node_id, name=name, size_bytes=size)
+            for (node_id, name), size in held.items()
+            if (node_id, name) not in have
+        ],
+        ignore_conflicts=True,
+    )
 
 
 # The rules a new installation starts with (migration instances 0002 seeded the same ones).

@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from instances.lifecycle import instance_stop, instance_terminate
+from instances.lifecycle import image_delete, image_save, instance_stop, instance_terminate
 from instances.models import Image, Instance, InstanceEvent, Offering, TenantLimits
 from instances.placement import misfit
 from starverse.accounts.admin import TenantAdmin
@@ -69,8 +69,18 @@ class OfferingAdmin(admin.ModelAdmin):
 
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "container_image", "active", "sort"]
-    list_editable = ["active", "sort"]
+    list_display = ["id", "name", "container_image", "size", "prepull", "active", "sort"]
+    list_editable = ["prepull", "active", "sort"]
+
+    @admin.display(description=_("Size"), ordering="size_bytes")
+    def size(self, obj: Image) -> str:
+        return f"{obj.size_bytes / 1e9:.1f} GB" if obj.size_bytes else "—"
+
+    def save_model(self, request: HttpRequest, obj: Image, form: Any, change: bool) -> None:
+        image_save(image=obj)
+
+    def delete_model(self, request: HttpRequest, obj: Image) -> None:
+        image_delete(image=obj)
 
 
 class InstanceEventInline(admin.TabularInline):

@@ -45,6 +45,7 @@ from instances.states import (
 )
 from instances.volumes import disks_attach_at_order
 from starverse.accounts.models import SshKey
+from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import (
     Conflict,
     IdempotencyConflict,
@@ -117,6 +118,21 @@ def catalog_image(image_id: str) -> Image | None:
     return _cached(
         "image", image_id, lambda: Image.objects.filter(pk=image_id, active=True).first()
     )
+
+
+def image_save(*, image: Image) -> None:
+    """Save a catalogue image (the operator's edit); the pre-pull DaemonSets follow it on
+    every cluster once it commits (instances.provisioning.prepull)."""
+    with transaction.atomic():
+        image.save()
+        enqueue_on_commit("instances.tasks.converge_prepull")
+
+
+def image_delete(*, image: Image) -> None:
+    """Delete a catalogue image no instance uses; its pre-pull DaemonSet goes with it."""
+    with transaction.atomic():
+        image.delete()
+        enqueue_on_commit("instances.tasks.converge_prepull")
 
 
 def instance_order(
@@ -242,7 +258,13 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
     (a refusal rolls the whole order back). Locks: GPU model, disks, wallet."""
     product = instance.offering.gpu_model.product
     waiting = Instance.objects.filter(_waiting(product, instance.region_id)).exists()
-    placement = None if waiting else choose(instance.offering, instance.region_id or "")
+    placement = (
+        None
+        if waiting
+        else choose(
+            instance.offering, instance.region_id or "", image=instance.image.container_image
+        )
+    )
     instance_create(instance, placement=placement)
     disks_attach_at_order(instance, disk_ids)
     admit(instance)
@@ -313,7 +335,9 @@ def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | Non
         return "wait", None
     if instance.cluster_id:
         return _try_place_gang(instance)
-    placement = choose(instance.offering, instance.region_id or "")
+    placement = choose(
+        instance.offering, instance.region_id or "", image=instance.image.container_image
+    )
     found = runway_of(instance, wallet_locked(instance.tenant_id))
     if not found.covered:
         return "unfunded", found

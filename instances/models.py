@@ -4,6 +4,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from fleet.models import GpuModel, Node
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
@@ -63,6 +64,17 @@ class Image(models.Model):
     name = models.CharField(max_length=100)
     description = models.TextField()
     container_image = models.CharField(max_length=300)
+    size_bytes = models.BigIntegerField(
+        default=0,
+        help_text=_("Compressed size the nodes pull (the registry's), for the expected pull time."),
+    )
+    prepull = models.BooleanField(
+        default=False,
+        help_text=_(
+            "Keep it on every node of the catalogue's GPU models (a pre-pull DaemonSet), so "
+            "instances of it start in seconds."
+        ),
+    )
     active = models.BooleanField(default=True)
     sort = models.PositiveSmallIntegerField(default=0)
 

@@ -1,4 +1,5 @@
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
@@ -11,10 +12,11 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from fleet.models import Gpu, GpuModel, GpuSample, Node, Region
+from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
-from instances.models import Instance, Offering, TenantLimits
+from instances.models import Image, Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
+from starverse.core import kube
 from starverse.core.db import raw_datetime
 
 S = InstanceStatus
@@ -41,6 +43,51 @@ def availability(offerings: list[Offering]) -> dict[str, int]:
                 by_gpus = left // offering.gpu_count
                 total += by_gpus if by_room is None else min(by_gpus, by_room)
         result[offering.id] = total
+    return result
+
+
+def _fits(offering: Offering, count: int, left: int, by_room: int | None) -> int:
+    """How many instances of `offering` a node of `count` GPUs with `left` free and room for
+    `by_room` pods (None: unlimited) takes now."""
+    if offering.kind == OfferingKind.BARE_METAL:
+        return 1 if count == offering.gpu_count and left == count and by_room != 0 else 0
+    by_gpus = left // offering.gpu_count
+    return by_gpus if by_room is None else min(by_gpus, by_room)
+
+
+def expected_pull_s(image: Image) -> int:
+    """Seconds a node takes to pull the image at the typical bandwidth (rounded up)."""
+    return math.ceil(image.size_bytes / (settings.IMAGE_PULL_BANDWIDTH_MBPS * 1_000_000))
+
+
+def image_warmth(offerings: list[Offering], images: list[Image]) -> dict[str, dict[str, int]]:
+    """Per offering id, per image id, how long its first start would pull: 0 when a free
+    node that fits the offering holds the image (placement takes such a node first), else the
+    image's size ÷ IMAGE_PULL_BANDWIDTH_MBPS. Read the way availability is, plus one query
+    for the images the nodes hold (kept by the node sync, so pre-pulled ones count once their
+    DaemonSet has pulled them)."""
+    names = {image.id: kube.image_name(image.container_image) for image in images}
+    held: dict[str, set[str]] = defaultdict(set)
+    for node_id, name in NodeImage.objects.filter(name__in=set(names.values())).values_list(
+        "node_id", "name"
+    ):
+        held[name].add(node_id)
+    per_product = {
+        product: capacity(product) for product in {o.gpu_model.product for o in offerings}
+    }
+    result: dict[str, dict[str, int]] = {}
+    for offering in offerings:
+        nodes, taken, rooms, _regions = per_product[offering.gpu_model.product]
+        want = needs(offering)
+        free = {
+            node_id
+            for node_id, _name, count in nodes
+            if _fits(offering, count, count - len(taken[node_id]), times(rooms[node_id], want))
+        }
+        result[offering.id] = {
+            image.id: 0 if free & held[names[image.id]] else expected_pull_s(image)
+            for image in images
+        }
     return result
 
 

@@ -12,7 +12,7 @@ from fleet.selectors import region_target, regions_configured
 from instances import lifecycle, metering, monthly
 from instances.choices import InstanceStatus
 from instances.models import Instance
-from instances.provisioning import converge, namespaces, reconcile
+from instances.provisioning import converge, namespaces, prepull, reconcile
 from instances.selectors import spend_per_hour_fen
 from starverse.core import kube
 from starverse.core.kube import TASK_RETRY, KubeError
@@ -98,6 +98,18 @@ def reconcile_cluster() -> None:
                 reconcile.reconcile(region=region.name)
         except KubeError as error:
             logger.error("reconcile.failed region=%s error=%s", region.name, error)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def converge_prepull() -> None:
+    """The catalogue's pre-pulled images (periodically, and when an image changes in the
+    admin) onto every region's cluster: one that cannot be reached does not hold up the rest."""
+    for region in regions_configured():
+        try:
+            with kube.cluster(region_target(region)):
+                prepull.prepull_converge()
+        except KubeError as error:
+            logger.error("prepull.failed region=%s error=%s", region.name, error)
 
 
 @shared_task(acks_late=True, ignore_result=True)

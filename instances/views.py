@@ -28,7 +28,7 @@ from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
-from instances.selectors import availability, instance_metrics
+from instances.selectors import availability, image_warmth, instance_metrics
 from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.models import SshKey
 from starverse.core.console import redirect_back, run_change
@@ -121,13 +121,40 @@ def _default_offering(offerings: list[Offering], counts: dict[str, int], balance
     return candidates[0].id if candidates else ""
 
 
-def _groups(offerings: list[Offering], counts: dict[str, int]) -> list[dict[str, Any]]:
+def _groups(
+    offerings: list[Offering], counts: dict[str, int], pulls: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Offerings by GPU model, in catalogue order."""
     groups: dict[str, dict[str, Any]] = {}
     for offering in offerings:
         group = groups.setdefault(offering.gpu_model_id, {"model": offering.gpu_model, "rows": []})
-        group["rows"].append({"offering": offering, "available": counts.get(offering.id, 0)})
+        group["rows"].append(
+            {
+                "offering": offering,
+                "available": counts.get(offering.id, 0),
+                "pulls": pulls.get(offering.id, {}),
+            }
+        )
     return list(groups.values())
+
+
+def _pulls(offer: "_Offer") -> dict[str, dict[str, dict[str, Any]]]:
+    """Per offering, per image: whether its first start is warm (the image is on a free node
+    that fits) and the line that says so, or how much it pulls and for how long."""
+    sizes = {image.id: image.size_bytes for image in offer.images}
+    shown: dict[str, dict[str, dict[str, Any]]] = {}
+    for offering_id, per_image in offer.warmth.items():
+        shown[offering_id] = {}
+        for image_id, seconds in per_image.items():
+            if seconds == 0:
+                text = _("Image ready: starts in seconds")
+            else:
+                text = _("First start pulls %(size)s GB (~%(seconds)s s)") % {
+                    "size": f"{sizes[image_id] / 1e9:.0f}",
+                    "seconds": seconds,
+                }
+            shown[offering_id][image_id] = {"warm": seconds == 0, "text": text}
+    return shown
 
 
 @dataclass
@@ -142,6 +169,7 @@ class _Offer:
     keys: list[SshKey]
     disks: list[Disk]
     regions: list[Region]
+    warmth: dict[str, dict[str, int]]  # offering -> image -> expected pull seconds (0: warm)
 
 
 @dataclass
@@ -202,9 +230,11 @@ def rent(request: HttpRequest) -> HttpResponse:
 
 def _offer_for(request: HttpRequest) -> _Offer:
     offerings = list(Offering.objects.filter(active=True).select_related("gpu_model"))
+    images = list(Image.objects.filter(active=True))
     return _Offer(
         offerings=offerings,
-        images=list(Image.objects.filter(active=True)),
+        images=images,
+        warmth=image_warmth(offerings, images),
         wallet=wallet_for_tenant(request.user.tenant_id),  # type: ignore[union-attr]
         counts=availability(offerings),
         keys=list(scope_to_user(SshKey.objects.all(), request.user, "user")),
@@ -280,18 +310,20 @@ def _ordered(request: HttpRequest, instance: Instance, *, created: bool) -> Http
 
 
 def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpResponse:
+    pulls = _pulls(offer)
     catalog = {
         o.id: {
             "name": o.name,
             "hour": o.price_per_hour_fen,
             "month": o.price_per_month_fen,
             "available": offer.counts.get(o.id, 0),
+            "pulls": pulls.get(o.id, {}),
         }
         for o in offer.offerings
     }
     context = {
         "active": "rent",
-        "groups": _groups(offer.offerings, offer.counts),
+        "groups": _groups(offer.offerings, offer.counts, pulls),
         "images": offer.images,
         "keys": offer.keys,
         "selected_keys": shown.selected_keys,

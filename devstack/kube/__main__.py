@@ -9,6 +9,7 @@ Logs one key=value line per request; SIGTERM or Ctrl-C stops it with exit status
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -17,6 +18,7 @@ from types import FrameType
 
 from .emulator import KubeEmulator
 from .fleet import parse_fleet
+from .images import BANDWIDTH_ANNOTATION, DEFAULT_BANDWIDTH_MBPS
 
 log = logging.getLogger("devstack.kube")
 
@@ -49,6 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds before pods of a lost node are evicted",
     )
+    parser.add_argument(
+        "--image-sizes",
+        help="JSON file of image reference -> size in bytes (what the registry would say); "
+        "`manage.py catalog_image_sizes` writes the catalog's",
+    )
+    parser.add_argument(
+        "--default-image-size",
+        type=float,
+        default=0.0,
+        help="GB (10^9 bytes) an image not in --image-sizes weighs; 0: pulls take --pull-delay",
+    )
+    parser.add_argument(
+        "--pull-bandwidth",
+        type=float,
+        default=DEFAULT_BANDWIDTH_MBPS,
+        help="MB/s each node pulls images at (a node's annotation "
+        f"{BANDWIDTH_ANNOTATION} overrides it)",
+    )
     parser.add_argument("--no-validate", action="store_true", help="skip schema validation")
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -67,6 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    sizes: dict[str, int] = {}
+    if args.image_sizes:
+        try:
+            with open(args.image_sizes) as handle:
+                sizes = {str(k): int(v) for k, v in json.load(handle).items()}
+        except (OSError, ValueError, AttributeError) as exc:
+            print(f"error: --image-sizes {args.image_sizes}: {exc}", file=sys.stderr)
+            return 2
     emulator = KubeEmulator(
         args.host,
         args.port,
@@ -78,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         fleet=fleet,
         eviction_grace_s=args.eviction_grace,
         node_prefix=args.node_prefix,
+        image_sizes=sizes,
+        default_image_bytes=int(args.default_image_size * 1e9),
+        pull_bandwidth_mbps=args.pull_bandwidth,
     )
     stop = threading.Event()
 

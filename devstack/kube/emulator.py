@@ -40,7 +40,9 @@ from typing import Any
 
 from .api import Api
 from .controllers import Controllers
+from .daemonsets import DaemonSetController
 from .fleet import NodeSpec, build_fleet, lease_object, node_object
+from .images import DEFAULT_BANDWIDTH_MBPS, ImageCatalog, add_image
 from .kubelet import Kubelet
 from .network import ServiceNetwork
 from .podexec import ExecSession
@@ -80,6 +82,9 @@ class KubeEmulator:
         seed: int | None = None,
         users: dict[str, User] | None = None,
         node_prefix: str = "",
+        image_sizes: dict[str, int] | None = None,
+        default_image_bytes: int = 0,
+        pull_bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS,
     ) -> None:
         self.host = host
         self.port = port
@@ -87,13 +92,18 @@ class KubeEmulator:
         self.node_specs = list(nodes) if nodes is not None else build_fleet(fleet, node_prefix)
         self.store = Store(history_size)
         self.api = Api(self.store, Validator(schema=validate), seed)
-        self.kubelet = Kubelet(self.api, pull_delay_s, start_delay_s, pod_termination_s)
+        # Image sizes default to 0 B, so a pull takes only pull_delay_s unless sizes are given.
+        self.images = ImageCatalog(image_sizes or {}, default_image_bytes, pull_bandwidth_mbps)
+        self.kubelet = Kubelet(
+            self.api, pull_delay_s, start_delay_s, pod_termination_s, self.images
+        )
         self.scheduler = Scheduler(self.api)
         self._clock_lock = threading.Lock()
         self._clock_offset = 0.0  # seconds step() added to the monotonic clock
         self._paused_at: float | None = None  # the clock's reading while paused
         self.controllers = Controllers(self.api, self.kubelet, eviction_grace_s, self.now)
         self.resizer = VolumeResizer(self.api)
+        self.daemonsets = DaemonSetController(self.api)
         self.node_proxy = NodeProxy(self.store, lambda node: node in self.kubelet.frozen_nodes)
         self.faults = FaultInjector()
         version = schema_version()
@@ -218,7 +228,8 @@ class KubeEmulator:
         # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
         with self.store.lock:
             now = self.now()
-            for part in (self.controllers, self.scheduler, self.kubelet, self.resizer):
+            parts = (self.controllers, self.daemonsets, self.scheduler, self.kubelet, self.resizer)
+            for part in parts:
                 try:
                     part.tick(now)
                 except Exception:  # keep the loop alive; the log names the failing component
@@ -291,6 +302,7 @@ class KubeEmulator:
         with self.store.lock:
             self.faults.clear()
             self.kubelet.reset()
+            self.images.reset()
             self.scheduler.reset()
             self.controllers.reset()
             self.node_proxy.clear_volume_usage()
@@ -404,6 +416,20 @@ class KubeEmulator:
 
     def set_pull_delay(self, seconds: float) -> None:
         self.kubelet.pull_delay_s = seconds
+
+    def set_image_size(self, reference: str, size_bytes: int) -> None:
+        """What the emulated registry says an image weighs (pulls from now on take it)."""
+        self.images.set_size(reference, size_bytes)
+
+    def preload_image(self, node_name: str, reference: str) -> None:
+        """The node holds the image already (pulled before), as listed in its status.images."""
+        size = self.images.size(reference)
+        with self.store.lock:
+            if (
+                self.api.mutate(NODES, "", node_name, lambda n: add_image(n, reference, size))
+                is None
+            ):
+                raise ValueError(f"no node {node_name!r}")
 
     def set_volume_usage(self, namespace: str, claim: str, used_bytes: int) -> None:
         """Bytes in use on a claim's volume, as the kubelet Summary API

@@ -10,6 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 from .defaults import now_iso
+from .images import BANDWIDTH_ANNOTATION, add_image
 from .quantity import format_quantity, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -43,6 +44,8 @@ class NodeSpec:
     pods: int = 110
     ephemeral_storage: str = "3500Gi"
     rdma_devices: int = 0  # RDMA_RESOURCE allocatable (0: no RDMA NIC)
+    pull_bandwidth_mbps: float | None = None  # None: the emulator's default
+    images: dict[str, int] = field(default_factory=dict)  # held at start: reference -> bytes
 
     def __post_init__(self) -> None:
         if self.taints is None:
@@ -166,16 +169,19 @@ def node_object(spec: NodeSpec, index: int, kubelet_version: str) -> dict[str, A
     }
     if spec.taints:
         node_spec["taints"] = [dict(t) for t in spec.taints]
-    return {
+    annotations = {
+        "node.alpha.kubernetes.io/ttl": "0",
+        "starverse.io/emulator": "development stand-in, not a real node",
+    }
+    if spec.pull_bandwidth_mbps:
+        annotations[BANDWIDTH_ANNOTATION] = f"{spec.pull_bandwidth_mbps:g}"
+    node: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": spec.name,
             "labels": labels,
-            "annotations": {
-                "node.alpha.kubernetes.io/ttl": "0",
-                "starverse.io/emulator": "development stand-in, not a real node",
-            },
+            "annotations": annotations,
         },
         "spec": node_spec,
         "status": {
@@ -199,8 +205,12 @@ def node_object(spec: NodeSpec, index: int, kubelet_version: str) -> dict[str, A
                 "operatingSystem": "linux",
                 "architecture": "amd64",
             },
+            "images": [],
         },
     }
+    for reference, size_bytes in spec.images.items():
+        add_image(node, reference, size_bytes)
+    return node
 
 
 def _labels_and_resources(spec: NodeSpec) -> tuple[dict[str, str], dict[str, str]]:

@@ -9,10 +9,16 @@ repeated at most every ``MOUNT_WARNING_S`` seconds — then ``Pulling`` → ``Pu
 ``Started`` → phase Running with Ready conditions, a pod IP and running container statuses.
 Deleted pods get ``Killing`` events and are removed after a short grace. Nothing runs:
 containers are status only.
+
+The image stage takes the fixed ``pull_delay_s`` plus, for each image the node does not hold
+yet (or whose ``imagePullPolicy`` is ``Always``), its size ÷ the node's pull bandwidth
+(:mod:`.images`); a pulled image is listed in the node's ``status.images`` and is already
+present for the next pod.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +27,7 @@ from typing import Any
 
 from .api import Api
 from .defaults import now_iso, pod_requests
+from .images import ImageCatalog, Pull, Pulls, add_image, holds, node_bandwidth_mbps
 from .objects import TERMINAL, set_condition
 from .resources import NODES, PODS
 from .scheduler import allocatable, describe_shortage, node_usage
@@ -40,14 +47,25 @@ class PodSim:
     images: dict[str, str] = field(default_factory=dict)
     mounted: bool = False  # its volumes are attached to ``node`` (it passed volume setup)
     warned: tuple[str, float] | None = None  # last volume warning message and when
+    # image -> its pull, or None when the node already held it (set when the image stage began)
+    pulls: dict[str, Pull | None] = field(default_factory=dict)
+    pulling_since: float = 0.0
 
 
 def _containers(pod: Obj) -> list[Obj]:
     return [c for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
 
 
-def _field_path(container: Obj) -> str:
-    return f"spec.containers{{{container.get('name', '')}}}"
+def _holding(image: str, size_bytes: int, node: Obj) -> None:
+    add_image(node, image, size_bytes)
+
+
+def _init_containers(pod: Obj) -> list[Obj]:
+    return [c for c in (pod.get("spec") or {}).get("initContainers") or [] if isinstance(c, dict)]
+
+
+def _field_path(container: Obj, init: bool = False) -> str:
+    return f"spec.{'initContainers' if init else 'containers'}{{{container.get('name', '')}}}"
 
 
 def _ready_message(pod: Obj) -> str:
@@ -57,9 +75,16 @@ def _ready_message(pod: Obj) -> str:
 
 class Kubelet:
     def __init__(
-        self, api: Api, pull_delay_s: float, start_delay_s: float, termination_s: float
+        self,
+        api: Api,
+        pull_delay_s: float,
+        start_delay_s: float,
+        termination_s: float,
+        images: ImageCatalog | None = None,
     ) -> None:
         self.api = api
+        self.images = images or ImageCatalog()
+        self.pulls = Pulls()
         self.configured_pull_delay_s = pull_delay_s
         self.pull_delay_s = pull_delay_s
         self.start_delay_s = start_delay_s
@@ -76,11 +101,14 @@ class Kubelet:
         self.frozen_nodes.clear()
         self.sims.clear()
         self._ip_serial.clear()
+        self.pulls.reset()
 
     # --- loop --------------------------------------------------------------------------------
 
     def tick(self, now: float) -> None:
         store = self.api.store
+        for held_by, image, size in self.pulls.finished(now):
+            self.api.mutate(NODES, "", held_by, functools.partial(_holding, image, size))
         pods = store.items(PODS)
         nodes = {n["metadata"]["name"]: n for n in store.items(NODES)}
         live: set[str] = set()
@@ -216,12 +244,46 @@ class Kubelet:
         self._start_pulling(updated or pod, sim, now)
 
     def _start_pulling(self, pod: Obj, sim: PodSim, now: float) -> None:
+        """Pull what the node lacks (sharing a pull already under way there); the stage ends
+        when the last of them is in, plus the fixed delay."""
         sim.mounted = True
-        sim.stage, sim.due = "pulling", now + self.pull_delay_s
-        for container in _containers(pod):
-            self._event(
-                pod, sim.node, "Pulling", f'Pulling image "{container.get("image")}"', container
-            )
+        node = self.api.store.get(NODES, "", sim.node) or {}
+        mbps = node_bandwidth_mbps(node, self.images.bandwidth_mbps)
+        ready_at = now
+        sim.pulls, sim.pulling_since = {}, now
+        for container, init in self._image_containers(pod):
+            image = str(container.get("image"))
+            if image not in sim.pulls:
+                always = container.get("imagePullPolicy") == "Always"
+                if holds(node, image) and not always:
+                    sim.pulls[image] = None
+                elif self._failing(image):  # fails at once, lands nothing on the node
+                    sim.pulls[image] = Pull(now, now, 0)
+                else:
+                    size = self.images.size(image)
+                    sim.pulls[image] = self.pulls.pull(sim.node, image, size, mbps, now)
+            pull = sim.pulls[image]
+            if pull is not None:
+                ready_at = max(ready_at, pull.ends)
+                self._event(
+                    pod, sim.node, "Pulling", f'Pulling image "{image}"', container, init=init
+                )
+        sim.stage, sim.due = "pulling", ready_at + self.pull_delay_s
+
+    @staticmethod
+    def _image_containers(pod: Obj) -> list[tuple[Obj, bool]]:
+        return [(c, True) for c in _init_containers(pod)] + [(c, False) for c in _containers(pod)]
+
+    def _pulled_message(self, sim: PodSim, image: str, now: float) -> str:
+        pull = sim.pulls.get(image)
+        if pull is None:
+            return f'Container image "{image}" already present on machine'
+        took = round((pull.ends - pull.began + self.pull_delay_s) * 1000)
+        waited = round((now - sim.pulling_since) * 1000)
+        return (
+            f'Successfully pulled image "{image}" in {took}ms ({max(waited, took)}ms including '
+            f"waiting). Image size: {pull.size_bytes} bytes."
+        )
 
     def _reject(self, pod: Obj, node_name: str, resource: str, message: str) -> None:
         meta = pod["metadata"]
@@ -252,16 +314,12 @@ class Kubelet:
             if failing:
                 self._pull_failed(pod, sim, failing, now)
                 return
-            for container in _containers(pod):
-                millis = int(self.pull_delay_s * 1000)
-                self._event(
-                    pod,
-                    sim.node,
-                    "Pulled",
-                    f'Successfully pulled image "{container.get("image")}" in {millis}ms '
-                    f"({millis}ms including waiting). Image size: 0 bytes.",
-                    container,
-                )
+            for container, init in self._image_containers(pod):
+                image = str(container.get("image"))
+                message = self._pulled_message(sim, image, now)
+                self._event(pod, sim.node, "Pulled", message, container, init=init)
+                if init:
+                    continue
                 self._event(
                     pod,
                     sim.node,
@@ -468,6 +526,8 @@ class Kubelet:
         message: str,
         container: Obj | None,
         type_: str = "Normal",
+        *,
+        init: bool = False,
     ) -> None:
         self.api.events.record(
             PODS,
@@ -477,5 +537,5 @@ class Kubelet:
             type_=type_,
             component="kubelet",
             host=node_name,
-            field_path=_field_path(container) if container else "",
+            field_path=_field_path(container, init) if container else "",
         )

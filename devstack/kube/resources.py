@@ -86,6 +86,10 @@ LEASES = ResourceType("leases", "lease", "Lease", "coordination.k8s.io", "v1", T
 HTTP_ROUTES = ResourceType(
     "httproutes", "httproute", "HTTPRoute", "gateway.networking.k8s.io", "v1", True
 )
+# The node-wide workloads (the image pre-puller, the node agent on a real cluster).
+DAEMONSETS = ResourceType(
+    "daemonsets", "daemonset", "DaemonSet", "apps", "v1", True, ("ds",), True, ("all",)
+)
 RBAC_GROUP = "rbac.authorization.k8s.io"
 ROLES = ResourceType("roles", "role", "Role", RBAC_GROUP, "v1", True)
 ROLE_BINDINGS = ResourceType("rolebindings", "rolebinding", "RoleBinding", RBAC_GROUP, "v1", True)
@@ -111,6 +115,7 @@ ALL_RESOURCES: tuple[ResourceType, ...] = (
     ROLE_BINDINGS,
     CLUSTER_ROLES,
     CLUSTER_ROLE_BINDINGS,
+    DAEMONSETS,
 )
 
 _BY_PATH: dict[tuple[str, str, str], ResourceType] = {
@@ -128,6 +133,7 @@ SUBRESOURCES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "namespaces": (("status", ("get", "patch", "update")), ("finalize", ("update",))),
     "services": (("status", ("get", "patch", "update")),),
     "persistentvolumeclaims": (("status", ("get", "patch", "update")),),
+    "daemonsets": (("status", ("get", "patch", "update")),),
 }
 
 

@@ -24,6 +24,14 @@ class OfferingOutput(serializers.ModelSerializer):
     regions = serializers.SerializerMethodField(
         help_text="The regions where nodes of this offering's GPU model are (GET /regions)."
     )
+    image_warm = serializers.SerializerMethodField(
+        help_text="With `?image=`: whether a free node that fits this offering already holds "
+        "the image, so an instance starts in seconds (null without `?image=`)."
+    )
+    expected_pull_s = serializers.SerializerMethodField(
+        help_text="With `?image=`: seconds the first start would spend pulling the image "
+        "(0 when warm; its size at IMAGE_PULL_BANDWIDTH_MBPS otherwise; null without `?image=`)."
+    )
 
     class Meta:
         model = Offering
@@ -40,10 +48,20 @@ class OfferingOutput(serializers.ModelSerializer):
             "price_per_month_fen",
             "available",
             "regions",
+            "image_warm",
+            "expected_pull_s",
         ]
 
     def get_available(self, obj: Offering) -> int:
         return self.context["availability"].get(obj.id, 0)
+
+    def get_image_warm(self, obj: Offering) -> bool | None:
+        seconds = self.get_expected_pull_s(obj)
+        return None if seconds is None else seconds == 0
+
+    def get_expected_pull_s(self, obj: Offering) -> int | None:
+        warmth: dict[str, int] | None = self.context.get("warmth", {}).get(obj.id)
+        return None if warmth is None else next(iter(warmth.values()))
 
     def get_regions(self, obj: Offering) -> list[str]:
         regions: list[str] = self.context["regions"].get(obj.id, [])
@@ -64,9 +82,16 @@ class RegionOutput(serializers.Serializer):
 
 
 class ImageOutput(serializers.ModelSerializer):
+    size_bytes = serializers.IntegerField(
+        help_text="What a node pulls (compressed layers), in bytes; 0 when not known."
+    )
+    prepull = serializers.BooleanField(
+        help_text="Kept on every node of the catalogue's GPU models: it starts in seconds."
+    )
+
     class Meta:
         model = Image
-        fields = ["id", "name", "description"]
+        fields = ["id", "name", "description", "size_bytes", "prepull"]
 
 
 class InstanceCreateInput(InputSerializer):

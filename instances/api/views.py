@@ -35,6 +35,7 @@ from instances.lifecycle import instance_order, instance_start, instance_stop, i
 from instances.models import Image, Instance, Offering
 from instances.selectors import (
     availability,
+    image_warmth,
     instance_metrics,
     instance_page,
     offering_regions,
@@ -75,13 +76,32 @@ class GpuModelListView(CatalogList):
         return GpuModel.objects.order_by("name")
 
 
-@extend_schema_view(get=extend_schema(operation_id="offerings_list"))
+@extend_schema_view(
+    get=extend_schema(
+        operation_id="offerings_list",
+        parameters=[
+            OpenApiParameter(
+                "image",
+                str,
+                description="An image id (GET /images): fills `image_warm` and "
+                "`expected_pull_s` for it.",
+            )
+        ],
+        responses={200: OfferingOutput(many=True), **errors(400)},
+    )
+)
 class OfferingListView(CatalogList):
     serializer_class = OfferingOutput
 
     def list(self, request: Request) -> Response:
         rows = list(Offering.objects.filter(active=True).select_related("gpu_model"))
         context = {"availability": availability(rows), "regions": offering_regions(rows)}
+        image_id = request.query_params.get("image")
+        if image_id is not None:
+            image = Image.objects.filter(pk=image_id, active=True).first()
+            if image is None:
+                raise InvalidInput(f"image: unknown image {image_id!r}", code="unknown_image")
+            context["warmth"] = image_warmth(rows, [image])
         data = OfferingOutput(rows, many=True, context=context).data
         return WholeList().get_paginated_response(data)
 

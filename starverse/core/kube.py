@@ -224,6 +224,25 @@ class ClusterNode:
     allocatable_memory_mib: int | None = None
     allocatable_ephemeral_mib: int | None = None
     allocatable_pods: int | None = None
+    # status.images: (name, bytes) for every name the kubelet lists (tag and digest forms)
+    images: tuple[tuple[str, int], ...] = ()
+
+
+def image_name(reference: str) -> str:
+    """An image reference as container runtimes name it in Node.status.images: the registry
+    and `library/` filled in, `:latest` when it names neither tag nor digest
+    (`starverse/pytorch:2.1` → `docker.io/starverse/pytorch:2.1`)."""
+    name, at, digest = reference.strip().partition("@")
+    first, slash, _rest = name.partition("/")
+    if not slash:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    if at:
+        return f"{name}@{digest}"
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
 
 
 @dataclass(frozen=True)
@@ -410,6 +429,11 @@ def nodes_list() -> list[ClusterNode]:
                 allocatable_memory_mib=_scaled(allocatable.get("memory"), 2**20),
                 allocatable_ephemeral_mib=_scaled(allocatable.get("ephemeral-storage"), 2**20),
                 allocatable_pods=_scaled(allocatable.get("pods"), 1),
+                images=tuple(
+                    (name, int(image.size_bytes or 0))
+                    for image in item.status.images or []
+                    for name in image.names or []
+                ),
             )
         )
     return result
@@ -421,6 +445,42 @@ def node_set_unschedulable(name: str, unschedulable: bool) -> None:
 
 def _networking() -> client.NetworkingV1Api:
     return client.NetworkingV1Api(_client())
+
+
+def _apps() -> client.AppsV1Api:
+    return client.AppsV1Api(_client())
+
+
+def daemonsets_managed(namespace: str, label_selector: str) -> dict[str, dict[str, Any]]:
+    """The DaemonSets `label_selector` selects in a namespace, by name: one list call."""
+    items = _call(
+        "DaemonSet.list",
+        _apps().list_namespaced_daemon_set,
+        namespace,
+        label_selector=label_selector,
+    ).items
+    return {item.metadata.name: _plain(item) for item in items}
+
+
+def daemonset_replace(manifest: dict[str, Any], resource_version: str) -> dict[str, Any]:
+    """Replace a DaemonSet we made with `manifest` (its pods roll to the new template)."""
+    meta = manifest["metadata"]
+    body = {**manifest, "metadata": {**meta, "resourceVersion": resource_version}}
+    try:
+        return _plain(
+            _guard(
+                "DaemonSet.replace",
+                lambda: _apps().replace_namespaced_daemon_set(
+                    meta["name"], meta["namespace"], body, _request_timeout=TIMEOUT
+                ),
+            )
+        )
+    except ApiException as error:
+        if error.status == 409:  # changed since we listed it: list again on the retry
+            raise RetryableKubeError(f"DaemonSet {meta['name']}: changed meanwhile") from error
+        raise PermanentKubeError(
+            f"DaemonSet {meta['name']}: {error.status} {error.reason}: {_message(error)}"
+        ) from error
 
 
 def _rbac() -> client.RbacAuthorizationV1Api:
@@ -487,6 +547,13 @@ def _operations(kind: str) -> tuple[Any, Any, Any]:
             net.create_namespaced_network_policy,
             net.read_namespaced_network_policy,
             net.delete_namespaced_network_policy,
+        )
+    if kind == "DaemonSet":
+        apps = _apps()
+        table[kind] = (
+            apps.create_namespaced_daemon_set,
+            apps.read_namespaced_daemon_set,
+            apps.delete_namespaced_daemon_set,
         )
     if kind == "RoleBinding":
         rbac = _rbac()

@@ -201,6 +201,7 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-prune": {"task": "fleet.tasks.prune_telemetry", "schedule": 3600.0},
     "fleet-sync-cluster": {"task": "fleet.tasks.sync_nodes_from_cluster", "schedule": 30.0},
     "tenant-namespaces": {"task": "instances.tasks.converge_tenant_namespaces", "schedule": 300.0},
+    "image-prepull": {"task": "instances.tasks.converge_prepull", "schedule": 300.0},
     "billing-retry-stripe-events": {
         "task": "billing.tasks.retry_unprocessed_events",
         "schedule": 300.0,
@@ -478,6 +479,15 @@ CLUSTER_PREFLIGHT_TIMEOUT_S = env_int("CLUSTER_PREFLIGHT_TIMEOUT_S", 300)
 # Tenant pods. Each gets this much node-local scratch (image layers, logs, /tmp) as its
 # ephemeral-storage request and limit; the kubelet evicts a pod that writes more.
 INSTANCE_EPHEMERAL_STORAGE_GB = env_int("INSTANCE_EPHEMERAL_STORAGE_GB", 50)
+# Image pulls: the bandwidth a node typically pulls at (MB/s), for the Rent page's expected
+# pull time; where the pre-pull DaemonSets live, their pause image and an optional
+# PriorityClass (low, so that tenant pods come first) for their pods.
+IMAGE_PULL_BANDWIDTH_MBPS = env_int("IMAGE_PULL_BANDWIDTH_MBPS", 800)
+if IMAGE_PULL_BANDWIDTH_MBPS <= 0:
+    raise ImproperlyConfigured("IMAGE_PULL_BANDWIDTH_MBPS must be a positive number of MB/s.")
+PREPULL_NAMESPACE = env_str("PREPULL_NAMESPACE", "starverse-prepull")
+PREPULL_PAUSE_IMAGE = env_str("PREPULL_PAUSE_IMAGE", "registry.k8s.io/pause:3.9")
+PREPULL_PRIORITY_CLASS = env_str("PREPULL_PRIORITY_CLASS", "")
 # What tenant pods may not reach (their NetworkPolicy's egress `except`): the cluster's pod and
 # Service ranges, the API server's address(es) and the nodes' own addresses (the kubelet). The
 # link-local metadata range 169.254.0.0/16 is always excluded.

@@ -194,6 +194,17 @@
         ? ""
         : fill(t.month_short, { price: formatFen(offering.month * n) });
       out("queue").hidden = !offering || offering.available >= n;
+      // Whether each offering's first start with the chosen image pulls it, and for how long.
+      Array.prototype.forEach.call(form.querySelectorAll(".offer"), function (label) {
+        var line = label.querySelector("[data-pull]");
+        var input = label.querySelector('input[name="offering"]');
+        var pulls = input && catalog[input.value] ? catalog[input.value].pulls || {} : {};
+        var pull = image ? pulls[image.value] : null;
+        if (line && pull) {
+          line.textContent = pull.text;
+          line.classList.toggle("is-warm", pull.warm);
+        }
+      });
 
       Array.prototype.forEach.call(form.querySelectorAll(".offer, .choice"), function (label) {
         var input = label.querySelector("input");

@@ -634,6 +634,8 @@ def _(p: Probe) -> None:
 def _(p: Probe) -> None:
     _catalog()
     p.call(200)
+    p.call(200, query={"image": "pytorch-2.1"})
+    p.call(400, query={"image": "nope"})
 
 
 @case("images_list", who="anon")

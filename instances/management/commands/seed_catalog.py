@@ -39,7 +39,15 @@ NODE_PROFILES = [
 # Per GB-day in fen: a 100 GB cloud disk costs ¥1/day (¥30/month); the shared NAS ¥2/day.
 STORAGE_PRICES = {"disk": 1, "nas": 2}
 # The images of deploy/images (built by its build.sh): each reference is a tag of its
-# matrix.yaml, which says what versions it has.
+# matrix.yaml, which says what versions it has. What a node pulls of each (compressed layers,
+# the registry's size; CUDA devel bases are most of it) and whether every node keeps it.
+IMAGE_PULLS = {
+    "pytorch-2.1": (18_000_000_000, True),
+    "deepspeed-0.12": (19_000_000_000, False),
+    "megatron-lm": (21_000_000_000, False),
+    "colossalai-0.3": (19_000_000_000, False),
+    "tensorrt-llm-0.7": (25_000_000_000, False),
+}
 IMAGES = [
     (
         "pytorch-2.1",
@@ -134,12 +142,15 @@ class Command(BaseCommand):
                 },
             )
         for sort, (key, name, description, reference) in enumerate(IMAGES):
+            size_bytes, prepull = IMAGE_PULLS[key]
             Image.objects.get_or_create(
                 id=key,
                 defaults={
                     "name": name,
                     "description": description,
                     "container_image": reference,
+                    "size_bytes": size_bytes,
+                    "prepull": prepull,
                     "sort": sort,
                 },
             )
