@@ -19,6 +19,12 @@ Given ``users`` (bearer token → ``User``), it authenticates and authorizes eve
 RBAC from the Roles, ClusterRoles and bindings it stores (:mod:`.rbac`); without, any token (or
 none) may do anything, as before.
 
+Beyond pods, Services and claims it runs what inference endpoints need: Deployments and
+ReplicaSets (:mod:`.workloads`), pods of other schedulers left for their Binding
+(:mod:`.scheduler`), CSI VolumeSnapshots and restores (:mod:`.snapshots`), an OpenAI-compatible
+engine stand-in on the Service network (:mod:`.engine`, with ``crash_container``) and the KEDA
+HTTP add-on (:mod:`.keda`, reading in-flight counts from ``keda_queue_url``).
+
 Tests drive it deterministically: ``step(seconds)`` moves its clock and runs one pass of the
 control plane and kubelets synchronously, ``paused()`` stops its own loop and clock for a block,
 and ``reset()`` takes a running emulator back to its seeded cluster for the next test.
