@@ -69,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="MB/s each node pulls images at (a node's annotation "
         f"{BANDWIDTH_ANNOTATION} overrides it)",
     )
+    parser.add_argument(
+        "--keda-queue-url",
+        default=None,
+        help="the KEDA stand-in reads in-flight counts per host here (the dev gateway's admin "
+        "URL; default: the KUBE_EMULATOR_KEDA_QUEUE_URL env, else every count is 0)",
+    )
+    parser.add_argument(
+        "--keda-polling-interval",
+        type=float,
+        default=None,
+        help="seconds between the KEDA stand-in's reads (default 1)",
+    )
     parser.add_argument("--no-validate", action="store_true", help="skip schema validation")
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -109,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         image_sizes=sizes,
         default_image_bytes=int(args.default_image_size * 1e9),
         pull_bandwidth_mbps=args.pull_bandwidth,
+        keda_queue_url=args.keda_queue_url,
+        keda_polling_interval_s=args.keda_polling_interval,
     )
     stop = threading.Event()
 

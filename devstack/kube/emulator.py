@@ -19,6 +19,12 @@ Given ``users`` (bearer token → ``User``), it authenticates and authorizes eve
 RBAC from the Roles, ClusterRoles and bindings it stores (:mod:`.rbac`); without, any token (or
 none) may do anything, as before.
 
+Beyond pods, Services and claims it runs what inference endpoints need: Deployments and
+ReplicaSets (:mod:`.workloads`), pods of other schedulers left for their Binding
+(:mod:`.scheduler`), CSI VolumeSnapshots and restores (:mod:`.snapshots`), an OpenAI-compatible
+engine stand-in on the Service network (:mod:`.engine`, with ``crash_container``) and the KEDA
+HTTP add-on (:mod:`.keda`, reading in-flight counts from ``keda_queue_url``).
+
 Tests drive it deterministically: ``step(seconds)`` moves its clock and runs one pass of the
 control plane and kubelets synchronously, ``paused()`` stops its own loop and clock for a block,
 and ``reset()`` takes a running emulator back to its seeded cluster for the next test.
@@ -43,17 +49,27 @@ from .controllers import Controllers
 from .daemonsets import DaemonSetController
 from .fleet import NodeSpec, build_fleet, lease_object, node_object
 from .images import DEFAULT_BANDWIDTH_MBPS, ImageCatalog, add_image
+from .keda import KedaStandIn
 from .kubelet import Kubelet
 from .network import ServiceNetwork
 from .podexec import ExecSession
 from .rbac import Authorizer, User
-from .resources import ALL_RESOURCES, LEASES, NAMESPACES, NODES, SERVICES
+from .resources import (
+    ALL_RESOURCES,
+    LEASES,
+    NAMESPACES,
+    NODES,
+    SERVICES,
+    VOLUME_SNAPSHOT_CLASSES,
+)
 from .scheduler import Scheduler
 from .server import EmulatorHTTPServer, Fault, FaultInjector, ServerContext
+from .snapshots import Snapshots, default_class_object
 from .stats import NodeProxy
 from .store import Obj, Store
 from .validation import Validator, schema_version
 from .volumes import VolumeResizer
+from .workloads import Workloads
 
 log = logging.getLogger("devstack.kube")
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -85,6 +101,11 @@ class KubeEmulator:
         image_sizes: dict[str, int] | None = None,
         default_image_bytes: int = 0,
         pull_bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS,
+        snapshot_ready_s: float = 0.5,
+        standin_latency_ms: float | None = None,
+        standin_load_s: float | None = None,
+        keda_queue_url: str | None = None,
+        keda_polling_interval_s: float | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -95,7 +116,12 @@ class KubeEmulator:
         # Image sizes default to 0 B, so a pull takes only pull_delay_s unless sizes are given.
         self.images = ImageCatalog(image_sizes or {}, default_image_bytes, pull_bandwidth_mbps)
         self.kubelet = Kubelet(
-            self.api, pull_delay_s, start_delay_s, pod_termination_s, self.images
+            self.api,
+            pull_delay_s,
+            start_delay_s,
+            pod_termination_s,
+            self.images,
+            load_s=_setting(standin_load_s, "STARVERSE_STANDIN_LOAD_S"),
         )
         self.scheduler = Scheduler(self.api)
         self._clock_lock = threading.Lock()
@@ -104,6 +130,13 @@ class KubeEmulator:
         self.controllers = Controllers(self.api, self.kubelet, eviction_grace_s, self.now)
         self.resizer = VolumeResizer(self.api)
         self.daemonsets = DaemonSetController(self.api)
+        self.workloads = Workloads(self.api)
+        self.snapshots = Snapshots(self.api, snapshot_ready_s)
+        self.keda = KedaStandIn(
+            self.api,
+            keda_queue_url or os.environ.get("KUBE_EMULATOR_KEDA_QUEUE_URL") or None,
+            keda_polling_interval_s or _setting(None, "KUBE_EMULATOR_KEDA_POLLING_INTERVAL") or 1.0,
+        )
         self.node_proxy = NodeProxy(self.store, lambda node: node in self.kubelet.frozen_nodes)
         self.faults = FaultInjector()
         version = schema_version()
@@ -130,7 +163,9 @@ class KubeEmulator:
             max_watch_s,
             self.node_proxy,
             authorizer=Authorizer(self.store, users) if users else None,
-            network=ServiceNetwork(self.store),
+            network=ServiceNetwork(
+                self.store, _setting(standin_latency_ms, "STARVERSE_STANDIN_LATENCY_MS")
+            ),
         )
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -163,6 +198,7 @@ class KubeEmulator:
                 },
             },
         )
+        self.api.create_internal(VOLUME_SNAPSHOT_CLASSES, default_class_object())
         for index, spec in enumerate(self.node_specs):
             node = self.api.create_internal(
                 NODES, node_object(spec, index, self.kubernetes_version)
@@ -182,7 +218,8 @@ class KubeEmulator:
             daemon=True,
         )
         loop = threading.Thread(target=self._loop, name="kube-emulator-sim", daemon=True)
-        self._threads = [serve, loop]
+        poller = threading.Thread(target=self._poll_keda, name="kube-emulator-keda", daemon=True)
+        self._threads = [serve, loop, poller]
         for thread in self._threads:
             thread.start()
         log.info(
@@ -223,13 +260,26 @@ class KubeEmulator:
                 if self._paused_at is None:
                     self.tick()
 
+    def _poll_keda(self) -> None:
+        """Read the KEDA stand-in's in-flight counts, outside the store's lock."""
+        while not self._stopping.wait(self.keda.polling_interval_s):
+            self.keda.refresh()
+
     def tick(self) -> None:
         """One pass of the emulated control plane and kubelets (the loop calls this)."""
         # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
         with self.store.lock:
             now = self.now()
-            parts = (self.controllers, self.daemonsets, self.scheduler, self.kubelet, self.resizer)
-            for part in parts:
+            for part in (
+                self.controllers,
+                self.daemonsets,
+                self.workloads,
+                self.scheduler,
+                self.kubelet,
+                self.resizer,
+                self.snapshots,
+                self.keda,
+            ):
                 try:
                     part.tick(now)
                 except Exception:  # keep the loop alive; the log names the failing component
@@ -305,6 +355,9 @@ class KubeEmulator:
             self.images.reset()
             self.scheduler.reset()
             self.controllers.reset()
+            self.workloads.reset()
+            self.snapshots.reset()
+            self.keda.reset()
             self.node_proxy.clear_volume_usage()
             self.api.events.forget()
             current = self.store.everything()
@@ -414,6 +467,13 @@ class KubeEmulator:
     def restore_node(self, name: str) -> None:
         self.controllers.restore_node(name)
 
+    def crash_container(self, namespace: str, pod: str, container: str | None = None) -> None:
+        """A running pod's container (every one unless named) exits with an error once:
+        restartCount + 1, CrashLoopBackOff and not Ready for a moment, then Running again
+        (an endpoint pod loads its model again before it is Ready)."""
+        with self.store.lock:
+            self.kubelet.crash(namespace, pod, self.now(), container)
+
     def set_pull_delay(self, seconds: float) -> None:
         self.kubelet.pull_delay_s = seconds
 
@@ -431,11 +491,28 @@ class KubeEmulator:
             ):
                 raise ValueError(f"no node {node_name!r}")
 
+    def set_keda_queue_url(self, url: str | None) -> None:
+        """Where the KEDA stand-in reads in-flight counts per host (:mod:`.keda`); ``reset``
+        goes back to the configured one."""
+        self.keda.queue_url = url
+        self.keda.refresh()
+
     def set_volume_usage(self, namespace: str, claim: str, used_bytes: int) -> None:
         """Bytes in use on a claim's volume, as the kubelet Summary API
         (``nodes/{node}/proxy/stats/summary``) reports them for pods that mount it (0 until
         set; nothing is written to emulated volumes)."""
         self.node_proxy.set_volume_usage(namespace, claim, used_bytes)
+
+
+def _setting(value: float | None, env: str) -> float:
+    """A stand-in setting: the argument, else the emulator process's environment, else 0."""
+    if value is not None:
+        return value
+    try:
+        return float(os.environ.get(env) or 0)
+    except ValueError:
+        log.warning("kube-emulator ignores a non-numeric setting env=%s", env)
+        return 0.0
 
 
 def _without_version(obj: Obj) -> Obj:

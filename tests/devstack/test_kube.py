@@ -40,6 +40,8 @@ def test_version_names_the_emulator_as_a_development_stand_in(emu: KubeEmulator)
         "gateway.networking.k8s.io",
         "rbac.authorization.k8s.io",
         "apps",
+        "snapshot.storage.k8s.io",
+        "http.keda.sh",
     ]
 
 
