@@ -82,6 +82,9 @@ class KedaStandIn:
         self.polling_interval_s = polling_interval_s
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        # reads are numbered when they start: a slow read never overwrites a newer one's counts
+        self._reads = 0
+        self._stored = 0
         self._last_pass: float | None = None
         self._below_since: dict[str, float] = {}  # object uid -> since when it wants fewer
 
@@ -89,6 +92,7 @@ class KedaStandIn:
         with self._lock:
             self.queue_url = self.configured_url
             self._counts = {}
+            self._stored = self._reads  # a read begun before the reset is dropped
         self._last_pass = None
         self._below_since.clear()
 
@@ -98,9 +102,11 @@ class KedaStandIn:
         """Read the in-flight counts per host from the queue URL (never under the store's
         lock); an unreachable or malformed answer keeps the last counts."""
         url = self.queue_url
+        with self._lock:
+            self._reads += 1
+            read = self._reads
         if not url:
-            with self._lock:
-                self._counts = {}
+            self._store(read, {})
             return
         try:
             with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as response:  # noqa: S310 - a configured local URL
@@ -111,8 +117,12 @@ class KedaStandIn:
         if not isinstance(document, dict):
             log.warning("kube-emulator keda queue is not a JSON object url=%s", url)
             return
+        self._store(read, {str(host): concurrency_of(v) for host, v in document.items()})
+
+    def _store(self, read: int, counts: dict[str, int]) -> None:
         with self._lock:
-            self._counts = {str(host): concurrency_of(v) for host, v in document.items()}
+            if read > self._stored:
+                self._counts, self._stored = counts, read
 
     def counts(self) -> dict[str, int]:
         with self._lock:
