@@ -12,8 +12,16 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
 
-from billing.choices import RunwayLevel
-from billing.models import Dispute, LedgerTransaction, Refund, RunwayNotice, TopUp, Wallet
+from billing.choices import InvoiceStatus, RunwayLevel
+from billing.models import (
+    Dispute,
+    InvoiceRequest,
+    LedgerTransaction,
+    Refund,
+    RunwayNotice,
+    TopUp,
+    Wallet,
+)
 from starverse.accounts.models import User
 
 logger = logging.getLogger(__name__)
@@ -179,3 +187,21 @@ def runway_notices_check(spend_per_hour_fen: dict[str, int]) -> int:
                 level=level, notified_at=timezone.now()
             )
     return sent
+
+
+def invoice_notice_send(*, invoice_id: str) -> None:
+    """Tell the tenant (and the invoice profile's address) that an invoice request was issued
+    or rejected; the issued PDF is downloaded from the console, never mailed as a link to a
+    public file."""
+    item = InvoiceRequest.objects.get(pk=invoice_id)
+    if item.status == InvoiceStatus.REQUESTED:
+        return
+    subject, body = _bilingual(
+        "billing/email/invoice.txt", {"invoice": item, "console_url": settings.PUBLIC_BASE_URL}
+    )
+    recipients = _recipients(item.tenant_id)
+    profile_email = str(item.profile.get("email") or "")
+    if profile_email and profile_email not in recipients:
+        recipients.append(profile_email)
+    send_mail(subject, body, None, recipients)
+    logger.info("notice.invoice invoice=%s status=%s", item.id, item.status)
