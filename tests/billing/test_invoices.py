@@ -92,7 +92,11 @@ def test_invoiceable_is_paid_less_refunds_reversals_and_requests(db, payments):
         description="Refund",
     )
     Refund.objects.create(
-        topup=topup, amount_fen=5_000, reason="r", requested_by=operator, reserve_transaction=reserve
+        topup=topup,
+        amount_fen=5_000,
+        reason="r",
+        requested_by=operator,
+        reserve_transaction=reserve,
     )
     assert invoiceable_fen(user.tenant_id) == 15_000
     Refund.objects.update(status=RefundStatus.FAILED)
