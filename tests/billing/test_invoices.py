@@ -16,7 +16,7 @@ from billing.payments import bank_transfer_post
 from billing.services import ledger_post, transaction_reverse
 from starverse.core.errors import Conflict, FieldInvalid, IdempotencyConflict, InvalidInput
 from tests.conftest import run_threads
-from tests.factories import fund, make_operator, make_user
+from tests.factories import fund, make_operator, make_user, staff_login
 
 TAX = "91350100M000100Y43"  # a well-formed 统一社会信用代码
 PROFILE = {"title": "清华大学", "tax_number": TAX, "email": "finance@tsinghua.example.cn"}
@@ -75,8 +75,8 @@ def test_invoiceable_is_paid_less_refunds_reversals_and_requests(db, payments):
         actor=operator,
     )
     assert invoiceable_fen(user.tenant_id) == 70_000
-    transfer = TopUp.objects.get(bank_reference="B1").ledger_transaction
-    transaction_reverse(transaction_id=transfer.id, reason="posted twice", actor=operator)
+    transfer = TopUp.objects.get(bank_reference="B1").ledger_transaction_id
+    transaction_reverse(transaction_id=str(transfer), reason="posted twice", actor=operator)
     assert invoiceable_fen(user.tenant_id) == 50_000
     invoice_request(user=user, amount_fen=30_000)
     assert invoiceable_fen(user.tenant_id) == 20_000
@@ -205,3 +205,77 @@ def test_concurrent_requests_never_exceed_the_invoiceable_amount(transactional_d
     results = run_threads(8, ask)
     assert sorted(results) == ["ok"] * 3 + ["refused"] * 5
     assert sum(InvoiceRequest.objects.values_list("amount_fen", flat=True)) == 9_000
+
+
+def test_operator_issues_in_the_admin_and_the_user_downloads_it(
+    db, client, client_for, django_capture_on_commit_callbacks
+):
+    user = _profiled()
+    fund(user, 10_000)
+    item, _created = invoice_request(user=user, amount_fen=6_000)
+    staff_login(client, make_operator())
+    listed = client.get("/admin/billing/invoicerequest/?status__exact=requested")
+    assert item.id in listed.content.decode()
+    api = client_for(user)
+    assert api.get(f"/api/v1/billing/invoices/{item.id}/pdf").status_code == 404
+
+    upload = ContentFile(PDF, name="fapiao.pdf")
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(
+            f"/admin/billing/invoicerequest/{item.id}/issue/",
+            {"number": "24110000000012345678", "pdf": upload, "note": ""},
+        )
+    assert answer.status_code == 302
+    item.refresh_from_db()
+    assert (item.status, item.number) == ("issued", "24110000000012345678")
+    shown = api.get(f"/api/v1/billing/invoices/{item.id}").json()
+    assert shown["status"] == "issued"
+    assert shown["pdf_url"] == f"/api/v1/billing/invoices/{item.id}/pdf"
+    download = api.get(shown["pdf_url"])
+    assert download.status_code == 200
+    assert b"".join(download.streaming_content) == PDF
+    stranger = client_for(make_user())
+    assert stranger.get(shown["pdf_url"]).status_code == 404
+
+
+def test_operator_rejects_with_a_reason_in_the_admin(db, client):
+    user = _profiled()
+    fund(user, 10_000)
+    item, _created = invoice_request(user=user, amount_fen=6_000)
+    staff_login(client, make_operator())
+    refused = client.post(f"/admin/billing/invoicerequest/{item.id}/reject/", {"reason": ""})
+    assert refused.status_code == 200
+    item.refresh_from_db()
+    assert item.status == "requested"
+    client.post(f"/admin/billing/invoicerequest/{item.id}/reject/", {"reason": "税号有误"})
+    item.refresh_from_db()
+    assert (item.status, item.note) == ("rejected", "税号有误")
+
+
+def test_api_invoice_flow_and_field_named_errors(db, client_for):
+    user = make_user()
+    fund(user, 10_000)
+    api = client_for(user)
+    empty = api.get("/api/v1/billing/invoice-profile").json()
+    assert (empty["title"], empty["updated_at"], empty["invoiceable_fen"]) == ("", None, 10_000)
+    bad = api.put("/api/v1/billing/invoice-profile", {**PROFILE, "tax_number": "X"}, format="json")
+    assert bad.status_code == 400 and "tax_number" in bad.json()["errors"]
+    saved = api.put("/api/v1/billing/invoice-profile", PROFILE, format="json")
+    assert saved.status_code == 200 and saved.json()["tax_number"] == TAX
+    over = api.post("/api/v1/billing/invoices", {"amount_fen": 10_001}, format="json")
+    assert over.status_code == 400
+    assert over.json()["code"] == "over_invoiceable" and "amount_fen" in over.json()["errors"]
+    made = api.post(
+        "/api/v1/billing/invoices", {"amount_fen": 4_000}, format="json", HTTP_IDEMPOTENCY_KEY="a"
+    )
+    again = api.post(
+        "/api/v1/billing/invoices", {"amount_fen": 4_000}, format="json", HTTP_IDEMPOTENCY_KEY="a"
+    )
+    assert (made.status_code, again.status_code) == (201, 200)
+    assert made.json()["id"] == again.json()["id"]
+    assert api.get("/api/v1/billing/invoices").json()["count"] == 1
+    assert api.get("/api/v1/billing/invoice-profile").json()["invoiceable_fen"] == 6_000
+    assert (
+        client_for(make_user()).get(f"/api/v1/billing/invoices/{made.json()['id']}").status_code
+        == 404
+    )
