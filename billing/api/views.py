@@ -244,7 +244,7 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
     owner_field = "tenant"
     serializer_class = StatementOutput
     lookup_field = "month"
-    lookup_value_regex = "[0-9]{4}-[0-9]{2}"
+    lookup_value_regex = "[^/.]+"  # YYYY-MM; anything else is a 400 naming the month
 
     def _statement(self, request: Request, month: str | None) -> Statement:
         return statement_for(

@@ -269,6 +269,7 @@ SPECTACULAR_SETTINGS = {
         "NodeStateEnum": "fleet.choices.NodeState",
         "PublicDatasetKindEnum": "datasets.choices.DatasetKind",
         "TrialStatusEnum": "billing.choices.TrialStatus",
+        "InvoiceKindEnum": "billing.choices.InvoiceKind",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
