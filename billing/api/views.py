@@ -1,7 +1,7 @@
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase
+from django.http import FileResponse, HttpResponse, HttpResponseBase
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -50,7 +50,7 @@ from billing.usage import MAX_RANGE_DAYS, usage_csv, usage_report
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key
 from starverse.core.api.views import TenantScopedViewSet
-from starverse.core.errors import FieldInvalid
+from starverse.core.errors import FieldInvalid, NotFound
 
 
 class BalanceView(APIView):
@@ -135,7 +135,8 @@ class _FileRenderer(BaseRenderer):
     def render(
         self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
     ) -> Any:
-        return data
+        # only an error answer comes here (a file is answered as it is): it stays JSON
+        return JSONRenderer().render(data)
 
 
 class PdfRenderer(_FileRenderer):
@@ -151,7 +152,7 @@ class CsvRenderer(_FileRenderer):
 def _download(field: Any, filename: str, content_type: str) -> FileResponse:
     """A stored file as an attachment, read through the storage (media is never public)."""
     if not field:
-        raise Http404
+        raise NotFound(_("There is no file to download yet."), code="no_file")
     return FileResponse(
         field.open("rb"), as_attachment=True, filename=filename, content_type=content_type
     )
@@ -225,7 +226,7 @@ class InvoiceViewSet(
         operation_id="billing_invoices_pdf",
         responses={(200, "application/pdf"): OpenApiTypes.BINARY},
     )
-    @action(detail=True, methods=["get"], renderer_classes=[PdfRenderer, JSONRenderer])
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PdfRenderer])
     def pdf(self, request: Request, pk: str | None = None) -> HttpResponseBase:
         """The issued invoice's PDF; 404 until it is issued with one."""
         item = self.get_object()
@@ -264,7 +265,7 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
         parameters=[MONTH],
         responses={(200, "application/pdf"): OpenApiTypes.BINARY, **errors(400)},
     )
-    @action(detail=True, methods=["get"], renderer_classes=[PdfRenderer, JSONRenderer])
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PdfRenderer])
     def pdf(self, request: Request, month: str | None = None) -> HttpResponseBase:
         item = self._statement(request, month)
         return _download(item.pdf, f"statement-{item.month:%Y-%m}.pdf", "application/pdf")
@@ -274,7 +275,7 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
         parameters=[MONTH],
         responses={(200, "text/csv"): OpenApiTypes.BINARY, **errors(400)},
     )
-    @action(detail=True, methods=["get"], renderer_classes=[CsvRenderer, JSONRenderer])
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, CsvRenderer])
     def csv(self, request: Request, month: str | None = None) -> HttpResponseBase:
         item = self._statement(request, month)
         return _download(item.csv, f"statement-{item.month:%Y-%m}.csv", "text/csv; charset=utf-8")

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from django.core import mail
 from django.core.files.base import ContentFile
@@ -279,3 +281,14 @@ def test_api_invoice_flow_and_field_named_errors(db, client_for):
         client_for(make_user()).get(f"/api/v1/billing/invoices/{made.json()['id']}").status_code
         == 404
     )
+
+
+def test_pdf_not_issued_yet_is_a_json_404_even_when_asking_for_pdf(db, client_for):
+    user = _profiled()
+    fund(user, 10_000)
+    item, _created = invoice_request(user=user, amount_fen=1_000)
+    answer = client_for(user).get(
+        f"/api/v1/billing/invoices/{item.id}/pdf", HTTP_ACCEPT="application/pdf"
+    )
+    assert answer.status_code == 404
+    assert json.loads(answer.content)["code"] == "no_file"
