@@ -1,5 +1,6 @@
-"""Operator screens for wallets, the ledger and payments. The ledger is read-only here; money
-moves only through the forms below, which call the billing services and record who and why."""
+"""Operator screens for wallets, the ledger, payments, invoice requests and statements. The
+ledger is read-only here; money moves only through the forms below, which call the billing
+services and record who and why. Invoices are issued or rejected through their own forms."""
 
 from collections.abc import Callable
 from typing import Any
@@ -9,22 +10,31 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from billing.choices import DISPUTE_CLOSED, ApprovalStatus, TopUpMethod, TopUpStatus
+from billing.choices import (
+    DISPUTE_CLOSED,
+    ApprovalStatus,
+    InvoiceStatus,
+    TopUpMethod,
+    TopUpStatus,
+)
 from billing.holds import hold_lift
+from billing.invoices import invoice_issue, invoice_reject
 from billing.models import (
     AccountHold,
     AdjustmentRequest,
     Dispute,
+    InvoiceRequest,
     LedgerEntry,
     LedgerTransaction,
     Refund,
+    Statement,
     StripeEvent,
     TopUp,
     Wallet,
@@ -808,3 +818,172 @@ class AccountHoldAdmin(ReadOnlyAdmin):
             obj=hold,
             act=act,
         )
+
+
+# --- invoices and statements -------------------------------------------------------------
+
+ISSUE_PERM = "billing.issue_invoice"
+
+
+class IssueForm(forms.Form):
+    pdf = forms.FileField(label=_("Invoice PDF"), required=False)
+    number = forms.CharField(label=_("Invoice number (发票号码)"), max_length=64, required=False)
+    note = forms.CharField(
+        label=_("Note"), required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
+
+
+class RejectForm(forms.Form):
+    reason = forms.CharField(
+        label=_("Reason (sent to the user)"), widget=forms.Textarea(attrs={"rows": 3})
+    )
+
+
+@admin.register(InvoiceRequest)
+class InvoiceRequestAdmin(ReadOnlyAdmin):
+    list_display = ["id", "created_at", "tenant", "title", "amount", "status", "number"]
+    list_filter = ["status", "created_at"]
+    search_fields = ["id", "number", "tenant__members__email", "profile__title"]
+    readonly_fields = [
+        "id",
+        "tenant",
+        "requested_by",
+        "amount",
+        "status",
+        "profile_table",
+        "number",
+        "pdf_link",
+        "note",
+        "decided_by",
+        "created_at",
+        "issued_at",
+        "decided_at",
+        "operations",
+    ]
+    fields = tuple(readonly_fields)
+
+    @admin.display(description=_("Title"))
+    def title(self, obj: InvoiceRequest) -> str:
+        return str(obj.profile.get("title", ""))
+
+    @admin.display(description=_("Amount"))
+    def amount(self, obj: InvoiceRequest) -> str:
+        return format_fen(obj.amount_fen)
+
+    @admin.display(description=_("Invoice details"))
+    def profile_table(self, obj: InvoiceRequest) -> str:
+        rows = "".join(
+            format_html("<tr><th>{}</th><td>{}</td></tr>", key, value)
+            for key, value in obj.profile.items()
+        )
+        return format_html("<table>{}</table>", format_html(rows))
+
+    @admin.display(description=_("PDF"))
+    def pdf_link(self, obj: InvoiceRequest) -> str:
+        if not obj.pdf:
+            return "—"
+        url = reverse("admin:billing_invoicerequest_pdf", args=[obj.pk])
+        return format_html('<a href="{}">{}</a>', url, _("Download"))
+
+    @admin.display(description=_("Operations"))
+    def operations(self, obj: InvoiceRequest) -> str:
+        if obj.status != InvoiceStatus.REQUESTED:
+            return "—"
+        return format_html(
+            '<a class="button" href="{}">{}</a> <a class="button" href="{}">{}</a>',
+            reverse("admin:billing_invoicerequest_issue", args=[obj.pk]),
+            _("Issue…"),
+            reverse("admin:billing_invoicerequest_reject", args=[obj.pk]),
+            _("Reject…"),
+        )
+
+    def get_urls(self) -> list:
+        view = self.admin_site.admin_view
+        return [
+            path("<str:pk>/issue/", view(self.issue_view), name="billing_invoicerequest_issue"),
+            path("<str:pk>/reject/", view(self.reject_view), name="billing_invoicerequest_reject"),
+            path("<str:pk>/pdf/", view(self.pdf_view), name="billing_invoicerequest_pdf"),
+            *super().get_urls(),
+        ]
+
+    def _form(
+        self, request: HttpRequest, obj: InvoiceRequest, form: forms.Form, title: str
+    ) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "form": form,
+            "object": f"{obj.id} · {obj.profile.get('title', '')} · {format_fen(obj.amount_fen)}",
+            "opts": obj._meta,
+        }
+        return TemplateResponse(request, "admin/billing/invoice_form.html", context)
+
+    def _done(self, request: HttpRequest, obj: InvoiceRequest) -> HttpResponseRedirect:
+        obj.refresh_from_db()
+        messages.success(
+            request,
+            _("Invoice request %(id)s: %(status)s; the user is e-mailed.")
+            % {"id": obj.id, "status": obj.get_status_display()},
+        )
+        return HttpResponseRedirect(reverse("admin:billing_invoicerequest_change", args=[obj.pk]))
+
+    def issue_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        _require_perm(request, ISSUE_PERM)
+        obj = get_object_or_404(InvoiceRequest, pk=pk)
+        form = IssueForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                invoice_issue(
+                    invoice_id=obj.id,
+                    actor=request.user,
+                    number=form.cleaned_data["number"],
+                    pdf=form.cleaned_data["pdf"],
+                    note=form.cleaned_data["note"],
+                )
+            except ServiceError as error:
+                form.add_error(None, error.message)
+            else:
+                return self._done(request, obj)
+        return self._form(request, obj, form, str(_("Issue invoice %s")) % obj.id)
+
+    def reject_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        _require_perm(request, ISSUE_PERM)
+        obj = get_object_or_404(InvoiceRequest, pk=pk)
+        form = RejectForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                invoice_reject(
+                    invoice_id=obj.id, actor=request.user, reason=form.cleaned_data["reason"]
+                )
+            except ServiceError as error:
+                form.add_error(None, error.message)
+            else:
+                return self._done(request, obj)
+        return self._form(request, obj, form, str(_("Reject invoice request %s")) % obj.id)
+
+    def pdf_view(self, request: HttpRequest, pk: str) -> FileResponse:
+        if not self.has_view_permission(request):
+            raise Http404
+        obj = get_object_or_404(InvoiceRequest, pk=pk)
+        if not obj.pdf:
+            raise Http404
+        return FileResponse(obj.pdf.open("rb"), as_attachment=True, filename=f"{obj.id}.pdf")
+
+
+@admin.register(Statement)
+class StatementAdmin(ReadOnlyAdmin):
+    list_display = ["id", "tenant", "month", "opening", "closing", "lines", "generated_at"]
+    list_filter = ["month"]
+    search_fields = ["id", "tenant__members__email"]
+    exclude = ["pdf", "csv"]
+
+    @admin.display(description=_("Opening"))
+    def opening(self, obj: Statement) -> str:
+        return format_fen(obj.opening_fen)
+
+    @admin.display(description=_("Closing"))
+    def closing(self, obj: Statement) -> str:
+        return format_fen(obj.closing_fen)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in Statement._meta.fields if f.name not in ("pdf", "csv")]

@@ -132,3 +132,27 @@ class RunwayLevel(models.IntegerChoices):
     OK = 0, _("More than an hour")
     BELOW_HOUR = 1, _("Less than an hour")
     BELOW_TEN_MINUTES = 2, _("Less than ten minutes")
+
+
+class InvoiceKind(models.TextChoices):
+    """普通发票 (general VAT invoice) or 专用发票 (special VAT invoice, which lets a company
+    deduct input tax and so needs its full registration details)."""
+
+    GENERAL = "general", _("General VAT invoice (普通发票)")
+    SPECIAL = "special", _("Special VAT invoice (专用发票)")
+
+
+class InvoiceStatus(models.TextChoices):
+    REQUESTED = "requested", _("Requested")
+    ISSUED = "issued", _("Issued")
+    REJECTED = "rejected", _("Rejected")
+
+
+# An invoice request is decided once: issued or rejected, never back.
+INVOICE_TRANSITIONS = {
+    InvoiceStatus.REQUESTED: (InvoiceStatus.ISSUED, InvoiceStatus.REJECTED),
+    InvoiceStatus.ISSUED: (),
+    InvoiceStatus.REJECTED: (),
+}
+# Requests that hold part of the invoiceable amount.
+INVOICE_HOLDING = (InvoiceStatus.REQUESTED, InvoiceStatus.ISSUED)

@@ -8,6 +8,8 @@ from billing.choices import (
     WALLET_ACCOUNTS,
     Account,
     ApprovalStatus,
+    InvoiceKind,
+    InvoiceStatus,
     RefundSource,
     RefundStatus,
     RunwayLevel,
@@ -417,3 +419,123 @@ class RunwayNotice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.wallet_id} level {self.level}"
+
+
+class InvoiceProfile(models.Model):
+    """A tenant's invoice details (one per tenant), copied into each invoice request as it is
+    made: editing the profile later never changes a request. A special invoice (专用发票) needs
+    the address, phone, bank and account; every tax number passes the GB 32100-2015 check."""
+
+    id = PublicIdField(prefix="ivp")
+    tenant = models.OneToOneField(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="invoice_profile"
+    )
+    kind = models.CharField(max_length=16, choices=InvoiceKind.choices, default=InvoiceKind.GENERAL)
+    title = models.CharField(max_length=200, help_text="发票抬头: the buyer's name.")
+    tax_number = models.CharField(
+        max_length=18, blank=True, help_text="统一社会信用代码 (18 characters)."
+    )
+    address = models.CharField(max_length=300, blank=True)
+    phone = models.CharField(max_length=40, blank=True)
+    bank = models.CharField(max_length=200, blank=True)
+    bank_account = models.CharField(max_length=64, blank=True)
+    email = models.EmailField(help_text="Where the issued invoice is sent.")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.tenant_id})"
+
+
+class InvoiceRequest(models.Model):
+    """A request for one 发票 over an amount of paid cash. Requested and issued requests hold
+    their amount: together they never exceed what the tenant paid in minus what was refunded
+    or charged back (billing.invoices.invoiceable_fen, checked under the wallet's lock). An
+    operator issues it (a PDF, a number or both) or rejects it with a reason, once."""
+
+    id = PublicIdField(prefix="inv")
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="invoice_requests"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    amount_fen = models.BigIntegerField()
+    profile = models.JSONField(help_text="The invoice profile as it was when requested.")
+    status = models.CharField(
+        max_length=16, choices=InvoiceStatus.choices, default=InvoiceStatus.REQUESTED
+    )
+    number = models.CharField(max_length=64, blank=True, help_text="发票号码, once issued.")
+    pdf = models.FileField(upload_to="invoices/%Y/%m/", blank=True)
+    note = models.TextField(blank=True, help_text="The operator's note; a rejection's reason.")
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    request_hash = models.CharField(max_length=64, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    issued_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("issue_invoice", "Can issue or reject invoice requests")]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount_fen__gt=0), name="invoice_positive"),
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="invoice_idempotency_key",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=InvoiceStatus.ISSUED) | ~Q(number="") | ~Q(pdf=""),
+                name="invoice_issued_has_number_or_pdf",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=InvoiceStatus.REJECTED) | ~Q(note=""),
+                name="invoice_rejected_has_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.amount_fen} {self.status}"
+
+
+class Statement(models.Model):
+    """A tenant's monthly statement (对账单) for one closed calendar month (in TIME_ZONE): the
+    opening and closing balances from the ledger, every ledger line of the month and usage by
+    instance and volume, as a PDF and a CSV. Made once per (tenant, month)."""
+
+    id = PublicIdField(prefix="stm")
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="statements"
+    )
+    month = models.DateField(help_text="The first day of the month.")
+    opening_fen = models.BigIntegerField(help_text="Cash + trial credit − arrears at the start.")
+    closing_fen = models.BigIntegerField(help_text="Cash + trial credit − arrears at the end.")
+    opening_cash_fen = models.BigIntegerField(default=0)
+    opening_promo_fen = models.BigIntegerField(default=0)
+    closing_cash_fen = models.BigIntegerField(default=0)
+    closing_promo_fen = models.BigIntegerField(default=0)
+    credits_fen = models.BigIntegerField(default=0)
+    debits_fen = models.BigIntegerField(default=0)
+    lines = models.PositiveIntegerField(default=0)
+    pdf = models.FileField(upload_to="statements/%Y/%m/")
+    csv = models.FileField(upload_to="statements/%Y/%m/")
+    generated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-month"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "month"], name="statement_once_per_month"),
+            models.CheckConstraint(
+                condition=Q(
+                    closing_fen=models.F("opening_fen")
+                    + models.F("credits_fen")
+                    + models.F("debits_fen")
+                ),
+                name="statement_balances_add_up",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.month:%Y-%m}"

@@ -12,9 +12,17 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
 
-from billing.choices import RunwayLevel
-from billing.models import Dispute, LedgerTransaction, Refund, RunwayNotice, TopUp, Wallet
-from starverse.accounts.models import User
+from billing.choices import InvoiceStatus, RunwayLevel
+from billing.models import (
+    Dispute,
+    InvoiceRequest,
+    LedgerTransaction,
+    Refund,
+    RunwayNotice,
+    TopUp,
+    Wallet,
+)
+from starverse.accounts.models import Role, User
 
 logger = logging.getLogger(__name__)
 MAIL_LANGUAGES = ("zh-hans", "en")
@@ -32,9 +40,20 @@ def _bilingual(template: str, context: dict) -> tuple[str, str]:
     return " / ".join(subjects), "\n\n----------\n\n".join(parts)
 
 
+# Who reads a team's money mail: the people who can act on it (top up, change budgets).
+MONEY_ROLES = (Role.OWNER, Role.ADMIN, Role.BILLING)
+
+
 def _recipients(tenant_id: str) -> list[str]:
+    """A personal account's person; a team's owners, admins and billing members."""
     return list(
-        User.objects.filter(tenant_id=tenant_id, is_active=True).values_list("email", flat=True)
+        User.objects.filter(
+            Q(tenant_id=tenant_id)
+            | Q(memberships__tenant_id=tenant_id, memberships__role__in=MONEY_ROLES),
+            is_active=True,
+        )
+        .values_list("email", flat=True)
+        .distinct()
     )
 
 
@@ -179,3 +198,21 @@ def runway_notices_check(spend_per_hour_fen: dict[str, int]) -> int:
                 level=level, notified_at=timezone.now()
             )
     return sent
+
+
+def invoice_notice_send(*, invoice_id: str) -> None:
+    """Tell the tenant (and the invoice profile's address) that an invoice request was issued
+    or rejected; the issued PDF is downloaded from the console, never mailed as a link to a
+    public file."""
+    item = InvoiceRequest.objects.get(pk=invoice_id)
+    if item.status == InvoiceStatus.REQUESTED:
+        return
+    subject, body = _bilingual(
+        "billing/email/invoice.txt", {"invoice": item, "console_url": settings.PUBLIC_BASE_URL}
+    )
+    recipients = _recipients(item.tenant_id)
+    profile_email = str(item.profile.get("email") or "")
+    if profile_email and profile_email not in recipients:
+        recipients.append(profile_email)
+    send_mail(subject, body, None, recipients)
+    logger.info("notice.invoice invoice=%s status=%s", item.id, item.status)

@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from billing import notices, payments
+from billing import notices, payments, statements
 from billing.models import StripeEvent
 from billing.selectors import unbalanced_transactions, wallet_drifts
 from billing.stripe_gateway import RetryableGatewayError
@@ -86,3 +86,15 @@ def audit_wallets() -> None:
     logger.info("billing.audit wallets_drifting=%d unbalanced=%d", len(drifts), len(unbalanced))
     # Prometheus alerts on drift (deploy/prometheus/alerts.yaml) from the worker's metrics.
     metrics.record_audit(len(drifts), len(unbalanced), time.time())
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def send_invoice_notice(invoice_id: str) -> None:
+    notices.invoice_notice_send(invoice_id=invoice_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def generate_statements() -> None:
+    """On the 1st (beat): last month's statements for every tenant with activity or a balance.
+    Safe to run again: statements made before are kept."""
+    statements.statements_generate_month()

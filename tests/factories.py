@@ -95,6 +95,18 @@ def _topup(user: User) -> Any:
     return topup_create(user=user, amount_fen=5_000)
 
 
+def _invoice_request(user: User) -> Any:
+    """An invoice request over ¥100 paid, to a saved invoice profile."""
+    from billing.invoices import invoice_profile_save, invoice_request
+
+    fund(user, 10_000, key="invoice")
+    invoice_profile_save(
+        tenant_id=user.tenant_id,
+        data={"title": "清华大学", "tax_number": "91350100M000100Y43", "email": "f@x.cn"},
+    )
+    return invoice_request(user=user, amount_fen=10_000)[0]
+
+
 CLOUD_GPU = "1× H100 80GB SXM"
 IMAGE = "pytorch-2.1"
 
@@ -194,6 +206,7 @@ OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {
     "accounts.ApiToken": lambda user: make_token(user)[0],
     "accounts.SshKey": make_ssh_key,
     "billing.LedgerTransaction": _ledger_row,
+    "billing.InvoiceRequest": _invoice_request,
 }
 
 

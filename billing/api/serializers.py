@@ -5,7 +5,10 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from billing.models import LedgerTransaction, TopUp
+from billing.choices import InvoiceKind
+from billing.invoices import PROFILE_FIELDS
+from billing.models import InvoiceRequest, LedgerTransaction, Statement, TopUp
+from billing.usage import GROUPINGS
 from starverse.core.api.serializers import InputSerializer, StrictIntegerField
 
 
@@ -136,3 +139,161 @@ class TcoOutput(serializers.Serializer):
     buy = TcoBuyOutput()
     cloud = TcoOptionOutput()
     starverse = TcoOptionOutput()
+
+
+class InvoiceProfileInput(InputSerializer):
+    """The whole profile (PUT replaces it); the service checks the tax number and what a
+    special invoice needs, naming the field."""
+
+    kind = serializers.ChoiceField(choices=InvoiceKind.choices, default=InvoiceKind.GENERAL)
+    title = serializers.CharField(max_length=200)
+    tax_number = serializers.CharField(max_length=40, required=False, allow_blank=True)
+    address = serializers.CharField(max_length=300, required=False, allow_blank=True)
+    phone = serializers.CharField(max_length=40, required=False, allow_blank=True)
+    bank = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    bank_account = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    email = serializers.EmailField()
+
+
+class InvoiceProfileOutput(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=InvoiceKind.choices)
+    title = serializers.CharField()
+    tax_number = serializers.CharField()
+    address = serializers.CharField()
+    phone = serializers.CharField()
+    bank = serializers.CharField()
+    bank_account = serializers.CharField()
+    email = serializers.CharField()
+    updated_at = serializers.DateTimeField(allow_null=True, help_text="Null until saved.")
+    invoiceable_fen = serializers.IntegerField(
+        help_text="What can still be invoiced: paid top-ups and bank transfers, less refunds, "
+        "chargebacks and invoices requested or issued."
+    )
+
+
+class InvoiceCreateInput(InputSerializer):
+    amount_fen = StrictIntegerField()
+
+
+class InvoiceOutput(serializers.ModelSerializer):
+    profile = serializers.SerializerMethodField()
+    pdf_url = serializers.SerializerMethodField()
+    reason = serializers.SerializerMethodField()
+
+    class Meta:
+        model = InvoiceRequest
+        fields = [
+            "id",
+            "status",
+            "amount_fen",
+            "number",
+            "profile",
+            "pdf_url",
+            "reason",
+            "created_at",
+            "issued_at",
+        ]
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "description": "The invoice profile as it was when requested.",
+            "properties": {name: {"type": "string"} for name in PROFILE_FIELDS},
+        }
+    )
+    def get_profile(self, obj: InvoiceRequest) -> dict[str, str]:
+        return {name: str(obj.profile.get(name, "")) for name in PROFILE_FIELDS}
+
+    def get_pdf_url(self, obj: InvoiceRequest) -> str | None:
+        """The API path of the issued PDF, or null while there is none."""
+        return f"/api/v1/billing/invoices/{obj.id}/pdf" if obj.pdf else None
+
+    def get_reason(self, obj: InvoiceRequest) -> str:
+        """Why it was rejected; empty otherwise."""
+        return obj.note if obj.status == "rejected" else ""
+
+
+class StatementOutput(serializers.ModelSerializer):
+    month = serializers.SerializerMethodField()
+    pdf_url = serializers.SerializerMethodField()
+    csv_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Statement
+        fields = [
+            "id",
+            "month",
+            "opening_fen",
+            "closing_fen",
+            "opening_cash_fen",
+            "opening_promo_fen",
+            "closing_cash_fen",
+            "closing_promo_fen",
+            "credits_fen",
+            "debits_fen",
+            "lines",
+            "pdf_url",
+            "csv_url",
+            "generated_at",
+        ]
+
+    def get_month(self, obj: Statement) -> str:
+        """YYYY-MM."""
+        return f"{obj.month:%Y-%m}"
+
+    def get_pdf_url(self, obj: Statement) -> str:
+        return f"/api/v1/billing/statements/{obj.month:%Y-%m}/pdf"
+
+    def get_csv_url(self, obj: Statement) -> str:
+        return f"/api/v1/billing/statements/{obj.month:%Y-%m}/csv"
+
+
+class UsageInput(serializers.Serializer):
+    # Query parameters, named in the errors as they are in the URL.
+    from_ = serializers.DateField(input_formats=["%Y-%m-%d"])
+    to = serializers.DateField(input_formats=["%Y-%m-%d"])
+    group_by = serializers.ChoiceField(choices=GROUPINGS, default="instance")
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields
+
+
+class UsageRowOutput(serializers.Serializer):
+    key = serializers.CharField(
+        help_text="Instance or volume id, day (YYYY-MM-DD) or member (user id); `account` "
+        "for storage and charges of the whole account."
+    )
+    # `label` is a Serializer's own attribute: the field is renamed as UsageInput's "from" is
+    label_ = serializers.CharField()
+    minutes = serializers.IntegerField(help_text="GPU-instance minutes charged per minute.")
+    gpu_hours = serializers.FloatField(help_text="minutes × GPUs ÷ 60, to two decimals.")
+    amount_fen = serializers.IntegerField()
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["label"] = fields.pop("label_")
+        return {
+            name: fields[name] for name in ("key", "label", "minutes", "gpu_hours", "amount_fen")
+        }
+
+
+class UsageTotalsOutput(serializers.Serializer):
+    minutes = serializers.IntegerField()
+    gpu_hours = serializers.FloatField()
+    amount_fen = serializers.IntegerField()
+
+
+class UsageOutput(serializers.Serializer):
+    # "from" is a keyword: the field is renamed as UsageInput's is
+    from_ = serializers.DateField()
+    to = serializers.DateField()
+    group_by = serializers.CharField()
+    rows = UsageRowOutput(many=True)
+    totals = UsageTotalsOutput()
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields

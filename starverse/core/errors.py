@@ -18,6 +18,15 @@ class InvalidInput(ServiceError):
     code = "invalid"
 
 
+class FieldInvalid(InvalidInput):
+    """Invalid input that belongs to one field of the request: the API answers it under
+    `errors.<field>` as well as in `detail`."""
+
+    def __init__(self, field: str, message: str, *, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.field = field
+
+
 class InsufficientBalance(ServiceError):
     status_code = 402
     code = "insufficient_balance"

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
@@ -154,6 +155,11 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Uploaded and generated files (issued invoices, monthly statements). Never served as static
+# files: every download goes through a view that checks whose file it is.
+MEDIA_ROOT = env_str("MEDIA_ROOT", str(VAR_DIR / "media"))
+# A TrueType font with CJK glyphs for statement PDFs (Debian: fonts-wqy-microhei).
+STATEMENT_FONT = env_str("STATEMENT_FONT", "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -202,6 +208,11 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-sync-cluster": {"task": "fleet.tasks.sync_nodes_from_cluster", "schedule": 30.0},
     "tenant-namespaces": {"task": "instances.tasks.converge_tenant_namespaces", "schedule": 300.0},
     "image-prepull": {"task": "instances.tasks.converge_prepull", "schedule": 300.0},
+    # Last month's statements, early on the 1st (TIME_ZONE); a rerun keeps those made before.
+    "billing-monthly-statements": {
+        "task": "billing.tasks.generate_statements",
+        "schedule": crontab(minute=30, hour=1, day_of_month=1),
+    },
     "billing-retry-stripe-events": {
         "task": "billing.tasks.retry_unprocessed_events",
         "schedule": 300.0,
@@ -265,6 +276,7 @@ SPECTACULAR_SETTINGS = {
         "NodeStateEnum": "fleet.choices.NodeState",
         "PublicDatasetKindEnum": "datasets.choices.DatasetKind",
         "TrialStatusEnum": "billing.choices.TrialStatus",
+        "InvoiceKindEnum": "billing.choices.InvoiceKind",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -29,6 +29,8 @@ def generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         f"project_name_override: {PACKAGE.replace('_', '-')}\n"
         f"package_name_override: {PACKAGE}\n"
         "post_hooks: []\n"  # no formatter runs, so no network and no extra tools
+        # downloads (invoice and statement PDFs) are bytes to the client
+        "content_type_overrides:\n  application/pdf: application/octet-stream\n"
     )
     result = subprocess.run(
         [GENERATOR, "generate", "--path", schema, "--output-path", out, "--config", config],

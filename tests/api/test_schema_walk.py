@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,18 @@ from urllib.parse import urlencode
 
 import pyotp
 import pytest
+from django.core.files.base import ContentFile
 from django.core.management import call_command
+from django.utils import timezone
 from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
 from billing.calculator import PRESETS
 from billing.holds import hold_lift, hold_place
+from billing.invoices import invoice_issue, invoice_profile_save, invoice_request
+from billing.models import Wallet
 from billing.onboarding import team_create
+from billing.statements import parse_month, statement_for
 from clusters.preflight import preflight_run
 from clusters.services import cluster_stop
 from datasets.services import public_dataset_upsert
@@ -135,9 +141,12 @@ class Probe:
         declared = self.operation["responses"].get(str(expect))
         assert declared is not None, f"{where} answered {expect}, which its schema does not declare"
         if "content" in declared:
-            schema = declared["content"]["application/json"]["schema"]
-            found = problems(schema, response.json(), closed=True)
-            assert not found, f"{where} {expect}: the body is not what the schema says: {found}"
+            media = response["Content-Type"].split(";")[0]
+            assert media in declared["content"], f"{where} {expect}: {media} is not declared"
+            if media == "application/json":
+                schema = declared["content"][media]["schema"]
+                found = problems(schema, response.json(), closed=True)
+                assert not found, f"{where} {expect}: the body is not what the schema says: {found}"
         else:
             assert response.content == b"", f"{where} {expect}: a body the schema does not declare"
         if 200 <= expect < 300 and body is not None and "requestBody" in self.operation:
@@ -613,6 +622,115 @@ def _(p: Probe) -> None:
     topup = _topup(p.user)
     p.call(200, params={"id": topup.id})
     p.call(404, params={"id": topup.id}, client=p.stranger())
+
+
+def _invoicing(p: Probe) -> None:
+    """Files under a folder of the test's own; the user's invoice details saved, ¥100 paid."""
+    p.settings.MEDIA_ROOT = str(p.request.getfixturevalue("tmp_path"))
+    invoice_profile_save(
+        tenant_id=p.user.tenant_id,
+        data={"title": "清华大学", "tax_number": "91350100M000100Y43", "email": "f@x.cn"},
+    )
+    fund(p.user, 10_000)
+
+
+def _issued(p: Probe) -> str:
+    item, _created = invoice_request(user=p.user, amount_fen=1_000)
+    invoice_issue(
+        invoice_id=item.id, actor=make_operator(), pdf=ContentFile(b"%PDF-1.4 x", name="x.pdf")
+    )
+    return item.id
+
+
+def _last_month(p: Probe) -> str:
+    """The month before this one, which the account is made to have existed in."""
+    p.settings.MEDIA_ROOT = str(p.request.getfixturevalue("tmp_path"))
+    month = (timezone.localdate().replace(day=1) - timedelta(days=1)).replace(day=1)
+    Wallet.objects.filter(tenant_id=p.user.tenant_id).update(
+        created_at=timezone.now() - timedelta(days=62)
+    )
+    return f"{month:%Y-%m}"
+
+
+def _statement_file(p: Probe) -> None:
+    month = _last_month(p)
+    p.call(200, params={"month": month})
+    p.call(400, params={"month": f"{timezone.localdate():%Y-%m}"})
+    p.call(404, params={"month": "2001-01"})
+
+
+@case("billing_invoice_profile_retrieve")
+def _(p: Probe) -> None:
+    p.call(200)
+
+
+@case("billing_invoice_profile_update")
+def _(p: Probe) -> None:
+    body = {"title": "清华大学", "tax_number": "91350100M000100Y43", "email": "f@x.cn"}
+    p.call(200, body=body)
+    p.call(400, body={**body, "tax_number": "91350100M000100Y42"})
+
+
+@case("billing_invoices_list")
+def _(p: Probe) -> None:
+    _invoicing(p)
+    invoice_request(user=p.user, amount_fen=1_000)
+    p.call(200)
+
+
+@case("billing_invoices_create")
+def _(p: Probe) -> None:
+    _invoicing(p)
+    p.call(400, body={"amount_fen": 10_001})
+    p.call(201, body={"amount_fen": 1_000}, headers={"Idempotency-Key": "walk"})
+    p.call(200, body={"amount_fen": 1_000}, headers={"Idempotency-Key": "walk"})
+    p.call(409, body={"amount_fen": 2_000}, headers={"Idempotency-Key": "walk"})
+
+
+@case("billing_invoices_retrieve")
+def _(p: Probe) -> None:
+    _invoicing(p)
+    item, _created = invoice_request(user=p.user, amount_fen=1_000)
+    p.call(200, params={"id": item.id})
+    p.call(404, params={"id": item.id}, client=p.stranger())
+
+
+@case("billing_invoices_pdf")
+def _(p: Probe) -> None:
+    _invoicing(p)
+    waiting, _created = invoice_request(user=p.user, amount_fen=500)
+    p.call(404, params={"id": waiting.id})
+    issued = _issued(p)
+    p.call(200, params={"id": issued})
+    p.call(404, params={"id": issued}, client=p.stranger())
+
+
+@case("billing_statements_list")
+def _(p: Probe) -> None:
+    statement_for(tenant_id=p.user.tenant_id, month=parse_month(_last_month(p)))
+    p.call(200)
+
+
+@case("billing_statements_retrieve")
+def _(p: Probe) -> None:
+    _statement_file(p)
+
+
+@case("billing_statements_pdf")
+def _(p: Probe) -> None:
+    _statement_file(p)
+
+
+@case("billing_statements_csv")
+def _(p: Probe) -> None:
+    _statement_file(p)
+
+
+@case("billing_usage")
+def _(p: Probe) -> None:
+    p.call(200, query={"from": "2026-11-01", "to": "2026-11-30", "group_by": "day"})
+    p.call(200, query={"from": "2026-11-01", "to": "2026-11-30", "format": "csv"})
+    p.call(400, query={"from": "2026-11-30", "to": "2026-11-01"})
 
 
 @case("calculator_tco", who="anon")

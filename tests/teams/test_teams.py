@@ -484,3 +484,32 @@ def test_console_stop_of_anothers_instance_is_refused(catalog, team_of_two, clie
     answer = client.post(f"/console/instances/{theirs}/stop/", follow=True)
     assert "ordered by another member" in answer.content.decode()
     assert Instance.objects.get(pk=theirs).status == "provisioning"
+
+
+def test_a_teams_invoices_and_money_mail_are_for_its_payers(team_of_two, settings, tmp_path):
+    """A plain member neither changes the invoice details nor requests a 发票 for the team
+    (403 naming what they tried); a billing member does both. The team's money mail (receipts,
+    runway warnings, invoices) goes to its owners, admins and billing members, not to every
+    member and never to nobody."""
+    from billing.notices import _recipients
+    from tests.billing.test_invoices import PROFILE
+
+    settings.MEDIA_ROOT = str(tmp_path)
+    team, owner, member = team_of_two
+    payer = make_user()
+    join(team, owner, payer, role="billing")
+
+    as_member = bearer(member, team=team)
+    refused = as_member.put("/api/v1/billing/invoice-profile", PROFILE, format="json")
+    assert (refused.status_code, refused.json()["code"]) == (403, "role_forbidden")
+    assert "invoice details" in refused.json()["detail"]
+    refused = as_member.post("/api/v1/billing/invoices", {"amount_fen": 100}, format="json")
+    assert (refused.status_code, refused.json()["code"]) == (403, "role_forbidden")
+
+    as_payer = bearer(payer, team=team)
+    saved = as_payer.put("/api/v1/billing/invoice-profile", PROFILE, format="json")
+    assert saved.status_code == 200, saved.json()
+    assert saved.json()["title"] == PROFILE["title"]
+
+    assert sorted(_recipients(team.pk)) == sorted([owner.email, payer.email])
+    assert _recipients(member.tenant_id) == [member.email]

@@ -1,0 +1,216 @@
+"""Monthly statements (对账单): one per tenant per closed calendar month (TIME_ZONE), with the
+opening and closing balances summed from the ledger, every ledger line of the month and usage
+by instance and volume, stored as a PDF and a CSV (billing.documents renders them).
+
+A statement is made once: the unique (tenant, month) decides between a beat run and an
+on-demand one, and the loser answers the winner's row. The beat task on the 1st makes last
+month's for every tenant whose wallet moved in it or holds a balance at its end."""
+
+import logging
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+from django.core.files.base import ContentFile
+from django.db import IntegrityError, transaction
+from django.db.models import Q, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from billing.choices import Account
+from billing.documents import statement_csv, statement_pdf
+from billing.models import LedgerEntry, LedgerTransaction, Statement, Wallet
+from billing.usage import UsageReport, local_midnight, usage_report
+from starverse.core.errors import InvalidInput, NotFound
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Balances:
+    cash_fen: int
+    promo_fen: int
+    arrears_fen: int
+
+    @property
+    def total_fen(self) -> int:
+        return self.cash_fen + self.promo_fen - self.arrears_fen
+
+
+@dataclass
+class StatementData:
+    """What a statement shows, before it is rendered."""
+
+    tenant_id: str
+    month: date
+    opening: Balances
+    closing: Balances
+    lines: list[LedgerTransaction]
+    usage: UsageReport
+
+    @property
+    def credits_fen(self) -> int:
+        return sum(t.amount_fen for t in self.lines if t.amount_fen > 0)
+
+    @property
+    def debits_fen(self) -> int:
+        return sum(t.amount_fen for t in self.lines if t.amount_fen < 0)
+
+
+def month_start(day: date) -> date:
+    return day.replace(day=1)
+
+
+def next_month(month: date) -> date:
+    return (month.replace(day=28) + timedelta(days=4)).replace(day=1)
+
+
+def parse_month(text: str) -> date:
+    """'2026-11' → date(2026, 11, 1); anything else is a 400 naming `month`."""
+    try:
+        return datetime.strptime(text, "%Y-%m").date()
+    except ValueError:
+        raise InvalidInput(
+            _("month: %(value)s is not a month such as 2026-11.") % {"value": text[:20]},
+            code="invalid_month",
+        ) from None
+
+
+def current_month() -> date:
+    return month_start(timezone.localdate())
+
+
+def balances_at(wallet_id: str, moment: datetime) -> Balances:
+    """The wallet's balances just before `moment`: the sum of its ledger entries until then
+    (arrears entries are what it owes, negated)."""
+    sums = LedgerEntry.objects.filter(
+        wallet_id=wallet_id, transaction__created_at__lt=moment
+    ).aggregate(
+        cash=Sum("amount_fen", filter=Q(account=Account.CASH), default=0),
+        promo=Sum("amount_fen", filter=Q(account=Account.PROMO), default=0),
+        arrears=Sum("amount_fen", filter=Q(account=Account.ARREARS), default=0),
+    )
+    return Balances(int(sums["cash"]), int(sums["promo"]), -int(sums["arrears"]))
+
+
+def statement_data(*, tenant_id: str, month: date) -> StatementData:
+    wallet = Wallet.objects.get(tenant_id=tenant_id)
+    start, end = local_midnight(month), local_midnight(next_month(month))
+    lines = list(
+        LedgerTransaction.objects.filter(wallet=wallet, created_at__gte=start, created_at__lt=end)
+        .order_by("created_at", "id")
+        .only(
+            "id",
+            "kind",
+            "description",
+            "instance_id",
+            "amount_fen",
+            "cash_after_fen",
+            "promo_after_fen",
+            "arrears_after_fen",
+            "created_at",
+        )
+    )
+    return StatementData(
+        tenant_id=tenant_id,
+        month=month,
+        opening=balances_at(wallet.id, start),
+        closing=balances_at(wallet.id, end),
+        lines=lines,
+        usage=usage_report(
+            tenant_id=tenant_id,
+            start=month,
+            end=next_month(month) - timedelta(days=1),
+            group_by="instance",
+        ),
+    )
+
+
+def _check_closed(month: date) -> None:
+    if month >= current_month():
+        raise InvalidInput(
+            _("month: %(month)s is not over yet; statements are made for closed months.")
+            % {"month": f"{month:%Y-%m}"},
+            code="month_not_closed",
+        )
+
+
+def statement_generate(*, tenant_id: str, month: date) -> Statement:
+    """The tenant's statement of a closed month: the one made before, or made now."""
+    month = month_start(month)
+    _check_closed(month)
+    found = Statement.objects.filter(tenant_id=tenant_id, month=month).first()
+    if found is not None:
+        return found
+    data = statement_data(tenant_id=tenant_id, month=month)
+    statement = Statement(
+        tenant_id=tenant_id,
+        month=month,
+        opening_fen=data.opening.total_fen,
+        closing_fen=data.closing.total_fen,
+        opening_cash_fen=data.opening.cash_fen,
+        opening_promo_fen=data.opening.promo_fen,
+        closing_cash_fen=data.closing.cash_fen,
+        closing_promo_fen=data.closing.promo_fen,
+        credits_fen=data.credits_fen,
+        debits_fen=data.debits_fen,
+        lines=len(data.lines),
+    )
+    name = f"{tenant_id}-{month:%Y-%m}"
+    statement.pdf.save(f"{name}.pdf", ContentFile(statement_pdf(data)), save=False)
+    statement.csv.save(f"{name}.csv", ContentFile(statement_csv(data)), save=False)
+    try:
+        with transaction.atomic():
+            statement.save(force_insert=True)
+    except IntegrityError:
+        # made meanwhile by another run: keep that one, drop the files written for this one
+        statement.pdf.delete(save=False)
+        statement.csv.delete(save=False)
+        return Statement.objects.get(tenant_id=tenant_id, month=month)
+    logger.info(
+        "statement.generated statement=%s tenant=%s month=%s lines=%d",
+        statement.id,
+        tenant_id,
+        f"{month:%Y-%m}",
+        statement.lines,
+    )
+    return statement
+
+
+def statement_for(*, tenant_id: str, month: date) -> Statement:
+    """A closed month's statement for the console and API: made on demand when missing, for
+    months from the account's opening on (earlier ones are 404)."""
+    _check_closed(month)
+    opened = Wallet.objects.values_list("created_at", flat=True).get(tenant_id=tenant_id)
+    if month < month_start(timezone.localdate(opened)):
+        raise NotFound(_("No statement: the account did not exist in that month."))
+    return statement_generate(tenant_id=tenant_id, month=month)
+
+
+def tenants_due(month: date) -> list[str]:
+    """Tenants whose wallet moved in `month` or holds a non-zero balance (or arrears) at its
+    end: one query."""
+    start, end = local_midnight(month), local_midnight(next_month(month))
+    moved = Q(transactions__created_at__gte=start, transactions__created_at__lt=end)
+    held = LedgerEntry.objects.filter(transaction__created_at__lt=end).values("wallet_id")
+    nonzero = (
+        held.annotate(total=Sum("amount_fen")).exclude(total=0).values_list("wallet_id", flat=True)
+    )
+    return list(
+        Wallet.objects.filter(moved | Q(pk__in=nonzero))
+        .values_list("tenant_id", flat=True)
+        .distinct()
+        .order_by("tenant_id")
+    )
+
+
+def statements_generate_month(*, month: date | None = None) -> int:
+    """Make `month`'s statements (default: last month) for every tenant due; those made before
+    are kept. Returns how many were made now."""
+    month = month_start(month or (current_month() - timedelta(days=1)))
+    made = 0
+    for tenant_id in tenants_due(month):
+        existed = Statement.objects.filter(tenant_id=tenant_id, month=month).exists()
+        statement_generate(tenant_id=tenant_id, month=month)
+        made += 0 if existed else 1
+    logger.info("statement.month month=%s made=%d", f"{month:%Y-%m}", made)
+    return made

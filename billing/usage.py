@@ -1,0 +1,201 @@
+"""Usage read from the ledger: what each instance and volume cost over a range of days, grouped
+by instance, by day or by member, for the usage API, the console and the monthly statements.
+
+Usage is every `usage` posting (per-minute GPU charges, monthly rentals, storage days) less the
+operators' reversals of them. One aggregate query per report groups the postings by (bucket,
+resource); the instances and volumes named are then looked up once, for their labels, GPU
+counts and who ordered them. The instances and volumes belong to apps above billing: they are
+reached by name (apps.get_model), as a lazy foreign key reaches them, never imported."""
+
+import csv
+import io
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.apps import apps
+from django.conf import settings
+from django.db.models import Case, CharField, F, IntegerField, Max, Q, Sum, Value, When
+from django.db.models.functions import StrIndex, Substr, TruncDate
+from django.utils.translation import gettext as _
+
+from billing.choices import TransactionKind
+from billing.models import LedgerTransaction
+from starverse.core.money import format_fen
+
+GROUPINGS = ("instance", "day", "member")
+MAX_RANGE_DAYS = 366
+# The key of an account-wide charge that no instance or volume of the tenant explains.
+ACCOUNT_KEY = "account"
+
+
+@dataclass
+class UsageRow:
+    key: str
+    label: str
+    minutes: int = 0
+    gpu_minutes: int = 0
+    amount_fen: int = 0
+
+    @property
+    def gpu_hours(self) -> float:
+        return round(self.gpu_minutes / 60, 2)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "label": self.label,
+            "minutes": self.minutes,
+            "gpu_hours": self.gpu_hours,
+            "amount_fen": self.amount_fen,
+        }
+
+
+@dataclass
+class UsageReport:
+    start: date
+    end: date  # inclusive
+    group_by: str
+    rows: list[UsageRow] = field(default_factory=list)
+
+    @property
+    def totals(self) -> UsageRow:
+        total = UsageRow(key="", label=_("Total"))
+        for row in self.rows:
+            total.minutes += row.minutes
+            total.gpu_minutes += row.gpu_minutes
+            total.amount_fen += row.amount_fen
+        return total
+
+
+def local_midnight(day: date) -> datetime:
+    """The start of a calendar day in TIME_ZONE (days and months are the platform's)."""
+    return datetime.combine(day, time.min, tzinfo=ZoneInfo(settings.TIME_ZONE))
+
+
+def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> Any:
+    """The tenant's usage postings and reversals of them in [start, end), each with the
+    resource it charged (`resource`: an instance id, a volume id or "") and the minutes it
+    stands for (+1 a charged GPU minute, −1 its reversal)."""
+    reversal = Q(kind=TransactionKind.REVERSAL)
+    postings = LedgerTransaction.objects.filter(
+        wallet__tenant_id=tenant_id, created_at__gte=start, created_at__lt=end
+    ).filter(Q(kind=TransactionKind.USAGE) | (reversal & Q(reverses__kind=TransactionKind.USAGE)))
+    postings = postings.annotate(
+        src_instance=Case(
+            When(reversal, then=F("reverses__instance_id")), default=F("instance_id")
+        ),
+        src_key=Case(
+            When(reversal, then=F("reverses__idempotency_key")), default=F("idempotency_key")
+        ),
+    )
+    # Storage keys are `storage:{volume}:{day}` and `storage-grow:{volume}:{day}:{size}`.
+    postings = postings.annotate(
+        key_rest=Substr("src_key", StrIndex("src_key", Value(":")) + 1),
+    ).annotate(
+        resource=Case(
+            When(~Q(src_instance=""), then=F("src_instance")),
+            When(
+                src_key__startswith="storage",
+                then=Substr("key_rest", 1, StrIndex("key_rest", Value(":")) - 1),
+            ),
+            default=Value(""),
+            output_field=CharField(),
+        ),
+        minute=Case(
+            When(src_key__startswith="usage:", then=Case(When(reversal, then=-1), default=1)),
+            default=0,
+            output_field=IntegerField(),
+        ),
+    )
+    return postings
+
+
+def _bucket(group_by: str) -> Any:
+    if group_by == "day":
+        return TruncDate("created_at", tzinfo=ZoneInfo(settings.TIME_ZONE))
+    return Value("", output_field=CharField())
+
+
+@dataclass(frozen=True)
+class Resource:
+    label: str
+    gpu_count: int = 0
+    member_key: str = ACCOUNT_KEY
+    member_label: str = ""
+
+
+def resources_named(ids: set[str]) -> dict[str, Resource]:
+    """The instances and volumes among `ids`: their labels, GPU counts and members.
+
+    The member of an instance is the user who ordered it (`Instance.created_by`); volumes and
+    account-wide charges belong to the account. Grouping by member reads only this."""
+    Instance = apps.get_model("instances", "Instance")
+    Disk = apps.get_model("storage", "Disk")
+    found: dict[str, Resource] = {}
+    for pk, name, gpus, user_id, email in Instance.objects.filter(pk__in=ids).values_list(
+        "id", "name", "offering__gpu_count", "created_by_id", "created_by__email"
+    ):
+        found[pk] = Resource(f"{name} ({pk})", gpus, str(user_id), email)
+    for pk, name in Disk.objects.filter(pk__in=ids).values_list("id", "name"):
+        found[pk] = Resource(_("Cloud disk %(name)s (%(id)s)") % {"name": name, "id": pk})
+    return found
+
+
+def usage_report(*, tenant_id: str, start: date, end: date, group_by: str) -> UsageReport:
+    """The tenant's usage on the days start..end (inclusive, in TIME_ZONE), grouped."""
+    if group_by not in GROUPINGS:
+        raise ValueError(f"group_by must be one of {GROUPINGS}, not {group_by!r}")
+    report = UsageReport(start=start, end=end, group_by=group_by)
+    grouped = (
+        _usage_postings(tenant_id, local_midnight(start), local_midnight(end + timedelta(days=1)))
+        .annotate(bucket=_bucket(group_by))
+        .values("bucket", "resource")
+        .annotate(
+            minutes=Sum("minute"),
+            spent=Sum(-F("amount_fen")),
+            description=Max("description"),
+        )
+        .order_by()
+    )
+    aggregated = list(grouped)
+    named = resources_named({row["resource"] for row in aggregated if row["resource"]})
+    rows: dict[str, UsageRow] = {}
+    for item in aggregated:
+        resource = named.get(item["resource"])
+        key, label = _row_key(group_by, item, resource)
+        row = rows.setdefault(key, UsageRow(key=key, label=label))
+        row.minutes += item["minutes"]
+        row.gpu_minutes += item["minutes"] * (resource.gpu_count if resource else 0)
+        row.amount_fen += item["spent"]
+    ordered = sorted(rows.values(), key=lambda r: (-r.amount_fen, r.key))
+    report.rows = sorted(ordered, key=lambda r: r.key) if group_by == "day" else ordered
+    return report
+
+
+def _row_key(group_by: str, item: dict[str, Any], resource: Resource | None) -> tuple[str, str]:
+    if group_by == "day":
+        return item["bucket"].isoformat(), item["bucket"].isoformat()
+    if group_by == "member":
+        if resource is None or not resource.member_label:
+            return ACCOUNT_KEY, _("Storage and account-wide charges")
+        return resource.member_key, resource.member_label
+    if resource is not None:
+        return item["resource"], resource.label
+    if item["resource"]:  # a volume deleted since, or the shared NAS
+        return item["resource"], f"{_(item['description'])} ({item['resource']})"
+    return ACCOUNT_KEY, _(item["description"])
+
+
+def usage_csv(report: UsageReport) -> bytes:
+    """The report as CSV, UTF-8 with a byte-order mark (Excel in China reads it so); amounts
+    in yuan as plain numbers."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["key", "label", "minutes", "gpu_hours", "amount_cny"])
+    total = report.totals
+    for row in [*report.rows, total]:
+        amount = format_fen(row.amount_fen, symbol=False).replace(",", "")
+        writer.writerow([row.key, row.label, row.minutes, f"{row.gpu_hours:.2f}", amount])
+    return out.getvalue().encode("utf-8-sig")

@@ -1,0 +1,217 @@
+import csv
+import io
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
+from billing.choices import TransactionKind
+from billing.models import LedgerTransaction, Statement, Wallet
+from billing.services import ledger_post
+from billing.statements import (
+    balances_at,
+    current_month,
+    statement_for,
+    statement_generate,
+    statements_generate_month,
+    tenants_due,
+)
+from billing.tasks import generate_statements
+from billing.usage import usage_report
+from starverse.core.errors import InvalidInput, NotFound
+from tests.factories import fund, make_instance, make_user
+
+TZ = ZoneInfo("Asia/Shanghai")
+NOV = date(2026, 11, 1)
+
+
+@pytest.fixture(autouse=True)
+def media(settings, tmp_path):
+    settings.MEDIA_ROOT = str(tmp_path)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(TZ)
+
+    def move_to(self, when: datetime) -> None:
+        self.now = when
+
+
+@pytest.fixture
+def time_machine(monkeypatch):
+    """timezone.now, and the creation times that default to it, at a moment the test sets."""
+    clock = Clock()
+    monkeypatch.setattr(timezone, "now", lambda: clock.now)
+    for model, name in ((LedgerTransaction, "created_at"), (Wallet, "created_at")):
+        monkeypatch.setattr(model._meta.get_field(name), "_get_default", lambda: clock.now)
+    return clock
+
+
+def _charge(user, instance_id: str, minute: int, fen: int) -> LedgerTransaction:
+    return ledger_post(
+        wallet_id=user.tenant.wallet.id,
+        key=f"usage:{instance_id}:1:{minute}",
+        kind=TransactionKind.USAGE,
+        amount_fen=-fen,
+        description="GPU usage",
+        instance_id=instance_id,
+        allow_partial=True,
+    )
+
+
+def test_opening_and_closing_come_from_the_ledger_and_match_the_wallet(db):
+    user = make_user()
+    fund(user, 20_000)
+    wallet = Wallet.objects.get(tenant=user.tenant)
+    now = balances_at(wallet.id, datetime.now(TZ) + timedelta(seconds=1))
+    wallet.refresh_from_db()
+    assert (now.cash_fen, now.promo_fen, now.arrears_fen) == (20_000, 1_000, 0)
+    assert now.total_fen == wallet.total_fen
+    before = balances_at(wallet.id, datetime(2000, 1, 1, tzinfo=TZ))
+    assert before.total_fen == 0
+
+
+def test_statement_of_last_month_lists_every_line_and_usage(db, time_machine):
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    user = make_user()
+    fund(user, 50_000)
+    instance = make_instance(user)
+    for minute in range(1, 4):
+        _charge(user, instance.id, minute, 100)
+    time_machine.move_to(datetime(2026, 12, 2, 9, 0, tzinfo=TZ))
+    fund(user, 7_000)  # December: not on November's statement
+
+    statement = statement_for(tenant_id=user.tenant_id, month=NOV)
+
+    wallet = user.tenant.wallet
+    lines = LedgerTransaction.objects.filter(
+        wallet=wallet, created_at__lt=datetime(2026, 12, 1, tzinfo=TZ)
+    )
+    assert statement.lines == lines.count()
+    assert statement.opening_fen == 0
+    assert statement.closing_fen == sum(t.amount_fen for t in lines)
+    assert (
+        statement.closing_fen
+        == statement.opening_fen + statement.credits_fen + statement.debits_fen
+    )
+    assert statement.pdf.read().startswith(b"%PDF-")
+    text = statement.csv.read().decode("utf-8")
+    assert text.startswith("\ufeff")
+    rows = list(csv.reader(io.StringIO(text[1:])))
+    ids = {row[-1] for row in rows if row and row[-1].startswith("txn_")}
+    assert ids == set(lines.values_list("id", flat=True))
+    usage = [row for row in rows if row and row[0].startswith(instance.name)]
+    assert usage == [[f"{instance.name} ({instance.id})", "3", "0.05", "3.00"]]
+    # asked again: the same statement, not a second one
+    assert statement_for(tenant_id=user.tenant_id, month=NOV).pk == statement.pk
+    assert Statement.objects.count() == 1
+
+
+def test_open_month_and_months_before_the_account_are_refused(db, time_machine):
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    user = make_user()
+    with pytest.raises(InvalidInput) as refused:
+        statement_for(tenant_id=user.tenant_id, month=current_month())
+    assert refused.value.code == "month_not_closed"
+    with pytest.raises(NotFound):
+        statement_for(tenant_id=user.tenant_id, month=date(2026, 10, 1))
+    assert not Statement.objects.exists()
+
+
+def test_beat_task_makes_last_months_statements_once_for_tenants_due(db, time_machine):
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    active, idle = make_user(), make_user(verified=False)  # idle: no trial, no ledger
+    fund(active, 1_000)
+    time_machine.move_to(datetime(2026, 12, 1, 1, 30, tzinfo=TZ))
+    assert tenants_due(NOV) == [active.tenant_id]
+    generate_statements.delay()
+    generate_statements.delay()
+    assert list(Statement.objects.values_list("tenant_id", "month")) == [(active.tenant_id, NOV)]
+    assert idle.tenant_id not in tenants_due(NOV)
+    assert statements_generate_month() == 0
+
+
+def test_usage_grouped_by_instance_day_and_member(db, time_machine):
+    time_machine.move_to(datetime(2026, 11, 10, 23, 58, tzinfo=TZ))
+    user = make_user()
+    fund(user, 50_000)
+    instance = make_instance(user)
+    _charge(user, instance.id, 1, 100)
+    time_machine.move_to(datetime(2026, 11, 11, 0, 1, tzinfo=TZ))
+    _charge(user, instance.id, 2, 100)
+    _charge(user, instance.id, 3, 50)
+    ledger_post(
+        wallet_id=user.tenant.wallet.id,
+        key="storage:dsk_gone:2026-11-11",
+        kind=TransactionKind.USAGE,
+        amount_fen=-30,
+        description="Cloud disk storage",
+    )
+
+    by_instance = usage_report(
+        tenant_id=user.tenant_id, start=NOV, end=date(2026, 11, 30), group_by="instance"
+    )
+    assert [r.as_dict() for r in by_instance.rows] == [
+        {
+            "key": instance.id,
+            "label": f"{instance.name} ({instance.id})",
+            "minutes": 3,
+            "gpu_hours": 0.05,
+            "amount_fen": 250,
+        },
+        {
+            "key": "dsk_gone",
+            "label": "Cloud disk storage (dsk_gone)",
+            "minutes": 0,
+            "gpu_hours": 0.0,
+            "amount_fen": 30,
+        },
+    ]
+    assert by_instance.totals.amount_fen == 280
+    by_day = usage_report(
+        tenant_id=user.tenant_id, start=NOV, end=date(2026, 11, 30), group_by="day"
+    )
+    assert [(r.key, r.minutes, r.amount_fen) for r in by_day.rows] == [
+        ("2026-11-10", 1, 100),
+        ("2026-11-11", 2, 180),
+    ]
+    by_member = usage_report(
+        tenant_id=user.tenant_id, start=NOV, end=date(2026, 11, 30), group_by="member"
+    )
+    assert [(r.key, r.label, r.amount_fen) for r in by_member.rows] == [
+        (str(user.pk), user.email, 250),
+        ("account", "Storage and account-wide charges", 30),
+    ]
+    only_the_10th = usage_report(
+        tenant_id=user.tenant_id, start=date(2026, 11, 10), end=date(2026, 11, 10), group_by="day"
+    )
+    assert [(r.key, r.amount_fen) for r in only_the_10th.rows] == [("2026-11-10", 100)]
+
+
+def test_usage_is_one_query_per_report(db, django_assert_num_queries):
+    user = make_user()
+    fund(user, 50_000)
+    instance = make_instance(user)
+    for minute in range(1, 30):
+        _charge(user, instance.id, minute, 10)
+    # the aggregate, then the instances and the disks named
+    with django_assert_num_queries(3):
+        usage_report(
+            tenant_id=user.tenant_id,
+            start=date.today() - timedelta(days=1),
+            end=date.today() + timedelta(days=1),
+            group_by="day",
+        )
+
+
+def test_missing_font_is_a_clear_error(db, settings, time_machine):
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    user = make_user()
+    time_machine.move_to(datetime(2026, 12, 2, 12, 0, tzinfo=TZ))
+    settings.STATEMENT_FONT = "/nonexistent/font.ttc"
+    with pytest.raises(ImproperlyConfigured, match="fonts-wqy-microhei"):
+        statement_generate(tenant_id=user.tenant_id, month=NOV)
+    assert not Statement.objects.exists()
