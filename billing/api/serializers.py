@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.models import LedgerTransaction, TopUp
-from starverse.core.api.serializers import InputSerializer, StrictIntegerField
+from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
 class BalanceOutput(serializers.Serializer):
@@ -101,8 +101,11 @@ class TcoCloudInput(InputSerializer):
 
 
 class TcoStarverseInput(InputSerializer):
-    gpus_per_node = StrictIntegerField(min_value=1, max_value=64)
-    node_month_fen = StrictIntegerField(min_value=0)
+    offering = StrictCharField(
+        max_length=64,
+        help_text="An active offering of the catalog, by slug (e.g. h100-80g-bare-metal) or id: "
+        "the Starverse column is its price, as on Rent.",
+    )
 
 
 class TcoInput(InputSerializer):
@@ -131,8 +134,21 @@ class TcoBuyOutput(TcoOptionOutput):
     lifetime_fen = serializers.IntegerField()
 
 
+class TcoOfferingOutput(serializers.Serializer):
+    id = serializers.CharField()
+    slug = serializers.CharField(allow_null=True)
+    name = serializers.CharField(help_text="In the request's language (Accept-Language).")
+    gpu_count = serializers.IntegerField()
+    price_per_hour_fen = serializers.IntegerField()
+    price_per_month_fen = serializers.IntegerField(allow_null=True)
+
+
+class TcoStarverseOutput(TcoOptionOutput):
+    offering = TcoOfferingOutput(help_text="The catalog offering priced, at its price now.")
+
+
 class TcoOutput(serializers.Serializer):
     months = serializers.CharField(help_text="The job's length in months, as a decimal.")
     buy = TcoBuyOutput()
     cloud = TcoOptionOutput()
-    starverse = TcoOptionOutput()
+    starverse = TcoStarverseOutput()

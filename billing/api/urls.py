@@ -9,6 +9,5 @@ router.register("billing/topups", views.TopUpViewSet, basename="topup")
 
 urlpatterns = [
     path("billing/balance", views.BalanceView.as_view(), name="balance"),
-    path("calculator/tco", views.TcoView.as_view(), name="calculator-tco"),
     *router.urls,
 ]

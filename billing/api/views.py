@@ -1,7 +1,6 @@
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
-from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -9,12 +8,9 @@ from rest_framework.views import APIView
 from billing.api.serializers import (
     BalanceOutput,
     LedgerOutput,
-    TcoInput,
-    TcoOutput,
     TopUpCreateInput,
     TopUpOutput,
 )
-from billing.calculator import tco_compare
 from billing.holds import tenant_on_hold
 from billing.models import LedgerTransaction, TopUp
 from billing.payments import topup_create, topup_refresh
@@ -82,16 +78,3 @@ class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet[TopUp]):
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(self.output(topup_refresh(topup=self.get_object())))
-
-
-class TcoView(APIView):
-    """Public: compare buying, a traditional cloud and Starverse for one training job."""
-
-    authentication_classes: list = []
-    permission_classes = [AllowAny]
-
-    @extend_schema(operation_id="calculator_tco", request=TcoInput, responses=TcoOutput)
-    def post(self, request: Request) -> Response:
-        data = TcoInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        return Response(tco_compare(data.validated_data))

@@ -188,6 +188,12 @@
         : "";
       out("covers").textContent = offering ? covers(offering, n) : "";
       out("covers").classList.toggle("is-short", !!offering && balance < offering.hour * n);
+      // what the trial credit buys at the offering's trial price (rent page only)
+      var trial = out("trial");
+      if (trial) {
+        trial.textContent = offering && offering.trial_line ? offering.trial_line : "";
+        trial.hidden = !trial.textContent;
+      }
       var short = out("month-short");
       short.hidden = !(isMonthly && monthOffered && balance < offering.month * n);
       short.textContent = short.hidden
