@@ -661,7 +661,8 @@ def _usage_debit(
             "partial": True,
             "instance": charge["instance_id"],
             "reason": "",
-            "trial": trial,
+            # only a charge with a trial price hashes it: one without is ledger_post's request
+            **({"trial": trial} if trial is not None else {}),
         }
     )
     return (
