@@ -122,7 +122,9 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
     _seed_catalog()
     offering = Offering.objects.get(name=CLOUD_GPU)
     burn = spend_per_hour_fen([user.tenant_id], starting=True).get(user.tenant_id, 0)
-    short = offering.price_per_hour_fen + burn - wallet_for_tenant(user.tenant_id).total_fen
+    wallet = wallet_for_tenant(user.tenant_id)
+    # the runway in cash: trial credit pays only offerings with a trial price (1× H100 has none)
+    short = offering.price_per_hour_fen + burn - (wallet.cash_fen - wallet.arrears_fen)
     if short > 0:
         fund(user, short, key=f"runway:{next(_seq)}")
     if status == "failed":
@@ -173,7 +175,8 @@ def make_cluster(user: User, node_count: int = 2, **order: Any) -> Any:
     offering = Offering.objects.get(name=WHOLE_NODE)
     burn = spend_per_hour_fen([user.tenant_id], starting=True).get(user.tenant_id, 0)
     need = offering.price_per_hour_fen * node_count + burn
-    short = need - wallet_for_tenant(user.tenant_id).total_fen
+    wallet = wallet_for_tenant(user.tenant_id)
+    short = need - (wallet.cash_fen - wallet.arrears_fen)  # the runway in cash
     if short > 0:
         fund(user, short, key=f"runway:{next(_seq)}")
     cluster, _created = cluster_order(

