@@ -20,7 +20,9 @@ SWITCHES = [("en", "zh-hans"), ("zh-hans", "en")]
 
 def _shows(page: Page, data: dict) -> None:
     """The three options' totals and the Starverse lines are those of tco_compare(data)."""
-    expected = tco_compare(data, calculator_offering(data["starverse"]["offering"]))
+    offering = calculator_offering(data["starverse"]["offering"])
+    assert offering is not None
+    expected = tco_compare(data, offering)
     for option in ("buy", "cloud", "starverse"):
         card = page.locator(f"section.calc-result[data-option={option}]")
         expect(card.locator("[data-out=job]")).to_have_text(format_fen(expected[option]["job_fen"]))

@@ -159,7 +159,7 @@ class Command(BaseCommand):
                         "cpu_cores": cores * count,
                         "memory_gb": ram * count,
                         "local_disk_gb": nvme * count,
-                        "price_per_hour_fen": node_hour if bare else per_gpu * count,
+                        "price_per_hour_fen": (node_hour or 0) if bare else per_gpu * count,
                         "price_per_month_fen": node_month if bare else None,
                         "trial_price_per_hour_fen": TRIAL_PRICES.get(slug),
                         "preflight_floor_gbps": PREFLIGHT_FLOORS.get(key) if bare else None,

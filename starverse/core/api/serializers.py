@@ -53,4 +53,4 @@ class LocalizedField(serializers.CharField):
         return instance
 
     def to_representation(self, value: Any) -> str:
-        return localized(value, self.source)
+        return localized(value, str(self.source))
