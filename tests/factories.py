@@ -153,9 +153,15 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
 def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
     """A cloud disk made by `disk_create` (its first day charged), as created: its claim is made
     by the storage task after commit."""
+    from billing.selectors import wallet_for_tenant
     from storage.disks import disk_create
+    from storage.models import StoragePrice
 
     _seed_catalog()
+    day = size_gb * StoragePrice.objects.get(kind="disk").price_per_gb_day_fen
+    short = day - wallet_for_tenant(user.tenant_id).cash_fen  # storage is paid from cash only
+    if short > 0:
+        fund(user, short, key=f"disk:{next(_seq)}")
     return disk_create(user=user, name=name, size_gb=size_gb)
 
 
