@@ -316,6 +316,9 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
             "hour": o.price_per_hour_fen,
             "month": o.price_per_month_fen,
             "trial_line": _trial_line(o, promo),
+            # the trial credit starts it (an hour at its trial price): cash need not
+            "trial_covers": o.trial_price_per_hour_fen is not None
+            and promo >= o.trial_price_per_hour_fen,
             "available": offer.counts.get(o.id, 0),
         }
         for o in offer.offerings
