@@ -1,6 +1,9 @@
 """Total cost of one training job: buying the cluster, renting from a traditional cloud, or
 renting on Starverse. Exact rational arithmetic; each amount is rounded half-up to whole fen
-once, at the end of its own formula. A month is 365/12 days."""
+once, at the end of its own formula. A month is 365/12 days.
+
+The Starverse side is never a number typed in: it is an offering of the catalog (CatalogPrice,
+read by instances.selectors.calculator_offering), so the calculator and Rent always agree."""
 
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -14,6 +17,30 @@ from starverse.core.money import format_fen
 
 HOURS_PER_YEAR = 8760
 DAYS_PER_MONTH = Fraction(365, 12)
+HOURS_PER_MONTH = 24 * DAYS_PER_MONTH  # 730
+
+
+@dataclass(frozen=True)
+class CatalogPrice:
+    """An offering of the catalog as the calculator prices it: its GPUs per unit rented and its
+    monthly price (包月) if it has one, else its hourly price."""
+
+    id: str
+    slug: str | None
+    name: str
+    gpus: int
+    price_per_hour_fen: int
+    price_per_month_fen: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "slug": self.slug,
+            "name": self.name,
+            "gpu_count": self.gpus,
+            "price_per_hour_fen": self.price_per_hour_fen,
+            "price_per_month_fen": self.price_per_month_fen,
+        }
 
 
 def round_half_up(value: Fraction) -> int:
@@ -74,8 +101,9 @@ class _Job:
     span: dict[str, str]  # the days and months as the formulas print them
 
 
-def tco_compare(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` is validated input (see billing.api.serializers.TcoInput)."""
+def tco_compare(data: dict[str, Any], offering: CatalogPrice) -> dict[str, Any]:
+    """`data` is validated input (see billing.api.serializers.TcoInput); `offering` is the
+    catalog offering its `starverse.offering` names."""
     months = _f(data["duration_days"]) / DAYS_PER_MONTH
     job = _Job(
         gpus=int(data["gpus"]),
@@ -86,7 +114,10 @@ def tco_compare(data: dict[str, Any]) -> dict[str, Any]:
         "months": f"{float(months):.6f}",
         "buy": _buying(data["buy"], job).as_dict(),
         "cloud": _cloud_rental(data["cloud"], job).as_dict(),
-        "starverse": _starverse_rental(data["starverse"], job).as_dict(),
+        "starverse": {
+            **_starverse_rental(offering, job).as_dict(),
+            "offering": offering.as_dict(),
+        },
     }
 
 
@@ -164,14 +195,29 @@ def _cloud_rental(cloud_in: dict[str, Any], job: _Job) -> Option:
     return cloud
 
 
-def _starverse_rental(sv_in: dict[str, Any], job: _Job) -> Option:
-    """Whole nodes by the month on Starverse, which charges nothing for egress."""
+def _starverse_rental(offering: CatalogPrice, job: _Job) -> Option:
+    """The offering on Starverse at its catalog price, by the month when it has a monthly
+    price and otherwise by the hour around the clock; Starverse charges nothing for egress."""
     starverse = Option()
-    sv_nodes = ceil(job.gpus / int(sv_in["gpus_per_node"]))
-    sv_month = sv_nodes * _f(sv_in["node_month_fen"])
-    starverse.per_month_fen = starverse.line(
-        _("Per month"), _node_months(sv_nodes, sv_in), sv_month
-    )
+    units = ceil(job.gpus / offering.gpus)
+    if offering.price_per_month_fen is not None:
+        unit_month = _f(offering.price_per_month_fen)
+        formula = _("%(n)s × %(offering)s (⌈GPUs ÷ %(per)s⌉) × %(price)s per month") % {
+            "n": _num(units),
+            "offering": offering.name,
+            "per": offering.gpus,
+            "price": _yuan(offering.price_per_month_fen),
+        }
+    else:
+        unit_month = offering.price_per_hour_fen * HOURS_PER_MONTH
+        formula = _("%(n)s × %(offering)s (⌈GPUs ÷ %(per)s⌉) × %(price)s per hour × 730 h") % {
+            "n": _num(units),
+            "offering": offering.name,
+            "per": offering.gpus,
+            "price": _yuan(offering.price_per_hour_fen),
+        }
+    sv_month = units * unit_month
+    starverse.per_month_fen = starverse.line(_("Per month"), formula, sv_month)
     starverse.job_fen = starverse.line(
         _("This job"),
         _("per month × %(days)s days ÷ (365/12) = %(months)s months; no egress fees") % job.span,
@@ -210,13 +256,14 @@ PRESETS: list[dict[str, Any]] = [
                 "egress_gb": 8000,
                 "egress_fen_per_gb": 80,
             },
-            "starverse": {"gpus_per_node": 8, "node_month_fen": 12_800_000},
+            # the catalog's offering, at its price (Rent's): never a figure of its own
+            "starverse": {"offering": "h100-80g-bare-metal"},
         },
     },
     {
         "key": "node_8xh100",
         "title": "One 8×H100 node for a year: bought for ¥2,600,000 over 3 years at 8 kW, "
-        "or rented at ¥280,000 a year (¥23,333.33 a month)",
+        "or rented by the month",
         "input": {
             "gpus": 8,
             "duration_days": 365,
@@ -235,8 +282,7 @@ PRESETS: list[dict[str, Any]] = [
                 "egress_gb": 0,
                 "egress_fen_per_gb": 0,
             },
-            # ¥280,000 a year = ¥23,333.33 a month, to the fen.
-            "starverse": {"gpus_per_node": 8, "node_month_fen": 2_333_333},
+            "starverse": {"offering": "h100-80g-bare-metal"},
         },
     },
 ]

@@ -18,6 +18,14 @@ class TransactionKind(models.TextChoices):
     TRANSFER = "transfer", _("Transfer")
 
 
+class PriceKind(models.TextChoices):
+    """Which price a usage charge was made at: the offering's trial price, paid from trial
+    credit, or its standard price, paid from cash."""
+
+    TRIAL = "trial", _("Trial price")
+    STANDARD = "standard", _("Standard price")
+
+
 class Account(models.TextChoices):
     """Ledger accounts. The first three belong to a wallet (arrears: what it owes, as negative
     money); the rest are the platform's books, so every transaction's entries sum to zero

@@ -10,6 +10,7 @@ from billing.choices import (
     ApprovalStatus,
     InvoiceKind,
     InvoiceStatus,
+    PriceKind,
     RefundSource,
     RefundStatus,
     RunwayLevel,
@@ -85,6 +86,15 @@ class LedgerTransaction(models.Model):
     promo_after_fen = models.BigIntegerField()
     arrears_after_fen = models.BigIntegerField(default=0, db_default=0)
     description = models.CharField(max_length=500)
+    price_kind = models.CharField(
+        max_length=16,
+        choices=PriceKind.choices,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Usage: whether it was charged at the offering's trial price (from trial "
+        "credit) or its standard price (from cash); blank for other kinds.",
+    )
     reason = models.TextField(blank=True, help_text="Why an operator posted it.")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

@@ -12,7 +12,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -25,6 +25,7 @@ from billing.choices import (
     PROMO_CREDIT_KINDS,
     WALLET_ACCOUNTS,
     Account,
+    PriceKind,
     TransactionKind,
 )
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
@@ -38,12 +39,15 @@ logger = logging.getLogger(__name__)
 
 CREDIT_KINDS = (TransactionKind.TRIAL, TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
 DEBIT_KINDS = (TransactionKind.USAGE, TransactionKind.REFUND)
-# Debits of these kinds may only take cash: trial money is never refunded or taken back.
+# Debits of these kinds may only take cash: trial money is never refunded or taken back, and it
+# pays usage only minute by minute at an offering's trial price (usage_post_many), never a
+# monthly rental, storage or any other usage posted here.
 CASH_ONLY_DEBITS = (
     TransactionKind.REFUND,
     TransactionKind.ADJUSTMENT,
     TransactionKind.CHARGEBACK,
     TransactionKind.TRANSFER,
+    TransactionKind.USAGE,
 )
 # Postings an operator does not reverse by hand: a dispute's outcome (or a credit) settles them.
 NOT_REVERSIBLE = (TransactionKind.REVERSAL, TransactionKind.CHARGEBACK, TransactionKind.ARREARS)
@@ -104,6 +108,8 @@ def _post(
     reverses: LedgerTransaction | None = None,
 ) -> LedgerTransaction:
     request_hash = _request_hash({"wallet": wallet_id, "kind": kind, **request})
+    # usage posted here is paid from cash at the standard price (CASH_ONLY_DEBITS)
+    price_kind = PriceKind.STANDARD if kind == TransactionKind.USAGE else ""
     # A replay is answered without taking the lock; a replay racing its original is decided
     # by the unique key below, and the loser returns the winner's row.
     found = _existing(key, request_hash)
@@ -124,6 +130,7 @@ def _post(
                 actor=actor,
                 instance_id=instance_id,
                 reverses=reverses,
+                price_kind=price_kind,
             )
             paid = _arrears_pay(wallet, txn) if cash_delta > 0 else None
             _write(wallet, [(txn, counter), *([(paid, Account.ADJUSTMENTS)] if paid else [])])
@@ -158,6 +165,7 @@ def _transaction(
     actor: Any = None,
     instance_id: str = "",
     reverses: LedgerTransaction | None = None,
+    price_kind: str = "",
 ) -> LedgerTransaction:
     """The (unsaved) transaction applying `deltas` to the locked wallet, whose balances in
     memory follow it."""
@@ -178,6 +186,7 @@ def _transaction(
         promo_after_fen=wallet.promo_fen,
         arrears_after_fen=wallet.arrears_fen,
         description=description[:500],
+        price_kind=price_kind,
         reason=reason,
         created_by=actor if getattr(actor, "pk", None) else None,
         instance_id=instance_id,
@@ -310,8 +319,9 @@ def ledger_post(
 ) -> LedgerTransaction:
     """Credit (amount > 0) or debit (amount < 0) a wallet, exactly once per key.
 
-    Credits of promotional kinds land on the promo balance, all others on cash. Debits spend
-    promo before cash (refunds and adjustments take cash only). A debit larger than what is
+    Credits of promotional kinds land on the promo balance, all others on cash. Debits take
+    cash only (CASH_ONLY_DEBITS): trial credit is spent by usage_post_many alone, at trial
+    prices. A debit larger than what is
     left raises InsufficientBalance, or with allow_partial takes what is left: a balance never
     goes below zero."""
     if kind in (TransactionKind.REVERSAL, TransactionKind.ARREARS):
@@ -555,21 +565,46 @@ def minute_charge_fen(price_per_hour_fen: int, minute: int) -> int:
     return cumulative(minute) - cumulative(minute - 1)
 
 
-def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, int]:
-    """Post many usage debits at once (the metering tick), each exactly once by its key, each
-    taking what is left when the balance is short. `charges` items: wallet_id, key, amount_fen
-    (> 0), instance_id, description. Returns key → fen charged by that key's posting (for a
-    key posted before, what that first posting charged).
+def trial_minutes(promo_fen: int, trial_price_per_hour_fen: int) -> int:
+    """How many minutes of a session `promo_fen` of trial credit pays at this trial price: the
+    most minutes m whose cumulative charge round(p·m/60) (minute_charge_fen's rule) fits."""
+    if promo_fen <= 0 or trial_price_per_hour_fen <= 0:
+        return 0
+    # (2·p·m + 60) // 120 ≤ promo  ⟺  2·p·m < 120·(promo + 1) − 60
+    return (120 * promo_fen + 59) // (2 * trial_price_per_hour_fen)
 
-    Same rules as ledger_post, batched: wallets are locked in id order, rows are bulk-inserted,
-    and a key posted before (by a duplicate or late tick) is returned, not posted again. The
-    rows are plain tuples written by COPY, not model objects: a tick of 100,000 instances
-    spent most of its time building and saving LedgerTransaction objects."""
-    results: dict[str, int] = {}
+
+class Charged(NamedTuple):
+    """What one usage charge took: `fen`, and `short` when the balance could not pay it (so
+    the instance must stop)."""
+
+    fen: int
+    short: bool
+
+
+def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, Charged]:
+    """Post many usage debits at once (the metering tick), each exactly once by its key.
+    `charges` items: wallet_id, key, amount_fen (> 0, at the standard price), instance_id,
+    description, and trial_amount_fen (the same minute at the offering's trial price, or None
+    when it has none). A charge with a trial amount that the wallet's trial credit covers is
+    paid from trial credit at that amount; any other from cash at the standard amount, taking
+    what is left when cash is short. Returns key → Charged (for a key posted before, what that
+    first posting took).
+
+    Batched: wallets are locked in id order, rows are bulk-inserted, and a key posted before
+    (by a duplicate or late tick) is returned, not posted again. The rows are plain tuples
+    written by COPY, not model objects: a tick of 100,000 instances spent most of its time
+    building and saving LedgerTransaction objects."""
+    results: dict[str, Charged] = {}
     if not charges:
         return results
     with transaction.atomic():
-        results.update(_charged_before([c["key"] for c in charges]))
+        before = _charged_before([c["key"] for c in charges])
+        for charge in charges:
+            if charge["key"] in before:
+                fen, kind = before[charge["key"]]
+                short = kind != PriceKind.TRIAL and fen < charge["amount_fen"]
+                results[charge["key"]] = Charged(fen, short)
         todo = [c for c in charges if c["key"] not in results]
         balances = _wallets_locked(sorted({c["wallet_id"] for c in todo}))
         now = timezone.now()
@@ -578,7 +613,9 @@ def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, int]:
             debit = _usage_debit(txn_id, balances[charge["wallet_id"]], charge, now)
             debits.append(debit)
             entries += _usage_entries(debit)
-            results[charge["key"]] = -debit[5]  # the fen it took: minus its amount
+            taken = -debit[5]  # minus its amount
+            trial = debit[14] == PriceKind.TRIAL.value
+            results[charge["key"]] = Charged(taken, not trial and taken < charge["amount_fen"])
         bulk_insert("billing_ledgertransaction", _USAGE_COLUMNS, debits)
         bulk_insert(
             "billing_ledgerentry", ["transaction_id", "wallet_id", "account", "amount_fen"], entries
@@ -592,19 +629,20 @@ def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, int]:
     return results
 
 
-def _charged_before(keys: list[str]) -> dict[str, int]:
-    """Key → fen charged, for the keys that were posted before."""
+def _charged_before(keys: list[str]) -> dict[str, tuple[int, str]]:
+    """Key → (fen charged, price kind), for the keys that were posted before."""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":  # one array parameter, however many keys
             cursor.execute(
-                "SELECT idempotency_key, amount_fen FROM billing_ledgertransaction "
+                "SELECT idempotency_key, amount_fen, price_kind FROM billing_ledgertransaction "
                 "WHERE idempotency_key = ANY(%s)",
                 [keys],
             )
-            return {key: -amount for key, amount in cursor.fetchall()}
+            return {key: (-amount, kind) for key, amount, kind in cursor.fetchall()}
     posted = LedgerTransaction.objects.filter(idempotency_key__in=keys)
     return {
-        txn.idempotency_key: -txn.amount_fen for txn in posted.only("idempotency_key", "amount_fen")
+        txn.idempotency_key: (-txn.amount_fen, txn.price_kind)
+        for txn in posted.only("idempotency_key", "amount_fen", "price_kind")
     }
 
 
@@ -636,6 +674,7 @@ _USAGE_COLUMNS = [
     "promo_after_fen",
     "arrears_after_fen",
     "description",
+    "price_kind",
     "reason",
     "created_at",
 ]
@@ -644,13 +683,16 @@ _USAGE_COLUMNS = [
 def _usage_debit(
     txn_id: str, balance: list[int], charge: dict[str, Any], now: Any
 ) -> tuple[Any, ...]:
-    """The row of one charge's debit against a locked wallet's [cash, promo, arrears], promo
-    before cash, taking what is left when the balance is short; the balance in memory follows
-    it (a usage debit never changes arrears)."""
-    wanted = charge["amount_fen"]
+    """The row of one charge's debit against a locked wallet's [cash, promo, arrears]: from
+    trial credit at the trial amount when the charge has one and the trial credit covers it,
+    else from cash at the standard amount, taking what is left when cash is short; the balance
+    in memory follows it (a usage debit never changes arrears)."""
+    wanted, trial = charge["amount_fen"], charge.get("trial_amount_fen")
     cash_before, promo_before, arrears = balance
-    promo = min(promo_before, wanted)
-    cash = min(cash_before, wanted - promo)
+    if trial is not None and promo_before > 0 and promo_before >= trial:
+        promo, cash, kind = trial, 0, PriceKind.TRIAL.value
+    else:
+        promo, cash, kind = 0, min(cash_before, wanted), PriceKind.STANDARD.value
     balance[0], balance[1] = cash_before - cash, promo_before - promo
     wallet_id = charge["wallet_id"]
     request_hash = _request_hash(
@@ -662,6 +704,8 @@ def _usage_debit(
             "partial": True,
             "instance": charge["instance_id"],
             "reason": "",
+            # only a charge with a trial price hashes it: one without is ledger_post's request
+            **({"trial": trial} if trial is not None else {}),
         }
     )
     return (
@@ -679,6 +723,7 @@ def _usage_debit(
         balance[1],
         arrears,
         charge["description"][:500],
+        kind,
         "",
         now,
     )

@@ -8,5 +8,4 @@ urlpatterns = [
     path("", views.billing, name="billing"),
     path("topup/", views.topup, name="topup"),
     path("topups/<str:pk>/return/", views.topup_return, name="topup_return"),
-    path("calculator/", views.calculator, name="calculator"),
 ]

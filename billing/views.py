@@ -1,4 +1,5 @@
-"""Console pages for money: balance and ledger, top-ups, and the public cost calculator."""
+"""Console pages for money: balance and ledger, and top-ups. (The public cost calculator prices
+catalog offerings, so its page is the catalog's: instances.views.calculator.)"""
 
 from django import forms
 from django.conf import settings
@@ -11,7 +12,6 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from billing.calculator import PRESETS
 from billing.choices import TopUpStatus
 from billing.holds import tenant_on_hold
 from billing.models import TopUp
@@ -100,15 +100,3 @@ def topup_return(request: HttpRequest, pk: str) -> HttpResponse:
             % {"amount": amount, "status": item.get_status_display()},
         )
     return redirect("billing:billing")
-
-
-def calculator(request: HttpRequest) -> HttpResponse:
-    """Public: open to anyone, signed in or not."""
-    return render(
-        request,
-        "billing/calculator.html",
-        {
-            "presets": PRESETS,
-            "active": "calculator",
-        },
-    )

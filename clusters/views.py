@@ -47,6 +47,7 @@ from starverse.accounts.models import SshKey
 from starverse.core.console import redirect_back, run_change
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
+from starverse.core.text import localized
 
 C = ClusterStatus
 # Which actions a cluster offers in each status (the services refuse the rest anyway).
@@ -104,8 +105,8 @@ class ClusterForm(forms.Form):
         self, *args: Any, offerings: list[Offering], images: list[Image], keys: list[Any], **kw: Any
     ) -> None:
         super().__init__(*args, **kw)
-        self._offer("offering", [(o.id, o.name) for o in offerings])
-        self._offer("image", [(i.id, i.name) for i in images])
+        self._offer("offering", [(o.id, localized(o, "name")) for o in offerings])
+        self._offer("image", [(i.id, localized(i, "name")) for i in images])
         self._offer("ssh_keys", [(k.id, k.name) for k in keys])
 
     def _offer(self, name: str, choices: list[tuple[str, str]]) -> None:
@@ -253,7 +254,7 @@ def cluster_new(request: HttpRequest) -> HttpResponse:
 def _order_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpResponse:
     catalog = {
         o.id: {
-            "name": o.name,
+            "name": localized(o, "name"),
             "hour": o.price_per_hour_fen,
             "month": o.price_per_month_fen,
             "available": offer.counts.get(o.id, 0),

@@ -29,11 +29,32 @@ class PublicDatasetAdmin(admin.ModelAdmin):
     list_display_links = ["name"]
     list_filter = ["kind", "active"]
     list_editable = ["active", "sort"]
-    search_fields = ["id", "name", "description", "tags", "directory", "licence"]
+    search_fields = [
+        "id",
+        "name",
+        "description",
+        "description_zh_hans",
+        "tags",
+        "directory",
+        "licence",
+    ]
     ordering = ["sort", "name"]
     readonly_fields = ["mount_path", "size", "created_at", "updated_at"]
     fieldsets = [
-        (None, {"fields": ["id", "name", "kind", "version", "description", "tags"]}),
+        # the two languages side by side: English, and 简体中文 (blank: the English is shown)
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    "name",
+                    "kind",
+                    "version",
+                    ("description", "description_zh_hans"),
+                    "tags",
+                ]
+            },
+        ),
         (_("Files"), {"fields": ["directory", "mount_path", "size_bytes", "size"]}),
         (_("Terms"), {"fields": ["licence", "homepage"]}),
         (_("Listing"), {"fields": ["active", "sort", "created_at", "updated_at"]}),

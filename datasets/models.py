@@ -23,6 +23,9 @@ class PublicDataset(models.Model):
     )
     licence = models.CharField(max_length=100, help_text="e.g. Apache-2.0, CC BY-NC 4.0.")
     description = models.TextField(blank=True)
+    description_zh_hans = models.TextField(
+        "description (简体中文)", blank=True, default="", help_text="Blank: the English text."
+    )
     directory = models.CharField(
         max_length=128,
         validators=[

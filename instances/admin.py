@@ -46,17 +46,37 @@ class OfferingAdmin(admin.ModelAdmin):
     form = OfferingForm
     list_display = [
         "name",
+        "name_zh_hans",
+        "slug",
         "kind",
         "gpu_model",
         "gpu_count",
         "hourly",
         "monthly",
+        "trial",
         "runtime_class",
         "active",
         "sort",
     ]
     list_filter = ["kind", "gpu_model", "active"]
     list_editable = ["active", "sort"]
+    search_fields = ["name", "name_zh_hans", "slug"]
+    # the two languages side by side: English, and 简体中文 (blank: the English is shown)
+    fieldsets = [
+        (None, {"fields": [("name", "name_zh_hans"), "slug", "kind", "active", "sort"]}),
+        (_("Hardware"), {"fields": ["gpu_model", "gpu_count", "cpu_cores", "memory_gb"]}),
+        (None, {"fields": ["local_disk_gb", "runtime_class"]}),
+        (
+            _("Prices (fen)"),
+            {"fields": ["price_per_hour_fen", "price_per_month_fen", "trial_price_per_hour_fen"]},
+        ),
+        (_("Clusters"), {"fields": ["cluster_one_switch", "preflight_floor_gbps"]}),
+    ]
+
+    @admin.display(description=_("Trial per hour"), ordering="trial_price_per_hour_fen")
+    def trial(self, obj: Offering) -> str:
+        fen = obj.trial_price_per_hour_fen
+        return format_fen(fen) if fen is not None else "—"
 
     @admin.display(description=_("Per hour"), ordering="price_per_hour_fen")
     def hourly(self, obj: Offering) -> str:
@@ -69,8 +89,33 @@ class OfferingAdmin(admin.ModelAdmin):
 
 @admin.register(Image)
 class ImageAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "container_image", "size", "prepull", "active", "sort"]
+    list_display = [
+        "id",
+        "name",
+        "name_zh_hans",
+        "container_image",
+        "size",
+        "prepull",
+        "active",
+        "sort",
+    ]
     list_editable = ["prepull", "active", "sort"]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    ("name", "name_zh_hans"),
+                    ("description", "description_zh_hans"),
+                    "container_image",
+                    ("size_bytes", "prepull"),
+                    "active",
+                    "sort",
+                ]
+            },
+        ),
+    ]
 
     @admin.display(description=_("Size"), ordering="size_bytes")
     def size(self, obj: Image) -> str:

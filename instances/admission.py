@@ -4,10 +4,14 @@ balance, and the account's limits. Both are checked under the tenant's wallet lo
 commits and two orders at once cannot both pass.
 
 The runway is one hour of the instance (a month for a monthly rental) plus one hour of what the
-tenant's other instances burn. The limits are how many orders may wait in the queue, how many
-GPUs an account may hold and wait for, and how many GPUs of the premium models an account
-living on trial credit may; an operator sets an account's own in the admin (TenantLimits), an
-empty one is the setting's default."""
+tenant's other instances burn, in cash at the standard prices; or, for an hourly instance of an
+offering with a trial price, the same hour at the trial prices in trial credit (the money the
+minutes would then be paid from: instances.charges).
+
+The limits are how many orders may wait in the queue, how many GPUs an account may hold and
+wait for, and how many GPUs of the premium models an account living on trial credit may; an
+operator sets an account's own in the admin (TenantLimits), an empty one is the setting's
+default."""
 
 from dataclasses import dataclass
 
@@ -26,18 +30,14 @@ from starverse.core.money import format_fen
 
 
 @dataclass(frozen=True)
-class Runway:
-    """What a start needs on the balance: one hour of the instance's price (a month for a
-    monthly rental, nothing for one inside its paid month) plus one hour of what the tenant's
-    other instances burn, placed or running (their hourly price; monthly rentals are prepaid
-    and burn nothing, so they are not counted); and what the balance has. `cluster`: the
-    runway is a whole cluster's (its message says so)."""
+class TrialRunway:
+    """The same runway at trial prices: one hour of the instance at its offering's trial price
+    plus one hour of the tenant's other instances that have one, at theirs; and the trial
+    credit the wallet holds."""
 
     have_fen: int
     own_fen: int
     burn_fen: int
-    unit: str
-    cluster: bool = False
 
     @property
     def need_fen(self) -> int:
@@ -46,6 +46,31 @@ class Runway:
     @property
     def covered(self) -> bool:
         return self.have_fen >= self.need_fen
+
+
+@dataclass(frozen=True)
+class Runway:
+    """What a start needs in cash: one hour of the instance's price (a month for a monthly
+    rental, nothing for one inside its paid month) plus one hour of what the tenant's other
+    instances burn, placed or running (their hourly price; monthly rentals are prepaid and burn
+    nothing, so they are not counted); and the cash the wallet has (net of arrears). `trial`:
+    the runway at trial prices, for an hourly instance of an offering with a trial price; either
+    covers the start. `cluster`: the runway is a whole cluster's (its message says so)."""
+
+    have_fen: int
+    own_fen: int
+    burn_fen: int
+    unit: str
+    cluster: bool = False
+    trial: TrialRunway | None = None
+
+    @property
+    def need_fen(self) -> int:
+        return self.own_fen + self.burn_fen
+
+    @property
+    def covered(self) -> bool:
+        return self.have_fen >= self.need_fen or (self.trial is not None and self.trial.covered)
 
 
 HOUR, MONTH = gettext_noop("hour"), gettext_noop("month")
@@ -67,15 +92,24 @@ def runway(
     out of what the tenant burns."""
     monthly = billing == BillingMode.MONTHLY
     own = offering.price_per_month_fen if monthly else offering.price_per_hour_fen
-    burn = spend_per_hour_fen(
-        [wallet.tenant_id], starting=True, exclude=exclude, exclude_cluster=exclude_cluster
-    )
+    others = {"starting": True, "exclude": exclude, "exclude_cluster": exclude_cluster}
+    burn = spend_per_hour_fen([wallet.tenant_id], **others)  # type: ignore[arg-type]
+    trial = None
+    if not monthly and offering.trial_price_per_hour_fen is not None:
+        trial_burn = spend_per_hour_fen([wallet.tenant_id], trial=True, **others)  # type: ignore[arg-type]
+        trial = TrialRunway(
+            have_fen=wallet.promo_fen,
+            own_fen=offering.trial_price_per_hour_fen * nodes,
+            burn_fen=trial_burn.get(wallet.tenant_id, 0),
+        )
     return Runway(
-        have_fen=wallet.total_fen,
+        # arrears exist only while cash is zero: what is owed counts against the runway
+        have_fen=wallet.cash_fen - wallet.arrears_fen,
         own_fen=0 if paid else (own or 0) * nodes,
         burn_fen=burn.get(wallet.tenant_id, 0),
         unit=MONTH if monthly else HOUR,
         cluster=bool(exclude_cluster),
+        trial=trial,
     )
 
 
@@ -103,9 +137,16 @@ def runway_of(instance: Instance, wallet: Wallet) -> Runway:
 
 
 def runway_check(found: Runway) -> None:
-    """Refuse (402) a start the balance does not cover, saying both parts of what it needs."""
+    """Refuse (402) a start the balance does not cover, saying both parts of what it needs, in
+    cash and, where the offering has a trial price, in trial credit."""
     if found.covered:
         return
+    raise InsufficientBalance(runway_message(found))
+
+
+def runway_message(found: Runway) -> str:
+    """Why the balance does not cover this runway: in cash at the standard prices and, where
+    the offering has a trial price, in trial credit at the trial prices."""
     amounts = {
         "have": format_fen(found.have_fen),
         "need": format_fen(found.need_fen),
@@ -114,28 +155,46 @@ def runway_check(found: Runway) -> None:
         "unit": _(found.unit),
     }
     if found.cluster and not found.burn_fen:
-        message = _(
-            "Your balance of %(have)s does not cover %(need)s (one %(unit)s of this cluster). "
-            "Top up to continue."
+        cash = _(
+            "Your cash balance of %(have)s does not cover %(need)s (one %(unit)s of this cluster)."
         )
     elif found.cluster:
-        message = _(
-            "Your balance of %(have)s does not cover %(need)s: one %(unit)s of this cluster "
-            "(%(own)s) plus one hour of what your running instances burn (%(burn)s). Top up to "
-            "continue."
+        cash = _(
+            "Your cash balance of %(have)s does not cover %(need)s: one %(unit)s of this cluster "
+            "(%(own)s) plus one hour of what your running instances burn (%(burn)s)."
         )
     elif not found.burn_fen:
-        message = _(
-            "Your balance of %(have)s does not cover %(need)s (one %(unit)s of this instance). "
-            "Top up to continue."
+        cash = _(
+            "Your cash balance of %(have)s does not cover %(need)s (one %(unit)s of this instance)."
         )
     else:
-        message = _(
-            "Your balance of %(have)s does not cover %(need)s: one %(unit)s of this instance "
-            "(%(own)s) plus one hour of what your running instances burn (%(burn)s). Top up to "
-            "continue."
+        cash = _(
+            "Your cash balance of %(have)s does not cover %(need)s: one %(unit)s of this instance "
+            "(%(own)s) plus one hour of what your running instances burn (%(burn)s)."
         )
-    raise InsufficientBalance(message % amounts)
+    parts = [cash % amounts]
+    trial = found.trial
+    if trial is not None:
+        trial_amounts = {
+            "have": format_fen(trial.have_fen),
+            "need": format_fen(trial.need_fen),
+            "own": format_fen(trial.own_fen),
+            "burn": format_fen(trial.burn_fen),
+        }
+        if trial.burn_fen:
+            text = _(
+                "Your trial credit of %(have)s does not cover %(need)s at the trial prices: one "
+                "hour of it (%(own)s) plus one hour of your other instances that have a trial "
+                "price (%(burn)s)."
+            )
+        else:
+            text = _(
+                "Your trial credit of %(have)s does not cover one hour of it at the trial price "
+                "(%(need)s)."
+            )
+        parts.append(text % trial_amounts)
+    parts.append(_("Top up to continue."))
+    return " ".join(parts)
 
 
 def admit(instance: Instance) -> None:

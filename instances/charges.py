@@ -1,6 +1,8 @@
 """What an instance costs its tenant, posted to the ledger: the minutes it runs (hourly billing)
 and the 30-day periods it prepays (monthly billing). Usage minute m of a session is charged once,
-under usage:{instance}:{session}:{minute}; period n once, under monthly:{instance}:{n}. The
+under usage:{instance}:{session}:{minute}, from trial credit at the offering's trial price while
+the trial credit covers the minute, else from cash at its price; period n once, under
+monthly:{instance}:{n}, from cash only. The
 state machine (instances.states) closes a session when an instance leaves running; the tick
 (instances.metering) and the renewals (instances.monthly) call these too."""
 
@@ -33,6 +35,7 @@ def usage_charges(instance: Instance, upto: int) -> list[dict]:
         session=instance.session,
         wallet_id=instance.tenant.wallet.id,
         price_per_hour_fen=instance.offering.price_per_hour_fen,
+        trial_price_per_hour_fen=instance.offering.trial_price_per_hour_fen,
         billed=instance.billed_minutes,
         upto=upto,
     )
@@ -44,11 +47,14 @@ def minute_charges(
     session: int,
     wallet_id: str,
     price_per_hour_fen: int,
+    trial_price_per_hour_fen: int | None,
     billed: int,
     upto: int,
 ) -> list[dict]:
-    """usage_charges from plain values: the metering tick reads its instances as rows."""
+    """usage_charges from plain values: the metering tick reads its instances as rows. Each
+    minute carries its price at the offering's trial price too, when it has one."""
     charges = []
+    trial = trial_price_per_hour_fen
     for minute in range(billed + 1, upto + 1):
         amount = minute_charge_fen(price_per_hour_fen, minute)
         if amount > 0:
@@ -57,6 +63,7 @@ def minute_charges(
                     "wallet_id": wallet_id,
                     "key": f"usage:{instance_id}:{session}:{minute}",
                     "amount_fen": amount,
+                    "trial_amount_fen": None if trial is None else minute_charge_fen(trial, minute),
                     "instance_id": instance_id,
                     "description": gettext_noop("GPU usage"),
                 }
@@ -76,7 +83,7 @@ def bill_until(instance: Instance, now: datetime, *, started_minute: bool) -> in
     if upto <= instance.billed_minutes:
         return 0
     charged = usage_post_many(charges)
-    spent = sum(charged[key] for key in keys)
+    spent = sum(charged[key].fen for key in keys)
     Instance.objects.filter(pk=instance.pk).update(
         billed_minutes=upto, cost_fen=F("cost_fen") + spent
     )
@@ -93,7 +100,8 @@ def period_active(instance: Instance) -> bool:
 
 
 def period_charge(instance: Instance, *, now: Any = None) -> None:
-    """Prepay the next period (raises InsufficientBalance). Call with the row locked."""
+    """Prepay the next period from cash (raises InsufficientBalance): trial credit pays
+    minutes at trial prices only. Call with the row locked."""
     now = now or timezone.now()
     period = instance.monthly_period + 1
     price = instance.offering.price_per_month_fen

@@ -438,17 +438,47 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
                 return placed
 
 
+_UNFUNDED = later(
+    "Your cash balance of %(have)s does not cover %(need)s: one %(unit)s of this order "
+    "(%(own)s) plus one hour of your running instances (%(burn)s). Orders that can pay are "
+    "served first. Top up before %(until)s to keep this order; after that it fails, at no cost."
+)
+_UNFUNDED_TRIAL = later(
+    "Your trial credit of %(have)s does not cover %(need)s at the trial prices: one hour of "
+    "this order (%(own)s) plus one hour of your running instances that have a trial price "
+    "(%(burn)s); nor does your cash balance of %(cash)s cover %(cash_need)s at the standard "
+    "prices. Orders that can pay are served first. Top up before %(until)s to keep this "
+    "order; after that it fails, at no cost."
+)
+_UNFUNDED_FAILED = later(
+    "Your cash balance of %(have)s did not cover %(need)s, one %(unit)s of this order "
+    "(%(own)s) plus one hour of your running instances (%(burn)s), while this order waited; "
+    "nothing was charged. Top up and order again."
+)
+_UNFUNDED_FAILED_TRIAL = later(
+    "Neither your trial credit of %(have)s covered %(need)s at the trial prices (one hour of "
+    "this order, %(own)s, plus one hour of your running instances that have a trial price, "
+    "%(burn)s) nor your cash balance of %(cash)s %(cash_need)s at the standard prices while "
+    "this order waited; nothing was charged. Top up and order again."
+)
+
+
 def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
     """A queued (locked) instance whose turn came and whose balance does not cover it: it
     keeps its place, passed over, and its timeline says until when; after
     QUEUE_UNFUNDED_GRACE_MINUTES it fails, never having cost anything."""
     grace = timedelta(minutes=settings.QUEUE_UNFUNDED_GRACE_MINUTES)
+    # an order of an offering with a trial price says what it lacks in trial credit, which a
+    # trial account (the one most often here) would pay it from
+    shown = lacking.trial or lacking
     amounts = {
-        "have": format_fen(lacking.have_fen),
-        "need": format_fen(lacking.need_fen),
-        "own": format_fen(lacking.own_fen),
-        "burn": format_fen(lacking.burn_fen),
+        "have": format_fen(shown.have_fen),
+        "need": format_fen(shown.need_fen),
+        "own": format_fen(shown.own_fen),
+        "burn": format_fen(shown.burn_fen),
         "unit": lacking.unit,
+        "cash": format_fen(lacking.have_fen),
+        "cash_need": format_fen(lacking.need_fen),
     }
     # a queued cluster is passed over, and fails, as one order
     order = (
@@ -463,21 +493,11 @@ def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
         InstanceEvent.objects.create(
             instance=instance,
             status=instance.status,
-            message=later(
-                "Your balance of %(have)s does not cover %(need)s: one %(unit)s of this order "
-                "(%(own)s) plus one hour of your running instances (%(burn)s). Orders that can "
-                "pay are served first. Top up before %(until)s to keep this order; after that "
-                "it fails, at no cost."
-            )
-            % {**amounts, "until": until},
+            message=(_UNFUNDED_TRIAL if lacking.trial else _UNFUNDED) % {**amounts, "until": until},
         )
         logger.info("queue.unfunded instance=%s tenant=%s", instance.id, instance.tenant_id)
     elif now - instance.unfunded_since >= grace:
-        message = later(
-            "Your balance of %(have)s did not cover %(need)s, one %(unit)s of this order "
-            "(%(own)s) plus one hour of your running instances (%(burn)s), while this order "
-            "waited; nothing was charged. Top up and order again."
-        )
+        message = _UNFUNDED_FAILED_TRIAL if lacking.trial else _UNFUNDED_FAILED
         for instance_id in list(order.order_by("rank").values_list("pk", flat=True)):
             instance_fail(instance_id, message % amounts)
         logger.info("queue.unfunded_failed instance=%s", instance.id)

@@ -1,6 +1,8 @@
 """Per-minute billing of running instances. Each closed minute of a usage session is charged
 once, under the ledger key usage:{instance}:{session}:{minute}; a tick that runs twice, late or
-concurrently charges nothing twice and catches up on what it missed. A charge the balance
+concurrently charges nothing twice and catches up on what it missed. A minute of an offering
+with a trial price is paid from trial credit at that price while the trial credit covers it,
+then from cash at the standard price (billing.services.usage_post_many). A charge the cash
 cannot pay takes what is left and stops the instance."""
 
 import logging
@@ -91,6 +93,7 @@ _RUNNING_COLUMNS = (
     "cost_fen",
     "running_since",
     "offering__price_per_hour_fen",
+    "offering__trial_price_per_hour_fen",
     "tenant__wallet__id",
 )
 
@@ -112,7 +115,7 @@ def _charge_closed_minutes(
     """Post the unbilled closed minutes of every locked running instance in one batch; returns
     (id, billed minutes, cost) of the instances whose billed minutes and cost moved."""
     charges, plan = [], []
-    for instance_id, session, billed, cost, running_since, price, wallet_id in running:
+    for instance_id, session, billed, cost, running_since, price, trial, wallet_id in running:
         closed = max(0, int((now - running_since).total_seconds() // 60))
         upto = min(closed, billed + MAX_CATCH_UP_MINUTES)
         if upto <= billed:
@@ -122,19 +125,20 @@ def _charge_closed_minutes(
             session=session,
             wallet_id=wallet_id,
             price_per_hour_fen=price,
+            trial_price_per_hour_fen=trial,
             billed=billed,
             upto=upto,
         )
         charges += mine
-        plan.append((instance_id, billed, cost, upto, [(c["key"], c["amount_fen"]) for c in mine]))
+        plan.append((instance_id, billed, cost, upto, [c["key"] for c in mine]))
     charged = usage_post_many(charges)
     moved = []
     for instance_id, billed, cost, upto, keys in plan:
-        spent = sum(charged[key] for key, _amount in keys)
+        spent = sum(charged[key].fen for key in keys)
         result.charged_minutes += upto - billed
         result.charged_fen += spent
         # the rows are locked by this transaction, so absolute values are safe here
         moved.append((instance_id, upto, cost + spent))
-        if any(charged[key] < amount for key, amount in keys):
+        if any(charged[key].short for key in keys):
             result.exhausted.append(instance_id)
     return moved

@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from fleet.models import GpuModel, Node
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from starverse.core.ids import PublicIdField
-from starverse.core.text import Deferred, parts, translate_stored
+from starverse.core.text import Deferred, localized, parts, translate_stored
 
 
 class Offering(models.Model):
@@ -17,7 +17,22 @@ class Offering(models.Model):
     RAM and local NVMe in proportion, at an hourly (and for whole nodes a monthly) price."""
 
     id = PublicIdField(prefix="off")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
+    name_zh_hans = models.CharField(
+        "name (简体中文)",
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="Blank: the English name.",
+    )
+    slug = models.SlugField(
+        max_length=64,
+        unique=True,
+        null=True,
+        blank=True,
+        help_text="A stable key for links and the cost calculator's presets, e.g. "
+        "h100-80g-bare-metal.",
+    )
     kind = models.CharField(max_length=16, choices=OfferingKind.choices)
     gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="offerings")
     gpu_count = models.PositiveSmallIntegerField()
@@ -26,6 +41,12 @@ class Offering(models.Model):
     local_disk_gb = models.PositiveIntegerField()
     price_per_hour_fen = models.BigIntegerField()
     price_per_month_fen = models.BigIntegerField(null=True, blank=True)
+    trial_price_per_hour_fen = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="What trial credit pays per hour of this offering (billed by the minute, at "
+        "most the hourly price); blank: trial credit is not spent on it.",
+    )
     active = models.BooleanField(default=True)
     sort = models.PositiveSmallIntegerField(default=0)
     # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
@@ -49,20 +70,40 @@ class Offering(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(price_per_hour_fen__gt=0), name="offering_price"),
             models.CheckConstraint(
+                condition=Q(trial_price_per_hour_fen__isnull=True)
+                | Q(
+                    trial_price_per_hour_fen__gte=1,
+                    trial_price_per_hour_fen__lte=models.F("price_per_hour_fen"),
+                ),
+                name="offering_trial_price",
+                violation_error_message="The trial price must be at least 1 fen and at most the "
+                "hourly price.",
+            ),
+            models.CheckConstraint(
                 condition=Q(gpu_count__gte=1, gpu_count__lte=16), name="offering_gpu_count"
             ),
         ]
 
     def __str__(self) -> str:
-        return self.name
+        return localized(self, "name")
 
 
 class Image(models.Model):
     """A container image users can start an instance from."""
 
     id = models.SlugField(primary_key=True, max_length=64)
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
+    name_zh_hans = models.CharField(
+        "name (简体中文)",
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="Blank: the English name.",
+    )
     description = models.TextField()
+    description_zh_hans = models.TextField(
+        "description (简体中文)", blank=True, default="", help_text="Blank: the English text."
+    )
     container_image = models.CharField(max_length=300)
     size_bytes = models.BigIntegerField(
         default=0,
@@ -82,7 +123,7 @@ class Image(models.Model):
         ordering = ["sort", "name"]
 
     def __str__(self) -> str:
-        return self.name
+        return localized(self, "name")
 
 
 class Instance(models.Model):

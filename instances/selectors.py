@@ -12,12 +12,14 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from billing.calculator import CatalogPrice
 from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.models import Image, Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
 from starverse.core import kube
 from starverse.core.db import raw_datetime
+from starverse.core.text import localized
 
 S = InstanceStatus
 
@@ -278,6 +280,7 @@ def spend_per_hour_fen(
     starting: bool = False,
     exclude: str = "",
     exclude_cluster: str = "",
+    trial: bool = False,
 ) -> dict[str, int]:
     """What each tenant's instances burn from its balance per hour right now: the hourly price
     of its running pay-as-you-go instances (per-minute billing, so it is right from the first
@@ -285,7 +288,8 @@ def spend_per_hour_fen(
     the dashboard shows it and the runway warnings use it. With `starting`, also the instances
     placed and provisioning, which burn from their first running minute (what a runway must
     cover); `exclude` leaves out one instance (the one whose runway is checked), and
-    `exclude_cluster` the ranks of one cluster."""
+    `exclude_cluster` the ranks of one cluster. With `trial`, at the trial prices, of the
+    instances whose offering has one (what they would burn of trial credit)."""
     statuses = (S.PROVISIONING, S.CHECKING, S.RUNNING) if starting else (S.RUNNING,)
     rows = Instance.objects.filter(status__in=statuses, billing=BillingMode.HOURLY)
     if tenant_ids is not None:
@@ -294,7 +298,8 @@ def spend_per_hour_fen(
         rows = rows.exclude(pk=exclude)
     if exclude_cluster:
         rows = rows.exclude(cluster_id=exclude_cluster)
-    totals = rows.values("tenant_id").annotate(fen=Sum("offering__price_per_hour_fen"))
+    price = "offering__trial_price_per_hour_fen" if trial else "offering__price_per_hour_fen"
+    totals = rows.values("tenant_id").annotate(fen=Sum(price))
     return {row["tenant_id"]: row["fen"] for row in totals if row["fen"]}
 
 
@@ -351,4 +356,27 @@ def premium_models() -> list[str]:
     """The names of the premium GPU models, for messages."""
     return list(
         GpuModel.objects.filter(premium=True).order_by("name").values_list("name", flat=True)
+    )
+
+
+def calculator_offerings() -> list[Offering]:
+    """The offerings the cost calculator may price: the active catalog, as Rent lists it."""
+    return list(Offering.objects.filter(active=True).select_related("gpu_model"))
+
+
+def calculator_offering(key: str) -> CatalogPrice | None:
+    """An active offering by slug or id, as the calculator prices it (its name in the reader's
+    language); None when there is no such offering."""
+    offering = (
+        Offering.objects.filter(active=True).filter(Q(slug=key) | Q(pk=key)).order_by("pk").first()
+    )
+    if offering is None:
+        return None
+    return CatalogPrice(
+        id=offering.id,
+        slug=offering.slug,
+        name=localized(offering, "name"),
+        gpus=offering.gpu_count,
+        price_per_hour_fen=offering.price_per_hour_fen,
+        price_per_month_fen=offering.price_per_month_fen,
     )

@@ -19,8 +19,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
+from billing.calculator import PRESETS
 from billing.models import Wallet
 from billing.selectors import wallet_for_tenant
+from billing.services import trial_minutes
 from fleet.models import Region
 from instances.api.serializers import InstanceOutput
 from instances.choices import BillingMode, InstanceStatus, OfferingKind
@@ -28,12 +30,19 @@ from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
-from instances.selectors import availability, image_warmth, instance_metrics
+from instances.selectors import (
+    availability,
+    calculator_offerings,
+    image_warmth,
+    instance_metrics,
+)
 from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.models import SshKey
 from starverse.core.console import redirect_back, run_change
 from starverse.core.errors import IdempotencyConflict, ServiceError
+from starverse.core.money import format_fen
 from starverse.core.tenancy import get_for_user, scope_to_user
+from starverse.core.text import localized
 from storage.models import Disk
 from storage.nas import nas_for_tenant
 from storage.selectors import free_disks
@@ -96,8 +105,8 @@ class RentForm(forms.Form):
         super().__init__(*args, **kwargs)
         self._offer("disks", [(d.id, d.name) for d in disks])
         self._offer("region", [("", ""), *((r.name, r.display_name) for r in regions)])
-        self._offer("offering", [(o.id, o.name) for o in offerings])
-        self._offer("image", [(i.id, i.name) for i in images])
+        self._offer("offering", [(o.id, localized(o, "name")) for o in offerings])
+        self._offer("image", [(i.id, localized(i, "name")) for i in images])
         self._offer("ssh_keys", [(k.id, k.name) for k in keys])
 
     def _offer(self, name: str, choices: list[tuple[str, str]]) -> None:
@@ -112,11 +121,21 @@ def _auto_recover(offerings: list[Offering], data: dict[str, Any]) -> bool | Non
     return data["auto_recover"] if offering.kind == OfferingKind.CLOUD else None
 
 
-def _default_offering(offerings: list[Offering], counts: dict[str, int], balance: int) -> str:
-    """The cheapest offering that is free now and that the balance can start (else the cheapest
-    free one, else the first): a safe first choice, above all for trial credit."""
+def _default_offering(offerings: list[Offering], counts: dict[str, int], wallet: Wallet) -> str:
+    """The cheapest offering that is free now and that the balance can start, in cash or in
+    trial credit at its trial price (else the cheapest free one, else the first): a safe first
+    choice, above all for trial credit."""
     free = sorted((o for o in offerings if counts.get(o.id)), key=lambda o: o.price_per_hour_fen)
-    affordable = [o for o in free if o.price_per_hour_fen <= balance]
+    cash = wallet.cash_fen - wallet.arrears_fen
+    affordable = [
+        o
+        for o in free
+        if o.price_per_hour_fen <= cash
+        or (
+            o.trial_price_per_hour_fen is not None
+            and o.trial_price_per_hour_fen <= wallet.promo_fen
+        )
+    ]
     candidates = affordable or free or offerings
     return candidates[0].id if candidates else ""
 
@@ -250,7 +269,7 @@ def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
     chosen = {
         "offering": wanted
         if any(o.id == wanted for o in offer.offerings)
-        else _default_offering(offer.offerings, offer.counts, offer.wallet.total_fen),
+        else _default_offering(offer.offerings, offer.counts, offer.wallet),
         "image": offer.images[0].id if offer.images else "",
         "billing": BillingMode.HOURLY,
         "name": "",
@@ -309,21 +328,48 @@ def _ordered(request: HttpRequest, instance: Instance, *, created: bool) -> Http
     return redirect("instances:detail", instance.pk)
 
 
+def _trial_line(offering: Offering, promo_fen: int) -> str:
+    """What the trial credit left buys of an offering at its trial price ("" without one)."""
+    trial = offering.trial_price_per_hour_fen
+    if trial is None:
+        return ""
+    minutes = trial_minutes(promo_fen, trial)
+    if not minutes:
+        return _("Trial price: %(price)s / hour") % {"price": format_fen(trial)}
+    return _("Trial: %(promo)s buys %(hours)s h %(minutes)s min") % {
+        "promo": format_fen(promo_fen),
+        "hours": minutes // 60,
+        "minutes": minutes % 60,
+    }
+
+
 def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpResponse:
     pulls = _pulls(offer)
+    promo = offer.wallet.promo_fen
     catalog = {
         o.id: {
-            "name": o.name,
+            "name": localized(o, "name"),
             "hour": o.price_per_hour_fen,
             "month": o.price_per_month_fen,
+            "trial_line": _trial_line(o, promo),
+            # the trial credit starts it (an hour at its trial price): cash need not
+            "trial_covers": o.trial_price_per_hour_fen is not None
+            and promo >= o.trial_price_per_hour_fen,
             "available": offer.counts.get(o.id, 0),
             "pulls": pulls.get(o.id, {}),
         }
         for o in offer.offerings
     }
+    groups = _groups(offer.offerings, offer.counts, pulls)
+    for group in groups:
+        for row in group["rows"]:
+            trial = row["offering"].trial_price_per_hour_fen
+            row["trial_minutes"] = trial_minutes(promo, trial) if trial is not None else 0
     context = {
         "active": "rent",
-        "groups": _groups(offer.offerings, offer.counts, pulls),
+        "groups": groups,
+        # trial credit pays only trial prices: what the balance covers at standard prices is cash
+        "cash_fen": offer.wallet.cash_fen - offer.wallet.arrears_fen,
         "images": offer.images,
         "keys": offer.keys,
         "selected_keys": shown.selected_keys,
@@ -515,3 +561,19 @@ def _back_from_disks(request: HttpRequest, instance: Instance) -> HttpResponse:
     if request.POST.get("next") == "disks":
         return redirect("console:disks")
     return redirect(reverse("instances:detail", args=[instance.pk]) + "#disks")
+
+
+def calculator(request: HttpRequest) -> HttpResponse:
+    """The public cost calculator (open to anyone, signed in or not). Its Starverse column is a
+    catalog offering chosen from the active ones, priced by the API as on Rent."""
+    offerings = [
+        {
+            "key": o.slug or o.id,
+            "name": localized(o, "name"),
+            "hour": o.price_per_hour_fen,
+            "month": o.price_per_month_fen,
+        }
+        for o in calculator_offerings()
+    ]
+    context = {"presets": PRESETS, "offerings": offerings, "active": "calculator"}
+    return render(request, "billing/calculator.html", context)

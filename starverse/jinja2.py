@@ -9,6 +9,7 @@ from django.utils import timezone, translation
 from jinja2 import Environment
 
 from starverse.core.money import format_fen
+from starverse.core.text import localized
 
 
 def _url(name: str, *args: Any, **kwargs: Any) -> str:
@@ -30,6 +31,7 @@ def environment(**options: Any) -> Environment:
         static=static,
         get_messages=get_messages,
         get_language=translation.get_language,
+        localized=localized,
     )
     env.filters.update(money=format_fen, localtime=_localtime)
     return env

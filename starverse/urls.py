@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from billing.webhooks import stripe_webhook
 from console import views as console_views
+from instances import views as instances_views
 from instances.api import gateway
 
 # Admin pages of models that moved app (fleet and storage came out of instances and datasets):
@@ -45,6 +46,8 @@ urlpatterns = [
     path("console/", include("instances.urls")),
     path("", include("clusters.urls")),
     path("accounts/", include("starverse.accounts.urls")),
+    # public; its Starverse column reads the catalog, so the page is the catalog app's
+    path("billing/calculator/", instances_views.calculator, name="calculator"),
     path("billing/", include("billing.urls")),
     path("teams/", include("teams.urls")),
     path("i18n/setlang/", set_language, name="set_language"),

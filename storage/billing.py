@@ -113,8 +113,11 @@ def storage_charge_new(*, tenant_id: str, kind: str, obj: Any, now: datetime | N
         _post(wallet.id, volume, timezone.localdate(now or timezone.now()), amount)
     except InsufficientBalance:  # the ledger decides, under its lock; we say what it means
         raise InsufficientBalance(
-            _("A day of this storage costs %(fen)s and your balance is %(have)s. Top up first.")
-            % {"fen": format_fen(amount), "have": format_fen(wallet.total_fen)}
+            _(
+                "A day of this storage costs %(fen)s and your cash balance is %(have)s (trial "
+                "credit does not pay for storage). Top up first."
+            )
+            % {"fen": format_fen(amount), "have": format_fen(wallet.cash_fen)}
         ) from None
     return amount
 
@@ -172,10 +175,10 @@ def storage_charge_growth(
     except InsufficientBalance:
         raise InsufficientBalance(
             _(
-                "Growing this storage costs %(fen)s for the rest of today and your balance is "
-                "%(have)s. Top up first."
+                "Growing this storage costs %(fen)s for the rest of today and your cash balance "
+                "is %(have)s (trial credit does not pay for storage). Top up first."
             )
-            % {"fen": format_fen(amount), "have": format_fen(wallet.total_fen)}
+            % {"fen": format_fen(amount), "have": format_fen(wallet.cash_fen)}
         ) from None
     return amount
 
@@ -239,7 +242,7 @@ def _bill_tenant(tenant_id: str, now: datetime, price: dict[str, int], result: B
     todo = [(v, day_fen(v, price)) for key, v in keys.items() if key not in done]
     todo = [(v, fen) for v, fen in todo if fen > 0]
     due = sum(fen for _v, fen in todo)
-    if due <= wallet.total_fen:
+    if due <= wallet.cash_fen:  # storage is paid from cash only (billing.services)
         for volume, fen in todo:
             _post(wallet.id, volume, day, fen)
         result.charged_fen += due

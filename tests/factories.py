@@ -134,7 +134,9 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
     _seed_catalog()
     offering = Offering.objects.get(name=CLOUD_GPU)
     burn = spend_per_hour_fen([user.tenant_id], starting=True).get(user.tenant_id, 0)
-    short = offering.price_per_hour_fen + burn - wallet_for_tenant(user.tenant_id).total_fen
+    wallet = wallet_for_tenant(user.tenant_id)
+    # the runway in cash: trial credit pays only offerings with a trial price (1× H100 has none)
+    short = offering.price_per_hour_fen + burn - (wallet.cash_fen - wallet.arrears_fen)
     if short > 0:
         fund(user, short, key=f"runway:{next(_seq)}")
     if status == "failed":
@@ -163,9 +165,15 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
 def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
     """A cloud disk made by `disk_create` (its first day charged), as created: its claim is made
     by the storage task after commit."""
+    from billing.selectors import wallet_for_tenant
     from storage.disks import disk_create
+    from storage.models import StoragePrice
 
     _seed_catalog()
+    day = size_gb * StoragePrice.objects.get(kind="disk").price_per_gb_day_fen
+    short = day - wallet_for_tenant(user.tenant_id).cash_fen  # storage is paid from cash only
+    if short > 0:
+        fund(user, short, key=f"disk:{next(_seq)}")
     return disk_create(user=user, name=name, size_gb=size_gb)
 
 
@@ -185,7 +193,8 @@ def make_cluster(user: User, node_count: int = 2, **order: Any) -> Any:
     offering = Offering.objects.get(name=WHOLE_NODE)
     burn = spend_per_hour_fen([user.tenant_id], starting=True).get(user.tenant_id, 0)
     need = offering.price_per_hour_fen * node_count + burn
-    short = need - wallet_for_tenant(user.tenant_id).total_fen
+    wallet = wallet_for_tenant(user.tenant_id)
+    short = need - (wallet.cash_fen - wallet.arrears_fen)  # the runway in cash
     if short > 0:
         fund(user, short, key=f"runway:{next(_seq)}")
     cluster, _created = cluster_order(

@@ -9,7 +9,7 @@ from billing.choices import InvoiceKind
 from billing.invoices import PROFILE_FIELDS
 from billing.models import InvoiceRequest, LedgerTransaction, Statement, TopUp
 from billing.usage import GROUPINGS
-from starverse.core.api.serializers import InputSerializer, StrictIntegerField
+from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
 class BalanceOutput(serializers.Serializer):
@@ -44,8 +44,15 @@ class LedgerOutput(serializers.ModelSerializer):
             "balance_after_fen",
             "created_at",
             "description",
+            "price_kind",
             "instance",
         ]
+        extra_kwargs = {
+            "price_kind": {
+                "help_text": "Usage: `trial` (paid from trial credit at the offering's trial "
+                "price) or `standard` (from cash at its price); blank for other kinds."
+            }
+        }
 
     def get_description(self, obj: LedgerTransaction) -> str:
         return _(obj.description)
@@ -104,8 +111,11 @@ class TcoCloudInput(InputSerializer):
 
 
 class TcoStarverseInput(InputSerializer):
-    gpus_per_node = StrictIntegerField(min_value=1, max_value=64)
-    node_month_fen = StrictIntegerField(min_value=0)
+    offering = StrictCharField(
+        max_length=64,
+        help_text="An active offering of the catalog, by slug (e.g. h100-80g-bare-metal) or id: "
+        "the Starverse column is its price, as on Rent.",
+    )
 
 
 class TcoInput(InputSerializer):
@@ -134,11 +144,24 @@ class TcoBuyOutput(TcoOptionOutput):
     lifetime_fen = serializers.IntegerField()
 
 
+class TcoOfferingOutput(serializers.Serializer):
+    id = serializers.CharField()
+    slug = serializers.CharField(allow_null=True)
+    name = serializers.CharField(help_text="In the request's language (Accept-Language).")
+    gpu_count = serializers.IntegerField()
+    price_per_hour_fen = serializers.IntegerField()
+    price_per_month_fen = serializers.IntegerField(allow_null=True)
+
+
+class TcoStarverseOutput(TcoOptionOutput):
+    offering = TcoOfferingOutput(help_text="The catalog offering priced, at its price now.")
+
+
 class TcoOutput(serializers.Serializer):
     months = serializers.CharField(help_text="The job's length in months, as a decimal.")
     buy = TcoBuyOutput()
     cloud = TcoOptionOutput()
-    starverse = TcoOptionOutput()
+    starverse = TcoStarverseOutput()
 
 
 class InvoiceProfileInput(InputSerializer):

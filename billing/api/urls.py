@@ -13,6 +13,5 @@ urlpatterns = [
     path("billing/balance", views.BalanceView.as_view(), name="balance"),
     path("billing/invoice-profile", views.InvoiceProfileView.as_view(), name="invoice-profile"),
     path("billing/usage", views.UsageView.as_view(), name="usage"),
-    path("calculator/tco", views.TcoView.as_view(), name="calculator-tco"),
     *router.urls,
 ]

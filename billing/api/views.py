@@ -12,7 +12,6 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -26,14 +25,11 @@ from billing.api.serializers import (
     InvoiceProfileOutput,
     LedgerOutput,
     StatementOutput,
-    TcoInput,
-    TcoOutput,
     TopUpCreateInput,
     TopUpOutput,
     UsageInput,
     UsageOutput,
 )
-from billing.calculator import tco_compare
 from billing.holds import tenant_on_hold
 from billing.invoices import (
     PROFILE_FIELDS,
@@ -118,19 +114,6 @@ class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet[TopUp]):
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(self.output(topup_refresh(topup=self.get_object())))
-
-
-class TcoView(APIView):
-    """Public: compare buying, a traditional cloud and Starverse for one training job."""
-
-    authentication_classes: list = []
-    permission_classes = [AllowAny]
-
-    @extend_schema(operation_id="calculator_tco", request=TcoInput, responses=TcoOutput)
-    def post(self, request: Request) -> Response:
-        data = TcoInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        return Response(tco_compare(data.validated_data))
 
 
 class _FileRenderer(BaseRenderer):

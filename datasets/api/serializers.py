@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from datasets.models import PublicDataset
+from starverse.core.api.serializers import LocalizedField
 
 
 class PublicDatasetOutput(serializers.ModelSerializer):
@@ -9,6 +10,7 @@ class PublicDatasetOutput(serializers.ModelSerializer):
     )
     homepage = serializers.URLField(source="homepage_or_none", read_only=True, allow_null=True)
     tags = serializers.ListField(child=serializers.CharField(), source="tag_list", read_only=True)
+    description = LocalizedField(help_text="In the request's language (Accept-Language).")
 
     class Meta:
         model = PublicDataset

@@ -9,7 +9,7 @@ from instances.choices import BillingMode
 from instances.gateway import MAX_PORTS, jupyter_url, ports_output
 from instances.models import Image, Instance, InstanceEvent, Offering, PortShare
 from instances.selectors import queue_positions
-from starverse.core.api.serializers import InputSerializer, StrictCharField
+from starverse.core.api.serializers import InputSerializer, LocalizedField, StrictCharField
 
 
 class GpuModelOutput(serializers.ModelSerializer):
@@ -19,6 +19,7 @@ class GpuModelOutput(serializers.ModelSerializer):
 
 
 class OfferingOutput(serializers.ModelSerializer):
+    name = LocalizedField(help_text="In the request's language (Accept-Language).")
     gpu_model = serializers.CharField(source="gpu_model_id")
     available = serializers.SerializerMethodField()
     regions = serializers.SerializerMethodField(
@@ -46,11 +47,18 @@ class OfferingOutput(serializers.ModelSerializer):
             "local_disk_gb",
             "price_per_hour_fen",
             "price_per_month_fen",
+            "trial_price_per_hour_fen",
             "available",
             "regions",
             "image_warm",
             "expected_pull_s",
         ]
+        extra_kwargs = {
+            "trial_price_per_hour_fen": {
+                "help_text": "What trial credit pays per hour of it, by the minute; null: trial "
+                "credit is not spent on it (cash at price_per_hour_fen only)."
+            }
+        }
 
     def get_available(self, obj: Offering) -> int:
         return self.context["availability"].get(obj.id, 0)
@@ -88,6 +96,8 @@ class ImageOutput(serializers.ModelSerializer):
     prepull = serializers.BooleanField(
         help_text="Kept on every node of the catalogue's GPU models: it starts in seconds."
     )
+    name = LocalizedField(help_text="In the request's language (Accept-Language).")
+    description = LocalizedField(help_text="In the request's language (Accept-Language).")
 
     class Meta:
         model = Image

@@ -11,5 +11,7 @@ urlpatterns = [
     path("offerings", views.OfferingListView.as_view(), name="offerings"),
     path("images", views.ImageListView.as_view(), name="images"),
     path("regions", views.RegionListView.as_view(), name="regions"),
+    # the cost calculator's Starverse column is a catalog offering: served beside the catalog
+    path("calculator/tco", views.TcoView.as_view(), name="calculator-tco"),
     *router.urls,
 ]

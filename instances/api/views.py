@@ -1,11 +1,16 @@
 from django.db.models import QuerySet
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
+from billing.api.serializers import TcoInput, TcoOutput
+from billing.calculator import tco_compare
 from fleet.models import GpuModel
 from instances.api.serializers import (
     DiskAttachInput,
@@ -35,6 +40,7 @@ from instances.lifecycle import instance_order, instance_start, instance_stop, i
 from instances.models import Image, Instance, Offering
 from instances.selectors import (
     availability,
+    calculator_offering,
     image_warmth,
     instance_metrics,
     instance_page,
@@ -104,6 +110,25 @@ class OfferingListView(CatalogList):
             context["warmth"] = image_warmth(rows, [image])
         data = OfferingOutput(rows, many=True, context=context).data
         return WholeList().get_paginated_response(data)
+
+
+class TcoView(APIView):
+    """Public: compare buying, a traditional cloud and Starverse for one training job. The
+    Starverse column is the price of a catalog offering (`starverse.offering`), as on Rent."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(operation_id="calculator_tco", request=TcoInput, responses=TcoOutput)
+    def post(self, request: Request) -> Response:
+        data = TcoInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        key = data.validated_data["starverse"]["offering"]
+        offering = calculator_offering(key)
+        if offering is None:
+            message = _("No active offering “%(key)s”: choose one of the catalog (GET /offerings).")
+            raise ValidationError({"starverse": {"offering": [message % {"key": key}]}})
+        return Response(tco_compare(data.validated_data, offering))
 
 
 @extend_schema_view(get=extend_schema(operation_id="regions_list"))

@@ -1,4 +1,5 @@
-"""Messages that are stored and shown later, to people who may read another language.
+"""Text in the reader's language: messages that are stored and shown later, and operator data
+kept in both languages (`localized`).
 
 `later("Placed on %(node)s.") % {"node": name}` is a str (the English text, for logs and
 APIs that want one) that also remembers its source and parameters, so it can be stored as
@@ -6,7 +7,7 @@ such and translated into the reader's language when shown (`translate_stored`)."
 
 from typing import Any
 
-from django.utils.translation import gettext
+from django.utils.translation import get_language, gettext
 
 
 class Deferred(str):
@@ -43,3 +44,13 @@ def translate_stored(source: str, params: dict[str, Any]) -> str:
         return text % {k: gettext(v) if isinstance(v, str) else v for k, v in params.items()}
     except (KeyError, TypeError, ValueError):
         return source % params
+
+
+def localized(obj: Any, field: str) -> str:
+    """Operator data in the active language: `<field>_zh_hans` for a Chinese reader when an
+    operator filled it in, else `<field>` (English, the fallback)."""
+    if (get_language() or "").lower().startswith("zh"):
+        chinese = getattr(obj, f"{field}_zh_hans", "")
+        if chinese:
+            return str(chinese)
+    return str(getattr(obj, field))

@@ -477,11 +477,12 @@ PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
 # over, and fails (at no cost) after this many minutes unless a top-up covers it first.
 QUEUE_UNFUNDED_GRACE_MINUTES = env_int("QUEUE_UNFUNDED_GRACE_MINUTES", 30)
 # Per-account limits; an operator sets other values for one account in the admin (Tenant
-# limits). Trial-only accounts (never topped up) may hold no GPUs of the premium models by
-# default: free sign-ups must not be a way to occupy the scarce GPUs paying customers wait for.
+# limits). Trial-only accounts (never topped up) may hold at most one whole node's worth of GPUs
+# of the premium models by default, what the trial promises (an hour of a whole 8×H100 node):
+# free sign-ups must not be a way to occupy more of the scarce GPUs paying customers wait for.
 MAX_QUEUED_ORDERS = env_int("MAX_QUEUED_ORDERS", 5)
 MAX_RUNNING_GPUS = env_int("MAX_RUNNING_GPUS", 64)
-TRIAL_MAX_PREMIUM_GPUS = env_int("TRIAL_MAX_PREMIUM_GPUS", 0)
+TRIAL_MAX_PREMIUM_GPUS = env_int("TRIAL_MAX_PREMIUM_GPUS", 8)
 # Multi-node clusters: the most whole nodes one cluster may have (2 at least).
 CLUSTER_MAX_NODES = env_int("CLUSTER_MAX_NODES", 128)
 # The pre-flight check before a cluster is billed: rounds that may fail (a node cordoned and

@@ -15,7 +15,8 @@
   var form = document.getElementById("calc-form");
   var presets = JSON.parse(document.getElementById("calc-presets").textContent);
   var t = JSON.parse(document.getElementById("calc-i18n").textContent);
-  var inputs = Array.prototype.slice.call(form.querySelectorAll("input[data-path]"));
+  // inputs, and selects (the Starverse offering, from the catalog: data-kind "text")
+  var inputs = Array.prototype.slice.call(form.querySelectorAll("[data-path]"));
   var presetButtons = Array.prototype.slice.call(root.querySelectorAll("[data-preset]"));
   var results = document.getElementById("calc-results");
   var statusBox = document.getElementById("calc-status");
@@ -117,6 +118,9 @@
     if (!text) {
       return { missing: true };
     }
+    if (kind === "text") {
+      return { value: text };
+    }
     var number = parseDecimal(text);
     if (!number || number.frac.length > PLACES[kind]) {
       if (kind === "int") {
@@ -154,6 +158,9 @@
 
   // An API value → the text shown in an input of this kind.
   function showValue(kind, value) {
+    if (kind === "text") {
+      return String(value);
+    }
     if (kind === "yuan") {
       return formatFen(value, false);
     }
@@ -462,7 +469,7 @@
             if (unread.indexOf(path) !== -1) {
               return;
             }
-            var input = form.querySelector('input[data-path="' + path + '"]');
+            var input = form.querySelector('[data-path="' + path + '"]');
             if (input) {
               setFieldError(input, data.errors[path]);
             }
@@ -509,7 +516,13 @@
   }
 
   form.addEventListener("input", function (event) {
-    if (event.target.matches("input[data-path]")) {
+    if (event.target.matches("[data-path]")) {
+      schedule();
+    }
+  });
+
+  form.addEventListener("change", function (event) {
+    if (event.target.matches("select[data-path]")) {
       schedule();
     }
   });

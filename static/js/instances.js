@@ -186,8 +186,18 @@
       month.textContent = monthOffered
         ? fill(t.month_line, { price: formatFen(offering.month * n) })
         : "";
-      out("covers").textContent = offering ? covers(offering, n) : "";
-      out("covers").classList.toggle("is-short", !!offering && balance < offering.hour * n);
+      // short of an hour in cash but covered by the trial credit (rent page): what it buys
+      var onTrial = !!offering && balance < offering.hour * n && !!offering.trial_covers;
+      out("covers").textContent = onTrial ? offering.trial_line : offering ? covers(offering, n) : "";
+      out("covers").classList.toggle(
+        "is-short",
+        !!offering && balance < offering.hour * n && !onTrial
+      );
+      var trial = out("trial");
+      if (trial) {
+        trial.textContent = !onTrial && offering && offering.trial_line ? offering.trial_line : "";
+        trial.hidden = !trial.textContent;
+      }
       var short = out("month-short");
       short.hidden = !(isMonthly && monthOffered && balance < offering.month * n);
       short.textContent = short.hidden

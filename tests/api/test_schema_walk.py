@@ -27,10 +27,12 @@ from rest_framework.test import APIClient
 from rest_framework.throttling import SimpleRateThrottle
 
 from billing.calculator import PRESETS
+from billing.choices import TransactionKind
 from billing.holds import hold_lift, hold_place
 from billing.invoices import invoice_issue, invoice_profile_save, invoice_request
 from billing.models import Wallet
 from billing.onboarding import team_create
+from billing.services import ledger_post
 from billing.statements import parse_month, statement_for
 from clusters.preflight import preflight_run
 from clusters.services import cluster_stop
@@ -735,6 +737,7 @@ def _(p: Probe) -> None:
 
 @case("calculator_tco", who="anon")
 def _(p: Probe) -> None:
+    _catalog()  # the Starverse column is a catalog offering
     p.call(200, body=PRESETS[0]["input"])
     p.call(400, body={"gpus": 8})
 
@@ -959,6 +962,7 @@ def _(p: Probe) -> None:
 @case("disks_create")
 def _(p: Probe) -> None:
     _catalog()  # storage prices: a disk costs 1 fen per GB and day
+    fund(p.user, 1_000)  # storage is paid from cash, never trial credit
     _on_hold(p, body={"name": "ckpt", "size_gb": 100})
     p.call(201, body={"name": "ckpt", "size_gb": 100})
     p.call(409, body={"name": "ckpt", "size_gb": 100})
@@ -976,6 +980,7 @@ def _(p: Probe) -> None:
 @case("disks_partial_update")
 def _(p: Probe) -> None:
     disk = make_disk(p.user, size_gb=100)
+    fund(p.user, 1_000)  # growing is paid from cash
     p.call(200, params={"id": disk.id}, body={"size_gb": 150})
     p.call(400, params={"id": disk.id}, body={"size_gb": 10})
     p.call(404, params={"id": disk.id}, body={"size_gb": 200}, client=p.stranger())
@@ -1006,6 +1011,7 @@ def _(p: Probe) -> None:
 @case("nas_update")
 def _(p: Probe) -> None:
     _catalog()  # storage prices: the NAS costs 2 fen per GB and day
+    fund(p.user, 1_000)  # storage is paid from cash, never trial credit
     p.call(402, body={"size_gb": 1_000})
     p.call(201, body={"size_gb": 100})
     p.call(200, body={"size_gb": 200})
@@ -1096,7 +1102,16 @@ def _(p: Probe) -> None:
     cluster_stop(cluster=cluster)
     for rank in cluster.ranks.all():
         assert converge_until(converge.stop, rank.id) == "stopped"
-    p.call(402, params={"id": cluster.id})  # its minutes were charged: an hour is not covered
+    # its first minutes went on trial credit at the trial price: a fen of cash spent leaves the
+    # cash short of an hour of both nodes
+    ledger_post(
+        wallet_id=p.user.tenant.wallet.id,
+        key="usage:walk:1",
+        kind=TransactionKind.USAGE,
+        amount_fen=-1,
+        description="GPU usage",
+    )
+    p.call(402, params={"id": cluster.id})  # an hour is not covered
     fund(p.user, 1_000_000)
     p.call(202, params={"id": cluster.id})
     p.call(409, params={"id": cluster.id})

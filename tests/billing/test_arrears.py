@@ -8,7 +8,13 @@ from django.db import DatabaseError, connection, transaction
 from billing.choices import Account, TransactionKind
 from billing.models import LedgerTransaction, Wallet
 from billing.selectors import unbalanced_transactions, wallet_drifts
-from billing.services import adjustment_post, arrears_debit_post, ledger_post, usage_post_many
+from billing.services import (
+    Charged,
+    adjustment_post,
+    arrears_debit_post,
+    ledger_post,
+    usage_post_many,
+)
 from starverse.core.errors import InvalidInput
 from tests.factories import fund, make_operator, make_user
 
@@ -128,6 +134,7 @@ def test_usage_in_arrears_records_what_is_owed_after_it(user):
                 "wallet_id": wallet.id,
                 "key": "usage:ins_1:1",
                 "amount_fen": 300,
+                "trial_amount_fen": 300,  # an offering whose trial price is its price
                 "instance_id": "ins_1",
                 "description": "GPU usage",
             }
@@ -135,7 +142,7 @@ def test_usage_in_arrears_records_what_is_owed_after_it(user):
     )
 
     txn = LedgerTransaction.objects.get(idempotency_key="usage:ins_1:1")
-    assert charged == {"usage:ins_1:1": 300}
+    assert charged == {"usage:ins_1:1": Charged(300, short=False)}
     assert (txn.promo_after_fen, txn.arrears_after_fen, txn.balance_after_fen) == (
         700,
         4_000,

@@ -2,6 +2,7 @@ import copy
 from fractions import Fraction
 
 import pytest
+from django.core.management import call_command
 
 from billing.calculator import PRESETS, round_half_up
 
@@ -17,7 +18,12 @@ def test_round_half_up():
     assert round_half_up(Fraction(2, 3)) == 1 and round_half_up(Fraction(1, 3)) == 0
 
 
-def test_1024_gpu_preset(api, db):
+@pytest.fixture
+def seeded(db):
+    call_command("seed_catalog", verbosity=0)
+
+
+def test_1024_gpu_preset(api, seeded):
     result = api.post(URL, _preset("cluster_1024"), format="json").json()
 
     # lifetime = 1024 × 280,000 + 85,000,000 + 38,000,000 yuan
@@ -46,7 +52,7 @@ def test_1024_gpu_preset(api, db):
     assert result["buy"]["lines"][0]["amount_fen"] == 28_672_000_000
 
 
-def test_single_node_preset(api, db):
+def test_single_node_preset(api, seeded):
     result = api.post(URL, _preset("node_8xh100"), format="json").json()
 
     # 8 × ¥325,000 + 8 kW × ¥1.20 × 8,760 h × 3 years = ¥2,600,000 + ¥252,288
@@ -55,7 +61,48 @@ def test_single_node_preset(api, db):
     assert result["buy"]["job_fen"] == 95_076_267  # × 12 months = 95,076,266.67
     assert result["buy"]["lines"][3]["amount_fen"] == 25_228_800
     assert result["cloud"]["job_fen"] == 312_000_000
-    assert result["starverse"]["job_fen"] == 27_999_996  # 2,333,333 × 12
+    # the catalog's 8× H100 bare metal node at ¥128,000 a month, as Rent sells it
+    assert result["starverse"]["per_month_fen"] == 12_800_000
+    assert result["starverse"]["job_fen"] == 153_600_000  # × 12 months
+    assert result["starverse"]["offering"]["slug"] == "h100-80g-bare-metal"
+
+
+def test_the_starverse_column_reads_the_catalog_price(api, seeded):
+    from instances.models import Offering
+
+    Offering.objects.filter(slug="h100-80g-bare-metal").update(price_per_month_fen=10_000_000)
+    result = api.post(URL, _preset("node_8xh100"), format="json").json()
+    assert result["starverse"]["per_month_fen"] == 10_000_000
+    assert result["starverse"]["offering"]["price_per_month_fen"] == 10_000_000
+
+    # an offering without a monthly price is priced by the hour around the clock (730 h)
+    data = _preset("node_8xh100")
+    data["starverse"] = {"offering": "h100-80g-x1"}
+    result = api.post(URL, data, format="json").json()
+    assert result["starverse"]["per_month_fen"] == 8 * 2200 * 730
+    assert "× ¥22.00 per hour × 730 h" in result["starverse"]["lines"][0]["formula"]
+
+
+def test_an_unknown_or_inactive_offering_names_the_field(api, seeded):
+    from instances.models import Offering
+
+    data = _preset("node_8xh100")
+    data["starverse"] = {"offering": "h100-80g-x1"}
+    Offering.objects.filter(slug="h100-80g-x1").update(active=False)
+    for key in ("h100-80g-x1", "no-such-offering"):
+        data["starverse"] = {"offering": key}
+        response = api.post(URL, data, format="json")
+        assert response.status_code == 400
+        assert list(response.json()["errors"]) == ["starverse.offering"]
+
+
+def test_the_page_offers_the_catalog_and_its_presets_name_their_offering(client, seeded):
+    page = client.get("/billing/calculator/").content.decode()
+    assert 'name="starverse.offering"' in page
+    assert '<option value="h100-80g-bare-metal">8× H100 80GB SXM bare metal · ¥160.00' in page
+    assert "starverse.node_month" not in page  # no Starverse price of its own to type in
+    for preset in PRESETS:
+        assert set(preset["input"]["starverse"]) == {"offering"}
 
 
 @pytest.mark.parametrize(

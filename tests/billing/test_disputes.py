@@ -81,7 +81,8 @@ def paid(renter, fake, deliver):
 
 
 def _spend(topup, fen):
-    """Usage spends the trial credit first, then cash."""
+    """Usage posted to the ledger (storage, a monthly rental) is paid from cash only: the trial
+    credit pays only minutes at trial prices."""
     ledger_post(
         wallet_id=topup.wallet_id,
         key=f"usage:test:{fen}",
@@ -112,7 +113,7 @@ def test_dispute_debits_cash_then_arrears_holds_the_account_and_tells_the_operat
     paid, fake, deliver, caplog
 ):
     topup, charge = paid
-    _spend(topup, 6_000)  # ¥10 trial, then ¥50 of cash: ¥50 of cash left
+    _spend(topup, 5_000)  # ¥50 of cash: ¥50 of cash left, the ¥10 trial untouched
     remote = fake.open_dispute(charge, reason="fraudulent")
     created = _event(fake, "charge.dispute.created")
     withdrawn = _event(fake, "charge.dispute.funds_withdrawn")
@@ -131,7 +132,7 @@ def test_dispute_debits_cash_then_arrears_holds_the_account_and_tells_the_operat
         "fraudulent",
         None,
     )
-    assert _balances(topup) == (0, 0, 5_000, -5_000)
+    assert _balances(topup) == (0, 1_000, 5_000, -4_000)
     debit, owed = dispute.debit_transaction, dispute.arrears_transaction
     assert debit is not None and owed is not None
     assert (debit.kind, debit.idempotency_key, debit.amount_fen, debit.cash_delta_fen) == (
@@ -149,7 +150,7 @@ def test_dispute_debits_cash_then_arrears_holds_the_account_and_tells_the_operat
     assert (owed.cash_after_fen, owed.arrears_after_fen, owed.balance_after_fen) == (
         0,
         5_000,
-        -5_000,
+        -4_000,
     )
     for txn in (debit, owed):  # audited: which dispute, which event
         assert remote["id"] in txn.reason and created.id in txn.reason
@@ -173,7 +174,7 @@ def test_dispute_debits_cash_then_arrears_holds_the_account_and_tells_the_operat
         f"top-up {topup.id} (¥100.00)",
         "Debited from cash: ¥50.00",
         "Into arrears: ¥50.00",
-        "Balance now: -¥50.00",
+        "Balance now: -¥40.00",
         f"/admin/billing/dispute/{dispute.id}/change/",
     ):
         assert line in notice.body
@@ -252,7 +253,7 @@ def test_a_held_account_cannot_start_a_stopped_instance(catalog, cluster, renter
 
 def test_a_won_dispute_credits_back_once_pays_the_arrears_and_keeps_the_hold(paid, fake, deliver):
     topup, charge = paid
-    _spend(topup, 6_000)
+    _spend(topup, 5_000)
     remote = fake.open_dispute(charge)
     deliver(_event(fake, "charge.dispute.created"), _event(fake, "charge.dispute.funds_withdrawn"))
     fake.close_dispute(remote["id"], "won")
@@ -274,7 +275,7 @@ def test_a_won_dispute_credits_back_once_pays_the_arrears_and_keeps_the_hold(pai
     paid_off = LedgerTransaction.objects.get(idempotency_key=f"arrears-paid:{credit.id}")
     assert (paid_off.kind, paid_off.amount_fen, paid_off.cash_delta_fen) == ("arrears", 0, -5_000)
     assert paid_off.arrears_delta_fen == -5_000
-    assert _balances(topup) == (5_000, 0, 0, 5_000)
+    assert _balances(topup) == (5_000, 1_000, 0, 6_000)
     assert (dispute.status, dispute.closed_at is not None) == ("won", True)
     assert tenant_on_hold(topup.tenant_id)  # an operator decides when to lift it
     assert _kinds(topup, TransactionKind.CHARGEBACK).count() == 2
@@ -323,7 +324,7 @@ def test_an_inquiry_holds_but_takes_no_money(paid, fake, deliver):
 
 def test_chargeback_and_arrears_postings_are_not_reversed_by_hand(paid, fake, deliver):
     topup, charge = paid
-    _spend(topup, 6_000)
+    _spend(topup, 5_000)
     fake.open_dispute(charge)
     deliver(_event(fake, "charge.dispute.created"))
     dispute = Dispute.objects.get()
@@ -334,13 +335,13 @@ def test_chargeback_and_arrears_postings_are_not_reversed_by_hand(paid, fake, de
         with pytest.raises(Conflict, match="cannot be reversed"):
             transaction_reverse(transaction_id=txn.id, reason="undo", actor=operator)
 
-    assert _balances(topup) == (0, 0, 5_000, -5_000)
+    assert _balances(topup) == (0, 1_000, 5_000, -4_000)
 
 
 def test_a_top_up_pays_the_arrears_first(paid, fake, deliver, renter):
     _user, api = renter
     topup, charge = paid
-    _spend(topup, 6_000)
+    _spend(topup, 5_000)
     fake.open_dispute(charge)
     deliver(_event(fake, "charge.dispute.created"))
     mail.outbox.clear()
@@ -359,9 +360,9 @@ def test_a_top_up_pays_the_arrears_first(paid, fake, deliver, renter):
         -5_000,
         15_000,
     )
-    assert _balances(topup) == (15_000, 0, 0, 15_000)
+    assert _balances(topup) == (15_000, 1_000, 0, 16_000)
     [receipt] = mail.outbox
-    assert "¥150.00" in receipt.body  # the balance after, net of what was owed
+    assert "¥160.00" in receipt.body  # the balance after, net of what was owed
     assert tenant_on_hold(topup.tenant_id)
     call_command("billing_audit")
 
@@ -371,7 +372,7 @@ def test_a_top_up_pays_the_arrears_first(paid, fake, deliver, renter):
 
 def test_a_dashboard_refund_is_debited_once_into_arrears_and_holds(paid, fake, deliver):
     topup, charge = paid
-    _spend(topup, 6_000)
+    _spend(topup, 5_000)
     remote = fake.refund_in_dashboard(charge)
 
     deliver(_event(fake, "refund.created"), _event(fake, "charge.refunded"), times=2)
@@ -391,7 +392,7 @@ def test_a_dashboard_refund_is_debited_once_into_arrears_and_holds(paid, fake, d
     assert refund.arrears_transaction is not None
     assert refund.arrears_transaction.arrears_delta_fen == 5_000
     assert remote["id"] in refund.arrears_transaction.reason
-    assert _balances(topup) == (0, 0, 5_000, -5_000)
+    assert _balances(topup) == (0, 1_000, 5_000, -4_000)
     assert _kinds(topup, TransactionKind.REFUND).count() == 1
     [hold] = AccountHold.objects.all()
     assert (hold.key, hold.refund_id) == (f"refund:{remote['id']}", refund.id)
@@ -616,7 +617,7 @@ def test_the_billing_page_says_what_is_owed_and_that_orders_are_paused(
 ):
     user, _api = renter
     topup, charge = paid
-    _spend(topup, 6_000)
+    _spend(topup, 5_000)
     client.force_login(user)
     before = client.get("/billing/").content.decode()
     fake.open_dispute(charge)

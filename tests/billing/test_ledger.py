@@ -37,21 +37,21 @@ def _charge(wallet: Wallet, fen: int, key: str, partial: bool = False) -> Ledger
     )
 
 
-def test_debits_spend_trial_credit_before_cash(user):
+def test_usage_posted_to_the_ledger_takes_cash_only_never_trial_credit(user):
+    # trial credit pays only minutes at an offering's trial price (usage_post_many)
     wallet = _wallet(user)
     _topup(wallet, 5000, "topup:1")
 
     txn = _charge(wallet, 1500, "usage:a:1")
 
     wallet.refresh_from_db()
-    assert (txn.promo_delta_fen, txn.cash_delta_fen, txn.amount_fen) == (-1000, -500, -1500)
-    assert (wallet.promo_fen, wallet.cash_fen) == (0, 4500)
+    assert (txn.promo_delta_fen, txn.cash_delta_fen, txn.amount_fen) == (0, -1500, -1500)
+    assert (wallet.promo_fen, wallet.cash_fen) == (1000, 3500)
     assert sorted(txn.entries.values_list("account", "amount_fen")) == [
-        (Account.CASH, -500),
+        (Account.CASH, -1500),
         (Account.REVENUE, 1500),
-        (Account.PROMO, -1000),
     ]
-    assert (txn.cash_after_fen, txn.promo_after_fen) == (4500, 0)
+    assert (txn.cash_after_fen, txn.promo_after_fen, txn.price_kind) == (3500, 1000, "standard")
 
 
 def test_idempotent_replay_returns_the_first_result_and_conflict_is_refused(user):
@@ -70,6 +70,7 @@ def test_idempotent_replay_returns_the_first_result_and_conflict_is_refused(user
 
 def test_overdraft_is_refused_or_takes_what_is_left(user):
     wallet = _wallet(user)
+    _topup(wallet, 1000, "topup:o")  # ¥10 of cash beside the ¥10 trial, which usage here skips
 
     with pytest.raises(InsufficientBalance, match=r"¥12\.00 needed, ¥10\.00 available"):
         _charge(wallet, 1200, "usage:x:1")
@@ -79,7 +80,7 @@ def test_overdraft_is_refused_or_takes_what_is_left(user):
     wallet.refresh_from_db()
     assert partial.amount_fen == -1000
     assert empty.amount_fen == 0
-    assert wallet.total_fen == 0
+    assert (wallet.cash_fen, wallet.promo_fen) == (0, 1000)
     assert not LedgerTransaction.objects.filter(idempotency_key="usage:x:1").exists()
 
 
@@ -94,7 +95,7 @@ def test_reversal_restores_each_leg_once(user):
     )
 
     wallet.refresh_from_db()
-    assert (reversal.promo_delta_fen, reversal.cash_delta_fen) == (1000, 1000)
+    assert (reversal.promo_delta_fen, reversal.cash_delta_fen) == (0, 2000)
     assert (wallet.promo_fen, wallet.cash_fen) == (1000, 3000)
     assert reversal.reverses_id == charge.id and reversal.created_by_id == operator.id
     with pytest.raises(Conflict, match="already reversed"):
@@ -107,12 +108,12 @@ def test_reversal_restores_each_leg_once(user):
 def test_reversing_a_credit_that_was_spent_is_refused(user):
     wallet = _wallet(user)
     topup = _topup(wallet, 500, "topup:s")
-    _charge(wallet, 1400, "usage:s:1")
+    _charge(wallet, 400, "usage:s:1")
 
     with pytest.raises(InsufficientBalance):
         transaction_reverse(transaction_id=topup.id, reason="chargeback", actor=make_operator())
     wallet.refresh_from_db()
-    assert wallet.total_fen == 100
+    assert (wallet.cash_fen, wallet.promo_fen) == (100, 1000)
 
 
 def test_adjustments_need_a_reason_and_staff_and_take_cash_only(user):

@@ -1,5 +1,6 @@
 """The metering tick's batched usage debits (written by COPY, not through model objects) keep
-the ledger's rules: promo before cash, what is left when short, the balances after each row,
+the ledger's rules: trial credit at the trial price while it covers the charge, else cash at
+the standard price, what is left when short, the balances after each row,
 arrears untouched and recorded, entries that sum to zero, balances equal to the ledger."""
 
 import re
@@ -9,44 +10,65 @@ from django.db.models import Sum
 from billing.choices import TransactionKind
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
 from billing.selectors import wallet_drifts
-from billing.services import arrears_debit_post, ledger_post, usage_post_many
+from billing.services import Charged, arrears_debit_post, ledger_post, usage_post_many
 from starverse.core.ids import new_ids
 from tests.factories import fund, make_user
 
 
-def _charge(wallet, n, fen, description="GPU usage"):
+def _charge(wallet, n, fen, description="GPU usage", trial=None):
     return {
         "wallet_id": wallet.id,
         "key": f"usage:ins_t:1:{n}",
         "amount_fen": fen,
+        "trial_amount_fen": trial,
         "instance_id": "ins_t",
         "description": description,
     }
 
 
-def test_a_batch_spends_promo_then_cash_row_by_row_and_takes_what_is_left(db):
+def test_a_batch_spends_trial_credit_at_the_trial_price_then_cash_at_the_standard_price(db):
     user = make_user()  # ¥10 trial: 1000 fen promo
     fund(user, 500)
     wallet = Wallet.objects.get(tenant=user.tenant)
 
-    charged = usage_post_many(
-        [_charge(wallet, 1, 700), _charge(wallet, 2, 700), _charge(wallet, 3, 700)]
-    )
+    charged = usage_post_many([_charge(wallet, n, 700, trial=600) for n in (1, 2, 3)])
 
-    assert charged == {"usage:ins_t:1:1": 700, "usage:ins_t:1:2": 700, "usage:ins_t:1:3": 100}
+    # the trial credit covers the first minute at its trial price, not the second (400 < 600):
+    # that one is cash at the standard price, short, and so is the third
+    assert charged == {
+        "usage:ins_t:1:1": Charged(600, short=False),
+        "usage:ins_t:1:2": Charged(500, short=True),
+        "usage:ins_t:1:3": Charged(0, short=True),
+    }
     rows = LedgerTransaction.objects.filter(kind="usage").order_by("idempotency_key")
-    assert [(t.promo_delta_fen, t.cash_delta_fen) for t in rows] == [
-        (-700, 0),
-        (-300, -400),
-        (0, -100),
+    assert [(t.promo_delta_fen, t.cash_delta_fen, t.price_kind) for t in rows] == [
+        (-600, 0, "trial"),
+        (0, -500, "standard"),
+        (0, 0, "standard"),
     ]
-    assert [(t.promo_after_fen, t.cash_after_fen) for t in rows] == [(300, 500), (0, 100), (0, 0)]
+    assert [(t.promo_after_fen, t.cash_after_fen) for t in rows] == [(400, 500), (400, 0), (400, 0)]
     for txn in rows:
         assert re.fullmatch(r"txn_[A-Za-z0-9]{20}", txn.id)
-        assert LedgerEntry.objects.filter(transaction=txn).aggregate(s=Sum("amount_fen"))["s"] == 0
+        legs = LedgerEntry.objects.filter(transaction=txn).aggregate(s=Sum("amount_fen"))["s"]
+        assert (legs or 0) == 0  # a charge that took nothing has no legs
     wallet.refresh_from_db()
-    assert (wallet.promo_fen, wallet.cash_fen) == (0, 0)
+    assert (wallet.promo_fen, wallet.cash_fen) == (400, 0)
     assert not wallet_drifts()
+    # a replay answers what the first posting took, short or not
+    assert usage_post_many([_charge(wallet, n, 700, trial=600) for n in (1, 2, 3)]) == charged
+
+
+def test_a_charge_without_a_trial_price_never_spends_trial_credit(db):
+    user = make_user()  # 1000 fen promo, no cash
+    wallet = Wallet.objects.get(tenant=user.tenant)
+
+    charged = usage_post_many([_charge(wallet, 1, 10)])
+
+    assert charged == {"usage:ins_t:1:1": Charged(0, short=True)}
+    txn = LedgerTransaction.objects.get(kind="usage")
+    assert (txn.promo_delta_fen, txn.cash_delta_fen, txn.price_kind) == (0, 0, "standard")
+    wallet.refresh_from_db()
+    assert (wallet.promo_fen, wallet.cash_fen) == (1000, 0)
 
 
 def test_a_batch_records_the_arrears_it_leaves_as_they_are(db):
@@ -61,7 +83,7 @@ def test_a_batch_records_the_arrears_it_leaves_as_they_are(db):
         reason="test",
     )
 
-    usage_post_many([_charge(wallet, 1, 200)])
+    usage_post_many([_charge(wallet, 1, 200, trial=200)])
 
     txn = LedgerTransaction.objects.get(kind="usage")
     assert (txn.promo_after_fen, txn.cash_after_fen, txn.arrears_after_fen) == (800, 0, 300)

@@ -20,10 +20,10 @@ def test_runway_levels():
 
 
 def test_runway_notices_are_sent_once_per_crossing(db):
-    user = make_user()
+    user = make_user(verified=False)  # no trial credit: usage here is paid from cash
     wallet = Wallet.objects.get(tenant=user.tenant)
     spend = {user.tenant_id: 6_000}  # running instances burning ¥60/h
-    _post(wallet, "topup:a", TransactionKind.TOPUP, 5_000)
+    _post(wallet, "topup:a", TransactionKind.TOPUP, 6_000)
     _post(wallet, "usage:a:1", TransactionKind.USAGE, -1_000)  # ¥50 left
 
     assert runway_notices_check(spend) == 1  # ¥50 at ¥60/h: 50 minutes

@@ -118,9 +118,10 @@ def test_the_numbers_match_what_was_seeded(seeded, now):
     assert sum(sum(n.gpus) for n in data.nodes) == 2.25
 
     expected: dict = defaultdict(lambda: {"revenue_fen": 0, "cash_fen": 0})
+    # usage posted to the ledger is paid from cash only (trial credit pays trial-priced minutes)
     for at, fen, cash in [
-        (now - timedelta(days=2), 3_000, 2_000),
-        (now - timedelta(days=2, hours=1), 50_000, 49_000),
+        (now - timedelta(days=2), 3_000, 3_000),
+        (now - timedelta(days=2, hours=1), 50_000, 50_000),
         (now - timedelta(hours=1), 7_000, 7_000),
     ]:
         expected[timezone.localtime(at).date()]["revenue_fen"] += fen

@@ -47,7 +47,9 @@ def test_sign_up_verify_rent_watch_stop_and_terminate(
     page.click("a.nav-link[href='/console/rent/']")
     expect(page.locator("h1")).to_have_text(t(lang, "Rent GPUs"))
     page.locator("label.offer", has_text=OFFERING).click()
-    expect(page.locator("[data-sum=offering]")).to_have_text(OFFERING)
+    # the catalog in the reader's language
+    shown = OFFERING if lang == "en" else f"{OFFERING} 云 GPU"
+    expect(page.locator("[data-sum=offering]")).to_have_text(shown)
     expect(page.locator("[data-sum=price]")).to_have_text("¥2.20")
     expect(page.locator("[data-sum=covers]")).not_to_have_class(re.compile("is-short"))
     with page.expect_navigation():

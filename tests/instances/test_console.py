@@ -88,16 +88,17 @@ def test_a_stale_form_for_a_different_order_is_refused_with_a_new_token(catalog,
 
 
 def test_no_balance_rerenders_with_the_message_and_keeps_the_choices(catalog, client):
-    client.force_login(make_user())  # ¥10 of trial credit; the node costs ¥160 an hour
+    # ¥10 of trial credit, which 8× H100 (cloud, ¥176 an hour) has no trial price to take
+    client.force_login(make_user())
     token = _token(client.get("/console/rent/"))
 
-    page = _rent(client, catalog, offering="h100_node", token=token, name="big-run")
+    page = _rent(client, catalog, offering="h100x8", token=token, name="big-run")
 
     html = page.content.decode()
     assert page.status_code == 402
-    assert "does not cover ¥160.00" in html
+    assert "does not cover ¥176.00" in html
     assert Instance.objects.count() == 0
-    assert re.search(rf'value="{catalog["h100_node"].id}"\s+checked', html)
+    assert re.search(rf'value="{catalog["h100x8"].id}"\s+checked', html)
     assert 'value="big-run"' in html
     assert _token(page) == token  # nothing was ordered, so the same form may be sent again
 

@@ -120,13 +120,14 @@ def test_full_lifecycle_through_the_real_client(renter, catalog, cluster):
 
 
 def test_no_runway_is_402_and_creates_nothing(catalog, client_for):
-    client = client_for(make_user())  # ¥10 of trial credit; the node costs ¥160 an hour
+    # ¥10 of trial credit, which 8× H100 (cloud, ¥176 an hour) has no trial price to take
+    client = client_for(make_user())
 
-    response = _order(client, catalog["h100_node"], catalog["image"])
+    response = _order(client, catalog["h100x8"], catalog["image"])
 
     assert response.status_code == 402
     assert response.json()["code"] == "insufficient_balance"
-    assert "¥160.00" in response.json()["detail"]
+    assert "¥176.00" in response.json()["detail"]
     assert Instance.objects.count() == 0
 
 

@@ -4,7 +4,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import LedgerTransaction, Wallet
-from billing.services import minute_charge_fen, usage_post_many
+from billing.services import Charged, minute_charge_fen, usage_post_many
 from instances.metering import metering_tick
 from instances.models import Instance
 from instances.provisioning import converge
@@ -70,7 +70,7 @@ def test_exhausted_balance_takes_what_is_left_and_stops_within_one_tick(catalog)
     instance, _ = instance_order(user=user, offering_id=offering.id, image_id="pytorch-2.1")
     converge_until(converge.provision, instance.id)
     instance.refresh_from_db()
-    Wallet.objects.filter(tenant=user.tenant).update(cash_fen=0, promo_fen=5)  # audit-breaking
+    Wallet.objects.filter(tenant=user.tenant).update(cash_fen=5, promo_fen=0)  # audit-breaking
 
     assert instance.running_since is not None
     result = metering_tick(now=instance.running_since + timedelta(minutes=3, seconds=1))
@@ -92,6 +92,7 @@ def test_usage_batch_replays_are_not_charged_twice(db):
             "wallet_id": wallet.id,
             "key": f"usage:x:1:{m}",
             "amount_fen": 30,
+            "trial_amount_fen": 30,
             "instance_id": "ins_x",
             "description": "GPU usage",
         }
@@ -101,7 +102,7 @@ def test_usage_batch_replays_are_not_charged_twice(db):
     first = usage_post_many(charges)
     again = usage_post_many(charges)
 
-    assert first == again == {f"usage:x:1:{m}": 30 for m in range(1, 4)}
+    assert first == again == {f"usage:x:1:{m}": Charged(30, short=False) for m in range(1, 4)}
     wallet.refresh_from_db()
     assert wallet.total_fen == 910
     assert LedgerTransaction.objects.filter(kind="usage").count() == 3

@@ -147,9 +147,9 @@ def test_a_queued_monthly_rental_that_cannot_pay_its_month_is_passed_over_then_f
     waiting.refresh_from_db()
     assert (waiting.status, waiting.queued_at, waiting.node_id) == ("failed", None, None)
     assert waiting.error_message == (
-        "Your balance of ¥0.00 did not cover ¥128,000.00, one month of this order (¥128,000.00) "
-        "plus one hour of your running instances (¥0.00), while this order waited; nothing was "
-        "charged. Top up and order again."
+        "Your cash balance of ¥0.00 did not cover ¥128,000.00, one month of this order "
+        "(¥128,000.00) plus one hour of your running instances (¥0.00), while this order "
+        "waited; nothing was charged. Top up and order again."
     )
     assert Allocation.objects.filter(instance=waiting).count() == 0
     assert _monthly_rows(waiting) == []

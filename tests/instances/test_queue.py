@@ -113,9 +113,11 @@ def test_a_trial_account_with_many_queued_orders_does_not_take_freed_gpus_from_a
         assert (waiting.status, waiting.unfunded_since) == ("queued", now)
         assert Allocation.objects.filter(instance=waiting).count() == 0
     assert orders[2].events.last().text == (
-        "Your balance of ¥10.00 does not cover ¥13.20: one hour of this order (¥4.40) plus one "
-        "hour of your running instances (¥8.80). Orders that can pay are served first. Top up "
-        f"before {until} to keep this order; after that it fails, at no cost."
+        "Your trial credit of ¥10.00 does not cover ¥13.20 at the trial prices: one hour of "
+        "this order (¥4.40) plus one hour of your running instances that have a trial price "
+        "(¥8.80); nor does your cash balance of ¥0.00 cover ¥13.20 at the standard prices. "
+        "Orders that can pay are served first. Top up before "
+        f"{until} to keep this order; after that it fails, at no cost."
     )
     assert Allocation.objects.filter(instance=paying).count() == 4
 
@@ -133,9 +135,10 @@ def test_an_unfunded_order_fails_after_its_grace_and_costs_nothing(crowded, sett
         failed.refresh_from_db()
         assert (failed.status, failed.queued_at, failed.cost_fen) == ("failed", None, 0)
         assert failed.error_message == (
-            "Your balance of ¥10.00 did not cover ¥13.20, one hour of this order (¥4.40) plus "
-            "one hour of your running instances (¥8.80), while this order waited; nothing was "
-            "charged. Top up and order again."
+            "Neither your trial credit of ¥10.00 covered ¥13.20 at the trial prices (one hour "
+            "of this order, ¥4.40, plus one hour of your running instances that have a trial "
+            "price, ¥8.80) nor your cash balance of ¥0.00 ¥13.20 at the standard prices while "
+            "this order waited; nothing was charged. Top up and order again."
         )
     assert _ledger(trial) == before
     assert not LedgerTransaction.objects.filter(instance_id__in=[o.id for o in orders]).exists()
@@ -150,14 +153,14 @@ def test_a_top_up_within_the_grace_gets_the_order_placed(
     with django_capture_on_commit_callbacks(execute=True):
         bank_transfer_post(
             wallet_id=trial.tenant.wallet.id,
-            amount_fen=1_000,
+            amount_fen=2_000,
             payer="Zhejiang University",
             reference="ICBC-2026-1201-0007",
             reason="lab budget",
             actor=make_operator(),
         )
 
-    # ¥20 now: two more 2-GPU orders are covered (¥17.60 an hour in all), and fit
+    # ¥20 of cash now: two more 2-GPU orders are covered (¥17.60 an hour in all), and fit
     rows = [Instance.objects.get(pk=o.id) for o in orders]
     assert [Allocation.objects.filter(instance=row).count() for row in rows] == [2, 2, 2, 2, 0]
     assert [row.unfunded_since for row in rows[2:4]] == [None, None]
@@ -181,18 +184,18 @@ def test_an_unfunded_order_does_not_hold_up_a_new_paying_order(crowded):
 
 def test_the_runway_counts_what_running_instances_burn(catalog, client_for):
     user = make_user()
-    fund(user, 2_000)  # ¥30 with the trial credit
+    fund(user, 3_000)  # ¥30 of cash beside the ¥10 trial credit
     client = client_for(user)
     running = Instance.objects.get(pk=_post(client, "1× A100 80GB SXM").json()["id"])
     assert converge_until(converge.provision, running.id) == "running"
     assert _post(client, "2× A100 80GB SXM").json()["status"] == "provisioning"  # ¥25.50 of ¥30
 
-    refused = _post(client, "1× A100 80GB SXM")
+    refused = _post(client, "2× A100 80GB SXM")  # no trial price: cash only
 
     assert refused.status_code == 402
     assert refused.json() == {
-        "detail": "Your balance of ¥30.00 does not cover ¥34.00: one hour of this instance "
-        "(¥8.50) plus one hour of what your running instances burn (¥25.50). Top up to "
+        "detail": "Your cash balance of ¥30.00 does not cover ¥42.50: one hour of this instance "
+        "(¥17.00) plus one hour of what your running instances burn (¥25.50). Top up to "
         "continue.",
         "code": "insufficient_balance",
     }
@@ -238,8 +241,9 @@ def test_the_gpu_limit_is_409_saying_how_to_raise_it(catalog, client_for, settin
     assert Instance.objects.filter(tenant=user.tenant).count() == 2
 
 
-def test_a_trial_account_gets_no_premium_gpus_until_it_tops_up(catalog, client_for):
-    user = make_user()  # ¥10 of trial credit: an hour of one A100 (¥8.50) would be covered
+def test_a_trial_account_gets_no_premium_gpus_until_it_tops_up(catalog, client_for, settings):
+    settings.TRIAL_MAX_PREMIUM_GPUS = 0  # an operator who offers no premium GPUs on trial
+    user = make_user()  # ¥10 of trial credit: 12 hours of one A100 at its trial price
     client = client_for(user)
 
     refused = _post(client, "1× A100 80GB SXM")
@@ -307,7 +311,8 @@ def test_limits_are_checked_when_an_instance_starts(catalog, cluster, settings):
     assert (stopped.status, stopped.queued_at) == ("stopped", None)
 
 
-def test_the_rent_form_shows_the_limit_and_how_to_lift_it(catalog, client):
+def test_the_rent_form_shows_the_limit_and_how_to_lift_it(catalog, client, settings):
+    settings.TRIAL_MAX_PREMIUM_GPUS = 0
     client.force_login(make_user())
 
     page = client.post(

@@ -173,7 +173,7 @@ def test_nas_is_one_per_tenant_and_only_grows(owner):
 def test_operators_see_disks_nas_prices_and_arrears_in_the_admin(owner, client, clock):
     from tests.factories import make_operator
 
-    disk = disk_create(user=owner, name="ckpt", size_gb=2_000)
+    disk = disk_create(user=owner, name="ckpt", size_gb=1_900)  # of ¥20 of cash
     nas, _created = nas_set_size(user=owner, size_gb=10)
     clock.bill(T0 + timedelta(days=1))
     staff_login(client, make_operator())

@@ -82,8 +82,9 @@ def test_growth_in_arrears_is_refused_with_409_and_changes_nothing(owner, client
 
 
 def test_growth_the_balance_cannot_pay_is_refused_with_402_and_changes_nothing(frozen, client_for):
-    owner = make_user()  # the ¥10 trial only
-    disk = disk_create(user=owner, name="ckpt", size_gb=900)  # 900 of the 1000 fen
+    owner = make_user()  # the ¥10 trial, which storage does not spend
+    fund(owner, 1_000)  # ¥10 of cash
+    disk = disk_create(user=owner, name="ckpt", size_gb=900)  # 900 of the 1000 fen of cash
     before = _balance(owner)
     client = client_for(owner)
 

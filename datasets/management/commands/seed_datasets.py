@@ -208,6 +208,36 @@ CATALOG: list[tuple[str, str, str, str, int, str, str, str, str, str]] = [
     ),
 ]
 
+# id → the description in Simplified Chinese.
+DESCRIPTIONS_ZH = {
+    "llama-3-8b-instruct": "Meta 的 8B 指令微调模型（bf16 safetensors），含分词器与对话模板。",
+    "llama-3-70b-instruct": (
+        "Meta 的 70B 指令微调模型，bf16 safetensors 格式；bf16 推理需 2 张 80 GB 或更多 GPU。"
+    ),
+    "baichuan2-7b-chat": "百川 2 对话模型，训练语料 2.6 万亿 token，中文能力强；fp16 权重。",
+    "baichuan2-13b-chat": "采用 ALiBi 位置编码的 13B 百川 2 对话模型；fp16 权重。",
+    "qwen2-7b-instruct": (
+        "阿里巴巴通义千问 Qwen2 7B 指令微调模型，bf16 safetensors 格式，上下文最长 128K。"
+    ),
+    "qwen2-72b-instruct": "阿里巴巴通义千问旗舰模型 Qwen2 72B 指令微调版，bf16 safetensors 格式。",
+    "chatglm3-6b": (
+        "智谱 AI 与清华 KEG 的 6B 中英双语对话模型，支持工具调用；单张 24 GB GPU 即可运行。"
+    ),
+    "mistral-7b-instruct-v0-2": (
+        "Mistral AI 的 7B 指令微调模型，32K 上下文窗口，bf16 safetensors 格式。"
+    ),
+    "bge-large-zh-v1-5": "智源研究院（BAAI）的中文文本向量模型（1024 维），用于检索与 RAG。",
+    "wudaocorpora-text": (
+        "智源研究院清洗后的中文网页语料中公开发布的 200 GB 部分，JSON Lines 格式。"
+    ),
+    "clue-corpus-small": "CLUE 的 14 GB 中文预训练文本：新闻、网页、维基百科与评论。",
+    "belle-instructions": "BELLE 生成的中文指令数据：train_0.5M_CN、1M、2M 与 3.5M 四个数据集。",
+    "alpaca-gpt4-zh": "5.2 万条 Alpaca 指令译成中文并由 GPT-4 作答，单个 JSON 文件。",
+    "coig": "中文开放通用指令集（COIG）：经人工校验的指令、考试、代码与价值对齐数据。",
+    "imagenet-1k": "1,000 个类别的 128 万张训练图像与 5 万张验证图像，按类别目录解压。",
+    "c4-en-subset": "C4 'en' 1,024 个训练分片中的前 128 个及其验证集，json.gz 格式。",
+}
+
 
 class Command(BaseCommand):
     help = "Seed the public pool's catalog of datasets and models. Safe to run repeatedly."
@@ -228,6 +258,7 @@ class Command(BaseCommand):
                     "homepage": homepage,
                     "tags": tags,
                     "description": text,
+                    "description_zh_hans": DESCRIPTIONS_ZH.get(key, ""),
                 },
                 initial={"sort": sort * 10, "active": True},
             )

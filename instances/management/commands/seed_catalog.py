@@ -7,7 +7,7 @@ from instances.models import Image, Offering
 from storage.models import StoragePrice
 
 GPU_MODELS = [
-    # id, name, NVML product, memory GB, interconnect, premium (the dearest: not on trial credit)
+    # id, name, NVML product, memory GB, interconnect, premium (the dearest: TRIAL_MAX_PREMIUM_GPUS)
     ("h100-80g", "H100 80GB SXM", "NVIDIA H100 80GB HBM3", 80, "nvlink", True),
     ("a100-80g", "A100 80GB SXM", "NVIDIA A100-SXM4-80GB", 80, "nvlink", True),
     ("rtx4090", "RTX 4090 24GB", "NVIDIA GeForce RTX 4090", 24, "pcie", False),
@@ -24,6 +24,32 @@ PRICING = {
     "a100-80g": (850, 6400, 3_800_000, 15, 120, 500),
     "rtx4090": (220, None, None, 7, 60, 250),
 }
+# The trial (README, "The trial"): ¥10 of trial credit buys one hour of a whole 8×H100 node or
+# twelve of a single A100 (83 fen × 12 h = ¥9.96), enough for one 7B fine-tune. The RTX 4090
+# offerings, which trial accounts could always rent, take it at their standard price. The
+# other H100 and A100 offerings have none: trial credit is not spent on them.
+TRIAL_PRICES = {
+    "h100-80g-bare-metal": 1000,
+    "a100-80g-x1": 83,
+    **{f"rtx4090-x{n}": 220 * n for n in (1, 2, 4, 8)},
+}
+
+
+def offering_rows() -> list[tuple[str, str, str, str, int]]:
+    """(slug, English name, 简体中文 name, GPU model, GPU count) of every seeded offering."""
+    rows = []
+    for key, name, *_rest in GPU_MODELS:
+        if PRICING[key][1]:
+            rows.append(
+                (f"{key}-bare-metal", f"8× {name} bare metal", f"8× {name} 裸金属整机", key, 8)
+            )
+        for count in (1, 2, 4, 8):
+            rows.append(
+                (f"{key}-x{count}", f"{count}× {name}", f"{count}× {name} 云 GPU", key, count)
+            )
+    return rows
+
+
 # Node profiles of the seeded (emulated) fleet's pools: an RDMA shared-device plugin's resource
 # and the NCCL settings of an InfiniBand fabric (README, node profiles).
 NCCL_IB = {
@@ -82,6 +108,31 @@ IMAGES = [
     ),
 ]
 
+# id → (name, description) in Simplified Chinese.
+IMAGES_ZH = {
+    "pytorch-2.1": (
+        "PyTorch 2.1 · CUDA 12.1 · NCCL 2.18",
+        "Ubuntu 22.04，CUDA 12.1、cuDNN 8.9、PyTorch 2.1.2、NCCL 2.18.1、JupyterLab 4，支持 SSH。",
+    ),
+    "deepspeed-0.12": (
+        "DeepSpeed 0.12（PyTorch 2.1）",
+        "在 PyTorch 2.1 基础镜像上加装 DeepSpeed 0.12.6 与 FlashAttention 2。",
+    ),
+    "megatron-lm": (
+        "Megatron-LM（PyTorch 2.1）",
+        "在 PyTorch 2.1 基础镜像上加装 Megatron-LM core 0.4 与 Transformer Engine 1.2，"
+        "用于 3D 并行训练。",
+    ),
+    "colossalai-0.3": (
+        "Colossal-AI 0.3（PyTorch 2.1）",
+        "在 PyTorch 2.1 基础镜像上加装 Colossal-AI 0.3.4。",
+    ),
+    "tensorrt-llm-0.7": (
+        "TensorRT-LLM 0.7（推理）",
+        "CUDA 12.2，含 TensorRT-LLM 0.7.1 与 Triton 客户端，用于大语言模型推理。",
+    ),
+}
+
 
 class Command(BaseCommand):
     help = "Seed the demo catalog: GPU models, offerings and images. Safe to run repeatedly."
@@ -101,34 +152,26 @@ class Command(BaseCommand):
                 },
             )
             per_gpu, node_hour, node_month, cores, ram, nvme = PRICING[key]
-            if node_hour:
+            for slug, english, chinese, model_key, count in offering_rows():
+                if model_key != key:
+                    continue
+                bare = slug.endswith("-bare-metal")
                 Offering.objects.get_or_create(
-                    name=f"8× {name} bare metal",
+                    name=english,
                     defaults={
-                        "kind": "bare_metal",
-                        "gpu_model": model,
-                        "gpu_count": 8,
-                        "cpu_cores": cores * 8,
-                        "memory_gb": ram * 8,
-                        "local_disk_gb": nvme * 8,
-                        "price_per_hour_fen": node_hour,
-                        "price_per_month_fen": node_month,
-                        "preflight_floor_gbps": PREFLIGHT_FLOORS.get(key),
-                        "sort": sort * 10,
-                    },
-                )
-            for count in (1, 2, 4, 8):
-                Offering.objects.get_or_create(
-                    name=f"{count}× {name}",
-                    defaults={
-                        "kind": "cloud",
+                        "name_zh_hans": chinese,
+                        "slug": slug,
+                        "kind": "bare_metal" if bare else "cloud",
                         "gpu_model": model,
                         "gpu_count": count,
                         "cpu_cores": cores * count,
                         "memory_gb": ram * count,
                         "local_disk_gb": nvme * count,
-                        "price_per_hour_fen": per_gpu * count,
-                        "sort": sort * 10 + count,
+                        "price_per_hour_fen": (node_hour or 0) if bare else per_gpu * count,
+                        "price_per_month_fen": node_month if bare else None,
+                        "trial_price_per_hour_fen": TRIAL_PRICES.get(slug),
+                        "preflight_floor_gbps": PREFLIGHT_FLOORS.get(key) if bare else None,
+                        "sort": sort * 10 + (0 if bare else count),
                     },
                 )
         for name, product in NODE_PROFILES:
@@ -147,7 +190,9 @@ class Command(BaseCommand):
                 id=key,
                 defaults={
                     "name": name,
+                    "name_zh_hans": IMAGES_ZH[key][0],
                     "description": description,
+                    "description_zh_hans": IMAGES_ZH[key][1],
                     "container_image": reference,
                     "size_bytes": size_bytes,
                     "prepull": prepull,

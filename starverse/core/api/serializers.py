@@ -3,6 +3,8 @@ from typing import Any
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
+from starverse.core.text import localized
+
 
 class StrictCharField(serializers.CharField):
     """A CharField that refuses numbers and booleans instead of silently turning them into text."""
@@ -37,3 +39,18 @@ class InputSerializer(serializers.Serializer[None]):
             if unknown:
                 raise serializers.ValidationError({name: [_("Unknown field.")] for name in unknown})
         return super().to_internal_value(data)
+
+
+class LocalizedField(serializers.CharField):
+    """Operator data kept in two languages (a model's `<field>` and `<field>_zh_hans`), answered
+    in the request's language (Accept-Language; English when there is no translation)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("read_only", True)
+        super().__init__(**kwargs)
+
+    def get_attribute(self, instance: Any) -> Any:
+        return instance
+
+    def to_representation(self, value: Any) -> str:
+        return localized(value, str(self.source))
