@@ -71,13 +71,13 @@ class Client:
         token: str | None,
         *,
         timeout: float = TIMEOUT_S,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         opener: Callable[..., Any] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
-        self.sleep = sleep
+        self.sleep = sleep or time.sleep
         self.opener = opener or urllib.request.urlopen
         self.language = accept_language()
 

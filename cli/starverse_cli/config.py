@@ -24,9 +24,9 @@ class ConfigError(Exception):
     """The config file cannot be read or written."""
 
 
-def config_dir(environ: dict[str, str] | None = None) -> Path:
+def config_dir(environ: dict[str, str] | None = None, system: str = sys.platform) -> Path:
     env = os.environ if environ is None else environ
-    if sys.platform == "win32" and env.get("APPDATA"):
+    if system == "win32" and env.get("APPDATA"):
         return Path(env["APPDATA"]) / "starverse"
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME") or Path.home()) / ".config")
     return Path(base) / "starverse"

@@ -81,7 +81,7 @@ class Cli:
         )
 
 
-def while_running(process: subprocess.Popen[str], drive: Callable[[], None]) -> tuple[str, str]:
+def while_running(process: subprocess.Popen[str], drive: Callable[[], object]) -> tuple[str, str]:
     """Carry the worker's steps through (`drive`) while the CLI waits, then its output."""
     drive()
     out, err = process.communicate(timeout=60)
