@@ -77,7 +77,11 @@ class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet[TopUp]):
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, TopUpCreateInput)
-        topup = topup_create(user=signed_in_user(request), amount_fen=data["amount_fen"])
+        topup = topup_create(
+            user=signed_in_user(request),
+            amount_fen=data["amount_fen"],
+            payment_method=data.get("payment_method", ""),
+        )
         return Response(self.output(topup), status=status.HTTP_201_CREATED)
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
