@@ -101,8 +101,11 @@ class Client:
         query: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         auth: bool = True,
+        repeatable: bool | None = None,
     ) -> Any:
-        """The decoded JSON answer (None for 204), or ApiError / NetworkError."""
+        """The decoded JSON answer (None for 204), or ApiError / NetworkError. `repeatable`:
+        whether a network error may be retried (default: a read, or a call with an
+        Idempotency-Key)."""
         url = self.url(path, query)
         sent = {
             "Accept": "application/json",
@@ -116,7 +119,8 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             sent["Content-Type"] = "application/json"
-        repeatable = method in SAFE_METHODS or "Idempotency-Key" in sent
+        if repeatable is None:
+            repeatable = method in SAFE_METHODS or "Idempotency-Key" in sent
         attempt = 0
         while True:
             attempt += 1

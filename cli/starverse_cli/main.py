@@ -588,9 +588,10 @@ def cmd_topup(ctx: Context) -> int:
     body: dict[str, Any] = {"amount_fen": amount_fen}
     if ctx.args.method:
         body["payment_method"] = ctx.args.method
-    # The key names this invocation; POST /billing/topups is not repeated on a network error.
+    # The key names this invocation in the server's logs, but top-ups do not dedupe on it, so a
+    # network error is not retried: a second checkout would open (nothing is paid until paid).
     headers = {"Idempotency-Key": str(uuid.uuid4())}
-    row = ctx.client.request("POST", "billing/topups", body=body, headers=headers)
+    row = ctx.client.request("POST", "billing/topups", body=body, headers=headers, repeatable=False)
     if ctx.json:
         dump_json(row, ctx.out)
         return OK

@@ -274,6 +274,7 @@ def test_topup_prints_the_checkout_url_alone_on_stdout(cli_env, fake_api, monkey
     assert (code, out) == (0, "https://pay/x\n")
     assert "top_1" in err and "¥99.50" in err
     assert fake_api.sent[0].body == {"amount_fen": 9950, "payment_method": "alipay"}
+    assert uuid.UUID(fake_api.sent[0].headers["Idempotency-Key"]).version == 4
     assert run("topup", "lots")[0] == 2
 
 
@@ -416,6 +417,11 @@ def test_connection_errors_are_retried_only_for_safe_calls():
     slept.clear()
     with pytest.raises(NetworkError):
         client.post("instances/ins_abc/stop")  # not repeated: it may have been done
+    assert slept == []
+    with pytest.raises(NetworkError):  # a key the server does not dedupe on: not repeated
+        client.request(
+            "POST", "billing/topups", body={}, headers={"Idempotency-Key": "k"}, repeatable=False
+        )
     assert slept == []
 
 
