@@ -14,6 +14,8 @@ class TransactionKind(models.TextChoices):
     # dispute reinstates it), and what the wallet then owes: into arrears, or paid off.
     CHARGEBACK = "chargeback", _("Chargeback")
     ARREARS = "arrears", _("Arrears")
+    # Cash moved between a person's own wallet and a team's (billing.services.transfer_post).
+    TRANSFER = "transfer", _("Transfer")
 
 
 class Account(models.TextChoices):
@@ -31,6 +33,7 @@ class Account(models.TextChoices):
     ADJUSTMENTS = "platform:adjustments", _("Platform: adjustments")
     REFUNDS = "platform:refunds", _("Platform: refunds to customers")
     CHARGEBACKS = "platform:chargebacks", _("Platform: chargebacks")
+    TRANSFERS = "platform:transfers", _("Platform: transfers between wallets (nets to zero)")
 
 
 WALLET_ACCOUNTS = (Account.CASH, Account.PROMO, Account.ARREARS)
@@ -44,13 +47,14 @@ COUNTER_ACCOUNT = {
     TransactionKind.ADJUSTMENT: Account.ADJUSTMENTS,
     TransactionKind.REFUND: Account.REFUNDS,
     TransactionKind.CHARGEBACK: Account.CHARGEBACKS,
+    TransactionKind.TRANSFER: Account.TRANSFERS,
 }
 
 # Credits of these kinds are promotional money: spent first, never refunded or transferred.
 PROMO_CREDIT_KINDS = (TransactionKind.TRIAL,)
 # Credits of these kinds are money the customer paid in: a wallet that never had one is on trial
 # credit only.
-PAID_CREDIT_KINDS = (TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
+PAID_CREDIT_KINDS = (TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER, TransactionKind.TRANSFER)
 
 
 class TrialStatus(models.TextChoices):

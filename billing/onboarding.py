@@ -14,12 +14,13 @@ from billing.choices import TrialStatus
 from billing.models import LedgerTransaction
 from billing.selectors import TrialState, trial_given_to_another, trial_state, wallet_for_tenant
 from billing.services import trial_grant, wallet_create
-from starverse.accounts.models import User
+from starverse.accounts.models import Tenant, User
 from starverse.accounts.services import (
     email_verification_send,
     user_create,
     user_email_mark_verified,
 )
+from starverse.accounts.teams import team_tenant_create
 from starverse.accounts.verification import already_verified, verification_user
 from starverse.core.money import format_fen
 
@@ -38,6 +39,15 @@ def user_signup(*, email: str, password: str, ip: str | None = None) -> User:
         else:
             _trial_give(user, wallet.id)
     return user
+
+
+def team_create(*, user: User, name: str) -> Tenant:
+    """A team with its creator as owner and an empty wallet of its own: money reaches it by
+    top-ups or by its people's transfers, never by a trial."""
+    with transaction.atomic():
+        team = team_tenant_create(user=user, name=name)
+        wallet_create(tenant_id=team.pk)
+    return team
 
 
 def user_create_operator(*, email: str, password: str) -> User:
@@ -66,7 +76,7 @@ def user_email_verify(*, user: User) -> Verification:
     with transaction.atomic():
         verified_now = user_email_mark_verified(user=user)
         if verified_now:
-            _trial_give(user, wallet_for_tenant(user.tenant_id).id)
+            _trial_give(user, wallet_for_tenant(user.personal_tenant_id).id)
     trial = trial_state(user)
     return Verification(verified_now, trial, _verification_message(user, verified_now, trial))
 

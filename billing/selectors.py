@@ -50,7 +50,7 @@ def trial_state(user: User) -> TrialState:
     account, it is an operator's, or the deployment grants at sign-up and gave none)."""
     grant = (
         LedgerTransaction.objects.filter(
-            wallet__tenant_id=user.tenant_id, kind=TransactionKind.TRIAL
+            wallet__tenant_id=user.personal_tenant_id, kind=TransactionKind.TRIAL
         )
         .order_by("created_at")
         .first()

@@ -39,7 +39,12 @@ logger = logging.getLogger(__name__)
 CREDIT_KINDS = (TransactionKind.TRIAL, TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
 DEBIT_KINDS = (TransactionKind.USAGE, TransactionKind.REFUND)
 # Debits of these kinds may only take cash: trial money is never refunded or taken back.
-CASH_ONLY_DEBITS = (TransactionKind.REFUND, TransactionKind.ADJUSTMENT, TransactionKind.CHARGEBACK)
+CASH_ONLY_DEBITS = (
+    TransactionKind.REFUND,
+    TransactionKind.ADJUSTMENT,
+    TransactionKind.CHARGEBACK,
+    TransactionKind.TRANSFER,
+)
 # Postings an operator does not reverse by hand: a dispute's outcome (or a credit) settles them.
 NOT_REVERSIBLE = (TransactionKind.REVERSAL, TransactionKind.CHARGEBACK, TransactionKind.ARREARS)
 # The causes that may drive a wallet into arrears (the counter account of the arrears posting).
@@ -492,6 +497,48 @@ def adjustment_post(
     if amount_fen > 0:
         wallet_credited_after_commit(wallet_id, amount_fen)
     return txn
+
+
+def transfer_post(
+    *,
+    from_tenant_id: str,
+    to_tenant_id: str,
+    amount_fen: int,
+    key: str,
+    actor: Any,
+    description: str,
+) -> tuple[LedgerTransaction, LedgerTransaction]:
+    """Move cash from one wallet to another (a person's own and a team's), exactly once per
+    `key`: a debit of the source's cash and a credit of the target's, both against the
+    transfers account, so together they net to zero, in one database transaction with both
+    wallets locked in id order. Trial credit never moves: the debit takes cash only, and a
+    source without enough cash is refused whole (402)."""
+    if isinstance(amount_fen, bool) or not isinstance(amount_fen, int) or amount_fen <= 0:
+        raise InvalidInput(_("amount_fen: a positive whole number of fen."), code="invalid_amount")
+    source = Wallet.objects.only("id").get(tenant_id=from_tenant_id).pk
+    target = Wallet.objects.only("id").get(tenant_id=to_tenant_id).pk
+    with transaction.atomic():
+        for wallet_id in sorted([source, target]):
+            _wallet_locked(wallet_id)
+        out = ledger_post(
+            wallet_id=source,
+            key=f"transfer:{key}:out",
+            kind=TransactionKind.TRANSFER,
+            amount_fen=-amount_fen,
+            description=description,
+            reason=f"to {to_tenant_id}",
+            actor=actor,
+        )
+        into = ledger_post(
+            wallet_id=target,
+            key=f"transfer:{key}:in",
+            kind=TransactionKind.TRANSFER,
+            amount_fen=amount_fen,
+            description=description,
+            reason=f"from {from_tenant_id}",
+            actor=actor,
+        )
+    return out, into
 
 
 def wallet_create(*, tenant_id: str) -> Wallet:

@@ -17,8 +17,10 @@ from billing.holds import tenant_on_hold
 from billing.models import TopUp
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
+from starverse.accounts.audit import audit_request
 from starverse.core.errors import ServiceError
 from starverse.core.money import MoneyParseError, format_fen, parse_fen
+from starverse.core.roles import require_payer
 from starverse.core.tenancy import get_for_user, scope_to_user
 
 
@@ -64,7 +66,9 @@ def topup(request: HttpRequest) -> HttpResponse:
     form = TopUpForm(request.POST)
     if form.is_valid():
         try:
+            require_payer(request.user)
             created = topup_create(user=request.user, amount_fen=form.cleaned_data["amount"])
+            audit_request(request, "topup.created", created, amount_fen=created.amount_fen)
         except ServiceError as error:
             messages.error(request, error.message)
         else:

@@ -32,6 +32,7 @@ from instances.lifecycle import (
 from instances.models import Instance, InstanceEvent, Offering
 from instances.states import ranks_locked
 from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput
+from starverse.core.roles import require_orderer
 from starverse.core.text import Deferred, later
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ def cluster_order(
     pipeline}) fixes the Megatron-LM degrees of the launch script. Every rank goes to `region`
     (or, for "", its disks' region or any one with room: never spread over two). Returns
     (cluster, created); the same Idempotency-Key answers the same cluster."""
+    require_orderer(user)
     request_hash = request_hash_of(
         kind="cluster",
         offering=offering_id,

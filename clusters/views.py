@@ -44,7 +44,7 @@ from instances.models import Image, Offering
 from instances.selectors import availability
 from instances.views import ORDER_KEY_PREFIX
 from starverse.accounts.models import SshKey
-from starverse.core.console import redirect_back, run_service
+from starverse.core.console import redirect_back, run_change
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
 
@@ -343,6 +343,7 @@ def detail_context(cluster: Cluster, view: ClusterView) -> dict[str, Any]:
         "active": "clusters",
         "cluster": cluster,
         "info": ClusterOutput(view).data,
+        "region": next((rank.region for rank in view.ranks if rank.region_id), None),
         "status": status,
         "events": cluster_events(cluster),
         "metrics": _metrics_json(cluster),
@@ -365,7 +366,7 @@ def _back(request: HttpRequest, cluster: Cluster) -> HttpResponse:
 
 def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:
     cluster = get_for_user(Cluster.objects.all(), request.user, "tenant", pk)
-    run_service(request, lambda: service(cluster=cluster), done % {"name": cluster.name})
+    run_change(request, cluster, lambda: service(cluster=cluster), done % {"name": cluster.name})
     return _back(request, cluster)
 
 
@@ -413,8 +414,9 @@ def cluster_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
         messages.error(request, _("Enter the number of nodes as a whole number."))
         return _back(request, cluster)
     data = form.cleaned_data
-    run_service(
+    run_change(
         request,
+        cluster,
         lambda: cluster_scale(
             cluster=cluster,
             node_count=data["node_count"],

@@ -16,6 +16,7 @@ from django.utils.translation import gettext_noop
 
 from billing.models import Wallet
 from billing.selectors import wallet_has_paid, wallet_locked
+from instances.budgets import budget_check
 from instances.charges import period_active
 from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance, Offering
@@ -139,9 +140,12 @@ def runway_check(found: Runway) -> None:
 
 def admit(instance: Instance) -> None:
     """Under the tenant's wallet lock (so that the balance and the counts hold until commit):
-    the runway of the saved instance, then its tenant's limits."""
+    the runway of the saved instance, its orderer's and its team's budgets (instances.budgets),
+    then its tenant's limits."""
     wallet = wallet_locked(instance.tenant_id)
-    runway_check(runway_of(instance, wallet))
+    found = runway_of(instance, wallet)
+    runway_check(found)
+    budget_check(instance, found.own_fen)
     limits_check(instance, wallet)
 
 

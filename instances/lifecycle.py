@@ -52,6 +52,7 @@ from starverse.core.errors import (
     ServiceError,
 )
 from starverse.core.money import format_fen
+from starverse.core.roles import require_orderer
 from starverse.core.text import Deferred, later
 from storage.models import Disk
 
@@ -71,8 +72,10 @@ def _waiting(product: str, region_id: str | None = None) -> Q:
 
 
 def ssh_keys_own(user: Any, key_ids: list[str]) -> list[str]:
+    """The keys named, each the person's own (keys belong to people, not to the team they
+    order for)."""
     found = set(
-        SshKey.objects.filter(user__tenant_id=user.tenant_id, pk__in=key_ids).values_list(
+        SshKey.objects.filter(user__tenant_id=user.personal_tenant_id, pk__in=key_ids).values_list(
             "pk", flat=True
         )
     )
@@ -136,6 +139,7 @@ def instance_order(
     are the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway).
     `region` keeps it to that region's nodes; "" (any) places it where there is room, or in
     the region of the disks it orders (a disk attaches only in its own region)."""
+    require_orderer(user)
     declared = ports_validate(ports or [])
     request_hash = request_hash_of(
         offering=offering_id,

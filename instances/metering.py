@@ -14,12 +14,14 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from billing.services import usage_post_many
+from instances.budgets import budgets_spent
 from instances.charges import minute_charges
 from instances.choices import BillingMode, InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import Instance
 from instances.states import instances_locked_skipping
 from starverse.core.db import bulk_set
+from starverse.core.errors import Conflict
 
 logger = logging.getLogger(__name__)
 MAX_CATCH_UP_MINUTES = 24 * 60
@@ -30,6 +32,29 @@ class TickResult:
     charged_minutes: int = 0
     charged_fen: int = 0
     exhausted: list[str] = field(default_factory=list)
+    over_budget: list[str] = field(default_factory=list)
+
+
+def budgets_enforce(*, now: datetime | None = None) -> list[str]:
+    """Stop the running instances of every member (or team) whose monthly budget is spent,
+    the way an empty wallet stops them: not deleted, disks kept. Returns their ids."""
+    stopped = []
+    for tenant_id, user_id in budgets_spent(now=now):
+        running = Instance.objects.filter(tenant_id=tenant_id, status=InstanceStatus.RUNNING)
+        if user_id is not None:
+            running = running.filter(created_by_id=user_id)
+        for instance_id in running.values_list("pk", flat=True):
+            try:
+                instance_stop(
+                    instance_id=instance_id,
+                    reason=gettext_noop("Budget spent: stopped (not deleted); disks kept."),
+                )
+            except Conflict:  # it left running meanwhile
+                continue
+            stopped.append(instance_id)
+    if stopped:
+        logger.info("metering.budget_stops instances=%d", len(stopped))
+    return stopped
 
 
 def metering_tick(*, now: datetime | None = None) -> TickResult:
@@ -46,6 +71,7 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
             instance_id=instance_id,
             reason=gettext_noop("Balance exhausted: stopped (not deleted); disks kept."),
         )
+    result.over_budget = budgets_enforce(now=now)
     logger.info(
         "metering.tick instances=%d minutes=%d fen=%d exhausted=%d",
         len(running),

@@ -5,6 +5,7 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.db.models import Q
 
 from billing.notices import runway_notices_check
 from fleet.selectors import region_target, regions_configured
@@ -125,9 +126,10 @@ def check_runways() -> None:
 
 @shared_task(**KUBE_TASK)
 def refresh_access(self: Any, tenant_id: str) -> None:
-    """A tenant's SSH keys changed: every instance of it with a pod gets its access Secret
-    rendered again."""
+    """A person's SSH keys changed (`tenant_id`: their own account): every instance with a pod
+    that they ordered, for themselves or for a team, gets its access Secret rendered again."""
     for instance_id in Instance.objects.filter(
-        tenant_id=tenant_id, status__in=(InstanceStatus.PROVISIONING, InstanceStatus.RUNNING)
+        Q(tenant_id=tenant_id) | Q(created_by__tenant_id=tenant_id),
+        status__in=(InstanceStatus.PROVISIONING, InstanceStatus.RUNNING),
     ).values_list("id", flat=True):
         converge.access_refresh(instance_id)

@@ -31,7 +31,7 @@ from instances.models import Image, Instance, Offering
 from instances.selectors import availability, instance_metrics
 from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.models import SshKey
-from starverse.core.console import redirect_back, run_service
+from starverse.core.console import redirect_back, run_change
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
 from storage.models import Disk
@@ -410,7 +410,9 @@ def _back(request: HttpRequest, instance: Instance) -> HttpResponse:
 
 def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
-    run_service(request, lambda: service(instance_id=instance.pk), done % {"name": instance.name})
+    run_change(
+        request, instance, lambda: service(instance_id=instance.pk), done % {"name": instance.name}
+    )
     return _back(request, instance)
 
 
@@ -453,8 +455,9 @@ def disk_attach_view(request: HttpRequest, pk: str) -> HttpResponse:
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
     disk_id = str(request.POST.get("disk", ""))[:32]
     restart = request.POST.get("restart") == "1"
-    run_service(
+    run_change(
         request,
+        instance,
         lambda: disk_attach(instance=instance, disk_id=disk_id, restart=restart),
         _("Disk attached to “%(name)s”.") % {"name": instance.name}
         + (" " + _("It restarts to mount it.") if restart else ""),
@@ -467,8 +470,9 @@ def disk_attach_view(request: HttpRequest, pk: str) -> HttpResponse:
 def disk_detach_view(request: HttpRequest, pk: str, disk: str) -> HttpResponse:
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
     restart = request.POST.get("restart") == "1"
-    run_service(
+    run_change(
         request,
+        instance,
         lambda: disk_detach(instance=instance, disk_id=disk, restart=restart),
         _("Disk detached from “%(name)s”; its data is kept.") % {"name": instance.name},
     )

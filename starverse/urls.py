@@ -32,6 +32,7 @@ api_v1 = [
     path("", include("instances.api.urls")),
     path("", include("clusters.api.urls")),
     path("", include("datasets.api.urls")),
+    path("", include("teams.api.urls")),
 ]
 
 urlpatterns = [
@@ -45,6 +46,7 @@ urlpatterns = [
     path("", include("clusters.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     path("billing/", include("billing.urls")),
+    path("teams/", include("teams.urls")),
     path("i18n/setlang/", set_language, name="set_language"),
     re_path(
         r"^admin/(?:instances|datasets)/(?P<model>{})/(?P<rest>.*)$".format("|".join(MOVED_ADMIN)),

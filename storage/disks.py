@@ -19,6 +19,7 @@ from fleet.selectors import region_orderable
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.kube import namespace_name
+from starverse.core.roles import require_orderer
 from storage.billing import storage_charge_growth, storage_charge_new
 from storage.choices import LIVE_DISK, DiskStatus, StorageKind
 from storage.manifests import cloud_disk_name
@@ -63,6 +64,7 @@ def disk_create(*, user: Any, name: str, size_gb: int, region: str = "") -> Disk
     """A new empty disk in a region ("" = the default region): a claim in that region's
     cluster, attachable only to instances there. Its first day is charged at once, so creating
     one needs a balance that pays a day of it (storage.billing), and an account not on hold."""
+    require_orderer(user)
     name, size_gb = _name(name), _size(size_gb)
     region = region_orderable(region).pk if region else DEFAULT_REGION
     account_hold_check(user.tenant_id)

@@ -13,6 +13,7 @@ from billing.holds import account_hold_check
 from fleet.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
+from starverse.core.roles import require_orderer
 from storage.billing import storage_charge_growth, storage_charge_new
 from storage.choices import StorageKind
 from storage.manifests import nas_name
@@ -41,6 +42,7 @@ def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
     charged at once for the rest of today, and refused in arrears (409) or when the balance
     cannot pay it (402); see storage.billing.storage_charge_growth. Creating or growing it is
     refused while the account is on hold (403)."""
+    require_orderer(user)
     size_gb = _size(size_gb)
     with transaction.atomic():
         nas = (

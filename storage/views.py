@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from starverse.core.console import run_service
+from starverse.core.console import run_change, run_service
 from starverse.core.tenancy import get_for_user
 from storage.disks import disk_create, disk_delete, disk_resize
 from storage.nas import nas_delete, nas_set_size
@@ -62,8 +62,9 @@ def disk_resize_view(request: HttpRequest, pk: str) -> HttpResponse:
         messages.error(request, _form_error(form))
     else:
         size = form.cleaned_data["size_gb"]
-        run_service(
+        run_change(
             request,
+            disk,
             lambda: disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=size),
             _("Disk “%(name)s” grows to %(size)s GB.") % {"name": disk.name, "size": size},
         )
@@ -74,8 +75,9 @@ def disk_resize_view(request: HttpRequest, pk: str) -> HttpResponse:
 @require_POST
 def disk_delete_view(request: HttpRequest, pk: str) -> HttpResponse:
     disk = get_for_user(tenant_disks(request.user), request.user, "tenant", pk)
-    run_service(
+    run_change(
         request,
+        disk,
         lambda: disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk),
         _("Disk “%(name)s” is being deleted.") % {"name": disk.name},
     )

@@ -19,9 +19,12 @@ from billing.holds import tenant_on_hold
 from billing.models import LedgerTransaction, TopUp
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import wallet_for_tenant
+from starverse.accounts.audit import audit_request
+from starverse.accounts.models import Scope
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import errors
 from starverse.core.api.views import TenantScopedViewSet
+from starverse.core.roles import require_payer
 
 
 class BalanceView(APIView):
@@ -69,6 +72,7 @@ class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet[TopUp]):
     model = TopUp
     owner_field = "tenant"
     serializer_class = TopUpOutput
+    token_scope = Scope.BILLING
 
     @extend_schema(
         operation_id="billing_topups_create",
@@ -77,11 +81,14 @@ class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet[TopUp]):
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, TopUpCreateInput)
+        user = signed_in_user(request)
+        require_payer(user)
         topup = topup_create(
-            user=signed_in_user(request),
+            user=user,
             amount_fen=data["amount_fen"],
             payment_method=data.get("payment_method", ""),
         )
+        audit_request(request, "topup.created", topup, amount_fen=topup.amount_fen)
         return Response(self.output(topup), status=status.HTTP_201_CREATED)
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:

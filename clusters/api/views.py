@@ -28,6 +28,7 @@ from clusters.services import (
     cluster_terminate,
 )
 from instances.api.views import ACCOUNT_LIMITS
+from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
@@ -86,20 +87,26 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
             region=data.get("region", ""),
             idempotency_key=idempotency_key(request),
         )
+        if _created:
+            audit_request(request, "cluster.ordered", cluster, nodes=data["node_count"])
         return self._accepted(cluster)
 
     @extend_schema(
         operation_id="clusters_destroy", request=None, responses={202: ClusterOutput, **errors()}
     )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
-        return self._accepted(cluster_terminate(cluster=self.get_object()))
+        cluster = cluster_terminate(cluster=self.get_object())
+        audit_request(request, "cluster.terminated", cluster)
+        return self._accepted(cluster)
 
     @extend_schema(
         operation_id="clusters_stop", request=None, responses={202: ClusterOutput, **errors(409)}
     )
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
-        return self._accepted(cluster_stop(cluster=self.get_object()))
+        cluster = cluster_stop(cluster=self.get_object())
+        audit_request(request, "cluster.stopped", cluster)
+        return self._accepted(cluster)
 
     @extend_schema(
         operation_id="clusters_start",
@@ -108,7 +115,9 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
-        return self._accepted(cluster_start(cluster=self.get_object()))
+        cluster = cluster_start(cluster=self.get_object())
+        audit_request(request, "cluster.started", cluster)
+        return self._accepted(cluster)
 
     @extend_schema(
         operation_id="clusters_scale",

@@ -42,6 +42,7 @@ from instances.selectors import (
     regions_overview,
 )
 from instances.volumes import disk_attach, disk_detach
+from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
@@ -173,6 +174,8 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
             region=data.get("region", ""),
             idempotency_key=idempotency_key(request),
         )
+        if _created:
+            audit_request(request, "instance.ordered", instance, offering=instance.offering_id)
         return self._accepted(instance)
 
     @extend_schema(
@@ -189,7 +192,9 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         keep = _flag(request, "keep_disk")
-        return self._accepted(instance_terminate(instance_id=self.get_object().pk, keep_disk=keep))
+        instance = instance_terminate(instance_id=self.get_object().pk, keep_disk=keep)
+        audit_request(request, "instance.terminated", instance, keep_disk=keep)
+        return self._accepted(instance)
 
     @extend_schema(
         operation_id="instances_disks_attach",
@@ -221,7 +226,9 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     )
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
-        return self._accepted(instance_stop(instance_id=self.get_object().pk))
+        instance = instance_stop(instance_id=self.get_object().pk)
+        audit_request(request, "instance.stopped", instance)
+        return self._accepted(instance)
 
     @extend_schema(
         operation_id="instances_start",
@@ -230,7 +237,9 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
-        return self._accepted(instance_start(instance_id=self.get_object().pk))
+        instance = instance_start(instance_id=self.get_object().pk)
+        audit_request(request, "instance.started", instance)
+        return self._accepted(instance)
 
     @extend_schema(
         operation_id="instances_ports_update",

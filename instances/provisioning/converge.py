@@ -281,7 +281,9 @@ def _access_secret(instance: Instance) -> dict[str, Any]:
 
 
 def _authorized_keys(instance: Instance) -> str:
-    keys = SshKey.objects.filter(user__tenant_id=instance.tenant_id)
+    # The keys of whoever ordered it (a team's instance takes its orderer's, not every
+    # member's): the people of the orderer's own account.
+    keys = SshKey.objects.filter(user__tenant__members=instance.created_by_id)
     if instance.ssh_key_ids:
         keys = keys.filter(pk__in=instance.ssh_key_ids)
     return "\n".join(keys.values_list("public_key", flat=True)) + "\n"

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 
 from starverse.accounts import loginflow
+from starverse.accounts.models import Membership
 from starverse.accounts.selectors import two_factor_enabled
 
 ENROLMENT_PATHS = (
@@ -51,3 +52,32 @@ class StaffTwoFactorMiddleware:
             ),
         )
         return redirect("accounts:security")
+
+
+ACTING_TEAM_KEY = "acting_team"
+
+
+class ActingTenantMiddleware:
+    """The console's team switch: a session that chose a team acts for it (User.act_for) on
+    every request, checked against the membership each time, so a removed member is back in
+    their own account at their next click and never sees the team's data."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        team_id = request.session.get(ACTING_TEAM_KEY) if hasattr(request, "session") else None
+        if team_id:
+            user = request.user
+            role = (
+                Membership.objects.filter(tenant_id=team_id, user_id=user.pk)
+                .values_list("role", flat=True)
+                .first()
+                if user.is_authenticated
+                else None
+            )
+            if role is None:
+                del request.session[ACTING_TEAM_KEY]
+            else:
+                user.act_for(team_id, role)  # type: ignore[union-attr]
+        return self.get_response(request)

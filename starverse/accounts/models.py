@@ -1,4 +1,4 @@
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
 from django.db import models
@@ -14,12 +14,41 @@ def normalize_email(email: str) -> str:
     return email.strip().lower()
 
 
+class TenantKind(models.TextChoices):
+    PERSONAL = "personal", _("Personal account")
+    TEAM = "team", _("Team")
+
+
+class Role(models.TextChoices):
+    """What a member may do in a team (starverse.core.roles holds the rules)."""
+
+    OWNER = "owner", _("Owner")
+    ADMIN = "admin", _("Admin")
+    MEMBER = "member", _("Member")
+    BILLING = "billing", _("Billing")
+
+
+class Scope(models.TextChoices):
+    """What an API token may do (starverse.accounts.permissions)."""
+
+    READ = "read", _("Read")
+    INSTANCES = "instances", _("Instances")
+    BILLING = "billing", _("Billing")
+    ADMIN = "admin", _("Admin")
+
+
+def all_scopes() -> list[str]:
+    return [scope.value for scope in Scope]
+
+
 class Tenant(models.Model):
     """A billing and isolation boundary: owns a wallet and, on the cluster, one namespace.
-    Every sign-up creates a personal tenant; teams can share one later."""
+    Every sign-up creates a personal tenant, whose only member (implicitly, the owner) is that
+    person; a team is a tenant of kind team whose people are its Membership rows."""
 
     id = PublicIdField(prefix="tnt")
     name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=TenantKind.choices, default=TenantKind.PERSONAL)
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -73,12 +102,146 @@ class User(AbstractBaseUser, PermissionsMixin):
     def __str__(self) -> str:
         return self.email
 
+    # The acting tenant: a request for a team (the token's team, the console's switch) sets it
+    # with act_for, after which tenant_id is the team's for every access helper and service.
+    # The person's own tenant is kept aside, and save() always writes that one.
+    acting_role: str = Role.OWNER
+
+    @property
+    def personal_tenant_id(self) -> str:
+        return self.__dict__.get("_personal_tenant_id") or self.tenant_id
+
+    def act_for(self, tenant_id: str, role: str) -> None:
+        """Act for this tenant, with this role in it, until the object is dropped."""
+        self.__dict__.setdefault("_personal_tenant_id", self.tenant_id)
+        self.tenant_id = tenant_id
+        self.acting_role = role
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        acting = self.tenant_id
+        personal = self.personal_tenant_id
+        if acting == personal:
+            super().save(*args, **kwargs)
+            return
+        self.tenant_id = personal
+        try:
+            super().save(*args, **kwargs)
+        finally:
+            self.tenant_id = acting
+
+
+class Membership(models.Model):
+    """A person's place in a team, with their role. A personal tenant has no rows: its person
+    is its owner implicitly."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey("User", on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.role} of {self.tenant_id}"
+
+
+class Invitation(models.Model):
+    """An invitation to a team, mailed as a signed link (starverse.accounts.teams); accepted
+    once, by a signed-in person with the invited address, before it expires or is revoked."""
+
+    id = PublicIdField(prefix="inv")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(max_length=254)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    invited_by = models.ForeignKey("User", on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        "User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.tenant_id}"
+
+
+class Budget(models.Model):
+    """A monthly spending limit in a team: of one member (`user`), or of the whole team
+    (`user` empty). Spent is what the team's ledger charged this calendar month for the
+    member's instances (instances.budgets)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budgets")
+    user = models.ForeignKey(
+        "User", null=True, blank=True, on_delete=models.CASCADE, related_name="budgets"
+    )
+    monthly_fen = models.BigIntegerField()
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "user"],
+                condition=models.Q(user__isnull=False),
+                name="budget_unique_member",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant"], condition=models.Q(user__isnull=True), name="budget_unique_team"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(monthly_fen__gte=0), name="budget_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.monthly_fen} of {self.user_id or 'team'} in {self.tenant_id}"
+
+
+class AuditEvent(models.Model):
+    """One thing a person did in a team (or their own account): ordered, stopped, topped up,
+    invited, changed a role, created a token … Append-only; owners and admins read it."""
+
+    id = PublicIdField(prefix="aud")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="audit_events")
+    actor = models.ForeignKey(
+        "User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=64)
+    object_type = models.CharField(max_length=32, blank=True)
+    object_id = models.CharField(max_length=64, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-at"], name="audit_tenant_at")]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_id}"
+
 
 class ApiToken(models.Model):
     """An API credential. Only the SHA-256 of the token is kept; the token is shown once."""
 
     id = PublicIdField(prefix="tok")
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
+    team = models.ForeignKey(
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="The team it acts for; empty: the person's own account.",
+    )
+    scopes = models.JSONField(default=all_scopes, help_text="Of read, instances, billing, admin.")
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=16, help_text="First characters, to recognise it.")

@@ -15,10 +15,12 @@ from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from starverse.accounts.audit import audit_record
 from starverse.accounts.canonical import canonical_email
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User, normalize_email
 from starverse.accounts.selectors import two_factor_enabled
 from starverse.accounts.sshkeys import parse_public_key
+from starverse.accounts.teams import token_team_check
 from starverse.accounts.tokens import token_display_prefix, token_generate, token_hash
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, Forbidden, InvalidInput
@@ -133,30 +135,63 @@ def two_factor_needed_message() -> str:
     ) % {"url": url}
 
 
-def token_create(*, user: User, name: str, at_signup: bool = False) -> tuple[ApiToken, str]:
+def token_create(
+    *,
+    user: User,
+    name: str,
+    at_signup: bool = False,
+    team_id: str | None = None,
+    scopes: list[str] | None = None,
+    ip: str | None = None,
+) -> tuple[ApiToken, str]:
     """A new API token; the plaintext is returned once and never stored. With
     REQUIRE_2FA_FOR_API_TOKENS only an account with two-factor authentication gets one, so a
     stolen password cannot be turned into a credential that skips the second factor. The
     sign-up token is exempt: it is the new account's first credential, made before a second
-    factor can exist, and goes to whoever just chose the password."""
+    factor can exist, and goes to whoever just chose the password. A token acts for the
+    person's own account, or for `team_id` when they are its member (and dies with the
+    membership); its scopes are all four unless named."""
     if settings.REQUIRE_2FA_FOR_API_TOKENS and not at_signup and not two_factor_enabled(user):
         raise Forbidden(two_factor_needed_message(), code="2fa_required")
     name = name.strip() or _("API token")
     if ApiToken.objects.filter(user=user, revoked_at__isnull=True).count() >= MAX_TOKENS_PER_USER:
         raise Conflict(_("You have %(n)d tokens; revoke one first.") % {"n": MAX_TOKENS_PER_USER})
+    scopes = token_team_check(user=user, team_id=team_id, scopes=scopes or [])
     plaintext = token_generate()
-    token = ApiToken.objects.create(
-        user=user,
-        name=name[:100],
-        token_hash=token_hash(plaintext),
-        prefix=token_display_prefix(plaintext),
-    )
-    logger.info("token.created user=%s token=%s", user.id, token.id)
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            user=user,
+            team_id=team_id or None,
+            scopes=scopes,
+            name=name[:100],
+            token_hash=token_hash(plaintext),
+            prefix=token_display_prefix(plaintext),
+        )
+        audit_record(
+            tenant_id=team_id or user.personal_tenant_id,
+            actor=user,
+            action="token.created",
+            obj=token,
+            data={"name": token.name, "scopes": scopes},
+            ip=ip,
+        )
+    logger.info("token.created user=%s token=%s team=%s", user.id, token.id, team_id)
     return token, plaintext
 
 
-def token_revoke(*, token: ApiToken) -> None:
-    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+def token_revoke(*, token: ApiToken, actor: Any = None, ip: str | None = None) -> None:
+    with transaction.atomic():
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        audit_record(
+            tenant_id=token.team_id or token.user.personal_tenant_id,
+            actor=actor or token.user,
+            action="token.revoked",
+            obj=token,
+            data={"name": token.name},
+            ip=ip,
+        )
     logger.info("token.revoked user=%s token=%s", token.user_id, token.id)
 
 
@@ -183,7 +218,7 @@ def ssh_key_add(*, user: User, name: str, public_key: str) -> SshKey:
                 bits=parsed.bits,
             )
             # running instances that take every key of the tenant get this one too
-            enqueue_on_commit(ACCESS_REFRESH_TASK, user.tenant_id)
+            enqueue_on_commit(ACCESS_REFRESH_TASK, user.personal_tenant_id)
     except IntegrityError:
         raise Conflict(
             _("This key is already added (%(fp)s).") % {"fp": parsed.fingerprint},
@@ -196,7 +231,7 @@ def ssh_key_add(*, user: User, name: str, public_key: str) -> SshKey:
 def ssh_key_delete(*, key: SshKey) -> None:
     """Delete a key; the tenant's running instances stop accepting it within a minute (their
     access Secrets are rendered again after commit)."""
-    tenant_id = key.user.tenant_id
+    tenant_id = key.user.personal_tenant_id
     with transaction.atomic():
         key.delete()
         enqueue_on_commit(ACCESS_REFRESH_TASK, tenant_id)

@@ -5,6 +5,7 @@ from typing import Any
 
 from celery import shared_task
 
+from starverse.accounts.teams import invitation_email_send
 from starverse.accounts.verification import verification_email_send
 
 # A mail server that is down or drops the connection is tried again; a refusal is final.
@@ -25,3 +26,8 @@ RETRY_MAIL: dict[str, Any] = {
 @shared_task(acks_late=True, ignore_result=True, **RETRY_MAIL)
 def send_verification_email(user_id: str, language: str) -> None:
     verification_email_send(user_id=user_id, language=language)
+
+
+@shared_task(acks_late=True, ignore_result=True, **RETRY_MAIL)
+def send_team_invitation(invitation_id: str, language: str) -> None:
+    invitation_email_send(invitation_id=invitation_id, language=language)

@@ -10,6 +10,7 @@ from django.shortcuts import redirect
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from starverse.core.errors import ServiceError
+from starverse.core.roles import require_own_or_manager
 
 
 def run_service(request: HttpRequest, action: Callable[[], Any], done: str) -> bool:
@@ -22,6 +23,17 @@ def run_service(request: HttpRequest, action: Callable[[], Any], done: str) -> b
         return False
     messages.success(request, done)
     return True
+
+
+def run_change(request: HttpRequest, obj: Any, action: Callable[[], Any], done: str) -> bool:
+    """run_service for a change to a team's object: only who ordered it, an owner or an admin
+    may (starverse.core.roles), the refusal flashed like any other."""
+
+    def checked() -> Any:
+        require_own_or_manager(request.user, obj)
+        return action()
+
+    return run_service(request, checked, done)
 
 
 def redirect_back(request: HttpRequest, fallback: str) -> HttpResponse:

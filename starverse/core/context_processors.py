@@ -11,6 +11,7 @@ NAVIGATION = [
     ("console:disks", _("Disks"), "disks"),
     ("console:datasets", _("Datasets"), "datasets"),
     ("billing:billing", _("Billing"), "billing"),
+    ("teams:teams", _("Teams"), "teams"),
     ("accounts:tokens", _("API tokens"), "tokens"),
     ("accounts:ssh_keys", _("SSH keys"), "ssh_keys"),
     ("accounts:security", _("Security"), "security"),

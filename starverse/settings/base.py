@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "clusters",
     "datasets",
     "console",
+    "teams",
 ]
 
 MIDDLEWARE = [
@@ -55,6 +56,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "starverse.accounts.middleware.ActingTenantMiddleware",
     "starverse.core.logs.ActorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "starverse.accounts.middleware.StaffTwoFactorMiddleware",
@@ -76,6 +78,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.messages.context_processors.messages",
                 "starverse.core.context_processors.console",
+                "teams.context.team_switch",
             ],
         },
     },
@@ -210,7 +213,10 @@ REST_FRAMEWORK = {
         "starverse.accounts.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "starverse.accounts.permissions.TokenScope",
+    ],
     "DEFAULT_PAGINATION_CLASS": "starverse.core.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

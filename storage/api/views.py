@@ -15,6 +15,7 @@ from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import errors, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import NotFound
+from starverse.core.roles import require_manager
 from storage.api.serializers import (
     DiskCreateInput,
     DiskOutput,
@@ -112,5 +113,7 @@ class NasView(APIView):
 
     @extend_schema(operation_id="nas_destroy", responses={202: NasOutput, **errors(404, 409)})
     def delete(self, request: Request) -> Response:
-        nas = nas_delete(tenant_id=signed_in_user(request).tenant_id)
+        user = signed_in_user(request)
+        require_manager(user)  # the NAS is the whole team's
+        nas = nas_delete(tenant_id=user.tenant_id)
         return Response(NasOutput(nas).data, status=status.HTTP_202_ACCEPTED)

@@ -25,6 +25,7 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from billing.calculator import PRESETS
 from billing.holds import hold_lift, hold_place
+from billing.onboarding import team_create
 from clusters.preflight import preflight_run
 from clusters.services import cluster_stop
 from datasets.services import public_dataset_upsert
@@ -43,6 +44,7 @@ from nodeagent.report import build_report, pending_report
 from nodeagent.source import iso_utc, utc_now
 from starverse.accounts.models import ApiToken
 from starverse.accounts.services import MAX_TOKENS_PER_USER
+from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
 from starverse.accounts.verification import verification_token
 from storage.disks import disk_create
 from storage.models import Disk, StoragePrice
@@ -411,6 +413,161 @@ def _(p: Probe) -> None:
     key = make_ssh_key(p.user)
     p.call(204, params={"id": key.id})
     p.call(404, params={"id": key.id})
+
+
+# teams
+
+
+def _team(p: Probe) -> Any:
+    """A team that the probe's user owns."""
+    return team_create(user=p.user, name="Lab")
+
+
+def _member_of(team: Any, owner: Any, role: str = "member") -> tuple[Any, APIClient]:
+    person = make_user()
+    invitation = invitation_create(actor=owner, team=team, email=person.email, role=role)
+    invitation_accept(user=person, token=invitation_token(invitation))
+    return person, token_client(person)
+
+
+@case("teams_list")
+def _(p: Probe) -> None:
+    _team(p)
+    p.call(200)
+
+
+@case("teams_create")
+def _(p: Probe) -> None:
+    p.call(201, body={"name": "Vision group"})
+    p.call(400, body={"name": 5})
+
+
+@case("teams_retrieve")
+def _(p: Probe) -> None:
+    team = _team(p)
+    p.call(200, params={"id": team.pk})
+    p.call(404, params={"id": team.pk}, client=p.stranger())
+
+
+@case("teams_audit_list")
+def _(p: Probe) -> None:
+    team = _team(p)
+    p.call(200, params={"id": team.pk}, query={"action": "team.created"})
+    p.call(400, params={"id": team.pk}, query={"from": "yesterday"})
+    p.call(404, params={"id": team.pk}, client=p.stranger())
+
+
+@case("teams_budgets_list")
+def _(p: Probe) -> None:
+    team = _team(p)
+    p.call(200, params={"id": team.pk})
+    p.call(404, params={"id": team.pk}, client=p.stranger())
+
+
+@case("teams_budgets_update")
+def _(p: Probe) -> None:
+    team = _team(p)
+    _person, member = _member_of(team, p.user)
+    p.call(200, params={"id": team.pk}, body={"user": None, "monthly_fen": 10_000})
+    p.call(400, params={"id": team.pk}, body={"monthly_fen": "lots"})
+    p.call(403, params={"id": team.pk}, body={"monthly_fen": 1}, client=member)
+    p.call(404, params={"id": team.pk}, body={"monthly_fen": 1}, client=p.stranger())
+
+
+@case("teams_invitations_list")
+def _(p: Probe) -> None:
+    team = _team(p)
+    invitation_create(actor=p.user, team=team, email="li@lab.example.edu.cn", role="member")
+    p.call(200, params={"id": team.pk})
+    p.call(404, params={"id": team.pk}, client=p.stranger())
+
+
+@case("teams_invitations_create")
+def _(p: Probe) -> None:
+    team = _team(p)
+    person, member = _member_of(team, p.user)
+    p.call(201, params={"id": team.pk}, body={"email": "li@lab.example.edu.cn", "role": "admin"})
+    p.call(400, params={"id": team.pk}, body={"email": 5})
+    p.call(403, params={"id": team.pk}, body={"email": "x@lab.example.edu.cn"}, client=member)
+    p.call(409, params={"id": team.pk}, body={"email": person.email})
+    p.call(404, params={"id": team.pk}, body={"email": "y@lab.example.edu.cn"}, client=p.stranger())
+
+
+@case("teams_invitations_destroy")
+def _(p: Probe) -> None:
+    team = _team(p)
+    person, member = _member_of(team, p.user)
+    pending = invitation_create(
+        actor=p.user, team=team, email="z@lab.example.edu.cn", role="member"
+    )
+    used = team.invitations.get(email=person.email)
+    p.call(403, params={"id": team.pk, "invitation": pending.pk}, client=member)
+    p.call(204, params={"id": team.pk, "invitation": pending.pk})
+    p.call(409, params={"id": team.pk, "invitation": used.pk})
+    p.call(404, params={"id": team.pk, "invitation": "inv_unknown"})
+
+
+@case("teams_invitations_accept")
+def _(p: Probe) -> None:
+    owner = make_user()
+    team = team_create(user=owner, name="Other lab")
+    mine = invitation_create(actor=owner, team=team, email=p.user.email, role="member")
+    theirs = invitation_create(actor=owner, team=team, email="w@lab.example.edu.cn", role="member")
+    p.call(400, params={"token": "not-a-link"})
+    p.call(403, params={"token": invitation_token(theirs)})
+    p.call(201, params={"token": invitation_token(mine)})
+    p.call(409, params={"token": invitation_token(mine)})
+
+
+@case("teams_members_list")
+def _(p: Probe) -> None:
+    team = _team(p)
+    p.call(200, params={"id": team.pk})
+    p.call(404, params={"id": team.pk}, client=p.stranger())
+
+
+@case("teams_members_update")
+def _(p: Probe) -> None:
+    team = _team(p)
+    person, member = _member_of(team, p.user)
+    ids = {"id": team.pk, "user": person.pk}
+    p.call(403, params=ids, body={"role": "admin"}, client=member)
+    p.call(200, params=ids, body={"role": "admin"})
+    p.call(400, params=ids, body={"role": "boss"})
+    p.call(409, params={"id": team.pk, "user": p.user.pk}, body={"role": "member"})
+    p.call(404, params={"id": team.pk, "user": "usr_unknown"}, body={"role": "member"})
+
+
+@case("teams_members_destroy")
+def _(p: Probe) -> None:
+    team = _team(p)
+    person, member = _member_of(team, p.user)
+    other, _client = _member_of(team, p.user)
+    p.call(403, params={"id": team.pk, "user": other.pk}, client=member)
+    p.call(204, params={"id": team.pk, "user": person.pk})
+    p.call(409, params={"id": team.pk, "user": p.user.pk})
+    p.call(404, params={"id": team.pk, "user": "usr_unknown"})
+
+
+@case("teams_transfers_create")
+def _(p: Probe) -> None:
+    team = _team(p)
+    _person, member = _member_of(team, p.user)
+    fund(p.user, 1_000)
+    body = {"amount_fen": 600, "direction": "to_team"}
+    p.call(201, params={"id": team.pk}, body=body, headers={"Idempotency-Key": "t1"})
+    p.call(
+        409,
+        params={"id": team.pk},
+        body={**body, "amount_fen": 1},
+        headers={"Idempotency-Key": "t1"},
+    )
+    p.call(402, params={"id": team.pk}, body=body)
+    p.call(400, params={"id": team.pk}, body={"amount_fen": "6", "direction": "to_team"})
+    p.call(
+        403, params={"id": team.pk}, body={"amount_fen": 1, "direction": "from_team"}, client=member
+    )
+    p.call(404, params={"id": team.pk}, body=body, client=p.stranger())
 
 
 # billing

@@ -12,6 +12,7 @@ from clusters.preflight import preflight_run
 from clusters.selectors import cluster_view
 from clusters.services import cluster_order
 from clusters.views import detail_context
+from fleet.models import Region
 from instances.lifecycle import instance_order
 from instances.models import Instance
 from instances.provisioning import converge
@@ -297,3 +298,9 @@ def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(cat
     # each node pair measured, the one under the floor marked
     assert "182.5 GB/s" in html and '<tr class="is-slow"><td>Rank 2 ↔ Rank 3</td>' in html
     assert "Not run yet" not in html
+    # where its ranks run: the region's name, whichever region that is
+    region = Region.objects.create(name="cn-east-2", display_name="East China 2")
+    Instance.objects.filter(cluster=cluster).update(region=region)
+    context = detail_context(cluster, cluster_view(Cluster.objects.get(pk=cluster.pk)))
+    html = render_to_string("clusters/detail.html", context, request=request)
+    assert '<dd data-field="region">East China 2</dd>' in html

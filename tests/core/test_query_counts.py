@@ -19,9 +19,10 @@ BASELINE = {
     "/api/v1/disks": 4,
     "/api/v1/billing/ledger": 3,
     "/api/v1/offerings": 5,  # with the regions where each offering's GPU model is
-    "/console/instances/": 4,
-    "/console/": 9,  # with the trial's state (the banner of an unverified address)
-    "/console/disks/": 11,  # with the regions (a disk's, and the new-disk form's choice)
+    # every console page reads the person's teams once, for the switch at the top
+    "/console/instances/": 5,
+    "/console/": 10,  # with the trial's state (the banner of an unverified address)
+    "/console/disks/": 12,  # with the regions (a disk's, and the new-disk form's choice)
     "/admin/fleet/node/": 13,  # with the region filter's choices
 }
 

@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from billing.choices import TrialStatus
-from starverse.accounts.models import ApiToken, SshKey, User
+from starverse.accounts.models import ApiToken, Scope, SshKey, User
 from starverse.core.api.serializers import InputSerializer, StrictCharField
 
 
@@ -29,6 +29,18 @@ class VerifyEmailInput(InputSerializer):
 
 class TokenCreateInput(InputSerializer):
     name = StrictCharField(max_length=100)
+    team = StrictCharField(
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        help_text="A team the token acts for (you must be its member); empty: your own account.",
+    )
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=Scope.choices),
+        required=False,
+        max_length=4,
+        help_text="Of read, instances, billing, admin; all of them when left out.",
+    )
 
 
 class SshKeyCreateInput(InputSerializer):
@@ -101,12 +113,16 @@ class VerifyEmailResendOutput(serializers.Serializer):
 class TokenOutput(serializers.ModelSerializer):
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created_at", "last_used_at"]
+        fields = ["id", "name", "prefix", "team", "scopes", "created_at", "last_used_at"]
+
+    scopes = serializers.ListField(child=serializers.CharField())
 
 
 class TokenCreatedOutput(serializers.Serializer):
     id = serializers.CharField()
     name = serializers.CharField()
+    team = serializers.CharField(allow_null=True, required=False)
+    scopes = serializers.ListField(child=serializers.CharField(), required=False)
     token = serializers.CharField(help_text="Shown once; store it now.")
 
 

@@ -13,7 +13,8 @@ from rest_framework.views import APIView
 from billing.onboarding import user_email_verify_token, user_signup
 from billing.selectors import TrialState, trial_state, wallet_for_tenant
 from starverse.accounts.api import serializers as s
-from starverse.accounts.models import ApiToken, SshKey
+from starverse.accounts.audit import request_ip
+from starverse.accounts.models import ApiToken, Scope, SshKey
 from starverse.accounts.selectors import (
     recovery_codes_left,
     totp_device_confirmed,
@@ -148,9 +149,14 @@ class TokenLoginView(APIView):
             otp=data.validated_data.get("otp") or None,
             name=data.validated_data.get("name", ""),
         )
-        return Response(
-            {"id": token.id, "name": token.name, "token": plaintext}, status=status.HTTP_201_CREATED
-        )
+        body = {
+            "id": token.id,
+            "name": token.name,
+            "team": token.team_id,
+            "scopes": token.scopes,
+            "token": plaintext,
+        }
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class MeView(APIView):
@@ -203,6 +209,7 @@ class TokenViewSet(
     model = ApiToken
     owner_field = "user"
     serializer_class = s.TokenOutput
+    token_scope = Scope.ADMIN
 
     def filter_queryset_extra(self, queryset: QuerySet[ApiToken]) -> QuerySet[ApiToken]:
         return queryset.filter(revoked_at__isnull=True)
@@ -222,13 +229,24 @@ class TokenViewSet(
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, s.TokenCreateInput)
-        token, plaintext = token_create(user=signed_in_user(request), name=data["name"])
-        return Response(
-            {"id": token.id, "name": token.name, "token": plaintext}, status=status.HTTP_201_CREATED
+        token, plaintext = token_create(
+            user=signed_in_user(request),
+            name=data["name"],
+            team_id=data.get("team") or None,
+            scopes=data.get("scopes"),
+            ip=request_ip(request),
         )
+        body = {
+            "id": token.id,
+            "name": token.name,
+            "team": token.team_id,
+            "scopes": token.scopes,
+            "token": plaintext,
+        }
+        return Response(body, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: ApiToken) -> None:
-        token_revoke(token=instance)
+        token_revoke(token=instance, actor=self.request.user, ip=request_ip(self.request))
 
 
 @extend_schema_view(

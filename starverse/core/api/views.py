@@ -5,8 +5,10 @@ from typing import Any, ClassVar, TypeVar
 
 from django.db.models import Model, QuerySet
 from rest_framework import viewsets
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
+from starverse.core.roles import require_own_or_manager
 from starverse.core.tenancy import scope_to_user
 
 M = TypeVar("M", bound=Model)
@@ -29,6 +31,15 @@ class TenantScopedViewSet(viewsets.GenericViewSet[M]):
 
     def filter_queryset_extra(self, queryset: QuerySet[M]) -> QuerySet[M]:
         return queryset
+
+    def get_object(self) -> M:
+        """The object, 404 for another tenant's; a change (any unsafe method) to an object of
+        the tenant that someone ordered is allowed to them, the team's owners and admins only
+        (403 `not_yours`), never to the billing role (starverse.core.roles)."""
+        obj = super().get_object()
+        if self.request.method not in SAFE_METHODS and hasattr(obj, "created_by_id"):
+            require_own_or_manager(self.request.user, obj)
+        return obj
 
     def output(self, instance: Any, serializer_class: Any = None, **kwargs: Any) -> Any:
         serializer_class = serializer_class or self.get_serializer_class()

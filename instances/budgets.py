@@ -1,0 +1,151 @@
+"""Team budgets: what a member (or the whole team) may spend in a calendar month, and what
+they spent. Spent is the usage the team's ledger charged this month for the instances the
+member ordered (the ledger's instance_id and the instance's created_by attribute every
+charge), so it is one query, never a counter to keep in step. An order or a start whose own
+cost over its runway does not fit what is left is refused (402 `budget_exceeded`); the metering
+tick stops a member's running instances once their budget is spent (instances.metering)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from billing.choices import TransactionKind
+from billing.models import LedgerTransaction
+from instances.choices import InstanceStatus
+from instances.models import Instance
+from starverse.accounts.audit import audit_record
+from starverse.accounts.models import Budget, Membership, Tenant, TenantKind
+from starverse.core.errors import InsufficientBalance, InvalidInput, NotFound
+from starverse.core.money import format_fen
+from starverse.core.roles import require_owner
+
+
+class BudgetExceeded(InsufficientBalance):
+    code = "budget_exceeded"
+
+
+def month_start(now: datetime | None = None) -> datetime:
+    local = timezone.localtime(now or timezone.now())
+    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def spent_fen(tenant_id: str, user_id: str | None, *, now: datetime | None = None) -> int:
+    """Usage charged to the tenant this month: for the instances `user_id` ordered, or all of
+    it (None). Reversed charges count back."""
+    rows = LedgerTransaction.objects.filter(
+        wallet__tenant_id=tenant_id,
+        kind__in=(TransactionKind.USAGE, TransactionKind.REVERSAL),
+        created_at__gte=month_start(now),
+    ).exclude(instance_id="")
+    if user_id is not None:
+        rows = rows.filter(
+            instance_id__in=Instance.objects.filter(
+                tenant_id=tenant_id, created_by_id=user_id
+            ).values("pk")
+        )
+    return -int(rows.aggregate(total=Sum("amount_fen"))["total"] or 0)
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    budget: Budget
+    spent_fen: int
+
+    @property
+    def left_fen(self) -> int:
+        return max(0, self.budget.monthly_fen - self.spent_fen)
+
+
+def budgets_of(tenant_id: str, *, now: datetime | None = None) -> list[BudgetState]:
+    budgets = Budget.objects.filter(tenant_id=tenant_id).select_related("user")
+    return [BudgetState(b, spent_fen(tenant_id, b.user_id, now=now)) for b in budgets]
+
+
+def budget_check(instance: Instance, need_fen: int) -> None:
+    """Refuse (402 `budget_exceeded`) an order or start of a team's instance whose cost over
+    its runway (`need_fen`) is more than what is left of its orderer's monthly budget or the
+    team's, naming the budget. Personal accounts have none."""
+    budgets = Budget.objects.filter(tenant_id=instance.tenant_id).filter(
+        Q(user_id=instance.created_by_id) | Q(user__isnull=True)
+    )
+    for budget in budgets:
+        spent = spent_fen(instance.tenant_id, budget.user_id)
+        left = budget.monthly_fen - spent
+        if need_fen <= left:
+            continue
+        team = Tenant.objects.only("name").get(pk=instance.tenant_id).name
+        amounts = {
+            "team": team,
+            "budget": format_fen(budget.monthly_fen),
+            "spent": format_fen(spent),
+            "need": format_fen(need_fen),
+        }
+        if budget.user_id is None:
+            message = _(
+                "The monthly budget of team %(team)s is %(budget)s; %(spent)s is spent; this "
+                "order needs %(need)s over its runway. Ask an owner to raise the budget."
+            )
+        else:
+            message = _(
+                "Your monthly budget in team %(team)s is %(budget)s; %(spent)s is spent; this "
+                "order needs %(need)s over its runway. Ask an owner to raise your budget."
+            )
+        raise BudgetExceeded(message % amounts)
+
+
+def budget_set(
+    *, actor: Any, team: Tenant, user_id: str | None, monthly_fen: int, ip: str | None = None
+) -> BudgetState:
+    """Set a member's monthly budget (or the team's, `user_id` None); owners only. A budget
+    below what is already spent this month is refused (400 `budget_below_spent`)."""
+    if team.kind != TenantKind.TEAM:
+        raise NotFound(_("No such team."))
+    require_owner(actor, _("setting budgets"))
+    if isinstance(monthly_fen, bool) or not isinstance(monthly_fen, int) or monthly_fen < 0:
+        raise InvalidInput(
+            _("monthly_fen: a whole number of fen, zero or more."), code="invalid_amount"
+        )
+    if user_id is not None and not Membership.objects.filter(tenant=team, user_id=user_id).exists():
+        raise InvalidInput(_("user: not a member of this team."), code="not_member")
+    spent = spent_fen(team.pk, user_id)
+    if monthly_fen < spent:
+        raise InvalidInput(
+            _(
+                "monthly_fen: %(budget)s is below the %(spent)s already spent this month; set "
+                "at least that."
+            )
+            % {"budget": format_fen(monthly_fen), "spent": format_fen(spent)},
+            code="budget_below_spent",
+        )
+    with transaction.atomic():
+        budget, _created = Budget.objects.update_or_create(
+            tenant=team,
+            user_id=user_id,
+            defaults={"monthly_fen": monthly_fen, "updated_at": timezone.now()},
+        )
+        audit_record(
+            tenant_id=team.pk,
+            actor=actor,
+            action="budget.set",
+            object_type="user" if user_id else "team",
+            object_id=user_id or team.pk,
+            data={"monthly_fen": monthly_fen},
+            ip=ip,
+        )
+    return BudgetState(budget, spent)
+
+
+def budgets_spent(*, now: datetime | None = None) -> list[tuple[str, str | None]]:
+    """(team, member or None for the whole team) of every budget spent this month whose
+    team has running instances: what the metering tick stops."""
+    running = Instance.objects.filter(status=InstanceStatus.RUNNING).values("tenant_id")
+    spent = []
+    for budget in Budget.objects.filter(tenant_id__in=running):
+        if spent_fen(budget.tenant_id, budget.user_id, now=now) >= budget.monthly_fen:
+            spent.append((budget.tenant_id, budget.user_id))
+    return spent

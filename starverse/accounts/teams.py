@@ -1,0 +1,336 @@
+"""Teams' people: memberships and their roles, invitations by e-mailed link, and who may act
+for which tenant. A team is a Tenant of kind team (its wallet is opened by
+billing.onboarding.team_create); a personal tenant has no membership rows, its person is its
+owner. Every act here is written to the team's audit log."""
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core import signing
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+
+from starverse.accounts.audit import audit_record
+from starverse.accounts.models import (
+    ApiToken,
+    Invitation,
+    Membership,
+    Role,
+    Tenant,
+    TenantKind,
+    User,
+    all_scopes,
+    normalize_email,
+)
+from starverse.core.dispatch import enqueue_on_commit
+from starverse.core.errors import Conflict, Forbidden, InvalidInput, NotFound
+from starverse.core.roles import require_manager, require_owner
+
+logger = logging.getLogger(__name__)
+INVITATION_DAYS = 7
+INVITATION_SALT = "starverse.accounts.team-invitation"
+INVITATION_MAIL_TASK = "starverse.accounts.tasks.send_team_invitation"
+MAX_TEAM_NAME = 200
+
+
+class _Signer(signing.TimestampSigner):
+    def timestamp(self) -> str:
+        return signing.b62_encode(int(timezone.now().timestamp()))
+
+
+def role_in(user: Any, tenant_id: str) -> str | None:
+    """The user's role in a tenant: owner of their own, their membership's in a team, or None."""
+    if tenant_id == user.personal_tenant_id:
+        return Role.OWNER
+    return (
+        Membership.objects.filter(tenant_id=tenant_id, user_id=user.pk)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def team_of(user: Any, team_id: str) -> Tenant:
+    """A team the user belongs to; any other (or none) is a 404, as for every tenant object."""
+    team = Tenant.objects.filter(
+        pk=team_id, kind=TenantKind.TEAM, memberships__user_id=user.pk
+    ).first()
+    if team is None:
+        raise NotFound(_("No such team."))
+    return team
+
+
+def team_name_clean(name: str) -> str:
+    name = name.strip()
+    if not name:
+        raise InvalidInput(_("name: give the team a name."), code="invalid_name")
+    return name[:MAX_TEAM_NAME]
+
+
+def team_tenant_create(*, user: User, name: str) -> Tenant:
+    """The team's tenant with its creator as owner (the caller opens its wallet in the same
+    transaction)."""
+    team = Tenant.objects.create(name=team_name_clean(name), kind=TenantKind.TEAM)
+    Membership.objects.create(tenant=team, user_id=user.pk, role=Role.OWNER)
+    audit_record(tenant_id=team.pk, actor=user, action="team.created", obj=team)
+    return team
+
+
+def acting_in(user: Any, team: Tenant) -> Any:
+    """The user with their role in `team`: team management acts for the team in the URL, so
+    the role is read from there, not from the tenant the request acts for."""
+    role = role_in(user, team.pk)
+    if role is None:
+        raise NotFound(_("No such team."))
+    probe = User(pk=user.pk, tenant_id=team.pk)
+    probe.acting_role = role
+    return probe
+
+
+def _owners(team: Tenant) -> int:
+    return Membership.objects.filter(tenant=team, role=Role.OWNER).count()
+
+
+def membership_role_set(
+    *, actor: Any, team: Tenant, user_id: str, role: str, ip: str | None = None
+) -> Membership:
+    """Change a member's role (owner/admin). Only an owner makes or unmakes owners; the last
+    owner stays one (409 `last_owner`)."""
+    acting = acting_in(actor, team)
+    require_manager(acting)
+    if role not in Role.values:
+        raise InvalidInput(_("role: choose owner, admin, member or billing."), code="invalid_role")
+    with transaction.atomic():
+        # the team's memberships locked in one order: two demotions at once cannot both pass
+        members = list(Membership.objects.select_for_update().filter(tenant=team).order_by("pk"))
+        membership = next((m for m in members if m.user_id == user_id), None)
+        if membership is None:
+            raise NotFound(_("No such member."))
+        if Role.OWNER in (role, membership.role):
+            require_owner(acting, _("making or unmaking owners"))
+        owners = sum(1 for m in members if m.role == Role.OWNER)
+        if membership.role == Role.OWNER and role != Role.OWNER and owners == 1:
+            raise Conflict(
+                _("A team needs an owner: make another member owner first."), code="last_owner"
+            )
+        before = membership.role
+        membership.role = role
+        membership.save(update_fields=["role"])
+        audit_record(
+            tenant_id=team.pk,
+            actor=actor,
+            action="member.role_changed",
+            object_type="user",
+            object_id=user_id,
+            data={"from": before, "to": role},
+            ip=ip,
+        )
+    return membership
+
+
+def membership_remove(*, actor: Any, team: Tenant, user_id: str, ip: str | None = None) -> None:
+    """Remove a member (owners and admins; anyone may leave). Their team tokens are revoked
+    with the membership and their sessions stop acting for the team at their next request;
+    the last owner cannot be removed (409 `last_owner`)."""
+    acting = acting_in(actor, team)
+    if user_id != actor.pk:
+        require_manager(acting)
+    with transaction.atomic():
+        members = list(Membership.objects.select_for_update().filter(tenant=team).order_by("pk"))
+        membership = next((m for m in members if m.user_id == user_id), None)
+        if membership is None:
+            raise NotFound(_("No such member."))
+        if membership.role == Role.OWNER and user_id != actor.pk:
+            require_owner(acting, _("removing an owner"))
+        if membership.role == Role.OWNER and sum(m.role == Role.OWNER for m in members) == 1:
+            raise Conflict(
+                _("A team needs an owner: make another member owner before removing this one."),
+                code="last_owner",
+            )
+        membership.delete()
+        revoked = ApiToken.objects.filter(
+            user_id=user_id, team=team, revoked_at__isnull=True
+        ).update(revoked_at=timezone.now())
+        audit_record(
+            tenant_id=team.pk,
+            actor=actor,
+            action="member.removed",
+            object_type="user",
+            object_id=user_id,
+            data={"role": membership.role, "tokens_revoked": revoked},
+            ip=ip,
+        )
+
+
+def invitation_token(invitation: Invitation) -> str:
+    return _Signer(salt=INVITATION_SALT).sign_object([invitation.pk])
+
+
+def invitation_link(invitation: Invitation) -> str:
+    path = reverse("teams:invitation_accept", args=[invitation_token(invitation)])
+    return settings.PUBLIC_BASE_URL.rstrip("/") + path
+
+
+def invitation_create(
+    *,
+    actor: Any,
+    team: Tenant,
+    email: str,
+    role: str,
+    ip: str | None = None,
+    language: str | None = None,
+) -> Invitation:
+    """Invite an address (owners and admins; only an owner invites an owner). An address that
+    is already a member is a 409 `already_member`. The link is mailed after commit."""
+    acting = acting_in(actor, team)
+    require_manager(acting)
+    if role not in Role.values:
+        raise InvalidInput(_("role: choose owner, admin, member or billing."), code="invalid_role")
+    if role == Role.OWNER:
+        require_owner(acting, _("inviting an owner"))
+    email = normalize_email(email)
+    if "@" not in email or len(email) > 254:
+        raise InvalidInput(_("email: enter a valid e-mail address."), code="invalid_email")
+    if Membership.objects.filter(tenant=team, user__email=email).exists():
+        raise Conflict(
+            _("%(email)s is already a member of this team.") % {"email": email},
+            code="already_member",
+        )
+    with transaction.atomic():
+        invitation = Invitation.objects.create(
+            tenant=team,
+            email=email,
+            role=role,
+            invited_by_id=actor.pk,
+            expires_at=timezone.now() + timedelta(days=INVITATION_DAYS),
+        )
+        audit_record(
+            tenant_id=team.pk,
+            actor=actor,
+            action="invitation.created",
+            obj=invitation,
+            data={"email": email, "role": role},
+            ip=ip,
+        )
+        language = language or translation.get_language() or settings.LANGUAGE_CODE
+        enqueue_on_commit(INVITATION_MAIL_TASK, invitation.pk, language)
+    return invitation
+
+
+def invitation_revoke(*, actor: Any, invitation: Invitation, ip: str | None = None) -> None:
+    require_manager(acting_in(actor, invitation.tenant))
+    if invitation.accepted_at is not None:
+        raise Conflict(_("This invitation was already accepted."), code="already_accepted")
+    with transaction.atomic():
+        Invitation.objects.filter(pk=invitation.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        audit_record(
+            tenant_id=invitation.tenant_id,
+            actor=actor,
+            action="invitation.revoked",
+            obj=invitation,
+            data={"email": invitation.email},
+            ip=ip,
+        )
+
+
+def invitation_for_token(token: str) -> Invitation:
+    """The invitation a link names while it can be accepted, else a 400 saying why."""
+    try:
+        (invitation_id,) = _Signer(salt=INVITATION_SALT).unsign_object(
+            token, max_age=timedelta(days=INVITATION_DAYS)
+        )
+    except signing.SignatureExpired:
+        raise InvalidInput(
+            _("This invitation has expired; ask the team for a new one."), code="link_expired"
+        ) from None
+    except (signing.BadSignature, ValueError, TypeError):
+        raise InvalidInput(_("This invitation link is not valid."), code="invalid_link") from None
+    invitation = Invitation.objects.select_related("tenant").filter(pk=invitation_id).first()
+    if invitation is None or invitation.revoked_at is not None:
+        raise InvalidInput(_("This invitation was withdrawn."), code="invalid_link")
+    if invitation.expires_at <= timezone.now():
+        raise InvalidInput(
+            _("This invitation has expired; ask the team for a new one."), code="link_expired"
+        )
+    return invitation
+
+
+def invitation_accept(*, user: User, token: str, ip: str | None = None) -> Membership:
+    """Join the team of an invitation, once, as the signed-in person it was sent to."""
+    invitation = invitation_for_token(token)
+    if normalize_email(user.email) != invitation.email:
+        raise Forbidden(
+            _("This invitation was sent to another e-mail address; sign in as %(email)s.")
+            % {"email": invitation.email},
+            code="wrong_account",
+        )
+    try:
+        with transaction.atomic():
+            done = Invitation.objects.filter(
+                pk=invitation.pk, accepted_at__isnull=True, revoked_at__isnull=True
+            ).update(accepted_at=timezone.now(), accepted_by_id=user.pk)
+            if not done:
+                raise Conflict(_("This invitation was already used."), code="already_accepted")
+            membership = Membership.objects.create(
+                tenant_id=invitation.tenant_id, user_id=user.pk, role=invitation.role
+            )
+            audit_record(
+                tenant_id=invitation.tenant_id,
+                actor=user,
+                action="invitation.accepted",
+                obj=invitation,
+                data={"email": invitation.email, "role": invitation.role},
+                ip=ip,
+            )
+    except IntegrityError:
+        raise Conflict(_("You are already a member of this team."), code="already_member") from None
+    logger.info(
+        "team.joined team=%s user=%s role=%s", invitation.tenant_id, user.pk, invitation.role
+    )
+    return membership
+
+
+def invitation_email_send(*, invitation_id: str, language: str) -> bool:
+    invitation = (
+        Invitation.objects.select_related("tenant", "invited_by")
+        .filter(pk=invitation_id, accepted_at__isnull=True, revoked_at__isnull=True)
+        .first()
+    )
+    if invitation is None:
+        return False
+    context = {
+        "team": invitation.tenant.name,
+        "inviter": invitation.invited_by.email,
+        "role": Role(invitation.role).label,
+        "link": invitation_link(invitation),
+        "days": INVITATION_DAYS,
+    }
+    with translation.override(language):
+        subject = render_to_string("teams/invitation_subject.txt", context).strip()
+        body = render_to_string("teams/invitation_email.txt", context)
+    send_mail(subject, body, None, [invitation.email])
+    logger.info("team.invitation_sent invitation=%s team=%s", invitation.pk, invitation.tenant_id)
+    return True
+
+
+def token_team_check(*, user: Any, team_id: str | None, scopes: list[str]) -> list[str]:
+    """The scopes of a new token, checked: a team token only for a member of the team, and
+    scopes of read, instances, billing and admin (all of them when none are named)."""
+    if team_id and role_in(user, team_id) is None:
+        raise NotFound(_("No such team."))
+    scopes = list(dict.fromkeys(scopes)) if scopes else all_scopes()
+    unknown = [scope for scope in scopes if scope not in all_scopes()]
+    if unknown:
+        raise InvalidInput(
+            _("scopes: unknown scope %(scope)s; use read, instances, billing or admin.")
+            % {"scope": unknown[0]},
+            code="invalid_scope",
+        )
+    return scopes

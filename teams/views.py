@@ -1,0 +1,189 @@
+"""Console pages of teams: the switch at the top, the list of one's teams, a team's page
+(members and their roles, invitations, budgets, a transfer form), its audit log with a CSV
+download, and the page an invitation's link opens. Every act goes through the same services
+as the API; their refusals are shown as messages."""
+
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from billing.onboarding import team_create
+from billing.selectors import wallet_for_tenant
+from instances.budgets import budget_set, budgets_of
+from starverse.accounts.audit import request_ip
+from starverse.accounts.middleware import ACTING_TEAM_KEY
+from starverse.accounts.models import Invitation, Membership, Role, Tenant, TenantKind
+from starverse.accounts.teams import (
+    acting_in,
+    invitation_accept,
+    invitation_create,
+    invitation_for_token,
+    invitation_revoke,
+    membership_remove,
+    membership_role_set,
+    role_in,
+    team_of,
+)
+from starverse.core.errors import NotFound, ServiceError
+from starverse.core.money import MoneyParseError, parse_fen
+from teams.api.views import audit_csv
+from teams.services import audit_events, transfer_make
+
+
+def _team(request: HttpRequest, pk: str) -> Tenant:
+    """A team of the signed-in person's, else a 404 page as for every tenant object."""
+    try:
+        return team_of(request.user, pk)
+    except NotFound:
+        raise Http404 from None
+
+
+@login_required
+@require_POST
+def switch(request: HttpRequest) -> HttpResponse:
+    team_id = request.POST.get("team", "")
+    if team_id and role_in(request.user, team_id) is not None:
+        request.session[ACTING_TEAM_KEY] = team_id
+    else:
+        request.session.pop(ACTING_TEAM_KEY, None)
+    return redirect("console:dashboard")
+
+
+@login_required
+def team_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        try:
+            team = team_create(user=request.user, name=request.POST.get("name", ""))  # type: ignore[arg-type]
+        except ServiceError as error:
+            messages.error(request, error.message)
+        else:
+            return redirect("teams:team", team.pk)
+    roles = dict(
+        Membership.objects.filter(user_id=request.user.pk).values_list("tenant_id", "role")
+    )
+    teams = Tenant.objects.filter(kind=TenantKind.TEAM, pk__in=list(roles)).order_by("name")
+    rows = [(team, Role(roles[team.pk]).label) for team in teams]
+    return render(request, "teams/teams.html", {"rows": rows, "active": "teams"})
+
+
+@login_required
+def team_page(request: HttpRequest, pk: str) -> HttpResponse:
+    team = _team(request, pk)
+    acting = acting_in(request.user, team)
+    manager = acting.acting_role in (Role.OWNER, Role.ADMIN)
+    context: dict[str, Any] = {
+        "team": team,
+        "role": acting.acting_role,
+        "manager": manager,
+        "members": Membership.objects.filter(tenant=team).select_related("user"),
+        "invitations": Invitation.objects.filter(
+            tenant=team, accepted_at__isnull=True, revoked_at__isnull=True
+        )
+        if manager
+        else [],
+        "budgets": budgets_of(team.pk),
+        "wallet": wallet_for_tenant(team.pk),
+        "roles": Role.choices,
+        "transfer_key": uuid.uuid4().hex,  # a double-submitted form moves the money once
+        "active": "teams",
+    }
+    return render(request, "teams/team.html", context)
+
+
+def _fen(request: HttpRequest, name: str) -> int:
+    try:
+        return parse_fen(request.POST.get(name, ""))
+    except MoneyParseError:
+        raise ServiceError(_("Enter an amount in yuan, such as 100 or 100.50.")) from None
+
+
+@login_required
+@require_POST
+def team_act(request: HttpRequest, pk: str, what: str) -> HttpResponse:
+    """The team page's forms: invite, revoke, role, remove, budget, transfer."""
+    user: Any = request.user
+    team = _team(request, pk)
+    ip = request_ip(request)
+    post = request.POST
+    try:
+        if what == "invite":
+            invitation_create(
+                actor=user, team=team, email=post.get("email", ""), role=post.get("role", ""), ip=ip
+            )
+            messages.success(request, _("Invitation sent."))
+        elif what == "revoke":
+            invitation = Invitation.objects.filter(tenant=team, pk=post.get("invitation")).first()
+            if invitation is not None:
+                invitation_revoke(actor=user, invitation=invitation, ip=ip)
+        elif what == "role":
+            membership_role_set(
+                actor=user,
+                team=team,
+                user_id=post.get("user", ""),
+                role=post.get("role", ""),
+                ip=ip,
+            )
+        elif what == "remove":
+            membership_remove(actor=user, team=team, user_id=post.get("user", ""), ip=ip)
+            if post.get("user") == user.pk:
+                return redirect("teams:teams")
+        elif what == "budget":
+            budget_set(
+                actor=acting_in(user, team),
+                team=team,
+                user_id=post.get("user") or None,
+                monthly_fen=_fen(request, "amount"),
+                ip=ip,
+            )
+            messages.success(request, _("Budget saved."))
+        elif what == "transfer":
+            transfer_make(
+                user=user,
+                team=team,
+                amount_fen=_fen(request, "amount"),
+                direction=post.get("direction", ""),
+                idempotency_key=post.get("key", ""),
+                ip=ip,
+            )
+            messages.success(request, _("Transferred."))
+    except ServiceError as error:
+        messages.error(request, error.message)
+    return redirect("teams:team", team.pk)
+
+
+@login_required
+def audit_page(request: HttpRequest, pk: str) -> HttpResponse:
+    team = _team(request, pk)
+    try:
+        events = audit_events(user=request.user, team=team, action=request.GET.get("action", ""))
+    except ServiceError as error:
+        messages.error(request, error.message)
+        return redirect("teams:team", team.pk)
+    if request.GET.get("format") == "csv":
+        return audit_csv(team, events)
+    context = {"team": team, "events": events.select_related("actor")[:200], "active": "teams"}
+    return render(request, "teams/audit.html", context)
+
+
+@login_required
+def invitation_accept_page(request: HttpRequest, token: str) -> HttpResponse:
+    try:
+        invitation = invitation_for_token(token)
+    except ServiceError as error:
+        messages.error(request, error.message)
+        return redirect("teams:teams")
+    if request.method == "POST":
+        try:
+            membership = invitation_accept(user=request.user, token=token, ip=request_ip(request))  # type: ignore[arg-type]
+        except ServiceError as error:
+            messages.error(request, error.message)
+        else:
+            messages.success(request, _("You joined %(team)s.") % {"team": invitation.tenant.name})
+            return redirect("teams:team", membership.tenant_id)
+    return render(request, "teams/accept.html", {"invitation": invitation, "active": "teams"})
