@@ -64,9 +64,17 @@ def _require_reason(reason: str) -> str:
 # --- top-ups ------------------------------------------------------------------------------
 
 
-def topup_create(*, user: Any, amount_fen: int) -> TopUp:
-    """Open a Stripe Checkout Session for a top-up of the user's wallet."""
+def topup_create(*, user: Any, amount_fen: int, payment_method: str = "") -> TopUp:
+    """Open a Stripe Checkout Session for a top-up of the user's wallet, offering every payment
+    method the operator enabled, or only `payment_method` (which must be one of them)."""
     low, high = settings.TOPUP_MIN_FEN, settings.TOPUP_MAX_FEN
+    enabled = list(settings.STRIPE_PAYMENT_METHODS)
+    if payment_method and payment_method not in enabled:
+        raise InvalidInput(
+            _("Paying by %(method)s is not offered here; choose one of: %(enabled)s.")
+            % {"method": payment_method, "enabled": ", ".join(enabled)},
+            code="payment_method_unavailable",
+        )
     if (
         isinstance(amount_fen, bool)
         or not isinstance(amount_fen, int)
@@ -99,6 +107,7 @@ def topup_create(*, user: Any, amount_fen: int) -> TopUp:
             + reverse("billing:billing")
             + f"?cancelled={topup.id}",
             expires_at=int(topup.expires_at.timestamp()),  # type: ignore[union-attr]
+            payment_methods=[payment_method] if payment_method else enabled,
         )
     except gateway.GatewayError as error:
         TopUp.objects.filter(pk=topup.pk).update(

@@ -121,6 +121,7 @@ def checkout_session_create(
     success_url: str,
     cancel_url: str,
     expires_at: int,
+    payment_methods: list[str],
 ) -> CheckoutSession:
     params = {
         "mode": "payment",
@@ -135,7 +136,7 @@ def checkout_session_create(
                 "quantity": 1,
             }
         ],
-        "payment_method_types": list(settings.STRIPE_PAYMENT_METHODS),
+        "payment_method_types": payment_methods,
         "success_url": success_url,
         "cancel_url": cancel_url,
         "expires_at": expires_at,
@@ -143,7 +144,7 @@ def checkout_session_create(
         "customer_email": email,
         "metadata": {"topup_id": topup_id, "tenant_id": tenant_id},
     }
-    if "wechat_pay" in settings.STRIPE_PAYMENT_METHODS:
+    if "wechat_pay" in payment_methods:
         params["payment_method_options"] = {"wechat_pay": {"client": "web"}}
     obj = _call(
         "checkout.create",

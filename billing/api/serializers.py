@@ -64,8 +64,19 @@ class LedgerOutput(serializers.ModelSerializer):
         return obj.balance_after_fen
 
 
+# The ways to pay that Stripe Checkout offers here; an operator enables some of them
+# (STRIPE_PAYMENT_METHODS) and a top-up may ask for one.
+PAYMENT_METHODS = [("card", "Card"), ("alipay", "Alipay"), ("wechat_pay", "WeChat Pay")]
+
+
 class TopUpCreateInput(InputSerializer):
     amount_fen = StrictIntegerField()
+    payment_method = serializers.ChoiceField(
+        choices=PAYMENT_METHODS,
+        required=False,
+        help_text="Offer only this way to pay on the checkout page (one the operator enabled, "
+        "STRIPE_PAYMENT_METHODS). Omitted: every enabled one.",
+    )
 
 
 class TopUpOutput(serializers.ModelSerializer):

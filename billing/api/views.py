@@ -108,7 +108,11 @@ class TopUpViewSet(mixins.ListModelMixin, TenantScopedViewSet[TopUp]):
         data = self.parse(request, TopUpCreateInput)
         user = signed_in_user(request)
         require_payer(user)
-        topup = topup_create(user=user, amount_fen=data["amount_fen"])
+        topup = topup_create(
+            user=user,
+            amount_fen=data["amount_fen"],
+            payment_method=data.get("payment_method", ""),
+        )
         audit_request(request, "topup.created", topup, amount_fen=topup.amount_fen)
         return Response(self.output(topup), status=status.HTTP_201_CREATED)
 

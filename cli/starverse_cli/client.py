@@ -1,0 +1,194 @@
+"""The REST API over urllib: bearer token, JSON both ways, the API's error shape, retries that
+are safe, and list pagination.
+
+Retries: a 429 with `Retry-After` (the throttle: nothing was done) is retried for any call, up
+to MAX_ATTEMPTS and waiting at most MAX_RETRY_AFTER_S each time; a 429 without it (an account
+limit such as `queue_limit`) is an answer, not a wait. A connection error or a timeout is
+retried only for calls that are safe to repeat: reads, and creates that carry an
+Idempotency-Key the server honours (an order answered twice is one order)."""
+
+from __future__ import annotations
+
+import json
+import locale
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from starverse_cli import __version__
+from starverse_cli.config import API_PREFIX
+
+MAX_ATTEMPTS = 5
+MAX_RETRY_AFTER_S = 60.0
+TIMEOUT_S = 30.0
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class ApiError(Exception):
+    """An error answer of the API: its HTTP status, `code` and `detail` (and field errors)."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        code: str = "",
+        errors: dict[str, Any] | None = None,
+        body: Any = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status, self.detail, self.code = status, detail, code
+        self.errors = errors or {}
+        self.body = body
+
+
+class NetworkError(Exception):
+    """The server could not be reached, or did not answer in time."""
+
+
+def accept_language(environ: dict[str, str] | None = None) -> str:
+    """The console's language for the user's locale: API messages come back in Chinese for a
+    zh_* locale, in English otherwise."""
+    env = os.environ if environ is None else environ
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = env.get(name)
+        if value:
+            break
+    else:
+        value = (locale.getlocale()[0] or "") if environ is None else ""
+    return "zh-hans, en;q=0.5" if value.lower().startswith("zh") else "en"
+
+
+class Client:
+    """One API server and token. `sleep` is injectable so tests of the retry rules run fast."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout: float = TIMEOUT_S,
+        sleep: Callable[[float], None] | None = None,
+        opener: Callable[..., Any] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.sleep = sleep or time.sleep
+        self.opener = opener or urllib.request.urlopen
+        self.language = accept_language()
+
+    def url(self, path: str, query: dict[str, Any] | None = None) -> str:
+        if path.startswith(("http://", "https://")):
+            url = path
+        else:
+            url = f"{self.base_url}{API_PREFIX}/{path.lstrip('/')}"
+        if query:
+            pairs = {key: value for key, value in query.items() if value is not None}
+            if pairs:
+                url += ("&" if "?" in url else "?") + urllib.parse.urlencode(pairs)
+        return url
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        auth: bool = True,
+        repeatable: bool | None = None,
+    ) -> Any:
+        """The decoded JSON answer (None for 204), or ApiError / NetworkError. `repeatable`:
+        whether a network error may be retried (default: a read, or a call with an
+        Idempotency-Key)."""
+        url = self.url(path, query)
+        sent = {
+            "Accept": "application/json",
+            "Accept-Language": self.language,
+            "User-Agent": f"starverse-cli/{__version__}",
+            **(headers or {}),
+        }
+        if auth and self.token:
+            sent["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            sent["Content-Type"] = "application/json"
+        if repeatable is None:
+            repeatable = method in SAFE_METHODS or "Idempotency-Key" in sent
+        attempt = 0
+        while True:
+            attempt += 1
+            req = urllib.request.Request(url, data=data, headers=sent, method=method)  # noqa: S310
+            try:
+                with self.opener(req, timeout=self.timeout) as answer:
+                    raw = answer.read()
+                    return json.loads(raw) if raw else None
+            except urllib.error.HTTPError as error:
+                wait = _retry_after(error)
+                if error.code == 429 and wait is not None and attempt < MAX_ATTEMPTS:
+                    self.sleep(min(wait, MAX_RETRY_AFTER_S))
+                    continue
+                raise _api_error(error) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+                if repeatable and attempt < MAX_ATTEMPTS:
+                    self.sleep(min(2.0 ** (attempt - 1), 10.0))
+                    continue
+                reason = getattr(error, "reason", error)
+                raise NetworkError(f"cannot reach {self.base_url}: {reason}") from None
+
+    def get(self, path: str, **query: Any) -> Any:
+        return self.request("GET", path, query=query or None)
+
+    def post(self, path: str, body: Any = None, **options: Any) -> Any:
+        return self.request("POST", path, body={} if body is None else body, **options)
+
+    def delete(self, path: str, **query: Any) -> Any:
+        return self.request("DELETE", path, query=query or None)
+
+    def paginate(self, path: str, **query: Any) -> Iterator[dict[str, Any]]:
+        """Every row of a list, page after page (`next`), or a plain list answer as it is."""
+        page: Any = self.request("GET", path, query=query or None)
+        while True:
+            if isinstance(page, list):
+                yield from page
+                return
+            yield from page.get("results") or []
+            following = page.get("next")
+            if not following:
+                return
+            page = self.request("GET", following)
+
+    def list_all(self, path: str, **query: Any) -> list[dict[str, Any]]:
+        return list(self.paginate(path, **query))
+
+
+def _retry_after(error: urllib.error.HTTPError) -> float | None:
+    value = error.headers.get("Retry-After") if error.headers else None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: not sent by this API; treat as no hint
+
+
+def _api_error(error: urllib.error.HTTPError) -> ApiError:
+    try:
+        raw = error.read()
+    except OSError:
+        raw = b""
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        detail = str(body.get("detail") or error.reason or "")
+        errors = body.get("errors") if isinstance(body.get("errors"), dict) else None
+        return ApiError(error.code, detail, str(body.get("code") or ""), errors, body)
+    return ApiError(error.code, f"HTTP {error.code} {error.reason}", "", None, None)

@@ -1,0 +1,824 @@
+"""`starverse`: the command line, its arguments and its exit codes.
+
+Exit codes (stable: scripts rely on them):
+  0 ok · 1 API error · 2 usage · 3 authentication (no or invalid token) · 4 not found ·
+  5 payment required (402) · 6 conflict (409: wrong state, idempotency) · 7 timeout or network
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import platform
+import shlex
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from starverse_cli import __version__, completion, sshpin
+from starverse_cli.client import ApiError, Client, NetworkError
+from starverse_cli.config import Config, ConfigError, config_dir
+from starverse_cli.output import dump_json, fields, parse_yuan, table, yuan
+
+OK, API_ERROR, USAGE, AUTH, NOT_FOUND, PAYMENT, CONFLICT, TIMEOUT = range(8)
+STATUS_EXIT = {401: AUTH, 402: PAYMENT, 404: NOT_FOUND, 409: CONFLICT}
+SPINNER = "|/-\\"
+INSTANCE_END = {"failed", "terminated"}
+CLUSTER_END = {"failed", "terminated"}
+
+
+class CliError(Exception):
+    """A failure the CLI itself reports: its message and exit code."""
+
+    def __init__(self, message: str, code: int = API_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+    config: Config
+    out: TextIO
+    err: TextIO
+    _client: Client | None = None
+
+    @property
+    def json(self) -> bool:
+        return bool(getattr(self.args, "json", False))
+
+    def settings_client(self, *, auth: bool = True) -> Client:
+        if self._client is None:
+            settings = self.config.settings(profile=self.args.profile, api_url=self.args.api_url)
+            if auth and not settings.token:
+                raise CliError("not logged in: run `starverse login` or set STARVERSE_TOKEN", AUTH)
+            self._client = Client(settings.api_url, settings.token)
+        return self._client
+
+    @property
+    def client(self) -> Client:
+        return self.settings_client()
+
+    def emit(self, value: Any, human: Callable[[], object]) -> None:
+        if self.json:
+            dump_json(value, self.out)
+        else:
+            human()
+
+    def note(self, text: str) -> None:
+        """Progress and hints: stderr, so stdout stays what a script reads."""
+        self.err.write(text + "\n")
+        self.err.flush()
+
+
+# ---------------------------------------------------------------- account
+
+
+def cmd_login(ctx: Context) -> int:
+    args = ctx.args
+    # the server from --api-url, STARVERSE_API_URL or the profile; the token is the new one
+    settings = ctx.config.settings(profile=args.profile, api_url=args.api_url)
+    client = Client(settings.api_url, None)
+    if args.email:
+        password = _secret("Password: ", args.password_stdin)
+        body = {"email": args.email, "password": password, "name": args.token_name}
+        if args.otp:
+            body["otp"] = args.otp
+        try:
+            created = client.post("auth/token", body, auth=False)
+        except ApiError as error:
+            if error.code != "otp_required" or not sys.stdin.isatty():
+                raise
+            body["otp"] = input("Authenticator code: ").strip()
+            created = client.post("auth/token", body, auth=False)
+        token = str(created["token"])
+    else:
+        token = args.token or _secret("API token (sv_…): ", not sys.stdin.isatty())
+    token = token.strip()
+    if not token:
+        raise CliError("no token given", USAGE)
+    me = Client(settings.api_url, token).get("me")  # a token that does not work is not saved
+    ctx.config.set_profile(settings.profile, {"api_url": settings.api_url, "token": token})
+    ctx.config.save()
+    ctx.emit(
+        {"profile": settings.profile, "api_url": settings.api_url, "user": me},
+        lambda: ctx.out.write(
+            f"Logged in to {settings.api_url} as {me.get('email')} "
+            f"(profile {settings.profile}; saved in {ctx.config.path}).\n"
+        ),
+    )
+    return OK
+
+
+def _secret(prompt: str, from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    return getpass.getpass(prompt)
+
+
+def cmd_logout(ctx: Context) -> int:
+    name = ctx.config.profile_name(ctx.args.profile)
+    values = ctx.config.profile(name)
+    values.pop("token", None)
+    ctx.config.set_profile(name, values)
+    ctx.config.save()
+    ctx.emit({"profile": name}, lambda: ctx.out.write(f"Logged out (profile {name}).\n"))
+    return OK
+
+
+def cmd_whoami(ctx: Context) -> int:
+    me = ctx.client.get("me")
+    balance = me.get("balance") or {}
+    ctx.emit(
+        me,
+        lambda: fields(
+            [
+                ("Account", me.get("id")),
+                ("E-mail", me.get("email")),
+                ("Verified", "yes" if me.get("email_verified") else "no"),
+                ("Balance", yuan(balance.get("total_fen"))),
+            ],
+            ctx.out,
+        ),
+    )
+    return OK
+
+
+# ---------------------------------------------------------------- catalog
+
+
+def cmd_offerings(ctx: Context) -> int:
+    rows = ctx.settings_client(auth=False).list_all("offerings")
+    ctx.emit(
+        rows,
+        lambda: table(
+            ["ID", "NAME", "GPUS", "PRICE/H", "PRICE/MONTH", "FREE"],
+            [
+                [
+                    row["id"],
+                    row["name"],
+                    f"{row['gpu_count']}× {row['gpu_model']}",
+                    yuan(row["price_per_hour_fen"]),
+                    yuan(row.get("price_per_month_fen")),
+                    row["available"],
+                ]
+                for row in rows
+            ],
+            ctx.out,
+        ),
+    )
+    return OK
+
+
+def _resolve(client: Client, path: str, value: str, what: str) -> str:
+    """An id from an id or an exact name (case-insensitive) among the caller's `path` list."""
+    rows = client.list_all(path)
+    if any(row.get("id") == value for row in rows):
+        return value
+    named = [row for row in rows if str(row.get("name", "")).lower() == value.lower()]
+    if len(named) == 1:
+        return str(named[0]["id"])
+    if named:
+        ids = ", ".join(str(row["id"]) for row in named)
+        raise CliError(f"several {what}s are named {value!r}: use an id ({ids})", USAGE)
+    raise CliError(f"no {what} {value!r}", NOT_FOUND)
+
+
+# ---------------------------------------------------------------- instances
+
+
+def _gpus(row: dict[str, Any]) -> str:
+    return f"{row.get('gpu_count')}× {row.get('gpu_model')}"
+
+
+def _instance_human(ctx: Context, row: dict[str, Any]) -> None:
+    ssh = row.get("ssh") or {}
+    pairs: list[tuple[str, Any]] = [
+        ("ID", row["id"]),
+        ("Name", row.get("name")),
+        ("Status", row.get("status")),
+        ("GPUs", _gpus(row)),
+        ("Image", row.get("image")),
+        ("Billing", row.get("billing")),
+        ("Price/h", yuan(row.get("price_per_hour_fen"))),
+        ("Cost so far", yuan(row.get("cost_fen"))),
+        ("Region", row.get("region")),
+        ("Disks", ", ".join(row.get("disks") or [])),
+    ]
+    if row.get("queue_position"):
+        pairs.append(("Queue position", row["queue_position"]))
+    if ssh:
+        pairs += [("SSH", ssh.get("command")), ("Host key", ssh.get("host_key_fingerprint"))]
+    if row.get("jupyter_url"):
+        pairs.append(("Jupyter", row["jupyter_url"]))
+    if row.get("error_message"):
+        pairs.append(("Error", row["error_message"]))
+    fields(pairs, ctx.out)
+
+
+def _wait(
+    ctx: Context,
+    path: str,
+    target: set[str],
+    end: set[str],
+    timeout: float,
+) -> dict[str, Any]:
+    """Poll `path` until its status is in `target`: a spinner on a terminal, a line per status
+    change otherwise. CliError when it ends elsewhere (1) or time runs out (7)."""
+    interval = float(os.environ.get("STARVERSE_POLL_INTERVAL", "2"))
+    deadline = time.monotonic() + timeout
+    started, shown, turn = time.monotonic(), "", 0
+    tty = ctx.err.isatty() and not ctx.json
+    while True:
+        row: dict[str, Any] = ctx.client.get(path)
+        status = str(row.get("status"))
+        if tty:
+            spent = int(time.monotonic() - started)
+            ctx.err.write(f"\r{SPINNER[turn % 4]} {row['id']}: {status} ({spent}s)   ")
+            ctx.err.flush()
+            turn += 1
+        elif status != shown:
+            ctx.note(f"{row['id']}: {status}")
+        shown = status
+        if status in target or status in end:
+            if tty:
+                ctx.err.write("\n")
+            if status in target:
+                return row
+            reason = row.get("error_message") or ""
+            raise CliError(f"{row['id']} is {status}" + (f": {reason}" if reason else ""))
+        if time.monotonic() >= deadline:
+            if tty:
+                ctx.err.write("\n")
+            raise CliError(
+                f"timed out after {int(timeout)}s waiting for {row['id']} (still {status})",
+                TIMEOUT,
+            )
+        time.sleep(interval)
+
+
+def cmd_rent(ctx: Context) -> int:
+    args, client = ctx.args, ctx.client
+    offering = args.offering
+    if not offering.startswith("off_"):
+        offering = _resolve(ctx.settings_client(auth=False), "offerings", offering, "offering")
+    body: dict[str, Any] = {"offering": offering, "image": args.image}
+    if args.name:
+        body["name"] = args.name
+    if args.region:
+        body["region"] = args.region
+    if args.monthly:
+        body["billing"] = "monthly"
+    if args.disk:
+        body["disks"] = [_resolve(client, "disks", disk, "disk") for disk in args.disk]
+    if args.ssh_key:
+        body["ssh_keys"] = [_resolve(client, "ssh-keys", key, "SSH key") for key in args.ssh_key]
+    if args.port:
+        body["ports"] = args.port
+    key = args.idempotency_key or str(uuid.uuid4())
+    row = client.post("instances", body, headers={"Idempotency-Key": key})
+    if args.wait:
+        row = _wait(ctx, f"instances/{row['id']}", {"running"}, INSTANCE_END, args.timeout)
+    ctx.emit(row, lambda: _instance_human(ctx, row))
+    return OK
+
+
+def cmd_ls(ctx: Context) -> int:
+    rows = ctx.client.list_all("instances", status=ctx.args.status)
+    if not ctx.args.all and not ctx.args.status:
+        rows = [row for row in rows if row.get("status") != "terminated"]
+    ctx.emit(
+        rows,
+        lambda: table(
+            ["ID", "NAME", "STATUS", "GPUS", "PRICE/H", "COST", "SSH"],
+            [
+                [
+                    row["id"],
+                    row.get("name"),
+                    row.get("status"),
+                    _gpus(row),
+                    yuan(row.get("price_per_hour_fen")),
+                    yuan(row.get("cost_fen")),
+                    (row.get("ssh") or {}).get("command"),
+                ]
+                for row in rows
+            ],
+            ctx.out,
+        ),
+    )
+    return OK
+
+
+def cmd_show(ctx: Context) -> int:
+    row = ctx.client.get(f"instances/{ctx.args.id}")
+    if ctx.json:
+        dump_json(row, ctx.out)
+        return OK
+    _instance_human(ctx, row)
+    events = ctx.client.list_all(f"instances/{ctx.args.id}/events")
+    if events:
+        ctx.out.write("\n")
+        table(
+            ["AT", "STATUS", "MESSAGE"],
+            [[e.get("at"), e.get("status"), e.get("message")] for e in events[-10:]],
+            ctx.out,
+        )
+    return OK
+
+
+def cmd_ssh(ctx: Context) -> int:
+    row = ctx.client.get(f"instances/{ctx.args.id}")
+    ssh = row.get("ssh")
+    if not ssh:
+        raise CliError(f"{row['id']} is {row.get('status')}: SSH works while it runs", CONFLICT)
+    expected = ssh.get("host_key_fingerprint")
+    if not expected:
+        raise CliError(f"the API names no host key for {row['id']}: cannot verify the host")
+    known_hosts = ctx.config.known_hosts
+    try:
+        sshpin.pin(known_hosts, ssh["host"], int(ssh["port"]), expected)
+    except sshpin.HostKeyError as error:
+        raise CliError(str(error)) from error
+    command = list(getattr(ctx.args, "remote", []))
+    argv = sshpin.ssh_argv(
+        host=ssh["host"],
+        port=int(ssh["port"]),
+        user=ssh.get("user") or "root",
+        known_hosts=known_hosts,
+        identity=ctx.args.identity,
+        options=ctx.args.option or (),
+        command=command,
+        program=os.environ.get("STARVERSE_SSH", "ssh"),
+    )
+    if ctx.args.print_command:
+        ctx.emit(argv, lambda: ctx.out.write(shlex.join(argv) + "\n"))
+        return OK
+    ctx.out.flush()
+    ctx.err.flush()
+    try:
+        return sshpin.run_ssh(argv)
+    except sshpin.HostKeyError as error:
+        raise CliError(str(error)) from error
+
+
+def _instance_action(ctx: Context, verb: str, target: set[str]) -> int:
+    row = ctx.client.post(f"instances/{ctx.args.id}/{verb}")
+    if ctx.args.wait:
+        row = _wait(ctx, f"instances/{row['id']}", target, INSTANCE_END, ctx.args.timeout)
+    ctx.emit(row, lambda: ctx.out.write(f"{row['id']}: {row.get('status')}\n"))
+    return OK
+
+
+def cmd_stop(ctx: Context) -> int:
+    return _instance_action(ctx, "stop", {"stopped"})
+
+
+def cmd_start(ctx: Context) -> int:
+    return _instance_action(ctx, "start", {"running"})
+
+
+def _confirm(ctx: Context, question: str) -> None:
+    if ctx.args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise CliError(f"{question} Not asked on a non-interactive input: pass -y", USAGE)
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise CliError("cancelled", USAGE)
+
+
+def cmd_rm(ctx: Context) -> int:
+    instance = ctx.args.id
+    keep = " (its disk is kept as a cloud disk)" if ctx.args.keep_disk else ""
+    _confirm(ctx, f"Terminate {instance}{keep}? This cannot be undone.")
+    query = {"keep_disk": "true"} if ctx.args.keep_disk else {}
+    row = ctx.client.delete(f"instances/{instance}", **query)
+    if ctx.args.wait:
+        row = _wait(ctx, f"instances/{row['id']}", {"terminated"}, {"failed"}, ctx.args.timeout)
+    ctx.emit(row, lambda: ctx.out.write(f"{row['id']}: {row.get('status')}\n"))
+    return OK
+
+
+# ---------------------------------------------------------------- disks
+
+
+def _disk_rows(ctx: Context, rows: list[dict[str, Any]]) -> None:
+    table(
+        ["ID", "NAME", "SIZE", "STATUS", "ATTACHED TO", "REGION"],
+        [
+            [
+                row["id"],
+                row.get("name"),
+                f"{row.get('size_gb')} GB",
+                row.get("status"),
+                row.get("attached_to"),
+                row.get("region"),
+            ]
+            for row in rows
+        ],
+        ctx.out,
+    )
+
+
+def cmd_disks_ls(ctx: Context) -> int:
+    rows = ctx.client.list_all("disks")
+    ctx.emit(rows, lambda: _disk_rows(ctx, rows))
+    return OK
+
+
+def cmd_disks_create(ctx: Context) -> int:
+    body: dict[str, Any] = {"name": ctx.args.name, "size_gb": ctx.args.size_gb}
+    if ctx.args.region:
+        body["region"] = ctx.args.region
+    row = ctx.client.post("disks", body)
+    ctx.emit(row, lambda: _disk_rows(ctx, [row]))
+    return OK
+
+
+def cmd_disks_rm(ctx: Context) -> int:
+    _confirm(ctx, f"Delete disk {ctx.args.id} and its data?")
+    ctx.client.delete(f"disks/{ctx.args.id}")
+    ctx.emit({"id": ctx.args.id, "deleted": True}, lambda: ctx.out.write("deleted\n"))
+    return OK
+
+
+def cmd_disks_attach(ctx: Context) -> int:
+    body = {"disk": ctx.args.disk, "restart": ctx.args.restart}
+    row = ctx.client.post(f"instances/{ctx.args.instance}/disks", body)
+    ctx.emit(row, lambda: ctx.out.write(f"{ctx.args.disk} → {ctx.args.instance}\n"))
+    return OK
+
+
+def cmd_disks_detach(ctx: Context) -> int:
+    query = {"restart": "true"} if ctx.args.restart else {}
+    row = ctx.client.delete(f"instances/{ctx.args.instance}/disks/{ctx.args.disk}", **query)
+    ctx.emit(row, lambda: ctx.out.write(f"{ctx.args.disk} detached\n"))
+    return OK
+
+
+# ---------------------------------------------------------------- clusters
+
+
+def _cluster_rows(ctx: Context, rows: list[dict[str, Any]]) -> None:
+    table(
+        ["ID", "NAME", "STATUS", "NODES", "PRICE/H", "COST"],
+        [
+            [
+                row["id"],
+                row.get("name"),
+                row.get("status"),
+                f"{row.get('node_count')}× {row.get('gpu_model')}",
+                yuan(row.get("price_per_hour_fen")),
+                yuan(row.get("cost_fen")),
+            ]
+            for row in rows
+        ],
+        ctx.out,
+    )
+
+
+def cmd_clusters_ls(ctx: Context) -> int:
+    rows = ctx.client.list_all("clusters")
+    ctx.emit(rows, lambda: _cluster_rows(ctx, rows))
+    return OK
+
+
+def _cluster_human(ctx: Context, row: dict[str, Any]) -> None:
+    _cluster_rows(ctx, [row])
+    ranks = row.get("ranks") or []
+    if ranks:
+        ctx.out.write("\n")
+        table(
+            ["RANK", "INSTANCE", "NODE", "STATUS", "HOST"],
+            [
+                [r.get("rank"), r.get("instance"), r.get("node"), r.get("status"), r.get("host")]
+                for r in ranks
+            ],
+            ctx.out,
+        )
+    launch = row.get("launch") or {}
+    if launch:
+        ctx.out.write("\n")
+        fields(sorted(launch.items()), ctx.out)
+
+
+def cmd_clusters_create(ctx: Context) -> int:
+    args, client = ctx.args, ctx.client
+    offering = args.offering
+    if not offering.startswith("off_"):
+        offering = _resolve(ctx.settings_client(auth=False), "offerings", offering, "offering")
+    body: dict[str, Any] = {
+        "offering": offering,
+        "node_count": args.nodes,
+        "image": args.image,
+        "template": args.template,
+    }
+    if args.name:
+        body["name"] = args.name
+    if args.region:
+        body["region"] = args.region
+    if args.monthly:
+        body["billing"] = "monthly"
+    if args.ssh_key:
+        body["ssh_keys"] = [_resolve(client, "ssh-keys", key, "SSH key") for key in args.ssh_key]
+    key = args.idempotency_key or str(uuid.uuid4())
+    row = client.post("clusters", body, headers={"Idempotency-Key": key})
+    if args.wait:
+        row = _wait(ctx, f"clusters/{row['id']}", {"running"}, CLUSTER_END, args.timeout)
+    ctx.emit(row, lambda: _cluster_human(ctx, row))
+    return OK
+
+
+def cmd_clusters_show(ctx: Context) -> int:
+    row = ctx.client.get(f"clusters/{ctx.args.id}")
+    ctx.emit(row, lambda: _cluster_human(ctx, row))
+    return OK
+
+
+def _cluster_action(ctx: Context, verb: str, target: set[str]) -> int:
+    row = ctx.client.post(f"clusters/{ctx.args.id}/{verb}")
+    if ctx.args.wait:
+        row = _wait(ctx, f"clusters/{row['id']}", target, CLUSTER_END, ctx.args.timeout)
+    ctx.emit(row, lambda: ctx.out.write(f"{row['id']}: {row.get('status')}\n"))
+    return OK
+
+
+def cmd_clusters_stop(ctx: Context) -> int:
+    return _cluster_action(ctx, "stop", {"stopped"})
+
+
+def cmd_clusters_start(ctx: Context) -> int:
+    return _cluster_action(ctx, "start", {"running"})
+
+
+def cmd_clusters_rm(ctx: Context) -> int:
+    _confirm(ctx, f"Terminate cluster {ctx.args.id} and every rank? This cannot be undone.")
+    row = ctx.client.delete(f"clusters/{ctx.args.id}")
+    ctx.emit(row, lambda: ctx.out.write(f"{row['id']}: {row.get('status')}\n"))
+    return OK
+
+
+# ---------------------------------------------------------------- billing
+
+
+def cmd_balance(ctx: Context) -> int:
+    row = ctx.client.get("billing/balance")
+    pairs: list[tuple[str, Any]] = [
+        ("Balance", yuan(row.get("total_fen"))),
+        ("Cash", yuan(row.get("cash_fen"))),
+        ("Trial credit", yuan(row.get("promo_fen"))),
+    ]
+    if row.get("arrears_fen"):
+        pairs.append(("Arrears", yuan(row["arrears_fen"])))
+    if row.get("on_hold"):
+        pairs.append(("On hold", "yes: new rentals are refused until support lifts it"))
+    ctx.emit(row, lambda: fields(pairs, ctx.out))
+    return OK
+
+
+def cmd_topup(ctx: Context) -> int:
+    try:
+        amount_fen = parse_yuan(ctx.args.amount)
+    except ValueError as error:
+        raise CliError(str(error), USAGE) from error
+    body: dict[str, Any] = {"amount_fen": amount_fen}
+    if ctx.args.method:
+        body["payment_method"] = ctx.args.method
+    # The key names this invocation in the server's logs, but top-ups do not dedupe on it, so a
+    # network error is not retried: a second checkout would open (nothing is paid until paid).
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    row = ctx.client.request("POST", "billing/topups", body=body, headers=headers, repeatable=False)
+    if ctx.json:
+        dump_json(row, ctx.out)
+        return OK
+    ctx.note(f"Top-up {row['id']} of {yuan(row['amount_fen'])}: pay on this page.")
+    ctx.out.write(f"{row['checkout_url']}\n")
+    return OK
+
+
+# ---------------------------------------------------------------- completion
+
+
+def cmd_completion(ctx: Context) -> int:
+    parser = build_parser()
+    ctx.out.write(completion.script(parser, ctx.args.shell))
+    return OK
+
+
+# ---------------------------------------------------------------- the parser
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every command takes, also after its name (`starverse ls --json`)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print the API's JSON instead of tables",
+    )
+    return common
+
+
+def _wait_options(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--wait", action="store_true", help=f"wait until {what}")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds --wait waits (default 600)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="starverse",
+        description="Rent GPUs on Starverse from the command line.",
+        epilog="Exit codes: 0 ok, 1 API error, 2 usage, 3 authentication, 4 not found, "
+        "5 payment required, 6 conflict, 7 timeout or network.",
+    )
+    parser.add_argument("--version", action="version", version=f"starverse-cli {__version__}")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON")
+    parser.add_argument(
+        "--profile", default=os.environ.get("STARVERSE_PROFILE"), help="config profile to use"
+    )
+    parser.add_argument("--api-url", help="the server (default: STARVERSE_API_URL, the profile)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(
+        sub: Any, name: str, handler: Callable[[Context], int], text: str
+    ) -> argparse.ArgumentParser:
+        made: argparse.ArgumentParser = sub.add_parser(
+            name, parents=[common], help=text, description=text
+        )
+        made.set_defaults(handler=handler)
+        return made
+
+    login = add(commands, "login", cmd_login, "save an API token for this profile")
+    login.add_argument("--token", help="an API token (sv_…); without it, asked for")
+    login.add_argument("--email", help="log in with e-mail and password; makes a token")
+    login.add_argument("--password-stdin", action="store_true", help="read the password on stdin")
+    login.add_argument("--otp", help="the authenticator code, if the account has one")
+    login.add_argument(
+        "--token-name", default=f"starverse-cli@{platform.node() or 'host'}"[:100], help="its name"
+    )
+    add(commands, "logout", cmd_logout, "forget this profile's token")
+    add(commands, "whoami", cmd_whoami, "the account the token belongs to")
+
+    add(commands, "offerings", cmd_offerings, "what can be rented, prices and free capacity")
+
+    rent = add(commands, "rent", cmd_rent, "rent an instance")
+    rent.add_argument("offering", help="an offering id (off_…) or its exact name")
+    rent.add_argument("--image", required=True, help="image id, e.g. pytorch-2.1")
+    rent.add_argument("--name", help="a name for the instance")
+    rent.add_argument("--disk", action="append", help="attach a cloud disk (id or name)")
+    rent.add_argument("--ssh-key", action="append", help="only this SSH key (id or name)")
+    rent.add_argument("--port", action="append", type=int, help="an HTTP port to publish")
+    rent.add_argument("--region", help="a region (default: any with room)")
+    rent.add_argument("--monthly", action="store_true", help="monthly billing (whole nodes)")
+    rent.add_argument("--idempotency-key", help="default: a new one per invocation")
+    _wait_options(rent, "it runs")
+
+    ls = add(commands, "ls", cmd_ls, "list instances")
+    ls.add_argument("--status", help="only this status")
+    ls.add_argument("-a", "--all", action="store_true", help="terminated ones too")
+
+    show = add(commands, "show", cmd_show, "an instance in detail, with its recent events")
+    show.add_argument("id")
+
+    ssh = add(commands, "ssh", cmd_ssh, "ssh into a running instance (host key pinned)")
+    ssh.add_argument("id")
+    ssh.add_argument("-i", "--identity", help="private key file for ssh -i")
+    ssh.add_argument("-o", "--option", action="append", help="an ssh -o option, repeatable")
+    ssh.add_argument(
+        "--print-command", action="store_true", help="print the ssh command instead of running it"
+    )
+    # the remote command follows `--` and is split off before parsing (main): argparse would
+    # give an optional positional nothing once options follow the id
+    ssh.usage = "starverse ssh [-h] [--json] [-i IDENTITY] [-o OPTION] ID [-- COMMAND ...]"
+
+    for name, handler, text, what in (
+        ("stop", cmd_stop, "stop an instance (its disk is kept)", "it is stopped"),
+        ("start", cmd_start, "start a stopped instance", "it runs"),
+    ):
+        action = add(commands, name, handler, text)
+        action.add_argument("id")
+        _wait_options(action, what)
+
+    rm = add(commands, "rm", cmd_rm, "terminate an instance")
+    rm.add_argument("id")
+    rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    rm.add_argument("--keep-disk", action="store_true", help="keep its disk as a cloud disk")
+    _wait_options(rm, "it is terminated")
+
+    disks = commands.add_parser("disks", parents=[common], help="cloud disks")
+    disk_commands = disks.add_subparsers(dest="disks_command", metavar="ACTION", required=True)
+    add(disk_commands, "ls", cmd_disks_ls, "list cloud disks")
+    create = add(disk_commands, "create", cmd_disks_create, "create a cloud disk")
+    create.add_argument("name")
+    create.add_argument("size_gb", type=int)
+    create.add_argument("--region")
+    disk_rm = add(disk_commands, "rm", cmd_disks_rm, "delete a detached disk and its data")
+    disk_rm.add_argument("id")
+    disk_rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    for name, handler, text in (
+        ("attach", cmd_disks_attach, "attach a disk to an instance"),
+        ("detach", cmd_disks_detach, "detach a disk from an instance"),
+    ):
+        action = add(disk_commands, name, handler, text)
+        action.add_argument("disk")
+        action.add_argument("instance")
+        action.add_argument(
+            "--restart", action="store_true", help="allow a running instance to restart"
+        )
+
+    clusters = commands.add_parser("clusters", parents=[common], help="multi-node clusters")
+    cluster_commands = clusters.add_subparsers(
+        dest="clusters_command", metavar="ACTION", required=True
+    )
+    add(cluster_commands, "ls", cmd_clusters_ls, "list clusters")
+    order = add(cluster_commands, "create", cmd_clusters_create, "order a cluster")
+    order.add_argument("offering", help="a whole-node offering id or exact name")
+    order.add_argument("--nodes", type=int, required=True, help="whole nodes, one rank each")
+    order.add_argument("--image", required=True)
+    order.add_argument(
+        "--template",
+        default="torchrun",
+        choices=["torchrun", "deepspeed", "megatron", "colossalai", "none"],
+    )
+    order.add_argument("--name")
+    order.add_argument("--ssh-key", action="append", help="only this SSH key (id or name)")
+    order.add_argument("--region")
+    order.add_argument("--monthly", action="store_true")
+    order.add_argument("--idempotency-key")
+    _wait_options(order, "every rank runs")
+    for name, handler, text, what in (
+        ("show", cmd_clusters_show, "a cluster, its ranks and launch commands", ""),
+        ("stop", cmd_clusters_stop, "stop every rank", "it is stopped"),
+        ("start", cmd_clusters_start, "start every rank", "it runs"),
+    ):
+        action = add(cluster_commands, name, handler, text)
+        action.add_argument("id")
+        if what:
+            _wait_options(action, what)
+    cluster_rm = add(cluster_commands, "rm", cmd_clusters_rm, "terminate a cluster")
+    cluster_rm.add_argument("id")
+    cluster_rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
+
+    add(commands, "balance", cmd_balance, "the account's balance")
+    topup = add(commands, "topup", cmd_topup, "top up: prints the checkout page to pay on")
+    topup.add_argument("amount", help="in yuan, e.g. 100 or 99.50")
+    topup.add_argument("--method", choices=["card", "alipay", "wechat_pay"], help="pay with")
+
+    shell = add(commands, "completion", cmd_completion, "print a shell completion script")
+    shell.add_argument("shell", choices=list(completion.SHELLS))
+    return parser
+
+
+def _report(error: ApiError, err: TextIO) -> int:
+    code = f" [{error.code}]" if error.code else ""
+    err.write(f"starverse: {error.detail}{code}\n")
+    for field, messages in (error.errors or {}).items():
+        listed = messages if isinstance(messages, list) else [messages]
+        for message in listed:
+            err.write(f"  {field}: {message}\n")
+    if error.status == 401:
+        err.write("  (log in again: starverse login, or set STARVERSE_TOKEN)\n")
+    return STATUS_EXIT.get(error.status, API_ERROR)
+
+
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    remote: list[str] = []
+    if "--" in words:
+        cut = words.index("--")
+        words, remote = words[:cut], words[cut + 1 :]
+    try:
+        args = parser.parse_args(words)
+        if remote and args.command != "ssh":
+            parser.error("`--` and a command after it are for `starverse ssh` only")
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    args.remote = remote
+    try:
+        config = Config(config_dir())
+        ctx = Context(args=args, config=config, out=out, err=err)
+        return int(args.handler(ctx))
+    except ApiError as error:
+        return _report(error, err)
+    except NetworkError as error:
+        err.write(f"starverse: {error}\n")
+        return TIMEOUT
+    except (CliError, ConfigError) as error:
+        err.write(f"starverse: {error}\n")
+        return error.code if isinstance(error, CliError) else API_ERROR
+    except KeyboardInterrupt:
+        err.write("\n")
+        return 130

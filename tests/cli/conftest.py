@@ -1,0 +1,101 @@
+"""A scripted HTTP server on 127.0.0.1 standing in for the API in the CLI's unit tests: each
+test says what each call answers, and reads back what the CLI sent."""
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Sent:
+    method: str
+    path: str  # with the query string
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class FakeApi:
+    url: str = ""
+    # (method, path with query) → answers given in turn, the last one repeated:
+    # (status, JSON body or None, headers)
+    answers: dict[tuple[str, str], list[tuple[int, Any, dict[str, str]]]] = field(
+        default_factory=dict
+    )
+    sent: list[Sent] = field(default_factory=list)
+
+    def on(
+        self,
+        method: str,
+        path: str,
+        status: int = 200,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> "FakeApi":
+        self.answers.setdefault((method, path), []).append((status, body, headers or {}))
+        return self
+
+    def answer(self, method: str, path: str) -> tuple[int, Any, dict[str, str]]:
+        queue = self.answers.get((method, path))
+        if not queue:
+            return 404, {"detail": "Not found.", "code": "not_found"}, {}
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeApi]:
+    api = FakeApi()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            api.sent.append(
+                Sent(
+                    self.command,
+                    self.path,
+                    dict(self.headers.items()),
+                    json.loads(raw) if raw else None,
+                )
+            )
+            status, body, headers = api.answer(self.command, self.path)
+            data = b"" if body is None else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = _serve
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield api
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean environment for `main()`: its own config directory, no token or server from the
+    developer's shell, English messages. Returns the config directory."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("STARVERSE_TOKEN", "STARVERSE_API_URL", "STARVERSE_PROFILE", "LC_ALL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.setenv("STARVERSE_POLL_INTERVAL", "0")
+    return tmp_path / "config" / "starverse"

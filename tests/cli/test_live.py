@@ -1,0 +1,278 @@
+"""The CLI end to end against a live server: `python -m starverse_cli` in a subprocess (as the
+installed `starverse` command runs it, PYTHONPATH=cli) talks over HTTP to pytest-django's live
+server, whose worker tasks run eagerly, whose cluster is the session's kube emulator and whose
+payments go to the Stripe stand-in.
+
+The flow: no token → exit 3; log in with e-mail and password; top up through the stand-in's
+checkout page; `rent --wait`; `ls --json`; `ssh ID -- echo hi` into the instance with the host
+key pinned; `stop`; `rm -y`; `balance`. The emulated pod runs nothing, so the instance's sshd is
+the images' real init (Debian's sshd) in a scratch root, serving the access Secret the platform
+wrote for the pod on the port the API gives (the Service's node port)."""
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from instances.models import Instance as InstanceRow
+from instances.provisioning import converge
+from starverse.core.hostkeys import host_key_from_private
+from tests.factories import PASSWORD, converge_until, make_user, read_existing
+from tests.images.test_init import SSHD
+from tests.images.test_init_ssh import Instance as InitRoot
+from tests.images.test_init_ssh import _safe_scratch, _user_key
+
+REPO = Path(__file__).resolve().parents[2]
+OFFERING = "1× RTX 4090 24GB"  # not a premium model: no trial limit
+IMAGE = "pytorch-2.1"
+WAIT_S = 30.0
+
+
+class Cli:
+    """Runs `python -m starverse_cli` with its own config directory and no inherited token."""
+
+    def __init__(self, config_home: Path, api_url: str) -> None:
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(config_home),
+            "XDG_CONFIG_HOME": str(config_home),
+            "PYTHONPATH": str(REPO / "cli"),
+            "STARVERSE_API_URL": api_url,
+            "STARVERSE_POLL_INTERVAL": "0.1",
+            "LANG": "C.UTF-8",
+        }
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "starverse_cli", *args]
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """The command running in the background (one that waits)."""
+        return subprocess.Popen(
+            self.argv(*args),
+            env=self.env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def __call__(self, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(*args),
+            env=self.env,
+            cwd=REPO,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+
+def while_running(process: subprocess.Popen[str], drive: Callable[[], object]) -> tuple[str, str]:
+    """Carry the worker's steps through (`drive`) while the CLI waits, then its output."""
+    drive()
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    return out, err
+
+
+@pytest.fixture
+def checkout(payments, live_server, settings):
+    """The Stripe stand-in delivering its signed webhooks to the live server."""
+    payments.webhook_url = f"{live_server.url}/webhooks/stripe"
+    settings.STRIPE_WEBHOOK_SECRETS = [payments.webhook_secret]
+    settings.PUBLIC_BASE_URL = live_server.url
+    return payments
+
+
+@pytest.fixture
+def init_root() -> Iterator[Path]:
+    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
+    assert shutil.which("ssh") and shutil.which("ssh-keyscan"), "apt-get install openssh-client"
+    assert os.geteuid() == 0, "sshd runs as root here, as in the container and in CI"
+    root = _safe_scratch()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _access_secret(row: InstanceRow) -> dict[str, str]:
+    secret = read_existing("Secret", row.k8s_namespace, f"{row.k8s_name}-access")
+    if "stringData" in secret:
+        return dict(secret["stringData"])
+    return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+
+
+def _pay(checkout_url: str) -> None:
+    """The stand-in's checkout page, paid by card (its form's POST); not following the
+    redirect to the console's return page (the webhook credits the top-up)."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    form = urllib.parse.urlencode({"method": "card"}).encode()
+    try:
+        pay = urllib.request.Request(checkout_url, data=form, method="POST")  # noqa: S310
+        opener.open(pay, timeout=10)
+    except urllib.error.HTTPError as answer:
+        assert answer.code == 303, answer.read()
+
+
+@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
+def test_rent_ssh_stop_and_remove_with_the_cli(
+    live_server, transactional_db, catalog, cluster, checkout, init_root, tmp_path
+):
+    cli = Cli(tmp_path / "home", live_server.url)
+
+    # without a token: a clear message and exit code 3, nothing asked of the server
+    refused = cli("ls")
+    assert refused.returncode == 3
+    assert "not logged in" in refused.stderr and "STARVERSE_TOKEN" in refused.stderr
+    assert refused.stdout == ""
+    assert cli("offerings").returncode == 0  # the catalog is public
+
+    # log in with e-mail and password: the token is made, checked and saved (0600)
+    user = make_user()
+    login = cli("login", "--email", user.email, "--password-stdin", stdin=PASSWORD + "\n")
+    assert login.returncode == 0, login.stderr
+    assert user.email in login.stdout
+    config = tmp_path / "home" / "starverse" / "config.json"
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert user.api_tokens.count() == 1
+    laptop, laptop_public = _user_key(init_root, "laptop")
+    added = _api(
+        live_server.url, config, "POST", "ssh-keys", name="laptop", public_key=laptop_public
+    )
+    assert added["name"] == "laptop"
+
+    # top up ¥100 through the Stripe stand-in's checkout page
+    topup = cli("topup", "100")
+    assert topup.returncode == 0, topup.stderr
+    checkout_url = topup.stdout.strip()
+    assert checkout_url.startswith(f"{checkout.url}/pay/")
+    _pay(checkout_url)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        balance = _json(cli("balance", "--json"))
+        if balance["cash_fen"] == 10_000:
+            break
+        assert time.monotonic() < deadline, f"the top-up was not credited: {balance}"
+        time.sleep(0.1)
+    assert balance["promo_fen"] == 1_000
+
+    # rent --wait, by the offering's name; the worker's retrying task carries it through
+    process = cli.start("rent", OFFERING, "--image", IMAGE, "--name", "cli-job", "--wait", "--json")
+    row = _wait_for_row(user)
+    out, err = while_running(process, lambda: converge_until(converge.provision, row.pk))
+    rented = _loads(out)
+    assert rented["id"] == row.pk
+    assert rented["status"] == "running"
+    assert rented["ssh"]["host_key_fingerprint"].startswith("SHA256:")
+    assert f"{row.pk}: running" in err  # plain progress lines off a terminal
+
+    listed = _json(cli("ls", "--json"))
+    assert [(item["id"], item["status"], item["name"]) for item in listed] == [
+        (row.pk, "running", "cli-job")
+    ]
+
+    # ssh: the instance's sshd (the images' init) with the platform's host key and the Secret's
+    # authorized keys, on the port the API gives
+    row.refresh_from_db()
+    secret = _access_secret(row)
+    assert laptop_public in secret["authorized_keys"]
+    sshd = InitRoot(init_root, host_key_from_private(secret["ssh_host_ed25519_key"]))
+    sshd.port = rented["ssh"]["port"]
+    sshd.secret(secret["authorized_keys"])
+    sshd.boot()
+    try:
+        session = cli("ssh", row.pk, "-i", str(laptop), "-o", "BatchMode=yes", "--", "echo", "hi")
+        assert session.returncode == 0, session.stderr + sshd.log.read_text()
+        assert session.stdout == "hi\n"
+        pinned = (tmp_path / "home" / "starverse" / "known_hosts").read_text().split()
+        assert pinned[0] == f"[127.0.0.1]:{sshd.port}"
+        assert f"{pinned[1]} {pinned[2]}" == sshd.host_key.public_openssh
+        status = cli("ssh", row.pk, "-i", str(laptop), "-o", "BatchMode=yes", "--", "exit 3")
+        assert status.returncode == 3  # the remote command's status comes back
+    finally:
+        sshd.kill()
+
+    # stop --wait; the instance keeps its disk and stops costing
+    process = cli.start("stop", row.pk, "--wait")
+    out, _err = while_running(process, lambda: converge_until(converge.stop, row.pk))
+    assert out == f"{row.pk}: stopped\n"
+    stopped = _json(cli("show", row.pk, "--json"))
+    assert stopped["status"] == "stopped" and stopped["ssh"] is None
+    no_ssh = cli("ssh", row.pk)
+    assert no_ssh.returncode == 6
+    assert "stopped" in no_ssh.stderr
+
+    # rm without -y off a terminal refuses; with -y it terminates
+    asked = cli("rm", row.pk)
+    assert asked.returncode == 2
+    assert _json(cli("show", row.pk, "--json"))["status"] == "stopped"
+    removed = _json(cli("rm", row.pk, "-y", "--json"))
+    assert removed["status"] in ("terminating", "terminated")  # the eager task may be done
+    assert converge_until(converge.terminate, row.pk) == "terminated"
+    assert _json(cli("ls", "--json")) == []
+    assert [item["status"] for item in _json(cli("ls", "--all", "--json"))] == ["terminated"]
+
+    # balance: what the API says, in yuan for people
+    final = _json(cli("balance", "--json"))
+    row.refresh_from_db()
+    assert final["total_fen"] == 11_000 - row.cost_fen
+    human = cli("balance")
+    assert f"¥{(11_000 - row.cost_fen) // 100:,}." in human.stdout
+
+    # an unknown instance is 4, another state's action 6, a bad token 3
+    assert cli("show", "ins_doesnotexist").returncode == 4
+    assert cli("start", row.pk).returncode == 6
+    cli.env["STARVERSE_TOKEN"] = "sv_not_a_valid_token_000000"
+    bad = cli("ls")
+    assert bad.returncode == 3
+    assert "starverse login" in bad.stderr
+
+
+def _wait_for_row(user: Any) -> InstanceRow:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        row = InstanceRow.objects.filter(tenant_id=user.tenant_id).first()
+        if row is not None:
+            return row
+        assert time.monotonic() < deadline, "the order did not arrive"
+        time.sleep(0.05)
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text)
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return _loads(done.stdout)
+
+
+def _api(base: str, config: Path, method: str, path: str, **body: Any) -> Any:
+    """A call the CLI has no command for (adding an SSH key), with the token it saved."""
+    token = json.loads(config.read_text())["profiles"]["default"]["token"]
+    request = urllib.request.Request(  # noqa: S310 - the live server's http:// address
+        f"{base}/api/v1/{path}",
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
+        return json.loads(answer.read())
