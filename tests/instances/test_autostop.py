@@ -261,6 +261,7 @@ def test_keep_running_snoozes_for_the_idle_time_from_now(renter, client_for):
     assert answer.json()["idle_stop_due_at"] is None
     instance.refresh_from_db()
     snoozed = instance.idle_counted_from
+    assert snoozed is not None
     assert instance.idle_warned_at is None and instance.idle_stop_due_at is None
     assert "Keep running" in messages(instance)[-1]
     # idle all along: no warning until 20 minutes after the snooze, the stop at 30
@@ -301,14 +302,15 @@ def test_busy_again_after_the_warning_takes_the_banner_down(renter):
 def test_a_scheduled_stop_stops_at_its_time(renter, client_for, django_capture_on_commit_callbacks):
     instance = running(renter, stop_after_hours=2)
     instance.refresh_from_db()
+    assert instance.stop_at is not None
     assert abs(instance.stop_at - (timezone.now() + timedelta(hours=2))) < timedelta(minutes=1)
 
     assert schedules_run(now=instance.stop_at - timedelta(seconds=1)) == []
     with django_capture_on_commit_callbacks(execute=True):
         assert schedules_run(now=instance.stop_at) == [instance.id]
 
-    instance.refresh_from_db()
-    assert (instance.status, instance.stop_at) == ("stopped", None)
+    stopped = Instance.objects.get(pk=instance.pk)
+    assert (stopped.status, stopped.stop_at) == ("stopped", None)
     assert "Stopped at the scheduled time." in messages(instance)
     assert AutoStop.objects.get(instance=instance).kind == "schedule"
     assert "stopped at its scheduled time" in mail.outbox[-1].body
@@ -389,6 +391,7 @@ def test_an_order_can_opt_out_or_set_its_own(renter, client_for):
 
     assert own["idle_stop"] == {"util_pct": 20, "minutes": 60}
     instance = Instance.objects.get(pk=own["id"])
+    assert instance.stop_at is not None
     assert abs(instance.stop_at - (timezone.now() + timedelta(hours=3))) < timedelta(minutes=1)
 
 
@@ -591,6 +594,7 @@ def test_the_api_shows_this_accounts_savings(renter, client_for):
 
 def test_an_idle_stop_of_a_monthly_rental_in_its_month_saves_nothing(renter):
     offering = Offering.objects.get(gpu_model_id="h100-80g", kind="bare_metal")
+    assert offering.price_per_month_fen is not None
     fund(renter, offering.price_per_month_fen * 2, key="month")
     instance, _ = instance_order(
         user=renter, offering_id=offering.id, image_id=IMAGE, billing="monthly"
