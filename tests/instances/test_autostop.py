@@ -557,7 +557,7 @@ def _stopped_at(instance: Instance, at: Any, price: int = 1200) -> None:
 
 def test_saved_money_runs_until_the_next_start(renter):
     instance = make_instance(renter)
-    now = timezone.now()
+    now = timezone.localtime(timezone.now()).replace(day=20, hour=12, minute=0, second=0)
     stop = now - timedelta(hours=5)
     _stopped_at(instance, stop)
     InstanceEvent.objects.create(
@@ -582,14 +582,14 @@ def test_saved_money_is_capped_at_a_day_and_counts_whole_minutes(renter):
 
 
 def test_the_api_shows_this_accounts_savings(renter, client_for):
-    instance = make_instance(renter)
-    _stopped_at(instance, timezone.now() - timedelta(hours=1, seconds=5))
-    other = make_user()
-    _stopped_at(make_instance(other), timezone.now() - timedelta(hours=3))
+    from tests.instances.test_autostop_console import recent_stop
+
+    recent_stop(make_instance(renter), price=12_000)
+    recent_stop(make_instance(make_user()), price=60_000)  # another account's
 
     body = client_for(renter).get("/api/v1/instances/auto-stop-savings").json()
 
-    assert (body["saved_fen"], body["stops"]) == (1200, 1)
+    assert (body["saved_fen"], body["stops"]) == (200, 1)
 
 
 def test_an_idle_stop_of_a_monthly_rental_in_its_month_saves_nothing(renter):
