@@ -17,15 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import (
-    DateTimeField,
-    ExpressionWrapper,
-    F,
-    OuterRef,
-    Q,
-    Subquery,
-    Value,
-)
+from django.db.models import F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -37,6 +29,7 @@ from instances.lifecycle import instance_stop
 from instances.models import AutoStop, Instance, InstanceEvent
 from instances.schedules import IdleStop
 from instances.states import instance_locked
+from starverse.accounts.models import IDLE_MINUTES_RANGE
 from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
@@ -44,6 +37,9 @@ S = InstanceStatus
 FRESH = timedelta(minutes=2)
 SAMPLE_SLACK = timedelta(minutes=1)
 SAVED_CAP = timedelta(hours=24)
+# The longest idle time an instance can be given (and raw samples are kept a day): no window
+# reaches further back.
+LOOKBACK = timedelta(minutes=IDLE_MINUTES_RANGE[1])
 STOPPABLE = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 
 
@@ -71,16 +67,13 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
     """One row per GPU of every candidate (a running instance with an idle stop, not a cluster's
     rank), in one query, with three index probes per GPU: its last busy sample in the window,
     its first sample in the window, and its newest sample. The window begins at the latest of
-    `now - minutes`, the start of the running and the idle count's start. The busy probe reads
-    the GPU's samples newest first and stops at the first busy one, so a busy GPU costs one
-    row and only an idle one reads its window."""
+    the start of the running, the idle count's start and LOOKBACK ago. The busy probe reads the
+    GPU's samples newest first and stops at the first busy one, so a busy GPU costs one row and
+    an idle one reads back to the start of its idle spell, which the stop itself keeps short."""
     window_start = Greatest(
-        ExpressionWrapper(
-            Value(now) - F("instance__idle_stop_minutes") * Value(timedelta(minutes=1)),
-            output_field=DateTimeField(),
-        ),
         F("instance__running_since"),
         Coalesce(F("instance__idle_counted_from"), F("instance__running_since")),
+        Value(now - LOOKBACK),
     )
     samples = GpuSample.objects.filter(
         gpu__node_id=OuterRef("node_id"), gpu__index=OuterRef("gpu_index"), at__lte=now
