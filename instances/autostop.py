@@ -246,6 +246,8 @@ def _warning_clear(found: _Idle) -> None:
 
 def _idle_stop(found: _Idle, *, now: datetime) -> bool:
     with transaction.atomic():
+        # under the row's lock: a Keep running that came after the scan read it wins
+        instance_locked(found.instance_id)
         if not Instance.objects.filter(_unchanged(found)).exists():
             return False
         message = later("Stopped: idle for %(minutes)s min (every GPU below %(pct)s %%).") % {

@@ -19,7 +19,7 @@ from instances.models import AutoStop, Instance, InstanceEvent, Offering
 from instances.provisioning import converge
 from instances.schedules import IdleStop
 from instances.tasks import auto_stop
-from tests.factories import IMAGE, converge_until, fund, make_instance, make_user
+from tests.factories import IMAGE, converge_until, fund, make_cluster, make_instance, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -609,3 +609,20 @@ def test_an_idle_stop_of_a_monthly_rental_in_its_month_saves_nothing(renter):
 
     assert idle_run(now=now + timedelta(minutes=10)).stopped == [instance.id]
     assert AutoStop.objects.get(instance=instance).price_per_hour_fen == 0
+
+
+def test_a_clusters_ranks_are_left_out(renter, client_for):
+    cluster = make_cluster(renter, node_count=1)
+    rank = Instance.objects.get(cluster=cluster)
+    assert rank.status == "provisioning"
+    started = timezone.now() - timedelta(minutes=60)
+    Instance.objects.filter(pk=rank.pk).update(
+        status="running", running_since=started, idle_stop_util_pct=5, idle_stop_minutes=30
+    )
+    report(rank, start=started, end=timezone.now(), util=0, step=60)
+
+    assert idle_run(now=timezone.now()).warned == []
+    answer = client_for(renter).patch(
+        f"/api/v1/instances/{rank.id}", {"stop_after_hours": 1}, format="json"
+    )
+    assert (answer.status_code, answer.json()["code"]) == (409, "cluster_rank")
