@@ -22,7 +22,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from billing.notices import mail_tenant
-from fleet.models import Allocation, GpuSample
+from fleet.models import Allocation, Gpu, GpuSample
 from instances.charges import period_active
 from instances.choices import AutoStopKind, BillingMode, InstanceStatus
 from instances.lifecycle import instance_stop
@@ -75,9 +75,10 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
         Coalesce(F("instance__idle_counted_from"), F("instance__running_since")),
         Value(now - LOOKBACK),
     )
-    samples = GpuSample.objects.filter(
-        gpu__node_id=OuterRef("node_id"), gpu__index=OuterRef("gpu_index"), at__lte=now
-    )
+    # the GPU's id first, so that each probe is a plain range of the (gpu, at) index that it
+    # reads in order and leaves at its first row (through a join it would sort the window)
+    gpu = Gpu.objects.filter(node_id=OuterRef("node_id"), index=OuterRef("gpu_index")).order_by()
+    samples = GpuSample.objects.filter(gpu_id=OuterRef("gpu_pk"), at__lte=now)
     in_window = samples.filter(at__gte=OuterRef("window_start"))
     busy = in_window.filter(
         Q(util__isnull=True) | Q(util__gte=OuterRef("instance__idle_stop_util_pct"))
@@ -89,7 +90,7 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
             instance__idle_stop_minutes__isnull=False,
             instance__running_since__isnull=False,
         )
-        .annotate(window_start=window_start)
+        .annotate(window_start=window_start, gpu_pk=Subquery(gpu.values("pk")[:1]))
         .annotate(
             last_busy=Subquery(busy.order_by("-at").values("at")[:1]),
             first_at=Subquery(in_window.order_by("at").values("at")[:1]),
