@@ -20,7 +20,9 @@ BASELINE = {
     "/api/v1/billing/ledger": 3,
     "/api/v1/offerings": 5,  # with the regions where each offering's GPU model is
     "/console/instances/": 4,
-    "/console/": 9,  # with the trial's state (the banner of an unverified address)
+    # with the trial's state (the banner of an unverified address), what auto-stop saved this
+    # month and the idle instances' banners
+    "/console/": 11,
     "/console/disks/": 11,  # with the regions (a disk's, and the new-disk form's choice)
     "/admin/fleet/node/": 13,  # with the region filter's choices
 }
