@@ -170,13 +170,15 @@ def idle_run(*, now: datetime | None = None) -> AutoStopRun:
         )
         if found.idle_from is None or idle_for < warn_after(found.idle, found.warn_minutes):
             if found.due_at is not None:  # busy again (or silent) after its warning
-                _warning_clear(found)
                 run.cleared.append(found.instance_id)
         elif not warned:
             if _idle_warn(found, now=now):
                 run.warned.append(found.instance_id)
         elif _stop_due(found, idle_for, now) and _idle_stop(found, now=now):
             run.stopped.append(found.instance_id)
+    if run.cleared:
+        # the banner goes; a new idle spell warns anew (one statement for all of them)
+        Instance.objects.filter(pk__in=run.cleared).update(idle_stop_due_at=None)
     return run
 
 
@@ -238,11 +240,6 @@ def _idle_warn(found: _Idle, *, now: datetime) -> bool:
         _mail_after_commit(instance, "instances/email/idle_warning.txt", words)
     logger.info("autostop.warned instance=%s due=%s", found.instance_id, due.isoformat())
     return True
-
-
-def _warning_clear(found: _Idle) -> None:
-    """Busy again (or silent) after a warning: the banner goes; a new idle spell warns anew."""
-    Instance.objects.filter(pk=found.instance_id).update(idle_stop_due_at=None)
 
 
 def _idle_stop(found: _Idle, *, now: datetime) -> bool:
