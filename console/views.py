@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from billing.selectors import ledger_for_tenant, trial_state, wallet_for_tenant
 from fleet.models import Region
+from instances.autostop import auto_stop_savings
 from instances.choices import InstanceStatus
 from instances.models import Instance
 from instances.selectors import spend_per_hour_fen
@@ -48,6 +49,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "spend_per_hour_fen": spend,
             "runway_minutes": runway_minutes,
             "trial": trial_state(request.user),  # type: ignore[arg-type]
+            "savings": auto_stop_savings(request.user.tenant_id),  # type: ignore[union-attr]
+            "idle_warned": list(
+                running.filter(idle_stop_due_at__isnull=False).order_by("idle_stop_due_at")
+            ),
             "active": "dashboard",
         },
     )

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from instances.lifecycle import image_delete, image_save, instance_stop, instance_terminate
-from instances.models import Image, Instance, InstanceEvent, Offering, TenantLimits
+from instances.models import AutoStop, Image, Instance, InstanceEvent, Offering, TenantLimits
 from instances.placement import misfit
 from starverse.accounts.admin import TenantAdmin
 from starverse.accounts.models import Tenant
@@ -174,6 +174,23 @@ class InstanceAdmin(admin.ModelAdmin):
 
 def _limit(value: int | None, default: int) -> str:
     return _("%(value)d (default)") % {"value": default} if value is None else str(value)
+
+
+@admin.register(AutoStop)
+class AutoStopAdmin(admin.ModelAdmin):
+    """The platform's automatic stops (idle, scheduled): a record, never edited."""
+
+    list_display = ("instance", "tenant", "kind", "at", "price_per_hour_fen")
+    list_filter = ("kind",)
+    search_fields = ("instance__id", "tenant__id")
+    date_hierarchy = "at"
+    list_select_related = ("instance", "tenant")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(TenantLimits)

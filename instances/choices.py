@@ -12,6 +12,11 @@ class BillingMode(models.TextChoices):
     MONTHLY = "monthly", _("Monthly")
 
 
+class AutoStopKind(models.TextChoices):
+    IDLE = "idle", _("Idle")
+    SCHEDULE = "schedule", _("Scheduled")
+
+
 class InstanceStatus(models.TextChoices):
     QUEUED = "queued", _("Queued")
     PROVISIONING = "provisioning", _("Provisioning")

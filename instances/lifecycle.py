@@ -28,6 +28,15 @@ from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingK
 from instances.gateway import ports_validate
 from instances.models import Image, Instance, InstanceEvent, Offering
 from instances.placement import Gang, choose, choose_nodes
+from instances.schedules import (
+    DEFAULT,
+    Default,
+    IdleStop,
+    idle_fields,
+    idle_stop_for_order,
+    stop_after_hours_clean,
+    stop_at_clean,
+)
 from instances.states import (
     gpus_release,
     instance_create,
@@ -149,14 +158,24 @@ def instance_order(
     auto_recover: bool | None = None,
     ports: list[int] | None = None,
     region: str = "",
+    idle_stop: IdleStop | Default | None = DEFAULT,
+    stop_at: datetime | None = None,
+    stop_after_hours: int | None = None,
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
     Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`
     are the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway).
     `region` keeps it to that region's nodes; "" (any) places it where there is room, or in
-    the region of the disks it orders (a disk attaches only in its own region)."""
+    the region of the disks it orders (a disk attaches only in its own region). `idle_stop`
+    (DEFAULT: the user's settings; None: off) and `stop_at` or `stop_after_hours` are its
+    automatic stops (instances.schedules)."""
     require_orderer(user)
     declared = ports_validate(ports or [])
+    idle, warn_minutes = idle_stop_for_order(user, idle_stop)
+    if stop_at is not None and stop_after_hours is not None:
+        raise InvalidInput(
+            _("stop_at: give stop_at or stop_after_hours, not both."), code="invalid_stop_at"
+        )
     request_hash = request_hash_of(
         offering=offering_id,
         image=image_id,
@@ -166,10 +185,18 @@ def instance_order(
         **({"disks": sorted(disks)} if disks else {}),
         **({"ports": declared} if declared else {}),
         **({"region": region} if region else {}),
+        # an order that leaves them to the defaults hashes as it did before they existed
+        **({} if isinstance(idle_stop, Default) else {"idle_stop": idle and idle.as_dict()}),
+        **({"stop_at": stop_at.isoformat()} if stop_at else {}),
+        **({"stop_after_hours": stop_after_hours} if stop_after_hours is not None else {}),
     )
     earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
     if earlier is not None:
         return earlier, False
+    now = timezone.now()
+    if stop_after_hours is not None:
+        stop_at = stop_after_hours_clean(stop_after_hours, now=now)
+    stop_at = stop_at_clean(stop_at, now=now)
     offering, image = orderable(offering_id, image_id, billing)
     region_id = order_region(user, region, disks or [])
     key_ids = ssh_keys_own(user, ssh_keys or [])
@@ -190,6 +217,8 @@ def instance_order(
         region_id=region_id,
         # Network-backed storage lets a cloud instance move; a whole node is the node.
         auto_recover=offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover,
+        stop_at=stop_at,
+        **idle_fields(idle, warn_minutes=warn_minutes, now=now),
     )
     try:
         with transaction.atomic():

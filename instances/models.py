@@ -7,7 +7,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from fleet.models import GpuModel, Node
-from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.choices import AutoStopKind, BillingMode, InstanceStatus, OfferingKind
 from starverse.core.ids import PublicIdField
 from starverse.core.text import Deferred, localized, parts, translate_stored
 
@@ -228,6 +228,27 @@ class Instance(models.Model):
         related_name="ranks",
     )
     rank = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Idle auto-stop (instances.autostop): stop once every GPU has been below
+    # idle_stop_util_pct % for idle_stop_minutes; both null = off. The warning goes
+    # idle_warn_minutes before; idle time counts from idle_counted_from at the earliest.
+    idle_stop_util_pct = models.PositiveSmallIntegerField(null=True, blank=True)
+    idle_stop_minutes = models.PositiveSmallIntegerField(null=True, blank=True)
+    idle_warn_minutes = models.PositiveSmallIntegerField(default=10)
+    idle_counted_from = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Idle time counts from here at the earliest: the last Keep running, or the "
+        "last change of the idle stop.",
+    )
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_stop_due_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Warned: it stops at this time if it stays idle (the console's banner).",
+    )
+    stop_at = models.DateTimeField(
+        null=True, blank=True, help_text="A scheduled stop (the user's, or the order's hours)."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
@@ -247,6 +268,17 @@ class Instance(models.Model):
                 fields=["cluster", "rank"],
                 condition=Q(cluster__isnull=False),
                 name="instance_cluster_rank",
+            ),
+            models.CheckConstraint(
+                condition=Q(idle_stop_util_pct__isnull=True, idle_stop_minutes__isnull=True)
+                | Q(idle_stop_util_pct__isnull=False, idle_stop_minutes__isnull=False),
+                name="instance_idle_stop_whole",
+            ),
+        ]
+        indexes = [
+            # the schedule's beat task reads only the few instances with a stop scheduled
+            models.Index(
+                fields=["stop_at"], condition=Q(stop_at__isnull=False), name="instance_stop_at"
             ),
         ]
 
@@ -333,3 +365,23 @@ class TenantLimits(models.Model):
 
     def __str__(self) -> str:
         return f"limits of {self.tenant_id}"
+
+
+class AutoStop(models.Model):
+    """The platform stopped an instance on its owner's behalf: idle (every GPU below the
+    threshold for the set time) or at its scheduled time. `price_per_hour_fen` is what a
+    running hour of it cost then (0 for a monthly rental in its paid month: stopping it saves
+    nothing); the money it saved is read from it (instances.autostop.auto_stop_savings)."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="auto_stops")
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=AutoStopKind.choices)
+    at = models.DateTimeField(default=timezone.now)
+    price_per_hour_fen = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["tenant", "at"], name="autostop_tenant_at")]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} {self.kind}@{self.at}"

@@ -179,12 +179,16 @@ INSTANCE_COLUMNS = (
     ("paid_until", "i.paid_until"),
     ("auto_renew", "i.auto_renew"),
     ("auto_recover", "i.auto_recover"),
+    ("idle_stop_util_pct", "i.idle_stop_util_pct"),
+    ("idle_stop_minutes", "i.idle_stop_minutes"),
+    ("idle_stop_due_at", "i.idle_stop_due_at"),
+    ("stop_at", "i.stop_at"),
     ("offering.gpu_model_id", "o.gpu_model_id"),
     ("offering.gpu_count", "o.gpu_count"),
     ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
     ("node.name", "n.name"),
 )
-_TIMES = {"created_at", "started_at", "queued_at", "paid_until"}
+_TIMES = {"created_at", "started_at", "queued_at", "paid_until", "idle_stop_due_at", "stop_at"}
 _BOOLEANS = {"auto_renew", "auto_recover"}
 _JSON = {"ports"}
 LIST_SQL = """

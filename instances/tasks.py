@@ -9,7 +9,7 @@ from django.db.models import Q
 
 from billing.notices import runway_notices_check
 from fleet.selectors import region_target, regions_configured
-from instances import lifecycle, metering, monthly
+from instances import autostop, lifecycle, metering, monthly
 from instances.choices import InstanceStatus
 from instances.models import Instance
 from instances.provisioning import converge, namespaces, prepull, reconcile
@@ -145,3 +145,17 @@ def refresh_access(self: Any, tenant_id: str) -> None:
         status__in=(InstanceStatus.PROVISIONING, InstanceStatus.RUNNING),
     ).values_list("id", flat=True):
         converge.access_refresh(instance_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def auto_stop() -> None:
+    """Every minute: scheduled stops that are due, then the idle auto-stop's warnings and stops."""
+    scheduled = autostop.schedules_run()
+    idle = autostop.idle_run()
+    if scheduled or idle.stopped or idle.warned:
+        logger.info(
+            "autostop.run scheduled=%s idle_stopped=%s warned=%s",
+            ",".join(scheduled),
+            ",".join(idle.stopped),
+            ",".join(idle.warned),
+        )

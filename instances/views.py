@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
@@ -30,6 +31,13 @@ from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
+from instances.schedules import (
+    MAX_STOP_AFTER_HOURS,
+    IdleStop,
+    idle_stop_clean,
+    instance_keep_running,
+    instance_schedule_set,
+)
 from instances.selectors import (
     availability,
     calculator_offerings,
@@ -37,9 +45,10 @@ from instances.selectors import (
     instance_metrics,
 )
 from instances.volumes import disk_attach, disk_detach
-from starverse.accounts.models import SshKey
+from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, SshKey
+from starverse.accounts.selectors import user_settings
 from starverse.core.console import redirect_back, run_change
-from starverse.core.errors import IdempotencyConflict, ServiceError
+from starverse.core.errors import IdempotencyConflict, InvalidInput, ServiceError
 from starverse.core.money import format_fen
 from starverse.core.tenancy import get_for_user, scope_to_user
 from starverse.core.text import localized
@@ -55,6 +64,11 @@ CAN_START = (S.STOPPED, S.FAILED)
 TRANSIENT = (S.QUEUED, S.PROVISIONING, S.STOPPING, S.TERMINATING)
 # Idempotency keys of console orders, apart from keys that API clients choose.
 ORDER_KEY_PREFIX = "console:"
+
+
+IDLE_UTIL_ERROR = gettext_lazy("Idle auto-stop: the utilisation is from 1 to 100 %.")
+IDLE_MINUTES_ERROR = gettext_lazy("Idle auto-stop: the idle time is from 10 to 1440 minutes.")
+STOP_AFTER_ERROR = gettext_lazy("Stop after: from 1 to 8760 hours.")
 
 
 def _new_token() -> str:
@@ -89,6 +103,25 @@ class RentForm(forms.Form):
         error_messages={
             "invalid_choice": gettext_lazy("That region is no longer offered; choose another.")
         },
+    )
+    idle_stop = forms.BooleanField(required=False)
+    idle_util_pct = forms.IntegerField(
+        required=False,
+        min_value=IDLE_UTIL_PCT_RANGE[0],
+        max_value=IDLE_UTIL_PCT_RANGE[1],
+        error_messages={"min_value": IDLE_UTIL_ERROR, "max_value": IDLE_UTIL_ERROR},
+    )
+    idle_minutes = forms.IntegerField(
+        required=False,
+        min_value=IDLE_MINUTES_RANGE[0],
+        max_value=IDLE_MINUTES_RANGE[1],
+        error_messages={"min_value": IDLE_MINUTES_ERROR, "max_value": IDLE_MINUTES_ERROR},
+    )
+    stop_after_hours = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_STOP_AFTER_HOURS,
+        error_messages={"min_value": STOP_AFTER_ERROR, "max_value": STOP_AFTER_ERROR},
     )
     token = forms.RegexField(regex=r"^[A-Za-z0-9_-]{16,64}$")
 
@@ -275,6 +308,8 @@ def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
         "name": "",
         "auto_recover": "on",
         "region": "",
+        **_idle_defaults(request),
+        "stop_after_hours": "",
     }
     return _Shown(
         chosen=chosen,
@@ -289,11 +324,43 @@ def _form_as_posted(request: HttpRequest) -> _Shown:
     return _Shown(
         chosen={
             key: str(request.POST.get(key, ""))[:100]
-            for key in ("offering", "image", "billing", "name", "auto_recover", "region")
+            for key in (
+                "offering",
+                "image",
+                "billing",
+                "name",
+                "auto_recover",
+                "region",
+                "idle_stop",
+                "idle_util_pct",
+                "idle_minutes",
+                "stop_after_hours",
+            )
         },
         token=str(request.POST.get("token", "")),
         selected_keys=request.POST.getlist("ssh_keys"),
         selected_disks=request.POST.getlist("disks"),
+    )
+
+
+def _idle_defaults(request: HttpRequest) -> dict[str, str]:
+    """The rent form's idle auto-stop as the user's settings have it."""
+    own = user_settings(request.user)  # type: ignore[arg-type]
+    return {
+        "idle_stop": "on" if own.idle_stop_enabled else "",
+        "idle_util_pct": str(own.idle_stop_util_pct),
+        "idle_minutes": str(own.idle_stop_minutes),
+    }
+
+
+def _idle_stop_chosen(request: HttpRequest, data: dict[str, Any]) -> IdleStop | None:
+    """The form's idle auto-stop: off unless ticked; a value left empty is the user's default."""
+    if not data["idle_stop"]:
+        return None
+    own = user_settings(request.user)  # type: ignore[arg-type]
+    return IdleStop(
+        util_pct=data["idle_util_pct"] or own.idle_stop_util_pct,
+        minutes=data["idle_minutes"] or own.idle_stop_minutes,
     )
 
 
@@ -315,6 +382,8 @@ def _order_place(
         disks=data["disks"],
         auto_recover=_auto_recover(offer.offerings, data),
         region=data["region"],
+        idle_stop=_idle_stop_chosen(request, data),
+        stop_after_hours=data["stop_after_hours"],
         idempotency_key=ORDER_KEY_PREFIX + data["token"],
     )
 
@@ -458,6 +527,9 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "new_share": new_share_take(request, instance),
             "can_change_ports": instance.status not in (S.TERMINATING, S.TERMINATED),
             "max_ports": MAX_PORTS,
+            "idle_warning": instance.status == S.RUNNING and instance.idle_stop_due_at is not None,
+            "can_change_stops": instance.status not in (S.TERMINATING, S.TERMINATED),
+            "idle_defaults": user_settings(request.user),  # type: ignore[arg-type]
         },
     )
 
@@ -577,3 +649,61 @@ def calculator(request: HttpRequest) -> HttpResponse:
     ]
     context = {"presets": PRESETS, "offerings": offerings, "active": "calculator"}
     return render(request, "billing/calculator.html", context)
+
+
+@login_required
+@require_POST
+def instance_schedule_view(request: HttpRequest, pk: str) -> HttpResponse:
+    """The instance page's Automatic stop form: the idle auto-stop (ticked, with its values) and
+    the scheduled stop (a local date and time, or empty for none)."""
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+
+    def save() -> None:
+        idle = None
+        if request.POST.get("idle_stop") == "on":
+            idle = idle_stop_clean(
+                {
+                    "util_pct": _whole(request.POST.get("idle_util_pct", "")),
+                    "minutes": _whole(request.POST.get("idle_minutes", "")),
+                }
+            )
+        instance_schedule_set(
+            instance_id=instance.pk,
+            user=request.user,
+            idle_stop=idle,
+            stop_at=_local_time(str(request.POST.get("stop_at", ""))),
+        )
+
+    run_change(
+        request, instance, save, _("Automatic stop of “%(name)s” saved.") % {"name": instance.name}
+    )
+    return redirect(reverse("instances:detail", args=[instance.pk]) + "#auto-stop")
+
+
+def _whole(text: Any) -> Any:
+    """A form's number as an int, or the text itself (the service then names the field)."""
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        return text
+
+
+def _local_time(text: str) -> Any:
+    """A datetime-local input in the user's time zone, or None when empty."""
+    if not text.strip():
+        return None
+    parsed = parse_datetime(text.strip())
+    if parsed is None:
+        raise InvalidInput(_("stop_at: enter a date and time."), code="invalid_stop_at")
+    return timezone.make_aware(parsed) if timezone.is_naive(parsed) else parsed
+
+
+@login_required
+@require_POST
+def instance_keep_running_view(request: HttpRequest, pk: str) -> HttpResponse:
+    return _act(
+        request,
+        pk,
+        instance_keep_running,
+        _("“%(name)s” keeps running: idle time counts again from now."),
+    )

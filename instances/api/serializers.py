@@ -2,14 +2,22 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from fleet.models import GpuModel
 from instances.choices import BillingMode
 from instances.gateway import MAX_PORTS, jupyter_url, ports_output
 from instances.models import Image, Instance, InstanceEvent, Offering, PortShare
+from instances.schedules import MAX_STOP_AFTER_HOURS, idle_stop_of
 from instances.selectors import queue_positions
-from starverse.core.api.serializers import InputSerializer, LocalizedField, StrictCharField
+from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE
+from starverse.core.api.serializers import (
+    InputSerializer,
+    LocalizedField,
+    StrictCharField,
+    StrictIntegerField,
+)
 
 
 class GpuModelOutput(serializers.ModelSerializer):
@@ -104,7 +112,51 @@ class ImageOutput(serializers.ModelSerializer):
         fields = ["id", "name", "description", "size_bytes", "prepull"]
 
 
-class InstanceCreateInput(InputSerializer):
+class IdleStopInput(InputSerializer):
+    util_pct = StrictIntegerField(
+        min_value=IDLE_UTIL_PCT_RANGE[0],
+        max_value=IDLE_UTIL_PCT_RANGE[1],
+        help_text="Idle means every GPU below this utilisation, in %.",
+    )
+    minutes = StrictIntegerField(
+        min_value=IDLE_MINUTES_RANGE[0],
+        max_value=IDLE_MINUTES_RANGE[1],
+        help_text="Stop after this many minutes idle.",
+    )
+
+
+class IdleStopOutput(serializers.Serializer):
+    util_pct = serializers.IntegerField()
+    minutes = serializers.IntegerField()
+
+
+IDLE_STOP_HELP = (
+    "Stop by itself once every GPU has been below util_pct % for minutes (a warning e-mail and "
+    "banner come first); null: never."
+)
+STOP_AT_HELP = "Stop at this time (in the future, within a year); null: no scheduled stop."
+STOP_AFTER_HELP = "Stop this many hours from now (sets stop_at); not with stop_at."
+
+
+class InstanceUpdateInput(InputSerializer):
+    """The automatic stops a PATCH (or an order) may set; a key left out is left as it is (at
+    an order: idle_stop from the account's settings, no scheduled stop)."""
+
+    idle_stop = IdleStopInput(required=False, allow_null=True, help_text=IDLE_STOP_HELP)
+    stop_at = serializers.DateTimeField(required=False, allow_null=True, help_text=STOP_AT_HELP)
+    stop_after_hours = StrictIntegerField(
+        required=False, min_value=1, max_value=MAX_STOP_AFTER_HOURS, help_text=STOP_AFTER_HELP
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("stop_at") is not None and "stop_after_hours" in attrs:
+            raise serializers.ValidationError(
+                {"stop_at": [_("Give stop_at or stop_after_hours, not both.")]}
+            )
+        return attrs
+
+
+class InstanceCreateInput(InstanceUpdateInput):
     offering = StrictCharField(max_length=32)
     image = StrictCharField(max_length=64)
     name = StrictCharField(max_length=100, required=False, allow_blank=True)
@@ -137,6 +189,11 @@ class InstanceCreateInput(InputSerializer):
         allow_blank=True,
         help_text="A region from GET /regions; omitted or blank: any (where there is room, or "
         "where the ordered disks are).",
+    )
+    idle_stop = IdleStopInput(
+        required=False,
+        allow_null=True,
+        help_text=IDLE_STOP_HELP + " Omitted: the account's settings (GET /account/settings).",
     )
 
 
@@ -243,7 +300,15 @@ SHAPE: dict[str, Callable[[Any, dict[str, int]], Any]] = {
     "paid_until": lambda o, _p: _iso(o.paid_until),
     "auto_renew": lambda o, _p: o.auto_renew,
     "auto_recover": lambda o, _p: o.auto_recover,
+    "idle_stop": lambda o, _p: _idle_stop(o),
+    "idle_stop_due_at": lambda o, _p: _iso(o.idle_stop_due_at) if o.status == "running" else None,
+    "stop_at": lambda o, _p: _iso(o.stop_at),
 }
+
+
+def _idle_stop(obj: Any) -> dict[str, int] | None:
+    idle = idle_stop_of(obj)
+    return idle.as_dict() if idle else None
 
 
 class InstanceOutput(serializers.ModelSerializer):
@@ -270,6 +335,13 @@ class InstanceOutput(serializers.ModelSerializer):
         source="region_id",
         help_text="Where it runs (set when placed, or by the order); null: queued for any.",
     )
+    idle_stop = IdleStopOutput(allow_null=True, help_text=IDLE_STOP_HELP)
+    idle_stop_due_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Idle and warned: it stops at this time unless it gets busy or is kept running "
+        "(POST /instances/{id}/keep-running).",
+    )
+    stop_at = serializers.DateTimeField(allow_null=True, help_text="The scheduled stop.")
 
     class Meta:
         model = Instance
@@ -330,3 +402,12 @@ class GpuSeriesOutput(serializers.Serializer):
 
 class InstanceMetricsOutput(serializers.Serializer):
     results = GpuSeriesOutput(many=True, help_text="One series per GPU of the instance.")
+
+
+class AutoStopSavingsOutput(serializers.Serializer):
+    since = serializers.DateTimeField(help_text="The start of this month (platform time zone).")
+    saved_fen = serializers.IntegerField(
+        help_text="For each automatic stop this month: the hourly price times the time until "
+        "the next start (or now), at most 24 hours."
+    )
+    stops = serializers.IntegerField(help_text="Automatic stops this month.")

@@ -1,4 +1,7 @@
+from datetime import timedelta
+
 from django.db.models import QuerySet
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status
@@ -13,6 +16,7 @@ from billing.api.serializers import TcoInput, TcoOutput
 from billing.calculator import tco_compare
 from fleet.models import GpuModel
 from instances.api.serializers import (
+    AutoStopSavingsOutput,
     DiskAttachInput,
     GpuModelOutput,
     ImageOutput,
@@ -20,6 +24,7 @@ from instances.api.serializers import (
     InstanceEventOutput,
     InstanceMetricsOutput,
     InstanceOutput,
+    InstanceUpdateInput,
     OfferingOutput,
     PortsInput,
     PortsOutput,
@@ -28,6 +33,7 @@ from instances.api.serializers import (
     ShareCreateInput,
     ShareOutput,
 )
+from instances.autostop import auto_stop_savings
 from instances.choices import InstanceStatus
 from instances.gateway import (
     instance_ports_set,
@@ -38,6 +44,7 @@ from instances.gateway import (
 )
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Image, Instance, Offering
+from instances.schedules import DEFAULT, UNCHANGED, instance_keep_running, instance_schedule_set
 from instances.selectors import (
     availability,
     calculator_offering,
@@ -217,11 +224,60 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
             auto_recover=data["auto_recover"],
             ports=data.get("ports"),
             region=data.get("region", ""),
+            idle_stop=data.get("idle_stop", DEFAULT),
+            stop_at=data.get("stop_at"),
+            stop_after_hours=data.get("stop_after_hours"),
             idempotency_key=idempotency_key(request),
         )
         if _created:
             audit_request(request, "instance.ordered", instance, offering=instance.offering_id)
         return self._accepted(instance)
+
+    @extend_schema(
+        operation_id="instances_partial_update",
+        request=InstanceUpdateInput,
+        responses={200: InstanceOutput, **errors(400, 409)},
+    )
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        """Set or clear the automatic stops: `idle_stop` ({util_pct, minutes} or null; idle
+        time counts afresh from now) and `stop_at` (or `stop_after_hours` from now; null
+        clears). 409 `cluster_rank` for a cluster's rank, `wrong_state` once terminating."""
+        instance = self.get_object()
+        data = self.parse(request, InstanceUpdateInput)
+        stop_at = data.get("stop_at", UNCHANGED)
+        if "stop_after_hours" in data:
+            stop_at = timezone.now() + timedelta(hours=data["stop_after_hours"])
+        instance_schedule_set(
+            instance_id=instance.pk,
+            user=signed_in_user(request),
+            idle_stop=data.get("idle_stop", UNCHANGED),
+            stop_at=stop_at,
+        )
+        return Response(self.output(self.get_queryset().get(pk=instance.pk)))
+
+    @extend_schema(
+        operation_id="instances_keep_running",
+        request=None,
+        responses={200: InstanceOutput, **errors(409)},
+    )
+    @action(detail=True, methods=["post"], url_path="keep-running")
+    def keep_running(self, request: Request, pk: str | None = None) -> Response:
+        """The instance is busy after all: its idle warning goes and idle time counts afresh
+        from now, so the idle stop comes `minutes` from now at the earliest. 409 `idle_stop_off`
+        without an idle stop, `wrong_state` unless running."""
+        instance = instance_keep_running(instance_id=self.get_object().pk)
+        return Response(self.output(self.get_queryset().get(pk=instance.pk)))
+
+    @extend_schema(operation_id="instances_auto_stop_savings", responses=AutoStopSavingsOutput)
+    @action(detail=False, methods=["get"], url_path="auto-stop-savings")
+    def auto_stop_savings(self, request: Request) -> Response:
+        """What the automatic stops (idle and scheduled) saved the account this month."""
+        found = auto_stop_savings(signed_in_user(request).tenant_id)
+        return Response(
+            AutoStopSavingsOutput(
+                {"since": found.since, "saved_fen": found.saved_fen, "stops": found.stops}
+            ).data
+        )
 
     @extend_schema(
         operation_id="instances_destroy",

@@ -6,6 +6,11 @@ from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from starverse.accounts import lockout
+from starverse.accounts.models import (
+    IDLE_MINUTES_RANGE,
+    IDLE_UTIL_PCT_RANGE,
+    IDLE_WARN_MINUTES_RANGE,
+)
 
 
 class SignupForm(forms.Form):
@@ -93,4 +98,27 @@ class ResetPasswordForm(SetPasswordForm):
         required=False,
         initial=True,
         help_text=_("Recommended if someone else may know your password or a token."),
+    )
+
+
+class SettingsForm(forms.Form):
+    """The defaults of a user's orders: the idle auto-stop."""
+
+    idle_stop_enabled = forms.BooleanField(
+        required=False, label=_("Stop new instances by themselves when they sit idle")
+    )
+    idle_stop_util_pct = forms.IntegerField(
+        label=_("Idle below (% GPU utilisation)"),
+        min_value=IDLE_UTIL_PCT_RANGE[0],
+        max_value=IDLE_UTIL_PCT_RANGE[1],
+    )
+    idle_stop_minutes = forms.IntegerField(
+        label=_("Stop after (minutes idle)"),
+        min_value=IDLE_MINUTES_RANGE[0],
+        max_value=IDLE_MINUTES_RANGE[1],
+    )
+    idle_warn_minutes = forms.IntegerField(
+        label=_("Warn me (minutes before the stop)"),
+        min_value=IDLE_WARN_MINUTES_RANGE[0],
+        max_value=IDLE_WARN_MINUTES_RANGE[1],
     )

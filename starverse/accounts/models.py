@@ -314,3 +314,49 @@ class RecoveryCode(models.Model):
 
     def __str__(self) -> str:
         return f"recovery code of {self.user_id}"
+
+
+# Bounds of the idle auto-stop (instances.autostop), for a user's defaults and an instance's own
+# values alike: (lowest, highest).
+IDLE_UTIL_PCT_RANGE = (1, 100)
+IDLE_MINUTES_RANGE = (10, 1440)
+IDLE_WARN_MINUTES_RANGE = (1, 60)
+
+
+class UserSettings(models.Model):
+    """A user's defaults for what they order. The idle auto-stop's are chosen so that a
+    forgotten instance costs at most about forty minutes after it went idle: warned at twenty,
+    stopped at thirty (5 % utilisation counts as idle: a driver, a monitor or an idle Jupyter
+    kernel keep a GPU above 0 %). No row: these defaults."""
+
+    user = models.OneToOneField(
+        User, on_delete=models.CASCADE, primary_key=True, related_name="settings"
+    )
+    idle_stop_enabled = models.BooleanField(
+        default=True, help_text="New orders stop themselves when idle, unless they say otherwise."
+    )
+    idle_stop_util_pct = models.PositiveSmallIntegerField(default=5)
+    idle_stop_minutes = models.PositiveSmallIntegerField(default=30)
+    idle_warn_minutes = models.PositiveSmallIntegerField(default=10)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "user settings"
+        verbose_name_plural = "user settings"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(idle_stop_util_pct__gte=1, idle_stop_util_pct__lte=100),
+                name="usersettings_idle_util",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(idle_stop_minutes__gte=10, idle_stop_minutes__lte=1440),
+                name="usersettings_idle_minutes",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(idle_warn_minutes__gte=1, idle_warn_minutes__lte=60),
+                name="usersettings_idle_warn",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"settings of {self.user_id}"

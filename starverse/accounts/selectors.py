@@ -2,7 +2,7 @@
 
 from django.conf import settings
 
-from starverse.accounts.models import RecoveryCode, TotpDevice, User
+from starverse.accounts.models import RecoveryCode, TotpDevice, User, UserSettings
 
 
 def totp_device_confirmed(user: User) -> TotpDevice | None:
@@ -22,3 +22,8 @@ def two_factor_required_for_login(user: User) -> bool:
 
 def recovery_codes_left(user: User) -> int:
     return RecoveryCode.objects.filter(user=user, used_at__isnull=True).count()
+
+
+def user_settings(user: User) -> UserSettings:
+    """The user's settings: their row, or the defaults (unsaved) when they never changed any."""
+    return UserSettings.objects.filter(user_id=user.pk).first() or UserSettings(user_id=user.pk)

@@ -17,7 +17,17 @@ from django.utils.translation import gettext as _
 
 from starverse.accounts.audit import audit_record
 from starverse.accounts.canonical import canonical_email
-from starverse.accounts.models import ApiToken, SshKey, Tenant, User, normalize_email
+from starverse.accounts.models import (
+    IDLE_MINUTES_RANGE,
+    IDLE_UTIL_PCT_RANGE,
+    IDLE_WARN_MINUTES_RANGE,
+    ApiToken,
+    SshKey,
+    Tenant,
+    User,
+    UserSettings,
+    normalize_email,
+)
 from starverse.accounts.selectors import two_factor_enabled
 from starverse.accounts.sshkeys import parse_public_key
 from starverse.accounts.teams import token_team_check
@@ -278,3 +288,45 @@ def user_password_set(*, user: User, password: str, revoke_tokens: bool) -> User
         revoked,
     )
     return user
+
+
+def bounded_int(field: str, value: Any, bounds: tuple[int, int]) -> int:
+    """`value` as a whole number within `bounds`, or InvalidInput naming `field`."""
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(
+            _("%(field)s: must be a whole number from %(low)d to %(high)d.")
+            % {"field": field, "low": low, "high": high},
+            code="invalid",
+        )
+    return value
+
+
+SETTINGS_BOUNDS = {
+    "idle_stop_util_pct": IDLE_UTIL_PCT_RANGE,
+    "idle_stop_minutes": IDLE_MINUTES_RANGE,
+    "idle_warn_minutes": IDLE_WARN_MINUTES_RANGE,
+}
+
+
+def user_settings_update(*, user: User, **changes: Any) -> UserSettings:
+    """Change some of a user's settings (the defaults of their orders); each value is checked
+    against its bounds and a refusal names the field and changes nothing."""
+    for name, value in changes.items():
+        if name == "idle_stop_enabled":
+            if not isinstance(value, bool):
+                raise InvalidInput(
+                    _("%(field)s: must be true or false.") % {"field": name}, code="invalid"
+                )
+        elif name in SETTINGS_BOUNDS:
+            bounded_int(name, value, SETTINGS_BOUNDS[name])
+        else:
+            raise InvalidInput(_("%(field)s: unknown setting.") % {"field": name}, code="invalid")
+    with transaction.atomic():
+        UserSettings.objects.get_or_create(user_id=user.pk)
+        row = UserSettings.objects.select_for_update().get(user_id=user.pk)
+        for name, value in changes.items():
+            setattr(row, name, value)
+        row.save()
+    logger.info("account.settings user=%s fields=%s", user.pk, ",".join(sorted(changes)))
+    return row

@@ -37,6 +37,7 @@ urlpatterns = [
     path("security/confirm/", views.security_confirm, name="security_confirm"),
     path("security/recovery-codes/", views.security_recovery_codes, name="security_recovery_codes"),
     path("security/disable/", views.security_disable, name="security_disable"),
+    path("settings/", views.account_settings, name="settings"),
     path("ssh-keys/", views.ssh_keys, name="ssh_keys"),
     path("ssh-keys/<str:pk>/delete/", views.ssh_key_remove, name="ssh_key_delete"),
 ]

@@ -21,6 +21,7 @@ from starverse.accounts.forms import (
     LoginForm,
     OtpForm,
     ResetPasswordForm,
+    SettingsForm,
     SignupForm,
     SshKeyForm,
     TokenForm,
@@ -33,6 +34,7 @@ from starverse.accounts.selectors import (
     totp_device_confirmed,
     two_factor_enabled,
     two_factor_required_for_login,
+    user_settings,
 )
 from starverse.accounts.services import (
     email_verification_send,
@@ -41,6 +43,7 @@ from starverse.accounts.services import (
     token_create,
     token_revoke,
     user_password_set,
+    user_settings_update,
 )
 from starverse.accounts.throttles import SignupThrottle, VerifyEmailResendThrottle
 from starverse.accounts.twofactor import (
@@ -423,3 +426,36 @@ def security_disable(request: HttpRequest) -> HttpResponse:
         return _security_page(request, disable_form=form, status=_status(error))
     messages.success(request, _("Two-factor authentication is off."))
     return redirect("accounts:security")
+
+
+SETTINGS_FIELDS = (
+    "idle_stop_enabled",
+    "idle_stop_util_pct",
+    "idle_stop_minutes",
+    "idle_warn_minutes",
+)
+
+
+@login_required
+def account_settings(request: HttpRequest) -> HttpResponse:
+    """The defaults of the user's orders: whether new instances stop when idle, and when."""
+    user: User = request.user  # type: ignore[assignment]
+    current = user_settings(user)
+    initial = {name: getattr(current, name) for name in SETTINGS_FIELDS}
+    form = SettingsForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            user_settings_update(user=user, **form.cleaned_data)
+        except ServiceError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(
+                request, _("Settings saved. They apply to instances you order from now on.")
+            )
+            return redirect("accounts:settings")
+    return render(
+        request,
+        "accounts/settings.html",
+        {"form": form, "active": "settings"},
+        status=400 if form.errors else 200,
+    )

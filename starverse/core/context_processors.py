@@ -15,6 +15,7 @@ NAVIGATION = [
     ("accounts:tokens", _("API tokens"), "tokens"),
     ("accounts:ssh_keys", _("SSH keys"), "ssh_keys"),
     ("accounts:security", _("Security"), "security"),
+    ("accounts:settings", _("Settings"), "settings"),
     ("calculator", _("Cost calculator"), "calculator"),
     ("clusters:plan", _("Parallelism planner"), "planner"),
 ]

@@ -200,6 +200,7 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
     "monthly-renewals": {"task": "instances.tasks.renew_monthly", "schedule": 600.0},
     "queue-review": {"task": "instances.tasks.review_queue", "schedule": 60.0},
+    "auto-stop": {"task": "instances.tasks.auto_stop", "schedule": 60.0},
     "storage-billing": {"task": "storage.tasks.bill_storage", "schedule": 600.0},
     "nas-usage": {"task": "storage.tasks.refresh_nas_usage", "schedule": 300.0},
     "fleet-heartbeats": {"task": "fleet.tasks.check_heartbeats", "schedule": 15.0},

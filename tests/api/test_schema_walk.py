@@ -360,6 +360,17 @@ def _(p: Probe) -> None:
     p.call(409)  # make_user's address is verified
 
 
+@case("account_settings_retrieve")
+def _(p: Probe) -> None:
+    assert p.call(200).json()["idle_stop_minutes"] == 30
+
+
+@case("account_settings_partial_update")
+def _(p: Probe) -> None:
+    assert p.call(200, body={"idle_stop_minutes": 45}).json()["idle_stop_minutes"] == 45
+    p.call(400, body={"idle_warn_minutes": 0})
+
+
 @case("me_retrieve")
 def _(p: Probe) -> None:
     p.call(200)
@@ -948,6 +959,35 @@ def _(p: Probe) -> None:
     p.call(404, params=ids, client=p.stranger())
     p.call(204, params=ids)
     assert p.call(404, params=ids).json()["code"] == "share_not_found"
+
+
+@case("instances_partial_update")
+def _(p: Probe) -> None:
+    instance = make_instance(p.user)
+    changed = p.call(
+        200, params={"id": instance.id}, body={"idle_stop": {"util_pct": 10, "minutes": 60}}
+    ).json()
+    assert changed["idle_stop"] == {"util_pct": 10, "minutes": 60}
+    p.call(200, params={"id": instance.id}, body={"idle_stop": None, "stop_after_hours": 2})
+    p.call(400, params={"id": instance.id}, body={"idle_stop": {"util_pct": 0, "minutes": 60}})
+    p.call(404, params={"id": instance.id}, body={"stop_at": None}, client=p.stranger())
+    instance_terminate(instance_id=instance.id)
+    p.call(409, params={"id": instance.id}, body={"stop_at": None})
+
+
+@case("instances_keep_running")
+def _(p: Probe) -> None:
+    p.cluster()
+    instance = make_instance(p.user, status="running")  # the account's idle stop: on
+    assert p.call(200, params={"id": instance.id}).json()["idle_stop_due_at"] is None
+    p.call(404, params={"id": instance.id}, client=p.stranger())
+    instance_stop(instance_id=instance.id)
+    p.call(409, params={"id": instance.id})
+
+
+@case("instances_auto_stop_savings")
+def _(p: Probe) -> None:
+    assert p.call(200).json()["saved_fen"] == 0
 
 
 # storage

@@ -21,7 +21,9 @@ BASELINE = {
     "/api/v1/offerings": 5,  # with the regions where each offering's GPU model is
     # every console page reads the person's teams once, for the switch at the top
     "/console/instances/": 5,
-    "/console/": 10,  # with the trial's state (the banner of an unverified address)
+    # with the trial's state (the banner of an unverified address), what auto-stop saved this
+    # month and the idle instances' banners
+    "/console/": 12,
     "/console/disks/": 12,  # with the regions (a disk's, and the new-disk form's choice)
     "/admin/fleet/node/": 13,  # with the region filter's choices
 }

@@ -1,8 +1,17 @@
 from rest_framework import serializers
 
 from billing.choices import TrialStatus
-from starverse.accounts.models import ApiToken, Scope, SshKey, User
-from starverse.core.api.serializers import InputSerializer, StrictCharField
+from starverse.accounts.models import (
+    IDLE_MINUTES_RANGE,
+    IDLE_UTIL_PCT_RANGE,
+    IDLE_WARN_MINUTES_RANGE,
+    ApiToken,
+    Scope,
+    SshKey,
+    User,
+    UserSettings,
+)
+from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
 class SignupInput(InputSerializer):
@@ -130,3 +139,37 @@ class SshKeyOutput(serializers.ModelSerializer):
     class Meta:
         model = SshKey
         fields = ["id", "name", "key_type", "bits", "fingerprint", "public_key", "created_at"]
+
+
+class SettingsOutput(serializers.ModelSerializer):
+    class Meta:
+        model = UserSettings
+        fields = [
+            "idle_stop_enabled",
+            "idle_stop_util_pct",
+            "idle_stop_minutes",
+            "idle_warn_minutes",
+        ]
+        extra_kwargs = {
+            "idle_stop_enabled": {"help_text": "New orders get an idle auto-stop by default."},
+            "idle_stop_util_pct": {"help_text": "Idle: every GPU below this utilisation (%)."},
+            "idle_stop_minutes": {"help_text": "Stop after this many minutes idle."},
+            "idle_warn_minutes": {
+                "help_text": "Warn (e-mail, console banner) this many minutes before the stop."
+            },
+        }
+
+
+class SettingsInput(InputSerializer):
+    idle_stop_enabled = serializers.BooleanField(required=False)
+    idle_stop_util_pct = StrictIntegerField(
+        required=False, min_value=IDLE_UTIL_PCT_RANGE[0], max_value=IDLE_UTIL_PCT_RANGE[1]
+    )
+    idle_stop_minutes = StrictIntegerField(
+        required=False, min_value=IDLE_MINUTES_RANGE[0], max_value=IDLE_MINUTES_RANGE[1]
+    )
+    idle_warn_minutes = StrictIntegerField(
+        required=False,
+        min_value=IDLE_WARN_MINUTES_RANGE[0],
+        max_value=IDLE_WARN_MINUTES_RANGE[1],
+    )

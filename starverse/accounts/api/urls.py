@@ -18,5 +18,6 @@ urlpatterns = [
     ),
     path("me", views.MeView.as_view(), name="me"),
     path("me/2fa", views.MeTwoFactorView.as_view(), name="me-2fa"),
+    path("account/settings", views.AccountSettingsView.as_view(), name="account-settings"),
     *router.urls,
 ]

@@ -19,6 +19,7 @@ from starverse.accounts.selectors import (
     recovery_codes_left,
     totp_device_confirmed,
     two_factor_required_for_login,
+    user_settings,
 )
 from starverse.accounts.services import (
     email_verification_send,
@@ -26,6 +27,7 @@ from starverse.accounts.services import (
     ssh_key_delete,
     token_create,
     token_revoke,
+    user_settings_update,
 )
 from starverse.accounts.throttles import LoginThrottle, SignupThrottle, VerifyEmailResendThrottle
 from starverse.accounts.twofactor import token_login
@@ -178,6 +180,25 @@ class MeView(APIView):
                 "trial": trial_body(trial_state(user)),
             }
         )
+
+
+class AccountSettingsView(APIView):
+    """The signed-in user's settings: the defaults of their orders (the idle auto-stop)."""
+
+    @extend_schema(operation_id="account_settings_retrieve", responses=s.SettingsOutput)
+    def get(self, request: Request) -> Response:
+        return Response(s.SettingsOutput(user_settings(signed_in_user(request))).data)
+
+    @extend_schema(
+        operation_id="account_settings_partial_update",
+        request=s.SettingsInput,
+        responses={200: s.SettingsOutput, **errors(400)},
+    )
+    def patch(self, request: Request) -> Response:
+        serializer = s.SettingsInput(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row = user_settings_update(user=signed_in_user(request), **serializer.validated_data)
+        return Response(s.SettingsOutput(row).data)
 
 
 class MeTwoFactorView(APIView):
