@@ -32,7 +32,10 @@ def _flatten(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ServiceError):
-        refusal = Response({"detail": exc.message, "code": exc.code}, status=exc.status_code)
+        body: dict[str, Any] = {"detail": exc.message, "code": exc.code}
+        if exc.field:
+            body["errors"] = {exc.field: [exc.message]}
+        refusal = Response(body, status=exc.status_code)
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:
             refusal["WWW-Authenticate"] = 'Bearer realm="api"'
         return refusal
