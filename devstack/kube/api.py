@@ -22,7 +22,7 @@ from .events import EventRecorder
 from .objects import parse_rv, set_condition, sort_key, strip_type, success_status
 from .patch import APPLY_PATCH, apply_patch
 from .resources import NAMESPACES, PODS, PVCS, SERVICES, ResourceType
-from .selectors import make_filter
+from .selectors import make_filter, selector_string
 from .store import Obj, Store
 from .validation import Validator
 
@@ -183,8 +183,10 @@ class Api(DeletionMixin):
                 raise err.already_exists(rt.plural, rt.group, name)
             if rt is SERVICES:
                 self.allocator.assign_service(body, None)
-            if rt is PVCS:
-                bind_pvc(body)
+            if rt is PVCS and snapshot_source(body) is None:
+                bind_pvc(body)  # one restored from a snapshot waits for it (:mod:`.snapshots`)
+            elif rt is PVCS:
+                body["status"] = {"phase": "Pending"}
             if dry_run:
                 return body, warnings
             return copy.deepcopy(self.store.add(rt, body)), warnings
@@ -386,6 +388,54 @@ class Api(DeletionMixin):
                 return current
             return self.commit_update(rt, new)
 
+    # --- scale subresource (deployments, replicasets) -----------------------------------------
+
+    def scale(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        """GET .../{name}/scale: the ``autoscaling/v1`` Scale of a workload."""
+        return scale_of(self.get_raw(rt, namespace, name))
+
+    def update_scale(
+        self, rt: ResourceType, namespace: str, name: str, body: Any, *, dry_run: bool = False
+    ) -> Obj:
+        """PUT .../{name}/scale: only ``spec.replicas`` (and a resourceVersion precondition)."""
+        if not isinstance(body, dict):
+            raise err.bad_request("the body of the request must be a Scale object")
+        replicas = (body.get("spec") or {}).get("replicas", 0)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise err.invalid(
+                "Scale",
+                "autoscaling",
+                name,
+                [
+                    err.invalid_value(
+                        "spec.replicas", replicas, "must be greater than or equal to 0"
+                    )
+                ],
+            )
+        with self.store.lock:
+            current = self.get_raw(rt, namespace, name)
+            wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != current["metadata"].get("resourceVersion"):
+                raise err.conflict(rt.plural, rt.group, name)
+            new = copy.deepcopy(current)
+            new["spec"]["replicas"] = replicas
+            stored, _ = self.update(rt, namespace, name, new, dry_run=dry_run)
+            return scale_of(stored)
+
+    def patch_scale(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
+        with self.store.lock:
+            patched = apply_patch(content_type, self.scale(rt, namespace, name), body)
+            return self.update_scale(rt, namespace, name, patched, dry_run=dry_run)
+
     # --- delete ------------------------------------------------------------------------------
 
     def bind(self, namespace: str, name: str, binding: Any) -> Obj:
@@ -408,3 +458,37 @@ class Api(DeletionMixin):
 
             self.mutate(PODS, namespace, name, assign)
         return success_status(name, "pods", "")
+
+
+def scale_of(obj: Obj) -> Obj:
+    """The ``autoscaling/v1`` Scale view of a Deployment or ReplicaSet."""
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if key in meta
+        },
+        "spec": {"replicas": int(spec.get("replicas", 0))},
+        "status": {
+            "replicas": int((obj.get("status") or {}).get("replicas", 0)),
+            "selector": selector_string(spec.get("selector")),
+        },
+    }
+
+
+def snapshot_source(pvc: Obj) -> str | None:
+    """The VolumeSnapshot a claim is to be restored from (``dataSource``/``dataSourceRef``)."""
+    spec = pvc.get("spec") or {}
+    for key in ("dataSourceRef", "dataSource"):
+        source = spec.get(key)
+        if (
+            isinstance(source, dict)
+            and source.get("kind") == "VolumeSnapshot"
+            and source.get("apiGroup") == "snapshot.storage.k8s.io"
+            and source.get("name")
+        ):
+            return str(source["name"])
+    return None

@@ -192,6 +192,43 @@ def bind_pvc(pvc: Obj) -> None:
     }
 
 
+def default_workload(obj: Obj, deployment: bool, creating: bool) -> None:
+    """Deployments and ReplicaSets: replicas, the rollout strategy and the pod template's
+    defaults, as the apps/v1 defaulting does."""
+    spec = obj.setdefault("spec", {})
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("replicas", 1)
+    if deployment:
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+        strategy = spec.setdefault("strategy", {})
+        if isinstance(strategy, dict):
+            strategy.setdefault("type", "RollingUpdate")
+            if strategy["type"] == "RollingUpdate":
+                rolling = strategy.setdefault("rollingUpdate", {})
+                if isinstance(rolling, dict):
+                    rolling.setdefault("maxSurge", "25%")
+                    rolling.setdefault("maxUnavailable", "25%")
+    template = spec.get("template")
+    if isinstance(template, dict):
+        default_pod(template, creating=False)
+    if creating:
+        obj["status"] = {} if deployment else {"replicas": 0}
+
+
+def default_pvc_source(pvc: Obj) -> None:
+    """``dataSource`` and ``dataSourceRef`` mirror each other when only one is given."""
+    spec = pvc.get("spec")
+    if not isinstance(spec, dict):
+        return
+    source, ref = spec.get("dataSource"), spec.get("dataSourceRef")
+    if isinstance(source, dict) and ref is None:
+        spec["dataSourceRef"] = copy.deepcopy(source)
+    elif isinstance(ref, dict) and source is None and not ref.get("namespace"):
+        spec["dataSource"] = {k: v for k, v in ref.items() if k != "namespace"}
+
+
 def default_namespace(ns: Obj, creating: bool) -> None:
     ns.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
     labels = ns["metadata"].setdefault("labels", {})
@@ -210,6 +247,10 @@ def apply_defaults(plural: str, obj: Obj, creating: bool) -> None:
         default_secret(obj)
     elif plural == "persistentvolumeclaims":
         default_pvc(obj, creating)
+        if creating:
+            default_pvc_source(obj)
+    elif plural in ("deployments", "replicasets"):
+        default_workload(obj, plural == "deployments", creating)
     elif plural == "namespaces":
         default_namespace(obj, creating)
 

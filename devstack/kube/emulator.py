@@ -52,6 +52,7 @@ from .stats import NodeProxy
 from .store import Obj, Store
 from .validation import Validator, schema_version
 from .volumes import VolumeResizer
+from .workloads import Workloads
 
 log = logging.getLogger("devstack.kube")
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -94,6 +95,7 @@ class KubeEmulator:
         self._paused_at: float | None = None  # the clock's reading while paused
         self.controllers = Controllers(self.api, self.kubelet, eviction_grace_s, self.now)
         self.resizer = VolumeResizer(self.api)
+        self.workloads = Workloads(self.api)
         self.node_proxy = NodeProxy(self.store, lambda node: node in self.kubelet.frozen_nodes)
         self.faults = FaultInjector()
         version = schema_version()
@@ -218,7 +220,13 @@ class KubeEmulator:
         # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
         with self.store.lock:
             now = self.now()
-            for part in (self.controllers, self.scheduler, self.kubelet, self.resizer):
+            for part in (
+                self.controllers,
+                self.workloads,
+                self.scheduler,
+                self.kubelet,
+                self.resizer,
+            ):
                 try:
                     part.tick(now)
                 except Exception:  # keep the loop alive; the log names the failing component
@@ -293,6 +301,7 @@ class KubeEmulator:
             self.kubelet.reset()
             self.scheduler.reset()
             self.controllers.reset()
+            self.workloads.reset()
             self.node_proxy.clear_volume_usage()
             self.api.events.forget()
             current = self.store.everything()

@@ -94,6 +94,48 @@ CLUSTER_ROLE_BINDINGS = ResourceType(
     "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", RBAC_GROUP, "v1", False
 )
 
+DEPLOYMENTS = ResourceType(
+    "deployments", "deployment", "Deployment", "apps", "v1", True, ("deploy",), True, ("all",)
+)
+REPLICASETS = ResourceType(
+    "replicasets", "replicaset", "ReplicaSet", "apps", "v1", True, ("rs",), True, ("all",)
+)
+# CSI snapshots (CRDs of the external-snapshotter on a real cluster).
+SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
+VOLUME_SNAPSHOT_CLASSES = ResourceType(
+    "volumesnapshotclasses",
+    "volumesnapshotclass",
+    "VolumeSnapshotClass",
+    SNAPSHOT_GROUP,
+    "v1",
+    False,
+    ("vsclass", "vsclasses"),
+)
+VOLUME_SNAPSHOTS = ResourceType(
+    "volumesnapshots", "volumesnapshot", "VolumeSnapshot", SNAPSHOT_GROUP, "v1", True, ("vs",), True
+)
+VOLUME_SNAPSHOT_CONTENTS = ResourceType(
+    "volumesnapshotcontents",
+    "volumesnapshotcontent",
+    "VolumeSnapshotContent",
+    SNAPSHOT_GROUP,
+    "v1",
+    False,
+    ("vsc", "vscs"),
+    True,
+)
+# The KEDA HTTP add-on's scaler object (a CRD on a real cluster; :mod:`.keda` stands in).
+HTTP_SCALED_OBJECTS = ResourceType(
+    "httpscaledobjects",
+    "httpscaledobject",
+    "HTTPScaledObject",
+    "http.keda.sh",
+    "v1alpha1",
+    True,
+    ("httpso",),
+    True,
+)
+
 ALL_RESOURCES: tuple[ResourceType, ...] = (
     NAMESPACES,
     NODES,
@@ -111,6 +153,12 @@ ALL_RESOURCES: tuple[ResourceType, ...] = (
     ROLE_BINDINGS,
     CLUSTER_ROLES,
     CLUSTER_ROLE_BINDINGS,
+    DEPLOYMENTS,
+    REPLICASETS,
+    VOLUME_SNAPSHOT_CLASSES,
+    VOLUME_SNAPSHOTS,
+    VOLUME_SNAPSHOT_CONTENTS,
+    HTTP_SCALED_OBJECTS,
 )
 
 _BY_PATH: dict[tuple[str, str, str], ResourceType] = {
@@ -128,6 +176,11 @@ SUBRESOURCES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "namespaces": (("status", ("get", "patch", "update")), ("finalize", ("update",))),
     "services": (("status", ("get", "patch", "update")),),
     "persistentvolumeclaims": (("status", ("get", "patch", "update")),),
+    "deployments": (("status", ("get", "patch", "update")), ("scale", ("get", "patch", "update"))),
+    "replicasets": (("status", ("get", "patch", "update")), ("scale", ("get", "patch", "update"))),
+    "volumesnapshots": (("status", ("get", "patch", "update")),),
+    "volumesnapshotcontents": (("status", ("get", "patch", "update")),),
+    "httpscaledobjects": (("status", ("get", "patch", "update")),),
 }
 
 
@@ -197,8 +250,9 @@ def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
                     "name": f"{rt.plural}/{sub}",
                     "singularName": "",
                     "namespaced": rt.namespaced,
-                    "kind": "Binding" if sub == "binding" else rt.kind,
+                    "kind": {"binding": "Binding", "scale": "Scale"}.get(sub, rt.kind),
                     "verbs": list(verbs),
+                    **({"group": "autoscaling", "version": "v1"} if sub == "scale" else {}),
                 }
             )
     return {

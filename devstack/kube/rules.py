@@ -13,6 +13,7 @@ from typing import Any
 from .errors import FieldError, forbidden, invalid_value, required
 from .quantity import QuantityError, parse_quantity
 from .resources import ResourceType
+from .selectors import label_selector_matches
 
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -501,6 +502,51 @@ def check_httproute(route: dict[str, Any]) -> list[FieldError]:
     return errors
 
 
+def _percent_or_int(value: Any) -> int | None:
+    """0 for a zero ``maxSurge``/``maxUnavailable`` ("0", "0%", 0), else a non-zero marker."""
+    text = str(value).rstrip("%")
+    return int(text) if text.isdigit() else None
+
+
+def check_workload(obj: dict[str, Any], deployment: bool) -> list[FieldError]:
+    """apps/v1 rules the schema cannot say: a non-empty selector that selects the template's
+    labels, non-negative replicas and a rolling update that can make progress."""
+    spec = obj.get("spec") or {}
+    errors: list[FieldError] = []
+    selector = spec.get("selector") or {}
+    if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+        errors.append(invalid_value("spec.selector", selector, "empty selector is invalid"))
+    else:
+        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+        if not label_selector_matches(selector, labels):
+            errors.append(
+                invalid_value(
+                    "spec.template.metadata.labels",
+                    labels,
+                    "`selector` does not match template `labels`",
+                )
+            )
+    replicas = spec.get("replicas", 1)
+    if isinstance(replicas, int) and replicas < 0:
+        errors.append(
+            invalid_value("spec.replicas", replicas, "must be greater than or equal to 0")
+        )
+    rolling = ((spec.get("strategy") or {}).get("rollingUpdate") or {}) if deployment else {}
+    if (
+        rolling
+        and _percent_or_int(rolling.get("maxSurge")) == 0
+        and _percent_or_int(rolling.get("maxUnavailable")) == 0
+    ):
+        errors.append(
+            invalid_value(
+                "spec.strategy.rollingUpdate.maxUnavailable",
+                rolling.get("maxUnavailable"),
+                "may not be 0 when `maxSurge` is 0",
+            )
+        )
+    return errors
+
+
 def check(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
     """All non-schema rules for one object (``old`` set on update)."""
     meta = obj.get("metadata")
@@ -515,6 +561,8 @@ def check(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
         errors.extend(check_config_data(obj, rt.plural == "secrets"))
     elif rt.plural == "httproutes":
         errors.extend(check_httproute(obj))
+    elif rt.plural in ("deployments", "replicasets"):
+        errors.extend(check_workload(obj, rt.plural == "deployments"))
     if old is not None:
         errors.extend(check_update(rt, old, obj))
     return errors

@@ -292,3 +292,18 @@ def node_selector_term_matches(term: dict[str, Any], node: dict[str, Any]) -> bo
     return all(expression_matches(e, labels) for e in expressions) and all(
         expression_matches(e, fields) for e in field_exprs
     )
+
+
+def selector_string(selector: dict[str, Any] | None) -> str:
+    """A LabelSelector in the string form a Scale's ``status.selector`` carries."""
+    parts = [f"{k}={v}" for k, v in sorted(((selector or {}).get("matchLabels") or {}).items())]
+    for expr in (selector or {}).get("matchExpressions") or []:
+        key, operator = expr.get("key", ""), expr.get("operator", "")
+        values = ",".join(sorted(expr.get("values") or []))
+        if operator == "Exists":
+            parts.append(key)
+        elif operator == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            parts.append(f"{key} {operator.lower()} ({values})")
+    return ",".join(parts)

@@ -35,6 +35,7 @@ log = logging.getLogger("devstack.kube")
 _LEGACY_BINDING = re.compile(r"^/api/v1/namespaces/([^/]+)/bindings/?$")
 _NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
 _POD_EXEC = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec/?$")
+SCALABLE = ("deployments", "replicasets")  # kinds with a scale subresource
 
 
 @dataclass
@@ -399,6 +400,8 @@ class Handler(BaseHTTPRequestHandler):
                 resource_version=params.get("resourceVersion"),
             )
             self._respond_object(200, rt, listing, params, is_list=True)
+        elif target.subresource == "scale":
+            self._send_json(200, api.scale(rt, namespace, target.name or ""))
         elif target.subresource == "log":
             text = pod_log(api.get(rt, namespace, target.name or ""), params.get("container"))
             self._send_bytes(200, text.encode(), "text/plain")
@@ -419,6 +422,13 @@ class Handler(BaseHTTPRequestHandler):
                 rt, namespace, self._decode(raw), dry_run=dry_run, field_validation=validation
             )
             self._send_json(201, obj)
+        elif verb == "update" and target.subresource == "scale":
+            self._send_json(
+                200,
+                api.update_scale(
+                    rt, namespace, target.name or "", self._decode(raw), dry_run=dry_run
+                ),
+            )
         elif verb == "update":
             obj, self._warnings = api.update(
                 rt,
@@ -437,6 +447,17 @@ class Handler(BaseHTTPRequestHandler):
         content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if content_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH):
             raise err.unsupported_media_type(content_type)
+        if target.subresource == "scale":
+            scale = self.server.ctx.api.patch_scale(
+                target.rt,
+                target.namespace or "",
+                target.name or "",
+                content_type,
+                self._decode(raw),
+                dry_run=dry_run,
+            )
+            self._send_json(200, scale)
+            return
         obj, self._warnings, created = self.server.ctx.api.patch(
             target.rt,
             target.namespace or "",
@@ -581,11 +602,13 @@ class Handler(BaseHTTPRequestHandler):
             "finalize": {"PUT"},
             "binding": {"POST"},
             "log": {"GET"},
+            "scale": {"GET", "PUT", "PATCH"},
         }
         owner = {"finalize": "namespaces", "binding": "pods", "log": "pods"}
         if target.subresource and (
             target.subresource not in allowed
             or owner.get(target.subresource, target.rt.plural) != target.rt.plural
+            or (target.subresource == "scale" and target.rt.plural not in SCALABLE)
         ):
             raise err.path_not_found()
         if target.subresource and method not in allowed[target.subresource]:

@@ -39,6 +39,9 @@ def test_version_names_the_emulator_as_a_development_stand_in(emu: KubeEmulator)
         "coordination.k8s.io",
         "gateway.networking.k8s.io",
         "rbac.authorization.k8s.io",
+        "apps",
+        "snapshot.storage.k8s.io",
+        "http.keda.sh",
     ]
 
 
