@@ -582,7 +582,31 @@ def _differs(manifest: dict[str, Any], existing: dict[str, Any]) -> bool:
             "type", existing.get("type")
         )
     skip = ("apiVersion", "kind", "metadata", "status")
+    if manifest["kind"] in DEFAULTED_KINDS:
+        return any(
+            not _covers(existing.get(key), value)
+            for key, value in manifest.items()
+            if key not in skip
+        )
     return any(existing.get(key) != value for key, value in manifest.items() if key not in skip)
+
+
+# Kinds the API server fills in defaults for throughout the spec (a Deployment's strategy, its
+# pod template's dnsPolicy …): ours differs only where what we render is not there as rendered.
+DEFAULTED_KINDS = ("Deployment", "HTTPScaledObject")
+
+
+def _covers(have: Any, want: Any) -> bool:
+    """Whether `have` holds everything of `want` (dicts by key, lists item by item)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_covers(have.get(k), v) for k, v in want.items())
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(have) == len(want)
+            and all(_covers(h, w) for h, w in zip(have, want, strict=True))
+        )
+    return bool(have == want)
 
 
 def _replace(manifest: dict[str, Any]) -> dict[str, Any]:
