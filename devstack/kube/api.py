@@ -19,7 +19,7 @@ from .allocators import Allocator
 from .defaults import apply_defaults, bind_pvc, now_iso
 from .deletion import DeletionMixin
 from .events import EventRecorder
-from .objects import parse_rv, set_condition, sort_key, strip_type, success_status
+from .objects import parse_rv, set_condition, sort_key, strip_type
 from .patch import APPLY_PATCH, apply_patch
 from .resources import NAMESPACES, PODS, PVCS, SERVICES, ResourceType
 from .selectors import make_filter, selector_string
@@ -457,7 +457,14 @@ class Api(DeletionMixin):
                 set_condition(obj, "PodScheduled", "True")
 
             self.mutate(PODS, namespace, name, assign)
-        return success_status(name, "pods", "")
+        # what the apiserver answers: a bare Success with the create's code
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
 
 
 def scale_of(obj: Obj) -> Obj:

@@ -5,6 +5,11 @@ NodeUnschedulable, TaintToleration, NodeAffinity (nodeSelector and required node
 NodeResourcesFit (``nvidia.com/gpu``, cpu, memory, pods) — then scores the feasible nodes by
 bin-packing GPUs (most allocated first) or spreading CPU-only pods (least allocated first).
 Unschedulable pods get ``PodScheduled=False/Unschedulable`` and a ``FailedScheduling`` event.
+
+A pod whose ``spec.schedulerName`` is not ``default-scheduler`` is left alone: it stays Pending
+until its own scheduler POSTs a Binding (``pods/{name}/binding``, answered with a ``Success``
+Status and code 201 as the apiserver does); then the kubelet admits it like any other pod
+(``OutOf<resource>`` when the node lacks room).
 """
 
 from __future__ import annotations

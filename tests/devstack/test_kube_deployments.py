@@ -267,3 +267,66 @@ def test_deployments_are_watched_like_other_kinds(
     stream.release_conn()
     assert seen[0] == ("ADDED", 0)
     assert seen[-1] == ("MODIFIED", 1)
+
+
+def test_pods_of_another_scheduler_wait_for_a_binding_and_the_kubelet_still_admits_them(
+    emu: KubeEmulator, apps: client.AppsV1Api, api: client.CoreV1Api
+) -> None:
+    body = deployment_body("llm", 2)
+    template = body["spec"]["template"]["spec"]
+    template["schedulerName"] = "starverse-endpoints"
+    template["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    with emu.paused():
+        apps.create_namespaced_deployment(NS, body)
+        for _ in range(5):
+            emu.step(1.0)
+        first, second = owned_pods(api, "llm")
+        for pod in (first, second):
+            assert pod.spec.node_name is None
+            assert pod.status.phase == "Pending"
+            assert pod.status.conditions is None  # the default scheduler never looked at it
+        assert not api.list_namespaced_event(NS, field_selector="reason=FailedScheduling").items
+
+        response = api.create_namespaced_pod_binding(
+            first.metadata.name,
+            NS,
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": first.metadata.name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-h100-0"},
+            },
+            _preload_content=False,
+        )
+        assert response.status == 201
+        assert json.loads(response.data) == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
+        for _ in range(5):
+            emu.step(0.1)
+        # a second 8-GPU pod bound to the same full node: the kubelet turns it away
+        api.create_namespaced_pod_binding(
+            second.metadata.name,
+            NS,
+            {
+                "metadata": {"name": second.metadata.name},
+                "target": {"kind": "Node", "name": "gpu-h100-0"},
+            },
+            _preload_content=False,
+        )
+        for _ in range(5):
+            emu.step(0.1)
+        assert api.read_namespaced_pod(first.metadata.name, NS).status.phase == "Running"
+        rejected = api.read_namespaced_pod(second.metadata.name, NS)
+        assert (rejected.status.phase, rejected.status.reason) == ("Failed", "OutOfnvidia.com/gpu")
+        replacement = [
+            p
+            for p in owned_pods(api, "llm")
+            if p.metadata.name not in (first.metadata.name, second.metadata.name)
+        ]
+        assert [(p.status.phase, p.spec.node_name) for p in replacement] == [("Pending", None)]
+        assert apps.read_namespaced_deployment("llm", NS).status.ready_replicas == 1
