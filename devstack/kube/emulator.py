@@ -45,9 +45,17 @@ from .kubelet import Kubelet
 from .network import ServiceNetwork
 from .podexec import ExecSession
 from .rbac import Authorizer, User
-from .resources import ALL_RESOURCES, LEASES, NAMESPACES, NODES, SERVICES
+from .resources import (
+    ALL_RESOURCES,
+    LEASES,
+    NAMESPACES,
+    NODES,
+    SERVICES,
+    VOLUME_SNAPSHOT_CLASSES,
+)
 from .scheduler import Scheduler
 from .server import EmulatorHTTPServer, Fault, FaultInjector, ServerContext
+from .snapshots import Snapshots, default_class_object
 from .stats import NodeProxy
 from .store import Obj, Store
 from .validation import Validator, schema_version
@@ -81,6 +89,7 @@ class KubeEmulator:
         seed: int | None = None,
         users: dict[str, User] | None = None,
         node_prefix: str = "",
+        snapshot_ready_s: float = 0.5,
     ) -> None:
         self.host = host
         self.port = port
@@ -96,6 +105,7 @@ class KubeEmulator:
         self.controllers = Controllers(self.api, self.kubelet, eviction_grace_s, self.now)
         self.resizer = VolumeResizer(self.api)
         self.workloads = Workloads(self.api)
+        self.snapshots = Snapshots(self.api, snapshot_ready_s)
         self.node_proxy = NodeProxy(self.store, lambda node: node in self.kubelet.frozen_nodes)
         self.faults = FaultInjector()
         version = schema_version()
@@ -155,6 +165,7 @@ class KubeEmulator:
                 },
             },
         )
+        self.api.create_internal(VOLUME_SNAPSHOT_CLASSES, default_class_object())
         for index, spec in enumerate(self.node_specs):
             node = self.api.create_internal(
                 NODES, node_object(spec, index, self.kubernetes_version)
@@ -226,6 +237,7 @@ class KubeEmulator:
                 self.scheduler,
                 self.kubelet,
                 self.resizer,
+                self.snapshots,
             ):
                 try:
                     part.tick(now)
@@ -302,6 +314,7 @@ class KubeEmulator:
             self.scheduler.reset()
             self.controllers.reset()
             self.workloads.reset()
+            self.snapshots.reset()
             self.node_proxy.clear_volume_usage()
             self.api.events.forget()
             current = self.store.everything()

@@ -547,6 +547,24 @@ def check_workload(obj: dict[str, Any], deployment: bool) -> list[FieldError]:
     return errors
 
 
+def check_volume_snapshot(snapshot: dict[str, Any]) -> list[FieldError]:
+    """The CRD's rule: exactly one of the two sources."""
+    source = (snapshot.get("spec") or {}).get("source")
+    if not isinstance(source, dict):
+        return [required("spec.source")]
+    given = [k for k in ("persistentVolumeClaimName", "volumeSnapshotContentName") if source.get(k)]
+    if len(given) != 1:
+        return [
+            invalid_value(
+                "spec.source",
+                source,
+                "exactly one of volumeSnapshotContentName and persistentVolumeClaimName must "
+                "be set",
+            )
+        ]
+    return []
+
+
 def check(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
     """All non-schema rules for one object (``old`` set on update)."""
     meta = obj.get("metadata")
@@ -563,6 +581,8 @@ def check(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
         errors.extend(check_httproute(obj))
     elif rt.plural in ("deployments", "replicasets"):
         errors.extend(check_workload(obj, rt.plural == "deployments"))
+    elif rt.plural == "volumesnapshots":
+        errors.extend(check_volume_snapshot(obj))
     if old is not None:
         errors.extend(check_update(rt, old, obj))
     return errors
