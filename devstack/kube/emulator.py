@@ -90,6 +90,8 @@ class KubeEmulator:
         users: dict[str, User] | None = None,
         node_prefix: str = "",
         snapshot_ready_s: float = 0.5,
+        standin_latency_ms: float | None = None,
+        standin_load_s: float | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -97,7 +99,13 @@ class KubeEmulator:
         self.node_specs = list(nodes) if nodes is not None else build_fleet(fleet, node_prefix)
         self.store = Store(history_size)
         self.api = Api(self.store, Validator(schema=validate), seed)
-        self.kubelet = Kubelet(self.api, pull_delay_s, start_delay_s, pod_termination_s)
+        self.kubelet = Kubelet(
+            self.api,
+            pull_delay_s,
+            start_delay_s,
+            pod_termination_s,
+            _setting(standin_load_s, "STARVERSE_STANDIN_LOAD_S"),
+        )
         self.scheduler = Scheduler(self.api)
         self._clock_lock = threading.Lock()
         self._clock_offset = 0.0  # seconds step() added to the monotonic clock
@@ -132,7 +140,9 @@ class KubeEmulator:
             max_watch_s,
             self.node_proxy,
             authorizer=Authorizer(self.store, users) if users else None,
-            network=ServiceNetwork(self.store),
+            network=ServiceNetwork(
+                self.store, _setting(standin_latency_ms, "STARVERSE_STANDIN_LATENCY_MS")
+            ),
         )
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -424,6 +434,13 @@ class KubeEmulator:
     def restore_node(self, name: str) -> None:
         self.controllers.restore_node(name)
 
+    def crash_container(self, namespace: str, pod: str, container: str | None = None) -> None:
+        """A running pod's container (every one unless named) exits with an error once:
+        restartCount + 1, CrashLoopBackOff and not Ready for a moment, then Running again
+        (an endpoint pod loads its model again before it is Ready)."""
+        with self.store.lock:
+            self.kubelet.crash(namespace, pod, self.now(), container)
+
     def set_pull_delay(self, seconds: float) -> None:
         self.kubelet.pull_delay_s = seconds
 
@@ -432,6 +449,17 @@ class KubeEmulator:
         (``nodes/{node}/proxy/stats/summary``) reports them for pods that mount it (0 until
         set; nothing is written to emulated volumes)."""
         self.node_proxy.set_volume_usage(namespace, claim, used_bytes)
+
+
+def _setting(value: float | None, env: str) -> float:
+    """A stand-in setting: the argument, else the emulator process's environment, else 0."""
+    if value is not None:
+        return value
+    try:
+        return float(os.environ.get(env) or 0)
+    except ValueError:
+        log.warning("kube-emulator ignores a non-numeric setting env=%s", env)
+        return 0.0
 
 
 def _without_version(obj: Obj) -> Obj:

@@ -7,6 +7,9 @@ then volume setup — while a ``persistentVolumeClaim`` is missing, being delete
 repeated at most every ``MOUNT_WARNING_S`` seconds — then ``Pulling`` → ``Pulled`` (or
 ``ErrImagePull`` / ``ImagePullBackOff`` for images named by ``fail_image_pull``) → ``Created`` /
 ``Started`` → phase Running with Ready conditions, a pod IP and running container statuses.
+A pod labelled ``starverse.io/endpoint`` runs but is Ready only after its model-load time
+(``STARVERSE_STANDIN_LOAD_S``: its env, else the emulator's setting), and ``crash`` makes a
+running container exit once (restartCount + 1, CrashLoopBackOff, not Ready) and start again.
 Deleted pods get ``Killing`` events and are removed after a short grace. Nothing runs:
 containers are status only.
 """
@@ -21,6 +24,7 @@ from typing import Any
 
 from .api import Api
 from .defaults import now_iso, pod_requests
+from .engine import load_seconds
 from .objects import TERMINAL, set_condition
 from .resources import NODES, PODS
 from .scheduler import allocatable, describe_shortage, node_usage
@@ -57,13 +61,19 @@ def _ready_message(pod: Obj) -> str:
 
 class Kubelet:
     def __init__(
-        self, api: Api, pull_delay_s: float, start_delay_s: float, termination_s: float
+        self,
+        api: Api,
+        pull_delay_s: float,
+        start_delay_s: float,
+        termination_s: float,
+        load_s: float = 0.0,
     ) -> None:
         self.api = api
         self.configured_pull_delay_s = pull_delay_s
         self.pull_delay_s = pull_delay_s
         self.start_delay_s = start_delay_s
         self.termination_s = termination_s
+        self.load_s = load_s  # an endpoint pod's model-load time unless its env says
         self.failing_images: list[str] = []
         self.frozen_nodes: set[str] = set()
         self.sims: dict[str, PodSim] = {}
@@ -290,9 +300,25 @@ class Kubelet:
                         f'Pulling image "{container.get("image")}"',
                         container,
                     )
-        elif sim.stage == "starting":
+        elif sim.stage in ("starting", "crashed"):
+            if sim.stage == "crashed":
+                for container in _containers(pod):
+                    self._event(
+                        pod,
+                        sim.node,
+                        "Started",
+                        f"Started container {container.get('name')}",
+                        container,
+                    )
+            loading = load_seconds(pod, self.load_s)
+            if loading > 0:
+                sim.stage, sim.due = "loading", now + loading
+            else:
+                sim.stage, sim.due = "running", float("inf")
+            self._run(meta["namespace"], meta["name"], sim.node, ready=loading <= 0)
+        elif sim.stage == "loading":
             sim.stage, sim.due = "running", float("inf")
-            self._run(meta["namespace"], meta["name"], sim.node)
+            self._mark_ready(meta["namespace"], meta["name"])
 
     def _pull_failed(self, pod: Obj, sim: PodSim, failing: list[Obj], now: float) -> None:
         meta = pod["metadata"]
@@ -362,8 +388,11 @@ class Kubelet:
         self._ip_serial[node_name] = serial
         return f"{prefix}.{serial + 1}"
 
-    def _run(self, namespace: str, name: str, node_name: str) -> None:
-        address = self._pod_ip(node_name)
+    def _run(self, namespace: str, name: str, node_name: str, ready: bool = True) -> None:
+        """Containers running (again, after a crash: restart counts and the last state kept);
+        Ready unless the model is still loading."""
+        current = self.api.store.get(PODS, namespace, name) or {}
+        address = (current.get("status") or {}).get("podIP") or self._pod_ip(node_name)
 
         def run(obj: Obj) -> None:
             status = obj["status"]
@@ -371,8 +400,10 @@ class Kubelet:
             status["podIP"] = address
             status["podIPs"] = [{"ip": address}]
             stamp = now_iso()
+            before = {c.get("name"): c for c in status.get("containerStatuses") or []}
             statuses = []
             for container in _containers(obj):
+                previous = before.get(container.get("name", "")) or {}
                 image = str(container.get("image"))
                 digest = hashlib.sha256(image.encode()).hexdigest()
                 container_id = hashlib.sha256(
@@ -382,9 +413,9 @@ class Kubelet:
                     {
                         "name": container.get("name", ""),
                         "state": {"running": {"startedAt": stamp}},
-                        "lastState": {},
-                        "ready": True,
-                        "restartCount": 0,
+                        "lastState": previous.get("lastState") or {},
+                        "ready": ready,
+                        "restartCount": int(previous.get("restartCount") or 0),
                         "image": image,
                         "imageID": f"{image.split('@')[0]}@sha256:{digest}",
                         "containerID": f"containerd://{container_id}",
@@ -392,16 +423,81 @@ class Kubelet:
                     }
                 )
             status["containerStatuses"] = statuses
-            for kind in (
-                "PodReadyToStartContainers",
-                "Initialized",
-                "Ready",
-                "ContainersReady",
-                "PodScheduled",
-            ):
+            for kind in ("PodReadyToStartContainers", "Initialized", "PodScheduled"):
                 set_condition(obj, kind, "True")
+            for kind in ("Ready", "ContainersReady"):
+                if ready:
+                    set_condition(obj, kind, "True")
+                else:
+                    set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
 
         self.api.mutate(PODS, namespace, name, run)
+
+    def _mark_ready(self, namespace: str, name: str) -> None:
+        """The model has loaded: the containers and the pod become Ready."""
+
+        def ready(obj: Obj) -> None:
+            for item in obj["status"].get("containerStatuses") or []:
+                item["ready"] = True
+            for kind in ("Ready", "ContainersReady"):
+                set_condition(obj, kind, "True")
+
+        self.api.mutate(PODS, namespace, name, ready)
+
+    def crash(self, namespace: str, name: str, now: float, container: str | None = None) -> None:
+        """The pod's container (or every container) exits with an error once: restartCount
+        goes up, the pod is not Ready in ``CrashLoopBackOff`` for ``start_delay_s``, then the
+        container runs again (an endpoint loads its model again first)."""
+        pod = self.api.get_raw(PODS, namespace, name)
+        sim = self.sims.get(pod["metadata"].get("uid", ""))
+        if sim is None or sim.stage not in ("running", "loading"):
+            raise ValueError(f"pod {namespace}/{name} has no running container to crash")
+        names = [c.get("name", "") for c in _containers(pod)]
+        if container is not None and container not in names:
+            raise ValueError(f"pod {namespace}/{name} has no container {container!r}")
+        crashing = [container] if container is not None else names
+        stamp = now_iso()
+
+        def crash(obj: Obj) -> None:
+            for item in obj["status"].get("containerStatuses") or []:
+                if item.get("name") not in crashing:
+                    continue
+                started = ((item.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+                item["lastState"] = {
+                    "terminated": {
+                        "exitCode": 1,
+                        "reason": "Error",
+                        "startedAt": started,
+                        "finishedAt": stamp,
+                        "containerID": item.get("containerID", ""),
+                    }
+                }
+                item["state"] = {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off 10s restarting failed container={item.get('name')} "
+                        f"pod={name}_{namespace}({obj['metadata'].get('uid', '')})",
+                    }
+                }
+                item["restartCount"] = int(item.get("restartCount") or 0) + 1
+                item["ready"] = False
+                item["started"] = False
+            for kind in ("Ready", "ContainersReady"):
+                set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
+
+        updated = self.api.mutate(PODS, namespace, name, crash)
+        for item in _containers(updated or pod):
+            if item.get("name") in crashing:
+                self._event(
+                    updated or pod,
+                    sim.node,
+                    "BackOff",
+                    "Back-off restarting failed container "
+                    f"{item.get('name')} in pod {name}_{namespace}",
+                    item,
+                    "Warning",
+                )
+        sim.stage, sim.due = "crashed", now + max(self.start_delay_s, 0.05)
 
     def _terminate(self, pod: Obj, sim: PodSim, now: float) -> None:
         meta = pod["metadata"]

@@ -9,6 +9,11 @@ real cluster). Like kube-proxy it answers only for the ports the Service declare
 when a Running, Ready pod matches its selector. The port that targets 8888 (Jupyter) stands in
 for JupyterLab with token authentication: it answers 403 unless the request carries the pod's
 token (``jupyter_token`` of the Secret it mounts) as ``Authorization: token <token>``.
+
+A pod with the ``starverse.io/endpoint`` label, or a container with a ``STARVERSE_ENGINE``
+env (``vllm``, ``tensorrt-llm``), answers on any Service port as an OpenAI-compatible inference
+engine (:mod:`.engine`). Several ready pods behind a Service answer in turn, and requests are
+served concurrently (one thread per connection), so in-flight counts can be exercised.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from __future__ import annotations
 import base64
 import html
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+from .engine import Answer, engine_of
 from .resources import PODS, SECRETS, SERVICES
 from .store import Store
 
@@ -29,13 +34,6 @@ SERVICE_HOST = re.compile(
 )
 JUPYTER_PORT = 8888
 KNOWN = {6006: "TensorBoard", 7860: "Gradio", 8000: "HTTP API", JUPYTER_PORT: "JupyterLab"}
-
-
-@dataclass
-class Answer:
-    status: int
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 def service_address(host: str) -> tuple[str, str, int] | None:
@@ -77,13 +75,23 @@ def _target(port: Obj, pod: Obj) -> int | None:
 
 
 class ServiceNetwork:
-    """Answers requests to Services' ports with the stand-in of a pod behind them."""
+    """Answers requests to Services' ports with the stand-in of a pod behind them, taking the
+    Service's ready pods in turn."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, latency_ms: float = 0.0) -> None:
         self.store = store
+        self.latency_ms = latency_ms  # the engine stand-in's default per-request latency
+        self._turn: dict[tuple[str, str], int] = {}
 
     def answer(
-        self, namespace: str, service: str, port: int, path: str, headers: dict[str, str]
+        self,
+        namespace: str,
+        service: str,
+        port: int,
+        path: str,
+        headers: dict[str, str],
+        method: str = "GET",
+        body: bytes = b"",
     ) -> Answer:
         with self.store.lock:
             svc = self.store.get(SERVICES, namespace, service)
@@ -105,14 +113,21 @@ class ServiceNetwork:
             ]
             if not pods:
                 return _page(503, "Service unavailable", "no endpoints available for service")
-            pod = pods[0]
+            turn = self._turn.get((namespace, service), 0)
+            self._turn[(namespace, service)] = turn + 1
+            pod = pods[turn % len(pods)]
             target = _target(declared, pod)
             token = self._jupyter_token(pod) if target == JUPYTER_PORT else None
+            engine = engine_of(pod, self.latency_ms) if target != JUPYTER_PORT else None
         name = f"{namespace}/{pod['metadata']['name']}"
         if target == JUPYTER_PORT:
             if token is None or headers.get("authorization", "") != f"token {token}":
                 return _page(403, "Forbidden", "JupyterLab stand-in: a valid token is required")
             return _page(200, "JupyterLab stand-in", f"JupyterLab of pod {name}, at {path}")
+        if engine is not None:
+            answer = engine.answer(method, path, body)
+            answer.headers["X-Starverse-Pod"] = pod["metadata"]["name"]
+            return answer
         what = KNOWN.get(target or 0, "HTTP")
         return _page(200, f"{what} stand-in", f"{what} stand-in on port {target} of pod {name}")
 

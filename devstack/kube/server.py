@@ -222,11 +222,13 @@ class Handler(BaseHTTPRequestHandler):
         """A request to a Service's port on the emulated pod network (:mod:`.network`)."""
         assert self.server.ctx.network is not None
         try:
-            self._read_body()
+            body = self._read_body()
             namespace, service, port = address
             headers = {key.lower(): value for key, value in self.headers.items()}
             path = urlsplit(self.path).path or "/"
-            answer = self.server.ctx.network.answer(namespace, service, port, path, headers)
+            answer = self.server.ctx.network.answer(
+                namespace, service, port, path, headers, method, body
+            )
             self.send_response(answer.status)
             for key, value in answer.headers.items():
                 self.send_header(key, value)
