@@ -11,6 +11,7 @@ import urllib.request
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models.functions import Lower
 from django.utils import timezone
 
@@ -32,7 +33,11 @@ def samples_record(stats: dict[str, Any], *, seconds: float, now: datetime | Non
     """One sample per endpoint host in `stats` ({host: {requests, tokens, latencies_ms}}, what
     the gateway counted since it was last read). Returns how many were written."""
     now = now or timezone.now()
-    ids = {host: host_parse(host) for host in stats}
+    # the gateway counts by host name, as the autoscaler matches hosts (no port)
+    port = settings.GATEWAY_DOMAIN.partition(":")[2]
+    ids = {
+        host: host_parse(f"{host}:{port}" if port and ":" not in host else host) for host in stats
+    }
     found = dict(
         Endpoint.objects.annotate(lower_id=Lower("id"))
         .filter(lower_id__in=[i for i in ids.values() if i])
