@@ -49,6 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds before pods of a lost node are evicted",
     )
+    parser.add_argument(
+        "--keda-queue-url",
+        default=None,
+        help="the KEDA stand-in reads in-flight counts per host here (the dev gateway's admin "
+        "URL; default: the KUBE_EMULATOR_KEDA_QUEUE_URL env, else every count is 0)",
+    )
+    parser.add_argument(
+        "--keda-polling-interval",
+        type=float,
+        default=None,
+        help="seconds between the KEDA stand-in's reads (default 1)",
+    )
     parser.add_argument("--no-validate", action="store_true", help="skip schema validation")
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -78,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet=fleet,
         eviction_grace_s=args.eviction_grace,
         node_prefix=args.node_prefix,
+        keda_queue_url=args.keda_queue_url,
+        keda_polling_interval_s=args.keda_polling_interval,
     )
     stop = threading.Event()
 

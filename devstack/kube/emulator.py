@@ -19,6 +19,12 @@ Given ``users`` (bearer token → ``User``), it authenticates and authorizes eve
 RBAC from the Roles, ClusterRoles and bindings it stores (:mod:`.rbac`); without, any token (or
 none) may do anything, as before.
 
+Beyond pods, Services and claims it runs what inference endpoints need: Deployments and
+ReplicaSets (:mod:`.workloads`), pods of other schedulers left for their Binding
+(:mod:`.scheduler`), CSI VolumeSnapshots and restores (:mod:`.snapshots`), an OpenAI-compatible
+engine stand-in on the Service network (:mod:`.engine`, with ``crash_container``) and the KEDA
+HTTP add-on (:mod:`.keda`, reading in-flight counts from ``keda_queue_url``).
+
 Tests drive it deterministically: ``step(seconds)`` moves its clock and runs one pass of the
 control plane and kubelets synchronously, ``paused()`` stops its own loop and clock for a block,
 and ``reset()`` takes a running emulator back to its seeded cluster for the next test.
@@ -41,6 +47,7 @@ from typing import Any
 from .api import Api
 from .controllers import Controllers
 from .fleet import NodeSpec, build_fleet, lease_object, node_object
+from .keda import KedaStandIn
 from .kubelet import Kubelet
 from .network import ServiceNetwork
 from .podexec import ExecSession
@@ -92,6 +99,8 @@ class KubeEmulator:
         snapshot_ready_s: float = 0.5,
         standin_latency_ms: float | None = None,
         standin_load_s: float | None = None,
+        keda_queue_url: str | None = None,
+        keda_polling_interval_s: float | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -114,6 +123,11 @@ class KubeEmulator:
         self.resizer = VolumeResizer(self.api)
         self.workloads = Workloads(self.api)
         self.snapshots = Snapshots(self.api, snapshot_ready_s)
+        self.keda = KedaStandIn(
+            self.api,
+            keda_queue_url or os.environ.get("KUBE_EMULATOR_KEDA_QUEUE_URL") or None,
+            keda_polling_interval_s or _setting(None, "KUBE_EMULATOR_KEDA_POLLING_INTERVAL") or 1.0,
+        )
         self.node_proxy = NodeProxy(self.store, lambda node: node in self.kubelet.frozen_nodes)
         self.faults = FaultInjector()
         version = schema_version()
@@ -195,7 +209,8 @@ class KubeEmulator:
             daemon=True,
         )
         loop = threading.Thread(target=self._loop, name="kube-emulator-sim", daemon=True)
-        self._threads = [serve, loop]
+        poller = threading.Thread(target=self._poll_keda, name="kube-emulator-keda", daemon=True)
+        self._threads = [serve, loop, poller]
         for thread in self._threads:
             thread.start()
         log.info(
@@ -236,6 +251,11 @@ class KubeEmulator:
                 if self._paused_at is None:
                     self.tick()
 
+    def _poll_keda(self) -> None:
+        """Read the KEDA stand-in's in-flight counts, outside the store's lock."""
+        while not self._stopping.wait(self.keda.polling_interval_s):
+            self.keda.refresh()
+
     def tick(self) -> None:
         """One pass of the emulated control plane and kubelets (the loop calls this)."""
         # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
@@ -248,6 +268,7 @@ class KubeEmulator:
                 self.kubelet,
                 self.resizer,
                 self.snapshots,
+                self.keda,
             ):
                 try:
                     part.tick(now)
@@ -325,6 +346,7 @@ class KubeEmulator:
             self.controllers.reset()
             self.workloads.reset()
             self.snapshots.reset()
+            self.keda.reset()
             self.node_proxy.clear_volume_usage()
             self.api.events.forget()
             current = self.store.everything()
@@ -443,6 +465,12 @@ class KubeEmulator:
 
     def set_pull_delay(self, seconds: float) -> None:
         self.kubelet.pull_delay_s = seconds
+
+    def set_keda_queue_url(self, url: str | None) -> None:
+        """Where the KEDA stand-in reads in-flight counts per host (:mod:`.keda`); ``reset``
+        goes back to the configured one."""
+        self.keda.queue_url = url
+        self.keda.refresh()
 
     def set_volume_usage(self, namespace: str, claim: str, used_bytes: int) -> None:
         """Bytes in use on a claim's volume, as the kubelet Summary API

@@ -565,6 +565,29 @@ def check_volume_snapshot(snapshot: dict[str, Any]) -> list[FieldError]:
     return []
 
 
+def check_http_scaled_object(scaled: dict[str, Any]) -> list[FieldError]:
+    """What the KEDA HTTP add-on's CRD schema requires of the fields the stand-in reads."""
+    spec = scaled.get("spec") or {}
+    errors: list[FieldError] = []
+    if not (spec.get("scaleTargetRef") or {}).get("name"):
+        errors.append(required("spec.scaleTargetRef.name"))
+    bounds = spec.get("replicas") or {}
+    low, high = bounds.get("min", 0), bounds.get("max", 100)
+    if not isinstance(low, int) or not isinstance(high, int) or low < 0 or high < low:
+        errors.append(
+            invalid_value("spec.replicas", bounds, "min and max must be integers, 0 <= min <= max")
+        )
+    metric = (spec.get("scalingMetric") or {}).get("concurrency") or {}
+    target = metric.get("targetValue", 100)
+    if not isinstance(target, int) or target < 1:
+        errors.append(
+            invalid_value(
+                "spec.scalingMetric.concurrency.targetValue", target, "must be a positive integer"
+            )
+        )
+    return errors
+
+
 def check(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
     """All non-schema rules for one object (``old`` set on update)."""
     meta = obj.get("metadata")
@@ -583,6 +606,8 @@ def check(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
         errors.extend(check_workload(obj, rt.plural == "deployments"))
     elif rt.plural == "volumesnapshots":
         errors.extend(check_volume_snapshot(obj))
+    elif rt.plural == "httpscaledobjects":
+        errors.extend(check_http_scaled_object(obj))
     if old is not None:
         errors.extend(check_update(rt, old, obj))
     return errors

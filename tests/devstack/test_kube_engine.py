@@ -5,6 +5,7 @@ to crash once."""
 
 from __future__ import annotations
 
+import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -60,7 +61,8 @@ def serve(api: client.CoreV1Api, *pods: dict[str, Any]) -> None:
     for body in pods:
         api.create_namespaced_pod(NS, body)
     for body in pods:
-        wait_for(lambda name=body["metadata"]["name"]: ready(api, name), "engine ready")
+        name: str = body["metadata"]["name"]
+        wait_for(functools.partial(ready, api, name), "engine ready")
 
 
 def call(emu: KubeEmulator, method: str, path: str, **kwargs: Any) -> requests.Response:
@@ -96,11 +98,13 @@ def test_the_openai_client_reads_models_chat_and_completions(
     assert chat.model == MODEL
     assert chat.choices[0].message.content == "Echo: hello there world"
     assert chat.choices[0].finish_reason == "stop"
+    assert chat.usage is not None
     assert (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (5, 4)
     assert chat.usage.total_tokens == 9
     cut = engine.completions.create(model=MODEL, prompt="one two three four", max_tokens=2)
     assert cut.object == "text_completion"
     assert (cut.choices[0].text, cut.choices[0].finish_reason) == ("Echo: one", "length")
+    assert cut.usage is not None
     assert cut.usage.prompt_tokens == 4
 
 
@@ -117,7 +121,9 @@ def test_streamed_chat_arrives_as_server_sent_events(
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Echo: stream me"
-    assert chunks[-1].usage.completion_tokens == 3
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert usage.completion_tokens == 3
     raw = call(emu, "POST", "/v1/completions", json={"prompt": "hi", "stream": True})
     assert raw.headers["Content-Type"] == "text/event-stream"
     assert raw.text.endswith("data: [DONE]\n\n")
@@ -129,6 +135,7 @@ def test_bad_requests_get_openai_style_errors(emu: KubeEmulator, api: client.Cor
 
     with pytest.raises(openai.BadRequestError) as missing:
         engine.chat.completions.create(model=MODEL, messages=[])
+    assert isinstance(missing.value.body, dict)
     assert missing.value.body["param"] == "messages"
     no_prompt = call(emu, "POST", "/v1/completions", json={"model": MODEL})
     assert no_prompt.status_code == 400
