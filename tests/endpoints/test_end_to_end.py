@@ -132,3 +132,100 @@ def test_a_request_to_an_endpoint_at_zero_is_held_then_answered_503_in_openais_s
     assert time.monotonic() - started >= 2  # held for the cold start timeout
     assert answer.status_code == 503
     assert answer.json()["error"]["code"] == "endpoint_starting"
+
+
+@pytest.fixture
+def autoscaled(cluster: KubeEmulator, gateway: DevGateway, settings: Any) -> Iterator[None]:
+    """The emulator's KEDA stand-in reading the gateway's in-flight counts every 0.1 s, one
+    request in flight per replica, a scale-down after 1 s idle, 300 ms per request."""
+    settings.ENDPOINT_TARGET_CONCURRENCY = 1
+    settings.ENDPOINT_SCALEDOWN_PERIOD_S = 1
+    network = cluster._ctx.network
+    interval, latency = cluster.keda.polling_interval_s, network.latency_ms
+    cluster.keda.polling_interval_s = 0.1
+    network.latency_ms = 300
+    cluster.set_keda_queue_url(f"{gateway.url}/__devgateway/queue")
+    yield
+    cluster.set_keda_queue_url(None)
+    cluster.keda.polling_interval_s, network.latency_ms = interval, latency
+
+
+def _burst(gateway, endpoint, key, stop, answers):
+    while not stop.is_set():
+        body = {"model": "qwen", "messages": [{"role": "user", "content": "burst"}]}
+        answers.append(_post(gateway, endpoint, "/v1/chat/completions", body, key=key).status_code)
+
+
+def test_a_burst_scales_up_to_max_and_idle_scales_back_to_min(
+    catalog, gateway, autoscaled, transactional_db
+):
+    import threading
+
+    endpoint = _running(make_endpoint(make_user(), min_replicas=1, max_replicas=2))
+    _row, key = key_create(endpoint=endpoint, name="ci", user=endpoint.created_by)
+    stop, answers = threading.Event(), []
+    threads = [
+        threading.Thread(target=_burst, args=(gateway, endpoint, key, stop, answers))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        _until(
+            lambda: Endpoint.objects.get(pk=endpoint.pk).replicas_ready == 2,
+            step=endpoints_sync,
+        )
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert set(answers) == {200}
+    assert EndpointReplica.objects.filter(endpoint=endpoint, gone_at__isnull=True).count() == 2
+    assert Allocation.objects.filter(replica__endpoint=endpoint).count() == 2
+    # idle: back to its minimum, the second replica's GPU given back
+    _until(
+        lambda: (
+            EndpointReplica.objects.filter(endpoint=endpoint, gone_at__isnull=True).count() == 1
+        ),
+        step=endpoints_sync,
+    )
+    assert Allocation.objects.filter(replica__endpoint=endpoint).count() == 1
+    assert Endpoint.objects.get(pk=endpoint.pk).status == "running"
+
+
+def test_the_first_request_at_zero_waits_for_a_cold_start(
+    catalog, gateway, autoscaled, transactional_db
+):
+    import threading
+
+    endpoint = make_endpoint(make_user(), min_replicas=0, max_replicas=1)
+    endpoint_converge(endpoint.id)
+    endpoint.refresh_from_db()
+    gateway.cold_start_timeout_s = 15
+    _row, key = key_create(endpoint=endpoint, name="ci", user=endpoint.created_by)
+    answers: list[int] = []
+    stop = threading.Event()
+    caller = threading.Thread(
+        target=lambda: answers.append(
+            _post(
+                gateway, endpoint, "/v1/completions", {"model": "qwen", "prompt": "hi"}, key
+            ).status_code
+        )
+    )
+    caller.start()
+    try:
+        # the scheduler binds what the autoscaler adds while the request is held
+        _until(lambda: bool(answers), step=endpoints_sync)
+    finally:
+        stop.set()
+        caller.join()
+    assert answers == [200]
+    endpoint.refresh_from_db()
+    assert endpoint.status == "running"
+    assert endpoint.cold_start_s is not None
+    # idle again: back to zero, nothing held
+    _until(
+        lambda: Endpoint.objects.get(pk=endpoint.pk).status == "scaled_to_zero",
+        step=endpoints_sync,
+    )
+    assert not Allocation.objects.filter(replica__endpoint=endpoint).exists()
