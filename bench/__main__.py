@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import cluster_ready, clusters, fleet, gateway, instances, ledger
+from bench import cluster_ready, clusters, endpoints, fleet, gateway, instances, ledger
 
 BENCHMARKS = {
     "ledger": ledger.run,
@@ -11,6 +11,7 @@ BENCHMARKS = {
     "gateway": gateway.run,
     "clusters": clusters.run,
     "cluster_ready": cluster_ready.run,
+    "endpoints": endpoints.run,
 }
 
 
