@@ -297,7 +297,8 @@ class DevGateway:
         stats.latencies_ms.append(round((time.monotonic() - started) * 1000, 1))
         if len(stats.latencies_ms) > 10_000:
             del stats.latencies_ms[:5_000]
-        stats.tokens += _completion_tokens(payload)
+        if request.path.endswith("completions"):  # only these generate tokens
+            stats.tokens += _completion_tokens(payload)
         return _response(status, headers, payload)
 
     async def _authorize(
