@@ -141,6 +141,7 @@ def autoscaled(cluster: KubeEmulator, gateway: DevGateway, settings: Any) -> Ite
     settings.ENDPOINT_TARGET_CONCURRENCY = 1
     settings.ENDPOINT_SCALEDOWN_PERIOD_S = 1
     network = cluster._ctx.network
+    assert network is not None
     interval, latency = cluster.keda.polling_interval_s, network.latency_ms
     cluster.keda.polling_interval_s = 0.1
     network.latency_ms = 300
@@ -163,7 +164,7 @@ def test_a_burst_scales_up_to_max_and_idle_scales_back_to_min(
 
     endpoint = _running(make_endpoint(make_user(), min_replicas=1, max_replicas=2))
     _row, key = key_create(endpoint=endpoint, name="ci", user=endpoint.created_by)
-    stop, answers = threading.Event(), []
+    stop, answers = threading.Event(), list[int]()
     threads = [
         threading.Thread(target=_burst, args=(gateway, endpoint, key, stop, answers))
         for _ in range(4)
