@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -86,7 +86,7 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     pods = kube.pods_labelled(namespaces, manifests.ENDPOINT_LABEL) if namespaces else []
     replicas = {
         (r.endpoint_id, r.pod_name): r
-        for r in EndpointReplica.objects.filter(
+        for r in EndpointReplica.objects.select_related("node").filter(
             endpoint__in=list(endpoints.values()), gone_at__isnull=True
         )
     }
@@ -115,6 +115,10 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
             continue
         if replica is None:
             continue  # bound by an earlier worker whose rows are gone: nothing of ours holds it
+        if not spec.get("nodeName") and replica.node is not None:
+            # placed by a pass that stopped before its bind: bind it where its GPUs are held
+            kube.pod_bind(meta["namespace"], meta["name"], replica.node.name)
+            continue
         ready = _ready(pod)
         if ready:
             ready_count[endpoint.id] = ready_count.get(endpoint.id, 0) + 1
@@ -145,9 +149,13 @@ def _place(endpoint: Endpoint, namespace: str, pod_name: str, result: SyncResult
             result.waiting.append(pod_name)
             return
         node, indices = placement
-        replica = EndpointReplica.objects.create(
-            endpoint=endpoint, pod_name=pod_name, node_id=node.id
-        )
+        try:
+            with transaction.atomic():
+                replica = EndpointReplica.objects.create(
+                    endpoint=endpoint, pod_name=pod_name, node_id=node.id
+                )
+        except IntegrityError:
+            return  # a concurrent pass placed this pod first
         Allocation.objects.bulk_create(
             [Allocation(node_id=node.id, gpu_index=i, replica=replica) for i in indices]
         )

@@ -129,3 +129,26 @@ def test_a_pod_waits_pending_while_its_gpus_are_held_by_instances(catalog):
     assert result.waiting == [_pods(endpoint)[0]["metadata"]["name"]]
     assert not EndpointReplica.objects.filter(endpoint=endpoint).exists()
     assert _pods(endpoint)[0]["spec"].get("nodeName") is None
+
+
+def test_a_pod_placed_by_a_pass_that_stopped_before_binding_is_bound_by_the_next(catalog):
+    from fleet.models import Node
+
+    endpoint = make_endpoint(make_user())
+    endpoint_converge(endpoint.id)
+    endpoint.refresh_from_db()
+    _until(lambda: len(_pods(endpoint)) == 1)
+    pod = _pods(endpoint)[0]
+    node = Node.objects.filter(gpu_product__icontains="H100").order_by("name").last()
+    # what the stopped pass left: the replica and its GPU, committed, the pod unbound
+    replica = EndpointReplica.objects.create(
+        endpoint=endpoint, pod_name=pod["metadata"]["name"], node=node
+    )
+    Allocation.objects.create(node=node, gpu_index=0, replica=replica)
+    result = endpoints_sync()
+    assert result.bound == []
+    _until(lambda: _pods(endpoint)[0]["spec"].get("nodeName") == node.name)
+    assert EndpointReplica.objects.filter(endpoint=endpoint).count() == 1
+    assert list(
+        Allocation.objects.filter(replica__endpoint=endpoint).values_list("node", flat=True)
+    ) == [node.pk]
