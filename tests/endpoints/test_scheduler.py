@@ -140,6 +140,7 @@ def test_a_pod_placed_by_a_pass_that_stopped_before_binding_is_bound_by_the_next
     _until(lambda: len(_pods(endpoint)) == 1)
     pod = _pods(endpoint)[0]
     node = Node.objects.filter(gpu_product__icontains="H100").order_by("name").last()
+    assert node is not None
     # what the stopped pass left: the replica and its GPU, committed, the pod unbound
     replica = EndpointReplica.objects.create(
         endpoint=endpoint, pod_name=pod["metadata"]["name"], node=node
