@@ -2,7 +2,7 @@
 
 import sys
 
-from bench import cluster_ready, clusters, fleet, gateway, images, instances, ledger
+from bench import cluster_ready, clusters, endpoints, fleet, gateway, images, instances, ledger
 
 BENCHMARKS = {
     "ledger": ledger.run,
@@ -12,6 +12,7 @@ BENCHMARKS = {
     "clusters": clusters.run,
     "cluster_ready": cluster_ready.run,
     "images": images.run,
+    "endpoints": endpoints.run,
 }
 
 

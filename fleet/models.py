@@ -274,16 +274,36 @@ class Allocation(models.Model):
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
     gpu_index = models.PositiveSmallIntegerField()
     instance = models.ForeignKey(
-        "instances.Instance", on_delete=models.CASCADE, related_name="allocations"
+        "instances.Instance",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="allocations",
+    )
+    # An inference endpoint's replica holds GPUs the same way (endpoints.scheduler binds its
+    # pod after placing it with instances.placement), so nothing double-books.
+    replica = models.ForeignKey(
+        "endpoints.EndpointReplica",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="allocations",
     )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "instances_allocation"
-        constraints = [models.UniqueConstraint(fields=["node", "gpu_index"], name="allocation_gpu")]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "gpu_index"], name="allocation_gpu"),
+            models.CheckConstraint(
+                condition=Q(instance__isnull=False, replica__isnull=True)
+                | Q(instance__isnull=True, replica__isnull=False),
+                name="allocation_one_holder",
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.node_id}#{self.gpu_index} → {self.instance_id}"
+        return f"{self.node_id}#{self.gpu_index} → {self.instance_id or self.replica_id}"
 
 
 ENV_NAME = RegexValidator(

@@ -4,7 +4,7 @@ caller's transaction, serialised per GPU model by one row lock, and the unique
 raced."""
 
 from collections import defaultdict
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
@@ -263,6 +263,13 @@ SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb, o.local_disk_
           JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s) held
   JOIN {instance} i ON i.id = held.instance_id
   JOIN {offering} o ON o.id = i.offering_id
+UNION ALL
+SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb, 0, NULL, NULL, NULL
+  FROM (SELECT DISTINCT a.node_id, a.replica_id FROM {allocation} a
+          JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s) held
+  JOIN {replica} r ON r.id = held.replica_id
+  JOIN {endpoint} e ON e.id = r.endpoint_id
+  JOIN {offering} o ON o.id = e.offering_id
 """
 
 
@@ -285,6 +292,11 @@ def capacity_of(
 ]:
     """capacity(), and the nodes among them that hold the container image `image` (by any
     of the names their kubelets list for it), in the same round trip."""
+    # An inference endpoint's replicas hold GPUs too (their pods' CPU and memory count as
+    # well; no local disk). The tables are reached through the allocation's foreign key, not
+    # an import: endpoints sits above instances.
+    replica: Any = Allocation._meta.get_field("replica").related_model
+    endpoint: Any = replica._meta.get_field("endpoint").related_model
     sql = _CAPACITY_SQL.format(
         node_image=NodeImage._meta.db_table,
         node=Node._meta.db_table,
@@ -292,6 +304,8 @@ def capacity_of(
         gpu=Gpu._meta.db_table,
         instance=Instance._meta.db_table,
         offering=Offering._meta.db_table,
+        replica=replica._meta.db_table,
+        endpoint=endpoint._meta.db_table,
     )
     nodes, taken = [], defaultdict(set)
     allocatable: dict[str, Room] = {}
@@ -310,6 +324,7 @@ def capacity_of(
                 any_node,
                 region,
                 region,
+                product,
                 product,
                 product,
                 product,

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from billing.webhooks import stripe_webhook
 from console import views as console_views
+from endpoints.api import gateway as endpoint_gateway
 from instances import views as instances_views
 from instances.api import gateway
 
@@ -32,6 +33,7 @@ api_v1 = [
     path("", include("storage.api.urls")),
     path("", include("instances.api.urls")),
     path("", include("clusters.api.urls")),
+    path("", include("endpoints.api.urls")),
     path("", include("datasets.api.urls")),
     path("", include("teams.api.urls")),
 ]
@@ -40,11 +42,13 @@ urlpatterns = [
     path("", console_views.home, name="home"),
     path("favicon.ico", console_views.favicon, name="favicon"),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
-    re_path(r"^gateway/auth(?P<rest>/.*)?$", gateway.forward_auth, name="gateway-auth"),
+    # every gateway host: endpoints' by API key, instances' by the owner's cookie or a share
+    re_path(r"^gateway/auth(?P<rest>/.*)?$", endpoint_gateway.forward_auth, name="gateway-auth"),
     path("gateway/login", gateway.gateway_login, name="gateway-login"),
     path("console/", include("console.urls")),
     path("console/", include("instances.urls")),
     path("", include("clusters.urls")),
+    path("", include("endpoints.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     # public; its Starverse column reads the catalog, so the page is the catalog app's
     path("billing/calculator/", instances_views.calculator, name="calculator"),

@@ -207,7 +207,43 @@ def make_cluster(user: User, node_count: int = 2, **order: Any) -> Any:
     return cluster
 
 
+def make_public_model(directory: str = "qwen2-7b-instruct") -> Any:
+    """A model of the public pool (kind model), made once per folder."""
+    from datasets.models import PublicDataset
+
+    model, _created = PublicDataset.objects.get_or_create(
+        kind="model",
+        directory=directory,
+        defaults={"id": directory, "name": directory, "size_bytes": 15 * 2**30, "licence": "MIT"},
+    )
+    return model
+
+
+def make_endpoint(user: User, **create: Any) -> Any:
+    """An endpoint made by `endpoint_create`, serving a public-pool model with vLLM on one
+    H100 (the balance topped up to an hour of it), as created: its objects are made by the
+    worker after commit."""
+    from endpoints.services import endpoint_create
+    from instances.models import Offering
+
+    _seed_catalog()
+    offering = Offering.objects.get(name=CLOUD_GPU)
+    fund(user, offering.price_per_hour_fen * 4, key=f"endpoint:{next(_seq)}")
+    fields: dict[str, Any] = {
+        "name": "qwen",
+        "source": {"dataset": make_public_model().pk},
+        "engine": "vllm",
+        "offering_id": offering.id,
+        "min_replicas": 1,
+        "max_replicas": 2,
+        **create,
+    }
+    endpoint, _created = endpoint_create(user=user, **fields)
+    return endpoint
+
+
 OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {
+    "endpoints.Endpoint": make_endpoint,
     "instances.Instance": make_instance,
     "clusters.Cluster": make_cluster,
     "storage.Disk": make_disk,

@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 
-from .proxy import AUTH_CACHE_S, DevGateway
+from .proxy import AUTH_CACHE_S, COLD_START_TIMEOUT_S, DevGateway
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kube-url", required=True, help="the kube emulator")
     parser.add_argument(
         "--auth-cache", type=float, default=AUTH_CACHE_S, help="seconds a check's 2xx is kept"
+    )
+    parser.add_argument(
+        "--cold-start-timeout",
+        type=float,
+        default=COLD_START_TIMEOUT_S,
+        help="seconds an endpoint request is held while no replica is ready",
     )
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -60,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         auth_cache_s=args.auth_cache,
+        cold_start_timeout_s=args.cold_start_timeout,
     )
     try:
         asyncio.run(serve(gateway))

@@ -15,17 +15,27 @@ One thing it does that Envoy's check does not: it keeps a check's 2xx for AUTH_C
 address and cookie, so a page's burst of requests costs one check. A revoked share link or a
 removed port therefore stops passing within those seconds here, at once in production. It does
 not carry WebSockets (nothing in an emulated pod speaks them). Development only: no TLS.
+
+For inference endpoints' hosts (routes labelled ``starverse.io/endpoint``) it also plays the
+KEDA HTTP add-on's interceptor: the check there is the endpoint's API key (the request's
+``Authorization`` is passed to the check, and is part of the 2 s cache's key); it counts the
+requests in flight per host, holds a request while the endpoint has no Ready replica (a cold
+start, up to ``cold_start_timeout_s``, then a 503 in OpenAI's error shape), and serves the
+counts as ``{"<host>": {"concurrency": n}}`` at ``/__devgateway/queue`` on its own address
+(``127.0.0.1:<port>``) for the emulator's KEDA stand-in. It also counts each host's requests,
+latencies and generated tokens, handed out (and reset) at ``/__devgateway/stats``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -56,6 +66,12 @@ TO_BACKEND = ("Authorization",)
 TO_CLIENT = ("Location", "Set-Cookie", "Content-Type", "Cache-Control", "WWW-Authenticate")
 MAX_BODY = 100 * 2**20
 UPSTREAM_TIMEOUT_S = 60.0
+ENDPOINT_LABEL = "starverse.io/endpoint"
+COLD_START_TIMEOUT_S = 300.0
+COLD_START_POLL_S = 0.05
+ADMIN_PREFIX = "/__devgateway/"
+# What the emulator's Service network answers while no pod behind a Service is Ready.
+NO_READY_POD = b"no endpoints available"
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,17 @@ class Backend:
     namespace: str
     service: str
     port: int
+    endpoint: bool = False
+
+
+@dataclass
+class HostStats:
+    """One endpoint host's requests since the stats were last read."""
+
+    concurrency: int = 0
+    requests: int = 0
+    tokens: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
 
 
 class DevGateway:
@@ -79,6 +106,7 @@ class DevGateway:
         port: int = 0,
         auth_cache_s: float = AUTH_CACHE_S,
         route_refresh_s: float = ROUTE_REFRESH_S,
+        cold_start_timeout_s: float = COLD_START_TIMEOUT_S,
     ) -> None:
         self.auth_url = auth_url
         self.kube_url = kube_url.rstrip("/")
@@ -86,8 +114,10 @@ class DevGateway:
         self.port = port
         self.auth_cache_s = auth_cache_s
         self.route_refresh_s = route_refresh_s
+        self.cold_start_timeout_s = cold_start_timeout_s
         self.checks = 0  # authorization checks asked of the console
-        self._allowed: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+        self.hosts: dict[str, HostStats] = {}  # endpoint hosts' in-flight counts and stats
+        self._allowed: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
         self._routes: dict[str, Backend] = {}
         self._routes_read_at = 0.0
         self._routes_lock: asyncio.Lock | None = None
@@ -196,13 +226,80 @@ class DevGateway:
         host = request.headers.get("Host", "")
         if request.headers.get("Upgrade", "").lower() == "websocket":
             return _text(501, "The development gateway does not carry WebSockets.")
+        if request.path.startswith(ADMIN_PREFIX) and host.split(":")[0] in (
+            "127.0.0.1",
+            "localhost",
+        ):
+            return self._admin(request.path[len(ADMIN_PREFIX) :])
         allowed = await self._authorize(request, host)
         if isinstance(allowed, web.StreamResponse):
             return allowed
         backend = await self._backend(host.split(":")[0].lower())
         if backend is None:
             return _text(502, "No route to this address yet: try again in a moment.")
+        if backend.endpoint:
+            return await self._intercept(request, host, backend, allowed)
         return await self._forward(request, host, backend, allowed)
+
+    # --- inference endpoints: the KEDA interceptor's part -----------------------------------
+
+    def _admin(self, what: str) -> web.Response:
+        if what == "queue":
+            counts = {h: {"concurrency": s.concurrency} for h, s in self.hosts.items()}
+            return web.json_response(counts)
+        if what == "stats":
+            drained = {
+                h: {
+                    "concurrency": s.concurrency,
+                    "requests": s.requests,
+                    "tokens": s.tokens,
+                    "latencies_ms": s.latencies_ms,
+                }
+                for h, s in self.hosts.items()
+            }
+            for stats in self.hosts.values():
+                stats.requests, stats.tokens, stats.latencies_ms = 0, 0, []
+            return web.json_response(drained)
+        return _text(404, "Unknown development gateway page.")
+
+    async def _intercept(
+        self, request: web.BaseRequest, host: str, backend: Backend, added: dict[str, str]
+    ) -> web.StreamResponse:
+        """Count the request in flight for its host while it is held and served; hold it while
+        the endpoint has no Ready replica (the autoscaler sees the count and starts one)."""
+        hostname = host.split(":")[0].lower()
+        stats = self.hosts.setdefault(hostname, HostStats())
+        stats.concurrency += 1
+        started = time.monotonic()
+        try:
+            message, head_only = await self._request_bytes(request, host, backend, added)
+            while True:
+                try:
+                    status, headers, payload = await self._upstream.exchange(
+                        message, head_only=head_only
+                    )
+                except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+                    log.warning("gateway.upstream_failed host=%s error=%s", host, error)
+                    return _text(502, "The endpoint did not answer.")
+                if status != 503 or NO_READY_POD not in payload:
+                    break
+                if time.monotonic() - started > self.cold_start_timeout_s:
+                    return _openai_error(
+                        503,
+                        "The endpoint is still starting (no replica is ready yet): retry in a "
+                        "minute.",
+                        "endpoint_starting",
+                    )
+                await asyncio.sleep(COLD_START_POLL_S)
+        finally:
+            stats.concurrency -= 1
+        stats.requests += 1
+        stats.latencies_ms.append(round((time.monotonic() - started) * 1000, 1))
+        if len(stats.latencies_ms) > 10_000:
+            del stats.latencies_ms[:5_000]
+        if request.path.endswith("completions"):  # only these generate tokens
+            stats.tokens += _completion_tokens(payload)
+        return _response(status, headers, payload)
 
     async def _authorize(
         self, request: web.BaseRequest, host: str
@@ -210,7 +307,8 @@ class DevGateway:
         """The headers to add upstream, or the console's refusal to hand back."""
         assert self._session is not None
         cookie = request.headers.get("Cookie", "")
-        key = (host, cookie)
+        authorization = request.headers.get("Authorization", "")
+        key = (host, cookie, authorization)
         now = time.monotonic()
         cached = self._allowed.get(key)
         if cached is not None and cached[0] > now:
@@ -224,6 +322,8 @@ class DevGateway:
         }
         if cookie:
             check_headers["Cookie"] = cookie
+        if authorization:  # an endpoint's API key
+            check_headers["Authorization"] = authorization
         try:
             async with self._session.get(
                 self.auth_url, headers=check_headers, allow_redirects=False
@@ -247,6 +347,18 @@ class DevGateway:
     async def _forward(
         self, request: web.BaseRequest, host: str, backend: Backend, added: dict[str, str]
     ) -> web.StreamResponse:
+        message, head_only = await self._request_bytes(request, host, backend, added)
+        try:
+            status, headers, payload = await self._upstream.exchange(message, head_only=head_only)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+            log.warning("gateway.upstream_failed host=%s error=%s", host, error)
+            return _text(502, "The instance did not answer.")
+        return _response(status, headers, payload)
+
+    async def _request_bytes(
+        self, request: web.BaseRequest, host: str, backend: Backend, added: dict[str, str]
+    ) -> tuple[bytes, bool]:
+        """The request as it goes upstream, to the Service's DNS name on the pod network."""
         lines = [f"{request.method} {request.raw_path} HTTP/1.1"]
         replaced = _REPLACED | {name.lower() for name in added}
         for name, value in request.headers.items():
@@ -263,18 +375,7 @@ class DevGateway:
             f"Content-Length: {len(body)}",
         ]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        try:
-            status, headers, payload = await self._upstream.exchange(
-                head + body, head_only=request.method == "HEAD"
-            )
-        except (OSError, asyncio.IncompleteReadError, ValueError) as error:
-            log.warning("gateway.upstream_failed host=%s error=%s", host, error)
-            return _text(502, "The instance did not answer.")
-        back = CIMultiDict[str]()
-        for name, value in headers:
-            if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
-                back.add(name, value)
-        return web.Response(status=status, body=payload, headers=back)
+        return head + body, request.method == "HEAD"
 
     # --- routes -----------------------------------------------------------------------------
 
@@ -393,7 +494,10 @@ def routes_table(routes: list[dict[str, Any]]) -> dict[str, Backend]:
             continue
         first = backends[0]
         backend = Backend(
-            first.get("namespace") or meta.get("namespace", ""), first["name"], first["port"]
+            first.get("namespace") or meta.get("namespace", ""),
+            first["name"],
+            first["port"],
+            endpoint=ENDPOINT_LABEL in (meta.get("labels") or {}),
         )
         for hostname in spec.get("hostnames") or []:
             table[str(hostname).lower()] = backend
@@ -402,3 +506,27 @@ def routes_table(routes: list[dict[str, Any]]) -> dict[str, Backend]:
 
 def _text(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text + "\n", content_type="text/plain")
+
+
+def _response(status: int, headers: list[tuple[str, str]], payload: bytes) -> web.Response:
+    back = CIMultiDict[str]()
+    for name, value in headers:
+        if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
+            back.add(name, value)
+    return web.Response(status=status, body=payload, headers=back)
+
+
+def _openai_error(status: int, message: str, code: str) -> web.Response:
+    error = {"message": message, "type": "server_error", "param": None, "code": code}
+    return web.json_response({"error": error}, status=status)
+
+
+def _completion_tokens(payload: bytes) -> int:
+    """The tokens an OpenAI-style answer says it generated (0 when it says nothing)."""
+    if not payload.startswith(b"{"):
+        return 0
+    try:
+        usage = json.loads(payload).get("usage") or {}
+        return int(usage.get("completion_tokens") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return 0

@@ -8,6 +8,7 @@ NAVIGATION = [
     ("instances:rent", _("Rent"), "rent"),
     ("instances:list", _("Instances"), "instances"),
     ("clusters:list", _("Clusters"), "clusters"),
+    ("endpoints:list", _("Endpoints"), "endpoints"),
     ("console:disks", _("Disks"), "disks"),
     ("console:datasets", _("Datasets"), "datasets"),
     ("billing:billing", _("Billing"), "billing"),

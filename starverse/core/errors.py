@@ -6,9 +6,12 @@ class ServiceError(Exception):
     status_code = 400
     code = "invalid"
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, field: str = "") -> None:
         super().__init__(message)
         self.message = message
+        # The request field at fault (dotted for nested ones, e.g. engine_options.dtype): the
+        # API answer names it under `errors`, like a serializer's validation error.
+        self.field = field
         if code:
             self.code = code
 

@@ -74,7 +74,13 @@ MANAGED = {"app.kubernetes.io/managed-by": "starverse"}
 # Kinds outside the core API groups, reached through the custom-objects client: (group,
 # version, plural). HTTPRoutes are the gateway's routes to the instances (Gateway API).
 HTTP_ROUTE_API = "gateway.networking.k8s.io/v1"
-CUSTOM_KINDS = {"HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes")}
+# VolumeSnapshots freeze an endpoint's weights (CSI); HTTPScaledObjects are the KEDA HTTP
+# add-on's autoscaling of an endpoint's Deployment.
+CUSTOM_KINDS = {
+    "HTTPRoute": ("gateway.networking.k8s.io", "v1", "httproutes"),
+    "VolumeSnapshot": ("snapshot.storage.k8s.io", "v1", "volumesnapshots"),
+    "HTTPScaledObject": ("http.keda.sh", "v1alpha1", "httpscaledobjects"),
+}
 # The ClusterRole with the worker's verbs inside a tenant namespace, bound there per namespace.
 TENANT_ROLE = "starverse-tenant"
 # The ClusterRole of the terminal service (pods get, pods/exec create), bound the same way.
@@ -555,6 +561,13 @@ def _operations(kind: str) -> tuple[Any, Any, Any]:
             apps.read_namespaced_daemon_set,
             apps.delete_namespaced_daemon_set,
         )
+    if kind == "Deployment":
+        apps = _apps()
+        table[kind] = (
+            apps.create_namespaced_deployment,
+            apps.read_namespaced_deployment,
+            apps.delete_namespaced_deployment,
+        )
     if kind == "RoleBinding":
         rbac = _rbac()
         table[kind] = (
@@ -632,16 +645,56 @@ def _differs(manifest: dict[str, Any], existing: dict[str, Any]) -> bool:
             "type", existing.get("type")
         )
     skip = ("apiVersion", "kind", "metadata", "status")
+    if manifest["kind"] in DEFAULTED_KINDS:
+        return any(
+            not _covers(existing.get(key), value)
+            for key, value in manifest.items()
+            if key not in skip
+        )
     return any(existing.get(key) != value for key, value in manifest.items() if key not in skip)
+
+
+# Kinds the API server fills in defaults for throughout the spec (a Deployment's strategy, its
+# pod template's dnsPolicy …): ours differs only where what we render is not there as rendered.
+DEFAULTED_KINDS = ("Deployment", "HTTPScaledObject")
+
+
+def _covers(have: Any, want: Any) -> bool:
+    """Whether `have` holds everything of `want` (dicts by key, lists item by item)."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_covers(have.get(k), v) for k, v in want.items())
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(have) == len(want)
+            and all(_covers(h, w) for h, w in zip(have, want, strict=True))
+        )
+    return bool(have == want)
 
 
 def _replace(manifest: dict[str, Any]) -> dict[str, Any]:
     kind, meta = manifest["kind"], manifest["metadata"]
+    if kind in CUSTOM_KINDS:
+        group, version, plural = CUSTOM_KINDS[kind]
+        custom = _custom()
+        return _plain(
+            _call(
+                f"{kind}.replace",
+                custom.replace_namespaced_custom_object,
+                group,
+                version,
+                meta["namespace"],
+                plural,
+                meta["name"],
+                manifest,
+            )
+        )
     replace = {
         "Secret": lambda: core().replace_namespaced_secret,
         "ConfigMap": lambda: core().replace_namespaced_config_map,
         "NetworkPolicy": lambda: _networking().replace_namespaced_network_policy,
         "RoleBinding": lambda: _rbac().replace_namespaced_role_binding,
+        "Deployment": lambda: _apps().replace_namespaced_deployment,
     }[kind]()
     try:
         return _plain(
@@ -808,6 +861,58 @@ def managed(
         for namespace in namespaces
         for item in _call(f"{kind}.list", listing, namespace, label_selector=label_selector).items
     ]
+
+
+# --- Deployments and a custom scheduler's pods (inference endpoints) ------------------------
+
+
+def deployment_scale(namespace: str, name: str, replicas: int) -> None:
+    """Set a Deployment's replica count through its scale subresource (what the autoscaler
+    writes too): a manual scale is immediate."""
+    _call(
+        "Deployment.scale",
+        _apps().patch_namespaced_deployment_scale,
+        name,
+        namespace,
+        {"spec": {"replicas": replicas}},
+    )
+
+
+def pods_labelled(namespaces: list[str], label_selector: str) -> list[dict[str, Any]]:
+    """Every pod these labels select in these namespaces, as plain objects: one list call per
+    namespace."""
+    api = core()
+    return [
+        _plain(item)
+        for namespace in namespaces
+        for item in _call(
+            "Pod.list", api.list_namespaced_pod, namespace, label_selector=label_selector
+        ).items
+    ]
+
+
+def pod_bind(namespace: str, name: str, node_name: str) -> bool:
+    """Bind a pending pod of our own scheduler to a node (pods/binding), as kube-scheduler does.
+    False when the pod is gone or already bound (409): the caller gives back what it held.
+    The answer is a Status the generated client cannot read as a Binding, so it is not read."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+    }
+    try:
+        _guard(
+            "Pod.bind",
+            lambda: core().create_namespaced_pod_binding(
+                name, namespace, body, _preload_content=False, _request_timeout=TIMEOUT
+            ),
+        )
+    except ApiException as error:
+        if error.status in (404, 409):
+            return False
+        raise PermanentKubeError(f"Pod {name} binding: {error.status} {error.reason}") from error
+    return True
 
 
 # --- exec: the web terminal, and the worker's own checks ------------------------------------

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "storage",
     "instances",
     "clusters",
+    "endpoints",
     "datasets",
     "console",
     "teams",
@@ -195,7 +196,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "billing-audit-hourly": {"task": "billing.tasks.audit_wallets", "schedule": 3600.0},
-    "billing-runway-notices": {"task": "instances.tasks.check_runways", "schedule": 60.0},
+    "billing-runway-notices": {"task": "endpoints.tasks.check_runways", "schedule": 60.0},
     "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
     "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
     "monthly-renewals": {"task": "instances.tasks.renew_monthly", "schedule": 600.0},
@@ -207,6 +208,9 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-rollup": {"task": "fleet.tasks.rollup_telemetry", "schedule": 60.0},
     "fleet-prune": {"task": "fleet.tasks.prune_telemetry", "schedule": 3600.0},
     "fleet-sync-cluster": {"task": "fleet.tasks.sync_nodes_from_cluster", "schedule": 30.0},
+    # The endpoints' scheduler: binds new replicas' pods (the scale-up bench needs the second
+    # replica Ready within 5 s of a burst), follows readiness, bills ready replica-minutes.
+    "endpoints-sync": {"task": "endpoints.tasks.sync_endpoints", "schedule": 1.0},
     "tenant-namespaces": {"task": "instances.tasks.converge_tenant_namespaces", "schedule": 300.0},
     "image-prepull": {"task": "instances.tasks.converge_prepull", "schedule": 300.0},
     # Last month's statements, early on the 1st (TIME_ZONE); a rerun keeps those made before.
@@ -530,3 +534,25 @@ for _name, _cidrs in (
                 "GATEWAY_CIDR must not be a whole address space: name the gateway's range."
             )
 PROVISIONING_POLL_S = 1
+
+# Inference endpoints (endpoints/). In-flight requests per replica the autoscaler aims at
+# (the HTTPScaledObject's concurrency target); how long a replica stays after the last request
+# before the endpoint scales down (to zero when its minimum is 0); how long the gateway holds a
+# request while an endpoint has no ready replica (a cold start) before answering 503.
+ENDPOINT_TARGET_CONCURRENCY = env_int("ENDPOINT_TARGET_CONCURRENCY", 4)
+ENDPOINT_SCALEDOWN_PERIOD_S = env_int("ENDPOINT_SCALEDOWN_PERIOD_S", 300)
+ENDPOINT_COLD_START_TIMEOUT_S = env_int("ENDPOINT_COLD_START_TIMEOUT_S", 300)
+# The development gateway's in-flight counts and request statistics per endpoint host
+# (devstack/gateway); empty: none read (production reads the engines' Prometheus metrics).
+ENDPOINT_STATS_URL = env_str("ENDPOINT_STATS_URL", "")
+# The VolumeSnapshotClass an endpoint's snapshots use; empty: the cluster's default class.
+ENDPOINT_SNAPSHOT_CLASS = env_str("ENDPOINT_SNAPSHOT_CLASS", "")
+# Where the KEDA HTTP add-on's interceptor listens: the gateway routes endpoint hosts there.
+ENDPOINT_INTERCEPTOR_SERVICE = env_str(
+    "ENDPOINT_INTERCEPTOR_SERVICE", "keda/keda-add-ons-http-interceptor-proxy:8080"
+)
+# Engine container images by engine (deploy/images/): the TensorRT-LLM and vLLM servers.
+ENDPOINT_IMAGE_TENSORRT_LLM = env_str(
+    "ENDPOINT_IMAGE_TENSORRT_LLM", "starverse/tensorrt-llm:0.7-cuda12.2"
+)
+ENDPOINT_IMAGE_VLLM = env_str("ENDPOINT_IMAGE_VLLM", "starverse/vllm:0.6-cuda12.1")

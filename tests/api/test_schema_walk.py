@@ -38,6 +38,7 @@ from clusters.preflight import preflight_run
 from clusters.services import cluster_stop
 from datasets.services import public_dataset_upsert
 from devstack.stripe import StripeFake
+from endpoints.services import endpoint_delete, endpoint_suspend, key_create
 from fleet.api.views import MAX_REPORT_BYTES
 from fleet.models import Node
 from fleet.services import node_token_issue, report_ingest
@@ -67,8 +68,10 @@ from tests.factories import (
     fund,
     make_cluster,
     make_disk,
+    make_endpoint,
     make_instance,
     make_operator,
+    make_public_model,
     make_ssh_key,
     make_token,
     make_user,
@@ -1183,6 +1186,109 @@ def _(p: Probe) -> None:
     cluster = make_cluster(p.user)
     p.call(200, params={"id": cluster.id})
     p.call(404, params={"id": cluster.id}, client=p.stranger())
+
+
+# endpoints
+
+
+def _serve_body() -> dict[str, Any]:
+    _catalog()
+    make_public_model()
+    return {
+        "name": "qwen",
+        "source": {"dataset": "qwen2-7b-instruct"},
+        "engine": "vllm",
+        "offering": Offering.objects.get(name="1× H100 80GB SXM").id,
+        "min_replicas": 1,
+        "max_replicas": 2,
+    }
+
+
+@case("endpoints_list")
+def _(p: Probe) -> None:
+    make_endpoint(p.user)
+    p.call(200)
+
+
+@case("endpoints_create")
+def _(p: Probe) -> None:
+    body = _serve_body()
+    p.call(402, body={**body, "min_replicas": 2})  # the trial credit does not pay two hours
+    fund(p.user, 1_000_000)
+    _on_hold(p, body=body)
+    p.call(202, body=body, headers={"Idempotency-Key": "serve-1"})
+    p.call(409, body={**body, "name": "other"}, headers={"Idempotency-Key": "serve-1"})
+    p.call(400, body={**body, "engine_options": {"nope": 1}})
+
+
+@case("endpoints_retrieve")
+def _(p: Probe) -> None:
+    endpoint = make_endpoint(p.user)
+    p.call(200, params={"id": endpoint.id})
+    p.call(404, params={"id": endpoint.id}, client=p.stranger())
+
+
+@case("endpoints_partial_update")
+def _(p: Probe) -> None:
+    endpoint = make_endpoint(p.user)
+    p.call(202, params={"id": endpoint.id}, body={"max_replicas": 3})
+    p.call(400, params={"id": endpoint.id}, body={"engine_options": {"nope": 1}})
+    p.call(404, params={"id": endpoint.id}, body={}, client=p.stranger())
+    endpoint_suspend(endpoint_id=endpoint.id)
+    wallet = p.user.tenant.wallet
+    wallet.refresh_from_db()
+    ledger_post(
+        wallet_id=wallet.id,
+        key="schema-walk:drain",
+        kind=TransactionKind.USAGE,
+        amount_fen=-wallet.total_fen,
+        description="GPU usage",
+    )
+    p.call(402, params={"id": endpoint.id}, body={"min_replicas": 1})  # no hour to resume
+    endpoint_delete(endpoint=endpoint)
+    p.call(409, params={"id": endpoint.id}, body={"max_replicas": 1})
+
+
+@case("endpoints_destroy")
+def _(p: Probe) -> None:
+    endpoint = make_endpoint(p.user)
+    p.call(404, params={"id": endpoint.id}, client=p.stranger())
+    p.call(202, params={"id": endpoint.id})
+
+
+@case("endpoints_keys_list")
+def _(p: Probe) -> None:
+    endpoint = make_endpoint(p.user)
+    key_create(endpoint=endpoint, name="k", user=p.user)
+    body = p.call(200, params={"id": endpoint.id}).json()
+    assert body["results"], "no keys: the check above validated too little"
+    p.call(404, params={"id": endpoint.id}, client=p.stranger())
+
+
+@case("endpoints_keys_create")
+def _(p: Probe) -> None:
+    endpoint = make_endpoint(p.user)
+    p.call(201, params={"id": endpoint.id}, body={"name": "prod"})
+    p.call(400, params={"id": endpoint.id}, body={"name": 5})
+    p.call(404, params={"id": endpoint.id}, body={}, client=p.stranger())
+    endpoint_delete(endpoint=endpoint)
+    p.call(409, params={"id": endpoint.id}, body={})
+
+
+@case("endpoints_keys_destroy")
+def _(p: Probe) -> None:
+    endpoint = make_endpoint(p.user)
+    key, _secret = key_create(endpoint=endpoint, name="k", user=p.user)
+    p.call(404, params={"id": endpoint.id, "key_id": key.id}, client=p.stranger())
+    p.call(204, params={"id": endpoint.id, "key_id": key.id})
+    p.call(404, params={"id": endpoint.id, "key_id": key.id})
+
+
+@case("endpoints_metrics_retrieve")
+def _(p: Probe) -> None:
+    endpoint = make_endpoint(p.user)
+    p.call(200, params={"id": endpoint.id})
+    p.call(404, params={"id": endpoint.id}, client=p.stranger())
 
 
 # fleet

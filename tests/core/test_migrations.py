@@ -16,6 +16,7 @@ BEFORE = [
     ("fleet", None),
     ("storage", None),
     ("clusters", None),
+    ("endpoints", None),
 ]
 
 

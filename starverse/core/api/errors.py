@@ -10,7 +10,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from starverse.core.errors import FieldInvalid, ServiceError
+from starverse.core.errors import ServiceError
 from starverse.core.middleware import too_large_detail
 
 
@@ -33,7 +33,7 @@ def _flatten(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ServiceError):
         body: dict[str, Any] = {"detail": exc.message, "code": exc.code}
-        if isinstance(exc, FieldInvalid):
+        if exc.field:
             body["errors"] = {exc.field: [exc.message]}
         refusal = Response(body, status=exc.status_code)
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:

@@ -1,0 +1,307 @@
+"""The endpoints' scheduler and meter, one pass a second (endpoints.tasks.sync_endpoints), all
+of it rebuilt from the cluster's pods each pass, so a restarted worker picks up where the last
+one stopped.
+
+- Placing: an endpoint's pods name our scheduler (`schedulerName: starverse-endpoints`), so
+  kube-scheduler leaves them Pending whoever made them (the autoscaler adds them). A pass
+  places each with the instances' placement (instances.placement.choose) and holds its GPUs
+  with fleet.Allocation rows of a new EndpointReplica, in one transaction, then binds the pod
+  to the node (pods/binding). A bind the cluster refuses gives the GPUs back.
+- Readiness and billing: a replica is billed per minute while its pod is Ready, at the
+  offering's hourly price (billing.services.minute_charge_fen), each minute once under
+  `endpoint:{replica}:{session}:{minute}`; a pod that leaves Ready pays its started minute and
+  its session closes. A replica that never became Ready costs nothing.
+- Releasing: a replica whose pod is gone gives its GPUs back.
+- Running out: a charge the balance cannot pay scales the endpoint to zero
+  (services.endpoint_suspend), never deletes it."""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext_noop
+
+from billing.services import minute_charge_fen, usage_post_many
+from endpoints import manifests
+from endpoints.choices import EndpointStatus
+from endpoints.models import Endpoint, EndpointReplica
+from endpoints.services import endpoint_suspend
+from fleet.models import Allocation
+from instances.placement import choose
+from starverse.core import kube
+
+logger = logging.getLogger(__name__)
+S = EndpointStatus
+MAX_CATCH_UP_MINUTES = 24 * 60
+
+
+@dataclass
+class SyncResult:
+    bound: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    charged_fen: int = 0
+    suspended: list[str] = field(default_factory=list)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    return sum(
+        int(c.get("restartCount") or 0)
+        for c in (pod.get("status") or {}).get("containerStatuses") or []
+    )
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    return parse_datetime(value) if isinstance(value, str) else None
+
+
+def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
+    now = now or timezone.now()
+    result = SyncResult()
+    endpoints = {
+        e.k8s_name: e
+        for e in Endpoint.objects.select_related("offering__gpu_model")
+        .filter(
+            Q(k8s_name__gt="")
+            & (~Q(status=S.DELETED) | Q(replicas__gone_at__isnull=True, replicas__isnull=False))
+        )
+        .distinct()
+    }
+    namespaces = sorted({e.k8s_namespace for e in endpoints.values()})
+    pods = kube.pods_labelled(namespaces, manifests.ENDPOINT_LABEL) if namespaces else []
+    replicas = {
+        (r.endpoint_id, r.pod_name): r
+        for r in EndpointReplica.objects.select_related("node").filter(
+            endpoint__in=list(endpoints.values()), gone_at__isnull=True
+        )
+    }
+    seen: set[tuple[str, str]] = set()
+    ready_count: dict[str, int] = {}
+    alive_count: dict[str, int] = {}
+    stale: set[str] = set()  # endpoints with pods of an earlier generation still up
+    for pod in pods:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        endpoint = endpoints.get((meta.get("labels") or {}).get(manifests.ENDPOINT_LABEL, ""))
+        if endpoint is None:
+            continue
+        key = (endpoint.id, meta["name"])
+        seen.add(key)
+        if not meta.get("deletionTimestamp"):
+            alive_count[endpoint.id] = alive_count.get(endpoint.id, 0) + 1
+            generation = (meta.get("labels") or {}).get(manifests.GENERATION_LABEL)
+            if generation != str(endpoint.generation):
+                stale.add(endpoint.id)
+        replica = replicas.get(key)
+        if replica is None and not spec.get("nodeName"):
+            if spec.get("schedulerName") == manifests.SCHEDULER_NAME and not meta.get(
+                "deletionTimestamp"
+            ):
+                _place(endpoint, meta["namespace"], meta["name"], result)
+            continue
+        if replica is None:
+            continue  # bound by an earlier worker whose rows are gone: nothing of ours holds it
+        if not spec.get("nodeName") and replica.node is not None:
+            # placed by a pass that stopped before its bind: bind it where its GPUs are held
+            kube.pod_bind(meta["namespace"], meta["name"], replica.node.name)
+            continue
+        ready = _ready(pod)
+        if ready:
+            ready_count[endpoint.id] = ready_count.get(endpoint.id, 0) + 1
+        _follow(endpoint, replica, pod, ready, now, result)
+    for key, replica in replicas.items():
+        if key not in seen:
+            _release(replica, now, result)
+    _bill(now, result)
+    _statuses(endpoints.values(), ready_count, alive_count, stale)
+    for endpoint_id in result.suspended:
+        endpoint_suspend(endpoint_id=endpoint_id)
+    if result.bound or result.released or result.charged_fen:
+        logger.info(
+            "endpoints.sync bound=%d waiting=%d released=%d fen=%d",
+            len(result.bound),
+            len(result.waiting),
+            len(result.released),
+            result.charged_fen,
+        )
+    return result
+
+
+def _place(endpoint: Endpoint, namespace: str, pod_name: str, result: SyncResult) -> None:
+    """Hold GPUs for the pod and bind it; the GPUs are given back if the bind is refused."""
+    with transaction.atomic():
+        placement = choose(endpoint.offering, _region(endpoint))
+        if placement is None:
+            result.waiting.append(pod_name)
+            return
+        node, indices = placement
+        try:
+            with transaction.atomic():
+                replica = EndpointReplica.objects.create(
+                    endpoint=endpoint, pod_name=pod_name, node_id=node.id
+                )
+        except IntegrityError:
+            return  # a concurrent pass placed this pod first
+        Allocation.objects.bulk_create(
+            [Allocation(node_id=node.id, gpu_index=i, replica=replica) for i in indices]
+        )
+    if kube.pod_bind(namespace, pod_name, node.name):
+        result.bound.append(pod_name)
+        return
+    with transaction.atomic():
+        Allocation.objects.filter(replica=replica).delete()
+        EndpointReplica.objects.filter(pk=replica.pk).update(gone_at=timezone.now())
+
+
+def _region(endpoint: Endpoint) -> str:
+    disk = endpoint.source_disk
+    return str(disk.region_id) if disk is not None and disk.region_id else ""
+
+
+def _follow(
+    endpoint: Endpoint,
+    replica: EndpointReplica,
+    pod: dict[str, Any],
+    ready: bool,
+    now: datetime,
+    result: SyncResult,
+) -> None:
+    restarts = _restarts(pod)
+    changes: dict[str, Any] = {}
+    if restarts != replica.restarts:
+        changes["restarts"] = restarts
+        Endpoint.objects.filter(pk=endpoint.pk).update(
+            restarts=F("restarts") + max(0, restarts - replica.restarts)
+        )
+    if ready and replica.ready_since is None:
+        changes.update(ready_since=now, session=replica.session + 1, billed_minutes=0)
+        created = _when(pod["metadata"].get("creationTimestamp"))
+        if created is not None and replica.session == 0:
+            Endpoint.objects.filter(pk=endpoint.pk).update(
+                cold_start_s=round(max(0.0, (now - created).total_seconds()), 1)
+            )
+    elif not ready and replica.ready_since is not None:
+        _bill_replica(replica, now, started_minute=True, result=result)
+        changes.update(ready_since=None)
+    if changes:
+        EndpointReplica.objects.filter(pk=replica.pk).update(**changes)
+
+
+def _release(replica: EndpointReplica, now: datetime, result: SyncResult) -> None:
+    if replica.ready_since is not None:
+        _bill_replica(replica, now, started_minute=True, result=result)
+    with transaction.atomic():
+        Allocation.objects.filter(replica=replica).delete()
+        EndpointReplica.objects.filter(pk=replica.pk).update(gone_at=now, ready_since=None)
+    result.released.append(replica.pod_name)
+
+
+def _charges(replica: Any, wallet_id: str, price: int, upto: int) -> list[dict[str, Any]]:
+    charges = []
+    for minute in range(replica.billed_minutes + 1, upto + 1):
+        amount = minute_charge_fen(price, minute)
+        if amount > 0:
+            charges.append(
+                {
+                    "wallet_id": wallet_id,
+                    "key": f"endpoint:{replica.id}:{replica.session}:{minute}",
+                    "amount_fen": amount,
+                    "instance_id": replica.endpoint_id,
+                    "description": gettext_noop("Inference endpoint"),
+                }
+            )
+    return charges
+
+
+def _post(replicas: list[tuple[Any, int]], result: SyncResult) -> None:
+    """Charge each (replica, up to minute) once per minute; an unpaid one suspends its
+    endpoint."""
+    plan, charges = [], []
+    for replica, upto in replicas:
+        if upto <= replica.billed_minutes:
+            continue
+        endpoint = replica.endpoint
+        mine = _charges(
+            replica, endpoint.tenant.wallet.id, endpoint.offering.price_per_hour_fen, upto
+        )
+        charges += mine
+        plan.append((replica, upto, mine))
+    if not plan:
+        return
+    with transaction.atomic():
+        charged = usage_post_many(charges)
+        for replica, upto, mine in plan:
+            spent = sum(charged[c["key"]].fen for c in mine)
+            EndpointReplica.objects.filter(pk=replica.pk).update(billed_minutes=upto)
+            Endpoint.objects.filter(pk=replica.endpoint_id).update(cost_fen=F("cost_fen") + spent)
+            result.charged_fen += spent
+            if any(charged[c["key"]].short for c in mine):
+                result.suspended.append(replica.endpoint_id)
+
+
+def _upto(replica: EndpointReplica, now: datetime, *, started_minute: bool) -> int:
+    assert replica.ready_since is not None
+    elapsed = (now - replica.ready_since).total_seconds()
+    upto = int(-(-elapsed // 60)) if started_minute else int(elapsed // 60)
+    return min(upto, replica.billed_minutes + MAX_CATCH_UP_MINUTES)
+
+
+def _bill_replica(
+    replica: EndpointReplica, now: datetime, *, started_minute: bool, result: SyncResult
+) -> None:
+    fresh = (
+        EndpointReplica.objects.select_related("endpoint__offering", "endpoint__tenant__wallet")
+        .filter(pk=replica.pk, ready_since__isnull=False)
+        .first()
+    )
+    if fresh is not None:
+        _post([(fresh, _upto(fresh, now, started_minute=started_minute))], result)
+
+
+def _bill(now: datetime, result: SyncResult) -> None:
+    """Every Ready replica's closed minutes."""
+    ready = EndpointReplica.objects.select_related(
+        "endpoint__offering", "endpoint__tenant__wallet"
+    ).filter(ready_since__isnull=False, gone_at__isnull=True)
+    _post([(r, _upto(r, now, started_minute=False)) for r in ready], result)
+
+
+def _statuses(
+    endpoints: Any, ready_count: dict[str, int], alive_count: dict[str, int], stale: set[str]
+) -> None:
+    """Each endpoint's status from its pods: running with a Ready replica, scaled to zero with
+    none wanted, updating until its newest generation serves."""
+    for endpoint in endpoints:
+        ready, alive = ready_count.get(endpoint.id, 0), alive_count.get(endpoint.id, 0)
+        status = endpoint.status
+        if status in (S.DELETING, S.DELETED, S.FAILED):
+            continue
+        if ready and status in (S.PROVISIONING, S.SCALED_TO_ZERO) and not endpoint.suspended:
+            status = S.RUNNING
+        elif status == S.UPDATING and endpoint.id not in stale and (ready or not alive):
+            status = S.RUNNING if ready else S.SCALED_TO_ZERO
+        elif not ready and not alive and status == S.RUNNING:
+            status = S.SCALED_TO_ZERO
+        changes: dict[str, Any] = {}
+        if status != endpoint.status:
+            changes["status"] = status
+        if ready != endpoint.replicas_ready:
+            changes["replicas_ready"] = ready
+        if changes:
+            Endpoint.objects.filter(pk=endpoint.pk).exclude(
+                status__in=(S.DELETING, S.DELETED, S.FAILED)
+            ).update(**changes)

@@ -1,0 +1,77 @@
+"""Reads of endpoints that more than one caller needs: the shape the API and the console show,
+and what endpoints burn per hour (for the runway notices)."""
+
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from endpoints.engines import engine_command
+from endpoints.manifests import endpoint_url, replica_bounds
+from endpoints.models import Endpoint, EndpointKey, EndpointReplica
+
+
+def endpoint_view(endpoint: Endpoint) -> dict[str, Any]:
+    """An endpoint as the API and the console show it."""
+    low, high = replica_bounds(endpoint)
+    source: dict[str, Any]
+    if endpoint.source_kind == "disk":
+        source = {"disk": endpoint.source_disk_id, "path": endpoint.source_path}
+    elif endpoint.source_kind == "nas":
+        source = {"nas_path": endpoint.source_path}
+    else:
+        source = {"dataset": endpoint.source_dataset}
+    return {
+        "id": endpoint.id,
+        "name": endpoint.name,
+        "status": endpoint.status,
+        "url": endpoint_url(endpoint.id),
+        "model": endpoint.name,
+        "source": source,
+        "engine": endpoint.engine,
+        "engine_options": endpoint.engine_options,
+        "engine_command": engine_command(endpoint.engine, endpoint.engine_options, endpoint.name),
+        "offering": endpoint.offering_id,
+        "gpu_count": endpoint.offering.gpu_count,
+        "price_per_replica_hour_fen": endpoint.offering.price_per_hour_fen,
+        "min_replicas": endpoint.min_replicas,
+        "max_replicas": endpoint.max_replicas,
+        "replicas": {
+            "ready": endpoint.replicas_ready,
+            "desired": endpoint.replicas_desired,
+            "min": low,
+            "max": high,
+            "restarts": endpoint.restarts,
+        },
+        "cold_start_s": endpoint.cold_start_s,
+        "generation": endpoint.generation,
+        "cost_fen": endpoint.cost_fen,
+        "error_message": endpoint.error_message,
+        "created_at": endpoint.created_at,
+    }
+
+
+def endpoint_keys(endpoint: Endpoint) -> QuerySet[EndpointKey]:
+    return endpoint.keys.filter(revoked_at__isnull=True).order_by("created_at")
+
+
+def endpoint_spend_per_hour_fen() -> dict[str, int]:
+    """What each tenant's Ready endpoint replicas burn per hour."""
+    spend: dict[str, int] = defaultdict(int)
+    rows = (
+        EndpointReplica.objects.filter(ready_since__isnull=False, gone_at__isnull=True)
+        .values_list("endpoint__tenant_id", "endpoint__offering__price_per_hour_fen")
+        .annotate(n=Count("pk"))
+    )
+    for tenant_id, price, count in rows:
+        spend[tenant_id] += price * count
+    return dict(spend)
+
+
+def endpoints_live(tenant_id: str) -> QuerySet[Endpoint]:
+    return (
+        Endpoint.objects.filter(tenant_id=tenant_id)
+        .exclude(Q(status="deleted"))
+        .select_related("offering")
+        .order_by("-created_at")
+    )

@@ -1,0 +1,407 @@
+"""Every write of the endpoints app: serving a model (validated here, synchronously, naming
+the field at fault), scaling it, updating its snapshot, its API keys, deleting it. The cluster
+is converged to the rows by the worker afterwards (endpoints.provisioning); GPUs are held per
+replica by the scheduler (endpoints.scheduler)."""
+
+import hashlib
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from billing.holds import account_hold_check
+from billing.selectors import wallet_locked
+from datasets.choices import DatasetKind
+from datasets.models import PublicDataset
+from endpoints.choices import ENDED, EndpointStatus, SourceKind
+from endpoints.engines import engine_validate
+from endpoints.models import Endpoint, EndpointKey
+from instances.choices import OfferingKind
+from instances.lifecycle import catalog_offering, request_hash_of
+from instances.models import Offering
+from instances.selectors import tenant_limits, tenant_usage
+from starverse.core.dispatch import enqueue_on_commit
+from starverse.core.errors import (
+    Conflict,
+    IdempotencyConflict,
+    InsufficientBalance,
+    InvalidInput,
+    NotFound,
+)
+from starverse.core.money import format_fen
+from storage.choices import DiskStatus
+from storage.models import Disk, SharedStorage
+
+logger = logging.getLogger(__name__)
+S = EndpointStatus
+GPU_COUNTS = (1, 2, 4, 8)
+MAX_REPLICAS = 32
+KEY_PREFIX = "sk-sv-"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+PUBLIC_MODELS = "/public/models/"
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str
+    disk: Disk | None = None
+    claim: str = ""
+    path: str = ""
+    dataset: str = ""
+
+
+def _relative(path: Any, field: str) -> str:
+    """A folder inside the source: relative, without '..', or the source's root."""
+    if not isinstance(path, str):
+        raise InvalidInput(_("A folder path is text."), field=field)
+    parts = [p for p in path.strip().strip("/").split("/") if p not in ("", ".")]
+    if path.strip().startswith("/") or ".." in parts or "\\" in path or len(path) > 500:
+        raise InvalidInput(
+            _("%(field)s must be a folder relative to the source, without '..'.")
+            % {"field": field},
+            code="invalid_path",
+            field=field,
+        )
+    return "/".join(parts)
+
+
+def source_resolve(tenant_id: str, source: Any) -> Source:
+    """The source a request names, checked now where it can be: the disk is the tenant's and
+    live, the NAS exists, the public-pool entry is a model. Whether a disk's folder holds a
+    model only a pod can see: the engine's init checks it and fails the endpoint naming
+    source.path."""
+    if not isinstance(source, dict):
+        raise InvalidInput(_("source must be an object."), field="source")
+    named = [key for key in ("disk", "nas_path", "dataset") if source.get(key) not in (None, "")]
+    if len(named) != 1:
+        raise InvalidInput(
+            _("source names exactly one of disk, nas_path or dataset."),
+            code="invalid_source",
+            field="source",
+        )
+    if named[0] == "disk":
+        disk = Disk.objects.filter(tenant_id=tenant_id, pk=str(source["disk"])).first()
+        if disk is None or disk.status == DiskStatus.DELETED:
+            raise InvalidInput(
+                _("No disk %(id)s.") % {"id": source["disk"]},
+                code="disk_not_found",
+                field="source.disk",
+            )
+        if disk.status not in (DiskStatus.AVAILABLE, DiskStatus.ATTACHED) or not disk.k8s_name:
+            raise InvalidInput(
+                _("Disk %(id)s is not ready yet.") % {"id": disk.pk},
+                code="disk_not_ready",
+                field="source.disk",
+            )
+        path = _relative(source.get("path", ""), "source.path")
+        return Source(SourceKind.DISK, disk=disk, claim=disk.k8s_name, path=path)
+    if named[0] == "nas_path":
+        nas = SharedStorage.objects.live().filter(tenant_id=tenant_id).first()
+        if nas is None or not nas.k8s_name:
+            raise InvalidInput(
+                _("Your account has no shared NAS."), code="no_nas", field="source.nas_path"
+            )
+        path = _relative(source["nas_path"], "source.nas_path")
+        return Source(SourceKind.NAS, claim=nas.k8s_name, path=path)
+    wanted = str(source["dataset"]).strip()
+    if wanted.startswith(PUBLIC_MODELS):
+        rows = PublicDataset.objects.filter(directory=wanted[len(PUBLIC_MODELS) :].strip("/"))
+    else:
+        rows = PublicDataset.objects.filter(pk=wanted)
+    found = rows.filter(active=True).first()
+    if found is None or found.kind != DatasetKind.MODEL:
+        raise InvalidInput(
+            _("%(name)s is not a model of the public pool.") % {"name": wanted},
+            code="not_a_model",
+            field="source.dataset",
+        )
+    return Source(SourceKind.DATASET, path=found.directory, dataset=found.pk)
+
+
+def _offering(offering_id: str) -> Offering:
+    offering = catalog_offering(offering_id)
+    if (
+        offering is None
+        or offering.kind != OfferingKind.CLOUD
+        or offering.gpu_count not in GPU_COUNTS
+    ):
+        raise InvalidInput(
+            _("Unknown offering %(id)s: endpoints run on cloud GPU offerings of 1, 2, 4 or 8 GPUs.")
+            % {"id": offering_id},
+            code="unknown_offering",
+            field="offering",
+        )
+    return offering
+
+
+def replicas_validate(low: Any, high: Any) -> tuple[int, int]:
+    for field, value in (("min_replicas", low), ("max_replicas", high)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPLICAS:
+            raise InvalidInput(
+                _("%(field)s must be a whole number from 0 to %(max)d.")
+                % {"field": field, "max": MAX_REPLICAS},
+                field=field,
+            )
+    if high < 1 or high < low:
+        raise InvalidInput(
+            _("max_replicas must be at least 1 and at least min_replicas."), field="max_replicas"
+        )
+    return low, high
+
+
+def endpoint_gpus(tenant_id: str, exclude: str = "") -> int:
+    """GPUs the tenant's live endpoints may hold at their maximum."""
+    total = (
+        Endpoint.objects.filter(tenant_id=tenant_id)
+        .exclude(status__in=ENDED)
+        .exclude(pk=exclude)
+        .exclude(suspended=True)
+        .aggregate(gpus=Sum(F("max_replicas") * F("offering__gpu_count"), default=0))["gpus"]
+    )
+    return int(total)
+
+
+def _limits_check(tenant_id: str, offering: Offering, high: int, exclude: str = "") -> None:
+    """The account's GPU limit counts every replica an endpoint may scale to, with its
+    instances: refused naming max_replicas."""
+    limits = tenant_limits(tenant_id)
+    held = tenant_usage(tenant_id).gpus + endpoint_gpus(tenant_id, exclude)
+    want = high * offering.gpu_count
+    if held + want > limits.max_running_gpus:
+        raise InvalidInput(
+            _(
+                "Your account may hold at most %(limit)d GPUs; you hold or may scale to %(have)d "
+                "and %(want)d replicas of %(gpus)d GPUs need %(need)d more. Lower max_replicas, "
+                "or ask support to raise your GPU limit."
+            )
+            % {
+                "limit": limits.max_running_gpus,
+                "have": held,
+                "want": high,
+                "gpus": offering.gpu_count,
+                "need": want,
+            },
+            code="gpu_limit",
+            field="max_replicas",
+        )
+
+
+def _runway_check(tenant_id: str, offering: Offering, low: int) -> None:
+    """Serving needs an hour of one replica (of the minimum, when more) in cash: replicas are
+    billed from cash at the standard price (trial credit pays only instances' trial prices)."""
+    wallet = wallet_locked(tenant_id)
+    need = offering.price_per_hour_fen * max(1, low)
+    cash = wallet.cash_fen - wallet.arrears_fen
+    if cash < need:
+        raise InsufficientBalance(
+            _(
+                "Your cash balance of %(have)s does not cover %(need)s (one hour of this "
+                "endpoint). Top up to continue."
+            )
+            % {"have": format_fen(cash), "need": format_fen(need)}
+        )
+
+
+def endpoint_create(
+    *,
+    user: Any,
+    name: str,
+    source: Any,
+    engine: str,
+    offering_id: str,
+    min_replicas: int,
+    max_replicas: int,
+    engine_options: Any = None,
+    idempotency_key: str = "",
+) -> tuple[Endpoint, bool]:
+    """Serve a model. Returns (endpoint, created); the same Idempotency-Key answers the same
+    endpoint, and a different request under it is a 409."""
+    request_hash = request_hash_of(
+        name=name,
+        source=source,
+        engine=engine,
+        offering=offering_id,
+        min=min_replicas,
+        max=max_replicas,
+        options=engine_options or {},
+    )
+    earlier = _created_before(user.tenant_id, idempotency_key, request_hash)
+    if earlier is not None:
+        return earlier, False
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInput(
+            _("name: 1–63 letters, digits, '.', '_' or '-' (it is the served model's name)."),
+            field="name",
+        )
+    offering = _offering(offering_id)
+    options = engine_validate(engine, engine_options or {}, offering.gpu_count)
+    low, high = replicas_validate(min_replicas, max_replicas)
+    found = source_resolve(user.tenant_id, source)
+    account_hold_check(user.tenant_id)
+    endpoint = Endpoint(
+        tenant_id=user.tenant_id,
+        created_by=user,
+        name=name,
+        offering=offering,
+        engine=engine,
+        engine_options=options,
+        source_kind=found.kind,
+        source_disk=found.disk,
+        source_claim=found.claim,
+        source_path=found.path,
+        source_dataset=found.dataset,
+        min_replicas=low,
+        max_replicas=high,
+        replicas_desired=low,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+    try:
+        with transaction.atomic():
+            _runway_check(user.tenant_id, offering, low)
+            _limits_check(user.tenant_id, offering, high)
+            endpoint.save()
+            enqueue_on_commit("endpoints.tasks.converge_endpoint", endpoint.id)
+    except IntegrityError:
+        earlier = _created_before(user.tenant_id, idempotency_key, request_hash)
+        if earlier is None:
+            raise
+        return earlier, False
+    logger.info("endpoint.created endpoint=%s tenant=%s", endpoint.id, user.tenant_id)
+    return endpoint, True
+
+
+def _created_before(tenant_id: str, key: str, request_hash: str) -> Endpoint | None:
+    if not key:
+        return None
+    found = Endpoint.objects.filter(tenant_id=tenant_id, idempotency_key=key).first()
+    if found is not None and found.request_hash != request_hash:
+        raise IdempotencyConflict(_("This Idempotency-Key was used for a different request."))
+    return found
+
+
+def endpoint_locked(endpoint_id: str) -> Endpoint:
+    return Endpoint.objects.select_for_update().get(pk=endpoint_id)
+
+
+def endpoint_change(
+    *,
+    endpoint: Endpoint,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    engine_options: Any = None,
+    update: bool = False,
+) -> Endpoint:
+    """Scale (min/max, at once: the autoscaler's bounds and the Deployment follow), change
+    engine options, or update (a new snapshot of the source; the replicas roll one by one).
+    Scaling up an endpoint the balance suspended lifts the suspension if the balance covers
+    an hour of it."""
+    with transaction.atomic():
+        locked = endpoint_locked(endpoint.id)
+        if locked.status in ENDED:
+            raise Conflict(_("This endpoint is being deleted."), code="wrong_state")
+        low = locked.min_replicas if min_replicas is None else min_replicas
+        high = locked.max_replicas if max_replicas is None else max_replicas
+        low, high = replicas_validate(low, high)
+        options = locked.engine_options
+        if engine_options is not None:
+            options = engine_validate(locked.engine, engine_options, locked.offering.gpu_count)
+        fields = ["min_replicas", "max_replicas"]
+        if high > locked.max_replicas or locked.suspended:
+            _limits_check(locked.tenant_id, locked.offering, high, exclude=locked.id)
+        if locked.suspended:
+            _runway_check(locked.tenant_id, locked.offering, low)
+            locked.suspended = False
+            fields.append("suspended")
+        locked.min_replicas, locked.max_replicas = low, high
+        if options != locked.engine_options or update:
+            locked.engine_options = options
+            if update and locked.source_kind != SourceKind.DATASET:
+                locked.generation += 1
+            locked.status = S.UPDATING
+            fields += ["engine_options", "generation", "status"]
+        locked.save(update_fields=fields)
+        enqueue_on_commit("endpoints.tasks.converge_endpoint", locked.id)
+    logger.info(
+        "endpoint.changed endpoint=%s min=%d max=%d update=%s", locked.id, low, high, update
+    )
+    return locked
+
+
+def endpoint_suspend(*, endpoint_id: str) -> bool:
+    """The balance ran out: scale to zero, keeping settings and snapshot (never delete)."""
+    with transaction.atomic():
+        locked = endpoint_locked(endpoint_id)
+        if locked.suspended or locked.status in ENDED:
+            return False
+        locked.suspended = True
+        locked.status = S.SCALED_TO_ZERO
+        locked.error_message = _(
+            "Balance exhausted: scaled to zero (settings and snapshot kept). Top up, then scale "
+            "it up again."
+        )
+        locked.save(update_fields=["suspended", "status", "error_message"])
+        enqueue_on_commit("endpoints.tasks.converge_endpoint", locked.id)
+    logger.info("endpoint.suspended endpoint=%s", endpoint_id)
+    return True
+
+
+def endpoint_delete(*, endpoint: Endpoint) -> Endpoint:
+    with transaction.atomic():
+        locked = endpoint_locked(endpoint.id)
+        if locked.status in ENDED:
+            return locked
+        locked.status = S.DELETING
+        locked.save(update_fields=["status"])
+        EndpointKey.objects.filter(endpoint=locked, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        enqueue_on_commit("endpoints.tasks.converge_endpoint", locked.id)
+    logger.info("endpoint.deleting endpoint=%s", endpoint.id)
+    return locked
+
+
+def endpoint_fail(*, endpoint_id: str, message: str) -> None:
+    Endpoint.objects.filter(pk=endpoint_id).exclude(status__in=ENDED).update(
+        status=S.FAILED, error_message=message
+    )
+    logger.info("endpoint.failed endpoint=%s", endpoint_id)
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def key_create(*, endpoint: Endpoint, name: str, user: Any) -> tuple[EndpointKey, str]:
+    """A new API key of the endpoint, returned this once (only its hash is kept)."""
+    if endpoint.status in ENDED:
+        raise Conflict(_("This endpoint is being deleted."), code="wrong_state")
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    key = EndpointKey.objects.create(
+        endpoint=endpoint,
+        name=(name or "").strip()[:100] or _("key"),
+        prefix=secret[:12],
+        key_hash=key_digest(secret),
+        created_by=user,
+    )
+    logger.info("endpoint.key_created endpoint=%s key=%s", endpoint.id, key.id)
+    return key, secret
+
+
+def key_revoke(*, endpoint: Endpoint, key_id: str) -> EndpointKey:
+    revoked = EndpointKey.objects.filter(
+        pk=key_id, endpoint=endpoint, revoked_at__isnull=True
+    ).update(revoked_at=timezone.now())
+    if not revoked:
+        raise NotFound(_("No key %(id)s on this endpoint.") % {"id": key_id}, code="key_not_found")
+    logger.info("endpoint.key_revoked endpoint=%s key=%s", endpoint.id, key_id)
+    return EndpointKey.objects.get(pk=key_id)

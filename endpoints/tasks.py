@@ -1,0 +1,47 @@
+"""Thin Celery tasks for endpoints: take ids, re-read rows, call a service."""
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+
+from billing.notices import runway_notices_check
+from endpoints.metrics import samples_collect
+from endpoints.provisioning import endpoint_converge
+from endpoints.scheduler import endpoints_sync
+from endpoints.selectors import endpoint_spend_per_hour_fen
+from instances.selectors import spend_per_hour_fen
+from starverse.core.kube import TASK_RETRY, KubeError
+
+logger = logging.getLogger(__name__)
+KUBE_TASK = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETRY}
+
+
+@shared_task(**{**KUBE_TASK, "max_retries": None})
+def converge_endpoint(self: Any, endpoint_id: str) -> None:
+    """Bring the endpoint's objects on the cluster in line with its row (create, scale,
+    update, delete); comes back while its snapshot is being taken."""
+    if endpoint_converge(endpoint_id).wait:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S)
+
+
+@shared_task(acks_late=True, ignore_result=True, expires=5)
+def sync_endpoints() -> None:
+    """Every second: bind new replicas' pods, follow readiness, bill ready minutes."""
+    try:
+        endpoints_sync()
+    except KubeError as error:
+        logger.warning("endpoints.sync_failed error=%s", error)
+    if settings.ENDPOINT_STATS_URL:
+        samples_collect(settings.ENDPOINT_STATS_URL)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def check_runways() -> None:
+    """The runway notices, with what the tenants' instances and endpoints burn together (one
+    task, so the two never tell a wallet different levels)."""
+    burn = spend_per_hour_fen()
+    for tenant_id, fen in endpoint_spend_per_hour_fen().items():
+        burn[tenant_id] = burn.get(tenant_id, 0) + fen
+    runway_notices_check(burn)

@@ -1,0 +1,184 @@
+"""Console pages for inference endpoints: the list, the "Serve this" form, an endpoint's page
+(URL, keys, engine command, replicas, cold start, charts, cost) and its actions. They show an
+endpoint as the API does (endpoints.selectors.endpoint_view) and change things only through
+endpoints.services."""
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from endpoints.choices import EndpointStatus, Engine
+from endpoints.engines import OPTIONS
+from endpoints.metrics import endpoint_metrics
+from endpoints.models import Endpoint
+from endpoints.selectors import endpoint_keys, endpoint_view, endpoints_live
+from endpoints.services import (
+    endpoint_change,
+    endpoint_create,
+    endpoint_delete,
+    key_create,
+    key_revoke,
+)
+from instances.choices import OfferingKind
+from instances.models import Offering
+from starverse.core.console import run_service
+from starverse.core.errors import ServiceError
+from starverse.core.tenancy import get_for_user
+
+TRANSIENT = (EndpointStatus.PROVISIONING, EndpointStatus.UPDATING, EndpointStatus.DELETING)
+
+
+def _own(request: HttpRequest, pk: str) -> Endpoint:
+    return get_for_user(Endpoint.objects.select_related("offering"), request.user, "tenant", pk)
+
+
+@login_required
+def endpoint_list(request: HttpRequest) -> HttpResponse:
+    user: Any = request.user
+    rows = [endpoint_view(e) for e in endpoints_live(user.tenant_id)]
+    return render(request, "endpoints/list.html", {"active": "endpoints", "rows": rows})
+
+
+def _number(value: str, default: int) -> Any:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default if value in (None, "") else value
+
+
+def _options(request: HttpRequest, engine: str) -> dict[str, Any]:
+    """The form's engine options: the fields the engine knows, filled in ones only."""
+    found: dict[str, Any] = {}
+    for key in OPTIONS.get(engine, {}):
+        raw = request.POST.get(f"opt_{key}", "").strip()
+        if not raw:
+            continue
+        try:
+            found[key] = float(raw) if "." in raw else int(raw)
+        except ValueError:
+            found[key] = raw
+    return found
+
+
+@login_required
+def endpoint_new(request: HttpRequest) -> HttpResponse:
+    """ "Serve this": from a disk (?disk=), the NAS or a public-pool model (?dataset=)."""
+    offerings = Offering.objects.filter(
+        active=True, kind=OfferingKind.CLOUD, gpu_count__in=(1, 2, 4, 8)
+    ).select_related("gpu_model")
+    values = {
+        "name": "",
+        "source_kind": "dataset" if request.GET.get("dataset") else "disk",
+        "disk": request.GET.get("disk", ""),
+        "path": "",
+        "nas_path": "",
+        "dataset": request.GET.get("dataset", ""),
+        "engine": Engine.VLLM,
+        "offering": "",
+        "min_replicas": "1",
+        "max_replicas": "1",
+    }
+    if request.method == "POST":
+        values.update({k: request.POST.get(k, "").strip() for k in values})
+        kind = values["source_kind"]
+        source: dict[str, Any] = (
+            {"disk": values["disk"], "path": values["path"]}
+            if kind == "disk"
+            else {"nas_path": values["nas_path"]}
+            if kind == "nas"
+            else {"dataset": values["dataset"]}
+        )
+        try:
+            endpoint, _created = endpoint_create(
+                user=request.user,
+                name=values["name"],
+                source=source,
+                engine=values["engine"],
+                offering_id=values["offering"],
+                min_replicas=_number(values["min_replicas"], 1),
+                max_replicas=_number(values["max_replicas"], 1),
+                engine_options=_options(request, values["engine"]),
+            )
+        except ServiceError as error:
+            field = getattr(error, "field", "")
+            messages.error(request, f"{field}: {error.message}" if field else error.message)
+        else:
+            messages.success(request, _("Endpoint %(name)s is starting.") % {"name": endpoint.name})
+            return redirect("endpoints:detail", pk=endpoint.pk)
+    context = {
+        "active": "endpoints",
+        "offerings": offerings,
+        "engines": Engine.choices,
+        "options": {engine: list(known) for engine, known in OPTIONS.items()},
+        "values": values,
+    }
+    return render(request, "endpoints/new.html", context)
+
+
+@login_required
+def endpoint_detail(request: HttpRequest, pk: str) -> HttpResponse:
+    endpoint = _own(request, pk)
+    context = {
+        "active": "endpoints",
+        "endpoint": endpoint_view(endpoint),
+        "keys": list(endpoint_keys(endpoint)),
+        "new_key": request.session.pop(f"endpoint-key:{endpoint.pk}", None),
+        "series": endpoint_metrics(endpoint),
+        "transient": endpoint.status in TRANSIENT,
+    }
+    return render(request, "endpoints/detail.html", context)
+
+
+@login_required
+@require_POST
+def endpoint_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
+    endpoint = _own(request, pk)
+    run_service(
+        request,
+        lambda: endpoint_change(
+            endpoint=endpoint,
+            min_replicas=_number(request.POST.get("min_replicas", ""), endpoint.min_replicas),
+            max_replicas=_number(request.POST.get("max_replicas", ""), endpoint.max_replicas),
+            update=request.POST.get("update") == "1",
+        ),
+        _("Scaled: the replicas follow now."),
+    )
+    return redirect("endpoints:detail", pk=endpoint.pk)
+
+
+@login_required
+@require_POST
+def endpoint_delete_view(request: HttpRequest, pk: str) -> HttpResponse:
+    endpoint = _own(request, pk)
+    run_service(request, lambda: endpoint_delete(endpoint=endpoint), _("Endpoint deleted."))
+    return redirect(reverse("endpoints:list"))
+
+
+@login_required
+@require_POST
+def key_create_view(request: HttpRequest, pk: str) -> HttpResponse:
+    endpoint = _own(request, pk)
+    try:
+        _key, secret = key_create(
+            endpoint=endpoint, name=request.POST.get("name", ""), user=request.user
+        )
+    except ServiceError as error:
+        messages.error(request, error.message)
+    else:
+        # shown once, on the next page only
+        request.session[f"endpoint-key:{endpoint.pk}"] = secret
+    return redirect("endpoints:detail", pk=endpoint.pk)
+
+
+@login_required
+@require_POST
+def key_revoke_view(request: HttpRequest, pk: str, key_id: str) -> HttpResponse:
+    endpoint = _own(request, pk)
+    run_service(request, lambda: key_revoke(endpoint=endpoint, key_id=key_id), _("Key revoked."))
+    return redirect("endpoints:detail", pk=endpoint.pk)

@@ -1,0 +1,115 @@
+"""The console's endpoint pages: the list, "Serve this" from a public model, an endpoint's
+page with its URL, engine command and cost, a key shown once, scaling, and another tenant's
+pages being 404."""
+
+import pytest
+from django.test import Client
+
+from endpoints.models import Endpoint, EndpointKey
+from instances.models import Offering
+from tests.factories import _seed_catalog, fund, make_endpoint, make_public_model, make_user
+
+
+@pytest.fixture
+def owner(db):
+    _seed_catalog()
+    user = make_user()
+    fund(user, 100_000)
+    return user
+
+
+def _signed_in(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_serve_this_from_a_public_model_makes_the_endpoint_and_shows_its_page(owner):
+    model = make_public_model()
+    client = _signed_in(owner)
+    form = client.get(f"/console/endpoints/new/?dataset={model.pk}")
+    assert form.status_code == 200
+    assert f'value="{model.pk}"' in form.content.decode()
+    offering = Offering.objects.get(name="1× H100 80GB SXM")
+    answer = client.post(
+        "/console/endpoints/new/",
+        {
+            "name": "qwen",
+            "source_kind": "dataset",
+            "dataset": model.pk,
+            "engine": "vllm",
+            "offering": offering.id,
+            "min_replicas": "0",
+            "max_replicas": "2",
+            "opt_max_model_len": "4096",
+        },
+    )
+    endpoint = Endpoint.objects.get()
+    assert answer.status_code == 302
+    assert answer["Location"] == f"/console/endpoints/{endpoint.id}/"
+    assert endpoint.engine_options == {"max_model_len": 4096, "tensor_parallel_size": 1}
+    assert (endpoint.min_replicas, endpoint.max_replicas) == (0, 2)
+    page = client.get(answer["Location"]).content.decode()
+    assert f"ep-{endpoint.id[3:].lower()}.localhost:8002/v1" in page
+    assert "--max-model-len 4096" in page
+    assert "¥0.00" in page
+    listing = client.get("/console/endpoints/").content.decode()
+    assert endpoint.name in listing
+
+
+def test_a_refused_form_says_which_field_and_makes_nothing(owner):
+    make_public_model()
+    client = _signed_in(owner)
+    answer = client.post(
+        "/console/endpoints/new/",
+        {
+            "name": "qwen",
+            "source_kind": "dataset",
+            "dataset": "/public/models/absent",
+            "engine": "vllm",
+            "offering": Offering.objects.get(name="1× H100 80GB SXM").id,
+            "min_replicas": "1",
+            "max_replicas": "1",
+        },
+    )
+    assert answer.status_code == 200
+    assert "source.dataset" in answer.content.decode()
+    assert not Endpoint.objects.exists()
+
+
+def test_a_new_key_is_shown_once_then_revoked(owner):
+    endpoint = make_endpoint(owner)
+    client = _signed_in(owner)
+    client.post(f"/console/endpoints/{endpoint.id}/keys/", {"name": "laptop"})
+    key = EndpointKey.objects.get()
+    first = client.get(f"/console/endpoints/{endpoint.id}/").content.decode()
+    assert "sk-sv-" in first
+    second = client.get(f"/console/endpoints/{endpoint.id}/").content.decode()
+    assert "sk-sv-" not in second.replace(key.prefix, "")
+    client.post(f"/console/endpoints/{endpoint.id}/keys/{key.id}/revoke/")
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+
+
+def test_manual_scale_changes_the_bounds_at_once(owner):
+    endpoint = make_endpoint(owner)
+    _signed_in(owner).post(
+        f"/console/endpoints/{endpoint.id}/scale/", {"min_replicas": "2", "max_replicas": "3"}
+    )
+    endpoint.refresh_from_db()
+    assert (endpoint.min_replicas, endpoint.max_replicas) == (2, 3)
+
+
+def test_another_tenants_endpoint_pages_are_404(owner):
+    endpoint = make_endpoint(owner)
+    EndpointKey.objects.create(
+        endpoint=endpoint, name="k", prefix="sk-sv-x", key_hash="0" * 64, created_by=owner
+    )
+    stranger = _signed_in(make_user())
+    assert stranger.get(f"/console/endpoints/{endpoint.id}/").status_code == 404
+    for path in ("scale/", "delete/", "keys/", f"keys/{EndpointKey.objects.get().id}/revoke/"):
+        assert stranger.post(f"/console/endpoints/{endpoint.id}/{path}").status_code == 404
+    endpoint.refresh_from_db()
+    assert endpoint.status == "provisioning"
+    assert EndpointKey.objects.filter(revoked_at__isnull=True).count() == 1
+    assert endpoint.name not in stranger.get("/console/endpoints/").content.decode()

@@ -1,0 +1,84 @@
+"""The objects the worker writes for an endpoint on the local cluster: a Deployment our own
+scheduler places, its Service, the KEDA HTTPScaledObject, the gateway's HTTPRoute; min/max
+changes reach the autoscaler and the Deployment at once; deletion removes them all."""
+
+from endpoints import manifests
+from endpoints.provisioning import endpoint_converge
+from endpoints.services import endpoint_change, endpoint_delete
+from starverse.core import kube
+from tests.factories import make_endpoint, make_user, read_existing
+
+
+def test_the_endpoints_objects_are_made_once_and_follow_its_bounds(catalog, settings):
+    settings.ENDPOINT_TARGET_CONCURRENCY = 3
+    endpoint = make_endpoint(
+        make_user(), engine="tensorrt-llm", engine_options={"quantization": "fp8"}
+    )
+    assert endpoint_converge(endpoint.id).state == "converged"
+    endpoint.refresh_from_db()
+    name, namespace = manifests.object_name(endpoint.id), endpoint.k8s_namespace
+    assert endpoint.k8s_name == name
+    deployment = read_existing("Deployment", namespace, name)
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert pod["schedulerName"] == "starverse-endpoints"
+    engine = pod["containers"][0]
+    assert engine["args"] == [
+        "trtllm-serve",
+        "/model",
+        "--host",
+        "0.0.0.0",  # noqa: S104 - the engine inside its pod
+        "--port",
+        "8000",
+        "--served_model_name",
+        "qwen",
+        "--quantization",
+        "fp8",
+        "--tp_size",
+        "1",
+    ]
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert engine["readinessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
+    assert {
+        "name": "model",
+        "mountPath": "/model",
+        "readOnly": True,
+        "subPath": "models/qwen2-7b-instruct",
+    } in engine["volumeMounts"]
+    assert read_existing("Service", namespace, name)["spec"]["ports"][0]["port"] == 8000
+    scaled = read_existing("HTTPScaledObject", namespace, name)["spec"]
+    assert scaled["hosts"] == [manifests.route_hostname(endpoint.id)]
+    assert scaled["replicas"] == {"min": 1, "max": 2}
+    assert scaled["scalingMetric"] == {"concurrency": {"targetValue": 3}}
+    assert scaled["scaleTargetRef"] == {
+        "name": name,
+        "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "service": name,
+        "port": 8000,
+    }
+    route = read_existing("HTTPRoute", namespace, name)["spec"]
+    assert route["hostnames"] == [manifests.route_hostname(endpoint.id)]
+    assert route["rules"][0]["backendRefs"] == [{"name": name, "port": 8000}]
+    version = deployment["metadata"]["resourceVersion"]
+
+    # again: nothing changes
+    endpoint_converge(endpoint.id)
+    assert read_existing("Deployment", namespace, name)["metadata"]["resourceVersion"] == version
+
+    endpoint_change(endpoint=endpoint, min_replicas=2, max_replicas=4)
+    endpoint_converge(endpoint.id)
+    assert read_existing("Deployment", namespace, name)["spec"]["replicas"] == 2
+    assert read_existing("HTTPScaledObject", namespace, name)["spec"]["replicas"] == {
+        "min": 2,
+        "max": 4,
+    }
+
+    endpoint_delete(endpoint=endpoint)
+    assert endpoint_converge(endpoint.id).state == "deleted"
+    for kind in ("Deployment", "Service", "HTTPScaledObject", "HTTPRoute"):
+        assert kube.read(kind, namespace, name) is None, kind
+    endpoint.refresh_from_db()
+    assert endpoint.status == "deleted"

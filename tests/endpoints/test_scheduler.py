@@ -1,0 +1,155 @@
+"""The endpoints' scheduler and meter on the local cluster: a replica's pod waits for our
+binding, gets GPUs by the instances' placement (allocation rows, so nothing double-books), is
+billed per minute while Ready (and only then), and gives its GPUs back when it is gone."""
+
+import time
+from datetime import timedelta
+
+from django.utils import timezone
+
+from billing.models import LedgerTransaction
+from endpoints.models import Endpoint, EndpointReplica
+from endpoints.provisioning import endpoint_converge
+from endpoints.scheduler import endpoints_sync
+from endpoints.services import endpoint_change
+from fleet.models import Allocation
+from starverse.core import kube
+from tests.factories import fund, make_endpoint, make_user
+
+
+def _pods(endpoint):
+    return kube.pods_labelled(
+        [endpoint.k8s_namespace], f"starverse.io/endpoint={endpoint.k8s_name}"
+    )
+
+
+def _until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _ready(pod):
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def test_a_replica_is_placed_bound_billed_while_ready_and_released(catalog):
+    endpoint = make_endpoint(make_user(), min_replicas=1, max_replicas=2)
+    endpoint_converge(endpoint.id)
+    endpoint.refresh_from_db()
+    _until(lambda: len(_pods(endpoint)) == 1)
+    pod = _pods(endpoint)[0]
+    assert pod["spec"].get("nodeName") is None  # our scheduler's, not the emulator's
+
+    result = endpoints_sync()
+    assert result.bound == [pod["metadata"]["name"]]
+    replica = EndpointReplica.objects.get(endpoint=endpoint)
+    held = list(Allocation.objects.filter(replica=replica).values_list("node__name", "gpu_index"))
+    assert len(held) == 1
+    _until(lambda: _ready(_pods(endpoint)[0]))
+    assert _pods(endpoint)[0]["spec"]["nodeName"] == held[0][0]
+
+    start = timezone.now()
+    endpoints_sync(now=start)
+    replica.refresh_from_db()
+    assert replica.ready_since == start
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.replicas_ready) == ("running", 1)
+    assert endpoint.cold_start_s is not None
+
+    # two closed minutes, charged once however often the pass runs
+    endpoints_sync(now=start + timedelta(seconds=150))
+    endpoints_sync(now=start + timedelta(seconds=150))
+    price = endpoint.offering.price_per_hour_fen
+    rows = LedgerTransaction.objects.filter(idempotency_key__startswith=f"endpoint:{replica.id}:")
+    assert sorted(rows.values_list("idempotency_key", flat=True)) == [
+        f"endpoint:{replica.id}:1:1",
+        f"endpoint:{replica.id}:1:2",
+    ]
+    endpoint.refresh_from_db()
+    assert endpoint.cost_fen == sum(-r.amount_fen for r in rows) == round(price * 2 / 60)
+
+    # scaled to zero: the pod goes, its started third minute is paid, its GPU freed
+    endpoint_change(endpoint=endpoint, min_replicas=0, max_replicas=2)
+    kube.deployment_scale(endpoint.k8s_namespace, endpoint.k8s_name, 0)
+    _until(lambda: not _pods(endpoint))
+    endpoints_sync(now=start + timedelta(seconds=170))
+    replica.refresh_from_db()
+    assert replica.gone_at is not None
+    assert not Allocation.objects.filter(replica=replica).exists()
+    assert rows.all().count() == 3
+    endpoint.refresh_from_db()
+    assert endpoint.cost_fen == round(price * 3 / 60)
+    assert (endpoint.status, endpoint.replicas_ready) == ("scaled_to_zero", 0)
+
+
+def test_a_replica_that_never_becomes_ready_costs_nothing(catalog, cluster):
+    endpoint = make_endpoint(make_user())
+    cluster.fail_image_pull("starverse/vllm:0.6-cuda12.1")
+    try:
+        endpoint_converge(endpoint.id)
+        endpoint.refresh_from_db()
+        _until(lambda: len(_pods(endpoint)) == 1)
+        endpoints_sync()
+        later = timezone.now() + timedelta(minutes=5)
+        endpoints_sync(now=later)
+    finally:
+        cluster.clear_image_pull_failures()
+    replica = EndpointReplica.objects.get(endpoint=endpoint)
+    assert replica.ready_since is None
+    assert not LedgerTransaction.objects.filter(idempotency_key__startswith="endpoint:").exists()
+    assert Endpoint.objects.get(pk=endpoint.pk).cost_fen == 0
+
+
+def test_a_pod_waits_pending_while_its_gpus_are_held_by_instances(catalog):
+    user = make_user()
+    fund(user, 1_000_000)
+    endpoint = make_endpoint(user, offering_id=catalog["h100x8"].id)
+    # every H100 of the emulated fleet (2 nodes × 8) taken by allocations of another holder
+    taker = make_endpoint(make_user(), name="taker")
+    replica = EndpointReplica.objects.create(endpoint=taker, pod_name="elsewhere")
+    from fleet.models import Node
+
+    Allocation.objects.bulk_create(
+        [
+            Allocation(node=node, gpu_index=i, replica=replica)
+            for node in Node.objects.filter(gpu_product__icontains="H100")
+            for i in range(node.gpu_count)
+        ]
+    )
+    endpoint_converge(endpoint.id)
+    endpoint.refresh_from_db()
+    _until(lambda: len(_pods(endpoint)) == 1)
+    result = endpoints_sync()
+    assert result.bound == []
+    assert result.waiting == [_pods(endpoint)[0]["metadata"]["name"]]
+    assert not EndpointReplica.objects.filter(endpoint=endpoint).exists()
+    assert _pods(endpoint)[0]["spec"].get("nodeName") is None
+
+
+def test_a_pod_placed_by_a_pass_that_stopped_before_binding_is_bound_by_the_next(catalog):
+    from fleet.models import Node
+
+    endpoint = make_endpoint(make_user())
+    endpoint_converge(endpoint.id)
+    endpoint.refresh_from_db()
+    _until(lambda: len(_pods(endpoint)) == 1)
+    pod = _pods(endpoint)[0]
+    node = Node.objects.filter(gpu_product__icontains="H100").order_by("name").last()
+    assert node is not None
+    # what the stopped pass left: the replica and its GPU, committed, the pod unbound
+    replica = EndpointReplica.objects.create(
+        endpoint=endpoint, pod_name=pod["metadata"]["name"], node=node
+    )
+    Allocation.objects.create(node=node, gpu_index=0, replica=replica)
+    result = endpoints_sync()
+    assert result.bound == []
+    _until(lambda: _pods(endpoint)[0]["spec"].get("nodeName") == node.name)
+    assert EndpointReplica.objects.filter(endpoint=endpoint).count() == 1
+    assert list(
+        Allocation.objects.filter(replica__endpoint=endpoint).values_list("node", flat=True)
+    ) == [node.pk]
