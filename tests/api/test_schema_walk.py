@@ -1241,7 +1241,7 @@ def _(p: Probe) -> None:
         wallet_id=wallet.id,
         key="schema-walk:drain",
         kind=TransactionKind.USAGE,
-        amount_fen=-wallet.total_fen,
+        amount_fen=-wallet.cash_fen,  # usage takes cash only; replicas are paid from cash
         description="GPU usage",
     )
     p.call(402, params={"id": endpoint.id}, body={"min_replicas": 1})  # no hour to resume

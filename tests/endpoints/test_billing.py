@@ -52,12 +52,14 @@ def test_an_endpoint_that_runs_out_of_balance_scales_to_zero_and_keeps_its_setti
     user = make_user()
     endpoint = _serving(make_endpoint(user, min_replicas=1, max_replicas=2))
     assert endpoint_spend_per_hour_fen() == {user.tenant_id: endpoint.offering.price_per_hour_fen}
-    have = wallet_for_tenant(user.tenant_id).total_fen
+    wallet = wallet_for_tenant(user.tenant_id)
+    have = wallet.cash_fen  # replicas are paid from cash (trial credit pays instances only)
     # far enough ahead that the minutes cost more than the balance holds
     minutes = have * 60 // endpoint.offering.price_per_hour_fen + 5
     result = endpoints_sync(now=timezone.now() + timedelta(minutes=minutes))
     assert result.suspended == [endpoint.id]
-    assert wallet_for_tenant(user.tenant_id).total_fen == 0
+    drained = wallet_for_tenant(user.tenant_id)
+    assert drained.cash_fen == 0 and drained.promo_fen == wallet.promo_fen
     endpoint.refresh_from_db()
     assert endpoint.suspended is True
     assert endpoint.status == "scaled_to_zero"
