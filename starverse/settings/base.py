@@ -174,6 +174,8 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Starverse <noreply@starverse
 
 # Celery: Redis in production; without REDIS_URL an embedded file-system broker under var/.
 CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+# kombu's file-system transport, writing each message whole before a worker can see it
+CELERY_BROKER_TRANSPORT = None if REDIS_URL else "starverse.core.fsbroker:Transport"
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {}
