@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kombu import Connection, Exchange, Queue
+from kombu import Connection
 
 from starverse.core.fsbroker import Transport
 
@@ -35,8 +35,7 @@ def test_a_message_file_appears_only_whole(tmp_path: Path, monkeypatch: Any) -> 
 
     monkeypatch.setattr(builtins, "open", watching)
     with _connection(tmp_path) as conn:
-        queue = Queue("q", Exchange("q"), "q")
-        conn.SimpleQueue(queue).put({"n": 1})
+        conn.SimpleQueue("q").put({"n": 1})
     monkeypatch.undo()
     assert written and not any(name.endswith(".msg") for name in written)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".q.msg")]
@@ -46,9 +45,8 @@ def test_a_message_file_appears_only_whole(tmp_path: Path, monkeypatch: Any) -> 
 def test_a_busy_queue_hands_the_consumer_every_message_whole(tmp_path: Path) -> None:
     count = 400
     with _connection(tmp_path) as producer_conn, _connection(tmp_path) as consumer_conn:
-        queue = Queue("busy", Exchange("busy"), "busy")
-        producer = producer_conn.SimpleQueue(queue)
-        consumer = consumer_conn.SimpleQueue(queue)
+        producer = producer_conn.SimpleQueue("busy")
+        consumer = consumer_conn.SimpleQueue("busy")
 
         def produce() -> None:
             for n in range(count):
@@ -56,7 +54,7 @@ def test_a_busy_queue_hands_the_consumer_every_message_whole(tmp_path: Path) -> 
 
         thread = threading.Thread(target=produce)
         thread.start()
-        got = []
+        got: list[int] = []
         while len(got) < count:
             message = consumer.get(block=True, timeout=10)
             got.append(message.payload["n"])
