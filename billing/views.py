@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -96,9 +96,15 @@ class UsageForm(forms.Form):
     """The usage table's range and grouping, read from the page's query string."""
 
     start = forms.DateField(
-        label=gettext_lazy("From"), widget=forms.DateInput(attrs={"type": "date"})
+        label=gettext_lazy("From"),
+        input_formats=["%Y-%m-%d"],
+        widget=forms.DateInput(format="%Y-%m-%d", attrs={"type": "date"}),
     )
-    end = forms.DateField(label=gettext_lazy("To"), widget=forms.DateInput(attrs={"type": "date"}))
+    end = forms.DateField(
+        label=gettext_lazy("To"),
+        input_formats=["%Y-%m-%d"],
+        widget=forms.DateInput(format="%Y-%m-%d", attrs={"type": "date"}),
+    )
     group_by = forms.ChoiceField(
         label=gettext_lazy("Group by"),
         choices=[
@@ -297,7 +303,7 @@ STATEMENT_FORMATS = {"pdf": "application/pdf", "csv": "text/csv; charset=utf-8"}
 
 @login_required
 @require_GET
-def statement_file(request: HttpRequest, month: str, fmt: str) -> HttpResponse:
+def statement_file(request: HttpRequest, month: str, fmt: str) -> HttpResponseBase:
     """A closed month's statement as PDF or CSV, made on first request as the API does."""
     if fmt not in STATEMENT_FORMATS:
         raise Http404

@@ -105,13 +105,19 @@ def test_saving_the_invoice_details_then_they_fill_the_form(signed_in):
     assert 'action="/billing/invoices/"' in html
 
 
+def _first(pattern, text):
+    found = re.search(pattern, text, re.S)
+    assert found is not None, pattern
+    return found[1]
+
+
 def _field_error(html, name):
     """The error shown in the field whose input is `name`, or None."""
     for block in re.findall(
         r'<div class="field has-error">(.*?)</div>\s*(?=<div class="field|<button)', html, re.S
     ):
         if f'name="{name}"' in block:
-            return unescape(re.search(r'<p class="field-error">(.*?)</p>', block, re.S)[1])
+            return unescape(_first(r'<p class="field-error">(.*?)</p>', block))
     return None
 
 
@@ -260,7 +266,7 @@ def _charge(user, instance_id, minute, fen):
 
 
 def _usage_rows(html):
-    table = re.search(r'<table class="table table-stack usage-table">.*?</thead>(.*?)</table>', html, re.S)[1]
+    table = _first(r'<table class="table table-stack usage-table">.*?</thead>(.*?)</table>', html)
     cells = re.findall(
         r"<tr[^>]*>\s*<t[dh][^>]*>(.*?)</t[dh]>\s*<td[^>]*>(.*?)</td>\s*<td[^>]*>(.*?)</td>\s*<td[^>]*>(.*?)</td>",
         table,

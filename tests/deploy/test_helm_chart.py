@@ -254,7 +254,11 @@ def test_media_persistence_shares_one_claim_between_web_and_worker():
 
     path = "/var/lib/starverse/media"
     for name in ("web", "worker"):
-        assert media(docs, name) == (path, [(path, "starverse-media")], {"media": "starverse-media"})
+        assert media(docs, name) == (
+            path,
+            [(path, "starverse-media")],
+            {"media": "starverse-media"},
+        )
     assert media(docs, "beat") == (None, [], {})
 
     mine = render({"media": {"persistence": {**persistence, "existingClaim": "invoices-nfs"}}})
