@@ -4,7 +4,6 @@ Chinese and in English: an account with three closed months, an issued and a rej
 wider than the window, nor scroll sideways in its own box; then a request is made through the
 form, and a refused one shows its reason at the amount."""
 
-import shutil
 from datetime import timedelta
 
 import pytest
