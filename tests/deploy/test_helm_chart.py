@@ -218,3 +218,53 @@ def test_each_extra_region_mounts_its_kubeconfig_secret_into_the_worker_and_term
     }
     assert mounts("terminal") == {"/etc/starverse/clusters/cn-north-1": "cluster-cn-north-1-exec"}
     assert mounts("web") == {} and mounts("beat") == {}
+
+
+def test_media_persistence_shares_one_claim_between_web_and_worker():
+    """README "Operating": with `media.persistence.enabled` the web pods and the worker mount
+    one ReadWriteMany claim (the chart's, kept on uninstall, or an existing one) at the path
+    MEDIA_ROOT names; off (the default), there is no claim and MEDIA_ROOT is left to
+    STARVERSE_VAR_DIR."""
+    persistence = {"enabled": True, "size": "50Gi", "storageClass": "cephfs"}
+    docs = render({"media": {"persistence": persistence}})
+    for kube_version in KUBE_VERSIONS:
+        for doc in docs:
+            if doc["kind"] in ("Deployment", "PersistentVolumeClaim"):
+                kubernetes_validate.validate(doc, kube_version, strict=True)
+    claim = by_kind(docs, "PersistentVolumeClaim")["starverse-media"]
+    assert claim["metadata"]["namespace"] == NAMESPACE
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["spec"]["storageClassName"] == "cephfs"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+
+    def media(docs: list[dict[str, Any]], name: str) -> tuple[Any, Any, Any]:
+        deployment = by_kind(docs, "Deployment")[name]
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in deployment["spec"]["template"]["spec"]["volumes"]
+            if "persistentVolumeClaim" in v
+        }
+        mounts = [
+            (m["mountPath"], claims[m["name"]])
+            for m in container(deployment)["volumeMounts"]
+            if m["name"] in claims
+        ]
+        return env_of(deployment).get("MEDIA_ROOT"), mounts, claims
+
+    path = "/var/lib/starverse/media"
+    for name in ("web", "worker"):
+        assert media(docs, name) == (
+            path,
+            [(path, "starverse-media")],
+            {"media": "starverse-media"},
+        )
+    assert media(docs, "beat") == (None, [], {})
+
+    mine = render({"media": {"persistence": {**persistence, "existingClaim": "invoices-nfs"}}})
+    assert "PersistentVolumeClaim" not in {d["kind"] for d in mine}
+    assert media(mine, "worker") == (path, [(path, "invoices-nfs")], {"media": "invoices-nfs"})
+
+    plain = render()
+    assert "PersistentVolumeClaim" not in {d["kind"] for d in plain}
+    assert media(plain, "web") == (None, [], {})

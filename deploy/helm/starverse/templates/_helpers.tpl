@@ -60,3 +60,28 @@ runAsUser: 10001
 capabilities: {drop: [ALL]}
 seccompProfile: {type: RuntimeDefault}
 {{- end -}}
+
+{{/* The claim that holds MEDIA_ROOT: the operator's existing one or the chart's. */}}
+{{- define "starverse.mediaClaim" -}}
+{{ .Values.media.persistence.existingClaim | default "starverse-media" }}
+{{- end -}}
+
+{{/* MEDIA_ROOT and its volume, for the web pods and the worker (empty when off). */}}
+{{- define "starverse.mediaEnv" -}}
+{{- if .Values.media.persistence.enabled }}
+- {name: MEDIA_ROOT, value: {{ .Values.media.mountPath | quote }}}
+{{- end }}
+{{- end -}}
+
+{{- define "starverse.mediaMount" -}}
+{{- if .Values.media.persistence.enabled }}
+- {name: media, mountPath: {{ .Values.media.mountPath | quote }}}
+{{- end }}
+{{- end -}}
+
+{{- define "starverse.mediaVolume" -}}
+{{- if .Values.media.persistence.enabled }}
+- name: media
+  persistentVolumeClaim: {claimName: {{ include "starverse.mediaClaim" . }}}
+{{- end }}
+{{- end -}}
