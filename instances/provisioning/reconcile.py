@@ -68,7 +68,10 @@ def reconcile(*, now: datetime | None = None, region: str | None = None) -> Repo
         .values_list("id", "k8s_namespace", "k8s_name")
     )
     namespaces = _swept_namespaces(now=now)
-    pods = {(pod.namespace, pod.name): pod for pod in kube.pods_managed(namespaces)}
+    pods = {
+        (pod.namespace, pod.name): pod
+        for pod in kube.pods_managed(namespaces, label_selector=kube.INSTANCE_SELECTOR)
+    }
     report.recreated = _vanished_recreate(running, pods, now=now)
     report.requeued = _lost_work_hand_out(now=now, skip=report.recreated)
     report.queues = _queues_serve()
@@ -186,7 +189,11 @@ def _orphans_remove(
         if (namespace, name) not in wanted_pods:
             kube.delete("Pod", namespace, name)
             orphans.append(f"pod/{namespace}/{name}")
-    listed = {kind: kube.managed(kind, namespaces) for kind in ("Service", "Secret", "HTTPRoute")}
+    # an inference endpoint's objects are its own controller's (endpoints.provisioning)
+    listed = {
+        kind: kube.managed(kind, namespaces, label_selector=kube.INSTANCE_SELECTOR)
+        for kind in ("Service", "Secret", "HTTPRoute")
+    }
     # Read after the lists: a port added since has no objects in them.
     served = {
         (namespace, name): set(served_ports(SimpleNamespace(ports=ports)))
@@ -203,7 +210,9 @@ def _orphans_remove(
                 kube.delete(kind, namespace, name)
                 orphans.append(f"{kind.lower()}/{namespace}/{name}")
     wanted_claims = _wanted_claims(namespaces)
-    for namespace, name in kube.managed("PersistentVolumeClaim", namespaces):
+    for namespace, name in kube.managed(
+        "PersistentVolumeClaim", namespaces, label_selector=kube.INSTANCE_SELECTOR
+    ):
         if (namespace, name) not in wanted_claims:
             kube.delete("PersistentVolumeClaim", namespace, name)
             orphans.append(f"persistentvolumeclaim/{namespace}/{name}")

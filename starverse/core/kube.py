@@ -804,6 +804,9 @@ def _message(error: ApiException) -> str:
 
 
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"
+# What an instance (or a cluster's rank) owns: ours, less an inference endpoint's objects, which
+# its own controller keeps (the endpoints app), so the instances' clean-up never reaps them.
+INSTANCE_SELECTOR = f"{MANAGED_SELECTOR},!starverse.io/endpoint"
 
 
 @dataclass(frozen=True)
@@ -813,9 +816,12 @@ class ClusterPod:
     phase: str
 
 
-def pods_managed(namespaces: list[str]) -> list[ClusterPod]:
-    """Every pod the platform manages in these namespaces, with its phase: one list call per
-    namespace (the worker may list only inside tenant namespaces)."""
+def pods_managed(
+    namespaces: list[str], *, label_selector: str = MANAGED_SELECTOR
+) -> list[ClusterPod]:
+    """Every pod the platform manages in these namespaces (or those `label_selector` selects),
+    with its phase: one list call per namespace (the worker may list only inside tenant
+    namespaces)."""
     api = core()
     return [
         ClusterPod(
@@ -823,7 +829,7 @@ def pods_managed(namespaces: list[str]) -> list[ClusterPod]:
         )
         for namespace in namespaces
         for item in _call(
-            "Pod.list", api.list_namespaced_pod, namespace, label_selector=MANAGED_SELECTOR
+            "Pod.list", api.list_namespaced_pod, namespace, label_selector=label_selector
         ).items
     ]
 

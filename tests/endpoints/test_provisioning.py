@@ -2,6 +2,8 @@
 scheduler places, its Service, the KEDA HTTPScaledObject, the gateway's HTTPRoute; min/max
 changes reach the autoscaler and the Deployment at once; deletion removes them all."""
 
+import time
+
 from endpoints import manifests
 from endpoints.provisioning import endpoint_converge
 from endpoints.services import endpoint_change, endpoint_delete
@@ -62,11 +64,12 @@ def test_the_endpoints_objects_are_made_once_and_follow_its_bounds(catalog, sett
     route = read_existing("HTTPRoute", namespace, name)["spec"]
     assert route["hostnames"] == [manifests.route_hostname(endpoint.id)]
     assert route["rules"][0]["backendRefs"] == [{"name": name, "port": 8000}]
-    version = deployment["metadata"]["resourceVersion"]
+    generation = deployment["metadata"]["generation"]
 
-    # again: nothing changes
+    # again: nothing changes (the generation moves only when the spec is written; the
+    # controller's status updates move the resourceVersion meanwhile)
     endpoint_converge(endpoint.id)
-    assert read_existing("Deployment", namespace, name)["metadata"]["resourceVersion"] == version
+    assert read_existing("Deployment", namespace, name)["metadata"]["generation"] == generation
 
     endpoint_change(endpoint=endpoint, min_replicas=2, max_replicas=4)
     endpoint_converge(endpoint.id)
@@ -82,3 +85,34 @@ def test_the_endpoints_objects_are_made_once_and_follow_its_bounds(catalog, sett
         assert kube.read(kind, namespace, name) is None, kind
     endpoint.refresh_from_db()
     assert endpoint.status == "deleted"
+
+
+def test_the_instances_clean_up_leaves_an_endpoints_objects_alone(catalog):
+    """The instances' reconcile pass removes what no instance wants in the tenant namespaces
+    it sweeps; an endpoint's pods, Service, route and claim are its own controller's, so an
+    account with both an instance and an endpoint keeps serving."""
+    from instances.provisioning import reconcile
+    from tests.factories import make_instance
+
+    user = make_user()
+    make_instance(user, status="running")  # its namespace is swept
+    endpoint = make_endpoint(user)
+    assert endpoint_converge(endpoint.id).state == "converged"
+    endpoint.refresh_from_db()
+    name, namespace = manifests.object_name(endpoint.id), endpoint.k8s_namespace
+
+    def replica_pods() -> set[str]:
+        return {pod.name for pod in kube.pods_managed([namespace]) if pod.name.startswith(name)}
+
+    deadline = time.monotonic() + 15
+    while not replica_pods() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pods_before = replica_pods()
+    assert pods_before  # the Deployment's replica, waiting for our scheduler
+
+    report = reconcile.reconcile()
+
+    assert not [orphan for orphan in report.orphans if name in orphan]
+    assert read_existing("Service", namespace, name)
+    assert read_existing("HTTPRoute", namespace, name)
+    assert replica_pods() == pods_before
