@@ -80,6 +80,7 @@ def team_page(request: HttpRequest, pk: str) -> HttpResponse:
     context: dict[str, Any] = {
         "team": team,
         "role": acting.acting_role,
+        "role_label": Role(acting.acting_role).label,
         "manager": manager,
         "members": Membership.objects.filter(tenant=team).select_related("user"),
         "invitations": Invitation.objects.filter(
