@@ -266,7 +266,7 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
         )
     )
     instance_create(instance, placement=placement)
-    disks_attach_at_order(instance, disk_ids)
+    disks_attach_at_order(instance, disk_ids, actor=instance.created_by)  # the orderer, acting
     admit(instance)
     if placement is not None and instance.billing == BillingMode.MONTHLY:
         period_charge(instance)
@@ -289,7 +289,7 @@ def gang_place_or_queue(
     for index, rank in enumerate(ranks):
         instance_create(rank, placement=None if gang is None else gang.placements[index])
     for rank, wanted in zip(ranks, disk_ids or [], strict=False):
-        disks_attach_at_order(rank, wanted)
+        disks_attach_at_order(rank, wanted, actor=rank.created_by)
     admit(ranks[0])
     if gang is not None and ranks[0].billing == BillingMode.MONTHLY:
         for rank in ranks:
