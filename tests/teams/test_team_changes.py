@@ -169,7 +169,10 @@ def test_the_nas_is_created_by_a_member_and_changed_by_managers(lab, client):
     nas = SharedStorage.objects.get(tenant=team)
     assert (nas.size_gb, nas.status) == (10, "creating")
 
-    assert bearer(admin, team=team).put("/api/v1/nas", {"size_gb": 20}, format="json").status_code == 200
+    assert (
+        bearer(admin, team=team).put("/api/v1/nas", {"size_gb": 20}, format="json").status_code
+        == 200
+    )
     console(client, admin, team)
     client.post("/console/nas/", {"size_gb": 40})
     assert client.post("/console/nas/delete/").status_code == 302
@@ -241,3 +244,41 @@ def test_console_stop_and_start_are_audited(lab, client, catalog):
     console(client, ana, team)
     client.post(f"/console/instances/{instance.pk}/terminate/")
     assert actions(team, object_id=instance.pk) == ["instance.terminated"]
+
+
+def test_console_audit_page_filters_by_actor_action_and_days(lab, client):
+    team, owner, admin, ana, _bo = lab
+    AuditEvent.objects.filter(tenant=team).update(at="2026-11-02T10:00:00+08:00")
+    api = bearer(ana, team=team)
+    made = api.post("/api/v1/disks", {"name": "ckpt", "size_gb": 10}, format="json").json()["id"]
+    bearer(admin, team=team).delete(f"/api/v1/disks/{made}")
+    AuditEvent.objects.filter(tenant=team, action="disk.deleted").update(
+        at="2026-11-20T10:00:00+08:00"
+    )
+    AuditEvent.objects.filter(tenant=team, action="disk.created").update(
+        at="2026-11-10T10:00:00+08:00"
+    )
+    client.force_login(owner)
+    page = f"/teams/{team.pk}/audit/"
+
+    def shown(**query):
+        answer = client.get(page, query)
+        assert answer.status_code == 200
+        rows = answer.content.decode().split("<tbody>")[1]
+        return " ".join(r.split("</code>")[0] for r in rows.split('<code class="mono">')[1:])
+
+    everything = shown()
+    assert "disk.created" in everything and "disk.deleted" in everything
+    by_ana = shown(actor=ana.pk)
+    assert "disk.created" in by_ana and "disk.deleted" not in by_ana
+    deletions = shown(action="disk.deleted")
+    assert "disk.deleted" in deletions and "disk.created" not in deletions
+    middle = shown(since="2026-11-10", until="2026-11-10")  # both days included
+    assert "disk.created" in middle and "disk.deleted" not in middle
+    assert "team.created" not in middle
+    csv_rows = client.get(page, {"action": "disk.deleted", "format": "csv"}).content.decode()
+    assert csv_rows.count("\n") == 2 and "disk.deleted" in csv_rows
+    link = f'href="/teams/{team.pk}/audit/?action=disk.deleted&amp;format=csv"'
+    assert link in client.get(page, {"action": "disk.deleted"}).content.decode()
+    refused = client.get(page, {"since": "yesterday"}, follow=True)
+    assert "Enter a valid date." in refused.content.decode()
