@@ -282,3 +282,74 @@ def test_console_audit_page_filters_by_actor_action_and_days(lab, client):
     assert link in client.get(page, {"action": "disk.deleted"}).content.decode()
     refused = client.get(page, {"since": "yesterday"}, follow=True)
     assert "Enter a valid date." in refused.content.decode()
+
+
+RTX = "NVIDIA GeForce RTX 4090"
+
+
+def _rtx(user, name="2× RTX 4090 24GB"):
+    from instances.lifecycle import instance_order
+    from instances.models import Offering
+
+    offering = Offering.objects.get(name=name)
+    return instance_order(user=user, offering_id=offering.id, image_id="pytorch-2.1")[0]
+
+
+def test_a_queued_order_its_budget_no_longer_fits_stays_unstarted(lab, catalog):
+    from instances.lifecycle import instance_terminate, queue_drain
+    from instances.provisioning import converge
+    from starverse.accounts.models import Budget
+    from tests.factories import converge_until, fund
+
+    team, _owner, _admin, ana, bo = lab
+    other = make_user()
+    fund(other, 100_000)
+    full = _rtx(other, "8× RTX 4090 24GB")
+    waiting = _rtx(acting(ana, team, "member"))
+    behind = _rtx(acting(bo, team, "member"))
+    assert (waiting.status, behind.status) == ("queued", "queued")
+    Budget.objects.create(tenant=team, user=ana, monthly_fen=100)  # set while it waited
+    instance_terminate(instance_id=full.id)
+    assert converge_until(converge.terminate, full.id) == "terminated"
+
+    assert queue_drain(product=RTX) == [behind.pk]  # passed over, not holding up bo's
+    assert queue_drain(product=RTX) == []
+
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.node_id, waiting.cost_fen) == ("queued", None, 0)
+    said = [e.text for e in waiting.events.all() if e.text.startswith("Not started")]
+    assert said == [
+        "Not started: the monthly budget of whoever ordered it in team Vision lab is ¥1.00 and "
+        "¥0.00 is spent; this order needs ¥4.40 over its runway. It waits in the queue, "
+        "uncharged, until an owner raises the budget or a new month begins."
+    ]
+    Budget.objects.filter(tenant=team, user=ana).update(monthly_fen=1_000)
+    assert queue_drain(product=RTX) == [waiting.pk]
+
+
+def test_a_budget_stop_of_a_rank_stops_the_whole_cluster(
+    lab, catalog, django_capture_on_commit_callbacks
+):
+    from clusters.preflight import preflight_run
+    from instances.metering import budgets_enforce
+    from instances.provisioning import converge
+    from starverse.accounts.models import Budget
+    from tests.factories import converge_until, make_cluster
+
+    team, _owner, _admin, ana, _bo = lab
+    cluster = make_cluster(acting(ana, team, "member"))
+    ranks = list(cluster.ranks.order_by("rank"))
+    for rank in ranks:
+        assert converge_until(converge.provision, rank.id) == "checking"
+    assert preflight_run(cluster.id) == "passed"
+    Instance.objects.filter(pk=ranks[1].pk).update(status="checking")  # say, checked again
+    Budget.objects.create(tenant=team, user=ana, monthly_fen=0)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        stopped = budgets_enforce()
+
+    assert stopped == [ranks[0].pk]
+    # (the tasks ran at once: the pods are gone too)
+    assert {r.status for r in Instance.objects.filter(cluster=cluster)} == {"stopped"}
+    said = [e.text for e in Instance.objects.get(pk=ranks[1].pk).events.all()]
+    assert "Budget spent: stopped (not deleted); disks kept." in said
