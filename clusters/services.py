@@ -249,9 +249,10 @@ def _degrees_valid(
     return tensor, pipeline
 
 
-def cluster_stop(*, cluster: Cluster) -> Cluster:
+def cluster_stop(*, cluster: Cluster, reason: str = "") -> Cluster:
     """Stop every rank: billing stops now for all of them, the pods go, the disks are kept; a
-    monthly cluster keeps its nodes reserved while its month runs."""
+    monthly cluster keeps its nodes reserved while its month runs. `reason` is each rank's
+    timeline entry (instances.lifecycle.instance_stop)."""
     with transaction.atomic():
         ranks = ranks_locked(cluster.pk)
         if not any(rank.status in STOPPABLE for rank in ranks):
@@ -260,7 +261,7 @@ def cluster_stop(*, cluster: Cluster) -> Cluster:
             )
         for rank in ranks:
             if rank.status in STOPPABLE:
-                instance_stop(instance_id=rank.id)
+                instance_stop(instance_id=rank.id, reason=reason)
     return cluster
 
 

@@ -3,8 +3,12 @@
 from typing import Any
 
 from celery import shared_task
+from django.utils.translation import gettext_noop
 
 from clusters import preflight
+from clusters.models import Cluster
+from clusters.services import cluster_stop
+from starverse.core.errors import Conflict
 from starverse.core.kube import TASK_RETRY
 
 KUBE_TASK = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETRY}
@@ -15,3 +19,20 @@ def preflight_cluster(self: Any, cluster_id: str) -> None:
     """Sent by every rank that comes up (instances.states.instance_mark_running): the round
     runs when the last one is up."""
     preflight.preflight_run(cluster_id)
+
+
+@shared_task(ignore_result=True)
+def stop_cluster_over_budget(cluster_id: str) -> None:
+    """Sent by the metering tick when it stopped a rank because its orderer's or its team's
+    budget is spent (instances.metering.budgets_enforce): the rest of the cluster stops with it,
+    never half of it running."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return
+    try:
+        cluster_stop(
+            cluster=cluster,
+            reason=gettext_noop("Budget spent: stopped (not deleted); disks kept."),
+        )
+    except Conflict:  # every rank stopped already
+        return

@@ -43,6 +43,7 @@ from instances.choices import BillingMode, InstanceStatus, OfferingKind
 from instances.models import Image, Offering
 from instances.selectors import availability
 from instances.views import ORDER_KEY_PREFIX
+from starverse.accounts.audit import audit_request
 from starverse.accounts.models import SshKey
 from starverse.core.console import redirect_back, run_change
 from starverse.core.errors import IdempotencyConflict, ServiceError
@@ -365,9 +366,15 @@ def _back(request: HttpRequest, cluster: Cluster) -> HttpResponse:
     return redirect_back(request, reverse("clusters:detail", args=[cluster.pk]))
 
 
-def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:
+def _act(request: HttpRequest, pk: str, service: Any, done: str, audited: str) -> HttpResponse:
+    """Run the change; `audited` names it in the team's audit log when it is done."""
     cluster = get_for_user(Cluster.objects.all(), request.user, "tenant", pk)
-    run_change(request, cluster, lambda: service(cluster=cluster), done % {"name": cluster.name})
+    run_change(
+        request,
+        cluster,
+        lambda: audit_request(request, audited, service(cluster=cluster)),
+        done % {"name": cluster.name},
+    )
     return _back(request, cluster)
 
 
@@ -379,13 +386,20 @@ def cluster_stop_view(request: HttpRequest, pk: str) -> HttpResponse:
         pk,
         cluster_stop,
         _("Stopping “%(name)s”: billing has stopped for every node, the disks are kept."),
+        "cluster.stopped",
     )
 
 
 @login_required
 @require_POST
 def cluster_start_view(request: HttpRequest, pk: str) -> HttpResponse:
-    return _act(request, pk, cluster_start, _("Starting “%(name)s”: every node together."))
+    return _act(
+        request,
+        pk,
+        cluster_start,
+        _("Starting “%(name)s”: every node together."),
+        "cluster.started",
+    )
 
 
 @login_required
@@ -396,6 +410,7 @@ def cluster_terminate_view(request: HttpRequest, pk: str) -> HttpResponse:
         pk,
         cluster_terminate,
         _("Terminating “%(name)s”: every node and its disk are being deleted."),
+        "cluster.terminated",
     )
 
 
@@ -418,11 +433,16 @@ def cluster_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
     run_change(
         request,
         cluster,
-        lambda: cluster_scale(
-            cluster=cluster,
-            node_count=data["node_count"],
-            user=request.user,
-            keep_disks=data["keep_disks"],
+        lambda: audit_request(
+            request,
+            "cluster.scaled",
+            cluster_scale(
+                cluster=cluster,
+                node_count=data["node_count"],
+                user=request.user,
+                keep_disks=data["keep_disks"],
+            )[0],
+            nodes=data["node_count"],
         ),
         _("“%(name)s” now has %(count)d nodes; start it to run them all.")
         % {"name": cluster.name, "count": data["node_count"]},

@@ -23,6 +23,7 @@ from starverse.accounts.models import Budget, Membership, Tenant, TenantKind
 from starverse.core.errors import InsufficientBalance, InvalidInput, NotFound
 from starverse.core.money import format_fen
 from starverse.core.roles import require_owner
+from starverse.core.text import Deferred, later, translate_stored
 
 
 class BudgetExceeded(InsufficientBalance):
@@ -70,6 +71,14 @@ def budget_check(instance: Instance, need_fen: int) -> None:
     """Refuse (402 `budget_exceeded`) an order or start of a team's instance whose cost over
     its runway (`need_fen`) is more than what is left of its orderer's monthly budget or the
     team's, naming the budget. Personal accounts have none."""
+    refusal = budget_refusal(instance, need_fen)
+    if refusal is not None:
+        raise BudgetExceeded(translate_stored(refusal.source, refusal.params))
+
+
+def budget_refusal(instance: Instance, need_fen: int, *, queued: bool = False) -> Deferred | None:
+    """Why budget_check refuses, naming the budget and its amounts (to store, or to say), or
+    None when it fits; `queued`: said of a queued order whose turn came (it keeps waiting)."""
     budgets = Budget.objects.filter(tenant_id=instance.tenant_id).filter(
         Q(user_id=instance.created_by_id) | Q(user__isnull=True)
     )
@@ -85,17 +94,31 @@ def budget_check(instance: Instance, need_fen: int) -> None:
             "spent": format_fen(spent),
             "need": format_fen(need_fen),
         }
-        if budget.user_id is None:
-            message = _(
-                "The monthly budget of team %(team)s is %(budget)s; %(spent)s is spent; this "
-                "order needs %(need)s over its runway. Ask an owner to raise the budget."
-            )
-        else:
-            message = _(
-                "Your monthly budget in team %(team)s is %(budget)s; %(spent)s is spent; this "
-                "order needs %(need)s over its runway. Ask an owner to raise your budget."
-            )
-        raise BudgetExceeded(message % amounts)
+        return MESSAGES[(budget.user_id is None, queued)] % amounts
+    return None
+
+
+MESSAGES = {
+    (True, False): later(
+        "The monthly budget of team %(team)s is %(budget)s; %(spent)s is spent; this "
+        "order needs %(need)s over its runway. Ask an owner to raise the budget."
+    ),
+    (False, False): later(
+        "Your monthly budget in team %(team)s is %(budget)s; %(spent)s is spent; this "
+        "order needs %(need)s over its runway. Ask an owner to raise your budget."
+    ),
+    (True, True): later(
+        "Not started: the monthly budget of team %(team)s is %(budget)s and %(spent)s is "
+        "spent; this order needs %(need)s over its runway. It waits in the queue, uncharged, "
+        "until an owner raises the budget or a new month begins."
+    ),
+    (False, True): later(
+        "Not started: the monthly budget of whoever ordered it in team %(team)s is "
+        "%(budget)s and %(spent)s is spent; this order needs %(need)s over its runway. It "
+        "waits in the queue, uncharged, until an owner raises the budget or a new month "
+        "begins."
+    ),
+}
 
 
 def budget_set(

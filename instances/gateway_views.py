@@ -1,5 +1,6 @@
 """Console forms of an instance's gateway addresses (instances.gateway): its HTTP ports and
-their share links, on the instance's page. Changes go through the gateway services."""
+their share links, on the instance's page. Changes go through the gateway services, only by
+who ordered the instance, an owner or an admin (starverse.core.roles), and are audited."""
 
 from typing import Any
 
@@ -20,7 +21,8 @@ from instances.gateway import (
     shares_live,
 )
 from instances.models import Instance
-from starverse.core.console import run_service
+from starverse.accounts.audit import audit_request
+from starverse.core.console import run_change
 from starverse.core.errors import InvalidInput
 from starverse.core.tenancy import get_for_user
 
@@ -72,9 +74,10 @@ def port_add_view(request: HttpRequest, pk: str) -> HttpResponse:
 
     def add() -> None:
         port = _port_posted(request)
-        instance_ports_set(instance_id=instance.pk, ports=[*instance.ports, port])
+        changed = instance_ports_set(instance_id=instance.pk, ports=[*instance.ports, port])
+        audit_request(request, "instance.ports_changed", changed, ports=changed.ports)
 
-    run_service(request, add, _("Port added: its address works in a few seconds."))
+    run_change(request, instance, add, _("Port added: its address works in a few seconds."))
     return _to_ports(instance)
 
 
@@ -83,9 +86,15 @@ def port_add_view(request: HttpRequest, pk: str) -> HttpResponse:
 def port_remove_view(request: HttpRequest, pk: str, port: int) -> HttpResponse:
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
     kept = [p for p in instance.ports if p != port]
-    run_service(
+
+    def remove() -> None:
+        changed = instance_ports_set(instance_id=instance.pk, ports=kept)
+        audit_request(request, "instance.ports_changed", changed, ports=changed.ports)
+
+    run_change(
         request,
-        lambda: instance_ports_set(instance_id=instance.pk, ports=kept),
+        instance,
+        remove,
         _("Port %(port)s removed; its share links no longer work.") % {"port": port},
     )
     return _to_ports(instance)
@@ -99,8 +108,9 @@ def share_create_view(request: HttpRequest, pk: str) -> HttpResponse:
     def create() -> None:
         share, url = share_create(instance=instance, port=_port_posted(request), user=request.user)
         request.session[NEW_SHARE_KEY] = {"instance": instance.pk, "port": share.port, "url": url}
+        audit_request(request, "share.created", share, instance=instance.pk, port=share.port)
 
-    run_service(request, create, _("Share link made. Copy it now: it is shown only once."))
+    run_change(request, instance, create, _("Share link made. Copy it now: it is shown only once."))
     return _to_ports(instance)
 
 
@@ -108,9 +118,15 @@ def share_create_view(request: HttpRequest, pk: str) -> HttpResponse:
 @require_POST
 def share_revoke_view(request: HttpRequest, pk: str, share: str) -> HttpResponse:
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
-    run_service(
+    run_change(
         request,
-        lambda: share_revoke(instance=instance, share_id=share),
+        instance,
+        lambda: audit_request(
+            request,
+            "share.revoked",
+            share_revoke(instance=instance, share_id=share),
+            instance=instance.pk,
+        ),
         _("Share link revoked: it no longer opens the port."),
     )
     return _to_ports(instance)

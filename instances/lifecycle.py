@@ -23,6 +23,7 @@ from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
 from instances.admission import Runway, admit, runway_of
+from instances.budgets import budget_refusal
 from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.gateway import ports_validate
@@ -63,7 +64,7 @@ from starverse.core.errors import (
 )
 from starverse.core.money import format_fen
 from starverse.core.roles import require_orderer
-from starverse.core.text import Deferred, later
+from starverse.core.text import Deferred, later, parts
 from storage.models import Disk
 
 logger = logging.getLogger(__name__)
@@ -295,7 +296,7 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
         )
     )
     instance_create(instance, placement=placement)
-    disks_attach_at_order(instance, disk_ids)
+    disks_attach_at_order(instance, disk_ids, actor=instance.created_by)  # the orderer, acting
     admit(instance)
     if placement is not None and instance.billing == BillingMode.MONTHLY:
         period_charge(instance)
@@ -318,7 +319,7 @@ def gang_place_or_queue(
     for index, rank in enumerate(ranks):
         instance_create(rank, placement=None if gang is None else gang.placements[index])
     for rank, wanted in zip(ranks, disk_ids or [], strict=False):
-        disks_attach_at_order(rank, wanted)
+        disks_attach_at_order(rank, wanted, actor=rank.created_by)
     admit(ranks[0])
     if gang is not None and ranks[0].billing == BillingMode.MONTHLY:
         for rank in ranks:
@@ -345,31 +346,37 @@ def gang_start(*, ranks: list[Instance]) -> None:
     admit(ranks[0])
 
 
-Outcome = Literal["placed", "wait", "unfunded"]
+Outcome = Literal["placed", "wait", "unfunded", "over_budget"]
 _lower_queued_rank = Instance.objects.filter(
     cluster_id=OuterRef("cluster_id"), status=S.QUEUED, rank__lt=OuterRef("rank")
 )
 
 
-def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | None]:
+def _try_place(
+    instance: Instance, *, fcfs: bool, budgets: bool = False
+) -> tuple[Outcome, Runway | None]:
     """Give a queued (locked) instance GPUs if a node has them free, nobody who can pay waits
     before it (with `fcfs`), and its tenant's balance covers its runway, read under the wallet
     lock so that it holds until the placement commits (locks: the instance, its GPU model, the
     wallet). A monthly rental pays its month as it is placed. Returns "placed"; "wait" (no room,
     or someone ahead); or "unfunded", with the runway it lacks (whether or not there is room:
-    an order that cannot pay must not hold up those behind it)."""
+    an order that cannot pay must not hold up those behind it). With `budgets` (an order
+    leaving the queue), "over_budget" when its orderer's or its team's monthly budget no longer
+    fits it (instances.budgets)."""
     product = instance.offering.gpu_model.product
     ahead = _waiting(product, instance.region_id) & Q(queued_at__lt=instance.queued_at)
     if fcfs and Instance.objects.filter(ahead).exists():
         return "wait", None
     if instance.cluster_id:
-        return _try_place_gang(instance)
+        return _try_place_gang(instance, budgets=budgets)
     placement = choose(
         instance.offering, instance.region_id or "", image=instance.image.container_image
     )
     found = runway_of(instance, wallet_locked(instance.tenant_id))
     if not found.covered:
         return "unfunded", found
+    if budgets and budget_refusal(instance, found.own_fen) is not None:
+        return "over_budget", None
     if placement is None:
         return "wait", None
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
@@ -378,7 +385,7 @@ def _try_place(instance: Instance, *, fcfs: bool) -> tuple[Outcome, Runway | Non
     return "placed", None
 
 
-def _try_place_gang(head: Instance) -> tuple[Outcome, Runway | None]:
+def _try_place_gang(head: Instance, *, budgets: bool = False) -> tuple[Outcome, Runway | None]:
     """_try_place for a queued cluster, through its rank 0 (locked): every queued rank, locked
     in rank order after it, gets a whole node or none does."""
     every = ranks_locked(str(head.cluster_id))
@@ -389,6 +396,8 @@ def _try_place_gang(head: Instance) -> tuple[Outcome, Runway | None]:
     found = runway_of(head, wallet_locked(head.tenant_id))
     if not found.covered:
         return "unfunded", found
+    if budgets and budget_refusal(head, found.own_fen) is not None:
+        return "over_budget", None
     if gang is None:
         return "wait", None
     for rank, placement in zip(ranks, gang.placements, strict=True):
@@ -435,7 +444,9 @@ def rank_replace(rank: Instance, message: str) -> bool:
 def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
     """Place queued instances for this GPU product, oldest first, while they fit. One whose
     balance does not cover its runway is passed over, so the queue serves first come, first
-    served among the orders that can pay (_unfunded). Returns the ids placed."""
+    served among the orders that can pay (_unfunded); so is one that its orderer's or team's
+    monthly budget no longer fits, its timeline saying which (_over_budget). Returns the ids
+    placed."""
     now = now or timezone.now()
     placed: list[str] = []
     passed: list[str] = []
@@ -457,9 +468,12 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
             )
             if head is None:
                 return placed
-            outcome, lacking = _try_place(head, fcfs=False)
+            outcome, lacking = _try_place(head, fcfs=False, budgets=True)
             if lacking is not None:
                 _unfunded(head, lacking, now=now)
+                passed.append(head.id)
+            elif outcome == "over_budget":
+                _over_budget(head)
                 passed.append(head.id)
             elif outcome == "placed":
                 placed.append(head.id)
@@ -490,6 +504,21 @@ _UNFUNDED_FAILED_TRIAL = later(
     "%(burn)s) nor your cash balance of %(cash)s %(cash_need)s at the standard prices while "
     "this order waited; nothing was charged. Top up and order again."
 )
+
+
+def _over_budget(instance: Instance) -> None:
+    """A queued (locked) order whose turn came and that its budget no longer fits (the budget
+    was lowered, or spent while it waited): it stays queued, unstarted and uncharged, passed
+    over at every turn until the budget is raised or a new month begins; its timeline says
+    why, once for each change of the amounts."""
+    need = runway_of(instance, wallet_locked(instance.tenant_id)).own_fen
+    refusal = budget_refusal(instance, need, queued=True)
+    if refusal is None:
+        return
+    last = instance.events.order_by("-at", "-id").values_list("message", "params").first()
+    if last != parts(refusal):
+        InstanceEvent.objects.create(instance=instance, status=instance.status, message=refusal)
+        logger.info("queue.over_budget instance=%s tenant=%s", instance.id, instance.tenant_id)
 
 
 def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:

@@ -23,6 +23,7 @@ from instances.lifecycle import instance_stop
 from instances.models import Instance
 from instances.states import instances_locked_skipping
 from starverse.core.db import bulk_set
+from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict
 
 logger = logging.getLogger(__name__)
@@ -39,13 +40,15 @@ class TickResult:
 
 def budgets_enforce(*, now: datetime | None = None) -> list[str]:
     """Stop the running instances of every member (or team) whose monthly budget is spent,
-    the way an empty wallet stops them: not deleted, disks kept. Returns their ids."""
-    stopped = []
+    the way an empty wallet stops them: not deleted, disks kept; a cluster with a rank among
+    them stops whole. Returns their ids."""
+    stopped: list[str] = []
+    clusters: set[str] = set()
     for tenant_id, user_id in budgets_spent(now=now):
         running = Instance.objects.filter(tenant_id=tenant_id, status=InstanceStatus.RUNNING)
         if user_id is not None:
             running = running.filter(created_by_id=user_id)
-        for instance_id in running.values_list("pk", flat=True):
+        for instance_id, cluster_id in running.values_list("pk", "cluster_id"):
             try:
                 instance_stop(
                     instance_id=instance_id,
@@ -54,6 +57,11 @@ def budgets_enforce(*, now: datetime | None = None) -> list[str]:
             except Conflict:  # it left running meanwhile
                 continue
             stopped.append(instance_id)
+            if cluster_id and cluster_id not in clusters:
+                clusters.add(cluster_id)
+                # a cluster stops whole: its ranks still starting or checking too (clusters
+                # is above instances, so through its task)
+                enqueue_on_commit("clusters.tasks.stop_cluster_over_budget", cluster_id)
     if stopped:
         logger.info("metering.budget_stops instances=%d", len(stopped))
     return stopped

@@ -45,6 +45,7 @@ from instances.selectors import (
     instance_metrics,
 )
 from instances.volumes import disk_attach, disk_detach
+from starverse.accounts.audit import audit_request
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, SshKey
 from starverse.accounts.selectors import user_settings
 from starverse.core.console import redirect_back, run_change
@@ -558,10 +559,14 @@ def _back(request: HttpRequest, instance: Instance) -> HttpResponse:
     return redirect_back(request, reverse("instances:detail", args=[instance.pk]))
 
 
-def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse:
+def _act(request: HttpRequest, pk: str, service: Any, done: str, audited: str) -> HttpResponse:
+    """Run the change; `audited` names it in the team's audit log when it is done."""
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
     run_change(
-        request, instance, lambda: service(instance_id=instance.pk), done % {"name": instance.name}
+        request,
+        instance,
+        lambda: audit_request(request, audited, service(instance_id=instance.pk)),
+        done % {"name": instance.name},
     )
     return _back(request, instance)
 
@@ -570,14 +575,18 @@ def _act(request: HttpRequest, pk: str, service: Any, done: str) -> HttpResponse
 @require_POST
 def instance_stop_view(request: HttpRequest, pk: str) -> HttpResponse:
     return _act(
-        request, pk, instance_stop, _("Stopping “%(name)s”: billing has stopped, the disk is kept.")
+        request,
+        pk,
+        instance_stop,
+        _("Stopping “%(name)s”: billing has stopped, the disk is kept."),
+        "instance.stopped",
     )
 
 
 @login_required
 @require_POST
 def instance_start_view(request: HttpRequest, pk: str) -> HttpResponse:
-    return _act(request, pk, instance_start, _("Starting “%(name)s”."))
+    return _act(request, pk, instance_start, _("Starting “%(name)s”."), "instance.started")
 
 
 @login_required
@@ -589,12 +598,14 @@ def instance_terminate_view(request: HttpRequest, pk: str) -> HttpResponse:
             pk,
             lambda instance_id: instance_terminate(instance_id=instance_id, keep_disk=True),
             _("Terminating “%(name)s”: its disk is kept as a cloud disk."),
+            "instance.terminated",
         )
     return _act(
         request,
         pk,
         instance_terminate,
         _("Terminating “%(name)s”: the instance and its disk are being deleted."),
+        "instance.terminated",
     )
 
 
@@ -608,7 +619,12 @@ def disk_attach_view(request: HttpRequest, pk: str) -> HttpResponse:
     run_change(
         request,
         instance,
-        lambda: disk_attach(instance=instance, disk_id=disk_id, restart=restart),
+        lambda: audit_request(
+            request,
+            "disk.attached",
+            disk_attach(instance=instance, disk_id=disk_id, restart=restart, actor=request.user),
+            instance=instance.pk,
+        ),
         _("Disk attached to “%(name)s”.") % {"name": instance.name}
         + (" " + _("It restarts to mount it.") if restart else ""),
     )
@@ -623,7 +639,12 @@ def disk_detach_view(request: HttpRequest, pk: str, disk: str) -> HttpResponse:
     run_change(
         request,
         instance,
-        lambda: disk_detach(instance=instance, disk_id=disk, restart=restart),
+        lambda: audit_request(
+            request,
+            "disk.detached",
+            disk_detach(instance=instance, disk_id=disk, restart=restart, actor=request.user),
+            instance=instance.pk,
+        ),
         _("Disk detached from “%(name)s”; its data is kept.") % {"name": instance.name},
     )
     return _back_from_disks(request, instance)
@@ -706,4 +727,5 @@ def instance_keep_running_view(request: HttpRequest, pk: str) -> HttpResponse:
         pk,
         instance_keep_running,
         _("“%(name)s” keeps running: idle time counts again from now."),
+        "instance.kept_running",
     )

@@ -4,6 +4,8 @@ while it runs, so attaching to or detaching from a running instance restarts it,
 the user has confirmed that (`restart=True`). The disks' own rules (one instance at a time, not
 while deleting) are storage's (storage.disks)."""
 
+from typing import Any
+
 from django.db import transaction
 from django.utils.translation import gettext as _
 
@@ -11,6 +13,7 @@ from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.states import instance_locked, instance_mark_stopping
 from starverse.core.errors import Conflict, NotFound
+from starverse.core.roles import require_own_or_manager
 from starverse.core.text import later
 from storage.disks import disk_bind, disk_for_tenant, disk_unbind
 from storage.models import Disk
@@ -21,10 +24,13 @@ PODLESS = (S.QUEUED, S.STOPPED, S.FAILED)
 RESTARTABLE = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 
 
-def disks_attach_at_order(instance: Instance, disk_ids: list[str]) -> None:
-    """Attach the ordered disks to a new instance, inside the order's transaction."""
+def disks_attach_at_order(instance: Instance, disk_ids: list[str], actor: Any = None) -> None:
+    """Attach the ordered disks to a new instance, inside the order's transaction; a member
+    orders only with their own disks (starverse.core.roles)."""
     for disk_id in dict.fromkeys(disk_ids):
         disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
+        if actor is not None:
+            require_own_or_manager(actor, disk)
         region_check(instance, disk)
         disk_bind(disk, instance.id)
 
@@ -70,10 +76,16 @@ def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
     instance_mark_stopping(instance, what, restart=True)
 
 
-def disk_attach(*, instance: Instance, disk_id: str, restart: bool = False) -> Disk:
+def disk_attach(
+    *, instance: Instance, disk_id: str, restart: bool = False, actor: Any = None
+) -> Disk:
+    """Attach a disk of the instance's tenant; `actor`, when given, must be allowed to change
+    the disk too (a member moves only their own disks: starverse.core.roles)."""
     with transaction.atomic():
         locked = instance_locked(instance.pk)
         disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
+        if actor is not None:
+            require_own_or_manager(actor, disk)
         if disk.instance_id == locked.id:
             return disk
         region_check(locked, disk)
@@ -92,10 +104,14 @@ def disk_attach(*, instance: Instance, disk_id: str, restart: bool = False) -> D
     return disk
 
 
-def disk_detach(*, instance: Instance, disk_id: str, restart: bool = False) -> Disk:
+def disk_detach(
+    *, instance: Instance, disk_id: str, restart: bool = False, actor: Any = None
+) -> Disk:
     with transaction.atomic():
         locked = instance_locked(instance.pk)
         disk = disk_for_tenant(instance.tenant_id, disk_id, lock=True)
+        if actor is not None:
+            require_own_or_manager(actor, disk)
         if disk.instance_id != locked.id:
             raise NotFound(
                 _("The disk %(id)s is not attached to this instance.") % {"id": disk_id},

@@ -13,7 +13,7 @@ from billing.holds import account_hold_check
 from fleet.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
-from starverse.core.roles import require_orderer
+from starverse.core.roles import MANAGERS, require_orderer, require_role
 from storage.billing import storage_charge_growth, storage_charge_new
 from storage.choices import StorageKind
 from storage.manifests import nas_name
@@ -41,7 +41,8 @@ def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
     """Create the tenant's NAS with this quota, or grow it to it. (nas, created). Growing is
     charged at once for the rest of today, and refused in arrears (409) or when the balance
     cannot pay it (402); see storage.billing.storage_charge_growth. Creating or growing it is
-    refused while the account is on hold (403)."""
+    refused while the account is on hold (403). In a team any member may create it, but it is
+    the whole team's, so only owners and admins grow it (403 `role_forbidden`)."""
     require_orderer(user)
     size_gb = _size(size_gb)
     with transaction.atomic():
@@ -51,6 +52,7 @@ def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
             .first()
         )
         if nas is not None:
+            require_role(user, MANAGERS, _("changing the team's shared NAS"))
             if size_gb < nas.size_gb:
                 raise InvalidInput(
                     _("The shared NAS can only grow: it is %(have)d GB.") % {"have": nas.size_gb},

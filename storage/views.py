@@ -3,6 +3,8 @@ storage) and its forms. They change things only through storage.disks and storag
 console and the API follow the same rules. Attaching a disk to an instance is an instance's
 action (instances.views)."""
 
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -12,7 +14,9 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from starverse.accounts.audit import audit_request
 from starverse.core.console import run_change, run_service
+from starverse.core.roles import require_manager
 from starverse.core.tenancy import get_for_user
 from storage.disks import disk_create, disk_delete, disk_resize
 from storage.nas import nas_delete, nas_set_size
@@ -40,14 +44,19 @@ def disk_create_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, _form_error(form))
     else:
         data = form.cleaned_data
-        run_service(
-            request,
-            lambda: disk_create(
+
+        def create() -> Any:
+            disk = disk_create(
                 user=request.user,
                 name=data["name"],
                 size_gb=data["size_gb"],
                 region=data["region"],
-            ),
+            )
+            audit_request(request, "disk.created", disk, name=disk.name, size_gb=disk.size_gb)
+
+        run_service(
+            request,
+            create,
             _("Disk “%(name)s” created.") % {"name": data["name"]},
         )
     return redirect("console:disks")
@@ -62,10 +71,15 @@ def disk_resize_view(request: HttpRequest, pk: str) -> HttpResponse:
         messages.error(request, _form_error(form))
     else:
         size = form.cleaned_data["size_gb"]
+
+        def resize() -> Any:
+            resized = disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=size)
+            audit_request(request, "disk.resized", resized, size_gb=resized.size_gb)
+
         run_change(
             request,
             disk,
-            lambda: disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=size),
+            resize,
             _("Disk “%(name)s” grows to %(size)s GB.") % {"name": disk.name, "size": size},
         )
     return redirect("console:disks")
@@ -75,10 +89,15 @@ def disk_resize_view(request: HttpRequest, pk: str) -> HttpResponse:
 @require_POST
 def disk_delete_view(request: HttpRequest, pk: str) -> HttpResponse:
     disk = get_for_user(tenant_disks(request.user), request.user, "tenant", pk)
+
+    def delete() -> Any:
+        deleted = disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk)
+        audit_request(request, "disk.deleted", deleted, name=deleted.name)
+
     run_change(
         request,
         disk,
-        lambda: disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk),
+        delete,
         _("Disk “%(name)s” is being deleted.") % {"name": disk.name},
     )
     return redirect("console:disks")
@@ -92,9 +111,16 @@ def nas_size_view(request: HttpRequest) -> HttpResponse:
         messages.error(request, _form_error(form))
     else:
         size = form.cleaned_data["size_gb"]
+
+        def set_size() -> Any:
+            nas, created = nas_set_size(user=request.user, size_gb=size)
+            audit_request(
+                request, "nas.created" if created else "nas.resized", nas, size_gb=nas.size_gb
+            )
+
         run_service(
             request,
-            lambda: nas_set_size(user=request.user, size_gb=size),
+            set_size,
             _("The shared NAS is %(size)s GB. Instances started from now on mount it at /nas.")
             % {"size": size},
         )
@@ -104,10 +130,17 @@ def nas_size_view(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def nas_delete_view(request: HttpRequest) -> HttpResponse:
-    tenant_id = request.user.tenant_id  # type: ignore[union-attr]
+    user = request.user
+    tenant_id = user.tenant_id  # type: ignore[union-attr]
+
+    def delete() -> Any:
+        require_manager(user)  # the NAS is the whole team's
+        nas = nas_delete(tenant_id=tenant_id)
+        audit_request(request, "nas.deleted", nas)
+
     run_service(
         request,
-        lambda: nas_delete(tenant_id=tenant_id),
+        delete,
         _("The shared NAS is being deleted."),
     )
     return redirect(reverse("console:disks") + "#nas")

@@ -4,12 +4,15 @@ download, and the page an invitation's link opens. Every act goes through the sa
 as the API; their refusals are shown as messages."""
 
 import uuid
+from datetime import datetime, time, timedelta
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -18,7 +21,7 @@ from billing.selectors import wallet_for_tenant
 from instances.budgets import budget_set, budgets_of
 from starverse.accounts.audit import request_ip
 from starverse.accounts.middleware import ACTING_TEAM_KEY
-from starverse.accounts.models import Invitation, Membership, Role, Tenant, TenantKind
+from starverse.accounts.models import AuditEvent, Invitation, Membership, Role, Tenant, TenantKind
 from starverse.accounts.teams import (
     acting_in,
     invitation_accept,
@@ -158,17 +161,66 @@ def team_act(request: HttpRequest, pk: str, what: str) -> HttpResponse:
     return redirect("teams:team", team.pk)
 
 
+class AuditFilter(forms.Form):
+    """The audit page's filters, as the API's (`actor`, `action`, `from`, `to`): the dates are
+    whole days in the viewer's zone, both included."""
+
+    actor = forms.ChoiceField(required=False)
+    action = forms.ChoiceField(required=False)
+    since = forms.DateField(required=False)
+    until = forms.DateField(required=False)
+
+    def __init__(self, data: Any, team: Tenant) -> None:
+        super().__init__(data)
+        events = AuditEvent.objects.filter(tenant=team)
+        people = set(
+            Membership.objects.filter(tenant=team).values_list("user_id", "user__email")
+        ) | set(events.filter(actor__isnull=False).values_list("actor_id", "actor__email"))
+        actor = self.fields["actor"]
+        action = self.fields["action"]
+        assert isinstance(actor, forms.ChoiceField) and isinstance(action, forms.ChoiceField)
+        actor.choices = [("", _("Anyone")), *sorted(people, key=lambda p: p[1])]
+        done = sorted(set(events.values_list("action", flat=True)))
+        action.choices = [("", _("Any action")), *((a, a) for a in done)]
+
+    def day_start(self, name: str, *, after: bool = False) -> datetime | None:
+        day = self.cleaned_data.get(name)
+        if day is None:
+            return None
+        start = datetime.combine(day + timedelta(days=1) if after else day, time())
+        return timezone.make_aware(start)
+
+
 @login_required
 def audit_page(request: HttpRequest, pk: str) -> HttpResponse:
     team = _team(request, pk)
+    filters = AuditFilter(request.GET, team)
+    if not filters.is_valid():
+        messages.error(request, " ".join(str(e) for es in filters.errors.values() for e in es))
+        return redirect("teams:audit", team.pk)
     try:
-        events = audit_events(user=request.user, team=team, action=request.GET.get("action", ""))
+        events = audit_events(
+            user=request.user,
+            team=team,
+            since=filters.day_start("since"),
+            until=filters.day_start("until", after=True),
+            actor=filters.cleaned_data["actor"],
+            action=filters.cleaned_data["action"],
+        )
     except ServiceError as error:
         messages.error(request, error.message)
         return redirect("teams:team", team.pk)
     if request.GET.get("format") == "csv":
         return audit_csv(team, events)
-    context = {"team": team, "events": events.select_related("actor")[:200], "active": "teams"}
+    query = request.GET.copy()
+    query["format"] = "csv"
+    context = {
+        "team": team,
+        "events": events.select_related("actor")[:200],
+        "filters": filters,
+        "csv_query": query.urlencode(),
+        "active": "teams",
+    }
     return render(request, "teams/audit.html", context)
 
 

@@ -138,6 +138,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
             user=signed_in_user(request),
             keep_disks=data["keep_disks"],
         )
+        audit_request(request, "cluster.scaled", cluster, nodes=data["node_count"])
         cluster = self.get_queryset().get(pk=cluster.pk)
         output = ClusterScaleOutput(cluster_view(cluster), context={"message": said})
         return Response(output.data, status=status.HTTP_202_ACCEPTED)

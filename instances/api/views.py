@@ -307,7 +307,10 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         """Attach a disk. A running instance restarts to do it, only with restart=true."""
         instance = self.get_object()
         data = self.parse(request, DiskAttachInput)
-        disk_attach(instance=instance, disk_id=data["disk"], restart=data["restart"])
+        disk = disk_attach(
+            instance=instance, disk_id=data["disk"], restart=data["restart"], actor=request.user
+        )
+        audit_request(request, "disk.attached", disk, instance=instance.pk)
         return self._accepted(instance)
 
     @extend_schema(
@@ -319,7 +322,10 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     @action(detail=True, methods=["delete"], url_path=r"disks/(?P<disk>[A-Za-z0-9_]+)")
     def detach(self, request: Request, pk: str | None = None, disk: str = "") -> Response:
         instance = self.get_object()
-        disk_detach(instance=instance, disk_id=disk, restart=_flag(request, "restart"))
+        detached = disk_detach(
+            instance=instance, disk_id=disk, restart=_flag(request, "restart"), actor=request.user
+        )
+        audit_request(request, "disk.detached", detached, instance=instance.pk)
         return self._accepted(instance)
 
     @extend_schema(
@@ -354,6 +360,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         instance = self.get_object()
         data = self.parse(request, PortsInput)
         instance = instance_ports_set(instance_id=instance.pk, ports=data["ports"])
+        audit_request(request, "instance.ports_changed", instance, ports=data["ports"])
         return Response({"ports": ports_output(instance)})
 
     @extend_schema(operation_id="instances_shares_list", responses=ShareOutput(many=True))
@@ -376,6 +383,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         share, url = share_create(
             instance=instance, port=data["port"], user=signed_in_user(request)
         )
+        audit_request(request, "share.created", share, instance=instance.pk, port=share.port)
         body = ShareCreatedOutput(share, context={"url": url}).data
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -383,7 +391,9 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     @action(detail=True, methods=["delete"], url_path=r"shares/(?P<share>[A-Za-z0-9_]+)")
     def shares_remove(self, request: Request, pk: str | None = None, share: str = "") -> Response:
         """Revoke a share link: it stops working at once."""
-        share_revoke(instance=self.get_object(), share_id=share)
+        instance = self.get_object()
+        revoked = share_revoke(instance=instance, share_id=share)
+        audit_request(request, "share.revoked", revoked, instance=instance.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(operation_id="instances_events_list", responses=InstanceEventOutput(many=True))

@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import errors, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
@@ -63,6 +64,7 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
             size_gb=data["size_gb"],
             region=data.get("region", ""),
         )
+        audit_request(request, "disk.created", disk, name=disk.name, size_gb=disk.size_gb)
         return Response(self.output(disk), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -75,12 +77,14 @@ class DiskViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantScoped
         disk = self.get_object()
         data = self.parse(request, DiskResizeInput)
         disk = disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=data["size_gb"])
+        audit_request(request, "disk.resized", disk, size_gb=disk.size_gb)
         return Response(self.output(disk))
 
     @extend_schema(operation_id="disks_destroy", responses={202: DiskOutput, **errors(409)})
     def destroy(self, request: Request, pk: str | None = None) -> Response:
         disk = self.get_object()
         disk = disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk)
+        audit_request(request, "disk.deleted", disk, name=disk.name)
         return Response(self.output(disk), status=status.HTTP_202_ACCEPTED)
 
 
@@ -109,6 +113,9 @@ class NasView(APIView):
         nas, created = nas_set_size(
             user=signed_in_user(request), size_gb=data.validated_data["size_gb"]
         )
+        audit_request(
+            request, "nas.created" if created else "nas.resized", nas, size_gb=nas.size_gb
+        )
         return Response(NasOutput(nas).data, status=201 if created else 200)
 
     @extend_schema(operation_id="nas_destroy", responses={202: NasOutput, **errors(404, 409)})
@@ -116,4 +123,5 @@ class NasView(APIView):
         user = signed_in_user(request)
         require_manager(user)  # the NAS is the whole team's
         nas = nas_delete(tenant_id=user.tenant_id)
+        audit_request(request, "nas.deleted", nas)
         return Response(NasOutput(nas).data, status=status.HTTP_202_ACCEPTED)

@@ -6,8 +6,21 @@ import re
 
 import pytest
 from django.apps import apps
+from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.test import APIClient
 
+from billing.choices import TransactionKind
+from billing.models import Wallet
+from billing.onboarding import team_create
+from billing.services import ledger_post
+from starverse.accounts.services import token_create
+from starverse.accounts.teams import (
+    invitation_accept,
+    invitation_create,
+    invitation_token,
+    membership_remove,
+)
 from starverse.core.api.views import TenantScopedViewSet
 from tests.factories import OWNED_OBJECT_FACTORIES, make_user
 
@@ -76,3 +89,123 @@ def test_every_owned_model_has_a_factory():
     assert scoped_models <= set(OWNED_OBJECT_FACTORIES), scoped_models - set(OWNED_OBJECT_FACTORIES)
     for label in OWNED_OBJECT_FACTORIES:
         apps.get_model(label)
+
+
+# --- teams ----------------------------------------------------------------------------------
+# The same walk inside a team: objects that someone ordered (they carry `created_by`) are the
+# team's. Its members read them; a member changes only their own (403 `not_yours`), an admin
+# anyone's, the billing role nothing (403 `role_forbidden`); a non-member and a removed member
+# (by their own token and by a session that had switched to the team) get 404.
+
+
+def _unsafe(callback):
+    return [m for m in callback.actions if m not in ("get", "head", "options")]
+
+
+# The team's resources (the issue: instances, clusters, disks, the NAS, endpoints); money rows
+# (top-ups, invoice requests) follow the payer roles and are tested with billing.
+TEAM_RESOURCES = {"instances.Instance", "clusters.Cluster", "storage.Disk"}
+MONEY = {"billing.TopUp", "billing.InvoiceRequest", "billing.LedgerTransaction"}
+TEAM_ROUTES = [(r, cb) for r, cb in OBJECT_ROUTES if cb.cls.model._meta.label in TEAM_RESOURCES]
+
+
+def _team_token(user, team) -> APIClient:
+    _token, plaintext = token_create(user=user, name="team", team_id=team.pk)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    return client
+
+
+def _call(client, method, path):
+    return client.generic(method.upper(), path, "{}", content_type="application/json")
+
+
+def _team(owner):
+    team = team_create(user=owner, name="Team walk")
+    ledger_post(
+        wallet_id=Wallet.objects.get(tenant=team).pk,
+        key=f"topup:test:{team.pk}",
+        kind=TransactionKind.TOPUP,
+        amount_fen=10_000_000,
+        description="Top-up",
+    )
+    return team
+
+
+def _join(team, owner, person, role):
+    invitation = invitation_create(actor=owner, team=team, email=person.email, role=role)
+    invitation_accept(user=person, token=invitation_token(invitation))
+
+
+def test_every_ordered_object_route_is_walked_as_a_team():
+    """A new model that members order (it has `created_by`) joins TEAM_RESOURCES or MONEY."""
+    ordered = {
+        cb.cls.model._meta.label
+        for _, cb in OBJECT_ROUTES
+        if any(f.name == "created_by" for f in cb.cls.model._meta.get_fields())
+    }
+    assert ordered - MONEY == TEAM_RESOURCES, ordered - MONEY ^ TEAM_RESOURCES
+
+
+@pytest.mark.parametrize(("route", "callback"), TEAM_ROUTES, ids=[r for r, _ in TEAM_ROUTES])
+def test_team_members_read_change_their_own_and_outsiders_get_404(
+    route, callback, client_for, db, payments
+):
+    model = callback.cls.model
+    factory = OWNED_OBJECT_FACTORIES[model._meta.label]
+    owner, orderer, other, admin, payer, outsider, gone = (make_user() for _ in range(7))
+    team = _team(owner)
+    for person, role in [
+        (orderer, "member"),
+        (other, "member"),
+        (admin, "admin"),
+        (payer, "billing"),
+        (gone, "member"),
+    ]:
+        _join(team, owner, person, role)
+    orderer.act_for(team.pk, "member")
+    obj = factory(orderer)
+    assert (obj.tenant_id, obj.created_by_id) == (team.pk, orderer.pk)
+    before = model.objects.filter(pk=obj.pk).values().get()
+    path = _concrete_path(route, obj.pk)
+    unsafe = _unsafe(callback)
+    safe = [m for m in callback.actions if m not in unsafe and m != "head"]
+
+    gone_session = Client()
+    gone_session.force_login(gone)
+    assert gone_session.post("/teams/switch/", {"team": team.pk}).status_code == 302
+    gone_token = _team_token(gone, team)
+    if safe:  # a member's token reads it until they are removed
+        assert _call(gone_token, safe[0], path).status_code == 200
+    membership_remove(actor=owner, team=team, user_id=gone.pk)
+
+    # another member of the team reads it, and may not change it
+    member_api = _team_token(other, team)
+    for method in safe:
+        response = _call(member_api, method, path)
+        assert response.status_code == 200, (method, path, response.content)
+    for method in unsafe:
+        response = _call(member_api, method, path)
+        assert response.status_code == 403, (method, path, response.content)
+        assert response.json()["code"] == "not_yours"
+        response = _call(_team_token(payer, team), method, path)
+        assert response.status_code == 403, (method, path, response.content)
+        assert response.json()["code"] == "role_forbidden"
+    # a non-member, and a removed member by their own token, their team token and their session
+    for client, refused in [
+        (client_for(outsider), 404),
+        (client_for(gone), 404),
+        (gone_token, 401),  # removing the member revoked their team tokens
+        (gone_session, 404),  # the session falls back to their own account
+    ]:
+        for method in callback.actions:
+            response = _call(client, method, path)
+            assert response.status_code == refused, (method, path, refused, response.content)
+    assert model.objects.filter(pk=obj.pk).values().get() == before
+
+    # an admin changes it (whatever the state answers, it is not about who may)
+    admin_api = _team_token(admin, team)
+    for method in unsafe:
+        response = _call(admin_api, method, path)
+        assert response.status_code not in (401, 403), (method, path, response.content)
+        assert response.status_code != 404 or response.json()["code"] != "not_found"
