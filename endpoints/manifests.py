@@ -18,6 +18,9 @@ ENDPOINT_LABEL = "starverse.io/endpoint"
 GENERATION_LABEL = "starverse.io/generation"
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 SCALED_OBJECT_API = "http.keda.sh/v1alpha1"
+# The engine images' entry point (deploy/images/init/bin/starverse-serve): it checks /model
+# and execs the engine's command, given as the container's args.
+SERVE_COMMAND = ["/usr/bin/tini", "--", "/opt/starverse/bin/starverse-serve"]
 
 
 def object_name(endpoint_id: str) -> str:
@@ -174,11 +177,7 @@ def deployment(endpoint: Any, replicas: int) -> dict[str, Any]:
                         {
                             "name": "engine",
                             "image": engine_image(endpoint.engine),
-                            "command": [
-                                "/usr/bin/tini",
-                                "--",
-                                "/opt/starverse/bin/starverse-serve",
-                            ],
+                            "command": list(SERVE_COMMAND),
                             "args": engine_args(
                                 endpoint.engine, endpoint.engine_options, endpoint.name
                             ),

@@ -555,6 +555,6 @@ ENDPOINT_INTERCEPTOR_SERVICE = env_str(
 )
 # Engine container images by engine (deploy/images/): the TensorRT-LLM and vLLM servers.
 ENDPOINT_IMAGE_TENSORRT_LLM = env_str(
-    "ENDPOINT_IMAGE_TENSORRT_LLM", "starverse/tensorrt-llm:0.7-cuda12.2"
+    "ENDPOINT_IMAGE_TENSORRT_LLM", "starverse/tensorrt-llm-serve:0.17-cuda12.8"
 )
 ENDPOINT_IMAGE_VLLM = env_str("ENDPOINT_IMAGE_VLLM", "starverse/vllm:0.6-cuda12.1")
