@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 
-from endpoints.choices import SourceKind
+from endpoints.choices import EndpointStatus, SourceKind
 from endpoints.engines import ENGINE_PORT, MODEL_DIR, engine_args, engine_image
 from instances.provisioning.manifests import public_pool_volume
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
@@ -258,8 +258,9 @@ def scaled_object(endpoint: Any) -> dict[str, Any]:
 
 
 def replica_bounds(endpoint: Any) -> tuple[int, int]:
-    """(min, max) the autoscaler keeps: 0 and 0 for an endpoint the balance suspended."""
-    if endpoint.suspended:
+    """(min, max) the autoscaler keeps: 0 and 0 for an endpoint the balance suspended, or
+    one that failed (no model: its pods would only crash again)."""
+    if endpoint.suspended or endpoint.status == EndpointStatus.FAILED:
         return 0, 0
     return endpoint.min_replicas, endpoint.max_replicas
 

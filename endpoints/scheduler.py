@@ -13,7 +13,10 @@ one stopped.
   its session closes. A replica that never became Ready costs nothing.
 - Releasing: a replica whose pod is gone gives its GPUs back.
 - Running out: a charge the balance cannot pay scales the endpoint to zero
-  (services.endpoint_suspend), never deletes it."""
+  (services.endpoint_suspend), never deletes it.
+- No model: an engine container that exited with MODEL_MISSING_EXIT (the engine image's
+  entry point found no `config.json` under /model) fails the endpoint, naming the field the
+  user gave, and scales it to zero: restarting cannot make the folder appear."""
 
 import logging
 from dataclasses import dataclass, field
@@ -24,13 +27,15 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing.services import minute_charge_fen, usage_post_many
 from endpoints import manifests
-from endpoints.choices import EndpointStatus
+from endpoints.choices import EndpointStatus, SourceKind
+from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
-from endpoints.services import endpoint_suspend
+from endpoints.services import endpoint_fail, endpoint_suspend
 from fleet.models import Allocation
 from instances.placement import choose
 from starverse.core import kube
@@ -47,6 +52,7 @@ class SyncResult:
     released: list[str] = field(default_factory=list)
     charged_fen: int = 0
     suspended: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # endpoint → the engine's message
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -62,6 +68,17 @@ def _restarts(pod: dict[str, Any]) -> int:
         int(c.get("restartCount") or 0)
         for c in (pod.get("status") or {}).get("containerStatuses") or []
     )
+
+
+def _model_missing(pod: dict[str, Any]) -> str | None:
+    """The termination message of a container that exited because it found no model (now, or
+    on its last run before a restart), else None."""
+    for item in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (item.get("state") or {}, item.get("lastState") or {}):
+            terminated = state.get("terminated") or {}
+            if terminated.get("exitCode") == MODEL_MISSING_EXIT:
+                return str(terminated.get("message") or "").strip()
+    return None
 
 
 def _when(value: Any) -> datetime | None:
@@ -106,6 +123,10 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
             generation = (meta.get("labels") or {}).get(manifests.GENERATION_LABEL)
             if generation != str(endpoint.generation):
                 stale.add(endpoint.id)
+            elif endpoint.status not in (S.FAILED, S.DELETING, S.DELETED):
+                missing = _model_missing(pod)
+                if missing is not None:
+                    result.failed[endpoint.id] = missing
         replica = replicas.get(key)
         if replica is None and not spec.get("nodeName"):
             if spec.get("schedulerName") == manifests.SCHEDULER_NAME and not meta.get(
@@ -130,6 +151,8 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     _statuses(endpoints.values(), ready_count, alive_count, stale)
     for endpoint_id in result.suspended:
         endpoint_suspend(endpoint_id=endpoint_id)
+    for endpoint_id, detail in result.failed.items():
+        _fail_no_model(next(e for e in endpoints.values() if e.id == endpoint_id), detail)
     if result.bound or result.released or result.charged_fen:
         logger.info(
             "endpoints.sync bound=%d waiting=%d released=%d fen=%d",
@@ -139,6 +162,27 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
             result.charged_fen,
         )
     return result
+
+
+def _fail_no_model(endpoint: Endpoint, detail: str) -> None:
+    """Failed, naming the source field and its value; the autoscaler's bounds and the
+    Deployment go to zero so the crash-looping pods give their GPUs back."""
+    if endpoint.source_kind == SourceKind.DATASET:
+        field_name, value = "source.dataset", endpoint.source_dataset
+    else:
+        field_name, value = "source.path", endpoint.source_path
+    message = _(
+        "No model at %(field)s “%(value)s”: the folder must hold a model's config.json "
+        "(a Hugging Face checkpoint). Put the checkpoint there and update the endpoint, or "
+        "make a new one with the right path."
+    ) % {"field": field_name, "value": value or "/"}
+    if detail:
+        message += " " + _("The engine said: %(detail)s") % {"detail": detail}
+    endpoint_fail(endpoint_id=endpoint.id, message=message)
+    endpoint.status = S.FAILED
+    kube.ensure(manifests.scaled_object(endpoint), update=True)
+    kube.deployment_scale(endpoint.k8s_namespace, endpoint.k8s_name, 0)
+    logger.info("endpoint.no_model endpoint=%s %s=%s", endpoint.id, field_name, value)
 
 
 def _place(endpoint: Endpoint, namespace: str, pod_name: str, result: SyncResult) -> None:
