@@ -10,11 +10,11 @@ from django.conf import settings
 
 from endpoints.choices import EndpointStatus, SourceKind
 from endpoints.engines import ENGINE_PORT, MODEL_DIR, engine_args, engine_image
-from instances.provisioning.manifests import public_pool_volume
+from instances.provisioning.manifests import ENDPOINT_POD_LABEL, public_pool_volume
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
 
 SCHEDULER_NAME = "starverse-endpoints"
-ENDPOINT_LABEL = "starverse.io/endpoint"
+ENDPOINT_LABEL = ENDPOINT_POD_LABEL  # the tenant's endpoint-ingress policy selects it
 GENERATION_LABEL = "starverse.io/generation"
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 SCALED_OBJECT_API = "http.keda.sh/v1alpha1"
