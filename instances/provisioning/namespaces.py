@@ -85,7 +85,8 @@ def policy_fingerprint(tenant: str, http_ports: dict[str, list[int]] | None = No
 
 def tenant_policy_converge(tenant: str, http_ports: dict[str, list[int]] | None = None) -> None:
     """Bring one tenant's namespace labels, RoleBindings and NetworkPolicies (the isolation and
-    the endpoints' ingress) to what the platform renders now (each read, compared, and replaced only if it differs)."""
+    the endpoints' ingress) to what the platform renders now (each read, compared, and
+    replaced only if it differs)."""
     kube.tenant_namespace_ensure(tenant)
     policy = manifests.network_policy(tenant, _http_ports(tenant, http_ports))
     kube.ensure(policy, update=True)

@@ -30,7 +30,9 @@ def _until(condition, timeout=15.0, step=None):
 
 
 def _pods(endpoint):
-    return kube.pods_labelled([endpoint.k8s_namespace], f"starverse.io/endpoint={endpoint.k8s_name}")
+    return kube.pods_labelled(
+        [endpoint.k8s_namespace], f"starverse.io/endpoint={endpoint.k8s_name}"
+    )
 
 
 def _serve_disk(catalog, path="checkpoints/typo"):
@@ -107,7 +109,9 @@ def test_a_missing_model_fails_the_endpoint_naming_source_path(catalog):
     assert scaled["spec"]["replicas"] == {"min": 0, "max": 0}
     _until(lambda: not _pods(endpoint), step=endpoints_sync)
     replica = EndpointReplica.objects.get(endpoint=endpoint)
-    _until(lambda: EndpointReplica.objects.get(pk=replica.pk).gone_at is not None, step=endpoints_sync)
+    _until(
+        lambda: EndpointReplica.objects.get(pk=replica.pk).gone_at is not None, step=endpoints_sync
+    )
     assert not Allocation.objects.filter(replica=replica).exists()
     # a failed endpoint is left alone by later passes and by its converge
     endpoints_sync()

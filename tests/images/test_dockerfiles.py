@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from django.conf import settings
 
 from endpoints.engines import engine_image
@@ -81,7 +80,7 @@ def test_the_endpoints_engines_default_to_the_engine_images():
         "tensorrt-llm": "starverse/tensorrt-llm-serve:0.17-cuda12.8",
         "vllm": "starverse/vllm:0.6-cuda12.1",
     }
-    assert settings.ENDPOINT_IMAGE_TENSORRT_LLM == engines["tensorrt-llm"]
+    assert engines["tensorrt-llm"] == settings.ENDPOINT_IMAGE_TENSORRT_LLM
     assert {engine: engine_image(engine) for engine in engines} == engines
 
 

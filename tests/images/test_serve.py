@@ -39,7 +39,9 @@ def test_a_folder_without_config_json_names_the_field(tmp_path):
 
 def test_the_engine_command_is_the_args_else_the_environment():
     assert engine_argv(["vllm", "serve", "/model"], {}) == ["vllm", "serve", "/model"]
-    assert engine_argv([], {"STARVERSE_ENGINE_COMMAND": "vllm serve /model --dtype 'bfloat16'"}) == [
+    assert engine_argv(
+        [], {"STARVERSE_ENGINE_COMMAND": "vllm serve /model --dtype 'bfloat16'"}
+    ) == [
         "vllm",
         "serve",
         "/model",
@@ -63,7 +65,7 @@ def test_main_execs_the_platforms_engine_command(tmp_path):
                 "serve",
                 "/model",
                 "--host",
-                "0.0.0.0",
+                "0.0.0.0",  # noqa: S104 - the engine's flag, not a socket here
                 "--port",
                 "8000",
                 "--served-model-name",

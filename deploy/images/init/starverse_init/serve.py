@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Sequence
 
 from starverse_init.log import log
 
@@ -24,16 +24,16 @@ MODEL_DIR = "/model"
 TERMINATION_LOG = "/dev/termination-log"
 
 
-def model_problem(model_dir: Path, field: str) -> Optional[str]:
+def model_problem(model_dir: Path, field: str) -> str | None:
     """What is wrong with the model folder, or None when it holds a checkpoint."""
     if not model_dir.is_dir():
-        return "%s: no folder at %s" % (field, model_dir)
+        return f"{field}: no folder at {model_dir}"
     if not (model_dir / "config.json").is_file():
-        return "%s: %s holds no config.json (not a model folder)" % (field, model_dir)
+        return f"{field}: {model_dir} holds no config.json (not a model folder)"
     return None
 
 
-def engine_argv(args: Sequence[str], env: Mapping[str, str]) -> List[str]:
+def engine_argv(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
     """The engine's command: the container's args, else STARVERSE_ENGINE_COMMAND split as a
     shell would (never run by a shell)."""
     if args:
@@ -52,9 +52,9 @@ def _terminate_with(message: str, env: Mapping[str, str]) -> None:
 
 
 def main(
-    args: Optional[Sequence[str]] = None,
-    env: Optional[Mapping[str, str]] = None,
-    execvp: Callable[[str, List[str]], object] = os.execvp,
+    args: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    execvp: Callable[[str, list[str]], object] = os.execvp,
 ) -> int:
     args = sys.argv[1:] if args is None else args
     env = os.environ if env is None else env
@@ -65,7 +65,7 @@ def main(
         return MODEL_MISSING_EXIT
     argv = engine_argv(args, env)
     if not argv:
-        log("serve.no_command", hint="pass the engine's command as args or STARVERSE_ENGINE_COMMAND")
+        log("serve.no_command", hint="give the engine's command as args")
         return USAGE_EXIT
     log("serve.exec", engine=env.get("STARVERSE_ENGINE", ""), command=shlex.join(argv))
     execvp(argv[0], argv)
