@@ -15,7 +15,10 @@ from starverse.core import kube
 from storage.disks import disk_create
 from storage.provisioning import disk_ensure
 from tests.factories import fund, make_user
-from tests.instances.test_regions import REGION_B, emulator_b, two_regions  # noqa: F401
+from tests.instances import test_regions as regions
+
+REGION_B = regions.REGION_B
+emulator_b, two_regions = regions.emulator_b, regions.two_regions  # the fixtures, shared
 
 
 def _until(condition, timeout=15.0, step=None):
