@@ -20,6 +20,9 @@ from starverse.core.errors import InvalidInput
 
 MODEL_DIR = "/model"
 ENGINE_PORT = 8000
+# The engine images' entry point exits with this when /model holds no config.json
+# (deploy/images/init/starverse_init/serve.py; a test keeps the two equal).
+MODEL_MISSING_EXIT = 66
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,19 @@ from typing import Any
 
 from django.conf import settings
 
-from endpoints.choices import SourceKind
+from endpoints.choices import EndpointStatus, SourceKind
 from endpoints.engines import ENGINE_PORT, MODEL_DIR, engine_args, engine_image
-from instances.provisioning.manifests import public_pool_volume
+from instances.provisioning.manifests import ENDPOINT_POD_LABEL, public_pool_volume
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
 
 SCHEDULER_NAME = "starverse-endpoints"
-ENDPOINT_LABEL = "starverse.io/endpoint"
+ENDPOINT_LABEL = ENDPOINT_POD_LABEL  # the tenant's endpoint-ingress policy selects it
 GENERATION_LABEL = "starverse.io/generation"
 SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
 SCALED_OBJECT_API = "http.keda.sh/v1alpha1"
+# The engine images' entry point (deploy/images/init/bin/starverse-serve): it checks /model
+# and execs the engine's command, given as the container's args.
+SERVE_COMMAND = ["/usr/bin/tini", "--", "/opt/starverse/bin/starverse-serve"]
 
 
 def object_name(endpoint_id: str) -> str:
@@ -174,11 +177,7 @@ def deployment(endpoint: Any, replicas: int) -> dict[str, Any]:
                         {
                             "name": "engine",
                             "image": engine_image(endpoint.engine),
-                            "command": [
-                                "/usr/bin/tini",
-                                "--",
-                                "/opt/starverse/bin/starverse-serve",
-                            ],
+                            "command": list(SERVE_COMMAND),
                             "args": engine_args(
                                 endpoint.engine, endpoint.engine_options, endpoint.name
                             ),
@@ -259,8 +258,9 @@ def scaled_object(endpoint: Any) -> dict[str, Any]:
 
 
 def replica_bounds(endpoint: Any) -> tuple[int, int]:
-    """(min, max) the autoscaler keeps: 0 and 0 for an endpoint the balance suspended."""
-    if endpoint.suspended:
+    """(min, max) the autoscaler keeps: 0 and 0 for an endpoint the balance suspended, or
+    one that failed (no model: its pods would only crash again)."""
+    if endpoint.suspended or endpoint.status == EndpointStatus.FAILED:
         return 0, 0
     return endpoint.min_replicas, endpoint.max_replicas
 

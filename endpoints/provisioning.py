@@ -2,7 +2,8 @@
 created once (ensure), read afterwards, and replaced only when what we render differs. Disk and
 NAS sources are served from a VolumeSnapshot restored into a new read-only claim; the
 Deployment waits for that claim. Deleting removes every object of the endpoint (its pods go
-with the Deployment; the scheduler gives their GPUs back when they are gone)."""
+with the Deployment; the scheduler gives their GPUs back when they are gone). An endpoint runs
+in its source disk's region: every call for it goes to that region's cluster."""
 
 import logging
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from django.utils.translation import gettext as _
 from endpoints import manifests
 from endpoints.choices import EndpointStatus, SourceKind
 from endpoints.models import Endpoint
+from endpoints.selectors import endpoint_region
 from endpoints.services import endpoint_fail
+from fleet.selectors import region_scope
 from instances.provisioning.namespaces import tenant_policy_converge
 from starverse.core import kube
 from starverse.core.kube import namespace_name
@@ -32,9 +35,17 @@ class Outcome:
 
 
 def endpoint_converge(endpoint_id: str) -> Outcome:
-    endpoint = Endpoint.objects.select_related("offering").filter(pk=endpoint_id).first()
+    endpoint = (
+        Endpoint.objects.select_related("offering", "source_disk").filter(pk=endpoint_id).first()
+    )
     if endpoint is None or endpoint.status == S.DELETED:
         return Outcome("gone")
+    # every call for it goes to its region's cluster
+    with region_scope(endpoint_region(endpoint) or None):
+        return _converge(endpoint)
+
+
+def _converge(endpoint: Endpoint) -> Outcome:
     if endpoint.status == S.DELETING:
         return _delete(endpoint)
     if endpoint.status == S.FAILED:

@@ -13,9 +13,13 @@ one stopped.
   its session closes. A replica that never became Ready costs nothing.
 - Releasing: a replica whose pod is gone gives its GPUs back.
 - Running out: a charge the balance cannot pay scales the endpoint to zero
-  (services.endpoint_suspend), never deletes it."""
+  (services.endpoint_suspend), never deletes it.
+- No model: an engine container that exited with MODEL_MISSING_EXIT (the engine image's
+  entry point found no `config.json` under /model) fails the endpoint, naming the field the
+  user gave, and scales it to zero: restarting cannot make the folder appear."""
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,14 +28,18 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing.services import minute_charge_fen, usage_post_many
 from endpoints import manifests
-from endpoints.choices import EndpointStatus
+from endpoints.choices import EndpointStatus, SourceKind
+from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
-from endpoints.services import endpoint_suspend
-from fleet.models import Allocation
+from endpoints.selectors import endpoint_region
+from endpoints.services import endpoint_fail, endpoint_suspend
+from fleet.models import Allocation, Region
+from fleet.selectors import region_target
 from instances.placement import choose
 from starverse.core import kube
 
@@ -47,6 +55,7 @@ class SyncResult:
     released: list[str] = field(default_factory=list)
     charged_fen: int = 0
     suspended: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # endpoint → the engine's message
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -64,6 +73,17 @@ def _restarts(pod: dict[str, Any]) -> int:
     )
 
 
+def _model_missing(pod: dict[str, Any]) -> str | None:
+    """The termination message of a container that exited because it found no model (now, or
+    on its last run before a restart), else None."""
+    for item in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (item.get("state") or {}, item.get("lastState") or {}):
+            terminated = state.get("terminated") or {}
+            if terminated.get("exitCode") == MODEL_MISSING_EXIT:
+                return str(terminated.get("message") or "").strip()
+    return None
+
+
 def _when(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value
@@ -75,15 +95,23 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     result = SyncResult()
     endpoints = {
         e.k8s_name: e
-        for e in Endpoint.objects.select_related("offering__gpu_model")
+        for e in Endpoint.objects.select_related("offering__gpu_model", "source_disk")
         .filter(
             Q(k8s_name__gt="")
             & (~Q(status=S.DELETED) | Q(replicas__gone_at__isnull=True, replicas__isnull=False))
         )
         .distinct()
     }
-    namespaces = sorted({e.k8s_namespace for e in endpoints.values()})
-    pods = kube.pods_labelled(namespaces, manifests.ENDPOINT_LABEL) if namespaces else []
+    # each endpoint's pods are in its region's cluster: one list per namespace there
+    by_region: dict[str, set[str]] = {}
+    for endpoint in endpoints.values():
+        by_region.setdefault(endpoint_region(endpoint), set()).add(endpoint.k8s_namespace)
+    targets = {r.name: region_target(r) for r in Region.objects.filter(name__in=list(by_region))}
+    pods: list[tuple[str, dict[str, Any]]] = []
+    for region, namespaces in sorted(by_region.items()):
+        with _scope(targets, region):
+            listed = kube.pods_labelled(sorted(namespaces), manifests.ENDPOINT_LABEL)
+        pods += [(region, pod) for pod in listed]
     replicas = {
         (r.endpoint_id, r.pod_name): r
         for r in EndpointReplica.objects.select_related("node").filter(
@@ -94,35 +122,9 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     ready_count: dict[str, int] = {}
     alive_count: dict[str, int] = {}
     stale: set[str] = set()  # endpoints with pods of an earlier generation still up
-    for pod in pods:
-        meta, spec = pod["metadata"], pod.get("spec") or {}
-        endpoint = endpoints.get((meta.get("labels") or {}).get(manifests.ENDPOINT_LABEL, ""))
-        if endpoint is None:
-            continue
-        key = (endpoint.id, meta["name"])
-        seen.add(key)
-        if not meta.get("deletionTimestamp"):
-            alive_count[endpoint.id] = alive_count.get(endpoint.id, 0) + 1
-            generation = (meta.get("labels") or {}).get(manifests.GENERATION_LABEL)
-            if generation != str(endpoint.generation):
-                stale.add(endpoint.id)
-        replica = replicas.get(key)
-        if replica is None and not spec.get("nodeName"):
-            if spec.get("schedulerName") == manifests.SCHEDULER_NAME and not meta.get(
-                "deletionTimestamp"
-            ):
-                _place(endpoint, meta["namespace"], meta["name"], result)
-            continue
-        if replica is None:
-            continue  # bound by an earlier worker whose rows are gone: nothing of ours holds it
-        if not spec.get("nodeName") and replica.node is not None:
-            # placed by a pass that stopped before its bind: bind it where its GPUs are held
-            kube.pod_bind(meta["namespace"], meta["name"], replica.node.name)
-            continue
-        ready = _ready(pod)
-        if ready:
-            ready_count[endpoint.id] = ready_count.get(endpoint.id, 0) + 1
-        _follow(endpoint, replica, pod, ready, now, result)
+    for region, pod in pods:
+        with _scope(targets, region):
+            _pod_pass(pod, endpoints, replicas, seen, ready_count, alive_count, stale, now, result)
     for key, replica in replicas.items():
         if key not in seen:
             _release(replica, now, result)
@@ -130,6 +132,10 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     _statuses(endpoints.values(), ready_count, alive_count, stale)
     for endpoint_id in result.suspended:
         endpoint_suspend(endpoint_id=endpoint_id)
+    by_id = {e.id: e for e in endpoints.values()}
+    for endpoint_id, detail in result.failed.items():
+        with _scope(targets, endpoint_region(by_id[endpoint_id])):
+            _fail_no_model(by_id[endpoint_id], detail)
     if result.bound or result.released or result.charged_fen:
         logger.info(
             "endpoints.sync bound=%d waiting=%d released=%d fen=%d",
@@ -141,10 +147,84 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     return result
 
 
+def _scope(targets: dict[str, kube.Target], region: str) -> AbstractContextManager[Any]:
+    """Calls go to the region's cluster; the default region's (or one not registered), to
+    KUBECONFIG's."""
+    target = targets.get(region)
+    return kube.cluster(target) if target is not None else nullcontext()
+
+
+def _pod_pass(
+    pod: dict[str, Any],
+    endpoints: dict[str, Endpoint],
+    replicas: dict[tuple[str, str], EndpointReplica],
+    seen: set[tuple[str, str]],
+    ready_count: dict[str, int],
+    alive_count: dict[str, int],
+    stale: set[str],
+    now: datetime,
+    result: SyncResult,
+) -> None:
+    """One pod: placed and bound if new, followed (readiness, restarts, no model) if ours."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    endpoint = endpoints.get((meta.get("labels") or {}).get(manifests.ENDPOINT_LABEL, ""))
+    if endpoint is None:
+        return
+    key = (endpoint.id, meta["name"])
+    seen.add(key)
+    if not meta.get("deletionTimestamp"):
+        alive_count[endpoint.id] = alive_count.get(endpoint.id, 0) + 1
+        generation = (meta.get("labels") or {}).get(manifests.GENERATION_LABEL)
+        if generation != str(endpoint.generation):
+            stale.add(endpoint.id)
+        elif endpoint.status not in (S.FAILED, S.DELETING, S.DELETED):
+            missing = _model_missing(pod)
+            if missing is not None:
+                result.failed[endpoint.id] = missing
+    replica = replicas.get(key)
+    if replica is None and not spec.get("nodeName"):
+        if spec.get("schedulerName") == manifests.SCHEDULER_NAME and not meta.get(
+            "deletionTimestamp"
+        ):
+            _place(endpoint, meta["namespace"], meta["name"], result)
+        return
+    if replica is None:
+        return  # bound by an earlier worker whose rows are gone: nothing of ours holds it
+    if not spec.get("nodeName") and replica.node is not None:
+        # placed by a pass that stopped before its bind: bind it where its GPUs are held
+        kube.pod_bind(meta["namespace"], meta["name"], replica.node.name)
+        return
+    ready = _ready(pod)
+    if ready:
+        ready_count[endpoint.id] = ready_count.get(endpoint.id, 0) + 1
+    _follow(endpoint, replica, pod, ready, now, result)
+
+
+def _fail_no_model(endpoint: Endpoint, detail: str) -> None:
+    """Failed, naming the source field and its value; the autoscaler's bounds and the
+    Deployment go to zero so the crash-looping pods give their GPUs back."""
+    if endpoint.source_kind == SourceKind.DATASET:
+        field_name, value = "source.dataset", endpoint.source_dataset
+    else:
+        field_name, value = "source.path", endpoint.source_path
+    message = _(
+        "No model at %(field)s “%(value)s”: the folder must hold a model's config.json "
+        "(a Hugging Face checkpoint). Put the checkpoint there and update the endpoint, or "
+        "make a new one with the right path."
+    ) % {"field": field_name, "value": value or "/"}
+    if detail:
+        message += " " + _("The engine said: %(detail)s") % {"detail": detail}
+    endpoint_fail(endpoint_id=endpoint.id, message=message)
+    endpoint.status = S.FAILED
+    kube.ensure(manifests.scaled_object(endpoint), update=True)
+    kube.deployment_scale(endpoint.k8s_namespace, endpoint.k8s_name, 0)
+    logger.info("endpoint.no_model endpoint=%s %s=%s", endpoint.id, field_name, value)
+
+
 def _place(endpoint: Endpoint, namespace: str, pod_name: str, result: SyncResult) -> None:
     """Hold GPUs for the pod and bind it; the GPUs are given back if the bind is refused."""
     with transaction.atomic():
-        placement = choose(endpoint.offering, _region(endpoint))
+        placement = choose(endpoint.offering, endpoint_region(endpoint))
         if placement is None:
             result.waiting.append(pod_name)
             return
@@ -165,11 +245,6 @@ def _place(endpoint: Endpoint, namespace: str, pod_name: str, result: SyncResult
     with transaction.atomic():
         Allocation.objects.filter(replica=replica).delete()
         EndpointReplica.objects.filter(pk=replica.pk).update(gone_at=timezone.now())
-
-
-def _region(endpoint: Endpoint) -> str:
-    disk = endpoint.source_disk
-    return str(disk.region_id) if disk is not None and disk.region_id else ""
 
 
 def _follow(

@@ -11,6 +11,13 @@ from endpoints.manifests import endpoint_url, replica_bounds
 from endpoints.models import Endpoint, EndpointKey, EndpointReplica
 
 
+def endpoint_region(endpoint: Endpoint) -> str:
+    """The region an endpoint runs in: its source disk's (the snapshot is taken where the
+    claim lives); a NAS folder or a public-pool model, the default cluster's ("")."""
+    disk = endpoint.source_disk
+    return str(disk.region_id) if disk is not None and disk.region_id else ""
+
+
 def endpoint_view(endpoint: Endpoint) -> dict[str, Any]:
     """An endpoint as the API and the console show it."""
     low, high = replica_bounds(endpoint)

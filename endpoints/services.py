@@ -325,7 +325,8 @@ def endpoint_change(
             if update and locked.source_kind != SourceKind.DATASET:
                 locked.generation += 1
             locked.status = S.UPDATING
-            fields += ["engine_options", "generation", "status"]
+            locked.error_message = ""  # a failure (no model) is tried again
+            fields += ["engine_options", "generation", "status", "error_message"]
         locked.save(update_fields=fields)
         enqueue_on_commit("endpoints.tasks.converge_endpoint", locked.id)
     logger.info(

@@ -29,6 +29,7 @@ ENGINE_ENV = "STARVERSE_ENGINE"
 MODEL_ENV = "STARVERSE_MODEL_NAME"
 LATENCY_ENV = "STARVERSE_STANDIN_LATENCY_MS"
 LOAD_ENV = "STARVERSE_STANDIN_LOAD_S"
+EXIT_ENV = "STARVERSE_STANDIN_EXIT"
 JSON = "application/json"
 
 
@@ -71,6 +72,19 @@ def engine_of(pod: Obj, latency_ms: float) -> Engine | None:
         env.get(ENGINE_ENV, "vllm"),
         _number(env.get(LATENCY_ENV), latency_ms) / 1000,
     )
+
+
+def standin_exit(pod: Obj) -> tuple[int, str] | None:
+    """(exit code, termination message) from the pod's ``STARVERSE_STANDIN_EXIT``
+    (``<code>`` or ``<code>:<message>``): its containers exit so each time they start."""
+    value = pod_env(pod).get(EXIT_ENV)
+    if not value:
+        return None
+    code, _sep, message = value.partition(":")
+    try:
+        return int(code), message
+    except ValueError:
+        return 1, value
 
 
 def load_seconds(pod: Obj, default_s: float) -> float:

@@ -10,6 +10,9 @@ repeated at most every ``MOUNT_WARNING_S`` seconds — then ``Pulling`` → ``Pu
 A pod labelled ``starverse.io/endpoint`` runs but is Ready only after its model-load time
 (``STARVERSE_STANDIN_LOAD_S``: its env, else the emulator's setting), and ``crash`` makes a
 running container exit once (restartCount + 1, CrashLoopBackOff, not Ready) and start again.
+A pod whose env has ``STARVERSE_STANDIN_EXIT`` (``<code>`` or ``<code>:<message>``) has its
+containers exit with that code and termination message each time they start (a crash loop),
+as an engine image's entry point does on a missing model.
 Deleted pods get ``Killing`` events and are removed after a short grace. Nothing runs:
 containers are status only.
 
@@ -30,7 +33,7 @@ from typing import Any
 
 from .api import Api
 from .defaults import now_iso, pod_requests
-from .engine import load_seconds
+from .engine import load_seconds, standin_exit
 from .images import ImageCatalog, Pull, Pulls, add_image, holds, node_bandwidth_mbps
 from .objects import TERMINAL, set_condition
 from .resources import NODES, PODS
@@ -364,6 +367,11 @@ class Kubelet:
                         f"Started container {container.get('name')}",
                         container,
                     )
+            exit_with = standin_exit(pod)
+            if exit_with is not None:
+                self._run(meta["namespace"], meta["name"], sim.node, ready=False)
+                self._exit(pod, sim, now, [c.get("name", "") for c in _containers(pod)], *exit_with)
+                return
             loading = load_seconds(pod, self.load_s)
             if loading > 0:
                 sim.stage, sim.due = "loading", now + loading
@@ -509,7 +517,15 @@ class Kubelet:
         names = [c.get("name", "") for c in _containers(pod)]
         if container is not None and container not in names:
             raise ValueError(f"pod {namespace}/{name} has no container {container!r}")
-        crashing = [container] if container is not None else names
+        self._exit(pod, sim, now, [container] if container is not None else names, 1, "")
+
+    def _exit(
+        self, pod: Obj, sim: PodSim, now: float, crashing: list[str], code: int, message: str
+    ) -> None:
+        """The named containers exit with ``code`` (and the termination ``message``, as a
+        kubelet copies it from the container's termination log): CrashLoopBackOff until
+        ``start_delay_s`` has passed, then started again."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         stamp = now_iso()
 
         def crash(obj: Obj) -> None:
@@ -517,15 +533,16 @@ class Kubelet:
                 if item.get("name") not in crashing:
                     continue
                 started = ((item.get("state") or {}).get("running") or {}).get("startedAt", stamp)
-                item["lastState"] = {
-                    "terminated": {
-                        "exitCode": 1,
-                        "reason": "Error",
-                        "startedAt": started,
-                        "finishedAt": stamp,
-                        "containerID": item.get("containerID", ""),
-                    }
+                terminated = {
+                    "exitCode": code,
+                    "reason": "Error",
+                    "startedAt": started,
+                    "finishedAt": stamp,
+                    "containerID": item.get("containerID", ""),
                 }
+                if message:
+                    terminated["message"] = message
+                item["lastState"] = {"terminated": terminated}
                 item["state"] = {
                     "waiting": {
                         "reason": "CrashLoopBackOff",

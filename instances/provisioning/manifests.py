@@ -127,6 +127,48 @@ def network_policy(tenant_id: str, http_ports: list[int] | tuple[int, ...] = ())
     }
 
 
+# An inference endpoint's pods carry this label (endpoints.manifests), and serve on this port.
+ENDPOINT_POD_LABEL = "starverse.io/endpoint"
+ENDPOINT_PORT = 8000
+
+
+def endpoint_network_policy(tenant_id: str) -> dict[str, Any]:
+    """Beside the tenant's isolation (policies add up): the endpoints' pods, and only they,
+    take their engine port from the gateway's and the KEDA interceptor's namespaces, which
+    hold the requests of the endpoints' clients. Nothing else is opened."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": "endpoint-ingress",
+            "namespace": namespace_name(tenant_id),
+            "labels": dict(MANAGED),
+        },
+        "spec": {
+            "podSelector": {
+                "matchExpressions": [{"key": ENDPOINT_POD_LABEL, "operator": "Exists"}]
+            },
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                            }
+                        }
+                        for namespace in (
+                            settings.ENDPOINT_GATEWAY_NAMESPACE,
+                            settings.ENDPOINT_INTERCEPTOR_NAMESPACE,
+                        )
+                    ],
+                    "ports": [{"port": ENDPOINT_PORT, "protocol": "TCP"}],
+                }
+            ],
+        },
+    }
+
+
 def ssh_secret(
     instance: Any, authorized_keys: str, jupyter_token: str, host_key: HostKey | None
 ) -> dict[str, Any]:

@@ -30,8 +30,8 @@ from starverse.core import kube
 logger = logging.getLogger(__name__)
 FINGERPRINT = "starverse.io/policy-fingerprint"
 # The calls converging one namespace takes at most: create/read/replace of each of the two
-# bindings and of the policy, namespace patch.
-CALLS_PER_NAMESPACE = 10
+# bindings and of the two policies, namespace patch.
+CALLS_PER_NAMESPACE = 13
 # A run stops in time for the next one (beat sends it every 300 s).
 SWEEP_BUDGET_S = 240.0
 
@@ -67,6 +67,7 @@ def policy_fingerprint(tenant: str, http_ports: dict[str, list[int]] | None = No
     binding = kube.tenant_binding(tenant)
     exec_binding = kube.tenant_exec_binding(tenant)
     policy = manifests.network_policy(tenant, _http_ports(tenant, http_ports))
+    endpoint_policy = manifests.endpoint_network_policy(tenant)
     rendered = {
         "namespace": kube.namespace(tenant)["metadata"]["labels"],
         "binding": [binding["metadata"]["labels"], binding["roleRef"], binding["subjects"]],
@@ -76,17 +77,20 @@ def policy_fingerprint(tenant: str, http_ports: dict[str, list[int]] | None = No
             exec_binding["subjects"],
         ],
         "policy": [policy["metadata"]["labels"], policy["spec"]],
+        "endpoint_policy": [endpoint_policy["metadata"]["labels"], endpoint_policy["spec"]],
     }
     digest = hashlib.sha256(json.dumps(rendered, sort_keys=True).encode()).hexdigest()
     return digest[:16]
 
 
 def tenant_policy_converge(tenant: str, http_ports: dict[str, list[int]] | None = None) -> None:
-    """Bring one tenant's namespace labels, RoleBindings and NetworkPolicy to what the platform
-    renders now (each read, compared, and replaced only if it differs)."""
+    """Bring one tenant's namespace labels, RoleBindings and NetworkPolicies (the isolation and
+    the endpoints' ingress) to what the platform renders now (each read, compared, and
+    replaced only if it differs)."""
     kube.tenant_namespace_ensure(tenant)
     policy = manifests.network_policy(tenant, _http_ports(tenant, http_ports))
     kube.ensure(policy, update=True)
+    kube.ensure(manifests.endpoint_network_policy(tenant), update=True)
 
 
 def tenant_network_policy_converge(tenant: str) -> None:

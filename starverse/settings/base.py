@@ -553,8 +553,12 @@ ENDPOINT_SNAPSHOT_CLASS = env_str("ENDPOINT_SNAPSHOT_CLASS", "")
 ENDPOINT_INTERCEPTOR_SERVICE = env_str(
     "ENDPOINT_INTERCEPTOR_SERVICE", "keda/keda-add-ons-http-interceptor-proxy:8080"
 )
+# The namespaces of the gateway's proxy (Envoy Gateway) and of the KEDA HTTP interceptor: the
+# tenant namespaces' policy lets them, and nothing else new, reach endpoint pods' port 8000.
+ENDPOINT_GATEWAY_NAMESPACE = env_str("ENDPOINT_GATEWAY_NAMESPACE", "envoy-gateway-system")
+ENDPOINT_INTERCEPTOR_NAMESPACE = env_str("ENDPOINT_INTERCEPTOR_NAMESPACE", "keda")
 # Engine container images by engine (deploy/images/): the TensorRT-LLM and vLLM servers.
 ENDPOINT_IMAGE_TENSORRT_LLM = env_str(
-    "ENDPOINT_IMAGE_TENSORRT_LLM", "starverse/tensorrt-llm:0.7-cuda12.2"
+    "ENDPOINT_IMAGE_TENSORRT_LLM", "starverse/tensorrt-llm-serve:0.17-cuda12.8"
 )
 ENDPOINT_IMAGE_VLLM = env_str("ENDPOINT_IMAGE_VLLM", "starverse/vllm:0.6-cuda12.1")

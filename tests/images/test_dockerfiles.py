@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
+from django.conf import settings
 
+from endpoints.engines import engine_image
+from endpoints.manifests import SERVE_COMMAND
 from instances.management.commands.seed_catalog import IMAGES
 from instances.provisioning.manifests import INIT_COMMAND
 
@@ -53,7 +56,7 @@ def _of(image: dict[str, Any]) -> list[tuple[str, str]]:
 def test_the_matrix_names_every_dockerfile_and_nothing_else():
     on_disk = sorted(str(p.relative_to(IMAGES_DIR)) for p in IMAGES_DIR.glob("*/Dockerfile"))
     assert sorted(image["dockerfile"] for image in MATRIX) == on_disk
-    assert len(set(TAGS)) == len(TAGS) == 5
+    assert len(set(TAGS)) == len(TAGS) == 7
 
 
 def test_the_catalog_references_exactly_the_matrix_tags():
@@ -67,7 +70,18 @@ def test_every_version_in_the_matrix_is_an_exact_string():
         for table in ("versions", "packages", "git"):
             for name, version in (image.get(table) or {}).items():
                 assert isinstance(version, str) and version, (image["tag"], name, version)
-        assert image["versions"]["cuda"].startswith(("12.1", "12.2"))
+        assert image["versions"]["cuda"].startswith("12.")
+
+
+def test_the_endpoints_engines_default_to_the_engine_images():
+    engines = {image["engine"]: image["tag"] for image in MATRIX if "engine" in image}
+
+    assert engines == {
+        "tensorrt-llm": "starverse/tensorrt-llm-serve:0.17-cuda12.8",
+        "vllm": "starverse/vllm:0.6-cuda12.1",
+    }
+    assert engines["tensorrt-llm"] == settings.ENDPOINT_IMAGE_TENSORRT_LLM
+    assert {engine: engine_image(engine) for engine in engines} == engines
 
 
 @pytest.mark.parametrize("image", MATRIX, ids=TAGS)
@@ -97,8 +111,12 @@ def test_every_image_carries_the_init_package(image):
     assert ("COPY", "init/ /opt/starverse/init/") in steps
     assert ("RUN", "sh /opt/starverse/init/install.sh") in steps
     entrypoint = [rest for keyword, rest in steps if keyword == "ENTRYPOINT"]
-    assert entrypoint == ['["' + '", "'.join(INIT_COMMAND) + '"]']
     exposed = {rest for keyword, rest in steps if keyword == "EXPOSE"}
+    if "engine" in image:  # an endpoint's engine: what its Deployment runs, on port 8000
+        assert entrypoint == ['["' + '", "'.join(SERVE_COMMAND) + '"]']
+        assert exposed == {"8000"}
+        return
+    assert entrypoint == ['["' + '", "'.join(INIT_COMMAND) + '"]']
     assert exposed == {"22 8888"}
 
 
@@ -114,6 +132,12 @@ def test_the_init_install_script_gives_what_the_init_needs():
     launcher = IMAGES_DIR / "init" / "bin" / "starverse-init"
     assert launcher.stat().st_mode & 0o111
     assert "exec python3 -I" in launcher.read_text()
+    serve = IMAGES_DIR / "init" / "bin" / "starverse-serve"
+    assert serve.stat().st_mode & 0o111
+    assert "from starverse_init.serve import main" in serve.read_text()
+    assert "ln -sf /opt/starverse/init/bin/starverse-serve /opt/starverse/bin/starverse-serve" in (
+        script
+    )
     assert (IMAGES_DIR / "init" / "starverse_init" / "__main__.py").exists()
 
 

@@ -48,7 +48,7 @@ def test_catalog_shows_live_availability(catalog, api):
         "a100-80g",
         "rtx4090",
     }
-    assert len(api.get("/api/v1/images").json()["results"]) == 5
+    assert len(api.get("/api/v1/images").json()["results"]) == 7
 
 
 def test_full_lifecycle_through_the_real_client(renter, catalog, cluster):

@@ -225,7 +225,7 @@ def test_the_sweep_is_paced_and_stops_at_its_budget(catalog, cluster, settings, 
 
     for _ in range(4):
         kube.tenant_namespace_ensure(make_user().tenant_id)
-    settings.TENANT_SWEEP_CALLS_PER_S = 10  # a namespace takes at most 10 calls: one a second
+    settings.TENANT_SWEEP_CALLS_PER_S = 13  # a namespace takes at most 13 calls: one a second
     monkeypatch.setattr(namespaces, "SWEEP_BUDGET_S", 1.5)
     clock = _Clock()
 

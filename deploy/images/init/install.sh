@@ -26,6 +26,9 @@ chmod 0755 /opt/starverse/init/bin/starverse-init
 ln -sf /opt/starverse/init/bin/starverse-preflight /opt/starverse/bin/starverse-preflight
 ln -sf /opt/starverse/init/bin/starverse-preflight /usr/local/bin/starverse-preflight
 chmod 0755 /opt/starverse/init/bin/starverse-preflight
+# an engine image's entry point (an endpoint's pods run it instead of the init)
+ln -sf /opt/starverse/init/bin/starverse-serve /opt/starverse/bin/starverse-serve
+chmod 0755 /opt/starverse/init/bin/starverse-serve
 test -x /usr/bin/tini
 test -x /usr/sbin/sshd
-python3 -I -c 'import sys; sys.path.insert(0, "/opt/starverse/init"); import starverse_init.main'
+python3 -I -c 'import sys; sys.path.insert(0, "/opt/starverse/init"); import starverse_init.main, starverse_init.serve'

@@ -73,6 +73,8 @@ IMAGE_PULLS = {
     "megatron-lm": (21_000_000_000, False),
     "colossalai-0.3": (19_000_000_000, False),
     "tensorrt-llm-0.7": (25_000_000_000, False),
+    "tensorrt-llm-serve-0.17": (24_000_000_000, False),
+    "vllm-0.6": (12_000_000_000, False),
 }
 IMAGES = [
     (
@@ -106,6 +108,20 @@ IMAGES = [
         "CUDA 12.2 with TensorRT-LLM 0.7.1 and the Triton client, for LLM inference.",
         "starverse/tensorrt-llm:0.7-cuda12.2",
     ),
+    # The inference endpoints' engines (settings ENDPOINT_IMAGE_*): their entry point serves
+    # the model at /model; as an instance the platform's init runs instead, as in every image.
+    (
+        "tensorrt-llm-serve-0.17",
+        "TensorRT-LLM 0.17 server (endpoints)",
+        "CUDA 12.8 with TensorRT-LLM 0.17.0 and trtllm-serve: the engine of inference endpoints.",
+        "starverse/tensorrt-llm-serve:0.17-cuda12.8",
+    ),
+    (
+        "vllm-0.6",
+        "vLLM 0.6 server (endpoints)",
+        "CUDA 12.1 with vLLM 0.6.3 and PyTorch 2.4: the engine of inference endpoints.",
+        "starverse/vllm:0.6-cuda12.1",
+    ),
 ]
 
 # id → (name, description) in Simplified Chinese.
@@ -130,6 +146,14 @@ IMAGES_ZH = {
     "tensorrt-llm-0.7": (
         "TensorRT-LLM 0.7（推理）",
         "CUDA 12.2，含 TensorRT-LLM 0.7.1 与 Triton 客户端，用于大语言模型推理。",
+    ),
+    "tensorrt-llm-serve-0.17": (
+        "TensorRT-LLM 0.17 服务（推理端点）",
+        "CUDA 12.8，含 TensorRT-LLM 0.17.0 与 trtllm-serve：推理端点的引擎。",
+    ),
+    "vllm-0.6": (
+        "vLLM 0.6 服务（推理端点）",
+        "CUDA 12.1，含 vLLM 0.6.3 与 PyTorch 2.4：推理端点的引擎。",
     ),
 }
 
