@@ -365,12 +365,18 @@ def cmd_ssh(ctx: Context) -> int:
         raise CliError(str(error)) from error
 
 
-def _instance_action(ctx: Context, verb: str, target: set[str]) -> int:
-    row = ctx.client.post(f"instances/{ctx.args.id}/{verb}")
+def _action(ctx: Context, kind: str, verb: str, target: set[str], end: set[str]) -> int:
+    """POST an instance's or a cluster's action (`kind`: instances, clusters), then with
+    --wait follow it until it reaches `target` (or fails into `end`)."""
+    row = ctx.client.post(f"{kind}/{ctx.args.id}/{verb}")
     if ctx.args.wait:
-        row = _wait(ctx, f"instances/{row['id']}", target, INSTANCE_END, ctx.args.timeout)
+        row = _wait(ctx, f"{kind}/{row['id']}", target, end, ctx.args.timeout)
     ctx.emit(row, lambda: ctx.out.write(f"{row['id']}: {row.get('status')}\n"))
     return OK
+
+
+def _instance_action(ctx: Context, verb: str, target: set[str]) -> int:
+    return _action(ctx, "instances", verb, target, INSTANCE_END)
 
 
 def cmd_stop(ctx: Context) -> int:
@@ -540,11 +546,7 @@ def cmd_clusters_show(ctx: Context) -> int:
 
 
 def _cluster_action(ctx: Context, verb: str, target: set[str]) -> int:
-    row = ctx.client.post(f"clusters/{ctx.args.id}/{verb}")
-    if ctx.args.wait:
-        row = _wait(ctx, f"clusters/{row['id']}", target, CLUSTER_END, ctx.args.timeout)
-    ctx.emit(row, lambda: ctx.out.write(f"{row['id']}: {row.get('status')}\n"))
-    return OK
+    return _action(ctx, "clusters", verb, target, CLUSTER_END)
 
 
 def cmd_clusters_stop(ctx: Context) -> int:
