@@ -72,6 +72,9 @@ COLD_START_POLL_S = 0.05
 ADMIN_PREFIX = "/__devgateway/"
 # What the emulator's Service network answers while no pod behind a Service is Ready.
 NO_READY_POD = b"no endpoints available"
+# The endpoint's Service not made yet (the worker converges it just after the order): as for
+# no Ready pod, the interceptor holds the request rather than fail it.
+NO_SERVICE_YET = b"no Service "
 
 
 @dataclass(frozen=True)
@@ -281,7 +284,10 @@ class DevGateway:
                 except (OSError, asyncio.IncompleteReadError, ValueError) as error:
                     log.warning("gateway.upstream_failed host=%s error=%s", host, error)
                     return _text(502, "The endpoint did not answer.")
-                if status != 503 or NO_READY_POD not in payload:
+                starting = (status == 503 and NO_READY_POD in payload) or (
+                    status == 502 and NO_SERVICE_YET in payload
+                )
+                if not starting:
                     break
                 if time.monotonic() - started > self.cold_start_timeout_s:
                     return _openai_error(
@@ -387,8 +393,15 @@ class DevGateway:
             return found
         assert self._routes_lock is not None
         async with self._routes_lock:
-            if time.monotonic() - self._routes_read_at > 0.25:
-                await self._read_routes()
+            found = self._routes.get(hostname)  # another request may have just read them
+            if found is not None:
+                return found
+            # a read of a moment ago may predate the route: wait out the quarter second, then
+            # read again, rather than turn the request away
+            wait = 0.25 - (time.monotonic() - self._routes_read_at)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            await self._read_routes()
         return self._routes.get(hostname)
 
     async def _read_routes(self) -> None:

@@ -129,7 +129,10 @@ def test_a_request_to_an_endpoint_at_zero_is_held_then_answered_503_in_openais_s
     _row, key = key_create(endpoint=endpoint, name="ci", user=endpoint.created_by)
     started = time.monotonic()
     answer = _post(gateway, endpoint, "/v1/completions", {"model": "qwen", "prompt": "hi"}, key=key)
-    assert time.monotonic() - started >= 2  # held for the cold start timeout
+    assert time.monotonic() - started >= 2, (
+        answer.status_code,
+        answer.text[:300],
+    )  # held for the cold start timeout
     assert answer.status_code == 503
     assert answer.json()["error"]["code"] == "endpoint_starting"
 

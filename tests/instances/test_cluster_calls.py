@@ -84,7 +84,10 @@ def test_a_pending_instance_costs_one_read_a_poll(catalog, cluster, kube_calls, 
         ("POST", "/api/v1/namespaces"): 1,
         # the worker's binding and the terminal service's
         ("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"): 2,
-        ("POST", "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"): 1,
+        (
+            "POST",
+            "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+        ): 2,  # the tenant policy, and the one that lets the gateway reach endpoints
         ("POST", NS + "/secrets"): 1,
         ("POST", NS + "/persistentvolumeclaims"): 1,
         ("POST", NS + "/pods"): 1,
