@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -124,12 +125,15 @@ def endpoint_new(request: HttpRequest) -> HttpResponse:
 @login_required
 def endpoint_detail(request: HttpRequest, pk: str) -> HttpResponse:
     endpoint = _own(request, pk)
+    series = endpoint_metrics(endpoint)
     context = {
         "active": "endpoints",
         "endpoint": endpoint_view(endpoint),
         "keys": list(endpoint_keys(endpoint)),
         "new_key": request.session.pop(f"endpoint-key:{endpoint.pk}", None),
-        "series": endpoint_metrics(endpoint),
+        "series": series,
+        "series_json": [{**point, "ts": point["ts"].isoformat()} for point in series],
+        "tz": timezone.get_current_timezone_name(),
         "transient": endpoint.status in TRANSIENT,
     }
     return render(request, "endpoints/detail.html", context)

@@ -376,6 +376,30 @@
     },
   };
 
+  // An endpoint's series (endpointCharts): each line's samples carry `value`.
+  function seriesMetric(format) {
+    return {
+      value: function (s) {
+        return s.value;
+      },
+      max: function (high) {
+        return niceCeil(high);
+      },
+      format: format,
+    };
+  }
+  function rounded(unit) {
+    return function (v) {
+      return (v >= 10 ? Math.round(v) : Math.round(v * 10) / 10) + unit;
+    };
+  }
+  METRICS.ep_requests = seriesMetric(rounded(" /s"));
+  METRICS.ep_latency = seriesMetric(rounded(" ms"));
+  METRICS.ep_tokens = seriesMetric(rounded(" /s"));
+  METRICS.ep_replicas = seriesMetric(function (v) {
+    return String(Math.round(v));
+  });
+
   function niceCeil(value) {
     if (!(value > 0)) {
       return 1;
@@ -412,7 +436,7 @@
     var legend = figure.querySelector(".chart-legend");
     var series = metrics.map(function (gpu, index) {
       return {
-        label: fill(t.gpu, { index: gpu.gpu }),
+        label: gpu.label || fill(t.gpu, { index: gpu.gpu }),
         color: COLORS[index % COLORS.length],
         points: gpu.samples.map(function (s) {
           return [Date.parse(s.at), metric.value(s)];
@@ -712,6 +736,50 @@
     );
   }
 
+  // An endpoint's page: requests/s, latency p50/p99, tokens/s and replicas over time, from
+  // the rows of GET /endpoints/{id}/metrics, drawn as the instance page's charts are.
+  var ENDPOINT_LINES = {
+    ep_requests: ["requests_per_s"],
+    ep_latency: ["latency_p50_ms", "latency_p99_ms"],
+    ep_tokens: ["tokens_per_s"],
+    ep_replicas: ["replicas_ready"],
+  };
+
+  function drawEndpointCharts(rows, t, tz) {
+    var charts = document.getElementById("charts");
+    if (!charts || !rows.length) {
+      return;
+    }
+    charts.hidden = false;
+    var table = document.getElementById("series-table");
+    if (table) {
+      table.open = false; // the charts show it; the table stays a click away
+    }
+    Array.prototype.forEach.call(charts.querySelectorAll(".chart"), function (figure) {
+      var lines = ENDPOINT_LINES[figure.getAttribute("data-metric")] || [];
+      drawChart(
+        figure,
+        lines.map(function (field) {
+          return {
+            label: (t.lines || {})[field] || field,
+            samples: rows.map(function (row) {
+              return { at: row.ts, value: row[field] };
+            }),
+          };
+        }),
+        charts,
+        t,
+        tz
+      );
+    });
+  }
+
+  function endpointPage(page) {
+    livePage(page, drawEndpointCharts, null, function (status) {
+      return status !== "deleting" && status !== "deleted";
+    });
+  }
+
   /* ---------- Start ---------- */
 
   function start() {
@@ -726,6 +794,10 @@
     var page = document.getElementById("instance-page");
     if (page) {
       detailPage(page);
+    }
+    var endpointView = document.getElementById("endpoint-page");
+    if (endpointView) {
+      endpointPage(endpointView);
     }
     var clusterView = document.getElementById("cluster-page");
     if (clusterView) {
