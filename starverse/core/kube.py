@@ -547,33 +547,18 @@ def _operations(kind: str) -> tuple[Any, Any, Any]:
             api.delete_namespaced_config_map,
         ),
     }
-    if kind == "NetworkPolicy":
-        net = _networking()
-        table[kind] = (
-            net.create_namespaced_network_policy,
-            net.read_namespaced_network_policy,
-            net.delete_namespaced_network_policy,
-        )
-    if kind == "DaemonSet":
-        apps = _apps()
-        table[kind] = (
-            apps.create_namespaced_daemon_set,
-            apps.read_namespaced_daemon_set,
-            apps.delete_namespaced_daemon_set,
-        )
-    if kind == "Deployment":
-        apps = _apps()
-        table[kind] = (
-            apps.create_namespaced_deployment,
-            apps.read_namespaced_deployment,
-            apps.delete_namespaced_deployment,
-        )
-    if kind == "RoleBinding":
-        rbac = _rbac()
-        table[kind] = (
-            rbac.create_namespaced_role_binding,
-            rbac.read_namespaced_role_binding,
-            rbac.delete_namespaced_role_binding,
+    # namespaced kinds of the other API groups: their client and the methods' snake-case name
+    others = {
+        "NetworkPolicy": (_networking, "network_policy"),
+        "DaemonSet": (_apps, "daemon_set"),
+        "Deployment": (_apps, "deployment"),
+        "RoleBinding": (_rbac, "role_binding"),
+    }
+    if kind in others:
+        client_of, noun = others[kind]
+        group = client_of()
+        table[kind] = tuple(
+            getattr(group, f"{verb}_namespaced_{noun}") for verb in ("create", "read", "delete")
         )
     create, read, delete = table[kind]
     if kind == "Namespace":
