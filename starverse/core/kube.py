@@ -468,25 +468,41 @@ def daemonsets_managed(namespace: str, label_selector: str) -> dict[str, dict[st
     return {item.metadata.name: _plain(item) for item in items}
 
 
-def daemonset_replace(manifest: dict[str, Any], resource_version: str) -> dict[str, Any]:
-    """Replace a DaemonSet we made with `manifest` (its pods roll to the new template)."""
+def daemonset_replace(
+    manifest: dict[str, Any], resource_version: str, *, attempts: int = 5
+) -> dict[str, Any]:
+    """Replace a DaemonSet we made with `manifest` (its pods roll to the new template).
+
+    The DaemonSet controller writes its status all the time, and every status write moves the
+    resourceVersion, so a replace from a list taken a moment ago meets 409 Conflict as a matter
+    of course. We own the whole spec, so on a conflict the current resourceVersion is read and
+    the replace tried again (client-go's RetryOnConflict); only a DaemonSet that keeps changing
+    under us `attempts` times is left to the task's retry."""
     meta = manifest["metadata"]
-    body = {**manifest, "metadata": {**meta, "resourceVersion": resource_version}}
-    try:
-        return _plain(
-            _guard(
-                "DaemonSet.replace",
-                lambda: _apps().replace_namespaced_daemon_set(
-                    meta["name"], meta["namespace"], body, _request_timeout=TIMEOUT
-                ),
+    for attempt in range(attempts):
+        body = {**manifest, "metadata": {**meta, "resourceVersion": resource_version}}
+        try:
+            return _plain(
+                _guard(
+                    "DaemonSet.replace",
+                    lambda: _apps().replace_namespaced_daemon_set(
+                        meta["name"], meta["namespace"], body, _request_timeout=TIMEOUT
+                    ),
+                )
             )
-        )
-    except ApiException as error:
-        if error.status == 409:  # changed since we listed it: list again on the retry
-            raise RetryableKubeError(f"DaemonSet {meta['name']}: changed meanwhile") from error
-        raise PermanentKubeError(
-            f"DaemonSet {meta['name']}: {error.status} {error.reason}: {_message(error)}"
-        ) from error
+        except ApiException as error:
+            if error.status != 409:
+                raise PermanentKubeError(
+                    f"DaemonSet {meta['name']}: {error.status} {error.reason}: {_message(error)}"
+                ) from error
+            current = read("DaemonSet", meta["namespace"], meta["name"])
+            if current is None:  # deleted meanwhile: the next converge creates it
+                break
+            resource_version = current["metadata"]["resourceVersion"]
+            logger.info(
+                "kube.daemonset_conflict name=%s attempt=%d", meta["name"], attempt + 1
+            )
+    raise RetryableKubeError(f"DaemonSet {meta['name']}: changed meanwhile")
 
 
 def _rbac() -> client.RbacAuthorizationV1Api:

@@ -150,6 +150,22 @@ def test_prepull_daemonsets_follow_the_catalogue(catalog, cluster):
     assert list(daemonsets()) == ["prepull-tensorrt-llm-0-7"]
 
 
+def test_a_replace_after_the_controller_wrote_status_reads_again_and_succeeds(catalog, cluster):
+    """The DaemonSet controller moves the resourceVersion with every status write, so a replace
+    from an older list meets 409; it reads the current version and goes through."""
+    prepull.prepull_converge()
+    listed = daemonsets()["prepull-pytorch-2-1"]["metadata"]["resourceVersion"]
+    image = Image.objects.get(pk="pytorch-2.1")
+    image.container_image = "starverse/pytorch:2.1.2-cuda12.1"
+    body = prepull.manifest(image, prepull.gpu_product_labels())
+    kube.daemonset_replace(body, listed)  # moves the version past `listed`
+    body["spec"]["template"]["spec"]["initContainers"][0]["image"] = "starverse/pytorch:2.1.3"
+    replaced = kube.daemonset_replace(body, listed)  # stale: 409, then read and replace
+    assert replaced["metadata"]["generation"] == 3
+    stored = daemonsets()["prepull-pytorch-2-1"]["spec"]["template"]["spec"]
+    assert stored["initContainers"][0]["image"] == "starverse/pytorch:2.1.3"
+
+
 def test_prepulled_images_reach_every_node_and_make_offerings_warm(catalog, cluster, client):
     prepull.prepull_converge()
 
