@@ -6,7 +6,7 @@ are left to the ordinary rules: billed per minute and stopped when the balance r
 import logging
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -17,7 +17,14 @@ logger = logging.getLogger(__name__)
 
 
 def tenant_on_hold(tenant_id: str) -> bool:
-    return AccountHold.objects.filter(tenant_id=tenant_id, lifted_at__isnull=True).exists()
+    # a plain query: every order asks it
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {AccountHold._meta.db_table} "  # noqa: S608
+            "WHERE tenant_id = %s AND lifted_at IS NULL LIMIT 1",
+            [tenant_id],
+        )
+        return cursor.fetchone() is not None
 
 
 def account_hold_check(tenant_id: str) -> None:

@@ -24,7 +24,7 @@ from instances.budgets import budget_check
 from instances.charges import period_active
 from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance, Offering
-from instances.selectors import premium_models, spend_per_hour_fen, tenant_limits, tenant_usage
+from instances.selectors import premium_models, spend_rows, tenant_limits, tenant_usage
 from starverse.core.errors import Conflict, InsufficientBalance, TooManyRequests
 from starverse.core.money import format_fen
 
@@ -92,21 +92,22 @@ def runway(
     out of what the tenant burns."""
     monthly = billing == BillingMode.MONTHLY
     own = offering.price_per_month_fen if monthly else offering.price_per_hour_fen
-    others = {"starting": True, "exclude": exclude, "exclude_cluster": exclude_cluster}
-    burn = spend_per_hour_fen([wallet.tenant_id], **others)  # type: ignore[arg-type]
+    rows = spend_rows(
+        [wallet.tenant_id], starting=True, exclude=exclude, exclude_cluster=exclude_cluster
+    )
+    burn_fen, trial_burn_fen = (rows[0][1] or 0, rows[0][2] or 0) if rows else (0, 0)
     trial = None
     if not monthly and offering.trial_price_per_hour_fen is not None:
-        trial_burn = spend_per_hour_fen([wallet.tenant_id], trial=True, **others)  # type: ignore[arg-type]
         trial = TrialRunway(
             have_fen=wallet.promo_fen,
             own_fen=offering.trial_price_per_hour_fen * nodes,
-            burn_fen=trial_burn.get(wallet.tenant_id, 0),
+            burn_fen=trial_burn_fen,
         )
     return Runway(
         # arrears exist only while cash is zero: what is owed counts against the runway
         have_fen=wallet.cash_fen - wallet.arrears_fen,
         own_fen=0 if paid else (own or 0) * nodes,
-        burn_fen=burn.get(wallet.tenant_id, 0),
+        burn_fen=burn_fen,
         unit=MONTH if monthly else HOUR,
         cluster=bool(exclude_cluster),
         trial=trial,

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -20,7 +20,7 @@ from django.utils.translation import gettext_noop
 from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
 from fleet.choices import NodeState
-from fleet.models import Node
+from fleet.models import GpuModel, Node
 from fleet.selectors import region_orderable
 from instances.admission import Runway, admit, runway_of
 from instances.budgets import budget_refusal
@@ -55,6 +55,7 @@ from instances.states import (
 )
 from instances.volumes import disks_attach_at_order
 from starverse.accounts.models import SshKey
+from starverse.core.db import atomic_retrying
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import (
     Conflict,
@@ -82,9 +83,27 @@ def _waiting(product: str, region_id: str | None = None) -> Q:
     return waiting
 
 
+def anyone_waiting(product: str, region_id: str | None = None) -> bool:
+    """Whether an order waits that a new order for `product` must queue behind (_waiting), by
+    one plain query: every order asks it."""
+    region = "AND (i.region_id = %s OR i.region_id IS NULL)" if region_id else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {Instance._meta.db_table} i "  # noqa: S608
+            f"JOIN {Offering._meta.db_table} o ON o.id = i.offering_id "
+            f"JOIN {GpuModel._meta.db_table} m ON m.id = o.gpu_model_id "
+            "WHERE i.status = %s AND m.product = %s AND i.unfunded_since IS NULL "
+            f"{region} LIMIT 1",
+            [S.QUEUED, product, *([region_id] if region_id else [])],
+        )
+        return cursor.fetchone() is not None
+
+
 def ssh_keys_own(user: Any, key_ids: list[str]) -> list[str]:
     """The keys named, each the person's own (keys belong to people, not to the team they
     order for)."""
+    if not key_ids:
+        return []
     found = set(
         SshKey.objects.filter(user__tenant_id=user.personal_tenant_id, pk__in=key_ids).values_list(
             "pk", flat=True
@@ -202,28 +221,34 @@ def instance_order(
     region_id = order_region(user, region, disks or [])
     key_ids = ssh_keys_own(user, ssh_keys or [])
     account_hold_check(user.tenant_id)
-    instance = Instance(
-        tenant_id=user.tenant_id,
-        created_by=user,
-        offering=offering,
-        image=image,
-        name=name.strip() or offering.name,
-        billing=billing,
-        idempotency_key=idempotency_key,
-        request_hash=request_hash,
-        queued_at=timezone.now(),
-        auto_renew=auto_renew,
-        ssh_key_ids=key_ids,
-        ports=declared,
-        region_id=region_id,
-        # Network-backed storage lets a cloud instance move; a whole node is the node.
-        auto_recover=offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover,
-        stop_at=stop_at,
-        **idle_fields(idle, warn_minutes=warn_minutes, now=now),
-    )
+    # Network-backed storage lets a cloud instance move; a whole node is the node.
+    recover = offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover
+
+    def order_once() -> Instance:
+        # a new Instance each try: a try that deadlocked may have set its fields
+        instance = Instance(
+            tenant_id=user.tenant_id,
+            created_by=user,
+            offering=offering,
+            image=image,
+            name=name.strip() or offering.name,
+            billing=billing,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+            queued_at=timezone.now(),
+            auto_renew=auto_renew,
+            ssh_key_ids=key_ids,
+            ports=declared,
+            region_id=region_id,
+            auto_recover=recover,
+            stop_at=stop_at,
+            **idle_fields(idle, warn_minutes=warn_minutes, now=now),
+        )
+        _place_or_queue(instance, disks or [])
+        return instance
+
     try:
-        with transaction.atomic():
-            _place_or_queue(instance, disks or [])
+        instance = atomic_retrying(order_once)
     except IntegrityError:
         # A concurrent order under the same key committed first: this one is a repeat of it.
         earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
@@ -245,6 +270,8 @@ def order_region(user: Any, region: str, disk_ids: list[str]) -> str | None:
 def _disks_region(user: Any, disk_ids: list[str]) -> str | None:
     """The region of the first of the disks an order names (the rest must be there too), or
     None: no disks, so any region."""
+    if not disk_ids:
+        return None
     found = dict(
         Disk.objects.filter(tenant_id=user.tenant_id, pk__in=disk_ids).values_list("pk", "region")
     )
@@ -287,12 +314,15 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
     limits are checked under the wallet lock, and a placed monthly rental pays its first month
     (a refusal rolls the whole order back). Locks: GPU model, disks, wallet."""
     product = instance.offering.gpu_model.product
-    waiting = Instance.objects.filter(_waiting(product, instance.region_id)).exists()
+    waiting = anyone_waiting(product, instance.region_id)
     placement = (
         None
         if waiting
         else choose(
-            instance.offering, instance.region_id or "", image=instance.image.container_image
+            instance.offering,
+            instance.region_id or "",
+            image=instance.image.container_image,
+            concurrent=True,
         )
     )
     instance_create(instance, placement=placement)

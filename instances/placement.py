@@ -111,21 +111,67 @@ def misfit(offering: Offering) -> str | None:
 
 
 def choose(
-    offering: Offering, region: str = "", *, image: str = ""
+    offering: Offering, region: str = "", *, image: str = "", concurrent: bool = False
 ) -> tuple[Node, list[int]] | None:
     """The node and GPU indices an instance of this offering gets now, or None. A node fits when
     it has the GPUs free and, by its allocatable less what is already placed on it, the CPU,
     memory, ephemeral storage and pod slot the instance's pod asks for, so the kubelet admits
     what the database placed. Whole-node offerings go only to fully free nodes; GPU offerings
     best-fit (the fullest node that still fits), so whole nodes stay free for whole-node
-    rentals. Must run inside transaction.atomic(): it takes the GPU model's lock, which
-    serialises placements of that model while other models place in parallel; allocate() must
-    follow in the same transaction. Only nodes of `region` when one is given ("" = any region,
-    so the best fit anywhere). Among nodes that fit equally well (as many GPUs left free),
-    one that holds `image` (the container image reference, by the last node sync) is taken
-    first: its pod starts without pulling. Reads plain tuples: this is the hot path of every
-    order."""
-    _model_lock(offering)
+    rentals. Must run inside transaction.atomic(), and allocate() must follow in the same
+    transaction. Only nodes of `region` when one is given ("" = any region, so the best fit
+    anywhere). Among nodes that fit equally well (as many GPUs left free), one that holds
+    `image` (the container image reference, by the last node sync) is taken first: its pod
+    starts without pulling.
+
+    Locks. By default the GPU model's row lock is taken exclusively, which serialises every
+    placement of that model (the queue's drain, starts, clusters, endpoint replicas) while
+    other models place in parallel. A new order (`concurrent`) takes the model's lock shared
+    instead, so that new orders for one model place in parallel with each other and never
+    with an exclusive placement, and claims the node it takes with a transaction-scoped
+    advisory lock: the best-fitting node no other order is placing on right now, its GPUs
+    read again once it is held. Two orders therefore never pick the same GPUs, and an order
+    skips a node another is placing on rather than queueing behind it (so under a burst the
+    second-fullest node may be taken before the fullest; packing stays best-fit otherwise)."""
+    if connection.vendor != "postgresql":
+        _model_lock(offering)
+        return choose_by_scan(offering, region, image=image)
+    if not concurrent:
+        _model_lock(offering)
+        found = candidates(offering, region, image=image, limit=1)
+        return found[0].placement(offering) if found else None
+    _model_lock(offering, shared=True)
+    tried: list[str] = []
+    while True:
+        found = candidates(offering, region, image=image, limit=CANDIDATES, skip=tried)
+        if not found:
+            return None
+        busy = []
+        for candidate in found:
+            tried.append(candidate.id)
+            if not _node_claim(candidate.id, wait=False):
+                busy.append(candidate)
+                continue
+            fresh = candidates(offering, region, image=image, limit=1, only=candidate.id)
+            if fresh:
+                return fresh[0].placement(offering)
+        # Every fitting node we could claim at once was taken meanwhile; the ones other orders
+        # are placing on may still have room once they commit: wait for those, in id order
+        # (a deadlock with another order doing the same is retried by the caller's
+        # transaction: instance_order).
+        for candidate in sorted(busy, key=lambda c: c.id):
+            _node_claim(candidate.id, wait=True)
+            fresh = candidates(offering, region, image=image, limit=1, only=candidate.id)
+            if fresh:
+                return fresh[0].placement(offering)
+
+
+def choose_by_scan(
+    offering: Offering, region: str = "", *, image: str = ""
+) -> tuple[Node, list[int]] | None:
+    """choose()'s answer from every node's capacity read into Python: the embedded database's
+    way (SQLite, `make run` on its defaults), which has no arrays for candidates(). The same
+    rules; tests hold the two to the same answers."""
     product = offering.gpu_model.product
     nodes, taken, rooms, regions, warm = capacity_of(product, region, image=image)
     need = offering.gpu_count
@@ -144,21 +190,163 @@ def choose(
     if best is None:
         return None
     node_id, name, count, _rank = best
-    indices = [i for i in range(count) if i not in taken[node_id]][:need]
-    node = Node(
-        id=node_id, name=name, gpu_count=count, gpu_product=product, region_id=regions[node_id]
-    )
-    return node, indices
+    return Candidate(
+        node_id, name, count, regions[node_id], count - len(taken[node_id]), list(taken[node_id])
+    ).placement(offering)
 
 
-def _model_lock(offering: Offering) -> None:
+# How many best-fitting nodes one read returns for a concurrent order to try claiming: enough
+# for as many orders placing at the same moment, few enough to stay one small read.
+CANDIDATES = 8
+# The advisory-lock key space of node claims (pg_try_advisory_xact_lock(int, int)).
+_NODE_CLAIMS = 0x5E0D
+
+
+def _node_claim(node_id: str, *, wait: bool) -> bool:
+    """Claim a node for this transaction's placement (released at commit or rollback)."""
+    function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s, hashtext(%s))::text", [_NODE_CLAIMS, node_id])
+        answer = cursor.fetchone()[0]
+    return wait or answer == "true"
+
+
+def _model_lock(offering: Offering, *, shared: bool = False) -> None:
     # SQLite has no row locks (its IMMEDIATE transactions already serialise writers).
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock = ""
+    if connection.features.has_select_for_update:
+        lock = " FOR SHARE" if shared else " FOR UPDATE"
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT 1 FROM {GpuModel._meta.db_table} WHERE id = %s{lock}",  # noqa: S608
             [offering.gpu_model_id],
         )
+
+
+class Candidate(NamedTuple):
+    """A node an instance fits on now, as candidates() reads it."""
+
+    id: str
+    name: str
+    gpu_count: int
+    region_id: str
+    free: int
+    taken: list[int]
+
+    def placement(self, offering: Offering) -> tuple[Node, list[int]]:
+        """The node and the lowest free GPU indices an instance of `offering` gets on it."""
+        held = set(self.taken)
+        indices = [i for i in range(self.gpu_count) if i not in held][: offering.gpu_count]
+        node = Node(
+            id=self.id,
+            name=self.name,
+            gpu_count=self.gpu_count,
+            gpu_product=offering.gpu_model.product,
+            region_id=self.region_id,
+        )
+        return node, indices
+
+
+# One round trip, set-based: per node of the product (ready, in the cluster, in the region),
+# the GPU indices taken (allocated or lost) and what the pods holding its GPUs ask for (an
+# instance's offering, or an endpoint replica's: no local disk), then only the nodes the
+# instance fits on, best fit first (fewest GPUs left free, then a node holding the image, then
+# by id). Each node's figures are index lookups into its own rows (LATERAL), so the plan does
+# not hinge on the tables' statistics and the answer grows with the candidates asked for.
+_CANDIDATES_SQL = """
+SELECT n.id, n.name, n.gpu_count, n.region_id, n.gpu_count - t.count AS free, t.indices
+  FROM {node} n
+ CROSS JOIN LATERAL (
+   SELECT COUNT(*) AS count, COALESCE(ARRAY_AGG(gpu_index ORDER BY gpu_index), '{{}}') AS indices
+     FROM (SELECT gpu_index FROM {allocation} WHERE node_id = n.id
+           UNION
+           SELECT "index" FROM {gpu} WHERE node_id = n.id AND lost_at IS NOT NULL) gpus
+ ) t
+ CROSS JOIN LATERAL (
+   SELECT COALESCE(SUM(o.cpu_cores), 0) * 1000 AS cpu_m,
+          COALESCE(SUM(o.memory_gb), 0) * 1024 AS memory_mib,
+          COALESCE(SUM(CASE WHEN h.instance_id IS NULL THEN 0 ELSE o.local_disk_gb END), 0)
+            * 1024 AS ephemeral_mib,
+          COUNT(h.node_id) AS pods
+     FROM (SELECT DISTINCT node_id, instance_id, replica_id FROM {allocation}
+            WHERE node_id = n.id) h
+     LEFT JOIN {instance} i ON i.id = h.instance_id
+     LEFT JOIN {replica} r ON r.id = h.replica_id
+     LEFT JOIN {endpoint} e ON e.id = r.endpoint_id
+     JOIN {offering} o ON o.id = COALESCE(i.offering_id, e.offering_id)
+ ) u
+ WHERE n.state = %(state)s AND n.gpu_product = %(product)s AND (n.in_cluster OR %(any_node)s)
+   AND (%(region)s = '' OR n.region_id = %(region)s)
+   AND (%(only)s = '' OR n.id = %(only)s) AND NOT (n.id = ANY(%(skip)s))
+   AND (CASE WHEN %(whole)s THEN n.gpu_count = %(gpus)s AND t.count = 0
+             ELSE n.gpu_count - t.count >= %(gpus)s END)
+   AND (%(cpu_m)s = 0 OR n.allocatable_cpu_m IS NULL
+        OR n.allocatable_cpu_m - u.cpu_m >= %(cpu_m)s)
+   AND (%(memory_mib)s = 0 OR n.allocatable_memory_mib IS NULL
+        OR n.allocatable_memory_mib - u.memory_mib >= %(memory_mib)s)
+   AND (%(ephemeral_mib)s = 0 OR n.allocatable_ephemeral_mib IS NULL
+        OR n.allocatable_ephemeral_mib - u.ephemeral_mib >= %(ephemeral_mib)s)
+   AND (n.allocatable_pods IS NULL OR n.allocatable_pods - u.pods >= 1)
+ ORDER BY free,
+          NOT EXISTS (SELECT 1 FROM {node_image} ni
+                       WHERE ni.node_id = n.id AND ni.name = %(image)s),
+          n.id
+ LIMIT %(limit)s
+"""
+
+
+def candidates(
+    offering: Offering,
+    region: str = "",
+    *,
+    image: str = "",
+    limit: int = 1,
+    only: str = "",
+    skip: list[str] | None = None,
+) -> list[Candidate]:
+    """The nodes an instance of `offering` fits on now, best fit first (see choose()), at most
+    `limit`; only the node `only` when given, never those in `skip`. The caller holds the GPU
+    model's lock (and, placing concurrently, its claim on `only`)."""
+    sql = _CANDIDATES_SQL.format(**_tables())
+    want = needs(offering)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            {
+                "state": NodeState.READY,
+                "product": offering.gpu_model.product,
+                "any_node": not settings.KUBECONFIG,
+                "region": region,
+                "only": only,
+                "skip": list(skip or []),
+                "whole": offering.kind == OfferingKind.BARE_METAL,
+                "gpus": offering.gpu_count,
+                "cpu_m": want.cpu_m,
+                "memory_mib": want.memory_mib,
+                "ephemeral_mib": want.ephemeral_mib,
+                "image": kube.image_name(image) if image else "",
+                "limit": limit,
+            },
+        )
+        return [Candidate(*row) for row in cursor.fetchall()]
+
+
+def _tables() -> dict[str, str]:
+    # An inference endpoint's replicas hold GPUs too (their pods' CPU and memory count as
+    # well; no local disk). The tables are reached through the allocation's foreign key, not
+    # an import: endpoints sits above instances.
+    replica: Any = Allocation._meta.get_field("replica").related_model
+    endpoint: Any = replica._meta.get_field("endpoint").related_model
+    return {
+        "node_image": NodeImage._meta.db_table,
+        "node": Node._meta.db_table,
+        "allocation": Allocation._meta.db_table,
+        "gpu": Gpu._meta.db_table,
+        "instance": Instance._meta.db_table,
+        "offering": Offering._meta.db_table,
+        "replica": replica._meta.db_table,
+        "endpoint": endpoint._meta.db_table,
+    }
 
 
 class Gang(NamedTuple):
@@ -292,21 +480,7 @@ def capacity_of(
 ]:
     """capacity(), and the nodes among them that hold the container image `image` (by any
     of the names their kubelets list for it), in the same round trip."""
-    # An inference endpoint's replicas hold GPUs too (their pods' CPU and memory count as
-    # well; no local disk). The tables are reached through the allocation's foreign key, not
-    # an import: endpoints sits above instances.
-    replica: Any = Allocation._meta.get_field("replica").related_model
-    endpoint: Any = replica._meta.get_field("endpoint").related_model
-    sql = _CAPACITY_SQL.format(
-        node_image=NodeImage._meta.db_table,
-        node=Node._meta.db_table,
-        allocation=Allocation._meta.db_table,
-        gpu=Gpu._meta.db_table,
-        instance=Instance._meta.db_table,
-        offering=Offering._meta.db_table,
-        replica=replica._meta.db_table,
-        endpoint=endpoint._meta.db_table,
-    )
+    sql = _CAPACITY_SQL.format(**_tables())
     nodes, taken = [], defaultdict(set)
     allocatable: dict[str, Room] = {}
     regions: dict[str, str] = {}

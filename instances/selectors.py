@@ -8,7 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -294,17 +294,50 @@ def spend_per_hour_fen(
     cover); `exclude` leaves out one instance (the one whose runway is checked), and
     `exclude_cluster` the ranks of one cluster. With `trial`, at the trial prices, of the
     instances whose offering has one (what they would burn of trial credit)."""
+    rows = spend_rows(
+        tenant_ids, starting=starting, exclude=exclude, exclude_cluster=exclude_cluster
+    )
+    return {tenant: fen for tenant, cash, at_trial in rows if (fen := at_trial if trial else cash)}
+
+
+_SPEND_SQL = """
+SELECT i.tenant_id, CAST(SUM(o.price_per_hour_fen) AS BIGINT),
+       CAST(SUM(o.trial_price_per_hour_fen) AS BIGINT)
+  FROM {instance} i JOIN {offering} o ON o.id = i.offering_id
+ WHERE i.status IN ({statuses}) AND i.billing = %s {tenants}
+   AND i.id <> %s AND (i.cluster_id IS NULL OR i.cluster_id <> %s)
+ GROUP BY i.tenant_id
+"""
+
+
+def spend_rows(
+    tenant_ids: list[str] | None = None,
+    *,
+    starting: bool = False,
+    exclude: str = "",
+    exclude_cluster: str = "",
+) -> list[tuple[str, int | None, int | None]]:
+    """spend_per_hour_fen's figures, at the standard and at the trial prices together, per
+    tenant: (tenant_id, fen an hour, fen an hour at trial prices), either None when no
+    instance counts. One plain statement: a runway reads it under the wallet lock of every
+    order, and building it through the ORM cost more than running it."""
     statuses = (S.PROVISIONING, S.CHECKING, S.RUNNING) if starting else (S.RUNNING,)
-    rows = Instance.objects.filter(status__in=statuses, billing=BillingMode.HOURLY)
+    params: list[Any] = [*statuses, BillingMode.HOURLY]
+    tenants = ""
     if tenant_ids is not None:
-        rows = rows.filter(tenant_id__in=tenant_ids)
-    if exclude:
-        rows = rows.exclude(pk=exclude)
-    if exclude_cluster:
-        rows = rows.exclude(cluster_id=exclude_cluster)
-    price = "offering__trial_price_per_hour_fen" if trial else "offering__price_per_hour_fen"
-    totals = rows.values("tenant_id").annotate(fen=Sum(price))
-    return {row["tenant_id"]: row["fen"] for row in totals if row["fen"]}
+        if not tenant_ids:
+            return []
+        tenants = f"AND i.tenant_id IN ({', '.join(['%s'] * len(tenant_ids))})"
+        params += tenant_ids
+    sql = _SPEND_SQL.format(
+        instance=Instance._meta.db_table,
+        offering=Offering._meta.db_table,
+        statuses=", ".join(["%s"] * len(statuses)),
+        tenants=tenants,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, exclude, exclude_cluster])
+        return list(cursor.fetchall())
 
 
 @dataclass(frozen=True)
@@ -317,16 +350,18 @@ class Limits:
 
 
 def tenant_limits(tenant_id: str) -> Limits:
-    own = TenantLimits.objects.filter(tenant_id=tenant_id).first()
-
-    def pick(field: str, default: int) -> int:
-        value = getattr(own, field, None)
-        return default if value is None else value
-
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT max_queued_orders, max_running_gpus, trial_max_premium_gpus "  # noqa: S608
+            f"FROM {TenantLimits._meta.db_table} WHERE tenant_id = %s",
+            [tenant_id],
+        )
+        own = cursor.fetchone() or (None, None, None)
+    queued, gpus, premium = own
     return Limits(
-        max_queued_orders=pick("max_queued_orders", settings.MAX_QUEUED_ORDERS),
-        max_running_gpus=pick("max_running_gpus", settings.MAX_RUNNING_GPUS),
-        trial_max_premium_gpus=pick("trial_max_premium_gpus", settings.TRIAL_MAX_PREMIUM_GPUS),
+        max_queued_orders=settings.MAX_QUEUED_ORDERS if queued is None else queued,
+        max_running_gpus=settings.MAX_RUNNING_GPUS if gpus is None else gpus,
+        trial_max_premium_gpus=settings.TRIAL_MAX_PREMIUM_GPUS if premium is None else premium,
     )
 
 
@@ -340,20 +375,31 @@ class Usage:
     premium_gpus: int
 
 
+# a queued cluster is one order, whatever its node count
+_USAGE_SQL = """
+SELECT COUNT(*) FILTER (WHERE i.status = %s AND i.cluster_id IS NULL)
+         + COUNT(DISTINCT i.cluster_id) FILTER (WHERE i.status = %s),
+       COALESCE(SUM(o.gpu_count), 0),
+       COALESCE(SUM(o.gpu_count) FILTER (WHERE m.premium), 0)
+  FROM {instance} i
+  JOIN {offering} o ON o.id = i.offering_id
+  JOIN {gpu_model} m ON m.id = o.gpu_model_id
+ WHERE i.tenant_id = %s AND i.status IN ({statuses})
+"""
+
+
 def tenant_usage(tenant_id: str) -> Usage:
-    totals = Instance.objects.filter(
-        tenant_id=tenant_id, status__in=(*HOLDS_GPUS, S.QUEUED)
-    ).aggregate(
-        # a queued cluster is one order, whatever its node count
-        queued_instances=Count("pk", filter=Q(status=S.QUEUED, cluster__isnull=True)),
-        queued_clusters=Count("cluster", filter=Q(status=S.QUEUED), distinct=True),
-        gpus=Sum("offering__gpu_count", default=0),
-        premium_gpus=Sum(
-            "offering__gpu_count", filter=Q(offering__gpu_model__premium=True), default=0
-        ),
+    statuses = (*HOLDS_GPUS, S.QUEUED)
+    sql = _USAGE_SQL.format(
+        instance=Instance._meta.db_table,
+        offering=Offering._meta.db_table,
+        gpu_model=GpuModel._meta.db_table,
+        statuses=", ".join(["%s"] * len(statuses)),
     )
-    queued = totals.pop("queued_instances") + totals.pop("queued_clusters")
-    return Usage(queued=queued, **totals)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [S.QUEUED, S.QUEUED, tenant_id, *statuses])
+        queued, gpus, premium = cursor.fetchone()
+    return Usage(queued=int(queued), gpus=int(gpus), premium_gpus=int(premium))
 
 
 def premium_models() -> list[str]:

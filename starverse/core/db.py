@@ -1,15 +1,19 @@
 """Database helpers for the few hot paths that the ORM makes slow."""
 
 import io
+import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import OperationalError, connection, transaction
 from django.db.models import Field, Model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 BATCH = 20_000
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def bulk_set(model: type[Model], rows: list[tuple[Any, ...]], fields: list[str]) -> None:
@@ -108,3 +112,35 @@ def raw_datetime(value: Any) -> Any:
     if value is not None and timezone.is_naive(value):
         value = value.replace(tzinfo=UTC)
     return value
+
+
+DEADLOCK_DETECTED = "40P01"
+
+
+def is_deadlock(error: BaseException) -> bool:
+    """Whether PostgreSQL broke a deadlock by aborting this transaction (its detector picks
+    one of the two after deadlock_timeout); the transaction can simply be run again."""
+    cause = error.__cause__
+    return isinstance(error, OperationalError) and getattr(cause, "pgcode", None) == (
+        DEADLOCK_DETECTED
+    )
+
+
+def atomic_retrying(function: Callable[[], T], *, attempts: int = 3) -> T:
+    """Run `function` in its own transaction, again (from the start) when PostgreSQL aborted
+    it to break a deadlock: the standard answer to a detected deadlock, for the few
+    transactions whose lock order depends on what they find (a concurrent order claiming
+    nodes, instances.placement.choose). Inside another transaction it runs once, in a
+    savepoint: rolling back to a savepoint would not release the locks the deadlock is over."""
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            return function()
+    for attempt in range(attempts):
+        try:
+            with transaction.atomic():
+                return function()
+        except OperationalError as error:
+            if not is_deadlock(error) or attempt == attempts - 1:
+                raise
+            logger.info("db.deadlock_retried attempt=%d", attempt + 1)
+    raise AssertionError("unreachable")

@@ -485,7 +485,7 @@ def daemonset_replace(
             return _plain(
                 _guard(
                     "DaemonSet.replace",
-                    lambda: _apps().replace_namespaced_daemon_set(
+                    lambda body=body: _apps().replace_namespaced_daemon_set(
                         meta["name"], meta["namespace"], body, _request_timeout=TIMEOUT
                     ),
                 )
@@ -499,9 +499,7 @@ def daemonset_replace(
             if current is None:  # deleted meanwhile: the next converge creates it
                 break
             resource_version = current["metadata"]["resourceVersion"]
-            logger.info(
-                "kube.daemonset_conflict name=%s attempt=%d", meta["name"], attempt + 1
-            )
+            logger.info("kube.daemonset_conflict name=%s attempt=%d", meta["name"], attempt + 1)
     raise RetryableKubeError(f"DaemonSet {meta['name']}: changed meanwhile")
 
 
