@@ -537,10 +537,13 @@ def _less(room: Room, spent: list[int]) -> Room:
     return Room(*(None if have is None else have - s for have, s in zip(room, spent, strict=True)))
 
 
+def allocations(instance: Instance, node: Node, indices: list[int]) -> list[Allocation]:
+    """The allocation rows (unsaved) that give `instance` these GPUs of `node`."""
+    return [Allocation(node=node, gpu_index=i, instance=instance) for i in indices]
+
+
 def allocate(instance: Instance, node: Node, indices: list[int]) -> None:
-    Allocation.objects.bulk_create(
-        [Allocation(node=node, gpu_index=i, instance=instance) for i in indices]
-    )
+    Allocation.objects.bulk_create(allocations(instance, node, indices))
 
 
 def release(instance: Instance) -> None:

@@ -27,7 +27,8 @@ from fleet.models import DEFAULT_REGION, Node
 from instances.charges import bill_until, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.models import Instance, InstanceEvent
-from instances.placement import allocate, release
+from instances.placement import allocate, allocations, release
+from starverse.core.db import insert_together
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict
 from starverse.core.text import later
@@ -117,10 +118,9 @@ def instance_create(instance: Instance, *, placement: tuple[Node, list[int]] | N
             setattr(instance, key, value)
         placed = InstanceEvent(instance=instance, status=S.PROVISIONING, message=_placed(node))
         events.append(placed)
-    instance.save(force_insert=True)
-    InstanceEvent.objects.bulk_create(events)
+    held = [] if placement is None else allocations(instance, *placement)
+    insert_together([instance, *events, *held])  # one round trip: every order makes these
     if placement is not None:
-        allocate(instance, *placement)
         enqueue_on_commit("instances.tasks.provision_instance", instance.id)
 
 
