@@ -3,6 +3,7 @@
 from django.conf import settings
 
 from starverse.accounts.models import RecoveryCode, TotpDevice, User, UserSettings
+from starverse.core.db import first_row
 
 
 def totp_device_confirmed(user: User) -> TotpDevice | None:
@@ -26,4 +27,5 @@ def recovery_codes_left(user: User) -> int:
 
 def user_settings(user: User) -> UserSettings:
     """The user's settings: their row, or the defaults (unsaved) when they never changed any."""
-    return UserSettings.objects.filter(user_id=user.pk).first() or UserSettings(user_id=user.pk)
+    # a plain query: every order reads it
+    return first_row(UserSettings, "user_id = %s", [user.pk]) or UserSettings(user_id=user.pk)

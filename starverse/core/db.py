@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 
 BATCH = 20_000
 T = TypeVar("T")
+M = TypeVar("M", bound=Model)
 logger = logging.getLogger(__name__)
 
 
@@ -180,3 +181,38 @@ def insert_together(objects: list[Model]) -> None:
     for obj in objects:
         obj._state.adding = False
         obj._state.db = connection.alias
+
+
+def first_row(model: type[M], where: str, params: list[Any]) -> M | None:
+    """The first row of `model` matching a plain WHERE clause (of its own columns, by
+    placeholders), loaded as the ORM loads it: for reads every request or order makes, where
+    building the query through the ORM cost more than running it."""
+    fields = list(model._meta.concrete_fields)
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {columns} FROM {table} WHERE {where} LIMIT 1", params)  # noqa: S608
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = [
+        converter(value) for converter, value in zip(_converters(model, fields), row, strict=True)
+    ]
+    return model.from_db(connection.alias, [f.attname for f in fields], values)
+
+
+def _converters(model: type[Model], fields: list[Any]) -> list[Callable[[Any], Any]]:
+    """How each column's raw value becomes the field's Python value: the backend's and the
+    field's converters, as the ORM's compiler applies them."""
+    result: list[Callable[[Any], Any]] = []
+    for field in fields:
+        column = field.get_col(model._meta.db_table)
+        steps = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+
+        def convert(value: Any, steps: list[Any] = steps, column: Any = column) -> Any:
+            for step in steps:
+                value = step(value, column, connection)
+            return value
+
+        result.append(convert)
+    return result
