@@ -12,6 +12,9 @@ one stopped.
   `endpoint:{replica}:{session}:{minute}`; a pod that leaves Ready pays its started minute and
   its session closes. A replica that never became Ready costs nothing.
 - Releasing: a replica whose pod is gone gives its GPUs back.
+- Desired replicas: what the autoscaler (KEDA writes the Deployment's `spec.replicas`) or a
+  manual scale last asked for, read from the endpoints' Deployments with one list call per
+  namespace, as the pods are.
 - Running out: a charge the balance cannot pay scales the endpoint to zero
   (services.endpoint_suspend), never deletes it.
 - No model: an engine container that exited with MODEL_MISSING_EXIT (the engine image's
@@ -108,10 +111,14 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
         by_region.setdefault(endpoint_region(endpoint), set()).add(endpoint.k8s_namespace)
     targets = {r.name: region_target(r) for r in Region.objects.filter(name__in=list(by_region))}
     pods: list[tuple[str, dict[str, Any]]] = []
+    # what the autoscaler (or a manual scale) last wrote in each endpoint's Deployment
+    desired: dict[str, int] = {}
     for region, namespaces in sorted(by_region.items()):
         with _scope(targets, region):
             listed = kube.pods_labelled(sorted(namespaces), manifests.ENDPOINT_LABEL)
+            scales = kube.deployment_replicas(sorted(namespaces), manifests.ENDPOINT_LABEL)
         pods += [(region, pod) for pod in listed]
+        desired.update({name: replicas for (_namespace, name), replicas in scales.items()})
     replicas = {
         (r.endpoint_id, r.pod_name): r
         for r in EndpointReplica.objects.select_related("node").filter(
@@ -129,7 +136,7 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
         if key not in seen:
             _release(replica, now, result)
     _bill(now, result)
-    _statuses(endpoints.values(), ready_count, alive_count, stale)
+    _statuses(endpoints.values(), ready_count, alive_count, stale, desired)
     for endpoint_id in result.suspended:
         endpoint_suspend(endpoint_id=endpoint_id)
     by_id = {e.id: e for e in endpoints.values()}
@@ -356,11 +363,25 @@ def _bill(now: datetime, result: SyncResult) -> None:
 
 
 def _statuses(
-    endpoints: Any, ready_count: dict[str, int], alive_count: dict[str, int], stale: set[str]
+    endpoints: Any,
+    ready_count: dict[str, int],
+    alive_count: dict[str, int],
+    stale: set[str],
+    desired: dict[str, int],
 ) -> None:
     """Each endpoint's status from its pods: running with a Ready replica, scaled to zero with
-    none wanted, updating until its newest generation serves."""
+    none wanted, updating until its newest generation serves; its desired replicas from its
+    Deployment (the autoscaler's count, not the platform's last write)."""
     for endpoint in endpoints:
+        wanted = desired.get(endpoint.k8s_name)
+        if (
+            endpoint.status != S.DELETED
+            and wanted is not None
+            and wanted != endpoint.replicas_desired
+        ):
+            Endpoint.objects.filter(pk=endpoint.pk).exclude(status=S.DELETED).update(
+                replicas_desired=wanted
+            )
         ready, alive = ready_count.get(endpoint.id, 0), alive_count.get(endpoint.id, 0)
         status = endpoint.status
         if status in (S.DELETING, S.DELETED, S.FAILED):

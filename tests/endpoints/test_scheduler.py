@@ -5,9 +5,11 @@ billed per minute while Ready (and only then), and gives its GPUs back when it i
 import time
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
 from billing.models import LedgerTransaction
+from endpoints.manifests import route_hostname
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import endpoints_sync
@@ -153,3 +155,49 @@ def test_a_pod_placed_by_a_pass_that_stopped_before_binding_is_bound_by_the_next
     assert list(
         Allocation.objects.filter(replica__endpoint=endpoint).values_list("node", flat=True)
     ) == [node.pk]
+
+
+def _scale(endpoint):
+    deployment = kube.read("Deployment", endpoint.k8s_namespace, endpoint.k8s_name) or {}
+    return deployment["spec"]["replicas"]
+
+
+def test_desired_replicas_are_what_the_autoscaler_wrote(catalog, cluster, client_for):
+    """KEDA scales the Deployment, not the endpoint's row: each pass reads `spec.replicas`."""
+    from tests.devstack.test_kube_keda import Counts
+
+    endpoint = make_endpoint(make_user(), min_replicas=1, max_replicas=2)
+    endpoint_converge(endpoint.id)
+    endpoint.refresh_from_db()
+    api = client_for(endpoint.created_by)
+
+    def desired():
+        answer = api.get(f"/api/v1/endpoints/{endpoint.id}")
+        assert answer.status_code == 200, answer.content
+        return answer.json()["replicas"]["desired"]
+
+    endpoints_sync()
+    assert desired() == 1
+    counts = Counts()
+    try:
+        # 8 requests in flight at 4 a replica (ENDPOINT_TARGET_CONCURRENCY): 2, the max
+        counts.document = {route_hostname(endpoint.id): {"concurrency": 8}}
+        cluster.set_keda_queue_url(counts.url)
+        cluster.keda.refresh()
+        cluster.step(cluster.keda.polling_interval_s)
+        _until(lambda: _scale(endpoint) == 2)
+        assert desired() == 1  # the platform's own last write, until a pass reads the cluster
+        endpoints_sync()
+        assert desired() == 2
+        # idle for its scale-down period: back to the minimum
+        counts.document = {}
+        cluster.keda.refresh()
+        cluster.step(cluster.keda.polling_interval_s)
+        cluster.step(settings.ENDPOINT_SCALEDOWN_PERIOD_S)
+        _until(lambda: _scale(endpoint) == 1)
+        endpoints_sync()
+        assert desired() == 1
+    finally:
+        cluster.set_keda_queue_url(None)
+        counts.close()
+    assert Endpoint.objects.get(pk=endpoint.pk).replicas_desired == 1
