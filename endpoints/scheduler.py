@@ -36,7 +36,7 @@ from django.utils.translation import gettext_noop
 
 from billing.services import minute_charge_fen, usage_post_many
 from endpoints import manifests
-from endpoints.choices import EndpointStatus, SourceKind
+from endpoints.choices import LIVE, EndpointStatus, SourceKind
 from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.selectors import endpoint_region
@@ -93,9 +93,21 @@ def _when(value: Any) -> datetime | None:
     return parse_datetime(value) if isinstance(value, str) else None
 
 
+def _nothing_to_do() -> bool:
+    """No endpoint in a live state and no replica holding GPUs: one query over two partial
+    indexes (endpoint_live, endpoint_replica_held), so the beat costs next to nothing while
+    nobody serves a model. A failed or deleted endpoint's pods are its replicas until they
+    go, so those keep the pass running until their GPUs are given back."""
+    live = Endpoint.objects.filter(status__in=LIVE).values_list("pk")
+    held = EndpointReplica.objects.filter(gone_at__isnull=True).values_list("endpoint_id")
+    return not live.union(held, all=True).exists()
+
+
 def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     now = now or timezone.now()
     result = SyncResult()
+    if _nothing_to_do():
+        return result
     endpoints = {
         e.k8s_name: e
         for e in Endpoint.objects.select_related("offering__gpu_model", "source_disk")
