@@ -231,6 +231,7 @@ def test_a_replica_still_holding_gpus_keeps_the_pass_going(catalog, cluster):
         status="deleted", k8s_name="ep-x", k8s_namespace="tenant-x"
     )
     node = Node.objects.filter(gpu_product__icontains="H100").first()
+    assert node is not None
     replica = EndpointReplica.objects.create(endpoint=endpoint, pod_name="ep-x-1", node=node)
     Allocation.objects.create(node=node, gpu_index=0, replica=replica)
     mark = cluster.requests_total
