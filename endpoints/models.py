@@ -3,7 +3,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
-from endpoints.choices import EndpointStatus, Engine, SourceKind
+from endpoints.choices import LIVE, EndpointStatus, Engine, SourceKind
 from instances.models import Offering
 from starverse.core.ids import PublicIdField
 
@@ -72,6 +72,10 @@ class Endpoint(models.Model):
             # Its host name and objects carry the id in lower case (DNS has no case).
             models.UniqueConstraint(Lower("id"), name="endpoint_id_lower"),
         ]
+        indexes = [
+            # the scheduler's beat asks every second whether any endpoint is live
+            models.Index(fields=["status"], condition=Q(status__in=LIVE), name="endpoint_live"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} {self.name}"
@@ -126,6 +130,12 @@ class EndpointReplica(models.Model):
                 fields=["endpoint", "pod_name"],
                 name="endpoint_replica_pod",
             )
+        ]
+        indexes = [
+            # the replicas still holding GPUs: the scheduler's pass and its billing read these
+            models.Index(
+                fields=["endpoint"], condition=Q(gone_at__isnull=True), name="endpoint_replica_held"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -12,6 +12,9 @@ one stopped.
   `endpoint:{replica}:{session}:{minute}`; a pod that leaves Ready pays its started minute and
   its session closes. A replica that never became Ready costs nothing.
 - Releasing: a replica whose pod is gone gives its GPUs back.
+- Desired replicas: what the autoscaler (KEDA writes the Deployment's `spec.replicas`) or a
+  manual scale last asked for, read from the endpoints' Deployments with one list call per
+  namespace, as the pods are.
 - Running out: a charge the balance cannot pay scales the endpoint to zero
   (services.endpoint_suspend), never deletes it.
 - No model: an engine container that exited with MODEL_MISSING_EXIT (the engine image's
@@ -33,7 +36,7 @@ from django.utils.translation import gettext_noop
 
 from billing.services import minute_charge_fen, usage_post_many
 from endpoints import manifests
-from endpoints.choices import EndpointStatus, SourceKind
+from endpoints.choices import LIVE, EndpointStatus, SourceKind
 from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.selectors import endpoint_region
@@ -90,9 +93,21 @@ def _when(value: Any) -> datetime | None:
     return parse_datetime(value) if isinstance(value, str) else None
 
 
+def _nothing_to_do() -> bool:
+    """No endpoint in a live state and no replica holding GPUs: one query over two partial
+    indexes (endpoint_live, endpoint_replica_held), so the beat costs next to nothing while
+    nobody serves a model. A failed or deleted endpoint's pods are its replicas until they
+    go, so those keep the pass running until their GPUs are given back."""
+    live = Endpoint.objects.filter(status__in=LIVE).values_list("pk")
+    held = EndpointReplica.objects.filter(gone_at__isnull=True).values_list("endpoint_id")
+    return not live.union(held, all=True).exists()
+
+
 def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     now = now or timezone.now()
     result = SyncResult()
+    if _nothing_to_do():
+        return result
     endpoints = {
         e.k8s_name: e
         for e in Endpoint.objects.select_related("offering__gpu_model", "source_disk")
@@ -108,10 +123,14 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
         by_region.setdefault(endpoint_region(endpoint), set()).add(endpoint.k8s_namespace)
     targets = {r.name: region_target(r) for r in Region.objects.filter(name__in=list(by_region))}
     pods: list[tuple[str, dict[str, Any]]] = []
+    # what the autoscaler (or a manual scale) last wrote in each endpoint's Deployment
+    desired: dict[str, int] = {}
     for region, namespaces in sorted(by_region.items()):
         with _scope(targets, region):
             listed = kube.pods_labelled(sorted(namespaces), manifests.ENDPOINT_LABEL)
+            scales = kube.deployment_replicas(sorted(namespaces), manifests.ENDPOINT_LABEL)
         pods += [(region, pod) for pod in listed]
+        desired.update({name: replicas for (_namespace, name), replicas in scales.items()})
     replicas = {
         (r.endpoint_id, r.pod_name): r
         for r in EndpointReplica.objects.select_related("node").filter(
@@ -129,7 +148,7 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
         if key not in seen:
             _release(replica, now, result)
     _bill(now, result)
-    _statuses(endpoints.values(), ready_count, alive_count, stale)
+    _statuses(endpoints.values(), ready_count, alive_count, stale, desired)
     for endpoint_id in result.suspended:
         endpoint_suspend(endpoint_id=endpoint_id)
     by_id = {e.id: e for e in endpoints.values()}
@@ -356,11 +375,25 @@ def _bill(now: datetime, result: SyncResult) -> None:
 
 
 def _statuses(
-    endpoints: Any, ready_count: dict[str, int], alive_count: dict[str, int], stale: set[str]
+    endpoints: Any,
+    ready_count: dict[str, int],
+    alive_count: dict[str, int],
+    stale: set[str],
+    desired: dict[str, int],
 ) -> None:
     """Each endpoint's status from its pods: running with a Ready replica, scaled to zero with
-    none wanted, updating until its newest generation serves."""
+    none wanted, updating until its newest generation serves; its desired replicas from its
+    Deployment (the autoscaler's count, not the platform's last write)."""
     for endpoint in endpoints:
+        wanted = desired.get(endpoint.k8s_name)
+        if (
+            endpoint.status != S.DELETED
+            and wanted is not None
+            and wanted != endpoint.replicas_desired
+        ):
+            Endpoint.objects.filter(pk=endpoint.pk).exclude(status=S.DELETED).update(
+                replicas_desired=wanted
+            )
         ready, alive = ready_count.get(endpoint.id, 0), alive_count.get(endpoint.id, 0)
         status = endpoint.status
         if status in (S.DELETING, S.DELETED, S.FAILED):

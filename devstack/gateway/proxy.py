@@ -14,7 +14,8 @@ on the emulator's address).
 One thing it does that Envoy's check does not: it keeps a check's 2xx for AUTH_CACHE_S (2 s) per
 address and cookie, so a page's burst of requests costs one check. A revoked share link or a
 removed port therefore stops passing within those seconds here, at once in production. It does
-not carry WebSockets (nothing in an emulated pod speaks them). Development only: no TLS.
+not carry WebSockets (nothing in an emulated pod speaks them). Development only: no TLS. The
+HTTP on both sides, the clients' and the pod network's, is devstack.gateway.wire's.
 
 For inference endpoints' hosts (routes labelled ``starverse.io/endpoint``) it also plays the
 KEDA HTTP add-on's interceptor: the check there is the endpoint's API key (the request's
@@ -36,11 +37,15 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
-from multidict import CIMultiDict
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
+
+from .wire import Reply, Request, Server, Upstream, http_date
+from .wire import json_reply as _json
+from .wire import text_reply as _text
 
 log = logging.getLogger("devstack.gateway")
 AUTH_CACHE_S = 2.0
@@ -60,12 +65,14 @@ HOP_BY_HOP = {
 }
 # Set by the gateway itself on the way upstream.
 _REPLACED = {"host", "content-length", "x-forwarded-host", "x-forwarded-proto"}
+# Not passed back to the client: the gateway writes the body's length itself.
+_NOT_PASSED = HOP_BY_HOP | {"content-length"}
+# Methods whose requests carry no content unless they say so.
+BODILESS = {"GET", "HEAD", "DELETE", "OPTIONS", "TRACE"}
 # What the check's 2xx adds to the request upstream (Envoy Gateway's headersToBackend).
 TO_BACKEND = ("Authorization",)
 # What a refusal carries back to the browser.
 TO_CLIENT = ("Location", "Set-Cookie", "Content-Type", "Cache-Control", "WWW-Authenticate")
-MAX_BODY = 100 * 2**20
-UPSTREAM_TIMEOUT_S = 60.0
 ENDPOINT_LABEL = "starverse.io/endpoint"
 COLD_START_TIMEOUT_S = 300.0
 COLD_START_POLL_S = 0.05
@@ -83,6 +90,11 @@ class Backend:
     service: str
     port: int
     endpoint: bool = False
+
+    @cached_property
+    def upstream_host(self) -> str:
+        """The Service's name on the pod network, as cluster DNS has it."""
+        return f"{self.service}.{self.namespace}.svc.cluster.local:{self.port}"
 
 
 @dataclass
@@ -125,7 +137,7 @@ class DevGateway:
         self._routes_read_at = 0.0
         self._routes_lock: asyncio.Lock | None = None
         self._session: ClientSession | None = None
-        self._runner: web.ServerRunner | None = None
+        self._server: Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._refresher: asyncio.Task[None] | None = None
@@ -144,24 +156,14 @@ class DevGateway:
         self._session = ClientSession(
             connector=TCPConnector(limit=64), timeout=ClientTimeout(total=30, connect=5)
         )
-        # the low-level server: every path is the instance's, no router needed
-        loop = asyncio.get_running_loop()
-
-        def request(
-            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
-        ) -> web.BaseRequest:
-            return web.BaseRequest(
-                message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY
-            )
-
-        server = web.Server(self._handle, request_factory=request, access_log=None)
-        self._runner = web.ServerRunner(server, handle_signals=False)
-        await self._runner.setup()
+        # every path is the instance's: no router, one handler (devstack.gateway.wire)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
+        sock.listen(512)
         self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        self._server = Server(self._handle)
+        await self._server.start(sock)
         self._refresher = asyncio.create_task(self._refresh_routes_forever())
         log.info(
             "gateway started url=%s auth=%s cluster=%s note=%s",
@@ -176,11 +178,11 @@ class DevGateway:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refresher
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._server is not None:
+            await self._server.close()
         if self._session is not None:
             await self._session.close()
-        self._upstream.close()
+        await self._upstream.close()
         log.info("gateway stopped url=%s", self.url)
 
     def start(self) -> DevGateway:
@@ -225,19 +227,17 @@ class DevGateway:
 
     # --- one request ------------------------------------------------------------------------
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        host = request.headers.get("Host", "")
-        if request.headers.get("Upgrade", "").lower() == "websocket":
+    async def _handle(self, request: Request) -> Reply:
+        host = request.header("host")
+        hostname = host.partition(":")[0].lower()
+        if request.header("upgrade").lower() == "websocket":
             return _text(501, "The development gateway does not carry WebSockets.")
-        if request.path.startswith(ADMIN_PREFIX) and host.split(":")[0] in (
-            "127.0.0.1",
-            "localhost",
-        ):
+        if hostname in ("127.0.0.1", "localhost") and request.path.startswith(ADMIN_PREFIX):
             return self._admin(request.path[len(ADMIN_PREFIX) :])
         allowed = await self._authorize(request, host)
-        if isinstance(allowed, web.StreamResponse):
+        if isinstance(allowed, Reply):
             return allowed
-        backend = await self._backend(host.split(":")[0].lower())
+        backend = self._routes.get(hostname) or await self._backend(hostname)
         if backend is None:
             return _text(502, "No route to this address yet: try again in a moment.")
         if backend.endpoint:
@@ -246,10 +246,10 @@ class DevGateway:
 
     # --- inference endpoints: the KEDA interceptor's part -----------------------------------
 
-    def _admin(self, what: str) -> web.Response:
+    def _admin(self, what: str) -> Reply:
         if what == "queue":
             counts = {h: {"concurrency": s.concurrency} for h, s in self.hosts.items()}
-            return web.json_response(counts)
+            return _json(200, counts)
         if what == "stats":
             drained = {
                 h: {
@@ -262,12 +262,12 @@ class DevGateway:
             }
             for stats in self.hosts.values():
                 stats.requests, stats.tokens, stats.latencies_ms = 0, 0, []
-            return web.json_response(drained)
+            return _json(200, drained)
         return _text(404, "Unknown development gateway page.")
 
     async def _intercept(
-        self, request: web.BaseRequest, host: str, backend: Backend, added: dict[str, str]
-    ) -> web.StreamResponse:
+        self, request: Request, host: str, backend: Backend, added: dict[str, str]
+    ) -> Reply:
         """Count the request in flight for its host while it is held and served; hold it while
         the endpoint has no Ready replica (the autoscaler sees the count and starts one)."""
         hostname = host.split(":")[0].lower()
@@ -275,13 +275,13 @@ class DevGateway:
         stats.concurrency += 1
         started = time.monotonic()
         try:
-            message, head_only = await self._request_bytes(request, host, backend, added)
+            message, head_only = self._request_bytes(request, host, backend, added)
             while True:
                 try:
                     status, headers, payload = await self._upstream.exchange(
                         message, head_only=head_only
                     )
-                except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+                except (OSError, ValueError) as error:
                     log.warning("gateway.upstream_failed host=%s error=%s", host, error)
                     return _text(502, "The endpoint did not answer.")
                 starting = (status == 503 and NO_READY_POD in payload) or (
@@ -305,15 +305,13 @@ class DevGateway:
             del stats.latencies_ms[:5_000]
         if request.path.endswith("completions"):  # only these generate tokens
             stats.tokens += _completion_tokens(payload)
-        return _response(status, headers, payload)
+        return _response(status, headers, payload, head_only)
 
-    async def _authorize(
-        self, request: web.BaseRequest, host: str
-    ) -> dict[str, str] | web.StreamResponse:
+    async def _authorize(self, request: Request, host: str) -> dict[str, str] | Reply:
         """The headers to add upstream, or the console's refusal to hand back."""
         assert self._session is not None
-        cookie = request.headers.get("Cookie", "")
-        authorization = request.headers.get("Authorization", "")
+        cookie = request.header("cookie")
+        authorization = request.header("authorization")
         key = (host, cookie, authorization)
         now = time.monotonic()
         cached = self._allowed.get(key)
@@ -341,45 +339,45 @@ class DevGateway:
                         self._allowed.clear()
                     self._allowed[key] = (now + self.auth_cache_s, added)
                     return added
-                headers = CIMultiDict[str]()
-                for name in TO_CLIENT:
-                    for value in answer.headers.getall(name, []):
-                        headers.add(name, value)
-                return web.Response(status=answer.status, body=body, headers=headers)
+                headers = [
+                    (name, value) for name in TO_CLIENT for value in answer.headers.getall(name, [])
+                ]
+                return Reply(answer.status, [*headers, ("Date", http_date())], body)
         except (TimeoutError, ClientError) as error:
             log.warning("gateway.auth_unreachable url=%s error=%s", self.auth_url, error)
             return _text(502, "The console's authorization check cannot be reached.")
 
     async def _forward(
-        self, request: web.BaseRequest, host: str, backend: Backend, added: dict[str, str]
-    ) -> web.StreamResponse:
-        message, head_only = await self._request_bytes(request, host, backend, added)
+        self, request: Request, host: str, backend: Backend, added: dict[str, str]
+    ) -> Reply:
+        message, head_only = self._request_bytes(request, host, backend, added)
         try:
             status, headers, payload = await self._upstream.exchange(message, head_only=head_only)
-        except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+        except (OSError, ValueError) as error:
             log.warning("gateway.upstream_failed host=%s error=%s", host, error)
             return _text(502, "The instance did not answer.")
-        return _response(status, headers, payload)
+        return _response(status, headers, payload, head_only)
 
-    async def _request_bytes(
-        self, request: web.BaseRequest, host: str, backend: Backend, added: dict[str, str]
+    def _request_bytes(
+        self, request: Request, host: str, backend: Backend, added: dict[str, str]
     ) -> tuple[bytes, bool]:
-        """The request as it goes upstream, to the Service's DNS name on the pod network."""
+        """The request as it goes upstream, to the Service's DNS name on the pod network; a
+        request without a body and of a method that takes none gets no Content-Length (RFC
+        9110 §8.6)."""
+        replaced = _REPLACED | {name.lower() for name in added} if added else _REPLACED
         lines = [f"{request.method} {request.raw_path} HTTP/1.1"]
-        replaced = _REPLACED | {name.lower() for name in added}
-        for name, value in request.headers.items():
-            lowered = name.lower()
-            if lowered in HOP_BY_HOP or lowered in replaced:
-                continue
-            lines.append(f"{name}: {value}")
-        lines += [f"{name}: {value}" for name, value in added.items()]
-        body = await request.read() if request.body_exists else b""
         lines += [
-            f"Host: {backend.service}.{backend.namespace}.svc.cluster.local:{backend.port}",
-            f"X-Forwarded-Host: {host}",
-            "X-Forwarded-Proto: http",
-            f"Content-Length: {len(body)}",
+            f"{name}: {value}"
+            for name, value in request.headers
+            if name.lower() not in replaced and name.lower() not in HOP_BY_HOP
         ]
+        lines += [f"{name}: {value}" for name, value in added.items()]
+        lines.append(f"Host: {backend.upstream_host}")
+        lines.append(f"X-Forwarded-Host: {host}")
+        lines.append("X-Forwarded-Proto: http")
+        body = request.body
+        if body or request.method not in BODILESS:
+            lines.append(f"Content-Length: {len(body)}")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         return head + body, request.method == "HEAD"
 
@@ -421,82 +419,6 @@ class DevGateway:
             await asyncio.sleep(self.route_refresh_s)
 
 
-class Upstream:
-    """Kept-alive HTTP/1.1 connections to the cluster's pod network (the emulator), for the
-    proxied requests: a request is written as it came, the answer read by its Content-Length,
-    its chunks or the connection's end. Leaner than a general HTTP client, which at the
-    development gateway's rates cost as much as the rest of a request."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-
-    async def exchange(
-        self, request: bytes, *, head_only: bool
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
-        """(status, headers, body) of one request; a kept-alive connection the other side
-        closed meanwhile is replaced once, when nothing of the answer came yet."""
-        for attempt in (0, 1):
-            reused = bool(self._idle)
-            reader, writer = (
-                self._idle.pop() if reused else await asyncio.open_connection(self.host, self.port)
-            )
-            try:
-                async with asyncio.timeout(UPSTREAM_TIMEOUT_S):
-                    writer.write(request)
-                    status_line = await reader.readline()
-                    if not status_line:
-                        raise ConnectionResetError("closed before answering")
-                    status, headers, body, keep = await _read_answer(reader, status_line, head_only)
-            except (OSError, asyncio.IncompleteReadError, ValueError):
-                writer.close()
-                if reused and attempt == 0:
-                    continue
-                raise
-            if keep:
-                self._idle.append((reader, writer))
-            else:
-                writer.close()
-            return status, headers, body
-        raise ConnectionResetError("unreachable")  # the loop returns or raises
-
-    def close(self) -> None:
-        for _reader, writer in self._idle:
-            writer.close()
-        self._idle.clear()
-
-
-async def _read_answer(
-    reader: asyncio.StreamReader, status_line: bytes, head_only: bool
-) -> tuple[int, list[tuple[str, str]], bytes, bool]:
-    version, _sp, rest = status_line.decode("latin-1").partition(" ")
-    status = int(rest.split(" ", 1)[0])
-    headers: list[tuple[str, str]] = []
-    while True:
-        line = await reader.readline()
-        if line in (b"\r\n", b"\n", b""):
-            break
-        name, _colon, value = line.decode("latin-1").partition(":")
-        headers.append((name.strip(), value.strip()))
-    fields = {name.lower(): value for name, value in headers}
-    keep = fields.get("connection", "").lower() != "close" and version == "HTTP/1.1"
-    if head_only or status in (204, 304) or 100 <= status < 200:
-        return status, headers, b"", keep
-    if "chunked" in fields.get("transfer-encoding", "").lower():
-        body = bytearray()
-        while True:
-            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return status, headers, bytes(body), keep
-            body += await reader.readexactly(size)
-            await reader.readline()
-    if "content-length" in fields:
-        return status, headers, await reader.readexactly(int(fields["content-length"])), keep
-    return status, headers, await reader.read(), False
-
-
 def routes_table(routes: list[dict[str, Any]]) -> dict[str, Backend]:
     """Host name → the Service port of the first backend of the first rule, per HTTPRoute."""
     table: dict[str, Backend] = {}
@@ -517,21 +439,18 @@ def routes_table(routes: list[dict[str, Any]]) -> dict[str, Backend]:
     return table
 
 
-def _text(status: int, text: str) -> web.Response:
-    return web.Response(status=status, text=text + "\n", content_type="text/plain")
+def _response(
+    status: int, headers: list[tuple[str, str]], payload: bytes, head_only: bool
+) -> Reply:
+    """The upstream's answer as the client gets it: its own headers less the connection's (a
+    HEAD's Content-Length kept: it is the length a GET would have)."""
+    dropped = HOP_BY_HOP if head_only else _NOT_PASSED
+    return Reply(status, [(n, v) for n, v in headers if n.lower() not in dropped], payload)
 
 
-def _response(status: int, headers: list[tuple[str, str]], payload: bytes) -> web.Response:
-    back = CIMultiDict[str]()
-    for name, value in headers:
-        if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
-            back.add(name, value)
-    return web.Response(status=status, body=payload, headers=back)
-
-
-def _openai_error(status: int, message: str, code: str) -> web.Response:
+def _openai_error(status: int, message: str, code: str) -> Reply:
     error = {"message": message, "type": "server_error", "param": None, "code": code}
-    return web.json_response({"error": error}, status=status)
+    return _json(status, {"error": error})
 
 
 def _completion_tokens(payload: bytes) -> int:

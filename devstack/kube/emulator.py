@@ -342,6 +342,20 @@ class KubeEmulator:
         """How many exec sessions have been opened since the emulator started."""
         return self._ctx.execs.total
 
+    @property
+    def requests_total(self) -> int:
+        """How many API requests the server has received since it started (requests to
+        Services' ports on the emulated pod network are not API requests)."""
+        with self._ctx.lock:
+            return self._ctx.requests_total
+
+    def requests_since(self, mark: int) -> list[tuple[str, str]]:
+        """(method, path) of the API requests received after the first ``mark`` (a
+        ``requests_total`` read earlier), oldest first; only the latest 1,000 are kept."""
+        with self._ctx.lock:
+            newer = self._ctx.requests_total - mark
+            return list(self._ctx.request_log)[-newer:] if newer > 0 else []
+
     def reset(self) -> None:
         """Take the running emulator back to its seeded cluster, so that one emulator can serve
         test after test: objects created since are removed (watches see them deleted), seeded

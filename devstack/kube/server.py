@@ -12,6 +12,7 @@ import re
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -36,6 +37,7 @@ _LEGACY_BINDING = re.compile(r"^/api/v1/namespaces/([^/]+)/bindings/?$")
 _NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
 _POD_EXEC = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec/?$")
 SCALABLE = ("deployments", "replicasets")  # kinds with a scale subresource
+REQUEST_LOG = 1000  # the latest API requests kept for tests to read
 
 
 @dataclass
@@ -90,6 +92,9 @@ class ServerContext:
     authorizer: Authorizer | None = None  # RBAC, when the emulator was given users
     network: ServiceNetwork | None = None  # Services' ports (:mod:`.network`)
     execs: podexec.ExecRegistry = field(default_factory=podexec.ExecRegistry)
+    # API requests received (the Service network's aside), and the latest (method, path)
+    requests_total: int = 0
+    request_log: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
 
 
 @dataclass
@@ -192,6 +197,9 @@ class Handler(BaseHTTPRequestHandler):
         self._verb = ""
         self._resource = ""
         url = urlsplit(self.path)
+        with self.server.ctx.lock:
+            self.server.ctx.requests_total += 1
+            self.server.ctx.request_log.append((method, url.path))
         params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         raw = b""
         try:

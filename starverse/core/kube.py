@@ -883,6 +883,27 @@ def deployment_scale(namespace: str, name: str, replicas: int) -> None:
     )
 
 
+def deployment_replicas(namespaces: list[str], label_selector: str) -> dict[tuple[str, str], int]:
+    """(namespace, name) → `spec.replicas` of every Deployment these labels select in these
+    namespaces (what the autoscaler last wrote, or a manual scale): one list call per
+    namespace."""
+    apps = _apps()
+    return {
+        (item.metadata.namespace, item.metadata.name): _replicas(item.spec.replicas)
+        for namespace in namespaces
+        for item in _call(
+            "Deployment.list",
+            apps.list_namespaced_deployment,
+            namespace,
+            label_selector=label_selector,
+        ).items
+    }
+
+
+def _replicas(value: int | None) -> int:
+    return 1 if value is None else int(value)  # the API's default for an unset count
+
+
 def pods_labelled(namespaces: list[str], label_selector: str) -> list[dict[str, Any]]:
     """Every pod these labels select in these namespaces, as plain objects: one list call per
     namespace."""

@@ -7,7 +7,14 @@ from django.test import Client
 
 from endpoints.models import Endpoint, EndpointKey
 from instances.models import Offering
-from tests.factories import _seed_catalog, fund, make_endpoint, make_public_model, make_user
+from tests.factories import (
+    _seed_catalog,
+    fund,
+    make_disk,
+    make_endpoint,
+    make_public_model,
+    make_user,
+)
 
 
 @pytest.fixture
@@ -113,3 +120,55 @@ def test_another_tenants_endpoint_pages_are_404(owner):
     assert endpoint.status == "provisioning"
     assert EndpointKey.objects.filter(revoked_at__isnull=True).count() == 1
     assert endpoint.name not in stranger.get("/console/endpoints/").content.decode()
+
+
+def test_serve_this_is_offered_on_public_models_not_on_datasets(owner):
+    from datasets.models import PublicDataset
+
+    model = make_public_model()
+    PublicDataset.objects.create(
+        id="c4-en", name="C4", kind="dataset", directory="c4-en", size_bytes=1, licence="ODC-By"
+    )
+    page = _signed_in(owner).get("/console/datasets/").content.decode()
+    assert f'href="/console/endpoints/new/?dataset={model.pk}"' in page
+    assert "c4-en" in page
+    assert "?dataset=c4-en" not in page
+
+
+def test_serve_this_on_a_disk_opens_the_form_with_it_and_serves_the_folder(catalog):
+    from storage.provisioning import disk_ensure
+
+    owner = make_user()
+    fund(owner, 100_000)
+    disk = make_disk(owner)
+    disk_ensure(disk.id)
+    client = _signed_in(owner)
+    disks = client.get("/console/disks/").content.decode()
+    button = disks.index(f'<input type="hidden" name="disk" value="{disk.id}">')
+    assert 'action="/console/endpoints/new/"' in disks[button - 200 : button]
+    assert "Serve this" in disks[button : button + 200]
+
+    form = client.get(f"/console/endpoints/new/?disk={disk.id}").content.decode()
+    assert 'name="source_kind" value="disk" checked' in form
+    assert f'name="disk" value="{disk.id}"' in form
+    answer = client.post(
+        "/console/endpoints/new/",
+        {
+            "name": "sft",
+            "source_kind": "disk",
+            "disk": disk.id,
+            "path": "checkpoints/final",
+            "engine": "vllm",
+            "offering": Offering.objects.get(name="1× H100 80GB SXM").id,
+            "min_replicas": "1",
+            "max_replicas": "1",
+        },
+    )
+    endpoint = Endpoint.objects.get()
+    assert answer.status_code == 302, answer.content.decode()[:500]
+    assert (endpoint.source_kind, endpoint.source_disk_id, endpoint.source_path) == (
+        "disk",
+        disk.id,
+        "checkpoints/final",
+    )
+    assert endpoint.source_claim == disk.k8s_name

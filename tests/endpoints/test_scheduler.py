@@ -5,12 +5,14 @@ billed per minute while Ready (and only then), and gives its GPUs back when it i
 import time
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
 from billing.models import LedgerTransaction
+from endpoints.manifests import route_hostname
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
-from endpoints.scheduler import endpoints_sync
+from endpoints.scheduler import SyncResult, endpoints_sync
 from endpoints.services import endpoint_change
 from fleet.models import Allocation
 from starverse.core import kube
@@ -153,3 +155,116 @@ def test_a_pod_placed_by_a_pass_that_stopped_before_binding_is_bound_by_the_next
     assert list(
         Allocation.objects.filter(replica__endpoint=endpoint).values_list("node", flat=True)
     ) == [node.pk]
+
+
+def _scale(endpoint):
+    deployment = kube.read("Deployment", endpoint.k8s_namespace, endpoint.k8s_name) or {}
+    return deployment["spec"]["replicas"]
+
+
+def test_desired_replicas_are_what_the_autoscaler_wrote(catalog, cluster, client_for):
+    """KEDA scales the Deployment, not the endpoint's row: each pass reads `spec.replicas`."""
+    from tests.devstack.test_kube_keda import Counts
+
+    endpoint = make_endpoint(make_user(), min_replicas=1, max_replicas=2)
+    endpoint_converge(endpoint.id)
+    endpoint.refresh_from_db()
+    api = client_for(endpoint.created_by)
+
+    def desired():
+        answer = api.get(f"/api/v1/endpoints/{endpoint.id}")
+        assert answer.status_code == 200, answer.content
+        return answer.json()["replicas"]["desired"]
+
+    endpoints_sync()
+    assert desired() == 1
+    counts = Counts()
+    try:
+        # 8 requests in flight at 4 a replica (ENDPOINT_TARGET_CONCURRENCY): 2, the max
+        counts.document = {route_hostname(endpoint.id): {"concurrency": 8}}
+        cluster.set_keda_queue_url(counts.url)
+        cluster.keda.refresh()
+        cluster.step(cluster.keda.polling_interval_s)
+        _until(lambda: _scale(endpoint) == 2)
+        assert desired() == 1  # the platform's own last write, until a pass reads the cluster
+        endpoints_sync()
+        assert desired() == 2
+        # idle for its scale-down period: back to the minimum
+        counts.document = {}
+        cluster.keda.refresh()
+        cluster.step(cluster.keda.polling_interval_s)
+        cluster.step(settings.ENDPOINT_SCALEDOWN_PERIOD_S)
+        _until(lambda: _scale(endpoint) == 1)
+        endpoints_sync()
+        assert desired() == 1
+    finally:
+        cluster.set_keda_queue_url(None)
+        counts.close()
+    assert Endpoint.objects.get(pk=endpoint.pk).replicas_desired == 1
+
+
+def test_with_no_live_endpoint_a_pass_is_one_query_and_asks_the_cluster_nothing(
+    catalog, cluster, django_assert_num_queries
+):
+    user = make_user()
+    # nothing to serve: one failed, one deleted whose replica is gone, one deleting
+    failed, deleted, deleting = (make_endpoint(user, name=n) for n in ("a", "b", "c"))
+    for endpoint, status in ((failed, "failed"), (deleted, "deleted"), (deleting, "deleting")):
+        Endpoint.objects.filter(pk=endpoint.pk).update(
+            status=status, k8s_name=f"ep-{endpoint.name}", k8s_namespace="tenant-x"
+        )
+    EndpointReplica.objects.create(endpoint=deleted, pod_name="gone", gone_at=timezone.now())
+    mark = cluster.requests_total
+    with django_assert_num_queries(1):
+        result = endpoints_sync()
+    assert result == SyncResult()
+    assert cluster.requests_since(mark) == []
+    assert cluster.requests_total == mark
+
+
+def test_a_replica_still_holding_gpus_keeps_the_pass_going(catalog, cluster):
+    """A deleted endpoint whose pod is gone gives its GPUs back on the next pass."""
+    from fleet.models import Node
+
+    endpoint = make_endpoint(make_user())
+    Endpoint.objects.filter(pk=endpoint.pk).update(
+        status="deleted", k8s_name="ep-x", k8s_namespace="tenant-x"
+    )
+    node = Node.objects.filter(gpu_product__icontains="H100").first()
+    assert node is not None
+    replica = EndpointReplica.objects.create(endpoint=endpoint, pod_name="ep-x-1", node=node)
+    Allocation.objects.create(node=node, gpu_index=0, replica=replica)
+    mark = cluster.requests_total
+    result = endpoints_sync()
+    assert result.released == ["ep-x-1"]
+    assert not Allocation.objects.filter(replica=replica).exists()
+    assert cluster.requests_since(mark) == [
+        ("GET", "/api/v1/namespaces/tenant-x/pods"),
+        ("GET", "/apis/apps/v1/namespaces/tenant-x/deployments"),
+    ]
+
+
+def test_a_pass_lists_pods_and_deployments_once_a_namespace_however_many_endpoints(
+    catalog, cluster
+):
+    user = make_user()
+    first = make_endpoint(user, name="one", min_replicas=1, max_replicas=1)
+    second = make_endpoint(user, name="two", min_replicas=1, max_replicas=1)
+    for endpoint in (first, second):
+        endpoint_converge(endpoint.id)
+        endpoint.refresh_from_db()
+
+    def both_running():
+        endpoints_sync()
+        return set(
+            Endpoint.objects.filter(pk__in=[first.pk, second.pk]).values_list("status", flat=True)
+        ) == {"running"}
+
+    _until(both_running)
+    namespace = first.k8s_namespace
+    mark = cluster.requests_total
+    endpoints_sync()
+    assert cluster.requests_since(mark) == [
+        ("GET", f"/api/v1/namespaces/{namespace}/pods"),
+        ("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments"),
+    ]

@@ -9,10 +9,12 @@ from endpoints.models import Endpoint
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_change, endpoint_create
+from instances.lifecycle import instance_order
+from instances.provisioning import converge
 from starverse.core import kube
 from storage.models import Disk
 from storage.provisioning import disk_ensure
-from tests.factories import fund, make_disk, make_user, read_existing
+from tests.factories import converge_until, fund, make_disk, make_user, read_existing
 
 
 def _converged(endpoint_id, timeout=10.0):
@@ -109,3 +111,57 @@ def test_a_snapshot_of_a_missing_claim_fails_the_endpoint(catalog):
     assert endpoint.status == "failed"
     assert "snapshot" in endpoint.error_message
     assert kube.read("Deployment", endpoint.k8s_namespace, endpoint.k8s_name) is None
+
+
+def test_a_disk_a_running_instance_writes_to_is_served_through_the_api(catalog, client_for):
+    """Fine-tune on an instance writing to a cloud disk, then serve the disk: the snapshot is
+    taken of the attached claim while training goes on, and the endpoint runs."""
+    user = make_user()
+    fund(user, 1_000_000)
+    disk = make_disk(user)
+    disk_ensure(disk.id)
+    instance, _ = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id="pytorch-2.1", disks=[disk.id]
+    )
+    assert converge_until(converge.provision, instance.id) == "running"
+    instance.refresh_from_db()
+    disk.refresh_from_db()
+    pod = read_existing("Pod", instance.k8s_namespace, instance.k8s_name)
+    claims = [
+        (v.get("persistentVolumeClaim") or {}).get("claimName") for v in pod["spec"]["volumes"]
+    ]
+    assert disk.k8s_name in claims  # the training writes its checkpoints there
+
+    answer = client_for(user).post(
+        "/api/v1/endpoints",
+        {
+            "name": "sft",
+            "source": {"disk": disk.id, "path": "checkpoints/final"},
+            "engine": "vllm",
+            "offering": catalog["h100x1"].id,
+            "min_replicas": 1,
+            "max_replicas": 1,
+        },
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="serve-the-checkpoint",
+    )
+    assert answer.status_code == 202, answer.content
+    assert answer.json()["source"] == {"disk": disk.id, "path": "checkpoints/final"}
+    endpoint = Endpoint.objects.get(pk=answer.json()["id"])
+    assert _converged(endpoint.id) == "converged"
+    endpoint.refresh_from_db()
+    snapshot = read_existing(
+        "VolumeSnapshot", endpoint.k8s_namespace, manifests.snapshot_name(endpoint.id, 1)
+    )
+    assert snapshot["spec"]["source"] == {"persistentVolumeClaimName": disk.k8s_name}
+    deadline = time.monotonic() + 10
+    while Endpoint.objects.get(pk=endpoint.pk).status != "running":
+        assert time.monotonic() < deadline, "the endpoint never ran"
+        endpoints_sync()
+        time.sleep(0.05)
+    shown = client_for(user).get(f"/api/v1/endpoints/{endpoint.id}").json()
+    assert (shown["status"], shown["replicas"]["ready"]) == ("running", 1)
+    # the training goes on: the disk stays attached to the running instance
+    disk.refresh_from_db()
+    instance.refresh_from_db()
+    assert (disk.status, disk.instance_id, instance.status) == ("attached", instance.id, "running")
