@@ -142,28 +142,32 @@ def choose(
         return found[0].placement(offering) if found else None
     _model_lock(offering, shared=True)
     tried: list[str] = []
+    busy: list[str] = []
     while True:
         found = candidates(offering, region, image=image, limit=CANDIDATES, skip=tried)
         if not found:
-            return None
-        busy = []
-        for candidate in found:
-            tried.append(candidate.id)
-            if not _node_claim(candidate.id, wait=False):
-                busy.append(candidate)
-                continue
-            fresh = candidates(offering, region, image=image, limit=1, only=candidate.id)
+            break
+        ids = [candidate.id for candidate in found]
+        tried += ids
+        while ids:
+            index = _claim_first(ids)
+            if index is None:
+                busy += ids
+                break
+            busy += ids[:index]
+            fresh = candidates(offering, region, image=image, limit=1, only=ids[index])
             if fresh:
                 return fresh[0].placement(offering)
-        # Every fitting node we could claim at once was taken meanwhile; the ones other orders
-        # are placing on may still have room once they commit: wait for those, in id order
-        # (a deadlock with another order doing the same is retried by the caller's
-        # transaction: instance_order).
-        for candidate in sorted(busy, key=lambda c: c.id):
-            _node_claim(candidate.id, wait=True)
-            fresh = candidates(offering, region, image=image, limit=1, only=candidate.id)
-            if fresh:
-                return fresh[0].placement(offering)
+            ids = ids[index + 1 :]  # taken meanwhile: on to the next that fits
+    # Every node that fits is being placed on by other orders (or filled meanwhile): they may
+    # still have room once those commit. Wait for them, in id order (a deadlock with another
+    # order doing the same is retried by the caller's transaction: instance_order).
+    for node_id in sorted(busy):
+        _node_claim(node_id)
+        fresh = candidates(offering, region, image=image, limit=1, only=node_id)
+        if fresh:
+            return fresh[0].placement(offering)
+    return None
 
 
 def choose_by_scan(
@@ -195,20 +199,39 @@ def choose_by_scan(
     ).placement(offering)
 
 
-# How many best-fitting nodes one read returns for a concurrent order to try claiming: enough
-# for as many orders placing at the same moment, few enough to stay one small read.
-CANDIDATES = 8
-# The advisory-lock key space of node claims (pg_try_advisory_xact_lock(int, int)).
+# How many best-fitting nodes one read returns for a concurrent order to try claiming: about
+# as many orders as place at the same moment, few enough to stay one small read.
+CANDIDATES = 16
+# The advisory-lock key space of node claims (pg_advisory_xact_lock(int, int)).
 _NODE_CLAIMS = 0x5E0D
 
+# The first of the nodes (an array, best first) that no other transaction has claimed, claimed
+# now: one round trip however many are busy. The recursive query tries them strictly in turn
+# and stops at the first it gets, so it never holds a node it does not use.
+_CLAIM_FIRST_SQL = """
+WITH RECURSIVE attempt(n, got) AS (
+  SELECT 0, FALSE
+  UNION ALL
+  SELECT n + 1, pg_try_advisory_xact_lock(%(space)s, hashtext((%(ids)s::text[])[n + 1]))
+    FROM attempt WHERE NOT got AND n < cardinality(%(ids)s::text[])
+)
+SELECT n FROM attempt WHERE got
+"""
 
-def _node_claim(node_id: str, *, wait: bool) -> bool:
-    """Claim a node for this transaction's placement (released at commit or rollback)."""
-    function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+
+def _claim_first(node_ids: list[str]) -> int | None:
+    """Claim the first node of `node_ids` no other transaction holds (released at commit or
+    rollback): its index, or None when every one is held."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {function}(%s, hashtext(%s))::text", [_NODE_CLAIMS, node_id])
-        answer = cursor.fetchone()[0]
-    return wait or answer == "true"
+        cursor.execute(_CLAIM_FIRST_SQL, {"space": _NODE_CLAIMS, "ids": node_ids})
+        row = cursor.fetchone()
+    return None if row is None else row[0] - 1
+
+
+def _node_claim(node_id: str) -> None:
+    """Claim a node, waiting for the transaction that holds it to end."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_NODE_CLAIMS, node_id])
 
 
 def _model_lock(offering: Offering, *, shared: bool = False) -> None:

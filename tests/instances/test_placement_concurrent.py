@@ -189,3 +189,40 @@ def test_a_transaction_that_deadlocks_runs_again(transactional_db):
 
     assert run_threads(2, crossing) == ["done", "done"]
     assert sorted(tries) == [1, 2]  # one of them was aborted once and ran again
+
+
+@pytest.mark.postgres
+def test_claiming_the_first_free_node_takes_exactly_that_one(transactional_db):
+    held, release = threading.Event(), threading.Event()
+
+    def other(node_ids: list[str]) -> Any:
+        try:
+            with transaction.atomic():
+                got = placement._claim_first(node_ids)
+                held.set()
+                release.wait(timeout=10)
+                return got
+        finally:
+            connection.close()
+
+    answers: list[Any] = []
+    holder = threading.Thread(target=lambda: answers.append(other(["a"])))
+    holder.start()
+    assert held.wait(timeout=10)
+    try:
+        with transaction.atomic():
+            assert placement._claim_first(["a", "b", "c"]) == 1  # "a" is held: "b"
+            with transaction.atomic():
+                assert placement._claim_first(["a", "b"]) == 1  # ours already: "b" again
+        # "c" was never claimed by the first call: a third transaction gets it at once
+        checked = run_threads(1, lambda _i: _claim_in_own_transaction(["a", "c"]))
+        assert checked == [1]
+    finally:
+        release.set()
+        holder.join(timeout=10)
+    assert answers == [0]
+
+
+def _claim_in_own_transaction(node_ids: list[str]) -> Any:
+    with transaction.atomic():
+        return placement._claim_first(node_ids)
