@@ -14,6 +14,7 @@ from fleet.models import Allocation, Gpu, GpuModel, Node, NodeImage
 from instances.choices import OfferingKind
 from instances.models import Instance, Offering
 from starverse.core import kube
+from starverse.core.db import execute_prepared
 
 
 class Room(NamedTuple):
@@ -333,7 +334,9 @@ def candidates(
     sql = _CANDIDATES_SQL.format(**_tables())
     want = needs(offering)
     with connection.cursor() as cursor:
-        cursor.execute(
+        execute_prepared(
+            cursor,
+            "sv_candidates",
             sql,
             {
                 "state": NodeState.READY,

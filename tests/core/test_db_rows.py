@@ -1,12 +1,13 @@
 """The plain-SQL helpers of the hot paths load and write rows exactly as the ORM does."""
 
-from django.db import transaction
+import pytest
+from django.db import connection, transaction
 from django.forms.models import model_to_dict
 
 from fleet.models import Node
 from instances.models import Instance, InstanceEvent
 from starverse.accounts.models import UserSettings
-from starverse.core.db import first_row, insert_together
+from starverse.core.db import execute_prepared, first_row, insert_together
 from tests.factories import make_user
 
 
@@ -45,3 +46,33 @@ def test_insert_together_writes_parent_and_children_in_one_statement(db, catalog
     assert stored.created_at == instance.created_at  # the defaults save() would write
     assert (stored.status, stored.name, instance._state.adding) == ("queued", "one", False)
     assert list(stored.events.values_list("status", "message")) == [("queued", "Ordered.")]
+
+
+def _prepared_names() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'sv_test%%'")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.postgres
+def test_a_prepared_statement_is_planned_once_a_session_and_again_on_a_new_one(
+    transactional_db, settings
+):
+    sql = "SELECT %(a)s::int + %(b)s::int, %(a)s::int"
+    with connection.cursor() as cursor:
+        execute_prepared(cursor, "sv_test_sum", sql, {"a": 2, "b": 3})
+        assert cursor.fetchone() == (5, 2)
+        execute_prepared(cursor, "sv_test_sum", sql, {"a": 10, "b": 1})
+        assert cursor.fetchone() == (11, 10)
+    assert len(_prepared_names()) == 1
+    connection.close()  # a new session knows nothing of it: it is prepared again
+    with connection.cursor() as cursor:
+        execute_prepared(cursor, "sv_test_sum", sql, {"a": 1, "b": 1})
+        assert cursor.fetchone() == (2, 1)
+    assert len(_prepared_names()) == 1
+
+    settings.DB_PREPARED_STATEMENTS = False
+    with connection.cursor() as cursor:
+        execute_prepared(cursor, "sv_test_other", sql, {"a": 4, "b": 4})
+        assert cursor.fetchone() == (8, 4)
+    assert len(_prepared_names()) == 1  # only the first: the second ran as written
