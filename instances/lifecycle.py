@@ -55,7 +55,7 @@ from instances.states import (
 )
 from instances.volumes import disks_attach_at_order
 from starverse.accounts.models import SshKey
-from starverse.core.db import atomic_retrying
+from starverse.core.db import atomic_retrying, execute_prepared
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import (
     Conflict,
@@ -86,15 +86,17 @@ def _waiting(product: str, region_id: str | None = None) -> Q:
 def anyone_waiting(product: str, region_id: str | None = None) -> bool:
     """Whether an order waits that a new order for `product` must queue behind (_waiting), by
     one plain query: every order asks it."""
-    region = "AND (i.region_id = %s OR i.region_id IS NULL)" if region_id else ""
     with connection.cursor() as cursor:
-        cursor.execute(
+        execute_prepared(
+            cursor,
+            "sv_waiting",
             f"SELECT 1 FROM {Instance._meta.db_table} i "  # noqa: S608
             f"JOIN {Offering._meta.db_table} o ON o.id = i.offering_id "
             f"JOIN {GpuModel._meta.db_table} m ON m.id = o.gpu_model_id "
-            "WHERE i.status = %s AND m.product = %s AND i.unfunded_since IS NULL "
-            f"{region} LIMIT 1",
-            [S.QUEUED, product, *([region_id] if region_id else [])],
+            "WHERE i.status = %(queued)s AND m.product = %(product)s "
+            "AND i.unfunded_since IS NULL "
+            "AND (%(region)s = '' OR i.region_id = %(region)s OR i.region_id IS NULL) LIMIT 1",
+            {"queued": S.QUEUED, "product": product, "region": region_id or ""},
         )
         return cursor.fetchone() is not None
 

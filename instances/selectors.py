@@ -18,7 +18,7 @@ from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingK
 from instances.models import Image, Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
 from starverse.core import kube
-from starverse.core.db import raw_datetime
+from starverse.core.db import execute_prepared, raw_datetime
 from starverse.core.text import localized
 
 S = InstanceStatus
@@ -304,8 +304,8 @@ _SPEND_SQL = """
 SELECT i.tenant_id, CAST(SUM(o.price_per_hour_fen) AS BIGINT),
        CAST(SUM(o.trial_price_per_hour_fen) AS BIGINT)
   FROM {instance} i JOIN {offering} o ON o.id = i.offering_id
- WHERE i.status IN ({statuses}) AND i.billing = %s {tenants}
-   AND i.id <> %s AND (i.cluster_id IS NULL OR i.cluster_id <> %s)
+ WHERE i.status IN ({statuses}) AND i.billing = %(hourly)s {tenants}
+   AND i.id <> %(exclude)s AND (i.cluster_id IS NULL OR i.cluster_id <> %(cluster)s)
  GROUP BY i.tenant_id
 """
 
@@ -319,24 +319,31 @@ def spend_rows(
 ) -> list[tuple[str, int | None, int | None]]:
     """spend_per_hour_fen's figures, at the standard and at the trial prices together, per
     tenant: (tenant_id, fen an hour, fen an hour at trial prices), either None when no
-    instance counts. One plain statement: a runway reads it under the wallet lock of every
-    order, and building it through the ORM cost more than running it."""
+    instance counts. One plain statement (prepared for one tenant: a runway reads it under the
+    wallet lock of every order, and building it through the ORM cost more than running it)."""
     statuses = (S.PROVISIONING, S.CHECKING, S.RUNNING) if starting else (S.RUNNING,)
-    params: list[Any] = [*statuses, BillingMode.HOURLY]
+    params: dict[str, Any] = {"hourly": BillingMode.HOURLY, "exclude": exclude}
+    params["cluster"] = exclude_cluster
+    params.update({f"s{n}": status for n, status in enumerate(statuses)})
     tenants = ""
     if tenant_ids is not None:
         if not tenant_ids:
             return []
-        tenants = f"AND i.tenant_id IN ({', '.join(['%s'] * len(tenant_ids))})"
-        params += tenant_ids
+        tenants = "AND i.tenant_id IN ({})".format(
+            ", ".join(f"%(t{n})s" for n in range(len(tenant_ids)))
+        )
+        params.update({f"t{n}": tenant for n, tenant in enumerate(tenant_ids)})
     sql = _SPEND_SQL.format(
         instance=Instance._meta.db_table,
         offering=Offering._meta.db_table,
-        statuses=", ".join(["%s"] * len(statuses)),
+        statuses=", ".join(f"%(s{n})s" for n in range(len(statuses))),
         tenants=tenants,
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, exclude, exclude_cluster])
+        if tenant_ids is not None and len(tenant_ids) == 1:
+            execute_prepared(cursor, f"sv_spend_{len(statuses)}", sql, params)
+        else:
+            cursor.execute(sql, params)
         return list(cursor.fetchall())
 
 
@@ -377,14 +384,14 @@ class Usage:
 
 # a queued cluster is one order, whatever its node count
 _USAGE_SQL = """
-SELECT COUNT(*) FILTER (WHERE i.status = %s AND i.cluster_id IS NULL)
-         + COUNT(DISTINCT i.cluster_id) FILTER (WHERE i.status = %s),
+SELECT COUNT(*) FILTER (WHERE i.status = %(queued)s AND i.cluster_id IS NULL)
+         + COUNT(DISTINCT i.cluster_id) FILTER (WHERE i.status = %(queued)s),
        COALESCE(SUM(o.gpu_count), 0),
        COALESCE(SUM(o.gpu_count) FILTER (WHERE m.premium), 0)
   FROM {instance} i
   JOIN {offering} o ON o.id = i.offering_id
   JOIN {gpu_model} m ON m.id = o.gpu_model_id
- WHERE i.tenant_id = %s AND i.status IN ({statuses})
+ WHERE i.tenant_id = %(tenant)s AND i.status IN ({statuses})
 """
 
 
@@ -394,10 +401,12 @@ def tenant_usage(tenant_id: str) -> Usage:
         instance=Instance._meta.db_table,
         offering=Offering._meta.db_table,
         gpu_model=GpuModel._meta.db_table,
-        statuses=", ".join(["%s"] * len(statuses)),
+        statuses=", ".join(f"%(s{n})s" for n in range(len(statuses))),
     )
+    params = {"queued": S.QUEUED, "tenant": tenant_id}
+    params.update({f"s{n}": status for n, status in enumerate(statuses)})
     with connection.cursor() as cursor:
-        cursor.execute(sql, [S.QUEUED, S.QUEUED, tenant_id, *statuses])
+        execute_prepared(cursor, "sv_usage", sql, params)
         queued, gpus, premium = cursor.fetchone()
     return Usage(queued=int(queued), gpus=int(gpus), premium_gpus=int(premium))
 
