@@ -62,14 +62,19 @@ def _fill(rng: random.Random, user: Any, offerings: list[Offering]) -> None:
             if found is None:
                 misses += 1
                 continue
-            instance = Instance.objects.create(
-                tenant_id=user.tenant_id,
-                created_by=user,
-                offering=offering,
-                image_id="pytorch-2.1",
-                status="running",
-            )
-            placement.allocate(instance, *found)
+            _hold(user, offering, found, "running")
+
+
+def _hold(user: Any, offering: Offering, found: Any, status: str) -> None:
+    """An instance of `offering` holding the GPUs placement found, as an order leaves it."""
+    instance = Instance.objects.create(
+        tenant_id=user.tenant_id,
+        created_by=user,
+        offering=offering,
+        image_id="pytorch-2.1",
+        status=status,
+    )
+    placement.allocate(instance, *found)
 
 
 def _answers(offering: Offering, region: str) -> tuple[Any, Any]:
@@ -149,14 +154,7 @@ def test_an_order_waits_for_the_only_node_with_room_and_reads_it_again(transacti
             found = placement.choose(offering, concurrent=True)
             if found is None:
                 return None
-            instance = Instance.objects.create(
-                tenant_id=user.tenant_id,
-                created_by=user,
-                offering=offering,
-                image_id="pytorch-2.1",
-                status="provisioning",
-            )
-            placement.allocate(instance, *found)
+            _hold(user, offering, found, "provisioning")
             return sorted(found[1])
 
     answers = run_threads(3, place)  # room for two of the three
