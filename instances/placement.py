@@ -1,7 +1,7 @@
 """Placement in the database: which GPUs of which node an instance gets. It runs inside the
-caller's transaction, serialised per GPU model by one row lock, and the unique
-(node, gpu_index) allocation rows make double-booking impossible even if two placements ever
-raced."""
+caller's transaction under its GPU model's placement lock (exclusive, or shared among new
+orders, which then claim a node each: see choose()), and the unique (node, gpu_index)
+allocation rows make double-booking impossible even if two placements ever raced."""
 
 from collections import defaultdict
 from typing import Any, NamedTuple
@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import connection
 
 from fleet.choices import NodeState
-from fleet.models import Allocation, Gpu, GpuModel, Node, NodeImage
+from fleet.models import Allocation, Gpu, Node, NodeImage
 from instances.choices import OfferingKind
 from instances.models import Instance, Offering
 from starverse.core import kube
@@ -125,7 +125,7 @@ def choose(
     `image` (the container image reference, by the last node sync) is taken first: its pod
     starts without pulling.
 
-    Locks. By default the GPU model's row lock is taken exclusively, which serialises every
+    Locks. By default the GPU model's placement lock is taken exclusively, which serialises every
     placement of that model (the queue's drain, starts, clusters, endpoint replicas) while
     other models place in parallel. A new order (`concurrent`) takes the model's lock shared
     instead, so that new orders for one model place in parallel with each other and never
@@ -235,15 +235,22 @@ def _node_claim(node_id: str) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_NODE_CLAIMS, node_id])
 
 
+# The advisory-lock key space of placements per GPU model (pg_advisory_xact_lock(int, int)).
+_MODEL_PLACEMENTS = 0x5E0C
+
+
 def _model_lock(offering: Offering, *, shared: bool = False) -> None:
-    # SQLite has no row locks (its IMMEDIATE transactions already serialise writers).
-    lock = ""
-    if connection.features.has_select_for_update:
-        lock = " FOR SHARE" if shared else " FOR UPDATE"
+    """The GPU model's placement lock, to the end of the transaction: exclusive, or `shared`
+    among new orders. A transaction-scoped advisory lock, not the model's row: the lock
+    manager queues it fairly (a waiting exclusive lock holds back later shared ones) and
+    taking it writes nothing, where many FOR SHARE lockers of one row each rewrite it. SQLite
+    (make run's default database) needs none: its IMMEDIATE transactions serialise writers."""
+    if connection.vendor != "postgresql":
+        return
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT 1 FROM {GpuModel._meta.db_table} WHERE id = %s{lock}",  # noqa: S608
-            [offering.gpu_model_id],
+            f"SELECT {function}(%s, hashtext(%s))", [_MODEL_PLACEMENTS, offering.gpu_model_id]
         )
 
 
