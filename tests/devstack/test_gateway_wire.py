@@ -9,7 +9,6 @@ import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ import requests
 from devstack.gateway import DevGateway
 from devstack.gateway.wire import Reply, Request, Server, Upstream
 from devstack.kube import KubeEmulator
+from tests.stubs import StubServer
 
 
 async def _echo(request: Request) -> Reply:
@@ -271,33 +271,21 @@ class Console:
 
     def __init__(self) -> None:
         self.asked: list[str] = []
-        asked = self.asked
+        self.stub = StubServer(self._answer, "/gateway/auth")
+        self.url = self.stub.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                asked.append(self.headers.get("Authorization", ""))
-                good = self.headers.get("Authorization") == "Bearer sk-good"
-                body = b"" if good else b'{"error": {"code": "invalid_api_key"}}'
-                self.send_response(200 if good else 401)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/gateway/auth"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _answer(self, headers: Any) -> tuple[int, bytes]:
+        self.asked.append(headers.get("Authorization", ""))
+        if headers.get("Authorization") == "Bearer sk-good":
+            return 200, b""
+        return 401, b'{"error": {"code": "invalid_api_key"}}'
 
 
 @pytest.fixture
 def console() -> Iterator[Console]:
     running = Console()
     yield running
-    running.server.shutdown()
-    running.server.server_close()
+    running.stub.close()
 
 
 def test_held_requests_count_in_flight_until_answered_and_refused_ones_never(

@@ -6,9 +6,7 @@ scale-down period."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from devstack.kube import KubeEmulator
 from tests.devstack import start_emulator, wait_for
 from tests.devstack.test_kube_deployments import deployment_body
+from tests.stubs import StubServer
 
 NS = "default"
 GROUP, VERSION, PLURAL = "http.keda.sh", "v1alpha1", "httpscaledobjects"
@@ -30,31 +29,18 @@ class Counts:
     def __init__(self) -> None:
         self.document: dict[str, Any] = {}
         self.requests = 0
-        counts = self
+        self.stub = StubServer(self._answer, "/queue")
+        self.url = self.stub.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                counts.requests += 1
-                body = json.dumps(counts.document).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/queue"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _answer(self, _headers: Any) -> tuple[int, bytes]:
+        self.requests += 1
+        return 200, json.dumps(self.document).encode()
 
     def set(self, concurrency: int) -> None:
         self.document = {HOST: {"concurrency": concurrency}, "other.host": {"concurrency": 50}}
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.stub.close()
 
 
 @pytest.fixture
