@@ -13,6 +13,7 @@ from billing.onboarding import user_email_verify
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User
 from starverse.accounts.selectors import totp_device_confirmed
 from starverse.accounts.services import email_clean, user_email_change
+from starverse.accounts.token_cache import token_cache_forget
 from starverse.core.errors import ServiceError
 
 
@@ -106,6 +107,7 @@ class UserAdmin(BaseUserAdmin):
         if "email" in form.changed_data:
             user_email_change(user=obj, email=form.cleaned_data["email"])  # and its canonical form
         super().save_model(request, obj, form, change)
+        token_cache_forget()  # a deactivation holds for this process's API at once
 
     @admin.action(description=_("Mark verified (grants the trial if eligible)"))
     def mark_verified(self, request: HttpRequest, queryset: QuerySet[User]) -> None:

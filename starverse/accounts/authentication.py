@@ -1,32 +1,87 @@
 import json
 from typing import Any
 
+from django.db import DEFAULT_DB_ALIAS
 from django.utils.translation import gettext as _
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from starverse.accounts.models import ApiToken, Membership, User
 from starverse.accounts.services import token_touch
+from starverse.accounts.token_cache import (
+    CachedToken,
+    token_cache_generation,
+    token_cache_get,
+    token_cache_put,
+)
 from starverse.accounts.tokens import token_hash, token_is_well_formed
 from starverse.core import logs
 from starverse.core.db import raw_datetime
 
-# Every API request runs this lookup: one raw query (the user with its live token's id, name and
-# last use) costs a fraction of building the same join through the ORM each time.
+# Every API request runs this lookup, unless the token authenticated in this process within
+# API_TOKEN_CACHE_S (starverse.accounts.token_cache): one raw query (the user with its live
+# token's id, name and last use) costs a fraction of building the same join through the ORM.
 # A team token's holder must still be a member: the role comes from the same query, and a
 # token whose membership is gone is refused like a revoked one.
 TOKEN_USER_SQL = (
-    f"SELECT u.*, t.id AS token_id, t.name AS token_name, t.last_used_at AS token_last_used, "  # noqa: S608
-    f"t.team_id AS token_team, t.scopes AS token_scopes, m.role AS token_role "
+    f"SELECT u.*, t.id AS token_id, t.team_id AS token_team, t.scopes AS token_scopes, "  # noqa: S608
+    f"t.name AS token_name, t.prefix AS token_prefix, t.created_at AS token_created, "
+    f"t.last_used_at AS token_last_used, m.role AS token_role "
     f"FROM {User._meta.db_table} u JOIN {ApiToken._meta.db_table} t ON t.user_id = u.id "
     f"LEFT JOIN {Membership._meta.db_table} m ON m.tenant_id = t.team_id AND m.user_id = u.id "
     "WHERE t.token_hash = %s AND t.revoked_at IS NULL"
 )
+USER_FIELDS = [field.attname for field in User._meta.concrete_fields]
+TOKEN_FIELDS = [field.attname for field in ApiToken._meta.concrete_fields]
 
 
 def _scopes(raw: Any) -> list[str]:
     value = json.loads(raw) if isinstance(raw, str | bytes) else raw
     return [str(scope) for scope in value or []]
+
+
+def _lookup(digest: str) -> CachedToken:
+    """The token's user and fields from the database; AuthenticationFailed when it is unknown,
+    revoked, its user deactivated or its team membership gone."""
+    user = next(iter(User.objects.raw(TOKEN_USER_SQL, [digest])), None)
+    columns = vars(user) if user is not None else {}
+    # the query's token_* columns land on the user as plain attributes
+    if user is None or not user.is_active or (columns["token_team"] and not columns["token_role"]):
+        raise exceptions.AuthenticationFailed(_("Invalid or revoked token."))
+    return CachedToken(
+        user_values=tuple(columns[name] for name in USER_FIELDS),
+        token_id=columns["token_id"],
+        team_id=columns["token_team"],
+        scopes=tuple(_scopes(columns["token_scopes"])),
+        name=columns["token_name"],
+        prefix=columns["token_prefix"],
+        created_at=raw_datetime(columns["token_created"]),
+        last_used_at=raw_datetime(columns["token_last_used"]),
+        role=columns["token_role"],
+    )
+
+
+def _user_and_token(digest: str, found: CachedToken) -> tuple[User, ApiToken]:
+    """A User and an ApiToken of this request's own (views may change them: act_for), built
+    the way a query's rows are."""
+    user = User.from_db(DEFAULT_DB_ALIAS, USER_FIELDS, found.user_values)
+    values = {
+        "id": found.token_id,
+        "user_id": user.pk,
+        "team_id": found.team_id,
+        "scopes": list(found.scopes),
+        "name": found.name,
+        "token_hash": digest,
+        "prefix": found.prefix,
+        "created_at": found.created_at,
+        "last_used_at": found.last_used_at,
+        "revoked_at": None,
+    }
+    token = ApiToken.from_db(DEFAULT_DB_ALIAS, TOKEN_FIELDS, [values[f] for f in TOKEN_FIELDS])
+    token.user = user
+    if token.team_id:
+        user.act_for(token.team_id, found.role or "")
+    return user, token
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -48,26 +103,15 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 _("Invalid token: check that it was copied whole.")
             )
-        user = next(iter(User.objects.raw(TOKEN_USER_SQL, [token_hash(raw)])), None)
-        columns = vars(user) if user is not None else {}
-        # the query's token_* columns land on the user as plain attributes
-        if (
-            user is None
-            or not user.is_active
-            or (columns["token_team"] and not columns["token_role"])
-        ):
-            raise exceptions.AuthenticationFailed(_("Invalid or revoked token."))
-        token = ApiToken(
-            pk=columns["token_id"],
-            user=user,
-            team_id=columns["token_team"],
-            scopes=_scopes(columns["token_scopes"]),
-            name=columns["token_name"],
-            last_used_at=raw_datetime(columns["token_last_used"]),
-        )
-        if token.team_id:
-            user.act_for(token.team_id, columns["token_role"])
+        digest = token_hash(raw)
+        found = token_cache_get(digest)
+        if found is None:
+            generation = token_cache_generation()
+            found = _lookup(digest)
+            token_cache_put(digest, found, generation=generation)
+        user, token = _user_and_token(digest, found)
         token_touch(token=token)
+        found.last_used_at = token.last_used_at  # a kept entry writes once a minute too
         logs.set_actor(user)  # the request's log lines name who it is (starverse.core.logs)
         return user, token
 

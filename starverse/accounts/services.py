@@ -31,6 +31,7 @@ from starverse.accounts.models import (
 from starverse.accounts.selectors import two_factor_enabled
 from starverse.accounts.sshkeys import parse_public_key
 from starverse.accounts.teams import token_team_check
+from starverse.accounts.token_cache import token_cache_forget
 from starverse.accounts.tokens import token_display_prefix, token_generate, token_hash
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, Forbidden, InvalidInput
@@ -105,6 +106,7 @@ def user_email_change(*, user: User, email: str) -> User:
     try:
         with transaction.atomic():
             User.objects.filter(pk=user.pk).update(email=email, canonical_email=canonical)
+            token_cache_forget()
     except IntegrityError:
         raise Conflict(
             _("An account with this e-mail address already exists."), code="email_taken"
@@ -133,6 +135,7 @@ def user_email_mark_verified(*, user: User) -> bool:
         email_verified_at=now
     )
     if done:
+        token_cache_forget()
         user.email_verified_at = now
         logger.info("account.email_verified user=%s", user.id)
     return bool(done)
@@ -194,6 +197,7 @@ def token_revoke(*, token: ApiToken, actor: Any = None, ip: str | None = None) -
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
+        token_cache_forget()
         audit_record(
             tenant_id=token.team_id or token.user.personal_tenant_id,
             actor=actor or token.user,
@@ -210,6 +214,7 @@ def token_touch(*, token: ApiToken) -> None:
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
 
 
 def ssh_key_add(*, user: User, name: str, public_key: str) -> SshKey:
@@ -280,6 +285,7 @@ def user_password_set(*, user: User, password: str, revoke_tokens: bool) -> User
             revoked = ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(
                 revoked_at=timezone.now()
             )
+            token_cache_forget()
         sessions = sessions_revoke(user=user)
     logger.info(
         "account.password_set user=%s sessions_revoked=%s tokens_revoked=%s",

@@ -28,6 +28,7 @@ from starverse.accounts.models import (
     all_scopes,
     normalize_email,
 )
+from starverse.accounts.token_cache import token_cache_forget
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from starverse.core.roles import require_manager, require_owner
@@ -121,6 +122,7 @@ def membership_role_set(
         before = membership.role
         membership.role = role
         membership.save(update_fields=["role"])
+        token_cache_forget()  # a team token's role is kept with it
         audit_record(
             tenant_id=team.pk,
             actor=actor,
@@ -156,6 +158,7 @@ def membership_remove(*, actor: Any, team: Tenant, user_id: str, ip: str | None 
         revoked = ApiToken.objects.filter(
             user_id=user_id, team=team, revoked_at__isnull=True
         ).update(revoked_at=timezone.now())
+        token_cache_forget()
         audit_record(
             tenant_id=team.pk,
             actor=actor,

@@ -272,6 +272,9 @@ PASSWORD_RESET_REQUESTS_PER_EMAIL = env_int("PASSWORD_RESET_REQUESTS_PER_EMAIL",
 # without it (a token would otherwise be a way round the second factor).
 REQUIRE_2FA_FOR_STAFF = env_bool("REQUIRE_2FA_FOR_STAFF", True)
 REQUIRE_2FA_FOR_API_TOKENS = env_bool("REQUIRE_2FA_FOR_API_TOKENS", False)
+# How long a process keeps an API token that authenticated (starverse.accounts.token_cache):
+# a revocation, a deactivation or a team change made in another process takes effect within it.
+API_TOKEN_CACHE_S = env_int("API_TOKEN_CACHE_S", 2)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Starverse API",

@@ -9,6 +9,9 @@ CELERY_TASK_ALWAYS_EAGER = True
 CELERY_BROKER_URL = "memory://"
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
 LANGUAGE_CODE = "en"
+# Tests change tokens, users and memberships through the ORM too and expect the next request to
+# see it; the token cache's own tests turn it on (tests/accounts/test_token_cache.py).
+API_TOKEN_CACHE_S = 0
 
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True

@@ -1,0 +1,79 @@
+"""A short per-process memory of the API tokens that authenticated: token hash → the user's row
+and the token's fields, kept API_TOKEN_CACHE_S seconds from the lookup that read them (use
+does not extend it). Every API request authenticates; a hit saves the lookup's round trip.
+
+The price: a change made elsewhere (another process, the admin, a database shell) to a token,
+its user or the team membership behind it reaches a process within that time. The process that
+makes it through the services forgets every entry at once (token_cache_forget), and again when
+the change commits. Failures are never kept: a refused token is looked up again each time."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from time import monotonic
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+# Entries are tiny; past this many (as many live tokens in one process) the lot is dropped.
+MAX_ENTRIES = 10_000
+
+
+@dataclass(slots=True)
+class CachedToken:
+    """What authentication read for one token: the user's concrete field values, in the
+    model's order, and the token's fields. Immutable values only: each request builds its
+    own User and ApiToken from them."""
+
+    user_values: tuple[Any, ...]
+    token_id: str
+    team_id: str | None
+    scopes: tuple[str, ...]
+    name: str
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    role: str | None
+    expires: float = 0.0
+
+
+_entries: dict[str, CachedToken] = {}
+# Bumped by every forget: a lookup that began before one does not store what it read.
+_generation = [0]
+
+
+def token_cache_get(digest: str) -> CachedToken | None:
+    if settings.API_TOKEN_CACHE_S <= 0:
+        return None
+    entry = _entries.get(digest)
+    if entry is None or entry.expires > monotonic():
+        return entry
+    _entries.pop(digest, None)
+    return None
+
+
+def token_cache_generation() -> int:
+    return _generation[0]
+
+
+def token_cache_put(digest: str, entry: CachedToken, *, generation: int) -> None:
+    """Keep a successful lookup that began at `generation` (token_cache_generation)."""
+    ttl = settings.API_TOKEN_CACHE_S
+    if ttl <= 0 or generation != _generation[0]:
+        return
+    if len(_entries) >= MAX_ENTRIES:
+        _entries.clear()
+    entry.expires = monotonic() + ttl
+    _entries[digest] = entry
+
+
+def _forget() -> None:
+    _generation[0] += 1
+    _entries.clear()
+
+
+def token_cache_forget() -> None:
+    """After a token is revoked, a user changed or a membership changed: this process
+    authenticates every token afresh, now and once the change has committed."""
+    _forget()
+    transaction.on_commit(_forget)
