@@ -225,26 +225,36 @@ def _converters(model: type[Model], fields: list[Any]) -> list[Callable[[Any], A
 # The statements each PostgreSQL session has prepared, by the driver's connection object.
 _PREPARED: "weakref.WeakKeyDictionary[Any, set[str]]" = weakref.WeakKeyDictionary()
 _NAMED = re.compile(r"%\((\w+)\)s")
+# Each statement's text read once a process: (its session name, its parameters in order, the
+# PREPARE's body); the list's reads run every request.
+_PARSED: dict[tuple[str, str], tuple[str, list[str], str]] = {}
 
 
 def execute_prepared(cursor: Any, name: str, sql: str, params: dict[str, Any]) -> None:
     """Run `sql` (named placeholders, %(name)s) as a server-side prepared statement: PostgreSQL
     plans it once a session instead of at every call. For the few statements of the hot paths
-    whose planning costs as much as their running (placement's candidate query). The session
-    prepares it on first use; a new connection prepares it again. With DB_PREPARED_STATEMENTS
-    off (a PgBouncer in transaction mode without prepared-statement support) and on other
-    databases, it is executed as written."""
+    whose planning costs as much as their running (placement's candidate query, the instance
+    list's page). The session prepares it on first use, through the driver's own cursor: it is
+    the connection's set-up, not one of the request's queries (a request's query count does not
+    depend on what its connection did before); a new connection prepares it again. With
+    DB_PREPARED_STATEMENTS off (a PgBouncer in transaction mode without prepared-statement
+    support) and on other databases, it is executed as written."""
     if connection.vendor != "postgresql" or not settings.DB_PREPARED_STATEMENTS:
         cursor.execute(sql, params)
         return
-    order = list(dict.fromkeys(_NAMED.findall(sql)))
-    # the text's digest in the name: a statement changed by a deploy is never confused
-    name = f"{name}_{hashlib.sha1(sql.encode(), usedforsecurity=False).hexdigest()[:10]}"
+    parsed = _PARSED.get((name, sql))
+    if parsed is None:
+        order = list(dict.fromkeys(_NAMED.findall(sql)))
+        # the text's digest in the name: a statement changed by a deploy is never confused
+        digest = hashlib.sha1(sql.encode(), usedforsecurity=False).hexdigest()[:10]
+        positional = _NAMED.sub(lambda match: f"${order.index(match.group(1)) + 1}", sql)
+        parsed = _PARSED[(name, sql)] = (f"{name}_{digest}", order, positional)
+    session_name, order, positional = parsed
     raw = connection.connection
     prepared = _PREPARED.setdefault(raw, set())
-    if name not in prepared:
-        positional = _NAMED.sub(lambda match: f"${order.index(match.group(1)) + 1}", sql)
-        cursor.execute(f"PREPARE {name} AS {positional}")
-        prepared.add(name)
+    if session_name not in prepared:
+        with connection.wrap_database_errors, raw.cursor() as setup:
+            setup.execute(f"PREPARE {session_name} AS {positional}")
+        prepared.add(session_name)
     marks = ", ".join(["%s"] * len(order))
-    cursor.execute(f"EXECUTE {name}({marks})", [params[key] for key in order])
+    cursor.execute(f"EXECUTE {session_name}({marks})", [params[key] for key in order])
