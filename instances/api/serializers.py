@@ -1,9 +1,12 @@
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime, tzinfo
+from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
-from rest_framework import serializers
+from rest_framework import ISO_8601, serializers
+from rest_framework.settings import api_settings
 
 from fleet.models import GpuModel
 from instances.choices import BillingMode
@@ -272,37 +275,47 @@ def _node(obj: Any) -> str | None:
     )
 
 
+class Shaping(NamedTuple):
+    """What every row of one answer shares: the queued ids' places in the line and the time
+    zone its times are written in (DRF's: the current one; None without USE_TZ)."""
+
+    positions: dict[str, int]
+    tz: tzinfo | None
+
+
 # The instance's API shape, once: every key and how it is read from an Instance, or from a row
 # of instances.selectors.instance_page (which reads exactly the attributes these use, listed
 # in selectors.INSTANCE_COLUMNS). InstanceOutput's Meta.fields is this list; its declared
-# fields document the same keys for the schema. `positions` maps queued ids to their place.
-SHAPE: dict[str, Callable[[Any, dict[str, int]], Any]] = {
-    "id": lambda o, _p: o.id,
-    "name": lambda o, _p: o.name,
-    "status": lambda o, _p: o.status,
-    "offering": lambda o, _p: o.offering_id,
-    "image": lambda o, _p: o.image_id,
-    "gpu_model": lambda o, _p: o.offering.gpu_model_id,
-    "gpu_count": lambda o, _p: o.offering.gpu_count,
-    "billing": lambda o, _p: o.billing,
-    "price_per_hour_fen": lambda o, _p: o.offering.price_per_hour_fen,
-    "created_at": lambda o, _p: _iso(o.created_at),
-    "started_at": lambda o, _p: _iso(o.started_at),
-    "queue_position": lambda o, positions: positions.get(o.id),
-    "ssh": lambda o, _p: _ssh(o),
-    "jupyter_url": lambda o, _p: jupyter_url(o),
-    "ports": lambda o, _p: ports_output(o),
-    "cost_fen": lambda o, _p: o.cost_fen,
-    "disks": lambda o, _p: _disk_ids(o),
-    "node": lambda o, _p: _node(o),
-    "region": lambda o, _p: o.region_id,
-    "error_message": lambda o, _p: o.error_message,
-    "paid_until": lambda o, _p: _iso(o.paid_until),
-    "auto_renew": lambda o, _p: o.auto_renew,
-    "auto_recover": lambda o, _p: o.auto_recover,
-    "idle_stop": lambda o, _p: _idle_stop(o),
-    "idle_stop_due_at": lambda o, _p: _iso(o.idle_stop_due_at) if o.status == "running" else None,
-    "stop_at": lambda o, _p: _iso(o.stop_at),
+# fields document the same keys for the schema.
+SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
+    "id": lambda o, _s: o.id,
+    "name": lambda o, _s: o.name,
+    "status": lambda o, _s: o.status,
+    "offering": lambda o, _s: o.offering_id,
+    "image": lambda o, _s: o.image_id,
+    "gpu_model": lambda o, _s: o.offering.gpu_model_id,
+    "gpu_count": lambda o, _s: o.offering.gpu_count,
+    "billing": lambda o, _s: o.billing,
+    "price_per_hour_fen": lambda o, _s: o.offering.price_per_hour_fen,
+    "created_at": lambda o, s: _iso(o.created_at, s.tz),
+    "started_at": lambda o, s: _iso(o.started_at, s.tz),
+    "queue_position": lambda o, s: s.positions.get(o.id),
+    "ssh": lambda o, _s: _ssh(o),
+    "jupyter_url": lambda o, _s: jupyter_url(o),
+    "ports": lambda o, _s: ports_output(o),
+    "cost_fen": lambda o, _s: o.cost_fen,
+    "disks": lambda o, _s: _disk_ids(o),
+    "node": lambda o, _s: _node(o),
+    "region": lambda o, _s: o.region_id,
+    "error_message": lambda o, _s: o.error_message,
+    "paid_until": lambda o, s: _iso(o.paid_until, s.tz),
+    "auto_renew": lambda o, _s: o.auto_renew,
+    "auto_recover": lambda o, _s: o.auto_recover,
+    "idle_stop": lambda o, _s: _idle_stop(o),
+    "idle_stop_due_at": lambda o, s: (
+        _iso(o.idle_stop_due_at, s.tz) if o.status == "running" else None
+    ),
+    "stop_at": lambda o, s: _iso(o.stop_at, s.tz),
 }
 
 
@@ -343,15 +356,21 @@ class InstanceOutput(serializers.ModelSerializer):
     )
     stop_at = serializers.DateTimeField(allow_null=True, help_text="The scheduled stop.")
 
+    _shaping: Shaping | None = None
+
     class Meta:
         model = Instance
         fields = list(SHAPE)
 
     def to_representation(self, obj: Any) -> dict[str, Any]:
-        positions = self.context.get("queue_positions")
-        if positions is None:
-            positions = queue_positions([obj])
-        return {key: read(obj, positions) for key, read in SHAPE.items()}
+        shaping = self._shaping
+        if shaping is None:
+            positions = self.context.get("queue_positions")
+            tz = timezone.get_current_timezone() if settings.USE_TZ else None
+            shaping = Shaping(queue_positions([obj]) if positions is None else positions, tz)
+            if positions is not None:  # a page's: the same for each of its rows
+                self._shaping = shaping
+        return {key: read(obj, shaping) for key, read in SHAPE.items()}
 
 
 def _disk_ids(obj: Any) -> list[str]:
@@ -365,8 +384,26 @@ def _disk_ids(obj: Any) -> list[str]:
 _DATETIME = serializers.DateTimeField()  # one field, not one per value: lists call this a lot
 
 
-def _iso(value: Any) -> str | None:
-    return _DATETIME.to_representation(value) if value else None
+def _iso(value: Any, tz: tzinfo | None) -> str | None:
+    """DRF's DateTimeField.to_representation of `value`, the same string
+    (tests/instances/test_instance_list.py compares them), given the zone DRF would use. A
+    list calls this for every time of every row, so an aware datetime with ISO 8601 output
+    takes DRF's own steps directly: to that zone, isoformat, +00:00 as Z. Anything else goes
+    through the field."""
+    if not value:
+        return None
+    if (
+        tz is not None
+        and isinstance(value, datetime)
+        and value.utcoffset() is not None
+        and api_settings.DATETIME_FORMAT == ISO_8601
+    ):
+        try:
+            text = value.astimezone(tz).isoformat()
+        except OverflowError:
+            return _DATETIME.to_representation(value)  # DRF's error for it
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+    return _DATETIME.to_representation(value)
 
 
 class InstanceEventOutput(serializers.ModelSerializer):
