@@ -7,6 +7,7 @@ script trims, counts and adds to atomically: one round trip, nothing pickled, no
 Other caches (the development file cache) keep DRF's way. Same rule either way: a request is
 let through when fewer than N requests were let through in the last period."""
 
+import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,20 @@ def _script(client: Any) -> Any:
     return _SCRIPT[0]
 
 
+_HELD = threading.local()
+
+
+def _client(backend: RedisCache, key: str) -> Any:
+    """The backend's Redis client, made once per thread (a cache backend is per thread too):
+    Django's cache makes a new one, with its table of ~170 reply parsers, on every call. It
+    writes to the first server whatever the key, so the first key's client serves all."""
+    held = getattr(_HELD, "client", None)
+    if held is None or held[0] is not backend:
+        held = (backend, backend._cache.get_client(key, write=True))
+        _HELD.client = held
+    return held[1]
+
+
 class UserRateThrottle(throttling.UserRateThrottle):
     """DRF's per-user throttle, one atomic script call per request on Redis."""
 
@@ -62,7 +77,7 @@ class UserRateThrottle(throttling.UserRateThrottle):
         limit, period = self.parse_rate(self.rate)
         self.period = period or 0
         key = backend.make_key(f"{self.key}:window")
-        client = backend._cache.get_client(key, write=True)
+        client = _client(backend, key)
         allowed, *rest = _script(client)(
             keys=[key],
             args=[repr(self.now), self.period, limit, uuid.uuid4().hex],
