@@ -11,6 +11,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import redis
 from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
 from django.core.cache.backends.redis import RedisCache
 from rest_framework import throttling
@@ -49,12 +50,14 @@ _HELD = threading.local()
 
 
 def _client(backend: RedisCache, key: str) -> Any:
-    """The backend's Redis client, made once per thread (a cache backend is per thread too):
-    Django's cache makes a new one, with its table of ~170 reply parsers, on every call. It
-    writes to the first server whatever the key, so the first key's client serves all."""
+    """A Redis client of the backend's pool made once per thread (a cache backend is per thread
+    too), holding one connection of its own: Django's cache makes a new client, with its table
+    of ~170 reply parsers, on every call, and each call takes a connection from the pool and
+    checks it. It writes to the first server whatever the key, so the first key's serves all."""
     held = getattr(_HELD, "client", None)
     if held is None or held[0] is not backend:
-        held = (backend, backend._cache.get_client(key, write=True))
+        pool = backend._cache.get_client(key, write=True).connection_pool
+        held = (backend, redis.Redis(connection_pool=pool, single_connection_client=True))
         _HELD.client = held
     return held[1]
 
