@@ -213,6 +213,10 @@ PAGE_STATEMENTS = {
     for with_status in (False, True)
 }
 
+PAGE_DISKS_SQL = (
+    "SELECT instance_id, id FROM instances_disk WHERE instance_id = ANY(%(ids)s) ORDER BY name"
+)
+
 
 def _json(value: Any) -> Any:
     # JSON comes back as text (Django decodes a JSONField itself); most instances have no ports
@@ -276,9 +280,9 @@ def instance_page(
 ) -> tuple[int | None, list[Any]]:
     """One page of a tenant's instances, newest first, with the total count, in one query and
     the attached disks in a second: the instance list is the API's hottest read, and building
-    these queries through the ORM cost more than running them. The page's query is a prepared
-    statement (starverse.core.db.execute_prepared): planned on every call, its three tables and
-    window cost PostgreSQL about four times what running it does. Rows are shaped like
+    these queries through the ORM cost more than running them. Both are prepared statements on
+    PostgreSQL (starverse.core.db.execute_prepared): planned on every call, the page's three
+    tables and window cost PostgreSQL about four times what running it does. Rows are shaped like
     Instance for InstanceOutput (offering, node and attached_disks included). The count is None
     when the page is past the end."""
     params = {"tenant": tenant_id, "limit": limit, "offset": offset}
@@ -293,12 +297,15 @@ def instance_page(
         items = [_row(values[:-1], converters) for values in fetched]
         disks: dict[str, list[Any]] = defaultdict(list)
         if items:
-            marks = ", ".join(["%s"] * len(items))
-            cursor.execute(
-                "SELECT instance_id, id FROM instances_disk "  # noqa: S608 - placeholders only
-                f"WHERE instance_id IN ({marks}) ORDER BY name",
-                [item.id for item in items],
-            )
+            ids = [item.id for item in items]
+            if connection.vendor == "postgresql":  # one array: the same statement for any page
+                execute_prepared(cursor, "sv_instance_page_disks", PAGE_DISKS_SQL, {"ids": ids})
+            else:
+                cursor.execute(
+                    "SELECT instance_id, id FROM instances_disk "  # noqa: S608 - placeholders
+                    f"WHERE instance_id IN ({', '.join(['%s'] * len(ids))}) ORDER BY name",
+                    ids,
+                )
             for instance_id, disk_id in cursor.fetchall():
                 disks[instance_id].append(SimpleNamespace(id=disk_id))
     for item in items:
