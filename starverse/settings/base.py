@@ -114,7 +114,8 @@ else:
     # A database that does not answer fails a request (and /readyz) in seconds, not minutes.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 # The hot paths' few costly-to-plan statements are prepared once a session (starverse.core.db.
-# execute_prepared). Off behind a PgBouncer in transaction mode that does not track them.
+# execute_prepared, SQL PREPARE). Off behind any pooler in transaction mode: PgBouncer tracks
+# only the protocol's prepared statements, never SQL PREPAREs.
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
