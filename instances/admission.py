@@ -24,7 +24,15 @@ from instances.budgets import budget_check
 from instances.charges import period_active
 from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance, Offering
-from instances.selectors import premium_models, spend_rows, tenant_limits, tenant_usage
+from instances.selectors import (
+    Limits,
+    Usage,
+    admission_reads,
+    premium_models,
+    spend_rows,
+    tenant_limits,
+    tenant_usage,
+)
 from starverse.core.errors import Conflict, InsufficientBalance, TooManyRequests
 from starverse.core.money import format_fen
 
@@ -85,17 +93,21 @@ def runway(
     exclude: str = "",
     nodes: int = 1,
     exclude_cluster: str = "",
+    burn: tuple[int, int] | None = None,
 ) -> Runway:
     """The runway of an instance of `offering` billed so, for the tenant of `wallet`; `paid`:
     a monthly rental inside its paid month; `exclude`: the instance itself, when it is placed.
     A cluster's is that of its `nodes` ranks together, its own ranks (`exclude_cluster`) left
-    out of what the tenant burns."""
+    out of what the tenant burns. `burn`: what the others burn an hour (standard, trial), when
+    the caller read it already (admit)."""
     monthly = billing == BillingMode.MONTHLY
     own = offering.price_per_month_fen if monthly else offering.price_per_hour_fen
-    rows = spend_rows(
-        [wallet.tenant_id], starting=True, exclude=exclude, exclude_cluster=exclude_cluster
-    )
-    burn_fen, trial_burn_fen = (rows[0][1] or 0, rows[0][2] or 0) if rows else (0, 0)
+    if burn is None:
+        rows = spend_rows(
+            [wallet.tenant_id], starting=True, exclude=exclude, exclude_cluster=exclude_cluster
+        )
+        burn = (rows[0][1] or 0, rows[0][2] or 0) if rows else (0, 0)
+    burn_fen, trial_burn_fen = burn
     trial = None
     if not monthly and offering.trial_price_per_hour_fen is not None:
         trial = TrialRunway(
@@ -114,9 +126,9 @@ def runway(
     )
 
 
-def runway_of(instance: Instance, wallet: Wallet) -> Runway:
+def runway_of(instance: Instance, wallet: Wallet, *, burn: tuple[int, int] | None = None) -> Runway:
     """An instance's runway; a cluster's rank stands for its whole cluster (its ranks are
-    placed, started and billed together)."""
+    placed, started and billed together). `burn`: read already, for an instance (runway)."""
     if instance.cluster_id:
         return runway(
             wallet=wallet,
@@ -134,6 +146,7 @@ def runway_of(instance: Instance, wallet: Wallet) -> Runway:
         billing=instance.billing,
         paid=period_active(instance),
         exclude=instance.id,
+        burn=burn,
     )
 
 
@@ -203,20 +216,30 @@ def admit(instance: Instance) -> None:
     the runway of the saved instance, its orderer's and its team's budgets (instances.budgets),
     then its tenant's limits."""
     wallet = wallet_locked(instance.tenant_id)
-    found = runway_of(instance, wallet)
+    reads = None
+    if not instance.cluster_id:  # a cluster's ranks count themselves: read one by one
+        reads = admission_reads(instance.tenant_id, instance.created_by_id, exclude=instance.id)
+    burn = None if reads is None else (reads.burn_fen, reads.trial_burn_fen)
+    found = runway_of(instance, wallet, burn=burn)
     runway_check(found)
-    budget_check(instance, found.own_fen)
-    limits_check(instance, wallet)
+    budget_check(instance, found.own_fen, budgets=None if reads is None else reads.budgets)
+    if reads is None:
+        limits_check(instance, wallet)
+    else:
+        limits_check(instance, wallet, limits=reads.limits, usage=reads.usage)
 
 
-def limits_check(instance: Instance, wallet: Wallet) -> None:
+def limits_check(
+    instance: Instance, wallet: Wallet, *, limits: Limits | None = None, usage: Usage | None = None
+) -> None:
     """Refuse what takes the instance's tenant over one of its limits, counting the instance
     (saved, queued or placed) itself: GPUs of premium models while the account has never paid
     in (409 `trial_limit`), GPUs held and queued (409 `gpu_limit`), and, when the instance
     waits in the queue, orders queued (429 `queue_limit`). The caller holds the tenant's wallet
     lock (`wallet`, from billing.selectors.wallet_locked) and rolls back on a refusal."""
     tenant_id = instance.tenant_id
-    limits, usage = tenant_limits(tenant_id), tenant_usage(tenant_id)
+    limits = limits or tenant_limits(tenant_id)
+    usage = usage or tenant_usage(tenant_id)
     want = instance.offering.gpu_count
     if instance.cluster_id:
         want *= Instance.objects.filter(cluster_id=instance.cluster_id, rank__isnull=False).count()

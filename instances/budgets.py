@@ -67,26 +67,36 @@ def budgets_of(tenant_id: str, *, now: datetime | None = None) -> list[BudgetSta
     return [BudgetState(b, spent_fen(tenant_id, b.user_id, now=now)) for b in budgets]
 
 
-def budget_check(instance: Instance, need_fen: int) -> None:
+def budget_check(
+    instance: Instance, need_fen: int, *, budgets: list[tuple[str | None, int]] | None = None
+) -> None:
     """Refuse (402 `budget_exceeded`) an order or start of a team's instance whose cost over
     its runway (`need_fen`) is more than what is left of its orderer's monthly budget or the
     team's, naming the budget. Personal accounts have none."""
-    refusal = budget_refusal(instance, need_fen)
+    refusal = budget_refusal(instance, need_fen, budgets=budgets)
     if refusal is not None:
         raise BudgetExceeded(translate_stored(refusal.source, refusal.params))
 
 
-def budget_refusal(instance: Instance, need_fen: int, *, queued: bool = False) -> Deferred | None:
+def budget_refusal(
+    instance: Instance,
+    need_fen: int,
+    *,
+    queued: bool = False,
+    budgets: list[tuple[str | None, int]] | None = None,
+) -> Deferred | None:
     """Why budget_check refuses, naming the budget and its amounts (to store, or to say), or
     None when it fits; `queued`: said of a queued order whose turn came (it keeps waiting)."""
-    # a plain query: every order asks it, and most accounts have no budget at all
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT user_id, monthly_fen FROM {Budget._meta.db_table} "  # noqa: S608
-            "WHERE tenant_id = %s AND (user_id = %s OR user_id IS NULL) ORDER BY id",
-            [instance.tenant_id, instance.created_by_id],
-        )
-        budgets = cursor.fetchall()
+    # a plain query (every order asks it, and most accounts have no budget at all), unless the
+    # caller read them already (`budgets`: (user id, or None for the team's; monthly fen))
+    if budgets is None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT user_id, monthly_fen FROM {Budget._meta.db_table} "  # noqa: S608
+                "WHERE tenant_id = %s AND (user_id = %s OR user_id IS NULL) ORDER BY id",
+                [instance.tenant_id, instance.created_by_id],
+            )
+            budgets = cursor.fetchall()
     for user_id, monthly_fen in budgets:
         spent = spent_fen(instance.tenant_id, user_id)
         left = monthly_fen - spent

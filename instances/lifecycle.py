@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -20,7 +20,7 @@ from django.utils.translation import gettext_noop
 from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
 from fleet.choices import NodeState
-from fleet.models import GpuModel, Node
+from fleet.models import Node
 from fleet.selectors import region_orderable
 from instances.admission import Runway, admit, runway_of
 from instances.budgets import budget_refusal
@@ -55,7 +55,7 @@ from instances.states import (
 )
 from instances.volumes import disks_attach_at_order
 from starverse.accounts.models import SshKey
-from starverse.core.db import atomic_retrying, execute_prepared
+from starverse.core.db import atomic_retrying
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import (
     Conflict,
@@ -81,24 +81,6 @@ def _waiting(product: str, region_id: str | None = None) -> Q:
     if region_id:
         waiting &= Q(region_id=region_id) | Q(region_id__isnull=True)
     return waiting
-
-
-def anyone_waiting(product: str, region_id: str | None = None) -> bool:
-    """Whether an order waits that a new order for `product` must queue behind (_waiting), by
-    one plain query: every order asks it."""
-    with connection.cursor() as cursor:
-        execute_prepared(
-            cursor,
-            "sv_waiting",
-            f"SELECT 1 FROM {Instance._meta.db_table} i "  # noqa: S608
-            f"JOIN {Offering._meta.db_table} o ON o.id = i.offering_id "
-            f"JOIN {GpuModel._meta.db_table} m ON m.id = o.gpu_model_id "
-            "WHERE i.status = %(queued)s AND m.product = %(product)s "
-            "AND i.unfunded_since IS NULL "
-            "AND (%(region)s = '' OR i.region_id = %(region)s OR i.region_id IS NULL) LIMIT 1",
-            {"queued": S.QUEUED, "product": product, "region": region_id or ""},
-        )
-        return cursor.fetchone() is not None
 
 
 def ssh_keys_own(user: Any, key_ids: list[str]) -> list[str]:
@@ -315,17 +297,12 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
     free, else the queue; then the ordered disks are attached, the runway and the account's
     limits are checked under the wallet lock, and a placed monthly rental pays its first month
     (a refusal rolls the whole order back). Locks: GPU model, disks, wallet."""
-    product = instance.offering.gpu_model.product
-    waiting = anyone_waiting(product, instance.region_id)
-    placement = (
-        None
-        if waiting
-        else choose(
-            instance.offering,
-            instance.region_id or "",
-            image=instance.image.container_image,
-            concurrent=True,
-        )
+    # a new order: placed in parallel with other new orders, never before one that waits
+    placement = choose(
+        instance.offering,
+        instance.region_id or "",
+        image=instance.image.container_image,
+        concurrent=True,
     )
     instance_create(instance, placement=placement)
     disks_attach_at_order(instance, disk_ids, actor=instance.created_by)  # the orderer, acting

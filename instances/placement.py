@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import connection
 
 from fleet.choices import NodeState
-from fleet.models import Allocation, Gpu, Node, NodeImage
-from instances.choices import OfferingKind
+from fleet.models import Allocation, Gpu, GpuModel, Node, NodeImage
+from instances.choices import InstanceStatus, OfferingKind
 from instances.models import Instance, Offering
 from starverse.core import kube
 from starverse.core.db import execute_prepared
@@ -133,9 +133,13 @@ def choose(
     advisory lock: the best-fitting node no other order is placing on right now, its GPUs
     read again once it is held. Two orders therefore never pick the same GPUs, and an order
     skips a node another is placing on rather than queueing behind it (so under a burst the
-    second-fullest node may be taken before the fullest; packing stays best-fit otherwise)."""
+    second-fullest node may be taken before the fullest; packing stays best-fit otherwise).
+    A new order also takes nothing while an earlier order waits for the same GPUs (first come,
+    first served: queue_ahead), read under the lock in the same statement."""
     if connection.vendor != "postgresql":
         _model_lock(offering)
+        if concurrent and queue_ahead(offering.gpu_model.product, region):
+            return None
         return choose_by_scan(offering, region, image=image)
     if not concurrent:
         _model_lock(offering)
@@ -145,7 +149,9 @@ def choose(
     tried: list[str] = []
     busy: list[str] = []
     while True:
-        found = candidates(offering, region, image=image, limit=CANDIDATES, skip=tried)
+        found = candidates(
+            offering, region, image=image, limit=CANDIDATES, skip=tried, behind_queue=not tried
+        )
         if not found:
             break
         ids = [candidate.id for candidate in found]
@@ -169,6 +175,29 @@ def choose(
         if fresh:
             return fresh[0].placement(offering)
     return None
+
+
+# Orders waiting for GPUs of a product that a new order must queue behind: those whose balance
+# did not cover them when their turn came are passed over; an order kept to a region waits
+# only behind those that could take the same nodes (that region's, or any region's).
+QUEUE_AHEAD = """
+SELECT 1 FROM {instance} q
+  JOIN {offering} qo ON qo.id = q.offering_id
+  JOIN {gpu_model} qm ON qm.id = qo.gpu_model_id
+ WHERE q.status = %(queued)s AND qm.product = %(product)s AND q.unfunded_since IS NULL
+   AND (%(region)s = '' OR q.region_id = %(region)s OR q.region_id IS NULL)
+ LIMIT 1
+"""
+
+
+def queue_ahead(product: str, region: str = "") -> bool:
+    """Whether an order waits that a new order for `product` (kept to `region`, "" = any) must
+    queue behind. candidates(behind_queue=True) asks the same inside its own statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            QUEUE_AHEAD.format(**_tables()), [InstanceStatus.QUEUED, product, region, region]
+        )
+        return cursor.fetchone() is not None
 
 
 def choose_by_scan(
@@ -318,6 +347,7 @@ SELECT n.id, n.name, n.gpu_count, n.region_id, n.gpu_count - t.count AS free, t.
    AND (%(ephemeral_mib)s = 0 OR n.allocatable_ephemeral_mib IS NULL
         OR n.allocatable_ephemeral_mib - u.ephemeral_mib >= %(ephemeral_mib)s)
    AND (n.allocatable_pods IS NULL OR n.allocatable_pods - u.pods >= 1)
+   AND NOT (%(behind_queue)s AND EXISTS ({queue_ahead}))
  ORDER BY free,
           NOT EXISTS (SELECT 1 FROM {node_image} ni
                        WHERE ni.node_id = n.id AND ni.name = %(image)s),
@@ -334,11 +364,14 @@ def candidates(
     limit: int = 1,
     only: str = "",
     skip: list[str] | None = None,
+    behind_queue: bool = False,
 ) -> list[Candidate]:
     """The nodes an instance of `offering` fits on now, best fit first (see choose()), at most
-    `limit`; only the node `only` when given, never those in `skip`. The caller holds the GPU
+    `limit`; only the node `only` when given, never those in `skip`; with `behind_queue`, none
+    while an earlier order waits for these GPUs (QUEUE_AHEAD). The caller holds the GPU
     model's lock (and, placing concurrently, its claim on `only`)."""
-    sql = _CANDIDATES_SQL.format(**_tables())
+    tables = _tables()
+    sql = _CANDIDATES_SQL.format(**tables, queue_ahead=QUEUE_AHEAD.format(**tables))
     want = needs(offering)
     with connection.cursor() as cursor:
         execute_prepared(
@@ -359,6 +392,8 @@ def candidates(
                 "ephemeral_mib": want.ephemeral_mib,
                 "image": kube.image_name(image) if image else "",
                 "limit": limit,
+                "behind_queue": behind_queue,
+                "queued": InstanceStatus.QUEUED,
             },
         )
         return [Candidate(*row) for row in cursor.fetchall()]
@@ -377,6 +412,7 @@ def _tables() -> dict[str, str]:
         "gpu": Gpu._meta.db_table,
         "instance": Instance._meta.db_table,
         "offering": Offering._meta.db_table,
+        "gpu_model": GpuModel._meta.db_table,
         "replica": replica._meta.db_table,
         "endpoint": endpoint._meta.db_table,
     }

@@ -18,6 +18,7 @@ from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.models import Image, Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
+from starverse.accounts.models import Budget
 from starverse.core import kube
 from starverse.core.db import execute_prepared, raw_datetime
 from starverse.core.text import localized
@@ -383,14 +384,28 @@ def spend_rows(
     tenant: (tenant_id, fen an hour, fen an hour at trial prices), either None when no
     instance counts. One plain statement (prepared for one tenant: a runway reads it under the
     wallet lock of every order, and building it through the ORM cost more than running it)."""
+    if tenant_ids is not None and not tenant_ids:
+        return []
+    sql, params = _spend_statement(
+        tenant_ids, starting=starting, exclude=exclude, exclude_cluster=exclude_cluster
+    )
+    with connection.cursor() as cursor:
+        if tenant_ids is not None and len(tenant_ids) == 1:
+            execute_prepared(cursor, f"sv_spend_{int(starting)}", sql, params)
+        else:
+            cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def _spend_statement(
+    tenant_ids: list[str] | None, *, starting: bool, exclude: str, exclude_cluster: str
+) -> tuple[str, dict[str, Any]]:
     statuses = (S.PROVISIONING, S.CHECKING, S.RUNNING) if starting else (S.RUNNING,)
     params: dict[str, Any] = {"hourly": BillingMode.HOURLY, "exclude": exclude}
     params["cluster"] = exclude_cluster
     params.update({f"s{n}": status for n, status in enumerate(statuses)})
     tenants = ""
     if tenant_ids is not None:
-        if not tenant_ids:
-            return []
         tenants = "AND i.tenant_id IN ({})".format(
             ", ".join(f"%(t{n})s" for n in range(len(tenant_ids)))
         )
@@ -401,12 +416,7 @@ def spend_rows(
         statuses=", ".join(f"%(s{n})s" for n in range(len(statuses))),
         tenants=tenants,
     )
-    with connection.cursor() as cursor:
-        if tenant_ids is not None and len(tenant_ids) == 1:
-            execute_prepared(cursor, f"sv_spend_{len(statuses)}", sql, params)
-        else:
-            cursor.execute(sql, params)
-        return list(cursor.fetchall())
+    return sql, params
 
 
 @dataclass(frozen=True)
@@ -426,7 +436,11 @@ def tenant_limits(tenant_id: str) -> Limits:
             [tenant_id],
         )
         own = cursor.fetchone() or (None, None, None)
-    queued, gpus, premium = own
+    return limits_of(*own)
+
+
+def limits_of(queued: int | None, gpus: int | None, premium: int | None) -> Limits:
+    """The limits in force from a tenant's own (None: not set, the setting's default)."""
     return Limits(
         max_queued_orders=settings.MAX_QUEUED_ORDERS if queued is None else queued,
         max_running_gpus=settings.MAX_RUNNING_GPUS if gpus is None else gpus,
@@ -458,19 +472,83 @@ SELECT COUNT(*) FILTER (WHERE i.status = %(queued)s AND i.cluster_id IS NULL)
 
 
 def tenant_usage(tenant_id: str) -> Usage:
+    sql, params = _usage_statement(tenant_id)
+    with connection.cursor() as cursor:
+        execute_prepared(cursor, "sv_usage", sql, params)
+        queued, gpus, premium = cursor.fetchone()
+    return Usage(queued=int(queued), gpus=int(gpus), premium_gpus=int(premium))
+
+
+def _usage_statement(tenant_id: str) -> tuple[str, dict[str, Any]]:
     statuses = (*HOLDS_GPUS, S.QUEUED)
     sql = _USAGE_SQL.format(
         instance=Instance._meta.db_table,
         offering=Offering._meta.db_table,
         gpu_model=GpuModel._meta.db_table,
-        statuses=", ".join(f"%(s{n})s" for n in range(len(statuses))),
+        statuses=", ".join(f"%(u{n})s" for n in range(len(statuses))),
     )
-    params = {"queued": S.QUEUED, "tenant": tenant_id}
-    params.update({f"s{n}": status for n, status in enumerate(statuses)})
+    params: dict[str, Any] = {"queued": S.QUEUED, "tenant": tenant_id}
+    params.update({f"u{n}": status for n, status in enumerate(statuses)})
+    return sql, params
+
+
+@dataclass(frozen=True)
+class AdmissionReads:
+    """What admitting an order reads under its tenant's wallet lock, read together: what the
+    tenant's other instances burn an hour (at the standard and at the trial prices), its
+    limits and usage, and the monthly budgets (user id or None for the team's, fen) that
+    apply to the orderer."""
+
+    burn_fen: int
+    trial_burn_fen: int
+    limits: Limits
+    usage: Usage
+    budgets: list[tuple[str | None, int]]
+
+
+# spend_rows, tenant_usage, tenant_limits and the budgets of instances.budgets in one statement
+# (their own SQL, composed): an order reads them all, and each round trip costs both sides CPU.
+_ADMISSION_SQL = """
+SELECT s.cash, s.trial, u.queued, u.gpus, u.premium,
+       l.max_queued_orders, l.max_running_gpus, l.trial_max_premium_gpus,
+       (SELECT json_agg(json_build_array(b.user_id, b.monthly_fen) ORDER BY b.id)
+          FROM {budget} b
+         WHERE b.tenant_id = %(tenant)s AND (b.user_id = %(user)s OR b.user_id IS NULL))
+  FROM ({usage}) u(queued, gpus, premium)
+  LEFT JOIN ({spend}) s(tenant_id, cash, trial) ON TRUE
+  LEFT JOIN {limits} l ON l.tenant_id = %(tenant)s
+"""
+
+
+def admission_reads(tenant_id: str, user_id: str, *, exclude: str) -> AdmissionReads | None:
+    """AdmissionReads for an order of `user_id` in `tenant_id` (`exclude`: the order's own
+    instance), by one prepared statement; None on a database without it (SQLite, make run's
+    default), where each is read on its own."""
+    if connection.vendor != "postgresql":
+        return None
+    usage_sql, params = _usage_statement(tenant_id)
+    spend_sql, spend_params = _spend_statement(
+        [tenant_id], starting=True, exclude=exclude, exclude_cluster=""
+    )
+    sql = _ADMISSION_SQL.format(
+        usage=usage_sql,
+        spend=spend_sql,
+        budget=Budget._meta.db_table,
+        limits=TenantLimits._meta.db_table,
+    )
     with connection.cursor() as cursor:
-        execute_prepared(cursor, "sv_usage", sql, params)
-        queued, gpus, premium = cursor.fetchone()
-    return Usage(queued=int(queued), gpus=int(gpus), premium_gpus=int(premium))
+        execute_prepared(cursor, "sv_admission", sql, {**params, **spend_params, "user": user_id})
+        row = cursor.fetchone()
+    cash, trial, queued, gpus, premium, own_queued, own_gpus, own_premium, budgets = row
+    if isinstance(budgets, str):
+        budgets = json.loads(budgets)
+    return AdmissionReads(
+        burn_fen=cash or 0,
+        trial_burn_fen=trial or 0,
+        limits=limits_of(own_queued, own_gpus, own_premium),
+        usage=Usage(queued=int(queued), gpus=int(gpus), premium_gpus=int(premium)),
+        budgets=[(user, int(fen)) for user, fen in budgets or []],
+    )
 
 
 def premium_models() -> list[str]:
