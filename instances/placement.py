@@ -195,7 +195,8 @@ def queue_ahead(product: str, region: str = "") -> bool:
     queue behind. candidates(behind_queue=True) asks the same inside its own statement."""
     with connection.cursor() as cursor:
         cursor.execute(
-            QUEUE_AHEAD.format(**_tables()), [InstanceStatus.QUEUED, product, region, region]
+            QUEUE_AHEAD.format(**_tables()),
+            {"queued": InstanceStatus.QUEUED, "product": product, "region": region},
         )
         return cursor.fetchone() is not None
 

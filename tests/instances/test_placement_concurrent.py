@@ -224,3 +224,34 @@ def test_claiming_the_first_free_node_takes_exactly_that_one(transactional_db):
 def _claim_in_own_transaction(node_ids: list[str]) -> Any:
     with transaction.atomic():
         return placement._claim_first(node_ids)
+
+
+def test_a_new_order_queues_behind_a_waiting_one_on_either_way_of_asking(db):
+    call_command("seed_catalog", verbosity=0)
+    offering = Offering.objects.select_related("gpu_model").get(name="1× H100 80GB SXM")
+    Region.objects.get_or_create(name="cn-north", defaults={"display_name": "North"})
+    Node.objects.create(
+        name="h-0", gpu_product=offering.gpu_model.product, gpu_count=8, gpu_memory_mb=1
+    )
+    user = make_user()
+    product = offering.gpu_model.product
+
+    def asked(region: str) -> tuple[bool, bool]:
+        with transaction.atomic():
+            by_query = not placement.candidates(offering, region, limit=1, behind_queue=True)
+        return placement.queue_ahead(product, region), by_query
+
+    assert asked("") == (False, False)
+    waiting = Instance.objects.create(
+        tenant_id=user.tenant_id,
+        created_by=user,
+        offering=offering,
+        image_id="pytorch-2.1",
+        status="queued",
+        region_id="cn-north",
+    )
+    assert asked("") == (True, True)  # any region waits behind it
+    assert asked("cn-north") == (True, True)
+    assert asked("default") == (False, False)  # another region's order does not hold it up
+    Instance.objects.filter(pk=waiting.pk).update(unfunded_since="2026-12-01T00:00Z")
+    assert asked("") == (False, False)  # passed over: it cannot pay
