@@ -1,13 +1,12 @@
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Q, QuerySet, Sum
 
 from billing.choices import PAID_CREDIT_KINDS, Account, TransactionKind, TrialStatus
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
 from starverse.accounts.models import User
-from starverse.core.db import raw_datetime
+from starverse.core.db import first_row
 
 
 def wallet_for_tenant(tenant_id: str) -> Wallet:
@@ -20,22 +19,11 @@ def wallet_locked(tenant_id: str) -> Wallet:
     queued order, counting an account's orders against its limits) reads the wallet so. In the
     lock order it comes last: after an instance, its GPU model and its disks."""
     # one plain SELECT … FOR UPDATE: every order reads it, and the ORM's query building cost
-    # more than the query (SQLite, make run's default database, serialises writers itself)
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, cash_fen, promo_fen, arrears_fen, created_at "  # noqa: S608
-            f"FROM {Wallet._meta.db_table} WHERE tenant_id = %s{lock}",
-            [tenant_id],
-        )
-        row = cursor.fetchone()
-    if row is None:
+    # more than the query
+    wallet = first_row(Wallet, "tenant_id = %s", [tenant_id], lock=True)
+    if wallet is None:
         raise Wallet.DoesNotExist("Wallet matching query does not exist.")
-    return Wallet.from_db(
-        "default",
-        ["id", "tenant_id", "cash_fen", "promo_fen", "arrears_fen", "created_at"],
-        [row[0], tenant_id, *row[1:4], raw_datetime(row[4])],
-    )
+    return wallet
 
 
 def wallet_has_paid(wallet: Wallet) -> bool:

@@ -67,6 +67,17 @@ def budgets_of(tenant_id: str, *, now: datetime | None = None) -> list[BudgetSta
     return [BudgetState(b, spent_fen(tenant_id, b.user_id, now=now)) for b in budgets]
 
 
+def budgets_sql() -> str:
+    """The budgets that apply to an order of user `%(user)s` in tenant `%(tenant)s` (the
+    member's own and the team's): id, user_id (None for the team's), monthly_fen. Read on its
+    own by budget_refusal, and inside the order's admission statement
+    (instances.selectors.admission_reads)."""
+    return (
+        f"SELECT id, user_id, monthly_fen FROM {Budget._meta.db_table} "  # noqa: S608
+        "WHERE tenant_id = %(tenant)s AND (user_id = %(user)s OR user_id IS NULL)"
+    )
+
+
 def budget_check(
     instance: Instance, need_fen: int, *, budgets: list[tuple[str | None, int]] | None = None
 ) -> None:
@@ -92,9 +103,8 @@ def budget_refusal(
     if budgets is None:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT user_id, monthly_fen FROM {Budget._meta.db_table} "  # noqa: S608
-                "WHERE tenant_id = %s AND (user_id = %s OR user_id IS NULL) ORDER BY id",
-                [instance.tenant_id, instance.created_by_id],
+                f"SELECT user_id, monthly_fen FROM ({budgets_sql()}) b ORDER BY id",  # noqa: S608
+                {"tenant": instance.tenant_id, "user": instance.created_by_id},
             )
             budgets = cursor.fetchall()
     for user_id, monthly_fen in budgets:

@@ -28,7 +28,7 @@ from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.gateway import ports_validate
 from instances.models import Image, Instance, InstanceEvent, Offering
-from instances.placement import Gang, choose, choose_nodes
+from instances.placement import Gang, choose, choose_nodes, queue_ahead
 from instances.schedules import (
     DEFAULT,
     Default,
@@ -73,10 +73,11 @@ S = InstanceStatus
 
 
 def _waiting(product: str, region_id: str | None = None) -> Q:
-    """Orders waiting for GPUs of a product that a new order must queue behind: those whose
-    balance did not cover them when their turn came are passed over. An order kept to a region
-    waits only behind those that could take the same nodes (that region's, or any region's):
-    an order waiting for room in one region never holds up another region."""
+    """Orders waiting for GPUs of a product that a queued order must not pass (with its own
+    queued_at, in _try_place): placement.QUEUE_AHEAD's rule as a filter. Those whose balance
+    did not cover them when their turn came are passed over. An order kept to a region waits
+    only behind those that could take the same nodes (that region's, or any region's): an
+    order waiting for room in one region never holds up another region."""
     waiting = Q(status=S.QUEUED, offering__gpu_model__product=product, unfunded_since__isnull=True)
     if region_id:
         waiting &= Q(region_id=region_id) | Q(region_id__isnull=True)
@@ -323,7 +324,7 @@ def gang_place_or_queue(
     None (queued). Locks: GPU model, disks, wallet; never a partial placement."""
     offering = ranks[0].offering
     product = offering.gpu_model.product
-    waiting = Instance.objects.filter(_waiting(product, ranks[0].region_id)).exists()
+    waiting = queue_ahead(product, ranks[0].region_id or "")
     gang = None if waiting else choose_nodes(offering, len(ranks), ranks[0].region_id or "")
     for index, rank in enumerate(ranks):
         instance_create(rank, placement=None if gang is None else gang.placements[index])

@@ -3,6 +3,7 @@ caller's transaction under its GPU model's placement lock (exclusive, or shared 
 orders, which then claim a node each: see choose()), and the unique (node, gpu_index)
 allocation rows make double-booking impossible even if two placements ever raced."""
 
+import functools
 from collections import defaultdict
 from typing import Any, NamedTuple
 
@@ -312,8 +313,10 @@ class Candidate(NamedTuple):
 # the GPU indices taken (allocated or lost) and what the pods holding its GPUs ask for (an
 # instance's offering, or an endpoint replica's: no local disk), then only the nodes the
 # instance fits on, best fit first (fewest GPUs left free, then a node holding the image, then
-# by id). Each node's figures are index lookups into its own rows (LATERAL), so the plan does
-# not hinge on the tables' statistics and the answer grows with the candidates asked for.
+# by id). Each node's figures are lookups into its own rows (LATERAL), index lookups once the
+# tables' statistics know them as more than a page or two (statistics taken while the
+# allocations were nearly empty plan them as scans until the next analyze: see the README's
+# order_throughput); the answer grows with the candidates asked for.
 _CANDIDATES_SQL = """
 SELECT n.id, n.name, n.gpu_count, n.region_id, n.gpu_count - t.count AS free, t.indices
   FROM {node} n
@@ -371,14 +374,12 @@ def candidates(
     `limit`; only the node `only` when given, never those in `skip`; with `behind_queue`, none
     while an earlier order waits for these GPUs (QUEUE_AHEAD). The caller holds the GPU
     model's lock (and, placing concurrently, its claim on `only`)."""
-    tables = _tables()
-    sql = _CANDIDATES_SQL.format(**tables, queue_ahead=QUEUE_AHEAD.format(**tables))
     want = needs(offering)
     with connection.cursor() as cursor:
         execute_prepared(
             cursor,
             "sv_candidates",
-            sql,
+            _candidates_sql(),
             {
                 "state": NodeState.READY,
                 "product": offering.gpu_model.product,
@@ -400,6 +401,14 @@ def candidates(
         return [Candidate(*row) for row in cursor.fetchall()]
 
 
+@functools.cache
+def _candidates_sql() -> str:
+    """_CANDIDATES_SQL with its tables, written once a process (every order reads it twice)."""
+    tables = _tables()
+    return _CANDIDATES_SQL.format(**tables, queue_ahead=QUEUE_AHEAD.format(**tables))
+
+
+@functools.cache
 def _tables() -> dict[str, str]:
     # An inference endpoint's replicas hold GPUs too (their pods' CPU and memory count as
     # well; no local disk). The tables are reached through the allocation's foreign key, not

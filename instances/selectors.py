@@ -15,10 +15,10 @@ from django.utils import timezone
 
 from billing.calculator import CatalogPrice
 from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
+from instances.budgets import budgets_sql
 from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
 from instances.models import Image, Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
-from starverse.accounts.models import Budget
 from starverse.core import kube
 from starverse.core.db import execute_prepared, raw_datetime
 from starverse.core.text import localized
@@ -512,8 +512,7 @@ _ADMISSION_SQL = """
 SELECT s.cash, s.trial, u.queued, u.gpus, u.premium,
        l.max_queued_orders, l.max_running_gpus, l.trial_max_premium_gpus,
        (SELECT json_agg(json_build_array(b.user_id, b.monthly_fen) ORDER BY b.id)
-          FROM {budget} b
-         WHERE b.tenant_id = %(tenant)s AND (b.user_id = %(user)s OR b.user_id IS NULL))
+          FROM ({budgets}) b)
   FROM ({usage}) u(queued, gpus, premium)
   LEFT JOIN ({spend}) s(tenant_id, cash, trial) ON TRUE
   LEFT JOIN {limits} l ON l.tenant_id = %(tenant)s
@@ -533,7 +532,7 @@ def admission_reads(tenant_id: str, user_id: str, *, exclude: str) -> AdmissionR
     sql = _ADMISSION_SQL.format(
         usage=usage_sql,
         spend=spend_sql,
-        budget=Budget._meta.db_table,
+        budgets=budgets_sql(),
         limits=TenantLimits._meta.db_table,
     )
     with connection.cursor() as cursor:

@@ -1,5 +1,6 @@
 """Database helpers for the few hot paths that the ORM makes slow."""
 
+import functools
 import hashlib
 import io
 import logging
@@ -187,28 +188,31 @@ def insert_together(objects: list[Model]) -> None:
         obj._state.db = connection.alias
 
 
-def first_row(model: type[M], where: str, params: list[Any]) -> M | None:
+def first_row(model: type[M], where: str, params: list[Any], *, lock: bool = False) -> M | None:
     """The first row of `model` matching a plain WHERE clause (of its own columns, by
     placeholders), loaded as the ORM loads it: for reads every request or order makes, where
-    building the query through the ORM cost more than running it."""
-    fields = list(model._meta.concrete_fields)
-    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
-    table = connection.ops.quote_name(model._meta.db_table)
+    building the query through the ORM cost more than running it. With `lock`, FOR UPDATE
+    (held to the end of the transaction; SQLite serialises writers itself)."""
+    select, attnames, converters = _row_reader(model)
+    suffix = " FOR UPDATE" if lock and connection.features.has_select_for_update else ""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {columns} FROM {table} WHERE {where} LIMIT 1", params)  # noqa: S608
+        cursor.execute(f"{select} WHERE {where} LIMIT 1{suffix}", params)
         row = cursor.fetchone()
     if row is None:
         return None
-    values = [
-        converter(value) for converter, value in zip(_converters(model, fields), row, strict=True)
-    ]
-    return model.from_db(connection.alias, [f.attname for f in fields], values)
+    values = [convert(value) for convert, value in zip(converters, row, strict=True)]
+    return model.from_db(connection.alias, attnames, values)
 
 
-def _converters(model: type[Model], fields: list[Any]) -> list[Callable[[Any], Any]]:
-    """How each column's raw value becomes the field's Python value: the backend's and the
-    field's converters, as the ORM's compiler applies them."""
-    result: list[Callable[[Any], Any]] = []
+@functools.cache
+def _row_reader(model: type[Model]) -> tuple[str, list[str], list[Callable[[Any], Any]]]:
+    """For first_row, once a process: the SELECT of the model's columns, their attribute names,
+    and how each column's raw value becomes the field's Python value (the backend's and the
+    field's converters, as the ORM's compiler applies them)."""
+    fields = list(model._meta.concrete_fields)
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+    select = f"SELECT {columns} FROM {connection.ops.quote_name(model._meta.db_table)}"  # noqa: S608
+    converters: list[Callable[[Any], Any]] = []
     for field in fields:
         column = field.get_col(model._meta.db_table)
         steps = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
@@ -218,8 +222,8 @@ def _converters(model: type[Model], fields: list[Any]) -> list[Callable[[Any], A
                 value = step(value, column, connection)
             return value
 
-        result.append(convert)
-    return result
+        converters.append(convert)
+    return select, [f.attname for f in fields], converters
 
 
 # The statements each PostgreSQL session has prepared, by the driver's connection object.
@@ -237,8 +241,9 @@ def execute_prepared(cursor: Any, name: str, sql: str, params: dict[str, Any]) -
     list's page). The session prepares it on first use, through the driver's own cursor: it is
     the connection's set-up, not one of the request's queries (a request's query count does not
     depend on what its connection did before); a new connection prepares it again. With
-    DB_PREPARED_STATEMENTS off (a PgBouncer in transaction mode without prepared-statement
-    support) and on other databases, it is executed as written."""
+    DB_PREPARED_STATEMENTS off (behind any pooler in transaction mode: PgBouncer tracks only the
+    protocol's prepared statements, never SQL PREPAREs) and on other databases, it is executed
+    as written."""
     if connection.vendor != "postgresql" or not settings.DB_PREPARED_STATEMENTS:
         cursor.execute(sql, params)
         return
