@@ -129,6 +129,7 @@ def endpoint_detail(request: HttpRequest, pk: str) -> HttpResponse:
     context = {
         "active": "endpoints",
         "endpoint": endpoint_view(endpoint),
+        "status_label": endpoint.get_status_display(),
         "keys": list(endpoint_keys(endpoint)),
         "new_key": request.session.pop(f"endpoint-key:{endpoint.pk}", None),
         "series": series,
