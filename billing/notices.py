@@ -44,23 +44,37 @@ def _bilingual(template: str, context: dict) -> tuple[str, str]:
 MONEY_ROLES = (Role.OWNER, Role.ADMIN, Role.BILLING)
 
 
-def _recipients(tenant_id: str) -> list[str]:
-    """A personal account's person; a team's owners, admins and billing members."""
+# Who reads mail about one instance: the people who can act on it (Keep running, start it
+# again): whoever ordered it and the team's owners and admins.
+MANAGER_ROLES = (Role.OWNER, Role.ADMIN)
+
+
+def _recipients(
+    tenant_id: str, roles: tuple[str, ...] = MONEY_ROLES, user_id: int | None = None
+) -> list[str]:
+    """A personal account's person; a team's members in `roles`, and `user_id` if still a
+    member."""
+    people = Q(memberships__tenant_id=tenant_id, memberships__role__in=roles)
+    if user_id is not None:
+        people |= Q(pk=user_id, memberships__tenant_id=tenant_id)
     return list(
-        User.objects.filter(
-            Q(tenant_id=tenant_id)
-            | Q(memberships__tenant_id=tenant_id, memberships__role__in=MONEY_ROLES),
-            is_active=True,
-        )
+        User.objects.filter(Q(tenant_id=tenant_id) | people, is_active=True)
         .values_list("email", flat=True)
         .distinct()
     )
 
 
 def mail_tenant(tenant_id: str, template: str, context: dict) -> None:
-    """Send a bilingual notice to every active user of a tenant."""
+    """Send a bilingual money notice to a tenant's payers."""
     subject, body = _bilingual(template, {"console_url": settings.PUBLIC_BASE_URL, **context})
     send_mail(subject, body, None, _recipients(tenant_id))
+
+
+def mail_about_instance(tenant_id: str, orderer_id: int | None, template: str, context: dict) -> None:
+    """Send a bilingual notice about one instance to whoever ordered it and, in a team, its
+    owners and admins (a billing member can do nothing about it)."""
+    subject, body = _bilingual(template, {"console_url": settings.PUBLIC_BASE_URL, **context})
+    send_mail(subject, body, None, _recipients(tenant_id, MANAGER_ROLES, orderer_id))
 
 
 def topup_receipt_send(*, topup_id: str) -> None:

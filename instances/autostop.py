@@ -21,7 +21,7 @@ from django.db.models import F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from billing.notices import mail_tenant
+from billing.notices import mail_about_instance
 from fleet.models import Allocation, Gpu, GpuSample
 from instances.charges import period_active
 from instances.choices import AutoStopKind, BillingMode, InstanceStatus
@@ -302,9 +302,9 @@ def schedules_run(*, now: datetime | None = None) -> list[str]:
 
 
 def _mail_after_commit(instance: Instance, template: str, context: dict[str, Any]) -> None:
-    tenant_id = instance.tenant_id
+    tenant_id, orderer_id = instance.tenant_id, instance.created_by_id
     words = {"instance_name": instance.name, "instance_id": instance.pk, **context}
-    transaction.on_commit(lambda: mail_tenant(tenant_id, template, words))
+    transaction.on_commit(lambda: mail_about_instance(tenant_id, orderer_id, template, words))
 
 
 @dataclass(frozen=True)

@@ -353,3 +353,28 @@ def test_a_budget_stop_of_a_rank_stops_the_whole_cluster(
     assert {r.status for r in Instance.objects.filter(cluster=cluster)} <= {"stopping", "stopped"}
     said = [e.text for e in Instance.objects.get(pk=ranks[1].pk).events.all()]
     assert "Budget spent: stopped (not deleted); disks kept." in said
+
+
+def test_idle_mail_reaches_the_orderer_and_the_teams_managers(
+    lab, catalog, django_capture_on_commit_callbacks
+):
+    from django.core import mail
+    from django.utils import timezone
+
+    from instances.autostop import idle_run
+    from tests.instances.test_autostop import report, running, since_running
+
+    team, owner, admin, ana, bo = lab
+    payer = make_user()
+    join(team, owner, payer, role="billing")
+    instance = running(acting(ana, team, "member"))
+    report(instance, start=since_running(instance, 40), end=timezone.now(), util=0)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert idle_run().warned == [instance.pk]
+
+    # who can press Keep running: whoever ordered it and the managers; not another member,
+    # and not a billing member (refused Keep running)
+    (warning,) = mail.outbox
+    assert sorted(warning.to) == sorted([ana.email, owner.email, admin.email])
+    assert bo.email not in warning.to and payer.email not in warning.to
