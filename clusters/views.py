@@ -245,6 +245,7 @@ def cluster_new(request: HttpRequest) -> HttpResponse:
         shown.refuse(failure.message, status=failure.status_code, code=failure.code)
     else:
         if created:
+            audit_request(request, "cluster.ordered", cluster, nodes=data["node_count"])
             messages.success(request, _("Cluster “%(name)s” ordered.") % {"name": cluster.name})
         else:
             messages.info(request, _("This order had already been placed; here is its cluster."))

@@ -392,6 +392,7 @@ def _order_place(
 def _ordered(request: HttpRequest, instance: Instance, *, created: bool) -> HttpResponse:
     """On to the instance's page, saying whether this submission placed the order."""
     if created:
+        audit_request(request, "instance.ordered", instance, offering=instance.offering_id)
         messages.success(request, _("Instance “%(name)s” ordered.") % {"name": instance.name})
     else:
         messages.info(request, _("This order had already been placed; here is its instance."))

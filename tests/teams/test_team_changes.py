@@ -378,3 +378,26 @@ def test_idle_mail_reaches_the_orderer_and_the_teams_managers(
     (warning,) = mail.outbox
     assert sorted(warning.to) == sorted([ana.email, owner.email, admin.email])
     assert bo.email not in warning.to and payer.email not in warning.to
+
+
+def test_console_orders_are_audited_as_the_apis_are(lab, client, catalog):
+    from clusters.models import Cluster
+    from tests.clusters.test_pages import _order
+    from tests.factories import make_ssh_key
+    from tests.instances.test_console import _rent
+
+    team, _owner, _admin, ana, _bo = lab
+    make_ssh_key(ana)
+    console(client, ana, team)
+
+    assert _rent(client, catalog).status_code == 302
+    assert _order(client, catalog).status_code == 302
+
+    instance = Instance.objects.get(tenant=team, cluster__isnull=True)
+    cluster = Cluster.objects.get(tenant=team)
+    ordered = AuditEvent.objects.filter(tenant=team, action__endswith=".ordered").order_by("at")
+    assert [(e.action, e.object_id, e.actor_id) for e in ordered] == [
+        ("instance.ordered", instance.pk, ana.pk),
+        ("cluster.ordered", cluster.pk, ana.pk),
+    ]
+    assert ordered[1].data == {"nodes": 2}
