@@ -41,6 +41,7 @@ from billing.services import (
     transaction_reversible_check,
     wallet_credited_after_commit,
 )
+from starverse.accounts.audit import audit_record
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput, ServiceUnavailable
 from starverse.core.ids import new_id
@@ -172,6 +173,14 @@ def topup_settle_from_session(
                 payment_intent_id=session.payment_intent or "",
             )
             if credited:
+                # the request was audited when its checkout opened; this is the money arriving
+                audit_record(
+                    tenant_id=topup.tenant_id,
+                    actor=topup.created_by,
+                    action="topup.paid",
+                    obj=topup,
+                    data={"amount_fen": topup.amount_fen},
+                )
                 enqueue_on_commit("billing.tasks.send_topup_receipt", topup.id)
                 wallet_credited_after_commit(topup.wallet_id, topup.amount_fen)
                 logger.info("topup.paid topup=%s txn=%s", topup.id, txn.id)

@@ -9,6 +9,7 @@ from billing import payments, tasks
 from billing.choices import RefundStatus, TopUpStatus, TransactionKind
 from billing.models import LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
 from devstack.stripe import sign
+from starverse.accounts.models import AuditEvent
 from starverse.core.errors import Conflict, InsufficientBalance, InvalidInput
 from tests.conftest import run_threads
 from tests.factories import make_operator, make_user, staff_login
@@ -106,6 +107,12 @@ def test_paid_webhook_credits_once_and_mails_a_receipt(
     assert len(mail.outbox) == 1
     assert mail.outbox[0].to == [user.email]
     assert "¥100.00" in mail.outbox[0].body and "充值" in mail.outbox[0].subject
+    # the audit log has the request (its checkout) and, once, the money arriving
+    audited = AuditEvent.objects.filter(object_id=topup.pk).order_by("at")
+    assert [(e.action, e.actor_id, e.data) for e in audited] == [
+        ("topup.created", user.pk, {"amount_fen": 10_000}),
+        ("topup.paid", user.pk, {"amount_fen": 10_000}),
+    ]
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(["completed", "async", "page"])))
