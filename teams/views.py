@@ -6,12 +6,14 @@ as the API; their refusals are shown as messages."""
 import uuid
 from datetime import datetime, time, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -224,8 +226,11 @@ def audit_page(request: HttpRequest, pk: str) -> HttpResponse:
     return render(request, "teams/audit.html", context)
 
 
-@login_required
 def invitation_accept_page(request: HttpRequest, token: str) -> HttpResponse:
+    """The e-mailed link. Signed in: join. Not signed in: what the invitation is, with a
+    sign-up (the address filled in) and a log-in that both come back here."""
+    if not request.user.is_authenticated:
+        return _invitation_for_visitor(request, token)
     try:
         invitation = invitation_for_token(token)
     except ServiceError as error:
@@ -240,3 +245,20 @@ def invitation_accept_page(request: HttpRequest, token: str) -> HttpResponse:
             messages.success(request, _("You joined %(team)s.") % {"team": invitation.tenant.name})
             return redirect("teams:team", membership.tenant_id)
     return render(request, "teams/accept.html", {"invitation": invitation, "active": "teams"})
+
+
+def _invitation_for_visitor(request: HttpRequest, token: str) -> HttpResponse:
+    here = request.path
+    try:
+        invitation = invitation_for_token(token)
+    except ServiceError as error:
+        context = {"error": error.message, "login_url": reverse("accounts:login")}
+        return render(request, "teams/accept_visitor.html", context, status=error.status_code)
+    context = {
+        "invitation": invitation,
+        "signup_url": reverse("accounts:signup")
+        + "?"
+        + urlencode({"next": here, "email": invitation.email}),
+        "login_url": f"{reverse('accounts:login')}?{urlencode({'next': here})}",
+    }
+    return render(request, "teams/accept_visitor.html", context)

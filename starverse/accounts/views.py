@@ -10,6 +10,7 @@ from django.contrib.auth.views import INTERNAL_RESET_SESSION_TOKEN
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -60,10 +61,21 @@ from starverse.core.money import format_fen
 from starverse.core.tenancy import get_for_user, scope_to_user
 
 
+def _safe_next(request: HttpRequest) -> str:
+    """Where a sign-up goes afterwards (an invitation link): a path on this site, else ""."""
+    wanted = request.POST.get("next") or request.GET.get("next") or ""
+    if url_has_allowed_host_and_scheme(
+        wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return wanted
+    return ""
+
+
 def signup(request: HttpRequest) -> HttpResponse:
+    next_url = _safe_next(request)
     if request.user.is_authenticated:
-        return redirect("console:dashboard")
-    form = SignupForm(request.POST or None)
+        return redirect(next_url or "console:dashboard")
+    form = SignupForm(request.POST or None, initial={"email": request.GET.get("email", "")})
     if request.method == "POST" and form.is_valid():
         throttle = SignupThrottle()
         if not throttle.allow_request(request, None):  # type: ignore[arg-type]
@@ -81,11 +93,15 @@ def signup(request: HttpRequest) -> HttpResponse:
             else:
                 login(request, user, backend="django.contrib.auth.backends.ModelBackend")
                 messages.success(request, _signup_welcome(user))
-                return redirect("console:dashboard")
+                return redirect(next_url or "console:dashboard")
     return render(
         request,
         "accounts/signup.html",
-        {"form": form, "trial_after_verification": settings.TRIAL_REQUIRES_VERIFICATION},
+        {
+            "form": form,
+            "trial_after_verification": settings.TRIAL_REQUIRES_VERIFICATION,
+            "next": next_url,
+        },
         status=400 if form.errors else 200,
     )
 

@@ -475,6 +475,57 @@ def test_console_invitation_link_joins(team_of_two, client):
     assert Membership.objects.filter(tenant=team, user=newcomer).exists()
 
 
+def test_a_newcomer_signs_up_from_the_link_and_joins(team_of_two, client, settings):
+    """Not signed in, the link says what it is and offers a sign-up with the invited address
+    that comes back to the link; an outside `next` is not followed."""
+    from urllib.parse import quote
+
+    team, owner, _member = team_of_two
+    settings.SIGNUP_THROTTLE_RATE = "100/hour"
+    invitation = invitation_create(actor=owner, team=team, email="wang@lab.edu.cn", role="member")
+    link = f"/teams/invitations/{invitation_token(invitation)}/"
+
+    page = client.get(link)
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Join NLP lab" in html and "wang@lab.edu.cn" in html
+    signup = f"/accounts/signup/?next={quote(link, safe='')}&amp;email=wang%40lab.edu.cn"
+    assert f'href="{signup}"' in html
+    form = client.get(signup.replace("&amp;", "&")).content.decode()
+    assert 'value="wang@lab.edu.cn"' in form and f'name="next" value="{link}"' in form
+
+    joined = client.post(
+        "/accounts/signup/",
+        {"email": "wang@lab.edu.cn", "password": "correct horse battery 9", "next": link},
+    )
+    assert joined.status_code == 302 and joined["Location"] == link
+    assert client.post(link).status_code == 302
+    newcomer = User.objects.get(email="wang@lab.edu.cn")
+    assert Membership.objects.get(tenant=team, user=newcomer).role == "member"
+
+    client.logout()
+    elsewhere = client.post(
+        "/accounts/signup/",
+        {
+            "email": "zhao@lab.edu.cn",
+            "password": "correct horse battery 9",
+            "next": "https://evil.example/",
+        },
+    )
+    assert elsewhere["Location"] == "/console/"
+
+
+def test_a_visitor_with_a_withdrawn_link_is_told_so(team_of_two, client):
+    from starverse.accounts.teams import invitation_revoke
+
+    team, owner, _member = team_of_two
+    invitation = invitation_create(actor=owner, team=team, email="wang@lab.edu.cn", role="member")
+    invitation_revoke(actor=owner, invitation=invitation)
+    page = client.get(f"/teams/invitations/{invitation_token(invitation)}/")
+    assert page.status_code == 400
+    assert "This invitation was withdrawn." in page.content.decode()
+
+
 def test_console_stop_of_anothers_instance_is_refused(catalog, team_of_two, client):
     team, owner, member = team_of_two
     fund_team(team, 100_000)
