@@ -60,6 +60,11 @@ def _summary(data: "StatementData") -> list[tuple[str, str]]:
     return [
         (both(gettext_noop("Account")), data.tenant_id),
         (both(gettext_noop("Month")), f"{data.month:%Y-%m}"),
+        *(
+            [(both(gettext_noop("Month to date, not final: as of")), _when(data.as_of))]
+            if data.as_of is not None
+            else []
+        ),
         (both(gettext_noop("Opening balance")), format_fen(data.opening.total_fen)),
         (both(gettext_noop("Cash")), format_fen(data.opening.cash_fen)),
         (both(gettext_noop("Trial credit")), format_fen(data.opening.promo_fen)),

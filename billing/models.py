@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -533,6 +535,11 @@ class Statement(models.Model):
     csv = models.FileField(upload_to="statements/%Y/%m/")
     generated_at = models.DateTimeField(default=timezone.now)
 
+    # The current month so far (billing.statements.month_to_date) is a row that is never
+    # saved: it was cut at `as_of`, and `so_far` holds what its files are drawn from.
+    as_of: Any = None
+    so_far: Any = None
+
     class Meta:
         ordering = ["-month"]
         constraints = [
@@ -549,3 +556,7 @@ class Statement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.month:%Y-%m}"
+
+    @property
+    def final(self) -> bool:
+        return self.as_of is None

@@ -70,7 +70,9 @@ def mail_tenant(tenant_id: str, template: str, context: dict) -> None:
     send_mail(subject, body, None, _recipients(tenant_id))
 
 
-def mail_about_instance(tenant_id: str, orderer_id: int | None, template: str, context: dict) -> None:
+def mail_about_instance(
+    tenant_id: str, orderer_id: int | None, template: str, context: dict
+) -> None:
     """Send a bilingual notice about one instance to whoever ordered it and, in a team, its
     owners and admins (a billing member can do nothing about it)."""
     subject, body = _bilingual(template, {"console_url": settings.PUBLIC_BASE_URL, **context})

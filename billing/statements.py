@@ -6,9 +6,11 @@ A statement is made once: the unique (tenant, month) decides between a beat run 
 on-demand one, and the loser answers the winner's row. The beat task on the 1st makes last
 month's for every tenant whose wallet moved in it or holds a balance at its end."""
 
+import io
 import logging
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import IO, Any
 
 from django.core.files.base import ContentFile
 from django.db import IntegrityError, transaction
@@ -46,6 +48,7 @@ class StatementData:
     closing: Balances
     lines: list[LedgerTransaction]
     usage: UsageReport
+    as_of: datetime | None = None  # the current month so far: up to this moment, not final
 
     @property
     def credits_fen(self) -> int:
@@ -92,9 +95,10 @@ def balances_at(wallet_id: str, moment: datetime) -> Balances:
     return Balances(int(sums["cash"]), int(sums["promo"]), -int(sums["arrears"]))
 
 
-def statement_data(*, tenant_id: str, month: date) -> StatementData:
+def statement_data(*, tenant_id: str, month: date, until: datetime | None = None) -> StatementData:
+    """A month's figures; `until` cuts the current month at that moment."""
     wallet = Wallet.objects.get(tenant_id=tenant_id)
-    start, end = local_midnight(month), local_midnight(next_month(month))
+    start, end = local_midnight(month), until or local_midnight(next_month(month))
     lines = list(
         LedgerTransaction.objects.filter(wallet=wallet, created_at__gte=start, created_at__lt=end)
         .order_by("created_at", "id")
@@ -119,16 +123,35 @@ def statement_data(*, tenant_id: str, month: date) -> StatementData:
         usage=usage_report(
             tenant_id=tenant_id,
             start=month,
-            end=next_month(month) - timedelta(days=1),
+            end=timezone.localdate(until) if until else next_month(month) - timedelta(days=1),
             group_by="instance",
         ),
+        as_of=until,
+    )
+
+
+def _statement_row(data: StatementData) -> Statement:
+    """The statement's row for `data`, not saved."""
+    return Statement(
+        tenant_id=data.tenant_id,
+        month=data.month,
+        opening_fen=data.opening.total_fen,
+        closing_fen=data.closing.total_fen,
+        opening_cash_fen=data.opening.cash_fen,
+        opening_promo_fen=data.opening.promo_fen,
+        closing_cash_fen=data.closing.cash_fen,
+        closing_promo_fen=data.closing.promo_fen,
+        credits_fen=data.credits_fen,
+        debits_fen=data.debits_fen,
+        lines=len(data.lines),
+        generated_at=data.as_of or timezone.now(),
     )
 
 
 def _check_closed(month: date) -> None:
     if month >= current_month():
         raise InvalidInput(
-            _("month: %(month)s is not over yet; statements are made for closed months.")
+            _("month: %(month)s has not begun yet.")
             % {"month": f"{month:%Y-%m}"},
             code="month_not_closed",
         )
@@ -142,19 +165,7 @@ def statement_generate(*, tenant_id: str, month: date) -> Statement:
     if found is not None:
         return found
     data = statement_data(tenant_id=tenant_id, month=month)
-    statement = Statement(
-        tenant_id=tenant_id,
-        month=month,
-        opening_fen=data.opening.total_fen,
-        closing_fen=data.closing.total_fen,
-        opening_cash_fen=data.opening.cash_fen,
-        opening_promo_fen=data.opening.promo_fen,
-        closing_cash_fen=data.closing.cash_fen,
-        closing_promo_fen=data.closing.promo_fen,
-        credits_fen=data.credits_fen,
-        debits_fen=data.debits_fen,
-        lines=len(data.lines),
-    )
+    statement = _statement_row(data)
     name = f"{tenant_id}-{month:%Y-%m}"
     statement.pdf.save(f"{name}.pdf", ContentFile(statement_pdf(data)), save=False)
     statement.csv.save(f"{name}.csv", ContentFile(statement_csv(data)), save=False)
@@ -177,13 +188,41 @@ def statement_generate(*, tenant_id: str, month: date) -> Statement:
 
 
 def statement_for(*, tenant_id: str, month: date) -> Statement:
-    """A closed month's statement for the console and API: made on demand when missing, for
-    months from the account's opening on (earlier ones are 404)."""
+    """A month's statement for the console and API: a closed month's is made on demand when
+    missing, for months from the account's opening on (earlier ones are 404); the current
+    month's is the month so far (`month_to_date`)."""
+    if month == current_month():
+        return month_to_date(tenant_id=tenant_id)
     _check_closed(month)
     opened = Wallet.objects.values_list("created_at", flat=True).get(tenant_id=tenant_id)
     if month < month_start(timezone.localdate(opened)):
         raise NotFound(_("No statement: the account did not exist in that month."))
     return statement_generate(tenant_id=tenant_id, month=month)
+
+
+def month_to_date(*, tenant_id: str, now: datetime | None = None) -> Statement:
+    """The current month up to now, as a statement that is not final: made on each request
+    and never stored (its figures change every minute); `as_of` says when it was cut. Its
+    files come from `statement_content`."""
+    data = statement_data(tenant_id=tenant_id, month=current_month(), until=now or timezone.now())
+    statement = _statement_row(data)
+    statement.as_of = data.as_of
+    statement.so_far = data
+    return statement
+
+
+def statement_content(statement: Statement, fmt: str) -> IO[bytes] | None:
+    """A statement's PDF or CSV to send: a closed month's stored file, the month so far drawn
+    now; None when a stored file is missing."""
+    if statement.so_far is not None:
+        draw = statement_pdf if fmt == "pdf" else statement_csv
+        return io.BytesIO(draw(statement.so_far))
+    return stored_file(getattr(statement, fmt))
+
+
+def stored_file(field: Any) -> IO[bytes] | None:
+    """A FileField's file opened through its storage, None when there is none."""
+    return field.open("rb") if field else None
 
 
 def tenants_due(month: date) -> list[str]:
@@ -207,10 +246,17 @@ def statements_generate_month(*, month: date | None = None) -> int:
     """Make `month`'s statements (default: last month) for every tenant due; those made before
     are kept. Returns how many were made now."""
     month = month_start(month or (current_month() - timedelta(days=1)))
-    made = 0
+    made, failed = 0, 0
     for tenant_id in tenants_due(month):
         existed = Statement.objects.filter(tenant_id=tenant_id, month=month).exists()
-        statement_generate(tenant_id=tenant_id, month=month)
+        try:
+            statement_generate(tenant_id=tenant_id, month=month)
+        except Exception:
+            # one account's failure must not keep the others' statements back; that one is
+            # made on its first request, or by running the task again
+            failed += 1
+            logger.exception("statement.failed tenant=%s month=%s", tenant_id, f"{month:%Y-%m}")
+            continue
         made += 0 if existed else 1
-    logger.info("statement.month month=%s made=%d", f"{month:%Y-%m}", made)
+    logger.info("statement.month month=%s made=%d failed=%d", f"{month:%Y-%m}", made, failed)
     return made

@@ -4,7 +4,7 @@ instances.views.calculator.)"""
 
 import uuid
 from datetime import date
-from typing import Any
+from typing import IO, Any
 
 from django import forms
 from django.conf import settings
@@ -32,7 +32,15 @@ from billing.invoices import (
 from billing.models import InvoiceRequest, Statement, TopUp, Wallet
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
-from billing.statements import current_month, month_start, next_month, parse_month, statement_for
+from billing.statements import (
+    current_month,
+    month_start,
+    next_month,
+    parse_month,
+    statement_content,
+    statement_for,
+    stored_file,
+)
 from billing.usage import GROUPINGS, MAX_RANGE_DAYS, UsageReport, usage_csv, usage_report
 from starverse.accounts.audit import audit_request
 from starverse.core.errors import FieldInvalid, NotFound, ServiceError
@@ -205,6 +213,7 @@ def _billing_page(
             "invoice_form": invoice_form or InvoiceRequestForm(initial={"key": uuid.uuid4().hex}),
             "invoiceable_fen": invoiceable_fen(tenant_id),
             "invoices": scope_to_user(InvoiceRequest.objects.all(), request.user, "tenant")[:20],
+            "this_month": current_month(),
             "months": [(month, made.get(month)) for month in closed_months(tenant_id)],
             "usage_form": usage_form,
             "usage": _usage(request, usage_form),
@@ -281,13 +290,12 @@ def invoice_create(request: HttpRequest) -> HttpResponse:
     return _billing_page(request, invoice_form=form, status=400)
 
 
-def _attachment(field: Any, filename: str, content_type: str) -> FileResponse:
-    """A stored file as an attachment, read through the storage (media is never public)."""
-    if not field:
+def _attachment(content: IO[bytes] | None, filename: str, content_type: str) -> FileResponse:
+    """A file as an attachment: a stored one read through the storage (media is never
+    public), or one drawn for this answer."""
+    if content is None:
         raise Http404
-    return FileResponse(
-        field.open("rb"), as_attachment=True, filename=filename, content_type=content_type
-    )
+    return FileResponse(content, as_attachment=True, filename=filename, content_type=content_type)
 
 
 @login_required
@@ -295,7 +303,9 @@ def _attachment(field: Any, filename: str, content_type: str) -> FileResponse:
 def invoice_pdf(request: HttpRequest, pk: str) -> FileResponse:
     """An issued invoice's PDF; another account's invoice, or one without a PDF, is a 404."""
     item = get_for_user(InvoiceRequest.objects.all(), request.user, "tenant", pk)
-    return _attachment(item.pdf, f"invoice-{item.number or item.id}.pdf", "application/pdf")
+    return _attachment(
+        stored_file(item.pdf), f"invoice-{item.number or item.id}.pdf", "application/pdf"
+    )
 
 
 STATEMENT_FORMATS = {"pdf": "application/pdf", "csv": "text/csv; charset=utf-8"}
@@ -304,7 +314,8 @@ STATEMENT_FORMATS = {"pdf": "application/pdf", "csv": "text/csv; charset=utf-8"}
 @login_required
 @require_GET
 def statement_file(request: HttpRequest, month: str, fmt: str) -> HttpResponseBase:
-    """A closed month's statement as PDF or CSV, made on first request as the API does."""
+    """A month's statement as PDF or CSV as the API has it: a closed month's made on first
+    request, the current month's so far drawn now."""
     if fmt not in STATEMENT_FORMATS:
         raise Http404
     try:
@@ -318,7 +329,7 @@ def statement_file(request: HttpRequest, month: str, fmt: str) -> HttpResponseBa
         messages.error(request, error.message)
         return _billing_at("statements")
     return _attachment(
-        getattr(item, fmt), f"statement-{item.month:%Y-%m}.{fmt}", STATEMENT_FORMATS[fmt]
+        statement_content(item, fmt), f"statement-{item.month:%Y-%m}.{fmt}", STATEMENT_FORMATS[fmt]
     )
 
 

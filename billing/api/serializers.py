@@ -248,9 +248,18 @@ class InvoiceOutput(serializers.ModelSerializer):
 
 
 class StatementOutput(serializers.ModelSerializer):
+    id = serializers.SerializerMethodField()
     month = serializers.SerializerMethodField()
     pdf_url = serializers.SerializerMethodField()
     csv_url = serializers.SerializerMethodField()
+    final = serializers.BooleanField(
+        read_only=True,
+        help_text="False for the current month: its figures so far, cut at `as_of`, made on "
+        "each request and never stored.",
+    )
+    as_of = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="Where the month so far was cut; null if final."
+    )
 
     class Meta:
         model = Statement
@@ -269,7 +278,13 @@ class StatementOutput(serializers.ModelSerializer):
             "pdf_url",
             "csv_url",
             "generated_at",
+            "final",
+            "as_of",
         ]
+
+    def get_id(self, obj: Statement) -> str | None:
+        """The stored statement's id; null for the month so far."""
+        return obj.id if obj.final else None
 
     def get_month(self, obj: Statement) -> str:
         """YYYY-MM."""

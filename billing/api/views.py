@@ -1,4 +1,4 @@
-from typing import Any
+from typing import IO, Any
 
 from django.db.models import QuerySet
 from django.http import FileResponse, HttpResponse, HttpResponseBase
@@ -41,7 +41,7 @@ from billing.invoices import (
 from billing.models import InvoiceRequest, LedgerTransaction, Statement, TopUp
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import wallet_for_tenant
-from billing.statements import parse_month, statement_for
+from billing.statements import parse_month, statement_content, statement_for, stored_file
 from billing.usage import MAX_RANGE_DAYS, usage_csv, usage_report
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import Scope
@@ -143,13 +143,12 @@ class CsvRenderer(_FileRenderer):
     format = "csv"
 
 
-def _download(field: Any, filename: str, content_type: str) -> FileResponse:
-    """A stored file as an attachment, read through the storage (media is never public)."""
-    if not field:
+def _download(content: IO[bytes] | None, filename: str, content_type: str) -> FileResponse:
+    """A file as an attachment: a stored one read through the storage (media is never
+    public), or one drawn for this answer."""
+    if content is None:
         raise NotFound(_("There is no file to download yet."), code="no_file")
-    return FileResponse(
-        field.open("rb"), as_attachment=True, filename=filename, content_type=content_type
-    )
+    return FileResponse(content, as_attachment=True, filename=filename, content_type=content_type)
 
 
 class InvoiceProfileView(APIView):
@@ -231,7 +230,9 @@ class InvoiceViewSet(
     def pdf(self, request: Request, pk: str | None = None) -> HttpResponseBase:
         """The issued invoice's PDF; 404 until it is issued with one."""
         item = self.get_object()
-        return _download(item.pdf, f"invoice-{item.number or item.id}.pdf", "application/pdf")
+        return _download(
+            stored_file(item.pdf), f"invoice-{item.number or item.id}.pdf", "application/pdf"
+        )
 
 
 MONTH = OpenApiParameter("month", str, OpenApiParameter.PATH, description="YYYY-MM")
@@ -269,7 +270,9 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PdfRenderer])
     def pdf(self, request: Request, month: str | None = None) -> HttpResponseBase:
         item = self._statement(request, month)
-        return _download(item.pdf, f"statement-{item.month:%Y-%m}.pdf", "application/pdf")
+        return _download(
+            statement_content(item, "pdf"), f"statement-{item.month:%Y-%m}.pdf", "application/pdf"
+        )
 
     @extend_schema(
         operation_id="billing_statements_csv",
@@ -279,7 +282,11 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, CsvRenderer])
     def csv(self, request: Request, month: str | None = None) -> HttpResponseBase:
         item = self._statement(request, month)
-        return _download(item.csv, f"statement-{item.month:%Y-%m}.csv", "text/csv; charset=utf-8")
+        return _download(
+            statement_content(item, "csv"),
+            f"statement-{item.month:%Y-%m}.csv",
+            "text/csv; charset=utf-8",
+        )
 
 
 class UsageView(APIView):

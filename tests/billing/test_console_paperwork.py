@@ -88,7 +88,10 @@ def test_billing_page_shows_the_usage_invoice_and_statement_sections(signed_in):
     # no details yet: nothing to request an invoice to
     assert 'action="/billing/invoices/"' not in html
     assert "Save your invoice details first" in html
-    assert "No closed months yet" in html  # the account opened this month
+    # the account opened this month: only the month so far
+    assert re.findall(r'href="/billing/statements/(\d{4}-\d\d)/pdf/"', html) == [
+        f"{timezone.localdate():%Y-%m}"
+    ]
     assert "Download CSV" in html and "/billing/usage.csv?" in html
 
 
@@ -222,7 +225,7 @@ def test_a_requested_invoice_has_no_pdf_yet(signed_in):
     assert client.get(f"/billing/invoices/{item.id}/pdf/").status_code == 404
 
 
-def test_statements_of_closed_months_download_as_pdf_and_csv(signed_in, clock):
+def test_statements_download_as_pdf_and_csv_closed_months_and_this_one_so_far(signed_in, clock):
     clock["at"] = datetime(2026, 9, 20, 12, 0, tzinfo=TZ)
     user = make_user()
     fund(user, 5_000)
@@ -230,8 +233,8 @@ def test_statements_of_closed_months_download_as_pdf_and_csv(signed_in, clock):
     client = signed_in(user)
     html = client.get("/billing/").content.decode()
     months = re.findall(r'href="/billing/statements/(\d{4}-\d\d)/pdf/"', html)
-    assert months == ["2026-11", "2026-10", "2026-09"]  # newest first, from the account's month
-    assert "/billing/statements/2026-12/" not in html
+    # newest first, from the account's month; this month so far on top
+    assert months == ["2026-12", "2026-11", "2026-10", "2026-09"]
 
     pdf = client.get("/billing/statements/2026-10/pdf/")
     assert (pdf.status_code, pdf["Content-Type"]) == (200, "application/pdf")
@@ -245,8 +248,12 @@ def test_statements_of_closed_months_download_as_pdf_and_csv(signed_in, clock):
 
     assert client.get("/billing/statements/2026-08/pdf/").status_code == 404  # before the account
     assert client.get("/billing/statements/2026-10/xls/").status_code == 404
-    open_month = client.get("/billing/statements/2026-12/pdf/", follow=True)
-    assert "is not over yet" in open_month.content.decode()
+    so_far = client.get("/billing/statements/2026-12/csv/")
+    assert "statement-2026-12.csv" in so_far["Content-Disposition"]
+    assert "2026-12-03 09:00:00" in b"".join(so_far.streaming_content).decode()  # cut now
+    assert Statement.objects.filter(tenant_id=user.tenant_id).count() == 1  # and not kept
+    future = client.get("/billing/statements/2027-01/pdf/", follow=True)
+    assert "2027-01 has not begun yet" in future.content.decode()
     assert "not a month" in client.get("/billing/statements/nov/pdf/", follow=True).content.decode()
     stranger = signed_in(make_user())
     stranger.get("/billing/statements/2026-10/pdf/")

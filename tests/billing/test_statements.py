@@ -13,6 +13,7 @@ from billing.services import ledger_post
 from billing.statements import (
     balances_at,
     current_month,
+    statement_content,
     statement_for,
     statement_generate,
     statements_generate_month,
@@ -110,12 +111,40 @@ def test_statement_of_last_month_lists_every_line_and_usage(db, time_machine):
     assert Statement.objects.count() == 1
 
 
-def test_open_month_and_months_before_the_account_are_refused(db, time_machine):
+def test_the_current_month_is_the_month_so_far_and_never_stored(db, time_machine):
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    user = make_user()  # the trial credit: its first line
+    fund(user, 5_000)
+    instance = make_instance(user)
+    _charge(user, instance.id, 1, 250)
+    now = datetime(2026, 11, 10, 12, 30, tzinfo=TZ)
+    time_machine.move_to(now)
+
+    so_far = statement_for(tenant_id=user.tenant_id, month=current_month())
+
+    assert (so_far.final, so_far.as_of, so_far.month) == (False, now, NOV)
+    assert (so_far.opening_fen, so_far.lines) == (0, 3)
+    assert so_far.closing_fen == Wallet.objects.get(tenant=user.tenant).total_fen == 5_750
+    text = statement_content(so_far, "csv").read().decode("utf-8")
+    assert "2026-11-10 12:30:00" in text  # says where it was cut
+    assert [r for r in csv.reader(io.StringIO(text[1:])) if r and r[0].startswith(instance.name)]
+    assert statement_content(so_far, "pdf").read().startswith(b"%PDF-")
+    assert not Statement.objects.exists()  # made on each request, never kept
+
+    # a later ask sees the lines since
+    time_machine.move_to(now + timedelta(minutes=1))
+    _charge(user, instance.id, 2, 250)
+    time_machine.move_to(now + timedelta(minutes=2))
+    assert statement_for(tenant_id=user.tenant_id, month=current_month()).lines == 4
+
+
+def test_future_months_and_months_before_the_account_are_refused(db, time_machine):
     time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
     user = make_user()
     with pytest.raises(InvalidInput) as refused:
-        statement_for(tenant_id=user.tenant_id, month=current_month())
+        statement_for(tenant_id=user.tenant_id, month=date(2026, 12, 1))
     assert refused.value.code == "month_not_closed"
+    assert "2026-12 has not begun yet" in refused.value.message
     with pytest.raises(NotFound):
         statement_for(tenant_id=user.tenant_id, month=date(2026, 10, 1))
     assert not Statement.objects.exists()
@@ -215,3 +244,63 @@ def test_missing_font_is_a_clear_error(db, settings, time_machine):
     with pytest.raises(ImproperlyConfigured, match="fonts-wqy-microhei"):
         statement_generate(tenant_id=user.tenant_id, month=NOV)
     assert not Statement.objects.exists()
+
+
+def test_the_api_answers_the_month_so_far_and_closed_months(db, time_machine, client_for):
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    user = make_user()
+    fund(user, 5_000)
+    time_machine.move_to(datetime(2026, 12, 2, 8, 0, tzinfo=TZ))
+    api = client_for(user)
+
+    so_far = api.get("/api/v1/billing/statements/2026-12").json()
+    assert (so_far["id"], so_far["final"], so_far["month"]) == (None, False, "2026-12")
+    assert so_far["as_of"].startswith("2026-12-02T08:00:00")
+    assert so_far["closing_fen"] == so_far["opening_fen"] == 6_000
+    pdf = api.get("/api/v1/billing/statements/2026-12/pdf")
+    assert pdf.status_code == 200 and b"".join(pdf.streaming_content).startswith(b"%PDF-")
+
+    closed = api.get("/api/v1/billing/statements/2026-11").json()
+    assert closed["final"] is True and closed["as_of"] is None
+    assert closed["id"].startswith("stm_") and closed["closing_fen"] == 6_000
+    assert [s["month"] for s in api.get("/api/v1/billing/statements").json()["results"]] == [
+        "2026-11"
+    ]  # only stored statements are listed
+    future = api.get("/api/v1/billing/statements/2027-01")
+    assert (future.status_code, future.json()["code"]) == (400, "month_not_closed")
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"from": "2026-11-30", "to": "2026-11-01"}, "to"),
+        ({"from": "2026-11-01", "to": "2026-11-30", "group_by": "gpu"}, "group_by"),
+        ({"from": "yesterday", "to": "2026-11-30"}, "from"),
+        ({"from": "2025-01-01", "to": "2026-11-30"}, "to"),
+    ],
+)
+def test_the_usage_api_names_a_bad_parameter(db, client_for, query, field):
+    answer = client_for(make_user()).get("/api/v1/billing/usage", query)
+    body = answer.json()
+    assert (answer.status_code, body["code"], list(body["errors"])) == (400, "invalid", [field])
+    assert body["detail"].startswith(f"{field}: ")
+
+
+def test_one_accounts_failure_keeps_no_other_statement_back(db, time_machine, monkeypatch):
+    from billing import statements
+
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    broken, fine = make_user(), make_user()
+    time_machine.move_to(datetime(2026, 12, 1, 1, 30, tzinfo=TZ))
+    real = statements.statement_pdf
+
+    def draw(data):
+        if data.tenant_id == broken.tenant_id:
+            raise OSError("disk full")
+        return real(data)
+
+    monkeypatch.setattr(statements, "statement_pdf", draw)
+    assert statements_generate_month() == 1
+    assert list(Statement.objects.values_list("tenant_id", flat=True)) == [fine.tenant_id]
+    monkeypatch.setattr(statements, "statement_pdf", real)
+    assert statements_generate_month() == 1  # run again: the one missing is made
