@@ -151,8 +151,7 @@ def _statement_row(data: StatementData) -> Statement:
 def _check_closed(month: date) -> None:
     if month >= current_month():
         raise InvalidInput(
-            _("month: %(month)s has not begun yet.")
-            % {"month": f"{month:%Y-%m}"},
+            _("month: %(month)s has not begun yet.") % {"month": f"{month:%Y-%m}"},
             code="month_not_closed",
         )
 
