@@ -8,7 +8,9 @@ urllib (no client package):
         nvidia.com/gpu.memory (MiB), and the driver labels of GPU feature discovery
     GET {kube_url}/api/v1/pods?fieldSelector=spec.nodeName={node}
         each sample: the GPUs are busy in order of the Running pods' `nvidia.com/gpu` limits
-        (oldest pod first): with one Running pod limited to 2 GPUs, GPUs 0 and 1 are busy.
+        (oldest pod first): with one Running pod limited to 2 GPUs, GPUs 0 and 1 are busy; a
+        pod annotated `emulator.starverse.io/gpu-load` (0 to 1) works them that hard instead
+        (0: an instance nobody uses, for trying idle auto-stop).
 
 A busy GPU shows a realistic load (H100: utilisation 85-100 %, 60-78 GB of 80 GB used,
 60-75 °C, 550-700 W of a 700 W limit); an idle one is idle (0 %, about 0.5 GB used, 30-36 °C,
@@ -37,6 +39,7 @@ from nodeagent.source import DriverInfo, Event, GpuInfo, GpuMetrics, Snapshot, i
 log = logging.getLogger(__name__)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+LOAD_ANNOTATION = "emulator.starverse.io/gpu-load"
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_PRODUCT = "NVIDIA H100 80GB HBM3"
 DEFAULT_COUNT = 8
@@ -151,6 +154,31 @@ def busy_gpus(pods: list[dict[str, Any]]) -> int:
     return sum(gpu_limit(pod) for pod in running)
 
 
+def pod_load(pod: dict[str, Any]) -> float:
+    """How hard a Running pod works its GPUs, 0 (idle) to 1 (full load, the default): its
+    `emulator.starverse.io/gpu-load` annotation, so that a development cluster can show an
+    idle instance (`kubectl annotate pod … emulator.starverse.io/gpu-load=0`)."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    try:
+        load = float(annotations.get(LOAD_ANNOTATION, "1"))
+    except ValueError:
+        return 1.0
+    return min(max(load, 0.0), 1.0) if load == load else 1.0  # NaN: the default
+
+
+def gpu_loads(pods: list[dict[str, Any]]) -> dict[int, float]:
+    """GPU index → the load of the Running pod holding it (the same hand-out as
+    `pods_by_gpu`); GPUs no pod holds are absent (idle)."""
+    loads: dict[int, float] = {}
+    for pod in pods:
+        if pod.get("status", {}).get("phase") != "Running":
+            continue
+        load = pod_load(pod)
+        for _ in range(gpu_limit(pod)):
+            loads[len(loads)] = load
+    return loads
+
+
 def gpu_digest(node: str, index: int) -> str:
     """The stable digest a simulated GPU's UUID and serial come from: the node and the index."""
     return hashlib.sha256(f"{node}/{index}".encode()).hexdigest()
@@ -212,7 +240,7 @@ class SimSource:
         self._clock = clock
         self._rng = random.Random(seed if seed is not None else node)
         self._node_read = False
-        self._busy = 0
+        self._loads: dict[int, float] = {}
         self._pods: dict[int, tuple[str, str, str]] = {}
         self._api_down = False
         self._labels: dict[str, str] = {}
@@ -287,7 +315,7 @@ class SimSource:
         )
         if isinstance(pods, dict):
             items = sorted(pods.get("items", []) or [], key=running_order)
-            self._busy = busy_gpus(items)
+            self._loads = gpu_loads(items)
             self._pods = pods_by_gpu(items)
 
     def gpu_pods(self) -> dict[int, tuple[str, str, str]]:
@@ -331,7 +359,7 @@ class SimSource:
         at = iso_utc(self._clock())
         gpus = []
         for gpu in self._gpus:
-            target = 1.0 if gpu.info["index"] < self._busy else 0.0
+            target = self._loads.get(gpu.info["index"], 0.0)
             if gpu.load is None or abs(target - gpu.load) < 0.05:
                 gpu.load = target
             else:

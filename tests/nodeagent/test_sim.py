@@ -3,7 +3,7 @@
 from typing import Any
 
 from nodeagent import metrics as m
-from nodeagent.sim import KubeClient, SimSource, busy_gpus, product_name
+from nodeagent.sim import LOAD_ANNOTATION, KubeClient, SimSource, busy_gpus, product_name
 from tests.nodeagent import (
     FakeKube,
     FakePlatform,
@@ -169,3 +169,23 @@ def test_cli_sim_source_reports_once() -> None:
     assert [value >= 85 for value in utils] == [True, True] + [False] * 6
     assert utils[2:] == [0] * 6
     assert platform.requests[0]["headers"]["Authorization"] == "Bearer svn_test"
+
+
+def test_a_pods_load_annotation_sets_how_hard_its_gpus_work() -> None:
+    kube = cluster()
+    with serving(kube):
+        sim = SimSource(NODE, KubeClient(kube.url))
+        assert_busy(sim.sample()["gpus"][1]["metrics"])
+        # what `kubectl annotate pod … emulator.starverse.io/gpu-load=0` does
+        kube.pods[0].setdefault("metadata", {})["annotations"] = {LOAD_ANNOTATION: "0"}
+        for _ in range(6):
+            gpus = sim.sample()["gpus"]
+        assert_idle(gpus[1]["metrics"])
+        kube.pods[0]["metadata"]["annotations"] = {LOAD_ANNOTATION: "0.5"}
+        for _ in range(6):
+            half = sim.sample()["gpus"][1]["metrics"][m.GPU_UTIL]
+        assert half is not None and 40 <= half <= 52
+        kube.pods[0]["metadata"]["annotations"] = {LOAD_ANNOTATION: "lots"}
+        for _ in range(6):
+            gpus = sim.sample()["gpus"]
+        assert_busy(gpus[1]["metrics"])  # not a number: the default, full load
