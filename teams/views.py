@@ -167,10 +167,14 @@ class AuditFilter(forms.Form):
     """The audit page's filters, as the API's (`actor`, `action`, `from`, `to`): the dates are
     whole days in the viewer's zone, both included."""
 
-    actor = forms.ChoiceField(required=False)
-    action = forms.ChoiceField(required=False)
-    since = forms.DateField(required=False)
-    until = forms.DateField(required=False)
+    actor = forms.ChoiceField(label=_("Who"), required=False)
+    action = forms.ChoiceField(label=_("What"), required=False)
+    since = forms.DateField(
+        label=_("From"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+    )
+    until = forms.DateField(
+        label=_("To"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+    )
 
     def __init__(self, data: Any, team: Tenant) -> None:
         super().__init__(data)
