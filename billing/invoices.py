@@ -190,8 +190,9 @@ def invoice_request(
                 raise FieldInvalid(
                     "amount_fen",
                     _(
-                        "%(amount)s is more than can be invoiced: %(available)s (paid top-ups, "
-                        "less refunds and invoices already requested)."
+                        "%(amount)s is more than can be invoiced: %(available)s (paid top-ups "
+                        "and team transfers in, less transfers out, refunds and invoices "
+                        "already requested)."
                     )
                     % {"amount": format_fen(amount_fen), "available": format_fen(available)},
                     code="over_invoiceable",

@@ -21,6 +21,7 @@ from billing.choices import (
     TransactionKind,
 )
 from starverse.core.ids import PublicIdField
+from starverse.core.money import format_fen
 
 
 class Wallet(models.Model):
@@ -210,7 +211,7 @@ class TopUp(models.Model):
         constraints = [models.CheckConstraint(condition=Q(amount_fen__gt=0), name="topup_positive")]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.amount_fen} {self.status}"
+        return f"{self.id} {format_fen(self.amount_fen)} {self.get_status_display()}"
 
 
 class StripeEvent(models.Model):
@@ -286,7 +287,7 @@ class Refund(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.amount_fen} {self.status}"
+        return f"{self.id} {format_fen(self.amount_fen)} {self.get_status_display()}"
 
 
 class Dispute(models.Model):
@@ -326,7 +327,7 @@ class Dispute(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.amount_fen} {self.status}"
+        return f"{self.id} {format_fen(self.amount_fen)} {self.get_status_display()}"
 
     @property
     def is_open(self) -> bool:
@@ -417,7 +418,7 @@ class AdjustmentRequest(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.amount_fen} {self.status}"
+        return f"{self.id} {format_fen(self.amount_fen)} {self.get_status_display()}"
 
 
 class RunwayNotice(models.Model):
@@ -509,7 +510,7 @@ class InvoiceRequest(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.amount_fen} {self.status}"
+        return f"{self.id} {format_fen(self.amount_fen)} {self.get_status_display()}"
 
 
 class Statement(models.Model):
