@@ -1,11 +1,13 @@
-"""Usage read from the ledger: what each instance and volume cost over a range of days, grouped
-by instance, by day or by member, for the usage API, the console and the monthly statements.
+"""Usage read from the ledger: what each instance, inference endpoint and volume cost over a
+range of days, grouped by instance, by day or by member, for the usage API, the console and the
+monthly statements.
 
-Usage is every `usage` posting (per-minute GPU charges, monthly rentals, storage days) less the
-operators' reversals of them. One aggregate query per report groups the postings by (bucket,
-resource); the instances and volumes named are then looked up once, for their labels, GPU
-counts and who ordered them. The instances and volumes belong to apps above billing: they are
-reached by name (apps.get_model), as a lazy foreign key reaches them, never imported."""
+Usage is every `usage` posting (per-minute GPU charges of instances and of endpoint replicas,
+monthly rentals, storage days) less the operators' reversals of them. One aggregate query per
+report groups the postings by (bucket, resource); the instances, endpoints and volumes named are
+then looked up once, for their labels, GPU counts and who ordered them. They belong to apps
+above billing: they are reached by name (apps.get_model), as a lazy foreign key reaches them,
+never imported."""
 
 import csv
 import io
@@ -76,8 +78,9 @@ def local_midnight(day: date) -> datetime:
 
 def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> Any:
     """The tenant's usage postings and reversals of them in [start, end), each with the
-    resource it charged (`resource`: an instance id, a volume id or "") and the minutes it
-    stands for (+1 a charged GPU minute, −1 its reversal)."""
+    resource it charged (`resource`: an instance or endpoint id, a volume id or "") and the
+    minutes it stands for (+1 a charged minute of an instance or of one endpoint replica, −1
+    its reversal)."""
     reversal = Q(kind=TransactionKind.REVERSAL)
     postings = LedgerTransaction.objects.filter(
         wallet__tenant_id=tenant_id, created_at__gte=start, created_at__lt=end
@@ -104,7 +107,10 @@ def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> Any:
             output_field=CharField(),
         ),
         minute=Case(
-            When(src_key__startswith="usage:", then=Case(When(reversal, then=-1), default=1)),
+            When(
+                Q(src_key__startswith="usage:") | Q(src_key__startswith="endpoint:"),
+                then=Case(When(reversal, then=-1), default=1),
+            ),
             default=0,
             output_field=IntegerField(),
         ),
@@ -127,17 +133,22 @@ class Resource:
 
 
 def resources_named(ids: set[str]) -> dict[str, Resource]:
-    """The instances and volumes among `ids`: their labels, GPU counts and members.
+    """The instances, endpoints and volumes among `ids`: their labels, GPU counts (of one
+    replica, for an endpoint: its minutes are replica-minutes) and members.
 
-    The member of an instance is the user who ordered it (`Instance.created_by`); volumes and
-    account-wide charges belong to the account. Grouping by member reads only this."""
+    The member of an instance or an endpoint is the user who ordered it (`created_by`);
+    volumes and account-wide charges belong to the account. Grouping by member reads only
+    this."""
     Instance = apps.get_model("instances", "Instance")
+    Endpoint = apps.get_model("endpoints", "Endpoint")
     Disk = apps.get_model("storage", "Disk")
     found: dict[str, Resource] = {}
-    for pk, name, gpus, user_id, email in Instance.objects.filter(pk__in=ids).values_list(
-        "id", "name", "offering__gpu_count", "created_by_id", "created_by__email"
-    ):
+    columns = ("id", "name", "offering__gpu_count", "created_by_id", "created_by__email")
+    for pk, name, gpus, user_id, email in Instance.objects.filter(pk__in=ids).values_list(*columns):
         found[pk] = Resource(f"{name} ({pk})", gpus, str(user_id), email)
+    for pk, name, gpus, user_id, email in Endpoint.objects.filter(pk__in=ids).values_list(*columns):
+        label = _("Inference endpoint %(name)s (%(id)s)") % {"name": name, "id": pk}
+        found[pk] = Resource(label, gpus, str(user_id), email)
     for pk, name in Disk.objects.filter(pk__in=ids).values_list("id", "name"):
         found[pk] = Resource(_("Cloud disk %(name)s (%(id)s)") % {"name": name, "id": pk})
     return found

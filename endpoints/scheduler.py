@@ -16,7 +16,8 @@ one stopped.
   manual scale last asked for, read from the endpoints' Deployments with one list call per
   namespace, as the pods are.
 - Running out: a charge the balance cannot pay scales the endpoint to zero
-  (services.endpoint_suspend), never deletes it.
+  (services.endpoint_suspend), never deletes it; so does a spent monthly budget of its creator
+  or its team, checked on every pass that charged something (spent only grows by charges).
 - No model: an engine container that exited with MODEL_MISSING_EXIT (the engine image's
   entry point found no `config.json` under /model) fails the endpoint, naming the field the
   user gave, and scales it to zero: restarting cannot make the folder appear."""
@@ -40,7 +41,7 @@ from endpoints.choices import LIVE, EndpointStatus, SourceKind
 from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.selectors import endpoint_region
-from endpoints.services import endpoint_fail, endpoint_suspend
+from endpoints.services import endpoint_fail, endpoint_suspend, endpoints_over_budget_suspend
 from fleet.models import Allocation, Region
 from fleet.selectors import region_target
 from instances.placement import choose
@@ -58,6 +59,7 @@ class SyncResult:
     released: list[str] = field(default_factory=list)
     charged_fen: int = 0
     suspended: list[str] = field(default_factory=list)
+    over_budget: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # endpoint → the engine's message
 
 
@@ -151,6 +153,8 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     _statuses(endpoints.values(), ready_count, alive_count, stale, desired)
     for endpoint_id in result.suspended:
         endpoint_suspend(endpoint_id=endpoint_id)
+    if result.charged_fen:
+        result.over_budget = endpoints_over_budget_suspend(now=now)
     by_id = {e.id: e for e in endpoints.values()}
     for endpoint_id, detail in result.failed.items():
         with _scope(targets, endpoint_region(by_id[endpoint_id])):

@@ -1,13 +1,17 @@
 """Every write of the endpoints app: serving a model (validated here, synchronously, naming
 the field at fault), scaling it, updating its snapshot, its API keys, deleting it. The cluster
 is converged to the rows by the worker afterwards (endpoints.provisioning); GPUs are held per
-replica by the scheduler (endpoints.scheduler)."""
+replica by the scheduler (endpoints.scheduler). In a team an endpoint is an order like an
+instance: the billing role serves nothing, and its creator's and the team's monthly budgets
+(instances.budgets) count its charges, refuse what does not fit and scale it to zero once
+spent."""
 
 import hashlib
 import logging
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -19,9 +23,10 @@ from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
 from datasets.choices import DatasetKind
 from datasets.models import PublicDataset
-from endpoints.choices import ENDED, EndpointStatus, SourceKind
+from endpoints.choices import ENDED, LIVE, EndpointStatus, SourceKind
 from endpoints.engines import engine_validate
 from endpoints.models import Endpoint, EndpointKey
+from instances.budgets import budget_check, budgets_spent
 from instances.choices import OfferingKind
 from instances.lifecycle import catalog_offering, request_hash_of
 from instances.models import Offering
@@ -35,6 +40,7 @@ from starverse.core.errors import (
     NotFound,
 )
 from starverse.core.money import format_fen
+from starverse.core.roles import require_orderer
 from storage.choices import DiskStatus
 from storage.models import Disk, SharedStorage
 
@@ -192,11 +198,16 @@ def _limits_check(tenant_id: str, offering: Offering, high: int, exclude: str = 
         )
 
 
+def _hour_fen(offering: Offering, low: int) -> int:
+    """An hour of one replica, or of the minimum when more: an endpoint's runway."""
+    return offering.price_per_hour_fen * max(1, low)
+
+
 def _runway_check(tenant_id: str, offering: Offering, low: int) -> None:
     """Serving needs an hour of one replica (of the minimum, when more) in cash: replicas are
     billed from cash at the standard price (trial credit pays only instances' trial prices)."""
     wallet = wallet_locked(tenant_id)
-    need = offering.price_per_hour_fen * max(1, low)
+    need = _hour_fen(offering, low)
     cash = wallet.cash_fen - wallet.arrears_fen
     if cash < need:
         raise InsufficientBalance(
@@ -221,7 +232,10 @@ def endpoint_create(
     idempotency_key: str = "",
 ) -> tuple[Endpoint, bool]:
     """Serve a model. Returns (endpoint, created); the same Idempotency-Key answers the same
-    endpoint, and a different request under it is a 409."""
+    endpoint, and a different request under it is a 409. Its runway (an hour of
+    `max(1, min_replicas)` replicas) must fit the cash and, in a team, what is left of the
+    creator's and the team's monthly budgets (402 `budget_exceeded`)."""
+    require_orderer(user)
     request_hash = request_hash_of(
         name=name,
         source=source,
@@ -265,6 +279,7 @@ def endpoint_create(
     try:
         with transaction.atomic():
             _runway_check(user.tenant_id, offering, low)
+            budget_check(endpoint, _hour_fen(offering, low))
             _limits_check(user.tenant_id, offering, high)
             endpoint.save()
             enqueue_on_commit("endpoints.tasks.converge_endpoint", endpoint.id)
@@ -300,8 +315,9 @@ def endpoint_change(
 ) -> Endpoint:
     """Scale (min/max, at once: the autoscaler's bounds and the Deployment follow), change
     engine options, or update (a new snapshot of the source; the replicas roll one by one).
-    Scaling up an endpoint the balance suspended lifts the suspension if the balance covers
-    an hour of it."""
+    Scaling up an endpoint the balance or a budget suspended lifts the suspension if the
+    balance covers an hour of it; raising its minimum, or lifting a suspension, needs that hour
+    to fit its creator's and its team's monthly budgets (402 `budget_exceeded`)."""
     with transaction.atomic():
         locked = endpoint_locked(endpoint.id)
         if locked.status in ENDED:
@@ -317,6 +333,9 @@ def endpoint_change(
             _limits_check(locked.tenant_id, locked.offering, high, exclude=locked.id)
         if locked.suspended:
             _runway_check(locked.tenant_id, locked.offering, low)
+        if locked.suspended or low > locked.min_replicas:
+            budget_check(locked, _hour_fen(locked.offering, low))
+        if locked.suspended:
             locked.suspended = False
             fields.append("suspended")
         locked.min_replicas, locked.max_replicas = low, high
@@ -335,15 +354,16 @@ def endpoint_change(
     return locked
 
 
-def endpoint_suspend(*, endpoint_id: str) -> bool:
-    """The balance ran out: scale to zero, keeping settings and snapshot (never delete)."""
+def endpoint_suspend(*, endpoint_id: str, reason: str = "") -> bool:
+    """The balance ran out (or a budget, `reason` saying which): scale to zero, keeping
+    settings and snapshot (never delete)."""
     with transaction.atomic():
         locked = endpoint_locked(endpoint_id)
         if locked.suspended or locked.status in ENDED:
             return False
         locked.suspended = True
         locked.status = S.SCALED_TO_ZERO
-        locked.error_message = _(
+        locked.error_message = reason or _(
             "Balance exhausted: scaled to zero (settings and snapshot kept). Top up, then scale "
             "it up again."
         )
@@ -351,6 +371,36 @@ def endpoint_suspend(*, endpoint_id: str) -> bool:
         enqueue_on_commit("endpoints.tasks.converge_endpoint", locked.id)
     logger.info("endpoint.suspended endpoint=%s", endpoint_id)
     return True
+
+
+def endpoints_over_budget_suspend(*, now: datetime | None = None) -> list[str]:
+    """Scale to zero, as an empty wallet does, the serving endpoints of every member whose
+    monthly budget is spent (of the whole team, when the team's is), the reason on the
+    endpoint. Returns their ids."""
+    serving = Endpoint.objects.filter(status__in=LIVE, suspended=False)
+    suspended: list[str] = []
+    for tenant_id, user_id in budgets_spent(now=now, tenants=serving.values("tenant_id")):
+        rows = serving.filter(tenant_id=tenant_id).select_related("tenant", "created_by")
+        if user_id is not None:
+            rows = rows.filter(created_by_id=user_id)
+        for endpoint in rows:
+            if user_id is None:
+                reason = _(
+                    "The monthly budget of team %(team)s is spent: scaled to zero (settings and "
+                    "snapshot kept). Scale it up again once an owner raises the budget or a new "
+                    "month begins."
+                ) % {"team": endpoint.tenant.name}
+            else:
+                reason = _(
+                    "The monthly budget of %(who)s in team %(team)s is spent: scaled to zero "
+                    "(settings and snapshot kept). Scale it up again once an owner raises the "
+                    "budget or a new month begins."
+                ) % {"who": endpoint.created_by.email, "team": endpoint.tenant.name}
+            if endpoint_suspend(endpoint_id=endpoint.id, reason=reason):
+                suspended.append(endpoint.id)
+    if suspended:
+        logger.info("endpoint.budget_suspends endpoints=%d", len(suspended))
+    return suspended
 
 
 def endpoint_delete(*, endpoint: Endpoint) -> Endpoint:

@@ -1,7 +1,9 @@
 """Console pages for inference endpoints: the list, the "Serve this" form, an endpoint's page
 (URL, keys, engine command, replicas, cold start, charts, cost) and its actions. They show an
 endpoint as the API does (endpoints.selectors.endpoint_view) and change things only through
-endpoints.services."""
+endpoints.services. A change to a team's endpoint is for whoever created it, an owner or an
+admin (starverse.core.console.run_change), and every change is written to the team's audit
+log, as the API's are."""
 
 from typing import Any
 
@@ -28,7 +30,8 @@ from endpoints.services import (
 )
 from instances.choices import OfferingKind
 from instances.models import Offering
-from starverse.core.console import run_service
+from starverse.accounts.audit import audit_request
+from starverse.core.console import run_change
 from starverse.core.errors import ServiceError
 from starverse.core.tenancy import get_for_user
 
@@ -110,6 +113,14 @@ def endpoint_new(request: HttpRequest) -> HttpResponse:
             field = getattr(error, "field", "")
             messages.error(request, f"{field}: {error.message}" if field else error.message)
         else:
+            if _created:
+                audit_request(
+                    request,
+                    "endpoint.created",
+                    endpoint,
+                    name=endpoint.name,
+                    offering=endpoint.offering_id,
+                )
             messages.success(request, _("Endpoint %(name)s is starting.") % {"name": endpoint.name})
             return redirect("endpoints:detail", pk=endpoint.pk)
     context = {
@@ -144,16 +155,25 @@ def endpoint_detail(request: HttpRequest, pk: str) -> HttpResponse:
 @require_POST
 def endpoint_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
     endpoint = _own(request, pk)
-    run_service(
-        request,
-        lambda: endpoint_change(
+    update = request.POST.get("update") == "1"
+
+    def scale() -> None:
+        changed = endpoint_change(
             endpoint=endpoint,
             min_replicas=_number(request.POST.get("min_replicas", ""), endpoint.min_replicas),
             max_replicas=_number(request.POST.get("max_replicas", ""), endpoint.max_replicas),
-            update=request.POST.get("update") == "1",
-        ),
-        _("Scaled: the replicas follow now."),
-    )
+            update=update,
+        )
+        audit_request(
+            request,
+            "endpoint.changed",
+            changed,
+            min_replicas=changed.min_replicas,
+            max_replicas=changed.max_replicas,
+            update=update,
+        )
+
+    run_change(request, endpoint, scale, _("Scaled: the replicas follow now."))
     return redirect("endpoints:detail", pk=endpoint.pk)
 
 
@@ -161,7 +181,14 @@ def endpoint_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
 @require_POST
 def endpoint_delete_view(request: HttpRequest, pk: str) -> HttpResponse:
     endpoint = _own(request, pk)
-    run_service(request, lambda: endpoint_delete(endpoint=endpoint), _("Endpoint deleted."))
+    run_change(
+        request,
+        endpoint,
+        lambda: audit_request(
+            request, "endpoint.deleted", endpoint_delete(endpoint=endpoint), name=endpoint.name
+        ),
+        _("Endpoint deleted."),
+    )
     return redirect(reverse("endpoints:list"))
 
 
@@ -169,15 +196,16 @@ def endpoint_delete_view(request: HttpRequest, pk: str) -> HttpResponse:
 @require_POST
 def key_create_view(request: HttpRequest, pk: str) -> HttpResponse:
     endpoint = _own(request, pk)
-    try:
-        _key, secret = key_create(
+
+    def create() -> None:
+        key, secret = key_create(
             endpoint=endpoint, name=request.POST.get("name", ""), user=request.user
         )
-    except ServiceError as error:
-        messages.error(request, error.message)
-    else:
+        audit_request(request, "endpoint.key_created", key, endpoint=endpoint.pk, name=key.name)
         # shown once, on the next page only
         request.session[f"endpoint-key:{endpoint.pk}"] = secret
+
+    run_change(request, endpoint, create, _("Key created."))
     return redirect("endpoints:detail", pk=endpoint.pk)
 
 
@@ -185,5 +213,15 @@ def key_create_view(request: HttpRequest, pk: str) -> HttpResponse:
 @require_POST
 def key_revoke_view(request: HttpRequest, pk: str, key_id: str) -> HttpResponse:
     endpoint = _own(request, pk)
-    run_service(request, lambda: key_revoke(endpoint=endpoint, key_id=key_id), _("Key revoked."))
+    run_change(
+        request,
+        endpoint,
+        lambda: audit_request(
+            request,
+            "endpoint.key_revoked",
+            key_revoke(endpoint=endpoint, key_id=key_id),
+            endpoint=endpoint.pk,
+        ),
+        _("Key revoked."),
+    )
     return redirect("endpoints:detail", pk=endpoint.pk)

@@ -1,16 +1,20 @@
 """Team budgets: what a member (or the whole team) may spend in a calendar month, and what
-they spent. Spent is the usage the team's ledger charged this month for the instances the
-member ordered (the ledger's instance_id and the instance's created_by attribute every
-charge), so it is one query, never a counter to keep in step. An order or a start whose own
-cost over its runway does not fit what is left is refused (402 `budget_exceeded`); the metering
-tick stops a member's running instances once their budget is spent (instances.metering)."""
+they spent. Spent is the usage the team's ledger charged this month for the instances and
+inference endpoints the member made (the ledger's instance_id, which an endpoint's charges
+fill with the endpoint's id, and the row's created_by attribute every charge), so it is one
+query, never a counter to keep in step. An order or a start (an endpoint's creation or scaling
+up) whose own cost over its runway does not fit what is left is refused (402
+`budget_exceeded`); the metering tick stops a member's running instances once their budget is
+spent (instances.metering), and the endpoints' pass scales their endpoints to zero
+(endpoints.services.endpoints_over_budget_suspend)."""
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
+from django.apps import apps
 from django.db import connection, transaction
-from django.db.models import Sum
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -36,18 +40,20 @@ def month_start(now: datetime | None = None) -> datetime:
 
 
 def spent_fen(tenant_id: str, user_id: str | None, *, now: datetime | None = None) -> int:
-    """Usage charged to the tenant this month: for the instances `user_id` ordered, or all of
-    it (None). Reversed charges count back."""
+    """Usage charged to the tenant this month: for the instances and endpoints `user_id` made,
+    or all of it (None). Reversed charges count back."""
     rows = LedgerTransaction.objects.filter(
         wallet__tenant_id=tenant_id,
         kind__in=(TransactionKind.USAGE, TransactionKind.REVERSAL),
         created_at__gte=month_start(now),
     ).exclude(instance_id="")
     if user_id is not None:
+        # endpoints are an app above this one: reached by name, as a lazy foreign key is
+        Endpoint = apps.get_model("endpoints", "Endpoint")
+        mine = {"tenant_id": tenant_id, "created_by_id": user_id}
         rows = rows.filter(
-            instance_id__in=Instance.objects.filter(
-                tenant_id=tenant_id, created_by_id=user_id
-            ).values("pk")
+            Q(instance_id__in=Instance.objects.filter(**mine).values("pk"))
+            | Q(instance_id__in=Endpoint.objects.filter(**mine).values("pk"))
         )
     return -int(rows.aggregate(total=Sum("amount_fen"))["total"] or 0)
 
@@ -78,19 +84,30 @@ def budgets_sql() -> str:
     )
 
 
+class Ordered(Protocol):
+    """What the budgets read of an order: an instance, or an inference endpoint."""
+
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def created_by_id(self) -> str: ...
+
+
 def budget_check(
-    instance: Instance, need_fen: int, *, budgets: list[tuple[str | None, int]] | None = None
+    instance: Ordered, need_fen: int, *, budgets: list[tuple[str | None, int]] | None = None
 ) -> None:
-    """Refuse (402 `budget_exceeded`) an order or start of a team's instance whose cost over
-    its runway (`need_fen`) is more than what is left of its orderer's monthly budget or the
-    team's, naming the budget. Personal accounts have none."""
+    """Refuse (402 `budget_exceeded`) an order or start of a team's instance (or the creation
+    or scaling up of an endpoint) whose cost over its runway (`need_fen`) is more than what is
+    left of its orderer's monthly budget or the team's, naming the budget. Personal accounts
+    have none."""
     refusal = budget_refusal(instance, need_fen, budgets=budgets)
     if refusal is not None:
         raise BudgetExceeded(translate_stored(refusal.source, refusal.params))
 
 
 def budget_refusal(
-    instance: Instance,
+    instance: Ordered,
     need_fen: int,
     *,
     queued: bool = False,
@@ -188,12 +205,16 @@ def budget_set(
     return BudgetState(budget, spent)
 
 
-def budgets_spent(*, now: datetime | None = None) -> list[tuple[str, str | None]]:
+def budgets_spent(
+    *, now: datetime | None = None, tenants: QuerySet[Any, Any] | None = None
+) -> list[tuple[str, str | None]]:
     """(team, member or None for the whole team) of every budget spent this month whose
-    team has running instances: what the metering tick stops."""
-    running = Instance.objects.filter(status=InstanceStatus.RUNNING).values("tenant_id")
+    team has running instances (or is among `tenants`, a query of tenant ids): what the
+    metering tick stops, and the endpoints' pass scales to zero."""
+    if tenants is None:
+        tenants = Instance.objects.filter(status=InstanceStatus.RUNNING).values("tenant_id")
     spent = []
-    for budget in Budget.objects.filter(tenant_id__in=running):
+    for budget in Budget.objects.filter(tenant_id__in=tenants):
         if spent_fen(budget.tenant_id, budget.user_id, now=now) >= budget.monthly_fen:
             spent.append((budget.tenant_id, budget.user_id))
     return spent

@@ -65,7 +65,7 @@ from starverse.core.errors import (
 )
 from starverse.core.money import format_fen
 from starverse.core.roles import require_orderer
-from starverse.core.text import Deferred, later, parts
+from starverse.core.text import Deferred, later, localized, parts
 from storage.models import Disk
 
 logger = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ def instance_order(
             created_by=user,
             offering=offering,
             image=image,
-            name=name.strip() or offering.name,
+            name=name.strip() or localized(offering, "name"),
             billing=billing,
             idempotency_key=idempotency_key,
             request_hash=request_hash,

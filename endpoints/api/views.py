@@ -25,6 +25,7 @@ from endpoints.services import (
     key_create,
     key_revoke,
 )
+from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
@@ -84,6 +85,14 @@ class EndpointViewSet(TenantScopedViewSet[Endpoint]):
             engine_options=data.get("engine_options") or {},
             idempotency_key=idempotency_key(request),
         )
+        if _created:
+            audit_request(
+                request,
+                "endpoint.created",
+                endpoint,
+                name=endpoint.name,
+                offering=endpoint.offering_id,
+            )
         return self._out(endpoint, status.HTTP_202_ACCEPTED)
 
     @extend_schema(
@@ -103,11 +112,21 @@ class EndpointViewSet(TenantScopedViewSet[Endpoint]):
             engine_options=data.get("engine_options"),
             update=data["update"],
         )
+        audit_request(
+            request,
+            "endpoint.changed",
+            endpoint,
+            min_replicas=endpoint.min_replicas,
+            max_replicas=endpoint.max_replicas,
+            update=data["update"],
+        )
         return self._out(endpoint, status.HTTP_202_ACCEPTED)
 
     @extend_schema(operation_id="endpoints_destroy", request=None, responses={202: EndpointOutput})
     def destroy(self, request: Request, pk: str | None = None) -> Response:
-        return self._out(endpoint_delete(endpoint=self.get_object()), status.HTTP_202_ACCEPTED)
+        endpoint = endpoint_delete(endpoint=self.get_object())
+        audit_request(request, "endpoint.deleted", endpoint, name=endpoint.name)
+        return self._out(endpoint, status.HTTP_202_ACCEPTED)
 
     @extend_schema(operation_id="endpoints_metrics_retrieve", responses={200: MetricsOutput})
     @action(detail=True, methods=["get"])
@@ -133,6 +152,7 @@ class EndpointViewSet(TenantScopedViewSet[Endpoint]):
         key, secret = key_create(
             endpoint=endpoint, name=data.get("name", ""), user=signed_in_user(request)
         )
+        audit_request(request, "endpoint.key_created", key, endpoint=endpoint.pk, name=key.name)
         body = {**KeyOutput(key).data, "key": secret}
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -143,5 +163,7 @@ class EndpointViewSet(TenantScopedViewSet[Endpoint]):
         url_path=r"keys/(?P<key_id>[A-Za-z0-9_]+)",
     )
     def key_remove(self, request: Request, pk: str | None = None, key_id: str = "") -> Response:
-        key_revoke(endpoint=self.get_object(), key_id=key_id)
+        endpoint = self.get_object()
+        revoked = key_revoke(endpoint=endpoint, key_id=key_id)
+        audit_request(request, "endpoint.key_revoked", revoked, endpoint=endpoint.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -22,7 +22,7 @@ from billing.statements import (
 from billing.tasks import generate_statements
 from billing.usage import usage_report
 from starverse.core.errors import InvalidInput, NotFound
-from tests.factories import fund, make_instance, make_user
+from tests.factories import _seed_catalog, fund, make_endpoint, make_instance, make_user
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOV = date(2026, 11, 1)
@@ -220,14 +220,53 @@ def test_usage_grouped_by_instance_day_and_member(db, time_machine):
     assert [(r.key, r.amount_fen) for r in only_the_10th.rows] == [("2026-11-10", 100)]
 
 
+def test_endpoint_usage_counts_replica_minutes_under_its_creator(db):
+    from instances.models import Offering
+
+    _seed_catalog()
+    user = make_user()
+    fund(user, 50_000)
+    endpoint = make_endpoint(
+        user, name="qwen", offering_id=Offering.objects.get(name="2× H100 80GB SXM").id
+    )
+    for replica, minutes in (("epr_a", 3), ("epr_b", 2)):  # two replicas, one at a time or both
+        for minute in range(1, minutes + 1):
+            ledger_post(
+                wallet_id=user.tenant.wallet.id,
+                key=f"endpoint:{replica}:1:{minute}",
+                kind=TransactionKind.USAGE,
+                amount_fen=-100,
+                description="Inference endpoint",
+                instance_id=endpoint.id,
+            )
+    today = timezone.localdate()
+
+    by_instance = usage_report(
+        tenant_id=user.tenant_id, start=today, end=today, group_by="instance"
+    )
+    assert [r.as_dict() for r in by_instance.rows] == [
+        {
+            "key": endpoint.id,
+            "label": f"Inference endpoint qwen ({endpoint.id})",
+            "minutes": 5,  # replica-minutes
+            "gpu_hours": 0.17,  # 5 × 2 GPUs
+            "amount_fen": 500,
+        }
+    ]
+    by_member = usage_report(tenant_id=user.tenant_id, start=today, end=today, group_by="member")
+    assert [(r.key, r.label, r.minutes, r.amount_fen) for r in by_member.rows] == [
+        (str(user.pk), user.email, 5, 500)
+    ]
+
+
 def test_usage_is_one_query_per_report(db, django_assert_num_queries):
     user = make_user()
     fund(user, 50_000)
     instance = make_instance(user)
     for minute in range(1, 30):
         _charge(user, instance.id, minute, 10)
-    # the aggregate, then the instances and the disks named
-    with django_assert_num_queries(3):
+    # the aggregate, then the instances, the endpoints and the disks named
+    with django_assert_num_queries(4):
         usage_report(
             tenant_id=user.tenant_id,
             start=date.today() - timedelta(days=1),

@@ -73,3 +73,22 @@ def test_the_data_migration_fills_the_seeded_rows_of_an_older_database(db):
     assert node.name_zh_hans == "8× H100 80GB SXM 裸金属整机"
     assert Offering.objects.get(name="1× A100 80GB SXM").trial_price_per_hour_fen == 83
     assert Image.objects.get(pk="pytorch-2.1").description_zh_hans.startswith("Ubuntu 22.04，")
+
+
+def test_the_serve_form_and_an_unnamed_order_speak_the_readers_language(client, client_for, user):
+    from instances.models import Instance
+    from tests.factories import fund
+
+    call_command("seed_catalog", verbosity=0)
+    client.force_login(user)
+    chinese = client.get("/console/endpoints/new/", **ZH).content.decode()
+    english = client.get("/console/endpoints/new/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "1× H100 80GB SXM 云 GPU" in chinese
+    assert "1× H100 80GB SXM —" in english and "云 GPU" not in english
+
+    fund(user, 100_000)
+    offering = Offering.objects.get(name="1× H100 80GB SXM")
+    order = {"offering": offering.id, "image": "pytorch-2.1"}
+    answer = client_for(user).post("/api/v1/instances", order, format="json", **ZH)
+    assert answer.status_code == 202, answer.json()
+    assert Instance.objects.get(pk=answer.json()["id"]).name == "1× H100 80GB SXM 云 GPU"

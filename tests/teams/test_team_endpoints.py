@@ -1,0 +1,306 @@
+"""Inference endpoints in a team follow the instances' rules: the billing role serves nothing,
+a member changes only the endpoints they made (API and console), every change is in the audit
+log, and the members' and the team's monthly budgets count endpoint usage, refuse what does
+not fit and scale spent ones to zero."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing.choices import TransactionKind
+from billing.models import Wallet
+from billing.services import ledger_post
+from endpoints.models import Endpoint, EndpointKey
+from endpoints.scheduler import endpoints_sync
+from endpoints.services import endpoint_change, endpoints_over_budget_suspend, key_create
+from instances.budgets import BudgetExceeded, budgets_of, spent_fen
+from instances.models import Offering
+from starverse.accounts.models import AuditEvent, Budget
+from tests.endpoints.test_billing import _serving
+from tests.factories import _seed_catalog, make_endpoint, make_public_model, make_user
+from tests.teams import test_team_changes
+from tests.teams.test_team_changes import acting, actions, console
+from tests.teams.test_teams import bearer, join
+
+lab = test_team_changes.lab  # the fixture: a funded team, its owner, an admin, two members
+
+H100 = "1× H100 80GB SXM"
+NOT_YOURS = "ordered by another member"
+BILLING_REFUSED = "Your role in this team (billing) does not allow ordering or changing resources."
+
+
+def _body(**changes):
+    _seed_catalog()
+    return {
+        "name": "qwen",
+        "source": {"dataset": make_public_model().pk},
+        "engine": "vllm",
+        "offering": Offering.objects.get(name=H100).id,
+        "min_replicas": 1,
+        "max_replicas": 2,
+        **changes,
+    }
+
+
+def _form(**changes):
+    body = _body(**changes)
+    return {
+        "name": body["name"],
+        "source_kind": "dataset",
+        "dataset": body["source"]["dataset"],
+        "engine": body["engine"],
+        "offering": body["offering"],
+        "min_replicas": str(body["min_replicas"]),
+        "max_replicas": str(body["max_replicas"]),
+    }
+
+
+def _payer(team, owner):
+    payer = make_user()
+    join(team, owner, payer, role="billing")
+    return payer
+
+
+def test_the_billing_role_serves_no_endpoint_in_the_api_or_the_console(lab, client):
+    team, owner, _admin, _ana, _bo = lab
+    payer = _payer(team, owner)
+
+    refused = bearer(payer, team=team).post("/api/v1/endpoints", _body(), format="json")
+    assert (refused.status_code, refused.json()["code"]) == (403, "role_forbidden")
+    console(client, payer, team)
+    answer = client.post("/console/endpoints/new/", _form())
+    assert answer.status_code == 200
+    assert BILLING_REFUSED in answer.content.decode()
+
+    assert not Endpoint.objects.filter(tenant=team).exists()
+    assert not actions(team, action__startswith="endpoint.")
+
+
+def test_console_changes_to_anothers_endpoint_are_for_its_creator_or_a_manager(lab, client):
+    team, owner, admin, ana, bo = lab
+    endpoint = make_endpoint(acting(ana, team, "member"))
+    key, _secret = key_create(endpoint=endpoint, name="anas", user=ana)
+    base = f"/console/endpoints/{endpoint.id}"
+
+    for person, said in ((bo, NOT_YOURS), (_payer(team, owner), BILLING_REFUSED)):
+        console(client, person, team)
+        scaled = client.post(
+            f"{base}/scale/", {"min_replicas": "0", "max_replicas": "5"}, follow=True
+        )
+        assert said in scaled.content.decode()
+        made = client.post(f"{base}/keys/", {"name": "mine now"}, follow=True)
+        assert said in made.content.decode()
+        assert client.session.get(f"endpoint-key:{endpoint.id}") is None  # no key shown
+        revoked = client.post(f"{base}/keys/{key.id}/revoke/", follow=True)
+        assert said in revoked.content.decode()
+        deleted = client.post(f"{base}/delete/", follow=True)
+        assert said in deleted.content.decode()
+
+    endpoint.refresh_from_db()
+    assert (endpoint.min_replicas, endpoint.max_replicas, endpoint.status) == (1, 2, "provisioning")
+    assert list(EndpointKey.objects.filter(endpoint=endpoint).values_list("pk", "revoked_at")) == [
+        (key.pk, None)
+    ]
+    assert not actions(team, action__startswith="endpoint.")
+
+    console(client, admin, team)
+    client.post(f"{base}/scale/", {"min_replicas": "0", "max_replicas": "3"})
+    client.post(f"{base}/keys/", {"name": "admins"})
+    client.post(f"{base}/keys/{key.id}/revoke/")
+    client.post(f"{base}/delete/")
+
+    endpoint.refresh_from_db()
+    assert (endpoint.min_replicas, endpoint.max_replicas, endpoint.status) == (0, 3, "deleting")
+    assert EndpointKey.objects.get(pk=key.pk).revoked_at is not None
+    assert EndpointKey.objects.filter(endpoint=endpoint, name="admins").exists()
+    assert actions(team, actor=admin, action__startswith="endpoint.") == [
+        "endpoint.changed",
+        "endpoint.key_created",
+        "endpoint.key_revoked",
+        "endpoint.deleted",
+    ]
+
+
+def test_endpoint_changes_are_audited_from_the_api_and_the_console(lab, client):
+    team, _owner, _admin, ana, _bo = lab
+    api = bearer(ana, team=team)
+    made = api.post("/api/v1/endpoints", _body(), format="json")
+    assert made.status_code == 202
+    first = made.json()["id"]
+    assert (
+        api.patch(f"/api/v1/endpoints/{first}", {"max_replicas": 3}, format="json").status_code
+        == 202
+    )
+    key = api.post(f"/api/v1/endpoints/{first}/keys", {"name": "prod"}, format="json").json()["id"]
+    assert api.delete(f"/api/v1/endpoints/{first}/keys/{key}").status_code == 204
+    assert api.delete(f"/api/v1/endpoints/{first}").status_code == 202
+
+    console(client, ana, team)
+    answer = client.post("/console/endpoints/new/", _form(name="qwen-2"))
+    assert answer.status_code == 302
+    second = Endpoint.objects.get(tenant=team, name="qwen-2").id
+    base = f"/console/endpoints/{second}"
+    client.post(f"{base}/scale/", {"min_replicas": "1", "max_replicas": "4"})
+    client.post(f"{base}/keys/", {"name": "laptop"})
+    console_key = EndpointKey.objects.get(endpoint_id=second)
+    client.post(f"{base}/keys/{console_key.id}/revoke/")
+    client.post(f"{base}/delete/")
+
+    expected = [
+        "endpoint.created",
+        "endpoint.changed",
+        "endpoint.key_created",
+        "endpoint.key_revoked",
+        "endpoint.deleted",
+    ]
+    assert actions(team, actor=ana, object_id=first) == [
+        "endpoint.created",
+        "endpoint.changed",
+        "endpoint.deleted",
+    ]
+    assert actions(team, actor=ana, action__startswith="endpoint.") == expected + expected
+    events = {
+        e.action: (e.object_type, e.object_id, e.data)
+        for e in AuditEvent.objects.filter(tenant=team, action__startswith="endpoint.")
+        if second in (e.object_id, e.data.get("endpoint"))
+    }
+    offering = Offering.objects.get(name=H100).id
+    assert events == {
+        "endpoint.created": ("endpoint", second, {"name": "qwen-2", "offering": offering}),
+        "endpoint.changed": (
+            "endpoint",
+            second,
+            {"min_replicas": 1, "max_replicas": 4, "update": False},
+        ),
+        "endpoint.key_created": (
+            "endpointkey",
+            console_key.id,
+            {"endpoint": second, "name": "laptop"},
+        ),
+        "endpoint.key_revoked": ("endpointkey", console_key.id, {"endpoint": second}),
+        "endpoint.deleted": ("endpoint", second, {"name": "qwen-2"}),
+    }
+
+
+def test_an_endpoint_past_the_budget_is_refused_naming_it(lab, client):
+    team, _owner, _admin, ana, bo = lab
+    Budget.objects.create(tenant=team, user=ana, monthly_fen=2000)
+    api = bearer(ana, team=team)
+
+    refused = api.post("/api/v1/endpoints", _body(), format="json")
+    assert (refused.status_code, refused.json()["code"]) == (402, "budget_exceeded")
+    assert refused.json()["detail"] == (
+        "Your monthly budget in team Vision lab is ¥20.00; ¥0.00 is spent; this order needs "
+        "¥22.00 over its runway. Ask an owner to raise your budget."
+    )
+    console(client, ana, team)
+    answer = client.post("/console/endpoints/new/", _form())
+    assert "Your monthly budget in team Vision lab is ¥20.00" in answer.content.decode()
+    assert not Endpoint.objects.filter(tenant=team).exists()
+
+    Budget.objects.filter(tenant=team, user=ana).update(monthly_fen=2200)
+    endpoint = api.post("/api/v1/endpoints", _body(), format="json").json()["id"]
+    refused = api.patch(f"/api/v1/endpoints/{endpoint}", {"min_replicas": 2}, format="json")
+    assert (refused.status_code, refused.json()["code"]) == (402, "budget_exceeded")
+    assert "this order needs ¥44.00 over its runway" in refused.json()["detail"]
+    scaled = client.post(
+        f"/console/endpoints/{endpoint}/scale/",
+        {"min_replicas": "2", "max_replicas": "2"},
+        follow=True,
+    )
+    assert "Your monthly budget in team Vision lab is ¥22.00" in scaled.content.decode()
+    assert Endpoint.objects.get(pk=endpoint).min_replicas == 1
+    # more room to scale to, at the same minimum, is no new runway
+    assert (
+        api.patch(f"/api/v1/endpoints/{endpoint}", {"max_replicas": 4}, format="json").status_code
+        == 202
+    )
+
+    Budget.objects.create(tenant=team, user=None, monthly_fen=3000)
+    refused = bearer(bo, team=team).post("/api/v1/endpoints", _body(min_replicas=2), format="json")
+    assert (refused.status_code, refused.json()["code"]) == (402, "budget_exceeded")
+    assert refused.json()["detail"].startswith("The monthly budget of team Vision lab is ¥30.00;")
+    assert actions(team, action__startswith="endpoint.") == ["endpoint.created", "endpoint.changed"]
+
+
+def _charge(team, endpoint, minute, fen):
+    ledger_post(
+        wallet_id=Wallet.objects.get(tenant=team).pk,
+        key=f"endpoint:epr_{endpoint.id}:1:{minute}",
+        kind=TransactionKind.USAGE,
+        amount_fen=-fen,
+        description="Inference endpoint",
+        instance_id=endpoint.id,
+    )
+
+
+def test_a_members_spend_counts_the_endpoints_they_made(lab):
+    team, _owner, _admin, ana, bo = lab
+    anas = make_endpoint(acting(ana, team, "member"))
+    bos = make_endpoint(acting(bo, team, "member"), name="bos")
+    _charge(team, anas, 1, 500)
+    _charge(team, anas, 2, 250)
+    _charge(team, bos, 1, 300)
+    Budget.objects.create(tenant=team, user=ana, monthly_fen=10_000)
+
+    assert (spent_fen(team.pk, ana.pk), spent_fen(team.pk, bo.pk)) == (750, 300)
+    assert spent_fen(team.pk, None) == 1050
+    assert [(s.budget.user_id, s.spent_fen, s.left_fen) for s in budgets_of(team.pk)] == [
+        (ana.pk, 750, 9250)
+    ]
+
+
+def test_a_members_endpoints_scale_to_zero_when_their_budget_is_spent(lab, catalog, client):
+    team, _owner, _admin, ana, bo = lab
+    Budget.objects.create(tenant=team, user=ana, monthly_fen=2200)
+    anas = _serving(make_endpoint(acting(ana, team, "member"), min_replicas=1, max_replicas=1))
+    bos = make_endpoint(acting(bo, team, "member"), name="bos", min_replicas=0, max_replicas=1)
+    now = timezone.now()
+
+    assert endpoints_sync(now=now + timedelta(minutes=30)).over_budget == []  # ¥11.00 of ¥22.00
+    result = endpoints_sync(now=now + timedelta(minutes=61))
+
+    assert result.over_budget == [anas.id]
+    anas.refresh_from_db()
+    reason = (
+        f"The monthly budget of {ana.email} in team Vision lab is spent: scaled to zero "
+        "(settings and snapshot kept). Scale it up again once an owner raises the budget or a "
+        "new month begins."
+    )
+    assert (anas.suspended, anas.status, anas.error_message) == (True, "scaled_to_zero", reason)
+    assert (anas.min_replicas, anas.max_replicas) == (1, 1)  # kept
+    assert Endpoint.objects.get(pk=bos.id).suspended is False
+    console(client, ana, team)
+    assert reason in client.get(f"/console/endpoints/{anas.id}/").content.decode()
+    # scaling it up again is an order its budget no longer fits
+    with pytest.raises(BudgetExceeded):
+        endpoint_change(endpoint=anas, min_replicas=1)
+    assert Endpoint.objects.get(pk=anas.id).suspended is True
+
+
+def test_every_endpoint_of_the_team_scales_to_zero_when_the_teams_budget_is_spent(lab):
+    team, _owner, _admin, ana, bo = lab
+    anas = make_endpoint(acting(ana, team, "member"))
+    bos = make_endpoint(acting(bo, team, "member"), name="bos", min_replicas=0)
+    _charge(team, anas, 1, 700)
+    Budget.objects.create(tenant=team, user=bo, monthly_fen=5000)  # bo's own is not spent
+    assert endpoints_over_budget_suspend() == []
+
+    Budget.objects.create(tenant=team, user=None, monthly_fen=700)
+
+    assert sorted(endpoints_over_budget_suspend()) == sorted([anas.id, bos.id])
+    reason = (
+        "The monthly budget of team Vision lab is spent: scaled to zero (settings and snapshot "
+        "kept). Scale it up again once an owner raises the budget or a new month begins."
+    )
+    assert (
+        list(
+            Endpoint.objects.filter(tenant=team).values_list("suspended", "status", "error_message")
+        )
+        == [(True, "scaled_to_zero", reason)] * 2
+    )
+    assert endpoints_over_budget_suspend() == []  # once
+    with pytest.raises(BudgetExceeded):
+        endpoint_change(endpoint=bos, min_replicas=0)  # lifting the suspension is an order
+    assert Endpoint.objects.get(pk=bos.id).suspended is True
