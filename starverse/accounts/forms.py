@@ -84,12 +84,15 @@ class TotpDisableForm(forms.Form):
     )
 
 
+PERSONAL = "personal"  # the team choice of the person's own account
+
+
 class TokenForm(forms.Form):
     """A new API token: its name, the account it acts for (the person's own, or one of their
     teams: `teams` as (id, name) pairs) and its scopes (all four by default)."""
 
     name = forms.CharField(label=_("Name"), max_length=100)
-    team = forms.ChoiceField(label=_("Acts for"), required=False)
+    team = forms.ChoiceField(label=_("Acts for"))
     scopes = forms.MultipleChoiceField(
         label=_("Scopes"),
         choices=Scope.choices,
@@ -100,7 +103,8 @@ class TokenForm(forms.Form):
 
     def __init__(self, *args: Any, teams: Sequence[tuple[str, str]] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].choices = [("", _("Personal account")), *teams]  # type: ignore[attr-defined]
+        choices = [(PERSONAL, _("Personal account")), *teams]
+        self.fields["team"].choices = choices  # type: ignore[attr-defined]
 
 
 class SshKeyForm(forms.Form):

@@ -19,6 +19,7 @@ from billing.selectors import trial_state
 from starverse.accounts import lockout, loginflow
 from starverse.accounts.audit import request_ip
 from starverse.accounts.forms import (
+    PERSONAL,
     LoginForm,
     OtpForm,
     ResetPasswordForm,
@@ -260,15 +261,17 @@ def tokens(request: HttpRequest) -> HttpResponse:
         .values_list("id", "name")
     )
     # a new token acts for the account the console is switched to, unless chosen otherwise
-    initial = {"team": user.tenant_id if user.tenant_id != user.personal_tenant_id else ""}
+    acting = user.tenant_id if user.tenant_id != user.personal_tenant_id else PERSONAL
+    initial = {"team": acting}
     form = TokenForm(request.POST or None, teams=teams, initial=initial)
     created = None
     if request.method == "POST" and form.is_valid():
+        team = form.cleaned_data["team"]
         try:
             token, plaintext = token_create(
                 user=user,
                 name=form.cleaned_data["name"],
-                team_id=form.cleaned_data["team"] or None,
+                team_id=None if team == PERSONAL else team,
                 scopes=form.cleaned_data["scopes"],
                 ip=request_ip(request),
             )

@@ -93,7 +93,8 @@ def test_console_token_page_shows_the_token_once(client, user):
     client.force_login(user)
 
     created = client.post(
-        "/accounts/tokens/", {"name": "notebook", "scopes": ["read", "instances"]}
+        "/accounts/tokens/",
+        {"name": "notebook", "team": "personal", "scopes": ["read", "instances"]},
     )
     again = client.get("/accounts/tokens/")
 

@@ -220,12 +220,13 @@ def test_the_console_makes_personal_tokens_and_refuses_strangers_teams(two_teams
     stranger_team = team_create(user=make_user(), name="Robotics")
     console = _console(client, li)
 
-    assert 'value="" selected>Personal account' in console.get("/accounts/tokens/").content.decode()
-    console.post("/accounts/tokens/", {"name": "mine", "team": "", "scopes": ALL})
+    page = console.get("/accounts/tokens/").content.decode()
+    assert '<option value="personal" selected>Personal account</option>' in page
+    console.post("/accounts/tokens/", {"name": "mine", "team": "personal", "scopes": ALL})
     foreign = console.post(
         "/accounts/tokens/", {"name": "theirs", "team": stranger_team.pk, "scopes": ALL}
     )
-    none = console.post("/accounts/tokens/", {"name": "nothing", "team": ""})
+    none = console.post("/accounts/tokens/", {"name": "nothing", "team": "personal"})
 
     mine = ApiToken.objects.get(user=li)
     assert (mine.name, mine.team_id, mine.scopes) == ("mine", None, ALL)
