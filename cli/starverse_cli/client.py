@@ -148,6 +148,9 @@ class Client:
     def post(self, path: str, body: Any = None, **options: Any) -> Any:
         return self.request("POST", path, body={} if body is None else body, **options)
 
+    def patch(self, path: str, body: Any) -> Any:
+        return self.request("PATCH", path, body=body)
+
     def delete(self, path: str, **query: Any) -> Any:
         return self.request("DELETE", path, query=query or None)
 

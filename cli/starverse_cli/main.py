@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TextIO
 
 from starverse_cli import __version__, completion, sshpin
@@ -88,6 +89,8 @@ def cmd_login(ctx: Context) -> int:
         body = {"email": args.email, "password": password, "name": args.token_name}
         if args.otp:
             body["otp"] = args.otp
+        if args.team:
+            body["team"] = args.team  # the server takes the team's id or exact name
         try:
             created = client.post("auth/token", body, auth=False)
         except ApiError as error:
@@ -102,16 +105,36 @@ def cmd_login(ctx: Context) -> int:
     if not token:
         raise CliError("no token given", USAGE)
     me = Client(settings.api_url, token).get("me")  # a token that does not work is not saved
+    team = me.get("team")
+    if args.team and not _is_team(team, args.team):
+        # a pasted token acts for its own team: say which, rather than save the wrong one
+        raise CliError(
+            f"this token acts for {_team_words(team)}, not {args.team!r}: make a token for the "
+            "team (the console's API tokens, or `starverse login --email … --team …`)",
+            USAGE,
+        )
     ctx.config.set_profile(settings.profile, {"api_url": settings.api_url, "token": token})
     ctx.config.save()
     ctx.emit(
         {"profile": settings.profile, "api_url": settings.api_url, "user": me},
         lambda: ctx.out.write(
-            f"Logged in to {settings.api_url} as {me.get('email')} "
+            f"Logged in to {settings.api_url} as {me.get('email')} for {_team_words(team)} "
             f"(profile {settings.profile}; saved in {ctx.config.path}).\n"
         ),
     )
     return OK
+
+
+def _is_team(team: dict[str, Any] | None, wanted: str) -> bool:
+    if not team:
+        return False
+    return wanted == team.get("id") or wanted.lower() == str(team.get("name", "")).lower()
+
+
+def _team_words(team: dict[str, Any] | None) -> str:
+    if not team:
+        return "your own account"
+    return f"team {team.get('name')} ({team.get('id')}, {team.get('role')})"
 
 
 def _secret(prompt: str, from_stdin: bool) -> str:
@@ -140,12 +163,27 @@ def cmd_whoami(ctx: Context) -> int:
                 ("Account", me.get("id")),
                 ("E-mail", me.get("email")),
                 ("Verified", "yes" if me.get("email_verified") else "no"),
+                *_acting(me),
                 ("Balance", yuan(balance.get("total_fen"))),
             ],
             ctx.out,
         ),
     )
     return OK
+
+
+def _acting(me: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Whom the token acts for: the team with the person's role in it (or their own account),
+    and the token's scopes."""
+    team = me.get("team")
+    pairs: list[tuple[str, Any]] = (
+        [("Team", f"{team.get('name')} ({team.get('id')})"), ("Role", team.get("role"))]
+        if team
+        else [("Team", "- (your own account)")]
+    )
+    if me.get("scopes") is not None:
+        pairs.append(("Scopes", ", ".join(me["scopes"]) or "-"))
+    return pairs
 
 
 # ---------------------------------------------------------------- catalog
@@ -211,6 +249,10 @@ def _instance_human(ctx: Context, row: dict[str, Any]) -> None:
     ]
     if row.get("queue_position"):
         pairs.append(("Queue position", row["queue_position"]))
+    if "idle_stop" in row:
+        pairs.append(("Idle stop", _idle_words(row.get("idle_stop"))))
+    if row.get("stop_at"):
+        pairs.append(("Stops at", row["stop_at"]))
     if ssh:
         pairs += [("SSH", ssh.get("command")), ("Host key", ssh.get("host_key_fingerprint"))]
     if row.get("jupyter_url"):
@@ -261,6 +303,65 @@ def _wait(
         time.sleep(interval)
 
 
+def _idle_words(idle: dict[str, Any] | None) -> str:
+    if not idle:
+        return "off"
+    return f"below {idle.get('util_pct')}% GPU for {idle.get('minutes')} min"
+
+
+def stop_after_hours(text: str) -> int:
+    """--stop-after: whole hours from now, at least 1."""
+    try:
+        hours = int(text)
+    except ValueError:
+        hours = 0
+    if hours < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours (a whole number ≥ 1)")
+    return hours
+
+
+def idle_stop(text: str) -> dict[str, int]:
+    """--idle-stop PCT:MINUTES: stop once every GPU has been below PCT % for MINUTES."""
+    pct, _, minutes = text.partition(":")
+    try:
+        value = {"util_pct": int(pct), "minutes": int(minutes)}
+    except ValueError:
+        value = {}
+    if not value or not 1 <= value["util_pct"] <= 100 or value["minutes"] < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not PCT:MINUTES (e.g. 5:30: every GPU below 5% for 30 minutes)"
+        )
+    return value
+
+
+def stop_at(text: str) -> str:
+    """--stop-at: an ISO 8601 time; without an offset it is the local time of this computer."""
+    raw = text.strip()
+    try:
+        moment = datetime.fromisoformat(raw[:-1] + "+00:00" if raw.endswith("Z") else raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time like 2030-06-30T18:00 or 2030-06-30T18:00+08:00"
+        ) from None
+    return moment.astimezone().isoformat() if moment.tzinfo is None else moment.isoformat()
+
+
+def _stops(args: argparse.Namespace) -> dict[str, Any]:
+    """The automatic stops an order or `set` asks for, as the API's fields."""
+    body: dict[str, Any] = {}
+    if getattr(args, "stop_after", None) is not None:
+        body["stop_after_hours"] = args.stop_after
+    if getattr(args, "stop_at", None) is not None:
+        body["stop_at"] = args.stop_at
+    if getattr(args, "no_stop_at", False):
+        body["stop_at"] = None
+    if args.idle_stop is not None:
+        body["idle_stop"] = args.idle_stop
+    if args.no_idle_stop:
+        body["idle_stop"] = None
+    return body
+
+
 def cmd_rent(ctx: Context) -> int:
     args, client = ctx.args, ctx.client
     offering = args.offering
@@ -279,10 +380,24 @@ def cmd_rent(ctx: Context) -> int:
         body["ssh_keys"] = [_resolve(client, "ssh-keys", key, "SSH key") for key in args.ssh_key]
     if args.port:
         body["ports"] = args.port
+    body.update(_stops(args))
     key = args.idempotency_key or str(uuid.uuid4())
     row = client.post("instances", body, headers={"Idempotency-Key": key})
     if args.wait:
         row = _wait(ctx, f"instances/{row['id']}", {"running"}, INSTANCE_END, args.timeout)
+    ctx.emit(row, lambda: _instance_human(ctx, row))
+    return OK
+
+
+def cmd_set(ctx: Context) -> int:
+    body = _stops(ctx.args)
+    if not body:
+        raise CliError(
+            "nothing to set: give --stop-after, --stop-at, --no-stop-at, --idle-stop or "
+            "--no-idle-stop",
+            USAGE,
+        )
+    row = ctx.client.patch(f"instances/{ctx.args.id}", body)
     ctx.emit(row, lambda: _instance_human(ctx, row))
     return OK
 
@@ -441,6 +556,12 @@ def cmd_disks_create(ctx: Context) -> int:
     if ctx.args.region:
         body["region"] = ctx.args.region
     row = ctx.client.post("disks", body)
+    ctx.emit(row, lambda: _disk_rows(ctx, [row]))
+    return OK
+
+
+def cmd_disks_resize(ctx: Context) -> int:
+    row = ctx.client.patch(f"disks/{ctx.args.id}", {"size_gb": ctx.args.size_gb})
     ctx.emit(row, lambda: _disk_rows(ctx, [row]))
     return OK
 
@@ -633,6 +754,17 @@ def _wait_options(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def _idle_options(parser: argparse.ArgumentParser, note: str) -> None:
+    idle = parser.add_mutually_exclusive_group()
+    idle.add_argument(
+        "--idle-stop",
+        type=idle_stop,
+        metavar="PCT:MINUTES",
+        help=f"stop once every GPU has been below PCT percent for MINUTES ({note})",
+    )
+    idle.add_argument("--no-idle-stop", action="store_true", help="no idle auto-stop")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(
@@ -664,6 +796,11 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--password-stdin", action="store_true", help="read the password on stdin")
     login.add_argument("--otp", help="the authenticator code, if the account has one")
     login.add_argument(
+        "--team",
+        help="act for this team (id or exact name): with --email a token of the team is made; "
+        "a given token must be the team's",
+    )
+    login.add_argument(
         "--token-name", default=f"starverse-cli@{platform.node() or 'host'}"[:100], help="its name"
     )
     add(commands, "logout", cmd_logout, "forget this profile's token")
@@ -681,7 +818,23 @@ def build_parser() -> argparse.ArgumentParser:
     rent.add_argument("--region", help="a region (default: any with room)")
     rent.add_argument("--monthly", action="store_true", help="monthly billing (whole nodes)")
     rent.add_argument("--idempotency-key", help="default: a new one per invocation")
+    rent.add_argument(
+        "--stop-after", type=stop_after_hours, metavar="HOURS", help="stop this many hours from now"
+    )
+    _idle_options(rent, "default: the account's settings")
     _wait_options(rent, "it runs")
+
+    change = add(commands, "set", cmd_set, "set or clear an instance's automatic stops")
+    change.add_argument("id")
+    scheduled = change.add_mutually_exclusive_group()
+    scheduled.add_argument(
+        "--stop-after", type=stop_after_hours, metavar="HOURS", help="stop this many hours from now"
+    )
+    scheduled.add_argument(
+        "--stop-at", type=stop_at, metavar="TIME", help="stop at this ISO 8601 time (local time)"
+    )
+    scheduled.add_argument("--no-stop-at", action="store_true", help="clear the scheduled stop")
+    _idle_options(change, "idle time counts afresh from now")
 
     ls = add(commands, "ls", cmd_ls, "list instances")
     ls.add_argument("--status", help="only this status")
@@ -722,6 +875,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("size_gb", type=int)
     create.add_argument("--region")
+    resize = add(disk_commands, "resize", cmd_disks_resize, "grow a cloud disk")
+    resize.add_argument("id")
+    resize.add_argument("size_gb", type=int, help="the new size in GB (disks only grow)")
     disk_rm = add(disk_commands, "rm", cmd_disks_rm, "delete a detached disk and its data")
     disk_rm.add_argument("id")
     disk_rm.add_argument("-y", "--yes", action="store_true", help="do not ask")

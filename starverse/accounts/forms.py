@@ -1,3 +1,4 @@
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
@@ -10,6 +11,8 @@ from starverse.accounts.models import (
     IDLE_MINUTES_RANGE,
     IDLE_UTIL_PCT_RANGE,
     IDLE_WARN_MINUTES_RANGE,
+    Scope,
+    all_scopes,
 )
 
 
@@ -81,8 +84,27 @@ class TotpDisableForm(forms.Form):
     )
 
 
+PERSONAL = "personal"  # the team choice of the person's own account
+
+
 class TokenForm(forms.Form):
+    """A new API token: its name, the account it acts for (the person's own, or one of their
+    teams: `teams` as (id, name) pairs) and its scopes (all four by default)."""
+
     name = forms.CharField(label=_("Name"), max_length=100)
+    team = forms.ChoiceField(label=_("Acts for"))
+    scopes = forms.MultipleChoiceField(
+        label=_("Scopes"),
+        choices=Scope.choices,
+        initial=all_scopes,
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": _("Choose at least one scope.")},
+    )
+
+    def __init__(self, *args: Any, teams: Sequence[tuple[str, str]] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        choices = [(PERSONAL, _("Personal account")), *teams]
+        self.fields["team"].choices = choices  # type: ignore[attr-defined]
 
 
 class SshKeyForm(forms.Form):

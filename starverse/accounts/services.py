@@ -156,20 +156,25 @@ def token_create(
     team_id: str | None = None,
     scopes: list[str] | None = None,
     ip: str | None = None,
+    minted_by: ApiToken | None = None,
 ) -> tuple[ApiToken, str]:
     """A new API token; the plaintext is returned once and never stored. With
     REQUIRE_2FA_FOR_API_TOKENS only an account with two-factor authentication gets one, so a
     stolen password cannot be turned into a credential that skips the second factor. The
     sign-up token is exempt: it is the new account's first credential, made before a second
     factor can exist, and goes to whoever just chose the password. A token acts for the
-    person's own account, or for `team_id` when they are its member (and dies with the
-    membership); its scopes are all four unless named."""
+    person's own account, or for `team_id` (the team's id, or its exact name among the
+    person's teams) when they are its member (and dies with the membership); its scopes are
+    all four unless named. Made with a token (`minted_by`), it is never broader than that
+    token (accounts.teams.token_team_check)."""
     if settings.REQUIRE_2FA_FOR_API_TOKENS and not at_signup and not two_factor_enabled(user):
         raise Forbidden(two_factor_needed_message(), code="2fa_required")
     name = name.strip() or _("API token")
     if ApiToken.objects.filter(user=user, revoked_at__isnull=True).count() >= MAX_TOKENS_PER_USER:
         raise Conflict(_("You have %(n)d tokens; revoke one first.") % {"n": MAX_TOKENS_PER_USER})
-    scopes = token_team_check(user=user, team_id=team_id, scopes=scopes or [])
+    team_id, scopes = token_team_check(
+        user=user, team_id=team_id, scopes=scopes or [], minted_by=minted_by
+    )
     plaintext = token_generate()
     with transaction.atomic():
         token = ApiToken.objects.create(

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core import signing
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
@@ -323,12 +324,51 @@ def invitation_email_send(*, invitation_id: str, language: str) -> bool:
     return True
 
 
-def token_team_check(*, user: Any, team_id: str | None, scopes: list[str]) -> list[str]:
-    """The scopes of a new token, checked: a team token only for a member of the team, and
-    scopes of read, instances, billing and admin (all of them when none are named)."""
-    if team_id and role_in(user, team_id) is None:
+def team_for_token(user: Any, team: str) -> str:
+    """The id of the person's team named by `team`: its id, or its exact name (any case)
+    among their teams; any other is a 404, as for every tenant object."""
+    found = list(
+        Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
+        .filter(Q(pk=team) | Q(name__iexact=team))
+        .values_list("pk", flat=True)
+    )
+    if team in found:
+        return team
+    if len(found) > 1:
+        raise InvalidInput(
+            _("team: %(n)d of your teams are named %(name)s; give the team's id.")
+            % {"n": len(found), "name": team},
+            code="ambiguous_team",
+        )
+    if not found:
         raise NotFound(_("No such team."))
-    scopes = list(dict.fromkeys(scopes)) if scopes else all_scopes()
+    return str(found[0])
+
+
+def token_team_check(
+    *,
+    user: Any,
+    team_id: str | None,
+    scopes: list[str],
+    minted_by: ApiToken | None = None,
+) -> tuple[str | None, list[str]]:
+    """The team and scopes of a new token, checked: a team token only for a member of the
+    team, and scopes of read, instances, billing and admin (all of them when none are named).
+    A token made with a token (`minted_by`) is never broader than it: a team token makes
+    tokens of its own team only (403 `wrong_team`), and the new scopes are among its own
+    (403 `insufficient_scope`; left out, they are its own). A personal token acts for the
+    person, so it may make a token for any of their teams."""
+    team_id = team_for_token(user, team_id) if team_id else None
+    if minted_by is not None and minted_by.team_id and team_id != minted_by.team_id:
+        raise Forbidden(
+            _("A token of a team can only make tokens of that team (%(team)s).")
+            % {"team": minted_by.team_id},
+            code="wrong_team",
+        )
+    if scopes:
+        scopes = list(dict.fromkeys(scopes))
+    else:
+        scopes = list(minted_by.scopes) if minted_by is not None else all_scopes()
     unknown = [scope for scope in scopes if scope not in all_scopes()]
     if unknown:
         raise InvalidInput(
@@ -336,4 +376,15 @@ def token_team_check(*, user: Any, team_id: str | None, scopes: list[str]) -> li
             % {"scope": unknown[0]},
             code="invalid_scope",
         )
-    return scopes
+    if minted_by is not None:
+        missing = [scope for scope in scopes if scope not in minted_by.scopes]
+        if missing:
+            raise Forbidden(
+                _(
+                    "This token lacks the %(scopes)s scope, so it cannot make a token with it "
+                    "(its scopes: %(have)s)."
+                )
+                % {"scopes": ", ".join(missing), "have": ", ".join(minted_by.scopes) or "-"},
+                code="insufficient_scope",
+            )
+    return team_id, scopes

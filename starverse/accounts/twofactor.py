@@ -230,12 +230,20 @@ def totp_reset(*, user: User, operator: User, reason: str) -> bool:
 
 
 def token_login(
-    *, request: HttpRequest, email: str, password: str, otp: str | None, name: str
+    *,
+    request: HttpRequest,
+    email: str,
+    password: str,
+    otp: str | None,
+    name: str,
+    team_id: str | None = None,
+    scopes: list[str] | None = None,
 ) -> tuple[ApiToken, str]:
     """A new API token for the e-mail and password (`POST /auth/token`), under the console's
     rules: refused while the account or the address is locked out; a wrong password or code
     counts as a failed log-in; an account with two-factor authentication must send a code
-    (`otp`); an operator without it gets no token while REQUIRE_2FA_FOR_STAFF is on."""
+    (`otp`); an operator without it gets no token while REQUIRE_2FA_FOR_STAFF is on. The
+    token acts for `team_id` with `scopes` as token_create's."""
     refusal = lockout.login_refusal(request, email)
     if refusal:
         raise TooManyAttempts(refusal)
@@ -256,4 +264,4 @@ def token_login(
     elif two_factor_required_for_login(user):
         raise Forbidden(two_factor_needed_message(), code="2fa_required")
     lockout.login_succeeded(user.email)
-    return token_create(user=user, name=name)
+    return token_create(user=user, name=name, team_id=team_id, scopes=scopes)

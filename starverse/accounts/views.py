@@ -18,7 +18,9 @@ from billing.choices import TrialStatus
 from billing.onboarding import user_email_verify_token, user_signup
 from billing.selectors import trial_state
 from starverse.accounts import lockout, loginflow
+from starverse.accounts.audit import request_ip
 from starverse.accounts.forms import (
+    PERSONAL,
     LoginForm,
     OtpForm,
     ResetPasswordForm,
@@ -29,7 +31,7 @@ from starverse.accounts.forms import (
     TotpConfirmForm,
     TotpDisableForm,
 )
-from starverse.accounts.models import ApiToken, SshKey, User
+from starverse.accounts.models import ApiToken, SshKey, Tenant, TenantKind, User
 from starverse.accounts.selectors import (
     recovery_codes_left,
     totp_device_confirmed,
@@ -268,17 +270,35 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
 
 @login_required
 def tokens(request: HttpRequest) -> HttpResponse:
-    form = TokenForm(request.POST or None)
+    user: User = request.user  # type: ignore[assignment]
+    teams = list(
+        Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
+        .order_by("name")
+        .values_list("id", "name")
+    )
+    # a new token acts for the account the console is switched to, unless chosen otherwise
+    acting = user.tenant_id if user.tenant_id != user.personal_tenant_id else PERSONAL
+    initial = {"team": acting}
+    form = TokenForm(request.POST or None, teams=teams, initial=initial)
     created = None
     if request.method == "POST" and form.is_valid():
+        team = form.cleaned_data["team"]
         try:
-            token, plaintext = token_create(user=request.user, name=form.cleaned_data["name"])  # type: ignore[arg-type]
+            token, plaintext = token_create(
+                user=user,
+                name=form.cleaned_data["name"],
+                team_id=None if team == PERSONAL else team,
+                scopes=form.cleaned_data["scopes"],
+                ip=request_ip(request),
+            )
         except ServiceError as error:
             form.add_error(None, error.message)
         else:
             created = {"token": token, "plaintext": plaintext}
-            form = TokenForm()
-    rows = scope_to_user(ApiToken.objects.filter(revoked_at__isnull=True), request.user, "user")
+            form = TokenForm(teams=teams, initial=initial)
+    rows = scope_to_user(
+        ApiToken.objects.filter(revoked_at__isnull=True).select_related("team"), user, "user"
+    )
     needs_2fa = settings.REQUIRE_2FA_FOR_API_TOKENS and not two_factor_enabled(request.user)  # type: ignore[arg-type]
     return render(
         request,
@@ -297,7 +317,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 @require_POST
 def token_delete(request: HttpRequest, pk: str) -> HttpResponse:
     token = get_for_user(ApiToken.objects.filter(revoked_at__isnull=True), request.user, "user", pk)
-    token_revoke(token=token)
+    token_revoke(token=token, actor=request.user, ip=request_ip(request))
     messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
     return redirect("accounts:tokens")
 

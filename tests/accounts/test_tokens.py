@@ -92,10 +92,14 @@ def test_token_from_credentials(api, user):
 def test_console_token_page_shows_the_token_once(client, user):
     client.force_login(user)
 
-    created = client.post("/accounts/tokens/", {"name": "notebook"})
+    created = client.post(
+        "/accounts/tokens/",
+        {"name": "notebook", "team": "personal", "scopes": ["read", "instances"]},
+    )
     again = client.get("/accounts/tokens/")
 
     token = ApiToken.objects.get(user=user, name="notebook")
+    assert (token.team_id, token.scopes) == (None, ["read", "instances"])
     page = created.content.decode()
     plaintext = next(
         word

@@ -470,7 +470,9 @@ def test_tokens_need_two_factor_when_the_operator_says_so(db, api, client, clien
     client.force_login(user)
 
     page = client.get("/accounts/tokens/").content.decode()
-    console = client.post("/accounts/tokens/", {"name": "notebook"})
+    console = client.post(
+        "/accounts/tokens/", {"name": "notebook", "team": "personal", "scopes": ["read"]}
+    )
     by_token = bearer.post("/api/v1/tokens", {"name": "ci"}, format="json")
     by_password = _token_login(api, user.email)
 

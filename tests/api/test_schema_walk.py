@@ -335,6 +335,7 @@ def _(p: Probe) -> None:
     p.call(201, body={"email": p.user.email, "password": PASSWORD, "name": "ci"})
     p.call(401, body={"email": p.user.email, "password": "not the password at all"})
     p.call(400, body={"email": p.user.email})
+    p.call(404, body={"email": p.user.email, "password": PASSWORD, "team": "tnt_none"})
     p.call(403, body={"email": make_operator().email, "password": PASSWORD})
     secret, _codes = enrol_totp(p.user)
     p.call(401, body={"email": p.user.email, "password": PASSWORD})

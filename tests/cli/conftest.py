@@ -74,7 +74,7 @@ def fake_api() -> Iterator[FakeApi]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_DELETE = _serve
+        do_GET = do_POST = do_PATCH = do_DELETE = _serve
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -4,6 +4,7 @@ behaviour, against a scripted stand-in of the API on 127.0.0.1 (tests/cli/confte
 import io
 import json
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -440,3 +441,178 @@ def test_an_error_without_a_json_body_is_reported_with_its_status(fake_api, cli_
     code, _out, err = run("show", "ins_missing")  # the stand-in's JSON 404
     assert code == 4
     assert err == "starverse: Not found. [not_found]\n"
+
+
+# ---------------------------------------------------------------- teams
+
+
+ME = {"id": "usr_1", "email": "li@lab.edu.cn", "email_verified": True, "balance": {"total_fen": 0}}
+NLP = {"id": "tnt_nlp", "name": "NLP lab", "role": "admin"}
+
+
+def test_login_with_email_asks_for_a_token_of_the_team(cli_env, fake_api, monkeypatch):
+    monkeypatch.setenv("STARVERSE_API_URL", fake_api.url)
+    monkeypatch.setattr("sys.stdin", io.StringIO("a long passphrase\n"))
+    created = {"id": "tok_1", "name": "cli", "team": "tnt_nlp", "scopes": ["read"], "token": "sv_t"}
+    fake_api.on("POST", "/api/v1/auth/token", 201, created)
+    fake_api.on("GET", "/api/v1/me", body=dict(ME, team=NLP, scopes=["read"]))
+
+    code, out, _err = run(
+        "login", "--email", "li@lab.edu.cn", "--password-stdin", "--team", "NLP lab"
+    )
+
+    assert code == 0
+    assert fake_api.sent[0].body == {
+        "email": "li@lab.edu.cn",
+        "password": "a long passphrase",
+        "name": fake_api.sent[0].body["name"],
+        "team": "NLP lab",
+    }
+    assert "as li@lab.edu.cn for team NLP lab (tnt_nlp, admin)" in out
+    saved = json.loads((cli_env / "config.json").read_text())
+    assert saved["profiles"]["default"]["token"] == "sv_t"
+
+
+def test_a_pasted_token_is_its_own_teams_and_another_is_refused(cli_env, fake_api, monkeypatch):
+    monkeypatch.setenv("STARVERSE_API_URL", fake_api.url)
+    fake_api.on("GET", "/api/v1/me", body=dict(ME, team=None, scopes=["read"]))
+
+    code, _out, err = run("login", "--token", "sv_personal", "--team", "tnt_nlp")
+
+    assert code == 2
+    assert "this token acts for your own account, not 'tnt_nlp'" in err
+    assert not (cli_env / "config.json").exists()
+    fake_api.answers.clear()
+    fake_api.on("GET", "/api/v1/me", body=dict(ME, team=NLP, scopes=["read"]))
+    code, out, _err = run("login", "--token", "sv_team", "--team", "nlp LAB")
+    assert code == 0
+    assert "for team NLP lab (tnt_nlp, admin)" in out
+    code, out, _err = run("login", "--token", "sv_team")  # without --team: shown all the same
+    assert "for team NLP lab" in out
+
+
+def test_whoami_prints_the_team_role_and_scopes(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    fake_api.on("GET", "/api/v1/me", body=dict(ME, team=NLP, scopes=["read", "instances"]))
+
+    code, out, _err = run("whoami")
+
+    assert code == 0
+    assert out.splitlines() == [
+        "Account:  usr_1",
+        "E-mail:   li@lab.edu.cn",
+        "Verified: yes",
+        "Team:     NLP lab (tnt_nlp)",
+        "Role:     admin",
+        "Scopes:   read, instances",
+        "Balance:  ¥0.00",
+    ]
+    fake_api.answers.clear()
+    fake_api.on("GET", "/api/v1/me", body=dict(ME, team=None, scopes=["read"]))
+    out = run("whoami")[1]
+    assert "Team:     - (your own account)" in out and "Role" not in out
+
+
+# ---------------------------------------------------------------- automatic stops
+
+
+def _bodies(api, method):
+    return [sent.body for sent in api.sent if sent.method == method]
+
+
+def test_rent_orders_the_automatic_stops(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    fake_api.on("POST", "/api/v1/instances", 202, dict(INSTANCE, status="provisioning"))
+
+    assert run("rent", "off_1", "--image", "x", "--stop-after", "8", "--idle-stop", "5:30")[0] == 0
+    assert run("rent", "off_1", "--image", "x", "--no-idle-stop")[0] == 0
+
+    first, second = _bodies(fake_api, "POST")
+    assert first == {
+        "offering": "off_1",
+        "image": "x",
+        "stop_after_hours": 8,
+        "idle_stop": {"util_pct": 5, "minutes": 30},
+    }
+    assert second == {"offering": "off_1", "image": "x", "idle_stop": None}
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--stop-after", "0"],
+        ["--stop-after", "1.5"],
+        ["--stop-after", "soon"],
+        ["--idle-stop", "5"],
+        ["--idle-stop", "0:30"],
+        ["--idle-stop", "101:30"],
+        ["--idle-stop", "5:0"],
+        ["--idle-stop", "a:b"],
+        ["--idle-stop", "5:30", "--no-idle-stop"],
+    ],
+)
+def test_bad_automatic_stops_are_usage_errors_and_send_nothing(
+    cli_env, fake_api, monkeypatch, capsys, words
+):
+    logged_in(fake_api, monkeypatch)
+
+    assert run("rent", "off_1", "--image", "x", *words)[0] == 2
+    assert run("set", "ins_abc", *words)[0] == 2
+
+    assert fake_api.sent == []
+    assert "error: argument" in capsys.readouterr().err
+
+
+def test_set_patches_and_clears_the_automatic_stops(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    answer = dict(
+        INSTANCE, idle_stop={"util_pct": 5, "minutes": 30}, stop_at="2030-01-01T08:00:00+08:00"
+    )
+    fake_api.on("PATCH", "/api/v1/instances/ins_abc", body=answer)
+
+    code, out, _err = run("set", "ins_abc", "--stop-at", "2030-01-01T08:00+08:00")
+    assert code == 0
+    shown = dict(line.split(": ", 1) for line in out.splitlines())
+    assert shown["Idle stop"].strip() == "below 5% GPU for 30 min"
+    assert shown["Stops at"].strip() == "2030-01-01T08:00:00+08:00"
+    assert run("set", "ins_abc", "--stop-at", "2030-01-01T00:00Z", "--no-idle-stop")[0] == 0
+    assert run("set", "ins_abc", "--stop-after", "3", "--idle-stop", "10:60")[0] == 0
+    assert run("set", "ins_abc", "--no-stop-at")[0] == 0
+    assert run("set", "ins_abc", "--stop-at", "2030-01-01T08:00")[0] == 0
+
+    bodies = _bodies(fake_api, "PATCH")
+    assert bodies[:4] == [
+        {"stop_at": "2030-01-01T08:00:00+08:00"},
+        {"stop_at": "2030-01-01T00:00:00+00:00", "idle_stop": None},
+        {"stop_after_hours": 3, "idle_stop": {"util_pct": 10, "minutes": 60}},
+        {"stop_at": None},
+    ]
+    local = datetime.fromisoformat(bodies[4]["stop_at"])  # no offset: this computer's time
+    assert local.tzinfo is not None
+    assert local.replace(tzinfo=None) == datetime(2030, 1, 1, 8, 0)
+
+
+def test_set_without_a_change_or_with_two_stops_is_a_usage_error(
+    cli_env, fake_api, monkeypatch, capsys
+):
+    logged_in(fake_api, monkeypatch)
+
+    code, _out, err = run("set", "ins_abc")
+    assert code == 2
+    assert "nothing to set" in err
+    assert run("set", "ins_abc", "--stop-after", "2", "--no-stop-at")[0] == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert fake_api.sent == []
+
+
+def test_disks_resize_grows_the_disk(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    disk = {"id": "dsk_1", "name": "ckpt", "size_gb": 500, "status": "available"}
+    fake_api.on("PATCH", "/api/v1/disks/dsk_1", body=disk)
+
+    code, out, _err = run("disks", "resize", "dsk_1", "500")
+
+    assert code == 0
+    assert fake_api.sent[0].body == {"size_gb": 500}
+    assert "dsk_1" in out and "500 GB" in out
+    assert run("disks", "resize", "dsk_1", "lots")[0] == 2

@@ -28,7 +28,7 @@ import pytest
 from instances.models import Instance as InstanceRow
 from instances.provisioning import converge
 from starverse.core.hostkeys import host_key_from_private
-from tests.factories import PASSWORD, converge_until, make_user, read_existing
+from tests.factories import PASSWORD, converge_until, make_token, make_user, read_existing
 from tests.images.test_init import SSHD
 from tests.images.test_init_ssh import Instance as InitRoot
 from tests.images.test_init_ssh import _safe_scratch, _user_key
@@ -175,7 +175,12 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     assert balance["promo_fen"] == 1_000
 
     # rent --wait, by the offering's name; the worker's retrying task carries it through
-    process = cli.start("rent", OFFERING, "--image", IMAGE, "--name", "cli-job", "--wait", "--json")
+    process = cli.start(
+        "rent",
+        OFFERING,
+        *("--image", IMAGE, "--name", "cli-job", "--stop-after", "8", "--idle-stop", "7:45"),
+        *("--wait", "--json"),
+    )
     row = _wait_for_row(user)
     out, err = while_running(process, lambda: converge_until(converge.provision, row.pk))
     rented = _loads(out)
@@ -183,6 +188,16 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     assert rented["status"] == "running"
     assert rented["ssh"]["host_key_fingerprint"].startswith("SHA256:")
     assert f"{row.pk}: running" in err  # plain progress lines off a terminal
+    assert rented["idle_stop"] == {"util_pct": 7, "minutes": 45}
+    assert rented["stop_at"] is not None
+
+    # set: the automatic stops change and clear through PATCH /instances/{id}
+    cleared = _json(cli("set", row.pk, "--no-stop-at", "--no-idle-stop", "--json"))
+    assert (cleared["stop_at"], cleared["idle_stop"]) == (None, None)
+    changed = _json(cli("set", row.pk, "--stop-after", "3", "--idle-stop", "10:60", "--json"))
+    assert changed["idle_stop"] == {"util_pct": 10, "minutes": 60}
+    row.refresh_from_db()
+    assert row.stop_at is not None and row.idle_stop_minutes == 60
 
     listed = _json(cli("ls", "--json"))
     assert [(item["id"], item["status"], item["name"]) for item in listed] == [
@@ -276,3 +291,33 @@ def _api(base: str, config: Path, method: str, path: str, **body: Any) -> Any:
     )
     with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
         return json.loads(answer.read())
+
+
+@pytest.mark.postgres  # a live server needs a transactional test
+def test_log_in_for_a_team_and_whoami_with_the_cli(live_server, transactional_db, tmp_path):
+    from billing.onboarding import team_create
+
+    cli = Cli(tmp_path / "home", live_server.url)
+    user = make_user()
+    team = team_create(user=user, name="NLP lab")
+
+    login = cli(
+        "login", "--email", user.email, "--password-stdin", "--team", "nlp lab", stdin=PASSWORD
+    )
+    assert login.returncode == 0, login.stderr
+    assert f"for team NLP lab ({team.pk}, owner)" in login.stdout
+    me = _json(cli("whoami", "--json"))
+    assert me["team"] == {"id": team.pk, "name": "NLP lab", "role": "owner"}
+    assert me["scopes"] == ["read", "instances", "billing", "admin"]
+    assert "Role:     owner" in cli("whoami").stdout
+
+    # a pasted token is its own team's: a personal one is not saved for the team
+    _token, personal = make_token(user)
+    refused = cli("login", "--token", personal, "--team", team.pk)
+    assert refused.returncode == 2
+    assert "acts for your own account" in refused.stderr
+    assert _json(cli("whoami", "--json"))["team"]["id"] == team.pk  # the team's token is kept
+    unknown = cli(
+        "login", "--email", user.email, "--password-stdin", "--team", "Robotics", stdin=PASSWORD
+    )
+    assert unknown.returncode == 4

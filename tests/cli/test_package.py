@@ -154,20 +154,32 @@ def test_completion_scripts_name_every_command_and_are_valid_bash():
     parser = build_parser()
     bash = completion.script(parser, "bash")
     subprocess.run(["bash", "-n"], input=bash, text=True, check=True)
-    for command in ("rent", "ssh", "disks", "clusters", "topup", "completion", "balance"):
-        assert command in bash
-    probe = (
-        bash
-        + 'COMP_WORDS=(starverse disks ""); COMP_CWORD=2; _starverse; echo "${COMPREPLY[*]}"\n'
-        + 'COMP_WORDS=(starverse rent off_1 --im); COMP_CWORD=3; _starverse; echo "${COMPREPLY[*]}"\n'
-        + 'COMP_WORDS=(starverse completion ""); COMP_CWORD=2; _starverse; echo "${COMPREPLY[*]}"\n'
+    nodes = completion.walk(parser)
+    commands = {node.path for node in nodes if node.path}
+    assert {"set", "disks resize", "rent", "ssh", "clusters create", "topup", "balance"} <= commands
+    # every command and sub-command completes at its level, with its options
+    probe = bash
+    for node in nodes:
+        words = node.path.split()
+        probe += f'COMP_WORDS=(starverse {" ".join(words)} ""); COMP_CWORD={len(words) + 1}; '
+        probe += '_starverse; echo "${COMPREPLY[*]}"\n'
+    probe += (
+        'COMP_WORDS=(starverse rent off_1 --im); COMP_CWORD=3; _starverse; echo "${COMPREPLY[*]}"\n'
+        'COMP_WORDS=(starverse set ins_1 --no); COMP_CWORD=3; _starverse; echo "${COMPREPLY[*]}"\n'
     )
     lines = subprocess.run(
         ["bash"], input=probe, text=True, capture_output=True, check=True
     ).stdout.splitlines()
-    assert lines[0].split()[:5] == ["ls", "create", "rm", "attach", "detach"]
-    assert lines[1] == "--image"
-    assert {"bash", "zsh", "fish"} <= set(lines[2].split())
+    for node, line in zip(nodes, lines, strict=False):
+        assert set(node.commands) | set(node.options) <= set(line.split()), node.path
+    offered = dict(zip((node.path for node in nodes), lines, strict=False))
+    top = set(offered[""].split())
+    assert {name for name in commands if " " not in name} <= top
+    assert offered["disks"].split()[:6] == ["ls", "create", "resize", "rm", "attach", "detach"]
+    assert {"--stop-after", "--idle-stop", "--no-idle-stop"} <= set(offered["rent"].split())
+    assert {"bash", "zsh", "fish"} <= set(offered["completion"].split())
+    assert lines[-2] == "--image"
+    assert set(lines[-1].split()) == {"--no-stop-at", "--no-idle-stop"}
     zsh = completion.script(parser, "zsh")
     assert zsh.startswith("#compdef starverse\n") and "bashcompinit" in zsh
     fish = completion.script(parser, "fish")

@@ -6,6 +6,7 @@ from starverse.accounts.models import (
     IDLE_UTIL_PCT_RANGE,
     IDLE_WARN_MINUTES_RANGE,
     ApiToken,
+    Role,
     Scope,
     SshKey,
     User,
@@ -19,6 +20,30 @@ class SignupInput(InputSerializer):
     password = StrictCharField(max_length=128, trim_whitespace=False)
 
 
+TEAM_HELP = (
+    "A team the token acts for, by id or exact name (you must be its member); empty: your own "
+    "account. Left out: your own account, or, made with a team's token, that team (a team's "
+    "token makes tokens of its own team only: 403 wrong_team)."
+)
+SCOPES_HELP = (
+    "Of read, instances, billing, admin; all of them when left out (made with a token: that "
+    "token's, and never one it lacks: 403 insufficient_scope)."
+)
+
+
+def team_field() -> StrictCharField:
+    return StrictCharField(max_length=200, required=False, allow_blank=True, help_text=TEAM_HELP)
+
+
+def scopes_field() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=Scope.choices),
+        required=False,
+        max_length=4,
+        help_text=SCOPES_HELP,
+    )
+
+
 class TokenLoginInput(InputSerializer):
     email = StrictCharField(max_length=254)
     password = StrictCharField(max_length=128, trim_whitespace=False)
@@ -30,6 +55,8 @@ class TokenLoginInput(InputSerializer):
         help_text="The 6-digit code of the authenticator app, or a recovery code: required "
         "when the account has two-factor authentication.",
     )
+    team = team_field()
+    scopes = scopes_field()
 
 
 class VerifyEmailInput(InputSerializer):
@@ -38,18 +65,8 @@ class VerifyEmailInput(InputSerializer):
 
 class TokenCreateInput(InputSerializer):
     name = StrictCharField(max_length=100)
-    team = StrictCharField(
-        max_length=32,
-        required=False,
-        allow_blank=True,
-        help_text="A team the token acts for (you must be its member); empty: your own account.",
-    )
-    scopes = serializers.ListField(
-        child=serializers.ChoiceField(choices=Scope.choices),
-        required=False,
-        max_length=4,
-        help_text="Of read, instances, billing, admin; all of them when left out.",
-    )
+    team = team_field()
+    scopes = scopes_field()
 
 
 class SshKeyCreateInput(InputSerializer):
@@ -81,12 +98,28 @@ class TrialOutput(serializers.Serializer):
     )
 
 
+class MeTeamOutput(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.ChoiceField(choices=Role.choices, help_text="Your role in it.")
+
+
 class MeOutput(serializers.Serializer):
     id = serializers.CharField()
     email = serializers.EmailField()
     email_verified = serializers.BooleanField()
     balance = MeBalanceOutput()
     trial = TrialOutput()
+    team = MeTeamOutput(
+        allow_null=True,
+        help_text="The team the request acts for (the token's team, or the console's switch "
+        "for a session); null: your own account.",
+    )
+    scopes = serializers.ListField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="The token's scopes; null for a console session (it acts with your role).",
+    )
 
 
 class TwoFactorOutput(serializers.Serializer):

@@ -14,7 +14,7 @@ from billing.onboarding import user_email_verify_token, user_signup
 from billing.selectors import TrialState, trial_state, wallet_for_tenant
 from starverse.accounts.api import serializers as s
 from starverse.accounts.audit import request_ip
-from starverse.accounts.models import ApiToken, Scope, SshKey
+from starverse.accounts.models import ApiToken, Scope, SshKey, Tenant
 from starverse.accounts.selectors import (
     recovery_codes_left,
     totp_device_confirmed,
@@ -34,6 +34,7 @@ from starverse.accounts.twofactor import token_login
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import ERROR, errors
 from starverse.core.api.views import TenantScopedViewSet
+from starverse.core.roles import role_of
 
 
 def client_ip(request: Request) -> str | None:
@@ -124,7 +125,8 @@ class TokenLoginView(APIView):
         "wrong or already used code 401 `otp_invalid`. Wrong passwords and codes count toward "
         "the same lock-out as the console's log-in (429 `locked_out`). 403 `2fa_required`: "
         "the account must turn on two-factor authentication first (operators; everyone when "
-        "REQUIRE_2FA_FOR_API_TOKENS is on).",
+        "REQUIRE_2FA_FOR_API_TOKENS is on). `team` and `scopes` as for POST /tokens: 404 for "
+        "a team you are not a member of.",
         request=s.TokenLoginInput,
         responses={
             201: s.TokenCreatedOutput,
@@ -133,6 +135,7 @@ class TokenLoginView(APIView):
                 response=ERROR.ref,
                 description="Two-factor authentication must be turned on first (`2fa_required`).",
             ),
+            **errors(404),
             429: OpenApiResponse(
                 response=ERROR.ref,
                 description="Too many requests from the address (`throttled`, with "
@@ -150,6 +153,8 @@ class TokenLoginView(APIView):
             password=data.validated_data["password"],
             otp=data.validated_data.get("otp") or None,
             name=data.validated_data.get("name", ""),
+            team_id=data.validated_data.get("team") or None,
+            scopes=data.validated_data.get("scopes"),
         )
         body = {
             "id": token.id,
@@ -159,6 +164,15 @@ class TokenLoginView(APIView):
             "token": plaintext,
         }
         return Response(body, status=status.HTTP_201_CREATED)
+
+
+def acting_team(user: Any) -> dict[str, str] | None:
+    """The team a request acts for (its token's, or the console's switch), with the person's
+    role in it; None for their own account."""
+    if user.tenant_id == user.personal_tenant_id:
+        return None
+    name = Tenant.objects.filter(pk=user.tenant_id).values_list("name", flat=True).first()
+    return {"id": user.tenant_id, "name": name or "", "role": role_of(user)}
 
 
 class MeView(APIView):
@@ -178,6 +192,8 @@ class MeView(APIView):
                 "email_verified": user.email_verified_at is not None,
                 "balance": balance,
                 "trial": trial_body(trial_state(user)),
+                "team": acting_team(user),
+                "scopes": list(request.auth.scopes) if isinstance(request.auth, ApiToken) else None,
             }
         )
 
@@ -233,7 +249,11 @@ class TokenViewSet(
     token_scope = Scope.ADMIN
 
     def filter_queryset_extra(self, queryset: QuerySet[ApiToken]) -> QuerySet[ApiToken]:
-        return queryset.filter(revoked_at__isnull=True)
+        queryset = queryset.filter(revoked_at__isnull=True)
+        auth = self.request.auth
+        if isinstance(auth, ApiToken) and auth.team_id:
+            return queryset.filter(team_id=auth.team_id)  # a team's token sees that team's only
+        return queryset
 
     @extend_schema(
         operation_id="tokens_create",
@@ -243,19 +263,25 @@ class TokenViewSet(
             **errors(409),
             403: OpenApiResponse(
                 response=ERROR.ref,
-                description="A session request without its CSRF token, or REQUIRE_2FA_FOR_API_"
-                "TOKENS is on and the account has no two-factor authentication (`2fa_required`).",
+                description="A session request without its CSRF token; REQUIRE_2FA_FOR_API_"
+                "TOKENS is on and the account has no two-factor authentication (`2fa_required`); "
+                "or, made with a token, a scope that token lacks (`insufficient_scope`) or, "
+                "with a team's token, another team or the personal account (`wrong_team`).",
             ),
         },
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, s.TokenCreateInput)
+        minted_by = request.auth if isinstance(request.auth, ApiToken) else None
+        # a token's new token is of the token's team unless the request names one
+        team = data.get("team", minted_by.team_id if minted_by else None)
         token, plaintext = token_create(
             user=signed_in_user(request),
             name=data["name"],
-            team_id=data.get("team") or None,
+            team_id=team or None,
             scopes=data.get("scopes"),
             ip=request_ip(request),
+            minted_by=minted_by,
         )
         body = {
             "id": token.id,
