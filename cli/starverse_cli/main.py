@@ -736,13 +736,20 @@ def cmd_completion(ctx: Context) -> int:
 
 
 def _common() -> argparse.ArgumentParser:
-    """Options every command takes, also after its name (`starverse ls --json`)."""
+    """Options every command takes, also after its name (`starverse ls --json`,
+    `starverse login --api-url …`)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--json",
         action="store_true",
         default=argparse.SUPPRESS,
         help="print the API's JSON instead of tables",
+    )
+    common.add_argument("--profile", default=argparse.SUPPRESS, help="config profile to use")
+    common.add_argument(
+        "--api-url",
+        default=argparse.SUPPRESS,
+        help="the server (default: STARVERSE_API_URL, the profile)",
     )
     return common
 

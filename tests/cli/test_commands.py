@@ -175,6 +175,18 @@ def test_json_is_accepted_before_or_after_the_command():
     assert parser.parse_args(["ls"]).json is False
 
 
+def test_the_server_and_profile_are_accepted_before_or_after_the_command(monkeypatch):
+    monkeypatch.delenv("STARVERSE_PROFILE", raising=False)
+    parser = build_parser()
+    after = parser.parse_args(["login", "--api-url", "http://h:1", "--profile", "lab"])
+    before = parser.parse_args(["--api-url", "http://h:1", "--profile", "lab", "login"])
+    assert (
+        (after.api_url, after.profile) == (before.api_url, before.profile) == ("http://h:1", "lab")
+    )
+    neither = parser.parse_args(["disks", "ls"])
+    assert (neither.api_url, neither.profile) == (None, None)
+
+
 def test_ls_prints_a_table_or_the_api_json_of_every_page(cli_env, fake_api, monkeypatch):
     logged_in(fake_api, monkeypatch)
     second = dict(INSTANCE, id="ins_def", status="terminated", ssh=None)
