@@ -183,10 +183,12 @@ def idle_run(*, now: datetime | None = None) -> AutoStopRun:
 
 
 def _stop_due(found: _Idle, idle_for: timedelta, now: datetime) -> bool:
-    """Idle its whole time (within a sample's slack), and the warned stop time has come."""
+    """Idle its whole time (within a sample's slack), and the stop time the warning gave has
+    come: never before it (the mail and the banner said "stops at"; the minute's beat makes it
+    at most a minute late)."""
     if idle_for < _minutes(found.idle.minutes) - SAMPLE_SLACK:
         return False
-    return found.due_at is None or now >= found.due_at - SAMPLE_SLACK
+    return found.due_at is None or now >= found.due_at
 
 
 def _minutes(n: int) -> timedelta:

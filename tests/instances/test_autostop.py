@@ -138,12 +138,13 @@ def test_warned_at_the_warning_time_and_stopped_at_the_idle_time(renter):
     assert idle_run(now=now).warned == [instance.id]
     instance.refresh_from_db()
     # idle since its first sample, 21 minutes ago: warned with its whole lead time (10
-    # minutes), it stops when it has been idle 30 minutes, within a minute's slack
+    # minutes), so it stops at the time the warning gave, though idle 30 minutes before it;
+    # never earlier than the time the mail and the banner said
     assert instance.idle_stop_due_at == now + timedelta(minutes=10)
-    report(instance, start=now + timedelta(seconds=1), end=now + timedelta(minutes=9), util=0)
-    assert idle_run(now=now + timedelta(minutes=8)).stopped == []
-    assert idle_run(now=now + timedelta(minutes=9)).stopped == [instance.id]
+    report(instance, start=now + timedelta(seconds=1), end=now + timedelta(minutes=10), util=0)
+    assert idle_run(now=now + timedelta(minutes=9)).stopped == []
     assert now + timedelta(minutes=9) - started >= timedelta(minutes=30)
+    assert idle_run(now=now + timedelta(minutes=10)).stopped == [instance.id]
 
 
 def test_the_warning_is_sent_once(renter, django_capture_on_commit_callbacks):
@@ -264,11 +265,15 @@ def test_keep_running_snoozes_for_the_idle_time_from_now(renter, client_for):
     assert snoozed is not None
     assert instance.idle_warned_at is None and instance.idle_stop_due_at is None
     assert "Keep running" in messages(instance)[-1]
-    # idle all along: no warning until 20 minutes after the snooze, the stop at 30
-    report(instance, start=snoozed, end=snoozed + timedelta(minutes=30), util=0)
+    # idle all along: no warning until 20 minutes after the snooze, the stop at 30, or at the
+    # warning's time when the minute's beat warned a little late
+    report(instance, start=snoozed, end=snoozed + timedelta(minutes=31), util=0)
     assert idle_run(now=snoozed + timedelta(minutes=19)).warned == []
     assert idle_run(now=snoozed + timedelta(minutes=20, seconds=30)).warned == [instance.id]
-    assert idle_run(now=snoozed + timedelta(minutes=30)).stopped == [instance.id]
+    instance.refresh_from_db()
+    assert instance.idle_stop_due_at == snoozed + timedelta(minutes=30, seconds=30)
+    assert idle_run(now=snoozed + timedelta(minutes=30)).stopped == []
+    assert idle_run(now=snoozed + timedelta(minutes=30, seconds=30)).stopped == [instance.id]
 
 
 def test_keep_running_needs_an_idle_stop_and_a_running_instance(renter, client_for):
