@@ -454,8 +454,11 @@ def test_console_switch_and_team_pages(team_of_two, client):
     assert Budget.objects.get(tenant=team, user=member).monthly_fen == 5_000
     audit = client.get(f"/teams/{team.pk}/audit/?format=csv")
     assert b"budget.set" in audit.content
-    dashboard = client.get("/console/")
-    assert b"selected>NLP lab" in dashboard.content
+    dashboard = client.get("/console/").content.decode()
+    assert "selected>NLP lab" in dashboard
+    assert f"Signed in as {owner.email}, acting for the team NLP lab" in dashboard
+    client.post("/teams/switch/", {"team": ""})
+    assert f"Signed in as {owner.email}<" in client.get("/console/").content.decode()
 
     client.force_login(make_user())
     assert client.get(f"/teams/{team.pk}/").status_code == 404
