@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from billing.onboarding import team_create
@@ -167,13 +168,13 @@ class AuditFilter(forms.Form):
     """The audit page's filters, as the API's (`actor`, `action`, `from`, `to`): the dates are
     whole days in the viewer's zone, both included."""
 
-    actor = forms.ChoiceField(label=_("Who"), required=False)
-    action = forms.ChoiceField(label=_("What"), required=False)
+    actor = forms.ChoiceField(label=gettext_lazy("Who"), required=False)
+    action = forms.ChoiceField(label=gettext_lazy("What"), required=False)
     since = forms.DateField(
-        label=_("From"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+        label=gettext_lazy("From"), required=False, widget=forms.DateInput(attrs={"type": "date"})
     )
     until = forms.DateField(
-        label=_("To"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+        label=gettext_lazy("To"), required=False, widget=forms.DateInput(attrs={"type": "date"})
     )
 
     def __init__(self, data: Any, team: Tenant) -> None:
