@@ -327,7 +327,7 @@ class Dispute(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} {format_fen(self.amount_fen)} {self.get_status_display()}"
+        return f"{self.id} {format_fen(self.amount_fen)} {self.status}"
 
     @property
     def is_open(self) -> bool:

@@ -672,7 +672,9 @@ def _last_month(p: Probe) -> str:
 def _statement_file(p: Probe) -> None:
     month = _last_month(p)
     p.call(200, params={"month": month})
-    p.call(400, params={"month": f"{timezone.localdate():%Y-%m}"})
+    p.call(200, params={"month": f"{timezone.localdate():%Y-%m}"})  # the month so far
+    ahead = timezone.localdate().replace(day=28) + timedelta(days=5)
+    p.call(400, params={"month": f"{ahead:%Y-%m}"})  # not begun
     p.call(404, params={"month": "2001-01"})
 
 
