@@ -3,9 +3,10 @@ they spent. Spent is the usage the team's ledger charged this month for the inst
 inference endpoints the member made (the ledger's instance_id, which an endpoint's charges
 fill with the endpoint's id, and the row's created_by attribute every charge), so it is one
 query, never a counter to keep in step. An order or a start (an endpoint's creation or scaling
-up) whose own cost over its runway does not fit what is left is refused (402
-`budget_exceeded`); the metering tick stops a member's running instances once their budget is
-spent (instances.metering), and the endpoints' pass scales their endpoints to zero
+up) whose own cost over its runway, on top of an hour of what the member (or the team) already
+runs by the hour, does not fit what is left is refused (402 `budget_exceeded`); the metering
+tick stops a member's running instances once their budget is spent (instances.metering), and
+the endpoints' pass scales their endpoints to zero
 (endpoints.services.endpoints_over_budget_suspend)."""
 
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from django.utils.translation import gettext as _
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
-from instances.choices import InstanceStatus
+from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance
 from starverse.accounts.audit import audit_record
 from starverse.accounts.models import Budget, Membership, Tenant, TenantKind
@@ -126,8 +127,9 @@ def budget_refusal(
             budgets = cursor.fetchall()
     for user_id, monthly_fen in budgets:
         spent = spent_fen(instance.tenant_id, user_id)
+        burn = burning_fen(instance, user_id)
         left = monthly_fen - spent
-        if need_fen <= left:
+        if need_fen + burn <= left:
             continue
         team = Tenant.objects.only("name").get(pk=instance.tenant_id).name
         amounts = {
@@ -135,30 +137,72 @@ def budget_refusal(
             "budget": format_fen(monthly_fen),
             "spent": format_fen(spent),
             "need": format_fen(need_fen),
+            "burn": format_fen(burn),
         }
-        return MESSAGES[(user_id is None, queued)] % amounts
+        return MESSAGES[(user_id is None, queued, burn > 0)] % amounts
     return None
 
 
+# what holds GPUs, billed by the hour: what the budget pays from now on
+BURNING = (InstanceStatus.PROVISIONING, InstanceStatus.CHECKING, InstanceStatus.RUNNING)
+
+
+def burning_fen(instance: Ordered, user_id: str | None) -> int:
+    """An hour of what the member (or the whole team, `user_id` None) already runs by the
+    hour, besides this order (and the other ranks of its cluster): what the budget pays on
+    top of the order, so that orders one after another cannot each fit the same money."""
+    rows = Instance.objects.filter(
+        tenant_id=instance.tenant_id, billing=BillingMode.HOURLY, status__in=BURNING
+    ).exclude(pk=getattr(instance, "pk", None))
+    cluster_id = getattr(instance, "cluster_id", None)
+    if cluster_id:
+        rows = rows.exclude(cluster_id=cluster_id)
+    if user_id is not None:
+        rows = rows.filter(created_by_id=user_id)
+    return int(rows.aggregate(total=Sum("offering__price_per_hour_fen", default=0))["total"])
+
+
 MESSAGES = {
-    (True, False): later(
+    (True, False, False): later(
         "The monthly budget of team %(team)s is %(budget)s; %(spent)s is spent; this "
         "order needs %(need)s over its runway. Ask an owner to raise the budget."
     ),
-    (False, False): later(
+    (False, False, False): later(
         "Your monthly budget in team %(team)s is %(budget)s; %(spent)s is spent; this "
         "order needs %(need)s over its runway. Ask an owner to raise your budget."
     ),
-    (True, True): later(
+    (True, True, False): later(
         "Not started: the monthly budget of team %(team)s is %(budget)s and %(spent)s is "
         "spent; this order needs %(need)s over its runway. It waits in the queue, uncharged, "
         "until an owner raises the budget or a new month begins."
     ),
-    (False, True): later(
+    (False, True, False): later(
         "Not started: the monthly budget of whoever ordered it in team %(team)s is "
         "%(budget)s and %(spent)s is spent; this order needs %(need)s over its runway. It "
         "waits in the queue, uncharged, until an owner raises the budget or a new month "
         "begins."
+    ),
+    (True, False, True): later(
+        "The monthly budget of team %(team)s is %(budget)s; %(spent)s is spent, and what "
+        "the team already runs costs %(burn)s an hour; this order needs %(need)s over its "
+        "runway on top of that. Stop something, or ask an owner to raise the budget."
+    ),
+    (False, False, True): later(
+        "Your monthly budget in team %(team)s is %(budget)s; %(spent)s is spent, and what "
+        "you already run costs %(burn)s an hour; this order needs %(need)s over its runway "
+        "on top of that. Stop something, or ask an owner to raise your budget."
+    ),
+    (True, True, True): later(
+        "Not started: the monthly budget of team %(team)s is %(budget)s, %(spent)s is spent "
+        "and what the team runs costs %(burn)s an hour; this order needs %(need)s over its "
+        "runway on top of that. It waits in the queue, uncharged, until something stops, an "
+        "owner raises the budget or a new month begins."
+    ),
+    (False, True, True): later(
+        "Not started: the monthly budget of whoever ordered it in team %(team)s is "
+        "%(budget)s, %(spent)s is spent and what they run costs %(burn)s an hour; this order "
+        "needs %(need)s over its runway on top of that. It waits in the queue, uncharged, "
+        "until something stops, an owner raises the budget or a new month begins."
     ),
 }
 

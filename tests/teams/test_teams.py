@@ -137,6 +137,31 @@ def test_team_budget_refuses_too(catalog, team_of_two):
     assert refused.json()["detail"].startswith("The monthly budget of team NLP lab is ¥1.00;")
 
 
+def test_what_a_member_already_runs_counts_against_their_budget(catalog, team_of_two):
+    """Orders one after another cannot each fit the same money: an order needs its runway on
+    top of an hour of what its orderer already runs by the hour (not what others run)."""
+    team, owner, member = team_of_two
+    fund_team(team, 1_000_000)
+    Budget.objects.create(tenant=team, user=member, monthly_fen=5_000)  # ¥50; an H100 ¥22/h
+    member_api, owner_api = bearer(member, team=team), bearer(owner, team=team)
+    assert _order(owner_api, catalog, HTTP_IDEMPOTENCY_KEY="o1").status_code == 202  # not theirs
+    first = _order(member_api, catalog, HTTP_IDEMPOTENCY_KEY="m1")
+    assert first.status_code == 202
+    assert _order(member_api, catalog, HTTP_IDEMPOTENCY_KEY="m2").status_code == 202  # 22 + 22
+
+    refused = _order(member_api, catalog, HTTP_IDEMPOTENCY_KEY="m3")  # 22 + 44 > 50
+
+    assert refused.status_code == 402
+    assert refused.json() == {
+        "detail": "Your monthly budget in team NLP lab is ¥50.00; ¥0.00 is spent, and what you "
+        "already run costs ¥44.00 an hour; this order needs ¥22.00 over its runway on top of "
+        "that. Stop something, or ask an owner to raise your budget.",
+        "code": "budget_exceeded",
+    }
+    assert member_api.post(f"/api/v1/instances/{first.json()['id']}/stop").status_code == 202
+    assert _order(member_api, catalog, HTTP_IDEMPOTENCY_KEY="m4").status_code == 202
+
+
 def test_running_instances_stop_when_the_budget_is_spent(catalog, team_of_two):
     team, owner, member = team_of_two
     fund_team(team, 100_000)
