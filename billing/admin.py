@@ -25,7 +25,7 @@ from billing.choices import (
     TopUpStatus,
 )
 from billing.holds import hold_lift
-from billing.invoices import invoice_issue, invoice_reject
+from billing.invoices import invoice_issue, invoice_reject, invoiced_over_paid_fen
 from billing.models import (
     AccountHold,
     AdjustmentRequest,
@@ -494,16 +494,20 @@ class TopUpAdmin(ReadOnlyAdmin):
                 amount_fen=data["amount"],
                 reason=data["reason"],
             )
-            return (
-                messages.SUCCESS,
-                _("Refund %(id)s of %(amount)s: %(status)s.")
-                % {
-                    "id": refund.id,
-                    "amount": format_fen(refund.amount_fen),
-                    "status": refund.get_status_display(),
-                },
-                _back("topup", topup.pk),
-            )
+            done = _("Refund %(id)s of %(amount)s: %(status)s.") % {
+                "id": refund.id,
+                "amount": format_fen(refund.amount_fen),
+                "status": refund.get_status_display(),
+            }
+            over = invoiced_over_paid_fen(topup.tenant_id)
+            if over > 0:
+                # a 发票 was asked for money that has now gone back: the operator voids it
+                done += " " + _(
+                    "This account's invoice requests now exceed what it paid by %(over)s: "
+                    "void (红冲) or reject an invoice for that amount."
+                ) % {"over": format_fen(over)}
+                return (messages.WARNING, done, _back("topup", topup.pk))
+            return (messages.SUCCESS, done, _back("topup", topup.pk))
 
         return _service_form(
             request,

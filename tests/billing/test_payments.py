@@ -510,3 +510,21 @@ def test_admin_refund_form(paid_topup, fake, client):
         True,
     )
     assert Wallet.objects.get(pk=paid_topup.wallet_id).cash_fen == 7_000
+
+
+def test_a_refund_of_invoiced_money_warns_the_operator(paid_topup, fake, client):
+    from billing.invoices import invoice_profile_save, invoice_request
+    from tests.billing.test_invoices import PROFILE
+
+    owner = paid_topup.created_by
+    invoice_profile_save(tenant_id=paid_topup.tenant_id, data=PROFILE)
+    invoice_request(user=owner, amount_fen=8_000)  # of ¥100 paid
+    staff_login(client, make_operator())
+    url = f"/admin/billing/topup/{paid_topup.id}/refund/"
+
+    fits = client.post(url, {"amount": "20", "reason": "customer asked"}, follow=True)
+    over = client.post(url, {"amount": "30", "reason": "customer asked"}, follow=True)
+
+    assert "exceed what it paid" not in fits.content.decode()  # ¥80 invoiced of ¥80 left
+    assert "now exceed what it paid by ¥30.00" in over.content.decode()  # of ¥50 left
+    assert Refund.objects.count() == 2  # warned, not refused
