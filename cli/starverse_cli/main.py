@@ -678,6 +678,15 @@ def cmd_clusters_start(ctx: Context) -> int:
     return _cluster_action(ctx, "start", {"running"})
 
 
+def cmd_clusters_scale(ctx: Context) -> int:
+    """A stopped cluster to NODES nodes: fewer terminates the highest ranks (their own disks
+    deleted unless --keep-disks), more adds stopped ranks that start with the others."""
+    body = {"node_count": ctx.args.nodes, "keep_disks": ctx.args.keep_disks}
+    row = ctx.client.post(f"clusters/{ctx.args.id}/scale", body)
+    ctx.emit(row, lambda: _cluster_human(ctx, row))
+    return OK
+
+
 def cmd_clusters_rm(ctx: Context) -> int:
     _confirm(ctx, f"Terminate cluster {ctx.args.id} and every rank? This cannot be undone.")
     row = ctx.client.delete(f"clusters/{ctx.args.id}")
@@ -928,6 +937,14 @@ def build_parser() -> argparse.ArgumentParser:
         action.add_argument("id")
         if what:
             _wait_options(action, what)
+    scale = add(cluster_commands, "scale", cmd_clusters_scale, "change a stopped cluster's nodes")
+    scale.add_argument("id")
+    scale.add_argument("nodes", type=int, help="the new node count")
+    scale.add_argument(
+        "--keep-disks",
+        action="store_true",
+        help="scaling down: keep the removed ranks' own disks as cloud disks",
+    )
     cluster_rm = add(cluster_commands, "rm", cmd_clusters_rm, "terminate a cluster")
     cluster_rm.add_argument("id")
     cluster_rm.add_argument("-y", "--yes", action="store_true", help="do not ask")

@@ -628,3 +628,16 @@ def test_disks_resize_grows_the_disk(cli_env, fake_api, monkeypatch):
     assert fake_api.sent[0].body == {"size_gb": 500}
     assert "dsk_1" in out and "500 GB" in out
     assert run("disks", "resize", "dsk_1", "lots")[0] == 2
+
+
+def test_clusters_scale_posts_the_new_node_count(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    cluster = {"id": "clu_1", "name": "pretrain", "status": "stopped", "node_count": 2}
+    fake_api.on("POST", "/api/v1/clusters/clu_1/scale", body=cluster)
+
+    code, out, _err = run("clusters", "scale", "clu_1", "2", "--keep-disks", "--json")
+
+    assert code == 0
+    assert fake_api.sent[0].body == {"node_count": 2, "keep_disks": True}
+    assert json.loads(out)["node_count"] == 2
+    assert run("clusters", "scale", "clu_1", "two")[0] == 2
