@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import IO, Any
 
+from django.conf import settings
+from django.core.cache import cache
 from django.core.files.base import ContentFile
 from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
@@ -214,8 +216,15 @@ def statement_content(statement: Statement, fmt: str) -> IO[bytes] | None:
     """A statement's PDF or CSV to send: a closed month's stored file, the month so far drawn
     now; None when a stored file is missing."""
     if statement.so_far is not None:
-        draw = statement_pdf if fmt == "pdf" else statement_csv
-        return io.BytesIO(draw(statement.so_far))
+        # a busy month's PDF takes seconds to draw (tens of thousands of lines): the files of
+        # the month so far are kept a few minutes, as of when they were drawn (they say so)
+        key = f"statement-so-far:{statement.tenant_id}:{fmt}"
+        drawn = cache.get(key)
+        if drawn is None:
+            draw = statement_pdf if fmt == "pdf" else statement_csv
+            drawn = draw(statement.so_far)
+            cache.set(key, drawn, settings.STATEMENT_SO_FAR_CACHE_S)
+        return io.BytesIO(drawn)
     return stored_file(getattr(statement, fmt))
 
 

@@ -165,6 +165,9 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 MEDIA_ROOT = env_str("MEDIA_ROOT", str(VAR_DIR / "media"))
 # A TrueType font with CJK glyphs for statement PDFs (Debian: fonts-wqy-microhei).
 STATEMENT_FONT = env_str("STATEMENT_FONT", "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+# How long the current month's statement files (drawn on request, a PDF of a busy month takes
+# seconds) are served again before they are drawn anew.
+STATEMENT_SO_FAR_CACHE_S = env_int("STATEMENT_SO_FAR_CACHE_S", 300)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

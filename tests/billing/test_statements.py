@@ -4,6 +4,7 @@ from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
@@ -131,11 +132,15 @@ def test_the_current_month_is_the_month_so_far_and_never_stored(db, time_machine
     assert statement_content(so_far, "pdf").read().startswith(b"%PDF-")
     assert not Statement.objects.exists()  # made on each request, never kept
 
-    # a later ask sees the lines since
+    # a later ask sees the lines since; its files are the ones drawn, as of then, for a while
     time_machine.move_to(now + timedelta(minutes=1))
     _charge(user, instance.id, 2, 250)
     time_machine.move_to(now + timedelta(minutes=2))
-    assert statement_for(tenant_id=user.tenant_id, month=current_month()).lines == 4
+    later = statement_for(tenant_id=user.tenant_id, month=current_month())
+    assert later.lines == 4
+    assert statement_content(later, "csv").read().decode("utf-8") == text
+    cache.delete(f"statement-so-far:{user.tenant_id}:csv")  # kept for STATEMENT_SO_FAR_CACHE_S
+    assert "2026-11-10 12:32:00" in statement_content(later, "csv").read().decode("utf-8")
 
 
 def test_future_months_and_months_before_the_account_are_refused(db, time_machine):
