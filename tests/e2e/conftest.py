@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import (
     Browser,
+    BrowserContext,
     ConsoleMessage,
     Page,
     Request,
@@ -72,6 +73,22 @@ def _problems_watch(page: Page, problems: list[str]) -> None:
     page.on("response", on_response)
 
 
+def _language(request: pytest.FixtureRequest) -> str:
+    """The test's `browser_lang` when it has one, else its `lang` when it has that, else English."""
+    for name in ("browser_lang", "lang"):
+        if name in request.fixturenames:
+            return str(request.getfixturevalue(name))
+    return "en"
+
+
+def _open(browser: Browser, language: str, problems: list[str]) -> tuple[BrowserContext, Page]:
+    context = browser.new_context(locale=BROWSER_LOCALES[language], viewport=VIEWPORT)
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    opened = context.new_page()
+    _problems_watch(opened, problems)
+    return context, opened
+
+
 @pytest.fixture
 def page(
     browser: Browser, request: pytest.FixtureRequest, live_server: Any, settings: Any
@@ -80,19 +97,20 @@ def page(
     the test has one, else `lang` when it has that, else English), watched for console errors
     and failed requests; the live server's address is the console's public one (links in
     e-mails, Stripe's return pages)."""
-    language = "en"
-    for name in ("browser_lang", "lang"):
-        if name in request.fixturenames:
-            language = request.getfixturevalue(name)
-            break
     settings.PUBLIC_BASE_URL = live_server.url
-    context = browser.new_context(locale=BROWSER_LOCALES[language], viewport=VIEWPORT)
-    context.set_default_timeout(ACTION_TIMEOUT_MS)
-    opened = context.new_page()
     problems: list[str] = []
-    _problems_watch(opened, problems)
+    context, opened = _open(browser, _language(request), problems)
     screenshot_path(request.node).unlink(missing_ok=True)  # an earlier run's, now stale
     request.node.e2e_problems = problems
+    yield opened
+    context.close()
+
+
+@pytest.fixture
+def another_page(browser: Browser, request: pytest.FixtureRequest, page: Page) -> Iterator[Page]:
+    """A second person's browser beside `page`'s: a context of its own (no shared cookies),
+    in the same language and size, whose problems fail the test as `page`'s do."""
+    context, opened = _open(browser, _language(request), request.node.e2e_problems)
     yield opened
     context.close()
 
