@@ -50,7 +50,7 @@ MANAGER_ROLES = (Role.OWNER, Role.ADMIN)
 
 
 def _recipients(
-    tenant_id: str, roles: tuple[str, ...] = MONEY_ROLES, user_id: int | None = None
+    tenant_id: str, roles: tuple[str, ...] = MONEY_ROLES, user_id: str | None = None
 ) -> list[str]:
     """A personal account's person; a team's members in `roles`, and `user_id` if still a
     member."""
@@ -71,7 +71,7 @@ def mail_tenant(tenant_id: str, template: str, context: dict) -> None:
 
 
 def mail_about_instance(
-    tenant_id: str, orderer_id: int | None, template: str, context: dict
+    tenant_id: str, orderer_id: str | None, template: str, context: dict
 ) -> None:
     """Send a bilingual notice about one instance to whoever ordered it and, in a team, its
     owners and admins (a billing member can do nothing about it)."""

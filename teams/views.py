@@ -243,7 +243,7 @@ def invitation_accept_page(request: HttpRequest, token: str) -> HttpResponse:
         return redirect("teams:teams")
     if request.method == "POST":
         try:
-            membership = invitation_accept(user=request.user, token=token, ip=request_ip(request))  # type: ignore[arg-type]
+            membership = invitation_accept(user=request.user, token=token, ip=request_ip(request))
         except ServiceError as error:
             messages.error(request, error.message)
         else:
@@ -257,9 +257,9 @@ def _invitation_for_visitor(request: HttpRequest, token: str) -> HttpResponse:
     try:
         invitation = invitation_for_token(token)
     except ServiceError as error:
-        context = {"error": error.message, "login_url": reverse("accounts:login")}
-        return render(request, "teams/accept_visitor.html", context, status=error.status_code)
-    context = {
+        refused = {"error": error.message, "login_url": reverse("accounts:login")}
+        return render(request, "teams/accept_visitor.html", refused, status=error.status_code)
+    context: dict[str, Any] = {
         "invitation": invitation,
         "signup_url": reverse("accounts:signup")
         + "?"

@@ -112,6 +112,12 @@ def test_statement_of_last_month_lists_every_line_and_usage(db, time_machine):
     assert Statement.objects.count() == 1
 
 
+def _read(statement, fmt: str) -> bytes:
+    content = statement_content(statement, fmt)
+    assert content is not None
+    return content.read()
+
+
 def test_the_current_month_is_the_month_so_far_and_never_stored(db, time_machine):
     time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
     user = make_user()  # the trial credit: its first line
@@ -126,10 +132,10 @@ def test_the_current_month_is_the_month_so_far_and_never_stored(db, time_machine
     assert (so_far.final, so_far.as_of, so_far.month) == (False, now, NOV)
     assert (so_far.opening_fen, so_far.lines) == (0, 3)
     assert so_far.closing_fen == Wallet.objects.get(tenant=user.tenant).total_fen == 5_750
-    text = statement_content(so_far, "csv").read().decode("utf-8")
+    text = _read(so_far, "csv").decode("utf-8")
     assert "2026-11-10 12:30:00" in text  # says where it was cut
     assert [r for r in csv.reader(io.StringIO(text[1:])) if r and r[0].startswith(instance.name)]
-    assert statement_content(so_far, "pdf").read().startswith(b"%PDF-")
+    assert _read(so_far, "pdf").startswith(b"%PDF-")
     assert not Statement.objects.exists()  # made on each request, never kept
 
     # a later ask sees the lines since; its files are the ones drawn, as of then, for a while
@@ -138,9 +144,9 @@ def test_the_current_month_is_the_month_so_far_and_never_stored(db, time_machine
     time_machine.move_to(now + timedelta(minutes=2))
     later = statement_for(tenant_id=user.tenant_id, month=current_month())
     assert later.lines == 4
-    assert statement_content(later, "csv").read().decode("utf-8") == text
+    assert _read(later, "csv").decode("utf-8") == text
     cache.delete(f"statement-so-far:{user.tenant_id}:csv")  # kept for STATEMENT_SO_FAR_CACHE_S
-    assert "2026-11-10 12:32:00" in statement_content(later, "csv").read().decode("utf-8")
+    assert "2026-11-10 12:32:00" in _read(later, "csv").decode("utf-8")
 
 
 def test_future_months_and_months_before_the_account_are_refused(db, time_machine):
