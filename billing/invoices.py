@@ -145,15 +145,21 @@ def invoiced_fen(tenant_id: str) -> int:
     )
 
 
+def _uninvoiced_fen(tenant_id: str) -> int:
+    """Paid cash kept less invoices requested or issued: below zero when a refund came after
+    an invoice was asked for."""
+    return paid_fen(tenant_id) - returned_fen(tenant_id) - invoiced_fen(tenant_id)
+
+
 def invoiced_over_paid_fen(tenant_id: str) -> int:
-    """How far invoices requested or issued exceed the paid cash left after refunds (a refund
-    made after an invoice was asked for); 0 when they do not."""
-    return max(0, invoiced_fen(tenant_id) - (paid_fen(tenant_id) - returned_fen(tenant_id)))
+    """How far invoices requested or issued exceed the paid cash left after refunds; 0 when
+    they do not."""
+    return max(0, -_uninvoiced_fen(tenant_id))
 
 
 def invoiceable_fen(tenant_id: str) -> int:
     """What the tenant may still ask an invoice for (never below zero)."""
-    return max(0, paid_fen(tenant_id) - returned_fen(tenant_id) - invoiced_fen(tenant_id))
+    return max(0, _uninvoiced_fen(tenant_id))
 
 
 def _request_hash(amount_fen: int) -> str:

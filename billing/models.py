@@ -537,9 +537,8 @@ class Statement(models.Model):
     generated_at = models.DateTimeField(default=timezone.now)
 
     # The current month so far (billing.statements.month_to_date) is a row that is never
-    # saved: it was cut at `as_of`, and `so_far` holds what its files are drawn from.
+    # saved, cut at `as_of`.
     as_of: Any = None
-    so_far: Any = None
 
     class Meta:
         ordering = ["-month"]

@@ -203,29 +203,28 @@ def statement_for(*, tenant_id: str, month: date) -> Statement:
 
 def month_to_date(*, tenant_id: str, now: datetime | None = None) -> Statement:
     """The current month up to now, as a statement that is not final: made on each request
-    and never stored (its figures change every minute); `as_of` says when it was cut. Its
-    files come from `statement_content`."""
+    and never stored (its figures change every minute); `as_of` says when it was cut."""
     data = statement_data(tenant_id=tenant_id, month=current_month(), until=now or timezone.now())
     statement = _statement_row(data)
     statement.as_of = data.as_of
-    statement.so_far = data
     return statement
 
 
-def statement_content(statement: Statement, fmt: str) -> IO[bytes] | None:
-    """A statement's PDF or CSV to send: a closed month's stored file, the month so far drawn
-    now; None when a stored file is missing."""
-    if statement.so_far is not None:
-        # a busy month's PDF takes seconds to draw (tens of thousands of lines): the files of
-        # the month so far are kept a few minutes, as of when they were drawn (they say so)
-        key = f"statement-so-far:{statement.tenant_id}:{fmt}"
-        drawn = cache.get(key)
-        if drawn is None:
-            draw = statement_pdf if fmt == "pdf" else statement_csv
-            drawn = draw(statement.so_far)
-            cache.set(key, drawn, settings.STATEMENT_SO_FAR_CACHE_S)
-        return io.BytesIO(drawn)
-    return stored_file(getattr(statement, fmt))
+def statement_content(*, tenant_id: str, month: date, fmt: str) -> IO[bytes] | None:
+    """A month's statement as PDF or CSV to send: a closed month's stored file (made on first
+    request), or the month so far drawn now; None when a stored file is missing."""
+    if month != current_month():
+        return stored_file(getattr(statement_for(tenant_id=tenant_id, month=month), fmt))
+    # a busy month's PDF takes seconds to draw (tens of thousands of lines): the files of the
+    # month so far are kept a few minutes, as of when they were drawn (they say so), and a
+    # kept one reads nothing of the ledger
+    key = f"statement-so-far:{tenant_id}:{fmt}"
+    drawn = cache.get(key)
+    if drawn is None:
+        data = statement_data(tenant_id=tenant_id, month=month, until=timezone.now())
+        drawn = (statement_pdf if fmt == "pdf" else statement_csv)(data)
+        cache.set(key, drawn, settings.STATEMENT_SO_FAR_CACHE_S)
+    return io.BytesIO(drawn)
 
 
 def stored_file(field: Any) -> IO[bytes] | None:

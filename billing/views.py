@@ -38,7 +38,6 @@ from billing.statements import (
     next_month,
     parse_month,
     statement_content,
-    statement_for,
     stored_file,
 )
 from billing.usage import GROUPINGS, MAX_RANGE_DAYS, UsageReport, usage_csv, usage_report
@@ -319,18 +318,18 @@ def statement_file(request: HttpRequest, month: str, fmt: str) -> HttpResponseBa
     if fmt not in STATEMENT_FORMATS:
         raise Http404
     try:
-        item = statement_for(
+        when = parse_month(month)
+        content = statement_content(
             tenant_id=request.user.tenant_id,  # type: ignore[union-attr]
-            month=parse_month(month),
+            month=when,
+            fmt=fmt,
         )
     except NotFound:
         raise Http404 from None
     except ServiceError as error:
         messages.error(request, error.message)
         return _billing_at("statements")
-    return _attachment(
-        statement_content(item, fmt), f"statement-{item.month:%Y-%m}.{fmt}", STATEMENT_FORMATS[fmt]
-    )
+    return _attachment(content, f"statement-{when:%Y-%m}.{fmt}", STATEMENT_FORMATS[fmt])
 
 
 @login_required

@@ -269,10 +269,7 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PdfRenderer])
     def pdf(self, request: Request, month: str | None = None) -> HttpResponseBase:
-        item = self._statement(request, month)
-        return _download(
-            statement_content(item, "pdf"), f"statement-{item.month:%Y-%m}.pdf", "application/pdf"
-        )
+        return self._file(request, month, "pdf", "application/pdf")
 
     @extend_schema(
         operation_id="billing_statements_csv",
@@ -281,12 +278,14 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, CsvRenderer])
     def csv(self, request: Request, month: str | None = None) -> HttpResponseBase:
-        item = self._statement(request, month)
-        return _download(
-            statement_content(item, "csv"),
-            f"statement-{item.month:%Y-%m}.csv",
-            "text/csv; charset=utf-8",
+        return self._file(request, month, "csv", "text/csv; charset=utf-8")
+
+    def _file(self, request: Request, month: str | None, fmt: str, media: str) -> FileResponse:
+        when = parse_month(month or "")
+        content = statement_content(
+            tenant_id=signed_in_user(request).tenant_id, month=when, fmt=fmt
         )
+        return _download(content, f"statement-{when:%Y-%m}.{fmt}", media)
 
 
 class UsageView(APIView):

@@ -113,7 +113,7 @@ def test_statement_of_last_month_lists_every_line_and_usage(db, time_machine):
 
 
 def _read(statement, fmt: str) -> bytes:
-    content = statement_content(statement, fmt)
+    content = statement_content(tenant_id=statement.tenant_id, month=statement.month, fmt=fmt)
     assert content is not None
     return content.read()
 
