@@ -2,18 +2,19 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from starverse.accounts.models import Tenant, TenantKind
+from starverse.accounts.teams import teams_of
 
 
 def team_switch(request: HttpRequest) -> dict[str, Any]:
-    """The console's switch at the top: the person's own account and each of their teams."""
+    """The console's switch at the top: the person's own account and each of their teams, and
+    the one the console acts for ("" and "" for their own account)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    teams = list(
-        Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
-        .order_by("name")
-        .values_list("id", "name")
-    )
-    acting = user.tenant_id if user.tenant_id != user.personal_tenant_id else ""
-    return {"team_switch": teams, "acting_team": acting}
+    teams = teams_of(user)
+    acting = user.acting_team_id or ""
+    return {
+        "team_switch": teams,
+        "acting_team": acting,
+        "acting_team_name": dict(teams).get(acting, ""),
+    }

@@ -111,6 +111,11 @@ class User(AbstractBaseUser, PermissionsMixin):
     def personal_tenant_id(self) -> str:
         return self.__dict__.get("_personal_tenant_id") or self.tenant_id
 
+    @property
+    def acting_team_id(self) -> str | None:
+        """The team this request acts for; None for the person's own account."""
+        return self.tenant_id if self.tenant_id != self.personal_tenant_id else None
+
     def act_for(self, tenant_id: str, role: str) -> None:
         """Act for this tenant, with this role in it, until the object is dropped."""
         self.__dict__.setdefault("_personal_tenant_id", self.tenant_id)

@@ -324,6 +324,15 @@ def invitation_email_send(*, invitation_id: str, language: str) -> bool:
     return True
 
 
+def teams_of(user: Any) -> list[tuple[str, str]]:
+    """(id, name) of the person's teams, by name: the console's switch and token choices."""
+    return list(
+        Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
+        .order_by("name")
+        .values_list("id", "name")
+    )
+
+
 def team_for_token(user: Any, team: str) -> str:
     """The id of the person's team named by `team`: its id, or its exact name (any case)
     among their teams; any other is a 404, as for every tenant object."""

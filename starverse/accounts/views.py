@@ -31,7 +31,7 @@ from starverse.accounts.forms import (
     TotpConfirmForm,
     TotpDisableForm,
 )
-from starverse.accounts.models import ApiToken, SshKey, Tenant, TenantKind, User
+from starverse.accounts.models import ApiToken, SshKey, User
 from starverse.accounts.selectors import (
     recovery_codes_left,
     totp_device_confirmed,
@@ -48,6 +48,7 @@ from starverse.accounts.services import (
     user_password_set,
     user_settings_update,
 )
+from starverse.accounts.teams import teams_of
 from starverse.accounts.throttles import SignupThrottle, VerifyEmailResendThrottle
 from starverse.accounts.twofactor import (
     recovery_codes_regenerate,
@@ -271,14 +272,9 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
 @login_required
 def tokens(request: HttpRequest) -> HttpResponse:
     user: User = request.user  # type: ignore[assignment]
-    teams = list(
-        Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
-        .order_by("name")
-        .values_list("id", "name")
-    )
+    teams = teams_of(user)
     # a new token acts for the account the console is switched to, unless chosen otherwise
-    acting = user.tenant_id if user.tenant_id != user.personal_tenant_id else PERSONAL
-    initial = {"team": acting}
+    initial = {"team": user.acting_team_id or PERSONAL}
     form = TokenForm(request.POST or None, teams=teams, initial=initial)
     created = None
     if request.method == "POST" and form.is_valid():

@@ -169,10 +169,11 @@ class TokenLoginView(APIView):
 def acting_team(user: Any) -> dict[str, str] | None:
     """The team a request acts for (its token's, or the console's switch), with the person's
     role in it; None for their own account."""
-    if user.tenant_id == user.personal_tenant_id:
+    team_id = user.acting_team_id
+    if team_id is None:
         return None
-    name = Tenant.objects.filter(pk=user.tenant_id).values_list("name", flat=True).first()
-    return {"id": user.tenant_id, "name": name or "", "role": role_of(user)}
+    name = Tenant.objects.filter(pk=team_id).values_list("name", flat=True).first()
+    return {"id": team_id, "name": name or "", "role": role_of(user)}
 
 
 class MeView(APIView):
