@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
-from instances.choices import BillingMode, InstanceStatus
+from instances.choices import STARTING_OR_RUNNING, BillingMode, InstanceStatus
 from instances.models import Instance
 from starverse.accounts.audit import audit_record
 from starverse.accounts.models import Budget, Membership, Tenant, TenantKind
@@ -143,16 +143,12 @@ def budget_refusal(
     return None
 
 
-# what holds GPUs, billed by the hour: what the budget pays from now on
-BURNING = (InstanceStatus.PROVISIONING, InstanceStatus.CHECKING, InstanceStatus.RUNNING)
-
-
 def burning_fen(instance: Ordered, user_id: str | None) -> int:
     """An hour of what the member (or the whole team, `user_id` None) already runs by the
     hour, besides this order (and the other ranks of its cluster): what the budget pays on
     top of the order, so that orders one after another cannot each fit the same money."""
     rows = Instance.objects.filter(
-        tenant_id=instance.tenant_id, billing=BillingMode.HOURLY, status__in=BURNING
+        tenant_id=instance.tenant_id, billing=BillingMode.HOURLY, status__in=STARTING_OR_RUNNING
     ).exclude(pk=getattr(instance, "pk", None))
     cluster_id = getattr(instance, "cluster_id", None)
     if cluster_id:

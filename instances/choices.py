@@ -49,3 +49,5 @@ INSTANCE_TRANSITIONS: dict[str, set[str]] = {
 }
 # States that hold GPUs on a node.
 HOLDS_GPUS = (S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING)
+# States that are, or are about to be, billed by the minute: what a runway counts as burning.
+STARTING_OR_RUNNING = (S.PROVISIONING, S.CHECKING, S.RUNNING)

@@ -600,19 +600,13 @@ def capacity_of(
                 held[2] += storage * 1024
                 held[3] += 1
     nodes.sort()
-    rooms = {
-        node_id: Room(
-            *(
-                None if have is None else have - spent
-                for have, spent in zip(room, used[node_id], strict=True)
-            )
-        )
-        for node_id, room in allocatable.items()
-    }
+    rooms = {node_id: _less(room, used[node_id]) for node_id, room in allocatable.items()}
     return nodes, taken, rooms, regions, warm
 
 
 def _less(room: Room, spent: list[int]) -> Room:
+    """What is left of a node's allocatable room once `spent` is placed (unknown stays
+    unknown)."""
     return Room(*(None if have is None else have - s for have, s in zip(room, spent, strict=True)))
 
 

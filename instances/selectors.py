@@ -16,7 +16,13 @@ from django.utils import timezone
 from billing.calculator import CatalogPrice
 from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
 from instances.budgets import budgets_sql
-from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
+from instances.choices import (
+    HOLDS_GPUS,
+    STARTING_OR_RUNNING,
+    BillingMode,
+    InstanceStatus,
+    OfferingKind,
+)
 from instances.models import Image, Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
 from starverse.core import kube
@@ -400,7 +406,7 @@ def spend_rows(
 def _spend_statement(
     tenant_ids: list[str] | None, *, starting: bool, exclude: str, exclude_cluster: str
 ) -> tuple[str, dict[str, Any]]:
-    statuses = (S.PROVISIONING, S.CHECKING, S.RUNNING) if starting else (S.RUNNING,)
+    statuses = STARTING_OR_RUNNING if starting else (S.RUNNING,)
     params: dict[str, Any] = {"hourly": BillingMode.HOURLY, "exclude": exclude}
     params["cluster"] = exclude_cluster
     params.update({f"s{n}": status for n, status in enumerate(statuses)})
