@@ -8,7 +8,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -30,6 +30,24 @@ async def _echo(request: Request) -> Reply:
         }
     ).encode()
     return Reply(200, [("Content-Type", "application/json"), ("X-Length", "7")], body)
+
+
+def _run(coroutine: Coroutine[Any, Any, Any]) -> None:
+    """asyncio.run in a thread of its own: a browser test that ran earlier in this worker
+    leaves Playwright's event loop running on the main thread, where asyncio.run refuses."""
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(coroutine)
+        except BaseException as error:  # re-raised in the test's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
 
 
 def _serve(
@@ -56,7 +74,7 @@ def _serve(
         finally:
             await server.close()
 
-    asyncio.run(main())
+    _run(main())
     return seen
 
 
@@ -235,7 +253,7 @@ def test_upstream_answers_by_length_chunks_or_the_connections_end_and_a_closed_o
             pod.server.close()
         results.append(pod.connections)
 
-    asyncio.run(main())
+    _run(main())
 
     assert results[0] == (200, [("Content-Length", "2"), ("X-A", "1")], b"ok")
     assert results[1] == (201, [("Transfer-Encoding", "chunked")], b"abcde")
@@ -258,7 +276,7 @@ def test_upstream_gives_up_an_answer_that_does_not_come_in_time():
             await upstream.close()
             server.close()
 
-    asyncio.run(asyncio.wait_for(main(), 5))
+    _run(asyncio.wait_for(main(), 5))
 
 
 # --- the whole gateway: the interceptor's in-flight counts -----------------------------------
