@@ -146,7 +146,7 @@ def prepull_converge() -> Converged:
             continue
         annotations = existing["metadata"].get("annotations") or {}
         if annotations.get(FINGERPRINT) != body["metadata"]["annotations"][FINGERPRINT]:
-            kube.daemonset_replace(body, existing["metadata"]["resourceVersion"])
+            kube.daemonset_replace(body, existing)
             replaced.append(name)
     deleted = sorted(set(have) - set(wanted))
     for name in deleted:

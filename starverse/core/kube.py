@@ -46,6 +46,10 @@ class PermanentKubeError(KubeError):
     pass
 
 
+class ConflictKubeError(RetryableKubeError):
+    """409 on a replace: the object changed since it was read."""
+
+
 class ClusterNotConfigured(PermanentKubeError):
     pass
 
@@ -468,39 +472,11 @@ def daemonsets_managed(namespace: str, label_selector: str) -> dict[str, dict[st
     return {item.metadata.name: _plain(item) for item in items}
 
 
-def daemonset_replace(
-    manifest: dict[str, Any], resource_version: str, *, attempts: int = 5
-) -> dict[str, Any]:
-    """Replace a DaemonSet we made with `manifest` (its pods roll to the new template).
-
-    The DaemonSet controller writes its status all the time, and every status write moves the
-    resourceVersion, so a replace from a list taken a moment ago meets 409 Conflict as a matter
-    of course. We own the whole spec, so on a conflict the current resourceVersion is read and
-    the replace tried again (client-go's RetryOnConflict); only a DaemonSet that keeps changing
-    under us `attempts` times is left to the task's retry."""
-    meta = manifest["metadata"]
-    for attempt in range(attempts):
-        body = {**manifest, "metadata": {**meta, "resourceVersion": resource_version}}
-        try:
-            return _plain(
-                _guard(
-                    "DaemonSet.replace",
-                    lambda body=body: _apps().replace_namespaced_daemon_set(
-                        meta["name"], meta["namespace"], body, _request_timeout=TIMEOUT
-                    ),
-                )
-            )
-        except ApiException as error:
-            if error.status != 409:
-                raise PermanentKubeError(
-                    f"DaemonSet {meta['name']}: {error.status} {error.reason}: {_message(error)}"
-                ) from error
-            current = read("DaemonSet", meta["namespace"], meta["name"])
-            if current is None:  # deleted meanwhile: the next converge creates it
-                break
-            resource_version = current["metadata"]["resourceVersion"]
-            logger.info("kube.daemonset_conflict name=%s attempt=%d", meta["name"], attempt + 1)
-    raise RetryableKubeError(f"DaemonSet {meta['name']}: changed meanwhile")
+def daemonset_replace(manifest: dict[str, Any], existing: dict[str, Any]) -> dict[str, Any]:
+    """Replace a DaemonSet we made (`existing`, as listed) with `manifest`: its pods roll to the
+    new template. The DaemonSet controller writes its status all the time, so the listed
+    resourceVersion is often stale by now: see `_replace_retrying`."""
+    return _replace_retrying(manifest, existing, force=True)
 
 
 def _rbac() -> client.RbacAuthorizationV1Api:
@@ -616,17 +592,51 @@ def ensure(manifest: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
     have = existing.get("metadata", {}).get("labels") or {}
     if not _ours(wanted, have):
         raise PermanentKubeError(f"{kind} {name} exists and is not ours")
-    if not update or not _differs(manifest, existing):
+    if not update:
         return existing
-    old_meta = existing["metadata"]
-    merged = {
-        **meta,
-        "labels": {**have, **wanted},
-        "annotations": {**(old_meta.get("annotations") or {}), **(meta.get("annotations") or {})},
-        "resourceVersion": old_meta["resourceVersion"],
-    }
-    logger.info("kube.replace kind=%s namespace=%s name=%s", kind, namespace, name)
-    return _replace({**manifest, "metadata": merged})
+    return _replace_retrying(manifest, existing)
+
+
+# How often a replace reads the object again after a 409 before leaving it to the task's retry.
+CONFLICT_ATTEMPTS = 5
+
+
+def _replace_retrying(
+    manifest: dict[str, Any], existing: dict[str, Any] | None, *, force: bool = False
+) -> dict[str, Any]:
+    """Replace `existing` by `manifest` when it differs (always with `force`), keeping the
+    labels and annotations others put on it.
+
+    Controllers write the status of what we make (the DaemonSet controller, KEDA on an
+    HTTPScaledObject, the Deployment controller) and every status write moves the
+    resourceVersion, so a replace from an object read a moment ago meets 409 Conflict as a
+    matter of course. We own the whole spec, so on a conflict the object is read again and the
+    replace tried again (client-go's RetryOnConflict); only an object that keeps changing under
+    us CONFLICT_ATTEMPTS times, or one deleted meanwhile, is left to the task's retry."""
+    kind, meta = manifest["kind"], manifest["metadata"]
+    namespace, name = meta.get("namespace"), meta["name"]
+    for attempt in range(CONFLICT_ATTEMPTS):
+        if existing is None:
+            raise RetryableKubeError(f"{kind} {name}: deleted meanwhile")
+        if not force and not _differs(manifest, existing):
+            return existing
+        old_meta = existing["metadata"]
+        merged = {
+            **meta,
+            "labels": {**(old_meta.get("labels") or {}), **meta.get("labels", {})},
+            "annotations": {
+                **(old_meta.get("annotations") or {}),
+                **(meta.get("annotations") or {}),
+            },
+            "resourceVersion": old_meta["resourceVersion"],
+        }
+        logger.info("kube.replace kind=%s namespace=%s name=%s", kind, namespace, name)
+        try:
+            return _replace({**manifest, "metadata": merged})
+        except ConflictKubeError:
+            logger.info("kube.conflict kind=%s name=%s attempt=%d", kind, name, attempt + 1)
+            existing = read(kind, namespace, name)
+    raise RetryableKubeError(f"{kind} {name}: changed meanwhile")
 
 
 def _differs(manifest: dict[str, Any], existing: dict[str, Any]) -> bool:
@@ -672,42 +682,41 @@ def _covers(have: Any, want: Any) -> bool:
 
 
 def _replace(manifest: dict[str, Any]) -> dict[str, Any]:
+    """PUT `manifest` (it carries the resourceVersion it replaces); 409 → ConflictKubeError."""
     kind, meta = manifest["kind"], manifest["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
     if kind in CUSTOM_KINDS:
         group, version, plural = CUSTOM_KINDS[kind]
         custom = _custom()
-        return _plain(
-            _call(
-                f"{kind}.replace",
-                custom.replace_namespaced_custom_object,
-                group,
-                version,
-                meta["namespace"],
-                plural,
-                meta["name"],
-                manifest,
+
+        def put() -> Any:
+            return custom.replace_namespaced_custom_object(
+                group, version, namespace, plural, name, manifest, _request_timeout=TIMEOUT
             )
-        )
-    replace = {
-        "Secret": lambda: core().replace_namespaced_secret,
-        "ConfigMap": lambda: core().replace_namespaced_config_map,
-        "NetworkPolicy": lambda: _networking().replace_namespaced_network_policy,
-        "RoleBinding": lambda: _rbac().replace_namespaced_role_binding,
-        "Deployment": lambda: _apps().replace_namespaced_deployment,
-    }[kind]()
+    else:
+        replace = {
+            "Secret": lambda: core().replace_namespaced_secret,
+            "ConfigMap": lambda: core().replace_namespaced_config_map,
+            "NetworkPolicy": lambda: _networking().replace_namespaced_network_policy,
+            "RoleBinding": lambda: _rbac().replace_namespaced_role_binding,
+            "Deployment": lambda: _apps().replace_namespaced_deployment,
+            "DaemonSet": lambda: _apps().replace_namespaced_daemon_set,
+        }[kind]()
+
+        def put() -> Any:
+            return replace(name, namespace, manifest, _request_timeout=TIMEOUT)
+
     try:
-        return _plain(
-            _guard(
-                f"{kind}.replace",
-                lambda: replace(
-                    meta["name"], meta["namespace"], manifest, _request_timeout=TIMEOUT
-                ),
-            )
-        )
+        return _plain(_guard(f"{kind}.replace", put))
     except ApiException as error:
-        if error.status == 409:  # changed since we read it: read again on the retry
-            raise RetryableKubeError(f"{kind} {meta['name']}: changed meanwhile") from error
-        raise PermanentKubeError(f"{kind} {meta['name']}: {error.status} {error.reason}") from error
+        logger.warning(
+            "kube.error op=%s.replace status=%s reason=%s", kind, error.status, error.reason
+        )
+        if error.status == 409:
+            raise ConflictKubeError(f"{kind} {name}: changed meanwhile") from error
+        raise PermanentKubeError(
+            f"{kind} {name}: {error.status} {error.reason}: {_message(error)}"
+        ) from error
 
 
 def read(kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:

@@ -158,3 +158,48 @@ def test_an_unchanged_secret_is_not_replaced_and_a_changed_one_is(cluster, kube_
     replaced = kube.ensure(changed, update=True)
     assert replaced["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
     assert kube_calls.count(("PUT", NS + "/secrets/{name}")) == 1
+
+
+def test_a_replace_meeting_a_status_write_reads_again_and_goes_through(cluster, monkeypatch):
+    """KEDA writes an HTTPScaledObject's status (as the DaemonSet and Deployment controllers
+    write theirs), which moves its resourceVersion between our read and our replace: the
+    replace meets 409, reads the object again and goes through, instead of failing the pass
+    that scaled an endpoint to zero."""
+    group, version, plural = kube.CUSTOM_KINDS["HTTPScaledObject"]
+    scaled: dict[str, Any] = {
+        "apiVersion": f"{group}/{version}",
+        "kind": "HTTPScaledObject",
+        "metadata": {"name": "ep-raced", "namespace": "default", "labels": dict(kube.MANAGED)},
+        "spec": {
+            "hosts": ["ep-raced.example"],
+            "scaleTargetRef": {"name": "ep-raced", "service": "ep-raced", "port": 8000},
+            "replicas": {"min": 1, "max": 2},
+        },
+    }
+    kube.ensure(scaled)
+    api_client = kube._api_client(settings.KUBECONFIG)
+    send = api_client.call_api
+    puts: list[str] = []
+
+    def keda_writes_first(resource_path, method, *args, **kwargs):
+        if method == "PUT" and resource_path.endswith("/{plural}/{name}") and not puts:
+            puts.append("raced")
+            kube._custom().patch_namespaced_custom_object_status(
+                group,
+                version,
+                "default",
+                plural,
+                "ep-raced",
+                {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            )
+        return send(resource_path, method, *args, **kwargs)
+
+    monkeypatch.setattr(api_client, "call_api", keda_writes_first)
+    to_zero = {**scaled, "spec": {**scaled["spec"], "replicas": {"min": 0, "max": 0}}}
+    replaced = kube.ensure(to_zero, update=True)
+
+    assert puts == ["raced"]
+    assert replaced["spec"]["replicas"] == {"min": 0, "max": 0}
+    stored = kube.read("HTTPScaledObject", "default", "ep-raced")
+    assert stored is not None
+    assert stored["spec"]["replicas"] == {"min": 0, "max": 0}

@@ -154,7 +154,7 @@ def test_a_replace_after_the_controller_wrote_status_reads_again_and_succeeds(ca
     """The DaemonSet controller moves the resourceVersion with every status write, so a replace
     from an older list meets 409; it reads the current version and goes through."""
     prepull.prepull_converge()
-    listed = daemonsets()["prepull-pytorch-2-1"]["metadata"]["resourceVersion"]
+    listed = daemonsets()["prepull-pytorch-2-1"]
     image = Image.objects.get(pk="pytorch-2.1")
     image.container_image = "starverse/pytorch:2.1.2-cuda12.1"
     body = prepull.manifest(image, prepull.gpu_product_labels())
