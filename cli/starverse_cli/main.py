@@ -186,6 +186,77 @@ def _acting(me: dict[str, Any]) -> list[tuple[str, Any]]:
     return pairs
 
 
+# ---------------------------------------------------------------- SSH keys
+
+# What `keys add` reads when no file is named: OpenSSH's default public keys, in its order.
+DEFAULT_PUBLIC_KEYS = ("id_ed25519.pub", "id_ecdsa.pub", "id_rsa.pub")
+
+
+def _key_rows(ctx: Context, rows: list[dict[str, Any]]) -> None:
+    table(
+        ["ID", "NAME", "TYPE", "FINGERPRINT", "ADDED"],
+        [
+            [
+                row["id"],
+                row.get("name"),
+                row.get("key_type"),
+                row.get("fingerprint"),
+                (row.get("created_at") or "")[:10],
+            ]
+            for row in rows
+        ],
+        ctx.out,
+    )
+
+
+def cmd_keys_ls(ctx: Context) -> int:
+    rows = ctx.client.list_all("ssh-keys")
+    ctx.emit(rows, lambda: _key_rows(ctx, rows))
+    return OK
+
+
+def _public_key(path: str | None) -> tuple[str, str]:
+    """(the key's text, where it came from): the file named, `-` for stdin, or the first of
+    ~/.ssh's default public keys."""
+    if path == "-":
+        return sys.stdin.read().strip(), "stdin"
+    if path is None:
+        ssh_dir = os.path.join(os.path.expanduser("~"), ".ssh")
+        found = [os.path.join(ssh_dir, name) for name in DEFAULT_PUBLIC_KEYS]
+        path = next((each for each in found if os.path.isfile(each)), None)
+        if path is None:
+            raise CliError(
+                f"no public key in {ssh_dir} ({', '.join(DEFAULT_PUBLIC_KEYS)}): make one with "
+                "`ssh-keygen -t ed25519` or name the .pub file",
+                USAGE,
+            )
+    if not path.endswith(".pub") and os.path.isfile(path + ".pub"):
+        raise CliError(f"{path} looks like a private key: name {path}.pub", USAGE)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip(), path
+    except OSError as error:
+        raise CliError(f"cannot read {path}: {error.strerror}", USAGE) from error
+
+
+def cmd_keys_add(ctx: Context) -> int:
+    text, source = _public_key(ctx.args.file)
+    if text.startswith("-----BEGIN"):
+        raise CliError(f"{source} holds a private key: add its .pub", USAGE)
+    name = ctx.args.name or (text.split()[2] if len(text.split()) > 2 else "")
+    row = ctx.client.post("ssh-keys", {"name": name[:100], "public_key": text})
+    ctx.emit(row, lambda: _key_rows(ctx, [row]))
+    return OK
+
+
+def cmd_keys_rm(ctx: Context) -> int:
+    key = _resolve(ctx.client, "ssh-keys", ctx.args.key, "SSH key")
+    _confirm(ctx, f"Remove SSH key {ctx.args.key}? New instances will not accept it.")
+    ctx.client.delete(f"ssh-keys/{key}")
+    ctx.emit({"id": key, "deleted": True}, lambda: ctx.out.write("removed\n"))
+    return OK
+
+
 # ---------------------------------------------------------------- catalog
 
 
@@ -883,6 +954,18 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
     rm.add_argument("--keep-disk", action="store_true", help="keep its disk as a cloud disk")
     _wait_options(rm, "it is terminated")
+
+    keys = commands.add_parser("keys", parents=[common], help="SSH keys instances accept")
+    key_commands = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    add(key_commands, "ls", cmd_keys_ls, "list your SSH public keys")
+    key_add = add(key_commands, "add", cmd_keys_add, "add an SSH public key")
+    key_add.add_argument(
+        "file", nargs="?", help="a .pub file, - for stdin (default: ~/.ssh/id_ed25519.pub …)"
+    )
+    key_add.add_argument("--name", help="a name for it (default: the key's comment)")
+    key_rm = add(key_commands, "rm", cmd_keys_rm, "remove an SSH key")
+    key_rm.add_argument("key", help="its id or name")
+    key_rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
 
     disks = commands.add_parser("disks", parents=[common], help="cloud disks")
     disk_commands = disks.add_subparsers(dest="disks_command", metavar="ACTION", required=True)

@@ -641,3 +641,78 @@ def test_clusters_scale_posts_the_new_node_count(cli_env, fake_api, monkeypatch)
     assert fake_api.sent[0].body == {"node_count": 2, "keep_disks": True}
     assert json.loads(out)["node_count"] == 2
     assert run("clusters", "scale", "clu_1", "two")[0] == 2
+
+
+PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOr1BvIo8xxdHv6R8Fsc0g0ihRYGQ8Kh7LdVb9RlmDzq"
+KEY_ROW = {
+    "id": "key_1",
+    "name": "me@laptop",
+    "key_type": "ssh-ed25519",
+    "fingerprint": "SHA256:Qe0d4I8w1Zs9tVb3vLq7P1m0KxUo2dRj9gYh6cN4aAk",
+    "public_key": PUBLIC_KEY,
+    "created_at": "2026-12-01T08:00:00+08:00",
+}
+
+
+def test_keys_add_reads_the_default_public_key_and_names_it_by_its_comment(
+    cli_env, fake_api, monkeypatch, tmp_path
+):
+    logged_in(fake_api, monkeypatch)
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_rsa.pub").write_text("ssh-rsa AAAAB3 old@laptop\n")
+    (tmp_path / ".ssh" / "id_ed25519.pub").write_text(f"{PUBLIC_KEY} me@laptop\n")
+    fake_api.on("POST", "/api/v1/ssh-keys", status=201, body=KEY_ROW)
+
+    code, out, err = run("keys", "add")
+
+    assert code == 0, err
+    assert fake_api.sent[0].body == {"name": "me@laptop", "public_key": f"{PUBLIC_KEY} me@laptop"}
+    assert "key_1" in out and "SHA256:Qe0d4I8w" in out and "2026-12-01" in out
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{PUBLIC_KEY} runner@ci\n"))
+    code, out, err = run("keys", "add", "-", "--name", "ci", "--json")
+    assert code == 0, err
+    assert fake_api.sent[1].body == {"name": "ci", "public_key": f"{PUBLIC_KEY} runner@ci"}
+    assert json.loads(out)["id"] == "key_1"
+
+
+def test_keys_add_refuses_a_private_key_or_no_key_without_asking_the_server(
+    cli_env, fake_api, monkeypatch, tmp_path
+):
+    logged_in(fake_api, monkeypatch)
+
+    code, _out, err = run("keys", "add")
+    assert code == 2
+    assert "no public key in" in err and "ssh-keygen -t ed25519" in err
+
+    private = tmp_path / "id_ed25519"
+    private.write_text(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+    code, _out, err = run("keys", "add", str(private))
+    assert code == 2
+    assert "private key" in err
+    (tmp_path / "id_ed25519.pub").write_text(PUBLIC_KEY + "\n")
+    code, _out, err = run("keys", "add", str(private))
+    assert code == 2
+    assert f"name {private}.pub" in err
+    assert run("keys", "add", str(tmp_path / "missing.pub"))[0] == 2
+    assert fake_api.sent == []
+
+
+def test_keys_rm_by_name_deletes_that_key(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    listing = {"count": 1, "next": None, "results": [KEY_ROW]}
+    fake_api.on("GET", "/api/v1/ssh-keys", body=listing)
+    fake_api.on("DELETE", "/api/v1/ssh-keys/key_1", status=204)
+
+    assert run("keys", "rm", "me@laptop")[0] == 2  # off a terminal: -y or nothing
+    code, out, err = run("keys", "rm", "ME@laptop", "-y")
+
+    assert code == 0, err
+    assert out == "removed\n"
+    assert [(sent.method, sent.path) for sent in fake_api.sent][-1] == (
+        "DELETE",
+        "/api/v1/ssh-keys/key_1",
+    )
+    assert run("keys", "rm", "desktop", "-y")[0] == 4

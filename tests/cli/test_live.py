@@ -11,16 +11,9 @@ wrote for the pod on the port the API gives (the Service's node port)."""
 
 import base64
 import json
-import os
-import shutil
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,57 +21,14 @@ import pytest
 from instances.models import Instance as InstanceRow
 from instances.provisioning import converge
 from starverse.core.hostkeys import host_key_from_private
+from tests.cli.live import Cli, json_of, pay
 from tests.factories import PASSWORD, converge_until, make_token, make_user, read_existing
-from tests.images.test_init import SSHD
 from tests.images.test_init_ssh import Instance as InitRoot
-from tests.images.test_init_ssh import _safe_scratch, _user_key
+from tests.images.test_init_ssh import _user_key
 
-REPO = Path(__file__).resolve().parents[2]
 OFFERING = "1× RTX 4090 24GB"  # not a premium model: no trial limit
 IMAGE = "pytorch-2.1"
 WAIT_S = 30.0
-
-
-class Cli:
-    """Runs `python -m starverse_cli` with its own config directory and no inherited token."""
-
-    def __init__(self, config_home: Path, api_url: str) -> None:
-        self.env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(config_home),
-            "XDG_CONFIG_HOME": str(config_home),
-            "PYTHONPATH": str(REPO / "cli"),
-            "STARVERSE_API_URL": api_url,
-            "STARVERSE_POLL_INTERVAL": "0.1",
-            "LANG": "C.UTF-8",
-        }
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "starverse_cli", *args]
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        """The command running in the background (one that waits)."""
-        return subprocess.Popen(
-            self.argv(*args),
-            env=self.env,
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def __call__(self, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.argv(*args),
-            env=self.env,
-            cwd=REPO,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
 
 
 def while_running(process: subprocess.Popen[str], drive: Callable[[], object]) -> tuple[str, str]:
@@ -98,38 +48,11 @@ def checkout(payments, live_server, settings):
     return payments
 
 
-@pytest.fixture
-def init_root() -> Iterator[Path]:
-    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
-    assert shutil.which("ssh") and shutil.which("ssh-keyscan"), "apt-get install openssh-client"
-    assert os.geteuid() == 0, "sshd runs as root here, as in the container and in CI"
-    root = _safe_scratch()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
 def _access_secret(row: InstanceRow) -> dict[str, str]:
     secret = read_existing("Secret", row.k8s_namespace, f"{row.k8s_name}-access")
     if "stringData" in secret:
         return dict(secret["stringData"])
     return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
-
-
-def _pay(checkout_url: str) -> None:
-    """The stand-in's checkout page, paid by card (its form's POST); not following the
-    redirect to the console's return page (the webhook credits the top-up)."""
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-            return None
-
-    opener = urllib.request.build_opener(NoRedirect)
-    form = urllib.parse.urlencode({"method": "card"}).encode()
-    try:
-        pay = urllib.request.Request(checkout_url, data=form, method="POST")  # noqa: S310
-        opener.open(pay, timeout=10)
-    except urllib.error.HTTPError as answer:
-        assert answer.code == 303, answer.read()
 
 
 @pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
@@ -154,9 +77,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     assert config.stat().st_mode & 0o777 == 0o600
     assert user.api_tokens.count() == 1
     laptop, laptop_public = _user_key(init_root, "laptop")
-    added = _api(
-        live_server.url, config, "POST", "ssh-keys", name="laptop", public_key=laptop_public
-    )
+    added = json_of(cli("keys", "add", f"{laptop}.pub", "--name", "laptop", "--json"))
     assert added["name"] == "laptop"
 
     # top up ¥100 through the Stripe stand-in's checkout page
@@ -164,10 +85,10 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     assert topup.returncode == 0, topup.stderr
     checkout_url = topup.stdout.strip()
     assert checkout_url.startswith(f"{checkout.url}/pay/")
-    _pay(checkout_url)
+    pay(checkout_url)
     deadline = time.monotonic() + WAIT_S
     while True:
-        balance = _json(cli("balance", "--json"))
+        balance = json_of(cli("balance", "--json"))
         if balance["cash_fen"] == 10_000:
             break
         assert time.monotonic() < deadline, f"the top-up was not credited: {balance}"
@@ -183,7 +104,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     )
     row = _wait_for_row(user)
     out, err = while_running(process, lambda: converge_until(converge.provision, row.pk))
-    rented = _loads(out)
+    rented = json.loads(out)
     assert rented["id"] == row.pk
     assert rented["status"] == "running"
     assert rented["ssh"]["host_key_fingerprint"].startswith("SHA256:")
@@ -192,14 +113,14 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     assert rented["stop_at"] is not None
 
     # set: the automatic stops change and clear through PATCH /instances/{id}
-    cleared = _json(cli("set", row.pk, "--no-stop-at", "--no-idle-stop", "--json"))
+    cleared = json_of(cli("set", row.pk, "--no-stop-at", "--no-idle-stop", "--json"))
     assert (cleared["stop_at"], cleared["idle_stop"]) == (None, None)
-    changed = _json(cli("set", row.pk, "--stop-after", "3", "--idle-stop", "10:60", "--json"))
+    changed = json_of(cli("set", row.pk, "--stop-after", "3", "--idle-stop", "10:60", "--json"))
     assert changed["idle_stop"] == {"util_pct": 10, "minutes": 60}
     row.refresh_from_db()
     assert row.stop_at is not None and row.idle_stop_minutes == 60
 
-    listed = _json(cli("ls", "--json"))
+    listed = json_of(cli("ls", "--json"))
     assert [(item["id"], item["status"], item["name"]) for item in listed] == [
         (row.pk, "running", "cli-job")
     ]
@@ -229,7 +150,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     process = cli.start("stop", row.pk, "--wait")
     out, _err = while_running(process, lambda: converge_until(converge.stop, row.pk))
     assert out == f"{row.pk}: stopped\n"
-    stopped = _json(cli("show", row.pk, "--json"))
+    stopped = json_of(cli("show", row.pk, "--json"))
     assert stopped["status"] == "stopped" and stopped["ssh"] is None
     no_ssh = cli("ssh", row.pk)
     assert no_ssh.returncode == 6
@@ -238,15 +159,15 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     # rm without -y off a terminal refuses; with -y it terminates
     asked = cli("rm", row.pk)
     assert asked.returncode == 2
-    assert _json(cli("show", row.pk, "--json"))["status"] == "stopped"
-    removed = _json(cli("rm", row.pk, "-y", "--json"))
+    assert json_of(cli("show", row.pk, "--json"))["status"] == "stopped"
+    removed = json_of(cli("rm", row.pk, "-y", "--json"))
     assert removed["status"] in ("terminating", "terminated")  # the eager task may be done
     assert converge_until(converge.terminate, row.pk) == "terminated"
-    assert _json(cli("ls", "--json")) == []
-    assert [item["status"] for item in _json(cli("ls", "--all", "--json"))] == ["terminated"]
+    assert json_of(cli("ls", "--json")) == []
+    assert [item["status"] for item in json_of(cli("ls", "--all", "--json"))] == ["terminated"]
 
     # balance: what the API says, in yuan for people
-    final = _json(cli("balance", "--json"))
+    final = json_of(cli("balance", "--json"))
     row.refresh_from_db()
     assert final["total_fen"] == 11_000 - row.cost_fen
     human = cli("balance")
@@ -271,28 +192,6 @@ def _wait_for_row(user: Any) -> InstanceRow:
         time.sleep(0.05)
 
 
-def _loads(text: str) -> Any:
-    return json.loads(text)
-
-
-def _json(done: subprocess.CompletedProcess[str]) -> Any:
-    assert done.returncode == 0, done.stderr
-    return _loads(done.stdout)
-
-
-def _api(base: str, config: Path, method: str, path: str, **body: Any) -> Any:
-    """A call the CLI has no command for (adding an SSH key), with the token it saved."""
-    token = json.loads(config.read_text())["profiles"]["default"]["token"]
-    request = urllib.request.Request(  # noqa: S310 - the live server's http:// address
-        f"{base}/api/v1/{path}",
-        data=json.dumps(body).encode(),
-        method=method,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310
-        return json.loads(answer.read())
-
-
 @pytest.mark.postgres  # a live server needs a transactional test
 def test_log_in_for_a_team_and_whoami_with_the_cli(live_server, transactional_db, tmp_path):
     from billing.onboarding import team_create
@@ -306,7 +205,7 @@ def test_log_in_for_a_team_and_whoami_with_the_cli(live_server, transactional_db
     )
     assert login.returncode == 0, login.stderr
     assert f"for team NLP lab ({team.pk}, owner)" in login.stdout
-    me = _json(cli("whoami", "--json"))
+    me = json_of(cli("whoami", "--json"))
     assert me["team"] == {"id": team.pk, "name": "NLP lab", "role": "owner"}
     assert me["scopes"] == ["read", "instances", "billing", "admin"]
     assert "Role:     owner" in cli("whoami").stdout
@@ -316,7 +215,7 @@ def test_log_in_for_a_team_and_whoami_with_the_cli(live_server, transactional_db
     refused = cli("login", "--token", personal, "--team", team.pk)
     assert refused.returncode == 2
     assert "acts for your own account" in refused.stderr
-    assert _json(cli("whoami", "--json"))["team"]["id"] == team.pk  # the team's token is kept
+    assert json_of(cli("whoami", "--json"))["team"]["id"] == team.pk  # the team's token is kept
     unknown = cli(
         "login", "--email", user.email, "--password-stdin", "--team", "Robotics", stdin=PASSWORD
     )

@@ -1,0 +1,238 @@
+"""The CLI against a live `make run`: the README's own command, started in a copy of this
+checkout on free ports with its embedded defaults (SQLite, the file-system broker, a real Celery
+worker and beat, gunicorn, the Kubernetes emulator with its node agents and gateway, the Stripe
+stand-in). Nothing of the test's process serves it: every step goes over HTTP as a user's would.
+
+A new user signs up through the API, logs in with the CLI, tops up through the stand-in's
+checkout page, `rent --wait` (make run's worker provisions the pod on the emulator), `ssh` into
+it, `stop --wait`, `rm -y`, and reads the balance. The emulated pod runs no process, so the
+instance's sshd is the images' real init in a scratch root, serving the access Secret the
+worker wrote on the emulator, on the node port the API gives (as in test_live)."""
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from starverse.core.hostkeys import host_key_from_private
+from tests.cli.live import Cli, json_of, pay
+from tests.images.test_init_ssh import Instance as InitRoot
+from tests.images.test_init_ssh import _user_key
+
+REPO = Path(__file__).resolve().parents[2]
+OFFERING = "1× RTX 4090 24GB"
+START_S = 240.0  # migrations, seeds and a dozen processes on a loaded 2-core CI machine
+WAIT_S = 120.0  # make run's emulator pulls the image at IMAGE_PULL_BANDWIDTH_MBPS first
+PASSWORD = "Make-run-2026-cli"
+# What a copy of the checkout leaves out: the virtual environment is linked, the rest is made.
+NOT_COPIED = shutil.ignore_patterns(".git", ".venv", "var", "__pycache__", "*.pyc", "node_modules")
+
+
+@dataclass
+class MakeRun:
+    url: str
+    root: Path
+    process: subprocess.Popen[bytes]
+
+    def log(self) -> str:
+        logs = [self.root / "make-run.log", *sorted((self.root / "var" / "log").glob("*.log"))]
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            for path in logs
+            if path.exists()
+        )
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for each in sockets:
+            each.bind(("127.0.0.1", 0))
+        return [each.getsockname()[1] for each in sockets]
+    finally:
+        for each in sockets:
+            each.close()
+
+
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
+    root = tmp_path_factory.mktemp("make-run") / "starverse"
+    shutil.copytree(REPO, root, ignore=NOT_COPIED, symlinks=True)
+    (root / ".venv").symlink_to(REPO / ".venv")
+    port, kube, stripe, terminal, gateway = _free_ports(5)
+    keep = ("PATH", "HOME", "LANG", "TMPDIR")
+    env = {key: os.environ[key] for key in keep if key in os.environ}
+    env.update(
+        PORT=str(port),
+        KUBE_EMULATOR_PORT=str(kube),
+        STRIPE_FAKE_PORT=str(stripe),
+        TERMINAL_PORT=str(terminal),
+        GATEWAY_PORT=str(gateway),
+        KUBE_EMULATOR_FLEET="rtx4090=1",  # one node, one agent: the least make run serves
+        LANG="C.UTF-8",
+    )
+    with (root / "make-run.log").open("wb") as log:
+        process = subprocess.Popen(
+            ["make", "run"],
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = MakeRun(f"http://127.0.0.1:{port}", root, process)
+    try:
+        deadline = time.monotonic() + START_S
+        while not _answers(f"{server.url}/api/v1/offerings"):
+            assert process.poll() is None, "make run exited:\n" + server.log()
+            assert time.monotonic() < deadline, "make run did not serve:\n" + server.log()
+            time.sleep(0.5)
+        yield server
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        _kill_left(root)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - make run's http://
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+def _kill_left(root: Path) -> None:
+    """Whatever make run started and its trap missed (a node agent it restarts), by its cwd."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(proc / "cwd")).is_relative_to(root):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
+def _signup(base: str, email: str) -> None:
+    request = urllib.request.Request(  # noqa: S310 - make run's http:// address
+        f"{base}/api/v1/auth/signup",
+        data=json.dumps({"email": email, "password": PASSWORD}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+        assert answer.status == 201
+
+
+def _access_secret(root: Path, instance_id: str) -> dict[str, str]:
+    """The access Secret make run's worker wrote for the instance's pod, read from its
+    emulator with the kubeconfig make run wrote."""
+    api = client.CoreV1Api(config.new_client_from_config(str(root / "var" / "kubeconfig")))
+    selector = f"starverse.io/instance={instance_id.lower().replace('_', '-')}"
+    secrets = [
+        item
+        for item in api.list_secret_for_all_namespaces(label_selector=selector).items
+        if item.metadata.name.endswith("-access")
+    ]
+    assert len(secrets) == 1, [item.metadata.name for item in secrets]
+    return {key: base64.b64decode(value).decode() for key, value in secrets[0].data.items()}
+
+
+def _until(cli: Cli, instance_id: str, status: str) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        shown: dict[str, Any] = json_of(cli("show", instance_id, "--json"))
+        if shown["status"] == status:
+            return shown
+        assert time.monotonic() < deadline, f"still {shown['status']}, not {status}"
+        time.sleep(0.5)
+
+
+def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, init_root, tmp_path):
+    cli = Cli(tmp_path / "home", make_run.url)
+    assert cli("ls").returncode == 3  # no token yet
+
+    email = f"cli-{os.getpid()}@lab.example.edu.cn"
+    _signup(make_run.url, email)
+    login = cli("login", "--email", email, "--password-stdin", stdin=PASSWORD + "\n")
+    assert login.returncode == 0, login.stderr + make_run.log()
+    laptop, laptop_public = _user_key(init_root, "laptop")
+    added = json_of(cli("keys", "add", f"{laptop}.pub", "--name", "laptop", "--json"))
+    assert added["public_key"] == laptop_public
+
+    # ¥100 through the Stripe stand-in, credited by make run's webhook
+    topup = cli("topup", "100")
+    assert topup.returncode == 0, topup.stderr
+    pay(topup.stdout.strip())
+    deadline = time.monotonic() + WAIT_S
+    while json_of(cli("balance", "--json"))["cash_fen"] != 10_000:
+        assert time.monotonic() < deadline, "the top-up was not credited:\n" + make_run.log()
+        time.sleep(0.5)
+
+    # rent --wait: make run's worker provisions the pod on the emulator
+    rent = cli(
+        "rent",
+        OFFERING,
+        "--image",
+        "pytorch-2.1",
+        "--name",
+        "make-run-job",
+        "--wait",
+        "--json",
+        timeout=WAIT_S,
+    )
+    assert rent.returncode == 0, rent.stderr + make_run.log()
+    rented = json.loads(rent.stdout)
+    assert rented["status"] == "running"
+    assert rented["ssh"]["host_key_fingerprint"].startswith("SHA256:")
+    listed = json_of(cli("ls", "--json"))
+    assert [(item["id"], item["name"]) for item in listed] == [(rented["id"], "make-run-job")]
+
+    # ssh with the host key pinned to the one the API gives
+    secret = _access_secret(make_run.root, rented["id"])
+    assert laptop_public in secret["authorized_keys"]
+    sshd = InitRoot(init_root, host_key_from_private(secret["ssh_host_ed25519_key"]))
+    sshd.port = rented["ssh"]["port"]
+    sshd.secret(secret["authorized_keys"])
+    sshd.boot()
+    try:
+        session = cli(
+            "ssh", rented["id"], "-i", str(laptop), "-o", "BatchMode=yes", "--", "echo", "hi"
+        )
+        assert session.returncode == 0, session.stderr + sshd.log.read_text()
+        assert session.stdout == "hi\n"
+    finally:
+        sshd.kill()
+
+    # stop --wait, then rm -y: the worker carries both through
+    stop = cli("stop", rented["id"], "--wait", timeout=WAIT_S)
+    assert stop.returncode == 0, stop.stderr + make_run.log()
+    assert stop.stdout == f"{rented['id']}: stopped\n"
+    assert cli("ssh", rented["id"]).returncode == 6
+    removed = json_of(cli("rm", rented["id"], "-y", "--json"))
+    assert removed["status"] in ("terminating", "terminated")
+    _until(cli, rented["id"], "terminated")
+    assert json_of(cli("ls", "--json")) == []
+
+    # what it cost is on the balance, to the fen
+    final = json_of(cli("balance", "--json"))
+    cost = json_of(cli("show", rented["id"], "--json"))["cost_fen"]
+    assert final["total_fen"] == 10_000 - cost  # no trial: the address was never verified
