@@ -4,9 +4,9 @@ inference endpoints the member made (the ledger's instance_id, which an endpoint
 fill with the endpoint's id, and the row's created_by attribute every charge), so it is one
 query, never a counter to keep in step. An order or a start (an endpoint's creation or scaling
 up) whose own cost over its runway, on top of an hour of what the member (or the team) already
-runs by the hour, does not fit what is left is refused (402 `budget_exceeded`); the metering
-tick stops a member's running instances once their budget is spent (instances.metering), and
-the endpoints' pass scales their endpoints to zero
+runs by the hour (hourly instances and endpoint replicas), does not fit what is left is refused
+(402 `budget_exceeded`); the metering tick stops a member's running instances once their
+budget is spent (instances.metering), and the endpoints' pass scales their endpoints to zero
 (endpoints.services.endpoints_over_budget_suspend)."""
 
 from dataclasses import dataclass
@@ -145,17 +145,29 @@ def budget_refusal(
 
 def burning_fen(instance: Ordered, user_id: str | None) -> int:
     """An hour of what the member (or the whole team, `user_id` None) already runs by the
-    hour, besides this order (and the other ranks of its cluster): what the budget pays on
-    top of the order, so that orders one after another cannot each fit the same money."""
+    hour, besides this order (and the other ranks of its cluster, or this endpoint's own
+    replicas): their hourly instances starting or running and their endpoints' replicas up
+    now. What the budget pays on top of the order, so that orders one after another cannot
+    each fit the same money."""
     rows = Instance.objects.filter(
         tenant_id=instance.tenant_id, billing=BillingMode.HOURLY, status__in=STARTING_OR_RUNNING
     ).exclude(pk=getattr(instance, "pk", None))
     cluster_id = getattr(instance, "cluster_id", None)
     if cluster_id:
         rows = rows.exclude(cluster_id=cluster_id)
+    # endpoints are an app above this one: reached by name, as in spent_fen
+    replicas = (
+        apps.get_model("endpoints", "EndpointReplica")
+        .objects.filter(endpoint__tenant_id=instance.tenant_id, gone_at__isnull=True)
+        .exclude(endpoint_id=getattr(instance, "pk", None))
+    )
     if user_id is not None:
         rows = rows.filter(created_by_id=user_id)
-    return int(rows.aggregate(total=Sum("offering__price_per_hour_fen", default=0))["total"])
+        replicas = replicas.filter(endpoint__created_by_id=user_id)
+    price = "offering__price_per_hour_fen"
+    instances = rows.aggregate(total=Sum(price, default=0))["total"]
+    endpoints = replicas.aggregate(total=Sum(f"endpoint__{price}", default=0))["total"]
+    return int(instances) + int(endpoints)
 
 
 MESSAGES = {

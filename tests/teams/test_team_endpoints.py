@@ -11,7 +11,7 @@ from django.utils import timezone
 from billing.choices import TransactionKind
 from billing.models import Wallet
 from billing.services import ledger_post
-from endpoints.models import Endpoint, EndpointKey
+from endpoints.models import Endpoint, EndpointKey, EndpointReplica
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_change, endpoints_over_budget_suspend, key_create
 from instances.budgets import BudgetExceeded, budgets_of, spent_fen
@@ -304,3 +304,48 @@ def test_every_endpoint_of_the_team_scales_to_zero_when_the_teams_budget_is_spen
     with pytest.raises(BudgetExceeded):
         endpoint_change(endpoint=bos, min_replicas=0)  # lifting the suspension is an order
     assert Endpoint.objects.get(pk=bos.id).suspended is True
+
+
+def test_what_a_members_endpoints_serve_counts_toward_their_next_order(lab, catalog):
+    """An order fits a budget on top of an hour of everything its orderer runs by the hour:
+    their endpoints' replicas up now count (¥22/h each), as their instances do; others'
+    endpoints count only toward the team's budget, and an endpoint's own replicas not toward
+    its own scaling."""
+    team, _owner, _admin, ana, bo = lab
+    anas = make_endpoint(acting(ana, team, "member"))
+    bos = make_endpoint(acting(bo, team, "member"), name="bos")
+    EndpointReplica.objects.create(endpoint=anas, pod_name="anas-0")
+    EndpointReplica.objects.create(endpoint=bos, pod_name="bos-0")
+    EndpointReplica.objects.create(endpoint=bos, pod_name="bos-old", gone_at=timezone.now())
+    Budget.objects.create(tenant=team, user=ana, monthly_fen=4000)  # ¥40
+    h100 = catalog["h100x1"]  # ¥22 an hour: ¥22 + ¥22 > ¥40
+
+    def order(person, key):
+        return bearer(person, team=team).post(
+            "/api/v1/instances",
+            {"offering": h100.id, "image": "pytorch-2.1"},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY=key,
+        )
+
+    refused = order(ana, "a1")
+    assert (refused.status_code, refused.json()["code"]) == (402, "budget_exceeded")
+    assert refused.json()["detail"] == (
+        "Your monthly budget in team Vision lab is ¥40.00; ¥0.00 is spent, and what you "
+        "already run costs ¥22.00 an hour; this order needs ¥22.00 over its runway on top of "
+        "that. Stop something, or ask an owner to raise your budget."
+    )
+    b1 = order(bo, "b1")
+    assert b1.status_code == 202, b1.json()  # bo has no budget of his own
+    # the team's budget counts every member's endpoint and instance: ¥22 + ¥22 + ¥22 + ¥22
+    Budget.objects.create(tenant=team, user=None, monthly_fen=8700)
+    team_refused = order(bo, "b2")
+    assert team_refused.json()["detail"].startswith(
+        "The monthly budget of team Vision lab is ¥87.00; ¥0.00 is spent, and what the team "
+        "already runs costs ¥66.00 an hour;"
+    )
+    # scaling ana's own endpoint needs its new hour, not its running replica again
+    Budget.objects.filter(tenant=team, user=None).delete()
+    Budget.objects.filter(tenant=team, user=ana).update(monthly_fen=4400)
+    endpoint_change(endpoint=anas, min_replicas=2, max_replicas=2)
+    assert Endpoint.objects.get(pk=anas.pk).min_replicas == 2
