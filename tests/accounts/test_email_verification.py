@@ -446,6 +446,7 @@ def test_admin_changing_an_address_recomputes_its_canonical_form(client, db):
     )
 
     assert saved.status_code == 302, saved.content.decode()[:2000]
+    assert saved.url == reverse("admin:accounts_user_changelist")  # saved, not sent to log in
     user.refresh_from_db()
     assert (user.email, user.canonical_email) == ("new.name+x@gmail.com", "newname@gmail.com")
     assert user.email_verified_at is not None  # stays verified: no second trial to earn

@@ -11,6 +11,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from starverse.core.hostkeys import host_key_from_private
+from tests.images.test_init_ssh import Instance as InitRoot
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -80,3 +83,14 @@ def json_of(done: subprocess.CompletedProcess[str]) -> Any:
     """A command's --json output; it must have succeeded."""
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def instance_sshd(root: Path, secret: dict[str, str], port: int) -> InitRoot:
+    """The instance's sshd as its image runs it: the images' real init in the scratch `root`,
+    with the access Secret the platform wrote (host key, authorized keys), listening on the
+    port the API gives; booted. Kill it with `.kill()`."""
+    sshd = InitRoot(root, host_key_from_private(secret["ssh_host_ed25519_key"]))
+    sshd.port = port
+    sshd.secret(secret["authorized_keys"])
+    sshd.boot()
+    return sshd

@@ -26,9 +26,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from starverse.core.hostkeys import host_key_from_private
-from tests.cli.live import Cli, json_of, pay
-from tests.images.test_init_ssh import Instance as InitRoot
+from tests.cli.live import Cli, instance_sshd, json_of, pay
 from tests.images.test_init_ssh import _user_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,7 +35,9 @@ START_S = 240.0  # migrations, seeds and a dozen processes on a loaded 2-core CI
 WAIT_S = 120.0  # make run's emulator pulls the image at IMAGE_PULL_BANDWIDTH_MBPS first
 PASSWORD = "Make-run-2026-cli"
 # What a copy of the checkout leaves out: the virtual environment is linked, the rest is made.
-NOT_COPIED = shutil.ignore_patterns(".git", ".venv", "var", "__pycache__", "*.pyc", "node_modules")
+NOT_COPIED = shutil.ignore_patterns(
+    ".git", ".venv", "var", ".*_cache", "__pycache__", "*.pyc", "node_modules"
+)
 
 
 @dataclass
@@ -209,10 +209,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, init_r
     # ssh with the host key pinned to the one the API gives
     secret = _access_secret(make_run.root, rented["id"])
     assert laptop_public in secret["authorized_keys"]
-    sshd = InitRoot(init_root, host_key_from_private(secret["ssh_host_ed25519_key"]))
-    sshd.port = rented["ssh"]["port"]
-    sshd.secret(secret["authorized_keys"])
-    sshd.boot()
+    sshd = instance_sshd(init_root, secret, rented["ssh"]["port"])
     try:
         session = cli(
             "ssh", rented["id"], "-i", str(laptop), "-o", "BatchMode=yes", "--", "echo", "hi"
