@@ -251,7 +251,10 @@ def cmd_keys_add(ctx: Context) -> int:
 
 def cmd_keys_rm(ctx: Context) -> int:
     key = _resolve(ctx.client, "ssh-keys", ctx.args.key, "SSH key")
-    _confirm(ctx, f"Remove SSH key {ctx.args.key}? New instances will not accept it.")
+    _confirm(
+        ctx,
+        f"Remove SSH key {ctx.args.key}? Your running instances stop accepting it within a minute.",
+    )
     ctx.client.delete(f"ssh-keys/{key}")
     ctx.emit({"id": key, "deleted": True}, lambda: ctx.out.write("removed\n"))
     return OK
