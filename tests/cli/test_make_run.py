@@ -1,15 +1,16 @@
 """The CLI against a live `make run`: the README's own command, started in a copy of this
 checkout on free ports with its embedded defaults (SQLite, the file-system broker, a real Celery
-worker and beat, gunicorn, the Kubernetes emulator with its node agents and gateway, the Stripe
-stand-in). Nothing of the test's process serves it: every step goes over HTTP as a user's would.
+worker and beat, gunicorn, the Kubernetes emulator with its node agent and gateway, the Stripe
+stand-in) and MAKE_RUN_SSHD=1. Nothing of the test's process serves it: every step goes over
+HTTP (and SSH) as a user's would.
 
-A new user signs up through the API, logs in with the CLI, tops up through the stand-in's
-checkout page, `rent --wait` (make run's worker provisions the pod on the emulator), `ssh` into
-it, `stop --wait`, `rm -y`, and reads the balance. The emulated pod runs no process, so the
-instance's sshd is the images' real init in a scratch root, serving the access Secret the
-worker wrote on the emulator, on the node port the API gives (as in test_live)."""
+A new user signs up through the API, logs in with the CLI, adds an SSH key, tops up through the
+stand-in's checkout page, `rent --wait` (make run's worker provisions the pod on the emulator),
+`ssh` into it (make run's sshd for the pod: the images' real init with Debian's sshd, serving
+the access Secret the worker wrote, on the node port the API gives), `stop --wait` (the sshd
+goes with the pod), `rm -y`, and reads the balance. sshd serves root logins only as root, as in
+CI (.ci/run installs openssh-server)."""
 
-import base64
 import json
 import os
 import shutil
@@ -24,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
 
-from tests.cli.live import Cli, instance_sshd, json_of, pay
+from devstack.podsshd import SSHD
+from tests.cli.live import Cli, json_of, pay
 from tests.images.test_init_ssh import _user_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,6 +69,8 @@ def _free_ports(count: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
+    assert os.geteuid() == 0, "make run's sshd (MAKE_RUN_SSHD=1) runs as root, as in CI"
+    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
     root = tmp_path_factory.mktemp("make-run") / "starverse"
     shutil.copytree(REPO, root, ignore=NOT_COPIED, symlinks=True)
     (root / ".venv").symlink_to(REPO / ".venv")
@@ -81,6 +84,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
         TERMINAL_PORT=str(terminal),
         GATEWAY_PORT=str(gateway),
         KUBE_EMULATOR_FLEET="rtx4090=1",  # one node, one agent: the least make run serves
+        MAKE_RUN_SSHD="1",  # SSH into the emulated instances (devstack/podsshd.py)
         LANG="C.UTF-8",
     )
     with (root / "make-run.log").open("wb") as log:
@@ -131,6 +135,14 @@ def _kill_left(root: Path) -> None:
             continue
 
 
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def _signup(base: str, email: str) -> None:
     request = urllib.request.Request(  # noqa: S310 - make run's http:// address
         f"{base}/api/v1/auth/signup",
@@ -140,20 +152,6 @@ def _signup(base: str, email: str) -> None:
     )
     with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
         assert answer.status == 201
-
-
-def _access_secret(root: Path, instance_id: str) -> dict[str, str]:
-    """The access Secret make run's worker wrote for the instance's pod, read from its
-    emulator with the kubeconfig make run wrote."""
-    api = client.CoreV1Api(config.new_client_from_config(str(root / "var" / "kubeconfig")))
-    selector = f"starverse.io/instance={instance_id.lower().replace('_', '-')}"
-    secrets = [
-        item
-        for item in api.list_secret_for_all_namespaces(label_selector=selector).items
-        if item.metadata.name.endswith("-access")
-    ]
-    assert len(secrets) == 1, [item.metadata.name for item in secrets]
-    return {key: base64.b64decode(value).decode() for key, value in secrets[0].data.items()}
 
 
 def _until(cli: Cli, instance_id: str, status: str) -> dict[str, Any]:
@@ -166,7 +164,7 @@ def _until(cli: Cli, instance_id: str, status: str) -> dict[str, Any]:
         time.sleep(0.5)
 
 
-def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, init_root, tmp_path):
+def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, tmp_path):
     cli = Cli(tmp_path / "home", make_run.url)
     assert cli("ls").returncode == 3  # no token yet
 
@@ -174,7 +172,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, init_r
     _signup(make_run.url, email)
     login = cli("login", "--email", email, "--password-stdin", stdin=PASSWORD + "\n")
     assert login.returncode == 0, login.stderr + make_run.log()
-    laptop, laptop_public = _user_key(init_root, "laptop")
+    laptop, laptop_public = _user_key(tmp_path, "laptop")
     added = json_of(cli("keys", "add", f"{laptop}.pub", "--name", "laptop", "--json"))
     assert added["public_key"] == laptop_public
 
@@ -206,24 +204,28 @@ def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, init_r
     listed = json_of(cli("ls", "--json"))
     assert [(item["id"], item["name"]) for item in listed] == [(rented["id"], "make-run-job")]
 
-    # ssh with the host key pinned to the one the API gives
-    secret = _access_secret(make_run.root, rented["id"])
-    assert laptop_public in secret["authorized_keys"]
-    sshd = instance_sshd(init_root, secret, rented["ssh"]["port"])
-    try:
-        session = cli(
-            "ssh", rented["id"], "-i", str(laptop), "-o", "BatchMode=yes", "--", "echo", "hi"
-        )
-        assert session.returncode == 0, session.stderr + sshd.log.read_text()
-        assert session.stdout == "hi\n"
-    finally:
-        sshd.kill()
+    # ssh with the host key pinned to the one the API gives, into the sshd make run's
+    # MAKE_RUN_SSHD=1 runs for the pod (the images' init serving the Secret the worker wrote)
+    port = rented["ssh"]["port"]
+    deadline = time.monotonic() + WAIT_S
+    while not _listening(port):
+        assert time.monotonic() < deadline, "no sshd for the instance:\n" + make_run.log()
+        time.sleep(0.5)
+    session = cli("ssh", rented["id"], "-i", str(laptop), "-o", "BatchMode=yes", "--", "id -un")
+    assert session.returncode == 0, session.stderr + make_run.log()
+    assert session.stdout == "root\n"
+    pinned = (tmp_path / "home" / "starverse" / "known_hosts").read_text().split()
+    assert pinned[0] == f"[127.0.0.1]:{port}"
 
     # stop --wait, then rm -y: the worker carries both through
     stop = cli("stop", rented["id"], "--wait", timeout=WAIT_S)
     assert stop.returncode == 0, stop.stderr + make_run.log()
     assert stop.stdout == f"{rented['id']}: stopped\n"
     assert cli("ssh", rented["id"]).returncode == 6
+    deadline = time.monotonic() + WAIT_S
+    while _listening(port):  # the pod went: so does its sshd
+        assert time.monotonic() < deadline, "the stopped instance's sshd still answers"
+        time.sleep(0.5)
     removed = json_of(cli("rm", rented["id"], "-y", "--json"))
     assert removed["status"] in ("terminating", "terminated")
     _until(cli, rented["id"], "terminated")

@@ -4,7 +4,6 @@ configuration, the message of the day and the on-stop hooks with their deadline.
 
 import ast
 import json
-import os
 import stat
 import subprocess
 import time
@@ -18,6 +17,7 @@ from starverse_init.jupyter import jupyter_command
 from starverse_init.motd import motd
 from starverse_init.sshd import sshd_config, sshd_write
 
+from devstack.podsshd import access_write as secret_write
 from starverse.core.hostkeys import host_key_generate
 from tests.factories import ed25519_public_key
 
@@ -27,22 +27,6 @@ SSHD = "/usr/sbin/sshd"
 
 def _config(root: Path, **env: str) -> Config:
     return Config.from_env({"STARVERSE_ROOT": str(root), "PATH": "/usr/bin:/bin", **env})
-
-
-def secret_write(access: Path, files: dict[str, str], version: int = 1) -> None:
-    """Lay the access Secret out as the kubelet does: a timestamped directory, `..data`
-    pointing at it, and each key a symlink through `..data`; an update swaps `..data`."""
-    access.mkdir(parents=True, exist_ok=True)
-    data = access / f"..2026_v{version}"
-    data.mkdir()
-    for name, content in files.items():
-        (data / name).write_text(content)
-    link = access / "..data_tmp"
-    link.symlink_to(data.name)
-    os.replace(link, access / "..data")
-    for name in files:
-        if not (access / name).is_symlink():
-            (access / name).symlink_to(f"..data/{name}")
 
 
 def _mode(path: Path) -> int:

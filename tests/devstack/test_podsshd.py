@@ -1,0 +1,141 @@
+"""make run's SSH into emulated instances (devstack/podsshd.py, MAKE_RUN_SSHD=1): for a running
+instance pod on the emulator, the images' real init with Debian's sshd serves the pod's access
+Secret on 127.0.0.1 at its Service's node port; a key taken out of the Secret stops working, a
+key put in starts to; the pod's deletion stops the sshd and removes its scratch root. A pod
+that is not an instance's gets nothing."""
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devstack.podsshd import SSHD, PodSshd, unsafe_parent
+from starverse.core.hostkeys import host_key_generate
+from tests.devstack import pod_body, wait_for
+from tests.images.test_init_ssh import _safe_scratch, _user_key
+
+NAME = "inst-ssh1"
+LABELS = {"starverse.io/instance": "ins-ssh1"}
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
+    assert os.geteuid() == 0, "sshd serves root logins only as root, as in CI"
+    root = _safe_scratch()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _secret(keys: str, host_key) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{NAME}-access", "labels": LABELS},
+        "stringData": {
+            "authorized_keys": keys,
+            "jupyter_token": "never-shown",
+            "ssh_host_ed25519_key": host_key.private_openssh,
+            "ssh_host_ed25519_key.pub": host_key.public_openssh + "\n",
+        },
+    }
+
+
+def _ssh(key: Path, port: int, known_hosts: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            *("ssh", "-F", "/dev/null", "-i", str(key), "-p", str(port)),
+            *("-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10"),
+            *("-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}"),
+            "root@127.0.0.1",
+            "echo $STARVERSE_INSTANCE_ID",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_an_instance_pod_gets_the_images_sshd_until_it_goes(api, scratch, tmp_path):
+    host_key = host_key_generate()
+    first, first_public = _user_key(tmp_path, "first")
+    second, second_public = _user_key(tmp_path, "second")
+    api.create_namespaced_secret("default", _secret(first_public + "\n", host_key))
+    service = api.create_namespaced_service(
+        "default",
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": NAME, "labels": LABELS},
+            "spec": {
+                "type": "NodePort",
+                "selector": LABELS,
+                "ports": [{"name": "ssh", "port": 22, "targetPort": 22}],
+            },
+        },
+    )
+    port = service.spec.ports[0].node_port
+    pod = pod_body(NAME)
+    pod["metadata"]["labels"] = LABELS
+    pod["spec"]["containers"][0]["env"] = [{"name": "STARVERSE_INSTANCE_ID", "value": "ins_ssh1"}]
+    api.create_namespaced_pod("default", pod)
+    api.create_namespaced_pod("default", pod_body("not-an-instance"))
+    wait_for(lambda: api.read_namespaced_pod(NAME, "default").status.phase == "Running")
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{port} {host_key.public_openssh}\n")
+
+    pods = PodSshd(api, scratch / "pods", keys_poll_s=0.2)
+    try:
+        pods.sync()
+        assert list(pods.served) == [f"default/{NAME}"]  # the other pod is no instance's
+        wait_for(lambda: _listening(port), "sshd listening", timeout=15)
+        session = _ssh(first, port, known_hosts)
+        assert session.returncode == 0, session.stderr
+        assert session.stdout == "ins_ssh1\n"  # the pod's environment reaches the session
+        assert _ssh(second, port, known_hosts).returncode == 255
+
+        # the keys change in the Secret (a key added, one deleted): the sshd follows
+        api.replace_namespaced_secret(
+            f"{NAME}-access", "default", _secret(second_public + "\n", host_key)
+        )
+        pods.sync()
+        wait_for(lambda: _ssh(second, port, known_hosts).returncode == 0, "new key", timeout=15)
+        assert _ssh(first, port, known_hosts).returncode == 255
+
+        # the pod goes: so do its sshd and its scratch root
+        root = pods.served[f"default/{NAME}"].root
+        api.delete_namespaced_pod(NAME, "default", grace_period_seconds=0)
+        wait_for(
+            lambda: NAME not in {p.metadata.name for p in api.list_namespaced_pod("default").items},
+            "pod gone",
+            timeout=15,
+        )
+        pods.sync()
+        assert pods.served == {}
+        assert not _listening(port)
+        assert not root.exists()
+    finally:
+        pods.close()
+
+
+def test_a_scratch_root_below_a_writable_directory_is_refused(tmp_path):
+    """sshd's StrictModes would refuse every key there: podsshd says so at its start."""
+    writable = tmp_path / "shared"
+    writable.mkdir()
+    writable.chmod(0o777)
+    assert unsafe_parent(writable / "pods") == writable
+    assert unsafe_parent(Path("/root")) is None
