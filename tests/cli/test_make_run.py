@@ -28,6 +28,7 @@ import pytest
 
 from devstack.podsshd import SSHD
 from tests.cli.live import Cli, json_of, pay
+from tests.devstack import listening
 from tests.images.test_init_ssh import _user_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,14 +136,6 @@ def _kill_left(root: Path) -> None:
             continue
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 def _signup(base: str, email: str) -> None:
     request = urllib.request.Request(  # noqa: S310 - make run's http:// address
         f"{base}/api/v1/auth/signup",
@@ -208,7 +201,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, tmp_pa
     # MAKE_RUN_SSHD=1 runs for the pod (the images' init serving the Secret the worker wrote)
     port = rented["ssh"]["port"]
     deadline = time.monotonic() + WAIT_S
-    while not _listening(port):
+    while not listening(port):
         assert time.monotonic() < deadline, "no sshd for the instance:\n" + make_run.log()
         time.sleep(0.5)
     session = cli("ssh", rented["id"], "-i", str(laptop), "-o", "BatchMode=yes", "--", "id -un")
@@ -223,7 +216,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, tmp_pa
     assert stop.stdout == f"{rented['id']}: stopped\n"
     assert cli("ssh", rented["id"]).returncode == 6
     deadline = time.monotonic() + WAIT_S
-    while _listening(port):  # the pod went: so does its sshd
+    while listening(port):  # the pod went: so does its sshd
         assert time.monotonic() < deadline, "the stopped instance's sshd still answers"
         time.sleep(0.5)
     removed = json_of(cli("rm", rented["id"], "-y", "--json"))

@@ -4,6 +4,7 @@ shared fixtures (`emu`, `api`, `stripe_fake`) live in the conftest files."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,15 @@ def wait_for(check: Callable[[], Any], what: str = "condition", timeout: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1 at `port`."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 def error_body(exc: ApiException) -> dict[str, Any]:

@@ -6,7 +6,6 @@ that is not an instance's gets nothing."""
 
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from devstack.podsshd import SSHD, PodSshd, unsafe_parent
 from starverse.core.hostkeys import host_key_generate
-from tests.devstack import pod_body, wait_for
+from tests.devstack import listening, pod_body, wait_for
 from tests.images.test_init_ssh import _safe_scratch, _user_key
 
 NAME = "inst-ssh1"
@@ -62,14 +61,6 @@ def _ssh(key: Path, port: int, known_hosts: Path) -> subprocess.CompletedProcess
     )
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 def test_an_instance_pod_gets_the_images_sshd_until_it_goes(api, scratch, tmp_path):
     host_key = host_key_generate()
     first, first_public = _user_key(tmp_path, "first")
@@ -102,7 +93,7 @@ def test_an_instance_pod_gets_the_images_sshd_until_it_goes(api, scratch, tmp_pa
     try:
         pods.sync()
         assert list(pods.served) == [f"default/{NAME}"]  # the other pod is no instance's
-        wait_for(lambda: _listening(port), "sshd listening", timeout=15)
+        wait_for(lambda: listening(port), "sshd listening", timeout=15)
         session = _ssh(first, port, known_hosts)
         assert session.returncode == 0, session.stderr
         assert session.stdout == "ins_ssh1\n"  # the pod's environment reaches the session
@@ -126,7 +117,7 @@ def test_an_instance_pod_gets_the_images_sshd_until_it_goes(api, scratch, tmp_pa
         )
         pods.sync()
         assert pods.served == {}
-        assert not _listening(port)
+        assert not listening(port)
         assert not root.exists()
     finally:
         pods.close()
