@@ -709,11 +709,11 @@ def _replace(manifest: dict[str, Any]) -> dict[str, Any]:
     try:
         return _plain(_guard(f"{kind}.replace", put))
     except ApiException as error:
+        if error.status == 409:  # a matter of course: the caller reads it again
+            raise ConflictKubeError(f"{kind} {name}: changed meanwhile") from error
         logger.warning(
             "kube.error op=%s.replace status=%s reason=%s", kind, error.status, error.reason
         )
-        if error.status == 409:
-            raise ConflictKubeError(f"{kind} {name}: changed meanwhile") from error
         raise PermanentKubeError(
             f"{kind} {name}: {error.status} {error.reason}: {_message(error)}"
         ) from error
