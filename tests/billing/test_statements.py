@@ -1,5 +1,6 @@
 import csv
 import io
+import re
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -354,3 +355,33 @@ def test_one_accounts_failure_keeps_no_other_statement_back(db, time_machine, mo
     assert list(Statement.objects.values_list("tenant_id", flat=True)) == [fine.tenant_id]
     monkeypatch.setattr(statements, "statement_pdf", real)
     assert statements_generate_month() == 1  # run again: the one missing is made
+
+
+def test_a_long_statement_runs_over_pages_with_its_header_on_each(db):
+    """Lines are drawn by position (fast enough for a busy month): they break onto new pages
+    themselves, about 67 to a page after the first's summary, rather than running off it."""
+    from billing.documents import statement_pdf
+    from billing.statements import Balances, StatementData
+    from billing.usage import UsageReport
+
+    def pdf_pages(count: int) -> int:
+        start = datetime(2026, 11, 1, tzinfo=TZ)
+        lines = [
+            LedgerTransaction(
+                created_at=start + timedelta(minutes=minute),
+                kind=TransactionKind.USAGE,
+                description="Instance usage",
+                instance_id="ins_AbCdEfGhIjKlMnOpQrSt",
+                amount_fen=-37,
+                cash_after_fen=1_000_000 - 37 * minute,
+                promo_after_fen=0,
+                arrears_after_fen=0,
+            )
+            for minute in range(count)
+        ]
+        zero = Balances(0, 0, 0)
+        data = StatementData("tnt_x", NOV, zero, zero, lines, UsageReport(NOV, NOV, "instance"))
+        return len(re.findall(rb"/Type /Page\b(?!s)", statement_pdf(data)))
+
+    assert pdf_pages(10) == 1
+    assert 9 <= pdf_pages(600) <= 11
