@@ -2,7 +2,17 @@
 
 import sys
 
-from bench import cluster_ready, clusters, endpoints, fleet, gateway, images, instances, ledger
+from bench import (
+    cluster_ready,
+    clusters,
+    endpoints,
+    fleet,
+    gateway,
+    images,
+    instances,
+    ledger,
+    statements,
+)
 
 BENCHMARKS = {
     "ledger": ledger.run,
@@ -13,6 +23,7 @@ BENCHMARKS = {
     "cluster_ready": cluster_ready.run,
     "images": images.run,
     "endpoints": endpoints.run,
+    "statements": statements.run,
 }
 
 
