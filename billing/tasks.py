@@ -3,7 +3,7 @@ retryable gateway errors, with exponential backoff, jitter and a cap."""
 
 import logging
 import time
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any
 
 from celery import shared_task
@@ -95,6 +95,27 @@ def send_invoice_notice(invoice_id: str) -> None:
 
 @shared_task(acks_late=True, ignore_result=True)
 def generate_statements() -> None:
-    """On the 1st (beat): last month's statements for every tenant with activity or a balance.
-    Safe to run again: statements made before are kept."""
-    statements.statements_generate_month()
+    """On the 1st (beat): last month's statements for every tenant with activity or a balance,
+    one task each (generate_statement), so that the workers draw them side by side and an
+    account whose statement fails is retried on its own. Safe to run again: only tenants
+    without a statement get a task, and a statement made before is kept."""
+    month = statements.last_month()
+    due = statements.tenants_without_statement(month)
+    for tenant_id in due:
+        generate_statement.delay(tenant_id, month.isoformat())
+    logger.info("statement.month month=%s queued=%d", f"{month:%Y-%m}", len(due))
+
+
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(Exception,),
+    retry_backoff=60,
+    retry_backoff_max=3600,
+    max_retries=5,
+)
+def generate_statement(tenant_id: str, month: str) -> None:
+    """One tenant's statement of a closed month (ISO date of its first day). A failure (the
+    media storage away, say) is retried with backoff; after the last, the statement is drawn
+    on its first request instead."""
+    statements.statement_generate(tenant_id=tenant_id, month=date.fromisoformat(month))

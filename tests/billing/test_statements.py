@@ -357,6 +357,41 @@ def test_one_accounts_failure_keeps_no_other_statement_back(db, time_machine, mo
     assert statements_generate_month() == 1  # run again: the one missing is made
 
 
+def test_the_beat_hands_each_account_to_a_task_retried_on_its_own(db, time_machine, monkeypatch):
+    """The 1st's run queues one task per account without a statement (the workers draw them
+    side by side); one whose drawing fails is tried again by itself, the others untouched."""
+    from billing import statements, tasks
+
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    flaky, fine, done = make_user(), make_user(), make_user()
+    time_machine.move_to(datetime(2026, 12, 1, 1, 30, tzinfo=TZ))
+    statement_generate(tenant_id=done.tenant_id, month=NOV)  # drawn on request already
+    queued: list[tuple[str, str]] = []
+    monkeypatch.setattr(tasks.generate_statement, "delay", lambda *args: queued.append(args))
+    generate_statements()
+    assert sorted(queued) == sorted(
+        [(flaky.tenant_id, "2026-11-01"), (fine.tenant_id, "2026-11-01")]
+    )
+    monkeypatch.undo()
+
+    real, drawn = statements.statement_pdf, []
+
+    def draw(data):
+        drawn.append(data.tenant_id)
+        if data.tenant_id == flaky.tenant_id and drawn.count(flaky.tenant_id) == 1:
+            raise OSError("media storage unreachable")
+        return real(data)
+
+    monkeypatch.setattr(statements, "statement_pdf", draw)
+    generate_statements.delay()  # eager here: each account's task runs, retrying on failure
+    assert sorted(drawn) == sorted([flaky.tenant_id, flaky.tenant_id, fine.tenant_id])
+    assert set(Statement.objects.values_list("tenant_id", flat=True)) == {
+        flaky.tenant_id,
+        fine.tenant_id,
+        done.tenant_id,
+    }
+
+
 def test_a_long_statement_runs_over_pages_with_its_header_on_each(db):
     """Lines are drawn by position (fast enough for a busy month): they break onto new pages
     themselves, about 67 to a page after the first's summary, rather than running off it."""
