@@ -48,6 +48,7 @@ from billing.payments import (
     reversal_request,
     stripe_events_retry,
 )
+from starverse.core.adminurls import admin_change_url
 from starverse.core.errors import ServiceError
 from starverse.core.money import MoneyParseError, format_fen, parse_fen
 
@@ -168,7 +169,7 @@ def _pending_message(item: AdjustmentRequest) -> str:
 
 
 def _back(name: str, pk: str) -> HttpResponseRedirect:
-    return HttpResponseRedirect(reverse(f"admin:billing_{name}_change", args=[pk]))
+    return HttpResponseRedirect(admin_change_url(f"billing_{name}", pk))
 
 
 Act = Callable[[dict[str, Any]], tuple[int, str, HttpResponseRedirect]]
@@ -648,9 +649,7 @@ class StripeEventAdmin(ReadOnlyAdmin):
 def _link(name: str, pk: Any, text: Any = None) -> str:
     if pk is None:
         return "—"
-    return format_html(
-        '<a href="{}">{}</a>', reverse(f"admin:{name}_change", args=[pk]), text or pk
-    )
+    return format_html('<a href="{}">{}</a>', admin_change_url(name, pk), text or pk)
 
 
 class OpenFilter(admin.SimpleListFilter):
@@ -929,7 +928,7 @@ class InvoiceRequestAdmin(ReadOnlyAdmin):
             _("Invoice request %(id)s: %(status)s; the user is e-mailed.")
             % {"id": obj.id, "status": obj.get_status_display()},
         )
-        return HttpResponseRedirect(reverse("admin:billing_invoicerequest_change", args=[obj.pk]))
+        return HttpResponseRedirect(admin_change_url("billing_invoicerequest", obj.pk))
 
     def issue_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         _require_perm(request, ISSUE_PERM)

@@ -9,7 +9,6 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.db.models import Q
 from django.template.loader import render_to_string
-from django.urls import reverse
 from django.utils import timezone, translation
 
 from billing.choices import InvoiceStatus, RunwayLevel
@@ -23,6 +22,7 @@ from billing.models import (
     Wallet,
 )
 from starverse.accounts.models import Role, User
+from starverse.core.adminurls import admin_change_url
 
 logger = logging.getLogger(__name__)
 MAIL_LANGUAGES = ("zh-hans", "en")
@@ -142,8 +142,7 @@ def dispute_notice_send(*, dispute_id: str) -> None:
             "arrears_fen": arrears_fen,
             "credited_fen": credit.amount_fen if credit else 0,
             "balance_fen": Wallet.objects.get(pk=dispute.topup.wallet_id).total_fen,
-            "admin_url": settings.PUBLIC_BASE_URL
-            + reverse("admin:billing_dispute_change", args=[dispute.id]),
+            "admin_url": settings.PUBLIC_BASE_URL + admin_change_url("billing_dispute", dispute.id),
         },
         f"dispute:{dispute.id}:{dispute.status}",
     )
@@ -164,7 +163,7 @@ def dashboard_refund_notice_send(*, refund_id: str) -> None:
             "arrears_fen": _fen(refund.arrears_transaction)[1],
             "balance_fen": Wallet.objects.get(pk=refund.topup.wallet_id).total_fen,
             "admin_url": settings.PUBLIC_BASE_URL
-            + reverse("admin:billing_topup_change", args=[refund.topup_id]),
+            + admin_change_url("billing_topup", refund.topup_id),
         },
         f"refund:{refund.id}",
     )

@@ -22,6 +22,7 @@ from fleet.services import (
     node_token_revoke,
     node_uncordon,
 )
+from starverse.core.adminurls import admin_change_url
 from starverse.core.errors import ServiceError
 
 
@@ -192,7 +193,7 @@ class NodeAdmin(admin.ModelAdmin):
 
     def state_view(self, request: HttpRequest, pk: str, action: str) -> HttpResponse:
         node = get_object_or_404(Node, pk=pk)
-        back = HttpResponseRedirect(reverse("admin:fleet_node_change", args=[node.pk]))
+        back = HttpResponseRedirect(admin_change_url("fleet_node", node.pk))
         if action == "token" and request.method == "POST":
             messages.warning(
                 request,

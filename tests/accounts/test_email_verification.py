@@ -17,6 +17,7 @@ from billing.services import ledger_post
 from starverse.accounts.models import User
 from starverse.accounts.services import user_email_change
 from starverse.accounts.verification import verification_email_send, verification_token
+from starverse.core.adminurls import admin_change_url
 from tests.conftest import run_threads
 from tests.factories import PASSWORD, make_instance, make_operator, make_user, staff_login
 
@@ -441,7 +442,7 @@ def test_admin_changing_an_address_recomputes_its_canonical_form(client, db):
     user = make_user("old@lab.example")
 
     saved = client.post(
-        reverse("admin:accounts_user_change", args=[user.pk]),
+        admin_change_url("accounts_user", user.pk),
         {"email": " New.Name+x@Gmail.com ", "is_active": "on"},
     )
 

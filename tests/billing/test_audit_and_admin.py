@@ -3,6 +3,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from billing.models import LedgerTransaction, Wallet
+from starverse.core.adminurls import admin_change_url
 from tests.factories import make_operator, make_user, staff_login
 
 
@@ -30,7 +31,7 @@ def operator_client(client, db):
 
 def test_admin_offers_the_ledger_read_only(operator_client):
     txn = LedgerTransaction.objects.get(wallet__tenant=make_user().tenant)
-    change_url = f"/admin/billing/ledgertransaction/{txn.id}/change/"
+    change_url = admin_change_url("billing_ledgertransaction", txn.id)
 
     listing = operator_client.get("/admin/billing/ledgertransaction/")
     page = operator_client.get(change_url)

@@ -17,6 +17,7 @@ from billing.selectors import unbalanced_transactions, wallet_drifts
 from billing.services import ledger_post, transaction_reverse
 from devstack.stripe import sign
 from instances.models import Instance
+from starverse.core.adminurls import admin_change_url
 from starverse.core.errors import Conflict
 from storage.models import Disk
 from tests.factories import make_instance, make_operator, make_user, staff_login
@@ -175,7 +176,7 @@ def test_dispute_debits_cash_then_arrears_holds_the_account_and_tells_the_operat
         "Debited from cash: ¥50.00",
         "Into arrears: ¥50.00",
         "Balance now: -¥40.00",
-        f"/admin/billing/dispute/{dispute.id}/change/",
+        admin_change_url("billing_dispute", dispute.id),
     ):
         assert line in notice.body
     assert any(
@@ -499,7 +500,7 @@ def test_lifting_a_hold_needs_its_permission_and_a_reason_and_is_recorded(
     staff_login(client, viewer)
     refused = client.post(url, {"reason": "paid by bank transfer"})
     staff_login(client, lifter)
-    page = client.get(f"/admin/billing/accounthold/{hold.id}/change/")
+    page = client.get(admin_change_url("billing_accounthold", hold.id))
     no_reason = client.post(url, {"reason": ""})
     lifted = client.post(url, {"reason": "Customer withdrew the dispute, ticket 41"})
     again = client.post(url, {"reason": "twice"})
@@ -529,8 +530,8 @@ def test_admin_lists_open_disputes_with_links_to_the_account_and_top_up(
     staff_login(client, make_operator())
 
     open_list = client.get("/admin/billing/dispute/?open=yes").content.decode()
-    page = client.get(f"/admin/billing/dispute/{dispute.id}/change/")
-    post = client.post(f"/admin/billing/dispute/{dispute.id}/change/", {"status": "won"})
+    page = client.get(admin_change_url("billing_dispute", dispute.id))
+    post = client.post(admin_change_url("billing_dispute", dispute.id), {"status": "won"})
     fake.close_dispute(remote["id"], "lost")
     deliver(_event(fake, "charge.dispute.closed"))
     closed_list = client.get("/admin/billing/dispute/?open=no").content.decode()
@@ -538,8 +539,8 @@ def test_admin_lists_open_disputes_with_links_to_the_account_and_top_up(
 
     assert dispute.id in open_list
     body = page.content.decode()
-    assert f"/admin/accounts/tenant/{topup.tenant_id}/change/" in body
-    assert f"/admin/billing/topup/{topup.id}/change/" in body
+    assert admin_change_url("accounts_tenant", topup.tenant_id) in body
+    assert admin_change_url("billing_topup", topup.id) in body
     assert 'name="_save"' not in body
     assert post.status_code == 403
     assert dispute.id in closed_list and dispute.id not in still_open

@@ -20,6 +20,7 @@ from fleet.tasks import mirror_node_schedulable
 from instances.models import Instance
 from instances.provisioning import converge
 from starverse.core import kube
+from starverse.core.adminurls import admin_change_url
 from tests.factories import (
     converge_until,
     fund,
@@ -205,7 +206,7 @@ def test_the_admin_works_without_cluster_access(web_tier, client, settings):
             assert _ok(client.get(add)).status_code == 200, add
     node = Node.objects.filter(in_cluster=True).first()
     assert node is not None
-    _ok(client.get(reverse("admin:fleet_node_change", args=[node.pk])))
+    _ok(client.get(admin_change_url("fleet_node", node.pk)))
     for action, data in (
         ("cordon", {"reason": "maintenance"}),
         ("uncordon", {}),

@@ -12,6 +12,7 @@ from instances.lifecycle import instance_start, instance_stop
 from instances.models import Instance
 from instances.provisioning import converge, manifests
 from starverse.core import kube
+from starverse.core.adminurls import admin_change_url
 from tests.factories import (
     converge_until,
     fund,
@@ -132,7 +133,7 @@ def test_operators_never_see_the_private_host_key(catalog):
     client = Client()
     staff_login(client, make_operator())
 
-    page = client.get(f"/admin/instances/instance/{instance.id}/change/")
+    page = client.get(admin_change_url("instances_instance", instance.id))
 
     assert page.status_code == 200
     assert instance.ssh_host_key_fingerprint in page.content.decode()

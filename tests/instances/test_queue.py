@@ -21,6 +21,7 @@ from instances.lifecycle import (
 )
 from instances.models import Instance, Offering
 from instances.provisioning import converge
+from starverse.core.adminurls import admin_change_url
 from starverse.core.errors import Conflict, TooManyRequests
 from tests.factories import (
     converge_until,
@@ -270,7 +271,7 @@ def test_an_operator_raises_an_accounts_limit_in_the_admin(full_rtx, client_for,
         assert _post(api, "1× RTX 4090 24GB").status_code == 202
     assert _post(api, "1× RTX 4090 24GB").status_code == 429
     staff_login(client, make_operator())
-    tenant_page = client.get(f"/admin/accounts/tenant/{user.tenant_id}/change/")
+    tenant_page = client.get(admin_change_url("accounts_tenant", user.tenant_id))
     assert tenant_page.status_code == 200
     assert 'name="limits-0-max_queued_orders"' in tenant_page.content.decode()
 
