@@ -20,7 +20,9 @@ LINES = 43_200  # one instance, a 30-day month, a line a minute
 MONTH = date(2026, 11, 1)
 
 
-def _data() -> Any:
+def statement_of_minutes(count: int) -> Any:
+    """A month's StatementData, in memory, of `count` per-minute usage lines of one instance
+    (also the statement tests' long statement)."""
     from zoneinfo import ZoneInfo
 
     from billing.choices import TransactionKind
@@ -40,7 +42,7 @@ def _data() -> Any:
             promo_after_fen=0,
             arrears_after_fen=0,
         )
-        for minute in range(LINES)
+        for minute in range(count)
     ]
     zero = Balances(0, 0, 0)
     return StatementData("tnt_bench", MONTH, zero, zero, lines, UsageReport(MONTH, MONTH, "day"))
@@ -77,7 +79,7 @@ def run() -> list[dict]:
     setup_django()
     from billing.documents import statement_pdf
 
-    data = _data()
+    data = statement_of_minutes(LINES)
     began = time.perf_counter()
     ours = statement_pdf(data)
     ours_s = time.perf_counter() - began

@@ -395,28 +395,12 @@ def test_the_beat_hands_each_account_to_a_task_retried_on_its_own(db, time_machi
 def test_a_long_statement_runs_over_pages_with_its_header_on_each(db):
     """Lines are drawn by position (fast enough for a busy month): they break onto new pages
     themselves, about 67 to a page after the first's summary, rather than running off it."""
+    from bench.statements import statement_of_minutes
     from billing.documents import statement_pdf
-    from billing.statements import Balances, StatementData
-    from billing.usage import UsageReport
 
     def pdf_pages(count: int) -> int:
-        start = datetime(2026, 11, 1, tzinfo=TZ)
-        lines = [
-            LedgerTransaction(
-                created_at=start + timedelta(minutes=minute),
-                kind=TransactionKind.USAGE,
-                description="Instance usage",
-                instance_id="ins_AbCdEfGhIjKlMnOpQrSt",
-                amount_fen=-37,
-                cash_after_fen=1_000_000 - 37 * minute,
-                promo_after_fen=0,
-                arrears_after_fen=0,
-            )
-            for minute in range(count)
-        ]
-        zero = Balances(0, 0, 0)
-        data = StatementData("tnt_x", NOV, zero, zero, lines, UsageReport(NOV, NOV, "instance"))
-        return len(re.findall(rb"/Type /Page\b(?!s)", statement_pdf(data)))
+        pdf = statement_pdf(statement_of_minutes(count))
+        return len(re.findall(rb"/Type /Page\b(?!s)", pdf))
 
     assert pdf_pages(10) == 1
     assert 9 <= pdf_pages(600) <= 11
