@@ -210,6 +210,10 @@ def month_to_date(*, tenant_id: str, now: datetime | None = None) -> Statement:
     return statement
 
 
+# The files a statement comes as, and their media types.
+STATEMENT_FORMATS = {"pdf": "application/pdf", "csv": "text/csv; charset=utf-8"}
+
+
 def statement_content(*, tenant_id: str, month: date, fmt: str) -> IO[bytes] | None:
     """A month's statement as PDF or CSV to send: a closed month's stored file (made on first
     request), or the month so far drawn now; None when a stored file is missing."""

@@ -33,6 +33,7 @@ from billing.models import InvoiceRequest, Statement, TopUp, Wallet
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
 from billing.statements import (
+    STATEMENT_FORMATS,
     current_month,
     month_start,
     next_month,
@@ -305,9 +306,6 @@ def invoice_pdf(request: HttpRequest, pk: str) -> FileResponse:
     return _attachment(
         stored_file(item.pdf), f"invoice-{item.number or item.id}.pdf", "application/pdf"
     )
-
-
-STATEMENT_FORMATS = {"pdf": "application/pdf", "csv": "text/csv; charset=utf-8"}
 
 
 @login_required

@@ -41,7 +41,13 @@ from billing.invoices import (
 from billing.models import InvoiceRequest, LedgerTransaction, Statement, TopUp
 from billing.payments import topup_create, topup_refresh
 from billing.selectors import wallet_for_tenant
-from billing.statements import parse_month, statement_content, statement_for, stored_file
+from billing.statements import (
+    STATEMENT_FORMATS,
+    parse_month,
+    statement_content,
+    statement_for,
+    stored_file,
+)
 from billing.usage import MAX_RANGE_DAYS, usage_csv, usage_report
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import Scope
@@ -269,7 +275,7 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PdfRenderer])
     def pdf(self, request: Request, month: str | None = None) -> HttpResponseBase:
-        return self._file(request, month, "pdf", "application/pdf")
+        return self._file(request, month, "pdf")
 
     @extend_schema(
         operation_id="billing_statements_csv",
@@ -278,14 +284,14 @@ class StatementViewSet(mixins.ListModelMixin, TenantScopedViewSet[Statement]):
     )
     @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, CsvRenderer])
     def csv(self, request: Request, month: str | None = None) -> HttpResponseBase:
-        return self._file(request, month, "csv", "text/csv; charset=utf-8")
+        return self._file(request, month, "csv")
 
-    def _file(self, request: Request, month: str | None, fmt: str, media: str) -> FileResponse:
+    def _file(self, request: Request, month: str | None, fmt: str) -> FileResponse:
         when = parse_month(month or "")
         content = statement_content(
             tenant_id=signed_in_user(request).tenant_id, month=when, fmt=fmt
         )
-        return _download(content, f"statement-{when:%Y-%m}.{fmt}", media)
+        return _download(content, f"statement-{when:%Y-%m}.{fmt}", STATEMENT_FORMATS[fmt])
 
 
 class UsageView(APIView):

@@ -243,7 +243,8 @@ def cmd_keys_add(ctx: Context) -> int:
     text, source = _public_key(ctx.args.file)
     if text.startswith("-----BEGIN"):
         raise CliError(f"{source} holds a private key: add its .pub", USAGE)
-    name = ctx.args.name or (text.split()[2] if len(text.split()) > 2 else "")
+    words = text.split()  # type, key, comment
+    name = ctx.args.name or (words[2] if len(words) > 2 else "")
     row = ctx.client.post("ssh-keys", {"name": name[:100], "public_key": text})
     ctx.emit(row, lambda: _key_rows(ctx, [row]))
     return OK

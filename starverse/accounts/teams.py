@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core import signing
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
@@ -324,22 +324,21 @@ def invitation_email_send(*, invitation_id: str, language: str) -> bool:
     return True
 
 
+def _teams(user: Any) -> QuerySet[Tenant]:
+    """The teams the person is a member of."""
+    return Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
+
+
 def teams_of(user: Any) -> list[tuple[str, str]]:
     """(id, name) of the person's teams, by name: the console's switch and token choices."""
-    return list(
-        Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
-        .order_by("name")
-        .values_list("id", "name")
-    )
+    return list(_teams(user).order_by("name").values_list("id", "name"))
 
 
 def team_for_token(user: Any, team: str) -> str:
     """The id of the person's team named by `team`: its id, or its exact name (any case)
     among their teams; any other is a 404, as for every tenant object."""
     found = list(
-        Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
-        .filter(Q(pk=team) | Q(name__iexact=team))
-        .values_list("pk", flat=True)
+        _teams(user).filter(Q(pk=team) | Q(name__iexact=team)).values_list("pk", flat=True)
     )
     if team in found:
         return team
