@@ -9,7 +9,10 @@ from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
+from bench.statements import statement_of_minutes
+from billing import statements, tasks
 from billing.choices import TransactionKind
+from billing.documents import statement_pdf
 from billing.models import LedgerTransaction, Statement, Wallet
 from billing.services import ledger_post
 from billing.statements import (
@@ -360,8 +363,6 @@ def test_one_accounts_failure_keeps_no_other_statement_back(db, time_machine, mo
 def test_the_beat_hands_each_account_to_a_task_retried_on_its_own(db, time_machine, monkeypatch):
     """The 1st's run queues one task per account without a statement (the workers draw them
     side by side); one whose drawing fails is tried again by itself, the others untouched."""
-    from billing import statements, tasks
-
     time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
     flaky, fine, done = make_user(), make_user(), make_user()
     time_machine.move_to(datetime(2026, 12, 1, 1, 30, tzinfo=TZ))
@@ -395,8 +396,6 @@ def test_the_beat_hands_each_account_to_a_task_retried_on_its_own(db, time_machi
 def test_a_long_statement_runs_over_pages_with_its_header_on_each(db):
     """Lines are drawn by position (fast enough for a busy month): they break onto new pages
     themselves, about 67 to a page after the first's summary, rather than running off it."""
-    from bench.statements import statement_of_minutes
-    from billing.documents import statement_pdf
 
     def pdf_pages(count: int) -> int:
         pdf = statement_pdf(statement_of_minutes(count))
