@@ -341,8 +341,6 @@ def test_the_usage_api_names_a_bad_parameter(db, client_for, query, field):
 
 
 def test_one_accounts_failure_keeps_no_other_statement_back(db, time_machine, monkeypatch):
-    from billing import statements
-
     time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
     broken, fine = make_user(), make_user()
     time_machine.move_to(datetime(2026, 12, 1, 1, 30, tzinfo=TZ))
