@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 
 from endpoints.choices import ENDED, EndpointStatus
 from endpoints.models import EndpointKey
-from endpoints.services import key_digest
+from endpoints.services import key_cache_name, key_digest
 from instances.gateway import Verdict
 
 KEY_CACHE_S = 2
@@ -60,7 +60,7 @@ def endpoint_check(*, host: str, authorization: str) -> Verdict | None:
     if scheme.lower() != "bearer" or not key.strip():
         return _refused()
     digest = key_digest(key.strip())
-    cached = cache.get(f"endpoint:key:{digest}")
+    cached = cache.get(key_cache_name(digest))
     if cached is None:
         found = (
             EndpointKey.objects.filter(key_hash=digest, revoked_at__isnull=True)
@@ -72,7 +72,7 @@ def endpoint_check(*, host: str, authorization: str) -> Verdict | None:
         if found is None:
             return _refused()
         cached = list(found)
-        cache.set(f"endpoint:key:{digest}", cached, KEY_CACHE_S)
+        cache.set(key_cache_name(digest), cached, KEY_CACHE_S)
     if cached[0] != lower_id:
         return _refused()
     if cached[1] == EndpointStatus.FAILED:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
@@ -40,7 +41,7 @@ from starverse.core.errors import (
     NotFound,
 )
 from starverse.core.money import format_fen
-from starverse.core.roles import require_orderer
+from starverse.core.roles import may_use, require_orderer, require_own_or_manager
 from storage.choices import DiskStatus
 from storage.models import Disk, SharedStorage
 
@@ -77,11 +78,13 @@ def _relative(path: Any, field: str) -> str:
     return "/".join(parts)
 
 
-def source_resolve(tenant_id: str, source: Any) -> Source:
-    """The source a request names, checked now where it can be: the disk is the tenant's and
-    live, the NAS exists, the public-pool entry is a model. Whether a disk's folder holds a
-    model only a pod can see: the engine's init checks it and fails the endpoint naming
-    source.path."""
+def source_resolve(user: Any, source: Any) -> Source:
+    """The source a request names, checked now where it can be: the disk is the tenant's, live
+    and the user's to use as an order's disks are (in a team, a member's own; owners' and
+    admins' any: 403 `not_yours`), the NAS exists, the public-pool entry is a model. Whether a
+    disk's folder holds a model only a pod can see: the engine's init checks it and fails the
+    endpoint naming source.path."""
+    tenant_id = user.tenant_id
     if not isinstance(source, dict):
         raise InvalidInput(_("source must be an object."), field="source")
     named = [key for key in ("disk", "nas_path", "dataset") if source.get(key) not in (None, "")]
@@ -99,6 +102,7 @@ def source_resolve(tenant_id: str, source: Any) -> Source:
                 code="disk_not_found",
                 field="source.disk",
             )
+        require_own_or_manager(user, disk)
         if disk.status not in (DiskStatus.AVAILABLE, DiskStatus.ATTACHED) or not disk.k8s_name:
             raise InvalidInput(
                 _("Disk %(id)s is not ready yet.") % {"id": disk.pk},
@@ -256,7 +260,7 @@ def endpoint_create(
     offering = _offering(offering_id)
     options = engine_validate(engine, engine_options or {}, offering.gpu_count)
     low, high = replicas_validate(min_replicas, max_replicas)
-    found = source_resolve(user.tenant_id, source)
+    found = source_resolve(user, source)
     account_hold_check(user.tenant_id)
     endpoint = Endpoint(
         tenant_id=user.tenant_id,
@@ -312,9 +316,11 @@ def endpoint_change(
     max_replicas: int | None = None,
     engine_options: Any = None,
     update: bool = False,
+    actor: Any = None,
 ) -> Endpoint:
     """Scale (min/max, at once: the autoscaler's bounds and the Deployment follow), change
-    engine options, or update (a new snapshot of the source; the replicas roll one by one).
+    engine options, or update (a new snapshot of the source; the replicas roll one by one): an
+    update of a disk's model needs that disk to be the `actor`'s to use, as at creation.
     Scaling up an endpoint the balance or a budget suspended lifts the suspension if the
     balance covers an hour of it; raising its minimum, or lifting a suspension, needs that hour
     to fit its creator's and its team's monthly budgets (402 `budget_exceeded`)."""
@@ -322,6 +328,8 @@ def endpoint_change(
         locked = endpoint_locked(endpoint.id)
         if locked.status in ENDED:
             raise Conflict(_("This endpoint is being deleted."), code="wrong_state")
+        if update and actor is not None and locked.source_disk is not None:
+            require_own_or_manager(actor, locked.source_disk)
         low = locked.min_replicas if min_replicas is None else min_replicas
         high = locked.max_replicas if max_replicas is None else max_replicas
         low, high = replicas_validate(low, high)
@@ -428,6 +436,11 @@ def endpoint_fail(*, endpoint_id: str, message: str) -> None:
 # --- keys -------------------------------------------------------------------------------------
 
 
+def key_cache_name(digest: str) -> str:
+    """Where the gateway's check keeps a valid key for a few seconds (endpoints.gateway)."""
+    return f"endpoint:key:{digest}"
+
+
 def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -446,6 +459,23 @@ def key_create(*, endpoint: Endpoint, name: str, user: Any) -> tuple[EndpointKey
     )
     logger.info("endpoint.key_created endpoint=%s key=%s", endpoint.id, key.id)
     return key, secret
+
+
+def keys_revoke_unusable(*, tenant_id: str, user_id: str, role: str | None) -> int:
+    """Revoke the live keys `user_id` made for the tenant's endpoints that their role (None: no
+    longer a member) does not let them use: a removed or demoted member's keys stop passing
+    the gateway (within its KEY_CACHE_S) and scale nothing more. The number revoked."""
+    live = EndpointKey.objects.filter(
+        created_by_id=user_id, endpoint__tenant_id=tenant_id, revoked_at__isnull=True
+    ).values_list("id", "key_hash", "endpoint__created_by_id")
+    gone = {pk: digest for pk, digest, orderer in live if not may_use(role, user_id, orderer)}
+    revoked = EndpointKey.objects.filter(pk__in=list(gone)).update(revoked_at=timezone.now())
+    # the gateway's few seconds of memory of them go too, once this has committed
+    stale = [key_cache_name(digest) for digest in gone.values()]
+    transaction.on_commit(lambda: cache.delete_many(stale))
+    if revoked:
+        logger.info("endpoint.keys_revoked tenant=%s user=%s n=%d", tenant_id, user_id, revoked)
+    return revoked
 
 
 def key_revoke(*, endpoint: Endpoint, key_id: str) -> EndpointKey:

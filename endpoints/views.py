@@ -163,6 +163,7 @@ def endpoint_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
             min_replicas=_number(request.POST.get("min_replicas", ""), endpoint.min_replicas),
             max_replicas=_number(request.POST.get("max_replicas", ""), endpoint.max_replicas),
             update=update,
+            actor=request.user,
         )
         audit_request(
             request,

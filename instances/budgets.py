@@ -27,7 +27,7 @@ from starverse.accounts.audit import audit_record
 from starverse.accounts.models import Budget, Membership, Tenant, TenantKind
 from starverse.core.errors import InsufficientBalance, InvalidInput, NotFound
 from starverse.core.money import format_fen
-from starverse.core.roles import require_owner
+from starverse.core.roles import is_manager, require_owner
 from starverse.core.text import Deferred, later, translate_stored
 
 
@@ -69,8 +69,16 @@ class BudgetState:
         return max(0, self.budget.monthly_fen - self.spent_fen)
 
 
-def budgets_of(tenant_id: str, *, now: datetime | None = None) -> list[BudgetState]:
+def budgets_of(
+    tenant_id: str, *, now: datetime | None = None, viewer: Any = None
+) -> list[BudgetState]:
+    """The team's budgets with what each has spent this month; with a `viewer` (acting in the
+    team, with their role), those they may read, for the API and the console alike: every
+    budget for owners and admins, the team's own and their own for anyone else (another
+    member's budget and spend are theirs and the managers')."""
     budgets = Budget.objects.filter(tenant_id=tenant_id).select_related("user")
+    if viewer is not None and not is_manager(viewer):
+        budgets = budgets.filter(Q(user__isnull=True) | Q(user_id=viewer.pk))
     return [BudgetState(b, spent_fen(tenant_id, b.user_id, now=now)) for b in budgets]
 
 

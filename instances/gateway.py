@@ -34,8 +34,10 @@ from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent, PortShare
 from instances.states import instance_locked
 from starverse.accounts.models import User
+from starverse.accounts.teams import usable_by
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
+from starverse.core.roles import may_use
 from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
@@ -245,6 +247,20 @@ def share_revoke(*, instance: Instance, share_id: str) -> PortShare:
     return PortShare.objects.get(pk=share_id)
 
 
+def shares_revoke_unusable(*, tenant_id: str, user_id: str, role: str | None) -> int:
+    """Revoke the live share links `user_id` made on the tenant's instances that their role
+    (None: no longer a member) does not let them use: a removed or demoted member's links stop
+    working at the next request. The number revoked."""
+    live = PortShare.objects.filter(
+        created_by_id=user_id, instance__tenant_id=tenant_id, revoked_at__isnull=True
+    ).values_list("id", "instance__created_by_id")
+    gone = [pk for pk, orderer in live if not may_use(role, user_id, orderer)]
+    revoked = PortShare.objects.filter(pk__in=gone).update(revoked_at=timezone.now())
+    if revoked:
+        logger.info("gateway.shares_revoked tenant=%s user=%s n=%d", tenant_id, user_id, revoked)
+    return revoked
+
+
 # --- who may pass ---------------------------------------------------------------------------
 
 
@@ -290,7 +306,7 @@ def _instance_by_lower_id(lower_id: str) -> Instance | None:
     return (
         Instance.objects.alias(lower_id=Lower("id"))
         .filter(lower_id=lower_id)
-        .only("id", "tenant_id", "status", "ports", "jupyter_token")
+        .only("id", "tenant_id", "created_by_id", "status", "ports", "jupyter_token")
         .first()
     )
 
@@ -312,11 +328,13 @@ def _cookie_grant(value: str | None, label: str) -> dict[str, str] | None:
 
 
 def gateway_check(*, host: str, uri: str, method: str, cookie: str | None) -> Verdict:
-    """The proxy's question: may this request to `host` pass? 200 for the instance's owner
-    (with the address's cookie) or a live share link of this port, while the instance runs
-    and serves the port; Jupyter's gets its token added. Without a cookie: off to the log-in
-    (for every well-formed address alike, so that nothing tells whether an instance exists);
-    with one, another tenant's or a missing instance is a 404."""
+    """The proxy's question: may this request to `host` pass? 200 for a person who may use the
+    instance (its owner; in a team, its orderer, the team's owners and admins: usable_by, read
+    at every request, so a removed or demoted member is refused at once) with the address's
+    cookie, or for a live share link of this port, while the instance runs and serves the port;
+    Jupyter's gets its token added. Without a cookie: off to the log-in (for every well-formed
+    address alike, so that nothing tells whether an instance exists); with one, an instance the
+    person may not use, or a missing one, is a 404."""
     parsed = host_parse(host)
     if parsed is None:
         return _not_found()
@@ -342,7 +360,7 @@ def gateway_check(*, host: str, uri: str, method: str, cookie: str | None) -> Ve
         user = User.objects.filter(pk=grant.get("u"), is_active=True).only("tenant_id").first()
         if user is None:
             return _to_login(host, uri, method)
-        if instance is None or instance.tenant_id != user.tenant_id:
+        if instance is None or not usable_by(user, instance):
             return _not_found()
     if port not in served_ports(instance):
         return _page(
@@ -409,12 +427,12 @@ def _share_redeem(lower_id: str, port: int, label: str, query: dict[str, list[st
 
 def gateway_login_target(*, user: Any, next_url: str) -> str:
     """Where the console sends a signed-in user who came from a gateway address: back to it
-    with a one-use token for its cookie. Only to the user's own instances (else NotFound, as
-    for an instance that does not exist), and only to the address's own path."""
+    with a one-use token for its cookie. Only to instances the person may use (usable_by; else
+    NotFound, as for an instance that does not exist), and only to the address's own path."""
     parts = urlsplit(next_url)
     parsed = host_parse(parts.netloc) if parts.scheme == settings.GATEWAY_SCHEME else None
     instance = _instance_by_lower_id(parsed[0]) if parsed else None
-    if parsed is None or instance is None or instance.tenant_id != user.tenant_id:
+    if parsed is None or instance is None or not usable_by(user, instance):
         raise NotFound(_("There is nothing at this address."))
     lower_id, port = parsed
     label = host_label(lower_id, port)

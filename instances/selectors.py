@@ -584,3 +584,11 @@ def calculator_offering(key: str) -> CatalogPrice | None:
         price_per_hour_fen=offering.price_per_hour_fen,
         price_per_month_fen=offering.price_per_month_fen,
     )
+
+
+def instances_live_of(*, tenant_id: str, created_by_id: str) -> int:
+    """How many of the tenant's instances `created_by_id` ordered have a pod now (their access
+    Secrets are rendered from the orderer's keys)."""
+    return Instance.objects.filter(
+        tenant_id=tenant_id, created_by_id=created_by_id, status__in=STARTING_OR_RUNNING
+    ).count()

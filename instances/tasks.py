@@ -10,7 +10,7 @@ from django.db.models import Q
 from billing.notices import runway_notices_check
 from fleet.selectors import region_target, regions_configured
 from instances import autostop, lifecycle, metering, monthly
-from instances.choices import InstanceStatus
+from instances.choices import STARTING_OR_RUNNING
 from instances.models import Instance
 from instances.provisioning import converge, namespaces, prepull, reconcile
 from instances.selectors import spend_per_hour_fen
@@ -142,7 +142,7 @@ def refresh_access(self: Any, tenant_id: str) -> None:
     that they ordered, for themselves or for a team, gets its access Secret rendered again."""
     for instance_id in Instance.objects.filter(
         Q(tenant_id=tenant_id) | Q(created_by__tenant_id=tenant_id),
-        status__in=(InstanceStatus.PROVISIONING, InstanceStatus.RUNNING),
+        status__in=STARTING_OR_RUNNING,
     ).values_list("id", flat=True):
         converge.access_refresh(instance_id)
 

@@ -5,14 +5,15 @@ how long it lasted and why it ended; never by what was typed or shown."""
 import logging
 from dataclasses import dataclass
 
+from django.http import Http404
 from django.utils.translation import gettext as _
 
 from fleet.selectors import region_target
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
+from starverse.accounts.teams import usable_by
 from starverse.core import kube
 from starverse.core.errors import Conflict
-from starverse.core.tenancy import get_for_user
 from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ ENDED_EXIT = later("the shell exited")
 ENDED_IDLE = later("it was idle too long")
 ENDED_CLOSED = later("the browser closed it")
 ENDED_SERVICE = later("the terminal service stopped")
+ENDED_ACCESS = later("the console session ended or access to the instance was withdrawn")
 
 
 class InstanceNotRunning(Conflict):
@@ -65,9 +67,13 @@ def _not_running(status: str) -> str:
 
 
 def terminal_target(*, user: object, instance_id: str) -> TerminalTarget:
-    """The container of the user's running instance. Another tenant's instance is a 404 like a
-    missing one (Http404); one that is not running, InstanceNotRunning saying what to do."""
-    instance = get_for_user(Instance.objects.all(), user, "tenant", instance_id)
+    """The container of a running instance the person may use (their own; in a team, by their
+    role now: starverse.accounts.teams.usable_by). Any other instance is a 404 like a missing
+    one (Http404); one that is not running, InstanceNotRunning saying what to do. The terminal
+    asks this again during a session, so a session ends when the answer changes."""
+    instance = Instance.objects.select_related("region").filter(pk=instance_id).first()
+    if instance is None or not usable_by(user, instance):
+        raise Http404
     if instance.status != S.RUNNING or not instance.k8s_name:
         raise InstanceNotRunning(_not_running(instance.status))
     return TerminalTarget(

@@ -19,27 +19,39 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from billing.onboarding import team_create
+from billing.onboarding import team_create, user_email_verify
 from billing.selectors import wallet_for_tenant
 from instances.budgets import budget_set, budgets_of
 from starverse.accounts.audit import request_ip
 from starverse.accounts.middleware import ACTING_TEAM_KEY
-from starverse.accounts.models import AuditEvent, Invitation, Membership, Role, Tenant, TenantKind
+from starverse.accounts.models import (
+    AuditEvent,
+    Invitation,
+    Membership,
+    Role,
+    Tenant,
+    TenantKind,
+    normalize_email,
+)
 from starverse.accounts.teams import (
     acting_in,
     invitation_accept,
     invitation_create,
     invitation_for_token,
     invitation_revoke,
-    membership_remove,
-    membership_role_set,
     role_in,
     team_of,
 )
 from starverse.core.errors import NotFound, ServiceError
 from starverse.core.money import MoneyParseError, parse_fen
 from teams.api.views import audit_csv
-from teams.services import audit_events, transfer_make
+from teams.services import (
+    Revoked,
+    audit_events,
+    membership_remove,
+    membership_role_set,
+    transfer_make,
+)
 
 
 def _team(request: HttpRequest, pk: str) -> Tenant:
@@ -94,7 +106,7 @@ def team_page(request: HttpRequest, pk: str) -> HttpResponse:
         )
         if manager
         else [],
-        "budgets": budgets_of(team.pk),
+        "budgets": budgets_of(team.pk, viewer=acting),
         "wallet": wallet_for_tenant(team.pk),
         "roles": Role.choices,
         "transfer_key": uuid.uuid4().hex,  # a double-submitted form moves the money once
@@ -108,6 +120,28 @@ def _fen(request: HttpRequest, name: str) -> int:
         return parse_fen(request.POST.get(name, ""))
     except MoneyParseError:
         raise ServiceError(_("Enter an amount in yuan, such as 100 or 100.50.")) from None
+
+
+def _revoked_text(done: str, revoked: Revoked) -> str:
+    """What a removal or a demotion took away, for the owner or admin who did it."""
+    if revoked == Revoked():
+        return done
+    return " ".join(
+        [
+            done,
+            _(
+                "Taken away with it: %(tokens)d API tokens of the team, %(links)d share links, "
+                "%(keys)d endpoint keys; %(instances)d running instances they ordered no "
+                "longer accept their SSH keys."
+            )
+            % {
+                "tokens": revoked.tokens,
+                "links": revoked.share_links,
+                "keys": revoked.endpoint_keys,
+                "instances": revoked.instances_rekeyed,
+            },
+        ]
+    )
 
 
 @login_required
@@ -129,17 +163,19 @@ def team_act(request: HttpRequest, pk: str, what: str) -> HttpResponse:
             if invitation is not None:
                 invitation_revoke(actor=user, invitation=invitation, ip=ip)
         elif what == "role":
-            membership_role_set(
+            _membership, revoked = membership_role_set(
                 actor=user,
                 team=team,
                 user_id=post.get("user", ""),
                 role=post.get("role", ""),
                 ip=ip,
             )
+            messages.success(request, _revoked_text(_("Role changed."), revoked))
         elif what == "remove":
-            membership_remove(actor=user, team=team, user_id=post.get("user", ""), ip=ip)
+            revoked = membership_remove(actor=user, team=team, user_id=post.get("user", ""), ip=ip)
             if post.get("user") == user.pk:
                 return redirect("teams:teams")
+            messages.success(request, _revoked_text(_("Member removed."), revoked))
         elif what == "budget":
             budget_set(
                 actor=acting_in(user, team),
@@ -242,8 +278,11 @@ def invitation_accept_page(request: HttpRequest, token: str) -> HttpResponse:
         messages.error(request, error.message)
         return redirect("teams:teams")
     if request.method == "POST":
+        user: Any = request.user
+        if normalize_email(user.email) == invitation.email and user.email_verified_at is None:
+            user_email_verify(user=user)  # the e-mailed link is proof of the mailbox
         try:
-            membership = invitation_accept(user=request.user, token=token, ip=request_ip(request))
+            membership = invitation_accept(user=user, token=token, ip=request_ip(request))
         except ServiceError as error:
             messages.error(request, error.message)
         else:

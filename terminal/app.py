@@ -11,8 +11,11 @@ the service closes the socket. Close codes in the 4000s say why (README "Termina
     4408 idle too long   4503 the shell could not be started   1000 the shell exited
 
 A WebSocket from a page outside the console's addresses is refused before the handshake.
-However the browser's side ends (closed, broken, idle), the exec session on the cluster ends
-with it."""
+The handshake's checks are made again during the session, at least every TERMINAL_RECHECK_S
+and at once when the person's access changes (terminal.watch): a session whose console
+session ended (log-out, new password, deactivation, reset second factor) closes with 4401, one
+whose instance they may no longer use with 4404, one whose instance stopped with 4409. However
+the browser's side ends (closed, broken, idle), the exec session on the cluster ends with it."""
 
 import asyncio
 import contextlib
@@ -32,6 +35,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 
 from instances.terminals import (
+    ENDED_ACCESS,
     ENDED_CLOSED,
     ENDED_EXIT,
     ENDED_IDLE,
@@ -43,6 +47,7 @@ from instances.terminals import (
 )
 from starverse.core import kube
 from terminal.access import origin_allowed, visitor
+from terminal.watch import watch
 
 logger = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
@@ -107,6 +112,7 @@ class Terminal:
             for key, value in scope.get("headers") or []
         }
         self.accepted = False
+        self.user_id, self.instance_id = "", ""
 
     async def serve(self) -> None:
         if (await self.receive())["type"] != "websocket.connect":
@@ -140,6 +146,7 @@ class Terminal:
             await self.refuse(CLOSE_NOT_RUNNING, refused.message)
             return
         await self.accept()
+        self.user_id, self.instance_id = user.pk, instance_id
         try:
             session = await asyncio.to_thread(_exec_open, target)
         except kube.KubeError as error:
@@ -170,6 +177,23 @@ class Terminal:
                 seconds=time.monotonic() - opened,
                 reason=reason,
             )
+
+    def still_allowed(self) -> tuple[int, str] | None:
+        """The handshake's checks again (a database call: run it off the event loop): None
+        while the same person's console session lives and they may use the running instance,
+        else the close code and what to tell them."""
+        seen = visitor(self.headers)
+        if seen.user is None or seen.user.pk != self.user_id:
+            return CLOSE_UNAUTHENTICATED, _(
+                "Your console session has ended. Log in to the console again, then reconnect."
+            )
+        try:
+            terminal_target(user=seen.user, instance_id=self.instance_id)
+        except Http404:
+            return CLOSE_NOT_FOUND, _("You no longer have access to this instance.")
+        except InstanceNotRunning as refused:
+            return CLOSE_NOT_RUNNING, refused.message
+        return None
 
     async def accept(self) -> None:
         if not self.accepted:
@@ -211,14 +235,25 @@ class Bridge:
 
     async def run(self) -> str:
         self.reader.start()
+        changed = watch.register(self.terminal.user_id)
+        try:
+            return await self._pump(changed)
+        finally:
+            watch.unregister(self.terminal.user_id, changed)
+
+    async def _pump(self, changed: asyncio.Event) -> str:
         idle_s = float(settings.TERMINAL_IDLE_MINUTES) * 60
-        last_input = time.monotonic()
+        recheck_s = float(settings.TERMINAL_RECHECK_S)
+        last_input = next_check = time.monotonic()
+        next_check += recheck_s
         browser = asyncio.ensure_future(self.terminal.receive())
         output = asyncio.ensure_future(self.output.get())
+        notice = asyncio.ensure_future(changed.wait())
         try:
             await self.terminal.message({"type": "ready"})
             while True:
-                left = last_input + idle_s - time.monotonic()
+                now = time.monotonic()
+                left = last_input + idle_s - now
                 if left <= 0:
                     minutes = settings.TERMINAL_IDLE_MINUTES
                     await self.terminal.refuse(
@@ -228,8 +263,20 @@ class Bridge:
                         level="info",
                     )
                     return ENDED_IDLE
+                if notice.done() or now >= next_check:
+                    changed.clear()
+                    refused = await _db(self.terminal.still_allowed)
+                    if refused is not None:
+                        await self.terminal.refuse(*refused)
+                        return ENDED_ACCESS
+                    next_check = time.monotonic() + recheck_s
+                    if notice.done():
+                        notice = asyncio.ensure_future(changed.wait())
+                    continue
                 done, _pending = await asyncio.wait(
-                    {browser, output}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    {browser, output, notice},
+                    timeout=min(left, next_check - now),
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 if output in done:
                     data = output.result()
@@ -248,7 +295,7 @@ class Bridge:
         except OSError:  # the browser's connection broke while something was being sent
             return ENDED_CLOSED
         finally:
-            for task in (browser, output):
+            for task in (browser, output, notice):
                 task.cancel()
             await self.close()
 

@@ -111,6 +111,7 @@ class EndpointViewSet(TenantScopedViewSet[Endpoint]):
             max_replicas=data.get("max_replicas"),
             engine_options=data.get("engine_options"),
             update=data["update"],
+            actor=request.user,
         )
         audit_request(
             request,

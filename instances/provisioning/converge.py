@@ -37,7 +37,8 @@ from instances.states import (
     instance_mark_stopped,
     instance_mark_terminated,
 )
-from starverse.accounts.models import SshKey
+from starverse.accounts.models import SshKey, User
+from starverse.accounts.teams import usable_by
 from starverse.core import kube
 from starverse.core.hostkeys import host_key_from_private, host_key_generate
 from starverse.core.text import later
@@ -281,9 +282,14 @@ def _access_secret(instance: Instance) -> dict[str, Any]:
 
 
 def _authorized_keys(instance: Instance) -> str:
-    # The keys of whoever ordered it (a team's instance takes its orderer's, not every
-    # member's): the people of the orderer's own account.
-    keys = SshKey.objects.filter(user__tenant__members=instance.created_by_id)
+    """The keys of whoever ordered it (a team's instance takes its orderer's, not every
+    member's), only while they may use it: none once they left the team, lost the right by a
+    demotion or were deactivated. Read at every render, so keys a removed member adds to their
+    own account later never reach the team's instances."""
+    orderer = User.objects.filter(pk=instance.created_by_id, is_active=True).first()
+    if orderer is None or not usable_by(orderer, instance):
+        return "\n"
+    keys = SshKey.objects.filter(user_id=orderer.pk)
     if instance.ssh_key_ids:
         keys = keys.filter(pk__in=instance.ssh_key_ids)
     return "\n".join(keys.values_list("public_key", flat=True)) + "\n"

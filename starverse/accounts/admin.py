@@ -10,6 +10,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from billing.onboarding import user_email_verify
+from starverse.accounts.access import access_changed
 from starverse.accounts.models import ApiToken, SshKey, Tenant, User
 from starverse.accounts.selectors import totp_device_confirmed
 from starverse.accounts.services import email_clean, user_email_change
@@ -108,6 +109,7 @@ class UserAdmin(BaseUserAdmin):
             user_email_change(user=obj, email=form.cleaned_data["email"])  # and its canonical form
         super().save_model(request, obj, form, change)
         token_cache_forget()  # a deactivation holds for this process's API at once
+        access_changed(obj.pk)  # and its terminal sessions end
 
     @admin.action(description=_("Mark verified (grants the trial if eligible)"))
     def mark_verified(self, request: HttpRequest, queryset: QuerySet[User]) -> None:

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
+from starverse.accounts.access import access_changed
 from starverse.accounts.audit import audit_record
 from starverse.accounts.canonical import canonical_email
 from starverse.accounts.models import (
@@ -276,6 +277,7 @@ def sessions_revoke(*, user: User) -> int:
         if session.get_decoded().get(SESSION_KEY) == str(user.pk)
     ]
     Session.objects.filter(pk__in=stale).delete()
+    access_changed(user.pk)  # and the terminal sessions opened with them end
     return len(stale)
 
 

@@ -1,7 +1,8 @@
-"""Teams' people: memberships and their roles, invitations by e-mailed link, and who may act
-for which tenant. A team is a Tenant of kind team (its wallet is opened by
+"""Teams' people: roles, invitations by e-mailed link, and who may act for which tenant and use
+which of its objects. A team is a Tenant of kind team (its wallet is opened by
 billing.onboarding.team_create); a personal tenant has no membership rows, its person is its
-owner. Every act here is written to the team's audit log."""
+owner. Changing or removing a membership takes credentials of other apps away with it, so
+that lives in teams.services. Every act here is written to the team's audit log."""
 
 import logging
 from datetime import timedelta
@@ -29,10 +30,9 @@ from starverse.accounts.models import (
     all_scopes,
     normalize_email,
 )
-from starverse.accounts.token_cache import token_cache_forget
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, Forbidden, InvalidInput, NotFound
-from starverse.core.roles import require_manager, require_owner
+from starverse.core.roles import may_use, require_manager, require_owner
 
 logger = logging.getLogger(__name__)
 INVITATION_DAYS = 7
@@ -55,6 +55,13 @@ def role_in(user: Any, tenant_id: str) -> str | None:
         .values_list("role", flat=True)
         .first()
     )
+
+
+def usable_by(user: Any, obj: Any) -> bool:
+    """Whether the person may use `obj` (an instance, an endpoint: anything with tenant_id and
+    created_by_id) by their role in its tenant now (starverse.core.roles.may_use): the gateway,
+    the terminal, SSH access and share links all ask this."""
+    return may_use(role_in(user, obj.tenant_id), user.pk, obj.created_by_id)
 
 
 def team_of(user: Any, team_id: str) -> Tenant:
@@ -92,83 +99,6 @@ def acting_in(user: Any, team: Tenant) -> Any:
     probe = User(pk=user.pk, tenant_id=team.pk)
     probe.acting_role = role
     return probe
-
-
-def _owners(team: Tenant) -> int:
-    return Membership.objects.filter(tenant=team, role=Role.OWNER).count()
-
-
-def membership_role_set(
-    *, actor: Any, team: Tenant, user_id: str, role: str, ip: str | None = None
-) -> Membership:
-    """Change a member's role (owner/admin). Only an owner makes or unmakes owners; the last
-    owner stays one (409 `last_owner`)."""
-    acting = acting_in(actor, team)
-    require_manager(acting)
-    if role not in Role.values:
-        raise InvalidInput(_("role: choose owner, admin, member or billing."), code="invalid_role")
-    with transaction.atomic():
-        # the team's memberships locked in one order: two demotions at once cannot both pass
-        members = list(Membership.objects.select_for_update().filter(tenant=team).order_by("pk"))
-        membership = next((m for m in members if m.user_id == user_id), None)
-        if membership is None:
-            raise NotFound(_("No such member."))
-        if Role.OWNER in (role, membership.role):
-            require_owner(acting, _("making or unmaking owners"))
-        owners = sum(1 for m in members if m.role == Role.OWNER)
-        if membership.role == Role.OWNER and role != Role.OWNER and owners == 1:
-            raise Conflict(
-                _("A team needs an owner: make another member owner first."), code="last_owner"
-            )
-        before = membership.role
-        membership.role = role
-        membership.save(update_fields=["role"])
-        token_cache_forget()  # a team token's role is kept with it
-        audit_record(
-            tenant_id=team.pk,
-            actor=actor,
-            action="member.role_changed",
-            object_type="user",
-            object_id=user_id,
-            data={"from": before, "to": role},
-            ip=ip,
-        )
-    return membership
-
-
-def membership_remove(*, actor: Any, team: Tenant, user_id: str, ip: str | None = None) -> None:
-    """Remove a member (owners and admins; anyone may leave). Their team tokens are revoked
-    with the membership and their sessions stop acting for the team at their next request;
-    the last owner cannot be removed (409 `last_owner`)."""
-    acting = acting_in(actor, team)
-    if user_id != actor.pk:
-        require_manager(acting)
-    with transaction.atomic():
-        members = list(Membership.objects.select_for_update().filter(tenant=team).order_by("pk"))
-        membership = next((m for m in members if m.user_id == user_id), None)
-        if membership is None:
-            raise NotFound(_("No such member."))
-        if membership.role == Role.OWNER and user_id != actor.pk:
-            require_owner(acting, _("removing an owner"))
-        if membership.role == Role.OWNER and sum(m.role == Role.OWNER for m in members) == 1:
-            raise Conflict(
-                _("A team needs an owner: make another member owner before removing this one."),
-                code="last_owner",
-            )
-        membership.delete()
-        revoked = ApiToken.objects.filter(
-            user_id=user_id, team=team, revoked_at__isnull=True
-        ).update(revoked_at=timezone.now())
-        token_cache_forget()
-        audit_record(
-            tenant_id=team.pk,
-            actor=actor,
-            action="member.removed",
-            object_type="user",
-            object_id=user_id,
-            data={"role": membership.role, "tokens_revoked": revoked},
-            ip=ip,
-        )
 
 
 def invitation_token(invitation: Invitation) -> str:
@@ -267,13 +197,24 @@ def invitation_for_token(token: str) -> Invitation:
 
 
 def invitation_accept(*, user: User, token: str, ip: str | None = None) -> Membership:
-    """Join the team of an invitation, once, as the signed-in person it was sent to."""
+    """Join the team of an invitation, once, as the signed-in person it was sent to, whose
+    address is verified (an account someone opened with an address they do not hold joins no
+    team: 403 `email_unverified`; the console's page of the e-mailed link verifies it first,
+    the link being proof of the mailbox)."""
     invitation = invitation_for_token(token)
     if normalize_email(user.email) != invitation.email:
         raise Forbidden(
             _("This invitation was sent to another e-mail address; sign in as %(email)s.")
             % {"email": invitation.email},
             code="wrong_account",
+        )
+    if user.email_verified_at is None:
+        raise Forbidden(
+            _(
+                "Verify your e-mail address before joining a team: open the invitation link "
+                "from the e-mail in the console, or the verification link we sent you."
+            ),
+            code="email_unverified",
         )
     try:
         with transaction.atomic():

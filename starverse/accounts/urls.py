@@ -11,7 +11,7 @@ urlpatterns = [
     path("verify-email/<str:token>/", views.verify_email, name="verify_email"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("login/verify/", views.login_verify, name="login_verify"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", views.LogoutView.as_view(), name="logout"),
     path("password-reset/", views.PasswordResetView.as_view(), name="password_reset"),
     path(
         "password-reset/sent/",

@@ -57,6 +57,16 @@ def require_owner(user: Any, doing: str) -> None:
     require_role(user, (OWNER,), doing)
 
 
+def may_use(role: str | None, user_id: str, created_by_id: str | None) -> bool:
+    """Whether a person with `role` in an object's tenant (None: not a member) may use it —
+    reach its ports through the gateway, open its terminal, log in over SSH, make share links
+    and keys for it: in their own account everything (they are its owner); in a team, owners
+    and admins everything of the team, a member what they ordered, the billing role nothing."""
+    if role in MANAGERS:
+        return True
+    return role == MEMBER and created_by_id == user_id
+
+
 def require_own_or_manager(user: Any, obj: Any) -> None:
     """A member changes (stops, terminates, deletes, attaches …) only what they ordered; owners
     and admins anything of the team. The object is the team's, so the member can see it: the

@@ -242,6 +242,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [
         "rest_framework.permissions.IsAuthenticated",
         "starverse.accounts.permissions.TokenScope",
+        "starverse.accounts.permissions.PersonalRoute",
     ],
     "DEFAULT_PAGINATION_CLASS": "starverse.core.api.pagination.Pagination",
     "PAGE_SIZE": 50,
@@ -445,6 +446,9 @@ if not re.fullmatch(r"wss?://[^/\s]+", TERMINAL_URL):
         f"TERMINAL_URL must be ws://host[:port] or wss://host[:port], got {TERMINAL_URL!r}."
     )
 TERMINAL_IDLE_MINUTES = env_int("TERMINAL_IDLE_MINUTES", 30)
+# An open terminal checks its console session and the person's right to the instance again at
+# least this often (and at once on a log-out, a new password, a deactivation …: terminal.watch).
+TERMINAL_RECHECK_S = env_int("TERMINAL_RECHECK_S", 60)
 # Where users reach their instances' SSH node ports.
 SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
 # The HTTPS gateway (README "The HTTPS gateway"): Jupyter and each port an instance declares

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.onboarding import team_create
-from instances.budgets import budget_set, budgets_of
+from instances.budgets import BudgetState, budget_set, budgets_of
 from starverse.accounts.audit import request_ip
 from starverse.accounts.models import Invitation, Membership, Scope, Tenant, TenantKind
 from starverse.accounts.teams import (
@@ -30,8 +30,6 @@ from starverse.accounts.teams import (
     invitation_create,
     invitation_link,
     invitation_revoke,
-    membership_remove,
-    membership_role_set,
     team_of,
 )
 from starverse.core.api.auth import signed_in_user
@@ -40,7 +38,7 @@ from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key
 from starverse.core.errors import InvalidInput, NotFound
 from starverse.core.roles import require_manager
 from teams.api import serializers as s
-from teams.services import audit_events, transfer_make
+from teams.services import audit_events, membership_remove, membership_role_set, transfer_make
 
 
 def team_in_path(request: Request, pk: str) -> Tenant:
@@ -62,6 +60,7 @@ class TeamView(APIView):
 
 class TeamListView(TeamView):
     pagination_class = Pagination
+    person_keyed = ("POST",)  # a team is opened by a person, not by another team's token
 
     @extend_schema(operation_id="teams_list", responses=s.TeamOutput(many=True))
     def get(self, request: Request) -> Response:
@@ -116,7 +115,7 @@ class MemberView(TeamView):
         team = team_in_path(request, pk)
         data = s.MemberUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        membership = membership_role_set(
+        membership, _revoked = membership_role_set(
             actor=request.user,
             team=team,
             user_id=user,
@@ -181,13 +180,17 @@ class InvitationView(TeamView):
 
 
 class InvitationAcceptView(TeamView):
+    person_keyed = True  # the person joins
+
     @extend_schema(
         operation_id="teams_invitations_accept",
         request=None,
         responses={201: s.MemberOutput, **errors(400, 403, 409)},
         description="Join the team as the signed-in person the invitation was sent to "
-        "(403 `wrong_account` otherwise); 409 `already_member` or `already_accepted`; 400 "
-        "`link_expired` or `invalid_link`.",
+        "(403 `wrong_account` otherwise), once their address is verified (403 "
+        "`email_unverified`; opening the link in the console verifies it), never with a "
+        "team's token (403 `wrong_team`); 409 "
+        "`already_member` or `already_accepted`; 400 `link_expired` or `invalid_link`.",
     )
     def post(self, request: Request, token: str) -> Response:
         membership = invitation_accept(
@@ -196,17 +199,14 @@ class InvitationAcceptView(TeamView):
         return Response(s.MemberOutput(membership).data, status=status.HTTP_201_CREATED)
 
 
-def _budget_rows(team: Tenant) -> list[dict[str, Any]]:
-    return [
-        {
-            "user": state.budget.user_id,
-            "email": state.budget.user.email if state.budget.user else None,
-            "monthly_fen": state.budget.monthly_fen,
-            "spent_fen": state.spent_fen,
-            "left_fen": state.left_fen,
-        }
-        for state in budgets_of(team.pk)
-    ]
+def _budget_row(state: BudgetState) -> dict[str, Any]:
+    return {
+        "user": state.budget.user_id,
+        "email": state.budget.user.email if state.budget.user else None,
+        "monthly_fen": state.budget.monthly_fen,
+        "spent_fen": state.spent_fen,
+        "left_fen": state.left_fen,
+    }
 
 
 class BudgetView(TeamView):
@@ -218,10 +218,10 @@ class BudgetView(TeamView):
     )
     def get(self, request: Request, pk: str) -> Response:
         team = team_in_path(request, pk)
-        acting = acting_in(request.user, team)
-        rows = _budget_rows(team)
-        if acting.acting_role not in ("owner", "admin"):
-            rows = [row for row in rows if row["user"] in (None, acting.pk)]
+        rows = [
+            _budget_row(state)
+            for state in budgets_of(team.pk, viewer=acting_in(request.user, team))
+        ]
         return Response({"count": len(rows), "next": None, "previous": None, "results": rows})
 
     @extend_schema(
@@ -242,14 +242,7 @@ class BudgetView(TeamView):
             monthly_fen=data.validated_data["monthly_fen"],
             ip=request_ip(request),
         )
-        row = {
-            "user": state.budget.user_id,
-            "email": state.budget.user.email if state.budget.user else None,
-            "monthly_fen": state.budget.monthly_fen,
-            "spent_fen": state.spent_fen,
-            "left_fen": state.left_fen,
-        }
-        return Response(row)
+        return Response(_budget_row(state))
 
 
 class CsvRenderer(renderers.BaseRenderer):
@@ -343,6 +336,7 @@ def audit_csv(team: Tenant, events: QuerySet[Any]) -> HttpResponse:
 
 class TransferView(TeamView):
     token_scope = Scope.BILLING
+    person_keyed = True  # one side is always the person's own wallet
 
     @extend_schema(
         operation_id="teams_transfers_create",

@@ -15,7 +15,7 @@ from starverse.accounts import token_cache
 from starverse.accounts.authentication import BearerTokenAuthentication, _lookup, _user_and_token
 from starverse.accounts.models import ApiToken, User
 from starverse.accounts.services import token_create, token_revoke
-from starverse.accounts.teams import membership_remove, membership_role_set
+from teams.services import membership_remove, membership_role_set
 from tests.factories import make_token, make_user
 from tests.teams.test_teams import join
 

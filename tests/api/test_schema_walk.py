@@ -52,9 +52,10 @@ from nodeagent.fixture import open_fixture_source
 from nodeagent.report import build_report, pending_report
 from nodeagent.source import iso_utc, utc_now
 from starverse.accounts.models import ApiToken
-from starverse.accounts.services import MAX_TOKENS_PER_USER
+from starverse.accounts.services import MAX_TOKENS_PER_USER, token_create
 from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
 from starverse.accounts.verification import verification_token
+from starverse.core.api.schema import PERSON_KEYED_NOTE
 from storage.disks import disk_create
 from storage.models import Disk, StoragePrice
 from storage.nas import nas_delete, nas_set_size
@@ -219,6 +220,12 @@ def common_probes(probe: Probe, monkeypatch: Any) -> None:
         session = APIClient(enforce_csrf_checks=True)
         session.force_login(probe.user)
         probe.call(403, client=session)
+    if PERSON_KEYED_NOTE in operation["responses"].get("403", {}).get("description", ""):
+        team = team_create(user=probe.user, name="Walk lab")
+        team_token = APIClient()
+        plain = token_create(user=probe.user, name="team", team_id=team.pk, scopes=None)[1]
+        team_token.credentials(HTTP_AUTHORIZATION=f"Bearer {plain}")
+        assert probe.call(403, client=team_token).json()["code"] == "wrong_team"
     if 413 in declared:
         oversized = "x" * (probe.settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
         assert probe.call(413, raw=oversized).json()["code"] == "too_large"

@@ -19,9 +19,9 @@ from starverse.accounts.teams import (
     invitation_accept,
     invitation_create,
     invitation_token,
-    membership_remove,
 )
 from starverse.core.api.views import TenantScopedViewSet
+from teams.services import membership_remove
 from tests.factories import OWNED_OBJECT_FACTORIES, make_user
 
 

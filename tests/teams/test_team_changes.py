@@ -2,6 +2,7 @@
 the audit log's entries for them."""
 
 import pytest
+from django.test import Client
 
 from instances.models import Instance
 from starverse.accounts.models import AuditEvent
@@ -401,3 +402,24 @@ def test_console_orders_are_audited_as_the_apis_are(lab, client, catalog):
         ("cluster.ordered", cluster.pk, ana.pk),
     ]
     assert ordered[1].data == {"nodes": 2}
+
+
+def test_the_team_page_shows_a_member_the_budgets_the_api_shows(lab, client):
+    """A plain member reads the team's budget and their own, not another member's, in the
+    console as in the API; owners and admins read every one."""
+    from starverse.accounts.models import Budget
+
+    team, owner, admin, ana, bo = lab
+    Budget.objects.create(tenant=team, user=None, monthly_fen=900_000)
+    Budget.objects.create(tenant=team, user=ana, monthly_fen=123_400)
+    Budget.objects.create(tenant=team, user=bo, monthly_fen=567_800)
+
+    def seen(person):
+        page = console(Client(), person, team).get(f"/teams/{team.pk}/").content.decode()
+        api = bearer(person, team=team).get(f"/api/v1/teams/{team.pk}/budgets").json()
+        amounts = {row["monthly_fen"] for row in api["results"]}
+        shown = {fen for fen in (900_000, 123_400, 567_800) if f"¥{fen // 100:,}.00" in page}
+        return shown, amounts
+
+    assert seen(ana) == ({900_000, 123_400}, {900_000, 123_400})
+    assert seen(owner) == seen(admin) == ({900_000, 123_400, 567_800},) * 2

@@ -349,3 +349,46 @@ def test_what_a_members_endpoints_serve_counts_toward_their_next_order(lab, cata
     Budget.objects.filter(tenant=team, user=ana).update(monthly_fen=4400)
     endpoint_change(endpoint=anas, min_replicas=2, max_replicas=2)
     assert Endpoint.objects.get(pk=anas.pk).min_replicas == 2
+
+
+def _ready_disk(person, team, role, name):
+    from tests.factories import make_disk
+
+    disk = make_disk(acting(person, team, role), name)
+    type(disk).objects.filter(pk=disk.pk).update(status="available", k8s_name=f"cd-{name}")
+    person.refresh_from_db()
+    return disk
+
+
+def test_a_member_serves_only_their_own_disk_as_orders_use_it(lab, client):
+    """A disk of another member (or of the owner) is not a member's to serve, at creation (API
+    and console) as at an update of the source; owners and admins may serve any of the team."""
+    team, owner, admin, ana, bo = lab
+    bos = _ready_disk(bo, team, "member", "bos")
+    anas = _ready_disk(ana, team, "member", "anas")
+    body = _body(source={"disk": bos.pk, "path": "ckpt"})
+
+    refused = bearer(ana, team=team).post("/api/v1/endpoints", body, format="json")
+    console(client, ana, team)
+    form = {**_form(), "source_kind": "disk", "disk": bos.pk, "path": "ckpt"}
+    page = client.post("/console/endpoints/new/", form)
+
+    assert (refused.status_code, refused.json()["code"]) == (403, "not_yours")
+    assert NOT_YOURS in page.content.decode()
+    assert not Endpoint.objects.filter(tenant=team).exists()
+    own = bearer(ana, team=team).post(
+        "/api/v1/endpoints", _body(source={"disk": anas.pk, "path": "ckpt"}), format="json"
+    )
+    assert own.status_code == 202
+    by_admin = bearer(admin, team=team).post("/api/v1/endpoints", body, format="json")
+    assert by_admin.status_code == 202
+
+    # the admin, demoted to member, may no longer take a new snapshot of bo's disk
+    from teams.services import membership_role_set
+
+    membership_role_set(actor=owner, team=team, user_id=admin.pk, role="member")
+    update = bearer(admin, team=team).patch(
+        f"/api/v1/endpoints/{by_admin.json()['id']}", {"update": True}, format="json"
+    )
+    assert (update.status_code, update.json()["code"]) == (403, "not_yours")
+    assert Endpoint.objects.get(pk=by_admin.json()["id"]).generation == 1

@@ -251,3 +251,61 @@ def test_the_console_gives_a_billing_member_the_scopes_the_api_gives(two_teams, 
 
     assert ApiToken.objects.get(user=payer, name="pay").scopes == ["instances"]
     assert api_made.status_code == 201
+
+
+def test_a_team_token_cannot_act_on_the_persons_own_account(two_teams):
+    """SSH keys (root on the person's own instances), their settings and second factor, their
+    own money and the teams they open or join are the person's: a team's token is refused there
+    (403 `wrong_team`) and nothing changes; a personal token may."""
+    from billing.models import Wallet
+    from starverse.accounts.models import SshKey, Tenant, UserSettings
+    from tests.factories import SSH_KEYS, fund
+    from tests.teams.test_teams import fund_team
+
+    li, nlp, _vision = two_teams
+    fund(li, 50_000)
+    fund_team(nlp, 50_000)
+    team_api, own_api = bearer(li, team=nlp), bearer(li)
+    key = {"name": "desk", "public_key": SSH_KEYS["k_ed"]["public_key"]}
+    before = (
+        list(SshKey.objects.filter(user=li).values_list("pk", flat=True)),
+        list(UserSettings.objects.filter(user=li).values()),
+        dict(Wallet.objects.values_list("tenant_id", "cash_fen")),
+        Tenant.objects.count(),
+    )
+    refused = [
+        team_api.post("/api/v1/ssh-keys", key, format="json"),
+        team_api.get("/api/v1/ssh-keys"),
+        team_api.patch("/api/v1/account/settings", {"idle_minutes": 15}, format="json"),
+        team_api.get("/api/v1/me/2fa"),
+        team_api.post(
+            f"/api/v1/teams/{nlp.pk}/transfers",
+            {"amount_fen": 100, "direction": "to_team"},
+            format="json",
+        ),
+        team_api.post(
+            f"/api/v1/teams/{nlp.pk}/transfers",
+            {"amount_fen": 100, "direction": "from_team"},
+            format="json",
+        ),
+        team_api.post("/api/v1/teams", {"name": "Shadow lab"}, format="json"),
+    ]
+
+    for answer in refused:
+        assert (answer.status_code, answer.json()["code"]) == (403, "wrong_team"), answer.json()
+        assert "Use a personal token or the console." in answer.json()["detail"]
+    after = (
+        list(SshKey.objects.filter(user=li).values_list("pk", flat=True)),
+        list(UserSettings.objects.filter(user=li).values()),
+        dict(Wallet.objects.values_list("tenant_id", "cash_fen")),
+        Tenant.objects.count(),
+    )
+    assert after == before
+    assert team_api.get("/api/v1/teams").status_code == 200  # reading its own team is fine
+    assert own_api.post("/api/v1/ssh-keys", key, format="json").status_code == 201
+    moved = own_api.post(
+        f"/api/v1/teams/{nlp.pk}/transfers",
+        {"amount_fen": 100, "direction": "to_team"},
+        format="json",
+    )
+    assert moved.status_code == 201

@@ -592,3 +592,26 @@ def test_a_teams_invoices_and_money_mail_are_for_its_payers(team_of_two, setting
 
     assert sorted(_recipients(team.pk)) == sorted([owner.email, payer.email])
     assert _recipients(member.tenant_id) == [member.email]
+
+
+def test_an_unverified_address_joins_only_through_the_emailed_link(team_of_two, client):
+    """An account opened with an address its holder never proved joins no team by the API
+    (403 `email_unverified`, no membership); opening the e-mailed link in the console proves
+    the mailbox: the address is verified (with the trial it earns) and the person joins."""
+    from billing.selectors import wallet_for_tenant
+
+    team, owner, _member = team_of_two
+    unverified = make_user(verified=False)
+    invitation = invitation_create(actor=owner, team=team, email=unverified.email, role="member")
+    token = invitation_token(invitation)
+
+    refused = bearer(unverified).post(f"/api/v1/teams/invitations/{token}/accept")
+
+    assert (refused.status_code, refused.json()["code"]) == (403, "email_unverified")
+    assert not Membership.objects.filter(tenant=team, user=unverified).exists()
+    client.force_login(unverified)
+    assert client.post(f"/teams/invitations/{token}/").status_code == 302
+    unverified.refresh_from_db()
+    assert unverified.email_verified_at is not None
+    assert Membership.objects.filter(tenant=team, user=unverified).exists()
+    assert wallet_for_tenant(unverified.tenant_id).promo_fen == 1000

@@ -202,6 +202,8 @@ class MeView(APIView):
 class AccountSettingsView(APIView):
     """The signed-in user's settings: the defaults of their orders (the idle auto-stop)."""
 
+    person_keyed = True
+
     @extend_schema(operation_id="account_settings_retrieve", responses=s.SettingsOutput)
     def get(self, request: Request) -> Response:
         return Response(s.SettingsOutput(user_settings(signed_in_user(request))).data)
@@ -219,6 +221,8 @@ class AccountSettingsView(APIView):
 
 
 class MeTwoFactorView(APIView):
+    person_keyed = True
+
     @extend_schema(operation_id="me_2fa_retrieve", responses=s.TwoFactorOutput)
     def get(self, request: Request) -> Response:
         user = signed_in_user(request)
@@ -311,6 +315,8 @@ class SshKeyViewSet(
     model = SshKey
     owner_field = "user"
     serializer_class = s.SshKeyOutput
+    # a person's keys open their own instances as root: never a team token's to change or list
+    person_keyed = True
 
     @extend_schema(
         operation_id="ssh_keys_create",

@@ -19,6 +19,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import BasePagination, PageNumberPagination
 from rest_framework.permissions import IsAdminUser
 
+from starverse.core.api.auth import person_keyed
 from starverse.core.api.pagination import WholeList
 
 # drf-spectacular is typed only in part: the helpers used here have no annotations. The type
@@ -77,6 +78,8 @@ ERROR_DESCRIPTIONS = {
     503: "An outside service could not be reached; nothing was done.",
 }
 
+# The 403 of a route that acts on the person (starverse.core.api.auth.person_keyed).
+PERSON_KEYED_NOTE = "A team's token is refused here: this acts on the person (`wrong_team`)."
 UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 # Integer columns' storage limits (16, 32 and 64 bits), which differ between database backends:
 # the schema leaves them out so that it is the same whichever database generated it.
@@ -135,7 +138,8 @@ class AutoSchema(_SpectacularAutoSchema):
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses = super()._get_response_bodies(direction)
         self.registry.register_on_missing(ERROR)
-        for code, response in errors(*sorted(self.implied_error_codes())).items():
+        notes = {403: PERSON_KEYED_NOTE} if person_keyed(self.view, self.method) else {}
+        for code, response in errors(*sorted(self.implied_error_codes()), also=notes).items():
             responses.setdefault(str(code), self._get_response_for_code(response, str(code)))
         return dict(sorted(responses.items()))
 
