@@ -182,8 +182,8 @@ class InvoiceFunds:
     def beyond_paid_fen(self) -> int:
         """How far the invoices, and the invoiceability transfers carried away, exceed what was
         paid in and carried in, refunds aside. invoice_request and transfer_post never let this
-        above zero: it is a fault (transfers posted before they carried portions, which carried
-        their whole amount, or a write around those services)."""
+        above zero: it is a fault (an invoice that transfers of invoiced money allowed before
+        they carried portions, billing migration 0010, or a write around those services)."""
         return max(0, self.invoiced_fen - self.paid_fen - self.carried_fen)
 
 
