@@ -345,6 +345,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         "cash_after_fen",
         "promo_after_fen",
         "arrears_after_fen",
+        "invoiceable_delta_fen",
         "description",
         "reason",
         "created_by",

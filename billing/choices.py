@@ -63,6 +63,10 @@ PROMO_CREDIT_KINDS = (TransactionKind.TRIAL,)
 # Credits of these kinds are money the customer paid in: a wallet that never had one is on trial
 # credit only.
 PAID_CREDIT_KINDS = (TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER, TransactionKind.TRANSFER)
+# Credits of these kinds bring paid cash in from outside, the money a 发票 may be asked for. A
+# transfer moves invoiceability only as the portion it carries (invoiceable_delta_fen), never
+# by its amount.
+PAID_IN_KINDS = (TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
 
 
 class TrialStatus(models.TextChoices):

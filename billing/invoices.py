@@ -2,10 +2,13 @@
 the operator's decision on each (issued with a PDF or a number, or rejected with a reason).
 
 What may be invoiced is cash the tenant paid in (top-ups and bank transfers, less reversals of
-them) minus what went back (refunds that are pending or done, chargebacks not won back) minus
-requests already made (requested or issued). A request is checked and written under the
-wallet's row lock, the lock the ledger posts under, so two requests, or a request and a refund,
-cannot together take more than was paid."""
+them), with the invoiceable portions transfers carried in less those they carried out, minus
+what went back (refunds that are pending or done, chargebacks not won back) minus requests
+already made (requested or issued): billing.selectors.InvoiceFunds. A transfer carries only
+paid cash not yet invoiced (billing.services.transfer_post), so money moved between wallets is
+invoiced once. A request is checked and written under the wallet's row lock, the lock the
+ledger posts under, so two requests, or a request and a refund or a transfer, cannot together
+take more than was paid."""
 
 import hashlib
 import json
@@ -15,22 +18,13 @@ from typing import Any
 
 from django.core.files.base import File
 from django.db import IntegrityError, transaction
-from django.db.models import Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from billing.choices import (
-    INVOICE_HOLDING,
-    INVOICE_TRANSITIONS,
-    PAID_CREDIT_KINDS,
-    InvoiceKind,
-    InvoiceStatus,
-    RefundStatus,
-    TransactionKind,
-)
-from billing.models import Dispute, InvoiceProfile, InvoiceRequest, LedgerTransaction, Refund
-from billing.selectors import wallet_locked
+from billing.choices import INVOICE_TRANSITIONS, InvoiceKind, InvoiceStatus
+from billing.models import InvoiceProfile, InvoiceRequest
+from billing.selectors import invoice_funds_of, wallet_locked
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, FieldInvalid, IdempotencyConflict, InvalidInput
 from starverse.core.money import format_fen
@@ -114,52 +108,15 @@ def invoice_profile_for(tenant_id: str) -> InvoiceProfile | None:
     return InvoiceProfile.objects.filter(tenant_id=tenant_id).first()
 
 
-def paid_fen(tenant_id: str) -> int:
-    """Cash the tenant paid in: top-ups and bank transfers, less operators' reversals of them."""
-    rows = LedgerTransaction.objects.filter(wallet__tenant_id=tenant_id).filter(
-        Q(kind__in=PAID_CREDIT_KINDS)
-        | Q(kind=TransactionKind.REVERSAL, reverses__kind__in=PAID_CREDIT_KINDS)
-    )
-    return int(rows.aggregate(total=Sum("cash_delta_fen", default=0))["total"])
-
-
-def returned_fen(tenant_id: str) -> int:
-    """Paid cash that went back: refunds pending or done (a failed one is released), and
-    chargebacks whose money Stripe took and did not give back."""
-    refunded = Refund.objects.filter(
-        topup__tenant_id=tenant_id, status__in=(RefundStatus.PENDING, RefundStatus.SUCCEEDED)
-    ).aggregate(total=Sum("amount_fen", default=0))["total"]
-    charged_back = Dispute.objects.filter(
-        topup__tenant_id=tenant_id,
-        debit_transaction__isnull=False,
-        credit_transaction__isnull=True,
-    ).aggregate(total=Sum("amount_fen", default=0))["total"]
-    return int(refunded) + int(charged_back)
-
-
-def invoiced_fen(tenant_id: str) -> int:
-    return int(
-        InvoiceRequest.objects.filter(tenant_id=tenant_id, status__in=INVOICE_HOLDING).aggregate(
-            total=Sum("amount_fen", default=0)
-        )["total"]
-    )
-
-
-def _uninvoiced_fen(tenant_id: str) -> int:
-    """Paid cash kept less invoices requested or issued: below zero when a refund came after
-    an invoice was asked for."""
-    return paid_fen(tenant_id) - returned_fen(tenant_id) - invoiced_fen(tenant_id)
-
-
 def invoiced_over_paid_fen(tenant_id: str) -> int:
     """How far invoices requested or issued exceed the paid cash left after refunds; 0 when
     they do not."""
-    return max(0, -_uninvoiced_fen(tenant_id))
+    return invoice_funds_of(tenant_id).over_invoiced_fen
 
 
 def invoiceable_fen(tenant_id: str) -> int:
     """What the tenant may still ask an invoice for (never below zero)."""
-    return max(0, _uninvoiced_fen(tenant_id))
+    return invoice_funds_of(tenant_id).invoiceable_fen
 
 
 def _request_hash(amount_fen: int) -> str:
@@ -202,9 +159,10 @@ def invoice_request(
                 raise FieldInvalid(
                     "amount_fen",
                     _(
-                        "%(amount)s is more than can be invoiced: %(available)s (paid top-ups "
-                        "and team transfers in, less transfers out, refunds and invoices "
-                        "already requested)."
+                        "%(amount)s is more than can be invoiced: %(available)s (top-ups and "
+                        "bank transfers paid in, with the paid cash not yet invoiced that "
+                        "transfers carried in less what they carried out, less refunds and "
+                        "invoices already requested)."
                     )
                     % {"amount": format_fen(amount_fen), "available": format_fen(available)},
                     code="over_invoiceable",

@@ -88,6 +88,13 @@ class LedgerTransaction(models.Model):
     cash_after_fen = models.BigIntegerField()
     promo_after_fen = models.BigIntegerField()
     arrears_after_fen = models.BigIntegerField(default=0, db_default=0)
+    invoiceable_delta_fen = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        help_text="A transfer's change of what the wallet may invoice: the part of its amount "
+        "that was paid cash not yet invoiced at the source (billing.services.transfer_post), "
+        "negative on the way out. 0 for every other kind.",
+    )
     description = models.CharField(max_length=500)
     price_kind = models.CharField(
         max_length=16,
@@ -125,6 +132,21 @@ class LedgerTransaction(models.Model):
                 & Q(promo_after_fen__gte=0)
                 & Q(arrears_after_fen__gte=0),
                 name="ledger_after_non_negative",
+            ),
+            # only a transfer carries invoiceability, and never more than the cash it moves
+            models.CheckConstraint(
+                condition=Q(invoiceable_delta_fen=0)
+                | Q(
+                    kind=TransactionKind.TRANSFER,
+                    invoiceable_delta_fen__gt=0,
+                    invoiceable_delta_fen__lte=models.F("cash_delta_fen"),
+                )
+                | Q(
+                    kind=TransactionKind.TRANSFER,
+                    invoiceable_delta_fen__lt=0,
+                    invoiceable_delta_fen__gte=models.F("cash_delta_fen"),
+                ),
+                name="ledger_invoiceable_only_within_a_transfer",
             ),
         ]
 

@@ -29,6 +29,7 @@ from billing.choices import (
     TransactionKind,
 )
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
+from billing.selectors import invoice_funds_of, transfer_keys
 from billing.signals import wallet_credited
 from starverse.core.db import bulk_insert, bulk_set
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
@@ -106,6 +107,7 @@ def _post(
     actor: Any = None,
     instance_id: str = "",
     reverses: LedgerTransaction | None = None,
+    invoiceable_delta_fen: int = 0,
 ) -> LedgerTransaction:
     request_hash = _request_hash({"wallet": wallet_id, "kind": kind, **request})
     # usage posted here is paid from cash at the standard price (CASH_ONLY_DEBITS)
@@ -131,6 +133,7 @@ def _post(
                 instance_id=instance_id,
                 reverses=reverses,
                 price_kind=price_kind,
+                invoiceable_delta_fen=invoiceable_delta_fen,
             )
             paid = _arrears_pay(wallet, txn) if cash_delta > 0 else None
             _write(wallet, [(txn, counter), *([(paid, Account.ADJUSTMENTS)] if paid else [])])
@@ -166,6 +169,7 @@ def _transaction(
     instance_id: str = "",
     reverses: LedgerTransaction | None = None,
     price_kind: str = "",
+    invoiceable_delta_fen: int = 0,
 ) -> LedgerTransaction:
     """The (unsaved) transaction applying `deltas` to the locked wallet, whose balances in
     memory follow it."""
@@ -185,6 +189,7 @@ def _transaction(
         cash_after_fen=wallet.cash_fen,
         promo_after_fen=wallet.promo_fen,
         arrears_after_fen=wallet.arrears_fen,
+        invoiceable_delta_fen=invoiceable_delta_fen,
         description=description[:500],
         price_kind=price_kind,
         reason=reason,
@@ -316,6 +321,7 @@ def ledger_post(
     reason: str = "",
     actor: Any = None,
     instance_id: str = "",
+    invoiceable_delta_fen: int = 0,
 ) -> LedgerTransaction:
     """Credit (amount > 0) or debit (amount < 0) a wallet, exactly once per key.
 
@@ -323,9 +329,12 @@ def ledger_post(
     cash only (CASH_ONLY_DEBITS): trial credit is spent by usage_post_many alone, at trial
     prices. A debit larger than what is
     left raises InsufficientBalance, or with allow_partial takes what is left: a balance never
-    goes below zero."""
+    goes below zero. `invoiceable_delta_fen`: a transfer leg's carried portion (transfer_post
+    decides it); no other kind carries one."""
     if kind in (TransactionKind.REVERSAL, TransactionKind.ARREARS):
         raise InvalidInput("Use transaction_reverse or arrears_debit_post for this kind.")
+    if invoiceable_delta_fen and kind != TransactionKind.TRANSFER:
+        raise InvalidInput("Only a transfer carries an invoiceable portion.")
     _check_amount(kind, amount_fen)
 
     def split(wallet: Wallet) -> tuple[int, int, int]:
@@ -358,6 +367,7 @@ def ledger_post(
         reason=reason,
         actor=actor,
         instance_id=instance_id,
+        invoiceable_delta_fen=invoiceable_delta_fen,
     )
 
 
@@ -522,31 +532,42 @@ def transfer_post(
     `key`: a debit of the source's cash and a credit of the target's, both against the
     transfers account, so together they net to zero, in one database transaction with both
     wallets locked in id order. Trial credit never moves: the debit takes cash only, and a
-    source without enough cash is refused whole (402)."""
+    source without enough cash is refused whole (402).
+
+    The transfer carries invoiceability as much as the source still has (paid cash not yet
+    invoiced, billing.selectors.InvoiceFunds), up to its amount: -x on the debit, +x on the
+    credit. Cash already invoiced, or never paid (an operator's credit), moves without it, so
+    money moved round wallets is invoiced once. Read under the source's lock, the lock invoice
+    requests and refunds take, so it holds until commit."""
     if isinstance(amount_fen, bool) or not isinstance(amount_fen, int) or amount_fen <= 0:
         raise InvalidInput(_("amount_fen: a positive whole number of fen."), code="invalid_amount")
     source = Wallet.objects.only("id").get(tenant_id=from_tenant_id).pk
     target = Wallet.objects.only("id").get(tenant_id=to_tenant_id).pk
+    out_key, in_key = transfer_keys(key)
     with transaction.atomic():
         for wallet_id in sorted([source, target]):
             _wallet_locked(wallet_id)
+        # a replay returns its first rows, with the portion decided then
+        carried = min(amount_fen, invoice_funds_of(from_tenant_id).invoiceable_fen)
         out = ledger_post(
             wallet_id=source,
-            key=f"transfer:{key}:out",
+            key=out_key,
             kind=TransactionKind.TRANSFER,
             amount_fen=-amount_fen,
             description=description,
             reason=f"to {to_tenant_id}",
             actor=actor,
+            invoiceable_delta_fen=-carried,
         )
         into = ledger_post(
             wallet_id=target,
-            key=f"transfer:{key}:in",
+            key=in_key,
             kind=TransactionKind.TRANSFER,
             amount_fen=amount_fen,
             description=description,
             reason=f"from {from_tenant_id}",
             actor=actor,
+            invoiceable_delta_fen=carried,
         )
     return out, into
 

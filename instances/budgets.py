@@ -5,9 +5,10 @@ fill with the endpoint's id, and the row's created_by attribute every charge), s
 query, never a counter to keep in step. An order or a start (an endpoint's creation or scaling
 up) whose own cost over its runway, on top of an hour of what the member (or the team) already
 runs by the hour (hourly instances and endpoint replicas), does not fit what is left is refused
-(402 `budget_exceeded`); the metering tick stops a member's running instances once their
-budget is spent (instances.metering), and the endpoints' pass scales their endpoints to zero
-(endpoints.services.endpoints_over_budget_suspend)."""
+(402 `budget_exceeded`), and a monthly rental's next month that does not fit is not charged:
+the rental ends at its paid month (instances.monthly); the metering tick stops a member's
+running instances once their budget is spent (instances.metering), and the endpoints' pass
+scales their endpoints to zero (endpoints.services.endpoints_over_budget_suspend)."""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -120,10 +121,14 @@ def budget_refusal(
     need_fen: int,
     *,
     queued: bool = False,
+    renewal: bool = False,
     budgets: list[tuple[str | None, int]] | None = None,
+    now: datetime | None = None,
 ) -> Deferred | None:
     """Why budget_check refuses, naming the budget and its amounts (to store, or to say), or
-    None when it fits; `queued`: said of a queued order whose turn came (it keeps waiting)."""
+    None when it fits; `queued`: said of a queued order whose turn came (it keeps waiting);
+    `renewal`: said of a monthly rental's next month (instances.monthly: it ends instead).
+    `now`: the moment whose calendar month's spend counts."""
     # a plain query (every order asks it, and most accounts have no budget at all), unless the
     # caller read them already (`budgets`: (user id, or None for the team's; monthly fen))
     if budgets is None:
@@ -134,7 +139,7 @@ def budget_refusal(
             )
             budgets = cursor.fetchall()
     for user_id, monthly_fen in budgets:
-        spent = spent_fen(instance.tenant_id, user_id)
+        spent = spent_fen(instance.tenant_id, user_id, now=now)
         burn = burning_fen(instance, user_id)
         left = monthly_fen - spent
         if need_fen + burn <= left:
@@ -147,6 +152,8 @@ def budget_refusal(
             "need": format_fen(need_fen),
             "burn": format_fen(burn),
         }
+        if renewal:
+            return RENEWAL_MESSAGES[(user_id is None, burn > 0)] % amounts
         return MESSAGES[(user_id is None, queued, burn > 0)] % amounts
     return None
 
@@ -219,6 +226,37 @@ MESSAGES = {
         "%(budget)s, %(spent)s is spent and what they run costs %(burn)s an hour; this order "
         "needs %(need)s over its runway on top of that. It waits in the queue, uncharged, "
         "until something stops, an owner raises the budget or a new month begins."
+    ),
+}
+
+
+# (the team's budget, what is run by the hour counts): why a monthly rental's next month is not
+# charged, as its timeline and the owners' mail say (instances.monthly)
+RENEWAL_MESSAGES = {
+    (True, False): later(
+        "Monthly rental not renewed: the monthly budget of team %(team)s is %(budget)s and "
+        "%(spent)s is spent this month; the next month costs %(need)s. The instance is stopped "
+        "and its disk kept; starting it again is billed by the minute. An owner can raise the "
+        "budget."
+    ),
+    (False, False): later(
+        "Monthly rental not renewed: the monthly budget of whoever rented it in team %(team)s "
+        "is %(budget)s and %(spent)s is spent this month; the next month costs %(need)s. The "
+        "instance is stopped and its disk kept; starting it again is billed by the minute. An "
+        "owner can raise the budget."
+    ),
+    (True, True): later(
+        "Monthly rental not renewed: the monthly budget of team %(team)s is %(budget)s, "
+        "%(spent)s is spent this month and what the team runs by the hour costs %(burn)s an "
+        "hour; the next month costs %(need)s on top of that. The instance is stopped and its "
+        "disk kept; starting it again is billed by the minute. An owner can raise the budget."
+    ),
+    (False, True): later(
+        "Monthly rental not renewed: the monthly budget of whoever rented it in team %(team)s "
+        "is %(budget)s, %(spent)s is spent this month and what they run by the hour costs "
+        "%(burn)s an hour; the next month costs %(need)s on top of that. The instance is "
+        "stopped and its disk kept; starting it again is billed by the minute. An owner can "
+        "raise the budget."
     ),
 }
 

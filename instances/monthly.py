@@ -1,24 +1,43 @@
 """Monthly (包月) rental of whole nodes: each 30-day period is prepaid from the balance when the
 node is placed and at each renewal, under the ledger key monthly:{instance}:{period}
 (instances.charges); the node stays reserved while the instance is stopped; at the period's end
-the rental renews, or ends as the user chose (or when the balance cannot pay): the instance is
-stopped, the node freed, and a later start is billed by the minute."""
+the rental renews, or ends as the user chose, when the balance cannot pay, or when its orderer's
+or its team's monthly budget does not fit the next month (instances.budgets, the rule orders
+pass; the team's owners are mailed): the instance is stopped, the node freed, and a later start
+is billed by the minute."""
 
 import logging
 from datetime import datetime
+from typing import NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
 
+from billing.notices import mail_about_instance
+from billing.selectors import wallet_locked
+from instances.budgets import budget_refusal
 from instances.charges import period_charge
 from instances.choices import BillingMode, InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.states import gpus_release, instance_locked, instance_mark_stopping
+from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import InsufficientBalance
-from starverse.core.text import later
+from starverse.core.text import Deferred, later
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
+_ENDED = later(
+    "Monthly rental ended: %(reason)s. The instance is stopped and its disk kept; "
+    "starting it again is billed by the minute."
+)
+
+
+class Ending(NamedTuple):
+    """Why a rental ends at its paid month: its timeline line, and whether a budget ended it
+    (then the team's owners are mailed, who can raise it)."""
+
+    message: Deferred
+    over_budget: bool = False
 
 
 def renewals_run(*, now: datetime | None = None) -> tuple[list[str], list[str]]:
@@ -40,45 +59,71 @@ def renewals_run(*, now: datetime | None = None) -> tuple[list[str], list[str]]:
                 or instance.paid_until > now
             ):
                 continue
-            ends_because = _renew(instance, now=now)
-            if ends_because is None:
+            ending = _renew(instance, now=now)
+            if ending is None:
                 renewed.append(instance.id)
                 continue
-            _rental_end(instance, ends_because)
+            event = _rental_end(instance, ending.message)
+            if ending.over_budget:
+                enqueue_on_commit("instances.tasks.send_rental_not_renewed", event.pk)
             ended.append(instance.id)
     if renewed or ended:
         logger.info("monthly.renewals renewed=%s ended=%s", renewed, ended)
     return renewed, ended
 
 
-def _renew(instance: Instance, *, now: datetime) -> str | None:
-    """Pay the next period of a rental that renews. None when paid; otherwise why it ends."""
+def _renew(instance: Instance, *, now: datetime) -> Ending | None:
+    """Pay the next period of a rental that renews, if its orderer's and its team's monthly
+    budgets fit it as they would an order of it. None when paid; otherwise why it ends."""
     if not instance.auto_renew:
-        return later("you chose not to renew")
+        return Ending(_ENDED % {"reason": later("you chose not to renew")})
+    # under the wallet's lock, as an order's admission: the budgets' reads and the charge hold
+    # together against orders at the same moment
+    wallet_locked(instance.tenant_id)
+    need = instance.offering.price_per_month_fen or 0  # period_charge refuses an offering without
+    refusal = budget_refusal(instance, need, renewal=True, now=now)
+    if refusal is not None:
+        return Ending(refusal, over_budget=True)
     try:
         period_charge(instance, now=now)
     except InsufficientBalance:
-        return later("the balance could not pay the next month")
+        return Ending(_ENDED % {"reason": later("the balance could not pay the next month")})
     return None
 
 
-def _rental_end(instance: Instance, reason: str) -> None:
+def _rental_end(instance: Instance, message: str) -> InstanceEvent:
     """End a (locked) monthly rental: a running or starting instance is stopped with its disk
-    kept, a stopped one gives back the node it kept; from now on it is billed by the minute."""
-    message = later(
-        "Monthly rental ended: %(reason)s. The instance is stopped and its disk kept; "
-        "starting it again is billed by the minute."
-    ) % {"reason": reason}
+    kept, a stopped one gives back the node it kept; from now on it is billed by the minute.
+    Its timeline says why (`message`) whatever state it is in; returns that line."""
     if instance.status in (S.RUNNING, S.CHECKING, S.PROVISIONING):
         # still billed monthly here, so stopping charges no minutes
         instance_mark_stopping(instance, message)
     elif instance.status == S.STOPPED and instance.allocations.exists():
         release_reservation(instance, message)
+    else:
+        InstanceEvent.objects.create(instance=instance, status=instance.status, message=message)
     instance.billing = BillingMode.HOURLY
     instance.save(update_fields=["billing"])
+    return instance.events.order_by("-at", "-id")[0]
 
 
 def release_reservation(instance: Instance, message: str) -> None:
     """Free the node a stopped monthly rental was keeping, and serve the queue."""
     gpus_release(instance)
     InstanceEvent.objects.create(instance=instance, status=instance.status, message=message)
+
+
+def rental_not_renewed_notice_send(*, event_id: int) -> None:
+    """Mail whoever rented the instance and the team's owners and admins the timeline line
+    saying which budget ended its monthly rental, in both languages."""
+    event = InstanceEvent.objects.select_related("instance").filter(pk=event_id).first()
+    if event is None:  # the instance was deleted since
+        return
+    instance = event.instance
+    mail_about_instance(
+        instance.tenant_id,
+        instance.created_by_id,
+        "instances/email/rental_not_renewed.txt",
+        {"instance_name": instance.name, "instance_id": instance.pk, "event": event},
+    )
+    logger.info("monthly.not_renewed_notice instance=%s event=%s", instance.pk, event_id)

@@ -131,6 +131,11 @@ def renew_monthly() -> None:
 
 
 @shared_task(acks_late=True, ignore_result=True)
+def send_rental_not_renewed(event_id: int) -> None:
+    monthly.rental_not_renewed_notice_send(event_id=event_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
 def check_runways() -> None:
     """Runway warnings at what the running instances burn now (instances.selectors)."""
     runway_notices_check(spend_per_hour_fen())

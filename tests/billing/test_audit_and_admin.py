@@ -2,9 +2,16 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from billing.models import LedgerTransaction, Wallet
+from billing.choices import TransactionKind
+from billing.invoices import invoice_profile_save, invoice_request
+from billing.models import InvoiceRequest, LedgerTransaction, Refund, TopUp, Wallet
+from billing.onboarding import team_create
+from billing.services import ledger_post
+from starverse.accounts.teams import acting_in
 from starverse.core.adminurls import admin_change_url
-from tests.factories import make_operator, make_user, staff_login
+from teams.services import TO_TEAM, transfer_make
+from tests.billing.test_invoices import PROFILE
+from tests.factories import fund, make_operator, make_user, staff_login
 
 
 def test_billing_audit_passes_then_names_the_drifting_wallet(db, capsys):
@@ -21,6 +28,97 @@ def test_billing_audit_passes_then_names_the_drifting_wallet(db, capsys):
         call_command("billing_audit")
 
     assert f"DRIFT wallet={drifting.id}" in capsys.readouterr().err
+
+
+def _paid_and_moved(fen):
+    """A person who paid `fen`, moved it all to a team of theirs and invoiced it there."""
+    person = make_user()
+    fund(person, fen)
+    team = team_create(user=person, name="Lab A")
+    invoice_profile_save(tenant_id=team.pk, data=PROFILE)
+    transfer_make(user=person, team=team, amount_fen=fen, direction=TO_TEAM)
+    invoice_request(user=acting_in(person, team), amount_fen=fen)
+    return person, team
+
+
+def test_billing_audit_passes_on_money_moved_and_invoiced_once(db, capsys):
+    _paid_and_moved(100_000)
+
+    call_command("billing_audit")
+
+    captured = capsys.readouterr()
+    assert captured.out == "OK: 2 wallet(s) equal their ledger sums.\n"
+    assert captured.err == ""
+
+
+def test_billing_audit_names_an_account_invoiced_over_what_was_paid_in(db, capsys):
+    """An invoice no service would allow (as the transfer loop of before made): the audit
+    names the account and fails."""
+    person, _team = _paid_and_moved(100_000)
+    InvoiceRequest.objects.create(
+        tenant_id=person.tenant_id, requested_by=person, amount_fen=50_000, profile=PROFILE
+    )
+
+    with pytest.raises(CommandError, match="1 account\\(s\\) invoiced over what was paid in"):
+        call_command("billing_audit")
+
+    assert capsys.readouterr().err == (
+        f"OVER_INVOICED tenant={person.tenant_id} invoiced=¥500.00 paid=¥1,000.00 "
+        "carried=-¥1,000.00 returned=¥0.00 over=¥500.00\n"
+    )
+
+
+def test_billing_audit_lists_a_refund_after_an_invoice_and_passes(db, capsys):
+    """A refund an operator made after the 发票 leaves the invoice over the cash kept: listed,
+    to be voided (红冲) outside the platform, but not a fault of the books."""
+    person = make_user()
+    invoice_profile_save(tenant_id=person.tenant_id, data=PROFILE)
+    fund(person, 10_000)
+    invoice_request(user=person, amount_fen=10_000)
+    topup = TopUp.objects.create(
+        tenant=person.tenant, wallet=person.tenant.wallet, created_by=person, amount_fen=10_000
+    )
+    reserve = ledger_post(
+        wallet_id=person.tenant.wallet.id,
+        key="refund:audit",
+        kind=TransactionKind.REFUND,
+        amount_fen=-4_000,
+        description="Refund",
+    )
+    Refund.objects.create(
+        topup=topup,
+        amount_fen=4_000,
+        reason="r",
+        requested_by=make_operator(),
+        reserve_transaction=reserve,
+    )
+
+    call_command("billing_audit")
+
+    assert capsys.readouterr().out == (
+        f"REFUNDED_AFTER_INVOICE tenant={person.tenant_id} invoiced=¥100.00 paid=¥100.00 "
+        "carried=¥0.00 returned=¥40.00 over=¥40.00\n"
+        "OK: 2 wallet(s) equal their ledger sums.\n"
+        "1 account(s) refunded after invoicing (REFUNDED_AFTER_INVOICE above): void (红冲) "
+        "those invoices.\n"
+    )
+
+
+def test_billing_audit_fails_on_a_transfer_whose_portions_do_not_net_to_zero(db, capsys):
+    team = team_create(user=make_user(), name="Lab A")
+    ledger_post(
+        wallet_id=Wallet.objects.get(tenant=team).pk,
+        key="transfer:lone:in",
+        kind=TransactionKind.TRANSFER,
+        amount_fen=5_000,
+        description="Transfer between wallets",
+        invoiceable_delta_fen=5_000,
+    )
+
+    with pytest.raises(CommandError, match="1 transfer\\(s\\) whose invoiceable portions"):
+        call_command("billing_audit")
+
+    assert capsys.readouterr().err == "CARRY_UNBALANCED transfer=transfer:lone net=¥50.00\n"
 
 
 @pytest.fixture

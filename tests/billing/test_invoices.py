@@ -3,6 +3,9 @@ import json
 import pytest
 from django.core import mail
 from django.core.files.base import ContentFile
+from django.core.management import CommandError, call_command
+from django.db import DatabaseError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
 
 from billing.choices import InvoiceStatus, RefundStatus, TransactionKind
 from billing.invoices import (
@@ -11,12 +14,16 @@ from billing.invoices import (
     invoice_reject,
     invoice_request,
     invoiceable_fen,
+    invoiced_over_paid_fen,
     tax_number_valid,
 )
-from billing.models import InvoiceProfile, InvoiceRequest, Refund, TopUp
+from billing.models import InvoiceProfile, InvoiceRequest, LedgerTransaction, Refund, TopUp
+from billing.onboarding import team_create
 from billing.payments import bank_transfer_post
-from billing.services import ledger_post, transaction_reverse
+from billing.services import adjustment_post, ledger_post, transaction_reverse
+from starverse.accounts.teams import acting_in
 from starverse.core.errors import Conflict, FieldInvalid, IdempotencyConflict, InvalidInput
+from teams.services import FROM_TEAM, TO_TEAM, transfer_make
 from tests.conftest import run_threads
 from tests.factories import fund, make_operator, make_user, staff_login
 
@@ -292,3 +299,164 @@ def test_pdf_not_issued_yet_is_a_json_404_even_when_asking_for_pdf(db, client_fo
     )
     assert answer.status_code == 404
     assert json.loads(answer.content)["code"] == "no_file"
+
+
+def _team(owner, name):
+    """A team of `owner` with invoice details of its own title."""
+    team = team_create(user=owner, name=name)
+    invoice_profile_save(tenant_id=team.pk, data={**PROFILE, "title": name})
+    return team
+
+
+def _carried(tenant_id):
+    """The invoiceable portions of the tenant's transfer rows, oldest first."""
+    return list(
+        LedgerTransaction.objects.filter(wallet__tenant_id=tenant_id, kind=TransactionKind.TRANSFER)
+        .order_by("created_at", "id")
+        .values_list("cash_delta_fen", "invoiceable_delta_fen")
+    )
+
+
+def test_moving_invoiced_money_round_teams_is_not_invoiced_twice(db):
+    """The issue's loop: ¥1,000 paid once, moved to a new team, invoiced there, moved back and
+    on to another team: the second invoice is refused and nothing is written; the ¥1,000 was
+    invoiced once, and nothing more can be anywhere."""
+    person = _profiled()
+    fund(person, 100_000)
+    first = _team(person, "Lab A")
+    transfer_make(user=person, team=first, amount_fen=100_000, direction=TO_TEAM)
+    invoice_request(user=acting_in(person, first), amount_fen=100_000)
+    transfer_make(user=person, team=first, amount_fen=100_000, direction=FROM_TEAM)
+    second = _team(person, "Lab B")
+    transfer_make(user=person, team=second, amount_fen=100_000, direction=TO_TEAM)
+
+    with pytest.raises(FieldInvalid) as refused:
+        invoice_request(user=acting_in(person, second), amount_fen=100_000)
+
+    assert (refused.value.field, refused.value.code) == ("amount_fen", "over_invoiceable")
+    assert refused.value.message == (
+        "¥1,000.00 is more than can be invoiced: ¥0.00 (top-ups and bank transfers paid in, "
+        "with the paid cash not yet invoiced that transfers carried in less what they carried "
+        "out, less refunds and invoices already requested)."
+    )
+    assert list(InvoiceRequest.objects.values_list("tenant_id", "amount_fen")) == [
+        (first.pk, 100_000)
+    ]
+    assert [invoiceable_fen(t) for t in (person.tenant_id, first.pk, second.pk)] == [0, 0, 0]
+    assert _carried(first.pk) == [(100_000, 100_000), (-100_000, 0)]
+    assert _carried(second.pk) == [(100_000, 0)]
+    with pytest.raises(FieldInvalid):
+        invoice_request(user=person, amount_fen=1)
+    assert InvoiceRequest.objects.count() == 1
+
+
+def test_money_paid_personally_and_moved_to_a_team_is_invoiced_there(db):
+    person = _profiled()
+    fund(person, 100_000)
+    team = _team(person, "Lab A")
+    transfer_make(user=person, team=team, amount_fen=60_000, direction=TO_TEAM)
+
+    item, created = invoice_request(user=acting_in(person, team), amount_fen=60_000)
+
+    assert (created, item.tenant_id, item.profile["title"]) == (True, team.pk, "Lab A")
+    assert (invoiceable_fen(person.tenant_id), invoiceable_fen(team.pk)) == (40_000, 0)
+    assert _carried(person.tenant_id) == [(-60_000, -60_000)]
+    assert _carried(team.pk) == [(60_000, 60_000)]
+
+
+def test_invoiced_and_unpaid_cash_moves_without_invoiceability(db):
+    """Of ¥1,000 paid (¥300 invoiced) and ¥500 an operator credited, moving ¥1,200 carries the
+    ¥700 paid and not invoiced; moving what is left carries nothing."""
+    person = _profiled()
+    fund(person, 100_000)
+    invoice_request(user=person, amount_fen=30_000)
+    adjustment_post(
+        wallet_id=person.tenant.wallet.id,
+        amount_fen=50_000,
+        reason="goodwill",
+        actor=make_operator(),
+    )
+    team = _team(person, "Lab A")
+
+    transfer_make(user=person, team=team, amount_fen=120_000, direction=TO_TEAM)
+    transfer_make(user=person, team=team, amount_fen=30_000, direction=TO_TEAM)
+
+    assert _carried(team.pk) == [(120_000, 70_000), (30_000, 0)]
+    assert _carried(person.tenant_id) == [(-120_000, -70_000), (-30_000, 0)]
+    assert (invoiceable_fen(person.tenant_id), invoiceable_fen(team.pk)) == (0, 70_000)
+    with pytest.raises(FieldInvalid):
+        invoice_request(user=acting_in(person, team), amount_fen=70_001)
+    assert InvoiceRequest.objects.filter(tenant=team).count() == 0
+
+
+@pytest.mark.postgres
+def test_an_invoice_and_a_transfer_at_once_invoice_the_money_once(transactional_db):
+    """A request for an invoice and a transfer of the same paid cash, side by side: whichever
+    comes second sees the first (both read under the person's wallet lock), so the team can
+    invoice only what the person did not."""
+    person = _profiled()
+    fund(person, 100_000)
+    team = _team(person, "Lab A")
+
+    def act(index: int) -> str:
+        if index == 0:
+            invoice_request(user=person, amount_fen=100_000)
+        else:
+            transfer_make(user=person, team=team, amount_fen=100_000, direction=TO_TEAM)
+        return "ok"
+
+    results = run_threads(2, act)
+    left = invoiceable_fen(team.pk)
+    if left:
+        invoice_request(user=acting_in(person, team), amount_fen=left)
+
+    assert results[1] == "ok"
+    assert sum(InvoiceRequest.objects.values_list("amount_fen", flat=True)) == 100_000
+    assert (invoiceable_fen(person.tenant_id), invoiceable_fen(team.pk)) == (0, 0)
+    assert invoiced_over_paid_fen(person.tenant_id) == 0
+
+
+@pytest.mark.postgres
+def test_transfers_posted_before_portions_get_them_by_replaying_history(transactional_db, capsys):
+    """Migration 0010 replays the transfers posted before it under the rule: money paid and
+    not invoiced carries whole (a person's invoiceable amount is unchanged), the issue's loop
+    carries nothing on, so the audit names the team that invoiced it; the ledger stays
+    append-only."""
+    person, other = _profiled(), _profiled()
+    fund(person, 100_000)
+    fund(other, 50_000)
+    first, second = _team(person, "Lab A"), _team(person, "Lab B")
+    mine = _team(other, "Lab C")
+    transfer_make(user=person, team=first, amount_fen=100_000, direction=TO_TEAM)
+    invoice_request(user=acting_in(person, first), amount_fen=100_000)
+    transfer_make(user=person, team=first, amount_fen=100_000, direction=FROM_TEAM)
+    transfer_make(user=person, team=second, amount_fen=100_000, direction=TO_TEAM)
+    transfer_make(user=other, team=mine, amount_fen=30_000, direction=TO_TEAM)
+    # the second invoice of the loop, as invoice_request granted it before
+    InvoiceRequest.objects.create(
+        tenant=second, requested_by=person, amount_fen=100_000, profile=PROFILE
+    )
+    executor = MigrationExecutor(connection)
+    executor.migrate([("billing", "0009_ledger_price_kind")])
+
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    assert _carried(first.pk) == [(100_000, 100_000), (-100_000, 0)]
+    assert _carried(second.pk) == [(100_000, 0)]
+    assert _carried(mine.pk) == [(30_000, 30_000)]
+    assert [invoiceable_fen(t) for t in (person.tenant_id, second.pk, mine.pk)] == [0, 0, 30_000]
+    assert invoiceable_fen(other.tenant_id) == 20_000
+    capsys.readouterr()  # the log lines of the steps above
+    with pytest.raises(CommandError, match="1 account"):
+        call_command("billing_audit")
+    assert capsys.readouterr().err == (
+        f"OVER_INVOICED tenant={second.pk} invoiced=¥1,000.00 paid=¥0.00 carried=¥0.00 "
+        "returned=¥0.00 over=¥1,000.00\n"
+    )
+    with (
+        pytest.raises(DatabaseError, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("UPDATE billing_ledgertransaction SET invoiceable_delta_fen = 0")

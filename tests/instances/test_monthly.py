@@ -1,9 +1,11 @@
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
+from django.core import mail
+from django.utils import timezone, translation
 
 from billing.models import LedgerTransaction, Wallet
+from billing.onboarding import team_create
 from fleet.models import Allocation
 from instances.lifecycle import instance_order, instance_start, instance_stop
 from instances.metering import metering_tick
@@ -11,8 +13,10 @@ from instances.models import Instance
 from instances.monthly import renewals_run
 from instances.provisioning import converge
 from instances.selectors import availability
+from starverse.accounts.models import Budget
 from starverse.core.errors import InsufficientBalance
 from tests.factories import converge_until, fund, make_user
+from tests.teams.test_teams import fund_team, join
 
 MONTH = 12_800_000  # the 8×H100 node: ¥128,000 a month
 
@@ -154,3 +158,90 @@ def test_a_queued_monthly_rental_that_cannot_pay_its_month_is_passed_over_then_f
     assert Allocation.objects.filter(instance=waiting).count() == 0
     assert _monthly_rows(waiting) == []
     assert queue_drain(product="NVIDIA H100 80GB HBM3", now=later) == []  # not stuck on it
+
+
+def _team_rental(catalog, *, member_budget=None, team_budget=None):
+    """A member's monthly rental in a team with these monthly budgets, whose paid month ends
+    now (as if rented 30 days ago) in the calendar month of its first charge."""
+    owner, member = make_user(), make_user()
+    team = team_create(user=owner, name="NLP lab")
+    join(team, owner, member)
+    fund_team(team, 3 * MONTH)
+    for user, fen in ((member, member_budget), (None, team_budget)):
+        if fen is not None:
+            Budget.objects.create(tenant=team, user=user, monthly_fen=fen)
+    member.act_for(team.pk, "member")
+    instance = _monthly(catalog, member)
+    Instance.objects.filter(pk=instance.pk).update(paid_until=timezone.now() - timedelta(seconds=1))
+    instance.refresh_from_db()
+    return owner, member, instance
+
+
+def test_a_renewal_its_orderers_budget_does_not_fit_ends_the_rental_and_tells_the_owners(
+    catalog, django_capture_on_commit_callbacks
+):
+    """¥128,000 of a ¥128,000 budget is spent this month: the next month is not charged (the
+    member's spend would reach twice the budget); the rental ends at its paid month, the
+    timeline says why, and the team's owners are mailed."""
+    owner, member, instance = _team_rental(catalog, member_budget=MONTH)
+    paid_until = instance.paid_until
+
+    with django_capture_on_commit_callbacks(execute=True):
+        renewed, ended = renewals_run()
+
+    assert (renewed, ended) == ([], [instance.id])
+    instance.refresh_from_db()
+    assert (instance.status, instance.billing, instance.monthly_period) == ("stopped", "hourly", 1)
+    assert instance.paid_until == paid_until
+    assert Allocation.objects.filter(instance=instance).count() == 0
+    assert _monthly_rows(instance) == [(f"monthly:{instance.id}:1", -MONTH)]
+    why = (
+        "Monthly rental not renewed: the monthly budget of whoever rented it in team NLP lab is "
+        "¥128,000.00 and ¥128,000.00 is spent this month; the next month costs ¥128,000.00. "
+        "The instance is stopped and its disk kept; starting it again is billed by the minute. "
+        "An owner can raise the budget."
+    )
+    line = instance.events.get(status="stopping")
+    assert line.text == why
+    [message] = mail.outbox
+    assert sorted(message.to) == sorted([owner.email, member.email])
+    assert why in message.body
+    with translation.override("zh-hans"):
+        assert line.text in message.body
+        assert line.text != why
+    assert renewals_run() == ([], [])
+
+
+def test_a_renewal_the_budgets_fit_is_charged(catalog, django_capture_on_commit_callbacks):
+    _owner, _member, instance = _team_rental(
+        catalog, member_budget=2 * MONTH, team_budget=2 * MONTH
+    )
+
+    with django_capture_on_commit_callbacks(execute=True):
+        renewed, ended = renewals_run()
+
+    assert (renewed, ended) == ([instance.id], [])
+    assert [key for key, _ in _monthly_rows(instance)] == [
+        f"monthly:{instance.id}:1",
+        f"monthly:{instance.id}:2",
+    ]
+    assert Instance.objects.get(pk=instance.pk).status == "running"
+    assert mail.outbox == []
+
+
+def test_a_renewal_the_teams_budget_does_not_fit_ends_the_rental(
+    catalog, django_capture_on_commit_callbacks
+):
+    owner, member, instance = _team_rental(catalog, team_budget=MONTH + 100)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        renewed, ended = renewals_run()
+
+    assert (renewed, ended) == ([], [instance.id])
+    assert _monthly_rows(instance) == [(f"monthly:{instance.id}:1", -MONTH)]
+    assert instance.events.get(status="stopping").text.startswith(
+        "Monthly rental not renewed: the monthly budget of team NLP lab is ¥128,001.00 and "
+        "¥128,000.00 is spent this month; the next month costs ¥128,000.00."
+    )
+    [message] = mail.outbox
+    assert sorted(message.to) == sorted([owner.email, member.email])

@@ -615,3 +615,33 @@ def test_an_unverified_address_joins_only_through_the_emailed_link(team_of_two, 
     assert unverified.email_verified_at is not None
     assert Membership.objects.filter(tenant=team, user=unverified).exists()
     assert wallet_for_tenant(unverified.tenant_id).promo_fen == 1000
+
+
+def test_a_team_invoices_the_paid_cash_moved_in_and_it_does_not_move_on(
+    team_of_two, settings, tmp_path
+):
+    """A member's paid cash moved in is invoiceable under the team's title; moved out again
+    after the 发票, the cash goes and the right to invoice it does not."""
+    from tests.billing.test_invoices import PROFILE
+
+    settings.MEDIA_ROOT = str(tmp_path)
+    team, owner, member = team_of_two
+    fund(member, 50_000)
+    path = f"/api/v1/teams/{team.pk}/transfers"
+    moved = bearer(member).post(path, {"amount_fen": 30_000, "direction": "to_team"}, format="json")
+    assert moved.status_code == 201
+    as_team = bearer(owner, team=team)
+    as_team.put("/api/v1/billing/invoice-profile", PROFILE, format="json")
+    assert as_team.get("/api/v1/billing/invoice-profile").json()["invoiceable_fen"] == 30_000
+
+    made = as_team.post("/api/v1/billing/invoices", {"amount_fen": 30_000}, format="json")
+    out = bearer(owner).post(path, {"amount_fen": 30_000, "direction": "from_team"}, format="json")
+
+    assert (made.status_code, out.status_code) == (201, 201)
+    assert Wallet.objects.get(tenant_id=owner.tenant_id).cash_fen == 30_000
+    invoiceable = [
+        bearer(person).get("/api/v1/billing/invoice-profile").json()["invoiceable_fen"]
+        for person in (owner, member)
+    ]
+    assert invoiceable == [0, 20_000]
+    assert as_team.get("/api/v1/billing/invoice-profile").json()["invoiceable_fen"] == 0
