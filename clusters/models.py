@@ -36,6 +36,10 @@ class Cluster(models.Model):
     # made at the first rank's provisioning; kept here, the database being the source of truth
     # for what the cluster's Secret holds.
     ssh_private_key = models.TextField(blank=True, editable=False)
+    # When the cluster began waiting for its pre-flight check (its first round since it was
+    # started or last passed): its time in checking is capped from then, across rounds
+    # (CLUSTER_CHECKING_MAX_MINUTES). Null until then, and again once a round passes.
+    checking_since = models.DateTimeField(null=True, blank=True, editable=False)
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -62,7 +66,9 @@ class PreflightStatus(models.TextChoices):
     RUNNING = "running", _("Running")
     PASSED = "passed", _("Passed")
     FAILED = "failed", _("Failed")
-    # the cluster changed while it ran (a rank stopped, moved or was lost): its result is void
+    # the platform voided it: the cluster changed while it ran (a rank stopped, moved or was
+    # lost), the cluster's API could not be reached, or the worker running it died. Not
+    # counted as failed; CLUSTER_CHECKING_MAX_MINUTES bounds how long rounds can go on so.
     ABANDONED = "abandoned", _("Abandoned")
 
 
@@ -79,7 +85,8 @@ class Preflight(models.Model):
     busbw_gbps = models.FloatField(null=True, blank=True)
     floor_gbps = models.FloatField(null=True, blank=True)
     pairs = models.JSONField(default=list, blank=True)
-    # node names, with the reason each was cordoned
+    # the ranks the round blamed, with their node's name: each was replaced (its node cordoned
+    # only when the platform's own signal agreed, else put up for an operator's review)
     bad_nodes = models.JSONField(default=list, blank=True)
     # the node of each rank while it ran, {rank: node id}: a result for other nodes is void
     nodes = models.JSONField(default=dict, blank=True)

@@ -261,17 +261,19 @@ def cluster_stop(*, cluster: Cluster, reason: str = "") -> Cluster:
             )
         for rank in ranks:
             if rank.status in STOPPABLE:
-                instance_stop(instance_id=rank.id, reason=reason)
+                instance_stop(instance_id=rank.id, reason=reason, for_cluster=True)
     return cluster
 
 
 def cluster_start(*, cluster: Cluster) -> Cluster:
-    """Start a stopped or failed cluster: all ranks again, together, as one order."""
+    """Start a stopped or failed cluster: all ranks again, together, as one order. Its time
+    in checking counts afresh (CLUSTER_CHECKING_MAX_MINUTES), as do its failed rounds."""
     with transaction.atomic():
         ranks = ranks_locked(cluster.pk)
         if not ranks or any(rank.status not in (S.STOPPED, S.FAILED) for rank in ranks):
             raise Conflict(_("Only a stopped cluster can be started."), code="wrong_state")
         gang_start(ranks=ranks)
+        Cluster.objects.filter(pk=cluster.pk).update(checking_since=None)
     return cluster
 
 
@@ -279,7 +281,7 @@ def cluster_terminate(*, cluster: Cluster) -> Cluster:
     """Terminate every rank: the pods and the nodes go back, billing ends now."""
     with transaction.atomic():
         for rank in ranks_locked(cluster.pk):
-            instance_terminate(instance_id=rank.id)
+            instance_terminate(instance_id=rank.id, for_cluster=True)
     return cluster
 
 
@@ -349,7 +351,7 @@ def _scale_down(ranks: list[Instance], removed: list[Instance], *, keep_disks: b
             )
             % {"count": len(ranks) - len(removed), "rank": rank.rank},
         )
-        instance_terminate(instance_id=rank.id, keep_disk=keep_disks)
+        instance_terminate(instance_id=rank.id, keep_disk=keep_disks, for_cluster=True)
     # The ranks left are the cluster's; the removed rows stay for its history and cost.
     Instance.objects.filter(pk__in=[rank.pk for rank in removed]).update(rank=None)
     names = ", ".join(str(rank.rank) for rank in removed)

@@ -1,5 +1,6 @@
 """The operator's fleet screens: every node with its state, last report and live GPUs, the
-capacity per GPU model, cordon / uncordon / drain with a reason, and the health rules."""
+capacity per GPU model, cordon / uncordon / drain with a reason, the review of a node a
+cluster's pre-flight check blamed (cordon it, or clear the review), and the health rules."""
 
 from typing import Any
 
@@ -18,6 +19,8 @@ from fleet.selectors import capacity_by_model, latest_samples
 from fleet.services import (
     node_cordon,
     node_drain,
+    node_review_clear,
+    node_review_confirm,
     node_token_issue,
     node_token_revoke,
     node_uncordon,
@@ -53,7 +56,24 @@ class GpuInline(admin.TabularInline):
 
 
 # The operations on a node, each at /admin/fleet/node/<pk>/<operation>/ (NodeAdmin.state_view).
-NODE_OPERATIONS = ("cordon", "drain", "uncordon", "token", "reset")
+NODE_OPERATIONS = ("cordon", "drain", "uncordon", "token", "reset", "review-cordon", "review-clear")
+# The operations that end a node's review, and the service each calls.
+REVIEW_OPERATIONS = {"review-cordon": node_review_confirm, "review-clear": node_review_clear}
+
+
+class ReviewFilter(admin.SimpleListFilter):
+    """Nodes up for an operator's review (a cluster's pre-flight check blamed them)."""
+
+    title = _("review")
+    parameter_name = "review"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("yes", _("Up for review")), ("no", _("Not up for review"))]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value() in ("yes", "no"):
+            return queryset.filter(review_since__isnull=self.value() == "no")
+        return queryset
 
 
 class ReasonForm(forms.Form):
@@ -73,7 +93,7 @@ class NodeAdmin(admin.ModelAdmin):
         "rack",
         "switch",
     ]
-    list_filter = ["region", "state", "gpu_product", "interconnect", "in_cluster"]
+    list_filter = ["region", "state", ReviewFilter, "gpu_product", "interconnect", "in_cluster"]
     search_fields = ["name", "rack", "switch", "fabric", "gpus__uuid"]
     readonly_fields = [
         "id",
@@ -81,6 +101,8 @@ class NodeAdmin(admin.ModelAdmin):
         "state",
         "state_reason",
         "state_changed_at",
+        "review_reason",
+        "review_since",
         "token_prefix",
         "labels",
         "in_cluster",
@@ -109,11 +131,19 @@ class NodeAdmin(admin.ModelAdmin):
         colour = {"ready": "#15803d", "cordoned": "#b45309", "draining": "#b45309"}.get(
             obj.state, "#b91c1c"
         )
-        return format_html(
+        badge = format_html(
             '<b style="color:{}">{}</b><br><small>{}</small>',
             colour,
             obj.get_state_display(),
             obj.state_reason[:80],
+        )
+        if obj.review_since is None:
+            return badge
+        return format_html(
+            '{}<br><b style="color:#b45309">{}</b><br><small>{}</small>',
+            badge,
+            _("Up for review"),
+            obj.review_reason[:80],
         )
 
     @admin.display(description=_("Last report"), ordering="last_report_at")
@@ -162,6 +192,14 @@ class NodeAdmin(admin.ModelAdmin):
                 ("uncordon", _("Uncordon")),
                 ("token", _("New agent token")),
                 ("reset", _("Reset agent registration")),
+                *(
+                    (
+                        ("review-cordon", _("Review: cordon it")),
+                        ("review-clear", _("Review: nothing wrong")),
+                    )
+                    if obj.review_since is not None
+                    else ()
+                ),
             )
         ]
         return format_html_join(" ", '<a class="button" href="{}">{}</a>', links)
@@ -216,6 +254,8 @@ class NodeAdmin(admin.ModelAdmin):
         if action == "uncordon" and request.method == "POST":
             node_uncordon(node=node, actor=request.user)
             return back
+        if action in REVIEW_OPERATIONS:
+            return self._review_view(request, node, action, back)
         form = ReasonForm(request.POST or None)
         if action in ("cordon", "drain") and request.method == "POST" and form.is_valid():
             try:
@@ -233,6 +273,29 @@ class NodeAdmin(admin.ModelAdmin):
             "object": node,
             "opts": Node._meta,
             "action": action,
+        }
+        return TemplateResponse(request, "admin/fleet/node/state_form.html", context)
+
+    def _review_view(
+        self, request: HttpRequest, node: Node, action: str, back: HttpResponse
+    ) -> HttpResponse:
+        """End a node's review: cordon it (the operator found the fault the pre-flight check
+        reported) or clear it (nothing wrong); asked on a page showing the review's reason."""
+        if request.method == "POST":
+            if not REVIEW_OPERATIONS[action](node=node, actor=request.user):
+                messages.warning(
+                    request, _("The node %(node)s is not up for review.") % {"node": node.name}
+                )
+            return back
+        label = _("Cordon") if action == "review-cordon" else _("Clear the review")
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{label}: {node.name}",
+            "form": None,
+            "object": node,
+            "opts": Node._meta,
+            "action": action,
+            "submit": label,
         }
         return TemplateResponse(request, "admin/fleet/node/state_form.html", context)
 

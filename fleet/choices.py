@@ -32,6 +32,7 @@ class NodeEventKind(models.TextChoices):
     STATE = "state", _("State change")
     REGISTERED = "registered", _("Registered")
     TOKEN_RESET = "token_reset", _("Agent registration reset")
+    REVIEW = "review", _("Up for review")
 
 
 class HealthRuleKind(models.TextChoices):
@@ -39,3 +40,11 @@ class HealthRuleKind(models.TextChoices):
     XID = "xid", _("Critical XID error")
     ECC_UNCORRECTABLE = "ecc_uncorrectable", _("Uncorrectable ECC errors")
     GPU_LOST = "gpu_lost", _("GPU lost")
+
+
+# XIDs of a fault in the GPU, its memory or its links, never of the program running on it
+# (NVIDIA's XID catalogue): double-bit ECC (48), row remapping (63, 64), NVLink (74), fallen off
+# the bus (79), contained and uncontained ECC (94, 95), on which the default rule cordons; and a
+# high single-bit ECC rate (92), on which no rule acts by itself.
+CRITICAL_XIDS = (48, 63, 64, 74, 79, 94, 95)
+HARDWARE_XIDS = frozenset({*CRITICAL_XIDS, 92})

@@ -73,7 +73,7 @@ class Region(models.Model):
 class Node(models.Model):
     """A GPU server of the fleet, mirrored from the cluster's Node object and reported on by
     its node agent. Only `ready` nodes take new rentals; the state changes only through
-    fleet.services.node_transition."""
+    fleet.services.node_transition. A node up for review (`review_since`) is still ready."""
 
     id = PublicIdField(prefix="node")
     name = models.CharField(
@@ -113,6 +113,11 @@ class Node(models.Model):
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.READY)
     state_reason = models.TextField(blank=True)
     state_changed_at = models.DateTimeField(default=timezone.now)
+    # Up for an operator's review: a cluster's pre-flight check (run in a tenant's container)
+    # blamed the node and nothing of the platform's own agreed, so it stays in service until an
+    # operator cordons it or clears the review (fleet.services.node_review_*).
+    review_reason = models.TextField(blank=True)
+    review_since = models.DateTimeField(null=True, blank=True)
     token_hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
     token_prefix = models.CharField(max_length=16, blank=True)
     labels = models.JSONField(default=dict, blank=True)

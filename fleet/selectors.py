@@ -2,15 +2,15 @@
 
 from collections import defaultdict
 from contextlib import AbstractContextManager, nullcontext
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from fleet.choices import NodeState
-from fleet.models import Allocation, Gpu, GpuSample, Node, NodeProfile, Region
+from fleet.choices import HARDWARE_XIDS, NodeEventKind, NodeState
+from fleet.models import Allocation, Gpu, GpuSample, Node, NodeEvent, NodeProfile, Region
 from starverse.core import kube
 from starverse.core.errors import InvalidInput
 
@@ -26,6 +26,38 @@ def latest_samples(
     for row in rows:
         latest.setdefault(row.gpu_id, row)
     return latest
+
+
+def node_agent_fault(node: Node, *, since: datetime) -> str:
+    """What the node's own agent reported wrong with it since `since`, in words, or "": a
+    hardware XID, uncorrectable ECC errors, a lost GPU. This is the platform's own signal about
+    a node, which no tenant's container can forge (NVML on the host, sent with the node's
+    token), whatever the health rules then did with it."""
+    event = (
+        NodeEvent.objects.filter(node=node, at__gte=since)
+        .filter(
+            Q(kind=NodeEventKind.XID, code__in=sorted(HARDWARE_XIDS))
+            | Q(kind__in=[NodeEventKind.ECC, NodeEventKind.GPU_LOST])
+        )
+        .order_by("-at")
+        .first()
+    )
+    if event is not None and event.kind == NodeEventKind.XID:
+        return f"XID {event.code} reported at {event.at:%Y-%m-%d %H:%M:%S} UTC ({event.message})"
+    if event is not None:
+        return event.message
+    lost = Gpu.objects.filter(node=node, lost_at__isnull=False).order_by("index").first()
+    if lost is not None:
+        return f"GPU {lost.index} lost"
+    ecc = (
+        GpuSample.objects.filter(gpu__node=node, at__gte=since, ecc_dbe__gt=0)
+        .select_related("gpu")
+        .order_by("-at")
+        .first()
+    )
+    if ecc is not None:
+        return f"uncorrectable ECC errors on GPU {ecc.gpu.index}"
+    return ""
 
 
 def fleet_nodes() -> QuerySet[Node]:

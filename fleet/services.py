@@ -13,7 +13,13 @@ from django.db.models import Avg, Count, Max
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from fleet.choices import NODE_TRANSITIONS, HealthRuleKind, NodeEventKind, NodeState
+from fleet.choices import (
+    CRITICAL_XIDS,
+    NODE_TRANSITIONS,
+    HealthRuleKind,
+    NodeEventKind,
+    NodeState,
+)
 from fleet.models import (
     DEFAULT_REGION,
     Gpu,
@@ -201,6 +207,62 @@ def node_drain(*, node: Node, reason: str, actor: Any) -> bool:
 
 def node_uncordon(*, node: Node, actor: Any) -> bool:
     return node_transition(node=node, to=NodeState.READY, reason="returned to service", actor=actor)
+
+
+def node_review_request(*, node: Node, reason: str) -> bool:
+    """Put a node up for an operator's review: something the platform cannot vouch for (a
+    cluster's pre-flight check, run in a tenant's container) says it is bad, and none of the
+    platform's own signals agrees. It stays ready and takes rentals; only an operator takes it
+    out of service (node_review_confirm) or clears the review (node_review_clear). Each request
+    is an event; the review keeps the first one's reason and time. False if it was up already."""
+    with transaction.atomic():
+        locked = Node.objects.select_for_update().get(pk=node.pk)
+        first = locked.review_since is None
+        if first:
+            locked.review_reason, locked.review_since = reason, timezone.now()
+            locked.save(update_fields=["review_reason", "review_since"])
+        NodeEvent.objects.create(
+            node=locked, kind=NodeEventKind.REVIEW, message=f"Up for review: {reason}"
+        )
+    node.review_reason, node.review_since = locked.review_reason, locked.review_since
+    logger.warning("node.review node=%s reason=%s", node.name, reason)
+    return first
+
+
+def node_review_confirm(*, node: Node, actor: Any) -> bool:
+    """An operator's review found the node at fault: it is cordoned with the review's reason
+    (the instances on it are told) and is no longer up for review. False if it was not up."""
+    with transaction.atomic():
+        reason = _review_end(node, actor=actor, verdict="confirmed")
+        if reason is None:
+            return False
+        node_cordon(node=node, reason=f"review confirmed: {reason}", actor=actor)
+    return True
+
+
+def node_review_clear(*, node: Node, actor: Any) -> bool:
+    """An operator's review found nothing wrong: the node is no longer up for review (it never
+    left service). False if it was not up."""
+    with transaction.atomic():
+        return _review_end(node, actor=actor, verdict="cleared") is not None
+
+
+def _review_end(node: Node, *, actor: Any, verdict: str) -> str | None:
+    """End the node's review with an event naming the operator; its reason, or None if it was
+    not up for review."""
+    locked = Node.objects.select_for_update().get(pk=node.pk)
+    if locked.review_since is None:
+        return None
+    reason = locked.review_reason
+    locked.review_reason, locked.review_since = "", None
+    locked.save(update_fields=["review_reason", "review_since"])
+    who = f" (by {actor.email})" if getattr(actor, "email", None) else ""
+    NodeEvent.objects.create(
+        node=locked, kind=NodeEventKind.REVIEW, message=f"Review {verdict}: {reason}{who}"
+    )
+    node.review_reason, node.review_since = "", None
+    logger.info("node.review_%s node=%s", verdict, node.name)
+    return reason
 
 
 # --- reports ------------------------------------------------------------------------------
@@ -565,7 +627,7 @@ DEFAULT_HEALTH_RULES = [
     (
         "critical-xid",
         HealthRuleKind.XID,
-        {"xids": [48, 63, 64, 74, 79, 94, 95]},
+        {"xids": list(CRITICAL_XIDS)},
         NodeState.CORDONED,
     ),
     ("uncorrectable-ecc", HealthRuleKind.ECC_UNCORRECTABLE, {"min_count": 1}, NodeState.CORDONED),

@@ -426,17 +426,21 @@ def _switches_held(ranks: list[Instance]) -> frozenset[str]:
     )
 
 
-def rank_replace(rank: Instance, message: str) -> bool:
+def rank_replace(rank: Instance, message: str, *, avoid: frozenset[str] = frozenset()) -> bool:
     """A cluster's rank (its cluster's ranks locked, in rank order) moves to another whole
-    node (its own was cordoned or lost): its GPUs go back and it is placed again, ahead of new
-    orders, on a free whole node near the cluster's other ranks, with the same rank, DNS name
-    and disks; with none free it waits queued (the queue serves it as its cluster's head) and
-    its timeline says so. The cluster was admitted when ordered: no runway is asked again.
-    Returns whether it was placed now."""
+    node (its own was lost, or blamed by the pre-flight check): its GPUs go back and it is
+    placed again, ahead of new orders, on a free whole node near the cluster's other ranks,
+    never its own node or one of `avoid` (node ids), with the same rank, DNS name and disks;
+    with none free it waits queued (the queue serves it as its cluster's head) and its timeline
+    says so. The cluster was admitted when ordered: no runway is asked again. Returns whether
+    it was placed now."""
+    left = frozenset({str(rank.node_id), *avoid}) if rank.node_id else avoid
     instance_requeue(rank, message)
     others = list(Instance.objects.filter(cluster_id=rank.cluster_id).exclude(pk=rank.pk))
     # in its own region: its disks and its cluster's other ranks are there
-    gang = choose_nodes(rank.offering, 1, rank.region_id or "", prefer=_switches_held(others))
+    gang = choose_nodes(
+        rank.offering, 1, rank.region_id or "", prefer=_switches_held(others), avoid=left
+    )
     if gang is None:
         InstanceEvent.objects.create(
             instance=rank,
@@ -606,11 +610,28 @@ def queue_review(*, tenant_id: str | None = None, now: datetime | None = None) -
 STOP_REQUESTED = gettext_noop("Stop requested; billing stopped.")
 
 
-def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
+def _as_whole_cluster(instance: Instance, *, for_cluster: bool) -> None:
+    """A cluster acts as a whole: one of its ranks (locked) is stopped, started or terminated
+    only by its cluster's services, which move every rank together, or by a platform stop that
+    takes the cluster down with it (`for_cluster`); never alone, through /instances, where
+    stopping and starting one rank would start a new, unbilled pre-flight round at will."""
+    if instance.cluster_id is not None and instance.rank is not None and not for_cluster:
+        raise Conflict(
+            _(
+                "This instance is rank %(rank)s of the cluster %(cluster)s, and a cluster "
+                "stops, starts and terminates as a whole: do it on the cluster instead."
+            )
+            % {"rank": instance.rank, "cluster": instance.cluster_id},
+            code="cluster_rank",
+        )
+
+
+def instance_stop(*, instance_id: str, reason: str = "", for_cluster: bool = False) -> Instance:
     """Stop billing now (the minute in progress counts as a started minute) and delete the pod;
-    the disk is kept."""
+    the disk is kept. A cluster's rank only `for_cluster` (_as_whole_cluster)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
+        _as_whole_cluster(instance, for_cluster=for_cluster)
         if instance.status not in (S.RUNNING, S.CHECKING, S.PROVISIONING):
             raise Conflict(
                 _("Only a running or starting instance can be stopped; this one is %(state)s.")
@@ -625,9 +646,11 @@ def instance_stop(*, instance_id: str, reason: str = "") -> Instance:
 def instance_start(*, instance_id: str) -> Instance:
     """Start a stopped or failed instance: a monthly rental in its paid period on the node it
     keeps; any other, when the balance covers its runway and the account's limits allow it, on
-    GPUs free anywhere, behind earlier orders for them that can pay."""
+    GPUs free anywhere, behind earlier orders for them that can pay. Never a cluster's rank:
+    its cluster starts every rank together (clusters.services.cluster_start)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
+        _as_whole_cluster(instance, for_cluster=False)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
         account_hold_check(instance.tenant_id)
@@ -656,11 +679,15 @@ def instance_restart(*, instance_id: str) -> Instance:
         return instance
 
 
-def instance_terminate(*, instance_id: str, keep_disk: bool = False) -> Instance:
+def instance_terminate(
+    *, instance_id: str, keep_disk: bool = False, for_cluster: bool = False
+) -> Instance:
     """Terminate: the pod, service and secret go; the instance's own disk is deleted unless
-    `keep_disk` keeps it as a cloud disk; attached cloud disks are detached, data intact."""
+    `keep_disk` keeps it as a cloud disk; attached cloud disks are detached, data intact. A
+    cluster's rank only `for_cluster` (_as_whole_cluster)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
+        _as_whole_cluster(instance, for_cluster=for_cluster)
         if instance.status in (S.TERMINATED, S.TERMINATING):
             return instance
         instance_mark_terminating(instance, keep_disk=keep_disk)

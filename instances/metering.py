@@ -53,6 +53,7 @@ def budgets_enforce(*, now: datetime | None = None) -> list[str]:
                 instance_stop(
                     instance_id=instance_id,
                     reason=gettext_noop("Budget spent: stopped (not deleted); disks kept."),
+                    for_cluster=True,  # its cluster stops whole: below
                 )
             except Conflict:  # it left running meanwhile
                 continue
@@ -80,6 +81,7 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
         instance_stop(
             instance_id=instance_id,
             reason=gettext_noop("Balance exhausted: stopped (not deleted); disks kept."),
+            for_cluster=True,  # the platform's stop: the wallet could not pay this rank
         )
     result.over_budget = budgets_enforce(now=now)
     logger.info(

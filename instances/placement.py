@@ -458,13 +458,18 @@ def pack(free: dict[str, list[str]], count: int, *, one_switch: bool) -> list[st
 
 
 def choose_nodes(
-    offering: Offering, count: int, region: str = "", *, prefer: frozenset[str] = frozenset()
+    offering: Offering,
+    count: int,
+    region: str = "",
+    *,
+    prefer: frozenset[str] = frozenset(),
+    avoid: frozenset[str] = frozenset(),
 ) -> Gang | None:
     """Whole free nodes for every rank of a cluster of a whole-node offering, or None (all or
     none: a cluster never holds part of its nodes). Packed under as few leaf switches as
     possible (pack), under the `prefer` switches (those a cluster's other ranks are on, when a
-    rank moves) if they have room; an offering with `cluster_one_switch` refuses to span
-    switches. Runs in
+    rank moves) if they have room, and never on the `avoid` nodes (ids: those a moving rank
+    leaves); an offering with `cluster_one_switch` refuses to span switches. Runs in
     the caller's transaction under the same GPU-model lock and the same fit rules as choose(),
     and allocate() follows in that transaction for every rank. All ranks go to one region
     (their pods must reach each other): `region`'s, or with "" the first region, by name,
@@ -476,7 +481,10 @@ def choose_nodes(
     fit = {
         node_id: (name, gpus)
         for node_id, name, gpus in nodes
-        if gpus == offering.gpu_count and not taken[node_id] and times(rooms[node_id], want) != 0
+        if gpus == offering.gpu_count
+        and not taken[node_id]
+        and node_id not in avoid
+        and times(rooms[node_id], want) != 0
     }
     if len(fit) < count:
         return None

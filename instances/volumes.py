@@ -55,7 +55,8 @@ def region_check(instance: Instance, disk: Disk) -> None:
 
 def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
     """Check the (locked) instance can take a volume change now; a running or starting one
-    is stopped, to start again once stopped."""
+    is stopped, to start again once stopped. A cluster's rank changes only while it has no
+    pod: restarting one rank alone would stop and start it apart from its cluster."""
     if instance.status in PODLESS:
         return
     if instance.status not in RESTARTABLE:
@@ -63,6 +64,15 @@ def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
             _("Disks can be changed on a queued, stopped or running instance; this one is %(s)s.")
             % {"s": InstanceStatus(instance.status).label.lower()},
             code="wrong_state",
+        )
+    if instance.cluster_id is not None:
+        raise Conflict(
+            _(
+                "This instance is rank %(rank)s of the cluster %(cluster)s, whose ranks stop and "
+                "start only together: stop the cluster to change this rank's disks."
+            )
+            % {"rank": instance.rank, "cluster": instance.cluster_id},
+            code="cluster_rank",
         )
     if not restart:
         raise Conflict(

@@ -102,7 +102,12 @@ class PreflightOutput(serializers.Serializer):
         allow_null=True, help_text="The offering's floor, GB/s; null: any result passes."
     )
     pairs = PreflightPairOutput(many=True, help_text="Node pairs, each node in two at least.")
-    bad_nodes = PreflightBadNodeOutput(many=True, help_text="Cordoned and replaced.")
+    bad_nodes = PreflightBadNodeOutput(
+        many=True,
+        help_text="The ranks the round blamed: each moved to another node. The check runs in "
+        "the tenant's container, so a node is cordoned only when the platform's own signal "
+        "agrees, else put up for an operator's review.",
+    )
     started_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
 

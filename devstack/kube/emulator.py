@@ -59,11 +59,13 @@ from .resources import (
     LEASES,
     NAMESPACES,
     NODES,
+    PODS,
     SERVICES,
     VOLUME_SNAPSHOT_CLASSES,
 )
 from .scheduler import Scheduler
 from .server import EmulatorHTTPServer, Fault, FaultInjector, ServerContext
+from .shell import ReplacedProgram
 from .snapshots import Snapshots, default_class_object
 from .stats import NodeProxy
 from .store import Obj, Store
@@ -360,11 +362,14 @@ class KubeEmulator:
         """Take the running emulator back to its seeded cluster, so that one emulator can serve
         test after test: objects created since are removed (watches see them deleted), seeded
         objects that changed get their seeded content back (nodes uncordoned, healthy and
-        untainted), and injected faults, failing images, lost nodes, volume usage and the
-        kubelets' pods are forgotten. resourceVersions and the clock keep counting."""
+        untainted), and injected faults, failing images, lost nodes, volume usage, replaced
+        programs and the kubelets' pods are forgotten. resourceVersions and the clock keep
+        counting."""
         by_key = {rt.key: rt for rt in ALL_RESOURCES}
         with self.store.lock:
             self.faults.clear()
+            with self._ctx.lock:
+                self._ctx.replaced.clear()
             self.kubelet.reset()
             self.images.reset()
             self.scheduler.reset()
@@ -487,6 +492,26 @@ class KubeEmulator:
         (an endpoint pod loads its model again before it is Ready)."""
         with self.store.lock:
             self.kubelet.crash(namespace, pod, self.now(), container)
+
+    def replace_program(
+        self,
+        namespace: str,
+        pod: str,
+        path: str,
+        *,
+        prints: str = "",
+        exit_code: int = 0,
+        hangs: bool = False,
+    ) -> None:
+        """What a tenant, root in its container, can do to any file of the container's
+        writable layer: the program at ``path`` (absolute) in the pod's container, run by exec,
+        from now on prints ``prints`` and exits with ``exit_code`` or, ``hangs``, never ends
+        (until the exec's client goes away). Kept for this pod (its uid: a pod made again
+        starts clean) until ``reset``."""
+        uid = self.api.get(PODS, namespace, pod)["metadata"]["uid"]
+        with self._ctx.lock:
+            programs = self._ctx.replaced.setdefault(uid, {})
+            programs[path] = ReplacedProgram(prints, exit_code, hangs)
 
     def set_pull_delay(self, seconds: float) -> None:
         self.kubelet.pull_delay_s = seconds

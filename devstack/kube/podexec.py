@@ -172,6 +172,8 @@ def serve(channels: Channels, shell: SimulatedShell, command: list[str], *, stdi
     if not interactive(command, stdin=stdin, tty=shell.tty):
         shell.exit_code = None
         code = shell.run(command_line(command))
+        while shell.hung:  # a program that never ends: until the client goes away (Closed)
+            channels.receive()
         shell.exit_code = shell.exit_code if shell.exit_code is not None else code
     else:
         shell.start()

@@ -26,7 +26,7 @@ from .network import ServiceNetwork, service_address
 from .objects import success_status
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
 from .rbac import BINDING_PLURALS, Attributes, Authorizer, User, unauthorized
-from .shell import Peer, SimulatedShell, container_for, peers_of
+from .shell import Peer, ReplacedProgram, SimulatedShell, container_for, peers_of
 from .stats import NodeProxy
 from .tables import to_table, wants_table
 from .watch import stream_watch
@@ -92,6 +92,8 @@ class ServerContext:
     authorizer: Authorizer | None = None  # RBAC, when the emulator was given users
     network: ServiceNetwork | None = None  # Services' ports (:mod:`.network`)
     execs: podexec.ExecRegistry = field(default_factory=podexec.ExecRegistry)
+    # programs a tenant replaced in a pod's container, by the pod's uid, then by path
+    replaced: dict[str, dict[str, ReplacedProgram]] = field(default_factory=dict)
     # API requests received (the Service network's aside), and the latest (method, path)
     requests_total: int = 0
     request_log: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
@@ -595,8 +597,10 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.connection.settimeout(None)  # a shell may sit idle as long as its client likes
         channels = podexec.Channels(ServerSocket(self.rfile, self.wfile), protocol)
+        with self.server.ctx.lock:
+            replaced = dict(self.server.ctx.replaced.get(pod["metadata"].get("uid", ""), {}))
         shell = SimulatedShell(
-            replace(container_for(pod, node, neighbours), peers=tuple(peers)),
+            replace(container_for(pod, node, neighbours), peers=tuple(peers), replaced=replaced),
             lambda data: channels.send(podexec.STDOUT, data),
             tty=(query.get("tty") or ["false"])[-1].lower() in ("true", "1"),
         )

@@ -5,7 +5,9 @@ public pool under ``/public``, the instance disk at ``/root/data``), ``nvidia-sm
 GPUs as the emulated node has them), ``stty size`` (the terminal size, after resizes), ``pwd``,
 ``cd``, ``whoami``, ``hostname``, ``clear``, ``exit`` and ``starverse-preflight`` (a cluster's
 pre-flight check, its result simulated from the topology: :func:`preflight_result`); anything
-else is "command not found".
+else is "command not found". A program is found as a shell finds it: a name with a slash is that
+file, a bare name the first one on ``PATH``; and a program the tenant replaced or added in the
+container (:class:`ReplacedProgram`, root as the tenant is) is what runs at its path.
 
 With a TTY it behaves like a terminal's line discipline: typed characters are echoed (wide CJK
 characters count two columns when erased), Backspace erases, Enter runs the line, Ctrl-C drops
@@ -84,6 +86,17 @@ class Peer:
 
 
 @dataclass(frozen=True)
+class ReplacedProgram:
+    """A file the tenant (root in its container) wrote at a path of the container's writable
+    layer: running it prints ``prints`` and exits with ``exit_code``, or, ``hangs``, never ends
+    (the exec session lasts until its client goes away)."""
+
+    prints: str = ""
+    exit_code: int = 0
+    hangs: bool = False
+
+
+@dataclass(frozen=True)
 class Container:
     """What the shell knows of the container it pretends to run in."""
 
@@ -93,6 +106,18 @@ class Container:
     driver: str = DRIVER
     cuda: str = CUDA
     peers: tuple[Peer, ...] = ()
+    replaced: dict[str, ReplacedProgram] = field(default_factory=dict)  # by absolute path
+
+
+# The images' PATH (Docker's default), and where their programs are installed (the platform's
+# init links starverse-preflight into /opt/starverse/bin and /usr/local/bin: install.sh).
+PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+INSTALLED = {
+    "/opt/starverse/bin/starverse-preflight": "starverse-preflight",
+    "/opt/starverse/init/bin/starverse-preflight": "starverse-preflight",
+    "/usr/local/bin/starverse-preflight": "starverse-preflight",
+    "/usr/bin/nvidia-smi": "nvidia-smi",
+}
 
 
 # A cluster node's label or annotation that injects a bad link into the simulated pre-flight
@@ -237,6 +262,7 @@ class SimulatedShell:
         self.cols, self.rows = 80, 24
         self.cwd = "/root"
         self.exit_code: int | None = None
+        self.hung = False  # a program that never ends is running
         self._line = ""
         self._escape = ""  # an escape sequence being skipped (arrow keys and the like)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -323,6 +349,15 @@ class SimulatedShell:
         if not words:
             return 0
         name, args = words[0], words[1:]
+        path = self._which(name)
+        replaced = self.container.replaced.get(path or "")
+        if replaced is not None:
+            return self._replaced(replaced)
+        if path is not None:
+            name = INSTALLED[path]
+        elif "/" in name:
+            self.print(f"bash: {name}: No such file or directory\n")
+            return 127
         command = {
             "echo": self._echo,
             "ls": self._ls,
@@ -341,6 +376,22 @@ class SimulatedShell:
             self.print(f"bash: {name}: command not found\n")
             return 127
         return command(args)
+
+    def _which(self, name: str) -> str | None:
+        """The path of the program a command word runs, as a shell finds it: the word itself
+        when it has a slash, else the first directory of PATH holding it; None for a word
+        that names no installed or replaced program (a builtin, or nothing)."""
+        known = set(INSTALLED) | set(self.container.replaced)
+        if "/" in name:
+            return name if name in known else None
+        return next((f"{d}/{name}" for d in PATH if f"{d}/{name}" in known), None)
+
+    def _replaced(self, program: ReplacedProgram) -> int:
+        if program.hangs:
+            self.hung = True
+            return 0
+        self.print(program.prints)
+        return program.exit_code
 
     def _say(self, text: str) -> int:
         self.print(text + "\n")

@@ -289,9 +289,10 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
                 description="Keep the instance's own disk as a cloud disk instead of deleting it.",
             )
         ],
-        responses={202: InstanceOutput, **errors(400)},
+        responses={202: InstanceOutput, **errors(400, 409)},
     )
     def destroy(self, request: Request, pk: str | None = None) -> Response:
+        """Terminate. 409 `cluster_rank` for a cluster's rank: terminate the cluster."""
         keep = _flag(request, "keep_disk")
         instance = instance_terminate(instance_id=self.get_object().pk, keep_disk=keep)
         audit_request(request, "instance.terminated", instance, keep_disk=keep)
@@ -333,6 +334,8 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     )
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
+        """Stop: billing stops, the disk is kept. 409 `wrong_state` unless running or starting,
+        `cluster_rank` for a cluster's rank (clusters stop as a whole: stop the cluster)."""
         instance = instance_stop(instance_id=self.get_object().pk)
         audit_request(request, "instance.stopped", instance)
         return self._accepted(instance)
@@ -344,6 +347,8 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
+        """Start a stopped instance. 409 `wrong_state` unless stopped or failed, `cluster_rank`
+        for a cluster's rank (clusters start as a whole: start the cluster)."""
         instance = instance_start(instance_id=self.get_object().pk)
         audit_request(request, "instance.started", instance)
         return self._accepted(instance)

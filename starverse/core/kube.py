@@ -54,6 +54,11 @@ class ClusterNotConfigured(PermanentKubeError):
     pass
 
 
+class ExecTimeout(KubeError):
+    """A command run to its end (exec_run) was still running after its timeout: the command's
+    doing, not the cluster's, so neither retryable nor a refusal; its session was closed."""
+
+
 class KubeAccessRefused(Exception):
     """This process may not make this call (KUBE_ACCESS is off: the web tier; or it is `exec`:
     the terminal service, which may only open exec sessions). Not a KubeError, so no handler of
@@ -1092,14 +1097,15 @@ def exec_run(
     checks, such as a cluster's pre-flight): its exit code (None if the API server did not say)
     and its standard output. Needs `create` on pods/exec in the namespace (the worker's
     starverse-tenant role). A refusal or a missing pod is a PermanentKubeError; an unreachable
-    API server, or a command still running after `timeout` seconds, a RetryableKubeError."""
+    API server a RetryableKubeError; a command still running after `timeout` seconds an
+    ExecTimeout."""
     ws, api_client = _exec_connect(
         _client(), namespace, pod, container=container, command=command, interactive=False
     )
     try:
         ws.run_forever(timeout=timeout)
         if ws.is_open():
-            raise RetryableKubeError(f"pods.exec {pod}: still running after {timeout:g}s")
+            raise ExecTimeout(f"pods.exec {pod}: still running after {timeout:g}s")
         output = ws.read_stdout() or ""
         return ws.returncode, output
     except (WebSocketException, OSError) as error:

@@ -506,10 +506,12 @@ MAX_RUNNING_GPUS = env_int("MAX_RUNNING_GPUS", 64)
 TRIAL_MAX_PREMIUM_GPUS = env_int("TRIAL_MAX_PREMIUM_GPUS", 8)
 # Multi-node clusters: the most whole nodes one cluster may have (2 at least).
 CLUSTER_MAX_NODES = env_int("CLUSTER_MAX_NODES", 128)
-# The pre-flight check before a cluster is billed: rounds that may fail (a node cordoned and
-# replaced after each) before the cluster fails, and how long one round may take.
+# The pre-flight check before a cluster is billed: rounds that may fail (the node it blames
+# replaced after each) before the cluster fails, how long one round may take, and how long a
+# cluster may stay checking in all (unbilled, its GPUs held) before it fails and frees them.
 CLUSTER_PREFLIGHT_MAX_ROUNDS = env_int("CLUSTER_PREFLIGHT_MAX_ROUNDS", 3)
 CLUSTER_PREFLIGHT_TIMEOUT_S = env_int("CLUSTER_PREFLIGHT_TIMEOUT_S", 300)
+CLUSTER_CHECKING_MAX_MINUTES = env_int("CLUSTER_CHECKING_MAX_MINUTES", 30)
 # Tenant pods. Each gets this much node-local scratch (image layers, logs, /tmp) as its
 # ephemeral-storage request and limit; the kubelet evicts a pod that writes more.
 INSTANCE_EPHEMERAL_STORAGE_GB = env_int("INSTANCE_EPHEMERAL_STORAGE_GB", 50)

@@ -866,6 +866,8 @@ def _(p: Probe) -> None:
     p.call(400, params={"id": instance.id}, query={"keep_disk": "perhaps"})
     p.call(202, params={"id": instance.id}, query={"keep_disk": "true"})
     p.call(404, params={"id": instance.id}, client=p.stranger())
+    rank = make_cluster(p.user).ranks.get(rank=0)
+    p.call(409, params={"id": rank.id})  # a cluster's rank: the cluster terminates as a whole
 
 
 @case("instances_stop")

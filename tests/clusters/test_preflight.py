@@ -1,10 +1,17 @@
 """A cluster's pre-flight check before billing starts, on the kube emulator over HTTP (its
 simulated `starverse-preflight` answers from the topology) and PostgreSQL: ranks that are up
 wait unbilled in `checking`; a passed check starts every rank's billing at one moment; a node
-with a bad link is cordoned, its rank moved and the check run again; a node lost while running
-pauses the whole cluster's billing until the check passes again; too many failed rounds fail
-the cluster, never billed; a checking cluster stops and terminates."""
+with a bad link has its rank moved and is put up for review, and the check runs again; a node
+lost while running pauses the whole cluster's billing until the check passes again; too many
+failed rounds fail the cluster, never billed; a checking cluster stops and terminates.
 
+The check runs in the tenant's container, where the tenant is root: the emulator's
+`replace_program` stands in for a tenant who replaced it. A forged result cordons no node unless
+the node's agent agrees; a check that hangs or prints no result is a failed round; a cluster
+checking too long fails and frees its GPUs; a rank is never stopped, started or terminated
+alone through /instances."""
+
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -17,12 +24,12 @@ from kubernetes import client as k8s
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
-from clusters.models import Preflight
+from clusters.models import Cluster, Preflight
 from clusters.preflight import bad_ranks, preflight_run, result_parse
 from devstack.kube import KubeEmulator
 from devstack.kube.shell import BAD_LINK
 from fleet.models import Allocation, Node
-from fleet.services import node_transition, nodes_sync_from_cluster
+from fleet.services import node_token_issue, node_transition, nodes_sync_from_cluster
 from instances.lifecycle import instances_on_node_changed
 from instances.metering import metering_tick
 from instances.models import Instance
@@ -30,7 +37,7 @@ from instances.provisioning import converge
 from instances.provisioning.reconcile import reconcile
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
-from tests.factories import converge_until, fund, make_cluster, make_user
+from tests.factories import converge_until, fund, make_cluster, make_disk, make_user
 
 # Six whole H100 nodes: four under h100-leaf-0, two under h100-leaf-1.
 FLEET = {"h100": 6, "a100": 1}
@@ -129,7 +136,9 @@ def test_billing_starts_only_when_the_preflight_passes(fleet, renter, client_for
     assert any("Pre-flight check passed" in m for m in _timeline(client, cluster))
 
 
-def test_a_bad_link_node_is_cordoned_replaced_and_the_check_passes_again(fleet, renter, client_for):
+def test_a_bad_link_node_is_replaced_put_up_for_review_and_the_check_passes_again(
+    fleet, renter, client_for
+):
     client = client_for(renter)
     cluster = make_cluster(renter, node_count=3)
     ranks = _ranks(cluster)
@@ -143,7 +152,9 @@ def test_a_bad_link_node_is_cordoned_replaced_and_the_check_passes_again(fleet, 
     assert first.busbw_gbps is not None and first.busbw_gbps < 100
     assert first.bad_nodes == [{"rank": 1, "node": bad.name}]
     bad.refresh_from_db()
-    assert bad.state == "cordoned" and "pre-flight" in bad.state_reason
+    # the tenant's container said so, and its node agent did not: in service, for an operator
+    assert (bad.state, bad.review_since is not None) == ("ready", True)
+    assert "pre-flight" in bad.review_reason
     moved = Instance.objects.select_related("node").get(pk=ranks[1].pk)
     assert moved.status == "provisioning" and moved.rank == 1
     assert moved.node_id != bad.pk and _node(moved).switch == "h100-leaf-0"  # near the others
@@ -160,7 +171,10 @@ def test_a_bad_link_node_is_cordoned_replaced_and_the_check_passes_again(fleet, 
     assert bad.name not in {r["node"] for r in body["ranks"]}
     timeline = _timeline(client, cluster)
     assert any("Pre-flight check failed (round 1)" in m for m in timeline)
-    assert any(bad.name in m and "cordoned" in m for m in timeline)
+    assert (
+        f"Its node {bad.name} was slow in the pre-flight check; moving rank 1 to another node."
+        in (timeline)
+    )
     assert any("Pre-flight check passed (round 2)" in m for m in timeline)
 
 
@@ -264,12 +278,12 @@ def test_a_round_whose_cluster_changed_meanwhile_is_abandoned(fleet, renter):
 
     cluster = make_cluster(renter, node_count=2)
     _up(cluster)
-    round_id = _round_start(cluster.id)
-    assert round_id is not None
+    found = _round_start(cluster.id)
+    assert found is not None
     assert _round_start(cluster.id) is None  # one round at a time
     Instance.objects.filter(cluster=cluster, rank=1).update(status="stopping")
     result = {"busbw_gbps": 370.0, "pairs": [], "per_node": []}
-    assert round_record(round_id, result) == "abandoned"
+    assert round_record(found.pk, result) == "abandoned"
     assert {rank.status for rank in _ranks(cluster)} == {"checking", "stopping"}
 
 
@@ -283,12 +297,32 @@ def test_bad_ranks_and_result_parse():
     assert bad_ranks({"per_node": nodes}, None) == []
     two = [{"rank": 0, "best_gbps": 44.4}, {"rank": 1, "best_gbps": 44.4}]
     assert bad_ranks({"per_node": two}, 300.0) == [1]
-    assert result_parse('noise\n{"busbw_gbps": 362.6, "pairs": []}\n') == {
+    assert result_parse('noise\n{"busbw_gbps": 362.6, "pairs": []}\n', nodes=2) == {
         "busbw_gbps": 362.6,
+        "per_node": [],
         "pairs": [],
     }
-    assert result_parse("Traceback: boom") is None
-    assert result_parse('{"busbw_gbps": "fast"}') is None
+    pair = {"round": 1, "ranks": [0, 1], "hosts": ["a", "b"], "busbw_gbps": 370, "extra": "x"}
+    assert result_parse(json.dumps({"busbw_gbps": 370, "pairs": [pair]}), nodes=2) == {
+        "busbw_gbps": 370.0,
+        "per_node": [],
+        "pairs": [{"round": 1, "ranks": [0, 1], "hosts": ["a", "b"], "busbw_gbps": 370.0}],
+    }
+    assert result_parse("Traceback: boom", nodes=2) is None
+    # what the tenant's container printed is read as data of one shape, nothing else
+    for wrong in (
+        {"busbw_gbps": "fast"},
+        {"busbw_gbps": float("nan")},
+        {"busbw_gbps": -1},
+        {"busbw_gbps": True},
+        {"busbw_gbps": 370, "per_node": [{"rank": 2, "best_gbps": 10}]},  # no rank 2
+        {"busbw_gbps": 370, "per_node": [{"rank": 1, "best_gbps": 1}] * 2},  # rank 1 twice
+        {"busbw_gbps": 370, "per_node": [{"rank": "1", "best_gbps": 1}]},
+        {"busbw_gbps": 370, "per_node": "all good"},
+        {"busbw_gbps": 370, "pairs": [{"round": 1, "ranks": [0, 0], "busbw_gbps": 1}]},
+        {"busbw_gbps": 370, "pairs": [{"ranks": [0, 1]}]},
+    ):
+        assert result_parse(json.dumps(wrong), nodes=2) is None, wrong
 
 
 def test_a_rank_whose_pod_vanished_is_checked_again_with_the_whole_cluster(fleet, renter):
@@ -308,3 +342,268 @@ def test_a_rank_whose_pod_vanished_is_checked_again_with_the_whole_cluster(fleet
     assert {rank.session for rank in ranks} == {2}
     assert len({rank.running_since for rank in ranks}) == 1
     assert ranks[0].events.filter(message__contains="came up again").exists()
+
+
+# --- the check runs in the tenant's container -------------------------------------------------
+
+PROGRAM = "/opt/starverse/bin/starverse-preflight"
+
+
+def _tamper(fleet: KubeEmulator, cluster: Any, path: str = PROGRAM, **program: Any) -> None:
+    """The tenant, root in rank 0's container, replaced the program at `path`."""
+    head = _ranks(cluster)[0]
+    fleet.replace_program(head.k8s_namespace, head.k8s_name, path, **program)
+
+
+def _forged(per_node: dict[int, float]) -> str:
+    """A result a tenant made up: every named rank at its bandwidth, the slowest overall."""
+    nodes = [{"rank": rank, "best_gbps": gbps} for rank, gbps in per_node.items()]
+    return json.dumps({"busbw_gbps": min(per_node.values()), "pairs": [], "per_node": nodes}) + "\n"
+
+
+def _agent_reports_xid(api: Any, node: Node, xid: int) -> None:
+    """The node's agent reports an XID, over the agent API with the node's own token."""
+    token = node_token_issue(node=node)
+    event = {"at": timezone.now().isoformat(), "type": "xid", "gpu": 3, "xid": xid}
+    body = {"node": node.name, "driver": {}, "samples": [], "events": [event]}
+    answer = api.post(
+        f"/api/v1/nodes/{node.name}/report",
+        body,
+        format="json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert answer.status_code == 202, answer.content
+
+
+def test_a_forged_result_moves_the_ranks_but_takes_no_node_out_of_service(
+    fleet, renter, client_for
+):
+    client = client_for(renter)
+    cluster = make_cluster(renter, node_count=3)
+    _up(cluster)
+    blamed = [_node(rank) for rank in _ranks(cluster)[1:]]
+    _tamper(fleet, cluster, prints=_forged({0: 370.0, 1: 9.5, 2: 9.5}))
+
+    assert preflight_run(cluster.id) == "failed"
+    assert Preflight.objects.get(cluster=cluster, round=1).bad_nodes == [
+        {"rank": 1, "node": blamed[0].name},
+        {"rank": 2, "node": blamed[1].name},
+    ]
+    for node in blamed:
+        node.refresh_from_db()
+        assert (node.state, node.state_reason, node.schedulable) == ("ready", "", True)
+        assert node.review_since is not None
+        assert "as measured in the tenant's container" in node.review_reason
+        assert "its node agent reported nothing wrong" in node.review_reason
+        changes = node.events.filter(kind__in=["state", "review"])  # no state change: a review
+        assert list(changes.values_list("kind", flat=True)) == ["review"]
+        assert not Allocation.objects.filter(node=node).exists()
+    ranks = _ranks(cluster)
+    assert [rank.status for rank in ranks] == ["checking", "provisioning", "provisioning"]
+    assert not {rank.node_id for rank in ranks} & {node.pk for node in blamed}
+    assert _usage(renter) == 0
+    timeline = _timeline(client, cluster)
+    assert not any("cordoned" in m for m in timeline)
+    # the blamed nodes still take orders: another tenant's cluster is placed on them
+    other = make_cluster(make_user(), node_count=2)
+    assert {rank.node_id for rank in _ranks(other)} == {node.pk for node in blamed}
+
+
+def test_a_forged_result_cordons_a_node_its_agent_reported_a_fault_on(
+    fleet, renter, api, client_for
+):
+    client = client_for(renter)
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    faulty = _node(_ranks(cluster)[1])
+    _agent_reports_xid(api, faulty, 92)  # a high single-bit ECC rate: no rule cordons on it
+    faulty.refresh_from_db()
+    assert faulty.state == "ready"
+    _tamper(fleet, cluster, prints=_forged({0: 370.0, 1: 9.5}))
+
+    assert preflight_run(cluster.id) == "failed"
+    faulty.refresh_from_db()
+    assert faulty.state == "cordoned" and faulty.review_since is None
+    assert "as measured in the tenant's container" in faulty.state_reason
+    assert "its node agent agrees: XID 92" in faulty.state_reason
+    moved = _ranks(cluster)[1]
+    assert moved.status == "provisioning" and moved.node_id != faulty.pk
+    assert (
+        f"Its node {faulty.name} was slow in the pre-flight check and was cordoned; moving rank "
+        "1 to another node."
+    ) in _timeline(client, cluster)
+
+
+def test_a_program_earlier_on_the_path_does_not_stand_in_for_the_check(fleet, renter):
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    _tamper(fleet, cluster, "/usr/local/sbin/starverse-preflight", prints=_forged({0: 1, 1: 1}))
+
+    assert preflight_run(cluster.id) == "passed"
+    found = Preflight.objects.get(cluster=cluster, round=1)
+    assert found.busbw_gbps is not None and 350 <= found.busbw_gbps <= 390  # the real one's
+
+
+def test_a_check_that_hangs_is_a_failed_round(fleet, renter, settings):
+    settings.CLUSTER_PREFLIGHT_TIMEOUT_S = 1
+    settings.CLUSTER_PREFLIGHT_MAX_ROUNDS = 2
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    nodes = [rank.node_id for rank in _ranks(cluster)]
+    _tamper(fleet, cluster, hangs=True)
+
+    assert preflight_run(cluster.id) == "failed"
+    first = Preflight.objects.get(cluster=cluster, round=1)
+    assert (first.busbw_gbps, first.bad_nodes) == (None, [])
+    assert first.message == (
+        "Pre-flight check round 1 failed: no result within 1 s. It counts as a failed round."
+    )
+    # no node named: the same nodes, unblamed, check again
+    assert [(rank.status, rank.node_id) for rank in _ranks(cluster)] == [
+        ("checking", nodes[0]),
+        ("checking", nodes[1]),
+    ]
+    assert not Node.objects.filter(review_since__isnull=False).exists()
+
+    assert preflight_run(cluster.id) == "failed"  # the last round allowed
+    assert {rank.status for rank in _ranks(cluster)} == {"failed"}
+    assert "failed its pre-flight check 2 times in a row" in _ranks(cluster)[0].error_message
+    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    assert _usage(renter) == 0
+
+
+def test_a_check_that_prints_no_result_is_a_failed_round(fleet, renter, settings):
+    settings.CLUSTER_PREFLIGHT_MAX_ROUNDS = 5
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    outputs: list[tuple[dict[str, Any], str]] = [
+        # a rank the cluster does not have, at a bandwidth below any floor
+        ({"prints": _forged({0: 370.0, 7: 1.0})}, "what it printed is not a pre-flight result"),
+        ({"prints": '{"busbw_gbps": NaN}\n'}, "what it printed is not a pre-flight result"),
+        (
+            {"prints": "Traceback: boom\n", "exit_code": 1},
+            "it exited with code 1 (Traceback: boom)",
+        ),
+    ]
+    for number, (program, said) in enumerate(outputs, start=1):
+        _tamper(fleet, cluster, **program)
+        assert preflight_run(cluster.id) == "failed"
+        found = Preflight.objects.get(cluster=cluster, round=number)
+        assert (found.status, found.busbw_gbps, found.bad_nodes) == ("failed", None, [])
+        assert said in found.message
+    assert {rank.status for rank in _ranks(cluster)} == {"checking"}
+    assert not Node.objects.filter(review_since__isnull=False).exists()
+    assert _usage(renter) == 0
+
+
+def test_a_cluster_checking_too_long_fails_and_frees_its_gpus(fleet, renter, client_for):
+    client = client_for(renter)
+    cluster = make_cluster(renter, node_count=6)  # the whole fleet: a moved rank waits queued
+    _bad_link(_node(_ranks(cluster)[4]).name)
+    _up(cluster)
+    assert preflight_run(cluster.id) == "failed"
+    assert [rank.status for rank in _ranks(cluster)].count("checking") == 5
+    began = Cluster.objects.get(pk=cluster.pk).checking_since
+    assert began == Preflight.objects.get(cluster=cluster, round=1).started_at
+
+    # 29 minutes in: still waiting, nothing due
+    Cluster.objects.filter(pk=cluster.pk).update(checking_since=began - timedelta(minutes=29))
+    assert preflight_run(cluster.id) is None
+    assert [rank.status for rank in _ranks(cluster)].count("checking") == 5
+    # past CLUSTER_CHECKING_MAX_MINUTES (30) in all: failed, every GPU given back
+    Cluster.objects.filter(pk=cluster.pk).update(checking_since=began - timedelta(minutes=31))
+    assert preflight_run(cluster.id) is None
+    ranks = _ranks(cluster)
+    assert {rank.status for rank in ranks} == {"failed"}
+    assert ranks[0].error_message == (
+        "The cluster's pre-flight check did not pass within 30 minutes. It was never billed; "
+        "its nodes are free again. Start it again or contact support."
+    )
+    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    assert client.get(f"/api/v1/clusters/{cluster.id}").json()["cost_fen"] == 0
+    assert _usage(renter) == 0
+
+
+def test_abandoned_rounds_cannot_keep_a_cluster_checking(fleet, renter):
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    fleet.inject_api_fault(status=500, count=1, verb="create", resource="pods/exec")
+    with pytest.raises(kube.RetryableKubeError):
+        preflight_run(cluster.id)  # the platform's API failed it: abandoned, not counted
+    assert Preflight.objects.get(cluster=cluster, round=1).status == "abandoned"
+    began = Cluster.objects.get(pk=cluster.pk).checking_since
+    assert began is not None
+    Cluster.objects.filter(pk=cluster.pk).update(checking_since=began - timedelta(minutes=31))
+
+    assert preflight_run(cluster.id) is None
+    assert {rank.status for rank in _ranks(cluster)} == {"failed"}
+    assert Preflight.objects.filter(cluster=cluster).count() == 1  # no round sent again
+    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+
+
+def test_a_started_cluster_checks_afresh(fleet, renter, client_for, settings):
+    settings.CLUSTER_PREFLIGHT_MAX_ROUNDS = 2
+    client = client_for(renter)
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    _tamper(fleet, cluster, prints="no result\n")
+    assert [preflight_run(cluster.id), preflight_run(cluster.id)] == ["failed", "failed"]
+    assert {rank.status for rank in _ranks(cluster)} == {"failed"}
+
+    assert client.post(f"/api/v1/clusters/{cluster.id}/start").status_code == 202
+    assert Cluster.objects.get(pk=cluster.pk).checking_since is None
+    _up(cluster)  # new pods: the tenant's changes are gone with the old ones
+    _tamper(fleet, cluster, prints="no result\n")
+    assert preflight_run(cluster.id) == "failed"  # one failed round of two allowed, afresh
+    assert {rank.status for rank in _ranks(cluster)} == {"checking"}
+
+
+# --- a rank acts only with its cluster ----------------------------------------------------------
+
+
+def _state(cluster: Any) -> list[tuple[str, str | None, int]]:
+    return [(rank.status, rank.node_id, rank.events.count()) for rank in _ranks(cluster)]
+
+
+def test_a_rank_is_not_stopped_started_or_terminated_alone(fleet, renter, client_for, client):
+    api = client_for(renter)
+    client.force_login(renter)
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    assert preflight_run(cluster.id) == "passed"
+    rank = _ranks(cluster)[1]
+    before = _state(cluster)
+    said = (
+        f"This instance is rank 1 of the cluster {cluster.id}, and a cluster stops, starts and "
+        "terminates as a whole: do it on the cluster instead."
+    )
+
+    for method, path in (("post", "stop"), ("delete", "")):
+        answer = getattr(api, method)(f"/api/v1/instances/{rank.id}/{path}".rstrip("/"))
+        assert (answer.status_code, answer.json()) == (
+            409,
+            {"detail": said, "code": "cluster_rank"},
+        )
+    for path in ("stop", "terminate"):
+        page = client.post(f"/console/instances/{rank.id}/{path}/", follow=True)
+        assert said in page.content.decode()
+    disk = make_disk(renter)
+    attach = api.post(
+        f"/api/v1/instances/{rank.id}/disks", {"disk": disk.id, "restart": True}, format="json"
+    )
+    assert (attach.status_code, attach.json()["code"]) == (409, "cluster_rank")
+    assert _state(cluster) == before
+    assert Preflight.objects.filter(cluster=cluster).count() == 1
+
+    # the cluster as a whole stops, starts and terminates
+    assert api.post(f"/api/v1/clusters/{cluster.id}/stop").json()["status"] == "stopping"
+    for each in _ranks(cluster):
+        assert converge_until(converge.stop, each.id) == "stopped"
+    answer = api.post(f"/api/v1/instances/{rank.id}/start")
+    assert (answer.status_code, answer.json()) == (409, {"detail": said, "code": "cluster_rank"})
+    page = client.post(f"/console/instances/{rank.id}/start/", follow=True)
+    assert said in page.content.decode()
+    assert {status for status, _node, _events in _state(cluster)} == {"stopped"}
+    assert api.post(f"/api/v1/clusters/{cluster.id}/start").json()["status"] == "provisioning"
+    assert api.delete(f"/api/v1/clusters/{cluster.id}").json()["status"] == "terminating"
+    assert {each.status for each in _ranks(cluster)} == {"terminating"}

@@ -1,9 +1,11 @@
 """The emulator's simulated `starverse-preflight --json`: same leaf switch fast, across
-switches slower (the spine), a node with an injected bad link slow in every pair it is in."""
+switches slower (the spine), a node with an injected bad link slow in every pair it is in; and
+programs found as a shell finds them, any of which a tenant (root) may have replaced."""
 
 import json
+from dataclasses import replace
 
-from devstack.kube.shell import Container, Peer, SimulatedShell
+from devstack.kube.shell import Container, Peer, ReplacedProgram, SimulatedShell
 
 
 def _peer(rank, switch, *, bad=False, product="NVIDIA H100 80GB HBM3"):
@@ -45,3 +47,33 @@ def test_without_a_cluster_it_says_so_and_plain_output_is_readable():
     assert code == 2 and "fewer than two nodes" in out
     code, out = _run([_peer(0, "leaf-0"), _peer(1, "leaf-0")])
     assert code == 0 and out.startswith("all-reduce busbw") and "GB/s" in out
+
+
+def test_programs_are_found_as_a_shell_finds_them_and_a_tenant_can_replace_any():
+    peers = (_peer(0, "leaf-0"), _peer(1, "leaf-0"))
+    forged = ReplacedProgram(prints='{"busbw_gbps": 999}\n')
+    container = Container(
+        "clu-a-0",
+        "node-0",
+        peers=peers,
+        replaced={"/usr/local/sbin/starverse-preflight": forged},
+    )
+    out: list[bytes] = []
+    shell = SimulatedShell(container, out.append, tty=False)
+
+    # a bare name: the first on PATH, here the tenant's in /usr/local/sbin
+    assert shell.run("starverse-preflight --json") == 0
+    assert json.loads(b"".join(out).decode()) == {"busbw_gbps": 999}
+    out.clear()
+    # by its absolute path: the image's own
+    assert shell.run("/opt/starverse/bin/starverse-preflight --json") == 0
+    assert 350 <= json.loads(b"".join(out).decode())["busbw_gbps"] <= 390
+    out.clear()
+    assert shell.run("/opt/starverse/bin/nothing") == 127
+    assert b"".join(out).decode() == "bash: /opt/starverse/bin/nothing: No such file or directory\n"
+    hung = SimulatedShell(
+        replace(container, replaced={"/usr/local/bin/x": ReplacedProgram(hangs=True)}),
+        out.append,
+        tty=False,
+    )
+    assert (hung.run("x"), hung.hung) == (0, True)

@@ -5,9 +5,11 @@ from django.utils import timezone
 
 from fleet.choices import NodeState
 from fleet.models import Gpu, GpuRollup, GpuSample, HealthRule, Node, NodeEvent
+from fleet.selectors import node_agent_fault
 from fleet.services import (
     health_rules_ensure_defaults,
     heartbeats_check,
+    node_review_request,
     node_token_issue,
     node_transition,
     telemetry_prune,
@@ -506,3 +508,70 @@ def test_admin_addresses_from_before_the_fleet_app_still_lead_to_the_pages(db, c
         client.get("/admin/datasets/sharedstorage/")["Location"] == "/admin/storage/sharedstorage/"
     )
     assert client.get(moved["Location"]).status_code == 200
+
+
+def test_the_node_agents_fault_signal_is_its_own_hardware_reports(agent, node):
+    since = timezone.now() - timedelta(hours=1)
+    assert node_agent_fault(node, since=since) == ""
+    harmless = {"at": _iso(), "type": "xid", "gpu": 1, "xid": 13, "message": "Graphics Engine"}
+    agent(_report(events=[harmless]))  # a program's own fault, which a tenant can cause
+    assert node_agent_fault(node, since=since) == ""
+    old = {"at": _iso(since - timedelta(minutes=1)), "type": "xid", "gpu": 2, "xid": 92}
+    agent(_report(events=[old]))
+    assert node_agent_fault(node, since=since) == ""
+    rate = {"at": _iso(), "type": "xid", "gpu": 2, "xid": 92, "message": "High SBE rate"}
+    agent(_report(events=[rate]))
+
+    node.refresh_from_db()
+    assert node.state == NodeState.READY  # no rule acts on XID 92 alone
+    found = node_agent_fault(node, since=since)
+    assert found.startswith("XID 92 reported at ") and found.endswith(" UTC (High SBE rate)")
+
+
+def test_uncorrectable_ecc_below_the_rules_threshold_is_a_fault_signal(agent, node):
+    HealthRule.objects.filter(name="uncorrectable-ecc").update(params={"min_count": 4})
+    agent(_report(dbe=1))
+
+    node.refresh_from_db()
+    assert node.state == NodeState.READY
+    since = timezone.now() - timedelta(hours=1)
+    assert node_agent_fault(node, since=since) == "uncorrectable ECC errors on GPU 0"
+
+
+def test_an_operator_ends_a_review_by_cordoning_the_node_or_clearing_it(node, client):
+    operator = make_operator()
+    staff_login(client, operator)
+    assert node_review_request(node=node, reason="pre-flight of cluster clu_a round 1") is True
+    assert node_review_request(node=node, reason="pre-flight of cluster clu_b round 1") is False
+    node.refresh_from_db()
+    assert (node.state, node.review_reason) == ("ready", "pre-flight of cluster clu_a round 1")
+    assert NodeEvent.objects.filter(node=node, kind="review").count() == 2
+    listed = client.get("/admin/fleet/node/?review=yes").content.decode()
+    assert node.name in listed and "Up for review" in listed
+    page = client.get(f"/admin/fleet/node/{node.pk}/change/").content.decode()
+    assert f"/admin/fleet/node/{node.pk}/review-cordon/" in page
+    assert (
+        "pre-flight of cluster clu_a round 1"
+        in client.get(f"/admin/fleet/node/{node.pk}/review-clear/").content.decode()
+    )
+
+    assert client.post(f"/admin/fleet/node/{node.pk}/review-clear/").status_code == 302
+    node.refresh_from_db()
+    assert (node.state, node.review_since, node.review_reason) == ("ready", None, "")
+    assert NodeEvent.objects.filter(
+        node=node,
+        message=f"Review cleared: pre-flight of cluster clu_a round 1 (by {operator.email})",
+    ).exists()
+    assert node.name not in client.get("/admin/fleet/node/?review=yes").content.decode()
+
+    node_review_request(node=node, reason="pre-flight of cluster clu_c round 2")
+    assert client.post(f"/admin/fleet/node/{node.pk}/review-cordon/").status_code == 302
+    node.refresh_from_db()
+    assert (node.state, node.review_since) == ("cordoned", None)
+    assert node.state_reason == "review confirmed: pre-flight of cluster clu_c round 2"
+
+    # nothing up for review: the operation says so and changes nothing
+    answer = client.post(f"/admin/fleet/node/{node.pk}/review-cordon/", follow=True)
+    assert f"The node {node.name} is not up for review." in answer.content.decode()
+    node.refresh_from_db()
+    assert node.state_reason == "review confirmed: pre-flight of cluster clu_c round 2"

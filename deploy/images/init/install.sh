@@ -22,7 +22,8 @@ install -d -m 0700 /root/.ssh
 install -d -m 0755 /run/sshd /root/.starverse/on-stop.d /opt/starverse/bin
 ln -sf /opt/starverse/init/bin/starverse-init /opt/starverse/bin/starverse-init
 chmod 0755 /opt/starverse/init/bin/starverse-init
-# the platform execs `starverse-preflight --json` into a cluster's rank 0 (found on any PATH)
+# the platform execs `/opt/starverse/bin/starverse-preflight --json` into a cluster's rank 0, by
+# that path (no PATH lookup); the /usr/local/bin link is for people who run it by hand
 ln -sf /opt/starverse/init/bin/starverse-preflight /opt/starverse/bin/starverse-preflight
 ln -sf /opt/starverse/init/bin/starverse-preflight /usr/local/bin/starverse-preflight
 chmod 0755 /opt/starverse/init/bin/starverse-preflight
