@@ -36,6 +36,7 @@ from starverse.accounts.teams import (
     role_in,
     team_of,
 )
+from starverse.core.dates import validate_day
 from starverse.core.errors import NotFound, ServiceError
 from starverse.core.money import MoneyParseError, parse_fen
 from teams.api.views import audit_csv
@@ -171,10 +172,16 @@ class AuditFilter(forms.Form):
     actor = forms.ChoiceField(label=gettext_lazy("Who"), required=False)
     action = forms.ChoiceField(label=gettext_lazy("What"), required=False)
     since = forms.DateField(
-        label=gettext_lazy("From"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+        label=gettext_lazy("From"),
+        required=False,
+        validators=[validate_day],
+        widget=forms.DateInput(attrs={"type": "date"}),
     )
     until = forms.DateField(
-        label=gettext_lazy("To"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+        label=gettext_lazy("To"),
+        required=False,
+        validators=[validate_day],
+        widget=forms.DateInput(attrs={"type": "date"}),
     )
 
     def __init__(self, data: Any, team: Tenant) -> None:

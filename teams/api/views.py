@@ -10,8 +10,6 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.http import HttpResponse
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -37,6 +35,7 @@ from starverse.accounts.teams import (
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key
+from starverse.core.dates import parse_moment
 from starverse.core.errors import InvalidInput, NotFound
 from starverse.core.roles import require_manager
 from teams.api import serializers as s
@@ -270,18 +269,14 @@ def _when(request: Request, name: str) -> datetime | None:
     raw = request.query_params.get(name, "")
     if not raw:
         return None
-    parsed = parse_datetime(raw)
-    if parsed is None:
-        day = parse_date(raw)
-        if day is not None:
-            parsed = datetime(day.year, day.month, day.day)
+    parsed = parse_moment(raw)
     if parsed is None:
         raise InvalidInput(
             _("%(name)s: a date (2026-12-01) or a time with zone (2026-12-01T08:00:00+08:00).")
             % {"name": name},
             code="invalid",
         )
-    return timezone.make_aware(parsed) if timezone.is_naive(parsed) else parsed
+    return parsed
 
 
 class AuditView(TeamView):

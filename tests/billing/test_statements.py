@@ -401,3 +401,33 @@ def test_a_long_statement_runs_over_pages_with_its_header_on_each(db):
 
     assert pdf_pages(10) == 1
     assert 9 <= pdf_pages(600) <= 11
+
+
+def test_a_range_past_the_calendars_end_is_a_400_naming_both_days(db, client_for):
+    answer = client_for(make_user()).get(
+        "/api/v1/billing/usage", {"from": "9999-12-01", "to": "9999-12-31"}
+    )
+
+    body = answer.json()
+    wanted = "Enter a date from 1900-01-01 to 9998-12-31."
+    assert (answer.status_code, body["code"]) == (400, "invalid")
+    assert body["errors"] == {"from": [wanted], "to": [wanted]}
+    assert body["detail"] == f"to: {wanted}; from: {wanted}"  # the serializer's field order
+
+
+def test_the_console_usage_and_a_statement_of_year_9999_are_refused_with_a_message(
+    db, client, client_for
+):
+    user = make_user()
+    client.force_login(user)
+
+    query = {"start": "9999-12-01", "end": "9999-12-31", "group_by": "day"}
+    page = client.get("/billing/", query)
+    download = client.get("/billing/usage.csv", query, follow=True)
+    month = client_for(user).get("/api/v1/billing/statements/9999-12")
+
+    assert page.status_code == 200
+    assert "Enter a date from 1900-01-01 to 9998-12-31." in page.content.decode()
+    assert download.redirect_chain[-1][1] == 302
+    assert "Enter a date from 1900-01-01 to 9998-12-31." in download.content.decode()
+    assert (month.status_code, month.json()["code"]) == (400, "invalid_month")
