@@ -17,6 +17,7 @@ import hashlib
 import logging
 import re
 import secrets
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
@@ -367,7 +368,12 @@ def _cookie(label: str, **grant: str) -> str:
 
 
 def _safe_path(path: str) -> str:
-    """A path on the same address: never one a browser would read as another host."""
+    """A path on the same address, else `/`: never one a browser would read as another host.
+    Browsers drop tabs and line breaks from an address and read `\\` as `/`, so `/<tab>/x`
+    means `//x`, another host: a path with any control (or other invisible) character is
+    refused whole, and so is anything but one `/` then a path (a scheme, `//host`, `/\\host`)."""
+    if any(unicodedata.category(char).startswith("C") for char in path):
+        return "/"
     if not path.startswith("/") or path.startswith(("//", "/\\")):
         return "/"
     return path
@@ -411,7 +417,10 @@ def gateway_login_target(*, user: Any, next_url: str) -> str:
     """Where the console sends a signed-in user who came from a gateway address: back to it
     with a one-use token for its cookie. Only to the user's own instances (else NotFound, as
     for an instance that does not exist), and only to the address's own path."""
-    parts = urlsplit(next_url)
+    try:
+        parts = urlsplit(next_url)
+    except ValueError:  # an unclosed IPv6 bracket, say: no address of ours
+        raise NotFound(_("There is nothing at this address.")) from None
     parsed = host_parse(parts.netloc) if parts.scheme == settings.GATEWAY_SCHEME else None
     instance = _instance_by_lower_id(parsed[0]) if parsed else None
     if parsed is None or instance is None or instance.tenant_id != user.tenant_id:
