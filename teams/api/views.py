@@ -2,7 +2,6 @@
 in the path must be one the caller belongs to (404 otherwise, as for every tenant object); a
 token made for one team reaches that team only."""
 
-import csv
 import io
 import json
 from datetime import datetime
@@ -38,6 +37,7 @@ from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key
 from starverse.core.dates import parse_moment
 from starverse.core.errors import InvalidInput, NotFound
 from starverse.core.roles import require_manager
+from starverse.core.spreadsheets import csv_writer
 from teams.api import serializers as s
 from teams.services import audit_events, transfer_make
 
@@ -316,7 +316,7 @@ class AuditView(TeamView):
 
 def audit_csv(team: Tenant, events: QuerySet[Any]) -> HttpResponse:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     writer.writerow(AUDIT_COLUMNS)
     for event in events.iterator():
         writer.writerow(

@@ -483,6 +483,16 @@ def test_the_console_audit_page_refuses_a_day_past_the_calendars_end(team_of_two
     assert "Enter a date from 1900-01-01 to 9998-12-31." in refused.content.decode()
 
 
+def test_an_address_that_would_be_a_formula_is_text_in_the_audit_csv(db):
+    owner = make_user("=1+1@lab.example.edu.cn")
+    team = team_create(user=owner, name="NLP lab")
+
+    download = bearer(owner).get(f"/api/v1/teams/{team.pk}/audit?format=csv")
+
+    rows = list(csv.reader(io.StringIO(download.content.decode())))
+    assert [row[2:4] for row in rows[1:]] == [["'=1+1@lab.example.edu.cn", "team.created"]]
+
+
 def test_saving_a_user_acting_for_a_team_keeps_their_own_tenant(team_of_two):
     team, _owner, member = team_of_two
     personal = member.tenant_id
