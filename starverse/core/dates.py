@@ -23,20 +23,15 @@ def day_in_range(day: date) -> bool:
     return FIRST_DAY <= day <= LAST_DAY
 
 
-def out_of_range_message() -> str:
-    return _("a date from %(first)s to %(last)s.") % {
-        "first": FIRST_DAY.isoformat(),
-        "last": LAST_DAY.isoformat(),
-    }
-
-
 def validate_day(value: date) -> None:
     """A validator for form and serializer date fields: the day is one the callers can count
     from (a day after it, its midnight in any zone)."""
     if not day_in_range(value):
-        raise ValidationError(
-            _("Enter %(what)s") % {"what": out_of_range_message()}, "date_out_of_range"
-        )
+        message = _("Enter a date from %(first)s to %(last)s.") % {
+            "first": FIRST_DAY.isoformat(),
+            "last": LAST_DAY.isoformat(),
+        }
+        raise ValidationError(message, "date_out_of_range")
 
 
 def parse_moment(text: str) -> datetime | None:
