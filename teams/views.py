@@ -22,7 +22,6 @@ from django.views.decorators.http import require_POST
 from billing.onboarding import team_create
 from billing.selectors import wallet_for_tenant
 from instances.budgets import budget_set, budgets_of
-from starverse.accounts.audit import request_ip
 from starverse.accounts.middleware import ACTING_TEAM_KEY
 from starverse.accounts.models import AuditEvent, Invitation, Membership, Role, Tenant, TenantKind
 from starverse.accounts.teams import (
@@ -36,6 +35,7 @@ from starverse.accounts.teams import (
     role_in,
     team_of,
 )
+from starverse.core.addresses import client_ip
 from starverse.core.dates import validate_day
 from starverse.core.errors import NotFound, ServiceError
 from starverse.core.money import MoneyParseError, parse_fen
@@ -117,7 +117,7 @@ def team_act(request: HttpRequest, pk: str, what: str) -> HttpResponse:
     """The team page's forms: invite, revoke, role, remove, budget, transfer."""
     user: Any = request.user
     team = _team(request, pk)
-    ip = request_ip(request)
+    ip = client_ip(request)
     post = request.POST
     try:
         if what == "invite":
@@ -250,7 +250,7 @@ def invitation_accept_page(request: HttpRequest, token: str) -> HttpResponse:
         return redirect("teams:teams")
     if request.method == "POST":
         try:
-            membership = invitation_accept(user=request.user, token=token, ip=request_ip(request))
+            membership = invitation_accept(user=request.user, token=token, ip=client_ip(request))
         except ServiceError as error:
             messages.error(request, error.message)
         else:

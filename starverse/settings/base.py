@@ -234,6 +234,13 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_TIMEZONE = TIME_ZONE
 
+# Reverse proxies of ours in front of the web tier (the chart's ingress is one): the client's
+# address is the one the outermost of them appended to X-Forwarded-For (starverse.core.addresses),
+# for the audit log, throttles and lockouts, /metrics' METRICS_ALLOWED_CIDRS and the access log.
+NUM_PROXIES = env_int("NUM_PROXIES", 0)
+if NUM_PROXIES < 0:
+    raise ImproperlyConfigured(f"NUM_PROXIES must be 0 or more, got {NUM_PROXIES}.")
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "starverse.accounts.authentication.BearerTokenAuthentication",
@@ -251,7 +258,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "starverse.core.api.schema.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
         "starverse.core.api.throttling.UserRateThrottle",
-        "rest_framework.throttling.AnonRateThrottle",
+        "starverse.core.api.throttling.AnonRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "user": env_str("API_THROTTLE_RATE", "600/minute"),
@@ -260,7 +267,7 @@ REST_FRAMEWORK = {
         "login": env_str("LOGIN_THROTTLE_RATE", "30/hour"),
         "verify_email_resend": env_str("VERIFY_EMAIL_RESEND_RATE", "3/hour"),
     },
-    "NUM_PROXIES": env_int("NUM_PROXIES", 0),
+    "NUM_PROXIES": NUM_PROXIES,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 

@@ -19,7 +19,6 @@ from rest_framework.views import APIView
 
 from billing.onboarding import team_create
 from instances.budgets import budget_set, budgets_of
-from starverse.accounts.audit import request_ip
 from starverse.accounts.models import Invitation, Membership, Scope, Tenant, TenantKind
 from starverse.accounts.teams import (
     acting_in,
@@ -31,6 +30,7 @@ from starverse.accounts.teams import (
     membership_role_set,
     team_of,
 )
+from starverse.core.addresses import client_ip
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key
@@ -120,7 +120,7 @@ class MemberView(TeamView):
             team=team,
             user_id=user,
             role=data.validated_data["role"],
-            ip=request_ip(request),
+            ip=client_ip(request),
         )
         return Response(s.MemberOutput(membership).data)
 
@@ -131,7 +131,7 @@ class MemberView(TeamView):
     )
     def delete(self, request: Request, pk: str, user: str) -> Response:
         team = team_in_path(request, pk)
-        membership_remove(actor=request.user, team=team, user_id=user, ip=request_ip(request))
+        membership_remove(actor=request.user, team=team, user_id=user, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -157,7 +157,7 @@ class InvitationListView(TeamView):
         data = s.InvitationCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         invitation = invitation_create(
-            actor=request.user, team=team, **data.validated_data, ip=request_ip(request)
+            actor=request.user, team=team, **data.validated_data, ip=client_ip(request)
         )
         context = {"link": invitation_link(invitation)}
         body = s.InvitationCreatedOutput(invitation, context=context).data
@@ -175,7 +175,7 @@ class InvitationView(TeamView):
         found = Invitation.objects.filter(tenant=team, pk=invitation).first()
         if found is None:
             raise NotFound(_("No such invitation."))
-        invitation_revoke(actor=request.user, invitation=found, ip=request_ip(request))
+        invitation_revoke(actor=request.user, invitation=found, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -190,7 +190,7 @@ class InvitationAcceptView(TeamView):
     )
     def post(self, request: Request, token: str) -> Response:
         membership = invitation_accept(
-            user=signed_in_user(request), token=token, ip=request_ip(request)
+            user=signed_in_user(request), token=token, ip=client_ip(request)
         )
         return Response(s.MemberOutput(membership).data, status=status.HTTP_201_CREATED)
 
@@ -239,7 +239,7 @@ class BudgetView(TeamView):
             team=team,
             user_id=data.validated_data.get("user") or None,
             monthly_fen=data.validated_data["monthly_fen"],
-            ip=request_ip(request),
+            ip=client_ip(request),
         )
         row = {
             "user": state.budget.user_id,
@@ -358,7 +358,7 @@ class TransferView(TeamView):
             amount_fen=data.validated_data["amount_fen"],
             direction=data.validated_data["direction"],
             idempotency_key=idempotency_key(request),
-            ip=request_ip(request),
+            ip=client_ip(request),
         )
         body = {
             "amount_fen": into.amount_fen,
