@@ -10,6 +10,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from starverse.core.sites import exact_origin, origin_host, origin_of, under_domain
 from starverse.env import env_bool, env_int, env_list, env_optional, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -478,8 +479,28 @@ if not re.fullmatch(r"[a-z0-9-]+/[a-z0-9-]+", GATEWAY_ROUTE_PARENT):
     raise ImproperlyConfigured(
         f"GATEWAY_ROUTE_PARENT must be namespace/name, got {GATEWAY_ROUTE_PARENT!r}."
     )
-# The proxy's authorization check reaches the console with the gateway address as its Host.
+# The proxy's authorization check reaches the console with the gateway address as its Host;
+# every other path refuses such a Host (starverse.core.middleware.GatewayHostMiddleware).
 ALLOWED_HOSTS = [*ALLOWED_HOSTS, "." + _gateway_host]
+# Pages that may open the web terminal (a root shell in the visitor's instance): the console's
+# own origin (PUBLIC_BASE_URL) and these exact origins, never by pattern, never on the gateway's
+# domain, whose pages are tenants' content.
+TERMINAL_ALLOWED_ORIGINS = env_list("TERMINAL_ALLOWED_ORIGINS", [])
+for _name, _url in [
+    ("PUBLIC_BASE_URL", PUBLIC_BASE_URL),
+    *(("TERMINAL_ALLOWED_ORIGINS", entry) for entry in TERMINAL_ALLOWED_ORIGINS),
+]:
+    _origin = exact_origin(_url) if _name == "TERMINAL_ALLOWED_ORIGINS" else origin_of(_url)
+    if not _origin:
+        raise ImproperlyConfigured(
+            f"{_name} must list origins such as https://console.example.com, got {_url!r}."
+        )
+    if under_domain(origin_host(_origin), GATEWAY_DOMAIN):
+        raise ImproperlyConfigured(
+            f"{_name} {_url!r} is on GATEWAY_DOMAIN, which serves tenants' pages: the console "
+            "needs an address of its own."
+        )
+TERMINAL_ALLOWED_ORIGINS = [exact_origin(entry) for entry in TERMINAL_ALLOWED_ORIGINS]
 # Observability. /metrics answers the bearer token METRICS_TOKEN or addresses in
 # METRICS_ALLOWED_CIDRS; with neither it is open only with DEBUG on (make run). The Celery
 # worker serves its own in-process metrics on METRICS_PORT (0: not at all). /readyz gives each
