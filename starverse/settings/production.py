@@ -19,6 +19,12 @@ env_str("STRIPE_WEBHOOK_SECRET")
 if STRIPE_DEMO or STRIPE_WEBHOOK_SECRETS == ["whsec_starverse_demo"]:  # noqa: F405
     raise ImproperlyConfigured("Production needs real STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET.")
 
+if not CLUSTER_NODE_CIDR:  # noqa: F405
+    raise ImproperlyConfigured(
+        "Set CLUSTER_NODE_CIDR: the nodes' addresses, which tenant pods must not reach (their "
+        "kubelets); without it tenant egress is open to the nodes (README, Tenant pods)."
+    )
+
 if not GATEWAY_CIDR:  # noqa: F405
     raise ImproperlyConfigured(
         "Set GATEWAY_CIDR (or CLUSTER_NODE_CIDR): where tenant SSH and Jupyter come from."
