@@ -37,6 +37,7 @@ from instances.states import instance_locked
 from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
+from starverse.core.links import public_url
 from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
@@ -284,7 +285,7 @@ def _to_login(host: str, uri: str, method: str) -> Verdict:
     if method.upper() not in ("GET", "HEAD"):
         return _page(401, _("Sign in"), _("Open this address in a browser to sign in first."))
     back = f"{settings.GATEWAY_SCHEME}://{host}{uri}"
-    return _redirect(f"{settings.PUBLIC_BASE_URL.rstrip('/')}/gateway/login?next={quote(back)}")
+    return _redirect(public_url(f"/gateway/login?next={quote(back)}"))
 
 
 def _instance_by_lower_id(lower_id: str) -> Instance | None:

@@ -48,6 +48,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "starverse.core.logs.RequestIdMiddleware",
+    # A Host of the gateway's domain is answered at /gateway/auth only, before anything else.
+    "starverse.core.middleware.GatewayHostMiddleware",
     # /healthz, /readyz and /metrics, answered before the HTTPS redirect and the Host check
     # (probes and scrapers come with the pod's IP as Host, over plain HTTP).
     "console.probes.ProbeMiddleware",
