@@ -73,7 +73,7 @@ def login_refusal(request: HttpRequest, email: str) -> str | None:
             "Too many failed attempts for this account; try again in %(time)s or reset your "
             "password."
         ) % {"time": _minutes(account.minutes_left)}
-    address = _read("login-address", (client_ip(request) or ""))
+    address = _read("login-address", client_ip(request) or "")
     if address.count >= settings.LOGIN_FAILURES_PER_ADDRESS:
         return _("Too many failed log-in attempts from your network; try again in %(time)s.") % {
             "time": _minutes(address.minutes_left)
@@ -83,7 +83,7 @@ def login_refusal(request: HttpRequest, email: str) -> str | None:
 
 def login_failed(request: HttpRequest, email: str) -> None:
     _bump("login-account", normalize_email(email))
-    _bump("login-address", (client_ip(request) or ""))
+    _bump("login-address", client_ip(request) or "")
 
 
 def login_succeeded(email: str) -> None:

@@ -84,7 +84,7 @@ class GatewayHostMiddleware:
     answered only at /gateway/auth: ALLOWED_HOSTS names `.GATEWAY_DOMAIN` because the proxy asks
     its check with the original Host, and for nothing else. Any other page of the console there
     (the log-in, a password reset, the API) would be served at an address whose other pages are
-    tenants' content, and could name that Host in what it builds. Placed first, before the
+    tenants' content, and could name that Host in what it builds. Placed before the
     probes: a scrape or a probe never comes with a gateway Host either."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
