@@ -39,6 +39,7 @@ test: $(STAMP)  ## Lint, import contracts, types, migration and deploy checks, t
 	  REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
 	  STRIPE_SECRET_KEY=sk_test_deploy_check STRIPE_WEBHOOK_SECRET=whsec_deploy_check \
 	  GATEWAY_CIDR=$${GATEWAY_CIDR:-192.0.2.0/24} GATEWAY_DOMAIN=$${GATEWAY_DOMAIN:-gw.example.com} \
+	  CLUSTER_NODE_CIDR=$${CLUSTER_NODE_CIDR:-192.0.2.0/24} \
 	  PUBLIC_POOL_SOURCE=$${PUBLIC_POOL_SOURCE:-nfs://pool.example/public} \
 	  $(PY) manage.py check --deploy --fail-level WARNING
 	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)

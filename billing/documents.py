@@ -2,7 +2,6 @@
 with a byte-order mark, which Excel in China opens without garbling. Labels are in Simplified
 Chinese and English, like the e-mails."""
 
-import csv
 import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from django.utils.translation import gettext, gettext_noop
 
 from billing.choices import TransactionKind
 from starverse.core.money import format_fen
+from starverse.core.spreadsheets import csv_writer
 
 if TYPE_CHECKING:
     from billing.statements import StatementData
@@ -106,7 +106,7 @@ def _usage_cells(data: "StatementData") -> list[list[str]]:
 def statement_csv(data: "StatementData") -> bytes:
     """Three blocks: the summary, every ledger line, usage by instance and volume."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     title = both(gettext_noop("Starverse monthly statement"))
     writer.writerow([title, f"{data.month:%Y-%m}"])
     writer.writerows(_summary(data))

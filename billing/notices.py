@@ -23,6 +23,7 @@ from billing.models import (
 )
 from starverse.accounts.models import Role, User
 from starverse.core.adminurls import admin_change_url
+from starverse.core.links import public_url
 
 logger = logging.getLogger(__name__)
 MAIL_LANGUAGES = ("zh-hans", "en")
@@ -66,7 +67,7 @@ def _recipients(
 
 def mail_tenant(tenant_id: str, template: str, context: dict) -> None:
     """Send a bilingual money notice to a tenant's payers."""
-    subject, body = _bilingual(template, {"console_url": settings.PUBLIC_BASE_URL, **context})
+    subject, body = _bilingual(template, {"console_url": public_url(), **context})
     send_mail(subject, body, None, _recipients(tenant_id))
 
 
@@ -75,7 +76,7 @@ def mail_about_instance(
 ) -> None:
     """Send a bilingual notice about one instance to whoever ordered it and, in a team, its
     owners and admins (a billing member can do nothing about it)."""
-    subject, body = _bilingual(template, {"console_url": settings.PUBLIC_BASE_URL, **context})
+    subject, body = _bilingual(template, {"console_url": public_url(), **context})
     send_mail(subject, body, None, _recipients(tenant_id, MANAGER_ROLES, orderer_id))
 
 
@@ -89,7 +90,7 @@ def topup_receipt_send(*, topup_id: str) -> None:
         {
             "topup": topup,
             "balance_after_fen": txn.balance_after_fen,
-            "console_url": settings.PUBLIC_BASE_URL,
+            "console_url": public_url(),
         },
     )
     send_mail(subject, body, None, _recipients(topup.tenant_id))
@@ -113,7 +114,7 @@ def _mail_operators(template: str, context: dict, what: str) -> None:
     if not recipients:
         logger.error("notice.operators_unreachable what=%s (set OPERATOR_EMAILS)", what)
         return
-    subject, body = _bilingual(template, {"console_url": settings.PUBLIC_BASE_URL, **context})
+    subject, body = _bilingual(template, {"console_url": public_url(), **context})
     send_mail(subject, body, None, recipients)
     logger.info("notice.operators what=%s recipients=%d", what, len(recipients))
 
@@ -142,7 +143,7 @@ def dispute_notice_send(*, dispute_id: str) -> None:
             "arrears_fen": arrears_fen,
             "credited_fen": credit.amount_fen if credit else 0,
             "balance_fen": Wallet.objects.get(pk=dispute.topup.wallet_id).total_fen,
-            "admin_url": settings.PUBLIC_BASE_URL + admin_change_url("billing_dispute", dispute.id),
+            "admin_url": public_url(admin_change_url("billing_dispute", dispute.id)),
         },
         f"dispute:{dispute.id}:{dispute.status}",
     )
@@ -162,8 +163,7 @@ def dashboard_refund_notice_send(*, refund_id: str) -> None:
             "cash_fen": cash_fen,
             "arrears_fen": _fen(refund.arrears_transaction)[1],
             "balance_fen": Wallet.objects.get(pk=refund.topup.wallet_id).total_fen,
-            "admin_url": settings.PUBLIC_BASE_URL
-            + admin_change_url("billing_topup", refund.topup_id),
+            "admin_url": public_url(admin_change_url("billing_topup", refund.topup_id)),
         },
         f"refund:{refund.id}",
     )
@@ -202,7 +202,7 @@ def runway_notices_check(spend_per_hour_fen: dict[str, int]) -> int:
                     "minutes": minutes,
                     "total_fen": wallet.total_fen,
                     "spend_per_hour_fen": rate,
-                    "console_url": settings.PUBLIC_BASE_URL,
+                    "console_url": public_url(),
                 },
             )
             send_mail(subject, body, None, _recipients(wallet.tenant_id))
@@ -223,7 +223,7 @@ def invoice_notice_send(*, invoice_id: str) -> None:
     if item.status == InvoiceStatus.REQUESTED:
         return
     subject, body = _bilingual(
-        "billing/email/invoice.txt", {"invoice": item, "console_url": settings.PUBLIC_BASE_URL}
+        "billing/email/invoice.txt", {"invoice": item, "console_url": public_url()}
     )
     recipients = _recipients(item.tenant_id)
     profile_email = str(item.profile.get("email") or "")

@@ -45,6 +45,7 @@ from starverse.accounts.audit import audit_record
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput, ServiceUnavailable
 from starverse.core.ids import new_id
+from starverse.core.links import public_url
 from starverse.core.money import format_fen
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def topup_create(*, user: Any, amount_fen: int, payment_method: str = "") -> Top
         amount_fen=amount_fen,
         expires_at=now + timedelta(minutes=settings.TOPUP_CHECKOUT_MINUTES),
     )
-    return_url = settings.PUBLIC_BASE_URL + reverse("billing:topup_return", args=[topup.id])
+    return_url = public_url(reverse("billing:topup_return", args=[topup.id]))
     try:
         session = gateway.checkout_session_create(
             topup_id=topup.id,
@@ -104,9 +105,7 @@ def topup_create(*, user: Any, amount_fen: int, payment_method: str = "") -> Top
             product_name=f"Starverse top-up {format_fen(amount_fen)}",
             email=user.email,
             success_url=return_url + "?session_id={CHECKOUT_SESSION_ID}",
-            cancel_url=settings.PUBLIC_BASE_URL
-            + reverse("billing:billing")
-            + f"?cancelled={topup.id}",
+            cancel_url=public_url(reverse("billing:billing") + f"?cancelled={topup.id}"),
             expires_at=int(topup.expires_at.timestamp()),  # type: ignore[union-attr]
             payment_methods=[payment_method] if payment_method else enabled,
         )

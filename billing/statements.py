@@ -24,6 +24,7 @@ from billing.choices import Account
 from billing.documents import statement_csv, statement_pdf
 from billing.models import LedgerEntry, LedgerTransaction, Statement, Wallet
 from billing.usage import UsageReport, local_midnight, usage_report
+from starverse.core.dates import day_in_range
 from starverse.core.errors import InvalidInput, NotFound
 
 logger = logging.getLogger(__name__)
@@ -72,12 +73,15 @@ def next_month(month: date) -> date:
 def parse_month(text: str) -> date:
     """'2026-11' → date(2026, 11, 1); anything else is a 400 naming `month`."""
     try:
-        return datetime.strptime(text, "%Y-%m").date()
+        month = datetime.strptime(text, "%Y-%m").date()
     except ValueError:
+        month = None
+    if month is None or not day_in_range(month):
         raise InvalidInput(
             _("month: %(value)s is not a month such as 2026-11.") % {"value": text[:20]},
             code="invalid_month",
-        ) from None
+        )
+    return month
 
 
 def current_month() -> date:

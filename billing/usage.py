@@ -9,7 +9,6 @@ then looked up once, for their labels, GPU counts and who ordered them. They bel
 above billing: they are reached by name (apps.get_model), as a lazy foreign key reaches them,
 never imported."""
 
-import csv
 import io
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
@@ -25,6 +24,7 @@ from django.utils.translation import gettext as _
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from starverse.core.money import format_fen
+from starverse.core.spreadsheets import csv_writer
 
 GROUPINGS = ("instance", "day", "member")
 MAX_RANGE_DAYS = 366
@@ -203,7 +203,7 @@ def usage_csv(report: UsageReport) -> bytes:
     """The report as CSV, UTF-8 with a byte-order mark (Excel in China reads it so); amounts
     in yuan as plain numbers."""
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     writer.writerow(["key", "label", "minutes", "gpu_hours", "amount_cny"])
     total = report.totals
     for row in [*report.rows, total]:

@@ -43,6 +43,7 @@ from billing.statements import (
 )
 from billing.usage import GROUPINGS, MAX_RANGE_DAYS, UsageReport, usage_csv, usage_report
 from starverse.accounts.audit import audit_request
+from starverse.core.dates import validate_day
 from starverse.core.errors import FieldInvalid, NotFound, ServiceError
 from starverse.core.money import MoneyParseError, format_fen, parse_fen
 from starverse.core.roles import PAYERS, require_payer, require_role, role_of
@@ -106,11 +107,13 @@ class UsageForm(forms.Form):
     start = forms.DateField(
         label=gettext_lazy("From"),
         input_formats=["%Y-%m-%d"],
+        validators=[validate_day],
         widget=forms.DateInput(format="%Y-%m-%d", attrs={"type": "date"}),
     )
     end = forms.DateField(
         label=gettext_lazy("To"),
         input_formats=["%Y-%m-%d"],
+        validators=[validate_day],
         widget=forms.DateInput(format="%Y-%m-%d", attrs={"type": "date"}),
     )
     group_by = forms.ChoiceField(

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import re
 import secrets
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
@@ -37,6 +38,7 @@ from starverse.accounts.models import User
 from starverse.accounts.teams import usable_by
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
+from starverse.core.links import public_url
 from starverse.core.roles import may_use
 from starverse.core.text import later
 
@@ -299,7 +301,7 @@ def _to_login(host: str, uri: str, method: str) -> Verdict:
     if method.upper() not in ("GET", "HEAD"):
         return _page(401, _("Sign in"), _("Open this address in a browser to sign in first."))
     back = f"{settings.GATEWAY_SCHEME}://{host}{uri}"
-    return _redirect(f"{settings.PUBLIC_BASE_URL.rstrip('/')}/gateway/login?next={quote(back)}")
+    return _redirect(public_url(f"/gateway/login?next={quote(back)}"))
 
 
 def _instance_by_lower_id(lower_id: str) -> Instance | None:
@@ -385,7 +387,12 @@ def _cookie(label: str, **grant: str) -> str:
 
 
 def _safe_path(path: str) -> str:
-    """A path on the same address: never one a browser would read as another host."""
+    """A path on the same address, else `/`: never one a browser would read as another host.
+    Browsers drop tabs and line breaks from an address and read `\\` as `/`, so `/<tab>/x`
+    means `//x`, another host: a path with any control (or other invisible) character is
+    refused whole, and so is anything but one `/` then a path (a scheme, `//host`, `/\\host`)."""
+    if any(unicodedata.category(char).startswith("C") for char in path):
+        return "/"
     if not path.startswith("/") or path.startswith(("//", "/\\")):
         return "/"
     return path
@@ -429,7 +436,10 @@ def gateway_login_target(*, user: Any, next_url: str) -> str:
     """Where the console sends a signed-in user who came from a gateway address: back to it
     with a one-use token for its cookie. Only to instances the person may use (usable_by; else
     NotFound, as for an instance that does not exist), and only to the address's own path."""
-    parts = urlsplit(next_url)
+    try:
+        parts = urlsplit(next_url)
+    except ValueError:  # an unclosed IPv6 bracket, say: no address of ours
+        raise NotFound(_("There is nothing at this address.")) from None
     parsed = host_parse(parts.netloc) if parts.scheme == settings.GATEWAY_SCHEME else None
     instance = _instance_by_lower_id(parsed[0]) if parsed else None
     if parsed is None or instance is None or not usable_by(user, instance):

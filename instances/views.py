@@ -15,7 +15,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
@@ -49,6 +48,7 @@ from starverse.accounts.audit import audit_request
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, SshKey
 from starverse.accounts.selectors import user_settings
 from starverse.core.console import redirect_back, run_change
+from starverse.core.dates import parse_moment
 from starverse.core.errors import IdempotencyConflict, InvalidInput, ServiceError
 from starverse.core.money import format_fen
 from starverse.core.tenancy import get_for_user, scope_to_user
@@ -714,10 +714,10 @@ def _local_time(text: str) -> Any:
     """A datetime-local input in the user's time zone, or None when empty."""
     if not text.strip():
         return None
-    parsed = parse_datetime(text.strip())
+    parsed = parse_moment(text)
     if parsed is None:
         raise InvalidInput(_("stop_at: enter a date and time."), code="invalid_stop_at")
-    return timezone.make_aware(parsed) if timezone.is_naive(parsed) else parsed
+    return parsed
 
 
 @login_required

@@ -3,13 +3,16 @@ in its path (/accounts/password-reset/<uid>/<token>/), and so does an e-mail ver
 (/accounts/verify-email/<token>/); whoever reads the logs must not be able to use them.
 Gunicorn's access log runs with `--logger-class starverse.access_log.AccessLog` (as `make run`
 and the image do); the application's own log lines (Django names the path of a failed request)
-pass through RedactUrlSecrets (settings LOGGING)."""
+pass through RedactUrlSecrets (settings LOGGING). Its client address (`%(h)s`) is the client's
+behind NUM_PROXIES proxies (starverse.core.addresses), not the ingress's."""
 
 import logging
 import re
 from typing import Any
 
 from gunicorn.glogging import Logger
+
+from starverse.core.addresses import client_ip_of
 
 # The reset link's user id and token; Django swaps the token for "set-password" after the first
 # visit, and that form is no secret.
@@ -31,6 +34,7 @@ class AccessLog(Logger):
             if isinstance(atoms.get(key), str):
                 atoms[key] = redact(atoms[key])
         atoms["{referer}i"] = redact(str(atoms.get("{referer}i", "")))
+        atoms["h"] = client_ip_of(environ) or atoms.get("h", "-")
         return atoms
 
 

@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils import timezone, translation
 from jinja2 import Environment
 
+from starverse.core.links import public_url
 from starverse.core.money import format_fen
 from starverse.core.text import localized
 
@@ -32,6 +33,7 @@ def environment(**options: Any) -> Environment:
         get_messages=get_messages,
         get_language=translation.get_language,
         localized=localized,
+        public_url=public_url,
     )
     env.filters.update(money=format_fen, localtime=_localtime)
     return env

@@ -22,7 +22,6 @@ from django.views.decorators.http import require_POST
 from billing.onboarding import team_create, user_email_verify
 from billing.selectors import wallet_for_tenant
 from instances.budgets import budget_set, budgets_of
-from starverse.accounts.audit import request_ip
 from starverse.accounts.middleware import ACTING_TEAM_KEY
 from starverse.accounts.models import (
     AuditEvent,
@@ -42,6 +41,8 @@ from starverse.accounts.teams import (
     role_in,
     team_of,
 )
+from starverse.core.addresses import client_ip
+from starverse.core.dates import validate_day
 from starverse.core.errors import NotFound, ServiceError
 from starverse.core.money import MoneyParseError, parse_fen
 from teams.api.views import audit_csv
@@ -150,7 +151,7 @@ def team_act(request: HttpRequest, pk: str, what: str) -> HttpResponse:
     """The team page's forms: invite, revoke, role, remove, budget, transfer."""
     user: Any = request.user
     team = _team(request, pk)
-    ip = request_ip(request)
+    ip = client_ip(request)
     post = request.POST
     try:
         if what == "invite":
@@ -207,10 +208,16 @@ class AuditFilter(forms.Form):
     actor = forms.ChoiceField(label=gettext_lazy("Who"), required=False)
     action = forms.ChoiceField(label=gettext_lazy("What"), required=False)
     since = forms.DateField(
-        label=gettext_lazy("From"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+        label=gettext_lazy("From"),
+        required=False,
+        validators=[validate_day],
+        widget=forms.DateInput(attrs={"type": "date"}),
     )
     until = forms.DateField(
-        label=gettext_lazy("To"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+        label=gettext_lazy("To"),
+        required=False,
+        validators=[validate_day],
+        widget=forms.DateInput(attrs={"type": "date"}),
     )
 
     def __init__(self, data: Any, team: Tenant) -> None:
@@ -282,7 +289,7 @@ def invitation_accept_page(request: HttpRequest, token: str) -> HttpResponse:
         if normalize_email(user.email) == invitation.email and user.email_verified_at is None:
             user_email_verify(user=user)  # the e-mailed link is proof of the mailbox
         try:
-            membership = invitation_accept(user=user, token=token, ip=request_ip(request))
+            membership = invitation_accept(user=user, token=token, ip=client_ip(request))
         except ServiceError as error:
             messages.error(request, error.message)
         else:

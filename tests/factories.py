@@ -6,6 +6,8 @@ import itertools
 import json
 import os
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -283,3 +285,43 @@ def read_existing(kind: str, namespace: str | None, name: str) -> dict[str, Any]
     found = kube.read(kind, namespace, name)
     assert found is not None, f"no {kind} {namespace}/{name} on the cluster"
     return found
+
+
+REPO = Path(__file__).resolve().parents[1]
+# What production settings need to start (dummies: they are loaded, never used).
+PRODUCTION_ENV = {
+    "DJANGO_SETTINGS_MODULE": "starverse.settings.production",
+    "SECRET_KEY": "production-check-" + "x" * 50,
+    "DATABASE_URL": "sqlite:///unused.sqlite3",
+    "REDIS_URL": "redis://127.0.0.1:6379/0",
+    "STRIPE_SECRET_KEY": "sk_test_production_check",
+    "STRIPE_WEBHOOK_SECRET": "whsec_production_check",
+    "GATEWAY_CIDR": "192.0.2.0/24",
+    "CLUSTER_NODE_CIDR": "192.0.2.0/24",
+    "GATEWAY_DOMAIN": "gw.example.com",
+    "PUBLIC_POOL_SOURCE": "nfs://nas.internal/public",
+}
+# Settings a test's own environment may hold that a production check must not inherit.
+_LEFT_OUT = ("PUBLIC_POOL", "PUBLIC_BASE_URL", "TERMINAL_", "DEBUG", "ALLOWED_HOSTS")
+
+
+def load_production_settings(**env: str | None) -> tuple[int, str]:
+    """Load the production settings in a fresh interpreter with PRODUCTION_ENV and `env` (None:
+    unset); (exit status, stderr)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(_LEFT_OUT)}
+    clean.update(PRODUCTION_ENV)
+    for name, value in env.items():
+        if value is None:
+            clean.pop(name, None)
+        else:
+            clean[name] = value
+    result = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; settings.PUBLIC_POOL_SOURCE"],
+        cwd=REPO,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return result.returncode, result.stderr

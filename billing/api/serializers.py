@@ -10,6 +10,7 @@ from billing.invoices import PROFILE_FIELDS
 from billing.models import InvoiceRequest, LedgerTransaction, Statement, TopUp
 from billing.usage import GROUPINGS
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
+from starverse.core.dates import validate_day
 
 
 class BalanceOutput(serializers.Serializer):
@@ -299,8 +300,8 @@ class StatementOutput(serializers.ModelSerializer):
 
 class UsageInput(serializers.Serializer):
     # Query parameters, named in the errors as they are in the URL.
-    from_ = serializers.DateField(input_formats=["%Y-%m-%d"])
-    to = serializers.DateField(input_formats=["%Y-%m-%d"])
+    from_ = serializers.DateField(input_formats=["%Y-%m-%d"], validators=[validate_day])
+    to = serializers.DateField(input_formats=["%Y-%m-%d"], validators=[validate_day])
     group_by = serializers.ChoiceField(choices=GROUPINGS, default="instance")
 
     def get_fields(self) -> dict[str, Any]:

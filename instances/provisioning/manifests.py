@@ -11,6 +11,7 @@ from django.urls import reverse
 from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
 from starverse.core.hostkeys import HostKey
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
+from starverse.core.links import public_url
 from storage.manifests import volumes_and_mounts
 
 # The image contract (docs/images.md): tini as PID 1 (it reaps zombies and forwards SIGTERM)
@@ -296,11 +297,10 @@ def jupyter_base_url(instance: Any) -> str:
 def init_env(instance: Any) -> list[dict[str, Any]]:
     """What the image's init reads (docs/images.md). SSH sessions see the STARVERSE_ ones too;
     the Jupyter token is not among them: the init reads it from the mounted Secret."""
-    console = settings.PUBLIC_BASE_URL.rstrip("/")
     values = {
         "STARVERSE_INSTANCE_ID": instance.id,
-        "STARVERSE_CONSOLE_URL": console + "/",
-        "STARVERSE_BALANCE_URL": console + reverse("billing:billing"),
+        "STARVERSE_CONSOLE_URL": public_url("/"),
+        "STARVERSE_BALANCE_URL": public_url(reverse("billing:billing")),
         "STARVERSE_ACCESS_DIR": ACCESS_DIR,
         "STARVERSE_DISK": DISK_MOUNT,
         "STARVERSE_JUPYTER_PORT": str(JUPYTER_PORT),

@@ -4,6 +4,7 @@ import logging
 from typing import Any
 
 from starverse.accounts.models import AuditEvent
+from starverse.core.addresses import client_ip
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +44,6 @@ def audit_record(
     return event
 
 
-def request_ip(request: Any) -> str | None:
-    """The client's address as Django saw it (the proxies in front set REMOTE_ADDR)."""
-    meta = getattr(request, "META", None) or getattr(getattr(request, "_request", None), "META", {})
-    return meta.get("REMOTE_ADDR") or None
-
-
 def audit_request(request: Any, action: str, obj: Any = None, **data: Any) -> AuditEvent:
     """audit_record for an act of the request's user, in the tenant it acts for."""
     user = request.user
@@ -58,5 +53,5 @@ def audit_request(request: Any, action: str, obj: Any = None, **data: Any) -> Au
         action=action,
         obj=obj,
         data=data,
-        ip=request_ip(request),
+        ip=client_ip(request),
     )

@@ -12,14 +12,9 @@ from django.core.cache import cache
 from django.http import HttpRequest
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
-from rest_framework.throttling import BaseThrottle
 
 from starverse.accounts.models import normalize_email
-
-
-def client_address(request: HttpRequest) -> str:
-    """The client address as the API throttles see it (NUM_PROXIES applies)."""
-    return BaseThrottle().get_ident(request)  # type: ignore[arg-type]
+from starverse.core.addresses import client_ip
 
 
 def _window_s() -> int:
@@ -78,7 +73,7 @@ def login_refusal(request: HttpRequest, email: str) -> str | None:
             "Too many failed attempts for this account; try again in %(time)s or reset your "
             "password."
         ) % {"time": _minutes(account.minutes_left)}
-    address = _read("login-address", client_address(request))
+    address = _read("login-address", client_ip(request) or "")
     if address.count >= settings.LOGIN_FAILURES_PER_ADDRESS:
         return _("Too many failed log-in attempts from your network; try again in %(time)s.") % {
             "time": _minutes(address.minutes_left)
@@ -88,7 +83,7 @@ def login_refusal(request: HttpRequest, email: str) -> str | None:
 
 def login_failed(request: HttpRequest, email: str) -> None:
     _bump("login-account", normalize_email(email))
-    _bump("login-address", client_address(request))
+    _bump("login-address", client_ip(request) or "")
 
 
 def login_succeeded(email: str) -> None:
@@ -98,7 +93,7 @@ def login_succeeded(email: str) -> None:
 
 def password_reset_refusal(request: HttpRequest) -> str | None:
     """Counts a password-reset request from this address; why it must be refused, or None."""
-    address = client_address(request)
+    address = client_ip(request) or ""
     state = _read("reset-address", address)
     if state.count >= settings.PASSWORD_RESET_REQUESTS_PER_ADDRESS:
         return _("Too many password-reset requests from your network; try again in %(time)s.") % {

@@ -36,6 +36,7 @@ from starverse.accounts.token_cache import token_cache_forget
 from starverse.accounts.tokens import token_display_prefix, token_generate, token_hash
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, Forbidden, InvalidInput
+from starverse.core.links import public_url
 
 logger = logging.getLogger(__name__)
 MAX_PASSWORD_LENGTH = 128
@@ -143,7 +144,7 @@ def user_email_mark_verified(*, user: User) -> bool:
 
 
 def two_factor_needed_message() -> str:
-    url = settings.PUBLIC_BASE_URL.rstrip("/") + reverse("accounts:security")
+    url = public_url(reverse("accounts:security"))
     return _(
         "Turn on two-factor authentication first, on the Security page of the console: %(url)s"
     ) % {"url": url}

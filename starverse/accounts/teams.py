@@ -32,6 +32,7 @@ from starverse.accounts.models import (
 )
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, Forbidden, InvalidInput, NotFound
+from starverse.core.links import public_url
 from starverse.core.roles import may_use, require_manager, require_owner
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def invitation_token(invitation: Invitation) -> str:
 
 def invitation_link(invitation: Invitation) -> str:
     path = reverse("teams:invitation_accept", args=[invitation_token(invitation)])
-    return settings.PUBLIC_BASE_URL.rstrip("/") + path
+    return public_url(path)
 
 
 def invitation_create(

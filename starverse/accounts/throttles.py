@@ -3,8 +3,10 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
+from starverse.core.api.throttling import ClientAddress
 
-class _PerAddress(SimpleRateThrottle):
+
+class _PerAddress(ClientAddress, SimpleRateThrottle):
     """Counts requests per client address; the console's forms use the same throttles."""
 
     def get_rate(self) -> str | None:
@@ -25,7 +27,7 @@ class LoginThrottle(_PerAddress):
     scope = "login"
 
 
-class VerifyEmailResendThrottle(UserRateThrottle):
+class VerifyEmailResendThrottle(ClientAddress, UserRateThrottle):
     """Verification mails asked for again, per account (the API's and the dashboard's button)."""
 
     scope = "verify_email_resend"

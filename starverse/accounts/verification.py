@@ -18,6 +18,7 @@ from django.utils.translation import gettext as _
 
 from starverse.accounts.models import User
 from starverse.core.errors import Conflict, InvalidInput
+from starverse.core.links import public_url
 from starverse.core.money import format_fen
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def verification_email_send(*, user_id: str, language: str) -> bool:
     path = reverse("accounts:verify_email", args=[verification_token(user)])
     context = {
         "email": user.email,
-        "link": settings.PUBLIC_BASE_URL.rstrip("/") + path,
+        "link": public_url(path),
         "days": settings.EMAIL_VERIFICATION_DAYS,
         "trial": format_fen(settings.TRIAL_CREDIT_FEN)
         if settings.TRIAL_REQUIRES_VERIFICATION and not user.is_staff

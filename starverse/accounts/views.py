@@ -21,7 +21,6 @@ from billing.onboarding import user_email_verify_token, user_signup
 from billing.selectors import trial_state
 from starverse.accounts import lockout, loginflow
 from starverse.accounts.access import access_changed
-from starverse.accounts.audit import request_ip
 from starverse.accounts.forms import (
     PERSONAL,
     LoginForm,
@@ -62,6 +61,7 @@ from starverse.accounts.twofactor import (
     totp_verify,
 )
 from starverse.accounts.verification import verification_user
+from starverse.core.addresses import client_ip
 from starverse.core.errors import ServiceError
 from starverse.core.money import format_fen
 from starverse.core.tenancy import get_for_user, scope_to_user
@@ -91,7 +91,7 @@ def signup(request: HttpRequest) -> HttpResponse:
                 user = user_signup(
                     email=form.cleaned_data["email"],
                     password=form.cleaned_data["password"],
-                    ip=throttle.get_ident(request),  # type: ignore[arg-type]
+                    ip=client_ip(request),
                 )
             except ServiceError as error:
                 field = "password" if error.code == "weak_password" else "email"
@@ -300,7 +300,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
                 name=form.cleaned_data["name"],
                 team_id=None if team == PERSONAL else team,
                 scopes=form.cleaned_data["scopes"],
-                ip=request_ip(request),
+                ip=client_ip(request),
             )
         except ServiceError as error:
             form.add_error(None, error.message)
@@ -328,7 +328,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 @require_POST
 def token_delete(request: HttpRequest, pk: str) -> HttpResponse:
     token = get_for_user(ApiToken.objects.filter(revoked_at__isnull=True), request.user, "user", pk)
-    token_revoke(token=token, actor=request.user, ip=request_ip(request))
+    token_revoke(token=token, actor=request.user, ip=client_ip(request))
     messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
     return redirect("accounts:tokens")
 

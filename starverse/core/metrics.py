@@ -24,6 +24,8 @@ from django.http import HttpRequest
 from prometheus_client import CollectorRegistry, Counter, Gauge, multiprocess, start_http_server
 from prometheus_client.registry import REGISTRY, Collector
 
+from starverse.core.addresses import client_ip
+
 logger = logging.getLogger(__name__)
 
 TASK_RETRIES = Counter(
@@ -89,7 +91,7 @@ def scrape_allowed(request: HttpRequest) -> bool:
             return True
     if cidrs:
         try:
-            address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+            address = ipaddress.ip_address(client_ip(request) or "")
         except ValueError:
             return False
         if any(address in ipaddress.ip_network(cidr) for cidr in cidrs):

@@ -1,8 +1,10 @@
-"""Refuses, before any view runs, input that no view can store or answer sensibly: a body over
-the documented limit, and NUL bytes in the path, the query string, a header or a posted form
-(PostgreSQL refuses NUL in text, so they would otherwise surface as a 500). API requests get the
-usual `{"detail", "code"}`; console pages a plain 400 or 413."""
+"""Refuses, before any view runs, requests that no view may answer: one addressed to the
+gateway's domain anywhere but the proxy's check, a body over the documented limit, and NUL
+bytes in the path, the query string, a header or a posted form (PostgreSQL refuses NUL in text,
+so they would otherwise surface as a 500). API requests get the usual `{"detail", "code"}`;
+console pages a plain 400 or 413."""
 
+import re
 from collections.abc import Callable
 
 from django.conf import settings
@@ -10,7 +12,12 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext as _
 
+from starverse.core.links import public_url
+from starverse.core.sites import under_domain
+
 API_PREFIX = "/api/"
+# The proxy's authorization check (Envoy appends the original path to it).
+GATEWAY_CHECK = re.compile(r"^/gateway/auth(/|$)")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
@@ -70,3 +77,29 @@ class BadInputMiddleware:
         if api:
             return JsonResponse({"detail": detail, "code": code}, status=status)
         return HttpResponse(detail, status=status, content_type="text/plain; charset=utf-8")
+
+
+class GatewayHostMiddleware:
+    """A request whose Host is the gateway's domain (an instance's or an endpoint's address) is
+    answered only at /gateway/auth: ALLOWED_HOSTS names `.GATEWAY_DOMAIN` because the proxy asks
+    its check with the original Host, and for nothing else. Any other page of the console there
+    (the log-in, a password reset, the API) would be served at an address whose other pages are
+    tenants' content, and could name that Host in what it builds. Placed before the
+    probes: a scrape or a probe never comes with a gateway Host either."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        # The Host header itself, as Django reads it (the platform never sets
+        # USE_X_FORWARDED_HOST, so X-Forwarded-Host names no host of this request).
+        host = str(request.META.get("HTTP_HOST") or request.META.get("SERVER_NAME") or "")
+        if under_domain(host, settings.GATEWAY_DOMAIN) and not GATEWAY_CHECK.match(
+            request.path_info
+        ):
+            detail = _(
+                "This address serves an instance, not the console: open the console at %(url)s."
+            ) % {"url": public_url()}
+            api = request.path_info.startswith(API_PREFIX)
+            return BadInputMiddleware.refuse(api, 400, "wrong_host", detail)
+        return self.get_response(request)

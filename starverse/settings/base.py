@@ -10,6 +10,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from starverse.core.sites import exact_origin, origin_host, origin_of, under_domain
 from starverse.env import env_bool, env_int, env_list, env_optional, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -47,6 +48,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "starverse.core.logs.RequestIdMiddleware",
+    # A Host of the gateway's domain is answered at /gateway/auth only, before anything else.
+    "starverse.core.middleware.GatewayHostMiddleware",
     # /healthz, /readyz and /metrics, answered before the HTTPS redirect and the Host check
     # (probes and scrapers come with the pod's IP as Host, over plain HTTP).
     "console.probes.ProbeMiddleware",
@@ -234,6 +237,13 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_TIMEZONE = TIME_ZONE
 
+# Reverse proxies of ours in front of the web tier (the chart's ingress is one): the client's
+# address is the one the outermost of them appended to X-Forwarded-For (starverse.core.addresses),
+# for the audit log, throttles and lockouts, /metrics' METRICS_ALLOWED_CIDRS and the access log.
+NUM_PROXIES = env_int("NUM_PROXIES", 0)
+if NUM_PROXIES < 0:
+    raise ImproperlyConfigured(f"NUM_PROXIES must be 0 or more, got {NUM_PROXIES}.")
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "starverse.accounts.authentication.BearerTokenAuthentication",
@@ -252,7 +262,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "starverse.core.api.schema.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [
         "starverse.core.api.throttling.UserRateThrottle",
-        "rest_framework.throttling.AnonRateThrottle",
+        "starverse.core.api.throttling.AnonRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "user": env_str("API_THROTTLE_RATE", "600/minute"),
@@ -261,7 +271,7 @@ REST_FRAMEWORK = {
         "login": env_str("LOGIN_THROTTLE_RATE", "30/hour"),
         "verify_email_resend": env_str("VERIFY_EMAIL_RESEND_RATE", "3/hour"),
     },
-    "NUM_PROXIES": env_int("NUM_PROXIES", 0),
+    "NUM_PROXIES": NUM_PROXIES,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -475,8 +485,28 @@ if not re.fullmatch(r"[a-z0-9-]+/[a-z0-9-]+", GATEWAY_ROUTE_PARENT):
     raise ImproperlyConfigured(
         f"GATEWAY_ROUTE_PARENT must be namespace/name, got {GATEWAY_ROUTE_PARENT!r}."
     )
-# The proxy's authorization check reaches the console with the gateway address as its Host.
+# The proxy's authorization check reaches the console with the gateway address as its Host;
+# every other path refuses such a Host (starverse.core.middleware.GatewayHostMiddleware).
 ALLOWED_HOSTS = [*ALLOWED_HOSTS, "." + _gateway_host]
+# Pages that may open the web terminal (a root shell in the visitor's instance): the console's
+# own origin (PUBLIC_BASE_URL) and these exact origins, never by pattern, never on the gateway's
+# domain, whose pages are tenants' content.
+TERMINAL_ALLOWED_ORIGINS = env_list("TERMINAL_ALLOWED_ORIGINS", [])
+for _name, _url in [
+    ("PUBLIC_BASE_URL", PUBLIC_BASE_URL),
+    *(("TERMINAL_ALLOWED_ORIGINS", entry) for entry in TERMINAL_ALLOWED_ORIGINS),
+]:
+    _origin = exact_origin(_url) if _name == "TERMINAL_ALLOWED_ORIGINS" else origin_of(_url)
+    if not _origin:
+        raise ImproperlyConfigured(
+            f"{_name} must list origins such as https://console.example.com, got {_url!r}."
+        )
+    if under_domain(origin_host(_origin), GATEWAY_DOMAIN):
+        raise ImproperlyConfigured(
+            f"{_name} {_url!r} is on GATEWAY_DOMAIN, which serves tenants' pages: the console "
+            "needs an address of its own."
+        )
+TERMINAL_ALLOWED_ORIGINS = [exact_origin(entry) for entry in TERMINAL_ALLOWED_ORIGINS]
 # Observability. /metrics answers the bearer token METRICS_TOKEN or addresses in
 # METRICS_ALLOWED_CIDRS; with neither it is open only with DEBUG on (make run). The Celery
 # worker serves its own in-process metrics on METRICS_PORT (0: not at all). /readyz gives each

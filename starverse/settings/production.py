@@ -2,6 +2,7 @@
 
 from django.core.exceptions import ImproperlyConfigured
 
+from starverse.core.sites import origin_host, origin_of, registrable_domain, same_site
 from starverse.env import env_bool, env_int, env_str
 from starverse.settings.base import *  # noqa: F403
 
@@ -18,6 +19,12 @@ env_str("STRIPE_WEBHOOK_SECRET")
 if STRIPE_DEMO or STRIPE_WEBHOOK_SECRETS == ["whsec_starverse_demo"]:  # noqa: F405
     raise ImproperlyConfigured("Production needs real STRIPE_SECRET_KEY and STRIPE_WEBHOOK_SECRET.")
 
+if not CLUSTER_NODE_CIDR:  # noqa: F405
+    raise ImproperlyConfigured(
+        "Set CLUSTER_NODE_CIDR: the nodes' addresses, which tenant pods must not reach (their "
+        "kubelets); without it tenant egress is open to the nodes (README, Tenant pods)."
+    )
+
 if not GATEWAY_CIDR:  # noqa: F405
     raise ImproperlyConfigured(
         "Set GATEWAY_CIDR (or CLUSTER_NODE_CIDR): where tenant SSH and Jupyter come from."
@@ -29,6 +36,18 @@ if GATEWAY_SCHEME != "https" or GATEWAY_DOMAIN.split(":")[0].endswith("localhost
         "The instances' gateway must be served over https on a domain of its own: set "
         "GATEWAY_DOMAIN (e.g. gw.example.com, with a wildcard certificate) and leave "
         "GATEWAY_SCHEME unset (README, the HTTPS gateway)."
+    )
+
+# Same-site pages send each other's cookies (SameSite): a tenant's page on the gateway could
+# then act in the console with a visitor's session.
+_console_host = origin_host(origin_of(PUBLIC_BASE_URL))  # noqa: F405
+if same_site(_console_host, GATEWAY_DOMAIN):  # noqa: F405
+    raise ImproperlyConfigured(
+        f"The console ({_console_host}, PUBLIC_BASE_URL) and the gateway ({GATEWAY_DOMAIN}, "  # noqa: F405
+        f"GATEWAY_DOMAIN) are one site ({registrable_domain(_console_host)}): tenants' pages on "
+        "the gateway would be same-site with the console. Give the gateway a registrable domain "
+        "of its own, e.g. gw.example-usercontent.com for console.example.com (README, the HTTPS "
+        "gateway)."
     )
 
 if PUBLIC_POOL_SOURCE.startswith("hostpath://") and not PUBLIC_POOL_ALLOW_HOSTPATH:  # noqa: F405

@@ -2,7 +2,6 @@
 in the path must be one the caller belongs to (404 otherwise, as for every tenant object); a
 token made for one team reaches that team only."""
 
-import csv
 import io
 import json
 from datetime import datetime
@@ -10,8 +9,6 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.http import HttpResponse
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -22,7 +19,6 @@ from rest_framework.views import APIView
 
 from billing.onboarding import team_create
 from instances.budgets import BudgetState, budget_set, budgets_of
-from starverse.accounts.audit import request_ip
 from starverse.accounts.models import Invitation, Membership, Scope, Tenant, TenantKind
 from starverse.accounts.teams import (
     acting_in,
@@ -32,11 +28,14 @@ from starverse.accounts.teams import (
     invitation_revoke,
     team_of,
 )
+from starverse.core.addresses import client_ip
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key
+from starverse.core.dates import parse_moment
 from starverse.core.errors import InvalidInput, NotFound
 from starverse.core.roles import require_manager
+from starverse.core.spreadsheets import csv_writer
 from teams.api import serializers as s
 from teams.services import audit_events, membership_remove, membership_role_set, transfer_make
 
@@ -120,7 +119,7 @@ class MemberView(TeamView):
             team=team,
             user_id=user,
             role=data.validated_data["role"],
-            ip=request_ip(request),
+            ip=client_ip(request),
         )
         return Response(s.MemberOutput(membership).data)
 
@@ -131,7 +130,7 @@ class MemberView(TeamView):
     )
     def delete(self, request: Request, pk: str, user: str) -> Response:
         team = team_in_path(request, pk)
-        membership_remove(actor=request.user, team=team, user_id=user, ip=request_ip(request))
+        membership_remove(actor=request.user, team=team, user_id=user, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -157,7 +156,7 @@ class InvitationListView(TeamView):
         data = s.InvitationCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         invitation = invitation_create(
-            actor=request.user, team=team, **data.validated_data, ip=request_ip(request)
+            actor=request.user, team=team, **data.validated_data, ip=client_ip(request)
         )
         context = {"link": invitation_link(invitation)}
         body = s.InvitationCreatedOutput(invitation, context=context).data
@@ -175,7 +174,7 @@ class InvitationView(TeamView):
         found = Invitation.objects.filter(tenant=team, pk=invitation).first()
         if found is None:
             raise NotFound(_("No such invitation."))
-        invitation_revoke(actor=request.user, invitation=found, ip=request_ip(request))
+        invitation_revoke(actor=request.user, invitation=found, ip=client_ip(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -194,7 +193,7 @@ class InvitationAcceptView(TeamView):
     )
     def post(self, request: Request, token: str) -> Response:
         membership = invitation_accept(
-            user=signed_in_user(request), token=token, ip=request_ip(request)
+            user=signed_in_user(request), token=token, ip=client_ip(request)
         )
         return Response(s.MemberOutput(membership).data, status=status.HTTP_201_CREATED)
 
@@ -240,7 +239,7 @@ class BudgetView(TeamView):
             team=team,
             user_id=data.validated_data.get("user") or None,
             monthly_fen=data.validated_data["monthly_fen"],
-            ip=request_ip(request),
+            ip=client_ip(request),
         )
         return Response(_budget_row(state))
 
@@ -263,18 +262,14 @@ def _when(request: Request, name: str) -> datetime | None:
     raw = request.query_params.get(name, "")
     if not raw:
         return None
-    parsed = parse_datetime(raw)
-    if parsed is None:
-        day = parse_date(raw)
-        if day is not None:
-            parsed = datetime(day.year, day.month, day.day)
+    parsed = parse_moment(raw)
     if parsed is None:
         raise InvalidInput(
             _("%(name)s: a date (2026-12-01) or a time with zone (2026-12-01T08:00:00+08:00).")
             % {"name": name},
             code="invalid",
         )
-    return timezone.make_aware(parsed) if timezone.is_naive(parsed) else parsed
+    return parsed
 
 
 class AuditView(TeamView):
@@ -314,7 +309,7 @@ class AuditView(TeamView):
 
 def audit_csv(team: Tenant, events: QuerySet[Any]) -> HttpResponse:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = csv_writer(out)
     writer.writerow(AUDIT_COLUMNS)
     for event in events.iterator():
         writer.writerow(
@@ -357,7 +352,7 @@ class TransferView(TeamView):
             amount_fen=data.validated_data["amount_fen"],
             direction=data.validated_data["direction"],
             idempotency_key=idempotency_key(request),
-            ip=request_ip(request),
+            ip=client_ip(request),
         )
         body = {
             "amount_fen": into.amount_fen,

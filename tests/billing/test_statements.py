@@ -26,6 +26,7 @@ from billing.statements import (
 )
 from billing.tasks import generate_statements
 from billing.usage import usage_report
+from instances.models import Instance
 from starverse.core.errors import InvalidInput, NotFound
 from tests.factories import _seed_catalog, fund, make_endpoint, make_instance, make_user
 
@@ -401,3 +402,67 @@ def test_a_long_statement_runs_over_pages_with_its_header_on_each(db):
 
     assert pdf_pages(10) == 1
     assert 9 <= pdf_pages(600) <= 11
+
+
+def test_a_range_past_the_calendars_end_is_a_400_naming_both_days(db, client_for):
+    answer = client_for(make_user()).get(
+        "/api/v1/billing/usage", {"from": "9999-12-01", "to": "9999-12-31"}
+    )
+
+    body = answer.json()
+    wanted = "Enter a date from 1900-01-01 to 9998-12-31."
+    assert (answer.status_code, body["code"]) == (400, "invalid")
+    assert body["errors"] == {"from": [wanted], "to": [wanted]}
+    assert body["detail"] == f"to: {wanted}; from: {wanted}"  # the serializer's field order
+
+
+def test_the_console_usage_and_a_statement_of_year_9999_are_refused_with_a_message(
+    db, client, client_for
+):
+    user = make_user()
+    client.force_login(user)
+
+    query = {"start": "9999-12-01", "end": "9999-12-31", "group_by": "day"}
+    page = client.get("/billing/", query)
+    download = client.get("/billing/usage.csv", query, follow=True)
+    month = client_for(user).get("/api/v1/billing/statements/9999-12")
+
+    assert page.status_code == 200
+    assert "Enter a date from 1900-01-01 to 9998-12-31." in page.content.decode()
+    assert download.redirect_chain[-1][1] == 302
+    assert "Enter a date from 1900-01-01 to 9998-12-31." in download.content.decode()
+    assert (month.status_code, month.json()["code"]) == (400, "invalid_month")
+
+
+FORMULA = '=HYPERLINK("http://evil.example","open")'
+
+
+def test_a_name_that_would_be_a_formula_is_text_in_the_usage_and_statement_csvs(
+    db, time_machine, client_for
+):
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    user = make_user("-x@lab.example.edu.cn")
+    fund(user, 50_000)
+    instance = make_instance(user)
+    Instance.objects.filter(pk=instance.pk).update(name=FORMULA)
+    _charge(user, instance.id, 1, 1_200)
+    time_machine.move_to(datetime(2026, 12, 2, 9, 0, tzinfo=TZ))
+    api = client_for(user)
+    query = {"from": "2026-11-01", "to": "2026-11-30", "format": "csv"}
+
+    usage = api.get("/api/v1/billing/usage", query).content.decode("utf-8-sig")
+    members = api.get("/api/v1/billing/usage", {**query, "group_by": "member"})
+    statement = statement_for(tenant_id=user.tenant_id, month=NOV).csv.read().decode("utf-8-sig")
+
+    label = f"'{FORMULA} ({instance.id})"
+    assert list(csv.reader(io.StringIO(usage)))[1][:2] == [instance.id, label]
+    member_rows = list(csv.reader(io.StringIO(members.content.decode("utf-8-sig"))))
+    assert member_rows[1][1] == "'-x@lab.example.edu.cn"
+    rows = list(csv.reader(io.StringIO(statement)))
+    assert [r for r in rows if r and r[0].endswith(f"({instance.id})")] == [
+        [label, "1", "0.02", "12.00"]
+    ]
+    (charge,) = [r for r in rows if r and r[-1].startswith("txn_") and r[3] == instance.id]
+    assert charge[4] == "-12.00"  # our own negative amounts stay numbers
+    (debits,) = [r for r in rows if r and r[0].endswith("Debits")]
+    assert debits[1] == "-¥12.00"

@@ -13,6 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.factories import load_production_settings
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "starverse"
 PLATFORM = ROOT / "deploy" / "k8s" / "platform.yaml"
@@ -268,3 +270,69 @@ def test_media_persistence_shares_one_claim_between_web_and_worker():
     plain = render()
     assert "PersistentVolumeClaim" not in {d["kind"] for d in plain}
     assert media(plain, "web") == (None, [], {})
+
+
+def _routed(ingress: dict[str, Any], path: str) -> str | None:
+    """The Service the Ingress sends `path` to (Kubernetes' rules: an Exact path matches only
+    itself; a Prefix matches whole path elements; the longest match wins), or None."""
+    elements = [e for e in path.split("/") if e]
+    best: tuple[int, str] | None = None
+    for rule in ingress["spec"]["rules"]:
+        for entry in rule["http"]["paths"]:
+            wanted = entry["path"]
+            if entry["pathType"] == "Exact":
+                matched = wanted == path
+            else:
+                prefix = [e for e in wanted.split("/") if e]
+                matched = elements[: len(prefix)] == prefix
+            if matched and (best is None or len(wanted) > best[0]):
+                best = (len(wanted), entry["backend"]["service"]["name"])
+    return best[1] if best else None
+
+
+@pytest.mark.parametrize("values", [None, "production"])
+def test_the_ingress_routes_the_console_and_the_terminal_never_metrics_or_probes(values):
+    """README "Security model": /metrics is refused at the edge (Prometheus scrapes the pods
+    inside the cluster), and so are the probes and the gateway's check; every address of the
+    console's URLs is routed to the web tier."""
+    from django.urls import get_resolver
+
+    def routes(patterns: list[Any], prefix: str = "") -> list[str]:
+        found = []
+        for pattern in patterns:
+            route = prefix + str(pattern.pattern).lstrip("^")
+            found += (
+                routes(pattern.url_patterns, route) if hasattr(pattern, "url_patterns") else [route]
+            )
+        return found
+
+    (ingress,) = by_kind(render(production_values() if values else None), "Ingress").values()
+    tops = {route.split("/")[0] for route in routes(get_resolver().url_patterns)}
+    console = [f"/{top}/x" for top in sorted(tops - {"", "favicon.ico", "gateway"})]
+
+    assert {path: _routed(ingress, path) for path in console} == dict.fromkeys(console, "web")
+    for path in ("/", "/favicon.ico", "/gateway/login", "/static/console.css", "/api/v1/me"):
+        assert _routed(ingress, path) == "web", path
+    assert _routed(ingress, "/terminal/ins_abc/ws") == "terminal"
+    for path in ("/metrics", "/healthz", "/readyz", "/gateway/auth", "/gateway/auth/lab", "/x"):
+        assert _routed(ingress, path) is None, path
+
+
+def _plain_env(doc: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container(doc)["env"] if "value" in e}
+
+
+@pytest.mark.parametrize("values", [None, "production"])
+def test_the_charts_values_start_the_production_settings(values):
+    """The console and the gateway on sites of their own, tenant egress closed to the nodes:
+    the web tier's plain settings, with dummies for the secrets, pass production's checks."""
+    web = by_kind(render(production_values() if values else None), "Deployment")["web"]
+    env = _plain_env(web)
+
+    assert env["CLUSTER_NODE_CIDR"]
+    assert load_production_settings(**env) == (0, "")
+
+
+def test_the_chart_refuses_to_render_without_the_nodes_addresses():
+    with pytest.raises(helm.errors.HelmRenderError, match=r"env\.CLUSTER_NODE_CIDR is required"):
+        render({"env": {"CLUSTER_NODE_CIDR": ""}})  # merged over values.yaml's

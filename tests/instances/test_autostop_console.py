@@ -136,6 +136,19 @@ def test_the_instance_page_refuses_bad_values_and_changes_nothing(catalog, clien
     assert (instance.idle_stop_util_pct, instance.idle_stop_minutes) == (5, 30)
 
 
+def test_a_stop_time_no_calendar_holds_is_refused_with_a_message(catalog, client):
+    user = _renter(client)
+    instance = make_instance(user)
+
+    for when in ("2026-12-01T08:00+25:00", "9999-12-31T23:59"):
+        answer = client.post(f"/console/instances/{instance.id}/auto-stop/", {"stop_at": when})
+        assert answer.status_code == 302
+        page = client.get(f"/console/instances/{instance.id}/").content.decode()
+        assert "stop_at: enter a date and time." in page
+    instance.refresh_from_db()
+    assert instance.stop_at is None
+
+
 def _warned(instance: Instance) -> None:
     due = timezone.now() + timedelta(minutes=10)
     Instance.objects.filter(pk=instance.pk).update(

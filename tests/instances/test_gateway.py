@@ -230,6 +230,59 @@ def test_another_tenant_gets_404_signed_in_or_with_its_own_cookie(running, catal
     assert offsite.status_code == 404
 
 
+@pytest.mark.parametrize("next_url", ["http://[::1/", "http://[/lab", "http://ins-x]:8002/"])
+def test_a_next_address_that_cannot_be_read_is_the_consoles_404(console, next_url):
+    nobody = console.get(
+        "/gateway/login", {"next": "http://ins-" + "b" * 20 + "-8888.localhost:8002/"}
+    )
+
+    answer = console.get("/gateway/login", {"next": next_url})
+
+    assert answer.status_code == 404
+    assert answer.content == nobody.content
+
+
+@pytest.mark.parametrize(
+    "back",
+    [
+        "/\t/evil.example",
+        "/\n/evil.example",
+        "/\r\n/evil.example",
+        "/\t\\evil.example",
+        "/\x1b/evil.example",
+        "/\x7f/evil.example",
+        "/lab\x85",
+        "//evil.example",
+        "/\\evil.example",
+        "https://evil.example/",
+        "javascript:alert(1)",
+        "lab",
+    ],
+)
+def test_the_login_hop_goes_back_only_to_a_path_of_the_same_address(running, console, back):
+    """Browsers drop tabs and line breaks from an address: `/<tab>/evil.example` is read as
+    `//evil.example`, another host. Control characters, schemes and hosts go back to `/`."""
+    host = _host(running, 6006)
+    hop = urlsplit(console.get("/gateway/login", {"next": f"http://{host}/"})["Location"])
+    token = parse_qs(hop.query)["token"][0]
+
+    done = _check(host, f"{hop.path}?token={quote(token)}&next={quote(back, safe='')}")
+
+    assert done.status_code == 302 and COOKIE in done.cookies
+    assert done["Location"] == "/"
+
+
+def test_the_login_hop_keeps_an_ordinary_path_and_query(running, console):
+    host = _host(running, 6006)
+    hop = urlsplit(console.get("/gateway/login", {"next": f"http://{host}/"})["Location"])
+    token = parse_qs(hop.query)["token"][0]
+    back = "/data/run%201/?tab=scalars&smoothing=0.6"
+
+    done = _check(host, f"{hop.path}?token={quote(token)}&next={quote(back, safe='')}")
+
+    assert (done.status_code, done["Location"]) == (302, back)
+
+
 def test_a_port_not_served_is_a_404_and_a_stopped_instance_a_503(running, console):
     cookie = _sign_in(console, _host(running, 7860))
 

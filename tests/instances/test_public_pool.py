@@ -2,10 +2,7 @@
 ReadOnlyMany claim the worker makes in each tenant namespace, or (development only) a host
 directory, which production refuses unless the operator insists."""
 
-import os
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +12,7 @@ import starverse.settings.base
 from instances.provisioning import manifests
 from instances.provisioning.reconcile import reconcile
 from starverse.core import kube
-from tests.factories import make_instance, make_user, read_existing
+from tests.factories import load_production_settings, make_instance, make_user, read_existing
 
 BASE = Path(starverse.settings.base.__file__)
 REPO = BASE.parents[2]
@@ -106,41 +103,16 @@ def test_a_pvc_pool_needs_its_storage_class(monkeypatch):
     assert runpy.run_path(str(BASE))["PUBLIC_POOL_STORAGE_CLASS"] == "nfs-public"
 
 
-def _production(**env):
-    """Load the production settings in a fresh interpreter; (exit status, stderr)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PUBLIC_POOL")}
-    clean.update(
-        DJANGO_SETTINGS_MODULE="starverse.settings.production",
-        SECRET_KEY="production-check-" + "x" * 50,
-        DATABASE_URL="sqlite:///unused.sqlite3",
-        REDIS_URL="redis://127.0.0.1:6379/0",
-        STRIPE_SECRET_KEY="sk_test_production_check",
-        STRIPE_WEBHOOK_SECRET="whsec_production_check",
-        GATEWAY_CIDR="192.0.2.0/24",
-        GATEWAY_DOMAIN="gw.example.com",
-        **env,
-    )
-    clean.pop("DEBUG", None)
-    result = subprocess.run(
-        [sys.executable, "-c", "from django.conf import settings; settings.PUBLIC_POOL_SOURCE"],
-        cwd=REPO,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return result.returncode, result.stderr
-
-
 def test_production_refuses_a_host_path_pool_unless_told():
-    status, error = _production(PUBLIC_POOL_SOURCE="hostpath:///srv/starverse/public")
+    status, error = load_production_settings(PUBLIC_POOL_SOURCE="hostpath:///srv/starverse/public")
     assert status != 0
     assert "PUBLIC_POOL_SOURCE is a hostPath" in error
 
-    assert _production()[0] != 0  # the default is a host path too
-    assert _production(PUBLIC_POOL_SOURCE="nfs://nas.internal/public") == (0, "")
-    allowed = _production(
+    assert (
+        load_production_settings(PUBLIC_POOL_SOURCE=None)[0] != 0
+    )  # the default is a host path too
+    assert load_production_settings(PUBLIC_POOL_SOURCE="nfs://nas.internal/public") == (0, "")
+    allowed = load_production_settings(
         PUBLIC_POOL_SOURCE="hostpath:///srv/starverse/public", PUBLIC_POOL_ALLOW_HOSTPATH="1"
     )
     assert allowed == (0, "")

@@ -458,6 +458,41 @@ def test_audit_log_for_managers_with_filters_and_csv(team_of_two):
     assert refused.status_code == 403
 
 
+@pytest.mark.parametrize(
+    "moment",
+    ["2026-12-01T08:00:00+25:00", "2026-12-01T08:00:00-24:00", "9999-12-31T23:00:00+08:00"],
+)
+def test_an_audit_time_that_no_calendar_holds_is_a_400_naming_it(team_of_two, moment):
+    team, owner, _member = team_of_two
+
+    answer = bearer(owner).get(f"/api/v1/teams/{team.pk}/audit", {"from": moment})
+
+    assert (answer.status_code, answer.json()["code"]) == (400, "invalid")
+    assert answer.json()["detail"] == (
+        "from: a date (2026-12-01) or a time with zone (2026-12-01T08:00:00+08:00)."
+    )
+
+
+def test_the_console_audit_page_refuses_a_day_past_the_calendars_end(team_of_two, client):
+    team, owner, _member = team_of_two
+    client.force_login(owner)
+
+    refused = client.get(f"/teams/{team.pk}/audit/", {"until": "9999-12-31"}, follow=True)
+
+    assert refused.redirect_chain == [(f"/teams/{team.pk}/audit/", 302)]
+    assert "Enter a date from 1900-01-01 to 9998-12-31." in refused.content.decode()
+
+
+def test_an_address_that_would_be_a_formula_is_text_in_the_audit_csv(db):
+    owner = make_user("=1+1@lab.example.edu.cn")
+    team = team_create(user=owner, name="NLP lab")
+
+    download = bearer(owner).get(f"/api/v1/teams/{team.pk}/audit?format=csv")
+
+    rows = list(csv.reader(io.StringIO(download.content.decode())))
+    assert [row[2:4] for row in rows[1:]] == [["'=1+1@lab.example.edu.cn", "team.created"]]
+
+
 def test_saving_a_user_acting_for_a_team_keeps_their_own_tenant(team_of_two):
     team, _owner, member = team_of_two
     personal = member.tenant_id

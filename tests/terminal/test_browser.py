@@ -27,6 +27,7 @@ def test_a_terminal_in_the_browser_runs_commands_in_the_container(
     # the session cookie goes to the terminal's port on the page's own host name
     port = terminal_service.rsplit(":", 1)[1]
     settings.TERMINAL_URL = f"ws://{live_server.url.split('//')[1].split(':')[0]}:{port}"
+    settings.PUBLIC_BASE_URL = live_server.url  # the console's own origin opens terminals
 
     with browser.new_context(locale="en-US", viewport={"width": 1280, "height": 900}) as context:
         page = context.new_page()

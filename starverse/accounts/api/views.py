@@ -13,7 +13,6 @@ from rest_framework.views import APIView
 from billing.onboarding import user_email_verify_token, user_signup
 from billing.selectors import TrialState, trial_state, wallet_for_tenant
 from starverse.accounts.api import serializers as s
-from starverse.accounts.audit import request_ip
 from starverse.accounts.models import ApiToken, Scope, SshKey, Tenant
 from starverse.accounts.selectors import (
     recovery_codes_left,
@@ -31,14 +30,11 @@ from starverse.accounts.services import (
 )
 from starverse.accounts.throttles import LoginThrottle, SignupThrottle, VerifyEmailResendThrottle
 from starverse.accounts.twofactor import token_login
+from starverse.core.addresses import client_ip
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.schema import ERROR, errors
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.roles import role_of
-
-
-def client_ip(request: Request) -> str | None:
-    return SignupThrottle().get_ident(request)
 
 
 def trial_body(trial: TrialState) -> dict[str, Any]:
@@ -285,7 +281,7 @@ class TokenViewSet(
             name=data["name"],
             team_id=team or None,
             scopes=data.get("scopes"),
-            ip=request_ip(request),
+            ip=client_ip(request),
             minted_by=minted_by,
         )
         body = {
@@ -298,7 +294,7 @@ class TokenViewSet(
         return Response(body, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: ApiToken) -> None:
-        token_revoke(token=instance, actor=self.request.user, ip=request_ip(self.request))
+        token_revoke(token=instance, actor=self.request.user, ip=client_ip(self.request))
 
 
 @extend_schema_view(

@@ -17,6 +17,8 @@ from django.core.cache.backends.redis import RedisCache
 from rest_framework import throttling
 from rest_framework.request import Request
 
+from starverse.core.addresses import client_ip
+
 if TYPE_CHECKING:  # rest_framework.views imports the throttle classes: no import at run time
     from rest_framework.views import APIView
 
@@ -62,7 +64,19 @@ def _client(backend: RedisCache, key: str) -> Any:
     return held[1]
 
 
-class UserRateThrottle(throttling.UserRateThrottle):
+class ClientAddress:
+    """A throttle that counts an anonymous request by the client's address as
+    starverse.core.addresses reads it (NUM_PROXIES), like everything else that counts by it."""
+
+    def get_ident(self, request: Request) -> str:
+        return client_ip(request) or ""
+
+
+class AnonRateThrottle(ClientAddress, throttling.AnonRateThrottle):
+    """DRF's throttle of requests without a user, per client address."""
+
+
+class UserRateThrottle(ClientAddress, throttling.UserRateThrottle):
     """DRF's per-user throttle, one atomic script call per request on Redis."""
 
     oldest: float | None = None  # when refused: the time of the oldest request in the window

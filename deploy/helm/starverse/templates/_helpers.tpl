@@ -22,6 +22,8 @@ from existing Secrets, one key each (the database and Redis URLs, Stripe's keys,
 token). The `app` Secret is added whole by envFrom.
 */}}
 {{- define "starverse.env" -}}
+{{- /* production settings refuse to start without it: tenant egress would reach the nodes */ -}}
+{{- $_ := required "env.CLUSTER_NODE_CIDR is required: the nodes' addresses, closed to tenant pods" .Values.env.CLUSTER_NODE_CIDR -}}
 {{- range $name, $value := .Values.env }}
 - name: {{ $name }}
   value: {{ $value | quote }}
