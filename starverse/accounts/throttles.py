@@ -1,7 +1,9 @@
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
-from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
+from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
+
+from starverse.core.api.throttling import UserRateThrottle
 
 
 class _PerAddress(SimpleRateThrottle):
@@ -26,7 +28,8 @@ class LoginThrottle(_PerAddress):
 
 
 class VerifyEmailResendThrottle(UserRateThrottle):
-    """Verification mails asked for again, per account (the API's and the dashboard's button)."""
+    """Verification mails asked for again, per account (the API's and the dashboard's button);
+    the API's throttle, so that its round trip checks the token's credentials too."""
 
     scope = "verify_email_resend"
 

@@ -89,4 +89,3 @@ def drain_unread_body(app: WSGIApplication) -> WSGIApplication:
         return answer
 
     return application
-

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from starverse.core.wsgi import UNREAD_BODY_MAX_BYTES, drain_unread_body
+from tests.conftest import served_database_url
 
 # the server reads the test database: the mark has pytest-django create it
 pytestmark = pytest.mark.django_db
@@ -45,12 +46,6 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _database_url() -> str:
-    db = connection.settings_dict
-    password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 def _serves(port: int) -> bool:
     try:
         probe = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
@@ -68,7 +63,7 @@ def gunicorn(django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> 
     port = _free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
     env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG") if key in os.environ}
-    env.update(DJANGO_SETTINGS_MODULE="starverse.settings.test", DATABASE_URL=_database_url())
+    env.update(DJANGO_SETTINGS_MODULE="starverse.settings.test", DATABASE_URL=served_database_url())
     with log.open("wb") as out:
         server = subprocess.Popen(
             [*GUNICORN, *GUNICORN_OPTIONS, "--bind", f"127.0.0.1:{port}"],
