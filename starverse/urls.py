@@ -67,8 +67,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    # last: every other address under /api/ is the API's JSON 404, never an HTML page
-    re_path(r"^api/", errors.api_not_found, name="api-not-found"),
+    # last: every other address under /api/ is the API's JSON 404, never an HTML page (but for
+    # the two pages above without their slash, which CommonMiddleware redirects to it)
+    re_path(r"^api/(?!(?:docs|schema)$)", errors.api_not_found, name="api-not-found"),
 ]
 
 # Django's own answers (an unhandled error, a bad Host): JSON under /api/, the usual pages

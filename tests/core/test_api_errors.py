@@ -190,6 +190,15 @@ def test_with_debug_on_the_api_404_is_json_too(api, db, settings):
     assert (answer.status_code, answer.json()) == (404, NO_ROUTE)
 
 
+def test_the_schema_and_its_page_without_their_slash_are_redirected_to_it(api, db):
+    answers = [api.get("/api/docs"), api.get("/api/schema")]
+
+    assert [(a.status_code, a["Location"]) for a in answers] == [
+        (301, "/api/docs/"),
+        (301, "/api/schema/"),
+    ]
+
+
 def test_outside_the_api_a_404_is_still_the_page(client, db):
     answer = client.get("/console/no-such-page/")
 
