@@ -9,6 +9,7 @@ from console import views as console_views
 from endpoints.api import gateway as endpoint_gateway
 from instances import views as instances_views
 from instances.api import gateway
+from starverse.core.api import errors
 
 # Admin pages of models that moved app (fleet and storage came out of instances and datasets):
 # the old addresses keep working. 308 keeps the method and body of a form post.
@@ -66,4 +67,13 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # last: every other address under /api/ is the API's JSON 404, never an HTML page (but for
+    # the two pages above without their slash, which CommonMiddleware redirects to it)
+    re_path(r"^api/(?!(?:docs|schema)$)", errors.api_not_found, name="api-not-found"),
 ]
+
+# Django's own answers (an unhandled error, a bad Host): JSON under /api/, the usual pages
+# elsewhere (starverse.core.api.errors).
+handler400 = errors.bad_request
+handler404 = errors.api_not_found
+handler500 = errors.server_error

@@ -1,11 +1,15 @@
 import importlib
 import os
 import shutil
+import socket
+import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.core.management import call_command
@@ -84,6 +88,41 @@ def _sqlite_flush_may_empty_the_ledger() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
         yield
+
+
+def served_database_url() -> str:
+    """The test database as a DATABASE_URL, for a process of the platform that a test starts
+    (a web server, another web process): it sees what the test committed."""
+    db = connection.settings_dict
+    password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A throwaway redis-server on a free port, for this session (one per xdist worker): tests
+    that use it give their cache a key prefix of their own."""
+    server = shutil.which("redis-server")
+    assert server, "these tests need Redis: apt-get install redis-server (see .ci/run)"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis.from_url(url, socket_connect_timeout=0.2).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 @pytest.fixture(autouse=True)

@@ -5,10 +5,15 @@ Retries: a 429 with `Retry-After` (the throttle: nothing was done) is retried fo
 to MAX_ATTEMPTS and waiting at most MAX_RETRY_AFTER_S each time; a 429 without it (an account
 limit such as `queue_limit`) is an answer, not a wait. A connection error or a timeout is
 retried only for calls that are safe to repeat: reads, and creates that carry an
-Idempotency-Key the server honours (an order answered twice is one order)."""
+Idempotency-Key the server honours (an order answered twice is one order).
+
+The token goes to the API's own origin only: a redirect to another scheme, host or port is
+followed without the Authorization header (urllib would copy it), and a plain http:// API
+address off this machine is warned about (plain_http_warning)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import locale
 import os
@@ -17,7 +22,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from typing import Any
+from http.client import HTTPMessage
+from typing import IO, Any
 
 from starverse_cli import __version__
 from starverse_cli.config import API_PREFIX
@@ -62,6 +68,60 @@ def accept_language(environ: dict[str, str] | None = None) -> str:
     return "zh-hans, en;q=0.5" if value.lower().startswith("zh") else "en"
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """A URL's scheme, host and port (the scheme's default when none is written)."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a number: no origin matches it
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
+
+
+def plain_http_warning(base_url: str) -> str | None:
+    """The warning for an API address that sends the token and passwords in clear text over a
+    network: http:// to a host other than this machine's loopback (127.0.0.0/8, ::1,
+    localhost); None for https:// and for loopback."""
+    scheme, host, _port = origin(base_url)
+    if scheme != "http" or host == "localhost" or host.endswith(".localhost"):
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass  # a name: only localhost is known to be this machine
+    return (
+        f"warning: {base_url} is plain http://: the API token and passwords cross the network "
+        "unencrypted; use the server's https:// address"
+    )
+
+
+class SameOriginAuthorization(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, less the Authorization header when the redirect leaves the
+    request's origin (scheme, host or port): the token is for the API server only."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        follow = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if follow is not None and origin(follow.full_url) != origin(req.full_url):
+            follow.remove_header("Authorization")
+        return follow
+
+
+OPENER = urllib.request.build_opener(SameOriginAuthorization)
+
+
 class Client:
     """One API server and token. `sleep` is injectable so tests of the retry rules run fast."""
 
@@ -78,7 +138,7 @@ class Client:
         self.token = token
         self.timeout = timeout
         self.sleep = sleep or time.sleep
-        self.opener = opener or urllib.request.urlopen
+        self.opener = opener or OPENER.open
         self.language = accept_language()
 
     def url(self, path: str, query: dict[str, Any] | None = None) -> str:

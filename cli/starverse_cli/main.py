@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from starverse_cli import __version__, completion, sshpin
-from starverse_cli.client import ApiError, Client, NetworkError
+from starverse_cli.client import ApiError, Client, NetworkError, plain_http_warning
 from starverse_cli.config import Config, ConfigError, config_dir
 from starverse_cli.output import dump_json, fields, parse_yuan, table, yuan
 
@@ -47,6 +47,7 @@ class Context:
     out: TextIO
     err: TextIO
     _client: Client | None = None
+    _warned: bool = False
 
     @property
     def json(self) -> bool:
@@ -57,8 +58,17 @@ class Context:
             settings = self.config.settings(profile=self.args.profile, api_url=self.args.api_url)
             if auth and not settings.token:
                 raise CliError("not logged in: run `starverse login` or set STARVERSE_TOKEN", AUTH)
-            self._client = Client(settings.api_url, settings.token)
+            self._client = self.make_client(settings.api_url, settings.token)
         return self._client
+
+    def make_client(self, api_url: str, token: str | None) -> Client:
+        """Every command's client: a plain http:// address off this machine is warned about on
+        stderr, once per command."""
+        warning = plain_http_warning(api_url)
+        if warning and not self._warned:
+            self._warned = True
+            self.note(warning)
+        return Client(api_url, token)
 
     @property
     def client(self) -> Client:
@@ -83,7 +93,7 @@ def cmd_login(ctx: Context) -> int:
     args = ctx.args
     # the server from --api-url, STARVERSE_API_URL or the profile; the token is the new one
     settings = ctx.config.settings(profile=args.profile, api_url=args.api_url)
-    client = Client(settings.api_url, None)
+    client = ctx.make_client(settings.api_url, None)
     if args.email:
         password = _secret("Password: ", args.password_stdin)
         body = {"email": args.email, "password": password, "name": args.token_name}
@@ -104,7 +114,9 @@ def cmd_login(ctx: Context) -> int:
     token = token.strip()
     if not token:
         raise CliError("no token given", USAGE)
-    me = Client(settings.api_url, token).get("me")  # a token that does not work is not saved
+    me = ctx.make_client(settings.api_url, token).get(
+        "me"
+    )  # a token that does not work is not saved
     team = me.get("team")
     if args.team and not _is_team(team, args.team):
         # a pasted token acts for its own team: say which, rather than save the wrong one

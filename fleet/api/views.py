@@ -7,7 +7,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -50,6 +50,9 @@ class NodeReportView(APIView):
         node = node_for_token(name=name, token=token)
         if node is None:
             raise Unauthenticated(_("Unknown node or wrong node token."))
+        media = request.content_type.split(";")[0].strip()
+        if media != "application/json":  # read below as JSON, the one media type of the API
+            raise UnsupportedMediaType(media)
         if len(request.body) > MAX_REPORT_BYTES:
             return Response({"detail": "report too large", "code": "too_large"}, status=400)
         try:

@@ -12,6 +12,7 @@ from starverse.accounts.token_cache import (
     CachedToken,
     token_cache_generation,
     token_cache_get,
+    token_cache_observe,
     token_cache_put,
 )
 from starverse.accounts.tokens import token_hash, token_is_well_formed
@@ -61,6 +62,14 @@ def _lookup(digest: str) -> CachedToken:
     )
 
 
+def _looked_up(digest: str) -> CachedToken:
+    """_lookup, the result kept in the token cache unless a forget came meanwhile."""
+    generation = token_cache_generation()
+    found = _lookup(digest)
+    token_cache_put(digest, found, generation=generation)
+    return found
+
+
 def _user_and_token(digest: str, found: CachedToken) -> tuple[User, ApiToken]:
     """A User and an ApiToken of this request's own (views may change them: act_for), built
     the way a query's rows are."""
@@ -86,9 +95,12 @@ def _user_and_token(digest: str, found: CachedToken) -> tuple[User, ApiToken]:
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
     """`Authorization: Bearer sv_…`. A token that fails its checksum is refused before any
-    database lookup; a revoked token or a deactivated user is refused like an unknown one."""
+    database lookup; a revoked token or a deactivated user is refused like an unknown one.
+    DRF makes one instance per request: it remembers the cache entry it served the request
+    from, for revalidate."""
 
     keyword = "bearer"
+    served: tuple[str, CachedToken] | None = None
 
     def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
         header = authentication.get_authorization_header(request).decode("latin-1").split()
@@ -106,9 +118,9 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         digest = token_hash(raw)
         found = token_cache_get(digest)
         if found is None:
-            generation = token_cache_generation()
-            found = _lookup(digest)
-            token_cache_put(digest, found, generation=generation)
+            found = _looked_up(digest)
+        else:
+            self.served = (digest, found)
         user, token = _user_and_token(digest, found)
         token_touch(token=token)
         found.last_used_at = token.last_used_at  # a kept entry writes once a minute too
@@ -117,3 +129,19 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
+
+    def revalidate(self, request: Request, generation: int) -> bool:
+        """With the credentials generation that the throttle's round trip read (before the view
+        runs): if the request was served from a cache entry looked up before a credential
+        changed, anywhere, the token is looked up again (AuthenticationFailed if it was revoked,
+        its user deactivated or its membership removed) and the request's user and token are
+        replaced. True when they were."""
+        token_cache_observe(generation)
+        if self.served is None or self.served[1].generation == token_cache_generation():
+            return False
+        digest, _stale = self.served
+        self.served = None
+        user, token = _user_and_token(digest, _looked_up(digest))
+        request.user, request.auth = user, token
+        logs.set_actor(user)
+        return True

@@ -1,9 +1,9 @@
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
-from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
+from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from starverse.core.api.throttling import ClientAddress
+from starverse.core.api.throttling import ClientAddress, UserRateThrottle
 
 
 class _PerAddress(ClientAddress, SimpleRateThrottle):
@@ -27,8 +27,9 @@ class LoginThrottle(_PerAddress):
     scope = "login"
 
 
-class VerifyEmailResendThrottle(ClientAddress, UserRateThrottle):
-    """Verification mails asked for again, per account (the API's and the dashboard's button)."""
+class VerifyEmailResendThrottle(UserRateThrottle):
+    """Verification mails asked for again, per account (the API's and the dashboard's button);
+    the API's throttle, so that its round trip checks the token's credentials too."""
 
     scope = "verify_email_resend"
 

@@ -258,6 +258,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["starverse.core.api.parsers.JSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "starverse.core.api.negotiation.ContentNegotiation",
     "EXCEPTION_HANDLER": "starverse.core.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "starverse.core.api.schema.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": [

@@ -1,9 +1,11 @@
 """Generated from the URL configuration: every operation under /api/v1/ is called for real, as
-its user, as another tenant, as staff where it is staff-only, without credentials and
-throttled. Every answer must carry a status code that the operation declares and a body that
-validates against the declared schema, with no key the schema leaves out; and every code an
-operation declares must be provoked, so the schema neither hides answers nor promises ones that
-never come. A new route fails here until it has a @case below."""
+its user, as another tenant, as staff where it is staff-only, without credentials, throttled,
+with odd path parameters (a control character, non-ASCII, a very long value, a slash), a NUL
+byte in the query string, an Accept header it cannot satisfy and a body that is not JSON. Every
+answer must carry a status code that the operation declares and a body that validates against
+the declared schema, with no key the schema leaves out; and every code an operation declares
+must be provoked, so the schema neither hides answers nor promises ones that never come. A new
+route fails here until it has a @case below."""
 
 import json
 import re
@@ -81,6 +83,9 @@ from tests.factories import (
 AGENT_FIXTURES = Path(__file__).resolve().parents[2] / "nodeagent" / "fixtures"
 UNSAFE = ("post", "put", "patch", "delete")
 ROUTES = api_routes()
+# Path parameters of no id's form, percent-encoded as a client sends them: a C1 control
+# character, non-ASCII, one far longer than any id, and one with a slash (which no route has).
+ODD_PATH_VALUES = ("%C2%84", "%C3%A9t%C3%A9-%E4%B8%AD", "x" * 2_000, "a%2Fb")
 
 
 def _operation(route: Route) -> dict[str, Any] | None:
@@ -138,11 +143,34 @@ class Probe:
         raw: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        path = re.sub(r"{(\w+)}", lambda m: (params or {}).get(m[1], "unknown"), self.route.path)
+        path = fill(self.route.path, params or {})
         if query:
             path += "?" + urlencode(query)
+        if (
+            200 <= expect < 300
+            and body is not None
+            and 415 not in self.seen
+            and ("415" in self.operation["responses"])
+        ):
+            # where a JSON body would be taken, the same request with another media type is not
+            not_json = self.send(
+                client or self.default, path, raw="name=x", headers=headers, media="text/plain"
+            )
+            self.check(415, not_json, path)
         response = self.send(client or self.default, path, body=body, raw=raw, headers=headers)
-        where = f"{self.route} ({path})"
+        self.check(expect, response, path)
+        if 200 <= expect < 300 and body is not None and "requestBody" in self.operation:
+            schema = self.operation["requestBody"]["content"]["application/json"]["schema"]
+            found = problems(schema, body, closed=False)
+            assert not found, (
+                f"{self.route} ({path}): an accepted request body breaks its schema: {found}"
+            )
+        return response
+
+    def check(self, expect: int, response: Any, path: str) -> None:
+        """The answer has the expected status, which the operation declares, with a body of
+        the declared media type and schema."""
+        where = f"{self.route} ({path[:200]})"
         assert response.status_code == expect, (where, response.status_code, response.content)
         declared = self.operation["responses"].get(str(expect))
         assert declared is not None, f"{where} answered {expect}, which its schema does not declare"
@@ -155,12 +183,7 @@ class Probe:
                 assert not found, f"{where} {expect}: the body is not what the schema says: {found}"
         else:
             assert response.content == b"", f"{where} {expect}: a body the schema does not declare"
-        if 200 <= expect < 300 and body is not None and "requestBody" in self.operation:
-            schema = self.operation["requestBody"]["content"]["application/json"]["schema"]
-            found = problems(schema, body, closed=False)
-            assert not found, f"{where}: an accepted request body breaks its schema: {found}"
         self.seen.add(expect)
-        return response
 
     def send(
         self,
@@ -170,13 +193,14 @@ class Probe:
         body: Any = None,
         raw: str | None = None,
         headers: dict[str, str] | None = None,
+        media: str = "application/json",
     ) -> Any:
         data = raw if raw is not None else "" if body is None else json.dumps(body)
         extra: dict[str, Any] = {
             f"HTTP_{k.upper().replace('-', '_')}": v for k, v in (headers or {}).items()
         }
         method = self.route.method.upper()
-        return client.generic(method, path, data, content_type="application/json", **extra)
+        return client.generic(method, path, data, content_type=media, **extra)
 
 
 @dataclass(frozen=True)
@@ -226,17 +250,38 @@ def common_probes(probe: Probe, monkeypatch: Any) -> None:
         plain = token_create(user=probe.user, name="team", team_id=team.pk, scopes=None)[1]
         team_token.credentials(HTTP_AUTHORIZATION=f"Bearer {plain}")
         assert probe.call(403, client=team_token).json()["code"] == "wrong_team"
-    if 413 in declared:
-        oversized = "x" * (probe.settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
-        assert probe.call(413, raw=oversized).json()["code"] == "too_large"
+    oversized = "x" * (probe.settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)
+    assert probe.call(413, raw=oversized).json()["code"] == "too_large"
+    assert probe.call(400, query={"q": "\x00"}).json()["code"] == "invalid"
+    refused = probe.call(406, headers={"Accept": "application/xml"})
+    assert refused.json()["code"] == "not_acceptable"
+    assert probe.call(406, query={"format": "xml"}).json()["code"] == "not_acceptable"
     if 404 in declared and any(p["name"] == "page" for p in operation.get("parameters", [])):
         probe.call(404, query={"page": 9999})
+    odd_path_parameters(probe)
     with throttled(monkeypatch):
         if 429 in declared:
             probe.call(429)
         else:  # a route that declares no 429 must have no rate limit
-            path = re.sub(r"{\w+}", "unknown", probe.route.path)
-            assert probe.send(probe.default, path).status_code != 429, probe.route
+            assert probe.send(probe.default, fill(probe.route.path, {})).status_code != 429
+
+
+def fill(template: str, params: dict[str, str]) -> str:
+    """A path of the route, its parameters from `params` or else "unknown"."""
+    return re.sub(r"{(\w+)}", lambda m: params.get(m[1], "unknown"), template)
+
+
+def odd_path_parameters(probe: Probe) -> None:
+    """Each path parameter in turn of no id's form: whatever the answer, the operation declares
+    it; one with a slash matches no route at all, which is the API's JSON 404."""
+    template = probe.route.path
+    for name in re.findall(r"{(\w+)}", template):
+        for value in ODD_PATH_VALUES:
+            path = fill(template, {name: value})
+            response = probe.send(probe.default, path)
+            probe.check(response.status_code, response, path)
+            if "%2F" in value:
+                assert (response.status_code, response.json()["code"]) == (404, "not_found")
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=str)
@@ -396,6 +441,8 @@ def _(p: Probe) -> None:
 def _(p: Probe) -> None:
     p.call(201, body={"name": "laptop"})
     p.call(400, body={"name": 5})
+    assert p.call(404, body={"name": "lab", "team": "no-such-team"}).json()["code"] == "not_found"
+    p.call(404, body={"name": "lab", "team": "0" * 200})
     p.settings.REQUIRE_2FA_FOR_API_TOKENS = True
     p.call(403, body={"name": "without two-factor"})
     p.settings.REQUIRE_2FA_FOR_API_TOKENS = False

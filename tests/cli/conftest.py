@@ -55,6 +55,16 @@ class FakeApi:
 
 @pytest.fixture
 def fake_api() -> Iterator[FakeApi]:
+    yield from _served()
+
+
+@pytest.fixture
+def other_api() -> Iterator[FakeApi]:
+    """A second scripted server, on another port: another origin for redirects."""
+    yield from _served()
+
+
+def _served() -> Iterator[FakeApi]:
     api = FakeApi()
 
     class Handler(BaseHTTPRequestHandler):

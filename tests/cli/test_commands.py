@@ -3,13 +3,23 @@ behaviour, against a scripted stand-in of the API on 127.0.0.1 (tests/cli/confte
 
 import io
 import json
+import urllib.request
 import uuid
 from datetime import datetime
+from http.client import HTTPMessage
 from pathlib import Path
 
 import pytest
 
-from starverse_cli.client import MAX_ATTEMPTS, ApiError, Client, NetworkError, accept_language
+from starverse_cli.client import (
+    MAX_ATTEMPTS,
+    ApiError,
+    Client,
+    NetworkError,
+    SameOriginAuthorization,
+    accept_language,
+    plain_http_warning,
+)
 from starverse_cli.config import Config, config_dir, normalize_api_url
 from starverse_cli.main import build_parser, main
 from starverse_cli.output import parse_yuan, table, yuan
@@ -453,6 +463,106 @@ def test_an_error_without_a_json_body_is_reported_with_its_status(fake_api, cli_
     code, _out, err = run("show", "ins_missing")  # the stand-in's JSON 404
     assert code == 4
     assert err == "starverse: Not found. [not_found]\n"
+
+
+def _moved(api, to: str) -> None:
+    """The stand-in's /me answers a redirect to `to` (a URL)."""
+    api.on("GET", "/api/v1/me", 302, None, {"Location": to})
+
+
+def test_a_redirect_to_another_port_is_followed_without_the_token(
+    cli_env, fake_api, other_api, monkeypatch
+):
+    logged_in(fake_api, monkeypatch)
+    _moved(fake_api, f"{other_api.url}/api/v1/me")
+    other_api.on("GET", "/api/v1/me", body=ME)
+
+    code, out, _err = run("whoami")
+
+    assert code == 0 and "li@lab.edu.cn" in out
+    assert fake_api.sent[0].headers["Authorization"] == "Bearer sv_test"
+    assert [sent.path for sent in other_api.sent] == ["/api/v1/me"]
+    assert "Authorization" not in other_api.sent[0].headers
+
+
+def test_a_redirect_to_another_host_is_followed_without_the_token(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    # the same server under another name: the same port, another host
+    elsewhere = fake_api.url.replace("127.0.0.1", "localhost")
+    _moved(fake_api, f"{elsewhere}/api/v1/me/")
+    fake_api.on("GET", "/api/v1/me/", body=ME)
+
+    assert run("whoami")[0] == 0
+
+    assert [s.headers.get("Authorization") for s in fake_api.sent] == ["Bearer sv_test", None]
+
+
+def test_a_redirect_within_the_server_keeps_the_token(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    _moved(fake_api, "/api/v1/me/")  # a relative address: the same origin
+    fake_api.on("GET", "/api/v1/me/", body=ME)
+
+    assert run("whoami")[0] == 0
+
+    assert [s.headers.get("Authorization") for s in fake_api.sent] == ["Bearer sv_test"] * 2
+
+
+@pytest.mark.parametrize(
+    ("target", "kept"),
+    [
+        ("https://api.example.com/api/v1/me", False),  # another scheme
+        ("http://api.example.com:8080/api/v1/me", False),  # another port
+        ("http://www.example.com/api/v1/me", False),  # another host
+        ("http://API.example.com:80/api/v1/me/", True),  # the same origin, spelt otherwise
+    ],
+)
+def test_the_token_follows_a_redirect_only_to_the_same_origin(target, kept):
+    request = urllib.request.Request(
+        "http://api.example.com/api/v1/me", headers={"Authorization": "Bearer sv_test"}
+    )
+
+    follow = SameOriginAuthorization().redirect_request(
+        request, io.BytesIO(), 302, "Found", HTTPMessage(), target
+    )
+
+    assert follow is not None and follow.full_url == target
+    assert follow.has_header("Authorization") is kept
+
+
+@pytest.mark.parametrize(
+    ("url", "warned"),
+    [
+        ("http://gpu.example.com", True),
+        ("http://10.0.0.5:8000", True),
+        ("http://[2001:db8::1]:8000", True),
+        ("https://gpu.example.com", False),
+        ("http://127.0.0.1:8000", False),
+        ("http://127.8.9.10", False),
+        ("http://[::1]:8000", False),
+        ("http://localhost:8000", False),
+        ("http://LOCALHOST", False),
+    ],
+)
+def test_plain_http_is_warned_about_unless_it_stays_on_this_machine(url, warned):
+    expected = (
+        f"warning: {url} is plain http://: the API token and passwords cross the network "
+        "unencrypted; use the server's https:// address"
+    )
+    assert plain_http_warning(url) == (expected if warned else None)
+
+
+def test_a_command_warns_once_on_stderr_about_a_plain_http_address(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    fake_api.on("GET", "/api/v1/me", body=ME)
+    # 0.0.0.0 reaches this machine's server too, but is no loopback address
+    address = fake_api.url.replace("127.0.0.1", "0.0.0.0")  # noqa: S104 (an address to call)
+
+    code, out, err = run("whoami", "--api-url", address)
+
+    assert (code, err) == (0, f"{plain_http_warning(address)}\n")
+    assert err.startswith(f"warning: {address} is plain http://")
+    assert "li@lab.edu.cn" in out
+    assert run("whoami")[2] == ""  # loopback: no warning
 
 
 # ---------------------------------------------------------------- teams

@@ -1,5 +1,7 @@
 import pytest
+from rest_framework.test import APIClient
 
+from instances.api import views as instances_views
 from starverse.accounts.models import ApiToken, SshKey, User
 from tests.factories import PASSWORD
 
@@ -149,3 +151,92 @@ def test_signup_then_token_flow_uses_exact_contract_fields(
         "instance": None,
     }
     assert row["id"].startswith("txn_")
+
+
+NO_ROUTE = {
+    "detail": "Not found: no API route has this address (the routes are listed at /api/docs/).",
+    "code": "not_found",
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/disks/%C2%84",  # an id of no id's form
+        "/api/v1/instances/%C3%A9t%C3%A9/stop",
+        "/api/v1/disks/a%2Fb",
+        "/api/v1/no-such-route",
+        "/api/v1/me/",
+        "/api/v2/me",
+        "/api/",
+    ],
+)
+def test_an_address_under_the_api_of_no_route_is_a_json_404(db, user, path):
+    session = APIClient(enforce_csrf_checks=True)  # a browser's POST without its CSRF token
+    session.force_login(user)
+
+    for client in (APIClient(), session):
+        for method in ("get", "post", "delete"):
+            answer = getattr(client, method)(path)
+            assert (answer.status_code, answer["Content-Type"]) == (404, "application/json")
+            assert answer.json() == NO_ROUTE
+
+
+def test_with_debug_on_the_api_404_is_json_too(api, db, settings):
+    settings.DEBUG = True
+
+    answer = api.get("/api/v1/disks/%C2%84")
+
+    assert (answer.status_code, answer.json()) == (404, NO_ROUTE)
+
+
+def test_the_schema_and_its_page_without_their_slash_are_redirected_to_it(api, db):
+    answers = [api.get("/api/docs"), api.get("/api/schema")]
+
+    assert [(a.status_code, a["Location"]) for a in answers] == [
+        (301, "/api/docs/"),
+        (301, "/api/schema/"),
+    ]
+
+
+def test_outside_the_api_a_404_is_still_the_page(client, db):
+    answer = client.get("/console/no-such-page/")
+
+    assert answer.status_code == 404
+    assert answer["Content-Type"].startswith("text/html")
+
+
+def test_an_error_no_view_handled_is_a_json_500_naming_the_request_id(db, monkeypatch):
+    def broken() -> list:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(instances_views, "regions_overview", broken)
+    api = APIClient(raise_request_exception=False)
+
+    answer = api.get("/api/v1/regions", HTTP_X_REQUEST_ID="req-5bd1")
+
+    assert (answer.status_code, answer["Content-Type"]) == (500, "application/json")
+    assert answer.json() == {
+        "detail": "Server error: the request failed on our side. If it happens again, give "
+        "support the request id req-5bd1.",
+        "code": "server_error",
+    }
+    assert answer["X-Request-ID"] == "req-5bd1"
+
+
+def test_a_host_that_is_not_allowed_is_a_json_400_under_the_api(api, db):
+    answer = api.get("/api/v1/offerings", HTTP_HOST="evil.example")
+
+    assert (answer.status_code, answer.json()) == (
+        400,
+        {"detail": "Malformed request.", "code": "invalid"},
+    )
+
+
+def test_a_format_of_no_media_type_of_the_route_is_a_406(api, db, user, client_for):
+    answers = [
+        api.get("/api/v1/offerings?format=xml"),
+        client_for(user).get("/api/v1/billing/usage?format=pdf"),
+    ]
+
+    assert [(a.status_code, a.json()["code"]) for a in answers] == [(406, "not_acceptable")] * 2

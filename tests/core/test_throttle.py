@@ -2,46 +2,14 @@
 rule as DRF's, and no request let through twice by a race. Run against a Redis server of their
 own (Debian's redis-server, which .ci/run installs; without it these fail, they do not skip)."""
 
-import shutil
-import socket
-import subprocess
 import threading
-import time
 import uuid
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
-import redis
 from django.core.cache.backends.redis import RedisCache
 
 from starverse.core.api.throttling import UserRateThrottle
-
-
-@pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    """A throwaway redis-server on a free port, for this module only."""
-    server = shutil.which("redis-server")
-    assert server, "these tests need Redis: apt-get install redis-server (see .ci/run)"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        for _ in range(100):
-            try:
-                redis.Redis.from_url(url, socket_connect_timeout=0.2).ping()
-                break
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture

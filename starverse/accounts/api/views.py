@@ -261,7 +261,7 @@ class TokenViewSet(
         request=s.TokenCreateInput,
         responses={
             201: s.TokenCreatedOutput,
-            **errors(409),
+            **errors(409, also={404: "`team` is none of your teams."}),
             403: OpenApiResponse(
                 response=ERROR.ref,
                 description="A session request without its CSRF token; REQUIRE_2FA_FOR_API_"

@@ -1,17 +1,21 @@
 """Every API error is `{"detail": "...", "code": "..."}`; validation errors add `errors`
-(field → messages) and fold them into one readable detail."""
+(field → messages) and fold them into one readable detail. That holds for the answers Django
+gives rather than a view, too: a path under /api/ that no route matches is a JSON 404 (the last
+route, api_not_found), and an error the views did not handle is a JSON 500 (handler500)."""
 
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.translation import gettext as _
+from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from starverse.core.errors import ServiceError
-from starverse.core.middleware import too_large_detail
+from starverse.core.middleware import API_PREFIX, too_large_detail
 
 
 def _flatten(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -71,3 +75,41 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if response.status_code == status.HTTP_401_UNAUTHORIZED:
         response["WWW-Authenticate"] = 'Bearer realm="api"'
     return response
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path_info.startswith(API_PREFIX)
+
+
+def _error(status_code: int, code: str, detail: str) -> JsonResponse:
+    return JsonResponse({"detail": detail, "code": code}, status=status_code)
+
+
+@csrf_exempt  # a POST to no route is a 404 whatever its cookies, as the API's routes are
+def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Routed last, and Django's handler404: under /api/ an address that no route matches (an
+    id of the wrong form, a path of no route) is the API's JSON 404, also with DEBUG on;
+    elsewhere Django's page."""
+    if not _is_api(request):
+        return defaults.page_not_found(request, exception or Http404())
+    detail = _("Not found: no API route has this address (the routes are listed at /api/docs/).")
+    return _error(status.HTTP_404_NOT_FOUND, "not_found", detail)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's handler500: an error no view handled is a JSON 500 under /api/, naming the
+    request id (X-Request-ID) that its log lines carry."""
+    if not _is_api(request):
+        return defaults.server_error(request)
+    detail = _(
+        "Server error: the request failed on our side. If it happens again, give support the "
+        "request id %(request_id)s."
+    ) % {"request_id": getattr(request, "request_id", "-")}
+    return _error(status.HTTP_500_INTERNAL_SERVER_ERROR, "server_error", detail)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's handler400 (a SuspiciousOperation outside a view, such as an unknown Host)."""
+    if not _is_api(request):
+        return defaults.bad_request(request, exception)
+    return _error(status.HTTP_400_BAD_REQUEST, "invalid", _("Malformed request."))

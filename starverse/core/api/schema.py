@@ -2,10 +2,13 @@
 can give, and an explicit operation id on every operation.
 
 The error answers every route shares follow from how its view is configured, so they are added
-here, once: 401 where the view reads credentials, 403 for staff-only views and for unsafe
-methods under session authentication (CSRF), 404 on object routes and paginated lists (an
-unknown page), 400 and 413 where there is a request body, 429 where the view is throttled. A route
-declares only what is special to it, with `errors(...)` in its `extend_schema` responses."""
+here, once: 400, 406 and 413 on every route (a NUL byte in the query string or a header, an
+Accept header that admits no media type of the route, a body over the limit: all refused before
+any view code runs), 401 where the view reads credentials, 403 for staff-only views and for
+unsafe methods under session authentication (CSRF), 404 on every path with a parameter (an id of
+the wrong form matches no route) and on paginated lists (an unknown page), 415 where there is a
+request body, 429 where the view is throttled. A route declares only what is special to it, with
+`errors(...)` in its `extend_schema` responses."""
 
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +18,6 @@ from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import BasePagination, PageNumberPagination
 from rest_framework.permissions import IsAdminUser
 
@@ -67,13 +69,21 @@ ERROR = _ResolvedComponent(
 )
 
 ERROR_DESCRIPTIONS = {
-    400: "Invalid input; `errors` names each field that is wrong.",
+    400: (
+        "Invalid input; `errors` names each field that is wrong. Also a NUL byte in the path, "
+        "the query string or a header (code `invalid`)."
+    ),
     401: "No valid credentials.",
     402: "The balance does not cover it: top up first.",
     403: "Not allowed: staff only, or a session request without its CSRF token.",
-    404: "Not found (another tenant's object is not found either).",
+    404: (
+        "Not found (another tenant's object is not found either, and an id of the wrong form "
+        "matches no route)."
+    ),
+    406: "The Accept header admits none of the media types this route answers.",
     409: "Not possible in the current state, or a conflicting repeat.",
     413: "The request body is over the limit (DATA_UPLOAD_MAX_MEMORY_SIZE; 2.5 MB by default).",
+    415: "The request body is not JSON (send Content-Type: application/json).",
     429: "Too many requests: retry after the seconds in Retry-After.",
     503: "An outside service could not be reached; nothing was done.",
 }
@@ -146,7 +156,8 @@ class AutoSchema(_SpectacularAutoSchema):
     def implied_error_codes(self) -> set[int]:
         view = self.view
         authentication = list(getattr(view, "authentication_classes", []))
-        codes = set()
+        # refused before the view's own code: BadInputMiddleware, DRF's content negotiation
+        codes = {400, 406, 413}
         if authentication:  # a wrong or revoked token is refused on every route that reads one
             codes.add(401)
         if any(issubclass(p, IsAdminUser) for p in getattr(view, "permission_classes", [])):
@@ -155,12 +166,12 @@ class AutoSchema(_SpectacularAutoSchema):
             issubclass(a, SessionAuthentication) for a in authentication
         ):
             codes.add(403)
-        if isinstance(view, GenericAPIView) and uritemplate.variables(self.path):
+        if uritemplate.variables(self.path):  # an object's route, or a value of no route's form
             codes.add(404)
         if self._is_list_view() and isinstance(self._get_paginator(), PageNumberPagination):
             codes.add(404)  # ?page= past the end
         if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
-            codes |= {400, 413}
+            codes.add(415)
         if getattr(view, "throttle_classes", None):
             codes.add(429)
         return codes
