@@ -1,5 +1,5 @@
-"""A cluster's pre-flight check, before billing starts (README "Clusters: the pre-flight
-check"). Once every rank is up (checking, unbilled), the worker runs the images'
+"""A cluster's pre-flight check, before billing starts (docs/user-guide.md "Clusters": the
+pre-flight check). Once every rank is up (checking, unbilled), the worker runs the images'
 `/opt/starverse/bin/starverse-preflight --json` in rank 0's container (an NCCL all-reduce across
 every rank, then between pairs of nodes) and judges the result against the offering's floor:
 

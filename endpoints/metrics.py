@@ -1,7 +1,7 @@
 """An endpoint's request statistics: requests/s, latency p50/p99, tokens/s and replicas Ready,
 per interval. In development the gateway in front of the endpoints (devstack/gateway, playing
 the KEDA interceptor) counts them and the sync task collects them from ENDPOINT_STATS_URL; in
-production the engines' own Prometheus metrics are scraped instead (README, Inference
+production the engines' own Prometheus metrics are scraped instead (docs/user-guide.md, Inference
 endpoints)."""
 
 import json

@@ -327,8 +327,8 @@ class GpuModelAdmin(admin.ModelAdmin):
 
 @admin.register(NodeProfile)
 class NodeProfileAdmin(admin.ModelAdmin):
-    """Per node pool: what cluster ranks on those nodes request and get (README, node profiles).
-    A change applies to ranks provisioned after it."""
+    """Per node pool: what cluster ranks on those nodes request and get (docs/operator-guide.md,
+    node profiles). A change applies to ranks provisioned after it."""
 
     list_display = ["name", "node_selector", "rdma_resource", "rdma_count", "host_network"]
     fields = [

@@ -315,8 +315,9 @@ class Candidate(NamedTuple):
 # instance fits on, best fit first (fewest GPUs left free, then a node holding the image, then
 # by id). Each node's figures are lookups into its own rows (LATERAL), index lookups once the
 # tables' statistics know them as more than a page or two (statistics taken while the
-# allocations were nearly empty plan them as scans until the next analyze: see the README's
-# order_throughput); the answer grows with the candidates asked for.
+# allocations were nearly empty plan them as scans until the next analyze: see
+# docs/operator-guide.md "Benchmarks", order_throughput); the answer grows with the candidates
+# asked for.
 _CANDIDATES_SQL = """
 SELECT n.id, n.name, n.gpu_count, n.region_id, n.gpu_count - t.count AS free, t.indices
   FROM {node} n

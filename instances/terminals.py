@@ -1,6 +1,6 @@
-"""The web terminal's side of instances (README "Terminal"): who may open a shell in which
-container, and the timeline rows of each session. A session is recorded by who opened it, when,
-how long it lasted and why it ended; never by what was typed or shown."""
+"""The web terminal's side of instances (docs/user-guide.md "Terminal"): who may open a shell in
+which container, and the timeline rows of each session. A session is recorded by who opened it,
+when, how long it lasted and why it ended; never by what was typed or shown."""
 
 import logging
 from dataclasses import dataclass

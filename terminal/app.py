@@ -5,7 +5,7 @@ The browser's side of the protocol: binary frames are keystrokes (UTF-8 bytes, p
 they are); text frames are JSON controls, `{"type": "resize", "cols": …, "rows": …}`. The
 server's side: binary frames are the shell's output; text frames are JSON messages for the page,
 `{"type": "ready"}` once the shell runs and `{"type": "notice", "level": …, "text": …}` before
-the service closes the socket. Close codes in the 4000s say why (README "Terminal"):
+the service closes the socket. Close codes in the 4000s say why (docs/user-guide.md "Terminal"):
 
     4401 not signed in   4404 no such instance (also another tenant's)   4409 not running
     4408 idle too long   4503 the shell could not be started   1000 the shell exited

@@ -32,7 +32,7 @@ class EndpointCreateInput(InputSerializer):
     min_replicas = StrictIntegerField(min_value=0, help_text="0: scale to zero when idle.")
     max_replicas = StrictIntegerField(min_value=1)
     engine_options = serializers.DictField(
-        required=False, help_text="Engine options (README, Inference endpoints): per engine."
+        required=False, help_text="Engine options (user's guide, Inference endpoints): per engine."
     )
 
 

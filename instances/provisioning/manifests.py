@@ -349,7 +349,8 @@ PUBLIC_POOL_CLAIM_SIZE = "1Gi"
 def public_pool_claim(tenant_id: str) -> dict[str, Any] | None:
     """With a pvc:// pool, the claim the tenant's namespace needs (a claim is namespaced, and a
     volume binds one claim only): ReadOnlyMany, from PUBLIC_POOL_STORAGE_CLASS, whose
-    provisioner maps every claim onto the same share (README, the public pool). None otherwise."""
+    provisioner maps every claim onto the same share (docs/operator-guide.md, the public pool).
+    None otherwise."""
     scheme, _sep, name = settings.PUBLIC_POOL_SOURCE.partition("://")
     if scheme != "pvc":
         return None

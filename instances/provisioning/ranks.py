@@ -27,7 +27,7 @@ HOSTFILE = f"{FILES_DIR}/hostfile"
 MPI_HOSTFILE = f"{FILES_DIR}/mpi_hostfile"
 HOSTS = f"{FILES_DIR}/hosts"
 LAUNCH_DIR = f"{FILES_DIR}/launch"
-# The shared key pair; beside the access Secret, never over it (README, clusters).
+# The shared key pair; beside the access Secret, never over it (docs/user-guide.md, clusters).
 CLUSTER_SSH_DIR = f"{FILES_DIR}/cluster-ssh"
 # A rank on the node's network cannot take port 22 (the node's own sshd has it).
 HOST_NETWORK_SSH_PORT = 2222

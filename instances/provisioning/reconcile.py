@@ -2,9 +2,9 @@
 Run by beat; every action is one the tasks would take anyway, so running it at any moment,
 twice, or alongside the tasks is safe.
 
-The worker may list only inside tenant namespaces (its RoleBinding there; README "Cluster
-credentials"), so a pass lists the platform's namespaces once and then each kind of object in
-each namespace where the database has something live, or had until lately."""
+The worker may list only inside tenant namespaces (its RoleBinding there; docs/operator-guide.md
+"Cluster credentials"), so a pass lists the platform's namespaces once and then each kind of object
+in each namespace where the database has something live, or had until lately."""
 
 import logging
 from dataclasses import dataclass, field

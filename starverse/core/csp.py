@@ -36,7 +36,8 @@ def policy() -> str:
             "style-src 'self' 'unsafe-inline'",
             "img-src 'self' data:",
             "font-src 'self' data:",
-            # the web terminal is its own service, at its own address (README "Terminal")
+            # the web terminal is its own service, at its own address (docs/user-guide.md
+            # "Terminal")
             f"connect-src 'self' {settings.TERMINAL_URL}",
             "object-src 'none'",
             "base-uri 'self'",

@@ -8,7 +8,7 @@ KUBE_ACCESS=exec (the web terminal service) may only open exec sessions (exec_op
 rights in a tenant namespace come from a RoleBinding it makes there when it makes the namespace
 (tenant_namespace_ensure; it includes pods/exec, for a cluster's pre-flight check: exec_run),
 and so do the terminal service's (pods/exec only); see
-deploy/k8s/platform.yaml and README "Cluster credentials"."""
+deploy/k8s/platform.yaml and docs/operator-guide.md "Cluster credentials"."""
 
 import base64
 import contextlib

@@ -422,10 +422,11 @@ DISKS_PER_TENANT = env_int("DISKS_PER_TENANT", 50)
 NAS_MAX_GB = env_int("NAS_MAX_GB", 102_400)
 # Unpaid storage is kept this long (warnings at 7, 3 and 1 days left), then deleted.
 STORAGE_GRACE_DAYS = env_int("STORAGE_GRACE_DAYS", 15)
-# The read-only public pool, mounted at /public (README "The public pool"): "nfs://server/export"
-# (an inline NFS volume), "pvc://claim" (a ReadOnlyMany claim the worker makes in each tenant
-# namespace from PUBLIC_POOL_STORAGE_CLASS) or "hostpath:///dir" (development only: production
-# refuses it unless PUBLIC_POOL_ALLOW_HOSTPATH is set). Always read-only, volume and mount.
+# The read-only public pool, mounted at /public (docs/operator-guide.md "The public pool"):
+# "nfs://server/export" (an inline NFS volume), "pvc://claim" (a ReadOnlyMany claim the worker makes
+# in each tenant namespace from PUBLIC_POOL_STORAGE_CLASS) or "hostpath:///dir" (development only:
+# production refuses it unless PUBLIC_POOL_ALLOW_HOSTPATH is set). Always read-only, volume and
+# mount.
 PUBLIC_POOL_SOURCE = env_str("PUBLIC_POOL_SOURCE", "hostpath:///srv/starverse/public")
 PUBLIC_POOL_STORAGE_CLASS = env_optional("PUBLIC_POOL_STORAGE_CLASS")
 PUBLIC_POOL_ALLOW_HOSTPATH = env_bool("PUBLIC_POOL_ALLOW_HOSTPATH", False)
@@ -446,9 +447,10 @@ if _pool_scheme == "pvc" and not PUBLIC_POOL_STORAGE_CLASS:
         "PUBLIC_POOL_SOURCE=pvc://… needs PUBLIC_POOL_STORAGE_CLASS: the StorageClass whose "
         "ReadOnlyMany claims all reach the public pool's share."
     )
-# The web terminal (README "Terminal"): its own ASGI service (terminal/), which the console's
-# pages reach at TERMINAL_URL (ws:// or wss://; by default the console's own address, where an
-# Ingress routes /terminal/ to it). A session with no keystroke for this many minutes closes.
+# The web terminal (docs/user-guide.md "Terminal"): its own ASGI service (terminal/), which the
+# console's pages reach at TERMINAL_URL (ws:// or wss://; by default the console's own address,
+# where an Ingress routes /terminal/ to it). A session with no keystroke for this many minutes
+# closes.
 TERMINAL_URL = env_str(
     "TERMINAL_URL", re.sub(r"^http", "ws", PUBLIC_BASE_URL.rstrip("/"), count=1)
 ).rstrip("/")
@@ -462,8 +464,8 @@ TERMINAL_IDLE_MINUTES = env_int("TERMINAL_IDLE_MINUTES", 30)
 TERMINAL_RECHECK_S = env_int("TERMINAL_RECHECK_S", 60)
 # Where users reach their instances' SSH node ports.
 SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "127.0.0.1")
-# The HTTPS gateway (README "The HTTPS gateway"): Jupyter and each port an instance declares
-# answer at <scheme>://ins-<id>-<port>.<GATEWAY_DOMAIN>/. `make run`'s development gateway
+# The HTTPS gateway (docs/operator-guide.md "The HTTPS gateway"): Jupyter and each port an instance
+# declares answer at <scheme>://ins-<id>-<port>.<GATEWAY_DOMAIN>/. `make run`'s development gateway
 # listens on localhost:8002 (*.localhost resolves to this machine in browsers and curl);
 # production names a wildcard domain of its own, served over https only.
 GATEWAY_DOMAIN = env_str("GATEWAY_DOMAIN", "localhost:8002").strip().lower().rstrip(".")

@@ -22,7 +22,8 @@ if STRIPE_DEMO or STRIPE_WEBHOOK_SECRETS == ["whsec_starverse_demo"]:  # noqa: F
 if not CLUSTER_NODE_CIDR:  # noqa: F405
     raise ImproperlyConfigured(
         "Set CLUSTER_NODE_CIDR: the nodes' addresses, which tenant pods must not reach (their "
-        "kubelets); without it tenant egress is open to the nodes (README, Tenant pods)."
+        "kubelets); without it tenant egress is open to the nodes (docs/operator-guide.md, "
+        "Tenant pods)."
     )
 
 if not GATEWAY_CIDR:  # noqa: F405
@@ -35,7 +36,7 @@ if GATEWAY_SCHEME != "https" or GATEWAY_DOMAIN.split(":")[0].endswith("localhost
     raise ImproperlyConfigured(
         "The instances' gateway must be served over https on a domain of its own: set "
         "GATEWAY_DOMAIN (e.g. gw.example.com, with a wildcard certificate) and leave "
-        "GATEWAY_SCHEME unset (README, the HTTPS gateway)."
+        "GATEWAY_SCHEME unset (docs/operator-guide.md, the HTTPS gateway)."
     )
 
 # Same-site pages send each other's cookies (SameSite): a tenant's page on the gateway could
@@ -46,15 +47,16 @@ if same_site(_console_host, GATEWAY_DOMAIN):  # noqa: F405
         f"The console ({_console_host}, PUBLIC_BASE_URL) and the gateway ({GATEWAY_DOMAIN}, "  # noqa: F405
         f"GATEWAY_DOMAIN) are one site ({registrable_domain(_console_host)}): tenants' pages on "
         "the gateway would be same-site with the console. Give the gateway a registrable domain "
-        "of its own, e.g. gw.example-usercontent.com for console.example.com (README, the HTTPS "
-        "gateway)."
+        "of its own, e.g. gw.example-usercontent.com for console.example.com "
+        "(docs/operator-guide.md, the HTTPS gateway)."
     )
 
 if PUBLIC_POOL_SOURCE.startswith("hostpath://") and not PUBLIC_POOL_ALLOW_HOSTPATH:  # noqa: F405
     raise ImproperlyConfigured(
         "PUBLIC_POOL_SOURCE is a hostPath, which tenant pods may not mount in production (Pod "
         "Security baseline forbids it, and a node directory is not shared): set "
-        "PUBLIC_POOL_SOURCE=nfs://server/export or pvc://claim (README, the public pool), or "
+        "PUBLIC_POOL_SOURCE=nfs://server/export or pvc://claim (docs/operator-guide.md, the "
+        "public pool), or "
         "PUBLIC_POOL_ALLOW_HOSTPATH=1 for a single-node test cluster."
     )
 

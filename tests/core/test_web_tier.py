@@ -1,6 +1,6 @@
-"""The web tier holds no cluster credentials (README "Cluster credentials"): with KUBE_ACCESS
-off, every call of the Kubernetes client is refused, and the console, the API, the node agents'
-endpoints and the admin still answer every page and action, because only the worker's tasks
+"""The web tier holds no cluster credentials (docs/operator-guide.md "Cluster credentials"): with
+KUBE_ACCESS off, every call of the Kubernetes client is refused, and the console, the API, the node
+agents' endpoints and the admin still answer every page and action, because only the worker's tasks
 talk to the cluster. The cluster (the local emulator) is configured all along, so a request
 that reached for it would be refused here instead of quietly succeeding."""
 

@@ -187,9 +187,9 @@ def test_the_gateway_follows_the_gateway_domain():
 
 
 def test_each_extra_region_mounts_its_kubeconfig_secret_into_the_worker_and_terminal():
-    """README "Regions": a second cluster's kubeconfig reaches the worker (and the terminal's
-    exec-only one the terminal) from an existing Secret, at the path region_register names;
-    the web tier and beat get none."""
+    """docs/operator-guide.md "Regions": a second cluster's kubeconfig reaches the worker (and the
+    terminal's exec-only one the terminal) from an existing Secret, at the path region_register
+    names; the web tier and beat get none."""
     regions = [
         {
             "name": "cn-north-1",
@@ -223,8 +223,8 @@ def test_each_extra_region_mounts_its_kubeconfig_secret_into_the_worker_and_term
 
 
 def test_media_persistence_shares_one_claim_between_web_and_worker():
-    """README "Operating": with `media.persistence.enabled` the web pods and the worker mount
-    one ReadWriteMany claim (the chart's, kept on uninstall, or an existing one) at the path
+    """docs/operator-guide.md "Deploy": with `media.persistence.enabled` the web pods and the worker
+    mount one ReadWriteMany claim (the chart's, kept on uninstall, or an existing one) at the path
     MEDIA_ROOT names; off (the default), there is no claim and MEDIA_ROOT is left to
     STARVERSE_VAR_DIR."""
     persistence = {"enabled": True, "size": "50Gi", "storageClass": "cephfs"}
@@ -292,9 +292,9 @@ def _routed(ingress: dict[str, Any], path: str) -> str | None:
 
 @pytest.mark.parametrize("values", [None, "production"])
 def test_the_ingress_routes_the_console_and_the_terminal_never_metrics_or_probes(values):
-    """README "Security model": /metrics is refused at the edge (Prometheus scrapes the pods
-    inside the cluster), and so are the probes and the gateway's check; every address of the
-    console's URLs is routed to the web tier."""
+    """docs/operator-guide.md "Security model": /metrics is refused at the edge (Prometheus scrapes
+    the pods inside the cluster), and so are the probes and the gateway's check; every address of
+    the console's URLs is routed to the web tier."""
     from django.urls import get_resolver
 
     def routes(patterns: list[Any], prefix: str = "") -> list[str]:

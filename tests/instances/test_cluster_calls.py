@@ -114,9 +114,9 @@ def test_a_stop_asks_once_and_then_watches_the_pod_go(catalog, cluster, kube_cal
 
 
 def test_the_reconcile_loop_lists_each_kind_once_per_tenant_namespace(catalog, kube_calls):
-    """The worker may list only inside tenant namespaces (README "Cluster credentials"): one
-    list of the platform's namespaces, one list of each kind in each namespace with live rows,
-    and the warnings of the whole cluster."""
+    """The worker may list only inside tenant namespaces (docs/operator-guide.md "Cluster
+    credentials"): one list of the platform's namespaces, one list of each kind in each namespace
+    with live rows, and the warnings of the whole cluster."""
     for _ in range(3):
         converge_until(converge.provision, _ordered(catalog).id)
     idle = make_user()  # a tenant with nothing live: its namespace costs nothing

@@ -24,8 +24,8 @@ PRICING = {
     "a100-80g": (850, 6400, 3_800_000, 15, 120, 500),
     "rtx4090": (220, None, None, 7, 60, 250),
 }
-# The trial (README, "The trial"): ¥10 of trial credit buys one hour of a whole 8×H100 node or
-# twelve of a single A100 (83 fen × 12 h = ¥9.96), enough for one 7B fine-tune. The RTX 4090
+# The trial (docs/user-guide.md, "The trial"): ¥10 of trial credit buys one hour of a whole 8×H100
+# node or twelve of a single A100 (83 fen × 12 h = ¥9.96), enough for one 7B fine-tune. The RTX 4090
 # offerings, which trial accounts could always rent, take it at their standard price. The
 # other H100 and A100 offerings have none: trial credit is not spent on them.
 TRIAL_PRICES = {
@@ -51,7 +51,7 @@ def offering_rows() -> list[tuple[str, str, str, str, int]]:
 
 
 # Node profiles of the seeded (emulated) fleet's pools: an RDMA shared-device plugin's resource
-# and the NCCL settings of an InfiniBand fabric (README, node profiles).
+# and the NCCL settings of an InfiniBand fabric (docs/operator-guide.md, node profiles).
 NCCL_IB = {
     "NCCL_IB_HCA": "mlx5",
     "NCCL_SOCKET_IFNAME": "eth0",

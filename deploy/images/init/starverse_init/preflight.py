@@ -1,6 +1,6 @@
-"""starverse-preflight: a cluster's pre-flight check (README "Clusters: the pre-flight check").
-The platform's worker runs `starverse-preflight --json` in rank 0's container once every rank of
-a cluster is up, and bills the cluster only when the result reaches the offering's floor.
+"""starverse-preflight: a cluster's pre-flight check (docs/user-guide.md "Clusters": the pre-flight
+check). The platform's worker runs `starverse-preflight --json` in rank 0's container once every
+rank of a cluster is up, and bills the cluster only when the result reaches the offering's floor.
 
 Rank 0 launches one worker process per GPU on every node of the hostfile (/etc/starverse/
 hostfile, `host slots=N`; over the cluster's shared ssh key for the other nodes, torch's own
