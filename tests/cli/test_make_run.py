@@ -1,8 +1,9 @@
 """The CLI against a live `make run`: the README's own command, started in a copy of this
-checkout on free ports with its embedded defaults (SQLite, the file-system broker, a real Celery
-worker and beat, gunicorn, the Kubernetes emulator with its node agent and gateway, the Stripe
-stand-in) and MAKE_RUN_SSHD=1. Nothing of the test's process serves it: every step goes over
-HTTP (and SSH) as a user's would.
+checkout on free ports with its embedded defaults (the PostgreSQL it starts under var/, the
+file-system broker, a real Celery worker and beat, gunicorn, the Kubernetes emulator with its
+node agent and gateway, the Stripe stand-in) and MAKE_RUN_SSHD=1. Nothing of the test's process
+serves it: every step goes over HTTP (and SSH) as a user's would; once stopped, it has left no
+PostgreSQL running.
 
 A new user signs up through the API, logs in with the CLI, adds an SSH key, tops up through the
 stand-in's checkout page, `rent --wait` (make run's worker provisions the pod on the emulator),
@@ -75,7 +76,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
     root = tmp_path_factory.mktemp("make-run") / "starverse"
     shutil.copytree(REPO, root, ignore=NOT_COPIED, symlinks=True)
     (root / ".venv").symlink_to(REPO / ".venv")
-    port, kube, stripe, terminal, gateway = _free_ports(5)
+    port, kube, stripe, terminal, gateway, database = _free_ports(6)
     keep = ("PATH", "HOME", "LANG", "TMPDIR")
     env = {key: os.environ[key] for key in keep if key in os.environ}
     env.update(
@@ -84,6 +85,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
         STRIPE_FAKE_PORT=str(stripe),
         TERMINAL_PORT=str(terminal),
         GATEWAY_PORT=str(gateway),
+        EMBEDDED_PG_PORT=str(database),
         KUBE_EMULATOR_FLEET="rtx4090=1",  # one node, one agent: the least make run serves
         MAKE_RUN_SSHD="1",  # SSH into the emulated instances (devstack/podsshd.py)
         LANG="C.UTF-8",
@@ -113,7 +115,10 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        # its PostgreSQL runs in a session of its own: make run's trap stops it, or nothing does
+        database_left = (root / "var" / "postgres" / "postmaster.pid").exists()
         _kill_left(root)
+    assert not database_left, "make run left its PostgreSQL running:\n" + server.log()
 
 
 def _answers(url: str) -> bool:
