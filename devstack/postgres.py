@@ -132,9 +132,15 @@ def _run(command: list[str], failure: str) -> None:
 
 def major(bin_folder: Path) -> int:
     """The PostgreSQL major version of a bin folder's programs."""
-    said = subprocess.run(  # noqa: S603
-        [str(bin_folder / "initdb"), "--version"], capture_output=True, text=True, check=True
-    ).stdout
+    try:
+        said = subprocess.run(  # noqa: S603
+            [str(bin_folder / "initdb"), "--version"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as error:
+        raise EmbeddedPostgresError(
+            f"{bin_folder / 'initdb'} does not run ({error}): is EMBEDDED_PG_BIN a PostgreSQL "
+            "bin folder?"
+        ) from error
     found = re.search(r"(\d+)", said)
     if found is None:
         raise EmbeddedPostgresError(f"{bin_folder / 'initdb'} gave no version: {said!r}")
@@ -284,16 +290,16 @@ def run(server: Server, command: list[str]) -> int:
     if os.environ.get("DATABASE_URL"):
         os.execvp(command[0], command)  # noqa: S606 - the command `make test` asked for
     found = start(server, owner=os.getpid())
-    child = subprocess.Popen(command, env={**os.environ, "DATABASE_URL": found})  # noqa: S603
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        # Ctrl-C reaches the whole foreground group, the command too: SIGTERM is passed on
-        if signum == signal.SIGTERM:
-            child.send_signal(signum)
-
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
     try:
+        child = subprocess.Popen(command, env={**os.environ, "DATABASE_URL": found})  # noqa: S603
+
+        def forward(signum: int, _frame: FrameType | None) -> None:
+            # Ctrl-C reaches the whole foreground group, the command too: SIGTERM is passed on
+            if signum == signal.SIGTERM:
+                child.send_signal(signum)
+
+        signal.signal(signal.SIGINT, forward)
+        signal.signal(signal.SIGTERM, forward)
         return child.wait()
     finally:
         stop(server, owner=os.getpid())

@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 OFFERING = "1× RTX 4090 24GB"
 START_S = 240.0  # migrations, seeds and a dozen processes on a loaded 2-core CI machine
 WAIT_S = 120.0  # make run's emulator pulls the image at IMAGE_PULL_BANDWIDTH_MBPS first
+STOP_S = 60.0  # its trap waits for gunicorn's and Celery's graceful exits, then stops PostgreSQL
 PASSWORD = "Make-run-2026-cli"
 # What a copy of the checkout leaves out: the virtual environment is linked, the rest is made.
 NOT_COPIED = shutil.ignore_patterns(
@@ -115,8 +116,9 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        # its PostgreSQL runs in a session of its own: make run's trap stops it, or nothing does
-        database_left = (root / "var" / "postgres" / "postmaster.pid").exists()
+        # make exits at once; make run's trap goes on and stops its PostgreSQL (in a session of
+        # its own, which no signal to the group reaches) last, or nothing does
+        database_left = _still_there(root / "var" / "postgres" / "postmaster.pid", STOP_S)
         _kill_left(root)
     assert not database_left, "make run left its PostgreSQL running:\n" + server.log()
 
@@ -127,6 +129,16 @@ def _answers(url: str) -> bool:
             return bool(answer.status == 200)
     except OSError:
         return False
+
+
+def _still_there(path: Path, timeout: float) -> bool:
+    """Whether `path` still exists after up to `timeout` seconds of waiting for it to go."""
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def _kill_left(root: Path) -> None:

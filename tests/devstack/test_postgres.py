@@ -143,6 +143,14 @@ def test_a_cluster_of_another_major_version_is_refused_with_what_to_do(server):
     assert postgres.running_pid(server) is None
 
 
+def test_a_bin_folder_without_postgresql_is_named_in_the_error(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBEDDED_PG_BIN", str(tmp_path / "nothing"))
+    with pytest.raises(EmbeddedPostgresError) as refused:
+        postgres.start(server)
+    assert str(refused.value).startswith(f"{tmp_path / 'nothing' / 'initdb'} does not run (")
+    assert str(refused.value).endswith("is EMBEDDED_PG_BIN a PostgreSQL bin folder?")
+
+
 def test_a_port_taken_by_another_program_fails_with_the_variable_to_set(server):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", server.port))
