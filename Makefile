@@ -72,6 +72,6 @@ messages: $(STAMP)  ## Extract translatable strings and compile the catalogues
 audit: $(STAMP)  ## Prove every wallet balance equals its ledger sum
 	$(PY) manage.py billing_audit
 
-clean:  ## Remove local state (var/, the embedded PostgreSQL's data too); the next `make run` starts over
+clean:  ## Remove local state (var/, its PostgreSQL data too); the next `make run` starts over
 	@if [ -x $(PY) ]; then $(PY) -m devstack.postgres stop; fi
 	rm -rf var
