@@ -10,6 +10,9 @@ export PORT
 # count, not `auto`, since every worker has its own database and the concurrency tests open
 # ~20 connections each (PostgreSQL allows 100 by default).
 PYTEST_WORKERS ?= 2
+# The database steps of `make test` run with DATABASE_URL, else on the embedded PostgreSQL of
+# `make run` (devstack/postgres.py), started for them and stopped after unless it was running.
+WITH_DATABASE := $(PY) -m devstack.postgres run --
 
 .PHONY: help run test lint typecheck fmt schema bench messages audit clean
 
@@ -32,17 +35,18 @@ test: $(STAMP)  ## Lint, import contracts, types, migration and deploy checks, t
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m mypy
-	DJANGO_SETTINGS_MODULE=starverse.settings.test $(PY) manage.py makemigrations --check --dry-run
+	DJANGO_SETTINGS_MODULE=starverse.settings.test $(WITH_DATABASE) $(PY) manage.py makemigrations --check --dry-run
+	@# the deploy checks read the settings only: a database URL that is never connected to
 	DJANGO_SETTINGS_MODULE=starverse.settings.production \
 	  SECRET_KEY=deploy-check-$$(head -c 48 /dev/urandom | base64 | tr -d '/+=') \
-	  DATABASE_URL=$${DATABASE_URL:-sqlite:///var/deploy-check.sqlite3} \
+	  DATABASE_URL=$${DATABASE_URL:-postgres://deploy-check@127.0.0.1:1/deploy_check} \
 	  REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
 	  STRIPE_SECRET_KEY=sk_test_deploy_check STRIPE_WEBHOOK_SECRET=whsec_deploy_check \
 	  GATEWAY_CIDR=$${GATEWAY_CIDR:-192.0.2.0/24} GATEWAY_DOMAIN=$${GATEWAY_DOMAIN:-gw.example.com} \
 	  CLUSTER_NODE_CIDR=$${CLUSTER_NODE_CIDR:-192.0.2.0/24} \
 	  PUBLIC_POOL_SOURCE=$${PUBLIC_POOL_SOURCE:-nfs://pool.example/public} \
 	  $(PY) manage.py check --deploy --fail-level WARNING
-	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(WITH_DATABASE) $(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff check and format check, import contracts
 	$(PY) -m ruff check .
@@ -69,5 +73,6 @@ messages: $(STAMP)  ## Extract translatable strings and compile the catalogues
 audit: $(STAMP)  ## Prove every wallet balance equals its ledger sum
 	$(PY) manage.py billing_audit
 
-clean:  ## Remove local state (var/); the next `make run` starts over
+clean:  ## Remove local state (var/, its PostgreSQL data too); the next `make run` starts over
+	@if [ -x $(PY) ]; then $(PY) -m devstack.postgres stop; fi
 	rm -rf var

@@ -225,17 +225,16 @@ _TXN_INSERT = "INSERT INTO billing_ledgertransaction ({}) VALUES ({})".format(  
 )
 
 
-_WALLET_READ = "SELECT cash_fen, promo_fen, arrears_fen FROM billing_wallet WHERE id = %s"
-_WALLET_LOCK = _WALLET_READ + " FOR UPDATE"
+_WALLET_LOCK = (
+    "SELECT cash_fen, promo_fen, arrears_fen FROM billing_wallet WHERE id = %s FOR UPDATE"
+)
 
 
 def _wallet_locked(wallet_id: str) -> Wallet:
     """The wallet's balances under its row lock (held to the end of the transaction), by one
     plain SELECT … FOR UPDATE: the ORM's query building cost more than the query."""
-    # SQLite (make run's default database) has no row locks: it serialises writers itself
-    locking = connection.features.has_select_for_update
     with connection.cursor() as cursor:
-        cursor.execute(_WALLET_LOCK if locking else _WALLET_READ, [wallet_id])
+        cursor.execute(_WALLET_LOCK, [wallet_id])
         row = cursor.fetchone()
     if row is None:
         raise Wallet.DoesNotExist("Wallet matching query does not exist.")
@@ -247,16 +246,7 @@ def _wallet_locked(wallet_id: str) -> Wallet:
 def _write(wallet: Wallet, postings: list[tuple[LedgerTransaction, str]]) -> None:
     """Insert the postings (each with its entries against its counter account) and set the
     locked wallet's cached balances, in one statement: one round trip instead of three (the
-    ledger's hot path). A key or reversal already taken raises IntegrityError as before.
-    Databases without data-modifying WITH (SQLite, make run's default) take three statements."""
-    if connection.vendor != "postgresql":
-        for txn, counter in postings:
-            txn.save(force_insert=True)
-            LedgerEntry.objects.bulk_create(_entries(txn, counter))
-        Wallet.objects.filter(pk=wallet.id).update(
-            cash_fen=wallet.cash_fen, promo_fen=wallet.promo_fen, arrears_fen=wallet.arrears_fen
-        )
-        return
+    ledger's hot path). A key or reversal already taken raises IntegrityError as before."""
     parts, params = [], []
     for n, (txn, counter) in enumerate(postings):
         parts.append(f"t{n} AS ({_TXN_INSERT})")
@@ -652,19 +642,13 @@ def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, Charged]:
 
 def _charged_before(keys: list[str]) -> dict[str, tuple[int, str]]:
     """Key → (fen charged, price kind), for the keys that were posted before."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":  # one array parameter, however many keys
-            cursor.execute(
-                "SELECT idempotency_key, amount_fen, price_kind FROM billing_ledgertransaction "
-                "WHERE idempotency_key = ANY(%s)",
-                [keys],
-            )
-            return {key: (-amount, kind) for key, amount, kind in cursor.fetchall()}
-    posted = LedgerTransaction.objects.filter(idempotency_key__in=keys)
-    return {
-        txn.idempotency_key: (-txn.amount_fen, txn.price_kind)
-        for txn in posted.only("idempotency_key", "amount_fen", "price_kind")
-    }
+    with connection.cursor() as cursor:  # one array parameter, however many keys
+        cursor.execute(
+            "SELECT idempotency_key, amount_fen, price_kind FROM billing_ledgertransaction "
+            "WHERE idempotency_key = ANY(%s)",
+            [keys],
+        )
+        return {key: (-amount, kind) for key, amount, kind in cursor.fetchall()}
 
 
 def _wallets_locked(wallet_ids: list[str]) -> dict[str, list[int]]:

@@ -27,12 +27,10 @@ OK = "ok"
 
 
 def check_database() -> None:
-    """One round trip, bounded on PostgreSQL by a statement timeout local to its transaction
-    (connecting is bounded by the connect_timeout the settings give)."""
+    """One round trip, bounded by a statement timeout local to its transaction (connecting is
+    bounded by the connect_timeout the settings give)."""
     with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            timeout_ms = int(settings.READYZ_TIMEOUT_S * 1000)
-            cursor.execute("SET LOCAL statement_timeout = %s", [timeout_ms])
+        cursor.execute("SET LOCAL statement_timeout = %s", [int(settings.READYZ_TIMEOUT_S * 1000)])
         cursor.execute("SELECT 1")
 
 

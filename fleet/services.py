@@ -42,7 +42,6 @@ from starverse.accounts.tokens import (
     token_is_well_formed,
 )
 from starverse.core import kube
-from starverse.core.db import bulk_insert
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput
 
@@ -332,12 +331,6 @@ def _store(node: Node, rows: list[tuple[Any, ...]], updates: dict[str, Any]) -> 
     table = GpuSample._meta.db_table
     params: list[Any] = []
     insert = ""
-    if rows and connection.vendor != "postgresql":
-        # no data-modifying WITH (SQLite, make run's default): two statements, one transaction
-        with transaction.atomic():
-            bulk_insert(table, list(_SAMPLE_COLUMNS), rows)
-            _store(node, [], updates)
-        return
     if rows:
         columns = ", ".join(_SAMPLE_COLUMNS)
         values = ", ".join(["(" + ", ".join(["%s"] * len(_SAMPLE_COLUMNS)) + ")"] * len(rows))

@@ -137,11 +137,6 @@ def choose(
     second-fullest node may be taken before the fullest; packing stays best-fit otherwise).
     A new order also takes nothing while an earlier order waits for the same GPUs (first come,
     first served: queue_ahead), read under the lock in the same statement."""
-    if connection.vendor != "postgresql":
-        _model_lock(offering)
-        if concurrent and queue_ahead(offering.gpu_model.product, region):
-            return None
-        return choose_by_scan(offering, region, image=image)
     if not concurrent:
         _model_lock(offering)
         found = candidates(offering, region, image=image, limit=1)
@@ -202,35 +197,6 @@ def queue_ahead(product: str, region: str = "") -> bool:
         return cursor.fetchone() is not None
 
 
-def choose_by_scan(
-    offering: Offering, region: str = "", *, image: str = ""
-) -> tuple[Node, list[int]] | None:
-    """choose()'s answer from every node's capacity read into Python: the embedded database's
-    way (SQLite, `make run` on its defaults), which has no arrays for candidates(). The same
-    rules; tests hold the two to the same answers."""
-    product = offering.gpu_model.product
-    nodes, taken, rooms, regions, warm = capacity_of(product, region, image=image)
-    need = offering.gpu_count
-    want = needs(offering)
-    best = None
-    for node_id, name, count in nodes:
-        free = count - len(taken[node_id])
-        if offering.kind == OfferingKind.BARE_METAL:
-            fits = count == need and free == count
-        else:
-            fits = free >= need
-        fits = fits and times(rooms[node_id], want) != 0
-        rank = (free, node_id not in warm)
-        if fits and (best is None or rank < best[3]):
-            best = (node_id, name, count, rank)
-    if best is None:
-        return None
-    node_id, name, count, _rank = best
-    return Candidate(
-        node_id, name, count, regions[node_id], count - len(taken[node_id]), list(taken[node_id])
-    ).placement(offering)
-
-
 # How many best-fitting nodes one read returns for a concurrent order to try claiming: about
 # as many orders as place at the same moment, few enough to stay one small read.
 CANDIDATES = 16
@@ -274,10 +240,7 @@ def _model_lock(offering: Offering, *, shared: bool = False) -> None:
     """The GPU model's placement lock, to the end of the transaction: exclusive, or `shared`
     among new orders. A transaction-scoped advisory lock, not the model's row: the lock
     manager queues it fairly (a waiting exclusive lock holds back later shared ones) and
-    taking it writes nothing, where many FOR SHARE lockers of one row each rewrite it. SQLite
-    (make run's default database) needs none: its IMMEDIATE transactions serialise writers."""
-    if connection.vendor != "postgresql":
-        return
+    taking it writes nothing, where many FOR SHARE lockers of one row each rewrite it."""
     function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
     with connection.cursor() as cursor:
         cursor.execute(

@@ -1,7 +1,6 @@
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from types import SimpleNamespace
@@ -26,7 +25,7 @@ from instances.choices import (
 from instances.models import Image, Instance, Offering, TenantLimits
 from instances.placement import capacity, needs, times
 from starverse.core import kube
-from starverse.core.db import execute_prepared, raw_datetime
+from starverse.core.db import execute_prepared
 from starverse.core.text import localized
 
 S = InstanceStatus
@@ -196,8 +195,6 @@ INSTANCE_COLUMNS = (
     ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
     ("node.name", "n.name"),
 )
-_TIMES = {"created_at", "started_at", "queued_at", "paid_until", "idle_stop_due_at", "stop_at"}
-_BOOLEANS = {"auto_renew", "auto_recover"}
 _JSON = {"ports"}
 LIST_SQL = """
 SELECT {columns}, COUNT(*) OVER () AS total
@@ -232,30 +229,9 @@ def _json(value: Any) -> Any:
     return [] if value == "[]" else json.loads(value)
 
 
-def _converter(path: str, postgresql: bool) -> Callable[[Any], Any] | None:
-    """How a value of the list query becomes what the ORM would give. PostgreSQL's driver
-    hands back aware datetimes and booleans already; SQLite's text and integers."""
-    if path in _JSON:
-        return _json
-    if postgresql:
-        return None
-    if path in _TIMES:
-        return raw_datetime
-    if path in _BOOLEANS:
-        return bool
-    return None
-
-
-# INSTANCE_COLUMNS read once: which values need converting (on PostgreSQL, elsewhere), and which
-# belong to a related row.
-_CONVERTERS = {
-    postgresql: [
-        (index, convert)
-        for index, (path, _column) in enumerate(INSTANCE_COLUMNS)
-        if (convert := _converter(path, postgresql)) is not None
-    ]
-    for postgresql in (True, False)
-}
+# INSTANCE_COLUMNS read once: which values are JSON text to decode (the driver hands back the
+# rest as the ORM would), and which belong to a related row.
+_JSON_AT = [index for index, (path, _column) in enumerate(INSTANCE_COLUMNS) if path in _JSON]
 _FLAT = [(index, path) for index, (path, _column) in enumerate(INSTANCE_COLUMNS) if "." not in path]
 
 
@@ -271,11 +247,11 @@ def _related_columns() -> dict[str, list[tuple[int, str]]]:
 _RELATED = _related_columns()
 
 
-def _row(values: tuple[Any, ...], converters: list[tuple[int, Callable[[Any], Any]]]) -> Any:
+def _row(values: tuple[Any, ...]) -> Any:
     """One row of the list query, shaped like an Instance for the attributes SHAPE reads."""
     row = list(values)
-    for index, convert in converters:
-        row[index] = convert(row[index])
+    for index in _JSON_AT:
+        row[index] = _json(row[index])
     item = SimpleNamespace(**{name: row[index] for index, name in _FLAT})
     for owner, names in _RELATED.items():
         setattr(item, owner, SimpleNamespace(**{name: row[index] for index, name in names}))
@@ -300,19 +276,12 @@ def instance_page(
         execute_prepared(cursor, name, sql, params)
         fetched = cursor.fetchall()
         total = fetched[0][-1] if fetched else None
-        converters = _CONVERTERS[connection.vendor == "postgresql"]
-        items = [_row(values[:-1], converters) for values in fetched]
+        items = [_row(values[:-1]) for values in fetched]
         disks: dict[str, list[Any]] = defaultdict(list)
         if items:
             ids = [item.id for item in items]
-            if connection.vendor == "postgresql":  # one array: the same statement for any page
-                execute_prepared(cursor, "sv_instance_page_disks", PAGE_DISKS_SQL, {"ids": ids})
-            else:
-                cursor.execute(
-                    "SELECT instance_id, id FROM instances_disk "  # noqa: S608 - placeholders
-                    f"WHERE instance_id IN ({', '.join(['%s'] * len(ids))}) ORDER BY name",
-                    ids,
-                )
+            # one array: the same statement for any page
+            execute_prepared(cursor, "sv_instance_page_disks", PAGE_DISKS_SQL, {"ids": ids})
             for instance_id, disk_id in cursor.fetchall():
                 disks[instance_id].append(SimpleNamespace(id=disk_id))
     for item in items:
@@ -525,12 +494,9 @@ SELECT s.cash, s.trial, u.queued, u.gpus, u.premium,
 """
 
 
-def admission_reads(tenant_id: str, user_id: str, *, exclude: str) -> AdmissionReads | None:
+def admission_reads(tenant_id: str, user_id: str, *, exclude: str) -> AdmissionReads:
     """AdmissionReads for an order of `user_id` in `tenant_id` (`exclude`: the order's own
-    instance), by one prepared statement; None on a database without it (SQLite, make run's
-    default), where each is read on its own."""
-    if connection.vendor != "postgresql":
-        return None
+    instance), by one prepared statement."""
     usage_sql, params = _usage_statement(tenant_id)
     spend_sql, spend_params = _spend_statement(
         [tenant_id], starting=True, exclude=exclude, exclude_cluster=""

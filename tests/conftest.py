@@ -1,4 +1,3 @@
-import importlib
 import os
 import shutil
 import socket
@@ -10,7 +9,6 @@ from typing import Any
 
 import pytest
 import redis
-from django.conf import settings
 from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
@@ -24,27 +22,6 @@ from instances.models import Image, Offering
 from starverse.core import kube
 from tests.factories import make_token, make_user
 
-IS_POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # Checked here, before any xdist worker starts: a worker's error would be an opaque crash.
-    if os.environ.get("STARVERSE_REQUIRE_POSTGRES") and not IS_POSTGRES:
-        raise pytest.UsageError(
-            "STARVERSE_REQUIRE_POSTGRES is set, so the tests that need PostgreSQL must not be "
-            "skipped: export DATABASE_URL=postgres://…"
-        )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    needs_pg = [item for item in items if item.get_closest_marker("postgres")]
-    if IS_POSTGRES or not needs_pg:
-        return
-    skip = pytest.mark.skip(reason="needs PostgreSQL (row locks, concurrency): set DATABASE_URL")
-    for item in needs_pg:
-        item.add_marker(skip)
-
-
 # The ledger refuses TRUNCATE (billing migration 0004) unless the transaction has set this; the
 # flush that empties the database after each transactional test is the one place that does.
 LEDGER_TRUNCATE_ALLOWED = "SET LOCAL starverse.ledger_truncate = 'on'"
@@ -52,9 +29,6 @@ LEDGER_TRUNCATE_ALLOWED = "SET LOCAL starverse.ledger_truncate = 'on'"
 
 @pytest.fixture(scope="session", autouse=True)
 def _flush_may_truncate_the_ledger() -> Iterator[None]:
-    if not IS_POSTGRES:
-        yield from _sqlite_flush_may_empty_the_ledger()
-        return
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     flush = DatabaseOperations.execute_sql_flush
@@ -62,28 +36,6 @@ def _flush_may_truncate_the_ledger() -> Iterator[None]:
     def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
         # execute_sql_flush runs its statements in one transaction: SET LOCAL ends with it.
         flush(self, [LEDGER_TRUNCATE_ALLOWED, *sql_list])
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
-        yield
-
-
-def _sqlite_flush_may_empty_the_ledger() -> Iterator[None]:
-    """On SQLite the ledger's DELETE triggers (billing migration 0002) refuse the flush's
-    DELETEs: the flush drops them and puts them back in its own transaction."""
-    from django.db.backends.sqlite3.operations import DatabaseOperations
-
-    immutable = importlib.import_module("billing.migrations.0002_ledger_immutable")
-    flush = DatabaseOperations.execute_sql_flush
-
-    def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
-        drop = [f"DROP TRIGGER IF EXISTS {table}_no_delete" for table in immutable.TABLES]
-        create = [
-            f"CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} BEGIN SELECT "
-            f"RAISE(ABORT, 'ledger rows are append-only: DELETE on {table} refused'); END"
-            for table in immutable.TABLES
-        ]
-        flush(self, [*drop, *sql_list, *create])
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)

@@ -292,7 +292,7 @@ REPO = Path(__file__).resolve().parents[1]
 PRODUCTION_ENV = {
     "DJANGO_SETTINGS_MODULE": "starverse.settings.production",
     "SECRET_KEY": "production-check-" + "x" * 50,
-    "DATABASE_URL": "sqlite:///unused.sqlite3",
+    "DATABASE_URL": "postgres://unused@127.0.0.1:1/unused",
     "REDIS_URL": "redis://127.0.0.1:6379/0",
     "STRIPE_SECRET_KEY": "sk_test_production_check",
     "STRIPE_WEBHOOK_SECRET": "whsec_production_check",

@@ -1,7 +1,7 @@
 """Refuse TRUNCATE of the ledger tables too: row triggers (0002) do not fire on it, so one
 statement could empty the ledger. The one exception is a transaction that has set
 `starverse.ledger_truncate` to 'on': only the test suite's flush between transactional tests
-does (tests/conftest.py). PostgreSQL only: SQLite has no TRUNCATE."""
+does (tests/conftest.py)."""
 
 from django.db import migrations
 
@@ -21,8 +21,6 @@ $$ LANGUAGE plpgsql;
 
 
 def install(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     schema_editor.execute(POSTGRES_FUNCTION, params=None)
     for table in TABLES:
         schema_editor.execute(
@@ -32,8 +30,6 @@ def install(apps, schema_editor):
 
 
 def uninstall(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     for table in TABLES:
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {table}_no_truncate ON {table};")
     schema_editor.execute("DROP FUNCTION IF EXISTS starverse_ledger_no_truncate();")

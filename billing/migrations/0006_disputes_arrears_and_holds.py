@@ -7,25 +7,6 @@ import starverse.core.ids
 from django.conf import settings
 from django.db import migrations, models
 
-# SQLite rebuilds a table to change its constraints or add a column, and the rebuild drops the
-# table's triggers: the ledger's append-only triggers (0002) are put back afterwards. PostgreSQL
-# alters the tables in place and keeps them.
-LEDGER_TABLES = ["billing_ledgertransaction", "billing_ledgerentry"]
-
-
-def sqlite_ledger_triggers(apps, schema_editor):
-    if schema_editor.connection.vendor != "sqlite":
-        return
-    for table in LEDGER_TABLES:
-        for op in ("UPDATE", "DELETE"):
-            name = f"{table}_no_{op.lower()}"
-            schema_editor.execute(f"DROP TRIGGER IF EXISTS {name};")
-            schema_editor.execute(
-                f"CREATE TRIGGER {name} BEFORE {op} ON {table} BEGIN "
-                f"SELECT RAISE(ABORT, 'ledger rows are append-only: {op} on {table} refused'); END;"
-            )
-
-
 class Migration(migrations.Migration):
     """Disputes (chargebacks), refunds made in the Stripe dashboard, arrears on the wallet and
     in the ledger, and account holds."""
@@ -37,7 +18,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(migrations.RunPython.noop, sqlite_ledger_triggers),
         migrations.CreateModel(
             name='AccountHold',
             fields=[
@@ -212,5 +192,4 @@ class Migration(migrations.Migration):
             model_name='accounthold',
             constraint=models.CheckConstraint(condition=models.Q(('lifted_at__isnull', True), models.Q(('lifted_by__isnull', False), models.Q(('lift_reason', ''), _negated=True)), _connector='OR'), name='hold_lift_audited'),
         ),
-        migrations.RunPython(sqlite_ledger_triggers, migrations.RunPython.noop),
     ]

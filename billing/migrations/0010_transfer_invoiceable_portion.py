@@ -15,11 +15,8 @@ towards carrying more, never more than the whole amount.
 Ledger rows are append-only (0002): for this backfill of the column added here, the row
 trigger of billing_ledgertransaction is lifted inside this migration's transaction and put back
 before it commits (ALTER TABLE takes the table's exclusive lock: no other session writes or
-reads a row meanwhile); no other column changes. SQLite rebuilds the table to add the column
-and drops its triggers (see 0006): they are put back at the end, which also restores those
-0009's rebuild dropped."""
+reads a row meanwhile); no other column changes."""
 
-import importlib
 from collections import defaultdict
 
 from django.conf import settings
@@ -28,9 +25,6 @@ from django.db.models import Q
 
 TABLE = "billing_ledgertransaction"
 PAID_IN = ("topup", "bank_transfer")
-sqlite_ledger_triggers = importlib.import_module(
-    "billing.migrations.0006_disputes_arrears_and_holds"
-).sqlite_ledger_triggers
 
 
 def _changes(apps):
@@ -96,15 +90,10 @@ def portions(apps):
 def backfill(apps, schema_editor):
     carried = portions(apps)
     update = f"UPDATE {TABLE} SET invoiceable_delta_fen = %s WHERE id = %s"
-    postgres = schema_editor.connection.vendor == "postgresql"
     with schema_editor.connection.cursor() as cursor:
-        if postgres:
-            cursor.execute(f"ALTER TABLE {TABLE} DISABLE TRIGGER {TABLE}_immutable")
-        else:  # sqlite_ledger_triggers puts it back
-            cursor.execute(f"DROP TRIGGER IF EXISTS {TABLE}_no_update")
+        cursor.execute(f"ALTER TABLE {TABLE} DISABLE TRIGGER {TABLE}_immutable")
         cursor.executemany(update, carried)
-        if postgres:
-            cursor.execute(f"ALTER TABLE {TABLE} ENABLE TRIGGER {TABLE}_immutable")
+        cursor.execute(f"ALTER TABLE {TABLE} ENABLE TRIGGER {TABLE}_immutable")
 
 
 class Migration(migrations.Migration):
@@ -114,7 +103,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(migrations.RunPython.noop, sqlite_ledger_triggers),
         migrations.AddField(
             model_name="ledgertransaction",
             name="invoiceable_delta_fen",
@@ -148,5 +136,4 @@ class Migration(migrations.Migration):
                 name="ledger_invoiceable_only_within_a_transfer",
             ),
         ),
-        migrations.RunPython(sqlite_ledger_triggers, migrations.RunPython.noop),
     ]

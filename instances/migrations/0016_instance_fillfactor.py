@@ -1,4 +1,4 @@
-"""Leave a third of each page of instances_instance free, on PostgreSQL.
+"""Leave room on each page of instances_instance (fillfactor 45).
 
 The metering tick updates every running instance's billed minutes and cost each minute. Those
 columns are in no index, so with room on the page PostgreSQL makes each update a heap-only
@@ -12,13 +12,11 @@ FILLFACTOR = 45
 
 
 def forwards(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"ALTER TABLE instances_instance SET (fillfactor = {FILLFACTOR})")
+    schema_editor.execute(f"ALTER TABLE instances_instance SET (fillfactor = {FILLFACTOR})")
 
 
 def backwards(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute("ALTER TABLE instances_instance RESET (fillfactor)")
+    schema_editor.execute("ALTER TABLE instances_instance RESET (fillfactor)")
 
 
 class Migration(migrations.Migration):

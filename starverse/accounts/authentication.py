@@ -17,7 +17,6 @@ from starverse.accounts.token_cache import (
 )
 from starverse.accounts.tokens import token_hash, token_is_well_formed
 from starverse.core import logs
-from starverse.core.db import raw_datetime
 
 # Every API request runs this lookup, unless the token authenticated in this process within
 # API_TOKEN_CACHE_S (starverse.accounts.token_cache): one raw query (the user with its live
@@ -56,8 +55,8 @@ def _lookup(digest: str) -> CachedToken:
         scopes=tuple(_scopes(columns["token_scopes"])),
         name=columns["token_name"],
         prefix=columns["token_prefix"],
-        created_at=raw_datetime(columns["token_created"]),
-        last_used_at=raw_datetime(columns["token_last_used"]),
+        created_at=columns["token_created"],
+        last_used_at=columns["token_last_used"],
         role=columns["token_role"],
     )
 

@@ -7,14 +7,12 @@ import logging
 import re
 import weakref
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.db.models import Field, Model
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 BATCH = 20_000
 T = TypeVar("T")
@@ -23,20 +21,11 @@ logger = logging.getLogger(__name__)
 
 
 def bulk_set(model: type[Model], rows: list[tuple[Any, ...]], fields: list[str]) -> None:
-    """Set `fields` on many rows at once; each row is (pk, *values). On PostgreSQL one
-    UPDATE … FROM unnest(one array per column) per batch: the statement stays the same size
-    whatever the batch, and the server parses one array rather than a tuple per row;
-    elsewhere Django's bulk_update, which is correct but builds a CASE per field and row."""
+    """Set `fields` on many rows at once; each row is (pk, *values). One UPDATE … FROM
+    unnest(one array per column) per batch: the statement stays the same size whatever the
+    batch, and the server parses one array rather than a tuple per row (Django's bulk_update
+    builds a CASE per field and row)."""
     if not rows:
-        return
-    if connection.vendor != "postgresql":
-        objects = []
-        for pk, *values in rows:
-            obj = model(pk=pk)
-            for field, value in zip(fields, values, strict=True):
-                setattr(obj, field, value)
-            objects.append(obj)
-        model._default_manager.bulk_update(objects, fields, batch_size=500)
         return
     table, pk = model._meta.db_table, _column(model, model._meta.pk.name)
     names = [pk, *(_column(model, name) for name in fields)]
@@ -64,19 +53,12 @@ def _array_type(model: type[Model], name: str) -> str:
 
 
 def bulk_insert(table: str, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-    """Insert many rows of plain values. On PostgreSQL one COPY (the metering tick writes
-    100,000 transactions and twice as many entries a tick, and COPY takes them several times
-    faster than INSERTs); elsewhere executemany. Values are str, int, datetime or None."""
+    """Insert many rows of plain values by one COPY (the metering tick writes 100,000
+    transactions and twice as many entries a tick, and COPY takes them several times faster
+    than INSERTs). Values are str, int, datetime or None."""
     if not rows:
         return
     with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
-            marks = ", ".join(["%s"] * len(columns))
-            cursor.executemany(
-                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",  # noqa: S608
-                rows,
-            )
-            return
         data = io.StringIO()
         for row in rows:
             data.write("\t".join(_copy_text(value) for value in row))
@@ -108,16 +90,6 @@ def _column(model: type[Model], name: str) -> str:
     if not isinstance(field, Field) or field.column is None:
         raise TypeError(f"{model.__name__}.{name} has no column of its own")
     return field.column
-
-
-def raw_datetime(value: Any) -> Any:
-    """A datetime column read by raw SQL, as the ORM would give it: aware, in UTC. Drivers
-    differ (SQLite gives text, PostgreSQL aware datetimes)."""
-    if isinstance(value, str):
-        value = parse_datetime(value)
-    if value is not None and timezone.is_naive(value):
-        value = value.replace(tzinfo=UTC)
-    return value
 
 
 DEADLOCK_DETECTED = "40P01"
@@ -154,17 +126,12 @@ def atomic_retrying(function: Callable[[], T], *, attempts: int = 3) -> T:
 
 def insert_together(objects: list[Model]) -> None:
     """Insert new model instances, of one or several models (a parent before the rows that
-    refer to it), as one statement on PostgreSQL: a chain of data-modifying WITH clauses, so
-    that an order's instance, its timeline and its GPUs cost one round trip. Values are
-    prepared as save() prepares them (defaults, auto_now); a row whose primary key the database
-    assigns leaves it unset here, as nobody reads it back. Elsewhere each is saved in turn.
-    Foreign keys are checked at commit (Django's constraints are deferred), so the order within
-    the statement does not matter to them."""
+    refer to it), as one statement: a chain of data-modifying WITH clauses, so that an
+    order's instance, its timeline and its GPUs cost one round trip. Values are prepared as
+    save() prepares them (defaults, auto_now); a row whose primary key the database assigns
+    leaves it unset here, as nobody reads it back. Foreign keys are checked at commit (Django's
+    constraints are deferred), so the order within the statement does not matter to them."""
     if not objects:
-        return
-    if connection.vendor != "postgresql":
-        for obj in objects:
-            obj.save(force_insert=True)
         return
     parts, params = [], []
     for n, obj in enumerate(objects):
@@ -192,9 +159,9 @@ def first_row(model: type[M], where: str, params: list[Any], *, lock: bool = Fal
     """The first row of `model` matching a plain WHERE clause (of its own columns, by
     placeholders), loaded as the ORM loads it: for reads every request or order makes, where
     building the query through the ORM cost more than running it. With `lock`, FOR UPDATE
-    (held to the end of the transaction; SQLite serialises writers itself)."""
+    (held to the end of the transaction)."""
     select, attnames, converters = _row_reader(model)
-    suffix = " FOR UPDATE" if lock and connection.features.has_select_for_update else ""
+    suffix = " FOR UPDATE" if lock else ""
     with connection.cursor() as cursor:
         cursor.execute(f"{select} WHERE {where} LIMIT 1{suffix}", params)
         row = cursor.fetchone()
@@ -242,9 +209,8 @@ def execute_prepared(cursor: Any, name: str, sql: str, params: dict[str, Any]) -
     the connection's set-up, not one of the request's queries (a request's query count does not
     depend on what its connection did before); a new connection prepares it again. With
     DB_PREPARED_STATEMENTS off (behind any pooler in transaction mode: PgBouncer tracks only the
-    protocol's prepared statements, never SQL PREPAREs) and on other databases, it is executed
-    as written."""
-    if connection.vendor != "postgresql" or not settings.DB_PREPARED_STATEMENTS:
+    protocol's prepared statements, never SQL PREPAREs), it is executed as written."""
+    if not settings.DB_PREPARED_STATEMENTS:
         cursor.execute(sql, params)
         return
     parsed = _PARSED.get((name, sql))

@@ -102,20 +102,23 @@ TEMPLATES = [
     },
 ]
 
-_default_db = f"sqlite:///{VAR_DIR / 'starverse.sqlite3'}"
+# PostgreSQL is the only database. Unset, DATABASE_URL is the embedded server that `make run`
+# and `make test` start under var/ (devstack/postgres.py, on EMBEDDED_PG_PORT).
+_embedded_db = f"postgres://postgres@127.0.0.1:{env_int('EMBEDDED_PG_PORT', 15432)}/starverse"
 # Persistent connections are checked before reuse, so a restarted database costs one retry-free
 # reconnect instead of an error on the next request.
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", _default_db), conn_max_age=60, conn_health_checks=True
+        env_str("DATABASE_URL", _embedded_db), conn_max_age=60, conn_health_checks=True
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-else:
-    # A database that does not answer fails a request (and /readyz) in seconds, not minutes.
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise ImproperlyConfigured(
+        "DATABASE_URL must be a PostgreSQL URL (postgres://user@host:5432/name): Starverse runs "
+        "on PostgreSQL only; unset, it is the embedded server of `make run`."
+    )
+# A database that does not answer fails a request (and /readyz) in seconds, not minutes.
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 # The hot paths' few costly-to-plan statements are prepared once a session (starverse.core.db.
 # execute_prepared, SQL PREPARE). Off behind any pooler in transaction mode: PgBouncer tracks
 # only the protocol's prepared statements, never SQL PREPAREs.

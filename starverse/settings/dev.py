@@ -1,4 +1,4 @@
-"""Embedded defaults for `make run`: SQLite, a file-system broker, e-mail as files, under var/."""
+"""Embedded defaults for `make run`, under var/: PostgreSQL, a file-system broker, e-mail files."""
 
 from starverse.env import env_bool, env_str
 from starverse.settings.base import *  # noqa: F403

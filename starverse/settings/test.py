@@ -1,4 +1,4 @@
-"""Test settings: PostgreSQL when DATABASE_URL is given, else SQLite; fast hashing; no network."""
+"""Test settings: PostgreSQL (the embedded one unless DATABASE_URL); fast hashing; no network."""
 
 from starverse.settings.base import *  # noqa: F403
 

@@ -383,7 +383,6 @@ def test_verifying_twice_grants_once(db):
     assert len(_trials()) == 1
 
 
-@pytest.mark.postgres
 def test_accounts_of_one_mailbox_verifying_at_once_get_one_trial(transactional_db):
     emails = [
         "li.lei@gmail.com",

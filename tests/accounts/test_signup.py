@@ -98,7 +98,6 @@ def test_form_signup_with_weak_password_writes_nothing(client, db):
     assert Wallet.objects.count() == 0
 
 
-@pytest.mark.postgres
 def test_twelve_concurrent_signups_of_one_address_make_one_account_and_one_link(
     transactional_db, mailoutbox
 ):

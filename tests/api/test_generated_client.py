@@ -52,7 +52,6 @@ def _module(package: Any, name: str) -> Any:
     return importlib.import_module(f"{package.__name__}.{name}")
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_a_generated_client_rents_and_stops_an_instance(
     generated, live_server, transactional_db, catalog, mailoutbox
 ):

@@ -28,8 +28,6 @@ from tests.factories import (
     make_user,
 )
 
-pytestmark = pytest.mark.postgres  # NUL bytes and bigint limits are PostgreSQL's refusals
-
 ROUTES = api_routes()
 UNSAFE = ("post", "put", "patch", "delete")
 MEGABYTE = "x" * 1_000_000

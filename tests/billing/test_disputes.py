@@ -573,7 +573,6 @@ def test_a_dispute_that_names_only_the_charge_finds_the_top_up_through_stripe(pa
     assert _balances(topup) == (0, 1_000, 0, 1_000)
 
 
-@pytest.mark.postgres
 def test_concurrent_deliveries_of_a_dispute_debit_once(transactional_db, fake, client_for):
     from django.test import Client
 

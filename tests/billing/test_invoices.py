@@ -199,7 +199,6 @@ def test_reject_frees_the_amount_and_tells_why(db, django_capture_on_commit_call
     assert "抬头与税号不符" in message.body and "rejected" in message.subject
 
 
-@pytest.mark.postgres
 def test_concurrent_requests_never_exceed_the_invoiceable_amount(transactional_db):
     user = _profiled()
     fund(user, 10_000)
@@ -389,7 +388,6 @@ def test_invoiced_and_unpaid_cash_moves_without_invoiceability(db):
     assert InvoiceRequest.objects.filter(tenant=team).count() == 0
 
 
-@pytest.mark.postgres
 def test_an_invoice_and_a_transfer_at_once_invoice_the_money_once(transactional_db):
     """A request for an invoice and a transfer of the same paid cash, side by side: whichever
     comes second sees the first (both read under the person's wallet lock), so the team can
@@ -416,7 +414,6 @@ def test_an_invoice_and_a_transfer_at_once_invoice_the_money_once(transactional_
     assert invoiced_over_paid_fen(person.tenant_id) == 0
 
 
-@pytest.mark.postgres
 def test_transfers_posted_before_portions_get_them_by_replaying_history(transactional_db, capsys):
     """Migration 0010 replays the transfers posted before it under the rule: money paid and
     not invoiced carries whole (a person's invoiceable amount is unchanged), the issue's loop

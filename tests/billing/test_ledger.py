@@ -179,7 +179,6 @@ def test_raw_update_or_delete_of_ledger_rows_fails(user, statement):
     assert LedgerTransaction.objects.count() == 1
 
 
-@pytest.mark.postgres
 @pytest.mark.parametrize("table", ["billing_ledgertransaction", "billing_ledgerentry"])
 def test_truncate_of_ledger_tables_fails(transactional_db, table):
     # Committed rows: TRUNCATE in the transaction that wrote them would fail for another
@@ -204,7 +203,6 @@ def test_wallet_balance_cannot_go_negative_even_by_hand(user):
         Wallet.objects.filter(tenant=user.tenant).update(promo_fen=-1)
 
 
-@pytest.mark.postgres
 def test_concurrent_mixed_postings_keep_the_balance_equal_to_the_ledger(transactional_db):
     wallet = _wallet(make_user())
     rng = random.Random(7)
@@ -248,7 +246,6 @@ def test_concurrent_mixed_postings_keep_the_balance_equal_to_the_ledger(transact
     )
 
 
-@pytest.mark.postgres
 def test_concurrent_replays_of_one_key_post_once(transactional_db):
     wallet = _wallet(make_user())
 
@@ -259,7 +256,6 @@ def test_concurrent_replays_of_one_key_post_once(transactional_db):
     assert wallet.cash_fen == 5000
 
 
-@pytest.mark.postgres
 def test_same_key_on_two_wallets_at_once_is_one_posting_and_one_conflict(transactional_db):
     wallets = [_wallet(make_user()), _wallet(make_user())]
 

@@ -174,7 +174,6 @@ def test_expired_session_marks_the_topup_expired(
     assert topup.status == TopUpStatus.EXPIRED
 
 
-@pytest.mark.postgres
 def test_twenty_threads_posting_one_event_credit_once(transactional_db, fake, client_for):
     from django.test import Client
 

@@ -53,7 +53,6 @@ def _access_secret(row: InstanceRow) -> dict[str, str]:
     return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_rent_ssh_stop_and_remove_with_the_cli(
     live_server, transactional_db, catalog, cluster, checkout, init_root, tmp_path
 ):
@@ -198,7 +197,6 @@ def _wait_for_row(user: Any) -> InstanceRow:
         time.sleep(0.05)
 
 
-@pytest.mark.postgres  # a live server needs a transactional test
 def test_log_in_for_a_team_and_whoami_with_the_cli(live_server, transactional_db, tmp_path):
     from billing.onboarding import team_create
 

@@ -1,8 +1,9 @@
 """The CLI against a live `make run`: the README's own command, started in a copy of this
-checkout on free ports with its embedded defaults (SQLite, the file-system broker, a real Celery
-worker and beat, gunicorn, the Kubernetes emulator with its node agent and gateway, the Stripe
-stand-in) and MAKE_RUN_SSHD=1. Nothing of the test's process serves it: every step goes over
-HTTP (and SSH) as a user's would.
+checkout on free ports with its embedded defaults (the PostgreSQL it starts under var/, the
+file-system broker, a real Celery worker and beat, gunicorn, the Kubernetes emulator with its
+node agent and gateway, the Stripe stand-in) and MAKE_RUN_SSHD=1. Nothing of the test's process
+serves it: every step goes over HTTP (and SSH) as a user's would; once stopped, it has left no
+PostgreSQL running.
 
 A new user signs up through the API, logs in with the CLI, adds an SSH key, tops up through the
 stand-in's checkout page, `rent --wait` (make run's worker provisions the pod on the emulator),
@@ -35,6 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 OFFERING = "1× RTX 4090 24GB"
 START_S = 240.0  # migrations, seeds and a dozen processes on a loaded 2-core CI machine
 WAIT_S = 120.0  # make run's emulator pulls the image at IMAGE_PULL_BANDWIDTH_MBPS first
+STOP_S = 60.0  # its trap waits for gunicorn's and Celery's graceful exits, then stops PostgreSQL
 PASSWORD = "Make-run-2026-cli"
 # What a copy of the checkout leaves out: the virtual environment is linked, the rest is made.
 NOT_COPIED = shutil.ignore_patterns(
@@ -75,7 +77,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
     root = tmp_path_factory.mktemp("make-run") / "starverse"
     shutil.copytree(REPO, root, ignore=NOT_COPIED, symlinks=True)
     (root / ".venv").symlink_to(REPO / ".venv")
-    port, kube, stripe, terminal, gateway = _free_ports(5)
+    port, kube, stripe, terminal, gateway, database = _free_ports(6)
     keep = ("PATH", "HOME", "LANG", "TMPDIR")
     env = {key: os.environ[key] for key in keep if key in os.environ}
     env.update(
@@ -84,6 +86,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
         STRIPE_FAKE_PORT=str(stripe),
         TERMINAL_PORT=str(terminal),
         GATEWAY_PORT=str(gateway),
+        EMBEDDED_PG_PORT=str(database),
         KUBE_EMULATOR_FLEET="rtx4090=1",  # one node, one agent: the least make run serves
         MAKE_RUN_SSHD="1",  # SSH into the emulated instances (devstack/podsshd.py)
         LANG="C.UTF-8",
@@ -113,7 +116,11 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        # make exits at once; make run's trap goes on and stops its PostgreSQL (in a session of
+        # its own, which no signal to the group reaches) last, or nothing does
+        database_left = _still_there(root / "var" / "postgres" / "postmaster.pid", STOP_S)
         _kill_left(root)
+    assert not database_left, "make run left its PostgreSQL running:\n" + server.log()
 
 
 def _answers(url: str) -> bool:
@@ -122,6 +129,16 @@ def _answers(url: str) -> bool:
             return bool(answer.status == 200)
     except OSError:
         return False
+
+
+def _still_there(path: Path, timeout: float) -> bool:
+    """Whether `path` still exists after up to `timeout` seconds of waiting for it to go."""
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def _kill_left(root: Path) -> None:

@@ -210,7 +210,6 @@ def test_queued_cluster_waits_first_come_first_served_and_never_bills(catalog, c
     assert rows == before[1] + 2
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_clusters_racing_for_the_same_nodes_never_split(catalog):
     users = [_paying_user() for _ in range(4)]

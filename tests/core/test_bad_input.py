@@ -1,13 +1,10 @@
 """Console pages refuse NUL bytes with a 400 before any form or query sees them (PostgreSQL
 cannot store or compare them), and nothing is written."""
 
-import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
 from tests.factories import PASSWORD, make_user
-
-pytestmark = pytest.mark.postgres
 
 
 def test_a_nul_byte_in_the_signup_form_is_a_400_and_no_account(db):

@@ -1,7 +1,6 @@
 """starverse.core.db.execute_prepared: the PREPARE is the connection's set-up, so a request's
 queries are the same whether or not its connection had prepared the statement before."""
 
-import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -16,7 +15,6 @@ def _run(**params: object) -> list[tuple[object, ...]]:
         return cursor.fetchall()
 
 
-@pytest.mark.postgres
 def test_the_prepare_is_not_one_of_the_requests_queries(db):
     with CaptureQueriesContext(connection) as first:
         assert _run(a=1, b=2, text="a%b") == [(3, "a%b")]

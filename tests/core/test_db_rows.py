@@ -1,6 +1,5 @@
 """The plain-SQL helpers of the hot paths load and write rows exactly as the ORM does."""
 
-import pytest
 from django.db import connection, transaction
 from django.forms.models import model_to_dict
 
@@ -54,7 +53,6 @@ def _prepared_names() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-@pytest.mark.postgres
 def test_a_prepared_statement_is_planned_once_a_session_and_again_on_a_new_one(
     transactional_db, settings
 ):

@@ -5,7 +5,6 @@ forward with its data, and permissions follow the models."""
 from collections.abc import Sequence
 from typing import Any
 
-import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
@@ -103,7 +102,6 @@ def _seed_old_layout(old: Any) -> dict[str, str]:
     return {"permission": str(permission.pk)}
 
 
-@pytest.mark.postgres
 def test_a_database_of_the_old_layout_migrates_forward_with_its_rows(transactional_db):
     latest = _latest()
     old = _migrate(BEFORE)

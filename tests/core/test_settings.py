@@ -16,6 +16,29 @@ def test_database_connections_are_health_checked_before_reuse():
     assert settings.DATABASES["default"]["CONN_HEALTH_CHECKS"] is True
 
 
+def test_the_database_is_the_embedded_postgresql_unless_database_url_says(monkeypatch):
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("EMBEDDED_PG_PORT", "15499")
+    database = runpy.run_path(str(BASE))["DATABASES"]["default"]
+    assert (database["ENGINE"], database["HOST"], database["PORT"], database["NAME"]) == (
+        "django.db.backends.postgresql",
+        "127.0.0.1",
+        15499,
+        "starverse",
+    )
+    assert (database["USER"], database["OPTIONS"]) == ("postgres", {"connect_timeout": 5})
+
+    monkeypatch.setenv("DATABASE_URL", "postgres://app@db.example:5433/prod")
+    database = runpy.run_path(str(BASE))["DATABASES"]["default"]
+    assert (database["HOST"], database["PORT"], database["NAME"]) == ("db.example", 5433, "prod")
+
+
+def test_a_database_other_than_postgresql_is_refused(monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "sqlite:///var/starverse.sqlite3")
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL must be a PostgreSQL URL"):
+        runpy.run_path(str(BASE))
+
+
 def test_email_has_a_timeout_of_10_seconds_by_default(monkeypatch):
     monkeypatch.delenv("EMAIL_TIMEOUT", raising=False)
 

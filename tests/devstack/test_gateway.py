@@ -85,7 +85,6 @@ def _address(instance: Instance, port: int, gateway: DevGateway) -> str:
     return f"http://{instance.id.lower().replace('_', '-')}-{port}.localhost:{gateway.port}/"
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_the_owner_reaches_tensorboard_and_jupyter_through_the_gateway(
     gateway, cluster, transactional_db, catalog
 ):
@@ -118,7 +117,6 @@ def test_the_owner_reaches_tensorboard_and_jupyter_through_the_gateway(
     assert set(cookies) == {COOKIE}  # the address's own cookie, not the console's session
 
 
-@pytest.mark.postgres
 def test_strangers_and_share_links_through_the_gateway(gateway, transactional_db, catalog):
     owner = make_user()
     fund(owner, 100_000)
@@ -142,7 +140,6 @@ def test_strangers_and_share_links_through_the_gateway(gateway, transactional_db
     )
 
 
-@pytest.mark.postgres
 def test_the_gateway_asks_once_per_address_and_cookie_for_a_burst(
     gateway, transactional_db, catalog
 ):

@@ -6,7 +6,6 @@ cordon a node with a reason and find it cordoned on the page and on the cluster.
 import re
 
 import httpx
-import pytest
 from playwright.sync_api import Page, expect
 
 from fleet.models import Node
@@ -15,7 +14,6 @@ from tests.e2e.steps import agent_reports, log_in_operator, t
 from tests.factories import enrol_totp, make_instance, make_operator, make_user
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_an_operator_reads_the_fleet_and_cordons_a_node(
     page: Page, lang, live_server, transactional_db, catalog, cluster
 ):

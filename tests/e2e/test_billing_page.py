@@ -6,7 +6,6 @@ form, and a refused one shows its reason at the amount."""
 
 from datetime import timedelta
 
-import pytest
 from django.core.files.base import ContentFile
 from django.utils import timezone
 from playwright.sync_api import Page, expect
@@ -85,7 +84,6 @@ def _sections_fit(page: Page) -> None:
         _fits(page, root)
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_the_billing_page_fits_1280_px_and_requests_an_invoice(
     page: Page, lang, live_server, transactional_db, settings, tmp_path, request
 ):

@@ -2,7 +2,6 @@
 it to a running instance from the instance's page (which asks first, since the instance restarts
 to mount it), and find it mounted at /mnt/<name>, on the page and in the pod on the cluster."""
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from starverse.core import kube
@@ -11,7 +10,6 @@ from tests.e2e.steps import log_in, settle, submit_confirmed, t
 from tests.factories import fund, make_instance, make_user
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_create_a_disk_and_attach_it_to_a_running_instance(
     page: Page, lang, live_server, transactional_db, catalog, cluster
 ):

@@ -6,7 +6,6 @@ is wider than the window. Screenshots: var/screenshots/endpoint-charts-<lang>.pn
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
@@ -19,7 +18,6 @@ from tests.factories import make_endpoint, make_user
 SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_the_endpoint_page_charts_its_last_hour(page: Page, lang, live_server, catalog):
     user = make_user()
     endpoint = make_endpoint(user, min_replicas=0, max_replicas=2)

@@ -70,7 +70,6 @@ def _fits(page: Page, root: str = "#content") -> dict[str, Any]:
     return measured
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_the_fleet_pages_fit_1280_px(page: Page, live_server, fleet):
     base = live_server.url
     nodes = list(Node.objects.order_by("name"))

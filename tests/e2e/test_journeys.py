@@ -5,7 +5,6 @@ stop it and terminate it."""
 
 import re
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from instances.models import Instance
@@ -15,7 +14,6 @@ from tests.e2e.steps import PASSWORD, agent_reports, settle, submit_confirmed, t
 OFFERING = "1× RTX 4090 24GB"  # not a premium model, so trial credit may pay for it
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_sign_up_verify_rent_watch_stop_and_terminate(
     page: Page, lang, live_server, transactional_db, catalog, cluster, mailoutbox
 ):

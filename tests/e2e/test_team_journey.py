@@ -5,7 +5,6 @@ small monthly budget; the invitee switches the console to the team and orders an
 which the budget refuses by name; the owner reads the invitation, the join and the budget in
 the team's audit log. The team page and the audit log fit a 1280 px window."""
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from billing.models import Wallet
@@ -24,7 +23,6 @@ def _message(page: Page, lang: str, text: str) -> None:
     expect(page.locator(".messages .alert-success")).to_have_text(t(lang, text))
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_owner_invites_a_newcomer_whose_budget_refuses_an_order(
     page: Page,
     another_page: Page,

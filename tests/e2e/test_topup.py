@@ -18,7 +18,6 @@ def checkout(payments, live_server, settings):
     return payments
 
 
-@pytest.mark.postgres  # a live server needs a transactional test; SQLite cannot empty the ledger
 def test_top_up_through_the_checkout_page(
     page: Page, lang, live_server, transactional_db, checkout, mailoutbox
 ):

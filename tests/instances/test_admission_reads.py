@@ -20,7 +20,6 @@ def _instance(user, offering, status, **fields):
     )
 
 
-@pytest.mark.postgres
 @pytest.mark.parametrize("own_limits", [False, True])
 def test_one_statement_reads_what_each_query_reads(db, catalog, own_limits):
     user, other = make_user(), make_user()

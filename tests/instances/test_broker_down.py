@@ -35,7 +35,6 @@ def _forget_connections() -> None:
     vars(app.amqp)["_producer_pool"] = None
 
 
-@pytest.mark.postgres
 def test_an_order_answers_202_with_the_broker_down_and_reconcile_serves_it_later(
     transactional_db, catalog, broker_down
 ):

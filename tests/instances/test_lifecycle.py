@@ -164,7 +164,6 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
     assert (h100["total"], h100["allocated"], h100["unhealthy"], h100["free"]) == (16, 10, 0, 6)
 
 
-@pytest.mark.postgres
 def test_concurrent_orders_never_double_book(transactional_db, cluster, client_for):
     from django.core.management import call_command
 

@@ -334,7 +334,6 @@ def test_the_rent_form_shows_the_limit_and_how_to_lift_it(catalog, client, setti
     assert Instance.objects.count() == 0
 
 
-@pytest.mark.postgres
 def test_concurrent_orders_never_pass_the_queued_orders_limit(transactional_db, cluster, settings):
     from django.core.management import call_command
 

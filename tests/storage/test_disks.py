@@ -328,7 +328,6 @@ def test_the_shared_nas_is_mounted_everywhere_and_its_usage_is_measured(renter, 
     assert (busy.status_code, busy.json()["code"]) == (409, "nas_in_use")
 
 
-@pytest.mark.postgres
 def test_concurrent_orders_for_one_disk_attach_it_once(transactional_db, cluster):
     from django.core.management import call_command
 
