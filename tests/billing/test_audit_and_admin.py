@@ -1,4 +1,5 @@
 import pytest
+from django.contrib.admin.utils import quote
 from django.core.management import CommandError, call_command
 from django.db import connection
 
@@ -141,7 +142,9 @@ def test_admin_offers_the_ledger_read_only(operator_client):
     assert post.status_code == 403
     assert operator_client.get("/admin/billing/ledgertransaction/add/").status_code == 403
     assert (
-        operator_client.post(f"/admin/billing/ledgertransaction/{txn.id}/delete/").status_code
+        operator_client.post(
+            f"/admin/billing/ledgertransaction/{quote(txn.id)}/delete/"
+        ).status_code
         == 403
     )
     assert LedgerTransaction.objects.get(pk=txn.pk).description == "Trial credit"

@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.utils import timezone
 
 from fleet.choices import NodeState
@@ -548,7 +549,7 @@ def test_an_operator_ends_a_review_by_cordoning_the_node_or_clearing_it(node, cl
     assert NodeEvent.objects.filter(node=node, kind="review").count() == 2
     listed = client.get("/admin/fleet/node/?review=yes").content.decode()
     assert node.name in listed and "Up for review" in listed
-    page = client.get(f"/admin/fleet/node/{node.pk}/change/").content.decode()
+    page = client.get(f"/admin/fleet/node/{quote(node.pk)}/change/").content.decode()
     assert f"/admin/fleet/node/{node.pk}/review-cordon/" in page
     assert (
         "pre-flight of cluster clu_a round 1"

@@ -7,6 +7,7 @@ periodic check (TERMINAL_RECHECK_S). Each end is in the instance's timeline."""
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.contrib.sessions.models import Session
 from django.test import Client
 
@@ -76,14 +77,14 @@ def test_a_deactivation_in_the_admin_ends_it(running, cluster, terminal_service)
     operator = make_operator()
     enrol_totp(operator)
     staff_login(admin, operator)
-    page = admin.get(f"/admin/accounts/user/{user.pk}/change/")
+    page = admin.get(f"/admin/accounts/user/{quote(user.pk)}/change/")
     form = page.context["adminform"].form
     data = {name: form[name].value() or "" for name in form.fields if name != "is_active"}
     data.update({"is_active": "", "groups": [], "user_permissions": []})
 
     with _open(terminal_service, instance.id, cookie) as browser:
         browser.until("# ")
-        saved = admin.post(f"/admin/accounts/user/{user.pk}/change/", data)
+        saved = admin.post(f"/admin/accounts/user/{quote(user.pk)}/change/", data)
         assert saved.status_code == 302, saved.content[:2000]
         _ends_with(browser, 4401, SESSION_ENDED)
 
