@@ -190,6 +190,8 @@ def test_a_renewal_its_orderers_budget_does_not_fit_ends_the_rental_and_tells_th
         renewed, ended = renewals_run()
 
     assert (renewed, ended) == ([], [instance.id])
+    # the stop's task may give up while the emulated pod is still going: the reconcile's pass
+    assert converge_until(converge.stop, instance.id) == "stopped"
     instance.refresh_from_db()
     assert (instance.status, instance.billing, instance.monthly_period) == ("stopped", "hourly", 1)
     assert instance.paid_until == paid_until
