@@ -37,9 +37,10 @@ def _fleet(product: str) -> None:
     from django.db import connection
 
     from bench.instances import _users
-    from fleet.models import Allocation, Node
+    from compute.models import Allocation, Offering
+    from fleet.models import Node
     from instances.choices import InstanceStatus
-    from instances.models import Instance, Offering
+    from instances.models import Instance
 
     nodes = Node.objects.bulk_create(
         [
@@ -103,7 +104,7 @@ def run() -> list[dict]:
     from bench.instances import _users
     from clusters.selectors import cluster_view
     from clusters.services import cluster_order
-    from instances.models import Offering
+    from compute.models import Offering
     from instances.placement import choose_nodes
     from starverse.core import dispatch
 

@@ -70,10 +70,10 @@ def order_to_running() -> dict:
     from django.core.management import call_command
     from django.test import override_settings
 
+    from compute.models import Offering
     from devstack.kube import KubeEmulator
     from fleet.services import nodes_sync_from_cluster
     from instances.lifecycle import instance_order
-    from instances.models import Offering
     from instances.provisioning import converge
     from starverse.core import kube
 
@@ -166,7 +166,7 @@ def _settle() -> None:
 def order_throughput() -> dict:
     from django.core.management import call_command
 
-    from instances.models import Offering
+    from compute.models import Offering
 
     call_command("seed_catalog", verbosity=0)
     _nodes(100)  # 800 GPUs, more than the orders
@@ -266,8 +266,9 @@ def _metering_tick(count: int, name: str, goal: str) -> dict:
     from django.db import connection
     from django.utils import timezone
 
+    from compute.models import Offering
     from instances.metering import metering_tick
-    from instances.models import Instance, Offering
+    from instances.models import Instance
 
     call_command("seed_catalog", verbosity=0)
     users = _users(1000, prefix="m")
@@ -372,7 +373,8 @@ def api_list_instances() -> dict:
     limit (600/minute), so the throttle costs what it costs in production."""
     from django.core.management import call_command
 
-    from instances.models import Instance, Offering
+    from compute.models import Offering
+    from instances.models import Instance
     from starverse.accounts.services import token_create
 
     call_command("seed_catalog", verbosity=0)

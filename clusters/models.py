@@ -5,8 +5,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from clusters.choices import Template
-from instances.choices import BillingMode
-from instances.models import Image, Offering
+from compute.choices import BillingMode
+from compute.models import Image, Offering
 from starverse.core.ids import PublicIdField
 
 

@@ -16,9 +16,11 @@ from django.utils.translation import gettext as _
 from billing.holds import account_hold_check
 from clusters.choices import ClusterStatus, Template, status_of
 from clusters.models import Cluster
+from compute.choices import BillingMode, OfferingKind
+from compute.models import Offering
 from fleet.models import Node
 from instances.charges import period_active
-from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.choices import InstanceStatus
 from instances.lifecycle import (
     gang_place_or_queue,
     gang_start,
@@ -29,7 +31,7 @@ from instances.lifecycle import (
     request_hash_of,
     ssh_keys_own,
 )
-from instances.models import Instance, InstanceEvent, Offering
+from instances.models import Instance, InstanceEvent
 from instances.states import ranks_locked
 from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput
 from starverse.core.roles import require_orderer

@@ -23,9 +23,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from billing.models import LedgerTransaction, StripeEvent
+from compute.selectors import capacity_by_model
 from fleet.choices import NodeState
 from fleet.models import Node
-from fleet.selectors import capacity_by_model
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
 

@@ -3,8 +3,8 @@ from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from compute.models import Offering
 from endpoints.choices import LIVE, EndpointStatus, Engine, SourceKind
-from instances.models import Offering
 from starverse.core.ids import PublicIdField
 
 
@@ -106,7 +106,7 @@ class EndpointKey(models.Model):
 
 class EndpointReplica(models.Model):
     """One replica (pod) of an endpoint, from the moment the platform's scheduler placed it:
-    the GPUs it holds are fleet.Allocation rows pointing here, so instances and endpoints
+    the GPUs it holds are compute.Allocation rows pointing here, so instances and endpoints
     never share a GPU. `ready_since` is set while the pod is Ready; each Ready stretch is a
     billing session whose minutes are charged once under
     `endpoint:{replica}:{session}:{minute}`. `gone_at`: the pod is gone and its GPUs free."""

@@ -5,7 +5,7 @@ one stopped.
 - Placing: an endpoint's pods name our scheduler (`schedulerName: starverse-endpoints`), so
   kube-scheduler leaves them Pending whoever made them (the autoscaler adds them). A pass
   places each with the instances' placement (instances.placement.choose) and holds its GPUs
-  with fleet.Allocation rows of a new EndpointReplica, in one transaction, then binds the pod
+  with compute.Allocation rows of a new EndpointReplica, in one transaction, then binds the pod
   to the node (pods/binding). A bind the cluster refuses gives the GPUs back.
 - Readiness and billing: a replica is billed per minute while its pod is Ready, at the
   offering's hourly price (billing.services.minute_charge_fen), each minute once under
@@ -36,13 +36,14 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing.services import minute_charge_fen, usage_post_many
+from compute.models import Allocation
 from endpoints import manifests
 from endpoints.choices import LIVE, EndpointStatus, SourceKind
 from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.selectors import endpoint_region
 from endpoints.services import endpoint_fail, endpoint_suspend, endpoints_over_budget_suspend
-from fleet.models import Allocation, Region
+from fleet.models import Region
 from fleet.selectors import region_target
 from instances.placement import choose
 from starverse.core import kube

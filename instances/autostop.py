@@ -22,9 +22,11 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from billing.notices import mail_about_instance
-from fleet.models import Allocation, Gpu, GpuSample
+from compute.choices import BillingMode
+from compute.models import Allocation
+from fleet.models import Gpu, GpuSample
 from instances.charges import period_active
-from instances.choices import AutoStopKind, BillingMode, InstanceStatus
+from instances.choices import AutoStopKind, InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import AutoStop, Instance, InstanceEvent
 from instances.schedules import IdleStop

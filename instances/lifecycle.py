@@ -19,15 +19,17 @@ from django.utils.translation import gettext_noop
 
 from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
+from compute.choices import BillingMode, OfferingKind
+from compute.models import Image, Offering
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
 from instances.admission import Runway, admit, runway_of
 from instances.budgets import budget_refusal
 from instances.charges import period_active, period_charge
-from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
+from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.gateway import ports_validate
-from instances.models import Image, Instance, InstanceEvent, Offering
+from instances.models import Instance, InstanceEvent
 from instances.placement import Gang, choose, choose_nodes, queue_ahead
 from instances.schedules import (
     DEFAULT,

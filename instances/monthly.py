@@ -15,9 +15,10 @@ from django.utils import timezone
 
 from billing.notices import mail_about_instance
 from billing.selectors import wallet_locked
+from compute.choices import BillingMode
 from instances.budgets import budget_refusal
 from instances.charges import period_charge
-from instances.choices import BillingMode, InstanceStatus
+from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.states import gpus_release, instance_locked, instance_mark_stopping
 from starverse.core.dispatch import enqueue_on_commit

@@ -10,10 +10,12 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.db import connection
 
+from compute.choices import OfferingKind
+from compute.models import Allocation, Offering
 from fleet.choices import NodeState
-from fleet.models import Allocation, Gpu, GpuModel, Node, NodeImage
-from instances.choices import InstanceStatus, OfferingKind
-from instances.models import Instance, Offering
+from fleet.models import Gpu, GpuModel, Node, NodeImage
+from instances.choices import InstanceStatus
+from instances.models import Instance
 from starverse.core import kube
 from starverse.core.db import execute_prepared
 

@@ -13,16 +13,12 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing.calculator import CatalogPrice
+from compute.choices import BillingMode, OfferingKind
+from compute.models import Image, Offering, TenantLimits
 from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
 from instances.budgets import budgets_sql
-from instances.choices import (
-    HOLDS_GPUS,
-    STARTING_OR_RUNNING,
-    BillingMode,
-    InstanceStatus,
-    OfferingKind,
-)
-from instances.models import Image, Instance, Offering, TenantLimits
+from instances.choices import HOLDS_GPUS, STARTING_OR_RUNNING, InstanceStatus
+from instances.models import Instance
 from instances.placement import capacity, needs, times
 from starverse.core import kube
 from starverse.core.db import execute_prepared

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 from billing.holds import account_hold_check
-from fleet.models import Allocation
+from compute.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.roles import MANAGERS, require_orderer, require_role

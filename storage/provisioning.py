@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.models import DEFAULT_REGION, Allocation
+from compute.models import Allocation
+from fleet.models import DEFAULT_REGION
 from fleet.selectors import region_scope
 from starverse.core import kube
 from starverse.core.kube import namespace_name

@@ -114,7 +114,7 @@ IMAGE = "pytorch-2.1"
 
 
 def _seed_catalog() -> None:
-    from instances.models import Offering
+    from compute.models import Offering
 
     if not Offering.objects.exists():
         call_command("seed_catalog", stdout=io.StringIO())
@@ -129,8 +129,8 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
     "running" provisioned, "stopped" stopped after running, "failed" when its image cannot be
     pulled (pass the emulator as `cluster`; its image pull failures are cleared afterwards)."""
     from billing.selectors import wallet_for_tenant
+    from compute.models import Image, Offering
     from instances.lifecycle import instance_order, instance_stop
-    from instances.models import Image, Offering
     from instances.selectors import spend_per_hour_fen
 
     _seed_catalog()
@@ -188,7 +188,7 @@ def make_cluster(user: User, node_count: int = 2, **order: Any) -> Any:
     instances burn), as ordered: placed when enough whole nodes are free, else queued."""
     from billing.selectors import wallet_for_tenant
     from clusters.services import cluster_order
-    from instances.models import Offering
+    from compute.models import Offering
     from instances.selectors import spend_per_hour_fen
 
     _seed_catalog()
@@ -225,8 +225,8 @@ def make_endpoint(user: User, **create: Any) -> Any:
     """An endpoint made by `endpoint_create`, serving a public-pool model with vLLM on one
     H100 (the balance topped up to an hour of it), as created: its objects are made by the
     worker after commit."""
+    from compute.models import Offering
     from endpoints.services import endpoint_create
-    from instances.models import Offering
 
     _seed_catalog()
     offering = Offering.objects.get(name=CLOUD_GPU)

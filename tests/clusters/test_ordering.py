@@ -8,9 +8,10 @@ from billing.models import LedgerTransaction, Wallet
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
 from clusters.services import cluster_order
-from fleet.models import Allocation, Node
+from compute.models import Allocation, Offering
+from fleet.models import Node
 from instances.lifecycle import instance_order, instance_terminate, queue_drain
-from instances.models import Instance, Offering
+from instances.models import Instance
 from instances.placement import pack
 from instances.provisioning import converge
 from starverse.core.errors import Conflict, InsufficientBalance, TooManyRequests

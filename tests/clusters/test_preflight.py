@@ -26,9 +26,10 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from clusters.models import Cluster, Preflight
 from clusters.preflight import bad_ranks, preflight_run, result_parse
+from compute.models import Allocation
 from devstack.kube import KubeEmulator
 from devstack.kube.shell import BAD_LINK
-from fleet.models import Allocation, Node
+from fleet.models import Node
 from fleet.services import node_token_issue, node_transition, nodes_sync_from_cluster
 from instances.lifecycle import instances_on_node_changed
 from instances.metering import metering_tick

@@ -13,10 +13,10 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
+from compute.models import Allocation, Offering
 from devstack.kube.emulator import KubeEmulator
-from fleet.models import Allocation
 from fleet.services import nodes_sync_from_cluster
-from instances.models import Instance, InstanceEvent, Offering
+from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, ranks
 from starverse.core import kube
 from storage.models import Disk

@@ -13,6 +13,7 @@ import openai
 import pytest
 import requests
 
+from compute.models import Allocation
 from devstack.gateway import DevGateway
 from devstack.kube import KubeEmulator
 from endpoints.manifests import endpoint_host
@@ -21,7 +22,6 @@ from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_delete, key_create
-from fleet.models import Allocation
 from tests.factories import make_endpoint, make_user
 
 

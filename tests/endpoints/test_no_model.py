@@ -7,12 +7,12 @@ import time
 
 from starverse_init.serve import MODEL_MISSING_EXIT as IMAGE_EXIT
 
+from compute.models import Allocation
 from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_change, endpoint_create
-from fleet.models import Allocation
 from starverse.core import kube
 from storage.provisioning import disk_ensure
 from tests.factories import fund, make_disk, make_user, read_existing

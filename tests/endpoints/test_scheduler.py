@@ -9,12 +9,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing.models import LedgerTransaction
+from compute.models import Allocation
 from endpoints.manifests import route_hostname
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import SyncResult, endpoints_sync
 from endpoints.services import endpoint_change
-from fleet.models import Allocation
 from starverse.core import kube
 from tests.factories import fund, make_endpoint, make_user
 

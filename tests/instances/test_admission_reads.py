@@ -3,7 +3,8 @@ their own queries gives."""
 
 import pytest
 
-from instances.models import Instance, Offering, TenantLimits
+from compute.models import Offering, TenantLimits
+from instances.models import Instance
 from instances.selectors import admission_reads, spend_rows, tenant_limits, tenant_usage
 from starverse.accounts.models import Budget
 from tests.factories import make_user

@@ -12,10 +12,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fleet.models import Allocation, Gpu, GpuSample
+from compute.models import Allocation, Offering
+from fleet.models import Gpu, GpuSample
 from instances.autostop import auto_stop_savings, idle_run, schedules_run
 from instances.lifecycle import instance_order
-from instances.models import AutoStop, Instance, InstanceEvent, Offering
+from instances.models import AutoStop, Instance, InstanceEvent
 from instances.provisioning import converge
 from instances.schedules import IdleStop
 from instances.tasks import auto_stop

@@ -4,8 +4,8 @@ language on its pages), English where an operator left the Chinese blank."""
 
 from django.core.management import call_command
 
+from compute.models import Image, Offering
 from datasets.models import PublicDataset
-from instances.models import Image, Offering
 
 ZH = {"HTTP_ACCEPT_LANGUAGE": "zh-Hans"}
 

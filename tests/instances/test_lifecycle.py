@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fleet.models import Allocation
+from compute.models import Allocation
 from instances.lifecycle import queue_drain
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, manifests
@@ -158,7 +158,7 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
         Allocation.objects.filter(instance=node).values_list("gpu_index", flat=True)
     ) == list(range(8))
     assert (third["status"], third["queue_position"]) == ("queued", 1)
-    from fleet.selectors import capacity_by_model
+    from compute.selectors import capacity_by_model
 
     h100 = next(r for r in capacity_by_model() if r["gpu_product"] == "NVIDIA H100 80GB HBM3")
     assert (h100["total"], h100["allocated"], h100["unhealthy"], h100["free"]) == (16, 10, 0, 6)
@@ -167,9 +167,9 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
 def test_concurrent_orders_never_double_book(transactional_db, cluster, client_for):
     from django.core.management import call_command
 
+    from compute.models import Offering
     from fleet.services import nodes_sync_from_cluster
     from instances.lifecycle import instance_order, instance_terminate
-    from instances.models import Offering
     from tests.conftest import run_threads
 
     call_command("seed_catalog", verbosity=0)

@@ -6,7 +6,8 @@ from datetime import timedelta
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from fleet.models import Allocation, Gpu, GpuSample
+from compute.models import Allocation
+from fleet.models import Gpu, GpuSample
 from instances.models import Instance
 from tests.factories import make_instance, make_token, make_user
 

@@ -6,7 +6,7 @@ from django.utils import timezone, translation
 
 from billing.models import LedgerTransaction, Wallet
 from billing.onboarding import team_create
-from fleet.models import Allocation
+from compute.models import Allocation
 from instances.lifecycle import instance_order, instance_start, instance_stop
 from instances.metering import metering_tick
 from instances.models import Instance

@@ -11,10 +11,11 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
+from compute.choices import OfferingKind
+from compute.models import Offering
 from fleet.models import Gpu, Node, NodeImage, Region
 from instances import placement
-from instances.choices import OfferingKind
-from instances.models import Instance, Offering
+from instances.models import Instance
 from starverse.core.db import atomic_retrying
 from tests.conftest import run_threads
 from tests.factories import make_user

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from billing.models import LedgerTransaction, Wallet
 from billing.payments import bank_transfer_post
-from fleet.models import Allocation
+from compute.models import Allocation, Offering
 from instances.lifecycle import (
     instance_order,
     instance_start,
@@ -19,7 +19,7 @@ from instances.lifecycle import (
     queue_drain,
     queue_review,
 )
-from instances.models import Instance, Offering
+from instances.models import Instance
 from instances.provisioning import converge
 from starverse.core.adminurls import admin_change_url
 from starverse.core.errors import Conflict, TooManyRequests
@@ -276,7 +276,7 @@ def test_an_operator_raises_an_accounts_limit_in_the_admin(full_rtx, client_for,
     assert 'name="limits-0-max_queued_orders"' in tenant_page.content.decode()
 
     saved = client.post(
-        "/admin/instances/tenantlimits/add/",
+        "/admin/compute/tenantlimits/add/",
         {
             "tenant": user.tenant_id,
             "max_queued_orders": "6",
@@ -291,7 +291,7 @@ def test_an_operator_raises_an_accounts_limit_in_the_admin(full_rtx, client_for,
     refused = _post(api, "1× RTX 4090 24GB")
     assert (refused.status_code, refused.json()["code"]) == (429, "queue_limit")
     assert "at most 6 orders" in refused.json()["detail"]
-    listing = client.get("/admin/instances/tenantlimits/").content.decode()
+    listing = client.get("/admin/compute/tenantlimits/").content.decode()
     assert "16 (default)" in listing
 
 

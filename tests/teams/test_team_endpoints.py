@@ -11,11 +11,11 @@ from django.utils import timezone
 from billing.choices import TransactionKind
 from billing.models import Wallet
 from billing.services import ledger_post
+from compute.models import Offering
 from endpoints.models import Endpoint, EndpointKey, EndpointReplica
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_change, endpoints_over_budget_suspend, key_create
 from instances.budgets import BudgetExceeded, budgets_of, spent_fen
-from instances.models import Offering
 from starverse.accounts.models import AuditEvent, Budget
 from tests.endpoints.test_billing import _serving
 from tests.factories import _seed_catalog, make_endpoint, make_public_model, make_user
