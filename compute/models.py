@@ -1,14 +1,15 @@
 """The compute core's rows: the catalog every product orders from (offerings and images), an
-operator's limits for a tenant, and which GPU of which node is held (allocations). Tables keep
-the names they had in the instances and fleet apps (`instances_*`), so moving the code moved
-no data."""
+operator's limits for a tenant, the GPU holdings of every product (an instance, a cluster's
+rank, an endpoint's replica) and which GPU of which node each holds (allocations). The tables
+that came from the instances and fleet apps keep their names (`instances_*`), so moving the
+code moved no data."""
 
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from compute.choices import OfferingKind
+from compute.choices import BillingMode, HoldingKind, HoldingState, OfferingKind
 from fleet.models import GpuModel, Node
 from starverse.core.ids import PublicIdField
 from starverse.core.text import localized
@@ -164,40 +165,72 @@ class TenantLimits(models.Model):
         return f"limits of {self.tenant_id}"
 
 
+class Holding(models.Model):
+    """GPUs of one node that something holds, or waits in line for: an instance, a rank of a
+    cluster, a replica of an inference endpoint. Placement, the queue and (later) the meter
+    read these rows, never the products' own; the product's row has the same id (`ins_…`,
+    `epr_…`), which a foreign key from the product's table enforces (compute migration 0002).
+
+    `state` moves with the product's life: queued while it waits (in `queued_at` order,
+    behind every earlier order for the same GPUs that can pay: compute.queue), placed while its
+    allocations exist, released when it holds none and waits for none. `gang`: the cluster
+    whose ranks are placed together, all or none. `region`: where it must run (null: any
+    region, until placed)."""
+
+    id = models.CharField(primary_key=True, max_length=32)
+    kind = models.CharField(max_length=16, choices=HoldingKind.choices)
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    created_by = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    offering = models.ForeignKey(Offering, on_delete=models.PROTECT, related_name="+")
+    billing = models.CharField(
+        max_length=16, choices=BillingMode.choices, default=BillingMode.HOURLY
+    )
+    state = models.CharField(
+        max_length=16, choices=HoldingState.choices, default=HoldingState.QUEUED
+    )
+    region = models.ForeignKey(
+        "fleet.Region", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    gang = models.CharField(max_length=32, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    unfunded_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Queued: when its turn came and the balance did not cover its runway. The "
+        "queue passes it over; it fails after QUEUE_UNFUNDED_GRACE_MINUTES unless topped up.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # the queue: what waits, oldest first (a small part of the table)
+            models.Index(
+                fields=["queued_at", "id"],
+                condition=Q(state=HoldingState.QUEUED),
+                name="holding_queue",
+            ),
+            models.Index(fields=["gang"], condition=~Q(gang=""), name="holding_gang"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.state}"
+
+
 class Allocation(models.Model):
-    """One GPU of a node held by an instance or an endpoint's replica. The unique (node,
-    gpu_index) pair is what makes double-booking impossible, whatever the placement code does."""
+    """One GPU of a node held by a holding (compute.models.Holding: an instance, a cluster's
+    rank, an endpoint's replica). The unique (node, gpu_index) pair is what makes
+    double-booking impossible, whatever the placement code does."""
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
     gpu_index = models.PositiveSmallIntegerField()
-    instance = models.ForeignKey(
-        "instances.Instance",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="allocations",
-    )
-    # An inference endpoint's replica holds GPUs the same way (endpoints.scheduler binds its
-    # pod after placing it with instances.placement), so nothing double-books.
-    replica = models.ForeignKey(
-        "endpoints.EndpointReplica",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="allocations",
-    )
+    holding = models.ForeignKey(Holding, on_delete=models.CASCADE, related_name="allocations")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         db_table = "instances_allocation"
         constraints = [
             models.UniqueConstraint(fields=["node", "gpu_index"], name="allocation_gpu"),
-            models.CheckConstraint(
-                condition=Q(instance__isnull=False, replica__isnull=True)
-                | Q(instance__isnull=True, replica__isnull=False),
-                name="allocation_one_holder",
-            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.node_id}#{self.gpu_index} → {self.instance_id or self.replica_id}"
+        return f"{self.node_id}#{self.gpu_index} → {self.holding_id}"

@@ -112,6 +112,16 @@ class EndpointReplica(models.Model):
     `endpoint:{replica}:{session}:{minute}`. `gone_at`: the pod is gone and its GPUs free."""
 
     id = PublicIdField(prefix="epr")
+    # Its GPU holding (compute's row of the same id: compute migration 0002), as a relation
+    # without a column of its own.
+    holding = models.ForeignObject(
+        "compute.Holding",
+        on_delete=models.DO_NOTHING,
+        from_fields=["id"],
+        to_fields=["id"],
+        related_name="+",
+        related_query_name="replica",
+    )
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="replicas")
     pod_name = models.CharField(max_length=253)
     node = models.ForeignKey(

@@ -10,9 +10,9 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from compute.models import Image, Offering, TenantLimits
+from compute.placement import misfit
 from instances.lifecycle import image_delete, image_save, instance_stop, instance_terminate
 from instances.models import AutoStop, Instance, InstanceEvent
-from instances.placement import misfit
 from starverse.accounts.admin import TenantAdmin
 from starverse.accounts.models import Tenant
 from starverse.core.errors import ServiceError

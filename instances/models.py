@@ -22,6 +22,17 @@ class Instance(models.Model):
         "accounts.Tenant", on_delete=models.PROTECT, related_name="instances"
     )
     created_by = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    # Its GPU holding (the compute core's row of the same id, enforced by the database:
+    # compute migration 0002), as a relation without a column of its own, for queries that
+    # cross from one to the other.
+    holding = models.ForeignObject(
+        "compute.Holding",
+        on_delete=models.DO_NOTHING,
+        from_fields=["id"],
+        to_fields=["id"],
+        related_name="+",
+        related_query_name="instance",
+    )
     name = models.CharField(max_length=100)
     offering = models.ForeignKey(Offering, on_delete=models.PROTECT, related_name="+")
     image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="+")
@@ -46,13 +57,6 @@ class Instance(models.Model):
     )
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
-    queued_at = models.DateTimeField(null=True, blank=True, db_index=True)
-    unfunded_since = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="Queued: when its turn came and the balance did not cover its runway. The "
-        "queue passes it over; it fails after QUEUE_UNFUNDED_GRACE_MINUTES unless topped up.",
-    )
     running_since = models.DateTimeField(null=True, blank=True)
     session = models.PositiveIntegerField(default=0, help_text="Billing session, +1 per start.")
     k8s_namespace = models.CharField(max_length=63, blank=True)
@@ -106,7 +110,7 @@ class Instance(models.Model):
         help_text="HTTP ports served through the gateway besides Jupyter's (instances.gateway).",
     )
     # A rank of a multi-node cluster (clusters.Cluster): its ranks are placed, queued and
-    # started together, all or none (instances.placement.choose_nodes).
+    # started together, all or none (compute.placement.choose_nodes).
     cluster = models.ForeignKey(
         "clusters.Cluster",
         null=True,

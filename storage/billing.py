@@ -305,11 +305,11 @@ def storage_delete_all(tenant_id: str) -> list[str]:
     """The grace period is over: delete every volume of the tenant. Disks attached to an
     instance without a pod are detached first; an instance with a pod keeps its disks (it is
     paid for some other way, e.g. a prepaid month). An instance has a pod while it holds GPUs
-    (compute.models.Allocation)."""
+    (compute.models.Allocation, of its holding: the instance's id)."""
     deleted = []
     holding = set(
-        Allocation.objects.filter(instance__tenant_id=tenant_id).values_list(
-            "instance_id", flat=True
+        Allocation.objects.filter(holding__tenant_id=tenant_id).values_list(
+            "holding_id", flat=True
         )
     )
     for disk in Disk.objects.select_for_update().filter(tenant_id=tenant_id, status__in=LIVE_DISK):

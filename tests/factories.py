@@ -164,6 +164,39 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
     return instance
 
 
+def holding_save(
+    row: Any,
+    *,
+    placement: tuple[Any, list[int]] | None = None,
+    waiting: bool = True,
+    queued_at: Any = None,
+) -> Any:
+    """The GPU holding (compute.models.Holding, of the row's id) of an instance or an endpoint
+    replica a test writes by hand, saved with the allocations of `placement` (node, indices):
+    every product row has one, as its services make it."""
+    from compute.choices import HoldingKind
+    from compute.holdings import holding_new
+    from compute.models import Allocation
+
+    replica = row.id.startswith("epr_")
+    owner = row.endpoint if replica else row
+    holding, held = holding_new(
+        holding_id=row.id,
+        kind=HoldingKind.REPLICA if replica else HoldingKind.INSTANCE,
+        tenant_id=owner.tenant_id,
+        created_by_id=owner.created_by_id,
+        offering=owner.offering,
+        billing="hourly" if replica else row.billing,
+        region_id=None if replica else row.region_id,
+        placement=placement,
+        waiting=waiting,
+        queued_at=queued_at,
+    )
+    holding.save(force_insert=True)
+    Allocation.objects.bulk_create(held)
+    return holding
+
+
 def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
     """A cloud disk made by `disk_create` (its first day charged), as created: its claim is made
     by the storage task after commit."""
@@ -325,3 +358,10 @@ def load_production_settings(**env: str | None) -> tuple[int, str]:
         check=False,
     )
     return result.returncode, result.stderr
+
+
+def holding_of(row: Any) -> Any:
+    """The row's GPU holding as it is now (its place in the queue, its state)."""
+    from compute.holdings import holding_of as read
+
+    return read(row.id)

@@ -190,7 +190,7 @@ def test_scale_up_then_start_gives_every_rank_the_new_layout(fleet4, client_for)
     started = client.post(f"/api/v1/clusters/{cluster.id}/start").json()
     assert started["status"] == "provisioning"
     assert len({r["node"] for r in started["ranks"]}) == 3
-    assert Allocation.objects.filter(instance__cluster=cluster).count() == 24
+    assert Allocation.objects.filter(holding__instance__cluster=cluster).count() == 24
     cluster.refresh_from_db()
     _run(cluster)
 

@@ -123,7 +123,7 @@ def test_a_database_of_the_old_layout_migrates_forward_with_its_rows(transaction
     instance = new.get_model("instances", "Instance").objects.get(pk="ins_migrate1")
     assert (instance.node_id, instance.offering.gpu_model_id) == ("node_migrate1", "h100")
     allocation = new.get_model("compute", "Allocation").objects.get(node=node, gpu_index=0)
-    assert allocation.instance_id == "ins_migrate1"
+    assert allocation.holding_id == "ins_migrate1"
     disk = new.get_model("storage", "Disk").objects.get(pk="dsk_migrate1")
     assert (disk.name, disk.instance_id, disk.status) == ("ckpt", "ins_migrate1", "attached")
     assert (

@@ -112,7 +112,7 @@ def test_a_missing_model_fails_the_endpoint_naming_source_path(catalog):
     _until(
         lambda: EndpointReplica.objects.get(pk=replica.pk).gone_at is not None, step=endpoints_sync
     )
-    assert not Allocation.objects.filter(replica=replica).exists()
+    assert not Allocation.objects.filter(holding__replica=replica).exists()
     # a failed endpoint is left alone by later passes and by its converge
     endpoints_sync()
     assert endpoint_converge(endpoint.id).state == "failed"

@@ -45,7 +45,7 @@ def running(user: Any, *, gpus: int = 1, idle: Any = None, **order: Any) -> Inst
 def gpus_of(instance: Instance) -> list[Gpu]:
     """The instance's GPUs as the node agent's inventory made them."""
     found = []
-    for allocation in Allocation.objects.filter(instance=instance).order_by("gpu_index"):
+    for allocation in Allocation.objects.filter(holding__instance=instance).order_by("gpu_index"):
         gpu, _new = Gpu.objects.get_or_create(
             node_id=allocation.node_id,
             index=allocation.gpu_index,

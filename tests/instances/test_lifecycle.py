@@ -155,7 +155,7 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
     assert one.node_id == two.node_id  # best fit packs the partly used node
     assert node.node_id != one.node_id
     assert sorted(
-        Allocation.objects.filter(instance=node).values_list("gpu_index", flat=True)
+        Allocation.objects.filter(holding__instance=node).values_list("gpu_index", flat=True)
     ) == list(range(8))
     assert (third["status"], third["queue_position"]) == ("queued", 1)
     from compute.selectors import capacity_by_model
@@ -190,7 +190,7 @@ def test_concurrent_orders_never_double_book(transactional_db, cluster, client_f
     assert sorted(results).count("queued") == 5
     pairs = list(Allocation.objects.values_list("node_id", "gpu_index"))
     assert len(pairs) == len(set(pairs)) == 16
-    oldest = Instance.objects.filter(status="queued").order_by("queued_at").first()
+    oldest = Instance.objects.filter(status="queued").order_by("holding__queued_at").first()
     assert oldest is not None
     # after commit the (eager) provisioning tasks have brought the placed ones up
     assert Instance.objects.filter(status="running").count() == 16
@@ -392,8 +392,8 @@ def test_a_stopping_instance_on_a_lost_node_is_left_to_its_stop(
 
 
 def test_a_node_the_cluster_does_not_list_takes_no_orders(renter, catalog):
+    from compute.placement import capacity
     from fleet.models import Node
-    from instances.placement import capacity
 
     _user, client = renter
     h100 = catalog["h100_node"].gpu_model.product
@@ -411,8 +411,8 @@ def test_a_node_the_cluster_does_not_list_takes_no_orders(renter, catalog):
 
 
 def test_without_a_cluster_every_ready_node_is_placed_on(db, settings):
+    from compute.placement import capacity
     from fleet.models import Node
-    from instances.placement import capacity
 
     settings.KUBECONFIG = None
     Node.objects.create(name="gpu-solo-01", gpu_product="L4", gpu_count=1, gpu_memory_mb=24)
