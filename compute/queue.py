@@ -101,9 +101,7 @@ def heads(product: str, *, skip: list[str], limit: int = 8) -> list[Head]:
     `skip` (passed over this round), whether their balance covered them or not: the drain
     looks at each (its product decides, under its own row lock)."""
     rows: Any = (
-        Holding.objects.filter(
-            state=HoldingState.QUEUED, offering__gpu_model__product=product
-        )
+        Holding.objects.filter(state=HoldingState.QUEUED, offering__gpu_model__product=product)
         .exclude(pk__in=skip)
         .order_by("queued_at", "id")
         .values_list("id", "gang")[:limit]

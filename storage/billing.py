@@ -308,9 +308,7 @@ def storage_delete_all(tenant_id: str) -> list[str]:
     (compute.models.Allocation, of its holding: the instance's id)."""
     deleted = []
     holding = set(
-        Allocation.objects.filter(holding__tenant_id=tenant_id).values_list(
-            "holding_id", flat=True
-        )
+        Allocation.objects.filter(holding__tenant_id=tenant_id).values_list("holding_id", flat=True)
     )
     for disk in Disk.objects.select_for_update().filter(tenant_id=tenant_id, status__in=LIVE_DISK):
         if disk.instance_id is not None and disk.instance_id in holding:

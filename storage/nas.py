@@ -99,9 +99,7 @@ def nas_delete(*, tenant_id: str) -> SharedStorage:
             raise NotFound(_("You have no shared NAS."), code="no_nas")
         # An instance that holds GPUs has (or is about to have) a pod that mounts the NAS.
         using = (
-            Allocation.objects.filter(
-                holding__tenant_id=tenant_id, holding__kind__in=MOUNTS_NAS
-            )
+            Allocation.objects.filter(holding__tenant_id=tenant_id, holding__kind__in=MOUNTS_NAS)
             .values_list("holding_id", flat=True)
             .first()
         )
