@@ -134,9 +134,9 @@ def run() -> list[dict]:
 
     from bench.instances import _users
     from clusters.services import cluster_order
+    from compute.models import Offering
     from devstack.kube import KubeEmulator
     from fleet.services import nodes_sync_from_cluster
-    from instances.models import Offering
     from starverse.core import dispatch, kube
 
     emulator = KubeEmulator(

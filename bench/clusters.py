@@ -1,6 +1,6 @@
 """cluster_placement_1024: placing one 128-node cluster on a 1,024-node fleet (8 GPUs each, 32
 leaf switches of 32 nodes) that seeded allocations hold 80 % of, through
-instances.placement.choose_nodes and once through the whole clusters.services.cluster_order.
+compute.placement.choose_nodes and once through the whole clusters.services.cluster_order.
 Baselines from the same run: a plain SELECT of the free nodes, and the fewest switches that can
 hold 128 of the free nodes (the k largest switches by free nodes: no k switches hold more)."""
 
@@ -37,9 +37,12 @@ def _fleet(product: str) -> None:
     from django.db import connection
 
     from bench.instances import _users
-    from fleet.models import Allocation, Node
+    from compute.choices import HoldingKind
+    from compute.holdings import holding_new
+    from compute.models import Allocation, Holding, Offering
+    from fleet.models import Node
     from instances.choices import InstanceStatus
-    from instances.models import Instance, Offering
+    from instances.models import Instance
 
     nodes = Node.objects.bulk_create(
         [
@@ -74,9 +77,21 @@ def _fleet(product: str) -> None:
         )
         instances.append(instance)
         allocations += [(node, i, instance) for i in range(taken)]
+    holdings = [
+        holding_new(
+            holding_id=inst.id,
+            kind=HoldingKind.INSTANCE,
+            tenant_id=inst.tenant_id,
+            created_by_id=owner.pk,
+            offering=inst.offering,
+            placement=(node, []),
+        )[0]
+        for inst, node in zip(instances, busy, strict=True)
+    ]
+    Holding.objects.bulk_create(holdings)
     Instance.objects.bulk_create(instances)
     Allocation.objects.bulk_create(
-        [Allocation(node=node, gpu_index=i, instance=inst) for node, i, inst in allocations]
+        [Allocation(node=node, gpu_index=i, holding_id=inst.id) for node, i, inst in allocations]
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
@@ -103,8 +118,8 @@ def run() -> list[dict]:
     from bench.instances import _users
     from clusters.selectors import cluster_view
     from clusters.services import cluster_order
-    from instances.models import Offering
-    from instances.placement import choose_nodes
+    from compute.models import Offering
+    from compute.placement import choose_nodes
     from starverse.core import dispatch
 
     call_command("seed_catalog", verbosity=0)

@@ -106,13 +106,13 @@ def _endpoint(prefix: str, *, min_replicas: int, max_replicas: int) -> tuple[Any
     """An endpoint of a public-pool model, converged and with a Ready replica, and a key."""
     from django.core.management import call_command
 
+    from compute.models import Offering
     from datasets.models import PublicDataset
     from endpoints.models import Endpoint
     from endpoints.provisioning import endpoint_converge
     from endpoints.scheduler import endpoints_sync
     from endpoints.services import endpoint_create, key_create
     from fleet.services import nodes_sync_from_cluster
-    from instances.models import Offering
     from starverse.core import kube
 
     kube._api_client.cache_clear()

@@ -47,10 +47,10 @@ def gateway_proxy() -> dict:
     from django.core.management import call_command
     from django.test import override_settings
 
+    from compute.models import Offering
     from fleet.services import nodes_sync_from_cluster
     from instances.gateway import cookie_name, gateway_login_target, port_host
     from instances.lifecycle import instance_order
-    from instances.models import Offering
     from instances.provisioning import converge
     from starverse.core import kube
 

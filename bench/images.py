@@ -35,11 +35,11 @@ def order_to_running_cold() -> dict:
     from django.db import connections
     from django.test import override_settings
 
+    from compute.models import Image, Offering
     from devstack.kube import KubeEmulator
     from fleet.models import Node, NodeImage
     from fleet.services import nodes_sync_from_cluster
     from instances.lifecycle import instance_order
-    from instances.models import Image, Offering
     from instances.provisioning import converge, prepull
     from starverse.core import kube
 

@@ -46,6 +46,30 @@ def _users(count: int, prefix: str = "b") -> list:
     )
 
 
+def _with_holdings(instances: list) -> list:
+    """The instances (unsaved), their GPU holdings saved first, as an order makes them: the
+    database holds every instance to a holding of its id."""
+    from compute.choices import HoldingKind
+    from compute.holdings import holding_new
+    from compute.models import Holding
+
+    Holding.objects.bulk_create(
+        [
+            holding_new(
+                holding_id=i.id,
+                kind=HoldingKind.INSTANCE,
+                tenant_id=i.tenant_id,
+                created_by_id=i.created_by_id,
+                offering=i.offering,
+                waiting=False,
+            )[0]
+            for i in instances
+        ],
+        batch_size=2000,
+    )
+    return instances
+
+
 def _nodes(count: int) -> None:
     from fleet.models import Node
 
@@ -70,10 +94,10 @@ def order_to_running() -> dict:
     from django.core.management import call_command
     from django.test import override_settings
 
+    from compute.models import Offering
     from devstack.kube import KubeEmulator
     from fleet.services import nodes_sync_from_cluster
     from instances.lifecycle import instance_order
-    from instances.models import Offering
     from instances.provisioning import converge
     from starverse.core import kube
 
@@ -166,7 +190,7 @@ def _settle() -> None:
 def order_throughput() -> dict:
     from django.core.management import call_command
 
-    from instances.models import Offering
+    from compute.models import Offering
 
     call_command("seed_catalog", verbosity=0)
     _nodes(100)  # 800 GPUs, more than the orders
@@ -266,28 +290,31 @@ def _metering_tick(count: int, name: str, goal: str) -> dict:
     from django.db import connection
     from django.utils import timezone
 
+    from compute.models import Offering
     from instances.metering import metering_tick
-    from instances.models import Instance, Offering
+    from instances.models import Instance
 
     call_command("seed_catalog", verbosity=0)
     users = _users(1000, prefix="m")
     offering = Offering.objects.get(name="1× H100 80GB SXM")
     now = timezone.now()
     Instance.objects.bulk_create(
-        [
-            Instance(
-                id=f"ins_b{n:06d}",
-                tenant_id=users[n % 1000].tenant_id,
-                created_by=users[n % 1000],
-                name="bench",
-                offering=offering,
-                image_id="pytorch-2.1",
-                status="running",
-                session=1,
-                running_since=now - timedelta(seconds=61),
-            )
-            for n in range(count)
-        ],
+        _with_holdings(
+            [
+                Instance(
+                    id=f"ins_b{n:06d}",
+                    tenant_id=users[n % 1000].tenant_id,
+                    created_by=users[n % 1000],
+                    name="bench",
+                    offering=offering,
+                    image_id="pytorch-2.1",
+                    status="running",
+                    session=1,
+                    running_since=now - timedelta(seconds=61),
+                )
+                for n in range(count)
+            ]
+        ),
         batch_size=2000,
     )
     began = time.perf_counter()
@@ -372,25 +399,28 @@ def api_list_instances() -> dict:
     limit (600/minute), so the throttle costs what it costs in production."""
     from django.core.management import call_command
 
-    from instances.models import Instance, Offering
+    from compute.models import Offering
+    from instances.models import Instance
     from starverse.accounts.services import token_create
 
     call_command("seed_catalog", verbosity=0)
     users = _users(50, prefix="a")
     offering = Offering.objects.get(name="1× H100 80GB SXM")
     Instance.objects.bulk_create(
-        [
-            Instance(
-                tenant_id=user.tenant_id,
-                created_by=user,
-                name=f"job-{n}",
-                offering=offering,
-                image_id="pytorch-2.1",
-                status="stopped",
-            )
-            for user in users
-            for n in range(20)
-        ]
+        _with_holdings(
+            [
+                Instance(
+                    tenant_id=user.tenant_id,
+                    created_by=user,
+                    name=f"job-{n}",
+                    offering=offering,
+                    image_id="pytorch-2.1",
+                    status="stopped",
+                )
+                for user in users
+                for n in range(20)
+            ]
+        )
     )
     ours_requests = [
         (

@@ -5,8 +5,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from clusters.choices import Template
-from instances.choices import BillingMode
-from instances.models import Image, Offering
+from compute.choices import BillingMode
+from compute.models import Image, Offering
 from starverse.core.ids import PublicIdField
 
 
@@ -15,7 +15,7 @@ class Cluster(models.Model):
     are Instance rows (Instance.cluster, Instance.rank), so ordering, allocations, metering,
     disks, access Secrets and the state machine are the instances'; the cluster is their
     aggregate and its status derives from theirs (clusters.choices.status_of). Ranks are placed
-    and queued all together, never some of them (instances.placement.choose_nodes)."""
+    and queued all together, never some of them (compute.placement.choose_nodes)."""
 
     id = PublicIdField(prefix="clu")
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")

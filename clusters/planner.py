@@ -25,9 +25,9 @@ from typing import Any
 from django.conf import settings
 from django.utils.translation import gettext as _
 
+from compute.choices import OfferingKind
+from compute.models import Offering
 from fleet.models import GpuModel
-from instances.choices import OfferingKind
-from instances.models import Offering
 from starverse.core.errors import InvalidInput
 
 GIB = 2**30

@@ -16,9 +16,12 @@ from django.utils.translation import gettext as _
 from billing.holds import account_hold_check
 from clusters.choices import ClusterStatus, Template, status_of
 from clusters.models import Cluster
+from compute.choices import BillingMode, HoldingKind, OfferingKind
+from compute.holdings import holding_new
+from compute.models import Holding, Offering
 from fleet.models import Node
 from instances.charges import period_active
-from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.choices import InstanceStatus
 from instances.lifecycle import (
     gang_place_or_queue,
     gang_start,
@@ -29,7 +32,7 @@ from instances.lifecycle import (
     request_hash_of,
     ssh_keys_own,
 )
-from instances.models import Instance, InstanceEvent, Offering
+from instances.models import Instance, InstanceEvent
 from instances.states import ranks_locked
 from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput
 from starverse.core.roles import require_orderer
@@ -110,7 +113,6 @@ def cluster_order(
             image=image,
             name=f"{cluster.name}-{index}",
             billing=billing,
-            queued_at=now,
             ssh_key_ids=key_ids,
             cluster=cluster,
             rank=index,
@@ -152,7 +154,7 @@ def _orderable_as_cluster(offering: Offering, node_count: int) -> None:
     """A cluster is of whole nodes, 2 to CLUSTER_MAX_NODES of them, and no more than the fleet
     has of that model (under one switch, where the offering asks for one): an order that could
     never be placed is refused rather than queued for ever (unless no node of the model is
-    known at all, as for instances: instances.placement.misfit)."""
+    known at all, as for instances: compute.placement.misfit)."""
     if offering.kind != OfferingKind.BARE_METAL:
         raise InvalidInput(
             _("A cluster is made of whole nodes: choose a bare-metal (whole node) offering."),
@@ -395,6 +397,21 @@ def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: An
         )
         for index in range(len(ranks), node_count)
     ]
+    holdings = [
+        holding_new(
+            holding_id=rank.id,
+            kind=HoldingKind.RANK,
+            tenant_id=rank.tenant_id,
+            created_by_id=user.pk,
+            offering=cluster.offering,
+            billing=cluster.billing,
+            region_id=head.region_id,
+            gang=cluster.pk,
+            waiting=False,
+        )[0]
+        for rank in added
+    ]
+    Holding.objects.bulk_create(holdings)
     Instance.objects.bulk_create(added)
     InstanceEvent.objects.bulk_create(
         InstanceEvent(

@@ -39,8 +39,9 @@ from clusters.services import (
     cluster_stop,
     cluster_terminate,
 )
-from instances.choices import BillingMode, InstanceStatus, OfferingKind
-from instances.models import Image, Offering
+from compute.choices import BillingMode, OfferingKind
+from compute.models import Image, Offering
+from instances.choices import InstanceStatus
 from instances.selectors import availability
 from instances.views import ORDER_KEY_PREFIX
 from starverse.accounts.audit import audit_request

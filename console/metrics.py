@@ -23,9 +23,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from billing.models import LedgerTransaction, StripeEvent
+from compute.choices import HoldingState
+from compute.models import Holding
+from compute.selectors import capacity_by_model
 from fleet.choices import NodeState
 from fleet.models import Node
-from fleet.selectors import capacity_by_model
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
 
@@ -77,7 +79,7 @@ class PlatformCollector(Collector):
             "How long the oldest queued order of each GPU model has waited.",
             labels=["gpu_model"],
         )
-        queued = Instance.objects.filter(status=InstanceStatus.QUEUED).values(MODEL)
+        queued = Holding.objects.filter(state=HoldingState.QUEUED).values(MODEL)
         for row in queued.annotate(n=Count("id"), oldest=Min("queued_at")).order_by():
             length.add_metric([row[MODEL]], row["n"])
             wait.add_metric([row[MODEL]], _age_s(now, row["oldest"]))

@@ -23,6 +23,8 @@ from django.utils import timezone
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
+from compute.choices import HoldingState
+from compute.models import Holding
 from fleet.models import GpuModel, Node
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.models import Instance, InstanceEvent
@@ -229,7 +231,7 @@ def _tenants(now: datetime) -> list[dict[str, Any]]:
 
 def _queue(now: datetime) -> list[dict[str, Any]]:
     rows = (
-        Instance.objects.filter(status=InstanceStatus.QUEUED)
+        Holding.objects.filter(state=HoldingState.QUEUED)
         .values(product=F(MODEL), model_name=F("offering__gpu_model__name"))
         .annotate(orders=Count("id"), gpus=Sum("offering__gpu_count"), oldest=Min("queued_at"))
         .order_by("product")

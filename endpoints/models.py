@@ -3,8 +3,8 @@ from django.db.models import F, Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from compute.models import Offering
 from endpoints.choices import LIVE, EndpointStatus, Engine, SourceKind
-from instances.models import Offering
 from starverse.core.ids import PublicIdField
 
 
@@ -106,12 +106,22 @@ class EndpointKey(models.Model):
 
 class EndpointReplica(models.Model):
     """One replica (pod) of an endpoint, from the moment the platform's scheduler placed it:
-    the GPUs it holds are fleet.Allocation rows pointing here, so instances and endpoints
+    the GPUs it holds are compute.Allocation rows pointing here, so instances and endpoints
     never share a GPU. `ready_since` is set while the pod is Ready; each Ready stretch is a
     billing session whose minutes are charged once under
     `endpoint:{replica}:{session}:{minute}`. `gone_at`: the pod is gone and its GPUs free."""
 
     id = PublicIdField(prefix="epr")
+    # Its GPU holding (compute's row of the same id: compute migration 0002), as a relation
+    # without a column of its own.
+    holding = models.ForeignObject(
+        "compute.Holding",
+        on_delete=models.DO_NOTHING,
+        from_fields=["id"],
+        to_fields=["id"],
+        related_name="+",
+        related_query_name="replica",
+    )
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="replicas")
     pod_name = models.CharField(max_length=253)
     node = models.ForeignKey(

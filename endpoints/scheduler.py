@@ -4,9 +4,9 @@ one stopped.
 
 - Placing: an endpoint's pods name our scheduler (`schedulerName: starverse-endpoints`), so
   kube-scheduler leaves them Pending whoever made them (the autoscaler adds them). A pass
-  places each with the instances' placement (instances.placement.choose) and holds its GPUs
-  with fleet.Allocation rows of a new EndpointReplica, in one transaction, then binds the pod
-  to the node (pods/binding). A bind the cluster refuses gives the GPUs back.
+  places each with the compute core's placement (compute.placement.choose) and holds its GPUs
+  with the holding of a new EndpointReplica (compute.holdings), in one transaction, then binds
+  the pod to the node (pods/binding). A bind the cluster refuses gives the GPUs back.
 - Readiness and billing: a replica is billed per minute while its pod is Ready, at the
   offering's hourly price (billing.services.minute_charge_fen), each minute once under
   `endpoint:{replica}:{session}:{minute}`; a pod that leaves Ready pays its started minute and
@@ -36,16 +36,19 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing.services import minute_charge_fen, usage_post_many
+from compute.choices import HoldingKind
+from compute.holdings import holding_new, holding_release
+from compute.placement import choose
 from endpoints import manifests
 from endpoints.choices import LIVE, EndpointStatus, SourceKind
 from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.selectors import endpoint_region
 from endpoints.services import endpoint_fail, endpoint_suspend, endpoints_over_budget_suspend
-from fleet.models import Allocation, Region
+from fleet.models import Region
 from fleet.selectors import region_target
-from instances.placement import choose
 from starverse.core import kube
+from starverse.core.db import insert_together
 
 logger = logging.getLogger(__name__)
 S = EndpointStatus
@@ -259,14 +262,20 @@ def _place(endpoint: Endpoint, namespace: str, pod_name: str, result: SyncResult
                 )
         except IntegrityError:
             return  # a concurrent pass placed this pod first
-        Allocation.objects.bulk_create(
-            [Allocation(node_id=node.id, gpu_index=i, replica=replica) for i in indices]
+        holding, held = holding_new(
+            holding_id=replica.id,
+            kind=HoldingKind.REPLICA,
+            tenant_id=endpoint.tenant_id,
+            created_by_id=endpoint.created_by_id,
+            offering=endpoint.offering,
+            placement=(node, indices),
         )
+        insert_together([holding, *held])
     if kube.pod_bind(namespace, pod_name, node.name):
         result.bound.append(pod_name)
         return
     with transaction.atomic():
-        Allocation.objects.filter(replica=replica).delete()
+        holding_release(replica.id)
         EndpointReplica.objects.filter(pk=replica.pk).update(gone_at=timezone.now())
 
 
@@ -303,7 +312,7 @@ def _release(replica: EndpointReplica, now: datetime, result: SyncResult) -> Non
     if replica.ready_since is not None:
         _bill_replica(replica, now, started_minute=True, result=result)
     with transaction.atomic():
-        Allocation.objects.filter(replica=replica).delete()
+        holding_release(replica.id)
         EndpointReplica.objects.filter(pk=replica.pk).update(gone_at=now, ready_since=None)
     result.released.append(replica.pod_name)
 

@@ -22,15 +22,15 @@ from django.utils.translation import gettext as _
 
 from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
+from compute.choices import OfferingKind
+from compute.models import Offering
 from datasets.choices import DatasetKind
 from datasets.models import PublicDataset
 from endpoints.choices import ENDED, LIVE, EndpointStatus, SourceKind
 from endpoints.engines import engine_validate
 from endpoints.models import Endpoint, EndpointKey
 from instances.budgets import budget_check, budgets_spent
-from instances.choices import OfferingKind
 from instances.lifecycle import catalog_offering, request_hash_of
-from instances.models import Offering
 from instances.selectors import tenant_limits, tenant_usage
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import (

@@ -16,6 +16,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from compute.choices import OfferingKind
+from compute.models import Offering
 from endpoints.choices import EndpointStatus, Engine
 from endpoints.engines import OPTIONS
 from endpoints.metrics import endpoint_metrics
@@ -28,8 +30,6 @@ from endpoints.services import (
     key_create,
     key_revoke,
 )
-from instances.choices import OfferingKind
-from instances.models import Offering
 from starverse.accounts.audit import audit_request
 from starverse.core.console import run_change
 from starverse.core.errors import ServiceError

@@ -14,8 +14,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+from compute.selectors import capacity_by_model
 from fleet.models import Gpu, GpuModel, HealthRule, Node, NodeEvent, NodeProfile, Region
-from fleet.selectors import capacity_by_model, latest_samples
+from fleet.selectors import latest_samples
 from fleet.services import (
     node_cordon,
     node_drain,

@@ -1,6 +1,7 @@
-"""The fleet: GPU servers (nodes), their GPUs and telemetry, health rules, and which GPU is
-held by which rental (allocations). Tables keep the names they had when this lived in the
-instances app (`instances_*`), so moving the code moved no data."""
+"""The fleet: GPU servers (nodes), their GPUs and telemetry, health rules and node profiles.
+Which GPU is held by what is the compute core's (compute.models.Allocation). Tables keep the
+names they had when this lived in the instances app (`instances_*`), so moving the code moved
+no data."""
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -270,45 +271,6 @@ class HealthRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-
-class Allocation(models.Model):
-    """One GPU of a node held by an instance. The unique (node, gpu_index) pair is what makes
-    double-booking impossible, whatever the placement code does."""
-
-    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
-    gpu_index = models.PositiveSmallIntegerField()
-    instance = models.ForeignKey(
-        "instances.Instance",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="allocations",
-    )
-    # An inference endpoint's replica holds GPUs the same way (endpoints.scheduler binds its
-    # pod after placing it with instances.placement), so nothing double-books.
-    replica = models.ForeignKey(
-        "endpoints.EndpointReplica",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="allocations",
-    )
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        db_table = "instances_allocation"
-        constraints = [
-            models.UniqueConstraint(fields=["node", "gpu_index"], name="allocation_gpu"),
-            models.CheckConstraint(
-                condition=Q(instance__isnull=False, replica__isnull=True)
-                | Q(instance__isnull=True, replica__isnull=False),
-                name="allocation_one_holder",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.node_id}#{self.gpu_index} → {self.instance_id or self.replica_id}"
 
 
 ENV_NAME = RegexValidator(

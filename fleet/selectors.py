@@ -1,6 +1,5 @@
 """Reads of the fleet that more than one screen or route needs."""
 
-from collections import defaultdict
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
@@ -9,8 +8,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from fleet.choices import HARDWARE_XIDS, NodeEventKind, NodeState
-from fleet.models import Allocation, Gpu, GpuSample, Node, NodeEvent, NodeProfile, Region
+from fleet.choices import HARDWARE_XIDS, NodeEventKind
+from fleet.models import Gpu, GpuSample, Node, NodeEvent, NodeProfile, Region
 from starverse.core import kube
 from starverse.core.errors import InvalidInput
 
@@ -62,28 +61,6 @@ def node_agent_fault(node: Node, *, since: datetime) -> str:
 
 def fleet_nodes() -> QuerySet[Node]:
     return Node.objects.prefetch_related("gpus").order_by("name")
-
-
-def capacity_by_model() -> list[dict[str, Any]]:
-    """GPUs per product: total; allocated to instances; unhealthy (lost, or on a node out of
-    service and not allocated); free (healthy, in service, not allocated)."""
-    totals: dict[str, dict[str, int]] = defaultdict(
-        lambda: {"total": 0, "allocated": 0, "unhealthy": 0}
-    )
-    lost = set(Gpu.objects.filter(lost_at__isnull=False).values_list("node_id", "index"))
-    held = set(Allocation.objects.values_list("node_id", "gpu_index"))
-    for node in Node.objects.all():
-        entry = totals[node.gpu_product]
-        entry["total"] += node.gpu_count
-        for index in range(node.gpu_count):
-            if (node.pk, index) in held:
-                entry["allocated"] += 1
-            elif node.state != NodeState.READY or (node.pk, index) in lost:
-                entry["unhealthy"] += 1
-    return [
-        {"gpu_product": product, **v, "free": v["total"] - v["allocated"] - v["unhealthy"]}
-        for product, v in sorted(totals.items())
-    ]
 
 
 def node_profile_for(node: Node) -> NodeProfile | None:

@@ -9,9 +9,10 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from compute.models import Image, Offering, TenantLimits
+from compute.placement import misfit
 from instances.lifecycle import image_delete, image_save, instance_stop, instance_terminate
-from instances.models import AutoStop, Image, Instance, InstanceEvent, Offering, TenantLimits
-from instances.placement import misfit
+from instances.models import AutoStop, Instance, InstanceEvent
 from starverse.accounts.admin import TenantAdmin
 from starverse.accounts.models import Tenant
 from starverse.core.errors import ServiceError

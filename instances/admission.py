@@ -20,10 +20,12 @@ from django.utils.translation import gettext_noop
 
 from billing.models import Wallet
 from billing.selectors import wallet_has_paid, wallet_locked
+from compute.choices import BillingMode
+from compute.models import Offering
 from instances.budgets import budget_check
 from instances.charges import period_active
-from instances.choices import BillingMode, InstanceStatus
-from instances.models import Instance, Offering
+from instances.choices import InstanceStatus
+from instances.models import Instance
 from instances.selectors import (
     Limits,
     Usage,

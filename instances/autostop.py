@@ -22,9 +22,11 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from billing.notices import mail_about_instance
-from fleet.models import Allocation, Gpu, GpuSample
+from compute.choices import BillingMode
+from compute.models import Allocation
+from fleet.models import Gpu, GpuSample
 from instances.charges import period_active
-from instances.choices import AutoStopKind, BillingMode, InstanceStatus
+from instances.choices import AutoStopKind, InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import AutoStop, Instance, InstanceEvent
 from instances.schedules import IdleStop
@@ -71,8 +73,8 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
     GPU's samples newest first and stops at the first busy one, so a busy GPU costs one row and
     an idle one reads back to the start of its idle spell, which the stop itself keeps short."""
     window_start = Greatest(
-        F("instance__running_since"),
-        Coalesce(F("instance__idle_counted_from"), F("instance__running_since")),
+        F("holding__instance__running_since"),
+        Coalesce(F("holding__instance__idle_counted_from"), F("holding__instance__running_since")),
         Value(now - LOOKBACK),
     )
     # the GPU's id first, so that each probe is a plain range of the (gpu, at) index that it
@@ -81,14 +83,14 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
     samples = GpuSample.objects.filter(gpu_id=OuterRef("gpu_pk"), at__lte=now)
     in_window = samples.filter(at__gte=OuterRef("window_start"))
     busy = in_window.filter(
-        Q(util__isnull=True) | Q(util__gte=OuterRef("instance__idle_stop_util_pct"))
+        Q(util__isnull=True) | Q(util__gte=OuterRef("holding__instance__idle_stop_util_pct"))
     )
     rows: Any = (
         Allocation.objects.filter(
-            instance__status=S.RUNNING,
-            instance__cluster__isnull=True,
-            instance__idle_stop_minutes__isnull=False,
-            instance__running_since__isnull=False,
+            holding__instance__status=S.RUNNING,
+            holding__instance__cluster__isnull=True,
+            holding__instance__idle_stop_minutes__isnull=False,
+            holding__instance__running_since__isnull=False,
         )
         .annotate(window_start=window_start, gpu_pk=Subquery(gpu.values("pk")[:1]))
         .annotate(
@@ -97,16 +99,16 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
             newest=Subquery(samples.order_by("-at").values("at")[:1]),
         )
         .values(
-            "instance_id",
+            "holding_id",
             "last_busy",
             "first_at",
             "newest",
-            "instance__tenant_id",
-            "instance__idle_stop_util_pct",
-            "instance__idle_stop_minutes",
-            "instance__idle_warn_minutes",
-            "instance__idle_warned_at",
-            "instance__idle_stop_due_at",
+            "holding__instance__tenant_id",
+            "holding__instance__idle_stop_util_pct",
+            "holding__instance__idle_stop_minutes",
+            "holding__instance__idle_warn_minutes",
+            "holding__instance__idle_warned_at",
+            "holding__instance__idle_stop_due_at",
         )
         .order_by()
     )
@@ -117,22 +119,22 @@ def idle_candidates(now: datetime) -> list[_Idle]:
     """Every candidate with since when it has been idle, from one query."""
     gpus: dict[str, list[dict[str, Any]]] = {}
     for row in _gpu_rows(now):
-        gpus.setdefault(row["instance_id"], []).append(row)
+        gpus.setdefault(row["holding_id"], []).append(row)
     found = []
     for instance_id, rows in gpus.items():
         first = rows[0]
         found.append(
             _Idle(
                 instance_id=instance_id,
-                tenant_id=first["instance__tenant_id"],
+                tenant_id=first["holding__instance__tenant_id"],
                 idle=IdleStop(
-                    util_pct=first["instance__idle_stop_util_pct"],
-                    minutes=first["instance__idle_stop_minutes"],
+                    util_pct=first["holding__instance__idle_stop_util_pct"],
+                    minutes=first["holding__instance__idle_stop_minutes"],
                 ),
-                warn_minutes=first["instance__idle_warn_minutes"],
+                warn_minutes=first["holding__instance__idle_warn_minutes"],
                 idle_from=_idle_from(rows, now),
-                warned_at=first["instance__idle_warned_at"],
-                due_at=first["instance__idle_stop_due_at"],
+                warned_at=first["holding__instance__idle_warned_at"],
+                due_at=first["holding__instance__idle_stop_due_at"],
             )
         )
     return found

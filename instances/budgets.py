@@ -22,7 +22,8 @@ from django.utils.translation import gettext as _
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
-from instances.choices import STARTING_OR_RUNNING, BillingMode, InstanceStatus
+from compute.choices import BillingMode
+from instances.choices import STARTING_OR_RUNNING, InstanceStatus
 from instances.models import Instance
 from starverse.accounts.audit import audit_record
 from starverse.accounts.models import Budget, Membership, Tenant, TenantKind

@@ -15,7 +15,7 @@ from django.utils.translation import gettext_noop
 
 from billing.choices import TransactionKind
 from billing.services import ledger_post, minute_charge_fen, usage_post_many
-from instances.choices import BillingMode
+from compute.choices import BillingMode
 from instances.models import Instance, InstanceEvent
 from starverse.core.text import later
 

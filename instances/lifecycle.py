@@ -12,23 +12,26 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
+from compute.choices import BillingMode, OfferingKind
+from compute.holdings import holding_of, holdings_funded, holdings_unfunded, holds_gpus, unfunded
+from compute.models import Image, Offering
+from compute.placement import Gang, choose, choose_nodes
+from compute.queue import heads, waits_ahead
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
 from instances.admission import Runway, admit, runway_of
 from instances.budgets import budget_refusal
 from instances.charges import period_active, period_charge
-from instances.choices import HOLDS_GPUS, BillingMode, InstanceStatus, OfferingKind
+from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.gateway import ports_validate
-from instances.models import Image, Instance, InstanceEvent, Offering
-from instances.placement import Gang, choose, choose_nodes, queue_ahead
+from instances.models import Instance, InstanceEvent
 from instances.schedules import (
     DEFAULT,
     Default,
@@ -70,18 +73,6 @@ from storage.models import Disk
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
-
-
-def _waiting(product: str, region_id: str | None = None) -> Q:
-    """Orders waiting for GPUs of a product that a queued order must not pass (with its own
-    queued_at, in _try_place): placement.QUEUE_AHEAD's rule as a filter. Those whose balance
-    did not cover them when their turn came are passed over. An order kept to a region waits
-    only behind those that could take the same nodes (that region's, or any region's): an
-    order waiting for room in one region never holds up another region."""
-    waiting = Q(status=S.QUEUED, offering__gpu_model__product=product, unfunded_since__isnull=True)
-    if region_id:
-        waiting &= Q(region_id=region_id) | Q(region_id__isnull=True)
-    return waiting
 
 
 def ssh_keys_own(user: Any, key_ids: list[str]) -> list[str]:
@@ -220,7 +211,6 @@ def instance_order(
             billing=billing,
             idempotency_key=idempotency_key,
             request_hash=request_hash,
-            queued_at=timezone.now(),
             auto_renew=auto_renew,
             ssh_key_ids=key_ids,
             ports=declared,
@@ -323,11 +313,13 @@ def gang_place_or_queue(
     ranks pay their month (a refusal rolls the whole order back). Returns where they went, or
     None (queued). Locks: GPU model, disks, wallet; never a partial placement."""
     offering = ranks[0].offering
-    product = offering.gpu_model.product
-    waiting = queue_ahead(product, ranks[0].region_id or "")
-    gang = None if waiting else choose_nodes(offering, len(ranks), ranks[0].region_id or "")
+    gang = choose_nodes(offering, len(ranks), ranks[0].region_id or "", behind_queue=True)
     for index, rank in enumerate(ranks):
-        instance_create(rank, placement=None if gang is None else gang.placements[index])
+        instance_create(
+            rank,
+            placement=None if gang is None else gang.placements[index],
+            queued_at=ranks[0].created_at,  # all of them in line at one moment, as one order
+        )
     for rank, wanted in zip(ranks, disk_ids or [], strict=False):
         disks_attach_at_order(rank, wanted, actor=rank.created_by)
     admit(ranks[0])
@@ -343,13 +335,13 @@ def gang_start(*, ranks: list[Instance]) -> None:
     placed together when whole nodes for all are free and nobody who can pay waits before
     them; the runway of the whole cluster and the limits are checked under the wallet lock."""
     account_hold_check(ranks[0].tenant_id)
-    if all(period_active(rank) and rank.allocations.exists() for rank in ranks):
+    if all(period_active(rank) and holds_gpus(rank.id) for rank in ranks):
         for rank in ranks:
             instance_mark_provisioning(rank)
         return
     now = timezone.now()
     for rank in ranks:
-        if rank.allocations.exists():
+        if holds_gpus(rank.id):
             gpus_release(rank)
         instance_mark_queued(rank, at=now)
     _try_place(ranks[0], fcfs=True)
@@ -357,9 +349,6 @@ def gang_start(*, ranks: list[Instance]) -> None:
 
 
 Outcome = Literal["placed", "wait", "unfunded", "over_budget"]
-_lower_queued_rank = Instance.objects.filter(
-    cluster_id=OuterRef("cluster_id"), status=S.QUEUED, rank__lt=OuterRef("rank")
-)
 
 
 def _try_place(
@@ -374,8 +363,8 @@ def _try_place(
     leaving the queue), "over_budget" when its orderer's or its team's monthly budget no longer
     fits it (instances.budgets)."""
     product = instance.offering.gpu_model.product
-    ahead = _waiting(product, instance.region_id) & Q(queued_at__lt=instance.queued_at)
-    if fcfs and Instance.objects.filter(ahead).exists():
+    in_line = holding_of(instance.id).queued_at
+    if fcfs and waits_ahead(product, instance.region_id or "", before=in_line):
         return "wait", None
     if instance.cluster_id:
         return _try_place_gang(instance, budgets=budgets)
@@ -456,43 +445,53 @@ def rank_replace(rank: Instance, message: str, *, avoid: frozenset[str] = frozen
 
 
 def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
-    """Place queued instances for this GPU product, oldest first, while they fit. One whose
-    balance does not cover its runway is passed over, so the queue serves first come, first
-    served among the orders that can pay (_unfunded); so is one that its orderer's or team's
-    monthly budget no longer fits, its timeline saying which (_over_budget). Returns the ids
-    placed."""
+    """Place queued instances for this GPU product, in the queue's order (compute.queue),
+    while they fit. One whose balance does not cover its runway is passed over, so the queue
+    serves first come, first served among the orders that can pay (_unfunded); so is one that
+    its orderer's or team's monthly budget no longer fits, its timeline saying which
+    (_over_budget). Returns the ids placed."""
     now = now or timezone.now()
     placed: list[str] = []
-    passed: list[str] = []
+    passed: set[str] = set()
     while True:
         with transaction.atomic():
-            head = (
-                instances_locked_skipping(
-                    Instance.objects.filter(
-                        # a queued cluster is served through its lowest queued rank (rank 0,
-                        # or a rank that moves), which locks the rest
-                        Q(cluster__isnull=True) | ~Exists(_lower_queued_rank),
-                        status=S.QUEUED,
-                        offering__gpu_model__product=product,
-                    ).exclude(pk__in=passed)
-                )
-                .select_related("offering__gpu_model")
-                .order_by("queued_at", "id")
-                .first()
-            )
+            head = _queue_head(product, passed)
             if head is None:
                 return placed
             outcome, lacking = _try_place(head, fcfs=False, budgets=True)
             if lacking is not None:
                 _unfunded(head, lacking, now=now)
-                passed.append(head.id)
+                passed.add(str(head.cluster_id or head.id))
             elif outcome == "over_budget":
                 _over_budget(head)
-                passed.append(head.id)
+                passed.add(str(head.cluster_id or head.id))
             elif outcome == "placed":
                 placed.append(head.id)
             else:
                 return placed
+
+
+def _queue_head(product: str, passed: set[str]) -> Instance | None:
+    """The first queued order of the product that no other transaction is serving, locked: an
+    instance, or a queued cluster through its lowest queued rank (which locks the rest).
+    Orders in `passed` (ids, or clusters' ids) were passed over this round."""
+    tried: list[str] = []
+    while found := heads(product, skip=tried):
+        for head in found:
+            tried.append(head.id)
+            if (head.gang or head.id) in passed:
+                continue
+            order = Instance.objects.filter(status=S.QUEUED)
+            order = order.filter(cluster_id=head.gang) if head.gang else order.filter(pk=head.id)
+            locked = (
+                instances_locked_skipping(order)
+                .select_related("offering__gpu_model")
+                .order_by("rank")
+                .first()
+            )
+            if locked is not None:
+                return locked
+    return None
 
 
 _UNFUNDED = later(
@@ -558,9 +557,9 @@ def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
         if instance.cluster_id
         else Instance.objects.filter(pk=instance.pk)
     )
-    if instance.unfunded_since is None:
-        instance.unfunded_since = now
-        order.update(unfunded_since=now)
+    since = holding_of(instance.id).unfunded_since
+    if since is None:
+        holdings_unfunded(list(order.values_list("pk", flat=True)), since=now)
         until = timezone.localtime(now + grace).strftime("%Y-%m-%d %H:%M")
         InstanceEvent.objects.create(
             instance=instance,
@@ -568,7 +567,7 @@ def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
             message=(_UNFUNDED_TRIAL if lacking.trial else _UNFUNDED) % {**amounts, "until": until},
         )
         logger.info("queue.unfunded instance=%s tenant=%s", instance.id, instance.tenant_id)
-    elif now - instance.unfunded_since >= grace:
+    elif now - since >= grace:
         message = _UNFUNDED_FAILED_TRIAL if lacking.trial else _UNFUNDED_FAILED
         for instance_id in list(order.order_by("rank").values_list("pk", flat=True)):
             instance_fail(instance_id, message % amounts)
@@ -581,20 +580,19 @@ def queue_review(*, tenant_id: str | None = None, now: datetime | None = None) -
     past its grace fails; then the queue of every GPU product with orders waiting is served.
     Returns the ids placed."""
     now = now or timezone.now()
-    passed = Instance.objects.filter(status=S.QUEUED, unfunded_since__isnull=False)
     queued = Instance.objects.filter(status=S.QUEUED)
     if tenant_id is not None:
-        passed, queued = passed.filter(tenant_id=tenant_id), queued.filter(tenant_id=tenant_id)
-    for instance_id in list(passed.values_list("id", flat=True)):
+        queued = queued.filter(tenant_id=tenant_id)
+    for instance_id in unfunded(tenant_id=tenant_id):
         with transaction.atomic():
             instance = instance_locked(instance_id)
-            if instance.status != S.QUEUED or instance.unfunded_since is None:
+            if instance.status != S.QUEUED or holding_of(instance.id).unfunded_since is None:
                 continue
             found = runway_of(instance, wallet_locked(instance.tenant_id))
             if not found.covered:
                 _unfunded(instance, found, now=now)
                 continue
-            Instance.objects.filter(pk=instance.pk).update(unfunded_since=None)
+            holdings_funded([instance.id])
             InstanceEvent.objects.create(
                 instance=instance,
                 status=instance.status,
@@ -654,7 +652,7 @@ def instance_start(*, instance_id: str) -> Instance:
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
         account_hold_check(instance.tenant_id)
-        if period_active(instance) and instance.allocations.exists():
+        if period_active(instance) and holds_gpus(instance.id):
             # its GPUs are its own until the month ends: no runway or limit to check
             instance_mark_provisioning(instance)
             return instance

@@ -16,9 +16,10 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from billing.services import usage_post_many
+from compute.choices import BillingMode
 from instances.budgets import budgets_spent
 from instances.charges import minute_charges
-from instances.choices import BillingMode, InstanceStatus
+from instances.choices import InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import Instance
 from instances.states import instances_locked_skipping

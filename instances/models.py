@@ -4,126 +4,13 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
-from django.utils.translation import gettext_lazy as _
 
-from fleet.models import GpuModel, Node
-from instances.choices import AutoStopKind, BillingMode, InstanceStatus, OfferingKind
+from compute.choices import BillingMode
+from compute.models import Image, Offering
+from fleet.models import Node
+from instances.choices import AutoStopKind, InstanceStatus
 from starverse.core.ids import PublicIdField
-from starverse.core.text import Deferred, localized, parts, translate_stored
-
-
-class Offering(models.Model):
-    """What a user can rent: a whole node (bare metal, 1:1) or 1–8 GPUs of one node, with CPU,
-    RAM and local NVMe in proportion, at an hourly (and for whole nodes a monthly) price."""
-
-    id = PublicIdField(prefix="off")
-    name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
-    name_zh_hans = models.CharField(
-        "name (简体中文)",
-        max_length=100,
-        blank=True,
-        default="",
-        help_text="Blank: the English name.",
-    )
-    slug = models.SlugField(
-        max_length=64,
-        unique=True,
-        null=True,
-        blank=True,
-        help_text="A stable key for links and the cost calculator's presets, e.g. "
-        "h100-80g-bare-metal.",
-    )
-    kind = models.CharField(max_length=16, choices=OfferingKind.choices)
-    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="offerings")
-    gpu_count = models.PositiveSmallIntegerField()
-    cpu_cores = models.PositiveIntegerField()
-    memory_gb = models.PositiveIntegerField()
-    local_disk_gb = models.PositiveIntegerField()
-    price_per_hour_fen = models.BigIntegerField()
-    price_per_month_fen = models.BigIntegerField(null=True, blank=True)
-    trial_price_per_hour_fen = models.BigIntegerField(
-        null=True,
-        blank=True,
-        help_text="What trial credit pays per hour of this offering (billed by the minute, at "
-        "most the hourly price); blank: trial credit is not spent on it.",
-    )
-    active = models.BooleanField(default=True)
-    sort = models.PositiveSmallIntegerField(default=0)
-    # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
-    # blank = the cluster's default runtime.
-    runtime_class = models.CharField(max_length=63, blank=True, default="")
-    cluster_one_switch = models.BooleanField(
-        default=False,
-        help_text="Clusters of this (whole-node) offering are placed under one leaf switch only; "
-        "an order that does not fit under one waits instead of spanning switches.",
-    )
-    preflight_floor_gbps = models.FloatField(
-        null=True,
-        blank=True,
-        help_text="Clusters of this (whole-node) offering are ready, and billed, only when the "
-        "pre-flight all-reduce reaches this bus bandwidth, in GB/s as nccl-tests prints busbw "
-        "(every node pair too); blank: any result passes.",
-    )
-
-    class Meta:
-        ordering = ["sort", "gpu_model", "gpu_count"]
-        constraints = [
-            models.CheckConstraint(condition=Q(price_per_hour_fen__gt=0), name="offering_price"),
-            models.CheckConstraint(
-                condition=Q(trial_price_per_hour_fen__isnull=True)
-                | Q(
-                    trial_price_per_hour_fen__gte=1,
-                    trial_price_per_hour_fen__lte=models.F("price_per_hour_fen"),
-                ),
-                name="offering_trial_price",
-                violation_error_message="The trial price must be at least 1 fen and at most the "
-                "hourly price.",
-            ),
-            models.CheckConstraint(
-                condition=Q(gpu_count__gte=1, gpu_count__lte=16), name="offering_gpu_count"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return localized(self, "name")
-
-
-class Image(models.Model):
-    """A container image users can start an instance from."""
-
-    id = models.SlugField(primary_key=True, max_length=64)
-    name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
-    name_zh_hans = models.CharField(
-        "name (简体中文)",
-        max_length=100,
-        blank=True,
-        default="",
-        help_text="Blank: the English name.",
-    )
-    description = models.TextField()
-    description_zh_hans = models.TextField(
-        "description (简体中文)", blank=True, default="", help_text="Blank: the English text."
-    )
-    container_image = models.CharField(max_length=300)
-    size_bytes = models.BigIntegerField(
-        default=0,
-        help_text=_("Compressed size the nodes pull (the registry's), for the expected pull time."),
-    )
-    prepull = models.BooleanField(
-        default=False,
-        help_text=_(
-            "Keep it on every node of the catalogue's GPU models (a pre-pull DaemonSet), so "
-            "instances of it start in seconds."
-        ),
-    )
-    active = models.BooleanField(default=True)
-    sort = models.PositiveSmallIntegerField(default=0)
-
-    class Meta:
-        ordering = ["sort", "name"]
-
-    def __str__(self) -> str:
-        return localized(self, "name")
+from starverse.core.text import Deferred, parts, translate_stored
 
 
 class Instance(models.Model):
@@ -135,6 +22,17 @@ class Instance(models.Model):
         "accounts.Tenant", on_delete=models.PROTECT, related_name="instances"
     )
     created_by = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    # Its GPU holding (the compute core's row of the same id, enforced by the database:
+    # compute migration 0002), as a relation without a column of its own, for queries that
+    # cross from one to the other.
+    holding = models.ForeignObject(
+        "compute.Holding",
+        on_delete=models.DO_NOTHING,
+        from_fields=["id"],
+        to_fields=["id"],
+        related_name="+",
+        related_query_name="instance",
+    )
     name = models.CharField(max_length=100)
     offering = models.ForeignKey(Offering, on_delete=models.PROTECT, related_name="+")
     image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="+")
@@ -159,13 +57,6 @@ class Instance(models.Model):
     )
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
-    queued_at = models.DateTimeField(null=True, blank=True, db_index=True)
-    unfunded_since = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="Queued: when its turn came and the balance did not cover its runway. The "
-        "queue passes it over; it fails after QUEUE_UNFUNDED_GRACE_MINUTES unless topped up.",
-    )
     running_since = models.DateTimeField(null=True, blank=True)
     session = models.PositiveIntegerField(default=0, help_text="Billing session, +1 per start.")
     k8s_namespace = models.CharField(max_length=63, blank=True)
@@ -219,7 +110,7 @@ class Instance(models.Model):
         help_text="HTTP ports served through the gateway besides Jupyter's (instances.gateway).",
     )
     # A rank of a multi-node cluster (clusters.Cluster): its ranks are placed, queued and
-    # started together, all or none (instances.placement.choose_nodes).
+    # started together, all or none (compute.placement.choose_nodes).
     cluster = models.ForeignKey(
         "clusters.Cluster",
         null=True,
@@ -332,39 +223,6 @@ class InstanceEvent(models.Model):
     def text(self) -> str:
         """The message in the active language."""
         return translate_stored(self.message, self.params)
-
-
-class TenantLimits(models.Model):
-    """An operator's limits for one tenant, above or below the defaults in the settings; an
-    empty field is the default. Checked when an order is placed or queued and when an
-    instance starts, under the tenant's wallet lock."""
-
-    tenant = models.OneToOneField(
-        "accounts.Tenant", on_delete=models.CASCADE, related_name="limits"
-    )
-    max_queued_orders = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Orders waiting in the queue. Empty: MAX_QUEUED_ORDERS."
-    )
-    max_running_gpus = models.PositiveIntegerField(
-        null=True,
-        blank=True,
-        help_text="GPUs held (starting, running, stopping) plus queued. Empty: MAX_RUNNING_GPUS.",
-    )
-    trial_max_premium_gpus = models.PositiveIntegerField(
-        null=True,
-        blank=True,
-        help_text="While the account has never paid in (trial credit only): GPUs of the premium "
-        "models held plus queued. Empty: TRIAL_MAX_PREMIUM_GPUS.",
-    )
-    note = models.TextField(blank=True, help_text="Why these limits (who asked, when).")
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        verbose_name = "tenant limits"
-        verbose_name_plural = "tenant limits"
-
-    def __str__(self) -> str:
-        return f"limits of {self.tenant_id}"
 
 
 class AutoStop(models.Model):

@@ -15,9 +15,11 @@ from django.utils import timezone
 
 from billing.notices import mail_about_instance
 from billing.selectors import wallet_locked
+from compute.choices import BillingMode
+from compute.holdings import holding_billing_set, holds_gpus
 from instances.budgets import budget_refusal
 from instances.charges import period_charge
-from instances.choices import BillingMode, InstanceStatus
+from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.states import gpus_release, instance_locked, instance_mark_stopping
 from starverse.core.dispatch import enqueue_on_commit
@@ -98,12 +100,13 @@ def _rental_end(instance: Instance, message: str) -> InstanceEvent:
     if instance.status in (S.RUNNING, S.CHECKING, S.PROVISIONING):
         # still billed monthly here, so stopping charges no minutes
         instance_mark_stopping(instance, message)
-    elif instance.status == S.STOPPED and instance.allocations.exists():
+    elif instance.status == S.STOPPED and holds_gpus(instance.id):
         release_reservation(instance, message)
     else:
         InstanceEvent.objects.create(instance=instance, status=instance.status, message=message)
     instance.billing = BillingMode.HOURLY
     instance.save(update_fields=["billing"])
+    holding_billing_set(instance.id, BillingMode.HOURLY)
     return instance.events.order_by("-at", "-id")[0]
 
 

@@ -8,22 +8,18 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, IntegerField, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 from django.utils import timezone
 
 from billing.calculator import CatalogPrice
+from compute.choices import BillingMode, OfferingKind
+from compute.models import Allocation, Image, Offering, TenantLimits
+from compute.placement import capacity, needs, times
+from compute.queue import positions
 from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
 from instances.budgets import budgets_sql
-from instances.choices import (
-    HOLDS_GPUS,
-    STARTING_OR_RUNNING,
-    BillingMode,
-    InstanceStatus,
-    OfferingKind,
-)
-from instances.models import Image, Instance, Offering, TenantLimits
-from instances.placement import capacity, needs, times
+from instances.choices import HOLDS_GPUS, STARTING_OR_RUNNING, InstanceStatus
+from instances.models import Instance
 from starverse.core import kube
 from starverse.core.db import execute_prepared
 from starverse.core.text import localized
@@ -141,7 +137,9 @@ def instance_metrics(
     """Per-GPU series of the instance's GPUs over the last hour of its current placement."""
     if instance.node_id is None:
         return []
-    held = list(instance.allocations.values_list("gpu_index", "created_at"))
+    held = list(
+        Allocation.objects.filter(holding_id=instance.id).values_list("gpu_index", "created_at")
+    )
     if not held:
         return []
     indices = sorted(index for index, _at in held)
@@ -175,7 +173,6 @@ INSTANCE_COLUMNS = (
     ("billing", "i.billing"),
     ("created_at", "i.created_at"),
     ("started_at", "i.started_at"),
-    ("queued_at", "i.queued_at"),
     ("ssh_port", "i.ssh_port"),
     ("ports", "i.ports"),
     ("ssh_host_key_fingerprint", "i.ssh_host_key_fingerprint"),
@@ -291,29 +288,8 @@ def instance_page(
 
 def queue_positions(instances: list[Any]) -> dict[str, int]:
     """Each queued instance's place in the line for its GPU product (1 = next), for a whole
-    page in one query: one more than the orders of that product queued before it (a cluster's
-    ranks are one order), less those the queue passes over because their balance did not
-    cover them."""
-    queued = [i.id for i in instances if i.status == InstanceStatus.QUEUED and i.queued_at]
-    if not queued:
-        return {}
-    ahead = (
-        Instance.objects.filter(
-            status=InstanceStatus.QUEUED,
-            offering__gpu_model__product=OuterRef("offering__gpu_model__product"),
-            queued_at__lt=OuterRef("queued_at"),
-            # orders that could not pay when their turn came are passed over
-            unfunded_since__isnull=True,
-        )
-        .order_by()
-        .values("offering__gpu_model__product")
-        .annotate(n=Count("pk", filter=Q(cluster__isnull=True)) + Count("cluster", distinct=True))
-        .values("n")
-    )
-    rows = Instance.objects.filter(pk__in=queued).annotate(
-        ahead=Coalesce(Subquery(ahead, output_field=IntegerField()), 0)
-    )
-    return {pk: n + 1 for pk, n in rows.values_list("pk", "ahead")}
+    page in one query (compute.queue.positions: the queue's own rule, regions included)."""
+    return positions([i.id for i in instances if i.status == InstanceStatus.QUEUED])
 
 
 def spend_per_hour_fen(

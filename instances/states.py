@@ -23,11 +23,17 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from compute.choices import HoldingKind
+from compute.holdings import (
+    holding_new,
+    holding_place,
+    holding_queue,
+    holding_release,
+)
 from fleet.models import DEFAULT_REGION, Node
 from instances.charges import bill_until, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.models import Instance, InstanceEvent
-from instances.placement import allocate, allocations, release
 from starverse.core.db import insert_together
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict
@@ -88,8 +94,9 @@ def _transition(instance: Instance, to: str, message: str, **fields: Any) -> Ins
 
 
 def gpus_release(instance: Instance) -> None:
-    """Give the instance's GPUs back; the queue for them is served after commit."""
-    release(instance)
+    """Give the instance's GPUs back (its holding holds none, waits for none); the queue for
+    them is served after commit."""
+    holding_release(instance.id)
     enqueue_on_commit("instances.tasks.drain_queue", instance.offering.gpu_model.product)
 
 
@@ -106,20 +113,39 @@ def _provisioning_anew(now: datetime | None = None) -> dict[str, Any]:
 # --- decisions (the caller holds the row lock) -----------------------------------------------
 
 
-def instance_create(instance: Instance, *, placement: tuple[Node, list[int]] | None) -> None:
-    """A new order enters the machine queued or, when placement found GPUs for it at once,
-    provisioning on that node with the GPUs allocated; provisioning starts after commit."""
+def instance_create(
+    instance: Instance,
+    *,
+    placement: tuple[Node, list[int]] | None,
+    queued_at: datetime | None = None,
+) -> None:
+    """A new order enters the machine queued (in line from `queued_at`, now by default: a
+    cluster's ranks all at one moment) or, when placement found GPUs for it at once,
+    provisioning on that node with the GPUs allocated to its holding; provisioning starts
+    after commit."""
     events = [InstanceEvent(instance=instance, status=S.QUEUED, message=later("Ordered."))]
     if placement is not None:
         node = placement[0]
-        instance.status, instance.node, instance.queued_at = S.PROVISIONING, node, None
+        instance.status, instance.node = S.PROVISIONING, node
         instance.region_id = node.region_id
         for key, value in _provisioning_anew().items():
             setattr(instance, key, value)
         placed = InstanceEvent(instance=instance, status=S.PROVISIONING, message=_placed(node))
         events.append(placed)
-    held = [] if placement is None else allocations(instance, *placement)
-    insert_together([instance, *events, *held])  # one round trip: every order makes these
+    holding, held = holding_new(
+        holding_id=instance.id,
+        kind=HoldingKind.RANK if instance.cluster_id else HoldingKind.INSTANCE,
+        tenant_id=instance.tenant_id,
+        created_by_id=instance.created_by_id,
+        offering=instance.offering,
+        billing=instance.billing,
+        region_id=instance.region_id,
+        gang=str(instance.cluster_id or ""),
+        placement=placement,
+        queued_at=queued_at,
+    )
+    # one round trip: every order makes these
+    insert_together([holding, instance, *events, *held])
     if placement is not None:
         enqueue_on_commit("instances.tasks.provision_instance", instance.id)
 
@@ -127,15 +153,13 @@ def instance_create(instance: Instance, *, placement: tuple[Node, list[int]] | N
 def instance_mark_placed(instance: Instance, node: Node, indices: list[int]) -> None:
     """A queued instance got GPUs: they are allocated to it on `node` and it is provisioning;
     provisioning starts after commit."""
-    allocate(instance, node, indices)
+    holding_place(instance.id, node, indices)
     _transition(
         instance,
         S.PROVISIONING,
         _placed(node),
         node=node,
         region_id=node.region_id,
-        queued_at=None,
-        unfunded_since=None,
         **_provisioning_anew(),
     )
     enqueue_on_commit("instances.tasks.provision_instance", instance.id)
@@ -155,13 +179,8 @@ def instance_mark_provisioning(instance: Instance) -> None:
 def instance_mark_queued(instance: Instance, *, at: datetime | None = None) -> None:
     """A start was asked: the instance waits for GPUs behind earlier orders for them (a
     cluster's ranks all at the same moment `at`, as one order)."""
-    _transition(
-        instance,
-        S.QUEUED,
-        later("Start requested."),
-        queued_at=at or timezone.now(),
-        unfunded_since=None,
-    )
+    holding_queue(instance.id, at=at)
+    _transition(instance, S.QUEUED, later("Start requested."))
 
 
 def instance_requeue(instance: Instance, message: str) -> None:
@@ -169,14 +188,13 @@ def instance_requeue(instance: Instance, message: str) -> None:
     instance waits for GPUs again with the same disks, first in line (it was running before
     anything now queued was ordered)."""
     gpus_release(instance)
+    holding_queue(instance.id, at=instance.created_at)
     _transition(
         instance,
         S.QUEUED,
         message,
         running_since=None,
         provisioning_since=None,
-        queued_at=instance.created_at,
-        unfunded_since=None,
         node=None,
         ssh_port=None,
         jupyter_port=None,
@@ -201,12 +219,13 @@ def instance_mark_terminating(instance: Instance, *, keep_disk: bool) -> None:
     unless `keep_disk`)."""
     if instance.status == S.RUNNING:
         bill_until(instance, timezone.now(), started_minute=True)
+    if instance.status == S.QUEUED:
+        holding_release(instance.id)  # it waits no more (a placed one frees its GPUs at the end)
     _transition(
         instance,
         S.TERMINATING,
         later("Terminate requested."),
         running_since=None,
-        queued_at=None,
         keep_disk=keep_disk,
     )
     enqueue_on_commit("instances.tasks.terminate_instance", instance.id)
@@ -281,6 +300,8 @@ def instance_fail(instance_id: str, message: str) -> str:
             return instance.status
         if instance.status in HOLDS_GPUS:
             gpus_release(instance)
+        else:
+            holding_release(instance.id)  # queued: it waits no more
         _transition(
             instance,
             S.FAILED,
@@ -288,7 +309,6 @@ def instance_fail(instance_id: str, message: str) -> str:
             error_message=message,
             running_since=None,
             provisioning_since=None,
-            queued_at=None,
         )
     return S.FAILED
 

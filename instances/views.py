@@ -23,13 +23,15 @@ from billing.calculator import PRESETS
 from billing.models import Wallet
 from billing.selectors import wallet_for_tenant
 from billing.services import trial_minutes
+from compute.choices import BillingMode, OfferingKind
+from compute.models import Image, Offering
 from fleet.models import Region
 from instances.api.serializers import InstanceOutput
-from instances.choices import BillingMode, InstanceStatus, OfferingKind
+from instances.choices import InstanceStatus
 from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
-from instances.models import Image, Instance, Offering
+from instances.models import Instance
 from instances.schedules import (
     MAX_STOP_AFTER_HOURS,
     IdleStop,

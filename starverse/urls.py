@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
-from django.urls import include, path, re_path
+from django.urls import URLPattern, include, path, re_path
 from django.views.i18n import set_language
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -11,20 +11,49 @@ from instances import views as instances_views
 from instances.api import gateway
 from starverse.core.api import errors
 
-# Admin pages of models that moved app (fleet and storage came out of instances and datasets):
-# the old addresses keep working. 308 keeps the method and body of a form post.
+# Admin pages of models that moved app (fleet and storage came out of instances and datasets,
+# the catalog and the allocations went to the compute core): the old addresses keep working,
+# by (old app, model) → new app. 308 keeps the method and body of a form post.
+FLEET_MODELS = ("gpumodel", "node", "gpu", "gpusample", "gpurollup", "nodeevent", "healthrule")
 MOVED_ADMIN = {
-    **dict.fromkeys(
-        ("gpumodel", "node", "gpu", "gpusample", "gpurollup", "nodeevent", "healthrule"), "fleet"
-    ),
-    **dict.fromkeys(("disk", "storageprice", "storagearrears", "sharedstorage"), "storage"),
+    **{
+        ("instances", model): "fleet"
+        for model in (
+            "gpumodel",
+            "node",
+            "gpu",
+            "gpusample",
+            "gpurollup",
+            "nodeevent",
+            "healthrule",
+        )
+    },
+    **{
+        (old, model): "storage"
+        for old in ("instances", "datasets")
+        for model in ("disk", "storageprice", "storagearrears", "sharedstorage")
+    },
+    **{("instances", model): "compute" for model in ("offering", "image", "tenantlimits")},
+    ("fleet", "allocation"): "compute",
 }
 
 
-def moved_admin(request: HttpRequest, model: str, rest: str) -> HttpResponse:
+def moved_admin(request: HttpRequest, app: str, model: str, rest: str) -> HttpResponse:
     query = request.META.get("QUERY_STRING", "")
-    target = f"/admin/{MOVED_ADMIN[model]}/{model}/{rest}" + (f"?{query}" if query else "")
+    target = f"/admin/{MOVED_ADMIN[app, model]}/{model}/{rest}" + (f"?{query}" if query else "")
     return HttpResponse(status=308, headers={"Location": target})
+
+
+def _moved_admin_routes() -> list[URLPattern]:
+    """One route per old app, naming only the models that left it (a model of the same name
+    that lives there now is the admin's own page)."""
+    models: dict[str, list[str]] = {}
+    for app, model in sorted(MOVED_ADMIN):
+        models.setdefault(app, []).append(model)
+    return [
+        re_path(rf"^admin/(?P<app>{app})/(?P<model>{'|'.join(names)})/(?P<rest>.*)$", moved_admin)
+        for app, names in models.items()
+    ]
 
 
 # The API first, the instances' routes first in it: resolving an address tries every route
@@ -60,10 +89,7 @@ urlpatterns = [
     path("billing/", include("billing.urls")),
     path("teams/", include("teams.urls")),
     path("i18n/setlang/", set_language, name="set_language"),
-    re_path(
-        r"^admin/(?:instances|datasets)/(?P<model>{})/(?P<rest>.*)$".format("|".join(MOVED_ADMIN)),
-        moved_admin,
-    ),
+    *_moved_admin_routes(),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

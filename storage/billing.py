@@ -24,7 +24,7 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction, Wallet
 from billing.notices import mail_tenant
 from billing.services import ledger_post
-from fleet.models import Allocation
+from compute.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit, send
 from starverse.core.errors import Conflict, InsufficientBalance
 from starverse.core.money import format_fen
@@ -305,12 +305,10 @@ def storage_delete_all(tenant_id: str) -> list[str]:
     """The grace period is over: delete every volume of the tenant. Disks attached to an
     instance without a pod are detached first; an instance with a pod keeps its disks (it is
     paid for some other way, e.g. a prepaid month). An instance has a pod while it holds GPUs
-    (fleet.models.Allocation)."""
+    (compute.models.Allocation, of its holding: the instance's id)."""
     deleted = []
     holding = set(
-        Allocation.objects.filter(instance__tenant_id=tenant_id).values_list(
-            "instance_id", flat=True
-        )
+        Allocation.objects.filter(holding__tenant_id=tenant_id).values_list("holding_id", flat=True)
     )
     for disk in Disk.objects.select_for_update().filter(tenant_id=tenant_id, status__in=LIVE_DISK):
         if disk.instance_id is not None and disk.instance_id in holding:

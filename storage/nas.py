@@ -10,7 +10,8 @@ from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 from billing.holds import account_hold_check
-from fleet.models import Allocation
+from compute.choices import HoldingKind
+from compute.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.roles import MANAGERS, require_orderer, require_role
@@ -20,6 +21,8 @@ from storage.manifests import nas_name
 from storage.models import SharedStorage
 
 logger = logging.getLogger(__name__)
+# The holdings whose pods mount the tenant's NAS: instances and clusters' ranks.
+MOUNTS_NAS = (HoldingKind.INSTANCE, HoldingKind.RANK)
 
 
 def _size(size_gb: int) -> int:
@@ -96,8 +99,8 @@ def nas_delete(*, tenant_id: str) -> SharedStorage:
             raise NotFound(_("You have no shared NAS."), code="no_nas")
         # An instance that holds GPUs has (or is about to have) a pod that mounts the NAS.
         using = (
-            Allocation.objects.filter(instance__tenant_id=tenant_id)
-            .values_list("instance_id", flat=True)
+            Allocation.objects.filter(holding__tenant_id=tenant_id, holding__kind__in=MOUNTS_NAS)
+            .values_list("holding_id", flat=True)
             .first()
         )
         if using is not None:

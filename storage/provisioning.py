@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.models import DEFAULT_REGION, Allocation
+from compute.models import Allocation
+from fleet.models import DEFAULT_REGION
 from fleet.selectors import region_scope
 from starverse.core import kube
 from starverse.core.kube import namespace_name
@@ -124,19 +125,19 @@ def nas_usage_refresh() -> int:
     """Read how full each shared NAS is from the kubelets' volume statistics of the nodes that
     run the tenants' instances (in the default region, the NAS's cluster). Returns how many
     NAS rows were updated."""
-    claims = {
-        (namespace_name(t), name): pk
-        for pk, t, name in SharedStorage.objects.filter(
-            status=SharedStorage.Status.READY
-        ).values_list("pk", "tenant_id", "k8s_name")
-    }
+    ready = list(
+        SharedStorage.objects.filter(status=SharedStorage.Status.READY).values_list(
+            "pk", "tenant_id", "k8s_name"
+        )
+    )
+    claims = {(namespace_name(t), name): pk for pk, t, name in ready}
     if not claims:
         return 0
-    namespaces = {namespace for namespace, _name in claims}
     # The nodes where the tenants' pods run: those holding their GPUs.
     nodes = set(
         Allocation.objects.filter(
-            instance__k8s_namespace__in=namespaces, node__region_id=DEFAULT_REGION
+            holding__tenant_id__in={t for _pk, t, _name in ready},
+            node__region_id=DEFAULT_REGION,
         )
         .values_list("node__name", flat=True)
         .distinct()

@@ -15,10 +15,10 @@ from django.db import connection
 from playwright.sync_api import Browser, sync_playwright
 from rest_framework.test import APIClient
 
+from compute.models import Image, Offering
 from devstack.kube import KubeEmulator
 from devstack.stripe import StripeFake
 from fleet.services import nodes_sync_from_cluster
-from instances.models import Image, Offering
 from starverse.core import kube
 from tests.factories import make_token, make_user
 

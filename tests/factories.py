@@ -114,7 +114,7 @@ IMAGE = "pytorch-2.1"
 
 
 def _seed_catalog() -> None:
-    from instances.models import Offering
+    from compute.models import Offering
 
     if not Offering.objects.exists():
         call_command("seed_catalog", stdout=io.StringIO())
@@ -129,8 +129,8 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
     "running" provisioned, "stopped" stopped after running, "failed" when its image cannot be
     pulled (pass the emulator as `cluster`; its image pull failures are cleared afterwards)."""
     from billing.selectors import wallet_for_tenant
+    from compute.models import Image, Offering
     from instances.lifecycle import instance_order, instance_stop
-    from instances.models import Image, Offering
     from instances.selectors import spend_per_hour_fen
 
     _seed_catalog()
@@ -164,6 +164,39 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
     return instance
 
 
+def holding_save(
+    row: Any,
+    *,
+    placement: tuple[Any, list[int]] | None = None,
+    waiting: bool = True,
+    queued_at: Any = None,
+) -> Any:
+    """The GPU holding (compute.models.Holding, of the row's id) of an instance or an endpoint
+    replica a test writes by hand, saved with the allocations of `placement` (node, indices):
+    every product row has one, as its services make it."""
+    from compute.choices import HoldingKind
+    from compute.holdings import holding_new
+    from compute.models import Allocation
+
+    replica = row.id.startswith("epr_")
+    owner = row.endpoint if replica else row
+    holding, held = holding_new(
+        holding_id=row.id,
+        kind=HoldingKind.REPLICA if replica else HoldingKind.INSTANCE,
+        tenant_id=owner.tenant_id,
+        created_by_id=owner.created_by_id,
+        offering=owner.offering,
+        billing="hourly" if replica else row.billing,
+        region_id=None if replica else row.region_id,
+        placement=placement,
+        waiting=waiting,
+        queued_at=queued_at,
+    )
+    holding.save(force_insert=True)
+    Allocation.objects.bulk_create(held)
+    return holding
+
+
 def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
     """A cloud disk made by `disk_create` (its first day charged), as created: its claim is made
     by the storage task after commit."""
@@ -188,7 +221,7 @@ def make_cluster(user: User, node_count: int = 2, **order: Any) -> Any:
     instances burn), as ordered: placed when enough whole nodes are free, else queued."""
     from billing.selectors import wallet_for_tenant
     from clusters.services import cluster_order
-    from instances.models import Offering
+    from compute.models import Offering
     from instances.selectors import spend_per_hour_fen
 
     _seed_catalog()
@@ -225,8 +258,8 @@ def make_endpoint(user: User, **create: Any) -> Any:
     """An endpoint made by `endpoint_create`, serving a public-pool model with vLLM on one
     H100 (the balance topped up to an hour of it), as created: its objects are made by the
     worker after commit."""
+    from compute.models import Offering
     from endpoints.services import endpoint_create
-    from instances.models import Offering
 
     _seed_catalog()
     offering = Offering.objects.get(name=CLOUD_GPU)
@@ -325,3 +358,10 @@ def load_production_settings(**env: str | None) -> tuple[int, str]:
         check=False,
     )
     return result.returncode, result.stderr
+
+
+def holding_of(row: Any) -> Any:
+    """The row's GPU holding as it is now (its place in the queue, its state)."""
+    from compute.holdings import holding_of as read
+
+    return read(row.id)

@@ -6,7 +6,8 @@ from rest_framework import serializers
 from clusters.choices import ClusterStatus, Template
 from clusters.models import PreflightStatus
 from clusters.planner import PRESETS, PlanInputError, plan_inputs
-from instances.choices import BillingMode, InstanceStatus
+from compute.choices import BillingMode
+from instances.choices import InstanceStatus
 from instances.provisioning.ranks import launch_of, layout_of, rank_host
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from compute.selectors import capacity_by_model
 from fleet.api.serializers import (
     CapacityOutput,
     NodeOutput,
@@ -21,7 +22,7 @@ from fleet.api.serializers import (
     RegisterInput,
     ReportAcceptedOutput,
 )
-from fleet.selectors import capacity_by_model, fleet_nodes, latest_samples
+from fleet.selectors import fleet_nodes, latest_samples
 from fleet.services import node_for_token, node_register, report_ingest
 from fleet.telemetry import report_parse
 from starverse.core.api import parsers

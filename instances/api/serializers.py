@@ -8,10 +8,11 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
+from compute.choices import BillingMode
+from compute.models import Image, Offering
 from fleet.models import GpuModel
-from instances.choices import BillingMode
 from instances.gateway import MAX_PORTS, jupyter_url, ports_output
-from instances.models import Image, Instance, InstanceEvent, Offering, PortShare
+from instances.models import Instance, InstanceEvent, PortShare
 from instances.schedules import MAX_STOP_AFTER_HOURS, idle_stop_of
 from instances.selectors import queue_positions
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE

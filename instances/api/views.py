@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from billing.api.serializers import TcoInput, TcoOutput
 from billing.calculator import tco_compare
+from compute.models import Image, Offering
 from fleet.models import GpuModel
 from instances.api.serializers import (
     AutoStopSavingsOutput,
@@ -43,7 +44,7 @@ from instances.gateway import (
     shares_live,
 )
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
-from instances.models import Image, Instance, Offering
+from instances.models import Instance
 from instances.schedules import DEFAULT, UNCHANGED, instance_keep_running, instance_schedule_set
 from instances.selectors import (
     availability,

@@ -19,8 +19,8 @@ from typing import Any
 
 from django.conf import settings
 
+from compute.models import Image, Offering
 from fleet.models import GpuModel
-from instances.models import Image, Offering
 from starverse.core import kube
 
 logger = logging.getLogger(__name__)

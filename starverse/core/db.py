@@ -108,7 +108,7 @@ def atomic_retrying(function: Callable[[], T], *, attempts: int = 3) -> T:
     """Run `function` in its own transaction, again (from the start) when PostgreSQL aborted
     it to break a deadlock: the standard answer to a detected deadlock, for the few
     transactions whose lock order depends on what they find (a concurrent order claiming
-    nodes, instances.placement.choose). Inside another transaction it runs once, in a
+    nodes, compute.placement.choose). Inside another transaction it runs once, in a
     savepoint: rolling back to a savepoint would not release the locks the deadlock is over."""
     if connection.in_atomic_block:
         with transaction.atomic():

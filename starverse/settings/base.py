@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "starverse.core",
     "billing",
     "fleet",
+    "compute",
     "storage",
     "instances",
     "clusters",

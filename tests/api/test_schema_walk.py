@@ -38,6 +38,7 @@ from billing.services import ledger_post
 from billing.statements import parse_month, statement_for
 from clusters.preflight import preflight_run
 from clusters.services import cluster_stop
+from compute.models import Offering
 from datasets.services import public_dataset_upsert
 from devstack.stripe import StripeFake
 from endpoints.services import endpoint_delete, endpoint_suspend, key_create
@@ -47,7 +48,7 @@ from fleet.services import node_token_issue, report_ingest
 from fleet.telemetry import report_parse
 from instances.gateway import share_create
 from instances.lifecycle import instance_stop, instance_terminate
-from instances.models import Instance, Offering
+from instances.models import Instance
 from instances.provisioning import converge
 from instances.volumes import disk_attach
 from nodeagent.fixture import open_fixture_source

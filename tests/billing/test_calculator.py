@@ -68,7 +68,7 @@ def test_single_node_preset(api, seeded):
 
 
 def test_the_starverse_column_reads_the_catalog_price(api, seeded):
-    from instances.models import Offering
+    from compute.models import Offering
 
     Offering.objects.filter(slug="h100-80g-bare-metal").update(price_per_month_fen=10_000_000)
     result = api.post(URL, _preset("node_8xh100"), format="json").json()
@@ -84,7 +84,7 @@ def test_the_starverse_column_reads_the_catalog_price(api, seeded):
 
 
 def test_an_unknown_or_inactive_offering_names_the_field(api, seeded):
-    from instances.models import Offering
+    from compute.models import Offering
 
     data = _preset("node_8xh100")
     data["starverse"] = {"offering": "h100-80g-x1"}

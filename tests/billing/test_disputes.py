@@ -235,7 +235,7 @@ def test_an_order_of_a_held_account_is_refused_with_403_and_nothing_is_made(
 
 
 def _offering_id():
-    from instances.models import Offering
+    from compute.models import Offering
 
     return Offering.objects.get(name="1× H100 80GB SXM").id
 

@@ -237,7 +237,7 @@ def test_usage_grouped_by_instance_day_and_member(db, time_machine):
 
 
 def test_endpoint_usage_counts_replica_minutes_under_its_creator(db):
-    from instances.models import Offering
+    from compute.models import Offering
 
     _seed_catalog()
     user = make_user()

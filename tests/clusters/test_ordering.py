@@ -8,10 +8,11 @@ from billing.models import LedgerTransaction, Wallet
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
 from clusters.services import cluster_order
-from fleet.models import Allocation, Node
+from compute.models import Allocation, Offering
+from compute.placement import pack
+from fleet.models import Node
 from instances.lifecycle import instance_order, instance_terminate, queue_drain
-from instances.models import Instance, Offering
-from instances.placement import pack
+from instances.models import Instance
 from instances.provisioning import converge
 from starverse.core.errors import Conflict, InsufficientBalance, TooManyRequests
 from tests.conftest import run_threads
@@ -81,7 +82,7 @@ def test_order_places_every_rank_on_its_own_whole_node(catalog, client_for):
     ranks = Instance.objects.filter(cluster_id=body["id"]).order_by("rank")
     for rank in ranks:
         assert sorted(
-            Allocation.objects.filter(instance=rank).values_list("gpu_index", flat=True)
+            Allocation.objects.filter(holding__instance=rank).values_list("gpu_index", flat=True)
         ) == list(range(8))
     assert {rank.node_id for rank in ranks} == set(
         Node.objects.filter(gpu_product=H100).values_list("pk", flat=True)
@@ -125,7 +126,7 @@ def test_runway_is_an_hour_of_every_node(catalog):
     cluster, _created = cluster_order(
         user=user, offering_id=_node_offering().id, image_id=IMAGE, node_count=2
     )
-    assert Allocation.objects.filter(instance__cluster=cluster).count() == 16
+    assert Allocation.objects.filter(holding__instance__cluster=cluster).count() == 16
 
 
 def test_a_cluster_counts_all_its_gpus_and_queues_as_one_order(catalog, settings):
@@ -183,7 +184,7 @@ def test_queued_cluster_waits_first_come_first_served_and_never_bills(catalog, c
     assert answer.status_code == 202
     assert (body["status"], body["queue_position"], body["switches_spanned"]) == ("queued", 1, None)
     assert {r["node"] for r in body["ranks"]} == {None}
-    assert not Allocation.objects.filter(instance__cluster_id=body["id"]).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster_id=body["id"]).exists()
     # an instance ordered after it waits behind it, though one node is free for it
     later_order, _created = instance_order(
         user=_paying_user(),
@@ -201,7 +202,7 @@ def test_queued_cluster_waits_first_come_first_served_and_never_bills(catalog, c
     ranks = list(Instance.objects.filter(cluster_id=body["id"]).order_by("rank"))
     assert placed == [ranks[0].id]
     assert [r.status for r in ranks] == ["provisioning", "provisioning"]
-    assert Allocation.objects.filter(instance__in=ranks).count() == 16
+    assert Allocation.objects.filter(holding__instance__in=ranks).count() == 16
     later_order.refresh_from_db()
     assert later_order.status == "queued"
     # a monthly cluster pays the month of every node when it is placed, not before
@@ -227,7 +228,7 @@ def test_two_clusters_racing_for_the_same_nodes_never_split(catalog):
     assert len(placed) == 1
     assert placed[0].ranks.count() == 2
     for cluster in results:
-        held = Allocation.objects.filter(instance__cluster=cluster).count()
+        held = Allocation.objects.filter(holding__instance__cluster=cluster).count()
         statuses = set(cluster.ranks.values_list("status", flat=True))
         assert (held, statuses == {"queued"}) in ((16, False), (0, True)), (held, statuses)
     assert Allocation.objects.count() == 16
@@ -248,13 +249,13 @@ def test_stop_start_and_terminate_move_every_rank(catalog, client_for):
         assert converge_until(converge.stop, rank.id) == "stopped"
     body = client.get(f"/api/v1/clusters/{cluster.id}").json()
     assert (body["status"], body["switches_spanned"]) == ("stopped", None)
-    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
     started = client.post(f"/api/v1/clusters/{cluster.id}/start").json()
     assert started["status"] == "provisioning"
     assert {r["status"] for r in started["ranks"]} == {"provisioning"}
-    assert Allocation.objects.filter(instance__cluster=cluster).count() == 16
+    assert Allocation.objects.filter(holding__instance__cluster=cluster).count() == 16
     assert client.delete(f"/api/v1/clusters/{cluster.id}").json()["status"] == "terminating"
     for rank in ranks:
         assert converge_until(converge.terminate, rank.id) == "terminated"
     assert client.get(f"/api/v1/clusters/{cluster.id}").json()["status"] == "terminated"
-    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()

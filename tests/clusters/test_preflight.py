@@ -26,9 +26,10 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from clusters.models import Cluster, Preflight
 from clusters.preflight import bad_ranks, preflight_run, result_parse
+from compute.models import Allocation
 from devstack.kube import KubeEmulator
 from devstack.kube.shell import BAD_LINK
-from fleet.models import Allocation, Node
+from fleet.models import Node
 from fleet.services import node_token_issue, node_transition, nodes_sync_from_cluster
 from instances.lifecycle import instances_on_node_changed
 from instances.metering import metering_tick
@@ -250,7 +251,7 @@ def test_too_many_failed_rounds_fail_the_cluster_unbilled(fleet, renter, client_
     assert body["status"] == "failed" and body["cost_fen"] == 0
     assert {rank.status for rank in _ranks(cluster)} == {"failed"}
     assert "never billed" in _ranks(cluster)[0].error_message
-    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
     assert _usage(renter) == 0
 
 
@@ -468,7 +469,7 @@ def test_a_check_that_hangs_is_a_failed_round(fleet, renter, settings):
     assert preflight_run(cluster.id) == "failed"  # the last round allowed
     assert {rank.status for rank in _ranks(cluster)} == {"failed"}
     assert "failed its pre-flight check 2 times in a row" in _ranks(cluster)[0].error_message
-    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
     assert _usage(renter) == 0
 
 
@@ -519,7 +520,7 @@ def test_a_cluster_checking_too_long_fails_and_frees_its_gpus(fleet, renter, cli
         "The cluster's pre-flight check did not pass within 30 minutes. It was never billed; "
         "its nodes are free again. Start it again or contact support."
     )
-    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
     assert client.get(f"/api/v1/clusters/{cluster.id}").json()["cost_fen"] == 0
     assert _usage(renter) == 0
 
@@ -538,7 +539,7 @@ def test_abandoned_rounds_cannot_keep_a_cluster_checking(fleet, renter):
     assert preflight_run(cluster.id) is None
     assert {rank.status for rank in _ranks(cluster)} == {"failed"}
     assert Preflight.objects.filter(cluster=cluster).count() == 1  # no round sent again
-    assert not Allocation.objects.filter(instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
 
 
 def test_a_started_cluster_checks_afresh(fleet, renter, client_for, settings):

@@ -14,10 +14,11 @@ from django.core.management import call_command
 
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
+from compute.models import Offering
 from devstack.kube.emulator import KubeEmulator
 from fleet.models import NodeProfile
 from fleet.services import nodes_sync_from_cluster
-from instances.models import Instance, Offering
+from instances.models import Instance
 from instances.provisioning import converge, manifests, ranks
 from instances.provisioning.reconcile import reconcile
 from starverse.core import kube

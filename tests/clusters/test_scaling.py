@@ -13,10 +13,10 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
+from compute.models import Allocation, Offering
 from devstack.kube.emulator import KubeEmulator
-from fleet.models import Allocation
 from fleet.services import nodes_sync_from_cluster
-from instances.models import Instance, InstanceEvent, Offering
+from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, ranks
 from starverse.core import kube
 from storage.models import Disk
@@ -190,7 +190,7 @@ def test_scale_up_then_start_gives_every_rank_the_new_layout(fleet4, client_for)
     started = client.post(f"/api/v1/clusters/{cluster.id}/start").json()
     assert started["status"] == "provisioning"
     assert len({r["node"] for r in started["ranks"]}) == 3
-    assert Allocation.objects.filter(instance__cluster=cluster).count() == 24
+    assert Allocation.objects.filter(holding__instance__cluster=cluster).count() == 24
     cluster.refresh_from_db()
     _run(cluster)
 

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from billing.models import StripeEvent
 from billing.tasks import audit_wallets
+from compute.models import Holding
 from fleet.models import Node
 from instances.metering import metering_tick
 from instances.models import Instance
@@ -61,7 +62,7 @@ def test_metrics_after_real_orders_on_the_local_cluster(
     whole = [_order(api, catalog["h100_node"], catalog["image"]) for _ in range(2)]
     assert whole[0].status == "provisioning"  # one whole H100 node is free; the other is queued
     assert whole[1].status == "queued"
-    Instance.objects.filter(pk=whole[1].pk).update(queued_at=timezone.now() - timedelta(minutes=7))
+    Holding.objects.filter(pk=whole[1].pk).update(queued_at=timezone.now() - timedelta(minutes=7))
     small.refresh_from_db()
     metering_tick(now=small.running_since + timedelta(minutes=3, seconds=1))
     Node.objects.filter(name=small.node.name).update(

@@ -15,10 +15,11 @@ from django.utils import timezone
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from billing.services import ledger_post
+from compute.models import Holding
 from console.overview import HOURS, operator_overview
 from fleet.models import Node
 from instances.lifecycle import instance_order
-from instances.models import Instance, InstanceEvent
+from instances.models import InstanceEvent
 from instances.provisioning import converge
 from starverse.core.text import later
 from tests.factories import (
@@ -93,8 +94,8 @@ def seeded(catalog, monkeypatch, now, settings):
     ]
     assert [i.status for i in placed] == ["provisioning", "queued", "queued"]
     assert converge_until(converge.provision, placed[0].id) == "running"
-    Instance.objects.filter(pk=placed[1].pk).update(queued_at=now - timedelta(minutes=95))
-    Instance.objects.filter(pk=placed[2].pk).update(queued_at=now - timedelta(minutes=20))
+    Holding.objects.filter(pk=placed[1].pk).update(queued_at=now - timedelta(minutes=95))
+    Holding.objects.filter(pk=placed[2].pk).update(queued_at=now - timedelta(minutes=20))
     # Each user's ¥10 trial pays the first ¥10 of its usage; the rest is cash.
     _usage(monkeypatch, small_user, 3_000, now - timedelta(days=2), "s1")
     _usage(monkeypatch, big, 50_000, now - timedelta(days=2, hours=1), "b1")

@@ -7,7 +7,7 @@ from fleet.models import Node
 from instances.models import Instance, InstanceEvent
 from starverse.accounts.models import UserSettings
 from starverse.core.db import execute_prepared, first_row, insert_together
-from tests.factories import make_user
+from tests.factories import holding_save, make_user
 
 
 def test_first_row_loads_what_the_orm_loads(db):
@@ -41,6 +41,7 @@ def test_insert_together_writes_parent_and_children_in_one_statement(db, catalog
     events = [InstanceEvent(instance=instance, status="queued", message="Ordered.")]
     with transaction.atomic():
         insert_together([instance, *events])
+        holding_save(instance)
     stored = Instance.objects.get(pk=instance.pk)
     assert stored.created_at == instance.created_at  # the defaults save() would write
     assert (stored.status, stored.name, instance._state.adding) == ("queued", "one", False)

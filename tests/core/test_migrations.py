@@ -1,6 +1,6 @@
 """Moving models between apps keeps their tables and rows: a database made by the layout before
-the fleet and storage apps existed (everything in instances, the NAS in datasets) migrates
-forward with its data, and permissions follow the models."""
+the fleet, storage and compute apps existed (everything in instances, the NAS in datasets)
+migrates forward with its data, and permissions follow the models."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +13,7 @@ BEFORE = [
     ("instances", "0007_cloud_disks"),
     ("datasets", "0001_initial"),
     ("fleet", None),
+    ("compute", None),
     ("storage", None),
     ("clusters", None),
     ("endpoints", None),
@@ -99,7 +100,13 @@ def _seed_old_layout(old: Any) -> dict[str, str]:
     permission = old.get_model("auth", "Permission").objects.get_or_create(
         content_type=node_type, codename="change_node", defaults={"name": "Can change node"}
     )[0]
-    return {"permission": str(permission.pk)}
+    offering_type, _ = content_type.objects.get_or_create(app_label="instances", model="offering")
+    catalog = old.get_model("auth", "Permission").objects.get_or_create(
+        content_type=offering_type,
+        codename="change_offering",
+        defaults={"name": "Can change offering"},
+    )[0]
+    return {"permission": str(permission.pk), "catalog_permission": str(catalog.pk)}
 
 
 def test_a_database_of_the_old_layout_migrates_forward_with_its_rows(transactional_db):
@@ -115,8 +122,8 @@ def test_a_database_of_the_old_layout_migrates_forward_with_its_rows(transaction
     assert new.get_model("fleet", "GpuModel").objects.get(pk="h100").memory_gb == 80
     instance = new.get_model("instances", "Instance").objects.get(pk="ins_migrate1")
     assert (instance.node_id, instance.offering.gpu_model_id) == ("node_migrate1", "h100")
-    allocation = new.get_model("fleet", "Allocation").objects.get(node=node, gpu_index=0)
-    assert allocation.instance_id == "ins_migrate1"
+    allocation = new.get_model("compute", "Allocation").objects.get(node=node, gpu_index=0)
+    assert allocation.holding_id == "ins_migrate1"
     disk = new.get_model("storage", "Disk").objects.get(pk="dsk_migrate1")
     assert (disk.name, disk.instance_id, disk.status) == ("ckpt", "ins_migrate1", "attached")
     assert (
@@ -127,6 +134,9 @@ def test_a_database_of_the_old_layout_migrates_forward_with_its_rows(transaction
     # Permissions granted on the old models are the new models' permissions.
     permission = new.get_model("auth", "Permission").objects.get(pk=seeded["permission"])
     assert (permission.content_type.app_label, permission.content_type.model) == ("fleet", "node")
+    catalog = new.get_model("auth", "Permission").objects.get(pk=seeded["catalog_permission"])
+    assert (catalog.content_type.app_label, catalog.content_type.model) == ("compute", "offering")
+    assert new.get_model("compute", "Offering").objects.get(pk="off_migrate1").gpu_count == 1
     # Nothing was copied: the tables are the ones the old layout wrote.
     with connection.cursor() as cursor:
         cursor.execute("SELECT COUNT(*) FROM instances_node")

@@ -8,8 +8,8 @@ import re
 import httpx
 from playwright.sync_api import Page, expect
 
+from compute.selectors import capacity_by_model
 from fleet.models import Node
-from fleet.selectors import capacity_by_model
 from tests.e2e.steps import agent_reports, log_in_operator, t
 from tests.factories import enrol_totp, make_instance, make_operator, make_user
 

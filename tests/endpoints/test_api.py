@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
+from compute.models import Offering, TenantLimits
 from endpoints.models import Endpoint, EndpointKey
-from instances.models import Offering, TenantLimits
 from tests.factories import fund, make_disk, make_endpoint, make_public_model, make_user
 
 

@@ -5,8 +5,8 @@ pages being 404."""
 import pytest
 from django.test import Client
 
+from compute.models import Offering
 from endpoints.models import Endpoint, EndpointKey
-from instances.models import Offering
 from tests.factories import (
     _seed_catalog,
     fund,

@@ -13,6 +13,7 @@ import openai
 import pytest
 import requests
 
+from compute.models import Allocation
 from devstack.gateway import DevGateway
 from devstack.kube import KubeEmulator
 from endpoints.manifests import endpoint_host
@@ -21,7 +22,6 @@ from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_delete, key_create
-from fleet.models import Allocation
 from tests.factories import make_endpoint, make_user
 
 
@@ -108,14 +108,14 @@ def test_serve_call_with_a_key_count_and_delete(catalog, gateway, transactional_
     assert point["replicas_ready"] == 1
 
     replica = EndpointReplica.objects.get(endpoint=endpoint)
-    assert Allocation.objects.filter(replica=replica).count() == 1
+    assert Allocation.objects.filter(holding__replica=replica).count() == 1
     endpoint_delete(endpoint=endpoint)  # its task runs at commit (eager in tests)
     endpoint_converge(endpoint.id)
     assert Endpoint.objects.get(pk=endpoint.pk).status == "deleted"
     _until(
         lambda: EndpointReplica.objects.get(pk=replica.pk).gone_at is not None, step=endpoints_sync
     )
-    assert not Allocation.objects.filter(replica=replica).exists()
+    assert not Allocation.objects.filter(holding__replica=replica).exists()
     # once the gateway's check cache lapses, the deleted endpoint's key no longer passes
     _until(lambda: _post(gateway, endpoint, "/v1/models", {}, key=key).status_code == 401)
 
@@ -185,7 +185,7 @@ def test_a_burst_scales_up_to_max_and_idle_scales_back_to_min(
             thread.join()
     assert set(answers) == {200}
     assert EndpointReplica.objects.filter(endpoint=endpoint, gone_at__isnull=True).count() == 2
-    assert Allocation.objects.filter(replica__endpoint=endpoint).count() == 2
+    assert Allocation.objects.filter(holding__replica__endpoint=endpoint).count() == 2
     # idle: back to its minimum, the second replica's GPU given back
     _until(
         lambda: (
@@ -193,7 +193,7 @@ def test_a_burst_scales_up_to_max_and_idle_scales_back_to_min(
         ),
         step=endpoints_sync,
     )
-    assert Allocation.objects.filter(replica__endpoint=endpoint).count() == 1
+    assert Allocation.objects.filter(holding__replica__endpoint=endpoint).count() == 1
     assert Endpoint.objects.get(pk=endpoint.pk).status == "running"
 
 
@@ -232,4 +232,4 @@ def test_the_first_request_at_zero_waits_for_a_cold_start(
         lambda: Endpoint.objects.get(pk=endpoint.pk).status == "scaled_to_zero",
         step=endpoints_sync,
     )
-    assert not Allocation.objects.filter(replica__endpoint=endpoint).exists()
+    assert not Allocation.objects.filter(holding__replica__endpoint=endpoint).exists()

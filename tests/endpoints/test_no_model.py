@@ -7,12 +7,12 @@ import time
 
 from starverse_init.serve import MODEL_MISSING_EXIT as IMAGE_EXIT
 
+from compute.models import Allocation
 from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_change, endpoint_create
-from fleet.models import Allocation
 from starverse.core import kube
 from storage.provisioning import disk_ensure
 from tests.factories import fund, make_disk, make_user, read_existing
@@ -112,7 +112,7 @@ def test_a_missing_model_fails_the_endpoint_naming_source_path(catalog):
     _until(
         lambda: EndpointReplica.objects.get(pk=replica.pk).gone_at is not None, step=endpoints_sync
     )
-    assert not Allocation.objects.filter(replica=replica).exists()
+    assert not Allocation.objects.filter(holding__replica=replica).exists()
     # a failed endpoint is left alone by later passes and by its converge
     endpoints_sync()
     assert endpoint_converge(endpoint.id).state == "failed"

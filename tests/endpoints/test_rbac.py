@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from compute.models import Offering
 from endpoints.models import EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_change, endpoint_create, endpoint_delete
-from instances.models import Offering
 from storage import provisioning as storage
 from storage.disks import disk_create
 from tests.factories import fund, make_user

@@ -9,14 +9,14 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing.models import LedgerTransaction
+from compute.models import Allocation
 from endpoints.manifests import route_hostname
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import SyncResult, endpoints_sync
 from endpoints.services import endpoint_change
-from fleet.models import Allocation
 from starverse.core import kube
-from tests.factories import fund, make_endpoint, make_user
+from tests.factories import fund, holding_save, make_endpoint, make_user
 
 
 def _pods(endpoint):
@@ -50,7 +50,9 @@ def test_a_replica_is_placed_bound_billed_while_ready_and_released(catalog):
     result = endpoints_sync()
     assert result.bound == [pod["metadata"]["name"]]
     replica = EndpointReplica.objects.get(endpoint=endpoint)
-    held = list(Allocation.objects.filter(replica=replica).values_list("node__name", "gpu_index"))
+    held = list(
+        Allocation.objects.filter(holding__replica=replica).values_list("node__name", "gpu_index")
+    )
     assert len(held) == 1
     _until(lambda: _ready(_pods(endpoint)[0]))
     assert _pods(endpoint)[0]["spec"]["nodeName"] == held[0][0]
@@ -82,7 +84,7 @@ def test_a_replica_is_placed_bound_billed_while_ready_and_released(catalog):
     endpoints_sync(now=start + timedelta(seconds=170))
     replica.refresh_from_db()
     assert replica.gone_at is not None
-    assert not Allocation.objects.filter(replica=replica).exists()
+    assert not Allocation.objects.filter(holding__replica=replica).exists()
     assert rows.all().count() == 3
     endpoint.refresh_from_db()
     assert endpoint.cost_fen == round(price * 3 / 60)
@@ -116,9 +118,10 @@ def test_a_pod_waits_pending_while_its_gpus_are_held_by_instances(catalog):
     replica = EndpointReplica.objects.create(endpoint=taker, pod_name="elsewhere")
     from fleet.models import Node
 
+    holding = holding_save(replica, waiting=False)
     Allocation.objects.bulk_create(
         [
-            Allocation(node=node, gpu_index=i, replica=replica)
+            Allocation(node=node, gpu_index=i, holding=holding)
             for node in Node.objects.filter(gpu_product__icontains="H100")
             for i in range(node.gpu_count)
         ]
@@ -147,13 +150,15 @@ def test_a_pod_placed_by_a_pass_that_stopped_before_binding_is_bound_by_the_next
     replica = EndpointReplica.objects.create(
         endpoint=endpoint, pod_name=pod["metadata"]["name"], node=node
     )
-    Allocation.objects.create(node=node, gpu_index=0, replica=replica)
+    holding_save(replica, placement=(node, [0]))
     result = endpoints_sync()
     assert result.bound == []
     _until(lambda: _pods(endpoint)[0]["spec"].get("nodeName") == node.name)
     assert EndpointReplica.objects.filter(endpoint=endpoint).count() == 1
     assert list(
-        Allocation.objects.filter(replica__endpoint=endpoint).values_list("node", flat=True)
+        Allocation.objects.filter(holding__replica__endpoint=endpoint).values_list(
+            "node", flat=True
+        )
     ) == [node.pk]
 
 
@@ -213,7 +218,8 @@ def test_with_no_live_endpoint_a_pass_is_one_query_and_asks_the_cluster_nothing(
         Endpoint.objects.filter(pk=endpoint.pk).update(
             status=status, k8s_name=f"ep-{endpoint.name}", k8s_namespace="tenant-x"
         )
-    EndpointReplica.objects.create(endpoint=deleted, pod_name="gone", gone_at=timezone.now())
+    gone = EndpointReplica.objects.create(endpoint=deleted, pod_name="gone", gone_at=timezone.now())
+    holding_save(gone, waiting=False)
     mark = cluster.requests_total
     with django_assert_num_queries(1):
         result = endpoints_sync()
@@ -233,11 +239,11 @@ def test_a_replica_still_holding_gpus_keeps_the_pass_going(catalog, cluster):
     node = Node.objects.filter(gpu_product__icontains="H100").first()
     assert node is not None
     replica = EndpointReplica.objects.create(endpoint=endpoint, pod_name="ep-x-1", node=node)
-    Allocation.objects.create(node=node, gpu_index=0, replica=replica)
+    holding_save(replica, placement=(node, [0]))
     mark = cluster.requests_total
     result = endpoints_sync()
     assert result.released == ["ep-x-1"]
-    assert not Allocation.objects.filter(replica=replica).exists()
+    assert not Allocation.objects.filter(holding__replica=replica).exists()
     assert cluster.requests_since(mark) == [
         ("GET", "/api/v1/namespaces/tenant-x/pods"),
         ("GET", "/apis/apps/v1/namespaces/tenant-x/deployments"),

@@ -385,7 +385,7 @@ def test_cordoned_nodes_leave_free_capacity(agent, node, client, db):
     assert node.state == NodeState.CORDONED
     assert NodeEvent.objects.filter(node=node, message__contains=operator.email).exists()
     assert page.status_code == 200
-    from fleet.selectors import capacity_by_model
+    from compute.selectors import capacity_by_model
 
     assert capacity_by_model() == [
         {"gpu_product": H100, "total": 16, "allocated": 0, "unhealthy": 8, "free": 8}
@@ -509,6 +509,15 @@ def test_admin_addresses_from_before_the_fleet_app_still_lead_to_the_pages(db, c
         client.get("/admin/datasets/sharedstorage/")["Location"] == "/admin/storage/sharedstorage/"
     )
     assert client.get(moved["Location"]).status_code == 200
+    # the catalog, the tenants' limits and the allocations went to the compute core
+    for old, new in [
+        ("/admin/instances/offering/", "/admin/compute/offering/"),
+        ("/admin/instances/image/?q=cuda", "/admin/compute/image/?q=cuda"),
+        ("/admin/instances/tenantlimits/add/", "/admin/compute/tenantlimits/add/"),
+        ("/admin/fleet/allocation/", "/admin/compute/allocation/"),
+    ]:
+        assert client.get(old)["Location"] == new
+    assert client.get("/admin/fleet/node/").status_code == 200  # not moved: no loop
 
 
 def test_the_node_agents_fault_signal_is_its_own_hardware_reports(agent, node):

@@ -3,14 +3,15 @@ their own queries gives."""
 
 import pytest
 
-from instances.models import Instance, Offering, TenantLimits
+from compute.models import Offering, TenantLimits
+from instances.models import Instance
 from instances.selectors import admission_reads, spend_rows, tenant_limits, tenant_usage
 from starverse.accounts.models import Budget
-from tests.factories import make_user
+from tests.factories import holding_save, make_user
 
 
 def _instance(user, offering, status, **fields):
-    return Instance.objects.create(
+    instance = Instance.objects.create(
         tenant_id=user.tenant_id,
         created_by=user,
         offering=offering,
@@ -18,6 +19,8 @@ def _instance(user, offering, status, **fields):
         status=status,
         **fields,
     )
+    holding_save(instance, waiting=status == "queued")
+    return instance
 
 
 @pytest.mark.parametrize("own_limits", [False, True])

@@ -12,10 +12,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from fleet.models import Allocation, Gpu, GpuSample
+from compute.models import Allocation, Offering
+from fleet.models import Gpu, GpuSample
 from instances.autostop import auto_stop_savings, idle_run, schedules_run
 from instances.lifecycle import instance_order
-from instances.models import AutoStop, Instance, InstanceEvent, Offering
+from instances.models import AutoStop, Instance, InstanceEvent
 from instances.provisioning import converge
 from instances.schedules import IdleStop
 from instances.tasks import auto_stop
@@ -44,7 +45,7 @@ def running(user: Any, *, gpus: int = 1, idle: Any = None, **order: Any) -> Inst
 def gpus_of(instance: Instance) -> list[Gpu]:
     """The instance's GPUs as the node agent's inventory made them."""
     found = []
-    for allocation in Allocation.objects.filter(instance=instance).order_by("gpu_index"):
+    for allocation in Allocation.objects.filter(holding__instance=instance).order_by("gpu_index"):
         gpu, _new = Gpu.objects.get_or_create(
             node_id=allocation.node_id,
             index=allocation.gpu_index,

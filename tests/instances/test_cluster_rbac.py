@@ -17,13 +17,13 @@ import yaml
 from django.core.management import call_command
 from kubernetes.client.exceptions import ApiException
 
+from compute.models import Offering
 from devstack.kube import KubeEmulator
 from devstack.kube.rbac import User
 from fleet.models import Node
 from fleet.services import node_cordon, node_schedulable_mirror, nodes_sync_from_cluster
 from instances.gateway import instance_ports_set
 from instances.lifecycle import instance_order, instance_stop, instance_terminate
-from instances.models import Offering
 from instances.provisioning import converge
 from instances.provisioning.namespaces import tenant_namespaces_sweep
 from instances.provisioning.reconcile import reconcile

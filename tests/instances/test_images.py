@@ -8,11 +8,12 @@ import pytest
 from django.db import transaction
 from django.urls import reverse
 
+from compute.models import Image, Offering
+from compute.placement import choose
 from fleet.models import Node, NodeImage
 from fleet.services import nodes_sync_from_cluster
 from instances.lifecycle import instance_order, instance_terminate, queue_drain
-from instances.models import Image, Instance, Offering
-from instances.placement import choose
+from instances.models import Instance
 from instances.provisioning import converge, prepull
 from starverse.core import kube
 from tests.devstack import wait_for

@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from fleet.models import Allocation
+from compute.models import Allocation
 from instances.lifecycle import queue_drain
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, manifests
@@ -155,10 +155,10 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
     assert one.node_id == two.node_id  # best fit packs the partly used node
     assert node.node_id != one.node_id
     assert sorted(
-        Allocation.objects.filter(instance=node).values_list("gpu_index", flat=True)
+        Allocation.objects.filter(holding__instance=node).values_list("gpu_index", flat=True)
     ) == list(range(8))
     assert (third["status"], third["queue_position"]) == ("queued", 1)
-    from fleet.selectors import capacity_by_model
+    from compute.selectors import capacity_by_model
 
     h100 = next(r for r in capacity_by_model() if r["gpu_product"] == "NVIDIA H100 80GB HBM3")
     assert (h100["total"], h100["allocated"], h100["unhealthy"], h100["free"]) == (16, 10, 0, 6)
@@ -167,9 +167,9 @@ def test_whole_nodes_go_to_free_nodes_and_gpus_best_fit(renter, catalog):
 def test_concurrent_orders_never_double_book(transactional_db, cluster, client_for):
     from django.core.management import call_command
 
+    from compute.models import Offering
     from fleet.services import nodes_sync_from_cluster
     from instances.lifecycle import instance_order, instance_terminate
-    from instances.models import Offering
     from tests.conftest import run_threads
 
     call_command("seed_catalog", verbosity=0)
@@ -190,7 +190,7 @@ def test_concurrent_orders_never_double_book(transactional_db, cluster, client_f
     assert sorted(results).count("queued") == 5
     pairs = list(Allocation.objects.values_list("node_id", "gpu_index"))
     assert len(pairs) == len(set(pairs)) == 16
-    oldest = Instance.objects.filter(status="queued").order_by("queued_at").first()
+    oldest = Instance.objects.filter(status="queued").order_by("holding__queued_at").first()
     assert oldest is not None
     # after commit the (eager) provisioning tasks have brought the placed ones up
     assert Instance.objects.filter(status="running").count() == 16
@@ -392,8 +392,8 @@ def test_a_stopping_instance_on_a_lost_node_is_left_to_its_stop(
 
 
 def test_a_node_the_cluster_does_not_list_takes_no_orders(renter, catalog):
+    from compute.placement import capacity
     from fleet.models import Node
-    from instances.placement import capacity
 
     _user, client = renter
     h100 = catalog["h100_node"].gpu_model.product
@@ -411,8 +411,8 @@ def test_a_node_the_cluster_does_not_list_takes_no_orders(renter, catalog):
 
 
 def test_without_a_cluster_every_ready_node_is_placed_on(db, settings):
+    from compute.placement import capacity
     from fleet.models import Node
-    from instances.placement import capacity
 
     settings.KUBECONFIG = None
     Node.objects.create(name="gpu-solo-01", gpu_product="L4", gpu_count=1, gpu_memory_mb=24)

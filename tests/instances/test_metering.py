@@ -63,8 +63,8 @@ def test_ticks_charge_each_minute_exactly_once(catalog):
 def test_exhausted_balance_takes_what_is_left_and_stops_within_one_tick(catalog):
     user = make_user()
     fund(user, 500)  # ¥15 with the trial credit: under an hour of ¥22
+    from compute.models import Offering
     from instances.lifecycle import instance_order
-    from instances.models import Offering
 
     offering = Offering.objects.get(name="1× RTX 4090 24GB")  # ¥2.20 an hour: runway is fine
     instance, _ = instance_order(user=user, offering_id=offering.id, image_id="pytorch-2.1")

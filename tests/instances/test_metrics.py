@@ -6,7 +6,8 @@ from datetime import timedelta
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from fleet.models import Allocation, Gpu, GpuSample
+from compute.models import Allocation
+from fleet.models import Gpu, GpuSample
 from instances.models import Instance
 from tests.factories import make_instance, make_token, make_user
 
@@ -14,7 +15,7 @@ from tests.factories import make_instance, make_token, make_user
 def test_charts_start_when_the_gpus_became_this_instances(cluster, catalog):
     user = make_user()
     instance = make_instance(user, status="running")
-    allocation = Allocation.objects.get(instance=instance)
+    allocation = Allocation.objects.get(holding__instance=instance)
     gpu = Gpu.objects.create(
         node_id=instance.node_id, index=allocation.gpu_index, uuid="GPU-charts", product="x"
     )

@@ -6,7 +6,7 @@ from django.utils import timezone, translation
 
 from billing.models import LedgerTransaction, Wallet
 from billing.onboarding import team_create
-from fleet.models import Allocation
+from compute.models import Allocation
 from instances.lifecycle import instance_order, instance_start, instance_stop
 from instances.metering import metering_tick
 from instances.models import Instance
@@ -15,7 +15,7 @@ from instances.provisioning import converge
 from instances.selectors import availability
 from starverse.accounts.models import Budget
 from starverse.core.errors import InsufficientBalance
-from tests.factories import converge_until, fund, make_user
+from tests.factories import converge_until, fund, holding_of, make_user
 from tests.teams.test_teams import fund_team, join
 
 MONTH = 12_800_000  # the 8×H100 node: ¥128,000 a month
@@ -78,7 +78,7 @@ def test_the_node_stays_reserved_while_stopped_and_start_returns_to_it(catalog):
     instance_stop(instance_id=instance.id)
     assert converge_until(converge.stop, instance.id) == "stopped"
 
-    assert Allocation.objects.filter(instance=instance).count() == 8
+    assert Allocation.objects.filter(holding__instance=instance).count() == 8
     assert availability([catalog["h100_node"]])[catalog["h100_node"].id] == 1  # of two nodes
     instance_start(instance_id=instance.id)
     assert converge_until(converge.provision, instance.id) == "running"
@@ -118,7 +118,7 @@ def test_not_renewing_when_the_user_chose_so_frees_a_stopped_node(catalog):
     _renewed, ended = renewals_run(now=timezone.now() + timedelta(days=31))
 
     assert ended == [instance.id]
-    assert Allocation.objects.filter(instance=instance).count() == 0
+    assert Allocation.objects.filter(holding__instance=instance).count() == 0
     assert len(_monthly_rows(instance)) == 1
 
 
@@ -142,20 +142,24 @@ def test_a_queued_monthly_rental_that_cannot_pay_its_month_is_passed_over_then_f
 
     assert queue_drain(product="NVIDIA H100 80GB HBM3", now=now) == []
     waiting.refresh_from_db()
-    assert (waiting.status, waiting.unfunded_since) == ("queued", now)
+    assert (waiting.status, holding_of(waiting).unfunded_since) == ("queued", now)
     assert "one month of this order" in [event.text for event in waiting.events.all()][-1]
 
     later = now + timedelta(minutes=settings.QUEUE_UNFUNDED_GRACE_MINUTES)
     assert queue_drain(product="NVIDIA H100 80GB HBM3", now=later) == []
 
     waiting.refresh_from_db()
-    assert (waiting.status, waiting.queued_at, waiting.node_id) == ("failed", None, None)
+    assert (waiting.status, holding_of(waiting).queued_at, waiting.node_id) == (
+        "failed",
+        None,
+        None,
+    )
     assert waiting.error_message == (
         "Your cash balance of ¥0.00 did not cover ¥128,000.00, one month of this order "
         "(¥128,000.00) plus one hour of your running instances (¥0.00), while this order "
         "waited; nothing was charged. Top up and order again."
     )
-    assert Allocation.objects.filter(instance=waiting).count() == 0
+    assert Allocation.objects.filter(holding__instance=waiting).count() == 0
     assert _monthly_rows(waiting) == []
     assert queue_drain(product="NVIDIA H100 80GB HBM3", now=later) == []  # not stuck on it
 
@@ -195,7 +199,7 @@ def test_a_renewal_its_orderers_budget_does_not_fit_ends_the_rental_and_tells_th
     instance.refresh_from_db()
     assert (instance.status, instance.billing, instance.monthly_period) == ("stopped", "hourly", 1)
     assert instance.paid_until == paid_until
-    assert Allocation.objects.filter(instance=instance).count() == 0
+    assert Allocation.objects.filter(holding__instance=instance).count() == 0
     assert _monthly_rows(instance) == [(f"monthly:{instance.id}:1", -MONTH)]
     why = (
         "Monthly rental not renewed: the monthly budget of whoever rented it in team NLP lab is "

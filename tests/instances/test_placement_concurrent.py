@@ -11,13 +11,15 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
+from compute import placement
+from compute.choices import OfferingKind
+from compute.models import Holding, Offering
+from compute.queue import waits_ahead
 from fleet.models import Gpu, Node, NodeImage, Region
-from instances import placement
-from instances.choices import OfferingKind
-from instances.models import Instance, Offering
+from instances.models import Instance
 from starverse.core.db import atomic_retrying
 from tests.conftest import run_threads
-from tests.factories import make_user
+from tests.factories import holding_save, make_user
 
 IMAGE = "starverse/pytorch:2.1"
 
@@ -101,7 +103,7 @@ def _hold(user: Any, offering: Offering, found: Any, status: str) -> None:
         image_id="pytorch-2.1",
         status=status,
     )
-    placement.allocate(instance, *found)
+    holding_save(instance, placement=found)
 
 
 def _answers(offering: Offering, region: str) -> tuple[Any, Any]:
@@ -262,7 +264,7 @@ def test_a_new_order_queues_behind_a_waiting_one_on_either_way_of_asking(db):
     def asked(region: str) -> tuple[bool, bool]:
         with transaction.atomic():
             by_query = not placement.candidates(offering, region, limit=1, behind_queue=True)
-        return placement.queue_ahead(product, region), by_query
+        return waits_ahead(product, region), by_query
 
     assert asked("") == (False, False)
     waiting = Instance.objects.create(
@@ -273,8 +275,9 @@ def test_a_new_order_queues_behind_a_waiting_one_on_either_way_of_asking(db):
         status="queued",
         region_id="cn-north",
     )
+    holding_save(waiting)
     assert asked("") == (True, True)  # any region waits behind it
     assert asked("cn-north") == (True, True)
     assert asked("default") == (False, False)  # another region's order does not hold it up
-    Instance.objects.filter(pk=waiting.pk).update(unfunded_since="2026-12-01T00:00Z")
+    Holding.objects.filter(pk=waiting.pk).update(unfunded_since="2026-12-01T00:00Z")
     assert asked("") == (False, False)  # passed over: it cannot pay

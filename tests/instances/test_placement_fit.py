@@ -5,10 +5,11 @@ kubelet (OutOfcpu) and every offering of the seeded catalog fits the seeded flee
 
 import pytest
 
+from compute.models import Offering
 from fleet.models import Node
 from instances.admin import OfferingForm
 from instances.management.commands.seed_catalog import GPU_MODELS, PRICING
-from instances.models import Instance, Offering
+from instances.models import Instance
 from instances.provisioning import converge
 from tests.factories import converge_until, fund, make_user
 

@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import starverse.settings.base
-from instances.models import Offering
+from compute.models import Offering
 from instances.provisioning import manifests
 from starverse.core import kube
 from tests.factories import make_instance, make_user

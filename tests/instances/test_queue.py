@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from billing.models import LedgerTransaction, Wallet
 from billing.payments import bank_transfer_post
-from fleet.models import Allocation
+from compute.models import Allocation, Offering
 from instances.lifecycle import (
     instance_order,
     instance_start,
@@ -19,13 +19,14 @@ from instances.lifecycle import (
     queue_drain,
     queue_review,
 )
-from instances.models import Instance, Offering
+from instances.models import Instance
 from instances.provisioning import converge
 from starverse.core.adminurls import admin_change_url
 from starverse.core.errors import Conflict, TooManyRequests
 from tests.factories import (
     converge_until,
     fund,
+    holding_of,
     make_instance,
     make_operator,
     make_user,
@@ -111,8 +112,8 @@ def test_a_trial_account_with_many_queued_orders_does_not_take_freed_gpus_from_a
     assert crowded["placed"] == [orders[0].id, orders[1].id, paying.id]
     for waiting in orders[2:]:
         waiting.refresh_from_db()
-        assert (waiting.status, waiting.unfunded_since) == ("queued", now)
-        assert Allocation.objects.filter(instance=waiting).count() == 0
+        assert (waiting.status, holding_of(waiting).unfunded_since) == ("queued", now)
+        assert Allocation.objects.filter(holding__instance=waiting).count() == 0
     assert orders[2].events.last().text == (
         "Your trial credit of ¥10.00 does not cover ¥13.20 at the trial prices: one hour of "
         "this order (¥4.40) plus one hour of your running instances that have a trial price "
@@ -120,7 +121,7 @@ def test_a_trial_account_with_many_queued_orders_does_not_take_freed_gpus_from_a
         "Orders that can pay are served first. Top up before "
         f"{until} to keep this order; after that it fails, at no cost."
     )
-    assert Allocation.objects.filter(instance=paying).count() == 4
+    assert Allocation.objects.filter(holding__instance=paying).count() == 4
 
 
 def test_an_unfunded_order_fails_after_its_grace_and_costs_nothing(crowded, settings):
@@ -134,7 +135,7 @@ def test_an_unfunded_order_fails_after_its_grace_and_costs_nothing(crowded, sett
 
     for failed in orders[2:]:
         failed.refresh_from_db()
-        assert (failed.status, failed.queued_at, failed.cost_fen) == ("failed", None, 0)
+        assert (failed.status, holding_of(failed).queued_at, failed.cost_fen) == ("failed", None, 0)
         assert failed.error_message == (
             "Neither your trial credit of ¥10.00 covered ¥13.20 at the trial prices (one hour "
             "of this order, ¥4.40, plus one hour of your running instances that have a trial "
@@ -163,10 +164,16 @@ def test_a_top_up_within_the_grace_gets_the_order_placed(
 
     # ¥20 of cash now: two more 2-GPU orders are covered (¥17.60 an hour in all), and fit
     rows = [Instance.objects.get(pk=o.id) for o in orders]
-    assert [Allocation.objects.filter(instance=row).count() for row in rows] == [2, 2, 2, 2, 0]
-    assert [row.unfunded_since for row in rows[2:4]] == [None, None]
+    assert [Allocation.objects.filter(holding__instance=row).count() for row in rows] == [
+        2,
+        2,
+        2,
+        2,
+        0,
+    ]
+    assert [holding_of(row).unfunded_since for row in rows[2:4]] == [None, None]
     assert rows[4].status == "queued"
-    assert rows[4].unfunded_since is not None  # ¥22.00 needed: still passed over
+    assert holding_of(rows[4]).unfunded_since is not None  # ¥22.00 needed: still passed over
     assert "The balance covers this order again; it waits for GPUs in line." in [
         event.text for event in rows[2].events.all()
     ]
@@ -180,7 +187,7 @@ def test_an_unfunded_order_does_not_hold_up_a_new_paying_order(crowded):
     instance = _order(newcomer, "2× RTX 4090 24GB")
 
     assert instance.status == "provisioning"
-    assert Allocation.objects.filter(instance=instance).count() == 2
+    assert Allocation.objects.filter(holding__instance=instance).count() == 2
 
 
 def test_the_runway_counts_what_running_instances_burn(catalog, client_for):
@@ -276,7 +283,7 @@ def test_an_operator_raises_an_accounts_limit_in_the_admin(full_rtx, client_for,
     assert 'name="limits-0-max_queued_orders"' in tenant_page.content.decode()
 
     saved = client.post(
-        "/admin/instances/tenantlimits/add/",
+        "/admin/compute/tenantlimits/add/",
         {
             "tenant": user.tenant_id,
             "max_queued_orders": "6",
@@ -291,7 +298,7 @@ def test_an_operator_raises_an_accounts_limit_in_the_admin(full_rtx, client_for,
     refused = _post(api, "1× RTX 4090 24GB")
     assert (refused.status_code, refused.json()["code"]) == (429, "queue_limit")
     assert "at most 6 orders" in refused.json()["detail"]
-    listing = client.get("/admin/instances/tenantlimits/").content.decode()
+    listing = client.get("/admin/compute/tenantlimits/").content.decode()
     assert "16 (default)" in listing
 
 
@@ -309,7 +316,7 @@ def test_limits_are_checked_when_an_instance_starts(catalog, cluster, settings):
     assert refused.value.code == "gpu_limit"
     assert "you have 16 and this needs 1 more" in refused.value.message
     stopped.refresh_from_db()
-    assert (stopped.status, stopped.queued_at) == ("stopped", None)
+    assert (stopped.status, holding_of(stopped).queued_at) == ("stopped", None)
 
 
 def test_the_rent_form_shows_the_limit_and_how_to_lift_it(catalog, client, settings):

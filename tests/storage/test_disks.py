@@ -331,9 +331,9 @@ def test_the_shared_nas_is_mounted_everywhere_and_its_usage_is_measured(renter, 
 def test_concurrent_orders_for_one_disk_attach_it_once(transactional_db, cluster):
     from django.core.management import call_command
 
+    from compute.models import Offering
     from fleet.services import nodes_sync_from_cluster
     from instances.lifecycle import instance_order
-    from instances.models import Offering
     from starverse.core.errors import Conflict
     from storage.disks import disk_create
     from tests.conftest import run_threads

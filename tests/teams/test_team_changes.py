@@ -289,8 +289,8 @@ RTX = "NVIDIA GeForce RTX 4090"
 
 
 def _rtx(user, name="2× RTX 4090 24GB"):
+    from compute.models import Offering
     from instances.lifecycle import instance_order
-    from instances.models import Offering
 
     offering = Offering.objects.get(name=name)
     return instance_order(user=user, offering_id=offering.id, image_id="pytorch-2.1")[0]

@@ -11,14 +11,20 @@ from django.utils import timezone
 from billing.choices import TransactionKind
 from billing.models import Wallet
 from billing.services import ledger_post
+from compute.models import Offering
 from endpoints.models import Endpoint, EndpointKey, EndpointReplica
 from endpoints.scheduler import endpoints_sync
 from endpoints.services import endpoint_change, endpoints_over_budget_suspend, key_create
 from instances.budgets import BudgetExceeded, budgets_of, spent_fen
-from instances.models import Offering
 from starverse.accounts.models import AuditEvent, Budget
 from tests.endpoints.test_billing import _serving
-from tests.factories import _seed_catalog, make_endpoint, make_public_model, make_user
+from tests.factories import (
+    _seed_catalog,
+    holding_save,
+    make_endpoint,
+    make_public_model,
+    make_user,
+)
 from tests.teams import test_team_changes
 from tests.teams.test_team_changes import acting, actions, console
 from tests.teams.test_teams import bearer, join
@@ -314,9 +320,13 @@ def test_what_a_members_endpoints_serve_counts_toward_their_next_order(lab, cata
     team, _owner, _admin, ana, bo = lab
     anas = make_endpoint(acting(ana, team, "member"))
     bos = make_endpoint(acting(bo, team, "member"), name="bos")
-    EndpointReplica.objects.create(endpoint=anas, pod_name="anas-0")
-    EndpointReplica.objects.create(endpoint=bos, pod_name="bos-0")
-    EndpointReplica.objects.create(endpoint=bos, pod_name="bos-old", gone_at=timezone.now())
+    for endpoint, pod, gone in (
+        (anas, "anas-0", None),
+        (bos, "bos-0", None),
+        (bos, "bos-old", timezone.now()),
+    ):
+        replica = EndpointReplica.objects.create(endpoint=endpoint, pod_name=pod, gone_at=gone)
+        holding_save(replica, waiting=False)
     Budget.objects.create(tenant=team, user=ana, monthly_fen=4000)  # ¥40
     h100 = catalog["h100x1"]  # ¥22 an hour: ¥22 + ¥22 > ¥40
 

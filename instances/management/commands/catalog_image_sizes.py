@@ -4,7 +4,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from instances.models import Image
+from compute.models import Image
 from instances.provisioning.prepull import PAUSE_IMAGE_BYTES
 
 

@@ -2,8 +2,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from compute.models import Image, Offering
 from fleet.models import GpuModel, NodeProfile
-from instances.models import Image, Offering
 from storage.models import StoragePrice
 
 GPU_MODELS = [

@@ -1,19 +1,22 @@
-"""Placement in the database: which GPUs of which node an instance gets. It runs inside the
-caller's transaction under its GPU model's placement lock (exclusive, or shared among new
-orders, which then claim a node each: see choose()), and the unique (node, gpu_index)
-allocation rows make double-booking impossible even if two placements ever raced."""
+"""Placement in the database: which GPUs of which node a holding gets (an instance, every rank
+of a cluster at once, an endpoint's replica). It runs inside the caller's transaction under
+its GPU model's placement lock (exclusive, or shared among new orders, which then claim a node
+each: see choose()), and the unique (node, gpu_index) allocation rows make double-booking
+impossible even if two placements ever raced. What a node has left is its allocatable less
+what the holdings placed on it ask for (compute.models.Holding, by their offerings)."""
 
 import functools
 from collections import defaultdict
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
 
+from compute import queue
+from compute.choices import HoldingKind, OfferingKind
+from compute.models import Allocation, Offering
 from fleet.choices import NodeState
-from fleet.models import Allocation, Gpu, GpuModel, Node, NodeImage
-from instances.choices import InstanceStatus, OfferingKind
-from instances.models import Instance, Offering
+from fleet.models import Gpu, Node, NodeImage
 from starverse.core import kube
 from starverse.core.db import execute_prepared
 
@@ -120,11 +123,11 @@ def choose(
     memory, ephemeral storage and pod slot the instance's pod asks for, so the kubelet admits
     what the database placed. Whole-node offerings go only to fully free nodes; GPU offerings
     best-fit (the fullest node that still fits), so whole nodes stay free for whole-node
-    rentals. Must run inside transaction.atomic(), and allocate() must follow in the same
-    transaction. Only nodes of `region` when one is given ("" = any region, so the best fit
-    anywhere). Among nodes that fit equally well (as many GPUs left free), one that holds
-    `image` (the container image reference, by the last node sync) is taken first: its pod
-    starts without pulling.
+    rentals. Must run inside transaction.atomic(), and the holding's placement must follow in
+    the same transaction (compute.holdings.holding_place). Only nodes of `region` when one is
+    given ("" = any region, so the best fit anywhere). Among nodes that fit equally well (as
+    many GPUs left free), one that holds `image` (the container image reference, by the last
+    node sync) is taken first: its pod starts without pulling.
 
     Locks. By default the GPU model's placement lock is taken exclusively, which serialises every
     placement of that model (the queue's drain, starts, clusters, endpoint replicas) while
@@ -136,7 +139,7 @@ def choose(
     skips a node another is placing on rather than queueing behind it (so under a burst the
     second-fullest node may be taken before the fullest; packing stays best-fit otherwise).
     A new order also takes nothing while an earlier order waits for the same GPUs (first come,
-    first served: queue_ahead), read under the lock in the same statement."""
+    first served: compute.queue), read under the lock in the same statement."""
     if not concurrent:
         _model_lock(offering)
         found = candidates(offering, region, image=image, limit=1)
@@ -171,30 +174,6 @@ def choose(
         if fresh:
             return fresh[0].placement(offering)
     return None
-
-
-# Orders waiting for GPUs of a product that a new order must queue behind: those whose balance
-# did not cover them when their turn came are passed over; an order kept to a region waits
-# only behind those that could take the same nodes (that region's, or any region's).
-QUEUE_AHEAD = """
-SELECT 1 FROM {instance} q
-  JOIN {offering} qo ON qo.id = q.offering_id
-  JOIN {gpu_model} qm ON qm.id = qo.gpu_model_id
- WHERE q.status = %(queued)s AND qm.product = %(product)s AND q.unfunded_since IS NULL
-   AND (%(region)s = '' OR q.region_id = %(region)s OR q.region_id IS NULL)
- LIMIT 1
-"""
-
-
-def queue_ahead(product: str, region: str = "") -> bool:
-    """Whether an order waits that a new order for `product` (kept to `region`, "" = any) must
-    queue behind. candidates(behind_queue=True) asks the same inside its own statement."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            QUEUE_AHEAD.format(**_tables()),
-            {"queued": InstanceStatus.QUEUED, "product": product, "region": region},
-        )
-        return cursor.fetchone() is not None
 
 
 # How many best-fitting nodes one read returns for a concurrent order to try claiming: about
@@ -273,8 +252,8 @@ class Candidate(NamedTuple):
 
 
 # One round trip, set-based: per node of the product (ready, in the cluster, in the region),
-# the GPU indices taken (allocated or lost) and what the pods holding its GPUs ask for (an
-# instance's offering, or an endpoint replica's: no local disk), then only the nodes the
+# the GPU indices taken (allocated or lost) and what the pods holding its GPUs ask for (their
+# holdings' offerings; an endpoint replica takes no local disk), then only the nodes the
 # instance fits on, best fit first (fewest GPUs left free, then a node holding the image, then
 # by id). Each node's figures are lookups into its own rows (LATERAL), index lookups once the
 # tables' statistics know them as more than a page or two (statistics taken while the
@@ -293,15 +272,12 @@ SELECT n.id, n.name, n.gpu_count, n.region_id, n.gpu_count - t.count AS free, t.
  CROSS JOIN LATERAL (
    SELECT COALESCE(SUM(o.cpu_cores), 0) * 1000 AS cpu_m,
           COALESCE(SUM(o.memory_gb), 0) * 1024 AS memory_mib,
-          COALESCE(SUM(CASE WHEN h.instance_id IS NULL THEN 0 ELSE o.local_disk_gb END), 0)
+          COALESCE(SUM(CASE WHEN h.kind = %(replica)s THEN 0 ELSE o.local_disk_gb END), 0)
             * 1024 AS ephemeral_mib,
-          COUNT(h.node_id) AS pods
-     FROM (SELECT DISTINCT node_id, instance_id, replica_id FROM {allocation}
-            WHERE node_id = n.id) h
-     LEFT JOIN {instance} i ON i.id = h.instance_id
-     LEFT JOIN {replica} r ON r.id = h.replica_id
-     LEFT JOIN {endpoint} e ON e.id = r.endpoint_id
-     JOIN {offering} o ON o.id = COALESCE(i.offering_id, e.offering_id)
+          COUNT(h.id) AS pods
+     FROM (SELECT DISTINCT holding_id FROM {allocation} WHERE node_id = n.id) held
+     JOIN {holding} h ON h.id = held.holding_id
+     JOIN {offering} o ON o.id = h.offering_id
  ) u
  WHERE n.state = %(state)s AND n.gpu_product = %(product)s AND (n.in_cluster OR %(any_node)s)
    AND (%(region)s = '' OR n.region_id = %(region)s)
@@ -336,7 +312,7 @@ def candidates(
 ) -> list[Candidate]:
     """The nodes an instance of `offering` fits on now, best fit first (see choose()), at most
     `limit`; only the node `only` when given, never those in `skip`; with `behind_queue`, none
-    while an earlier order waits for these GPUs (QUEUE_AHEAD). The caller holds the GPU
+    while an earlier order waits for these GPUs (compute.queue). The caller holds the GPU
     model's lock (and, placing concurrently, its claim on `only`)."""
     want = needs(offering)
     with connection.cursor() as cursor:
@@ -359,7 +335,8 @@ def candidates(
                 "image": kube.image_name(image) if image else "",
                 "limit": limit,
                 "behind_queue": behind_queue,
-                "queued": InstanceStatus.QUEUED,
+                "replica": HoldingKind.REPLICA.value,
+                "before": None,
             },
         )
         return [Candidate(*row) for row in cursor.fetchall()]
@@ -368,27 +345,17 @@ def candidates(
 @functools.cache
 def _candidates_sql() -> str:
     """_CANDIDATES_SQL with its tables, written once a process (every order reads it twice)."""
-    tables = _tables()
-    return _CANDIDATES_SQL.format(**tables, queue_ahead=QUEUE_AHEAD.format(**tables))
+    return _CANDIDATES_SQL.format(**_tables(), queue_ahead=queue.ahead_exists_sql())
 
 
 @functools.cache
 def _tables() -> dict[str, str]:
-    # An inference endpoint's replicas hold GPUs too (their pods' CPU and memory count as
-    # well; no local disk). The tables are reached through the allocation's foreign key, not
-    # an import: endpoints sits above instances.
-    replica: Any = Allocation._meta.get_field("replica").related_model
-    endpoint: Any = replica._meta.get_field("endpoint").related_model
     return {
+        **queue.tables(),
         "node_image": NodeImage._meta.db_table,
         "node": Node._meta.db_table,
         "allocation": Allocation._meta.db_table,
         "gpu": Gpu._meta.db_table,
-        "instance": Instance._meta.db_table,
-        "offering": Offering._meta.db_table,
-        "gpu_model": GpuModel._meta.db_table,
-        "replica": replica._meta.db_table,
-        "endpoint": endpoint._meta.db_table,
     }
 
 
@@ -428,6 +395,7 @@ def choose_nodes(
     *,
     prefer: frozenset[str] = frozenset(),
     avoid: frozenset[str] = frozenset(),
+    behind_queue: bool = False,
 ) -> Gang | None:
     """Whole free nodes for every rank of a cluster of a whole-node offering, or None (all or
     none: a cluster never holds part of its nodes). Packed under as few leaf switches as
@@ -435,11 +403,14 @@ def choose_nodes(
     rank moves) if they have room, and never on the `avoid` nodes (ids: those a moving rank
     leaves); an offering with `cluster_one_switch` refuses to span switches. Runs in
     the caller's transaction under the same GPU-model lock and the same fit rules as choose(),
-    and allocate() follows in that transaction for every rank. All ranks go to one region
-    (their pods must reach each other): `region`'s, or with "" the first region, by name,
-    where they fit."""
+    and each rank's holding is placed in that transaction (compute.holdings.holding_place).
+    All ranks go to one region (their pods must reach each other): `region`'s, or with "" the
+    first region, by name, where they fit. With `behind_queue` (a new cluster), none while an
+    earlier order waits for these GPUs, read under the lock as choose() reads it."""
     _model_lock(offering)
     product = offering.gpu_model.product
+    if behind_queue and queue.waits_ahead(product, region):
+        return None
     nodes, taken, rooms, regions = capacity(product, region)
     want = needs(offering)
     fit = {
@@ -496,19 +467,12 @@ UNION ALL
 SELECT 'taken', g.node_id, NULL, g."index", NULL, NULL, NULL, NULL, NULL, NULL FROM {gpu} g
   JOIN {node} n ON n.id = g.node_id WHERE n.gpu_product = %s AND g.lost_at IS NOT NULL
 UNION ALL
-SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb, o.local_disk_gb, NULL, NULL,
-       NULL
-  FROM (SELECT DISTINCT a.node_id, a.instance_id FROM {allocation} a
+SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb,
+       CASE WHEN h.kind = %s THEN 0 ELSE o.local_disk_gb END, NULL, NULL, NULL
+  FROM (SELECT DISTINCT a.node_id, a.holding_id FROM {allocation} a
           JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s) held
-  JOIN {instance} i ON i.id = held.instance_id
-  JOIN {offering} o ON o.id = i.offering_id
-UNION ALL
-SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb, 0, NULL, NULL, NULL
-  FROM (SELECT DISTINCT a.node_id, a.replica_id FROM {allocation} a
-          JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s) held
-  JOIN {replica} r ON r.id = held.replica_id
-  JOIN {endpoint} e ON e.id = r.endpoint_id
-  JOIN {offering} o ON o.id = e.offering_id
+  JOIN {holding} h ON h.id = held.holding_id
+  JOIN {offering} o ON o.id = h.offering_id
 """
 
 
@@ -517,7 +481,7 @@ def capacity(
 ) -> tuple[list[tuple[str, str, int]], dict[str, set[int]], dict[str, Room], dict[str, str]]:
     """Ready nodes of a product (of one region, or of all with ""), in id order, the GPU
     indices taken (allocated or lost) on each, the room each has left by its allocatable less
-    the pods of the instances holding its GPUs, and each node's region: one round trip. When a
+    the pods of the holdings placed on it, and each node's region: one round trip. When a
     cluster is configured, only nodes it lists: a node that registered itself but that the
     cluster does not run cannot host a pod."""
     nodes, taken, rooms, regions, _warm = capacity_of(product, region)
@@ -551,7 +515,7 @@ def capacity_of(
                 region,
                 product,
                 product,
-                product,
+                HoldingKind.REPLICA.value,
                 product,
             ],
         )
@@ -580,16 +544,3 @@ def _less(room: Room, spent: list[int]) -> Room:
     """What is left of a node's allocatable room once `spent` is placed (unknown stays
     unknown)."""
     return Room(*(None if have is None else have - s for have, s in zip(room, spent, strict=True)))
-
-
-def allocations(instance: Instance, node: Node, indices: list[int]) -> list[Allocation]:
-    """The allocation rows (unsaved) that give `instance` these GPUs of `node`."""
-    return [Allocation(node=node, gpu_index=i, instance=instance) for i in indices]
-
-
-def allocate(instance: Instance, node: Node, indices: list[int]) -> None:
-    Allocation.objects.bulk_create(allocations(instance, node, indices))
-
-
-def release(instance: Instance) -> None:
-    Allocation.objects.filter(instance=instance).delete()

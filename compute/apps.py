@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ComputeConfig(AppConfig):
+    name = "compute"
+    verbose_name = "Compute"

@@ -1,0 +1,29 @@
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class OfferingKind(models.TextChoices):
+    BARE_METAL = "bare_metal", _("Bare metal (whole node)")
+    CLOUD = "cloud", _("Cloud GPU")
+
+
+class BillingMode(models.TextChoices):
+    HOURLY = "hourly", _("Pay as you go (per minute)")
+    MONTHLY = "monthly", _("Monthly")
+
+
+class HoldingKind(models.TextChoices):
+    """What holds the GPUs (compute.models.Holding): each kind is one product's row."""
+
+    INSTANCE = "instance", _("Instance")
+    RANK = "rank", _("Cluster rank")
+    REPLICA = "replica", _("Endpoint replica")
+
+
+class HoldingState(models.TextChoices):
+    """Where a holding stands with GPUs: waiting in line for them, holding them (its
+    allocations), or holding none and waiting for none."""
+
+    QUEUED = "queued", _("Waiting for GPUs")
+    PLACED = "placed", _("Holding GPUs")
+    RELEASED = "released", _("Holding none")

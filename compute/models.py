@@ -1,0 +1,236 @@
+"""The compute core's rows: the catalog every product orders from (offerings and images), an
+operator's limits for a tenant, the GPU holdings of every product (an instance, a cluster's
+rank, an endpoint's replica) and which GPU of which node each holds (allocations). The tables
+that came from the instances and fleet apps keep their names (`instances_*`), so moving the
+code moved no data."""
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from compute.choices import BillingMode, HoldingKind, HoldingState, OfferingKind
+from fleet.models import GpuModel, Node
+from starverse.core.ids import PublicIdField
+from starverse.core.text import localized
+
+
+class Offering(models.Model):
+    """What a user can rent: a whole node (bare metal, 1:1) or 1–8 GPUs of one node, with CPU,
+    RAM and local NVMe in proportion, at an hourly (and for whole nodes a monthly) price."""
+
+    id = PublicIdField(prefix="off")
+    name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
+    name_zh_hans = models.CharField(
+        "name (简体中文)",
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="Blank: the English name.",
+    )
+    slug = models.SlugField(
+        max_length=64,
+        unique=True,
+        null=True,
+        blank=True,
+        help_text="A stable key for links and the cost calculator's presets, e.g. "
+        "h100-80g-bare-metal.",
+    )
+    kind = models.CharField(max_length=16, choices=OfferingKind.choices)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="offerings")
+    gpu_count = models.PositiveSmallIntegerField()
+    cpu_cores = models.PositiveIntegerField()
+    memory_gb = models.PositiveIntegerField()
+    local_disk_gb = models.PositiveIntegerField()
+    price_per_hour_fen = models.BigIntegerField()
+    price_per_month_fen = models.BigIntegerField(null=True, blank=True)
+    trial_price_per_hour_fen = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="What trial credit pays per hour of this offering (billed by the minute, at "
+        "most the hourly price); blank: trial credit is not spent on it.",
+    )
+    active = models.BooleanField(default=True)
+    sort = models.PositiveSmallIntegerField(default=0)
+    # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
+    # blank = the cluster's default runtime.
+    runtime_class = models.CharField(max_length=63, blank=True, default="")
+    cluster_one_switch = models.BooleanField(
+        default=False,
+        help_text="Clusters of this (whole-node) offering are placed under one leaf switch only; "
+        "an order that does not fit under one waits instead of spanning switches.",
+    )
+    preflight_floor_gbps = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Clusters of this (whole-node) offering are ready, and billed, only when the "
+        "pre-flight all-reduce reaches this bus bandwidth, in GB/s as nccl-tests prints busbw "
+        "(every node pair too); blank: any result passes.",
+    )
+
+    class Meta:
+        db_table = "instances_offering"
+        ordering = ["sort", "gpu_model", "gpu_count"]
+        constraints = [
+            models.CheckConstraint(condition=Q(price_per_hour_fen__gt=0), name="offering_price"),
+            models.CheckConstraint(
+                condition=Q(trial_price_per_hour_fen__isnull=True)
+                | Q(
+                    trial_price_per_hour_fen__gte=1,
+                    trial_price_per_hour_fen__lte=models.F("price_per_hour_fen"),
+                ),
+                name="offering_trial_price",
+                violation_error_message="The trial price must be at least 1 fen and at most the "
+                "hourly price.",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_count__gte=1, gpu_count__lte=16), name="offering_gpu_count"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return localized(self, "name")
+
+
+class Image(models.Model):
+    """A container image users can start an instance from."""
+
+    id = models.SlugField(primary_key=True, max_length=64)
+    name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
+    name_zh_hans = models.CharField(
+        "name (简体中文)",
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="Blank: the English name.",
+    )
+    description = models.TextField()
+    description_zh_hans = models.TextField(
+        "description (简体中文)", blank=True, default="", help_text="Blank: the English text."
+    )
+    container_image = models.CharField(max_length=300)
+    size_bytes = models.BigIntegerField(
+        default=0,
+        help_text=_("Compressed size the nodes pull (the registry's), for the expected pull time."),
+    )
+    prepull = models.BooleanField(
+        default=False,
+        help_text=_(
+            "Keep it on every node of the catalogue's GPU models (a pre-pull DaemonSet), so "
+            "instances of it start in seconds."
+        ),
+    )
+    active = models.BooleanField(default=True)
+    sort = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        db_table = "instances_image"
+        ordering = ["sort", "name"]
+
+    def __str__(self) -> str:
+        return localized(self, "name")
+
+
+class TenantLimits(models.Model):
+    """An operator's limits for one tenant, above or below the defaults in the settings; an
+    empty field is the default. Checked when an order is placed or queued and when an
+    instance starts, under the tenant's wallet lock."""
+
+    tenant = models.OneToOneField(
+        "accounts.Tenant", on_delete=models.CASCADE, related_name="limits"
+    )
+    max_queued_orders = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Orders waiting in the queue. Empty: MAX_QUEUED_ORDERS."
+    )
+    max_running_gpus = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPUs held (starting, running, stopping) plus queued. Empty: MAX_RUNNING_GPUS.",
+    )
+    trial_max_premium_gpus = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="While the account has never paid in (trial credit only): GPUs of the premium "
+        "models held plus queued. Empty: TRIAL_MAX_PREMIUM_GPUS.",
+    )
+    note = models.TextField(blank=True, help_text="Why these limits (who asked, when).")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "instances_tenantlimits"
+        verbose_name = "tenant limits"
+        verbose_name_plural = "tenant limits"
+
+    def __str__(self) -> str:
+        return f"limits of {self.tenant_id}"
+
+
+class Holding(models.Model):
+    """GPUs of one node that something holds, or waits in line for: an instance, a rank of a
+    cluster, a replica of an inference endpoint. Placement, the queue and (later) the meter
+    read these rows, never the products' own; the product's row has the same id (`ins_…`,
+    `epr_…`), which a foreign key from the product's table enforces (compute migration 0002).
+
+    `state` moves with the product's life: queued while it waits (in `queued_at` order,
+    behind every earlier order for the same GPUs that can pay: compute.queue), placed while its
+    allocations exist, released when it holds none and waits for none. `gang`: the cluster
+    whose ranks are placed together, all or none. `region`: where it must run (null: any
+    region, until placed)."""
+
+    id = models.CharField(primary_key=True, max_length=32)
+    kind = models.CharField(max_length=16, choices=HoldingKind.choices)
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
+    created_by = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    offering = models.ForeignKey(Offering, on_delete=models.PROTECT, related_name="+")
+    billing = models.CharField(
+        max_length=16, choices=BillingMode.choices, default=BillingMode.HOURLY
+    )
+    state = models.CharField(
+        max_length=16, choices=HoldingState.choices, default=HoldingState.QUEUED
+    )
+    region = models.ForeignKey(
+        "fleet.Region", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    gang = models.CharField(max_length=32, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    unfunded_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Queued: when its turn came and the balance did not cover its runway. The "
+        "queue passes it over; it fails after QUEUE_UNFUNDED_GRACE_MINUTES unless topped up.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # the queue: what waits, oldest first (a small part of the table)
+            models.Index(
+                fields=["queued_at", "id"],
+                condition=Q(state=HoldingState.QUEUED),
+                name="holding_queue",
+            ),
+            models.Index(fields=["gang"], condition=~Q(gang=""), name="holding_gang"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.state}"
+
+
+class Allocation(models.Model):
+    """One GPU of a node held by a holding (compute.models.Holding: an instance, a cluster's
+    rank, an endpoint's replica). The unique (node, gpu_index) pair is what makes
+    double-booking impossible, whatever the placement code does."""
+
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    gpu_index = models.PositiveSmallIntegerField()
+    holding = models.ForeignKey(Holding, on_delete=models.CASCADE, related_name="allocations")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "instances_allocation"
+        constraints = [
+            models.UniqueConstraint(fields=["node", "gpu_index"], name="allocation_gpu"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}#{self.gpu_index} → {self.holding_id}"
