@@ -6,16 +6,16 @@ Usage is every `usage` posting (per-minute GPU charges of instances and of endpo
 monthly rentals, storage days) less the operators' reversals of them. One aggregate query per
 report groups the postings by (bucket, resource); the instances, endpoints and volumes named are
 then looked up once, for their labels, GPU counts and who ordered them. They belong to apps
-above billing: they are reached by name (apps.get_model), as a lazy foreign key reaches them,
-never imported."""
+above billing, which name their own: each registers a namer (resource_namer_register, from its
+AppConfig.ready), so billing imports none of them."""
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from django.apps import apps
 from django.conf import settings
 from django.db.models import Case, CharField, F, IntegerField, Max, Q, Sum, Value, When
 from django.db.models.functions import StrIndex, Substr, TruncDate
@@ -132,25 +132,28 @@ class Resource:
     member_label: str = ""
 
 
+ResourceNamer = Callable[[set[str]], dict[str, Resource]]
+_NAMERS: dict[str, ResourceNamer] = {}
+
+
+def resource_namer_register(kind: str, namer: ResourceNamer) -> None:
+    """An app above billing names the resources its charges are for (`namer` is given the ids
+    among a report's and returns those that are its own): instances, endpoints, disks. Called
+    from the app's AppConfig.ready; registering a kind again replaces its namer."""
+    _NAMERS[kind] = namer
+
+
 def resources_named(ids: set[str]) -> dict[str, Resource]:
     """The instances, endpoints and volumes among `ids`: their labels, GPU counts (of one
-    replica, for an endpoint: its minutes are replica-minutes) and members.
+    replica, for an endpoint: its minutes are replica-minutes) and members, as the apps that
+    own them name them.
 
     The member of an instance or an endpoint is the user who ordered it (`created_by`);
     volumes and account-wide charges belong to the account. Grouping by member reads only
     this."""
-    Instance = apps.get_model("instances", "Instance")
-    Endpoint = apps.get_model("endpoints", "Endpoint")
-    Disk = apps.get_model("storage", "Disk")
     found: dict[str, Resource] = {}
-    columns = ("id", "name", "offering__gpu_count", "created_by_id", "created_by__email")
-    for pk, name, gpus, user_id, email in Instance.objects.filter(pk__in=ids).values_list(*columns):
-        found[pk] = Resource(f"{name} ({pk})", gpus, str(user_id), email)
-    for pk, name, gpus, user_id, email in Endpoint.objects.filter(pk__in=ids).values_list(*columns):
-        label = _("Inference endpoint %(name)s (%(id)s)") % {"name": name, "id": pk}
-        found[pk] = Resource(label, gpus, str(user_id), email)
-    for pk, name in Disk.objects.filter(pk__in=ids).values_list("id", "name"):
-        found[pk] = Resource(_("Cloud disk %(name)s (%(id)s)") % {"name": name, "id": pk})
+    for kind in sorted(_NAMERS):
+        found.update(_NAMERS[kind](ids - found.keys()))
     return found
 
 

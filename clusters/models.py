@@ -7,7 +7,13 @@ from django.utils.translation import gettext_lazy as _
 from clusters.choices import Template
 from compute.choices import BillingMode
 from compute.models import Image, Offering
+from starverse.core.hostkeys import host_key_generate
 from starverse.core.ids import PublicIdField
+
+
+def ssh_key_new() -> str:
+    """A new cluster's key pair (OpenSSH private key), made with its row."""
+    return host_key_generate().private_openssh
 
 
 class Cluster(models.Model):
@@ -33,9 +39,9 @@ class Cluster(models.Model):
     tensor_parallel = models.PositiveSmallIntegerField(null=True, blank=True)
     pipeline_parallel = models.PositiveSmallIntegerField(null=True, blank=True)
     # The key pair every rank logs in to every other with (OpenSSH private key, unencrypted),
-    # made at the first rank's provisioning; kept here, the database being the source of truth
-    # for what the cluster's Secret holds.
-    ssh_private_key = models.TextField(blank=True, editable=False)
+    # made with the row (clusters migration 0006 gave one to older rows that had none); the
+    # database is the source of truth for what the cluster's Secret holds.
+    ssh_private_key = models.TextField(blank=True, editable=False, default=ssh_key_new)
     # When the cluster began waiting for its pre-flight check (its first round since it was
     # started or last passed): its time in checking is capped from then, across rounds
     # (CLUSTER_CHECKING_MAX_MINUTES). Null until then, and again once a round passes.

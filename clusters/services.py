@@ -407,6 +407,7 @@ def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: An
             billing=cluster.billing,
             region_id=head.region_id,
             gang=cluster.pk,
+            parent=cluster.pk,
             waiting=False,
         )[0]
         for rank in added

@@ -16,16 +16,16 @@ KUBE_TASK = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETR
 
 @shared_task(**KUBE_TASK)
 def preflight_cluster(self: Any, cluster_id: str) -> None:
-    """Sent by every rank that comes up (instances.states.instance_mark_running): the round
-    runs when the last one is up."""
+    """Sent for every rank that comes up (instances.signals.rank_checking, heard in
+    clusters.apps): the round runs when the last one is up."""
     preflight.preflight_run(cluster_id)
 
 
 @shared_task(ignore_result=True)
 def stop_cluster_over_budget(cluster_id: str) -> None:
-    """Sent by the metering tick when it stopped a rank because its orderer's or its team's
-    budget is spent (instances.metering.budgets_enforce): the rest of the cluster stops with it,
-    never half of it running."""
+    """Sent when the metering tick stopped a rank because its orderer's or its team's budget
+    is spent (instances.signals.cluster_over_budget, heard in clusters.apps): the rest of the
+    cluster stops with it, never half of it running."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return

@@ -23,6 +23,7 @@ def holding_new(
     billing: str = BillingMode.HOURLY,
     region_id: str | None = None,
     gang: str = "",
+    parent: str = "",
     placement: tuple[Node, list[int]] | None = None,
     queued_at: datetime | None = None,
     waiting: bool = True,
@@ -31,7 +32,7 @@ def holding_new(
     its allocations: the caller writes them with its own row in one round trip
     (starverse.core.db.insert_together). Not placed, it waits in line from `queued_at` (now
     by default), or, not `waiting`, holds nothing (a cluster's rank added while it is
-    stopped)."""
+    stopped). `parent`: what it is a part of (a rank's cluster, a replica's endpoint)."""
     holding = Holding(
         id=holding_id,
         kind=kind,
@@ -41,6 +42,7 @@ def holding_new(
         billing=billing,
         region_id=region_id,
         gang=gang,
+        parent=parent,
     )
     if placement is None and not waiting:
         holding.state = HoldingState.RELEASED

@@ -192,6 +192,10 @@ class Holding(models.Model):
         "fleet.Region", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     gang = models.CharField(max_length=32, blank=True)
+    # What the holding serves when it is a part of something: a rank's cluster, a replica's
+    # endpoint (blank for an instance, which is its own). Budgets count what a member runs by
+    # it without reading the products' tables.
+    parent = models.CharField(max_length=32, blank=True, db_index=True)
     queued_at = models.DateTimeField(null=True, blank=True)
     unfunded_since = models.DateTimeField(
         null=True,

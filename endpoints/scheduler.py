@@ -268,6 +268,7 @@ def _place(endpoint: Endpoint, namespace: str, pod_name: str, result: SyncResult
             tenant_id=endpoint.tenant_id,
             created_by_id=endpoint.created_by_id,
             offering=endpoint.offering,
+            parent=endpoint.pk,
             placement=(node, indices),
         )
         insert_together([holding, *held])

@@ -4,8 +4,10 @@ and what endpoints burn per hour (for the runway notices)."""
 from collections import defaultdict
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
+from django.utils.translation import gettext as _
 
+from billing.usage import Resource
 from endpoints.engines import engine_command
 from endpoints.manifests import endpoint_url, replica_bounds
 from endpoints.models import Endpoint, EndpointKey, EndpointReplica
@@ -82,3 +84,32 @@ def endpoints_live(tenant_id: str) -> QuerySet[Endpoint]:
         .select_related("offering")
         .order_by("-created_at")
     )
+
+
+def endpoints_named(ids: set[str]) -> dict[str, Resource]:
+    """The endpoints among `ids`, as usage reports name them, with one replica's GPUs (their
+    minutes are replica-minutes): billing.usage.resource_namer_register, from endpoints.apps."""
+    columns = ("id", "name", "offering__gpu_count", "created_by_id", "created_by__email")
+    named = {}
+    for pk, name, gpus, user_id, email in Endpoint.objects.filter(pk__in=ids).values_list(*columns):
+        label = _("Inference endpoint %(name)s (%(id)s)") % {"name": name, "id": pk}
+        named[pk] = Resource(label, gpus, str(user_id), email)
+    return named
+
+
+def endpoints_ordered(tenant_id: str, user_id: str) -> QuerySet[Any]:
+    """The ids of the endpoints a member made in a tenant (their charges carry the endpoint's
+    id): what budgets count as theirs (instances.budgets.budget_spender_register)."""
+    return Endpoint.objects.filter(tenant_id=tenant_id, created_by_id=user_id).values("pk")
+
+
+def endpoints_hourly_fen(tenant_id: str, user_id: str | None, besides: str | None) -> int:
+    """An hour of the tenant's (or the member's) endpoint replicas up now, at their endpoints'
+    hourly prices; an endpoint's own replicas do not count toward its own scaling."""
+    replicas = EndpointReplica.objects.filter(
+        endpoint__tenant_id=tenant_id, gone_at__isnull=True
+    ).exclude(endpoint_id=besides)
+    if user_id is not None:
+        replicas = replicas.filter(endpoint__created_by_id=user_id)
+    price = "endpoint__offering__price_per_hour_fen"
+    return int(replicas.aggregate(total=Sum(price, default=0))["total"])

@@ -33,6 +33,7 @@ from fleet.models import (
     Region,
 )
 from fleet.selectors import region_scope
+from fleet.signals import node_out_of_service
 from fleet.telemetry import STORED_METRICS, Report
 from starverse.accounts.tokens import (
     NODE_TOKEN_PREFIX,
@@ -174,8 +175,9 @@ def node_transition(
         # talks to the cluster.
         enqueue_on_commit("fleet.tasks.mirror_node_schedulable", node.pk)
     if to != NodeState.READY:
-        # The instances app tells the instances on the node (fail, recover or warn them).
-        enqueue_on_commit("instances.tasks.node_changed", node.pk, to, reason)
+        # The instances app, above this one, tells the instances on the node (fails,
+        # recovers or warns them).
+        node_out_of_service.send(sender=Node, node_id=node.pk, state=to, reason=reason)
     return True
 
 

@@ -8,13 +8,14 @@ runs by the hour (hourly instances and endpoint replicas), does not fit what is 
 (402 `budget_exceeded`), and a monthly rental's next month that does not fit is not charged:
 the rental ends at its paid month (instances.monthly); the metering tick stops a member's
 running instances once their budget is spent (instances.metering), and the endpoints' pass
-scales their endpoints to zero (endpoints.services.endpoints_over_budget_suspend)."""
+scales their endpoints to zero (endpoints.services.endpoints_over_budget_suspend). Endpoints,
+an app above this one, register what budgets read of them (budget_spender_register)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from django.apps import apps
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
@@ -33,6 +34,27 @@ from starverse.core.roles import is_manager, require_owner
 from starverse.core.text import Deferred, later, translate_stored
 
 
+@dataclass(frozen=True)
+class Spender:
+    """A product above instances whose charges count in budgets (inference endpoints),
+    registered from its AppConfig.ready (budget_spender_register) so budgets import none:
+    `ordered(tenant_id, user_id)` is the ids of what the member ordered there (a values
+    query, which the ledger's instance_id names); `hourly_fen(tenant_id, user_id, besides)`
+    is an hour of what of theirs (the tenant's, `user_id` None) runs by the hour now, less
+    the order `besides` itself."""
+
+    ordered: Callable[[str, str], QuerySet[Any]]
+    hourly_fen: Callable[[str, str | None, str | None], int]
+
+
+_SPENDERS: dict[str, Spender] = {}
+
+
+def budget_spender_register(product: str, spender: Spender) -> None:
+    """Budgets count `product`'s charges and what it runs; registering again replaces it."""
+    _SPENDERS[product] = spender
+
+
 class BudgetExceeded(InsufficientBalance):
     code = "budget_exceeded"
 
@@ -40,6 +62,11 @@ class BudgetExceeded(InsufficientBalance):
 def month_start(now: datetime | None = None) -> datetime:
     local = timezone.localtime(now or timezone.now())
     return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def mine(tenant_id: str, user_id: str) -> dict[str, str]:
+    """What a member ordered in a tenant, as a filter."""
+    return {"tenant_id": tenant_id, "created_by_id": user_id}
 
 
 def spent_fen(tenant_id: str, user_id: str | None, *, now: datetime | None = None) -> int:
@@ -51,13 +78,12 @@ def spent_fen(tenant_id: str, user_id: str | None, *, now: datetime | None = Non
         created_at__gte=month_start(now),
     ).exclude(instance_id="")
     if user_id is not None:
-        # endpoints are an app above this one: reached by name, as a lazy foreign key is
-        Endpoint = apps.get_model("endpoints", "Endpoint")
-        mine = {"tenant_id": tenant_id, "created_by_id": user_id}
-        rows = rows.filter(
-            Q(instance_id__in=Instance.objects.filter(**mine).values("pk"))
-            | Q(instance_id__in=Endpoint.objects.filter(**mine).values("pk"))
+        ordered = Q(
+            instance_id__in=Instance.objects.filter(**mine(tenant_id, user_id)).values("pk")
         )
+        for product in sorted(_SPENDERS):
+            ordered |= Q(instance_id__in=_SPENDERS[product].ordered(tenant_id, user_id))
+        rows = rows.filter(ordered)
     return -int(rows.aggregate(total=Sum("amount_fen"))["total"] or 0)
 
 
@@ -171,19 +197,15 @@ def burning_fen(instance: Ordered, user_id: str | None) -> int:
     cluster_id = getattr(instance, "cluster_id", None)
     if cluster_id:
         rows = rows.exclude(cluster_id=cluster_id)
-    # endpoints are an app above this one: reached by name, as in spent_fen
-    replicas = (
-        apps.get_model("endpoints", "EndpointReplica")
-        .objects.filter(endpoint__tenant_id=instance.tenant_id, gone_at__isnull=True)
-        .exclude(endpoint_id=getattr(instance, "pk", None))
-    )
     if user_id is not None:
         rows = rows.filter(created_by_id=user_id)
-        replicas = replicas.filter(endpoint__created_by_id=user_id)
-    price = "offering__price_per_hour_fen"
-    instances = rows.aggregate(total=Sum(price, default=0))["total"]
-    endpoints = replicas.aggregate(total=Sum(f"endpoint__{price}", default=0))["total"]
-    return int(instances) + int(endpoints)
+    hourly = rows.aggregate(total=Sum("offering__price_per_hour_fen", default=0))["total"]
+    besides = getattr(instance, "pk", None)
+    others = sum(
+        _SPENDERS[product].hourly_fen(instance.tenant_id, user_id, besides)
+        for product in sorted(_SPENDERS)
+    )
+    return int(hourly) + others
 
 
 MESSAGES = {

@@ -22,9 +22,9 @@ from instances.charges import minute_charges
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import Instance
+from instances.signals import cluster_over_budget
 from instances.states import instances_locked_skipping
 from starverse.core.db import bulk_set
-from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict
 
 logger = logging.getLogger(__name__)
@@ -61,9 +61,9 @@ def budgets_enforce(*, now: datetime | None = None) -> list[str]:
             stopped.append(instance_id)
             if cluster_id and cluster_id not in clusters:
                 clusters.add(cluster_id)
-                # a cluster stops whole: its ranks still starting or checking too (clusters
-                # is above instances, so through its task)
-                enqueue_on_commit("clusters.tasks.stop_cluster_over_budget", cluster_id)
+                # a cluster stops whole: its ranks still starting or checking too (the
+                # clusters app, above this one, hears it)
+                cluster_over_budget.send(sender=Instance, cluster_id=cluster_id)
     if stopped:
         logger.info("metering.budget_stops instances=%d", len(stopped))
     return stopped

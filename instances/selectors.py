@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.calculator import CatalogPrice
+from billing.usage import Resource
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Allocation, Image, Offering, TenantLimits
 from compute.placement import capacity, needs, times
@@ -534,3 +535,16 @@ def instances_live_of(*, tenant_id: str, created_by_id: str) -> int:
     return Instance.objects.filter(
         tenant_id=tenant_id, created_by_id=created_by_id, status__in=STARTING_OR_RUNNING
     ).count()
+
+
+ORDERER_COLUMNS = ("id", "name", "offering__gpu_count", "created_by_id", "created_by__email")
+
+
+def instances_named(ids: set[str]) -> dict[str, Resource]:
+    """The instances (and cluster ranks) among `ids`, as usage reports name them
+    (billing.usage.resource_namer_register, from instances.apps)."""
+    rows = Instance.objects.filter(pk__in=ids).values_list(*ORDERER_COLUMNS)
+    return {
+        pk: Resource(f"{name} ({pk})", gpus, str(user_id), email)
+        for pk, name, gpus, user_id, email in rows
+    }

@@ -34,6 +34,7 @@ from fleet.models import DEFAULT_REGION, Node
 from instances.charges import bill_until, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.models import Instance, InstanceEvent
+from instances.signals import rank_checking
 from starverse.core.db import insert_together
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict
@@ -141,6 +142,7 @@ def instance_create(
         billing=instance.billing,
         region_id=instance.region_id,
         gang=str(instance.cluster_id or ""),
+        parent=str(instance.cluster_id or ""),
         placement=placement,
         queued_at=queued_at,
     )
@@ -237,8 +239,8 @@ def instance_mark_terminating(instance: Instance, *, keep_disk: bool) -> None:
 def instance_mark_running(instance_id: str) -> str:
     """The pod is ready: billing starts, in a new session. A cluster's rank goes to checking
     instead, unbilled: its cluster's pre-flight check runs once every rank is checking
-    (clusters.tasks.preflight_cluster, reached by name) and ranks_mark_running starts the
-    billing of all of them together when it passes. Returns the instance's status."""
+    (instances.signals.rank_checking, which the clusters app hears) and ranks_mark_running
+    starts the billing of all of them together when it passes. Returns the instance's status."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
         if instance.status != S.PROVISIONING:
@@ -250,7 +252,7 @@ def instance_mark_running(instance_id: str) -> str:
                 later("Up; waiting for the cluster's pre-flight check. Not billed yet."),
                 provisioning_since=None,
             )
-            enqueue_on_commit("clusters.tasks.preflight_cluster", str(instance.cluster_id))
+            rank_checking.send(sender=Instance, cluster_id=str(instance.cluster_id))
             return S.CHECKING
         now = timezone.now()
         _transition(

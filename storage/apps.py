@@ -8,7 +8,10 @@ class StorageConfig(AppConfig):
     verbose_name = "Storage"
 
     def ready(self) -> None:
-        # storage.billing reads models, so it can only be imported once the apps are loaded.
+        # storage.billing, usage and selectors read models: imported once the apps are loaded
+        from billing.usage import resource_namer_register
         from storage.billing import arrears_review_on_credit
+        from storage.selectors import disks_named
 
         wallet_credited.connect(arrears_review_on_credit, dispatch_uid="storage-arrears-review")
+        resource_namer_register("disks", disks_named)

@@ -3,7 +3,9 @@
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils.translation import gettext as _
 
+from billing.usage import Resource
 from starverse.core.tenancy import scope_to_user
 from storage.choices import DiskStatus
 from storage.models import Disk
@@ -21,3 +23,13 @@ def free_disks(user: Any) -> list[Disk]:
         .filter(status__in=(DiskStatus.CREATING, DiskStatus.AVAILABLE))
         .order_by("name")
     )
+
+
+def disks_named(ids: set[str]) -> dict[str, Resource]:
+    """The cloud disks among `ids`, as usage reports name them (the account's, no member):
+    billing.usage.resource_namer_register, from storage.apps."""
+    rows = Disk.objects.filter(pk__in=ids).values_list("id", "name")
+    return {
+        pk: Resource(_("Cloud disk %(name)s (%(id)s)") % {"name": name, "id": pk})
+        for pk, name in rows
+    }

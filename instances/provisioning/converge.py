@@ -140,24 +140,16 @@ def _cluster_objects_ensure(instance: Instance, node: Node) -> None:
     siblings = ranks.cluster_ranks(instance)
     for rank in siblings:  # every rank's host key, so known_hosts lists them all from the start
         _host_key_assign(rank)
-    service, secret, files = ranks.shared_objects(
-        instance, node, _cluster_key_assign(instance), siblings
-    )
+    service, secret, files = ranks.shared_objects(instance, node, _cluster_key(instance), siblings)
     kube.ensure(service)
     kube.ensure(secret, update=True)
     kube.ensure(files, update=True)
 
 
-def _cluster_key_assign(instance: Instance) -> str:
-    """The cluster's SSH private key, made once (at its first rank's provisioning) and kept on
-    the cluster row for its life; a pass that races another keeps the key stored first."""
+def _cluster_key(instance: Instance) -> str:
+    """The cluster's SSH private key, made with the cluster's row and kept for its life."""
     cluster = instance.cluster
-    assert cluster is not None
-    if not cluster.ssh_private_key:
-        type(cluster).objects.filter(pk=cluster.pk, ssh_private_key="").update(
-            ssh_private_key=host_key_generate().private_openssh
-        )
-        cluster.refresh_from_db(fields=["ssh_private_key"])
+    assert cluster is not None and cluster.ssh_private_key
     return cluster.ssh_private_key
 
 

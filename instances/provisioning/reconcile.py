@@ -20,6 +20,7 @@ from instances.gateway import served_ports
 from instances.models import Instance
 from instances.provisioning import manifests, ranks
 from instances.provisioning.converge import events_record
+from instances.signals import rank_checking
 from instances.states import instance_recreate
 from starverse.core import kube
 from starverse.core.dispatch import enqueue_on_commit
@@ -32,15 +33,15 @@ STUCK_AFTER = timedelta(seconds=60)
 # How long a tenant namespace is still swept after its last instance, disk or NAS ended: a task
 # cut short, or a provisioning pass racing a terminate, leaves its leftovers just then.
 SWEPT_AFTER_END = timedelta(hours=1)
-# The task that carries out each state that waits on the cluster.
+# The task that carries out each state that waits on the cluster. A cluster's checking ranks
+# wait for its pre-flight check, which the clusters app runs when it hears rank_checking (by
+# the cluster's id; at most one round runs at a time, so a repeat is harmless).
 TASK_FOR = {
     S.PROVISIONING: "instances.tasks.provision_instance",
     S.STOPPING: "instances.tasks.stop_instance",
     S.TERMINATING: "instances.tasks.terminate_instance",
-    # a cluster's ranks wait for its pre-flight check (by the cluster's id; at most one round
-    # runs at a time, so a repeat is harmless)
-    S.CHECKING: "clusters.tasks.preflight_cluster",
 }
+WAITING = (*TASK_FOR, S.CHECKING)
 
 
 @dataclass
@@ -135,22 +136,20 @@ def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
     instance waiting on the cluster with no sign of life for a while, neither on its timeline
     nor from a task watching its pod (which reads its events every few seconds)."""
     requeued = []
-    waiting = Instance.objects.filter(status__in=list(TASK_FOR)).annotate(
-        last_event=Max("events__at")
-    )
+    waiting = Instance.objects.filter(status__in=WAITING).annotate(last_event=Max("events__at"))
     checks: set[str] = set()
     for instance_id, status, last_event, watched, cluster_id in waiting.values_list(
         "id", "status", "last_event", "events_read_at", "cluster_id"
     ):
         alive = max(last_event, watched or last_event) if last_event else None
         if alive and now - alive > STUCK_AFTER and instance_id not in skip:
-            if status == S.CHECKING:
-                if cluster_id in checks:
-                    continue
+            if status != S.CHECKING:
+                enqueue_on_commit(TASK_FOR[S(status)], instance_id)
+            elif cluster_id not in checks:
                 checks.add(cluster_id)
-            enqueue_on_commit(
-                TASK_FOR[S(status)], cluster_id if status == S.CHECKING else instance_id
-            )
+                rank_checking.send(sender=Instance, cluster_id=cluster_id)
+            else:
+                continue
             requeued.append(instance_id)
     return requeued
 

@@ -30,6 +30,7 @@ from starverse.accounts.models import (
     normalize_email,
 )
 from starverse.accounts.selectors import two_factor_enabled
+from starverse.accounts.signals import ssh_keys_changed
 from starverse.accounts.sshkeys import parse_public_key
 from starverse.accounts.teams import token_team_check
 from starverse.accounts.token_cache import token_cache_forget
@@ -42,8 +43,6 @@ logger = logging.getLogger(__name__)
 MAX_PASSWORD_LENGTH = 128
 MAX_TOKENS_PER_USER = 50
 MAX_KEYS_PER_USER = 50
-# Renders the access Secrets of a tenant's instances again (the instances app's task).
-ACCESS_REFRESH_TASK = "instances.tasks.refresh_access"
 VERIFICATION_MAIL_TASK = "starverse.accounts.tasks.send_verification_email"
 
 
@@ -240,7 +239,7 @@ def ssh_key_add(*, user: User, name: str, public_key: str) -> SshKey:
                 bits=parsed.bits,
             )
             # running instances that take every key of the tenant get this one too
-            enqueue_on_commit(ACCESS_REFRESH_TASK, user.personal_tenant_id)
+            ssh_keys_changed.send(sender=SshKey, tenant_id=user.personal_tenant_id)
     except IntegrityError:
         raise Conflict(
             _("This key is already added (%(fp)s).") % {"fp": parsed.fingerprint},
@@ -256,7 +255,7 @@ def ssh_key_delete(*, key: SshKey) -> None:
     tenant_id = key.user.personal_tenant_id
     with transaction.atomic():
         key.delete()
-        enqueue_on_commit(ACCESS_REFRESH_TASK, tenant_id)
+        ssh_keys_changed.send(sender=SshKey, tenant_id=tenant_id)
     logger.info("sshkey.deleted user=%s key=%s", key.user_id, key.pk)
 
 
