@@ -30,17 +30,34 @@ def wallet_for_tenant(tenant_id: str) -> Wallet:
     return Wallet.objects.get(tenant_id=tenant_id)
 
 
-def wallet_locked(tenant_id: str) -> Wallet:
-    """The tenant's wallet, its row locked until the transaction ends. The ledger posts under
-    this lock, so a decision that must hold against the balance until it commits (placing a
-    queued order, counting an account's orders against its limits) reads the wallet so. In the
-    lock order it comes last: after an instance, its GPU model and its disks."""
-    # one plain SELECT … FOR UPDATE: every order reads it, and the ORM's query building cost
-    # more than the query
-    wallet = first_row(Wallet, "tenant_id = %s", [tenant_id], lock=True)
+def wallet_locked(tenant_id: str | None = None, *, wallet_id: str | None = None) -> Wallet:
+    """The tenant's wallet (or the wallet `wallet_id`), its row locked until the transaction
+    ends: the one way a wallet is locked (wallets_locked for several at once; the lock order
+    is starverse.core.locks'). The ledger posts under this lock, so a decision that must hold
+    against the balance until it commits (placing a queued order, counting an account's orders
+    against its limits) reads the wallet so. In the lock order it comes last: after an
+    instance, its GPU model and its disks."""
+    if (tenant_id is None) == (wallet_id is None):
+        raise TypeError("wallet_locked takes a tenant_id or a wallet_id")
+    where, value = ("tenant_id = %s", tenant_id) if tenant_id else ("id = %s", wallet_id)
+    # one plain SELECT … FOR UPDATE: every order and every posting reads it, and the ORM's
+    # query building cost more than the query
+    wallet = first_row(Wallet, where, [value], lock=True)
     if wallet is None:
         raise Wallet.DoesNotExist("Wallet matching query does not exist.")
     return wallet
+
+
+def wallets_locked(wallet_ids: list[str]) -> dict[str, list[int]]:
+    """Wallet id → [cash, promo, arrears] of the wallets, locked in id order (the documented
+    order: a batch never holds one wallet while waiting for a lower one)."""
+    rows = (
+        Wallet.objects.select_for_update()
+        .filter(pk__in=wallet_ids)
+        .order_by("id")
+        .values_list("id", "cash_fen", "promo_fen", "arrears_fen")
+    )
+    return {wallet_id: [cash, promo, arrears] for wallet_id, cash, promo, arrears in rows}
 
 
 def wallet_has_paid(wallet: Wallet) -> bool:

@@ -29,7 +29,7 @@ from billing.choices import (
     TransactionKind,
 )
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
-from billing.selectors import invoice_funds_of, transfer_keys
+from billing.selectors import invoice_funds_of, transfer_keys, wallet_locked, wallets_locked
 from billing.signals import wallet_credited
 from starverse.core.db import bulk_insert, bulk_set
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
@@ -119,7 +119,7 @@ def _post(
         return found
     try:
         with transaction.atomic():
-            wallet = _wallet_locked(wallet_id)
+            wallet = wallet_locked(wallet_id=wallet_id)
             cash_delta, promo_delta, arrears_delta = split(wallet)
             txn = _transaction(
                 wallet,
@@ -223,24 +223,6 @@ _TXN_FIELDS = list(LedgerTransaction._meta.concrete_fields)
 _TXN_INSERT = "INSERT INTO billing_ledgertransaction ({}) VALUES ({})".format(  # noqa: S608
     ", ".join(str(f.column) for f in _TXN_FIELDS), ", ".join(["%s"] * len(_TXN_FIELDS))
 )
-
-
-_WALLET_LOCK = (
-    "SELECT cash_fen, promo_fen, arrears_fen FROM billing_wallet WHERE id = %s FOR UPDATE"
-)
-
-
-def _wallet_locked(wallet_id: str) -> Wallet:
-    """The wallet's balances under its row lock (held to the end of the transaction), by one
-    plain SELECT … FOR UPDATE: the ORM's query building cost more than the query."""
-    with connection.cursor() as cursor:
-        cursor.execute(_WALLET_LOCK, [wallet_id])
-        row = cursor.fetchone()
-    if row is None:
-        raise Wallet.DoesNotExist("Wallet matching query does not exist.")
-    return Wallet.from_db(
-        "default", ["id", "cash_fen", "promo_fen", "arrears_fen"], [wallet_id, *row]
-    )
 
 
 def _write(wallet: Wallet, postings: list[tuple[LedgerTransaction, str]]) -> None:
@@ -536,7 +518,7 @@ def transfer_post(
     out_key, in_key = transfer_keys(key)
     with transaction.atomic():
         for wallet_id in sorted([source, target]):
-            _wallet_locked(wallet_id)
+            wallet_locked(wallet_id=wallet_id)
         # a replay returns its first rows, with the portion decided then
         carried = min(amount_fen, invoice_funds_of(from_tenant_id).invoiceable_fen)
         out = ledger_post(
@@ -617,7 +599,7 @@ def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, Charged]:
                 short = kind != PriceKind.TRIAL and fen < charge["amount_fen"]
                 results[charge["key"]] = Charged(fen, short)
         todo = [c for c in charges if c["key"] not in results]
-        balances = _wallets_locked(sorted({c["wallet_id"] for c in todo}))
+        balances = wallets_locked(sorted({c["wallet_id"] for c in todo}))
         now = timezone.now()
         debits, entries = [], []
         for txn_id, charge in zip(new_ids("txn", len(todo)), todo, strict=True):
@@ -649,18 +631,6 @@ def _charged_before(keys: list[str]) -> dict[str, tuple[int, str]]:
             [keys],
         )
         return {key: (-amount, kind) for key, amount, kind in cursor.fetchall()}
-
-
-def _wallets_locked(wallet_ids: list[str]) -> dict[str, list[int]]:
-    """Wallet id → [cash, promo, arrears] of the wallets, locked in id order (the documented
-    order: a batch never holds one wallet while waiting for a lower one)."""
-    rows = (
-        Wallet.objects.select_for_update()
-        .filter(pk__in=wallet_ids)
-        .order_by("id")
-        .values_list("id", "cash_fen", "promo_fen", "arrears_fen")
-    )
-    return {wallet_id: [cash, promo, arrears] for wallet_id, cash, promo, arrears in rows}
 
 
 # Columns of a usage debit row, in _usage_debit's order.

@@ -19,6 +19,7 @@ from fleet.choices import NodeState
 from fleet.models import Gpu, Node, NodeImage
 from starverse.core import kube
 from starverse.core.db import execute_prepared
+from starverse.core.locks import gpu_model_placement_lock, node_claim, node_claim_first
 
 
 class Room(NamedTuple):
@@ -141,10 +142,10 @@ def choose(
     A new order also takes nothing while an earlier order waits for the same GPUs (first come,
     first served: compute.queue), read under the lock in the same statement."""
     if not concurrent:
-        _model_lock(offering)
+        gpu_model_placement_lock(offering.gpu_model_id)
         found = candidates(offering, region, image=image, limit=1)
         return found[0].placement(offering) if found else None
-    _model_lock(offering, shared=True)
+    gpu_model_placement_lock(offering.gpu_model_id, shared=True)
     tried: list[str] = []
     busy: list[str] = []
     while True:
@@ -156,7 +157,7 @@ def choose(
         ids = [candidate.id for candidate in found]
         tried += ids
         while ids:
-            index = _claim_first(ids)
+            index = node_claim_first(ids)
             if index is None:
                 busy += ids
                 break
@@ -169,7 +170,7 @@ def choose(
     # still have room once those commit. Wait for them, in id order (a deadlock with another
     # order doing the same is retried by the caller's transaction: instance_order).
     for node_id in sorted(busy):
-        _node_claim(node_id)
+        node_claim(node_id)
         fresh = candidates(offering, region, image=image, limit=1, only=node_id)
         if fresh:
             return fresh[0].placement(offering)
@@ -179,52 +180,6 @@ def choose(
 # How many best-fitting nodes one read returns for a concurrent order to try claiming: about
 # as many orders as place at the same moment, few enough to stay one small read.
 CANDIDATES = 16
-# The advisory-lock key space of node claims (pg_advisory_xact_lock(int, int)).
-_NODE_CLAIMS = 0x5E0D
-
-# The first of the nodes (an array, best first) that no other transaction has claimed, claimed
-# now: one round trip however many are busy. The recursive query tries them strictly in turn
-# and stops at the first it gets, so it never holds a node it does not use.
-_CLAIM_FIRST_SQL = """
-WITH RECURSIVE attempt(n, got) AS (
-  SELECT 0, FALSE
-  UNION ALL
-  SELECT n + 1, pg_try_advisory_xact_lock(%(space)s, hashtext((%(ids)s::text[])[n + 1]))
-    FROM attempt WHERE NOT got AND n < cardinality(%(ids)s::text[])
-)
-SELECT n FROM attempt WHERE got
-"""
-
-
-def _claim_first(node_ids: list[str]) -> int | None:
-    """Claim the first node of `node_ids` no other transaction holds (released at commit or
-    rollback): its index, or None when every one is held."""
-    with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_FIRST_SQL, {"space": _NODE_CLAIMS, "ids": node_ids})
-        row = cursor.fetchone()
-    return None if row is None else row[0] - 1
-
-
-def _node_claim(node_id: str) -> None:
-    """Claim a node, waiting for the transaction that holds it to end."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_NODE_CLAIMS, node_id])
-
-
-# The advisory-lock key space of placements per GPU model (pg_advisory_xact_lock(int, int)).
-_MODEL_PLACEMENTS = 0x5E0C
-
-
-def _model_lock(offering: Offering, *, shared: bool = False) -> None:
-    """The GPU model's placement lock, to the end of the transaction: exclusive, or `shared`
-    among new orders. A transaction-scoped advisory lock, not the model's row: the lock
-    manager queues it fairly (a waiting exclusive lock holds back later shared ones) and
-    taking it writes nothing, where many FOR SHARE lockers of one row each rewrite it."""
-    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {function}(%s, hashtext(%s))", [_MODEL_PLACEMENTS, offering.gpu_model_id]
-        )
 
 
 class Candidate(NamedTuple):
@@ -407,7 +362,7 @@ def choose_nodes(
     All ranks go to one region (their pods must reach each other): `region`'s, or with "" the
     first region, by name, where they fit. With `behind_queue` (a new cluster), none while an
     earlier order waits for these GPUs, read under the lock as choose() reads it."""
-    _model_lock(offering)
+    gpu_model_placement_lock(offering.gpu_model_id)
     product = offering.gpu_model.product
     if behind_queue and queue.waits_ahead(product, region):
         return None

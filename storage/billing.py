@@ -23,6 +23,7 @@ from django.utils.translation import gettext_noop
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction, Wallet
 from billing.notices import mail_tenant
+from billing.selectors import wallet_locked
 from billing.services import ledger_post
 from compute.models import Allocation
 from starverse.core.dispatch import enqueue_on_commit, send
@@ -150,7 +151,7 @@ def storage_charge_growth(
     cannot pay the rest of today's difference. If today was not billed yet, today's run bills
     the new size for the whole day, so nothing is charged now."""
     now = now or timezone.now()
-    wallet = Wallet.objects.select_for_update().get(tenant_id=tenant_id)
+    wallet = wallet_locked(tenant_id)
     if open_arrears(tenant_id) is not None:
         raise Conflict(
             _("Your storage is in arrears: top up first to pay for it, then grow the volume."),
@@ -225,7 +226,7 @@ def storage_bill(*, now: datetime | None = None, tenant_ids: list[str] | None = 
 
 
 def _bill_tenant(tenant_id: str, now: datetime, price: dict[str, int], result: BillResult) -> None:
-    wallet = Wallet.objects.select_for_update().get(tenant_id=tenant_id)
+    wallet = wallet_locked(tenant_id)
     arrears = (
         StorageArrears.objects.select_for_update()
         .filter(tenant_id=tenant_id, resolved_at__isnull=True)

@@ -18,6 +18,7 @@ from compute.queue import waits_ahead
 from fleet.models import Gpu, Node, NodeImage, Region
 from instances.models import Instance
 from starverse.core.db import atomic_retrying
+from starverse.core.locks import node_claim_first
 from tests.conftest import run_threads
 from tests.factories import holding_save, make_user
 
@@ -221,7 +222,7 @@ def test_claiming_the_first_free_node_takes_exactly_that_one(transactional_db):
     def other(node_ids: list[str]) -> Any:
         try:
             with transaction.atomic():
-                got = placement._claim_first(node_ids)
+                got = node_claim_first(node_ids)
                 held.set()
                 release.wait(timeout=10)
                 return got
@@ -234,9 +235,9 @@ def test_claiming_the_first_free_node_takes_exactly_that_one(transactional_db):
     assert held.wait(timeout=10)
     try:
         with transaction.atomic():
-            assert placement._claim_first(["a", "b", "c"]) == 1  # "a" is held: "b"
+            assert node_claim_first(["a", "b", "c"]) == 1  # "a" is held: "b"
             with transaction.atomic():
-                assert placement._claim_first(["a", "b"]) == 1  # ours already: "b" again
+                assert node_claim_first(["a", "b"]) == 1  # ours already: "b" again
         # "c" was never claimed by the first call: a third transaction gets it at once
         checked = run_threads(1, lambda _i: _claim_in_own_transaction(["a", "c"]))
         assert checked == [1]
@@ -248,7 +249,7 @@ def test_claiming_the_first_free_node_takes_exactly_that_one(transactional_db):
 
 def _claim_in_own_transaction(node_ids: list[str]) -> Any:
     with transaction.atomic():
-        return placement._claim_first(node_ids)
+        return node_claim_first(node_ids)
 
 
 def test_a_new_order_queues_behind_a_waiting_one_on_either_way_of_asking(db):
