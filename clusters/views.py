@@ -41,9 +41,9 @@ from clusters.services import (
 )
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Image, Offering
+from instances.admission import ORDER_KEY_PREFIX
 from instances.choices import InstanceStatus
 from instances.selectors import availability
-from instances.views import ORDER_KEY_PREFIX
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import SshKey
 from starverse.core.console import redirect_back, run_change

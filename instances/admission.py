@@ -38,6 +38,18 @@ from instances.selectors import (
 from starverse.core.errors import Conflict, InsufficientBalance, TooManyRequests
 from starverse.core.money import format_fen
 
+# Idempotency keys of console orders, apart from keys that API clients choose (every product's
+# console form sends its token under this prefix).
+ORDER_KEY_PREFIX = "console:"
+# What an order or a start may meet besides the shared error answers: the account's limits
+# (here), each named by its code; the detail says which limit and how to raise it.
+ACCOUNT_LIMITS = {
+    409: "Or over a limit of the account: `gpu_limit` (GPUs held and queued), `trial_limit` "
+    "(premium GPUs on trial credit: top up).",
+    429: "Or `queue_limit`: the account has as many orders queued as it may (no Retry-After: "
+    "wait for one to start, or cancel one).",
+}
+
 
 @dataclass(frozen=True)
 class TrialRunway:

@@ -26,6 +26,7 @@ from billing.services import trial_minutes
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Image, Offering
 from fleet.models import Region
+from instances.admission import ORDER_KEY_PREFIX
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
 from instances.gateway import MAX_PORTS
@@ -65,8 +66,6 @@ CAN_STOP = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 CAN_START = (S.STOPPED, S.FAILED)
 # Statuses that change on their own within seconds: the page watches them closely.
 TRANSIENT = (S.QUEUED, S.PROVISIONING, S.STOPPING, S.TERMINATING)
-# Idempotency keys of console orders, apart from keys that API clients choose.
-ORDER_KEY_PREFIX = "console:"
 
 
 IDLE_UTIL_ERROR = gettext_lazy("Idle auto-stop: the utilisation is from 1 to 100 %.")

@@ -16,6 +16,7 @@ from billing.api.serializers import TcoInput, TcoOutput
 from billing.calculator import tco_compare
 from compute.models import Image, Offering
 from fleet.models import GpuModel
+from instances.admission import ACCOUNT_LIMITS
 from instances.api.serializers import (
     AutoStopSavingsOutput,
     DiskAttachInput,
@@ -63,15 +64,6 @@ from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import InvalidInput
-
-# What an order or a start may meet besides the shared error answers: the account's limits
-# (instances.admission), each named by its code; the detail says which limit and how to raise it.
-ACCOUNT_LIMITS = {
-    409: "Or over a limit of the account: `gpu_limit` (GPUs held and queued), `trial_limit` "
-    "(premium GPUs on trial credit: top up).",
-    429: "Or `queue_limit`: the account has as many orders queued as it may (no Retry-After: "
-    "wait for one to start, or cancel one).",
-}
 
 
 class CatalogList(generics.ListAPIView):
