@@ -63,18 +63,7 @@ def dispute_apply(*, remote: gateway.Dispute, event_id: str, event_type: str) ->
         )
         return None
     with transaction.atomic():
-        _row, created = Dispute.objects.get_or_create(
-            stripe_dispute_id=remote.id,
-            defaults={
-                "topup": topup,
-                "amount_fen": remote.amount,
-                "currency": remote.currency,
-                "status": remote.status,
-                "reason": remote.reason,
-                "last_event_id": event_id,
-            },
-        )
-        dispute = Dispute.objects.select_for_update().get(stripe_dispute_id=remote.id)
+        dispute, created = _dispute_locked(remote, topup, event_id=event_id)
         was_open = dispute.is_open and not created
         dispute.status = _status_after(dispute.status, remote.status)
         dispute.last_event_id = event_id
@@ -101,6 +90,41 @@ def dispute_apply(*, remote: gateway.Dispute, event_id: str, event_type: str) ->
             )
         if created or (was_open and not dispute.is_open):
             enqueue_on_commit("billing.tasks.send_dispute_notice", dispute.id)
+    _dispute_log(dispute, remote, topup, event_id=event_id, event_type=event_type, created=created)
+    return dispute
+
+
+def _dispute_locked(
+    remote: gateway.Dispute, topup: TopUp, *, event_id: str
+) -> tuple[Dispute, bool]:
+    """Inside dispute_apply's transaction: the dispute's row, made from this event if it is
+    the first (and then True), locked so that concurrent events about one dispute apply in
+    turn."""
+    _row, created = Dispute.objects.get_or_create(
+        stripe_dispute_id=remote.id,
+        defaults={
+            "topup": topup,
+            "amount_fen": remote.amount,
+            "currency": remote.currency,
+            "status": remote.status,
+            "reason": remote.reason,
+            "last_event_id": event_id,
+        },
+    )
+    return Dispute.objects.select_for_update().get(stripe_dispute_id=remote.id), created
+
+
+def _dispute_log(
+    dispute: Dispute,
+    remote: gateway.Dispute,
+    topup: TopUp,
+    *,
+    event_id: str,
+    event_type: str,
+    created: bool,
+) -> None:
+    """One line per applied event, with the money it moved: what the operators read when a
+    tenant asks about a chargeback."""
     logger.warning(
         "billing.dispute event=%s type=%s dispute=%s stripe_dispute=%s tenant=%s topup=%s "
         "amount_fen=%d status=%s new=%s debit=%s arrears=%s credit=%s",
@@ -117,7 +141,6 @@ def dispute_apply(*, remote: gateway.Dispute, event_id: str, event_type: str) ->
         dispute.arrears_transaction_id,
         dispute.credit_transaction_id,
     )
-    return dispute
 
 
 def _move_money(dispute: Dispute, topup: TopUp, *, event_id: str, event_type: str) -> None:

@@ -411,35 +411,7 @@ def dashboard_refund_record(remote: gateway.Refund, *, event_id: str) -> Refund 
     reason = f"Refunded in the Stripe dashboard: {remote.id} of top-up {topup.id}, event {event_id}"
     try:
         with transaction.atomic():
-            debit, owed = arrears_debit_post(
-                wallet_id=topup.wallet_id,
-                key=f"refund:{remote.id}",
-                kind=TransactionKind.REFUND,
-                amount_fen=remote.amount,
-                description=gettext_noop("Refund"),
-                reason=reason,
-            )
-            refund = Refund.objects.create(
-                topup=topup,
-                amount_fen=remote.amount,
-                status=RefundStatus.SUCCEEDED,
-                source=RefundSource.DASHBOARD,
-                stripe_refund_id=remote.id,
-                reason=reason,
-                reserve_transaction=debit,
-                arrears_transaction=owed,
-                settled_at=timezone.now(),
-            )
-            if owed is not None:
-                hold_place(
-                    tenant_id=topup.tenant_id,
-                    key=f"refund:{remote.id}",
-                    reason=f"A refund of top-up {topup.id} made in the Stripe dashboard "
-                    f"({remote.id}) left the wallet {format_fen(owed.arrears_delta_fen)} in "
-                    "arrears.",
-                    refund=refund,
-                )
-            enqueue_on_commit("billing.tasks.send_refund_notice", refund.id)
+            refund = _dashboard_refund_post(remote, topup, reason=reason)
     except (IntegrityError, IdempotencyConflict):
         # Another event about the same refund recorded it first.
         existing = Refund.objects.filter(stripe_refund_id=remote.id).first()
@@ -454,10 +426,47 @@ def dashboard_refund_record(remote: gateway.Refund, *, event_id: str) -> Refund 
         topup.tenant_id,
         topup.id,
         remote.amount,
-        debit.id,
-        owed.id if owed else None,
+        refund.reserve_transaction_id,
+        refund.arrears_transaction_id,
         event_id,
     )
+    return refund
+
+
+def _dashboard_refund_post(remote: gateway.Refund, topup: TopUp, *, reason: str) -> Refund:
+    """Inside dashboard_refund_record's transaction: the wallet's debit (cash first, the rest
+    into arrears), the refund row that records it, the hold that arrears call for, and the
+    operators' notice once it commits. A second event about the same refund stops here (on
+    the ledger key or the unique refund id), and the caller's transaction undoes the rest."""
+    debit, owed = arrears_debit_post(
+        wallet_id=topup.wallet_id,
+        key=f"refund:{remote.id}",
+        kind=TransactionKind.REFUND,
+        amount_fen=remote.amount,
+        description=gettext_noop("Refund"),
+        reason=reason,
+    )
+    refund = Refund.objects.create(
+        topup=topup,
+        amount_fen=remote.amount,
+        status=RefundStatus.SUCCEEDED,
+        source=RefundSource.DASHBOARD,
+        stripe_refund_id=remote.id,
+        reason=reason,
+        reserve_transaction=debit,
+        arrears_transaction=owed,
+        settled_at=timezone.now(),
+    )
+    if owed is not None:
+        hold_place(
+            tenant_id=topup.tenant_id,
+            key=f"refund:{remote.id}",
+            reason=f"A refund of top-up {topup.id} made in the Stripe dashboard "
+            f"({remote.id}) left the wallet {format_fen(owed.arrears_delta_fen)} in "
+            "arrears.",
+            refund=refund,
+        )
+    enqueue_on_commit("billing.tasks.send_refund_notice", refund.id)
     return refund
 
 

@@ -379,18 +379,9 @@ def choose_nodes(
     if len(fit) < count:
         return None
     switches = dict(Node.objects.filter(pk__in=list(fit)).values_list("pk", "switch"))
-    chosen = None
-    for where in sorted({regions[node_id] for node_id in fit}):
-        free: dict[str, list[str]] = defaultdict(list)
-        for node_id in sorted(fit, key=lambda pk: fit[pk][0]):
-            if regions[node_id] == where:
-                free[switches[node_id]].append(node_id)
-        near = {switch: ids for switch, ids in free.items() if switch in prefer}
-        chosen = pack(near, count, one_switch=offering.cluster_one_switch) if near else None
-        if chosen is None:
-            chosen = pack(free, count, one_switch=offering.cluster_one_switch)
-        if chosen is not None:
-            break
+    chosen = _gang_pack(
+        fit, switches, regions, count, prefer=prefer, one_switch=offering.cluster_one_switch
+    )
     if chosen is None:
         return None
     placements = [
@@ -407,6 +398,33 @@ def choose_nodes(
         for node_id in chosen
     ]
     return Gang(placements, len({switches[node_id] for node_id in chosen}))
+
+
+def _gang_pack(
+    fit: dict[str, tuple[str, int]],
+    switches: dict[str, str],
+    regions: dict[str, str],
+    count: int,
+    *,
+    prefer: frozenset[str],
+    one_switch: bool,
+) -> list[str] | None:
+    """choose_nodes()'s `count` node ids out of the fitting nodes (id → (name, GPUs)), all in
+    the first region by name where they pack (pack), under the `prefer` switches when those
+    have room; None when no region can hold them all. Nodes go in name order within their
+    switch, so the same fleet packs the same way every time."""
+    for where in sorted({regions[node_id] for node_id in fit}):
+        free: dict[str, list[str]] = defaultdict(list)
+        for node_id in sorted(fit, key=lambda pk: fit[pk][0]):
+            if regions[node_id] == where:
+                free[switches[node_id]].append(node_id)
+        near = {switch: ids for switch, ids in free.items() if switch in prefer}
+        chosen = pack(near, count, one_switch=one_switch) if near else None
+        if chosen is None:
+            chosen = pack(free, count, one_switch=one_switch)
+        if chosen is not None:
+            return chosen
+    return None
 
 
 _CAPACITY_SQL = """

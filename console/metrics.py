@@ -46,6 +46,17 @@ class PlatformCollector(Collector):
         yield from self._money()
 
     def _orders(self, now: datetime) -> Iterator[Metric]:
+        """The orders' metrics, group by group: instance states, the queue, provisioning,
+        order-to-running time and failures, each one aggregate query."""
+        yield from self._instance_counts()
+        yield from self._queue(now)
+        yield from self._provisioning(now)
+        yield from self._to_running()
+        yield from self._failures()
+
+    def _instance_counts(self) -> Iterator[Metric]:
+        """Instances, and their GPUs, by GPU model and state, and the orders placed (every
+        instance row is one) by GPU model: one GROUP BY."""
         instances = GaugeMetricFamily(
             "starverse_instances",
             "Orders (instances) by GPU model and current state.",
@@ -71,6 +82,9 @@ class PlatformCollector(Collector):
             orders.add_metric([model], n)
         yield from (instances, gpus, orders)
 
+    def _queue(self, now: datetime) -> Iterator[Metric]:
+        """The queue by GPU model: how many holdings wait for GPUs and how long the oldest
+        has waited."""
         length = GaugeMetricFamily(
             "starverse_queue_length", "Orders waiting for GPUs, by GPU model.", labels=["gpu_model"]
         )
@@ -85,6 +99,8 @@ class PlatformCollector(Collector):
             wait.add_metric([row[MODEL]], _age_s(now, row["oldest"]))
         yield from (length, wait)
 
+    def _provisioning(self, now: datetime) -> Iterator[Metric]:
+        """Provisionings now in progress by GPU model, and how long the oldest has run."""
         provisioning = GaugeMetricFamily(
             "starverse_provisioning_in_progress",
             "Instances being provisioned now, by GPU model.",
@@ -101,6 +117,9 @@ class PlatformCollector(Collector):
             oldest.add_metric([row[MODEL]], _age_s(now, row["since"]))
         yield from (provisioning, oldest)
 
+    def _to_running(self) -> Iterator[Metric]:
+        """From order to first running by GPU model, as a summary (count and sum), so that
+        Prometheus can divide them for the mean over any window."""
         to_running = SummaryMetricFamily(
             "starverse_order_to_running_seconds",
             "From an order to its instance's first running (a queue wait included), by GPU model.",
@@ -113,6 +132,9 @@ class PlatformCollector(Collector):
             to_running.add_metric([row[MODEL]], count_value=row["n"], sum_value=total)
         yield to_running
 
+    def _failures(self) -> Iterator[Metric]:
+        """Instances that failed by GPU model, counted by their failure events (never
+        deleted, so the counter only grows)."""
         failures = CounterMetricFamily(
             "starverse_instance_failures",
             "Instances that failed (provisioning timed out or refused, node lost), by GPU model.",

@@ -140,11 +140,6 @@ def deployment(endpoint: Any, replicas: int) -> dict[str, Any]:
     instances) and binds them, so `schedulerName` keeps kube-scheduler off them; replicas roll
     one by one on an update (a new one Ready before an old one goes)."""
     offering = endpoint.offering
-    resources = {
-        "nvidia.com/gpu": str(offering.gpu_count),
-        "cpu": str(offering.cpu_cores),
-        "memory": f"{offering.memory_gb}Gi",
-    }
     volume, mount = model_volume(endpoint)
     pod_labels = {**labels(endpoint), GENERATION_LABEL: str(endpoint.generation)}
     return {
@@ -173,33 +168,7 @@ def deployment(endpoint: Any, replicas: int) -> dict[str, Any]:
                     "tolerations": [
                         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
                     ],
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": engine_image(endpoint.engine),
-                            "command": list(SERVE_COMMAND),
-                            "args": engine_args(
-                                endpoint.engine, endpoint.engine_options, endpoint.name
-                            ),
-                            "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
-                            "env": engine_env(endpoint),
-                            "resources": {"limits": resources, "requests": dict(resources)},
-                            "readinessProbe": {
-                                "httpGet": {"path": "/health", "port": ENGINE_PORT},
-                                "periodSeconds": 2,
-                                "failureThreshold": 3,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "volumeMounts": [
-                                mount,
-                                {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108
-                            ],
-                        }
-                    ],
+                    "containers": [_engine_container(endpoint, mount)],
                     "volumes": [
                         volume,
                         {
@@ -213,6 +182,38 @@ def deployment(endpoint: Any, replicas: int) -> dict[str, Any]:
                 },
             },
         },
+    }
+
+
+def _engine_container(endpoint: Any, mount: dict[str, Any]) -> dict[str, Any]:
+    """The Deployment's one container: the engine behind the serve entry point, with the
+    offering's GPUs, CPU and memory as both its requests and its limits, Ready once the
+    engine answers /health, the weights at `mount` and shared memory at /dev/shm."""
+    offering = endpoint.offering
+    resources = {
+        "nvidia.com/gpu": str(offering.gpu_count),
+        "cpu": str(offering.cpu_cores),
+        "memory": f"{offering.memory_gb}Gi",
+    }
+    return {
+        "name": "engine",
+        "image": engine_image(endpoint.engine),
+        "command": list(SERVE_COMMAND),
+        "args": engine_args(endpoint.engine, endpoint.engine_options, endpoint.name),
+        "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
+        "env": engine_env(endpoint),
+        "resources": {"limits": resources, "requests": dict(resources)},
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": ENGINE_PORT},
+            "periodSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [mount, {"name": "shm", "mountPath": "/dev/shm"}],  # noqa: S108
     }
 
 

@@ -26,7 +26,7 @@ import logging
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
@@ -109,33 +109,15 @@ def _nothing_to_do() -> bool:
 
 
 def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
+    """One pass of the scheduler and meter (see the module's docstring): place and bind new
+    pods, follow and bill the Ready ones, release the gone ones, then bring each endpoint's
+    status, suspensions and failures in line with what the pass saw."""
     now = now or timezone.now()
     result = SyncResult()
     if _nothing_to_do():
         return result
-    endpoints = {
-        e.k8s_name: e
-        for e in Endpoint.objects.select_related("offering__gpu_model", "source_disk")
-        .filter(
-            Q(k8s_name__gt="")
-            & (~Q(status=S.DELETED) | Q(replicas__gone_at__isnull=True, replicas__isnull=False))
-        )
-        .distinct()
-    }
-    # each endpoint's pods are in its region's cluster: one list per namespace there
-    by_region: dict[str, set[str]] = {}
-    for endpoint in endpoints.values():
-        by_region.setdefault(endpoint_region(endpoint), set()).add(endpoint.k8s_namespace)
-    targets = {r.name: region_target(r) for r in Region.objects.filter(name__in=list(by_region))}
-    pods: list[tuple[str, dict[str, Any]]] = []
-    # what the autoscaler (or a manual scale) last wrote in each endpoint's Deployment
-    desired: dict[str, int] = {}
-    for region, namespaces in sorted(by_region.items()):
-        with _scope(targets, region):
-            listed = kube.pods_labelled(sorted(namespaces), manifests.ENDPOINT_LABEL)
-            scales = kube.deployment_replicas(sorted(namespaces), manifests.ENDPOINT_LABEL)
-        pods += [(region, pod) for pod in listed]
-        desired.update({name: replicas for (_namespace, name), replicas in scales.items()})
+    endpoints = _endpoints_followed()
+    targets, pods, desired = _clusters_read(endpoints)
     replicas = {
         (r.endpoint_id, r.pod_name): r
         for r in EndpointReplica.objects.select_related("node").filter(
@@ -171,6 +153,50 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
             result.charged_fen,
         )
     return result
+
+
+def _endpoints_followed() -> dict[str, Endpoint]:
+    """The endpoints a pass looks at, by their Kubernetes name: every one made in the cluster
+    that is not deleted, and a deleted one while a replica of it still holds GPUs."""
+    return {
+        e.k8s_name: e
+        for e in Endpoint.objects.select_related("offering__gpu_model", "source_disk")
+        .filter(
+            Q(k8s_name__gt="")
+            & (~Q(status=S.DELETED) | Q(replicas__gone_at__isnull=True, replicas__isnull=False))
+        )
+        .distinct()
+    }
+
+
+class _ClustersRead(NamedTuple):
+    """What a pass reads of the clusters: each region's target (those registered), the
+    endpoints' pods with the region each runs in, and the replicas each endpoint's Deployment
+    asks for, by its name."""
+
+    targets: dict[str, kube.Target]
+    pods: list[tuple[str, dict[str, Any]]]
+    desired: dict[str, int]
+
+
+def _clusters_read(endpoints: dict[str, Endpoint]) -> _ClustersRead:
+    """The endpoints' pods and their Deployments' replicas, from each region's cluster in
+    turn, in the regions' name order."""
+    # each endpoint's pods are in its region's cluster: one list per namespace there
+    by_region: dict[str, set[str]] = {}
+    for endpoint in endpoints.values():
+        by_region.setdefault(endpoint_region(endpoint), set()).add(endpoint.k8s_namespace)
+    targets = {r.name: region_target(r) for r in Region.objects.filter(name__in=list(by_region))}
+    pods: list[tuple[str, dict[str, Any]]] = []
+    # what the autoscaler (or a manual scale) last wrote in each endpoint's Deployment
+    desired: dict[str, int] = {}
+    for region, namespaces in sorted(by_region.items()):
+        with _scope(targets, region):
+            listed = kube.pods_labelled(sorted(namespaces), manifests.ENDPOINT_LABEL)
+            scales = kube.deployment_replicas(sorted(namespaces), manifests.ENDPOINT_LABEL)
+        pods += [(region, pod) for pod in listed]
+        desired.update({name: replicas for (_namespace, name), replicas in scales.items()})
+    return _ClustersRead(targets, pods, desired)
 
 
 def _scope(targets: dict[str, kube.Target], region: str) -> AbstractContextManager[Any]:

@@ -534,6 +534,35 @@ TOPOLOGY_LABELS = {
 }
 
 
+def _node_spec(item: kube.ClusterNode) -> dict[str, object]:
+    """The fleet's columns of a node as the cluster reports it (its GPU feature discovery
+    labels, capacity and allocatable), to update the node's row with."""
+    labels = item.labels
+    interconnect = labels.get("starverse.io/interconnect", "pcie")
+    return {
+        "gpu_product": _product(labels.get("nvidia.com/gpu.product", "unknown")),
+        "gpu_count": item.gpu_count,
+        "gpu_memory_mb": int(labels.get("nvidia.com/gpu.memory", "0") or 0),
+        "interconnect": interconnect if interconnect in ("nvlink", "pcie") else "pcie",
+        "nvlink_bandwidth_gbps": _INTERCONNECT_BANDWIDTH.get(interconnect),
+        "cpu_cores": item.cpu_cores,
+        "memory_gb": item.memory_gb,
+        "allocatable_cpu_m": item.allocatable_cpu_m,
+        "allocatable_memory_mib": item.allocatable_memory_mib,
+        "allocatable_ephemeral_mib": item.allocatable_ephemeral_mib,
+        "allocatable_pods": item.allocatable_pods,
+        "labels": labels,
+        # Topology for cluster placement; a label the cluster does not set stays as it was
+        # (an operator may have entered it in the admin).
+        **{
+            field: labels[TOPOLOGY_LABELS[field]]
+            for field in TOPOLOGY_LABELS
+            if TOPOLOGY_LABELS[field] in labels
+        },
+        "in_cluster": True,
+    }
+
+
 def nodes_sync_from_cluster(*, region: str = DEFAULT_REGION) -> int:
     """Mirror a region's cluster's GPU Node objects into the fleet (called inside that
     region's kube.cluster context; the default region is KUBECONFIG's): new nodes appear in the
@@ -547,30 +576,7 @@ def nodes_sync_from_cluster(*, region: str = DEFAULT_REGION) -> int:
     for item in kube.nodes_list():
         if item.gpu_count <= 0:
             continue
-        labels = item.labels
-        interconnect = labels.get("starverse.io/interconnect", "pcie")
-        spec = {
-            "gpu_product": _product(labels.get("nvidia.com/gpu.product", "unknown")),
-            "gpu_count": item.gpu_count,
-            "gpu_memory_mb": int(labels.get("nvidia.com/gpu.memory", "0") or 0),
-            "interconnect": interconnect if interconnect in ("nvlink", "pcie") else "pcie",
-            "nvlink_bandwidth_gbps": _INTERCONNECT_BANDWIDTH.get(interconnect),
-            "cpu_cores": item.cpu_cores,
-            "memory_gb": item.memory_gb,
-            "allocatable_cpu_m": item.allocatable_cpu_m,
-            "allocatable_memory_mib": item.allocatable_memory_mib,
-            "allocatable_ephemeral_mib": item.allocatable_ephemeral_mib,
-            "allocatable_pods": item.allocatable_pods,
-            "labels": labels,
-            # Topology for cluster placement; a label the cluster does not set stays as it was
-            # (an operator may have entered it in the admin).
-            **{
-                field: labels[TOPOLOGY_LABELS[field]]
-                for field in TOPOLOGY_LABELS
-                if TOPOLOGY_LABELS[field] in labels
-            },
-            "in_cluster": True,
-        }
+        spec = _node_spec(item)
         elsewhere = Node.objects.filter(name=item.name).exclude(region_id=region).first()
         if elsewhere is not None:
             logger.error(

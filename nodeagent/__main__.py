@@ -213,12 +213,7 @@ def run_agent(argv: Sequence[str]) -> int:
     from nodeagent.report import Reporter
 
     try:
-        if not args.platform_url:
-            raise UsageError("no platform URL: give --platform-url (or NODEAGENT_PLATFORM_URL)")
-        if not args.node:
-            raise UsageError("no node name: give --node (or NODEAGENT_NODE)")
-        if args.interval <= 0:
-            raise UsageError("--interval must be positive")
+        _settings_check(args)
         given = None if args.bootstrap_token_file else token_provider(args)
         source = open_source(args)
         try:
@@ -261,18 +256,34 @@ def run_agent(argv: Sequence[str]) -> int:
             reporter.url,
             args.interval,
         )
-        stop = threading.Event()
-
-        def on_signal(signum: int, _frame: Any) -> None:
-            log.info("signal %d: stopping", signum)
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        agent.run(stop)
+        agent.run(_stop_on_signal())
         return 0
     finally:
         source.close()
+
+
+def _settings_check(args: argparse.Namespace) -> None:
+    """The settings the agent cannot run without, checked before it opens its GPU source."""
+    if not args.platform_url:
+        raise UsageError("no platform URL: give --platform-url (or NODEAGENT_PLATFORM_URL)")
+    if not args.node:
+        raise UsageError("no node name: give --node (or NODEAGENT_NODE)")
+    if args.interval <= 0:
+        raise UsageError("--interval must be positive")
+
+
+def _stop_on_signal() -> threading.Event:
+    """An event that SIGTERM or SIGINT sets: the agent's loop ends at its next turn, and
+    run_agent closes the GPU source and returns 0."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
 
 
 def run_record(argv: Sequence[str]) -> int:

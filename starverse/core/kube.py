@@ -500,21 +500,53 @@ def _custom() -> client.CustomObjectsApi:
 def _operations(kind: str) -> tuple[Any, Any, Any]:
     """(create, read, delete) callables for a kind, taking (namespace, name/body)."""
     if kind in CUSTOM_KINDS:
-        group, version, plural = CUSTOM_KINDS[kind]
-        custom = _custom()
-        return (
-            lambda ns, body: custom.create_namespaced_custom_object(
-                group, version, ns, plural, body, _request_timeout=TIMEOUT
-            ),
-            lambda ns, name: custom.get_namespaced_custom_object(
-                group, version, ns, plural, name, _request_timeout=TIMEOUT
-            ),
-            lambda ns, name: custom.delete_namespaced_custom_object(
-                group, version, ns, plural, name, _request_timeout=TIMEOUT
-            ),
+        return _custom_operations(*CUSTOM_KINDS[kind])
+    table = _core_operations(core())
+    # namespaced kinds of the other API groups: their client and the methods' snake-case name
+    others = {
+        "NetworkPolicy": (_networking, "network_policy"),
+        "DaemonSet": (_apps, "daemon_set"),
+        "Deployment": (_apps, "deployment"),
+        "RoleBinding": (_rbac, "role_binding"),
+    }
+    if kind in others:
+        client_of, noun = others[kind]
+        group = client_of()
+        table[kind] = tuple(
+            getattr(group, f"{verb}_namespaced_{noun}") for verb in ("create", "read", "delete")
         )
-    api = core()
-    table = {
+    create, read, delete = table[kind]
+    if kind == "Namespace":
+        return create, read, delete
+    return (
+        lambda ns, body: create(ns, body, _request_timeout=TIMEOUT),
+        lambda ns, name: read(name, ns, _request_timeout=TIMEOUT),
+        lambda ns, name: delete(name, ns, _request_timeout=TIMEOUT),
+    )
+
+
+def _custom_operations(group: str, version: str, plural: str) -> tuple[Any, Any, Any]:
+    """_operations() of a custom resource (CUSTOM_KINDS): the custom objects API's calls with
+    the kind's group, version and plural filled in."""
+    custom = _custom()
+    return (
+        lambda ns, body: custom.create_namespaced_custom_object(
+            group, version, ns, plural, body, _request_timeout=TIMEOUT
+        ),
+        lambda ns, name: custom.get_namespaced_custom_object(
+            group, version, ns, plural, name, _request_timeout=TIMEOUT
+        ),
+        lambda ns, name: custom.delete_namespaced_custom_object(
+            group, version, ns, plural, name, _request_timeout=TIMEOUT
+        ),
+    )
+
+
+def _core_operations(api: client.CoreV1Api) -> dict[str, tuple[Any, Any, Any]]:
+    """The core API's (create, read, delete) by kind: for a Namespace already taking
+    (namespace, name/body) with the timeout, for the namespaced kinds the client's own
+    methods, which _operations() wraps alike."""
+    return {
         "Namespace": (
             lambda ns, body: api.create_namespace(body, _request_timeout=TIMEOUT),
             lambda ns, name: api.read_namespace(name, _request_timeout=TIMEOUT),
@@ -542,27 +574,6 @@ def _operations(kind: str) -> tuple[Any, Any, Any]:
             api.delete_namespaced_config_map,
         ),
     }
-    # namespaced kinds of the other API groups: their client and the methods' snake-case name
-    others = {
-        "NetworkPolicy": (_networking, "network_policy"),
-        "DaemonSet": (_apps, "daemon_set"),
-        "Deployment": (_apps, "deployment"),
-        "RoleBinding": (_rbac, "role_binding"),
-    }
-    if kind in others:
-        client_of, noun = others[kind]
-        group = client_of()
-        table[kind] = tuple(
-            getattr(group, f"{verb}_namespaced_{noun}") for verb in ("create", "read", "delete")
-        )
-    create, read, delete = table[kind]
-    if kind == "Namespace":
-        return create, read, delete
-    return (
-        lambda ns, body: create(ns, body, _request_timeout=TIMEOUT),
-        lambda ns, name: read(name, ns, _request_timeout=TIMEOUT),
-        lambda ns, name: delete(name, ns, _request_timeout=TIMEOUT),
-    )
 
 
 def _guard(operation: str, function: Any) -> Any:

@@ -175,55 +175,73 @@ class Command(BaseCommand):
                     "premium": premium,
                 },
             )
-            per_gpu, node_hour, node_month, cores, ram, nvme = PRICING[key]
-            for slug, english, chinese, model_key, count in offering_rows():
-                if model_key != key:
-                    continue
-                bare = slug.endswith("-bare-metal")
-                Offering.objects.get_or_create(
-                    name=english,
-                    defaults={
-                        "name_zh_hans": chinese,
-                        "slug": slug,
-                        "kind": "bare_metal" if bare else "cloud",
-                        "gpu_model": model,
-                        "gpu_count": count,
-                        "cpu_cores": cores * count,
-                        "memory_gb": ram * count,
-                        "local_disk_gb": nvme * count,
-                        "price_per_hour_fen": (node_hour or 0) if bare else per_gpu * count,
-                        "price_per_month_fen": node_month if bare else None,
-                        "trial_price_per_hour_fen": TRIAL_PRICES.get(slug),
-                        "preflight_floor_gbps": PREFLIGHT_FLOORS.get(key) if bare else None,
-                        "sort": sort * 10 + (0 if bare else count),
-                    },
-                )
-        for name, product in NODE_PROFILES:
-            NodeProfile.objects.get_or_create(
-                name=name,
-                defaults={
-                    "node_selector": {"nvidia.com/gpu.product": product},
-                    "rdma_resource": "rdma/rdma_shared_device_a",
-                    "rdma_count": 1,
-                    "nccl_env": NCCL_IB,
-                },
-            )
-        for sort, (key, name, description, reference) in enumerate(IMAGES):
-            size_bytes, prepull = IMAGE_PULLS[key]
-            Image.objects.get_or_create(
-                id=key,
-                defaults={
-                    "name": name,
-                    "name_zh_hans": IMAGES_ZH[key][0],
-                    "description": description,
-                    "description_zh_hans": IMAGES_ZH[key][1],
-                    "container_image": reference,
-                    "size_bytes": size_bytes,
-                    "prepull": prepull,
-                    "sort": sort,
-                },
-            )
+            _offerings_seed(model, sort)
+        _node_profiles_seed()
+        _images_seed()
         self.stdout.write(
             f"Catalog: {GpuModel.objects.count()} GPU models, "
             f"{Offering.objects.count()} offerings, {Image.objects.count()} images."
+        )
+
+
+def _offerings_seed(model: GpuModel, sort: int) -> None:
+    """The offerings of one GPU model (offering_rows), priced and sized from PRICING, after
+    the model's place (`sort`) in GPU_MODELS. One already there, by name, is left as it is."""
+    key = model.id
+    per_gpu, node_hour, node_month, cores, ram, nvme = PRICING[key]
+    for slug, english, chinese, model_key, count in offering_rows():
+        if model_key != key:
+            continue
+        bare = slug.endswith("-bare-metal")
+        Offering.objects.get_or_create(
+            name=english,
+            defaults={
+                "name_zh_hans": chinese,
+                "slug": slug,
+                "kind": "bare_metal" if bare else "cloud",
+                "gpu_model": model,
+                "gpu_count": count,
+                "cpu_cores": cores * count,
+                "memory_gb": ram * count,
+                "local_disk_gb": nvme * count,
+                "price_per_hour_fen": (node_hour or 0) if bare else per_gpu * count,
+                "price_per_month_fen": node_month if bare else None,
+                "trial_price_per_hour_fen": TRIAL_PRICES.get(slug),
+                "preflight_floor_gbps": PREFLIGHT_FLOORS.get(key) if bare else None,
+                "sort": sort * 10 + (0 if bare else count),
+            },
+        )
+
+
+def _node_profiles_seed() -> None:
+    """The seeded fleet's InfiniBand node profiles (NODE_PROFILES), once each by name."""
+    for name, product in NODE_PROFILES:
+        NodeProfile.objects.get_or_create(
+            name=name,
+            defaults={
+                "node_selector": {"nvidia.com/gpu.product": product},
+                "rdma_resource": "rdma/rdma_shared_device_a",
+                "rdma_count": 1,
+                "nccl_env": NCCL_IB,
+            },
+        )
+
+
+def _images_seed() -> None:
+    """The images of deploy/images (IMAGES), with their Chinese names and what a node pulls
+    of each, in IMAGES' order; one already there, by id, is left as it is."""
+    for sort, (key, name, description, reference) in enumerate(IMAGES):
+        size_bytes, prepull = IMAGE_PULLS[key]
+        Image.objects.get_or_create(
+            id=key,
+            defaults={
+                "name": name,
+                "name_zh_hans": IMAGES_ZH[key][0],
+                "description": description,
+                "description_zh_hans": IMAGES_ZH[key][1],
+                "container_image": reference,
+                "size_bytes": size_bytes,
+                "prepull": prepull,
+                "sort": sort,
+            },
         )
