@@ -15,23 +15,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.product_code import PRODUCT_PACKAGES, ROOT, product_files
+
 MAX_LINES = 60
-PRODUCT_PACKAGES = (
-    "starverse",
-    "billing",
-    "fleet",
-    "compute",
-    "storage",
-    "instances",
-    "clusters",
-    "endpoints",
-    "datasets",
-    "console",
-    "terminal",
-    "teams",
-    "nodeagent",
-)
 # (path, qualified name): the three order pipelines, which one order admission replaces.
 WAITING_FOR_ORDER_ADMISSION = {
     ("clusters/services.py", "cluster_order"),
@@ -76,17 +62,6 @@ def functions_in(source: str, path: str = "<source>") -> list[Function]:
 
 def too_long(functions: list[Function]) -> list[Function]:
     return [function for function in functions if function.length > MAX_LINES]
-
-
-def product_files() -> list[Path]:
-    """The product modules, relative to the repository's root, migrations left out."""
-    files = []
-    for package in PRODUCT_PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            relative = path.relative_to(ROOT)
-            if "migrations" not in relative.parts:
-                files.append(relative)
-    return files
 
 
 def product_functions() -> list[Function]:

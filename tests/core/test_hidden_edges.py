@@ -17,7 +17,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.product_code import ROOT, module_of, product_files
+
 BASELINE = 0
 NOT_PRODUCT = {"migrations", "settings", "management"}
 TASK_NAME = re.compile(r"^([a-z_]+)\.tasks\.[a-z_]+$")
@@ -125,16 +126,14 @@ def edges_in(source: str, module: str, path: str = "<source>") -> list[Edge]:
 
 
 def _product_files() -> list[tuple[Path, str]]:
-    packages = sorted({name.split(".")[0] for layer in LAYERS for name in layer})
-    files = []
-    for package in packages:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            relative = path.relative_to(ROOT)
-            if NOT_PRODUCT & set(relative.parts):
-                continue
-            module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
-            files.append((relative, module))
-    return files
+    """Product code less its settings and management commands (the beat schedule and seeding
+    name tasks and models of every app by design)."""
+    return [
+        (relative, module_of(relative))
+        for relative in product_files()
+        if relative.parts[0] in {n.split(".")[0] for layer in LAYERS for n in layer}
+        and not NOT_PRODUCT & set(relative.parts)
+    ]
 
 
 def hidden_edges() -> list[Edge]:

@@ -3,7 +3,6 @@ and a wallet is locked one way (billing.selectors.wallet_locked, wallets_locked)
 
 import re
 import threading
-from pathlib import Path
 
 import pytest
 from django.db import connection, connections, transaction
@@ -16,31 +15,11 @@ from starverse.core.locks import (
     node_claim_first,
 )
 from tests.factories import make_user
-
-ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = [
-    "starverse",
-    "billing",
-    "fleet",
-    "compute",
-    "storage",
-    "instances",
-    "clusters",
-    "endpoints",
-    "datasets",
-    "console",
-    "terminal",
-    "teams",
-]
+from tests.product_code import ROOT, product_files
 
 
 def _product_sources() -> dict[str, str]:
-    return {
-        str(path.relative_to(ROOT)): path.read_text()
-        for package in PRODUCT
-        for path in (ROOT / package).rglob("*.py")
-        if "migrations" not in path.parts
-    }
+    return {str(path): (ROOT / path).read_text() for path in product_files()}
 
 
 def test_advisory_locks_are_taken_only_in_the_locks_module():
