@@ -208,11 +208,12 @@ class WalletAdmin(ReadOnlyAdmin):
         "cash",
         "promo",
         "arrears",
+        "pending",
         "total",
         "created_at",
         "operations",
     ]
-    exclude = ["cash_fen", "promo_fen", "arrears_fen"]
+    exclude = ["cash_fen", "promo_fen", "arrears_fen", "pending_cash_fen", "pending_promo_fen"]
 
     @admin.display(description=_("Cash"))
     def cash(self, obj: Wallet) -> str:
@@ -225,6 +226,10 @@ class WalletAdmin(ReadOnlyAdmin):
     @admin.display(description=_("Arrears"))
     def arrears(self, obj: Wallet) -> str:
         return format_fen(obj.arrears_fen)
+
+    @admin.display(description=_("Accrued, not yet posted"))
+    def pending(self, obj: Wallet) -> str:
+        return format_fen(obj.pending_fen)
 
     @admin.display(description=_("Total"))
     def total(self, obj: Wallet) -> str:

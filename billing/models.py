@@ -28,7 +28,12 @@ class Wallet(models.Model):
     """A tenant's prepaid CNY balance. The balances are a cache of the ledger: they change only
     inside billing.services, under a row lock, and never go below zero. `arrears_fen` is what
     the tenant owes after a chargeback or a refund took more cash than it held; it exists only
-    while cash is zero, because every cash credit pays it off first."""
+    while no cash is free, because every cash credit pays it off first.
+
+    `pending_cash_fen` and `pending_promo_fen` are the usage minutes accrued since their
+    holdings' last hourly posting (compute.metering): spent, held against the balance, not yet
+    in the ledger. Every decision (a debit, a runway, a hold) sees only what is free of them;
+    the balance columns still equal the ledger's sums."""
 
     id = PublicIdField(prefix="wal")
     tenant = models.OneToOneField(
@@ -37,6 +42,12 @@ class Wallet(models.Model):
     cash_fen = models.BigIntegerField(default=0)
     promo_fen = models.BigIntegerField(default=0)
     arrears_fen = models.BigIntegerField(default=0, db_default=0)
+    pending_cash_fen = models.BigIntegerField(
+        default=0, db_default=0, help_text="Usage accrued from cash, not yet posted."
+    )
+    pending_promo_fen = models.BigIntegerField(
+        default=0, db_default=0, help_text="Usage accrued from trial credit, not yet posted."
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -51,7 +62,16 @@ class Wallet(models.Model):
                 condition=Q(arrears_fen__gte=0), name="wallet_arrears_non_negative"
             ),
             models.CheckConstraint(
-                condition=Q(arrears_fen=0) | Q(cash_fen=0), name="wallet_arrears_only_without_cash"
+                condition=Q(arrears_fen=0) | Q(cash_fen=models.F("pending_cash_fen")),
+                name="wallet_arrears_only_without_free_cash",
+            ),
+            models.CheckConstraint(
+                condition=Q(pending_cash_fen__gte=0, pending_cash_fen__lte=models.F("cash_fen")),
+                name="wallet_pending_cash_within_cash",
+            ),
+            models.CheckConstraint(
+                condition=Q(pending_promo_fen__gte=0, pending_promo_fen__lte=models.F("promo_fen")),
+                name="wallet_pending_promo_within_promo",
             ),
         ]
 
@@ -59,9 +79,35 @@ class Wallet(models.Model):
         return f"{self.id} ({self.tenant_id})"
 
     @property
+    def cash_free_fen(self) -> int:
+        """Cash not held by accrued usage: what a debit, a refund or a transfer may take."""
+        return self.cash_fen - self.pending_cash_fen
+
+    @property
+    def promo_free_fen(self) -> int:
+        """Trial credit not held by accrued usage."""
+        return self.promo_fen - self.pending_promo_fen
+
+    @property
+    def pending_fen(self) -> int:
+        return self.pending_cash_fen + self.pending_promo_fen
+
+    def balance_shown(self) -> dict[str, int]:
+        """The balance as the API and the console give it: free of accrued usage, which
+        `pending_fen` says (it is posted by the hour and at every stop)."""
+        return {
+            "cash_fen": self.cash_free_fen,
+            "promo_fen": self.promo_free_fen,
+            "pending_fen": self.pending_fen,
+            "total_fen": self.total_fen,
+        }
+
+    @property
     def total_fen(self) -> int:
-        """The balance net of arrears: negative while the tenant owes money."""
-        return self.cash_fen + self.promo_fen - self.arrears_fen
+        """The balance people see: net of arrears and of the usage accrued since the last
+        hourly posting (so it falls minute by minute, as the meter runs); negative while the
+        tenant owes money."""
+        return self.cash_free_fen + self.promo_free_fen - self.arrears_fen
 
 
 class LedgerTransaction(models.Model):
@@ -113,6 +159,13 @@ class LedgerTransaction(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="reversed_by"
     )
     instance_id = models.CharField(max_length=32, blank=True, db_index=True)
+    minutes = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Usage: the minutes of GPU time this posting pays (an hourly posting of the "
+        "meter, or the rest of a session at its stop). 0 for other kinds, and for per-minute "
+        "postings made before hourly postings, each of which paid one minute.",
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

@@ -48,16 +48,31 @@ def wallet_locked(tenant_id: str | None = None, *, wallet_id: str | None = None)
     return wallet
 
 
-def wallets_locked(wallet_ids: list[str]) -> dict[str, list[int]]:
-    """Wallet id → [cash, promo, arrears] of the wallets, locked in id order (the documented
-    order: a batch never holds one wallet while waiting for a lower one)."""
+@dataclass
+class WalletBalance:
+    """A locked wallet's balances as a batch reads and changes them in memory (the meter's
+    accruals and postings write them back in one statement)."""
+
+    id: str
+    cash_fen: int
+    promo_fen: int
+    arrears_fen: int
+    pending_cash_fen: int
+    pending_promo_fen: int
+
+
+def wallets_locked(wallet_ids: list[str]) -> dict[str, WalletBalance]:
+    """Wallet id → balances of the wallets, locked in id order (the documented order: a batch
+    never holds one wallet while waiting for a lower one)."""
     rows = (
         Wallet.objects.select_for_update()
         .filter(pk__in=wallet_ids)
         .order_by("id")
-        .values_list("id", "cash_fen", "promo_fen", "arrears_fen")
+        .values_list(
+            "id", "cash_fen", "promo_fen", "arrears_fen", "pending_cash_fen", "pending_promo_fen"
+        )
     )
-    return {wallet_id: [cash, promo, arrears] for wallet_id, cash, promo, arrears in rows}
+    return {row[0]: WalletBalance(*row) for row in rows}
 
 
 def wallet_has_paid(wallet: Wallet) -> bool:

@@ -29,7 +29,13 @@ from billing.choices import (
     TransactionKind,
 )
 from billing.models import LedgerEntry, LedgerTransaction, Wallet
-from billing.selectors import invoice_funds_of, transfer_keys, wallet_locked, wallets_locked
+from billing.selectors import (
+    WalletBalance,
+    invoice_funds_of,
+    transfer_keys,
+    wallet_locked,
+    wallets_locked,
+)
 from billing.signals import wallet_credited
 from starverse.core.db import bulk_insert, bulk_set
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
@@ -41,7 +47,7 @@ logger = logging.getLogger(__name__)
 CREDIT_KINDS = (TransactionKind.TRIAL, TransactionKind.TOPUP, TransactionKind.BANK_TRANSFER)
 DEBIT_KINDS = (TransactionKind.USAGE, TransactionKind.REFUND)
 # Debits of these kinds may only take cash: trial money is never refunded or taken back, and it
-# pays usage only minute by minute at an offering's trial price (usage_post_many), never a
+# pays usage only minute by minute at an offering's trial price (usage_accrue_many), never a
 # monthly rental, storage or any other usage posted here.
 CASH_ONLY_DEBITS = (
     TransactionKind.REFUND,
@@ -203,7 +209,7 @@ def _arrears_pay(wallet: Wallet, credit: LedgerTransaction) -> LedgerTransaction
     """Inside a cash credit's posting: pay what the wallet owes from the cash that came in, as
     an `arrears` posting keyed by the credit (so it happens exactly when the credit does). Its
     amount is zero: cash and the debt shrink together."""
-    pay = min(wallet.cash_fen, wallet.arrears_fen)
+    pay = min(wallet.cash_free_fen, wallet.arrears_fen)
     if pay <= 0:
         return None
     txn = _transaction(
@@ -298,7 +304,7 @@ def ledger_post(
     """Credit (amount > 0) or debit (amount < 0) a wallet, exactly once per key.
 
     Credits of promotional kinds land on the promo balance, all others on cash. Debits take
-    cash only (CASH_ONLY_DEBITS): trial credit is spent by usage_post_many alone, at trial
+    cash only (CASH_ONLY_DEBITS): trial credit is spent by usage_accrue_many alone, at trial
     prices. A debit larger than what is
     left raises InsufficientBalance, or with allow_partial takes what is left: a balance never
     goes below zero. `invoiceable_delta_fen`: a transfer leg's carried portion (transfer_post
@@ -313,8 +319,9 @@ def ledger_post(
         if amount_fen > 0:
             return (0, amount_fen, 0) if kind in PROMO_CREDIT_KINDS else (amount_fen, 0, 0)
         wanted = -amount_fen
-        promo_spend = 0 if kind in CASH_ONLY_DEBITS else min(wallet.promo_fen, wanted)
-        cash_spend = min(wallet.cash_fen, wanted - promo_spend)
+        # money held by accrued usage is spent already (compute.metering)
+        promo_spend = 0 if kind in CASH_ONLY_DEBITS else min(wallet.promo_free_fen, wanted)
+        cash_spend = min(wallet.cash_free_fen, wanted - promo_spend)
         if promo_spend + cash_spend < wanted and not allow_partial:
             raise InsufficientBalance(
                 _("Insufficient balance: %(need)s needed, %(have)s available.")
@@ -355,7 +362,10 @@ def transaction_reverse(*, transaction_id: str, reason: str, actor: Any) -> Ledg
     counter = original.entries.exclude(account__in=WALLET_ACCOUNTS).first()
 
     def split(wallet: Wallet) -> tuple[int, int, int]:
-        if wallet.cash_fen < original.cash_delta_fen or wallet.promo_fen < original.promo_delta_fen:
+        if (
+            wallet.cash_free_fen < original.cash_delta_fen
+            or wallet.promo_free_fen < original.promo_delta_fen
+        ):
             raise InsufficientBalance(
                 _("The balance no longer holds the money this transaction credited.")
             )
@@ -567,150 +577,222 @@ def trial_minutes(promo_fen: int, trial_price_per_hour_fen: int) -> int:
     return (120 * promo_fen + 59) // (2 * trial_price_per_hour_fen)
 
 
-class Charged(NamedTuple):
-    """What one usage charge took: `fen`, and `short` when the balance could not pay it (so
-    the instance must stop)."""
+class Accrual(NamedTuple):
+    """One minute of a holding's usage, to hold against its wallet (compute.metering):
+    `amount_fen` at the offering's standard price, `trial_amount_fen` at its trial price (None
+    when it has none)."""
 
-    fen: int
+    wallet_id: str
+    amount_fen: int
+    trial_amount_fen: int | None
+
+
+class Accrued(NamedTuple):
+    """What one minute holds: from cash, or from trial credit at the trial price (`trial`),
+    and `short` when the free cash could not pay the whole minute (it took what was left: the
+    holding must stop)."""
+
+    cash_fen: int
+    promo_fen: int
     short: bool
+    trial: bool = False
 
 
-def usage_post_many(charges: list[dict[str, Any]]) -> dict[str, Charged]:
-    """Post many usage debits at once (the metering tick), each exactly once by its key.
-    `charges` items: wallet_id, key, amount_fen (> 0, at the standard price), instance_id,
-    description, and trial_amount_fen (the same minute at the offering's trial price, or None
-    when it has none). A charge with a trial amount that the wallet's trial credit covers is
-    paid from trial credit at that amount; any other from cash at the standard amount, taking
-    what is left when cash is short. Returns key → Charged (for a key posted before, what that
-    first posting took).
+def usage_accrue_many(accruals: list[Accrual]) -> list[Accrued]:
+    """Hold each minute against its wallet, in order: from free trial credit at the trial
+    amount when the minute has one and the free trial credit covers it, else from free cash at
+    the standard amount, taking what is left when cash is short. Nothing is posted: the held
+    amounts are the wallets' pending ones, which usage_settle_many posts. Call it inside the
+    transaction that adds the same amounts to the holdings (compute.metering), so the two never
+    part; wallets are locked in id order."""
+    if not accruals:
+        return []
+    wallets = wallets_locked(sorted({a.wallet_id for a in accruals}))
+    accrued = []
+    for accrual in accruals:
+        wallet, trial = wallets[accrual.wallet_id], accrual.trial_amount_fen
+        free_promo = wallet.promo_fen - wallet.pending_promo_fen
+        if trial is not None and free_promo > 0 and free_promo >= trial:
+            wallet.pending_promo_fen += trial
+            accrued.append(Accrued(0, trial, short=False, trial=True))
+            continue
+        cash = min(wallet.cash_fen - wallet.pending_cash_fen, accrual.amount_fen)
+        wallet.pending_cash_fen += cash
+        accrued.append(Accrued(cash, 0, short=cash < accrual.amount_fen))
+    bulk_set(
+        Wallet,
+        [(w.id, w.pending_cash_fen, w.pending_promo_fen) for w in wallets.values()],
+        ["pending_cash_fen", "pending_promo_fen"],
+    )
+    return accrued
 
-    Batched: wallets are locked in id order, rows are bulk-inserted, and a key posted before
-    (by a duplicate or late tick) is returned, not posted again. The rows are plain tuples
-    written by COPY, not model objects: a tick of 100,000 instances spent most of its time
-    building and saving LedgerTransaction objects."""
-    results: dict[str, Charged] = {}
-    if not charges:
-        return results
-    with transaction.atomic():
-        before = _charged_before([c["key"] for c in charges])
-        for charge in charges:
-            if charge["key"] in before:
-                fen, kind = before[charge["key"]]
-                short = kind != PriceKind.TRIAL and fen < charge["amount_fen"]
-                results[charge["key"]] = Charged(fen, short)
-        todo = [c for c in charges if c["key"] not in results]
-        balances = wallets_locked(sorted({c["wallet_id"] for c in todo}))
-        now = timezone.now()
-        debits, entries = [], []
-        for txn_id, charge in zip(new_ids("txn", len(todo)), todo, strict=True):
-            debit = _usage_debit(txn_id, balances[charge["wallet_id"]], charge, now)
-            debits.append(debit)
-            entries += _usage_entries(debit)
-            taken = -debit[5]  # minus its amount
-            trial = debit[14] == PriceKind.TRIAL.value
-            results[charge["key"]] = Charged(taken, not trial and taken < charge["amount_fen"])
-        bulk_insert("billing_ledgertransaction", _USAGE_COLUMNS, debits)
-        bulk_insert(
-            "billing_ledgerentry", ["transaction_id", "wallet_id", "account", "amount_fen"], entries
+
+class Settlement(NamedTuple):
+    """A holding's accrued minutes, to post: `key` names the minutes (`usage:{instance}:
+    {session}:{first}-{last}`), `resource_id` is what the ledger's instance_id names (an
+    instance or an endpoint); `trial_minutes` of the `minutes` were held from trial credit
+    (`promo_fen`), the rest from cash (`cash_fen`)."""
+
+    wallet_id: str
+    key: str
+    resource_id: str
+    description: str
+    minutes: int
+    trial_minutes: int
+    cash_fen: int
+    promo_fen: int
+
+
+def usage_settle_many(settlements: list[Settlement]) -> int:
+    """Post each settlement's accrued minutes: one usage posting from cash at the standard
+    price under its key, and one from trial credit at the trial price under `{key}:trial`
+    when some minutes were (each only when it has minutes). A posting takes its amount from
+    the balance and from the pending amount together, so what is free does not change.
+
+    Exactly once per key: a key posted before (same request) is left as it is (its posting
+    released its hold); a different request under it is a conflict. Call it inside the transaction that clears the
+    holdings' pending amounts. Returns how many postings were written."""
+    parts = [part for s in settlements for part in _settlement_parts(s)]
+    if not parts:
+        return 0
+    before = _posted_before([p.key for p in parts])
+    wallets = wallets_locked(sorted({p.wallet_id for p in parts}))
+    now, rows, entries = timezone.now(), [], []
+    for part in parts:
+        if part.key in before:
+            # posted before, with its hold released in the same transaction: nothing more
+            if before[part.key] != part.request_hash:
+                raise IdempotencyConflict(f"usage key {part.key} was posted with other amounts")
+            continue
+        wallet = wallets[part.wallet_id]
+        wallet.pending_cash_fen -= part.cash_fen
+        wallet.pending_promo_fen -= part.promo_fen
+        wallet.cash_fen -= part.cash_fen
+        wallet.promo_fen -= part.promo_fen
+        row = _usage_row(part, wallet, now)
+        rows.append(row)
+        entries += _usage_entries(row)
+    bulk_insert("billing_ledgertransaction", list(UsageRow._fields), rows)
+    bulk_insert(
+        "billing_ledgerentry", ["transaction_id", "wallet_id", "account", "amount_fen"], entries
+    )
+    bulk_set(
+        Wallet,
+        [
+            (w.id, w.cash_fen, w.promo_fen, w.pending_cash_fen, w.pending_promo_fen)
+            for w in wallets.values()
+        ],
+        ["cash_fen", "promo_fen", "pending_cash_fen", "pending_promo_fen"],
+    )
+    logger.info("ledger.usage_settled posted=%d replayed=%d", len(rows), len(parts) - len(rows))
+    return len(rows)
+
+
+class _Part(NamedTuple):
+    """One usage posting of a settlement: its cash part or its trial part."""
+
+    wallet_id: str
+    key: str
+    resource_id: str
+    description: str
+    minutes: int
+    cash_fen: int
+    promo_fen: int
+
+    @property
+    def price_kind(self) -> str:
+        return PriceKind.TRIAL.value if self.promo_fen else PriceKind.STANDARD.value
+
+    @property
+    def request_hash(self) -> str:
+        return _request_hash(
+            {
+                "wallet": self.wallet_id,
+                "kind": TransactionKind.USAGE,
+                "amount": -(self.cash_fen + self.promo_fen),
+                "minutes": self.minutes,
+                "price_kind": self.price_kind,
+                "instance": self.resource_id,
+                "description": self.description,
+            }
         )
-        bulk_set(
-            Wallet,
-            [(wallet_id, cash, promo) for wallet_id, (cash, promo, _arrears) in balances.items()],
-            ["cash_fen", "promo_fen"],
-        )
-    logger.info("ledger.usage_batch posted=%d replayed=%d", len(todo), len(charges) - len(todo))
-    return results
 
 
-def _charged_before(keys: list[str]) -> dict[str, tuple[int, str]]:
-    """Key → (fen charged, price kind), for the keys that were posted before."""
+def _settlement_parts(s: Settlement) -> list[_Part]:
+    common = (s.wallet_id, s.key, s.resource_id, s.description)
+    cash = _Part(*common, s.minutes - s.trial_minutes, s.cash_fen, 0)
+    trial = _Part(s.wallet_id, f"{s.key}:trial", *common[2:], s.trial_minutes, 0, s.promo_fen)
+    return [part for part in (cash, trial) if part.minutes > 0]
+
+
+def _posted_before(keys: list[str]) -> dict[str, str]:
+    """Key → request hash, for the keys that were posted before."""
     with connection.cursor() as cursor:  # one array parameter, however many keys
         cursor.execute(
-            "SELECT idempotency_key, amount_fen, price_kind FROM billing_ledgertransaction "
+            "SELECT idempotency_key, request_hash FROM billing_ledgertransaction "
             "WHERE idempotency_key = ANY(%s)",
             [keys],
         )
-        return {key: (-amount, kind) for key, amount, kind in cursor.fetchall()}
+        return dict(cursor.fetchall())
 
 
-# Columns of a usage debit row, in _usage_debit's order.
-_USAGE_COLUMNS = [
-    "id",
-    "wallet_id",
-    "kind",
-    "idempotency_key",
-    "request_hash",
-    "amount_fen",
-    "instance_id",
-    "cash_delta_fen",
-    "promo_delta_fen",
-    "arrears_delta_fen",
-    "cash_after_fen",
-    "promo_after_fen",
-    "arrears_after_fen",
-    "description",
-    "price_kind",
-    "reason",
-    "created_at",
-]
+class UsageRow(NamedTuple):
+    """A usage posting as written by COPY (field names are the columns): plain values, not
+    model objects, since a tick may post for every running holding at once."""
+
+    id: str
+    wallet_id: str
+    kind: str
+    idempotency_key: str
+    request_hash: str
+    amount_fen: int
+    instance_id: str
+    minutes: int
+    cash_delta_fen: int
+    promo_delta_fen: int
+    arrears_delta_fen: int
+    cash_after_fen: int
+    promo_after_fen: int
+    arrears_after_fen: int
+    description: str
+    price_kind: str
+    reason: str
+    created_at: Any
 
 
-def _usage_debit(
-    txn_id: str, balance: list[int], charge: dict[str, Any], now: Any
-) -> tuple[Any, ...]:
-    """The row of one charge's debit against a locked wallet's [cash, promo, arrears]: from
-    trial credit at the trial amount when the charge has one and the trial credit covers it,
-    else from cash at the standard amount, taking what is left when cash is short; the balance
-    in memory follows it (a usage debit never changes arrears)."""
-    wanted, trial = charge["amount_fen"], charge.get("trial_amount_fen")
-    cash_before, promo_before, arrears = balance
-    if trial is not None and promo_before > 0 and promo_before >= trial:
-        promo, cash, kind = trial, 0, PriceKind.TRIAL.value
-    else:
-        promo, cash, kind = 0, min(cash_before, wanted), PriceKind.STANDARD.value
-    balance[0], balance[1] = cash_before - cash, promo_before - promo
-    wallet_id = charge["wallet_id"]
-    request_hash = _request_hash(
-        {
-            "wallet": wallet_id,
-            "kind": TransactionKind.USAGE,
-            "amount": -wanted,
-            "description": charge["description"],
-            "partial": True,
-            "instance": charge["instance_id"],
-            "reason": "",
-            # only a charge with a trial price hashes it: one without is ledger_post's request
-            **({"trial": trial} if trial is not None else {}),
-        }
-    )
-    return (
-        txn_id,
-        wallet_id,
-        TransactionKind.USAGE.value,
-        charge["key"],
-        request_hash,
-        -(cash + promo),
-        charge["instance_id"],
-        -cash,
-        -promo,
-        0,
-        balance[0],
-        balance[1],
-        arrears,
-        charge["description"][:500],
-        kind,
-        "",
-        now,
+def _usage_row(part: _Part, wallet: WalletBalance, now: Any) -> UsageRow:
+    """The posting of one part against its locked wallet, whose balances already follow it
+    (a usage posting never changes arrears)."""
+    return UsageRow(
+        id=new_ids("txn", 1)[0],
+        wallet_id=part.wallet_id,
+        kind=TransactionKind.USAGE.value,
+        idempotency_key=part.key,
+        request_hash=part.request_hash,
+        amount_fen=-(part.cash_fen + part.promo_fen),
+        instance_id=part.resource_id,
+        minutes=part.minutes,
+        cash_delta_fen=-part.cash_fen,
+        promo_delta_fen=-part.promo_fen,
+        arrears_delta_fen=0,
+        cash_after_fen=wallet.cash_fen,
+        promo_after_fen=wallet.promo_fen,
+        arrears_after_fen=wallet.arrears_fen,
+        description=part.description[:500],
+        price_kind=part.price_kind,
+        reason="",
+        created_at=now,
     )
 
 
-def _usage_entries(debit: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    """The legs of a usage debit row, as _entries makes them: cash, promo, and their sum the
+def _usage_entries(row: UsageRow) -> list[tuple[str, str | None, str, int]]:
+    """The legs of a usage posting, as _entries makes them: cash, promo, and their sum the
     other way on platform revenue."""
-    txn_id, wallet_id, amount, cash, promo = debit[0], debit[1], debit[5], debit[7], debit[8]
-    legs = [(txn_id, wallet_id, Account.CASH.value, cash)] if cash else []
-    if promo:
-        legs.append((txn_id, wallet_id, Account.PROMO.value, promo))
-    if amount:
-        legs.append((txn_id, None, Account.REVENUE.value, -amount))
+    legs: list[tuple[str, str | None, str, int]] = []
+    if row.cash_delta_fen:
+        legs.append((row.id, row.wallet_id, Account.CASH.value, row.cash_delta_fen))
+    if row.promo_delta_fen:
+        legs.append((row.id, row.wallet_id, Account.PROMO.value, row.promo_delta_fen))
+    if row.amount_fen:
+        legs.append((row.id, None, Account.REVENUE.value, -row.amount_fen))
     return legs

@@ -2,7 +2,7 @@
 range of days, grouped by instance, by day or by member, for the usage API, the console and the
 monthly statements.
 
-Usage is every `usage` posting (per-minute GPU charges of instances and of endpoint replicas,
+Usage is every `usage` posting (GPU minutes of instances and of endpoint replicas, by the hour,
 monthly rentals, storage days) less the operators' reversals of them. One aggregate query per
 report groups the postings by (bucket, resource); the instances, endpoints and volumes named are
 then looked up once, for their labels, GPU counts and who ordered them. They belong to apps
@@ -79,8 +79,8 @@ def local_midnight(day: date) -> datetime:
 def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> Any:
     """The tenant's usage postings and reversals of them in [start, end), each with the
     resource it charged (`resource`: an instance or endpoint id, a volume id or "") and the
-    minutes it stands for (+1 a charged minute of an instance or of one endpoint replica, −1
-    its reversal)."""
+    minutes it stands for (`minute`: the GPU minutes of an instance or of one endpoint replica
+    it paid, negative for its reversal; 0 for storage and rentals)."""
     reversal = Q(kind=TransactionKind.REVERSAL)
     postings = LedgerTransaction.objects.filter(
         wallet__tenant_id=tenant_id, created_at__gte=start, created_at__lt=end
@@ -92,6 +92,17 @@ def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> Any:
         src_key=Case(
             When(reversal, then=F("reverses__idempotency_key")), default=F("idempotency_key")
         ),
+        src_minutes=Case(When(reversal, then=F("reverses__minutes")), default=F("minutes")),
+    )
+    # a posting's minutes: its own count (the meter's hourly postings), or one for a
+    # per-minute posting of an instance or a replica made before them (minutes 0)
+    per_minute = Q(src_key__startswith="usage:") | Q(src_key__startswith="endpoint:")
+    postings = postings.alias(
+        src_minutes_or_one=Case(
+            When(Q(src_minutes=0) & per_minute, then=Value(1)),
+            default=F("src_minutes"),
+            output_field=IntegerField(),
+        )
     )
     # Storage keys are `storage:{volume}:{day}` and `storage-grow:{volume}:{day}:{size}`.
     postings = postings.annotate(
@@ -107,11 +118,8 @@ def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> Any:
             output_field=CharField(),
         ),
         minute=Case(
-            When(
-                Q(src_key__startswith="usage:") | Q(src_key__startswith="endpoint:"),
-                then=Case(When(reversal, then=-1), default=1),
-            ),
-            default=0,
+            When(reversal, then=-F("src_minutes_or_one")),
+            default=F("src_minutes_or_one"),
             output_field=IntegerField(),
         ),
     )

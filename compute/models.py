@@ -203,6 +203,13 @@ class Holding(models.Model):
         help_text="Queued: when its turn came and the balance did not cover its runway. The "
         "queue passes it over; it fails after QUEUE_UNFUNDED_GRACE_MINUTES unless topped up.",
     )
+    meter_key = models.CharField(max_length=96, blank=True)
+    metered_since = models.DateTimeField(null=True, blank=True)
+    metered_minutes = models.PositiveIntegerField(default=0)
+    pending_minutes = models.PositiveIntegerField(default=0)
+    pending_trial_minutes = models.PositiveIntegerField(default=0)
+    pending_cash_fen = models.BigIntegerField(default=0)
+    pending_promo_fen = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -214,6 +221,18 @@ class Holding(models.Model):
                 name="holding_queue",
             ),
             models.Index(fields=["gang"], condition=~Q(gang=""), name="holding_gang"),
+            # the meter's tick: what is billed by the minute now
+            models.Index(
+                fields=["metered_since"],
+                condition=Q(metered_since__isnull=False),
+                name="holding_metering",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(pending_cash_fen__gte=0, pending_promo_fen__gte=0),
+                name="holding_pending_non_negative",
+            ),
         ]
 
     def __str__(self) -> str:

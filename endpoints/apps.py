@@ -8,6 +8,7 @@ class EndpointsConfig(AppConfig):
     def ready(self) -> None:
         # usage, budgets and selectors read models: imported once the apps are loaded
         from billing.usage import resource_namer_register
+        from endpoints.metering import meter_hooks_install
         from endpoints.selectors import endpoints_hourly_fen, endpoints_named, endpoints_ordered
         from instances.budgets import Spender, budget_spender_register
 
@@ -15,3 +16,4 @@ class EndpointsConfig(AppConfig):
         budget_spender_register(
             "endpoints", Spender(ordered=endpoints_ordered, hourly_fen=endpoints_hourly_fen)
         )
+        meter_hooks_install()

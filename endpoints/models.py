@@ -130,7 +130,6 @@ class EndpointReplica(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     ready_since = models.DateTimeField(null=True, blank=True)
     session = models.PositiveIntegerField(default=0)
-    billed_minutes = models.PositiveIntegerField(default=0)
     restarts = models.PositiveIntegerField(default=0)
     gone_at = models.DateTimeField(null=True, blank=True)
 

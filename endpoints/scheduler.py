@@ -8,16 +8,18 @@ one stopped.
   with the holding of a new EndpointReplica (compute.holdings), in one transaction, then binds
   the pod to the node (pods/binding). A bind the cluster refuses gives the GPUs back.
 - Readiness and billing: a replica is billed per minute while its pod is Ready, at the
-  offering's hourly price (billing.services.minute_charge_fen), each minute once under
-  `endpoint:{replica}:{session}:{minute}`; a pod that leaves Ready pays its started minute and
-  its session closes. A replica that never became Ready costs nothing.
+  offering's hourly price, by the compute core's meter (compute.metering: a session opens
+  when the pod becomes Ready, its minutes posted by the hour under
+  `endpoint:{replica}:{session}:{first}-{last}`); a pod that leaves Ready pays its started
+  minute and its session closes. A replica that never became Ready costs nothing.
 - Releasing: a replica whose pod is gone gives its GPUs back.
 - Desired replicas: what the autoscaler (KEDA writes the Deployment's `spec.replicas`) or a
   manual scale last asked for, read from the endpoints' Deployments with one list call per
   namespace, as the pods are.
-- Running out: a charge the balance cannot pay scales the endpoint to zero
-  (services.endpoint_suspend), never deletes it; so does a spent monthly budget of its creator
-  or its team, checked on every pass that charged something (spent only grows by charges).
+- Running out: a minute the balance cannot pay scales the endpoint to zero
+  (services.endpoint_suspend, from the meter's tick: endpoints.metering), never deletes it; so
+  does a spent monthly budget of its creator or its team, checked after every tick or pass
+  that charged something (spent only grows by charges).
 - No model: an engine container that exited with MODEL_MISSING_EXIT (the engine image's
   entry point found no `config.json` under /model) fails the endpoint, naming the field the
   user gave, and scales it to zero: restarting cannot make the folder appear."""
@@ -33,11 +35,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
 
-from billing.services import minute_charge_fen, usage_post_many
 from compute.choices import HoldingKind
 from compute.holdings import holding_new, holding_release
+from compute.metering import meter_close, meter_open
 from compute.placement import choose
 from endpoints import manifests
 from endpoints.choices import LIVE, EndpointStatus, SourceKind
@@ -52,7 +53,6 @@ from starverse.core.db import insert_together
 
 logger = logging.getLogger(__name__)
 S = EndpointStatus
-MAX_CATCH_UP_MINUTES = 24 * 60
 
 
 @dataclass
@@ -134,7 +134,6 @@ def endpoints_sync(*, now: datetime | None = None) -> SyncResult:
     for key, replica in replicas.items():
         if key not in seen:
             _release(replica, now, result)
-    _bill(now, result)
     _statuses(endpoints.values(), ready_count, alive_count, stale, desired)
     for endpoint_id in result.suspended:
         endpoint_suspend(endpoint_id=endpoint_id)
@@ -322,96 +321,39 @@ def _follow(
             restarts=F("restarts") + max(0, restarts - replica.restarts)
         )
     if ready and replica.ready_since is None:
-        changes.update(ready_since=now, session=replica.session + 1, billed_minutes=0)
+        changes.update(ready_since=now, session=replica.session + 1)
         created = _when(pod["metadata"].get("creationTimestamp"))
         if created is not None and replica.session == 0:
             Endpoint.objects.filter(pk=endpoint.pk).update(
                 cold_start_s=round(max(0.0, (now - created).total_seconds()), 1)
             )
     elif not ready and replica.ready_since is not None:
-        _bill_replica(replica, now, started_minute=True, result=result)
+        _meter_close(replica, now, result)
         changes.update(ready_since=None)
     if changes:
-        EndpointReplica.objects.filter(pk=replica.pk).update(**changes)
+        with transaction.atomic():
+            EndpointReplica.objects.filter(pk=replica.pk).update(**changes)
+            if "session" in changes:
+                key = f"endpoint:{replica.id}:{changes['session']}"
+                meter_open(replica.id, key=key, since=now)
 
 
 def _release(replica: EndpointReplica, now: datetime, result: SyncResult) -> None:
-    if replica.ready_since is not None:
-        _bill_replica(replica, now, started_minute=True, result=result)
     with transaction.atomic():
+        _meter_close(replica, now, result)
         holding_release(replica.id)
         EndpointReplica.objects.filter(pk=replica.pk).update(gone_at=now, ready_since=None)
     result.released.append(replica.pod_name)
 
 
-def _charges(replica: Any, wallet_id: str, price: int, upto: int) -> list[dict[str, Any]]:
-    charges = []
-    for minute in range(replica.billed_minutes + 1, upto + 1):
-        amount = minute_charge_fen(price, minute)
-        if amount > 0:
-            charges.append(
-                {
-                    "wallet_id": wallet_id,
-                    "key": f"endpoint:{replica.id}:{replica.session}:{minute}",
-                    "amount_fen": amount,
-                    "instance_id": replica.endpoint_id,
-                    "description": gettext_noop("Inference endpoint"),
-                }
-            )
-    return charges
-
-
-def _post(replicas: list[tuple[Any, int]], result: SyncResult) -> None:
-    """Charge each (replica, up to minute) once per minute; an unpaid one suspends its
-    endpoint."""
-    plan, charges = [], []
-    for replica, upto in replicas:
-        if upto <= replica.billed_minutes:
-            continue
-        endpoint = replica.endpoint
-        mine = _charges(
-            replica, endpoint.tenant.wallet.id, endpoint.offering.price_per_hour_fen, upto
-        )
-        charges += mine
-        plan.append((replica, upto, mine))
-    if not plan:
-        return
+def _meter_close(replica: EndpointReplica, now: datetime, result: SyncResult) -> None:
+    """The replica stops serving: its session's minutes (the started one too) are posted and
+    added to its endpoint's cost."""
     with transaction.atomic():
-        charged = usage_post_many(charges)
-        for replica, upto, mine in plan:
-            spent = sum(charged[c["key"]].fen for c in mine)
-            EndpointReplica.objects.filter(pk=replica.pk).update(billed_minutes=upto)
+        spent = meter_close(replica.id, now=now)
+        if spent:
             Endpoint.objects.filter(pk=replica.endpoint_id).update(cost_fen=F("cost_fen") + spent)
-            result.charged_fen += spent
-            if any(charged[c["key"]].short for c in mine):
-                result.suspended.append(replica.endpoint_id)
-
-
-def _upto(replica: EndpointReplica, now: datetime, *, started_minute: bool) -> int:
-    assert replica.ready_since is not None
-    elapsed = (now - replica.ready_since).total_seconds()
-    upto = int(-(-elapsed // 60)) if started_minute else int(elapsed // 60)
-    return min(upto, replica.billed_minutes + MAX_CATCH_UP_MINUTES)
-
-
-def _bill_replica(
-    replica: EndpointReplica, now: datetime, *, started_minute: bool, result: SyncResult
-) -> None:
-    fresh = (
-        EndpointReplica.objects.select_related("endpoint__offering", "endpoint__tenant__wallet")
-        .filter(pk=replica.pk, ready_since__isnull=False)
-        .first()
-    )
-    if fresh is not None:
-        _post([(fresh, _upto(fresh, now, started_minute=started_minute))], result)
-
-
-def _bill(now: datetime, result: SyncResult) -> None:
-    """Every Ready replica's closed minutes."""
-    ready = EndpointReplica.objects.select_related(
-        "endpoint__offering", "endpoint__tenant__wallet"
-    ).filter(ready_since__isnull=False, gone_at__isnull=True)
-    _post([(r, _upto(r, now, started_minute=False)) for r in ready], result)
+    result.charged_fen += spent
 
 
 def _statuses(

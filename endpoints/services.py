@@ -212,7 +212,7 @@ def _runway_check(tenant_id: str, offering: Offering, low: int) -> None:
     billed from cash at the standard price (trial credit pays only instances' trial prices)."""
     wallet = wallet_locked(tenant_id)
     need = _hour_fen(offering, low)
-    cash = wallet.cash_fen - wallet.arrears_fen
+    cash = wallet.cash_free_fen - wallet.arrears_fen
     if cash < need:
         raise InsufficientBalance(
             _(

@@ -125,13 +125,13 @@ def runway(
     trial = None
     if not monthly and offering.trial_price_per_hour_fen is not None:
         trial = TrialRunway(
-            have_fen=wallet.promo_fen,
+            have_fen=wallet.promo_free_fen,
             own_fen=offering.trial_price_per_hour_fen * nodes,
             burn_fen=trial_burn_fen,
         )
     return Runway(
         # arrears exist only while cash is zero: what is owed counts against the runway
-        have_fen=wallet.cash_fen - wallet.arrears_fen,
+        have_fen=wallet.cash_free_fen - wallet.arrears_fen,
         own_fen=0 if paid else (own or 0) * nodes,
         burn_fen=burn_fen,
         unit=MONTH if monthly else HOUR,

@@ -1,8 +1,9 @@
 """Team budgets: what a member (or the whole team) may spend in a calendar month, and what
 they spent. Spent is the usage the team's ledger charged this month for the instances and
 inference endpoints the member made (the ledger's instance_id, which an endpoint's charges
-fill with the endpoint's id, and the row's created_by attribute every charge), so it is one
-query, never a counter to keep in step. An order or a start (an endpoint's creation or scaling
+fill with the endpoint's id, and the row's created_by attribute every charge), and what the
+meter has accrued for them and not yet posted (their holdings' pending amounts), so it is
+two queries, never a counter to keep in step. An order or a start (an endpoint's creation or scaling
 up) whose own cost over its runway, on top of an hour of what the member (or the team) already
 runs by the hour (hourly instances and endpoint replicas), does not fit what is left is refused
 (402 `budget_exceeded`), and a monthly rental's next month that does not fit is not charged:
@@ -17,13 +18,14 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import F, Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from compute.choices import BillingMode
+from compute.models import Holding
 from instances.choices import STARTING_OR_RUNNING, InstanceStatus
 from instances.models import Instance
 from starverse.accounts.audit import audit_record
@@ -84,7 +86,18 @@ def spent_fen(tenant_id: str, user_id: str | None, *, now: datetime | None = Non
         for product in sorted(_SPENDERS):
             ordered |= Q(instance_id__in=_SPENDERS[product].ordered(tenant_id, user_id))
         rows = rows.filter(ordered)
-    return -int(rows.aggregate(total=Sum("amount_fen"))["total"] or 0)
+    posted = -int(rows.aggregate(total=Sum("amount_fen"))["total"] or 0)
+    return posted + pending_fen(tenant_id, user_id)
+
+
+def pending_fen(tenant_id: str, user_id: str | None) -> int:
+    """Usage the meter has accrued and not yet posted (compute.metering), of what `user_id`
+    made (instances, ranks, endpoint replicas) or of the whole team (None)."""
+    held = Holding.objects.filter(tenant_id=tenant_id, metered_since__isnull=False)
+    if user_id is not None:
+        held = held.filter(created_by_id=user_id)
+    total = held.aggregate(total=Sum(F("pending_cash_fen") + F("pending_promo_fen")))["total"]
+    return int(total or 0)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,9 @@
 """What an instance costs its tenant, posted to the ledger: the minutes it runs (hourly billing)
-and the 30-day periods it prepays (monthly billing). Usage minute m of a session is charged once,
-under usage:{instance}:{session}:{minute}, from trial credit at the offering's trial price while
-the trial credit covers the minute, else from cash at its price; period n once, under
-monthly:{instance}:{n}, from cash only. The
-state machine (instances.states) closes a session when an instance leaves running; the tick
-(instances.metering) and the renewals (instances.monthly) call these too."""
+and the 30-day periods it prepays (monthly billing). Minutes are the compute core's meter's
+(compute.metering): a session opens when the instance starts running and closes when it leaves
+running (instances.states calls these), its minutes posted by the hour under
+usage:{instance}:{session}:{first}-{last}. Period n is posted once, under
+monthly:{instance}:{n}, from cash only (instances.monthly calls period_charge)."""
 
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,80 +13,32 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from billing.choices import TransactionKind
-from billing.services import ledger_post, minute_charge_fen, usage_post_many
+from billing.services import ledger_post
 from compute.choices import BillingMode
+from compute.metering import meter_close, meter_open
 from instances.models import Instance, InstanceEvent
 from starverse.core.text import later
 
 PERIOD = timedelta(days=30)
 
 
-def closed_minutes(instance: Instance, now: datetime) -> int:
-    if instance.running_since is None:
-        return 0
-    return max(0, int((now - instance.running_since).total_seconds() // 60))
-
-
-def usage_charges(instance: Instance, upto: int) -> list[dict]:
-    """The usage charge of each unbilled minute up to `upto`, keyed per (instance, minute)."""
-    return minute_charges(
-        instance_id=instance.id,
-        session=instance.session,
-        wallet_id=instance.tenant.wallet.id,
-        price_per_hour_fen=instance.offering.price_per_hour_fen,
-        trial_price_per_hour_fen=instance.offering.trial_price_per_hour_fen,
-        billed=instance.billed_minutes,
-        upto=upto,
-    )
-
-
-def minute_charges(
-    *,
-    instance_id: str,
-    session: int,
-    wallet_id: str,
-    price_per_hour_fen: int,
-    trial_price_per_hour_fen: int | None,
-    billed: int,
-    upto: int,
-) -> list[dict]:
-    """usage_charges from plain values: the metering tick reads its instances as rows. Each
-    minute carries its price at the offering's trial price too, when it has one."""
-    charges = []
-    trial = trial_price_per_hour_fen
-    for minute in range(billed + 1, upto + 1):
-        amount = minute_charge_fen(price_per_hour_fen, minute)
-        if amount > 0:
-            charges.append(
-                {
-                    "wallet_id": wallet_id,
-                    "key": f"usage:{instance_id}:{session}:{minute}",
-                    "amount_fen": amount,
-                    "trial_amount_fen": None if trial is None else minute_charge_fen(trial, minute),
-                    "instance_id": instance_id,
-                    "description": gettext_noop("GPU usage"),
-                }
-            )
-    return charges
-
-
 def bill_until(instance: Instance, now: datetime, *, started_minute: bool) -> int:
-    """Charge the instance's unbilled minutes up to `now` (with the minute in progress when
-    `started_minute`), inside the caller's transaction that holds its row lock."""
+    """End the instance's metering session at `now` (with the minute in progress when
+    `started_minute`): its unposted minutes are accrued and posted (compute.metering), inside
+    the caller's transaction that holds its row lock. Returns the fen charged now."""
     if instance.running_since is None or instance.billing != BillingMode.HOURLY:
         return 0
-    elapsed = (now - instance.running_since).total_seconds()
-    upto = int(-(-elapsed // 60)) if started_minute else int(elapsed // 60)
-    charges = usage_charges(instance, upto)
-    keys = [c["key"] for c in charges]
-    if upto <= instance.billed_minutes:
-        return 0
-    charged = usage_post_many(charges)
-    spent = sum(charged[key].fen for key in keys)
-    Instance.objects.filter(pk=instance.pk).update(
-        billed_minutes=upto, cost_fen=F("cost_fen") + spent
-    )
+    spent = meter_close(instance.id, now=now, started_minute=started_minute)
+    if spent:
+        Instance.objects.filter(pk=instance.pk).update(cost_fen=F("cost_fen") + spent)
     return spent
+
+
+def meter_start(instance: Instance, now: datetime) -> None:
+    """The instance serves from `now` in a new session (its `session` already counted): an
+    hourly one is metered from now, its postings keyed usage:{instance}:{session}."""
+    if instance.billing == BillingMode.HOURLY:
+        meter_open(instance.id, key=f"usage:{instance.id}:{instance.session}", since=now)
 
 
 def period_active(instance: Instance) -> bool:

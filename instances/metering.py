@@ -1,34 +1,28 @@
-"""Per-minute billing of running instances. Each closed minute of a usage session is charged
-once, under the ledger key usage:{instance}:{session}:{minute}; a tick that runs twice, late or
-concurrently charges nothing twice and catches up on what it missed. A minute of an offering
-with a trial price is paid from trial credit at that price while the trial credit covers it,
-then from cash at the standard price (billing.services.usage_post_many). A charge the cash
-cannot pay takes what is left and stops the instance."""
+"""Per-minute billing of running instances and cluster ranks, as the compute core's meter
+(compute.metering) accrues it: the meter holds each closed minute against the wallet and posts
+a holding's minutes by the hour. This module is what instances hear of it (registered from
+instances.apps): the fen accrued, added to each instance's cost, and the instances whose
+balance could not pay a minute, stopped (not deleted; a cluster's rank stops its cluster
+whole). The tick also stops what a member's or a team's spent budget no longer allows."""
 
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from django.db import transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from billing.services import usage_post_many
-from compute.choices import BillingMode
+from compute.choices import HoldingKind
+from compute.metering import MeterHooks, meter_hooks_register, meter_tick
 from instances.budgets import budgets_spent
-from instances.charges import minute_charges
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import Instance
 from instances.signals import cluster_over_budget
-from instances.states import instances_locked_skipping
 from starverse.core.db import bulk_set
 from starverse.core.errors import Conflict
 
 logger = logging.getLogger(__name__)
-MAX_CATCH_UP_MINUTES = 24 * 60
 
 
 @dataclass
@@ -70,86 +64,40 @@ def budgets_enforce(*, now: datetime | None = None) -> list[str]:
 
 
 def metering_tick(*, now: datetime | None = None) -> TickResult:
-    """Charge every running hourly instance its closed minutes (at most a day's worth a tick),
-    then stop those whose balance could not pay."""
+    """One tick of the meter over every metering holding (instances, ranks, endpoint
+    replicas): closed minutes accrued, hours posted, the unpaid stopped; then the budgets."""
     now = now or timezone.now()
-    result = TickResult()
-    with transaction.atomic():
-        running = list(_running_hourly())
-        billed = _charge_closed_minutes(running, now, result)
-        bulk_set(Instance, billed, ["billed_minutes", "cost_fen"])
-    for instance_id in result.exhausted:
-        instance_stop(
-            instance_id=instance_id,
-            reason=gettext_noop("Balance exhausted: stopped (not deleted); disks kept."),
-            for_cluster=True,  # the platform's stop: the wallet could not pay this rank
-        )
+    metered = meter_tick(now=now)
+    result = TickResult(charged_minutes=metered.minutes, charged_fen=metered.fen)
+    result.exhausted = [
+        holding
+        for kind in (HoldingKind.INSTANCE, HoldingKind.RANK)
+        for holding in metered.short.get(kind, [])
+    ]
     result.over_budget = budgets_enforce(now=now)
-    logger.info(
-        "metering.tick instances=%d minutes=%d fen=%d exhausted=%d",
-        len(running),
-        result.charged_minutes,
-        result.charged_fen,
-        len(result.exhausted),
-    )
     return result
 
 
-# What the tick reads of each running instance: plain rows, not model objects (a tick of
-# 100,000 instances spent most of its time building them).
-_RUNNING_COLUMNS = (
-    "id",
-    "session",
-    "billed_minutes",
-    "cost_fen",
-    "running_since",
-    "offering__price_per_hour_fen",
-    "offering__trial_price_per_hour_fen",
-    "tenant__wallet__id",
-)
+def _costs_add(accrued: dict[str, int]) -> None:
+    """Inside the meter's transaction: what each instance's minutes cost, added to it."""
+    bulk_set(Instance, [(i, fen) for i, fen in accrued.items() if fen], ["cost_fen"], add=True)
 
 
-def _running_hourly() -> QuerySet[Instance, tuple[Any, ...]]:
-    # skipping locked rows: a concurrent tick leaves these to us (single flight per instance)
-    return instances_locked_skipping(
-        Instance.objects.filter(
-            status=InstanceStatus.RUNNING,
-            running_since__isnull=False,
-            billing=BillingMode.HOURLY,
-        )
-    ).values_list(*_RUNNING_COLUMNS)
-
-
-def _charge_closed_minutes(
-    running: list[tuple[Any, ...]], now: datetime, result: TickResult
-) -> list[tuple[str, int, int]]:
-    """Post the unbilled closed minutes of every locked running instance in one batch; returns
-    (id, billed minutes, cost) of the instances whose billed minutes and cost moved."""
-    charges, plan = [], []
-    for instance_id, session, billed, cost, running_since, price, trial, wallet_id in running:
-        closed = max(0, int((now - running_since).total_seconds() // 60))
-        upto = min(closed, billed + MAX_CATCH_UP_MINUTES)
-        if upto <= billed:
+def _exhausted_stop(_accrued: dict[str, int], short: list[str]) -> None:
+    """After the meter's transaction: the instances whose balance could not pay a minute."""
+    for instance_id in short:
+        try:
+            instance_stop(
+                instance_id=instance_id,
+                reason=gettext_noop("Balance exhausted: stopped (not deleted); disks kept."),
+                for_cluster=True,  # the platform's stop: the wallet could not pay this rank
+            )
+        except Conflict:  # it left running meanwhile
             continue
-        mine = minute_charges(
-            instance_id=instance_id,
-            session=session,
-            wallet_id=wallet_id,
-            price_per_hour_fen=price,
-            trial_price_per_hour_fen=trial,
-            billed=billed,
-            upto=upto,
-        )
-        charges += mine
-        plan.append((instance_id, billed, cost, upto, [c["key"] for c in mine]))
-    charged = usage_post_many(charges)
-    moved = []
-    for instance_id, billed, cost, upto, keys in plan:
-        spent = sum(charged[key].fen for key in keys)
-        result.charged_minutes += upto - billed
-        result.charged_fen += spent
-        # the rows are locked by this transaction, so absolute values are safe here
-        moved.append((instance_id, upto, cost + spent))
-        if any(charged[key].short for key in keys):
-            result.exhausted.append(instance_id)
-    return moved
+
+
+def meter_hooks_install() -> None:
+    """From InstancesConfig.ready: instances and ranks are metered holdings."""
+    hooks = MeterHooks(accrued=_costs_add, after=_exhausted_stop)
+    meter_hooks_register(HoldingKind.INSTANCE, hooks)
+    meter_hooks_register(HoldingKind.RANK, hooks)

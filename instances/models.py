@@ -86,7 +86,6 @@ class Instance(models.Model):
         null=True, blank=True, help_text="When the pod's Kubernetes events were last read."
     )
     seen_event_uids = models.JSONField(default=list, blank=True)
-    billed_minutes = models.PositiveIntegerField(default=0)
     paid_until = models.DateTimeField(null=True, blank=True, help_text="Monthly: prepaid until.")
     monthly_period = models.PositiveIntegerField(default=0, help_text="Monthly: periods paid.")
     auto_renew = models.BooleanField(default=True, help_text="Monthly: renew at period end.")

@@ -31,7 +31,7 @@ from compute.holdings import (
     holding_release,
 )
 from fleet.models import DEFAULT_REGION, Node
-from instances.charges import bill_until, period_active
+from instances.charges import bill_until, meter_start, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.signals import rank_checking
@@ -85,6 +85,10 @@ def _transition(instance: Instance, to: str, message: str, **fields: Any) -> Ins
             % {"state": InstanceStatus(instance.status).label.lower()},
             code="wrong_state",
         )
+    if "running_since" in fields and fields["running_since"] is None:
+        # whatever ends its running ends its metering: a path that charged the minute in
+        # progress has closed the session already, any other pays its closed minutes
+        bill_until(instance, timezone.now(), started_minute=False)
     instance.status = to
     for key, value in fields.items():
         setattr(instance, key, value)
@@ -262,9 +266,9 @@ def instance_mark_running(instance_id: str) -> str:
             running_since=now,
             started_at=instance.started_at or now,
             session=instance.session + 1,
-            billed_minutes=0,
             provisioning_since=None,
         )
+        meter_start(instance, now)
     return S.RUNNING
 
 
@@ -280,9 +284,9 @@ def ranks_mark_running(ranks: list[Instance], message: str) -> None:
             running_since=now,
             started_at=instance.started_at or now,
             session=instance.session + 1,
-            billed_minutes=0,
             provisioning_since=None,
         )
+        meter_start(instance, now)
 
 
 def rank_mark_checking(instance: Instance, message: str, *, now: datetime) -> None:

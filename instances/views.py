@@ -161,14 +161,14 @@ def _default_offering(offerings: list[Offering], counts: dict[str, int], wallet:
     trial credit at its trial price (else the cheapest free one, else the first): a safe first
     choice, above all for trial credit."""
     free = sorted((o for o in offerings if counts.get(o.id)), key=lambda o: o.price_per_hour_fen)
-    cash = wallet.cash_fen - wallet.arrears_fen
+    cash = wallet.cash_free_fen - wallet.arrears_fen
     affordable = [
         o
         for o in free
         if o.price_per_hour_fen <= cash
         or (
             o.trial_price_per_hour_fen is not None
-            and o.trial_price_per_hour_fen <= wallet.promo_fen
+            and o.trial_price_per_hour_fen <= wallet.promo_free_fen
         )
     ]
     candidates = affordable or free or offerings
@@ -417,7 +417,7 @@ def _trial_line(offering: Offering, promo_fen: int) -> str:
 
 def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpResponse:
     pulls = _pulls(offer)
-    promo = offer.wallet.promo_fen
+    promo = offer.wallet.promo_free_fen
     catalog = {
         o.id: {
             "name": localized(o, "name"),
@@ -441,7 +441,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
         "active": "rent",
         "groups": groups,
         # trial credit pays only trial prices: what the balance covers at standard prices is cash
-        "cash_fen": offer.wallet.cash_fen - offer.wallet.arrears_fen,
+        "cash_fen": offer.wallet.cash_free_fen - offer.wallet.arrears_fen,
         "images": offer.images,
         "keys": offer.keys,
         "selected_keys": shown.selected_keys,

@@ -118,7 +118,7 @@ def storage_charge_new(*, tenant_id: str, kind: str, obj: Any, now: datetime | N
                 "A day of this storage costs %(fen)s and your cash balance is %(have)s (trial "
                 "credit does not pay for storage). Top up first."
             )
-            % {"fen": format_fen(amount), "have": format_fen(wallet.cash_fen)}
+            % {"fen": format_fen(amount), "have": format_fen(wallet.cash_free_fen)}
         ) from None
     return amount
 
@@ -179,7 +179,7 @@ def storage_charge_growth(
                 "Growing this storage costs %(fen)s for the rest of today and your cash balance "
                 "is %(have)s (trial credit does not pay for storage). Top up first."
             )
-            % {"fen": format_fen(amount), "have": format_fen(wallet.cash_fen)}
+            % {"fen": format_fen(amount), "have": format_fen(wallet.cash_free_fen)}
         ) from None
     return amount
 
@@ -243,7 +243,7 @@ def _bill_tenant(tenant_id: str, now: datetime, price: dict[str, int], result: B
     todo = [(v, day_fen(v, price)) for key, v in keys.items() if key not in done]
     todo = [(v, fen) for v, fen in todo if fen > 0]
     due = sum(fen for _v, fen in todo)
-    if due <= wallet.cash_fen:  # storage is paid from cash only (billing.services)
+    if due <= wallet.cash_free_fen:  # storage is paid from cash only (billing.services)
         for volume, fen in todo:
             _post(wallet.id, volume, day, fen)
         result.charged_fen += due

@@ -366,3 +366,15 @@ def holding_of(row: Any) -> Any:
     from compute.holdings import holding_of as read
 
     return read(row.id)
+
+
+def running_since(instance_ids: list[str], since: Any) -> None:
+    """Running instances (or ranks), as if they had been running since `since`: their
+    `running_since` and their holdings' metering session (compute.metering) moved back."""
+    from compute.models import Holding
+    from instances.models import Instance
+
+    Instance.objects.filter(pk__in=instance_ids).update(running_since=since)
+    Holding.objects.filter(pk__in=instance_ids, metered_since__isnull=False).update(
+        metered_since=since
+    )

@@ -14,13 +14,19 @@ from starverse.core.dates import validate_day
 
 
 class BalanceOutput(serializers.Serializer):
-    cash_fen = serializers.IntegerField()
-    promo_fen = serializers.IntegerField()
+    cash_fen = serializers.IntegerField(help_text="Cash free to spend.")
+    promo_fen = serializers.IntegerField(help_text="Trial credit free to spend.")
+    pending_fen = serializers.IntegerField(
+        help_text="GPU minutes used since their last hourly posting to the ledger: already "
+        "taken off cash_fen, promo_fen and total_fen, posted by the hour and at every stop."
+    )
     arrears_fen = serializers.IntegerField(
         help_text="Owed after a chargeback or refund took more than the cash held; "
         "the next top-up pays it first."
     )
-    total_fen = serializers.IntegerField(help_text="cash + trial credit − arrears.")
+    total_fen = serializers.IntegerField(
+        help_text="cash + trial credit − arrears, free of the usage accrued (pending_fen)."
+    )
     on_hold = serializers.BooleanField(
         help_text="New instances, starts and storage are refused (403 account_on_hold) until "
         "support lifts the hold; top-ups still work."

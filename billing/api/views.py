@@ -64,10 +64,8 @@ class BalanceView(APIView):
         wallet = wallet_for_tenant(signed_in_user(request).tenant_id)
         return Response(
             {
-                "cash_fen": wallet.cash_fen,
-                "promo_fen": wallet.promo_fen,
+                **wallet.balance_shown(),
                 "arrears_fen": wallet.arrears_fen,
-                "total_fen": wallet.total_fen,
                 "on_hold": tenant_on_hold(wallet.tenant_id),
                 "currency": "CNY",
             }

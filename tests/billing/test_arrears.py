@@ -9,11 +9,14 @@ from billing.choices import Account, TransactionKind
 from billing.models import LedgerTransaction, Wallet
 from billing.selectors import unbalanced_transactions, wallet_drifts
 from billing.services import (
-    Charged,
+    Accrual,
+    Accrued,
+    Settlement,
     adjustment_post,
     arrears_debit_post,
     ledger_post,
-    usage_post_many,
+    usage_accrue_many,
+    usage_settle_many,
 )
 from starverse.core.errors import InvalidInput
 from tests.factories import fund, make_operator, make_user
@@ -128,21 +131,15 @@ def test_usage_in_arrears_records_what_is_owed_after_it(user):
     wallet = _wallet(user)
     _chargeback(wallet, 4_000)  # no cash: all of it owed, the trial credit stays
 
-    charged = usage_post_many(
-        [
-            {
-                "wallet_id": wallet.id,
-                "key": "usage:ins_1:1",
-                "amount_fen": 300,
-                "trial_amount_fen": 300,  # an offering whose trial price is its price
-                "instance_id": "ins_1",
-                "description": "GPU usage",
-            }
-        ]
-    )
+    with transaction.atomic():
+        # an offering whose trial price is its price
+        accrued = usage_accrue_many([Accrual(wallet.id, 300, 300)])
+        usage_settle_many(
+            [Settlement(wallet.id, "usage:ins_1:1:1-1", "ins_1", "GPU usage", 1, 1, 0, 300)]
+        )
 
-    txn = LedgerTransaction.objects.get(idempotency_key="usage:ins_1:1")
-    assert charged == {"usage:ins_1:1": Charged(300, short=False)}
+    txn = LedgerTransaction.objects.get(idempotency_key="usage:ins_1:1:1-1:trial")
+    assert accrued == [Accrued(0, 300, short=False, trial=True)]
     assert (txn.promo_after_fen, txn.arrears_after_fen, txn.balance_after_fen) == (
         700,
         4_000,

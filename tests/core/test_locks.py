@@ -7,7 +7,7 @@ import threading
 import pytest
 from django.db import connection, connections, transaction
 
-from billing.selectors import wallet_locked, wallets_locked
+from billing.selectors import WalletBalance, wallet_locked, wallets_locked
 from starverse.core.locks import (
     AdvisoryLock,
     gpu_model_placement_lock,
@@ -118,7 +118,9 @@ def test_a_wallet_locked_by_tenant_or_by_id_is_the_same_row_lock():
         assert wallet_locked(wallet_id=wallet.pk).tenant_id == user.tenant_id
         assert "could not obtain lock" in str(_in_another_connection(nowait, [wallet.pk]))
     with transaction.atomic():
-        assert wallets_locked([wallet.pk]) == {wallet.pk: [0, wallet.promo_fen, 0]}
+        assert wallets_locked([wallet.pk]) == {
+            wallet.pk: WalletBalance(wallet.pk, 0, wallet.promo_fen, 0, 0, 0)
+        }
         assert "could not obtain lock" in str(_in_another_connection(nowait, [wallet.pk]))
     assert _in_another_connection(nowait, [wallet.pk]) == wallet.pk
     with pytest.raises(TypeError):

@@ -83,6 +83,10 @@ class UserOutput(serializers.ModelSerializer):
 class MeBalanceOutput(serializers.Serializer):
     cash_fen = serializers.IntegerField()
     promo_fen = serializers.IntegerField()
+    pending_fen = serializers.IntegerField(
+        help_text="GPU minutes used since their last hourly posting to the ledger: already "
+        "taken off cash_fen, promo_fen and total_fen, posted by the hour and at every stop."
+    )
     total_fen = serializers.IntegerField()
 
 

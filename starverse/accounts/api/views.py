@@ -177,11 +177,7 @@ class MeView(APIView):
     def get(self, request: Request) -> Response:
         user = signed_in_user(request)
         wallet = wallet_for_tenant(user.tenant_id)
-        balance = {
-            "cash_fen": wallet.cash_fen,
-            "promo_fen": wallet.promo_fen,
-            "total_fen": wallet.total_fen,
-        }
+        balance = wallet.balance_shown()
         return Response(
             {
                 "id": user.id,
