@@ -70,8 +70,9 @@ bench: $(STAMP)  ## Benchmarks against their baselines (needs PostgreSQL and pgb
 messages: $(STAMP)  ## Extract translatable strings and compile the catalogues
 	bin/messages
 
-audit: $(STAMP)  ## Prove every wallet balance equals its ledger sum
+audit: $(STAMP)  ## Prove every wallet balance equals its ledger sum, and its pending usage its holdings'
 	$(PY) manage.py billing_audit
+	$(PY) manage.py meter_audit
 
 clean:  ## Remove local state (var/, its PostgreSQL data too); the next `make run` starts over
 	@if [ -x $(PY) ]; then $(PY) -m devstack.postgres stop; fi

@@ -650,8 +650,9 @@ def usage_settle_many(settlements: list[Settlement]) -> int:
     the balance and from the pending amount together, so what is free does not change.
 
     Exactly once per key: a key posted before (same request) is left as it is (its posting
-    released its hold); a different request under it is a conflict. Call it inside the transaction that clears the
-    holdings' pending amounts. Returns how many postings were written."""
+    released its hold); a different request under it is a conflict. Call it inside the
+    transaction that clears the holdings' pending amounts. Returns how many postings were
+    written."""
     parts = [part for s in settlements for part in _settlement_parts(s)]
     if not parts:
         return 0

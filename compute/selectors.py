@@ -1,9 +1,13 @@
 """Reads of the compute core that more than one caller needs."""
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
-from compute.models import Allocation
+from django.db.models import Sum
+
+from billing.models import Wallet
+from compute.models import Allocation, Holding
 from fleet.choices import NodeState
 from fleet.models import Gpu, Node
 
@@ -28,3 +32,34 @@ def capacity_by_model() -> list[dict[str, Any]]:
         {"gpu_product": product, **v, "free": v["total"] - v["allocated"] - v["unhealthy"]}
         for product, v in sorted(totals.items())
     ]
+
+
+@dataclass(frozen=True)
+class PendingDrift:
+    """A wallet whose pending amounts differ from the sum of its holdings' (compute.metering
+    changes both in one transaction, so any drift is a bug or a hand edit)."""
+
+    wallet_id: str
+    pending_cash_fen: int
+    pending_promo_fen: int
+    holdings_cash_fen: int
+    holdings_promo_fen: int
+
+
+def pending_drifts() -> list[PendingDrift]:
+    """Every wallet whose pending cash or trial credit is not what its holdings accrued."""
+    held = {
+        row["tenant_id"]: (row["cash"], row["promo"])
+        for row in Holding.objects.values("tenant_id").annotate(
+            cash=Sum("pending_cash_fen"), promo=Sum("pending_promo_fen")
+        )
+    }
+    drifts = []
+    wallets = Wallet.objects.values_list(
+        "id", "tenant_id", "pending_cash_fen", "pending_promo_fen"
+    ).order_by("id")
+    for wallet_id, tenant_id, cash, promo in wallets.iterator():
+        expected = held.get(tenant_id, (0, 0))
+        if (cash, promo) != expected:
+            drifts.append(PendingDrift(wallet_id, cash, promo, *expected))
+    return drifts

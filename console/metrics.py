@@ -22,7 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from billing.models import LedgerTransaction, StripeEvent
+from billing.models import LedgerTransaction, StripeEvent, Wallet
 from compute.choices import HoldingState
 from compute.models import Holding
 from compute.selectors import capacity_by_model
@@ -178,7 +178,7 @@ class PlatformCollector(Collector):
     def _money(self) -> Iterator[Metric]:
         count = CounterMetricFamily(
             "starverse_ledger_transactions",
-            "Ledger transactions posted, by kind (usage: per-minute charges).",
+            "Ledger transactions posted, by kind (usage: GPU minutes, one an hour a holding).",
             labels=["kind"],
         )
         fen = CounterMetricFamily(
@@ -193,6 +193,14 @@ class PlatformCollector(Collector):
             count.add_metric([row["kind"]], row["n"])
             fen.add_metric([row["kind"]], row["fen"] or 0)
         yield from (count, fen)
+        pending = GaugeMetricFamily(
+            "starverse_usage_pending_fen",
+            "GPU usage accrued by the meter and not yet posted to the ledger (posted by the "
+            "hour and at every stop), in fen.",
+        )
+        held = Wallet.objects.aggregate(fen=Sum(F("pending_cash_fen") + F("pending_promo_fen")))
+        pending.add_metric([], held["fen"] or 0)
+        yield pending
 
         events = StripeEvent.objects.aggregate(
             received=Count("id"),

@@ -52,9 +52,15 @@ class LedgerOutput(serializers.ModelSerializer):
             "created_at",
             "description",
             "price_kind",
+            "minutes",
             "instance",
         ]
         extra_kwargs = {
+            "minutes": {
+                "help_text": "Usage of GPUs: the minutes this line pays (an hour's posting, or "
+                "the rest of a session at its stop); 0 for other kinds, and for lines posted "
+                "one per minute before hourly postings."
+            },
             "price_kind": {
                 "help_text": "Usage: `trial` (paid from trial credit at the offering's trial "
                 "price) or `standard` (from cash at its price); blank for other kinds."

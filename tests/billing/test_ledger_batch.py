@@ -189,9 +189,7 @@ def test_the_same_key_with_other_amounts_is_a_conflict(db):
         usage_settle_many([_settle(wallet, accrued, key="usage:ins_t:1:1-1")])
 
     with pytest.raises(IdempotencyConflict), transaction.atomic():
-        usage_settle_many(
-            [_settle(wallet, [Accrued(20, 0, short=False)], key="usage:ins_t:1:1-1")]
-        )
+        usage_settle_many([_settle(wallet, [Accrued(20, 0, short=False)], key="usage:ins_t:1:1-1")])
 
     assert LedgerTransaction.objects.filter(kind="usage").count() == 1
 

@@ -12,6 +12,7 @@ from billing.models import StripeEvent
 from billing.tasks import audit_wallets
 from compute.models import Holding
 from fleet.models import Node
+from instances.lifecycle import instance_stop
 from instances.metering import metering_tick
 from instances.models import Instance
 from instances.provisioning import converge
@@ -100,7 +101,13 @@ def test_metrics_after_real_orders_on_the_local_cluster(
     # three minutes of the 1× H100 at its hourly price, cumulatively rounded
     price = catalog["h100x1"].price_per_hour_fen
     charged = sum(round(price * m / 60) - round(price * (m - 1) / 60) for m in (1, 2, 3))
-    assert value(samples, "starverse_ledger_transactions_total", kind="usage") == 3
+    # accrued, not yet posted: the ledger gets them at the hour or the stop
+    assert value(samples, "starverse_usage_pending_fen") == charged
+    assert value(samples, "starverse_ledger_transactions_total", kind="usage") is None
+    instance_stop(instance_id=small.id)
+    samples = scrape(client)
+    assert value(samples, "starverse_usage_pending_fen") == 0
+    assert value(samples, "starverse_ledger_transactions_total", kind="usage") == 1
     assert value(samples, "starverse_ledger_fen_total", kind="usage") == charged
     assert value(samples, "starverse_ledger_fen_total", kind="topup") == 1_000_000
     assert value(samples, "starverse_stripe_events_received_total") == 3

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from billing.selectors import wallet_for_tenant
+from compute.metering import meter_tick
 from endpoints import manifests
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
@@ -56,10 +57,10 @@ def test_an_endpoint_that_runs_out_of_balance_scales_to_zero_and_keeps_its_setti
     have = wallet.cash_fen  # replicas are paid from cash (trial credit pays instances only)
     # far enough ahead that the minutes cost more than the balance holds
     minutes = have * 60 // endpoint.offering.price_per_hour_fen + 5
-    result = endpoints_sync(now=timezone.now() + timedelta(minutes=minutes))
-    assert result.suspended == [endpoint.id]
+    result = meter_tick(now=timezone.now() + timedelta(minutes=minutes))
+    assert result.short == {"replica": [endpoint.id]}
     drained = wallet_for_tenant(user.tenant_id)
-    assert drained.cash_fen == 0 and drained.promo_fen == wallet.promo_fen
+    assert drained.cash_free_fen == 0 and drained.promo_free_fen == wallet.promo_fen
     endpoint.refresh_from_db()
     assert endpoint.suspended is True
     assert endpoint.status == "scaled_to_zero"

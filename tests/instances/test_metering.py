@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -182,3 +183,19 @@ def test_stopped_instances_are_not_billed(catalog):
     assert _usage(instance).count() == posted
     instance.refresh_from_db()
     assert Instance.objects.get(pk=instance.pk).cost_fen == instance.cost_fen
+
+
+def test_the_meter_audit_names_a_wallet_whose_pending_usage_drifts(catalog, capsys):
+    user = make_user()
+    fund(user, 100_000)
+    instance = _running(catalog, user)
+    metering_tick(now=instance.running_since + timedelta(minutes=5, seconds=1))
+    call_command("meter_audit")
+    assert "OK" in capsys.readouterr().out
+
+    Wallet.objects.filter(tenant=user.tenant).update(pending_cash_fen=1)  # a hand edit
+    with pytest.raises(CommandError, match="1 wallet"):
+        call_command("meter_audit")
+
+    wallet = Wallet.objects.get(tenant=user.tenant)
+    assert f"PENDING_DRIFT wallet={wallet.id} pending_cash=¥0.01" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from billing.models import LedgerTransaction, Wallet
 from billing.services import minute_charge_fen, trial_minutes
-from instances.lifecycle import instance_order
+from instances.lifecycle import instance_order, instance_stop
 from instances.metering import metering_tick
 from instances.provisioning import converge
 from tests.factories import converge_until, fund, make_user
@@ -52,10 +52,9 @@ def test_a_trial_account_runs_the_whole_node_for_an_hour_then_it_stops(catalog):
 
     instance.refresh_from_db()
     assert instance.status == "running"
-    rows = list(_usage(instance))
-    assert len(rows) == 60
-    assert {(t.price_kind, t.cash_delta_fen) for t in rows} == {("trial", 0)}
-    assert sum(t.promo_delta_fen for t in rows) == -1000  # the trial price, not ¥160
+    [hour] = _usage(instance)  # the hour, posted as one line
+    assert (hour.price_kind, hour.cash_delta_fen, hour.minutes) == ("trial", 0, 60)
+    assert hour.promo_delta_fen == -1000  # the trial price, not ¥160
     assert (_wallet(user).promo_fen, _wallet(user).cash_fen) == (0, 0)
 
     result = metering_tick(now=start + timedelta(minutes=61, seconds=1))
@@ -64,7 +63,12 @@ def test_a_trial_account_runs_the_whole_node_for_an_hour_then_it_stops(catalog):
     assert result.exhausted == [instance.id]
     assert instance.status == "stopping"
     last = _usage(instance).last()
-    assert (last.price_kind, last.amount_fen, last.promo_delta_fen) == ("standard", 0, 0)
+    assert (last.price_kind, last.amount_fen, last.promo_delta_fen, last.minutes) == (
+        "standard",
+        0,
+        0,
+        1,
+    )
     assert instance.cost_fen == 1000
 
 
@@ -77,18 +81,23 @@ def test_when_the_trial_credit_is_gone_cash_pays_at_the_standard_price(catalog):
 
     metering_tick(now=start + timedelta(minutes=4, seconds=1))
 
-    rows = list(_usage(instance))
     trial = [minute_charge_fen(1000, m) for m in (1, 2)]  # 17 + 16 fen of trial credit
     standard = [minute_charge_fen(16000, m) for m in (3, 4)]  # ¥2.67 + ¥2.66 of cash
-    assert [(t.price_kind, -t.promo_delta_fen, -t.cash_delta_fen) for t in rows] == [
-        ("trial", trial[0], 0),
-        ("trial", trial[1], 0),
-        ("standard", 0, standard[0]),
-        ("standard", 0, standard[1]),
-    ]
     instance.refresh_from_db()
     assert instance.status == "running"
     assert instance.cost_fen == sum(trial) + sum(standard)
+    wallet = _wallet(user)  # held until the hour's posting
+    assert (wallet.promo_free_fen, wallet.cash_free_fen) == (
+        40 - sum(trial),
+        100_000 - sum(standard),
+    )
+
+    instance_stop(instance_id=instance.id)  # the stop posts the minutes: one line a price
+
+    rows = [
+        (t.price_kind, -t.promo_delta_fen, -t.cash_delta_fen, t.minutes) for t in _usage(instance)
+    ]
+    assert sorted(rows) == [("standard", 0, sum(standard), 2), ("trial", sum(trial), 0, 2)]
     wallet = _wallet(user)
     assert (wallet.promo_fen, wallet.cash_fen) == (40 - sum(trial), 100_000 - sum(standard))
 
@@ -99,6 +108,7 @@ def test_an_offering_without_a_trial_price_never_spends_trial_credit(catalog):
     instance = _running(catalog, user, "h100x1")  # ¥22 an hour, no trial price
 
     metering_tick(now=instance.running_since + timedelta(minutes=3, seconds=1))
+    instance_stop(instance_id=instance.id)
 
     assert {(t.price_kind, t.promo_delta_fen) for t in _usage(instance)} == {("standard", 0)}
     wallet = _wallet(user)
@@ -149,10 +159,13 @@ def test_the_ledger_shows_which_price_applied(catalog, client_for, client):
     Wallet.objects.filter(tenant=user.tenant).update(promo_fen=17)  # audit-breaking: 1 minute
     instance = _running(catalog, user, "h100_node")
     metering_tick(now=instance.running_since + timedelta(minutes=2, seconds=1))
+    instance_stop(instance_id=instance.id)
     rows = client_for(user).get("/api/v1/billing/ledger").json()["results"]
-    usage = [(r["price_kind"], r["promo_delta_fen"], r["cash_delta_fen"]) for r in rows[:2]]
-    # one tick posts both minutes at the same moment: the page lists them in either order
-    assert sorted(usage) == [("standard", 0, -266), ("trial", -17, 0)]
+    usage = [
+        (r["price_kind"], r["promo_delta_fen"], r["cash_delta_fen"], r["minutes"]) for r in rows[:2]
+    ]
+    # the stop posts both minutes at the same moment: the page lists them in either order
+    assert sorted(usage) == [("standard", 0, -266, 1), ("trial", -17, 0, 1)]
     console = client
     console.force_login(user)
     page = console.get("/billing/").content.decode()
