@@ -138,7 +138,7 @@ def make_instance(user: User, status: str | None = None, *, cluster: Any = None)
     burn = spend_per_hour_fen([user.tenant_id], starting=True).get(user.tenant_id, 0)
     wallet = wallet_for_tenant(user.tenant_id)
     # the runway in cash: trial credit pays only offerings with a trial price (1× H100 has none)
-    short = offering.price_per_hour_fen + burn - (wallet.cash_fen - wallet.arrears_fen)
+    short = offering.price_per_hour_fen + burn - (wallet.cash_free_fen - wallet.arrears_fen)
     if short > 0:
         fund(user, short, key=f"runway:{next(_seq)}")
     if status == "failed":

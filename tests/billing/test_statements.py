@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 from django.utils import timezone
 
 from bench.statements import statement_of_minutes
@@ -14,7 +15,14 @@ from billing import statements, tasks
 from billing.choices import TransactionKind
 from billing.documents import statement_pdf
 from billing.models import LedgerTransaction, Statement, Wallet
-from billing.services import ledger_post
+from billing.services import (
+    Accrual,
+    Settlement,
+    ledger_post,
+    transaction_reverse,
+    usage_accrue_many,
+    usage_settle_many,
+)
 from billing.statements import (
     balances_at,
     current_month,
@@ -28,7 +36,14 @@ from billing.tasks import generate_statements
 from billing.usage import usage_report
 from instances.models import Instance
 from starverse.core.errors import InvalidInput, NotFound
-from tests.factories import _seed_catalog, fund, make_endpoint, make_instance, make_user
+from tests.factories import (
+    _seed_catalog,
+    fund,
+    make_endpoint,
+    make_instance,
+    make_operator,
+    make_user,
+)
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOV = date(2026, 11, 1)
@@ -466,3 +481,30 @@ def test_a_name_that_would_be_a_formula_is_text_in_the_usage_and_statement_csvs(
     assert charge[4] == "-12.00"  # our own negative amounts stay numbers
     (debits,) = [r for r in rows if r and r[0].endswith("Debits")]
     assert debits[1] == "-¥12.00"
+
+
+def test_usage_counts_the_minutes_an_hourly_posting_pays_and_a_reversal_takes_back(
+    db, time_machine
+):
+    time_machine.move_to(datetime(2026, 11, 12, 10, 0, tzinfo=TZ))
+    user = make_user()
+    fund(user, 50_000)
+    instance = make_instance(user)
+    wallet = Wallet.objects.get(tenant=user.tenant)
+    _charge(user, instance.id, 1, 100)  # a per-minute line from before hourly postings
+    with transaction.atomic():
+        accrued = usage_accrue_many([Accrual(wallet.id, 37, None)] * 60)
+        key = f"usage:{instance.id}:2:1-60"
+        cash = sum(a.cash_fen for a in accrued)
+        usage_settle_many([Settlement(wallet.id, key, instance.id, "GPU usage", 60, 0, cash, 0)])
+
+    def minutes() -> list[tuple[str, int, int]]:
+        report = usage_report(
+            tenant_id=user.tenant_id, start=NOV, end=date(2026, 11, 30), group_by="instance"
+        )
+        return [(r.key, r.minutes, r.amount_fen) for r in report.rows]
+
+    assert minutes() == [(instance.id, 61, 100 + 2220)]
+    hourly = LedgerTransaction.objects.get(idempotency_key=key)
+    transaction_reverse(transaction_id=hourly.id, reason="outage credit", actor=make_operator())
+    assert minutes() == [(instance.id, 1, 100)]

@@ -1,0 +1,92 @@
+"""The meter under concurrency, on real PostgreSQL connections: ticks that run at once (a slow
+worker overlapping the next minute's, or two beat schedulers by mistake) accrue each minute of
+each holding once, since a tick locks the holdings it meters and skips the ones another holds;
+and a stop's close waits for the tick that holds its holding, then adds nothing twice."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import LedgerTransaction, Wallet
+from billing.selectors import wallet_drifts
+from billing.services import minute_charge_fen
+from compute.metering import meter_close, meter_open, meter_tick
+from compute.models import Holding, Offering
+from compute.selectors import pending_drifts
+from instances.models import Instance
+from tests.conftest import run_threads
+from tests.factories import fund, holding_save, make_user
+
+
+def _metering(count: int, since) -> tuple[Wallet, list[str], int]:
+    call_command("seed_catalog", verbosity=0)
+    user = make_user()
+    fund(user, 1_000_000)
+    offering = Offering.objects.get(name="1× H100 80GB SXM")
+    ids = []
+    with transaction.atomic():
+        for _ in range(count):
+            instance = Instance.objects.create(
+                tenant_id=user.tenant_id,
+                created_by=user,
+                offering=offering,
+                image_id="pytorch-2.1",
+                status="running",
+                session=1,
+                running_since=since,
+            )
+            holding_save(instance, waiting=False)
+            meter_open(instance.id, key=f"usage:{instance.id}:1", since=since)
+            ids.append(instance.id)
+    return Wallet.objects.get(tenant=user.tenant), ids, offering.price_per_hour_fen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ticks_at_once_accrue_each_minute_once():
+    now = timezone.now()
+    wallet, ids, price = _metering(6, now - timedelta(minutes=5, seconds=1))
+
+    results = run_threads(3, lambda _i: meter_tick(now=now))
+
+    assert not [r for r in results if isinstance(r, Exception)]
+    assert sum(r.minutes for r in results) == 6 * 5
+    assert set(Holding.objects.filter(pk__in=ids).values_list("metered_minutes", flat=True)) == {5}
+    wallet.refresh_from_db()
+    assert wallet.pending_cash_fen == 6 * sum(minute_charge_fen(price, m) for m in range(1, 6))
+    assert pending_drifts() == [] and wallet_drifts() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_close_racing_a_tick_posts_each_minute_once():
+    now = timezone.now()
+    since = now - timedelta(minutes=61, seconds=1)
+    wallet, ids, price = _metering(4, since)
+
+    def work(index: int) -> object:
+        if index == 0:
+            return meter_tick(now=now)
+        with transaction.atomic():
+            return meter_close(ids[index - 1], now=now, started_minute=False)
+
+    results = run_threads(3, work)
+
+    assert not [r for r in results if isinstance(r, Exception)]
+    posted = LedgerTransaction.objects.filter(kind="usage", instance_id__in=ids)
+    # each holding's 61 minutes posted once: an hour (and a minute) whoever got there first
+    for instance_id in ids:
+        mine = posted.filter(instance_id=instance_id)
+        assert sum(mine.values_list("minutes", flat=True)) in (60, 61)
+        assert -sum(mine.values_list("amount_fen", flat=True)) == sum(
+            minute_charge_fen(price, m)
+            for m in range(1, 1 + sum(mine.values_list("minutes", flat=True)))
+        )
+    held = Holding.objects.filter(pk__in=ids)
+    assert all(
+        h.pending_minutes + sum(posted.filter(instance_id=h.pk).values_list("minutes", flat=True))
+        == 61
+        for h in held
+    )
+    assert pending_drifts() == [] and wallet_drifts() == []
