@@ -18,7 +18,8 @@ wait for, and how many GPUs of the premium models an account living on trial cre
 operator sets an account's own in the admin (TenantLimits), an empty one is the setting's
 default."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import NamedTuple
 
 from django.utils.translation import gettext as _
@@ -29,7 +30,7 @@ from billing.models import Wallet
 from billing.selectors import wallet_has_paid, wallet_locked
 from compute.choices import BillingMode
 from compute.orders import Order, OrderKey, Product
-from instances.budgets import budget_check
+from instances.budgets import budget_check, budget_refusal
 from instances.charges import period_active
 from instances.choices import InstanceStatus
 from instances.models import Instance
@@ -50,6 +51,7 @@ from starverse.core.errors import (
     TooManyRequests,
 )
 from starverse.core.money import format_fen
+from starverse.core.text import Deferred
 
 # Idempotency keys of console orders, apart from keys that API clients choose (every product's
 # console form sends its token under this prefix).
@@ -287,6 +289,17 @@ def admit(
         budget_check(order, found.own_fen, budgets=reads.budgets)
     if limits:
         limits_check(order, wallet, limits=reads.limits, usage=reads.usage)
+
+
+def renewal_refusal(instance: Instance, *, now: datetime) -> Deferred | None:
+    """A monthly rental's next month, admitted as an order of one more month of it (of this
+    rank alone, for a cluster's): under the tenant's wallet lock, so that the budgets' reads and
+    the charge that follows hold together against orders at the same moment, its orderer's and
+    its team's budgets. None when they fit, else why not (the rental ends instead:
+    instances.monthly); the balance is the charge's to refuse."""
+    order = replace(order_of(instance, nodes=1), paid=False)
+    wallet_locked(order.tenant_id)
+    return budget_refusal(order, order.own_fen, renewal=True, now=now)
 
 
 def limits_check(
