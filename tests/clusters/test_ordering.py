@@ -269,11 +269,10 @@ def test_a_cluster_order_that_deadlocks_runs_again_and_makes_one_cluster(
     one cluster with its ranks, once."""
     from django.db import connection
 
-    from clusters import services
+    from instances.lifecycle import gang_place_or_queue as placed
 
     user = _paying_user()
     tries = []
-    placed = services.gang_place_or_queue
 
     def deadlocking(ranks, disk_ids=None, key=None):
         gang = placed(ranks, disk_ids, key)
@@ -286,7 +285,7 @@ def test_a_cluster_order_that_deadlocks_runs_again_and_makes_one_cluster(
                 )
         return gang
 
-    monkeypatch.setattr(services, "gang_place_or_queue", deadlocking)
+    monkeypatch.setattr("clusters.services.gang_place_or_queue", deadlocking)
     cluster = make_cluster(user, idempotency_key="k1")
 
     assert tries == [[0, 1], [0, 1]]
