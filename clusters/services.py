@@ -5,20 +5,22 @@ instances: these services decide for the cluster and move each rank through the 
 services and state machine, so billing, allocations and provisioning are the instances'."""
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from billing.holds import account_hold_check
 from clusters.choices import ClusterStatus, Template, status_of
 from clusters.models import Cluster
 from compute.choices import BillingMode, HoldingKind, OfferingKind
 from compute.holdings import holding_new
 from compute.models import Holding, Offering
+from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
+from compute.placement import Gang
 from fleet.models import Node
 from instances.charges import period_active
 from instances.choices import InstanceStatus
@@ -29,12 +31,11 @@ from instances.lifecycle import (
     instance_terminate,
     order_region,
     orderable,
-    request_hash_of,
     ssh_keys_own,
 )
 from instances.models import Instance, InstanceEvent
 from instances.states import ranks_locked
-from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput
+from starverse.core.errors import Conflict, InvalidInput
 from starverse.core.roles import require_orderer
 from starverse.core.text import Deferred, later
 
@@ -64,90 +65,131 @@ def cluster_order(
     ranks leave the rest without), all attached or the order refused. `parallelism` ({tensor,
     pipeline}) fixes the Megatron-LM degrees of the launch script. Every rank goes to `region`
     (or, for "", its disks' region or any one with room: never spread over two). Returns
-    (cluster, created); the same Idempotency-Key answers the same cluster."""
+    (cluster, created); the same Idempotency-Key answers the same cluster. The whole cluster is
+    admitted as one order (instances.admission.admit)."""
     require_orderer(user)
-    request_hash = request_hash_of(
-        kind="cluster",
-        offering=offering_id,
-        image=image_id,
+    request = _Request(
+        offering_id=offering_id,
+        image_id=image_id,
         node_count=node_count,
         template=template,
         name=name,
         billing=billing,
-        ssh_keys=sorted(ssh_keys or []),
-        parallelism=dict(parallelism) if parallelism else None,
-        **({"disks": [sorted(ids) for ids in disks]} if disks else {}),
-        **({"region": region} if region else {}),
+        ssh_keys=ssh_keys or [],
+        disks=disks or [],
+        parallelism=parallelism,
+        region=region,
     )
-    earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
-    if earlier is not None:
+    key = OrderKey(user.tenant_id, idempotency_key, request.hash())
+    if (earlier := ordered_before(Cluster.objects.all(), key, "cluster")) is not None:
         return earlier, False
-    offering, image = orderable(offering_id, image_id, billing)
-    _orderable_as_cluster(offering, node_count)
-    tensor, pipeline = _degrees_valid(parallelism, offering.gpu_count, node_count)
-    _disks_valid(disks or [], node_count)
-    key_ids = ssh_keys_own(user, ssh_keys or [])
-    region_id = order_region(user, region, [disk for ids in disks or [] for disk in ids])
-    account_hold_check(user.tenant_id)
-    now = timezone.now()
-    cluster = Cluster(
-        tenant_id=user.tenant_id,
-        created_by=user,
-        name=name.strip() or f"{offering.gpu_model_id}-x{node_count}",
-        offering=offering,
-        image=image,
-        node_count=node_count,
-        template=template,
-        tensor_parallel=tensor,
-        pipeline_parallel=pipeline,
-        billing=billing,
-        idempotency_key=idempotency_key,
-        request_hash=request_hash,
-        created_at=now,
-    )
-    ranks = [
+    checked = request.checked(user, key)
+
+    def order_once() -> Cluster:
+        # a new cluster and new ranks each try: a try that deadlocked may have set their fields
+        cluster = Cluster(**checked.fields, created_at=timezone.now())
+        cluster.save(force_insert=True)
+        ranks = _ranks_new(cluster, checked.key_ids, checked.region_id)
+        _ordered_log(cluster, gang_place_or_queue(ranks, request.disks, key))
+        return cluster
+
+    return order_commit(Cluster.objects.all(), key, "cluster", order_once)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A cluster order once checked: its row's columns, and its ranks' SSH keys (the orderer's
+    own) and region."""
+
+    fields: dict[str, Any]
+    key_ids: list[str]
+    region_id: str | None
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a cluster order asks for, not yet checked."""
+
+    offering_id: str
+    image_id: str
+    node_count: int
+    template: str
+    name: str
+    billing: str
+    ssh_keys: list[str]
+    disks: list[list[str]]
+    parallelism: dict[str, int] | None
+    region: str
+
+    def hash(self) -> str:
+        """The request's hash, which tells a repeat from another order under the same key."""
+        return request_hash_of(
+            kind="cluster",
+            offering=self.offering_id,
+            image=self.image_id,
+            node_count=self.node_count,
+            template=self.template,
+            name=self.name,
+            billing=self.billing,
+            ssh_keys=sorted(self.ssh_keys),
+            parallelism=dict(self.parallelism) if self.parallelism else None,
+            **({"disks": [sorted(ids) for ids in self.disks]} if self.disks else {}),
+            **({"region": self.region} if self.region else {}),
+        )
+
+    def checked(self, user: Any, key: OrderKey) -> _Checked:
+        """The order checked against the catalog, the fleet, the orderer's disks and keys."""
+        offering, image = orderable(self.offering_id, self.image_id, self.billing)
+        _orderable_as_cluster(offering, self.node_count)
+        tensor, pipeline = _degrees_valid(self.parallelism, offering.gpu_count, self.node_count)
+        _disks_valid(self.disks, self.node_count)
+        key_ids = ssh_keys_own(user, self.ssh_keys)
+        region_id = order_region(user, self.region, [disk for ids in self.disks for disk in ids])
+        fields = {
+            "tenant_id": user.tenant_id,
+            "created_by": user,
+            "name": self.name.strip() or f"{offering.gpu_model_id}-x{self.node_count}",
+            "offering": offering,
+            "image": image,
+            "node_count": self.node_count,
+            "template": self.template,
+            "tensor_parallel": tensor,
+            "pipeline_parallel": pipeline,
+            "billing": self.billing,
+            "idempotency_key": key.idempotency_key,
+            "request_hash": key.request_hash,
+        }
+        return _Checked(fields, key_ids, region_id)
+
+
+def _ranks_new(cluster: Cluster, key_ids: list[str], region_id: str | None) -> list[Instance]:
+    """A new cluster's ranks (unsaved), one instance per node, in rank order."""
+    return [
         Instance(
-            tenant_id=user.tenant_id,
-            created_by=user,
-            offering=offering,
-            image=image,
+            tenant_id=cluster.tenant_id,
+            created_by=cluster.created_by,
+            offering=cluster.offering,
+            image=cluster.image,
             name=f"{cluster.name}-{index}",
-            billing=billing,
+            billing=cluster.billing,
             ssh_key_ids=key_ids,
             cluster=cluster,
             rank=index,
             region_id=region_id,
-            created_at=now,
+            created_at=cluster.created_at,
         )
-        for index in range(node_count)
+        for index in range(cluster.node_count)
     ]
-    try:
-        with transaction.atomic():
-            cluster.save(force_insert=True)
-            gang = gang_place_or_queue(ranks, disks)
-    except IntegrityError:
-        # A concurrent order under the same key committed first: this one is a repeat of it.
-        earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
-        if earlier is None:
-            raise
-        return earlier, False
+
+
+def _ordered_log(cluster: Cluster, gang: Gang | None) -> None:
     logger.info(
         "cluster.ordered cluster=%s nodes=%d placed=%s switches=%s",
         cluster.id,
-        node_count,
+        cluster.node_count,
         gang is not None,
         gang.switches_spanned if gang else None,
     )
-    return cluster, True
-
-
-def _ordered_before(tenant_id: str, idempotency_key: str, request_hash: str) -> Cluster | None:
-    if not idempotency_key:
-        return None
-    found = Cluster.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
-    if found is not None and found.request_hash != request_hash:
-        raise IdempotencyConflict(_("This Idempotency-Key was used for a different order."))
-    return found
 
 
 def _orderable_as_cluster(offering: Offering, node_count: int) -> None:

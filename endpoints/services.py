@@ -15,32 +15,24 @@ from datetime import datetime
 from typing import Any
 
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from billing.holds import account_hold_check
-from billing.selectors import wallet_locked
 from compute.choices import OfferingKind
 from compute.models import Offering
+from compute.orders import Order, OrderKey, order_commit, ordered_before, request_hash_of
 from datasets.choices import DatasetKind
 from datasets.models import PublicDataset
 from endpoints.choices import ENDED, LIVE, EndpointStatus, SourceKind
 from endpoints.engines import engine_validate
 from endpoints.models import Endpoint, EndpointKey
-from instances.budgets import budget_check, budgets_spent
-from instances.lifecycle import catalog_offering, request_hash_of
-from instances.selectors import tenant_limits, tenant_usage
+from instances.admission import admit
+from instances.budgets import budgets_spent
+from instances.lifecycle import catalog_offering
 from starverse.core.dispatch import enqueue_on_commit
-from starverse.core.errors import (
-    Conflict,
-    IdempotencyConflict,
-    InsufficientBalance,
-    InvalidInput,
-    NotFound,
-)
-from starverse.core.money import format_fen
+from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.roles import may_use, require_orderer, require_own_or_manager
 from storage.choices import DiskStatus
 from storage.models import Disk, SharedStorage
@@ -177,50 +169,27 @@ def endpoint_gpus(tenant_id: str, exclude: str = "") -> int:
     return int(total)
 
 
-def _limits_check(tenant_id: str, offering: Offering, high: int, exclude: str = "") -> None:
-    """The account's GPU limit counts every replica an endpoint may scale to, with its
-    instances: refused naming max_replicas."""
-    limits = tenant_limits(tenant_id)
-    held = tenant_usage(tenant_id).gpus + endpoint_gpus(tenant_id, exclude)
-    want = high * offering.gpu_count
-    if held + want > limits.max_running_gpus:
-        raise InvalidInput(
-            _(
-                "Your account may hold at most %(limit)d GPUs; you hold or may scale to %(have)d "
-                "and %(want)d replicas of %(gpus)d GPUs need %(need)d more. Lower max_replicas, "
-                "or ask support to raise your GPU limit."
-            )
-            % {
-                "limit": limits.max_running_gpus,
-                "have": held,
-                "want": high,
-                "gpus": offering.gpu_count,
-                "need": want,
-            },
-            code="gpu_limit",
-            field="max_replicas",
-        )
-
-
-def _hour_fen(offering: Offering, low: int) -> int:
-    """An hour of one replica, or of the minimum when more: an endpoint's runway."""
-    return offering.price_per_hour_fen * max(1, low)
-
-
-def _runway_check(tenant_id: str, offering: Offering, low: int) -> None:
-    """Serving needs an hour of one replica (of the minimum, when more) in cash: replicas are
-    billed from cash at the standard price (trial credit pays only instances' trial prices)."""
-    wallet = wallet_locked(tenant_id)
-    need = _hour_fen(offering, low)
-    cash = wallet.cash_free_fen - wallet.arrears_fen
-    if cash < need:
-        raise InsufficientBalance(
-            _(
-                "Your cash balance of %(have)s does not cover %(need)s (one hour of this "
-                "endpoint). Top up to continue."
-            )
-            % {"have": format_fen(cash), "need": format_fen(need)}
-        )
+def _order_of(endpoint: Endpoint, *, low: int, high: int, key: OrderKey | None = None) -> Order:
+    """An endpoint of `low` to `high` replicas, as its admission (instances.admission.admit)
+    reads it: its runway is an hour of one replica (of the minimum, when more) in cash, as
+    replicas are billed from cash at the standard price (trial credit pays only instances'
+    trial prices), without what the tenant's instances burn; the account's GPU limit counts
+    every replica it may scale to, with what the tenant's instances hold and its other
+    endpoints may scale to."""
+    return Order(
+        product="endpoint",
+        tenant_id=endpoint.tenant_id,
+        created_by_id=endpoint.created_by_id,
+        offering=endpoint.offering,
+        gpus=high * endpoint.offering.gpu_count,
+        units=max(1, low),
+        key=key,
+        pk=endpoint.pk,
+        in_usage=False,
+        burns_with_others=False,
+        trial_credit=False,
+        held_elsewhere=lambda: endpoint_gpus(endpoint.tenant_id, exclude=endpoint.pk),
+    )
 
 
 def endpoint_create(
@@ -236,9 +205,10 @@ def endpoint_create(
     idempotency_key: str = "",
 ) -> tuple[Endpoint, bool]:
     """Serve a model. Returns (endpoint, created); the same Idempotency-Key answers the same
-    endpoint, and a different request under it is a 409. Its runway (an hour of
-    `max(1, min_replicas)` replicas) must fit the cash and, in a team, what is left of the
-    creator's and the team's monthly budgets (402 `budget_exceeded`)."""
+    endpoint, and a different request under it is a 409. It is admitted as an order
+    (_order_of): its runway (an hour of `max(1, min_replicas)` replicas) must fit the cash
+    and, in a team, what is left of the creator's and the team's monthly budgets (402
+    `budget_exceeded`)."""
     require_orderer(user)
     request_hash = request_hash_of(
         name=name,
@@ -249,8 +219,8 @@ def endpoint_create(
         max=max_replicas,
         options=engine_options or {},
     )
-    earlier = _created_before(user.tenant_id, idempotency_key, request_hash)
-    if earlier is not None:
+    key = OrderKey(user.tenant_id, idempotency_key, request_hash)
+    if (earlier := ordered_before(Endpoint.objects.all(), key, "endpoint")) is not None:
         return earlier, False
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInput(
@@ -261,8 +231,33 @@ def endpoint_create(
     options = engine_validate(engine, engine_options or {}, offering.gpu_count)
     low, high = replicas_validate(min_replicas, max_replicas)
     found = source_resolve(user, source)
-    account_hold_check(user.tenant_id)
-    endpoint = Endpoint(
+
+    def create_once() -> Endpoint:
+        endpoint = _endpoint_new(user, key, name, offering, engine, options, found, low, high)
+        admit(_order_of(endpoint, low=low, high=high, key=key))
+        endpoint.save()
+        enqueue_on_commit("endpoints.tasks.converge_endpoint", endpoint.id)
+        return endpoint
+
+    endpoint, created = order_commit(Endpoint.objects.all(), key, "endpoint", create_once)
+    if created:
+        logger.info("endpoint.created endpoint=%s tenant=%s", endpoint.id, user.tenant_id)
+    return endpoint, created
+
+
+def _endpoint_new(
+    user: Any,
+    key: OrderKey,
+    name: str,
+    offering: Offering,
+    engine: str,
+    options: Any,
+    found: Source,
+    low: int,
+    high: int,
+) -> Endpoint:
+    """A new endpoint's row (unsaved), its request checked."""
+    return Endpoint(
         tenant_id=user.tenant_id,
         created_by=user,
         name=name,
@@ -277,32 +272,9 @@ def endpoint_create(
         min_replicas=low,
         max_replicas=high,
         replicas_desired=low,
-        idempotency_key=idempotency_key,
-        request_hash=request_hash,
+        idempotency_key=key.idempotency_key,
+        request_hash=key.request_hash,
     )
-    try:
-        with transaction.atomic():
-            _runway_check(user.tenant_id, offering, low)
-            budget_check(endpoint, _hour_fen(offering, low))
-            _limits_check(user.tenant_id, offering, high)
-            endpoint.save()
-            enqueue_on_commit("endpoints.tasks.converge_endpoint", endpoint.id)
-    except IntegrityError:
-        earlier = _created_before(user.tenant_id, idempotency_key, request_hash)
-        if earlier is None:
-            raise
-        return earlier, False
-    logger.info("endpoint.created endpoint=%s tenant=%s", endpoint.id, user.tenant_id)
-    return endpoint, True
-
-
-def _created_before(tenant_id: str, key: str, request_hash: str) -> Endpoint | None:
-    if not key:
-        return None
-    found = Endpoint.objects.filter(tenant_id=tenant_id, idempotency_key=key).first()
-    if found is not None and found.request_hash != request_hash:
-        raise IdempotencyConflict(_("This Idempotency-Key was used for a different request."))
-    return found
 
 
 def endpoint_locked(endpoint_id: str) -> Endpoint:
@@ -337,12 +309,7 @@ def endpoint_change(
         if engine_options is not None:
             options = engine_validate(locked.engine, engine_options, locked.offering.gpu_count)
         fields = ["min_replicas", "max_replicas"]
-        if high > locked.max_replicas or locked.suspended:
-            _limits_check(locked.tenant_id, locked.offering, high, exclude=locked.id)
-        if locked.suspended:
-            _runway_check(locked.tenant_id, locked.offering, low)
-        if locked.suspended or low > locked.min_replicas:
-            budget_check(locked, _hour_fen(locked.offering, low))
+        _scale_admit(locked, low, high)
         if locked.suspended:
             locked.suspended = False
             fields.append("suspended")
@@ -360,6 +327,17 @@ def endpoint_change(
         "endpoint.changed endpoint=%s min=%d max=%d update=%s", locked.id, low, high, update
     )
     return locked
+
+
+def _scale_admit(locked: Endpoint, low: int, high: int) -> None:
+    """Lifting a suspension is a start, admitted as an order but for the hold; scaling up meets
+    again only what it raises: the GPU limit for a higher maximum, the budgets for a higher
+    minimum."""
+    limits = high > locked.max_replicas or locked.suspended
+    budgets = low > locked.min_replicas or locked.suspended
+    if limits or budgets:
+        order = _order_of(locked, low=low, high=high)
+        admit(order, hold=False, runway=locked.suspended, budgets=budgets, limits=limits)
 
 
 def endpoint_suspend(*, endpoint_id: str, reason: str = "") -> bool:

@@ -1,28 +1,36 @@
-"""What an order or a start must meet before it may hold or wait for GPUs: a runway on the
-balance, and the account's limits. Both are checked under the tenant's wallet lock
+"""What an order or a start of any product (an instance, a cluster, an inference endpoint) must
+meet before it may hold or wait for GPUs: the account not on hold, a runway on the balance,
+its orderer's and its team's budgets, and the account's limits, all in one function (admit),
+which takes the order as a compute.orders.Order. The checks run under the tenant's wallet lock
 (billing.selectors.wallet_locked), so the balance and the counts hold until the decision
-commits and two orders at once cannot both pass.
+commits and two orders at once cannot both pass. It lives here, not in the compute core with
+the Order, because what it reads counts the tenant's instances (instances.selectors,
+instances.budgets).
 
-The runway is one hour of the instance (a month for a monthly rental) plus one hour of what the
-tenant's other instances burn, in cash at the standard prices; or, for an hourly instance of an
-offering with a trial price, the same hour at the trial prices in trial credit (the money the
-minutes would then be paid from: instances.charges).
+The runway is one hour of the instance (a month for a monthly rental; of every rank, for a
+cluster) plus one hour of what the tenant's other instances burn, in cash at the standard
+prices; or, for an hourly instance of an offering with a trial price, the same hour at the trial
+prices in trial credit (the money the minutes would then be paid from: instances.charges). An
+endpoint's is an hour of one replica (of its minimum, when more), in cash only.
 
 The limits are how many orders may wait in the queue, how many GPUs an account may hold and
 wait for, and how many GPUs of the premium models an account living on trial credit may; an
 operator sets an account's own in the admin (TenantLimits), an empty one is the setting's
 default."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import NamedTuple
 
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from billing.holds import account_hold_check
 from billing.models import Wallet
 from billing.selectors import wallet_has_paid, wallet_locked
 from compute.choices import BillingMode
-from compute.models import Offering
-from instances.budgets import budget_check
+from compute.orders import Order, OrderKey, Product
+from instances.budgets import budget_check, budget_refusal
 from instances.charges import period_active
 from instances.choices import InstanceStatus
 from instances.models import Instance
@@ -35,8 +43,15 @@ from instances.selectors import (
     tenant_limits,
     tenant_usage,
 )
-from starverse.core.errors import Conflict, InsufficientBalance, TooManyRequests
+from starverse.core.errors import (
+    Conflict,
+    InsufficientBalance,
+    InvalidInput,
+    ServiceError,
+    TooManyRequests,
+)
 from starverse.core.money import format_fen
+from starverse.core.text import Deferred
 
 # Idempotency keys of console orders, apart from keys that API clients choose (every product's
 # console form sends its token under this prefix).
@@ -75,15 +90,16 @@ class Runway:
     """What a start needs in cash: one hour of the instance's price (a month for a monthly
     rental, nothing for one inside its paid month) plus one hour of what the tenant's other
     instances burn, placed or running (their hourly price; monthly rentals are prepaid and burn
-    nothing, so they are not counted); and the cash the wallet has (net of arrears). `trial`:
+    nothing, so they are not counted); and the cash the wallet has (runway_funds). `trial`:
     the runway at trial prices, for an hourly instance of an offering with a trial price; either
-    covers the start. `cluster`: the runway is a whole cluster's (its message says so)."""
+    covers the start. `product`: whose runway it is (a whole cluster's, an endpoint's: its
+    message says so)."""
 
     have_fen: int
     own_fen: int
     burn_fen: int
     unit: str
-    cluster: bool = False
+    product: Product = "instance"
     trial: TrialRunway | None = None
 
     @property
@@ -98,70 +114,82 @@ class Runway:
 HOUR, MONTH = gettext_noop("hour"), gettext_noop("month")
 
 
-def runway(
-    *,
-    wallet: Wallet,
-    offering: Offering,
-    billing: str,
-    paid: bool = False,
-    exclude: str = "",
-    nodes: int = 1,
-    exclude_cluster: str = "",
-    burn: tuple[int, int] | None = None,
-) -> Runway:
-    """The runway of an instance of `offering` billed so, for the tenant of `wallet`; `paid`:
-    a monthly rental inside its paid month; `exclude`: the instance itself, when it is placed.
-    A cluster's is that of its `nodes` ranks together, its own ranks (`exclude_cluster`) left
-    out of what the tenant burns. `burn`: what the others burn an hour (standard, trial), when
-    the caller read it already (admit)."""
-    monthly = billing == BillingMode.MONTHLY
-    own = offering.price_per_month_fen if monthly else offering.price_per_hour_fen
-    if burn is None:
+class Funds(NamedTuple):
+    """What a runway may spend of a wallet: cash net of arrears, and trial credit."""
+
+    cash_fen: int
+    trial_fen: int
+
+
+def runway_funds(wallet: Wallet) -> Funds:
+    """The one read of a wallet for a runway (every product's, every start's and the queue's):
+    what is free of the usage the meter accrued and has not yet posted (compute.metering);
+    arrears exist only while no cash is free, and what is owed counts against the runway."""
+    return Funds(
+        cash_fen=wallet.cash_free_fen - wallet.arrears_fen, trial_fen=wallet.promo_free_fen
+    )
+
+
+def order_runway(order: Order, wallet: Wallet, *, burn: tuple[int, int] | None = None) -> Runway:
+    """The runway of `order` for the tenant of `wallet` (compute.orders.Order says what it
+    counts). `burn`: what the tenant's other instances burn an hour (standard, trial), when the
+    caller read it already (admit)."""
+    if not order.burns_with_others:
+        burn = (0, 0)
+    elif burn is None:
         rows = spend_rows(
-            [wallet.tenant_id], starting=True, exclude=exclude, exclude_cluster=exclude_cluster
+            [order.tenant_id],
+            starting=True,
+            exclude=order.pk or "",
+            exclude_cluster=order.cluster_id or "",
         )
         burn = (rows[0][1] or 0, rows[0][2] or 0) if rows else (0, 0)
     burn_fen, trial_burn_fen = burn
+    funds = runway_funds(wallet)
+    monthly = order.billing == BillingMode.MONTHLY
+    trial_price = order.offering.trial_price_per_hour_fen
     trial = None
-    if not monthly and offering.trial_price_per_hour_fen is not None:
+    if order.trial_credit and not monthly and trial_price is not None:
         trial = TrialRunway(
-            have_fen=wallet.promo_free_fen,
-            own_fen=offering.trial_price_per_hour_fen * nodes,
-            burn_fen=trial_burn_fen,
+            have_fen=funds.trial_fen, own_fen=trial_price * order.units, burn_fen=trial_burn_fen
         )
     return Runway(
-        # arrears exist only while cash is zero: what is owed counts against the runway
-        have_fen=wallet.cash_free_fen - wallet.arrears_fen,
-        own_fen=0 if paid else (own or 0) * nodes,
+        have_fen=funds.cash_fen,
+        own_fen=order.own_fen,
         burn_fen=burn_fen,
         unit=MONTH if monthly else HOUR,
-        cluster=bool(exclude_cluster),
+        product=order.product,
         trial=trial,
     )
 
 
-def runway_of(instance: Instance, wallet: Wallet, *, burn: tuple[int, int] | None = None) -> Runway:
-    """An instance's runway; a cluster's rank stands for its whole cluster (its ranks are
-    placed, started and billed together). `burn`: read already, for an instance (runway)."""
-    if instance.cluster_id:
-        return runway(
-            wallet=wallet,
-            offering=instance.offering,
-            billing=instance.billing,
-            paid=period_active(instance),
-            nodes=Instance.objects.filter(
-                cluster_id=instance.cluster_id, rank__isnull=False
-            ).count(),
-            exclude_cluster=instance.cluster_id,
-        )
-    return runway(
-        wallet=wallet,
+def order_of(instance: Instance, *, key: OrderKey | None = None, nodes: int = 0) -> Order:
+    """The order of a saved instance (ordered now, or started): a cluster's rank stands for its
+    whole cluster, of `nodes` ranks (counted when 0), which are placed, started and billed
+    together. `key`: the order's Idempotency-Key (None for a start)."""
+    if instance.cluster_id and not nodes:
+        nodes = Instance.objects.filter(cluster_id=instance.cluster_id, rank__isnull=False).count()
+    units = nodes if instance.cluster_id else 1
+    return Order(
+        product="cluster" if instance.cluster_id else "instance",
+        tenant_id=instance.tenant_id,
+        created_by_id=instance.created_by_id,
         offering=instance.offering,
+        gpus=instance.offering.gpu_count * units,
         billing=instance.billing,
+        units=units,
+        region_id=instance.region_id,
+        key=key,
+        pk=instance.id,
+        cluster_id=instance.cluster_id,
         paid=period_active(instance),
-        exclude=instance.id,
-        burn=burn,
+        queued=instance.status == InstanceStatus.QUEUED,
     )
+
+
+def runway_of(instance: Instance, wallet: Wallet, *, burn: tuple[int, int] | None = None) -> Runway:
+    """An instance's runway; a cluster's rank stands for its whole cluster (order_of)."""
+    return order_runway(order_of(instance), wallet, burn=burn)
 
 
 def runway_check(found: Runway) -> None:
@@ -182,11 +210,16 @@ def runway_message(found: Runway) -> str:
         "burn": format_fen(found.burn_fen),
         "unit": _(found.unit),
     }
-    if found.cluster and not found.burn_fen:
+    if found.product == "endpoint":  # in cash alone, and without what instances burn
+        return _(
+            "Your cash balance of %(have)s does not cover %(need)s (one hour of this "
+            "endpoint). Top up to continue."
+        ) % {"have": amounts["have"], "need": amounts["need"]}
+    if found.product == "cluster" and not found.burn_fen:
         cash = _(
             "Your cash balance of %(have)s does not cover %(need)s (one %(unit)s of this cluster)."
         )
-    elif found.cluster:
+    elif found.product == "cluster":
         cash = _(
             "Your cash balance of %(have)s does not cover %(need)s: one %(unit)s of this cluster "
             "(%(own)s) plus one hour of what your running instances burn (%(burn)s)."
@@ -201,65 +234,95 @@ def runway_message(found: Runway) -> str:
             "(%(own)s) plus one hour of what your running instances burn (%(burn)s)."
         )
     parts = [cash % amounts]
-    trial = found.trial
-    if trial is not None:
-        trial_amounts = {
-            "have": format_fen(trial.have_fen),
-            "need": format_fen(trial.need_fen),
-            "own": format_fen(trial.own_fen),
-            "burn": format_fen(trial.burn_fen),
-        }
-        if trial.burn_fen:
-            text = _(
-                "Your trial credit of %(have)s does not cover %(need)s at the trial prices: one "
-                "hour of it (%(own)s) plus one hour of your other instances that have a trial "
-                "price (%(burn)s)."
-            )
-        else:
-            text = _(
-                "Your trial credit of %(have)s does not cover one hour of it at the trial price "
-                "(%(need)s)."
-            )
-        parts.append(text % trial_amounts)
+    if found.trial is not None:
+        parts.append(_trial_message(found.trial))
     parts.append(_("Top up to continue."))
     return " ".join(parts)
 
 
-def admit(instance: Instance) -> None:
-    """Under the tenant's wallet lock (so that the balance and the counts hold until commit):
-    the runway of the saved instance, its orderer's and its team's budgets (instances.budgets),
-    then its tenant's limits."""
-    wallet = wallet_locked(instance.tenant_id)
-    reads = None
-    if not instance.cluster_id:  # a cluster's ranks count themselves: read one by one
-        reads = admission_reads(instance.tenant_id, instance.created_by_id, exclude=instance.id)
-    burn = None if reads is None else (reads.burn_fen, reads.trial_burn_fen)
-    found = runway_of(instance, wallet, burn=burn)
-    runway_check(found)
-    budget_check(instance, found.own_fen, budgets=None if reads is None else reads.budgets)
-    if reads is None:
-        limits_check(instance, wallet)
+def _trial_message(trial: TrialRunway) -> str:
+    """What the trial credit lacks, at the trial prices."""
+    amounts = {
+        "have": format_fen(trial.have_fen),
+        "need": format_fen(trial.need_fen),
+        "own": format_fen(trial.own_fen),
+        "burn": format_fen(trial.burn_fen),
+    }
+    if trial.burn_fen:
+        text = _(
+            "Your trial credit of %(have)s does not cover %(need)s at the trial prices: one "
+            "hour of it (%(own)s) plus one hour of your other instances that have a trial "
+            "price (%(burn)s)."
+        )
     else:
-        limits_check(instance, wallet, limits=reads.limits, usage=reads.usage)
+        text = _(
+            "Your trial credit of %(have)s does not cover one hour of it at the trial price "
+            "(%(need)s)."
+        )
+    return text % amounts
+
+
+def admit(
+    order: Order,
+    *,
+    hold: bool = True,
+    runway: bool = True,
+    budgets: bool = True,
+    limits: bool = True,
+) -> None:
+    """Admit an order or a start of any product, or refuse it (the caller's transaction rolls
+    back, whatever it saved): the account not on hold (billing.holds); then, under the tenant's
+    wallet lock, so that the balance and the counts hold until commit, the order's runway, its
+    orderer's and its team's budgets (instances.budgets), and the account's limits, read in one
+    statement. A change that is less than a start (an endpoint scaled up) leaves out the checks
+    it does not meet again (`hold`, `runway`, `budgets`, `limits`: False)."""
+    if hold:
+        account_hold_check(order.tenant_id)
+    wallet = wallet_locked(order.tenant_id)
+    reads = admission_reads(
+        order.tenant_id,
+        order.created_by_id,
+        exclude=order.pk or "",
+        exclude_cluster=order.cluster_id or "",
+    )
+    found = order_runway(order, wallet, burn=(reads.burn_fen, reads.trial_burn_fen))
+    if runway:
+        runway_check(found)
+    if budgets:
+        budget_check(order, found.own_fen, budgets=reads.budgets)
+    if limits:
+        limits_check(order, wallet, limits=reads.limits, usage=reads.usage)
+
+
+def renewal_refusal(instance: Instance, *, now: datetime) -> Deferred | None:
+    """A monthly rental's next month, admitted as an order of one more month of it (of this
+    rank alone, for a cluster's): under the tenant's wallet lock, so that the budgets' reads and
+    the charge that follows hold together against orders at the same moment, its orderer's and
+    its team's budgets. None when they fit, else why not (the rental ends instead:
+    instances.monthly); the balance is the charge's to refuse."""
+    order = replace(order_of(instance, nodes=1), paid=False)
+    wallet_locked(order.tenant_id)
+    return budget_refusal(order, order.own_fen, renewal=True, now=now)
 
 
 def limits_check(
-    instance: Instance, wallet: Wallet, *, limits: Limits | None = None, usage: Usage | None = None
+    order: Order, wallet: Wallet, *, limits: Limits | None = None, usage: Usage | None = None
 ) -> None:
-    """Refuse what takes the instance's tenant over one of its limits, counting the instance
-    (saved, queued or placed) itself: GPUs of premium models while the account has never paid
-    in (409 `trial_limit`), GPUs held and queued (409 `gpu_limit`), and, when the instance
-    waits in the queue, orders queued (429 `queue_limit`). The caller holds the tenant's wallet
-    lock (`wallet`, from billing.selectors.wallet_locked) and rolls back on a refusal."""
-    tenant_id = instance.tenant_id
-    limits = limits or tenant_limits(tenant_id)
-    usage = usage or tenant_usage(tenant_id)
-    want = instance.offering.gpu_count
-    if instance.cluster_id:
-        want *= Instance.objects.filter(cluster_id=instance.cluster_id, rank__isnull=False).count()
+    """Refuse what takes the order's tenant over one of its limits, counting the order itself:
+    GPUs of premium models while the account has never paid in, for an order trial credit may
+    pay (409 `trial_limit`); GPUs held and queued, with what the tenant holds elsewhere that the
+    product counts (`gpu_limit`: 409, an endpoint's 400 naming max_replicas); and, when the
+    order waits in the queue, orders queued (429 `queue_limit`). The caller holds the tenant's
+    wallet lock (`wallet`, from billing.selectors.wallet_locked) and rolls back on a refusal."""
+    limits = limits or tenant_limits(order.tenant_id)
+    usage = usage or tenant_usage(order.tenant_id)
+    want = order.gpus
+    counted = want if order.in_usage else 0  # its instances, saved, are in the usage already
+    premium = usage.premium_gpus - counted
     if (
-        instance.offering.gpu_model.premium
-        and usage.premium_gpus > limits.trial_max_premium_gpus
+        order.trial_credit
+        and order.offering.gpu_model.premium
+        and premium + want > limits.trial_max_premium_gpus
         and not wallet_has_paid(wallet)
     ):
         raise Conflict(
@@ -271,22 +334,15 @@ def limits_check(
             % {
                 "limit": limits.trial_max_premium_gpus,
                 "models": ", ".join(premium_models()),
-                "have": usage.premium_gpus - want,
+                "have": premium,
                 "want": want,
             },
             code="trial_limit",
         )
-    if usage.gpus > limits.max_running_gpus:
-        raise Conflict(
-            _(
-                "Your account may hold at most %(limit)d GPUs, starting, running and queued "
-                "together; you have %(have)d and this needs %(want)d more. Stop or terminate an "
-                "instance, or ask support to raise your GPU limit."
-            )
-            % {"limit": limits.max_running_gpus, "have": usage.gpus - want, "want": want},
-            code="gpu_limit",
-        )
-    if instance.status == InstanceStatus.QUEUED and usage.queued > limits.max_queued_orders:
+    have = usage.gpus - counted + (order.held_elsewhere() if order.held_elsewhere else 0)
+    if have + want > limits.max_running_gpus:
+        raise _gpu_limit(order, limits.max_running_gpus, have)
+    if order.queued and usage.queued > limits.max_queued_orders:
         raise TooManyRequests(
             _(
                 "Your account may have at most %(limit)d orders waiting in the queue, and "
@@ -296,3 +352,35 @@ def limits_check(
             % {"limit": limits.max_queued_orders, "have": usage.queued - 1},
             code="queue_limit",
         )
+
+
+def _gpu_limit(order: Order, limit: int, have: int) -> ServiceError:
+    """The GPU limit's refusal, as each product has always said it: an endpoint's names the
+    replicas it may scale to (its max_replicas field)."""
+    if order.product == "endpoint":
+        gpus = order.offering.gpu_count
+        return InvalidInput(
+            _(
+                "Your account may hold at most %(limit)d GPUs; you hold or may scale to %(have)d "
+                "and %(want)d replicas of %(gpus)d GPUs need %(need)d more. Lower max_replicas, "
+                "or ask support to raise your GPU limit."
+            )
+            % {
+                "limit": limit,
+                "have": have,
+                "want": order.gpus // gpus,
+                "gpus": gpus,
+                "need": order.gpus,
+            },
+            code="gpu_limit",
+            field="max_replicas",
+        )
+    return Conflict(
+        _(
+            "Your account may hold at most %(limit)d GPUs, starting, running and queued "
+            "together; you have %(have)d and this needs %(want)d more. Stop or terminate an "
+            "instance, or ask support to raise your GPU limit."
+        )
+        % {"limit": limit, "have": have, "want": order.gpus},
+        code="gpu_limit",
+    )

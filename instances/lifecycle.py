@@ -3,15 +3,14 @@ or the queue), stop / start / terminate, serving the queue as capacity frees (to
 that can pay, checked under the wallet lock), and what a node's change of state means for the
 instances on it. They decide; the state machine (instances.states) moves."""
 
-import hashlib
-import json
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -21,12 +20,13 @@ from billing.selectors import wallet_locked
 from compute.choices import BillingMode, OfferingKind
 from compute.holdings import holding_of, holdings_funded, holdings_unfunded, holds_gpus, unfunded
 from compute.models import Image, Offering
+from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from compute.placement import Gang, choose, choose_nodes
 from compute.queue import heads, waits_ahead
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
-from instances.admission import Runway, admit, runway_of
+from instances.admission import Runway, admit, order_of, runway_of
 from instances.budgets import budget_refusal
 from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, InstanceStatus
@@ -58,11 +58,9 @@ from instances.states import (
 )
 from instances.volumes import disks_attach_at_order
 from starverse.accounts.models import SshKey
-from starverse.core.db import atomic_retrying
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import (
     Conflict,
-    IdempotencyConflict,
     InvalidInput,
     ServiceError,
 )
@@ -159,12 +157,11 @@ def instance_order(
     stop_after_hours: int | None = None,
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
-    Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`
-    are the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway).
-    `region` keeps it to that region's nodes; "" (any) places it where there is room, or in
-    the region of the disks it orders (a disk attaches only in its own region). `idle_stop`
-    (DEFAULT: the user's settings; None: off) and `stop_at` or `stop_after_hours` are its
-    automatic stops (instances.schedules)."""
+    Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`:
+    the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway). `region`
+    keeps it to that region's nodes; "" (any) places it where there is room, or in its disks'
+    region (a disk attaches only in its own region). `idle_stop` (DEFAULT: the user's settings;
+    None: off) and `stop_at` or `stop_after_hours`: its automatic stops (instances.schedules)."""
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
@@ -172,65 +169,113 @@ def instance_order(
         raise InvalidInput(
             _("stop_at: give stop_at or stop_after_hours, not both."), code="invalid_stop_at"
         )
-    request_hash = request_hash_of(
-        offering=offering_id,
-        image=image_id,
+    request = _Request(
+        offering_id=offering_id,
+        image_id=image_id,
         name=name,
         billing=billing,
-        ssh_keys=sorted(ssh_keys or []),
-        **({"disks": sorted(disks)} if disks else {}),
-        **({"ports": declared} if declared else {}),
-        **({"region": region} if region else {}),
-        # an order that leaves them to the defaults hashes as it did before they existed
-        **({} if isinstance(idle_stop, Default) else {"idle_stop": idle and idle.as_dict()}),
-        **({"stop_at": stop_at.isoformat()} if stop_at else {}),
-        **({"stop_after_hours": stop_after_hours} if stop_after_hours is not None else {}),
+        ssh_keys=ssh_keys or [],
+        disks=disks or [],
+        ports=declared,
+        region=region,
+        idle_stop=idle_stop,
+        idle=idle,
+        warn_minutes=warn_minutes,
+        stop_at=stop_at,
+        stop_after_hours=stop_after_hours,
+        auto_renew=auto_renew,
+        auto_recover=auto_recover,
     )
-    earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
-    if earlier is not None:
+    key = OrderKey(user.tenant_id, idempotency_key, request.hash())
+    if (earlier := ordered_before(Instance.objects.all(), key, "instance")) is not None:
         return earlier, False
-    now = timezone.now()
-    if stop_after_hours is not None:
-        stop_at = stop_after_hours_clean(stop_after_hours, now=now)
-    stop_at = stop_at_clean(stop_at, now=now)
-    offering, image = orderable(offering_id, image_id, billing)
-    region_id = order_region(user, region, disks or [])
-    key_ids = ssh_keys_own(user, ssh_keys or [])
-    account_hold_check(user.tenant_id)
-    # Network-backed storage lets a cloud instance move; a whole node is the node.
-    recover = offering.kind == OfferingKind.CLOUD if auto_recover is None else auto_recover
+    fields = request.instance_fields(user, key)
 
     def order_once() -> Instance:
         # a new Instance each try: a try that deadlocked may have set its fields
-        instance = Instance(
-            tenant_id=user.tenant_id,
-            created_by=user,
-            offering=offering,
-            image=image,
-            name=name.strip() or localized(offering, "name"),
-            billing=billing,
-            idempotency_key=idempotency_key,
-            request_hash=request_hash,
-            auto_renew=auto_renew,
-            ssh_key_ids=key_ids,
-            ports=declared,
-            region_id=region_id,
-            auto_recover=recover,
-            stop_at=stop_at,
-            **idle_fields(idle, warn_minutes=warn_minutes, now=now),
-        )
-        _place_or_queue(instance, disks or [])
+        instance = Instance(**fields)
+        _place_or_queue(instance, request.disks, key)
         return instance
 
-    try:
-        instance = atomic_retrying(order_once)
-    except IntegrityError:
-        # A concurrent order under the same key committed first: this one is a repeat of it.
-        earlier = _ordered_before(user.tenant_id, idempotency_key, request_hash)
-        if earlier is None:
-            raise
-        return earlier, False
-    return instance, True
+    return order_commit(Instance.objects.all(), key, "instance", order_once)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What an instance order asks for, its ports and idle stop checked (the idle stop as the
+    order gets it: `idle`, `warn_minutes`), the rest not yet."""
+
+    offering_id: str
+    image_id: str
+    name: str
+    billing: str
+    ssh_keys: list[str]
+    disks: list[str]
+    ports: list[int]
+    region: str
+    idle_stop: IdleStop | Default | None
+    idle: IdleStop | None
+    warn_minutes: int
+    stop_at: datetime | None
+    stop_after_hours: int | None
+    auto_renew: bool
+    auto_recover: bool | None
+
+    def hash(self) -> str:
+        """The request's hash, which tells a repeat from another order under the same key."""
+        return request_hash_of(
+            offering=self.offering_id,
+            image=self.image_id,
+            name=self.name,
+            billing=self.billing,
+            ssh_keys=sorted(self.ssh_keys),
+            **({"disks": sorted(self.disks)} if self.disks else {}),
+            **({"ports": self.ports} if self.ports else {}),
+            **({"region": self.region} if self.region else {}),
+            # an order that leaves them to the defaults hashes as it did before they existed
+            **(
+                {}
+                if isinstance(self.idle_stop, Default)
+                else {"idle_stop": self.idle and self.idle.as_dict()}
+            ),
+            **({"stop_at": self.stop_at.isoformat()} if self.stop_at else {}),
+            **(
+                {"stop_after_hours": self.stop_after_hours}
+                if self.stop_after_hours is not None
+                else {}
+            ),
+        )
+
+    def instance_fields(self, user: Any, key: OrderKey) -> dict[str, Any]:
+        """The new instance's columns, once what the order names is checked: the catalog's
+        offering and image, the region, the orderer's own SSH keys, the scheduled stop."""
+        now = timezone.now()
+        stop_at = self.stop_at
+        if self.stop_after_hours is not None:
+            stop_at = stop_after_hours_clean(self.stop_after_hours, now=now)
+        stop_at = stop_at_clean(stop_at, now=now)
+        offering, image = orderable(self.offering_id, self.image_id, self.billing)
+        region_id = order_region(user, self.region, self.disks)
+        key_ids = ssh_keys_own(user, self.ssh_keys)
+        # Network-backed storage lets a cloud instance move; a whole node is the node.
+        recover = self.auto_recover
+        return {
+            "tenant_id": user.tenant_id,
+            "created_by": user,
+            "offering": offering,
+            "image": image,
+            "name": self.name.strip() or localized(offering, "name"),
+            "billing": self.billing,
+            "idempotency_key": key.idempotency_key,
+            "request_hash": key.request_hash,
+            "auto_renew": self.auto_renew,
+            "ssh_key_ids": key_ids,
+            "ports": self.ports,
+            "region_id": region_id,
+            "auto_recover": offering.kind == OfferingKind.CLOUD if recover is None else recover,
+            "stop_at": stop_at,
+            **idle_fields(self.idle, warn_minutes=self.warn_minutes, now=now),
+        }
 
 
 def order_region(user: Any, region: str, disk_ids: list[str]) -> str | None:
@@ -253,21 +298,6 @@ def _disks_region(user: Any, disk_ids: list[str]) -> str | None:
     return next((found[pk] for pk in disk_ids if pk in found), None)
 
 
-def request_hash_of(**fields: Any) -> str:
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
-
-
-def _ordered_before(tenant_id: str, idempotency_key: str, request_hash: str) -> Instance | None:
-    """The instance an earlier order under this key made; the key used for a different order
-    is a conflict."""
-    if not idempotency_key:
-        return None
-    found = Instance.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
-    if found is not None and found.request_hash != request_hash:
-        raise IdempotencyConflict(_("This Idempotency-Key was used for a different order."))
-    return found
-
-
 def orderable(offering_id: str, image_id: str, billing: str) -> tuple[Offering, Image]:
     """The active offering and image an order names, and whether it may be billed so."""
     offering = catalog_offering(offering_id)
@@ -283,11 +313,12 @@ def orderable(offering_id: str, image_id: str, billing: str) -> tuple[Offering, 
     return offering, image
 
 
-def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
+def _place_or_queue(instance: Instance, disk_ids: list[str], key: OrderKey) -> None:
     """Inside the order's transaction: GPUs now when nobody waits for this GPU and some are
-    free, else the queue; then the ordered disks are attached, the runway and the account's
-    limits are checked under the wallet lock, and a placed monthly rental pays its first month
-    (a refusal rolls the whole order back). Locks: GPU model, disks, wallet."""
+    free, else the queue; then the ordered disks are attached, the order is admitted (the
+    hold, the runway, the budgets and the account's limits, under the wallet lock), and a
+    placed monthly rental pays its first month (a refusal rolls the whole order back). Locks:
+    GPU model, disks, wallet."""
     # a new order: placed in parallel with other new orders, never before one that waits
     placement = choose(
         instance.offering,
@@ -297,21 +328,21 @@ def _place_or_queue(instance: Instance, disk_ids: list[str]) -> None:
     )
     instance_create(instance, placement=placement)
     disks_attach_at_order(instance, disk_ids, actor=instance.created_by)  # the orderer, acting
-    admit(instance)
+    admit(order_of(instance, key=key))
     if placement is not None and instance.billing == BillingMode.MONTHLY:
         period_charge(instance)
 
 
 def gang_place_or_queue(
-    ranks: list[Instance], disk_ids: list[list[str]] | None = None
+    ranks: list[Instance], disk_ids: list[list[str]] | None = None, key: OrderKey | None = None
 ) -> Gang | None:
     """Inside a cluster order's transaction, its ranks (unsaved, in rank order, one whole-node
     offering): whole nodes for all of them now when nobody waits for this GPU and enough are
     free, else all of them queue as one order; then each rank's ordered cloud disks
-    (`disk_ids[rank]`, as an instance order attaches them) are attached, the runway of the whole
-    cluster and the account's limits are checked under the wallet lock, and placed monthly
-    ranks pay their month (a refusal rolls the whole order back). Returns where they went, or
-    None (queued). Locks: GPU model, disks, wallet; never a partial placement."""
+    (`disk_ids[rank]`, as an instance order attaches them) are attached, the whole cluster is
+    admitted as one order (`key`, its cluster's Idempotency-Key), and placed monthly ranks pay
+    their month (a refusal rolls the whole order back). Returns where they went, or None
+    (queued). Locks: GPU model, disks, wallet; never a partial placement."""
     offering = ranks[0].offering
     gang = choose_nodes(offering, len(ranks), ranks[0].region_id or "", behind_queue=True)
     for index, rank in enumerate(ranks):
@@ -322,7 +353,7 @@ def gang_place_or_queue(
         )
     for rank, wanted in zip(ranks, disk_ids or [], strict=False):
         disks_attach_at_order(rank, wanted, actor=rank.created_by)
-    admit(ranks[0])
+    admit(order_of(ranks[0], key=key, nodes=len(ranks)))
     if gang is not None and ranks[0].billing == BillingMode.MONTHLY:
         for rank in ranks:
             period_charge(rank)
@@ -333,9 +364,9 @@ def gang_start(*, ranks: list[Instance]) -> None:
     """Start a stopped or failed cluster (its ranks locked, in rank order): monthly ranks in
     their paid period on the nodes they keep; otherwise all of them wait as one order and are
     placed together when whole nodes for all are free and nobody who can pay waits before
-    them; the runway of the whole cluster and the limits are checked under the wallet lock."""
-    account_hold_check(ranks[0].tenant_id)
+    them, once the whole cluster is admitted as one order (instances.admission.admit)."""
     if all(period_active(rank) and holds_gpus(rank.id) for rank in ranks):
+        account_hold_check(ranks[0].tenant_id)  # nothing else to admit: their nodes are theirs
         for rank in ranks:
             instance_mark_provisioning(rank)
         return
@@ -345,7 +376,7 @@ def gang_start(*, ranks: list[Instance]) -> None:
             gpus_release(rank)
         instance_mark_queued(rank, at=now)
     _try_place(ranks[0], fcfs=True)
-    admit(ranks[0])
+    admit(order_of(ranks[0], nodes=len(ranks)))
 
 
 Outcome = Literal["placed", "wait", "unfunded", "over_budget"]
@@ -651,14 +682,14 @@ def instance_start(*, instance_id: str) -> Instance:
         _as_whole_cluster(instance, for_cluster=False)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
-        account_hold_check(instance.tenant_id)
         if period_active(instance) and holds_gpus(instance.id):
             # its GPUs are its own until the month ends: no runway or limit to check
+            account_hold_check(instance.tenant_id)
             instance_mark_provisioning(instance)
             return instance
         instance_mark_queued(instance)
         _try_place(instance, fcfs=True)
-        admit(instance)
+        admit(order_of(instance))
     return instance
 
 

@@ -2,9 +2,9 @@
 node is placed and at each renewal, under the ledger key monthly:{instance}:{period}
 (instances.charges); the node stays reserved while the instance is stopped; at the period's end
 the rental renews, or ends as the user chose, when the balance cannot pay, or when its orderer's
-or its team's monthly budget does not fit the next month (instances.budgets, the rule orders
-pass; the team's owners are mailed): the instance is stopped, the node freed, and a later start
-is billed by the minute."""
+or its team's monthly budget does not fit the next month (instances.admission.renewal_refusal,
+the rule orders pass; the team's owners are mailed): the instance is stopped, the node freed,
+and a later start is billed by the minute."""
 
 import logging
 from datetime import datetime
@@ -14,10 +14,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.notices import mail_about_instance
-from billing.selectors import wallet_locked
 from compute.choices import BillingMode
 from compute.holdings import holding_billing_set, holds_gpus
-from instances.budgets import budget_refusal
+from instances.admission import renewal_refusal
 from instances.charges import period_charge
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
@@ -79,11 +78,7 @@ def _renew(instance: Instance, *, now: datetime) -> Ending | None:
     budgets fit it as they would an order of it. None when paid; otherwise why it ends."""
     if not instance.auto_renew:
         return Ending(_ENDED % {"reason": later("you chose not to renew")})
-    # under the wallet's lock, as an order's admission: the budgets' reads and the charge hold
-    # together against orders at the same moment
-    wallet_locked(instance.tenant_id)
-    need = instance.offering.price_per_month_fen or 0  # period_charge refuses an offering without
-    refusal = budget_refusal(instance, need, renewal=True, now=now)
+    refusal = renewal_refusal(instance, now=now)
     if refusal is not None:
         return Ending(refusal, over_budget=True)
     try:

@@ -471,12 +471,14 @@ SELECT s.cash, s.trial, u.queued, u.gpus, u.premium,
 """
 
 
-def admission_reads(tenant_id: str, user_id: str, *, exclude: str) -> AdmissionReads:
+def admission_reads(
+    tenant_id: str, user_id: str, *, exclude: str, exclude_cluster: str = ""
+) -> AdmissionReads:
     """AdmissionReads for an order of `user_id` in `tenant_id` (`exclude`: the order's own
-    instance), by one prepared statement."""
+    instance; `exclude_cluster`: its cluster's ranks), by one prepared statement."""
     usage_sql, params = _usage_statement(tenant_id)
     spend_sql, spend_params = _spend_statement(
-        [tenant_id], starting=True, exclude=exclude, exclude_cluster=""
+        [tenant_id], starting=True, exclude=exclude, exclude_cluster=exclude_cluster
     )
     sql = _ADMISSION_SQL.format(
         usage=usage_sql,

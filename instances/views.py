@@ -26,7 +26,7 @@ from billing.services import trial_minutes
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Image, Offering
 from fleet.models import Region
-from instances.admission import ORDER_KEY_PREFIX
+from instances.admission import ORDER_KEY_PREFIX, runway_funds
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
 from instances.gateway import MAX_PORTS
@@ -161,14 +161,13 @@ def _default_offering(offerings: list[Offering], counts: dict[str, int], wallet:
     trial credit at its trial price (else the cheapest free one, else the first): a safe first
     choice, above all for trial credit."""
     free = sorted((o for o in offerings if counts.get(o.id)), key=lambda o: o.price_per_hour_fen)
-    cash = wallet.cash_free_fen - wallet.arrears_fen
+    funds = runway_funds(wallet)
     affordable = [
         o
         for o in free
-        if o.price_per_hour_fen <= cash
+        if o.price_per_hour_fen <= funds.cash_fen
         or (
-            o.trial_price_per_hour_fen is not None
-            and o.trial_price_per_hour_fen <= wallet.promo_free_fen
+            o.trial_price_per_hour_fen is not None and o.trial_price_per_hour_fen <= funds.trial_fen
         )
     ]
     candidates = affordable or free or offerings
@@ -417,7 +416,8 @@ def _trial_line(offering: Offering, promo_fen: int) -> str:
 
 def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpResponse:
     pulls = _pulls(offer)
-    promo = offer.wallet.promo_free_fen
+    funds = runway_funds(offer.wallet)
+    promo = funds.trial_fen
     catalog = {
         o.id: {
             "name": localized(o, "name"),
@@ -441,7 +441,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
         "active": "rent",
         "groups": groups,
         # trial credit pays only trial prices: what the balance covers at standard prices is cash
-        "cash_fen": offer.wallet.cash_free_fen - offer.wallet.arrears_fen,
+        "cash_fen": funds.cash_fen,
         "images": offer.images,
         "keys": offer.keys,
         "selected_keys": shown.selected_keys,

@@ -64,7 +64,7 @@ class LedgerOutput(serializers.ModelSerializer):
             "price_kind": {
                 "help_text": "Usage: `trial` (paid from trial credit at the offering's trial "
                 "price) or `standard` (from cash at its price); blank for other kinds."
-            }
+            },
         }
 
     def get_description(self, obj: LedgerTransaction) -> str:

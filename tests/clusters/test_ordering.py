@@ -259,3 +259,37 @@ def test_stop_start_and_terminate_move_every_rank(catalog, client_for):
         assert converge_until(converge.terminate, rank.id) == "terminated"
     assert client.get(f"/api/v1/clusters/{cluster.id}").json()["status"] == "terminated"
     assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
+
+
+def test_a_cluster_order_that_deadlocks_runs_again_and_makes_one_cluster(
+    transactional_db, monkeypatch
+):
+    """PostgreSQL aborts the order's first try to break a deadlock (40P01) once all of it is
+    written: the order runs again from the start (starverse.core.db.atomic_retrying) and makes
+    one cluster with its ranks, once."""
+    from django.db import connection
+
+    from instances.lifecycle import gang_place_or_queue as placed
+
+    user = _paying_user()
+    tries = []
+
+    def deadlocking(ranks, disk_ids=None, key=None):
+        gang = placed(ranks, disk_ids, key)
+        tries.append([rank.rank for rank in ranks])
+        if len(tries) == 1:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "DO $$ BEGIN RAISE EXCEPTION 'deadlock detected' "
+                    "USING ERRCODE = 'deadlock_detected'; END $$"
+                )
+        return gang
+
+    monkeypatch.setattr("clusters.services.gang_place_or_queue", deadlocking)
+    cluster = make_cluster(user, idempotency_key="k1")
+
+    assert tries == [[0, 1], [0, 1]]
+    assert list(Cluster.objects.values_list("pk", flat=True)) == [cluster.pk]
+    ranks = Instance.objects.filter(cluster=cluster).order_by("rank")
+    assert list(ranks.values_list("rank", flat=True)) == [0, 1]
+    assert Instance.objects.count() == 2
