@@ -63,7 +63,7 @@ def test_ticks_at_once_accrue_each_minute_once():
 def test_a_close_racing_a_tick_posts_each_minute_once():
     now = timezone.now()
     since = now - timedelta(minutes=61, seconds=1)
-    wallet, ids, price = _metering(4, since)
+    _wallet, ids, price = _metering(4, since)
 
     def work(index: int) -> object:
         if index == 0:

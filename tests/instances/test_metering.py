@@ -6,7 +6,6 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-import billing.services
 from billing.models import LedgerTransaction, Wallet
 from billing.selectors import wallet_drifts
 from billing.services import minute_charge_fen
@@ -16,6 +15,7 @@ from instances.lifecycle import instance_stop
 from instances.metering import metering_tick
 from instances.models import Instance
 from instances.provisioning import converge
+from starverse.core.db import bulk_insert
 from tests.factories import converge_until, fund, make_user
 
 
@@ -117,13 +117,11 @@ def test_a_crash_between_accrual_and_posting_loses_and_doubles_nothing(catalog, 
     start = instance.running_since
     metering_tick(now=start + timedelta(minutes=59, seconds=1))  # 59 minutes accrued
 
-    real = billing.services.bulk_insert
-
     def crash(table, columns, rows):
         raise ConnectionError("the worker died while posting")
 
     # the tick that reaches the hour dies inside its posting: nothing of it holds
-    monkeypatch.setattr(billing.services, "bulk_insert", crash)
+    monkeypatch.setattr("billing.services.bulk_insert", crash)
     with pytest.raises(ConnectionError):
         meter_tick(now=start + timedelta(minutes=60, seconds=1))
     held = _holding(instance)
@@ -131,7 +129,7 @@ def test_a_crash_between_accrual_and_posting_loses_and_doubles_nothing(catalog, 
     assert _usage(instance).count() == 0
 
     # the next tick (late) does both, once
-    monkeypatch.setattr(billing.services, "bulk_insert", real)
+    monkeypatch.setattr("billing.services.bulk_insert", bulk_insert)
     meter_tick(now=start + timedelta(minutes=60, seconds=40))
     meter_tick(now=start + timedelta(minutes=60, seconds=50))
     [posting] = _usage(instance)
