@@ -223,7 +223,9 @@ def test_a_node_lost_while_running_pauses_billing_for_every_rank(
     assert ranks[2].node_id != lost.pk
     # the closed minutes were charged, for every rank
     posted = LedgerTransaction.objects.filter(kind=TransactionKind.USAGE, instance_id__in=rank_ids)
-    assert sorted(posted.values_list("instance_id", "minutes")) == [(r, 5) for r in rank_ids]
+    assert sorted(posted.values_list("instance_id", "minutes")) == [
+        (r, 5) for r in sorted(rank_ids)
+    ]
     charged = _usage(renter)
     assert charged > 0
     metering_tick(now=timezone.now() + timedelta(minutes=10))

@@ -137,6 +137,7 @@ def test_signup_then_token_flow_uses_exact_contract_fields(
     assert balance == {
         "cash_fen": 0,
         "promo_fen": 1000,
+        "pending_fen": 0,
         "arrears_fen": 0,
         "total_fen": 1000,
         "on_hold": False,
