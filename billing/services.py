@@ -659,6 +659,7 @@ def usage_settle_many(settlements: list[Settlement]) -> int:
     before = _posted_before([p.key for p in parts])
     wallets = wallets_locked(sorted({p.wallet_id for p in parts}))
     now, rows, entries = timezone.now(), [], []
+    ids = iter(new_ids("txn", len(parts)))
     for part in parts:
         if part.key in before:
             # posted before, with its hold released in the same transaction: nothing more
@@ -670,7 +671,7 @@ def usage_settle_many(settlements: list[Settlement]) -> int:
         wallet.pending_promo_fen -= part.promo_fen
         wallet.cash_fen -= part.cash_fen
         wallet.promo_fen -= part.promo_fen
-        row = _usage_row(part, wallet, now)
+        row = _usage_row(next(ids), part, wallet, now)
         rows.append(row)
         entries += _usage_entries(row)
     bulk_insert("billing_ledgertransaction", list(UsageRow._fields), rows)
@@ -761,11 +762,11 @@ class UsageRow(NamedTuple):
     created_at: Any
 
 
-def _usage_row(part: _Part, wallet: WalletBalance, now: Any) -> UsageRow:
+def _usage_row(txn_id: str, part: _Part, wallet: WalletBalance, now: Any) -> UsageRow:
     """The posting of one part against its locked wallet, whose balances already follow it
     (a usage posting never changes arrears)."""
     return UsageRow(
-        id=new_ids("txn", 1)[0],
+        id=txn_id,
         wallet_id=part.wallet_id,
         kind=TransactionKind.USAGE.value,
         idempotency_key=part.key,
