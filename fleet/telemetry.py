@@ -69,6 +69,7 @@ def _fail(field: str, message: str) -> InvalidInput:
     return InvalidInput(f"{field}: {message}", code="invalid_report")
 
 
+# The checks below read parsed JSON, whose values are Any until checked.
 def _obj(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _fail(field, "must be an object")
