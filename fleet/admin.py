@@ -27,8 +27,8 @@ from fleet.services import (
     node_token_revoke,
     node_uncordon,
 )
-from starverse.accounts.sites import operator
 from starverse.core.adminurls import admin_change_url
+from starverse.core.console import page_user
 from starverse.core.errors import ServiceError
 
 if TYPE_CHECKING:  # a development dependency: the stubs' name for text or lazy text
@@ -264,7 +264,7 @@ class NodeAdmin(admin.ModelAdmin[Node]):
             )
             return back
         if action == "uncordon" and request.method == "POST":
-            node_uncordon(node=node, actor=operator(request))
+            node_uncordon(node=node, actor=page_user(request))
             return back
         if action in REVIEW_OPERATIONS:
             return self._review_view(request, node, action, back)
@@ -272,7 +272,7 @@ class NodeAdmin(admin.ModelAdmin[Node]):
         if action in ("cordon", "drain") and request.method == "POST" and form.is_valid():
             try:
                 (node_cordon if action == "cordon" else node_drain)(
-                    node=node, reason=form.cleaned_data["reason"], actor=operator(request)
+                    node=node, reason=form.cleaned_data["reason"], actor=page_user(request)
                 )
             except ServiceError as error:
                 form.add_error(None, error.message)
@@ -294,7 +294,7 @@ class NodeAdmin(admin.ModelAdmin[Node]):
         """End a node's review: cordon it (the operator found the fault the pre-flight check
         reported) or clear it (nothing wrong); asked on a page showing the review's reason."""
         if request.method == "POST":
-            if not REVIEW_OPERATIONS[action](node=node, actor=operator(request)):
+            if not REVIEW_OPERATIONS[action](node=node, actor=page_user(request)):
                 messages.warning(
                     request, _("The node %(node)s is not up for review.") % {"node": node.name}
                 )

@@ -13,7 +13,6 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from starverse.accounts import loginflow
-from starverse.accounts.models import User
 
 
 class AdminSite(admin.AdminSite):
@@ -29,13 +28,3 @@ class AdminSite(admin.AdminSite):
         ):
             target = reverse("admin:index", current_app=self.name)
         return redirect_to_login(target, reverse("accounts:login"))
-
-
-def operator(request: HttpRequest) -> User:
-    """The operator acting on an admin page, typed as the project's User. The site lets in only
-    a signed-in staff member (AdminSite.has_permission), so no one else gets here; if one does,
-    the answer is the admin's own refusal."""
-    user = request.user
-    if not user.is_authenticated:
-        raise PermissionDenied
-    return user
