@@ -168,7 +168,8 @@ def _order_worker(args: tuple) -> None:
     from starverse.accounts.models import User
     from starverse.heap import freeze_startup_heap
 
-    tasks.provision_instance.delay = lambda *a, **k: None  # measuring placement, not workers
+    # Measuring placement, not workers: the task's delay() is stubbed out.
+    tasks.provision_instance.delay = lambda *a, **k: None  # type: ignore[method-assign,assignment]
     users = list(User.objects.filter(pk__in=user_ids))
     freeze_startup_heap()  # as every web worker does after start-up (starverse/wsgi.py)
     ready.wait()  # every client has imported Django: order together
