@@ -50,7 +50,7 @@ from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, SshKey
 from starverse.accounts.selectors import user_settings
-from starverse.core.console import redirect_back, run_change
+from starverse.core.console import page_user, redirect_back, run_change
 from starverse.core.dates import parse_moment
 from starverse.core.errors import IdempotencyConflict, InvalidInput, ServiceError
 from starverse.core.money import format_fen
@@ -292,7 +292,7 @@ def _offer_for(request: HttpRequest) -> _Offer:
         wallet=wallet_for_tenant(request.user.tenant_id),  # type: ignore[union-attr]
         counts=availability(offerings),
         keys=list(scope_to_user(SshKey.objects.all(), request.user, "user")),
-        disks=free_disks(request.user),
+        disks=free_disks(page_user(request)),
         regions=list(Region.objects.filter(active=True).order_by("name")),
     )
 
@@ -523,7 +523,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "disks": list(instance.disks.order_by("name")),
-            "free_disks": free_disks(request.user),
+            "free_disks": free_disks(page_user(request)),
             "nas": nas_for_tenant(instance.tenant_id),
             "tz": timezone.get_current_timezone_name(),
             "gateway_ports": gateway_ports(instance),
