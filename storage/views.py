@@ -3,7 +3,6 @@ storage) and its forms. They change things only through storage.disks and storag
 console and the API follow the same rules. Attaching a disk to an instance is an instance's
 action (instances.views)."""
 
-
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
