@@ -150,8 +150,8 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     def events(self, request: Request, pk: str | None = None) -> Response:
         rows = cluster_events(self.get_object())
         # many=True takes a list of rows (DRF's __new__ makes a ListSerializer); the stubs, one.
-        events = ClusterEventOutput(rows, many=True)  # type: ignore[arg-type]
-        return WholeList().get_paginated_response(events.data)
+        listed = ClusterEventOutput(rows, many=True)  # type: ignore[arg-type]
+        return WholeList().get_paginated_response(listed.data)
 
     @extend_schema(operation_id="clusters_metrics_retrieve", responses=ClusterMetricsOutput)
     @action(detail=True, methods=["get"])
