@@ -14,8 +14,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.common import database_url, raw_pod_running, recreate_database, report, setup_django
+
+if TYPE_CHECKING:  # Django is set up inside the benchmarks, so the model is imported there
+    from starverse.accounts.models import User
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,7 +119,7 @@ def order_to_running() -> dict:
             offering = Offering.objects.get(name="1× H100 80GB SXM")
             users = _users(orders, prefix="o")
 
-            def one(user: object) -> float:
+            def one(user: "User") -> float:
                 began = time.perf_counter()
                 instance, _ = instance_order(
                     user=user, offering_id=offering.id, image_id="pytorch-2.1"

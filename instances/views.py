@@ -375,7 +375,7 @@ def _order_place(
 ) -> tuple[Instance, bool]:
     """The order a valid form describes; its token makes it the same order when sent again."""
     return instance_order(
-        user=request.user,
+        user=page_user(request),
         offering_id=data["offering"],
         image_id=data["image"],
         name=data["name"],
@@ -624,7 +624,9 @@ def disk_attach_view(request: HttpRequest, pk: str) -> HttpResponse:
         lambda: audit_request(
             request,
             "disk.attached",
-            disk_attach(instance=instance, disk_id=disk_id, restart=restart, actor=request.user),
+            disk_attach(
+                instance=instance, disk_id=disk_id, restart=restart, actor=page_user(request)
+            ),
             instance=instance.pk,
         ),
         _("Disk attached to “%(name)s”.") % {"name": instance.name}
@@ -644,7 +646,7 @@ def disk_detach_view(request: HttpRequest, pk: str, disk: str) -> HttpResponse:
         lambda: audit_request(
             request,
             "disk.detached",
-            disk_detach(instance=instance, disk_id=disk, restart=restart, actor=request.user),
+            disk_detach(instance=instance, disk_id=disk, restart=restart, actor=page_user(request)),
             instance=instance.pk,
         ),
         _("Disk detached from “%(name)s”; its data is kept.") % {"name": instance.name},
@@ -692,7 +694,7 @@ def instance_schedule_view(request: HttpRequest, pk: str) -> HttpResponse:
             )
         instance_schedule_set(
             instance_id=instance.pk,
-            user=request.user,
+            user=page_user(request),
             idle_stop=idle,
             stop_at=_local_time(str(request.POST.get("stop_at", ""))),
         )

@@ -3,16 +3,19 @@ the managed-by label and the starverse.io labels on everything."""
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
 
 from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
+from instances.models import Instance
 from starverse.core.hostkeys import HostKey
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
 from starverse.core.links import public_url
 from storage.manifests import volumes_and_mounts
+from storage.models import Disk, SharedStorage
 
 # The image contract (docs/images.md): tini as PID 1 (it reaps zombies and forwards SIGTERM)
 # runs the platform's init package, which installs the access Secret mounted at ACCESS_DIR.
@@ -215,7 +218,10 @@ def disk_claim(instance: Any) -> dict[str, Any]:
 
 
 def pod(
-    instance: Any, node_name: str, disks: list[Any] | tuple = (), nas: Any = None
+    instance: Instance,
+    node_name: str,
+    disks: Sequence[Disk] = (),
+    nas: SharedStorage | None = None,
 ) -> dict[str, Any]:
     """The instance's pod, pinned to its node: its GPUs and the rest of its offering, shared
     memory, its own disk, its cloud disks and NAS, the public pool read-only at /public, its
