@@ -278,8 +278,7 @@ def _inventory_sync(node: Node, report: Report, now: datetime) -> dict[str, Gpu]
     gpus = {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
     for item in report.inventory:
         gpu = gpus.get(item["uuid"])
-        keys = ("index", "pci_bus_id", "product", "memory_mb", "serial", "vbios", "nvlink_links")
-        fields = {key: item[key] for key in keys}
+        fields = {key: value for key, value in item.items() if key != "uuid"}  # the Gpu columns
         if gpu is None:
             Gpu.objects.filter(node=node, index=item["index"]).exclude(uuid=item["uuid"]).delete()
             gpus[item["uuid"]] = Gpu.objects.create(
@@ -295,7 +294,7 @@ def _inventory_sync(node: Node, report: Report, now: datetime) -> dict[str, Gpu]
 
 # Per process: node id → (the inventory it last reported, uuid → gpu id). Reports repeat
 # their inventory every 15 s; only a change needs the database.
-_Inventory = tuple[tuple[tuple[str, Any], ...], ...]
+_Inventory = tuple[tuple[tuple[str, object], ...], ...]
 _GPU_MAP: dict[str, tuple[_Inventory, dict[str, int]]] = {}
 _SAMPLE_COLUMNS = ("gpu_id", "at", *STORED_METRICS)
 
