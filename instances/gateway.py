@@ -80,6 +80,7 @@ def port_url(instance_id: str, port: int) -> str:
     return f"{settings.GATEWAY_SCHEME}://{port_host(instance_id, port)}/"
 
 
+# These read an Instance or an instance_page row shaped like one (selectors._row): Any.
 def served_ports(instance: Any) -> list[int]:
     """Every port the gateway serves for the instance: Jupyter's and the declared ones."""
     return [JUPYTER_PORT, *sorted(instance.ports or [])]

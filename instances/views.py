@@ -2,7 +2,7 @@
 read through the selectors and change things only through instances.lifecycle."""
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -132,8 +133,8 @@ class RentForm(forms.Form):
         *args: Any,
         offerings: list[Offering],
         images: list[Image],
-        keys: list[Any],
-        disks: Sequence[Any] = (),
+        keys: list[SshKey],
+        disks: Sequence[Disk] = (),
         regions: Sequence[Region] = (),
         **kwargs: Any,
     ) -> None:
@@ -459,7 +460,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
     return render(request, "instances/rent.html", context, status=shown.http_status)
 
 
-def _user_instances(request: HttpRequest) -> Any:
+def _user_instances(request: HttpRequest) -> QuerySet[Instance]:
     return scope_to_user(Instance.objects.all(), request.user, "tenant").select_related(
         "offering__gpu_model", "node", "image"
     )
@@ -561,7 +562,9 @@ def _back(request: HttpRequest, instance: Instance) -> HttpResponse:
     return redirect_back(request, reverse("instances:detail", args=[instance.pk]))
 
 
-def _act(request: HttpRequest, pk: str, service: Any, done: str, audited: str) -> HttpResponse:
+def _act(
+    request: HttpRequest, pk: str, service: Callable[..., object], done: str, audited: str
+) -> HttpResponse:
     """Run the change; `audited` names it in the team's audit log when it is done."""
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
     run_change(

@@ -37,7 +37,7 @@ def disk_name(instance_id: str) -> str:
     return f"disk-{instance_id.split('_', 1)[1].lower()}"
 
 
-def labels(instance: Any) -> dict[str, str]:
+def labels(instance: Instance) -> dict[str, str]:
     return {
         **MANAGED,
         "starverse.io/tenant": tenant_label(instance.tenant_id),
@@ -174,7 +174,7 @@ def endpoint_network_policy(tenant_id: str) -> dict[str, Any]:
 
 
 def ssh_secret(
-    instance: Any, authorized_keys: str, jupyter_token: str, host_key: HostKey | None
+    instance: Instance, authorized_keys: str, jupyter_token: str, host_key: HostKey | None
 ) -> dict[str, Any]:
     """The per-instance access Secret, mounted at ACCESS_DIR: the public keys that may log in
     (the image's init follows changes to them), the Jupyter token and the SSH host key pair,
@@ -196,7 +196,7 @@ def ssh_secret(
     }
 
 
-def disk_claim(instance: Any) -> dict[str, Any]:
+def disk_claim(instance: Instance) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -255,7 +255,7 @@ def pod(
     }
 
 
-def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
+def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
     offering = instance.offering
     resources = {
         "nvidia.com/gpu": str(offering.gpu_count),
