@@ -49,6 +49,7 @@ def endpoint_list(request: HttpRequest) -> HttpResponse:
     return render(request, "endpoints/list.html", {"active": "endpoints", "rows": rows})
 
 
+# The number typed, or the text itself for the service to refuse in its own words: Any.
 def _number(value: str, default: int) -> Any:
     try:
         return int(value)
