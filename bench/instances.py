@@ -14,8 +14,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.common import database_url, raw_pod_running, recreate_database, report, setup_django
+
+if TYPE_CHECKING:  # Django is set up inside the benchmarks, so the model is imported there
+    from starverse.accounts.models import User
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,7 +120,7 @@ def order_to_running() -> dict:
             offering = Offering.objects.get(name="1× H100 80GB SXM")
             users = _users(orders, prefix="o")
 
-            def one(user: object) -> float:
+            def one(user: "User") -> float:
                 began = time.perf_counter()
                 instance, _ = instance_order(
                     user=user, offering_id=offering.id, image_id="pytorch-2.1"
@@ -169,7 +173,8 @@ def _order_worker(args: tuple) -> None:
     from starverse.accounts.models import User
     from starverse.heap import freeze_startup_heap
 
-    tasks.provision_instance.delay = lambda *a, **k: None  # measuring placement, not workers
+    # Measuring placement, not workers: the task's delay() is stubbed out.
+    tasks.provision_instance.delay = lambda *a, **k: None  # type: ignore[method-assign,assignment]
     users = list(User.objects.filter(pk__in=user_ids))
     freeze_startup_heap()  # as every web worker does after start-up (starverse/wsgi.py)
     ready.wait()  # every client has imported Django: order together

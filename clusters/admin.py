@@ -1,11 +1,10 @@
-from typing import Any
-
 from django.contrib import admin
+from django.http import HttpRequest
 
 from clusters.models import Cluster, Preflight
 
 
-class PreflightInline(admin.TabularInline):
+class PreflightInline(admin.TabularInline[Preflight, Cluster]):
     """The cluster's pre-flight rounds (bus bandwidth in GB/s, as nccl-tests prints busbw)."""
 
     model = Preflight
@@ -23,12 +22,12 @@ class PreflightInline(admin.TabularInline):
     )
     readonly_fields = fields
 
-    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
         return False
 
 
 @admin.register(Cluster)
-class ClusterAdmin(admin.ModelAdmin):
+class ClusterAdmin(admin.ModelAdmin[Cluster]):
     """Clusters are read here; their ranks are instances (the Instances list, by cluster)."""
 
     inlines = [PreflightInline]
@@ -37,11 +36,11 @@ class ClusterAdmin(admin.ModelAdmin):
     list_filter = ["template", "billing"]
     search_fields = ["id", "name", "tenant__id"]
 
-    def has_add_permission(self, request: Any) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
         return False

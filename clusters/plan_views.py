@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
-from clusters.planner import PRESETS, PlanInputError, gpu_models, plan, plan_inputs
+from clusters.planner import PRESETS, GpuChoice, PlanInputError, gpu_models, plan, plan_inputs
 from starverse.core.errors import ServiceError
 
 DEFAULT_PRESET = "llama-7b"
@@ -44,7 +44,7 @@ class PlanForm(forms.Form):
     gpu_model = forms.ChoiceField(label=_("GPU model"))
     node_count = forms.IntegerField(label=_("Nodes"), min_value=1)
 
-    def __init__(self, *args: Any, gpus: dict[str, tuple[str, int, int]], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, gpus: dict[str, GpuChoice], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         preset = self.fields["preset"]
         gpu_model = self.fields["gpu_model"]
@@ -67,7 +67,7 @@ class PlanForm(forms.Form):
         return data
 
 
-def _initial(preset: str, gpus: dict[str, tuple[str, int, int]]) -> dict[str, Any]:
+def _initial(preset: str, gpus: dict[str, GpuChoice]) -> dict[str, Any]:
     shape = {key: value for key, value in PRESETS[preset].items() if key != "title"}
     gpu = DEFAULT_GPU if DEFAULT_GPU in gpus else next(iter(gpus), "")
     return {"preset": preset, **shape, "gpu_model": gpu, "node_count": 1}

@@ -20,7 +20,7 @@ sold."""
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.utils.translation import gettext as _
@@ -359,16 +359,25 @@ def megatron_command(found: Plan) -> str:
     return " \\\n  ".join([" ".join(launch[:3]), *launch[3:], *args])
 
 
-def gpu_models() -> dict[str, tuple[str, int, int]]:
-    """GPU models a plan can be made for, by id: (name, memory in GB, GPUs per whole node, from
-    the model's active whole-node offering; 8 without one)."""
+class GpuChoice(NamedTuple):
+    """A GPU model a plan can be made for."""
+
+    name: str
+    memory_gb: int
+    per_node: int  # GPUs per whole node: its active whole-node offering's, or the default
+
+
+def gpu_models() -> dict[str, GpuChoice]:
+    """GPU models a plan can be made for, by id."""
     per_node = dict(
         Offering.objects.filter(kind=OfferingKind.BARE_METAL, active=True)
         .order_by("-sort", "-gpu_count")
         .values_list("gpu_model_id", "gpu_count")
     )
     return {
-        model.id: (model.name, model.memory_gb, per_node.get(model.id, DEFAULT_GPUS_PER_NODE))
+        model.id: GpuChoice(
+            model.name, model.memory_gb, per_node.get(model.id, DEFAULT_GPUS_PER_NODE)
+        )
         for model in GpuModel.objects.order_by("id")
     }
 

@@ -120,6 +120,7 @@ def preflight_run(cluster_id: str) -> str | None:
     return round_record(found.pk, None, error=error)
 
 
+# The check's result is parsed JSON: its values are Any until the functions below check them.
 def _gbps(value: Any) -> float | None:
     """A bandwidth as the check prints it: a finite number, not negative (JSON's NaN and
     Infinity, booleans and text are not bandwidths)."""

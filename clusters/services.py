@@ -35,6 +35,7 @@ from instances.lifecycle import (
 )
 from instances.models import Instance, InstanceEvent
 from instances.states import ranks_locked
+from starverse.accounts.models import User
 from starverse.core.errors import Conflict, InvalidInput
 from starverse.core.roles import require_orderer
 from starverse.core.text import Deferred, later
@@ -46,7 +47,7 @@ STOPPABLE = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 
 def cluster_order(
     *,
-    user: Any,
+    user: User,
     offering_id: str,
     image_id: str,
     node_count: int,
@@ -330,7 +331,7 @@ def cluster_terminate(*, cluster: Cluster) -> Cluster:
 
 
 def cluster_scale(
-    *, cluster: Cluster, node_count: int, user: Any, keep_disks: bool = False
+    *, cluster: Cluster, node_count: int, user: User, keep_disks: bool = False
 ) -> tuple[Cluster, Deferred | None]:
     """Scale a stopped cluster to `node_count` nodes (2 to CLUSTER_MAX_NODES, as at the
     order). Down: the highest ranks are terminated (their own disks deleted, unless
@@ -419,7 +420,7 @@ def _scale_down(ranks: list[Instance], removed: list[Instance], *, keep_disks: b
     )
 
 
-def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: Any) -> Deferred:
+def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: User) -> Deferred:
     now = timezone.now()
     head = ranks[0]
     added = [

@@ -1,21 +1,17 @@
 """Thin Celery tasks for clusters: take ids, re-read rows, call a service."""
 
-from typing import Any
-
-from celery import shared_task
+from celery import Task, shared_task
 from django.utils.translation import gettext_noop
 
 from clusters import preflight
 from clusters.models import Cluster
 from clusters.services import cluster_stop
 from starverse.core.errors import Conflict
-from starverse.core.kube import TASK_RETRY
-
-KUBE_TASK = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETRY}
+from starverse.core.kube import KUBE_TASK
 
 
 @shared_task(**KUBE_TASK)
-def preflight_cluster(self: Any, cluster_id: str) -> None:
+def preflight_cluster(self: Task[[str], None], cluster_id: str) -> None:
     """Sent for every rank that comes up (instances.signals.rank_checking, heard in
     clusters.apps): the round runs when the last one is up."""
     preflight.preflight_run(cluster_id)

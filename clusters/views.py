@@ -4,6 +4,7 @@ change things only through clusters.services; the look and the order form's toke
 instance pages' (instances.views)."""
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -46,7 +48,7 @@ from instances.choices import InstanceStatus
 from instances.selectors import availability
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import SshKey
-from starverse.core.console import redirect_back, run_change
+from starverse.core.console import page_user, redirect_back, run_change
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
 from starverse.core.text import localized
@@ -104,7 +106,12 @@ class ClusterForm(forms.Form):
     token = forms.RegexField(regex=r"^[A-Za-z0-9_-]{16,64}$")
 
     def __init__(
-        self, *args: Any, offerings: list[Offering], images: list[Image], keys: list[Any], **kw: Any
+        self,
+        *args: Any,
+        offerings: list[Offering],
+        images: list[Image],
+        keys: list[SshKey],
+        **kw: Any,
     ) -> None:
         super().__init__(*args, **kw)
         self._offer("offering", [(o.id, localized(o, "name")) for o in offerings])
@@ -224,7 +231,7 @@ def cluster_new(request: HttpRequest) -> HttpResponse:
     data = form.cleaned_data
     try:
         cluster, created = cluster_order(
-            user=request.user,
+            user=page_user(request),
             offering_id=data["offering"],
             image_id=data["image"],
             node_count=data["node_count"],
@@ -294,7 +301,7 @@ def _status_labels() -> dict[str, str]:
     return {value: str(label) for value, label in ClusterStatus.choices}
 
 
-def _user_clusters(request: HttpRequest) -> Any:
+def _user_clusters(request: HttpRequest) -> QuerySet[Cluster]:
     return scope_to_user(Cluster.objects.all(), request.user, "tenant").select_related(
         "offering__gpu_model", "image"
     )
@@ -368,7 +375,9 @@ def _back(request: HttpRequest, cluster: Cluster) -> HttpResponse:
     return redirect_back(request, reverse("clusters:detail", args=[cluster.pk]))
 
 
-def _act(request: HttpRequest, pk: str, service: Any, done: str, audited: str) -> HttpResponse:
+def _act(
+    request: HttpRequest, pk: str, service: Callable[..., Cluster], done: str, audited: str
+) -> HttpResponse:
     """Run the change; `audited` names it in the team's audit log when it is done."""
     cluster = get_for_user(Cluster.objects.all(), request.user, "tenant", pk)
     run_change(
@@ -441,7 +450,7 @@ def cluster_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
             cluster_scale(
                 cluster=cluster,
                 node_count=data["node_count"],
-                user=request.user,
+                user=page_user(request),
                 keep_disks=data["keep_disks"],
             )[0],
             nodes=data["node_count"],

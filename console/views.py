@@ -14,6 +14,7 @@ from instances.autostop import auto_stop_savings
 from instances.choices import InstanceStatus
 from instances.models import Instance
 from instances.selectors import spend_per_hour_fen
+from starverse.core.console import page_user
 from starverse.core.tenancy import scope_to_user
 from storage.billing import days_left, open_arrears, prices, storage_day_fen
 from storage.nas import nas_for_tenant
@@ -68,8 +69,9 @@ def favicon(request: HttpRequest) -> HttpResponse:
 def disk_list(request: HttpRequest) -> HttpResponse:
     """The Disks page: cloud disks with the instances they can be attached to, the shared NAS
     and the countdown of unpaid storage."""
-    tenant_id = request.user.tenant_id  # type: ignore[union-attr]
-    disks = list(tenant_disks(request.user).select_related("instance", "region").order_by("name"))
+    user = page_user(request)
+    tenant_id = user.tenant_id
+    disks = list(tenant_disks(user).select_related("instance", "region").order_by("name"))
     arrears = open_arrears(tenant_id)
     price = prices()
     nas = nas_for_tenant(tenant_id)

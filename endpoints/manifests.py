@@ -10,6 +10,7 @@ from django.conf import settings
 
 from endpoints.choices import EndpointStatus, SourceKind
 from endpoints.engines import ENGINE_PORT, MODEL_DIR, engine_args, engine_image
+from endpoints.models import Endpoint
 from instances.provisioning.manifests import ENDPOINT_POD_LABEL, public_pool_volume
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
 
@@ -49,7 +50,7 @@ def endpoint_url(endpoint_id: str) -> str:
     return f"{settings.GATEWAY_SCHEME}://{endpoint_host(endpoint_id)}/v1"
 
 
-def labels(endpoint: Any) -> dict[str, str]:
+def labels(endpoint: Endpoint) -> dict[str, str]:
     return {
         **MANAGED,
         "starverse.io/tenant": tenant_label(endpoint.tenant_id),
@@ -57,11 +58,11 @@ def labels(endpoint: Any) -> dict[str, str]:
     }
 
 
-def selector(endpoint: Any) -> str:
+def selector(endpoint: Endpoint) -> str:
     return f"{ENDPOINT_LABEL}={object_name(endpoint.id)}"
 
 
-def _meta(endpoint: Any, name: str, **extra: str) -> dict[str, Any]:
+def _meta(endpoint: Endpoint, name: str, **extra: str) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": namespace_name(endpoint.tenant_id),
@@ -69,7 +70,7 @@ def _meta(endpoint: Any, name: str, **extra: str) -> dict[str, Any]:
     }
 
 
-def volume_snapshot(endpoint: Any) -> dict[str, Any]:
+def volume_snapshot(endpoint: Endpoint) -> dict[str, Any]:
     """A CSI snapshot of the source claim: the endpoint serves this frozen copy while
     training goes on writing to the source."""
     name = snapshot_name(endpoint.id, endpoint.generation)
@@ -84,7 +85,7 @@ def volume_snapshot(endpoint: Any) -> dict[str, Any]:
     }
 
 
-def model_claim(endpoint: Any, size: str) -> dict[str, Any]:
+def model_claim(endpoint: Endpoint, size: str) -> dict[str, Any]:
     """A new ReadOnlyMany claim restored from the snapshot, of the snapshot's size."""
     name = snapshot_name(endpoint.id, endpoint.generation)
     spec: dict[str, Any] = {
@@ -106,7 +107,7 @@ def model_claim(endpoint: Any, size: str) -> dict[str, Any]:
     }
 
 
-def model_volume(endpoint: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def model_volume(endpoint: Endpoint) -> tuple[dict[str, Any], dict[str, Any]]:
     """(volume, mount) of the weights, read-only at /model."""
     if endpoint.source_kind == SourceKind.DATASET:
         volume = {"name": "model", **public_pool_volume()}
@@ -121,7 +122,7 @@ def model_volume(endpoint: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return volume, mount
 
 
-def engine_env(endpoint: Any) -> list[dict[str, str]]:
+def engine_env(endpoint: Endpoint) -> list[dict[str, str]]:
     values = {
         "STARVERSE_ENDPOINT_ID": endpoint.id,
         "STARVERSE_ENGINE": endpoint.engine,
@@ -135,7 +136,7 @@ def engine_env(endpoint: Any) -> list[dict[str, str]]:
     return [{"name": key, "value": value} for key, value in values.items()]
 
 
-def deployment(endpoint: Any, replicas: int) -> dict[str, Any]:
+def deployment(endpoint: Endpoint, replicas: int) -> dict[str, Any]:
     """The engine's pods. Our own scheduler places them (GPU allocation rows, like
     instances) and binds them, so `schedulerName` keeps kube-scheduler off them; replicas roll
     one by one on an update (a new one Ready before an old one goes)."""
@@ -185,7 +186,7 @@ def deployment(endpoint: Any, replicas: int) -> dict[str, Any]:
     }
 
 
-def _engine_container(endpoint: Any, mount: dict[str, Any]) -> dict[str, Any]:
+def _engine_container(endpoint: Endpoint, mount: dict[str, Any]) -> dict[str, Any]:
     """The Deployment's one container: the engine behind the serve entry point, with the
     offering's GPUs, CPU and memory as both its requests and its limits, Ready once the
     engine answers /health, the weights at `mount` and shared memory at /dev/shm."""
@@ -217,7 +218,7 @@ def _engine_container(endpoint: Any, mount: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def service(endpoint: Any) -> dict[str, Any]:
+def service(endpoint: Endpoint) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -232,7 +233,7 @@ def service(endpoint: Any) -> dict[str, Any]:
     }
 
 
-def scaled_object(endpoint: Any) -> dict[str, Any]:
+def scaled_object(endpoint: Endpoint) -> dict[str, Any]:
     """KEDA HTTP add-on: replicas between min and max following in-flight requests per replica
     (ENDPOINT_TARGET_CONCURRENCY), down to zero when min is 0 (the interceptor holds the first
     request through the cold start)."""
@@ -258,7 +259,7 @@ def scaled_object(endpoint: Any) -> dict[str, Any]:
     }
 
 
-def replica_bounds(endpoint: Any) -> tuple[int, int]:
+def replica_bounds(endpoint: Endpoint) -> tuple[int, int]:
     """(min, max) the autoscaler keeps: 0 and 0 for an endpoint the balance suspended, or
     one that failed (no model: its pods would only crash again)."""
     if endpoint.suspended or endpoint.status == EndpointStatus.FAILED:
@@ -266,7 +267,7 @@ def replica_bounds(endpoint: Any) -> tuple[int, int]:
     return endpoint.min_replicas, endpoint.max_replicas
 
 
-def http_route(endpoint: Any) -> dict[str, Any]:
+def http_route(endpoint: Endpoint) -> dict[str, Any]:
     """The gateway's route of the endpoint's host. In production its backend is the KEDA
     interceptor (which counts and holds requests, then forwards to the Service); the
     development gateway plays the interceptor and forwards to the Service itself."""

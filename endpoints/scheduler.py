@@ -198,7 +198,9 @@ def _clusters_read(endpoints: dict[str, Endpoint]) -> _ClustersRead:
     return _ClustersRead(targets, pods, desired)
 
 
-def _scope(targets: dict[str, kube.Target], region: str) -> AbstractContextManager[Any]:
+def _scope(
+    targets: dict[str, kube.Target], region: str
+) -> AbstractContextManager[kube.Target | None]:
     """Calls go to the region's cluster; the default region's (or one not registered), to
     KUBECONFIG's."""
     target = targets.get(region)

@@ -31,6 +31,7 @@ from endpoints.models import Endpoint, EndpointKey
 from instances.admission import admit
 from instances.budgets import budgets_spent
 from instances.lifecycle import catalog_offering
+from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.roles import may_use, require_orderer, require_own_or_manager
@@ -70,7 +71,7 @@ def _relative(path: Any, field: str) -> str:
     return "/".join(parts)
 
 
-def source_resolve(user: Any, source: Any) -> Source:
+def source_resolve(user: User, source: Any) -> Source:
     """The source a request names, checked now where it can be: the disk is the tenant's, live
     and the user's to use as an order's disks are (in a team, a member's own; owners' and
     admins' any: 403 `not_yours`), the NAS exists, the public-pool entry is a model. Whether a
@@ -194,7 +195,7 @@ def _order_of(endpoint: Endpoint, *, low: int, high: int, key: OrderKey | None =
 
 def endpoint_create(
     *,
-    user: Any,
+    user: User,
     name: str,
     source: Any,
     engine: str,
@@ -288,7 +289,7 @@ def endpoint_change(
     max_replicas: int | None = None,
     engine_options: Any = None,
     update: bool = False,
-    actor: Any = None,
+    actor: User | None = None,
 ) -> Endpoint:
     """Scale (min/max, at once: the autoscaler's bounds and the Deployment follow), change
     engine options, or update (a new snapshot of the source; the replicas roll one by one): an
@@ -423,7 +424,7 @@ def key_digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def key_create(*, endpoint: Endpoint, name: str, user: Any) -> tuple[EndpointKey, str]:
+def key_create(*, endpoint: Endpoint, name: str, user: User) -> tuple[EndpointKey, str]:
     """A new API key of the endpoint, returned this once (only its hash is kept)."""
     if endpoint.status in ENDED:
         raise Conflict(_("This endpoint is being deleted."), code="wrong_state")

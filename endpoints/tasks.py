@@ -1,9 +1,8 @@
 """Thin Celery tasks for endpoints: take ids, re-read rows, call a service."""
 
 import logging
-from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 
 from billing.notices import runway_notices_check
@@ -12,14 +11,13 @@ from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import endpoints_sync
 from endpoints.selectors import endpoint_spend_per_hour_fen
 from instances.selectors import spend_per_hour_fen
-from starverse.core.kube import TASK_RETRY, KubeError
+from starverse.core.kube import KUBE_TASK_UNTIL_DONE, KubeError
 
 logger = logging.getLogger(__name__)
-KUBE_TASK = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETRY}
 
 
-@shared_task(**{**KUBE_TASK, "max_retries": None})
-def converge_endpoint(self: Any, endpoint_id: str) -> None:
+@shared_task(**KUBE_TASK_UNTIL_DONE)
+def converge_endpoint(self: Task[[str], None], endpoint_id: str) -> None:
     """Bring the endpoint's objects on the cluster in line with its row (create, scale,
     update, delete); comes back while its snapshot is being taken."""
     if endpoint_converge(endpoint_id).wait:

@@ -31,7 +31,7 @@ from endpoints.services import (
     key_revoke,
 )
 from starverse.accounts.audit import audit_request
-from starverse.core.console import run_change
+from starverse.core.console import page_user, run_change
 from starverse.core.errors import ServiceError
 from starverse.core.tenancy import get_for_user
 
@@ -44,11 +44,12 @@ def _own(request: HttpRequest, pk: str) -> Endpoint:
 
 @login_required
 def endpoint_list(request: HttpRequest) -> HttpResponse:
-    user: Any = request.user
+    user = page_user(request)
     rows = [endpoint_view(e) for e in endpoints_live(user.tenant_id)]
     return render(request, "endpoints/list.html", {"active": "endpoints", "rows": rows})
 
 
+# The number typed, or the text itself for the service to refuse in its own words: Any.
 def _number(value: str, default: int) -> Any:
     try:
         return int(value)
@@ -100,7 +101,7 @@ def endpoint_new(request: HttpRequest) -> HttpResponse:
         )
         try:
             endpoint, _created = endpoint_create(
-                user=request.user,
+                user=page_user(request),
                 name=values["name"],
                 source=source,
                 engine=values["engine"],
@@ -163,7 +164,7 @@ def endpoint_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
             min_replicas=_number(request.POST.get("min_replicas", ""), endpoint.min_replicas),
             max_replicas=_number(request.POST.get("max_replicas", ""), endpoint.max_replicas),
             update=update,
-            actor=request.user,
+            actor=page_user(request),
         )
         audit_request(
             request,
@@ -200,7 +201,7 @@ def key_create_view(request: HttpRequest, pk: str) -> HttpResponse:
 
     def create() -> None:
         key, secret = key_create(
-            endpoint=endpoint, name=request.POST.get("name", ""), user=request.user
+            endpoint=endpoint, name=request.POST.get("name", ""), user=page_user(request)
         )
         audit_request(request, "endpoint.key_created", key, endpoint=endpoint.pk, name=key.name)
         # shown once, on the next page only

@@ -2,14 +2,15 @@
 capacity per GPU model, cordon / uncordon / drain with a reason, the review of a node a
 cluster's pre-flight check blamed (cordon it, or clear the review), and the health rules."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import re_path, reverse
+from django.urls import URLPattern, re_path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
@@ -27,10 +28,14 @@ from fleet.services import (
     node_uncordon,
 )
 from starverse.core.adminurls import admin_change_url
+from starverse.core.console import page_user
 from starverse.core.errors import ServiceError
 
+if TYPE_CHECKING:  # a development dependency: the stubs' name for text or lazy text
+    from django_stubs_ext import StrOrPromise
 
-class NodeEventInline(admin.TabularInline):
+
+class NodeEventInline(admin.TabularInline[NodeEvent, Node]):
     model = NodeEvent
     fields = readonly_fields = ("at", "kind", "code", "gpu", "message")
     extra = 0
@@ -39,7 +44,7 @@ class NodeEventInline(admin.TabularInline):
     ordering = ["-at"]
 
 
-class GpuInline(admin.TabularInline):
+class GpuInline(admin.TabularInline[Gpu, Node]):
     model = Gpu
     fields = readonly_fields = (
         "index",
@@ -68,10 +73,12 @@ class ReviewFilter(admin.SimpleListFilter):
     title = _("review")
     parameter_name = "review"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Node]
+    ) -> list[tuple[str, "StrOrPromise"]]:
         return [("yes", _("Up for review")), ("no", _("Not up for review"))]
 
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Node]) -> QuerySet[Node]:
         if self.value() in ("yes", "no"):
             return queryset.filter(review_since__isnull=self.value() == "no")
         return queryset
@@ -82,7 +89,7 @@ class ReasonForm(forms.Form):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(admin.ModelAdmin[Node]):
     list_display = [
         "name",
         "gpu_product",
@@ -122,7 +129,7 @@ class NodeAdmin(admin.ModelAdmin):
         # The node list and a node's page fit a 1280 px screen (the per-GPU grid wraps).
         css = {"all": ["css/fleet-admin.css"]}
 
-    def get_queryset(self, request: HttpRequest) -> Any:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Node]:
         queryset = super().get_queryset(request).prefetch_related("gpus")
         self._latest = latest_samples(list(Gpu.objects.values_list("pk", flat=True)))
         return queryset
@@ -205,11 +212,13 @@ class NodeAdmin(admin.ModelAdmin):
         ]
         return format_html_join(" ", '<a class="button" href="{}">{}</a>', links)
 
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         extra_context = {**(extra_context or {}), "capacity": capacity_by_model()}
         return super().changelist_view(request, extra_context)
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         return [
             # Only the operations: a wider pattern would shadow the admin's own
             # <pk>/change/, /delete/ and /history/ pages of a node.
@@ -221,7 +230,9 @@ class NodeAdmin(admin.ModelAdmin):
             *super().get_urls(),
         ]
 
-    def response_add(self, request: HttpRequest, obj: Node, post_url_continue: Any = None) -> Any:
+    def response_add(
+        self, request: HttpRequest, obj: Node, post_url_continue: str | None = None
+    ) -> HttpResponse:
         token = node_token_issue(node=obj)
         messages.warning(
             request,
@@ -253,7 +264,7 @@ class NodeAdmin(admin.ModelAdmin):
             )
             return back
         if action == "uncordon" and request.method == "POST":
-            node_uncordon(node=node, actor=request.user)
+            node_uncordon(node=node, actor=page_user(request))
             return back
         if action in REVIEW_OPERATIONS:
             return self._review_view(request, node, action, back)
@@ -261,7 +272,7 @@ class NodeAdmin(admin.ModelAdmin):
         if action in ("cordon", "drain") and request.method == "POST" and form.is_valid():
             try:
                 (node_cordon if action == "cordon" else node_drain)(
-                    node=node, reason=form.cleaned_data["reason"], actor=request.user
+                    node=node, reason=form.cleaned_data["reason"], actor=page_user(request)
                 )
             except ServiceError as error:
                 form.add_error(None, error.message)
@@ -283,7 +294,7 @@ class NodeAdmin(admin.ModelAdmin):
         """End a node's review: cordon it (the operator found the fault the pre-flight check
         reported) or clear it (nothing wrong); asked on a page showing the review's reason."""
         if request.method == "POST":
-            if not REVIEW_OPERATIONS[action](node=node, actor=request.user):
+            if not REVIEW_OPERATIONS[action](node=node, actor=page_user(request)):
                 messages.warning(
                     request, _("The node %(node)s is not up for review.") % {"node": node.name}
                 )
@@ -302,32 +313,32 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(Region)
-class RegionAdmin(admin.ModelAdmin):
+class RegionAdmin(admin.ModelAdmin[Region]):
     """A region is a cluster: its kubeconfig is a path in the worker's pod (a mounted Secret),
     never a credential kept in the database the web tier reads."""
 
     list_display = ["name", "display_name", "kubeconfig", "active", "created_at"]
     readonly_fields = ["created_at"]
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Region | None = None) -> bool:
         # Nodes, instances and disks keep their region (PROTECT); retire one with `active`.
         return False
 
 
 @admin.register(HealthRule)
-class HealthRuleAdmin(admin.ModelAdmin):
+class HealthRuleAdmin(admin.ModelAdmin[HealthRule]):
     list_display = ["name", "kind", "params", "action", "enabled"]
     list_editable = ["enabled"]
 
 
 @admin.register(GpuModel)
-class GpuModelAdmin(admin.ModelAdmin):
+class GpuModelAdmin(admin.ModelAdmin[GpuModel]):
     list_display = ["id", "name", "product", "memory_gb", "interconnect", "premium"]
     list_editable = ["premium"]
 
 
 @admin.register(NodeProfile)
-class NodeProfileAdmin(admin.ModelAdmin):
+class NodeProfileAdmin(admin.ModelAdmin[NodeProfile]):
     """Per node pool: what cluster ranks on those nodes request and get (docs/operator-guide.md,
     node profiles). A change applies to ranks provisioned after it."""
 

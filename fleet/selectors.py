@@ -2,7 +2,6 @@
 
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -16,12 +15,12 @@ from starverse.core.errors import InvalidInput
 
 def latest_samples(
     gpu_ids: list[int], *, within: timedelta = timedelta(minutes=2)
-) -> dict[int, Any]:
+) -> dict[int, GpuSample]:
     """The newest raw sample of each GPU, if it reported recently."""
     rows = GpuSample.objects.filter(gpu_id__in=gpu_ids, at__gte=timezone.now() - within).order_by(
         "gpu_id", "-at"
     )
-    latest: dict[int, Any] = {}
+    latest: dict[int, GpuSample] = {}
     for row in rows:
         latest.setdefault(row.gpu_id, row)
     return latest
@@ -76,7 +75,7 @@ def region_target(region: Region) -> kube.Target:
     return kube.Target(name=region.name, kubeconfig=region.kubeconfig)
 
 
-def region_scope(region_id: str | None) -> AbstractContextManager[Any]:
+def region_scope(region_id: str | None) -> AbstractContextManager[kube.Target | None]:
     """A context in which every cluster call goes to this region's cluster; None (or a region
     that is gone) leaves the default, KUBECONFIG's."""
     region = Region.objects.filter(pk=region_id).first() if region_id else None

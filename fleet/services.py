@@ -4,7 +4,7 @@ and health rules), report ingestion, and telemetry retention."""
 import hmac
 import logging
 from contextlib import nullcontext
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -35,6 +35,7 @@ from fleet.models import (
 from fleet.selectors import region_scope
 from fleet.signals import node_out_of_service
 from fleet.telemetry import STORED_METRICS, Report
+from starverse.accounts.models import User
 from starverse.accounts.tokens import (
     NODE_TOKEN_PREFIX,
     token_display_prefix,
@@ -147,7 +148,7 @@ def node_transition(
     to: str,
     reason: str,
     kind: str = NodeEventKind.STATE,
-    actor: Any = None,
+    actor: User | None = None,
     code: int | None = None,
     gpu: Gpu | None = None,
 ) -> bool:
@@ -158,7 +159,7 @@ def node_transition(
             return False
         if to not in NODE_TRANSITIONS[NodeState(locked.state)]:
             raise Conflict(f"A {locked.state} node cannot become {to}.")
-        who = f" (by {actor.email})" if getattr(actor, "email", None) else ""
+        who = f" (by {actor.email})" if actor and actor.email else ""
         locked.state, locked.state_reason, locked.state_changed_at = to, reason, timezone.now()
         locked.save(update_fields=["state", "state_reason", "state_changed_at"])
         NodeEvent.objects.create(
@@ -194,19 +195,19 @@ def node_schedulable_mirror(*, node_id: str) -> bool | None:
     return unschedulable
 
 
-def node_cordon(*, node: Node, reason: str, actor: Any) -> bool:
+def node_cordon(*, node: Node, reason: str, actor: User | None) -> bool:
     if not reason.strip():
         raise InvalidInput("A reason is required.")
     return node_transition(node=node, to=NodeState.CORDONED, reason=reason.strip(), actor=actor)
 
 
-def node_drain(*, node: Node, reason: str, actor: Any) -> bool:
+def node_drain(*, node: Node, reason: str, actor: User | None) -> bool:
     if not reason.strip():
         raise InvalidInput("A reason is required.")
     return node_transition(node=node, to=NodeState.DRAINING, reason=reason.strip(), actor=actor)
 
 
-def node_uncordon(*, node: Node, actor: Any) -> bool:
+def node_uncordon(*, node: Node, actor: User | None) -> bool:
     return node_transition(node=node, to=NodeState.READY, reason="returned to service", actor=actor)
 
 
@@ -230,7 +231,7 @@ def node_review_request(*, node: Node, reason: str) -> bool:
     return first
 
 
-def node_review_confirm(*, node: Node, actor: Any) -> bool:
+def node_review_confirm(*, node: Node, actor: User | None) -> bool:
     """An operator's review found the node at fault: it is cordoned with the review's reason
     (the instances on it are told) and is no longer up for review. False if it was not up."""
     with transaction.atomic():
@@ -241,14 +242,14 @@ def node_review_confirm(*, node: Node, actor: Any) -> bool:
     return True
 
 
-def node_review_clear(*, node: Node, actor: Any) -> bool:
+def node_review_clear(*, node: Node, actor: User | None) -> bool:
     """An operator's review found nothing wrong: the node is no longer up for review (it never
     left service). False if it was not up."""
     with transaction.atomic():
         return _review_end(node, actor=actor, verdict="cleared") is not None
 
 
-def _review_end(node: Node, *, actor: Any, verdict: str) -> str | None:
+def _review_end(node: Node, *, actor: User | None, verdict: str) -> str | None:
     """End the node's review with an event naming the operator; its reason, or None if it was
     not up for review."""
     locked = Node.objects.select_for_update().get(pk=node.pk)
@@ -257,7 +258,7 @@ def _review_end(node: Node, *, actor: Any, verdict: str) -> str | None:
     reason = locked.review_reason
     locked.review_reason, locked.review_since = "", None
     locked.save(update_fields=["review_reason", "review_since"])
-    who = f" (by {actor.email})" if getattr(actor, "email", None) else ""
+    who = f" (by {actor.email})" if actor and actor.email else ""
     NodeEvent.objects.create(
         node=locked, kind=NodeEventKind.REVIEW, message=f"Review {verdict}: {reason}{who}"
     )
@@ -273,12 +274,11 @@ def _rules(kind: HealthRuleKind) -> list[HealthRule]:
     return [rule for rule in HealthRule.objects.filter(enabled=True) if rule.kind == kind]
 
 
-def _inventory_sync(node: Node, report: Report, now: Any) -> dict[str, Gpu]:
+def _inventory_sync(node: Node, report: Report, now: datetime) -> dict[str, Gpu]:
     gpus = {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
     for item in report.inventory:
         gpu = gpus.get(item["uuid"])
-        keys = ("index", "pci_bus_id", "product", "memory_mb", "serial", "vbios", "nvlink_links")
-        fields = {key: item[key] for key in keys}
+        fields = {key: value for key, value in item.items() if key != "uuid"}  # the Gpu columns
         if gpu is None:
             Gpu.objects.filter(node=node, index=item["index"]).exclude(uuid=item["uuid"]).delete()
             gpus[item["uuid"]] = Gpu.objects.create(
@@ -294,12 +294,12 @@ def _inventory_sync(node: Node, report: Report, now: Any) -> dict[str, Gpu]:
 
 # Per process: node id → (the inventory it last reported, uuid → gpu id). Reports repeat
 # their inventory every 15 s; only a change needs the database.
-_Inventory = tuple[tuple[tuple[str, Any], ...], ...]
+_Inventory = tuple[tuple[tuple[str, object], ...], ...]
 _GPU_MAP: dict[str, tuple[_Inventory, dict[str, int]]] = {}
 _SAMPLE_COLUMNS = ("gpu_id", "at", *STORED_METRICS)
 
 
-def _gpu_ids(node: Node, report: Report, now: Any) -> dict[str, int]:
+def _gpu_ids(node: Node, report: Report, now: datetime) -> dict[str, int]:
     ids = _gpu_ids_cached(node, report)
     if ids is not None:
         return ids
@@ -325,6 +325,7 @@ def _signature(report: Report) -> _Inventory:
     return tuple(tuple(sorted(item.items())) for item in report.inventory)
 
 
+# Rows and updates are SQL parameters: any value the database driver adapts.
 def _store(node: Node, rows: list[tuple[Any, ...]], updates: dict[str, Any]) -> None:
     """The samples in one multi-row INSERT and the node's heartbeat, in one statement (the
     INSERT a WITH part of the UPDATE): this is the fleet's hottest write, so it skips the ORM,
@@ -481,7 +482,7 @@ def heartbeats_check() -> list[str]:
 # --- retention ----------------------------------------------------------------------------
 
 
-def telemetry_rollup(*, since: Any = None) -> int:
+def telemetry_rollup(*, since: datetime | None = None) -> int:
     """Aggregate raw samples into one-minute rollups (idempotent: upserts by gpu+minute)."""
     since = since or timezone.now() - timedelta(minutes=10)
     rows = (

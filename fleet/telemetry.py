@@ -5,7 +5,7 @@ Validation is hand-written rather than a nested serializer because it is the fle
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -43,13 +43,49 @@ METRIC_RANGES: dict[str, tuple[float, float]] = {
 REMAPPED_RANGE: tuple[float, float] = (0, INT32_MAX)
 
 
+class Refused(TypedDict):
+    """A metric refused as out of range (stored as null)."""
+
+    gpu: int
+    field: str
+    reason: str
+
+
+class InventoryItem(TypedDict):
+    """A GPU as the node lists it: the Gpu row's columns."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+    product: str
+    memory_mb: int
+    serial: str
+    vbios: str
+    nvlink_links: int | None
+
+
+class ReportEvent(TypedDict):
+    at: datetime
+    type: str
+    gpu: int | None
+    uuid: str
+    xid: int | None
+    message: str
+
+
+class LostGpu(TypedDict):
+    index: int | None
+    uuid: str
+    error: str
+
+
 @dataclass(frozen=True)
 class GpuReading:
     index: int
     uuid: str
     values: dict[str, float | int | None]
     uncorrectable: int
-    refused: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -57,18 +93,19 @@ class Report:
     node: str
     agent_version: str
     driver: dict[str, str]
-    inventory: list[dict[str, Any]]
+    inventory: list[InventoryItem]
     samples: list[tuple[datetime, list[GpuReading]]]
-    events: list[dict[str, Any]]
-    lost_gpus: list[dict[str, Any]]
-    # {gpu, field, reason} of each metric refused as out of range, once per GPU and field.
-    refused: list[dict[str, Any]] = field(default_factory=list)
+    events: list[ReportEvent]
+    lost_gpus: list[LostGpu]
+    # Each metric refused as out of range, once per GPU and field.
+    refused: list[Refused] = field(default_factory=list)
 
 
 def _fail(field: str, message: str) -> InvalidInput:
     return InvalidInput(f"{field}: {message}", code="invalid_report")
 
 
+# The checks below read parsed JSON, whose values are Any until checked.
 def _obj(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _fail(field, "must be an object")
@@ -145,7 +182,7 @@ def report_parse(payload: Any, *, node_name: str) -> Report:
         _lost_gpu(item, f"lost_gpus[{i}]")
         for i, item in enumerate(_list(body.get("lost_gpus", []), "lost_gpus", MAX_GPUS))
     ]
-    refused: dict[tuple[int, str], dict[str, Any]] = {}
+    refused: dict[tuple[int, str], Refused] = {}
     for _at, readings in samples:
         for reading in readings:
             for item in reading.refused:
@@ -165,7 +202,7 @@ def report_parse(payload: Any, *, node_name: str) -> Report:
     )
 
 
-def _inventory_item(value: Any, field: str) -> dict[str, Any]:
+def _inventory_item(value: Any, field: str) -> InventoryItem:
     item = _obj(value, field)
     return {
         "index": _int(item.get("index"), f"{field}.index", high=MAX_GPUS - 1),
@@ -205,7 +242,7 @@ def _reading(value: Any, field: str) -> GpuReading:
     gpu = _obj(value, field)
     index = _int(gpu.get("index"), f"{field}.index", high=MAX_GPUS - 1)
     metrics = _obj(gpu.get("metrics"), f"{field}.metrics")
-    refused = []
+    refused: list[Refused] = []
     values: dict[str, float | int | None] = {}
     for column, name, bounds in _CHECKS:
         value = metrics.get(name)
@@ -230,7 +267,7 @@ def _reading(value: Any, field: str) -> GpuReading:
     )
 
 
-def _event(value: Any, field: str, now: datetime) -> dict[str, Any]:
+def _event(value: Any, field: str, now: datetime) -> ReportEvent:
     event = _obj(value, field)
     return {
         "at": _time(event.get("at"), f"{field}.at", now),
@@ -246,7 +283,7 @@ def _event(value: Any, field: str, now: datetime) -> dict[str, Any]:
     }
 
 
-def _lost_gpu(value: Any, field: str) -> dict[str, Any]:
+def _lost_gpu(value: Any, field: str) -> LostGpu:
     item = _obj(value, field)
     return {
         "index": None

@@ -1,11 +1,13 @@
 """The operator's catalog and rental screens: offerings, images, every instance with its
 timeline (stop and terminate as actions), and each tenant's limits on ordering."""
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
@@ -22,7 +24,7 @@ from starverse.core.money import format_fen
 SECRET_FIELDS = ("jupyter_token", "ssh_host_key")
 
 
-class OfferingForm(forms.ModelForm):
+class OfferingForm(forms.ModelForm[Offering]):
     """Refuses an offering no node of its GPU model could ever run (by GPUs and the node's
     allocatable CPU, memory, local storage and pod slots): it would only ever queue or fail."""
 
@@ -43,7 +45,7 @@ class OfferingForm(forms.ModelForm):
 
 
 @admin.register(Offering)
-class OfferingAdmin(admin.ModelAdmin):
+class OfferingAdmin(admin.ModelAdmin[Offering]):
     form = OfferingForm
     list_display = [
         "name",
@@ -89,7 +91,7 @@ class OfferingAdmin(admin.ModelAdmin):
 
 
 @admin.register(Image)
-class ImageAdmin(admin.ModelAdmin):
+class ImageAdmin(admin.ModelAdmin[Image]):
     list_display = [
         "id",
         "name",
@@ -122,14 +124,16 @@ class ImageAdmin(admin.ModelAdmin):
     def size(self, obj: Image) -> str:
         return f"{obj.size_bytes / 1e9:.1f} GB" if obj.size_bytes else "—"
 
-    def save_model(self, request: HttpRequest, obj: Image, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: Image, form: forms.ModelForm[Image], change: bool
+    ) -> None:
         image_save(image=obj)
 
     def delete_model(self, request: HttpRequest, obj: Image) -> None:
         image_delete(image=obj)
 
 
-class InstanceEventInline(admin.TabularInline):
+class InstanceEventInline(admin.TabularInline[InstanceEvent, Instance]):
     model = InstanceEvent
     fields = readonly_fields = ("at", "status", "message")
     extra = 0
@@ -138,7 +142,7 @@ class InstanceEventInline(admin.TabularInline):
 
 
 @admin.register(Instance)
-class InstanceAdmin(admin.ModelAdmin):
+class InstanceAdmin(admin.ModelAdmin[Instance]):
     list_display = ["id", "name", "tenant", "offering", "status", "node", "cost", "created_at"]
     list_filter = ["status", "billing", "offering__gpu_model"]
     search_fields = ["id", "name", "tenant__members__email", "node__name"]
@@ -147,17 +151,19 @@ class InstanceAdmin(admin.ModelAdmin):
     inlines = [InstanceEventInline]
     actions = ["stop", "terminate"]
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Instance | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Instance | None = None) -> bool:
         return False
 
     @admin.display(description=_("Cost so far"), ordering="cost_fen")
     def cost(self, obj: Instance) -> str:
         return format_fen(obj.cost_fen)
 
-    def _act(self, request: HttpRequest, queryset: Any, service: Any) -> None:
+    def _act(
+        self, request: HttpRequest, queryset: QuerySet[Instance], service: Callable[..., object]
+    ) -> None:
         for instance in queryset:
             try:
                 service(instance_id=instance.id)
@@ -165,11 +171,11 @@ class InstanceAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{instance.id}: {error.message}", messages.ERROR)
 
     @admin.action(description=_("Stop selected instances (disks kept)"))
-    def stop(self, request: HttpRequest, queryset: Any) -> None:
+    def stop(self, request: HttpRequest, queryset: QuerySet[Instance]) -> None:
         self._act(request, queryset, instance_stop)
 
     @admin.action(description=_("Terminate selected instances (disks deleted)"))
-    def terminate(self, request: HttpRequest, queryset: Any) -> None:
+    def terminate(self, request: HttpRequest, queryset: QuerySet[Instance]) -> None:
         self._act(request, queryset, instance_terminate)
 
 
@@ -178,7 +184,7 @@ def _limit(value: int | None, default: int) -> str:
 
 
 @admin.register(AutoStop)
-class AutoStopAdmin(admin.ModelAdmin):
+class AutoStopAdmin(admin.ModelAdmin[AutoStop]):
     """The platform's automatic stops (idle, scheduled): a record, never edited."""
 
     list_display = ("instance", "tenant", "kind", "at", "price_per_hour_fen")
@@ -190,12 +196,12 @@ class AutoStopAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: AutoStop | None = None) -> bool:
         return False
 
 
 @admin.register(TenantLimits)
-class TenantLimitsAdmin(admin.ModelAdmin):
+class TenantLimitsAdmin(admin.ModelAdmin[TenantLimits]):
     """An account's own limits on ordering; an empty field is the setting's default."""
 
     list_display = ["tenant", "queued_orders", "running_gpus", "trial_premium_gpus", "updated_at"]
@@ -216,7 +222,7 @@ class TenantLimitsAdmin(admin.ModelAdmin):
         return _limit(obj.trial_max_premium_gpus, settings.TRIAL_MAX_PREMIUM_GPUS)
 
 
-class TenantLimitsInline(admin.StackedInline):
+class TenantLimitsInline(admin.StackedInline[TenantLimits, Tenant]):
     model = TenantLimits
     fields = ["max_queued_orders", "max_running_gpus", "trial_max_premium_gpus", "note"]
     max_num = 1

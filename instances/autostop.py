@@ -143,7 +143,7 @@ def idle_candidates(now: datetime) -> list[_Idle]:
 def _idle_from(rows: list[dict[str, Any]], now: datetime) -> datetime | None:
     """Since when every GPU has been idle, or None: one GPU silent, or without a sample in the
     window, makes the instance not idle."""
-    starts = []
+    starts: list[datetime] = []
     for row in rows:
         if row["newest"] is None or row["newest"] < now - FRESH or row["first_at"] is None:
             return None

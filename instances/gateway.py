@@ -80,6 +80,7 @@ def port_url(instance_id: str, port: int) -> str:
     return f"{settings.GATEWAY_SCHEME}://{port_host(instance_id, port)}/"
 
 
+# These read an Instance or an instance_page row shaped like one (selectors._row): Any.
 def served_ports(instance: Any) -> list[int]:
     """Every port the gateway serves for the instance: Jupyter's and the declared ones."""
     return [JUPYTER_PORT, *sorted(instance.ports or [])]
@@ -204,7 +205,7 @@ def shares_live(instance: Instance) -> list[PortShare]:
     return list(instance.shares.filter(revoked_at__isnull=True).order_by("port", "created_at"))
 
 
-def share_create(*, instance: Instance, port: int, user: Any) -> tuple[PortShare, str]:
+def share_create(*, instance: Instance, port: int, user: User) -> tuple[PortShare, str]:
     """A link that opens one served port of the instance to whoever holds it. Returns the
     share and its link, which is shown this once (only a hash of its token is kept)."""
     if port not in served_ports(instance):
@@ -432,7 +433,7 @@ def _share_redeem(lower_id: str, port: int, label: str, query: dict[str, list[st
     return _redirect("/", cookie=_cookie(label, s=share.id))
 
 
-def gateway_login_target(*, user: Any, next_url: str) -> str:
+def gateway_login_target(*, user: User, next_url: str) -> str:
     """Where the console sends a signed-in user who came from a gateway address: back to it
     with a one-use token for its cookie. Only to instances the person may use (usable_by; else
     NotFound, as for an instance that does not exist), and only to the address's own path."""

@@ -22,7 +22,7 @@ from instances.gateway import (
 )
 from instances.models import Instance
 from starverse.accounts.audit import audit_request
-from starverse.core.console import run_change
+from starverse.core.console import page_user, run_change
 from starverse.core.errors import InvalidInput
 from starverse.core.tenancy import get_for_user
 
@@ -106,7 +106,9 @@ def share_create_view(request: HttpRequest, pk: str) -> HttpResponse:
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
 
     def create() -> None:
-        share, url = share_create(instance=instance, port=_port_posted(request), user=request.user)
+        share, url = share_create(
+            instance=instance, port=_port_posted(request), user=page_user(request)
+        )
         request.session[NEW_SHARE_KEY] = {"instance": instance.pk, "port": share.port, "url": url}
         audit_request(request, "share.created", share, instance=instance.pk, port=share.port)
 

@@ -57,7 +57,7 @@ from instances.states import (
     ranks_locked,
 )
 from instances.volumes import disks_attach_at_order
-from starverse.accounts.models import SshKey
+from starverse.accounts.models import SshKey, User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import (
     Conflict,
@@ -73,7 +73,7 @@ logger = logging.getLogger(__name__)
 S = InstanceStatus
 
 
-def ssh_keys_own(user: Any, key_ids: list[str]) -> list[str]:
+def ssh_keys_own(user: User, key_ids: list[str]) -> list[str]:
     """The keys named, each the person's own (keys belong to people, not to the team they
     order for)."""
     if not key_ids:
@@ -140,7 +140,7 @@ def image_delete(*, image: Image) -> None:
 
 def instance_order(
     *,
-    user: Any,
+    user: User,
     offering_id: str,
     image_id: str,
     name: str = "",
@@ -278,7 +278,7 @@ class _Request:
         }
 
 
-def order_region(user: Any, region: str, disk_ids: list[str]) -> str | None:
+def order_region(user: User, region: str, disk_ids: list[str]) -> str | None:
     """The region an order (an instance, or every rank of a cluster) is kept to: the one it
     names (400 unknown_region otherwise), else its disks' (a disk attaches only in its own
     region), else None: any region, where there is room."""
@@ -287,7 +287,7 @@ def order_region(user: Any, region: str, disk_ids: list[str]) -> str | None:
     return _disks_region(user, disk_ids)
 
 
-def _disks_region(user: Any, disk_ids: list[str]) -> str | None:
+def _disks_region(user: User, disk_ids: list[str]) -> str | None:
     """The region of the first of the disks an order names (the rest must be there too), or
     None: no disks, so any region."""
     if not disk_ids:

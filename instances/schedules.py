@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.states import instance_locked
-from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE
+from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, User
 from starverse.accounts.selectors import user_settings
 from starverse.accounts.services import bounded_int
 from starverse.core.errors import Conflict, InvalidInput
@@ -76,7 +76,7 @@ def idle_stop_of(instance: Any) -> IdleStop | None:
 
 
 def idle_stop_for_order(
-    user: Any, requested: IdleStop | Default | None
+    user: User, requested: IdleStop | Default | None
 ) -> tuple[IdleStop | None, int]:
     """The idle stop an order gets (its own, none as it said null, or the user's defaults), and
     how many minutes before the stop its warning comes (the user's setting)."""
@@ -123,7 +123,7 @@ def idle_fields(idle: IdleStop | None, *, warn_minutes: int, now: datetime) -> d
 
 
 def instance_schedule_set(
-    *, instance_id: str, user: Any, idle_stop: Any = UNCHANGED, stop_at: Any = UNCHANGED
+    *, instance_id: str, user: User, idle_stop: Any = UNCHANGED, stop_at: Any = UNCHANGED
 ) -> Instance:
     """Change an instance's idle stop and/or scheduled stop (PATCH): null clears one. Idle time
     counts afresh from now. Refused (409) once it is terminating, and for a cluster's ranks

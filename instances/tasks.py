@@ -1,9 +1,8 @@
 """Thin Celery tasks for instances: take ids, re-read rows, call a service."""
 
 import logging
-from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db.models import Q
 
@@ -15,14 +14,13 @@ from instances.models import Instance
 from instances.provisioning import converge, namespaces, prepull, reconcile
 from instances.selectors import spend_per_hour_fen
 from starverse.core import kube
-from starverse.core.kube import TASK_RETRY, KubeError
+from starverse.core.kube import KUBE_TASK, KUBE_TASK_UNTIL_DONE, KubeError
 
 logger = logging.getLogger(__name__)
-KUBE_TASK = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETRY}
 
 
-@shared_task(**{**KUBE_TASK, "max_retries": None})
-def provision_instance(self: Any, instance_id: str) -> None:
+@shared_task(**KUBE_TASK_UNTIL_DONE)
+def provision_instance(self: Task[[str], None], instance_id: str) -> None:
     try:
         converge.provision(instance_id)
     except converge.StillPending:
@@ -30,7 +28,7 @@ def provision_instance(self: Any, instance_id: str) -> None:
 
 
 @shared_task(**KUBE_TASK)
-def stop_instance(self: Any, instance_id: str) -> None:
+def stop_instance(self: Task[[str], None], instance_id: str) -> None:
     try:
         converge.stop(instance_id)
     except converge.StillPending:
@@ -38,15 +36,15 @@ def stop_instance(self: Any, instance_id: str) -> None:
 
 
 @shared_task(**KUBE_TASK)
-def terminate_instance(self: Any, instance_id: str) -> None:
+def terminate_instance(self: Task[[str], None], instance_id: str) -> None:
     try:
         converge.terminate(instance_id)
     except converge.StillPending:
         raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
 
 
-@shared_task(**{**KUBE_TASK, "max_retries": None})
-def converge_ports(self: Any, instance_id: str) -> None:
+@shared_task(**KUBE_TASK_UNTIL_DONE)
+def converge_ports(self: Task[[str], None], instance_id: str) -> None:
     """An instance's declared ports changed (instances.gateway): its gateway routes follow."""
     try:
         converge.ports_converge(instance_id)
@@ -142,7 +140,7 @@ def check_runways() -> None:
 
 
 @shared_task(**KUBE_TASK)
-def refresh_access(self: Any, tenant_id: str) -> None:
+def refresh_access(self: Task[[str], None], tenant_id: str) -> None:
     """A person's SSH keys changed (`tenant_id`: their own account): every instance with a pod
     that they ordered, for themselves or for a team, gets its access Secret rendered again."""
     for instance_id in Instance.objects.filter(

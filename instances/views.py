@@ -2,7 +2,7 @@
 read through the selectors and change things only through instances.lifecycle."""
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -50,7 +51,7 @@ from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, SshKey
 from starverse.accounts.selectors import user_settings
-from starverse.core.console import redirect_back, run_change
+from starverse.core.console import page_user, redirect_back, run_change
 from starverse.core.dates import parse_moment
 from starverse.core.errors import IdempotencyConflict, InvalidInput, ServiceError
 from starverse.core.money import format_fen
@@ -132,8 +133,8 @@ class RentForm(forms.Form):
         *args: Any,
         offerings: list[Offering],
         images: list[Image],
-        keys: list[Any],
-        disks: Sequence[Any] = (),
+        keys: list[SshKey],
+        disks: Sequence[Disk] = (),
         regions: Sequence[Region] = (),
         **kwargs: Any,
     ) -> None:
@@ -291,7 +292,7 @@ def _offer_for(request: HttpRequest) -> _Offer:
         wallet=wallet_for_tenant(request.user.tenant_id),  # type: ignore[union-attr]
         counts=availability(offerings),
         keys=list(scope_to_user(SshKey.objects.all(), request.user, "user")),
-        disks=free_disks(request.user),
+        disks=free_disks(page_user(request)),
         regions=list(Region.objects.filter(active=True).order_by("name")),
     )
 
@@ -374,7 +375,7 @@ def _order_place(
 ) -> tuple[Instance, bool]:
     """The order a valid form describes; its token makes it the same order when sent again."""
     return instance_order(
-        user=request.user,
+        user=page_user(request),
         offering_id=data["offering"],
         image_id=data["image"],
         name=data["name"],
@@ -459,7 +460,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
     return render(request, "instances/rent.html", context, status=shown.http_status)
 
 
-def _user_instances(request: HttpRequest) -> Any:
+def _user_instances(request: HttpRequest) -> QuerySet[Instance]:
     return scope_to_user(Instance.objects.all(), request.user, "tenant").select_related(
         "offering__gpu_model", "node", "image"
     )
@@ -523,7 +524,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "disks": list(instance.disks.order_by("name")),
-            "free_disks": free_disks(request.user),
+            "free_disks": free_disks(page_user(request)),
             "nas": nas_for_tenant(instance.tenant_id),
             "tz": timezone.get_current_timezone_name(),
             "gateway_ports": gateway_ports(instance),
@@ -561,7 +562,9 @@ def _back(request: HttpRequest, instance: Instance) -> HttpResponse:
     return redirect_back(request, reverse("instances:detail", args=[instance.pk]))
 
 
-def _act(request: HttpRequest, pk: str, service: Any, done: str, audited: str) -> HttpResponse:
+def _act(
+    request: HttpRequest, pk: str, service: Callable[..., object], done: str, audited: str
+) -> HttpResponse:
     """Run the change; `audited` names it in the team's audit log when it is done."""
     instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
     run_change(
@@ -624,7 +627,9 @@ def disk_attach_view(request: HttpRequest, pk: str) -> HttpResponse:
         lambda: audit_request(
             request,
             "disk.attached",
-            disk_attach(instance=instance, disk_id=disk_id, restart=restart, actor=request.user),
+            disk_attach(
+                instance=instance, disk_id=disk_id, restart=restart, actor=page_user(request)
+            ),
             instance=instance.pk,
         ),
         _("Disk attached to “%(name)s”.") % {"name": instance.name}
@@ -644,7 +649,7 @@ def disk_detach_view(request: HttpRequest, pk: str, disk: str) -> HttpResponse:
         lambda: audit_request(
             request,
             "disk.detached",
-            disk_detach(instance=instance, disk_id=disk, restart=restart, actor=request.user),
+            disk_detach(instance=instance, disk_id=disk, restart=restart, actor=page_user(request)),
             instance=instance.pk,
         ),
         _("Disk detached from “%(name)s”; its data is kept.") % {"name": instance.name},
@@ -692,7 +697,7 @@ def instance_schedule_view(request: HttpRequest, pk: str) -> HttpResponse:
             )
         instance_schedule_set(
             instance_id=instance.pk,
-            user=request.user,
+            user=page_user(request),
             idle_stop=idle,
             stop_at=_local_time(str(request.POST.get("stop_at", ""))),
         )

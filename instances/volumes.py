@@ -4,14 +4,13 @@ while it runs, so attaching to or detaching from a running instance restarts it,
 the user has confirmed that (`restart=True`). The disks' own rules (one instance at a time, not
 while deleting) are storage's (storage.disks)."""
 
-from typing import Any
-
 from django.db import transaction
 from django.utils.translation import gettext as _
 
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.states import instance_locked, instance_mark_stopping
+from starverse.accounts.models import User
 from starverse.core.errors import Conflict, NotFound
 from starverse.core.roles import require_own_or_manager
 from starverse.core.text import later
@@ -24,7 +23,9 @@ PODLESS = (S.QUEUED, S.STOPPED, S.FAILED)
 RESTARTABLE = (S.RUNNING, S.CHECKING, S.PROVISIONING)
 
 
-def disks_attach_at_order(instance: Instance, disk_ids: list[str], actor: Any = None) -> None:
+def disks_attach_at_order(
+    instance: Instance, disk_ids: list[str], actor: User | None = None
+) -> None:
     """Attach the ordered disks to a new instance, inside the order's transaction; a member
     orders only with their own disks (starverse.core.roles)."""
     for disk_id in dict.fromkeys(disk_ids):
@@ -87,7 +88,7 @@ def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
 
 
 def disk_attach(
-    *, instance: Instance, disk_id: str, restart: bool = False, actor: Any = None
+    *, instance: Instance, disk_id: str, restart: bool = False, actor: User | None = None
 ) -> Disk:
     """Attach a disk of the instance's tenant; `actor`, when given, must be allowed to change
     the disk too (a member moves only their own disks: starverse.core.roles)."""
@@ -115,7 +116,7 @@ def disk_attach(
 
 
 def disk_detach(
-    *, instance: Instance, disk_id: str, restart: bool = False, actor: Any = None
+    *, instance: Instance, disk_id: str, restart: bool = False, actor: User | None = None
 ) -> Disk:
     with transaction.atomic():
         locked = instance_locked(instance.pk)

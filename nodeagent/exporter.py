@@ -16,12 +16,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from nodeagent.metrics import METRICS
-from nodeagent.source import GpuInfo, Snapshot
+from nodeagent.source import GpuInfo, PodRef, Snapshot
 
 log = logging.getLogger(__name__)
 
 LABELS = ("gpu", "UUID", "device", "modelName", "Hostname", "container", "namespace", "pod")
-PodRef = tuple[str, str, str]  # namespace, pod, container
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -56,7 +55,7 @@ class GpuCollector:
         samples: dict[str, list[str]] = {metric.name: [] for metric in METRICS}
         for gpu in snapshot["gpus"] if snapshot else []:
             info = inventory.get(gpu["index"])
-            namespace, pod, container = pods.get(gpu["index"], ("", "", ""))
+            namespace, pod, container = pods.get(gpu["index"], PodRef("", "", ""))
             values = (
                 str(gpu["index"]),
                 gpu["uuid"],

@@ -54,6 +54,7 @@ class NVMLError(Exception):
         return ERROR_NAMES.get(self.value, f"NVML error {self.value}")
 
 
+# A fixture stands in for pynvml (no types) from parsed JSON: its handles and values are Any.
 def call_key(fn: str, args: tuple[Any, ...]) -> str:
     """`nvmlDeviceGetClockInfo(1)`; plain name without arguments."""
     if not args:

@@ -41,6 +41,8 @@ from nodeagent.source import (
 )
 
 log = logging.getLogger(__name__)
+# pynvml ships no types (pyproject.toml reads it as Any) and a call layer may stand in for it:
+# NVML's handles, structs and values are Any in this module.
 
 DRIVER_MISSING = "NVIDIA driver not found: is this a GPU node with the driver installed?"
 

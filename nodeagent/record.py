@@ -26,6 +26,7 @@ from nodeagent.nvml import ERROR_CODES, ERROR_NAMES, NvmlSource, error_name, loa
 from nodeagent.source import iso_utc, utc_now
 
 log = logging.getLogger(__name__)
+# The recorder wraps pynvml, which ships no types: its handles and results are Any here.
 
 _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 # Calls whose result is not data (handles, event sets) or that the fixture format answers itself.

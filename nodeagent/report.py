@@ -54,6 +54,7 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.message import Message
 from typing import Any
 
 from nodeagent import AGENT_VERSION
@@ -364,7 +365,7 @@ class Reporter:
             return Answer(None, f"{type(exc).__name__}: {reason}")
 
 
-def _read_quietly(response: Any) -> bytes:
+def _read_quietly(response: urllib.error.HTTPError) -> bytes:
     try:
         body: bytes = response.read(65536)
     except (OSError, http.client.HTTPException):
@@ -383,7 +384,7 @@ def _detail(payload: bytes) -> str:
     return json.dumps(data)[:300]
 
 
-def _retry_after(headers: Any) -> float | None:
+def _retry_after(headers: Message | None) -> float | None:
     value = headers.get("Retry-After") if headers is not None else None
     try:
         seconds = float(value) if value is not None else None

@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent import metrics as m
-from nodeagent.source import DriverInfo, Event, GpuInfo, GpuMetrics, Snapshot, iso_utc, utc_now
+from nodeagent.source import (
+    DriverInfo,
+    Event,
+    GpuInfo,
+    GpuMetrics,
+    PodRef,
+    Snapshot,
+    iso_utc,
+    utc_now,
+)
 
 log = logging.getLogger(__name__)
 
@@ -188,16 +197,16 @@ def gpu_uuid(digest: str) -> str:
     return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
-def pods_by_gpu(pods: list[dict[str, Any]]) -> dict[int, tuple[str, str, str]]:
+def pods_by_gpu(pods: list[dict[str, Any]]) -> dict[int, PodRef]:
     """GPU index → (namespace, pod, first container) of the Running pods, in running order
     (the same hand-out as `busy_gpus`)."""
-    owners: dict[int, tuple[str, str, str]] = {}
+    owners: dict[int, PodRef] = {}
     for pod in pods:
         if pod.get("status", {}).get("phase") != "Running":
             continue
         meta = pod.get("metadata", {})
         containers = pod.get("spec", {}).get("containers", []) or [{}]
-        owner = (
+        owner = PodRef(
             str(meta.get("namespace", "")),
             str(meta.get("name", "")),
             str(containers[0].get("name", "")),
@@ -241,7 +250,7 @@ class SimSource:
         self._rng = random.Random(seed if seed is not None else node)
         self._node_read = False
         self._loads: dict[int, float] = {}
-        self._pods: dict[int, tuple[str, str, str]] = {}
+        self._pods: dict[int, PodRef] = {}
         self._api_down = False
         self._labels: dict[str, str] = {}
         self._gpus: list[_Gpu] = []
@@ -318,7 +327,7 @@ class SimSource:
             self._loads = gpu_loads(items)
             self._pods = pods_by_gpu(items)
 
-    def gpu_pods(self) -> dict[int, tuple[str, str, str]]:
+    def gpu_pods(self) -> dict[int, PodRef]:
         """(namespace, pod, container) holding each busy GPU, as the simulation hands them out."""
         return dict(self._pods)
 

@@ -6,7 +6,7 @@ agent loop and the reporter only ever see this interface.
 """
 
 from datetime import UTC, datetime
-from typing import Protocol, TypedDict
+from typing import NamedTuple, Protocol, TypedDict
 
 
 class DriverInfo(TypedDict):
@@ -52,6 +52,14 @@ class Snapshot(TypedDict):
     at: str
     gpus: list[GpuMetrics]
     lost: list[LostGpu]
+
+
+class PodRef(NamedTuple):
+    """The container holding a GPU (the exporter's per-GPU labels, as dcgm-exporter's)."""
+
+    namespace: str
+    pod: str
+    container: str
 
 
 class GpuSource(Protocol):

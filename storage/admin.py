@@ -2,8 +2,6 @@
 unpaid storage. Disks and NAS are the tenants' data: read-only here; only the owner (or the end
 of an unpaid grace period) deletes one."""
 
-from typing import Any
-
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
@@ -13,7 +11,7 @@ from storage.models import Disk, SharedStorage, StorageArrears, StoragePrice
 
 
 @admin.register(Disk)
-class DiskAdmin(admin.ModelAdmin):
+class DiskAdmin(admin.ModelAdmin[Disk]):
     """Cloud disks are the tenants' data: operators see and search them; only the owner (or
     the end of an unpaid grace period) deletes one."""
 
@@ -31,15 +29,15 @@ class DiskAdmin(admin.ModelAdmin):
     search_fields = ["id", "name", "tenant__members__email", "k8s_name", "instance__id"]
     readonly_fields = [f.name for f in Disk._meta.fields]
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Disk | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: Disk | None = None) -> bool:
         return False
 
 
 @admin.register(StoragePrice)
-class StoragePriceAdmin(admin.ModelAdmin):
+class StoragePriceAdmin(admin.ModelAdmin[StoragePrice]):
     list_display = ["kind", "price_per_gb_day_fen", "per_gb_month"]
 
     @admin.display(description=_("Per GB and 30 days"))
@@ -48,7 +46,7 @@ class StoragePriceAdmin(admin.ModelAdmin):
 
 
 @admin.register(StorageArrears)
-class StorageArrearsAdmin(admin.ModelAdmin):
+class StorageArrearsAdmin(admin.ModelAdmin[StorageArrears]):
     """Tenants whose storage is unpaid, with their deadline; read-only (a top-up ends it)."""
 
     list_display = ["tenant", "started_at", "deadline", "warned_days", "resolved_at", "resolution"]
@@ -56,15 +54,17 @@ class StorageArrearsAdmin(admin.ModelAdmin):
     search_fields = ["tenant__members__email"]
     readonly_fields = [f.name for f in StorageArrears._meta.fields]
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: StorageArrears | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(
+        self, request: HttpRequest, obj: StorageArrears | None = None
+    ) -> bool:
         return False
 
 
 @admin.register(SharedStorage)
-class SharedStorageAdmin(admin.ModelAdmin):
+class SharedStorageAdmin(admin.ModelAdmin[SharedStorage]):
     """Each tenant's shared NAS with its quota and measured usage; read-only here."""
 
     list_display = ["id", "tenant", "size_gb", "used_bytes", "used_at", "status", "created_at"]
@@ -72,8 +72,8 @@ class SharedStorageAdmin(admin.ModelAdmin):
     search_fields = ["id", "tenant__members__email"]
     readonly_fields = [f.name for f in SharedStorage._meta.fields]
 
-    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: SharedStorage | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: SharedStorage | None = None) -> bool:
         return False

@@ -6,7 +6,6 @@ app's rule (instances.volumes); this module only keeps a disk's own invariants."
 
 import logging
 import re
-from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -16,6 +15,7 @@ from django.utils.translation import gettext as _
 from billing.holds import account_hold_check
 from fleet.models import DEFAULT_REGION
 from fleet.selectors import region_orderable
+from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.kube import namespace_name
@@ -60,7 +60,7 @@ def disk_for_tenant(tenant_id: str, disk_id: str, *, lock: bool = False) -> Disk
     return disk
 
 
-def disk_create(*, user: Any, name: str, size_gb: int, region: str = "") -> Disk:
+def disk_create(*, user: User, name: str, size_gb: int, region: str = "") -> Disk:
     """A new empty disk in a region ("" = the default region): a claim in that region's
     cluster, attachable only to instances there. Its first day is charged at once, so creating
     one needs a balance that pays a day of it (storage.billing), and an account not on hold."""
@@ -180,7 +180,7 @@ def disks_release(instance_id: str) -> list[str]:
 def disk_adopt(
     *,
     tenant_id: str,
-    created_by_id: Any,
+    created_by_id: str | None,
     name: str,
     size_gb: int,
     namespace: str,

@@ -6,6 +6,7 @@ from typing import Any
 from django.conf import settings
 
 from starverse.core.kube import MANAGED, namespace_name, tenant_label
+from storage.models import Disk, SharedStorage
 
 
 def cloud_disk_name(disk_id: str) -> str:
@@ -21,7 +22,7 @@ def _storage_class(name: str | None) -> dict[str, str]:
     return {"storageClassName": name} if name else {}
 
 
-def cloud_disk_claim(disk: Any) -> dict[str, Any]:
+def cloud_disk_claim(disk: Disk) -> dict[str, Any]:
     """A cloud disk's claim: labelled with its disk and never owner-referenced, so deleting an
     instance (or its namespace's other objects) never takes it along."""
     return {
@@ -44,7 +45,7 @@ def cloud_disk_claim(disk: Any) -> dict[str, Any]:
     }
 
 
-def nas_claim(nas: Any) -> dict[str, Any]:
+def nas_claim(nas: SharedStorage) -> dict[str, Any]:
     """The tenant's shared NAS: one ReadWriteMany claim in its namespace, mounted by all of
     its instances; the claim's size is the quota."""
     return {
@@ -67,9 +68,12 @@ def nas_claim(nas: Any) -> dict[str, Any]:
     }
 
 
-def volumes_and_mounts(disks: list[Any], nas: Any) -> tuple[list[dict], list[dict]]:
+def volumes_and_mounts(
+    disks: list[Disk], nas: SharedStorage | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts) for the attached cloud disks at /mnt/<name> and the NAS at /nas."""
-    volumes, mounts = [], []
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     for disk in disks:
         volume = f"cd-{disk.id.split('_', 1)[1].lower()}"
         volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": disk.k8s_name}})

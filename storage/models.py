@@ -122,7 +122,7 @@ class StorageArrears(models.Model):
         return f"{self.tenant_id} until {self.deadline:%Y-%m-%d}"
 
 
-class SharedStorageQuerySet(QuerySet):
+class SharedStorageQuerySet(QuerySet["SharedStorage"]):
     def live(self) -> "SharedStorageQuerySet":
         return self.filter(status__in=SharedStorage.LIVE)
 

@@ -3,7 +3,6 @@ first day is charged at creation and every later day by storage.billing; new ins
 it at /nas (running ones pick it up at their next start)."""
 
 import logging
-from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -12,6 +11,7 @@ from django.utils.translation import gettext as _
 from billing.holds import account_hold_check
 from compute.choices import HoldingKind
 from compute.models import Allocation
+from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, InvalidInput, NotFound
 from starverse.core.roles import MANAGERS, require_orderer, require_role
@@ -40,7 +40,7 @@ def nas_for_tenant(tenant_id: str) -> SharedStorage | None:
     ).first()
 
 
-def nas_set_size(*, user: Any, size_gb: int) -> tuple[SharedStorage, bool]:
+def nas_set_size(*, user: User, size_gb: int) -> tuple[SharedStorage, bool]:
     """Create the tenant's NAS with this quota, or grow it to it. (nas, created). Growing is
     charged at once for the rest of today, and refused in arrears (409) or when the balance
     cannot pay it (402); see storage.billing.storage_charge_growth. Creating or growing it is

@@ -1,22 +1,21 @@
 """Reads of storage that more than one page or route needs."""
 
-from typing import Any
-
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 
 from billing.usage import Resource
+from starverse.accounts.models import User
 from starverse.core.tenancy import scope_to_user
 from storage.choices import DiskStatus
 from storage.models import Disk
 
 
-def tenant_disks(user: Any) -> QuerySet[Disk]:
+def tenant_disks(user: User) -> QuerySet[Disk]:
     """The user's tenant's disks that still exist (being deleted included)."""
     return scope_to_user(Disk.objects.all(), user, "tenant").exclude(status=DiskStatus.DELETED)
 
 
-def free_disks(user: Any) -> list[Disk]:
+def free_disks(user: User) -> list[Disk]:
     """The user's disks that can be attached now: not attached, not being deleted."""
     return list(
         tenant_disks(user)

@@ -1,20 +1,18 @@
 """Thin Celery tasks for storage: converge a disk's or a NAS's claim, bill storage, read usage."""
 
 import logging
-from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 
-from starverse.core.kube import TASK_RETRY, KubeError, RetryableKubeError
+from starverse.core.kube import KUBE_TASK, KubeError, RetryableKubeError
 from storage import billing, provisioning
 
 logger = logging.getLogger(__name__)
-KUBE_TASK = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETRY}
 
 
 @shared_task(**KUBE_TASK)
-def ensure_disk(self: Any, disk_id: str) -> None:
+def ensure_disk(self: Task[[str], None], disk_id: str) -> None:
     try:
         provisioning.disk_ensure(disk_id)
     except KubeError as error:
@@ -24,7 +22,7 @@ def ensure_disk(self: Any, disk_id: str) -> None:
 
 
 @shared_task(**KUBE_TASK)
-def delete_disk(self: Any, disk_id: str) -> None:
+def delete_disk(self: Task[[str], None], disk_id: str) -> None:
     try:
         provisioning.disk_remove(disk_id)
     except provisioning.StillDeleting:
@@ -32,7 +30,7 @@ def delete_disk(self: Any, disk_id: str) -> None:
 
 
 @shared_task(**KUBE_TASK)
-def ensure_nas(self: Any, nas_id: str) -> None:
+def ensure_nas(self: Task[[str], None], nas_id: str) -> None:
     try:
         provisioning.nas_ensure(nas_id)
     except KubeError as error:
@@ -42,7 +40,7 @@ def ensure_nas(self: Any, nas_id: str) -> None:
 
 
 @shared_task(**KUBE_TASK)
-def delete_nas(self: Any, nas_id: str) -> None:
+def delete_nas(self: Task[[str], None], nas_id: str) -> None:
     try:
         provisioning.nas_remove(nas_id)
     except provisioning.StillDeleting:
@@ -61,13 +59,13 @@ def refresh_nas_usage() -> None:
     provisioning.nas_usage_refresh()
 
 
-def _answer_to_old_name(task: Any) -> None:
+def _answer_to_old_name(task: Task[[str], None]) -> None:
     """A claim task queued by the release before storage had its own app carries its old name
     (`instances.tasks.<name>`): serve that name too, by sending the task on under its own, so an
     upgrade drops no disk. Periodic tasks need no such name: beat sends them again."""
 
     @shared_task(name=f"instances.tasks.{task.__name__}", acks_late=True, ignore_result=True)
-    def queued_before_the_split(*args: Any) -> None:
+    def queued_before_the_split(*args: str) -> None:
         task.delay(*args)
 
 

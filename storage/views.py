@@ -3,8 +3,6 @@ storage) and its forms. They change things only through storage.disks and storag
 console and the API follow the same rules. Attaching a disk to an instance is an instance's
 action (instances.views)."""
 
-from typing import Any
-
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -15,7 +13,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from starverse.accounts.audit import audit_request
-from starverse.core.console import run_change, run_service
+from starverse.core.console import page_user, run_change, run_service
 from starverse.core.roles import require_manager
 from starverse.core.tenancy import get_for_user
 from storage.disks import disk_create, disk_delete, disk_resize
@@ -45,9 +43,9 @@ def disk_create_view(request: HttpRequest) -> HttpResponse:
     else:
         data = form.cleaned_data
 
-        def create() -> Any:
+        def create() -> None:
             disk = disk_create(
-                user=request.user,
+                user=page_user(request),
                 name=data["name"],
                 size_gb=data["size_gb"],
                 region=data["region"],
@@ -65,14 +63,14 @@ def disk_create_view(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def disk_resize_view(request: HttpRequest, pk: str) -> HttpResponse:
-    disk = get_for_user(tenant_disks(request.user), request.user, "tenant", pk)
+    disk = get_for_user(tenant_disks(page_user(request)), request.user, "tenant", pk)
     form = SizeForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_error(form))
     else:
         size = form.cleaned_data["size_gb"]
 
-        def resize() -> Any:
+        def resize() -> None:
             resized = disk_resize(tenant_id=disk.tenant_id, disk_id=disk.pk, size_gb=size)
             audit_request(request, "disk.resized", resized, size_gb=resized.size_gb)
 
@@ -88,9 +86,9 @@ def disk_resize_view(request: HttpRequest, pk: str) -> HttpResponse:
 @login_required
 @require_POST
 def disk_delete_view(request: HttpRequest, pk: str) -> HttpResponse:
-    disk = get_for_user(tenant_disks(request.user), request.user, "tenant", pk)
+    disk = get_for_user(tenant_disks(page_user(request)), request.user, "tenant", pk)
 
-    def delete() -> Any:
+    def delete() -> None:
         deleted = disk_delete(tenant_id=disk.tenant_id, disk_id=disk.pk)
         audit_request(request, "disk.deleted", deleted, name=deleted.name)
 
@@ -112,8 +110,8 @@ def nas_size_view(request: HttpRequest) -> HttpResponse:
     else:
         size = form.cleaned_data["size_gb"]
 
-        def set_size() -> Any:
-            nas, created = nas_set_size(user=request.user, size_gb=size)
+        def set_size() -> None:
+            nas, created = nas_set_size(user=page_user(request), size_gb=size)
             audit_request(
                 request, "nas.created" if created else "nas.resized", nas, size_gb=nas.size_gb
             )
@@ -130,10 +128,10 @@ def nas_size_view(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def nas_delete_view(request: HttpRequest) -> HttpResponse:
-    user = request.user
-    tenant_id = user.tenant_id  # type: ignore[union-attr]
+    user = page_user(request)
+    tenant_id = user.tenant_id
 
-    def delete() -> Any:
+    def delete() -> None:
         require_manager(user)  # the NAS is the whole team's
         nas = nas_delete(tenant_id=tenant_id)
         audit_request(request, "nas.deleted", nas)

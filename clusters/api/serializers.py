@@ -1,13 +1,16 @@
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from rest_framework import serializers
 
 from clusters.choices import ClusterStatus, Template
-from clusters.models import PreflightStatus
+from clusters.models import Preflight, PreflightStatus
 from clusters.planner import PRESETS, PlanInputError, plan_inputs
+from clusters.selectors import ClusterView
 from compute.choices import BillingMode
 from instances.choices import InstanceStatus
+from instances.models import InstanceEvent
 from instances.provisioning.ranks import launch_of, layout_of, rank_host
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
@@ -67,9 +70,10 @@ class ClusterScaleInput(InputSerializer):
     )
 
 
-class RankOutput(serializers.Serializer):
+class RankOutput(serializers.Serializer[Mapping[str, object]]):
     rank = serializers.IntegerField()
-    instance = serializers.CharField(help_text="The rank's instance id.")
+    # A field named like BaseSerializer.instance (the object serialized).
+    instance = serializers.CharField(help_text="The rank's instance id.")  # type: ignore[assignment]
     node = serializers.CharField(allow_null=True)
     switch = serializers.CharField(allow_null=True, help_text="The node's leaf switch.")
     status = serializers.ChoiceField(choices=InstanceStatus.choices)
@@ -78,19 +82,19 @@ class RankOutput(serializers.Serializer):
     )
 
 
-class PreflightPairOutput(serializers.Serializer):
+class PreflightPairOutput(serializers.Serializer[Mapping[str, object]]):
     round = serializers.IntegerField()
     ranks = serializers.ListField(child=serializers.IntegerField())
     hosts = serializers.ListField(child=serializers.CharField())
     busbw_gbps = serializers.FloatField()
 
 
-class PreflightBadNodeOutput(serializers.Serializer):
+class PreflightBadNodeOutput(serializers.Serializer[Mapping[str, object]]):
     rank = serializers.IntegerField()
     node = serializers.CharField()
 
 
-class PreflightOutput(serializers.Serializer):
+class PreflightOutput(serializers.Serializer[Preflight]):
     """The cluster's latest pre-flight round. Bandwidths are bus bandwidth in GB/s (10^9
     bytes a second), as nccl-tests prints busbw."""
 
@@ -113,13 +117,13 @@ class PreflightOutput(serializers.Serializer):
     finished_at = serializers.DateTimeField(allow_null=True)
 
 
-class ParallelismOutput(serializers.Serializer):
+class ParallelismOutput(serializers.Serializer[Mapping[str, object]]):
     tensor = serializers.IntegerField()
     pipeline = serializers.IntegerField()
     data = serializers.IntegerField()  # type: ignore[assignment]  # popped into the fields
 
 
-class ClusterOutput(serializers.Serializer):
+class ClusterOutput(serializers.Serializer[ClusterView]):
     """A cluster: its derived status, its ranks and where they run, and what it cost."""
 
     id = serializers.CharField()
@@ -149,7 +153,7 @@ class ClusterOutput(serializers.Serializer):
     parallelism = ParallelismOutput(help_text="The Megatron-LM degrees of the launch script.")
     created_at = serializers.DateTimeField()
 
-    def to_representation(self, view: Any) -> dict[str, Any]:
+    def to_representation(self, view: ClusterView) -> dict[str, Any]:
         cluster = view.cluster
         tensor, pipeline, data = layout_of(cluster).degrees()
         return {
@@ -173,7 +177,8 @@ class ClusterOutput(serializers.Serializer):
                     "node": node.name if node else None,
                     "switch": (node.switch or None) if node else None,
                     "status": rank.status,
-                    "host": rank_host(cluster.id, rank.rank),
+                    # A cluster's instances all have a rank (Instance.rank is null elsewhere).
+                    "host": rank_host(cluster.id, cast(int, rank.rank)),
                 }
                 for rank, node in ((rank, view.node_of(rank)) for rank in view.ranks)
             ],
@@ -192,12 +197,12 @@ class ClusterScaleOutput(ClusterOutput):
         allow_null=True, help_text="Null when the cluster already had that many nodes."
     )
 
-    def to_representation(self, view: Any) -> dict[str, Any]:
+    def to_representation(self, view: ClusterView) -> dict[str, Any]:
         said = self.context.get("message")
         return {**super().to_representation(view), "message": str(said) if said else None}
 
 
-class ClusterEventOutput(serializers.Serializer):
+class ClusterEventOutput(serializers.Serializer[InstanceEvent]):
     at = serializers.DateTimeField()
     rank = serializers.IntegerField(
         source="instance.rank", allow_null=True, help_text="Null: a rank scaled away."
@@ -206,12 +211,12 @@ class ClusterEventOutput(serializers.Serializer):
     message = serializers.CharField(source="text", help_text="In the request's language.")
 
 
-class RankMetricsOutput(serializers.Serializer):
+class RankMetricsOutput(serializers.Serializer[Mapping[str, object]]):
     rank = serializers.IntegerField()
     gpus = serializers.ListField(child=serializers.DictField(), help_text="As instance metrics.")
 
 
-class ClusterMetricsOutput(serializers.Serializer):
+class ClusterMetricsOutput(serializers.Serializer[Mapping[str, object]]):
     results = RankMetricsOutput(many=True)
 
 
@@ -253,7 +258,7 @@ class PlanInput(InputSerializer):
         return {"shape": shape, "hardware": hardware, "pins": pins}
 
 
-class PlanLineOutput(serializers.Serializer):
+class PlanLineOutput(serializers.Serializer[Mapping[str, object]]):
     item = serializers.CharField(help_text="parameters, gradients, optimizer or activations.")
     # A field named `label`: see billing.api.serializers.TcoLineOutput.
     label = serializers.CharField()  # type: ignore[assignment]
@@ -262,7 +267,7 @@ class PlanLineOutput(serializers.Serializer):
     gb = serializers.FloatField(help_text="GiB (2^30 bytes), two decimals.")
 
 
-class PlanMemoryOutput(serializers.Serializer):
+class PlanMemoryOutput(serializers.Serializer[Mapping[str, object]]):
     lines = PlanLineOutput(many=True)
     total_bytes = serializers.IntegerField()
     total_gb = serializers.FloatField()
@@ -270,7 +275,7 @@ class PlanMemoryOutput(serializers.Serializer):
     safety_margin = serializers.FloatField()
 
 
-class PlanOutput(serializers.Serializer):
+class PlanOutput(serializers.Serializer[Mapping[str, object]]):
     """The degrees chosen, the per-GPU memory estimate and the filled Megatron-LM command."""
 
     gpu_model = serializers.CharField()

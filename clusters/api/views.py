@@ -1,6 +1,7 @@
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
@@ -41,7 +42,8 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
 
     model = Cluster
     owner_field = "tenant"
-    serializer_class = ClusterOutput
+    # It reads a cluster's view (clusters.selectors.cluster_view), not the row the stubs expect.
+    serializer_class = ClusterOutput  # type: ignore[assignment]
 
     def filter_queryset_extra(self, queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
         return queryset.select_related("offering")
@@ -147,7 +149,9 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     @action(detail=True, methods=["get"], pagination_class=WholeList)
     def events(self, request: Request, pk: str | None = None) -> Response:
         rows = cluster_events(self.get_object())
-        return WholeList().get_paginated_response(ClusterEventOutput(rows, many=True).data)
+        # many=True takes a list of rows (DRF's __new__ makes a ListSerializer); the stubs, one.
+        listed = ClusterEventOutput(rows, many=True)  # type: ignore[arg-type]
+        return WholeList().get_paginated_response(listed.data)
 
     @extend_schema(operation_id="clusters_metrics_retrieve", responses=ClusterMetricsOutput)
     @action(detail=True, methods=["get"])
@@ -159,7 +163,7 @@ class PlanView(APIView):
     """Public: the parallelism planner (clusters.planner). No authentication; throttled per
     client address like the other anonymous routes."""
 
-    authentication_classes: list = []
+    authentication_classes: list[type[BaseAuthentication]] = []
     permission_classes = [AllowAny]
 
     @extend_schema(

@@ -1,6 +1,9 @@
+from collections.abc import Mapping
+
 from rest_framework import serializers
 
 from endpoints.choices import EndpointStatus, Engine
+from endpoints.models import EndpointKey
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
@@ -47,7 +50,7 @@ class EndpointChangeInput(InputSerializer):
     )
 
 
-class ReplicasOutput(serializers.Serializer):
+class ReplicasOutput(serializers.Serializer[Mapping[str, object]]):
     ready = serializers.IntegerField()
     desired = serializers.IntegerField()
     min = serializers.IntegerField()
@@ -55,7 +58,7 @@ class ReplicasOutput(serializers.Serializer):
     restarts = serializers.IntegerField(help_text="Engine container restarts, all replicas.")
 
 
-class EndpointOutput(serializers.Serializer):
+class EndpointOutput(serializers.Serializer[Mapping[str, object]]):
     id = serializers.CharField()
     name = serializers.CharField()
     status = serializers.ChoiceField(choices=EndpointStatus.choices)
@@ -84,7 +87,7 @@ class KeyCreateInput(InputSerializer):
     name = StrictCharField(max_length=100, required=False, allow_blank=True)
 
 
-class KeyOutput(serializers.Serializer):
+class KeyOutput(serializers.Serializer[EndpointKey]):
     id = serializers.CharField()
     name = serializers.CharField()
     prefix = serializers.CharField(help_text="The key's first characters.")
@@ -95,7 +98,7 @@ class KeyCreatedOutput(KeyOutput):
     key = serializers.CharField(help_text="Shown this once: only its hash is kept.")
 
 
-class MetricsPointOutput(serializers.Serializer):
+class MetricsPointOutput(serializers.Serializer[Mapping[str, object]]):
     ts = serializers.DateTimeField()
     requests_per_s = serializers.FloatField()
     latency_p50_ms = serializers.FloatField(allow_null=True)
@@ -104,5 +107,5 @@ class MetricsPointOutput(serializers.Serializer):
     replicas_ready = serializers.IntegerField()
 
 
-class MetricsOutput(serializers.Serializer):
+class MetricsOutput(serializers.Serializer[Mapping[str, object]]):
     results = MetricsPointOutput(many=True)

@@ -1,4 +1,6 @@
-from typing import Any
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TypedDict
 
 from rest_framework import serializers
 
@@ -6,7 +8,34 @@ from fleet.choices import Interconnect, NodeState
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
-class GpuOutput(serializers.Serializer):
+# The staff's fleet list (fleet.api.views.node_rows): a node with its GPUs' live telemetry.
+class GpuRow(TypedDict):
+    index: int
+    uuid: str
+    product: str
+    memory_mb: int
+    lost: bool
+    util: int | None
+    mem_used_mb: int | None
+    temp_c: int | None
+    power_w: float | None
+
+
+class NodeRow(TypedDict):
+    id: str
+    name: str
+    gpu_product: str
+    gpu_count: int
+    gpu_memory_mb: int
+    interconnect: str
+    state: str
+    state_reason: str
+    last_report_at: datetime | None
+    driver_version: str
+    gpus: list[GpuRow]
+
+
+class GpuOutput(serializers.Serializer[GpuRow]):
     index = serializers.IntegerField()
     uuid = serializers.CharField()
     product = serializers.CharField()
@@ -18,7 +47,7 @@ class GpuOutput(serializers.Serializer):
     power_w = serializers.FloatField(allow_null=True)
 
 
-class NodeOutput(serializers.Serializer):
+class NodeOutput(serializers.Serializer[NodeRow]):
     id = serializers.CharField()
     name = serializers.CharField()
     gpu_product = serializers.CharField()
@@ -32,7 +61,7 @@ class NodeOutput(serializers.Serializer):
     gpus = GpuOutput(many=True)
 
 
-class CapacityRowOutput(serializers.Serializer):
+class CapacityRowOutput(serializers.Serializer[Mapping[str, object]]):
     gpu_product = serializers.CharField()
     total = serializers.IntegerField()
     allocated = serializers.IntegerField(help_text="Held by instances.")
@@ -40,7 +69,7 @@ class CapacityRowOutput(serializers.Serializer):
     free = serializers.IntegerField()
 
 
-class CapacityOutput(serializers.Serializer):
+class CapacityOutput(serializers.Serializer[Mapping[str, object]]):
     results = CapacityRowOutput(many=True)
 
 
@@ -57,7 +86,7 @@ class RegisterInput(InputSerializer):
     )
 
 
-class RegisteredOutput(serializers.Serializer):
+class RegisteredOutput(serializers.Serializer[Mapping[str, object]]):
     name = serializers.CharField()
     token = serializers.CharField(help_text="The node's own token for its reports; shown once.")
 
@@ -68,13 +97,13 @@ def _text(**kwargs: Any) -> serializers.CharField:
     return serializers.CharField(allow_blank=True, **kwargs)
 
 
-class ReportDriverInput(serializers.Serializer):
+class ReportDriverInput(serializers.Serializer[None]):
     driver_version = _text(max_length=32, required=False, allow_null=True)
     cuda_version = _text(max_length=32, required=False, allow_null=True)
     nvml_version = _text(max_length=32, required=False, allow_null=True)
 
 
-class ReportInventoryInput(serializers.Serializer):
+class ReportInventoryInput(serializers.Serializer[None]):
     index = serializers.IntegerField(min_value=0, max_value=15)
     uuid = _text(max_length=96)
     pci_bus_id = _text(max_length=128, required=False, allow_null=True)
@@ -91,7 +120,7 @@ class ReportInventoryInput(serializers.Serializer):
 # call-arg ignores below.
 
 
-class ReportGpuInput(serializers.Serializer):
+class ReportGpuInput(serializers.Serializer[None]):
     index = serializers.IntegerField(min_value=0, max_value=15)
     uuid = _text(max_length=96)
     metrics = serializers.DictField(
@@ -100,12 +129,12 @@ class ReportGpuInput(serializers.Serializer):
     )
 
 
-class ReportSampleInput(serializers.Serializer):
+class ReportSampleInput(serializers.Serializer[None]):
     at = serializers.DateTimeField()
     gpus = ReportGpuInput(many=True, max_length=16)  # type: ignore[call-arg]
 
 
-class ReportEventInput(serializers.Serializer):
+class ReportEventInput(serializers.Serializer[None]):
     at = serializers.DateTimeField()
     type = _text(max_length=32)
     gpu = serializers.IntegerField(min_value=0, max_value=15, required=False, allow_null=True)
@@ -114,14 +143,14 @@ class ReportEventInput(serializers.Serializer):
     message = _text(max_length=1000, required=False, allow_null=True)
 
 
-class ReportLostGpuInput(serializers.Serializer):
+class ReportLostGpuInput(serializers.Serializer[None]):
     index = serializers.IntegerField(min_value=0, max_value=15, required=False, allow_null=True)
     uuid = _text(max_length=96, required=False, allow_null=True)
     pci_bus_id = _text(max_length=128, required=False, allow_null=True)
     error = _text(max_length=64, required=False, allow_null=True)
 
 
-class NodeReportInput(serializers.Serializer):
+class NodeReportInput(serializers.Serializer[None]):
     agent_version = _text(max_length=32, required=False)
     node = _text(required=False, allow_null=True, help_text="If given, the URL's node.")
     sent_at = serializers.DateTimeField(required=False)
@@ -133,13 +162,13 @@ class NodeReportInput(serializers.Serializer):
     dropped_reports = serializers.IntegerField(min_value=0, required=False)
 
 
-class ReportRefusedOutput(serializers.Serializer):
+class ReportRefusedOutput(serializers.Serializer[Mapping[str, object]]):
     gpu = serializers.IntegerField(help_text="The GPU's index.")
     field = serializers.CharField(help_text="The dcgm-exporter metric name.")
     reason = serializers.CharField()
 
 
-class ReportAcceptedOutput(serializers.Serializer):
+class ReportAcceptedOutput(serializers.Serializer[Mapping[str, object]]):
     accepted_samples = serializers.IntegerField()
     refused = ReportRefusedOutput(
         many=True,

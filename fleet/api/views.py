@@ -2,26 +2,30 @@
 staff's view of the fleet and its capacity."""
 
 import io
-from typing import Any
 
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from compute.selectors import capacity_by_model
 from fleet.api.serializers import (
     CapacityOutput,
+    GpuRow,
     NodeOutput,
     NodeReportInput,
+    NodeRow,
     RegisteredOutput,
     RegisterInput,
     ReportAcceptedOutput,
 )
+from fleet.models import Node
 from fleet.selectors import fleet_nodes, latest_samples
 from fleet.services import node_for_token, node_register, report_ingest
 from fleet.telemetry import report_parse
@@ -36,9 +40,9 @@ MAX_REPORT_BYTES = 2 * 1024 * 1024
 class NodeReportView(APIView):
     """The node agent's report, authenticated with the node's own token."""
 
-    authentication_classes: list = []
+    authentication_classes: list[type[BaseAuthentication]] = []
     permission_classes = [AllowAny]
-    throttle_classes: list = []
+    throttle_classes: list[type[BaseThrottle]] = []
 
     @extend_schema(
         operation_id="nodes_report",
@@ -68,12 +72,12 @@ class NodeReportView(APIView):
         return Response(ReportAcceptedOutput(answer).data, status=status.HTTP_202_ACCEPTED)
 
 
-def node_rows(nodes: list[Any]) -> list[dict[str, Any]]:
+def node_rows(nodes: list[Node]) -> list[NodeRow]:
     gpus = [gpu for node in nodes for gpu in node.gpus.all()]
     latest = latest_samples([gpu.pk for gpu in gpus])
-    rows = []
+    rows: list[NodeRow] = []
     for node in nodes:
-        items = []
+        items: list[GpuRow] = []
         for gpu in node.gpus.all():
             sample = latest.get(gpu.pk)
             items.append(
@@ -117,7 +121,9 @@ class NodeListView(APIView):
     def get(self, request: Request) -> Response:
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(fleet_nodes(), request, view=self)
-        return paginator.get_paginated_response(NodeOutput(node_rows(page or []), many=True).data)
+        # many=True takes a list of rows (DRF's __new__ makes a ListSerializer); the stubs, one.
+        nodes = NodeOutput(node_rows(page or []), many=True)  # type: ignore[arg-type]
+        return paginator.get_paginated_response(nodes.data)
 
 
 class CapacityView(APIView):
@@ -133,7 +139,7 @@ class CapacityView(APIView):
 class NodeRegisterView(APIView):
     """A node agent joining with the fleet's bootstrap token receives its own node token."""
 
-    authentication_classes: list = []
+    authentication_classes: list[type[BaseAuthentication]] = []
     permission_classes = [AllowAny]
 
     @extend_schema(

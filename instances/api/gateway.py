@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from instances.gateway import cookie_name, gateway_check, gateway_login_target
+from starverse.core.console import page_user
 from starverse.core.errors import NotFound
 
 
@@ -55,7 +56,7 @@ def forward_auth(request: HttpRequest, rest: str | None = None) -> HttpResponse:
 @login_required
 def gateway_login(request: HttpRequest) -> HttpResponse:
     try:
-        target = gateway_login_target(user=request.user, next_url=request.GET.get("next", ""))
+        target = gateway_login_target(user=page_user(request), next_url=request.GET.get("next", ""))
     except NotFound:
         raise Http404 from None
     return HttpResponse(status=302, headers={"Location": target, "Cache-Control": "no-store"})

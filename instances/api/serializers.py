@@ -1,4 +1,4 @@
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, tzinfo
 from typing import Any, NamedTuple
 
@@ -24,13 +24,13 @@ from starverse.core.api.serializers import (
 )
 
 
-class GpuModelOutput(serializers.ModelSerializer):
+class GpuModelOutput(serializers.ModelSerializer[GpuModel]):
     class Meta:
         model = GpuModel
         fields = ["id", "name", "memory_gb", "interconnect"]
 
 
-class OfferingOutput(serializers.ModelSerializer):
+class OfferingOutput(serializers.ModelSerializer[Offering]):
     name = LocalizedField(help_text="In the request's language (Accept-Language).")
     gpu_model = serializers.CharField(source="gpu_model_id")
     available = serializers.SerializerMethodField()
@@ -73,7 +73,8 @@ class OfferingOutput(serializers.ModelSerializer):
         }
 
     def get_available(self, obj: Offering) -> int:
-        return self.context["availability"].get(obj.id, 0)
+        available: int = self.context["availability"].get(obj.id, 0)
+        return available
 
     def get_image_warm(self, obj: Offering) -> bool | None:
         seconds = self.get_expected_pull_s(obj)
@@ -88,20 +89,20 @@ class OfferingOutput(serializers.ModelSerializer):
         return regions
 
 
-class RegionGpuModelOutput(serializers.Serializer):
+class RegionGpuModelOutput(serializers.Serializer[Mapping[str, object]]):
     id = serializers.CharField()
     name = serializers.CharField()
     gpus = serializers.IntegerField(help_text="GPUs of this model on the region's ready nodes.")
     free = serializers.IntegerField(help_text="How many of them are free now.")
 
 
-class RegionOutput(serializers.Serializer):
+class RegionOutput(serializers.Serializer[Mapping[str, object]]):
     name = serializers.CharField(help_text="The region's id: an order's or a disk's `region`.")
     display_name = serializers.CharField()
     gpu_models = RegionGpuModelOutput(many=True)
 
 
-class ImageOutput(serializers.ModelSerializer):
+class ImageOutput(serializers.ModelSerializer[Image]):
     size_bytes = serializers.IntegerField(
         help_text="What a node pulls (compressed layers), in bytes; 0 when not known."
     )
@@ -129,7 +130,7 @@ class IdleStopInput(InputSerializer):
     )
 
 
-class IdleStopOutput(serializers.Serializer):
+class IdleStopOutput(serializers.Serializer[Mapping[str, object]]):
     util_pct = serializers.IntegerField()
     minutes = serializers.IntegerField()
 
@@ -201,7 +202,7 @@ class InstanceCreateInput(InstanceUpdateInput):
     )
 
 
-class PortOutput(serializers.Serializer):
+class PortOutput(serializers.Serializer[Mapping[str, object]]):
     port = serializers.IntegerField()
     url = serializers.CharField(
         help_text="Its HTTPS address; the owner's console sign-in opens it."
@@ -216,7 +217,7 @@ class PortsInput(InputSerializer):
     )
 
 
-class PortsOutput(serializers.Serializer):
+class PortsOutput(serializers.Serializer[Mapping[str, object]]):
     ports = PortOutput(many=True)
 
 
@@ -224,13 +225,13 @@ class ShareCreateInput(InputSerializer):
     port = serializers.IntegerField(help_text="A served port: 8888 (Jupyter) or a declared one.")
 
 
-class ShareOutput(serializers.ModelSerializer):
+class ShareOutput(serializers.ModelSerializer[PortShare]):
     class Meta:
         model = PortShare
         fields = ["id", "port", "created_at"]
 
 
-class ShareCreatedOutput(serializers.ModelSerializer):
+class ShareCreatedOutput(serializers.ModelSerializer[PortShare]):
     url = serializers.SerializerMethodField(
         help_text="The link, shown this once: whoever holds it can open the port until revoked."
     )
@@ -243,7 +244,7 @@ class ShareCreatedOutput(serializers.ModelSerializer):
         return str(self.context["url"])
 
 
-class SshOutput(serializers.Serializer):
+class SshOutput(serializers.Serializer[Mapping[str, object]]):
     host = serializers.CharField()
     port = serializers.IntegerField()
     user = serializers.CharField()
@@ -255,6 +256,7 @@ class SshOutput(serializers.Serializer):
     )
 
 
+# The readers below take an Instance or an instance_page row shaped like one (SHAPE): Any.
 def _ssh(obj: Any) -> dict[str, Any] | None:
     if obj.status != "running" or not obj.ssh_port:
         return None
@@ -325,7 +327,7 @@ def _idle_stop(obj: Any) -> dict[str, int] | None:
     return idle.as_dict() if idle else None
 
 
-class InstanceOutput(serializers.ModelSerializer):
+class InstanceOutput(serializers.ModelSerializer[Instance]):
     """A rented instance: its status, what it runs on, how to reach it and what it cost."""
 
     # The keys and their values come from SHAPE. A list passes `queue_positions` in the
@@ -407,7 +409,7 @@ def _iso(value: Any, tz: tzinfo | None) -> str | None:
     return _DATETIME.to_representation(value)
 
 
-class InstanceEventOutput(serializers.ModelSerializer):
+class InstanceEventOutput(serializers.ModelSerializer[InstanceEvent]):
     message = serializers.CharField(source="text", help_text="In the request's language.")
 
     class Meta:
@@ -424,7 +426,7 @@ class DiskAttachInput(InputSerializer):
     )
 
 
-class GpuSampleOutput(serializers.Serializer):
+class GpuSampleOutput(serializers.Serializer[Mapping[str, object]]):
     at = serializers.DateTimeField()
     util = serializers.IntegerField(allow_null=True)
     mem_used_mb = serializers.IntegerField(allow_null=True)
@@ -432,17 +434,17 @@ class GpuSampleOutput(serializers.Serializer):
     power_w = serializers.FloatField(allow_null=True)
 
 
-class GpuSeriesOutput(serializers.Serializer):
+class GpuSeriesOutput(serializers.Serializer[Mapping[str, object]]):
     gpu = serializers.IntegerField(help_text="The GPU's index on its node.")
     uuid = serializers.CharField()
     samples = GpuSampleOutput(many=True, help_text="Oldest first.")
 
 
-class InstanceMetricsOutput(serializers.Serializer):
+class InstanceMetricsOutput(serializers.Serializer[Mapping[str, object]]):
     results = GpuSeriesOutput(many=True, help_text="One series per GPU of the instance.")
 
 
-class AutoStopSavingsOutput(serializers.Serializer):
+class AutoStopSavingsOutput(serializers.Serializer[Mapping[str, object]]):
     since = serializers.DateTimeField(help_text="The start of this month (platform time zone).")
     saved_fen = serializers.IntegerField(
         help_text="For each automatic stop this month: the hourly price times the time until "

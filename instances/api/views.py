@@ -1,10 +1,12 @@
 from datetime import timedelta
+from typing import TypeVar
 
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import AllowAny
@@ -15,7 +17,7 @@ from rest_framework.views import APIView
 from billing.api.serializers import TcoInput, TcoOutput
 from billing.calculator import tco_compare
 from compute.models import Image, Offering
-from fleet.models import GpuModel
+from fleet.models import GpuModel, Region
 from instances.admission import ACCOUNT_LIMITS
 from instances.api.serializers import (
     AutoStopSavingsOutput,
@@ -65,20 +67,22 @@ from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, 
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import InvalidInput
 
+M = TypeVar("M", bound=Model)
 
-class CatalogList(generics.ListAPIView):
+
+class CatalogList(generics.ListAPIView[M]):
     """Public catalog reads: prices and availability are no secret. Short lists, never paged."""
 
-    authentication_classes: list = []
+    authentication_classes: list[type[BaseAuthentication]] = []
     permission_classes = [AllowAny]
     pagination_class = WholeList
 
 
 @extend_schema_view(get=extend_schema(operation_id="gpu_models_list"))
-class GpuModelListView(CatalogList):
+class GpuModelListView(CatalogList[GpuModel]):
     serializer_class = GpuModelOutput
 
-    def get_queryset(self) -> QuerySet:
+    def get_queryset(self) -> QuerySet[GpuModel]:
         return GpuModel.objects.order_by("name")
 
 
@@ -96,7 +100,7 @@ class GpuModelListView(CatalogList):
         responses={200: OfferingOutput(many=True), **errors(400)},
     )
 )
-class OfferingListView(CatalogList):
+class OfferingListView(CatalogList[Offering]):
     serializer_class = OfferingOutput
 
     def list(self, request: Request) -> Response:
@@ -116,7 +120,7 @@ class TcoView(APIView):
     """Public: compare buying, a traditional cloud and Starverse for one training job. The
     Starverse column is the price of a catalog offering (`starverse.offering`), as on Rent."""
 
-    authentication_classes: list = []
+    authentication_classes: list[type[BaseAuthentication]] = []
     permission_classes = [AllowAny]
 
     @extend_schema(operation_id="calculator_tco", request=TcoInput, responses=TcoOutput)
@@ -132,20 +136,23 @@ class TcoView(APIView):
 
 
 @extend_schema_view(get=extend_schema(operation_id="regions_list"))
-class RegionListView(CatalogList):
+class RegionListView(CatalogList[Region]):
     """The regions (clusters) an order or a disk may name, with their GPUs free now."""
 
-    serializer_class = RegionOutput
+    # It reads the regions' overview (instances.selectors.regions_overview), not Region rows.
+    serializer_class = RegionOutput  # type: ignore[assignment]
 
     def list(self, request: Request) -> Response:
-        return WholeList().get_paginated_response(RegionOutput(regions_overview(), many=True).data)
+        # many=True takes a list of rows (DRF's __new__ makes a ListSerializer); the stubs, one.
+        listed = RegionOutput(regions_overview(), many=True)  # type: ignore[arg-type]
+        return WholeList().get_paginated_response(listed.data)
 
 
 @extend_schema_view(get=extend_schema(operation_id="images_list"))
-class ImageListView(CatalogList):
+class ImageListView(CatalogList[Image]):
     serializer_class = ImageOutput
 
-    def get_queryset(self) -> QuerySet:
+    def get_queryset(self) -> QuerySet[Image]:
         return Image.objects.filter(active=True)
 
 
@@ -302,7 +309,10 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         instance = self.get_object()
         data = self.parse(request, DiskAttachInput)
         disk = disk_attach(
-            instance=instance, disk_id=data["disk"], restart=data["restart"], actor=request.user
+            instance=instance,
+            disk_id=data["disk"],
+            restart=data["restart"],
+            actor=signed_in_user(request),
         )
         audit_request(request, "disk.attached", disk, instance=instance.pk)
         return self._accepted(instance)
@@ -317,7 +327,10 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     def detach(self, request: Request, pk: str | None = None, disk: str = "") -> Response:
         instance = self.get_object()
         detached = disk_detach(
-            instance=instance, disk_id=disk, restart=_flag(request, "restart"), actor=request.user
+            instance=instance,
+            disk_id=disk,
+            restart=_flag(request, "restart"),
+            actor=signed_in_user(request),
         )
         audit_request(request, "disk.detached", detached, instance=instance.pk)
         return self._accepted(instance)

@@ -220,7 +220,7 @@ def _names_assign(instance: Instance) -> None:
     before anything is created, so a terminate finds whatever a cut-short pass left."""
     if instance.k8s_name:
         return
-    instance.k8s_namespace = manifests.namespace_name(instance.tenant_id)
+    instance.k8s_namespace = kube.namespace_name(instance.tenant_id)
     instance.k8s_name = manifests.instance_name(instance.id)
     instance.jupyter_token = instance.jupyter_token or secrets.token_urlsafe(24)
     Instance.objects.filter(pk=instance.pk).update(
@@ -287,7 +287,7 @@ def _authorized_keys(instance: Instance) -> str:
     return "\n".join(keys.values_list("public_key", flat=True)) + "\n"
 
 
-def _storage(instance: Instance) -> tuple[list[Disk], object | None]:
+def _storage(instance: Instance) -> tuple[list[Disk], SharedStorage | None]:
     """The instance's attached cloud disks and its tenant's shared NAS, their claims made sure
     of (a disk's creation task may not have run yet). The NAS lives in the default region's
     cluster: instances of other regions do not mount it."""
@@ -394,7 +394,7 @@ def events_mirror(instance: Instance) -> None:
     events_record(instance, events)
 
 
-def events_record(instance: Instance, events: list[dict]) -> int:
+def events_record(instance: Instance, events: list[dict[str, Any]]) -> int:
     """Record the events not seen before on the instance's timeline, in the cluster's words
     (Kubernetes speaks English); returns how many were new."""
     seen = set(instance.seen_event_uids)

@@ -3,16 +3,19 @@ the managed-by label and the starverse.io labels on everything."""
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
 
 from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
+from instances.models import Instance
 from starverse.core.hostkeys import HostKey
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
 from starverse.core.links import public_url
 from storage.manifests import volumes_and_mounts
+from storage.models import Disk, SharedStorage
 
 # The image contract (docs/images.md): tini as PID 1 (it reaps zombies and forwards SIGTERM)
 # runs the platform's init package, which installs the access Secret mounted at ACCESS_DIR.
@@ -34,7 +37,7 @@ def disk_name(instance_id: str) -> str:
     return f"disk-{instance_id.split('_', 1)[1].lower()}"
 
 
-def labels(instance: Any) -> dict[str, str]:
+def labels(instance: Instance) -> dict[str, str]:
     return {
         **MANAGED,
         "starverse.io/tenant": tenant_label(instance.tenant_id),
@@ -171,7 +174,7 @@ def endpoint_network_policy(tenant_id: str) -> dict[str, Any]:
 
 
 def ssh_secret(
-    instance: Any, authorized_keys: str, jupyter_token: str, host_key: HostKey | None
+    instance: Instance, authorized_keys: str, jupyter_token: str, host_key: HostKey | None
 ) -> dict[str, Any]:
     """The per-instance access Secret, mounted at ACCESS_DIR: the public keys that may log in
     (the image's init follows changes to them), the Jupyter token and the SSH host key pair,
@@ -193,7 +196,7 @@ def ssh_secret(
     }
 
 
-def disk_claim(instance: Any) -> dict[str, Any]:
+def disk_claim(instance: Instance) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -215,7 +218,10 @@ def disk_claim(instance: Any) -> dict[str, Any]:
 
 
 def pod(
-    instance: Any, node_name: str, disks: list[Any] | tuple = (), nas: Any = None
+    instance: Instance,
+    node_name: str,
+    disks: Sequence[Disk] = (),
+    nas: SharedStorage | None = None,
 ) -> dict[str, Any]:
     """The instance's pod, pinned to its node: its GPUs and the rest of its offering, shared
     memory, its own disk, its cloud disks and NAS, the public pool read-only at /public, its
@@ -249,7 +255,7 @@ def pod(
     }
 
 
-def _main_container(instance: Any, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
+def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
     offering = instance.offering
     resources = {
         "nvidia.com/gpu": str(offering.gpu_count),

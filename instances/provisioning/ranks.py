@@ -251,7 +251,9 @@ def headless_service(instance: Any) -> dict[str, Any]:
     }
 
 
-def ssh_key_secret(instance: Any, private_openssh: str, known_hosts: str, layout: Layout) -> dict:
+def ssh_key_secret(
+    instance: Any, private_openssh: str, known_hosts: str, layout: Layout
+) -> dict[str, Any]:
     """The cluster's SSH key pair (every rank logs in to every other with it), the ranks' host
     keys as known_hosts, and the ssh_config lines for the cluster's hosts; the image's init
     installs them for root."""

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import SimpleNamespace
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Max, Q
@@ -104,7 +105,7 @@ def _swept_namespaces(*, now: datetime) -> list[str]:
             .values_list("tenant_id", flat=True)
             .distinct()
         )
-    wanted = {manifests.namespace_name(tenant_id) for tenant_id in tenants}
+    wanted = {kube.namespace_name(tenant_id) for tenant_id in tenants}
     return sorted(
         item["metadata"]["name"]
         for item in kube.tenant_namespaces()
@@ -261,7 +262,7 @@ def _wanted_claims(namespaces: list[str]) -> set[tuple[str, str]]:
     for tenant_id, name in SharedStorage.objects.exclude(
         status=SharedStorage.Status.DELETED
     ).values_list("tenant_id", "k8s_name"):
-        wanted.add((manifests.namespace_name(tenant_id), name))
+        wanted.add((kube.namespace_name(tenant_id), name))
     scheme, _sep, pool = settings.PUBLIC_POOL_SOURCE.partition("://")
     if scheme == "pvc":
         wanted |= {(namespace, pool) for namespace in namespaces}
@@ -271,7 +272,7 @@ def _wanted_claims(namespaces: list[str]) -> set[tuple[str, str]]:
 def _mirror_warnings() -> int:
     """Warnings about running pods (OOMKilled, BackOff, FailedMount …) join the instance's
     timeline once each, whatever the phase: one list call for the whole cluster."""
-    by_pod: dict[tuple[str, str], list[dict]] = {}
+    by_pod: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for event in kube.warning_events():
         involved = event.get("involvedObject") or {}
         key = (involved.get("namespace") or "", involved.get("name") or "")

@@ -2,15 +2,29 @@
 happened or, in the service's own words, why not."""
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from starverse.core.errors import ServiceError
 from starverse.core.roles import require_own_or_manager
+
+if TYPE_CHECKING:  # the core names the user model only for the type checker (import contracts)
+    from starverse.accounts.models import User
+
+
+def page_user(request: HttpRequest) -> "User":
+    """The signed-in user of a console or admin page, typed as the project's User. Console pages
+    that ask are behind login_required and admin pages behind the admin site's staff check, so
+    an anonymous visitor was already sent away; one that gets here anyway is refused."""
+    user = request.user
+    if not user.is_authenticated:
+        raise PermissionDenied
+    return user
 
 
 def run_service(request: HttpRequest, action: Callable[[], Any], done: str) -> bool:

@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from functools import cache
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from django.conf import settings
 from kubernetes import client, config
@@ -71,14 +71,35 @@ IN_CLUSTER = "in-cluster"
 RETRYABLE_STATUSES = (0, 429, 500, 502, 503, 504)
 
 
+# Celery task options as TypedDicts: spread into shared_task(**...), they keep its typed
+# overloads (a plain dict would make every task it decorates untyped).
+class TaskRetry(TypedDict):
+    autoretry_for: tuple[type[BaseException], ...]
+    retry_backoff: int
+    retry_backoff_max: int
+    retry_jitter: bool
+    max_retries: int | None
+
+
+class KubeTaskOptions(TaskRetry):
+    bind: Literal[True]
+    acks_late: bool
+    ignore_result: bool
+
+
 # How a task that talks to the cluster retries: only retryable errors, with backoff and jitter.
-TASK_RETRY: dict[str, Any] = {
+TASK_RETRY: TaskRetry = {
     "autoretry_for": (RetryableKubeError,),
     "retry_backoff": 2,
     "retry_backoff_max": 120,
     "retry_jitter": True,
     "max_retries": 12,
 }
+# A task that converges one object in the cluster: bound (it retries itself while the object is
+# still pending), acknowledged once done, no result kept, retrying as above.
+KUBE_TASK: KubeTaskOptions = {"bind": True, "acks_late": True, "ignore_result": True, **TASK_RETRY}
+# The same, retrying for as long as the object takes (provisioning waits on the cluster).
+KUBE_TASK_UNTIL_DONE: KubeTaskOptions = {**KUBE_TASK, "max_retries": None}
 MANAGED = {"app.kubernetes.io/managed-by": "starverse"}
 # Kinds outside the core API groups, reached through the custom-objects client: (group,
 # version, plural). HTTPRoutes are the gateway's routes to the instances (Gateway API).

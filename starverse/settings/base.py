@@ -6,12 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+import django_stubs_ext
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from starverse.core.sites import exact_origin, origin_host, origin_of, under_domain
 from starverse.env import env_bool, env_int, env_list, env_optional, env_str
+
+# Django's generic classes (ModelAdmin[Node], ModelForm[Instance]) subscriptable at run time.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(env_str("STARVERSE_VAR_DIR", str(BASE_DIR / "var")))

@@ -1,18 +1,19 @@
+from datetime import datetime
 from typing import Any
 
 from rest_framework import serializers
 
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
-from storage.models import Disk
+from storage.models import Disk, SharedStorage
 
 _DATETIME = serializers.DateTimeField()
 
 
-def _iso(value: Any) -> str | None:
+def _iso(value: datetime | None) -> str | None:
     return _DATETIME.to_representation(value) if value else None
 
 
-class DiskOutput(serializers.ModelSerializer):
+class DiskOutput(serializers.ModelSerializer[Disk]):
     attached_to = serializers.CharField(source="instance_id", allow_null=True)
     mount_path = serializers.CharField()
     delete_after = serializers.DateTimeField(
@@ -62,7 +63,7 @@ class NasInput(InputSerializer):
     size_gb = StrictIntegerField(min_value=1)
 
 
-class NasOutput(serializers.Serializer):
+class NasOutput(serializers.Serializer[SharedStorage]):
     id = serializers.CharField()
     size_gb = serializers.IntegerField(help_text="The quota.")
     status = serializers.CharField()

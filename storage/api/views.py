@@ -26,7 +26,7 @@ from storage.api.serializers import (
 )
 from storage.billing import open_arrears
 from storage.disks import disk_create, disk_delete, disk_resize
-from storage.models import Disk
+from storage.models import Disk, SharedStorage
 from storage.nas import nas_delete, nas_for_tenant, nas_set_size
 
 
@@ -92,7 +92,7 @@ class NasView(APIView):
     """The caller's shared NAS: one ReadWriteMany volume per account at /nas in every instance.
     PUT creates it with a quota or grows it; it cannot shrink."""
 
-    def _get(self, request: Request) -> Any:
+    def _get(self, request: Request) -> SharedStorage:
         nas = nas_for_tenant(signed_in_user(request).tenant_id)
         if nas is None:
             raise NotFound(_("You have no shared NAS; create one with PUT."), code="no_nas")

@@ -311,7 +311,7 @@ def test_the_shared_nas_is_mounted_everywhere_and_its_usage_is_measured(renter, 
     for instance in (first, second):
         converge_until(converge.provision, instance.id)
         assert _mounts(_pod(instance))["/nas"] == nas.k8s_name
-    namespace = manifests.namespace_name(nas.tenant_id)
+    namespace = kube.namespace_name(nas.tenant_id)
     claim = read_existing("PersistentVolumeClaim", namespace, nas.k8s_name)
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
 

@@ -1,7 +1,7 @@
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet.models import DEFAULT_REGION, Node, Region
 from fleet.selectors import region_target
@@ -17,7 +17,7 @@ class Command(BaseCommand):
         "DIR/<node>.token (for the demo's simulated agents)."
     )
 
-    def add_arguments(self, parser: Any) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--agent-tokens", metavar="DIR")
         parser.add_argument("--region", default=DEFAULT_REGION, help="the region to sync")
 

@@ -1,6 +1,6 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from fleet.services import region_register
 
@@ -11,7 +11,7 @@ class Command(BaseCommand):
         "and the path of its kubeconfig in the worker's pod (blank: the KUBECONFIG setting)."
     )
 
-    def add_arguments(self, parser: Any) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", help="the region's id, e.g. cn-east-1")
         parser.add_argument("--display-name", default="", help="as users see it")
         parser.add_argument("--kubeconfig", default="", help="kubeconfig file, or in-cluster")
