@@ -5,9 +5,10 @@ instances on it. They decide; the state machine (instances.states) moves."""
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -91,17 +92,18 @@ def ssh_keys_own(user: User, key_ids: list[str]) -> list[str]:
     return list(dict.fromkeys(key_ids))
 
 
-_CATALOG: dict[tuple[str, str], tuple[float, Any]] = {}
+_CATALOG: dict[tuple[str, str], tuple[float, Any]] = {}  # Any: an offering or an image
+C = TypeVar("C")
 CATALOG_TTL_S = 5.0
 
 
-def _cached(kind: str, key: str, load: Any) -> Any:
+def _cached(kind: str, key: str, load: Callable[[], C]) -> C:
     """Active offerings and images change rarely and are read by every order: each process
     keeps them for a few seconds."""
     now = time.monotonic()
     hit = _CATALOG.get((kind, key))
     if hit is not None and now - hit[0] < CATALOG_TTL_S:
-        return hit[1]
+        return cast(C, hit[1])
     value = load()
     _CATALOG[(kind, key)] = (now, value)
     return value
