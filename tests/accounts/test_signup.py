@@ -34,7 +34,7 @@ def test_api_signup_opens_the_account_without_the_trial_and_mails_a_link(
     assert body["email_verified"] is False
     assert body["trial"] == {"status": "pending_verification", "amount_fen": 1000}
     me = api.get("/api/v1/me", HTTP_AUTHORIZATION=f"Bearer {body['token']}").json()
-    assert me["balance"] == {"cash_fen": 0, "promo_fen": 0, "total_fen": 0}
+    assert me["balance"] == {"cash_fen": 0, "promo_fen": 0, "pending_fen": 0, "total_fen": 0}
     assert (me["email_verified"], me["trial"]["status"]) == (False, "pending_verification")
     user = User.objects.get()
     assert (user.canonical_email, user.email_verified_at) == ("li.lei@pku.edu.cn", None)
