@@ -14,10 +14,10 @@ PYTEST_WORKERS ?= 2
 # `make run` (devstack/postgres.py), started for them and stopped after unless it was running.
 WITH_DATABASE := $(PY) -m devstack.postgres run --
 
-.PHONY: help run test lint typecheck fmt schema bench messages audit clean
+.PHONY: help run test test-fast lint typecheck fmt schema bench messages audit clean
 
 help:  ## List the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.lock requirements-dev.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,14 @@ test: $(STAMP)  ## Lint, import contracts, types, migration and deploy checks, t
 	  PUBLIC_POOL_SOURCE=$${PUBLIC_POOL_SOURCE:-nfs://pool.example/public} \
 	  $(PY) manage.py check --deploy --fail-level WARNING
 	$(WITH_DATABASE) $(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+# The unit lane (tests/conftest.py, docs/conventions.md#tests): the test databases are kept
+# between runs (--reuse-db; `PYTEST_ARGS=--create-db` makes them again) and Python may cache
+# bytecode and pytest its rewritten test modules in the ignored __pycache__ folders, which
+# PYTHONDONTWRITEBYTECODE would forbid: each worker would compile every module again.
+test-fast: $(STAMP)  ## The unit lane: no Kubernetes emulator, browser or live server
+	PYTHONDONTWRITEBYTECODE= $(WITH_DATABASE) $(PY) -m pytest --fast -n $(PYTEST_WORKERS) \
+	  --reuse-db $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff check and format check, import contracts
 	$(PY) -m ruff check .

@@ -5,6 +5,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,137 @@ from devstack.stripe import StripeFake
 from fleet.services import nodes_sync_from_cluster
 from starverse.core import kube
 from tests.factories import make_token, make_user
+
+# The unit lane (`make test-fast`, `pytest --fast`): the suite less every test that needs one of
+# these fixtures (directly, through other fixtures, or asked for while it runs: the guard below
+# fails such a test in the lane) or that is in one of SLOW_MODULES. Such tests carry the `slow`
+# marker, applied here and nowhere else; `make test` runs them all. docs/conventions.md#tests
+LANE_FIXTURES = {
+    "kube_emulator": "uses the Kubernetes emulator",
+    "browser": "drives a browser",
+    "live_server": "serves the console in a live server",
+    "transactional_db": "commits, so its database is flushed after it",
+}
+# Modules whose tests start processes, servers or an emulator of their own, or walk every API
+# operation: the fixtures above cannot say so. Left out of the lane at collection.
+SLOW_MODULES = {
+    "api/test_conformance.py": "Schemathesis requests to every API operation",
+    "api/test_hostile_input.py": "hostile input to every API operation, as three users",
+    "api/test_schema_walk.py": "every API operation's answers; some on the Kubernetes emulator",
+    "cli/test_make_run.py": "drives `make run`",
+    "cli/test_package.py": "builds the CLI's package",
+    "clusters/test_preflight.py": "starts a Kubernetes emulator of its own",
+    "clusters/test_rank_provisioning.py": "starts a Kubernetes emulator of its own",
+    "clusters/test_scaling.py": "starts a Kubernetes emulator of its own",
+    "core/test_dispatch.py": "starts fresh interpreters",
+    "core/test_heap.py": "starts the web and worker processes",
+    "core/test_keep_alive.py": "serves the project with gunicorn",
+    "core/test_migrations.py": "migrates a database of the old layout forward",
+    "core/test_production_settings.py": "loads the production settings in fresh interpreters",
+    "deploy/test_helm_chart.py": "renders the Helm chart and validates every object",
+    "devstack/test_kube.py": "starts Kubernetes emulators of its own",
+    "devstack/test_kube_exec.py": "starts a Kubernetes emulator of its own",
+    "devstack/test_kube_gpu.py": "starts Kubernetes emulators of its own",
+    "devstack/test_kube_keda.py": "starts a Kubernetes emulator of its own",
+    "devstack/test_kube_more.py": "starts Kubernetes emulators of its own",
+    "devstack/test_kube_rbac.py": "starts a Kubernetes emulator of its own",
+    "devstack/test_postgres.py": "starts PostgreSQL servers",
+    "endpoints/test_rbac.py": "uses the Kubernetes emulator of instances/test_cluster_rbac.py",
+    "images/test_init_cluster_ssh.py": "runs the images' init and a real sshd",
+    "images/test_init_ssh.py": "runs the images' init and a real sshd",
+    "instances/test_cluster_rbac.py": "starts a Kubernetes emulator of its own",
+    "instances/test_regions.py": "starts a Kubernetes emulator of its own",
+    "nodeagent/test_package.py": "builds the node agent's package",
+}
+TESTS = Path(__file__).parent
+# A test of the lane that takes longer than this is named at the end of the run.
+LANE_BUDGET_S = 2.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the unit lane: leave out the tests marked slow (make test-fast)",
+    )
+
+
+def _slow_reason(item: pytest.Item) -> str | None:
+    """Why a test is not a unit test (None: it is)."""
+    if item.path.is_relative_to(TESTS):
+        module = item.path.relative_to(TESTS).as_posix()
+        if module in SLOW_MODULES:
+            return SLOW_MODULES[module]
+    for name in getattr(item, "fixturenames", ()):
+        if name in LANE_FIXTURES:
+            return LANE_FIXTURES[name]
+    marker = item.get_closest_marker("django_db")
+    if marker and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")):
+        return LANE_FIXTURES["transactional_db"]
+    return None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    inside = collection_path.is_relative_to(TESTS)
+    if inside and config.getoption("fast"):
+        return collection_path.relative_to(TESTS).as_posix() in SLOW_MODULES or None
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    lane, left_out = [], []
+    for item in items:
+        if _slow_reason(item) is None:
+            lane.append(item)
+        else:
+            item.add_marker(pytest.mark.slow)
+            left_out.append(item)
+    if config.getoption("fast") and left_out:
+        items[:] = lane
+        config.hook.pytest_deselected(items=left_out)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest) -> None:
+    """In the lane, a test that asks for a lane fixture while it runs fails, saying why."""
+    reason = LANE_FIXTURES.get(fixturedef.argname)
+    if reason and request.config.getoption("fast"):
+        pytest.fail(f"not a unit test: it {reason}; add its module to SLOW_MODULES", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lane_refuses_emulators(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In the lane, a test that starts a Kubernetes emulator of its own fails, saying why."""
+    if not request.config.getoption("fast"):
+        yield
+        return
+
+    def start(self: KubeEmulator) -> KubeEmulator:
+        pytest.fail(
+            "not a unit test: it starts a Kubernetes emulator; see SLOW_MODULES", pytrace=False
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(KubeEmulator, "start", start)
+        yield
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The lane's tests over LANE_BUDGET_S, slowest first: each belongs in SLOW_MODULES or
+    wants a cheaper set-up, so that the lane stays fast."""
+    if not config.getoption("fast"):
+        return
+    durations: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                durations[report.nodeid] = durations.get(report.nodeid, 0.0) + report.duration
+    over = sorted(((d, n) for n, d in durations.items() if d > LANE_BUDGET_S), reverse=True)
+    if over:
+        terminalreporter.section(f"unit lane: {len(over)} tests over {LANE_BUDGET_S:.0f} s")
+        for duration, nodeid in over:
+            terminalreporter.write_line(f"{duration:6.2f}s {nodeid}")
+
 
 # The ledger refuses TRUNCATE (billing migration 0004) unless the transaction has set this; the
 # flush that empties the database after each transactional test is the one place that does.

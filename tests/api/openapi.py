@@ -86,10 +86,16 @@ def _json_schema(node: Any, *, closed: bool) -> Any:
     return out
 
 
-def validator(schema: dict[str, Any], *, closed: bool) -> Draft202012Validator:
+@cache
+def _defs(closed: bool) -> dict[str, Any]:
+    """The schema's components as $defs, converted once a session: every validator shares them
+    (validating reads a schema, never changes it)."""
     components = code_schema()["components"]["schemas"]
-    defs = {name: _json_schema(value, closed=closed) for name, value in components.items()}
-    return Draft202012Validator({**_json_schema(schema, closed=closed), "$defs": defs})
+    return {name: _json_schema(value, closed=closed) for name, value in components.items()}
+
+
+def validator(schema: dict[str, Any], *, closed: bool) -> Draft202012Validator:
+    return Draft202012Validator({**_json_schema(schema, closed=closed), "$defs": _defs(closed)})
 
 
 def problems(schema: dict[str, Any], body: Any, *, closed: bool) -> list[str]:

@@ -12,7 +12,9 @@ replaced them; it has, and the list is empty. It may only shrink: the test fails
 its entries is gone or back under the limit, to have it taken off."""
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from tests.product_code import PRODUCT_PACKAGES, ROOT, product_files
@@ -57,15 +59,17 @@ def functions_in(source: str, path: str = "<source>") -> list[Function]:
     return found
 
 
-def too_long(functions: list[Function]) -> list[Function]:
+def too_long(functions: Sequence[Function]) -> list[Function]:
     return [function for function in functions if function.length > MAX_LINES]
 
 
-def product_functions() -> list[Function]:
+@cache
+def product_functions() -> tuple[Function, ...]:
+    """Read once a session: two tests walk the same files."""
     functions = []
     for relative in product_files():
         functions += functions_in((ROOT / relative).read_text(), relative.as_posix())
-    return functions
+    return tuple(functions)
 
 
 def test_no_function_in_product_code_is_over_the_limit():

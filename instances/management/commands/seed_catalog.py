@@ -162,86 +162,111 @@ class Command(BaseCommand):
     help = "Seed the demo catalog: GPU models, offerings and images. Safe to run repeatedly."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        for kind, fen in STORAGE_PRICES.items():
-            StoragePrice.objects.get_or_create(kind=kind, defaults={"price_per_gb_day_fen": fen})
-        for sort, (key, name, product, memory, interconnect, premium) in enumerate(GPU_MODELS):
-            model, _ = GpuModel.objects.get_or_create(
+        prices = [StoragePrice(kind=k, price_per_gb_day_fen=f) for k, f in STORAGE_PRICES.items()]
+        _missing_create(StoragePrice, "kind", prices, unique=True)
+        models = [
+            GpuModel(
                 id=key,
-                defaults={
-                    "name": name,
-                    "product": product,
-                    "memory_gb": memory,
-                    "interconnect": interconnect,
-                    "premium": premium,
-                },
+                name=name,
+                product=product,
+                memory_gb=memory,
+                interconnect=interconnect,
+                premium=premium,
             )
-            _offerings_seed(model, sort)
-        _node_profiles_seed()
-        _images_seed()
+            for key, name, product, memory, interconnect, premium in GPU_MODELS
+        ]
+        _missing_create(GpuModel, "id", models, unique=True)
+        _missing_create(
+            Offering,
+            "name",
+            [offering for sort, model in enumerate(models) for offering in _offerings(model, sort)],
+            unique=False,  # names are not unique: a clash of slugs fails, as it always did
+        )
+        _missing_create(NodeProfile, "name", _node_profiles(), unique=True)
+        _missing_create(Image, "id", _images(), unique=True)
         self.stdout.write(
             f"Catalog: {GpuModel.objects.count()} GPU models, "
             f"{Offering.objects.count()} offerings, {Image.objects.count()} images."
         )
 
 
-def _offerings_seed(model: GpuModel, sort: int) -> None:
+def _missing_create(model: type[Any], key: str, rows: list[Any], *, unique: bool) -> None:
+    """Insert the rows whose `key` no row has yet, in one statement: a row already there (an
+    operator may have changed it) is left as it is. Seeding runs at every `make run` and in
+    many tests, where a get_or_create per row cost ~150 queries."""
+    there = set(
+        model.objects.filter(**{f"{key}__in": [getattr(row, key) for row in rows]}).values_list(
+            key, flat=True
+        )
+    )
+    # On a unique key, the row of a seeding that ran meanwhile wins, as with get_or_create.
+    model.objects.bulk_create(
+        [row for row in rows if getattr(row, key) not in there], ignore_conflicts=unique
+    )
+
+
+def _offerings(model: GpuModel, sort: int) -> list[Offering]:
     """The offerings of one GPU model (offering_rows), priced and sized from PRICING, after
-    the model's place (`sort`) in GPU_MODELS. One already there, by name, is left as it is."""
+    the model's place (`sort`) in GPU_MODELS."""
     key = model.id
     per_gpu, node_hour, node_month, cores, ram, nvme = PRICING[key]
+    offerings = []
     for slug, english, chinese, model_key, count in offering_rows():
         if model_key != key:
             continue
         bare = slug.endswith("-bare-metal")
-        Offering.objects.get_or_create(
-            name=english,
-            defaults={
-                "name_zh_hans": chinese,
-                "slug": slug,
-                "kind": "bare_metal" if bare else "cloud",
-                "gpu_model": model,
-                "gpu_count": count,
-                "cpu_cores": cores * count,
-                "memory_gb": ram * count,
-                "local_disk_gb": nvme * count,
-                "price_per_hour_fen": (node_hour or 0) if bare else per_gpu * count,
-                "price_per_month_fen": node_month if bare else None,
-                "trial_price_per_hour_fen": TRIAL_PRICES.get(slug),
-                "preflight_floor_gbps": PREFLIGHT_FLOORS.get(key) if bare else None,
-                "sort": sort * 10 + (0 if bare else count),
-            },
+        offerings.append(
+            Offering(
+                name=english,
+                name_zh_hans=chinese,
+                slug=slug,
+                kind="bare_metal" if bare else "cloud",
+                gpu_model=model,
+                gpu_count=count,
+                cpu_cores=cores * count,
+                memory_gb=ram * count,
+                local_disk_gb=nvme * count,
+                price_per_hour_fen=(node_hour or 0) if bare else per_gpu * count,
+                price_per_month_fen=node_month if bare else None,
+                trial_price_per_hour_fen=TRIAL_PRICES.get(slug),
+                preflight_floor_gbps=PREFLIGHT_FLOORS.get(key) if bare else None,
+                sort=sort * 10 + (0 if bare else count),
+            )
         )
+    return offerings
 
 
-def _node_profiles_seed() -> None:
-    """The seeded fleet's InfiniBand node profiles (NODE_PROFILES), once each by name."""
-    for name, product in NODE_PROFILES:
-        NodeProfile.objects.get_or_create(
+def _node_profiles() -> list[NodeProfile]:
+    """The seeded fleet's InfiniBand node profiles (NODE_PROFILES)."""
+    return [
+        NodeProfile(
             name=name,
-            defaults={
-                "node_selector": {"nvidia.com/gpu.product": product},
-                "rdma_resource": "rdma/rdma_shared_device_a",
-                "rdma_count": 1,
-                "nccl_env": NCCL_IB,
-            },
+            node_selector={"nvidia.com/gpu.product": product},
+            rdma_resource="rdma/rdma_shared_device_a",
+            rdma_count=1,
+            nccl_env=NCCL_IB,
         )
+        for name, product in NODE_PROFILES
+    ]
 
 
-def _images_seed() -> None:
+def _images() -> list[Image]:
     """The images of deploy/images (IMAGES), with their Chinese names and what a node pulls
-    of each, in IMAGES' order; one already there, by id, is left as it is."""
+    of each, in IMAGES' order."""
+    images = []
     for sort, (key, name, description, reference) in enumerate(IMAGES):
         size_bytes, prepull = IMAGE_PULLS[key]
-        Image.objects.get_or_create(
-            id=key,
-            defaults={
-                "name": name,
-                "name_zh_hans": IMAGES_ZH[key][0],
-                "description": description,
-                "description_zh_hans": IMAGES_ZH[key][1],
-                "container_image": reference,
-                "size_bytes": size_bytes,
-                "prepull": prepull,
-                "sort": sort,
-            },
+        images.append(
+            Image(
+                id=key,
+                name=name,
+                name_zh_hans=IMAGES_ZH[key][0],
+                description=description,
+                description_zh_hans=IMAGES_ZH[key][1],
+                container_image=reference,
+                size_bytes=size_bytes,
+                prepull=prepull,
+                sort=sort,
+            )
         )
+    return images
