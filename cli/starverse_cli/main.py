@@ -791,6 +791,9 @@ def cmd_balance(ctx: Context) -> int:
         ("Cash", yuan(row.get("cash_fen"))),
         ("Trial credit", yuan(row.get("promo_fen"))),
     ]
+    if row.get("pending_fen"):
+        # already taken off the figures above; the ledger gets it by the hour
+        pairs.append(("Used, not yet posted", yuan(row["pending_fen"])))
     if row.get("arrears_fen"):
         pairs.append(("Arrears", yuan(row["arrears_fen"])))
     if row.get("on_hold"):

@@ -316,6 +316,12 @@ def test_balance_in_yuan(cli_env, fake_api, monkeypatch):
     assert code == 0
     assert out == "Balance:      ¥105.50\nCash:         ¥100.00\nTrial credit: ¥5.50\n"
 
+    fake_api.answers.clear()
+    fake_api.on("GET", "/api/v1/billing/balance", body={**balance, "pending_fen": 220})
+    code, out, _err = run("balance")
+    assert code == 0
+    assert out.splitlines()[-1] == "Used, not yet posted: ¥2.20"
+
 
 def test_login_checks_the_token_before_saving_it(cli_env, fake_api, monkeypatch):
     monkeypatch.setenv("STARVERSE_API_URL", fake_api.url)
