@@ -200,7 +200,7 @@ def _decide(invoice_id: str, to: InvoiceStatus) -> InvoiceRequest:
 
 
 def invoice_issue(
-    *, invoice_id: str, actor: Any, number: str = "", pdf: File | None = None, note: str = ""
+    *, invoice_id: str, actor: Any, number: str = "", pdf: File[bytes] | None = None, note: str = ""
 ) -> InvoiceRequest:
     """Mark a request issued with the invoice's number, its PDF, or both; the tenant is
     e-mailed after commit."""

@@ -4,6 +4,7 @@ operators (OPERATOR_EMAILS, else the active superusers), chargebacks and refunds
 Stripe dashboard."""
 
 import logging
+from collections.abc import Mapping
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -29,7 +30,7 @@ logger = logging.getLogger(__name__)
 MAIL_LANGUAGES = ("zh-hans", "en")
 
 
-def _bilingual(template: str, context: dict) -> tuple[str, str]:
+def _bilingual(template: str, context: Mapping[str, object]) -> tuple[str, str]:
     """Subject and body in Simplified Chinese then English: users read either."""
     parts, subjects = [], []
     for language in MAIL_LANGUAGES:
@@ -65,14 +66,14 @@ def _recipients(
     )
 
 
-def mail_tenant(tenant_id: str, template: str, context: dict) -> None:
+def mail_tenant(tenant_id: str, template: str, context: Mapping[str, object]) -> None:
     """Send a bilingual money notice to a tenant's payers."""
     subject, body = _bilingual(template, {"console_url": public_url(), **context})
     send_mail(subject, body, None, _recipients(tenant_id))
 
 
 def mail_about_instance(
-    tenant_id: str, orderer_id: str | None, template: str, context: dict
+    tenant_id: str, orderer_id: str | None, template: str, context: Mapping[str, object]
 ) -> None:
     """Send a bilingual notice about one instance to whoever ordered it and, in a team, its
     owners and admins (a billing member can do nothing about it)."""
@@ -109,7 +110,7 @@ def operator_recipients() -> list[str]:
     )
 
 
-def _mail_operators(template: str, context: dict, what: str) -> None:
+def _mail_operators(template: str, context: Mapping[str, object], what: str) -> None:
     recipients = operator_recipients()
     if not recipients:
         logger.error("notice.operators_unreachable what=%s (set OPERATOR_EMAILS)", what)

@@ -222,7 +222,8 @@ def event_verify(payload: bytes, signature: str) -> dict[str, Any]:
         raise InvalidSignature("missing Stripe-Signature header")
     for secret in settings.STRIPE_WEBHOOK_SECRETS:
         try:
-            event = stripe.Webhook.construct_event(payload, signature, secret)
+            # construct_event's return is unannotated in the library; it builds an Event
+            event: stripe.Event = stripe.Webhook.construct_event(payload, signature, secret)
         except stripe.SignatureVerificationError:
             continue
         except ValueError as error:
