@@ -49,6 +49,7 @@ from billing.payments import (
     stripe_events_retry,
 )
 from starverse.core.adminurls import admin_change_url
+from starverse.core.console import page_user
 from starverse.core.errors import ServiceError
 from starverse.core.money import MoneyParseError, format_fen, parse_fen
 
@@ -280,7 +281,7 @@ class WalletAdmin(ReadOnlyAdmin[Wallet]):
         def act(data: dict[str, Any]) -> Outcome:
             result = adjustment_request(
                 wallet_id=wallet.id,
-                actor=request.user,
+                actor=page_user(request),
                 amount_fen=data["amount"],
                 reason=data["reason"],
             )
@@ -306,7 +307,7 @@ class WalletAdmin(ReadOnlyAdmin[Wallet]):
         def act(data: dict[str, Any]) -> Outcome:
             topup = bank_transfer_request(
                 wallet_id=wallet.id,
-                actor=request.user,
+                actor=page_user(request),
                 amount_fen=data["amount"],
                 payer=data["payer"],
                 reference=data["reference"],
@@ -410,7 +411,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin[LedgerTransaction]):
 
         def act(data: dict[str, Any]) -> Outcome:
             reversal = reversal_request(
-                transaction_id=txn.id, actor=request.user, reason=data["reason"]
+                transaction_id=txn.id, actor=page_user(request), reason=data["reason"]
             )
             if isinstance(reversal, AdjustmentRequest):
                 return Outcome(
@@ -517,7 +518,7 @@ class TopUpAdmin(ReadOnlyAdmin[TopUp]):
         def act(data: dict[str, Any]) -> Outcome:
             refund = refund_request(
                 topup_id=topup.id,
-                actor=request.user,
+                actor=page_user(request),
                 amount_fen=data["amount"],
                 reason=data["reason"],
             )
@@ -597,7 +598,7 @@ class AdjustmentRequestAdmin(ReadOnlyAdmin[AdjustmentRequest]):
                 )
                 continue
             try:
-                adjustment_decide(request_id=item.id, approve=approve, actor=request.user)
+                adjustment_decide(request_id=item.id, approve=approve, actor=page_user(request))
             except ServiceError as error:
                 self.message_user(request, f"{item.id}: {error.message}", messages.ERROR)
             else:
@@ -671,7 +672,7 @@ class StripeEventAdmin(ReadOnlyAdmin[StripeEvent]):
     def retry(self, request: HttpRequest, queryset: QuerySet[StripeEvent]) -> None:
         ids = list(queryset.values_list("id", flat=True))
         try:
-            queued = stripe_events_retry(event_ids=ids, actor=request.user)
+            queued = stripe_events_retry(event_ids=ids, actor=page_user(request))
         except ServiceError as error:
             self.message_user(request, error.message, messages.ERROR)
             return
@@ -846,7 +847,7 @@ class AccountHoldAdmin(ReadOnlyAdmin[AccountHold]):
         hold = get_object_or_404(AccountHold, pk=pk)
 
         def act(data: dict[str, Any]) -> Outcome:
-            lifted = hold_lift(hold_id=hold.id, reason=data["reason"], actor=request.user)
+            lifted = hold_lift(hold_id=hold.id, reason=data["reason"], actor=page_user(request))
             return Outcome(
                 messages.SUCCESS,
                 _("Hold %(id)s lifted.") % {"id": lifted.id},
@@ -978,7 +979,7 @@ class InvoiceRequestAdmin(ReadOnlyAdmin[InvoiceRequest]):
             try:
                 invoice_issue(
                     invoice_id=obj.id,
-                    actor=request.user,
+                    actor=page_user(request),
                     number=form.cleaned_data["number"],
                     pdf=form.cleaned_data["pdf"],
                     note=form.cleaned_data["note"],
@@ -996,7 +997,7 @@ class InvoiceRequestAdmin(ReadOnlyAdmin[InvoiceRequest]):
         if request.method == "POST" and form.is_valid():
             try:
                 invoice_reject(
-                    invoice_id=obj.id, actor=request.user, reason=form.cleaned_data["reason"]
+                    invoice_id=obj.id, actor=page_user(request), reason=form.cleaned_data["reason"]
                 )
             except ServiceError as error:
                 form.add_error(None, error.message)
