@@ -6,9 +6,10 @@ The Starverse side is never a number typed in: it is an offering of the catalog 
 read by instances.selectors.calculator_offering), so the calculator and Rent always agree."""
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from math import ceil
-from typing import Any
+from typing import Any, TypedDict
 
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -53,12 +54,20 @@ def round_half_up(value: Fraction) -> int:
     return sign * whole
 
 
+class Line(TypedDict):
+    """One line of an option's working: what, how it was reckoned, and the amount."""
+
+    label: str
+    formula: str
+    amount_fen: int
+
+
 @dataclass
 class Option:
     per_month_fen: int = 0
     job_fen: int = 0
     lifetime_fen: int | None = None
-    lines: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[Line] = field(default_factory=list)
 
     def line(self, label: str, formula: str, amount: Fraction) -> int:
         fen = round_half_up(amount)
@@ -76,11 +85,12 @@ class Option:
         return data
 
 
-def _f(value: Any) -> Fraction:
+# An input figure: validated input's (TcoInput: a Decimal or an int), a preset's or a price's.
+def _f(value: int | Decimal) -> Fraction:
     return Fraction(str(value))
 
 
-def _num(value: Any) -> str:
+def _num(value: int | Decimal) -> str:
     """An input as people write it: 42, 1.2, 8,000 — no trailing zeros."""
     fraction = _f(value)
     if fraction.denominator == 1:
@@ -88,7 +98,7 @@ def _num(value: Any) -> str:
     return f"{float(fraction):,.6f}".rstrip("0").rstrip(".")
 
 
-def _yuan(fen: Any) -> str:
+def _yuan(fen: int | Decimal) -> str:
     return format_fen(round_half_up(_f(fen)))
 
 
