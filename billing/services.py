@@ -12,6 +12,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.conf import settings
@@ -764,10 +765,10 @@ class UsageRow(NamedTuple):
     description: str
     price_kind: str
     reason: str
-    created_at: Any
+    created_at: datetime
 
 
-def _usage_row(txn_id: str, part: _Part, wallet: WalletBalance, now: Any) -> UsageRow:
+def _usage_row(txn_id: str, part: _Part, wallet: WalletBalance, now: datetime) -> UsageRow:
     """The posting of one part against its locked wallet, whose balances already follow it
     (a usage posting never changes arrears)."""
     return UsageRow(
