@@ -180,7 +180,7 @@ def refund_create(*, refund_id: str, payment_intent: str, amount_fen: int) -> Re
     return refund_from(obj)
 
 
-def _id_of(value: Any) -> str | None:
+def _id_of(value: str | StripeData | None) -> str | None:
     """An id Stripe sends either as a string or, expanded, as the object."""
     if value is None or isinstance(value, str):
         return value
