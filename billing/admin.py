@@ -3,17 +3,17 @@ ledger is read-only here; money moves only through the forms below, which call t
 services and record who and why. Invoices are issued or rejected through their own forms."""
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
@@ -49,31 +49,38 @@ from billing.payments import (
     stripe_events_retry,
 )
 from starverse.core.adminurls import admin_change_url
+from starverse.core.console import page_user
 from starverse.core.errors import ServiceError
 from starverse.core.money import MoneyParseError, format_fen, parse_fen
 
+if TYPE_CHECKING:  # a development dependency: the stubs' name for text or lazy text
+    from django_stubs_ext import StrOrPromise
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+_M = TypeVar("_M", bound=models.Model)
+_P = TypeVar("_P", bound=models.Model)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin[_M]):
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: _M | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: _M | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: _M | None = None) -> bool:
         return False
 
 
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(admin.TabularInline[_M, _P]):
     extra = 0
     can_delete = False
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: _P | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: _P | None = None) -> bool:
         return False
 
 
@@ -91,7 +98,7 @@ class YuanField(forms.CharField):
         return fen
 
 
-def _reason_field(label: Any = None) -> forms.CharField:
+def _reason_field(label: "StrOrPromise | None" = None) -> forms.CharField:
     return forms.CharField(label=label or _("Reason"), widget=forms.Textarea(attrs={"rows": 3}))
 
 
@@ -109,9 +116,10 @@ class BankTransferForm(forms.Form):
     reason = _reason_field(_("Note"))
 
     def clean_amount(self) -> int:
-        if self.cleaned_data["amount"] < 0:
+        amount: int = self.cleaned_data["amount"]
+        if amount < 0:
             raise forms.ValidationError(_("A bank transfer is a positive amount."))
-        return self.cleaned_data["amount"]
+        return amount
 
 
 class RefundForm(forms.Form):
@@ -134,7 +142,7 @@ def _posted_message(txn: LedgerTransaction) -> str:
 
 
 def _form_page(
-    request: HttpRequest, site: admin.AdminSite, title: str, form: forms.Form, obj: Any
+    request: HttpRequest, site: admin.AdminSite, title: str, form: forms.Form, obj: models.Model
 ) -> TemplateResponse:
     context = {
         **site.each_context(request),
@@ -148,7 +156,7 @@ def _form_page(
 
 # The permission each operator money view (and approving its requests) needs. Superusers hold
 # every permission; other staff need it granted (directly or through a group).
-PERMS = {
+PERMS: dict[str, str] = {
     AdjustmentRequest.Kind.ADJUSTMENT: "billing.post_adjustment",
     AdjustmentRequest.Kind.BANK_TRANSFER: "billing.post_bank_transfer",
     AdjustmentRequest.Kind.REVERSAL: "billing.reverse_transaction",
@@ -172,7 +180,16 @@ def _back(name: str, pk: str) -> HttpResponseRedirect:
     return HttpResponseRedirect(admin_change_url(f"billing_{name}", pk))
 
 
-Act = Callable[[dict[str, Any]], tuple[int, str, HttpResponseRedirect]]
+class Outcome(NamedTuple):
+    """What a money form's service call answers: a message at a level, and where to go."""
+
+    level: int
+    message: str
+    back: HttpResponseRedirect
+
+
+# A form's cleaned_data: each field's own type, hence Any.
+Act = Callable[[dict[str, Any]], Outcome]
 
 
 def _service_form(
@@ -181,7 +198,7 @@ def _service_form(
     *,
     form_class: type[forms.Form],
     title: str,
-    obj: Any,
+    obj: models.Model,
     act: Act,
 ) -> HttpResponse:
     """The operator money forms: a valid POST calls the service through `act`, which answers
@@ -199,7 +216,7 @@ def _service_form(
 
 
 @admin.register(Wallet)
-class WalletAdmin(ReadOnlyAdmin):
+class WalletAdmin(ReadOnlyAdmin[Wallet]):
     list_display = ["id", "tenant", "cash", "promo", "arrears", "total", "created_at"]
     search_fields = ["id", "tenant__name", "tenant__members__email"]
     readonly_fields = [
@@ -245,7 +262,7 @@ class WalletAdmin(ReadOnlyAdmin):
             _("Post bank transfer…"),
         )
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
         return [
             path("<str:pk>/adjust/", view(self.adjust_view), name="billing_wallet_adjust"),
@@ -261,16 +278,18 @@ class WalletAdmin(ReadOnlyAdmin):
         _require_perm(request, PERMS[AdjustmentRequest.Kind.ADJUSTMENT])
         wallet = get_object_or_404(Wallet, pk=pk)
 
-        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+        def act(data: dict[str, Any]) -> Outcome:
             result = adjustment_request(
                 wallet_id=wallet.id,
-                actor=request.user,
+                actor=page_user(request),
                 amount_fen=data["amount"],
                 reason=data["reason"],
             )
             if isinstance(result, AdjustmentRequest):
-                return messages.WARNING, _pending_message(result), _back("wallet", wallet.pk)
-            return messages.SUCCESS, _posted_message(result), _back("wallet", wallet.pk)
+                return Outcome(
+                    messages.WARNING, _pending_message(result), _back("wallet", wallet.pk)
+                )
+            return Outcome(messages.SUCCESS, _posted_message(result), _back("wallet", wallet.pk))
 
         return _service_form(
             request,
@@ -285,20 +304,22 @@ class WalletAdmin(ReadOnlyAdmin):
         _require_perm(request, PERMS[AdjustmentRequest.Kind.BANK_TRANSFER])
         wallet = get_object_or_404(Wallet, pk=pk)
 
-        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+        def act(data: dict[str, Any]) -> Outcome:
             topup = bank_transfer_request(
                 wallet_id=wallet.id,
-                actor=request.user,
+                actor=page_user(request),
                 amount_fen=data["amount"],
                 payer=data["payer"],
                 reference=data["reference"],
                 reason=data["reason"],
             )
             if isinstance(topup, AdjustmentRequest):
-                return messages.WARNING, _pending_message(topup), _back("wallet", wallet.pk)
+                return Outcome(
+                    messages.WARNING, _pending_message(topup), _back("wallet", wallet.pk)
+                )
             posted = topup.ledger_transaction
             assert posted is not None  # bank_transfer_post links it in the same transaction
-            return messages.SUCCESS, _posted_message(posted), _back("wallet", wallet.pk)
+            return Outcome(messages.SUCCESS, _posted_message(posted), _back("wallet", wallet.pk))
 
         return _service_form(
             request,
@@ -310,13 +331,13 @@ class WalletAdmin(ReadOnlyAdmin):
         )
 
 
-class LedgerEntryInline(ReadOnlyInline):
+class LedgerEntryInline(ReadOnlyInline[LedgerEntry, LedgerTransaction]):
     model = LedgerEntry
     fields = readonly_fields = ("account", "wallet", "amount_fen")
 
 
 @admin.register(LedgerTransaction)
-class LedgerTransactionAdmin(ReadOnlyAdmin):
+class LedgerTransactionAdmin(ReadOnlyAdmin[LedgerTransaction]):
     list_display = [
         "id",
         "created_at",
@@ -374,7 +395,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         url = reverse("admin:billing_ledgertransaction_reverse", args=[obj.pk])
         return format_html('<a class="button" href="{}">{}</a>', url, _("Reverse…"))
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         return [
             path(
                 "<str:pk>/reverse/",
@@ -388,17 +409,17 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         _require_perm(request, PERMS[AdjustmentRequest.Kind.REVERSAL])
         txn = get_object_or_404(LedgerTransaction, pk=pk)
 
-        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+        def act(data: dict[str, Any]) -> Outcome:
             reversal = reversal_request(
-                transaction_id=txn.id, actor=request.user, reason=data["reason"]
+                transaction_id=txn.id, actor=page_user(request), reason=data["reason"]
             )
             if isinstance(reversal, AdjustmentRequest):
-                return (
+                return Outcome(
                     messages.WARNING,
                     _pending_message(reversal),
                     _back("ledgertransaction", txn.pk),
                 )
-            return (
+            return Outcome(
                 messages.SUCCESS,
                 _posted_message(reversal),
                 _back("ledgertransaction", reversal.pk),
@@ -414,7 +435,7 @@ class LedgerTransactionAdmin(ReadOnlyAdmin):
         )
 
 
-class RefundInline(ReadOnlyInline):
+class RefundInline(ReadOnlyInline[Refund, TopUp]):
     model = Refund
     fields = readonly_fields = (
         "id",
@@ -431,7 +452,7 @@ class RefundInline(ReadOnlyInline):
 
 
 @admin.register(TopUp)
-class TopUpAdmin(ReadOnlyAdmin):
+class TopUpAdmin(ReadOnlyAdmin[TopUp]):
     list_display = ["id", "created_at", "tenant", "method", "amount", "status", "paid_at"]
     list_filter = ["status", "method"]
     search_fields = [
@@ -480,7 +501,7 @@ class TopUpAdmin(ReadOnlyAdmin):
         url = reverse("admin:billing_topup_refund", args=[obj.pk])
         return format_html('<a class="button" href="{}">{}</a>', url, _("Refund…"))
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         return [
             path(
                 "<str:pk>/refund/",
@@ -494,10 +515,10 @@ class TopUpAdmin(ReadOnlyAdmin):
         _require_perm(request, REFUND_PERM)
         topup = get_object_or_404(TopUp, pk=pk)
 
-        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
+        def act(data: dict[str, Any]) -> Outcome:
             refund = refund_request(
                 topup_id=topup.id,
-                actor=request.user,
+                actor=page_user(request),
                 amount_fen=data["amount"],
                 reason=data["reason"],
             )
@@ -513,8 +534,8 @@ class TopUpAdmin(ReadOnlyAdmin):
                     "This account's invoice requests now exceed what it paid by %(over)s: "
                     "void (红冲) or reject an invoice for that amount."
                 ) % {"over": format_fen(over)}
-                return (messages.WARNING, done, _back("topup", topup.pk))
-            return (messages.SUCCESS, done, _back("topup", topup.pk))
+                return Outcome(messages.WARNING, done, _back("topup", topup.pk))
+            return Outcome(messages.SUCCESS, done, _back("topup", topup.pk))
 
         return _service_form(
             request,
@@ -527,7 +548,7 @@ class TopUpAdmin(ReadOnlyAdmin):
 
 
 @admin.register(AdjustmentRequest)
-class AdjustmentRequestAdmin(ReadOnlyAdmin):
+class AdjustmentRequestAdmin(ReadOnlyAdmin[AdjustmentRequest]):
     list_display = [
         "id",
         "created_at",
@@ -559,11 +580,15 @@ class AdjustmentRequestAdmin(ReadOnlyAdmin):
     def amount(self, obj: AdjustmentRequest) -> str:
         return format_fen(obj.amount_fen, sign=True)
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(
+        self, request: HttpRequest, obj: AdjustmentRequest | None = None
+    ) -> bool:
         # The list needs it to offer the actions; no object is ever editable.
         return obj is None and bool(request.user.is_staff)
 
-    def _decide(self, request: HttpRequest, queryset: Any, approve: bool) -> None:
+    def _decide(
+        self, request: HttpRequest, queryset: QuerySet[AdjustmentRequest], approve: bool
+    ) -> None:
         for item in queryset.filter(status=ApprovalStatus.PENDING):
             if not request.user.has_perm(PERMS[item.kind]):
                 self.message_user(
@@ -573,7 +598,7 @@ class AdjustmentRequestAdmin(ReadOnlyAdmin):
                 )
                 continue
             try:
-                adjustment_decide(request_id=item.id, approve=approve, actor=request.user)
+                adjustment_decide(request_id=item.id, approve=approve, actor=page_user(request))
             except ServiceError as error:
                 self.message_user(request, f"{item.id}: {error.message}", messages.ERROR)
             else:
@@ -582,11 +607,11 @@ class AdjustmentRequestAdmin(ReadOnlyAdmin):
                 )
 
     @admin.action(description=_("Approve selected requests (posts them)"))
-    def approve(self, request: HttpRequest, queryset: Any) -> None:
+    def approve(self, request: HttpRequest, queryset: QuerySet[AdjustmentRequest]) -> None:
         self._decide(request, queryset, approve=True)
 
     @admin.action(description=_("Reject selected requests"))
-    def reject(self, request: HttpRequest, queryset: Any) -> None:
+    def reject(self, request: HttpRequest, queryset: QuerySet[AdjustmentRequest]) -> None:
         self._decide(request, queryset, approve=False)
 
 
@@ -594,10 +619,14 @@ class GaveUpFilter(admin.SimpleListFilter):
     title = _("gave up")
     parameter_name = "gave_up"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[StripeEvent]
+    ) -> list[tuple[str, "StrOrPromise"]]:
         return [("yes", _("Yes")), ("no", _("No"))]
 
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[StripeEvent]
+    ) -> QuerySet[StripeEvent]:
         gave_up = Q(processed_at__isnull=True, attempts__gte=STRIPE_EVENT_MAX_ATTEMPTS)
         if self.value() == "yes":
             return queryset.filter(gave_up)
@@ -607,7 +636,7 @@ class GaveUpFilter(admin.SimpleListFilter):
 
 
 @admin.register(StripeEvent)
-class StripeEventAdmin(ReadOnlyAdmin):
+class StripeEventAdmin(ReadOnlyAdmin[StripeEvent]):
     list_display = [
         "id",
         "type",
@@ -635,15 +664,15 @@ class StripeEventAdmin(ReadOnlyAdmin):
     def gave_up(self, obj: StripeEvent) -> bool:
         return obj.processed_at is None and obj.attempts >= STRIPE_EVENT_MAX_ATTEMPTS
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: StripeEvent | None = None) -> bool:
         # The list needs it to offer the retry action; no event is ever editable.
         return obj is None and bool(request.user.is_staff)
 
     @admin.action(description=_("Retry processing the selected events"))
-    def retry(self, request: HttpRequest, queryset: Any) -> None:
+    def retry(self, request: HttpRequest, queryset: QuerySet[StripeEvent]) -> None:
         ids = list(queryset.values_list("id", flat=True))
         try:
-            queued = stripe_events_retry(event_ids=ids, actor=request.user)
+            queued = stripe_events_retry(event_ids=ids, actor=page_user(request))
         except ServiceError as error:
             self.message_user(request, error.message, messages.ERROR)
             return
@@ -652,7 +681,7 @@ class StripeEventAdmin(ReadOnlyAdmin):
         )
 
 
-def _link(name: str, pk: Any, text: Any = None) -> str:
+def _link(name: str, pk: str | None, text: str | None = None) -> str:
     if pk is None:
         return "—"
     return format_html('<a href="{}">{}</a>', admin_change_url(name, pk), text or pk)
@@ -664,10 +693,12 @@ class OpenFilter(admin.SimpleListFilter):
     title = _("open")
     parameter_name = "open"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Dispute]
+    ) -> list[tuple[str, "StrOrPromise"]]:
         return [("yes", _("Open")), ("no", _("Closed"))]
 
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Dispute]) -> QuerySet[Dispute]:
         closed = Q(status__in=DISPUTE_CLOSED)
         if self.value() == "yes":
             return queryset.exclude(closed)
@@ -677,7 +708,7 @@ class OpenFilter(admin.SimpleListFilter):
 
 
 @admin.register(Dispute)
-class DisputeAdmin(ReadOnlyAdmin):
+class DisputeAdmin(ReadOnlyAdmin[Dispute]):
     list_display = [
         "id",
         "created_at",
@@ -751,10 +782,14 @@ class LiftedFilter(admin.SimpleListFilter):
     title = _("lifted")
     parameter_name = "lifted"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[AccountHold]
+    ) -> list[tuple[str, "StrOrPromise"]]:
         return [("no", _("Open")), ("yes", _("Lifted"))]
 
-    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[AccountHold]
+    ) -> QuerySet[AccountHold]:
         if self.value() == "no":
             return queryset.filter(lifted_at__isnull=True)
         if self.value() == "yes":
@@ -763,7 +798,7 @@ class LiftedFilter(admin.SimpleListFilter):
 
 
 @admin.register(AccountHold)
-class AccountHoldAdmin(ReadOnlyAdmin):
+class AccountHoldAdmin(ReadOnlyAdmin[AccountHold]):
     list_display = ["id", "created_at", "tenant_link", "reason", "lifted_at", "lifted_by"]
     list_filter = [LiftedFilter]
     search_fields = ["id", "key", "tenant__id", "tenant__members__email"]
@@ -797,7 +832,7 @@ class AccountHoldAdmin(ReadOnlyAdmin):
         url = reverse("admin:billing_accounthold_lift", args=[obj.pk])
         return format_html('<a class="button" href="{}">{}</a>', url, _("Lift hold…"))
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         return [
             path(
                 "<str:pk>/lift/",
@@ -811,9 +846,9 @@ class AccountHoldAdmin(ReadOnlyAdmin):
         _require_perm(request, LIFT_HOLD_PERM)
         hold = get_object_or_404(AccountHold, pk=pk)
 
-        def act(data: dict[str, Any]) -> tuple[int, str, HttpResponseRedirect]:
-            lifted = hold_lift(hold_id=hold.id, reason=data["reason"], actor=request.user)
-            return (
+        def act(data: dict[str, Any]) -> Outcome:
+            lifted = hold_lift(hold_id=hold.id, reason=data["reason"], actor=page_user(request))
+            return Outcome(
                 messages.SUCCESS,
                 _("Hold %(id)s lifted.") % {"id": lifted.id},
                 _back("accounthold", hold.pk),
@@ -849,7 +884,7 @@ class RejectForm(forms.Form):
 
 
 @admin.register(InvoiceRequest)
-class InvoiceRequestAdmin(ReadOnlyAdmin):
+class InvoiceRequestAdmin(ReadOnlyAdmin[InvoiceRequest]):
     list_display = ["id", "created_at", "tenant", "title", "amount", "status", "number"]
     list_filter = ["status", "created_at"]
     search_fields = ["id", "number", "tenant__members__email", "profile__title"]
@@ -906,7 +941,7 @@ class InvoiceRequestAdmin(ReadOnlyAdmin):
             _("Reject…"),
         )
 
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
         return [
             path("<str:pk>/issue/", view(self.issue_view), name="billing_invoicerequest_issue"),
@@ -944,7 +979,7 @@ class InvoiceRequestAdmin(ReadOnlyAdmin):
             try:
                 invoice_issue(
                     invoice_id=obj.id,
-                    actor=request.user,
+                    actor=page_user(request),
                     number=form.cleaned_data["number"],
                     pdf=form.cleaned_data["pdf"],
                     note=form.cleaned_data["note"],
@@ -962,7 +997,7 @@ class InvoiceRequestAdmin(ReadOnlyAdmin):
         if request.method == "POST" and form.is_valid():
             try:
                 invoice_reject(
-                    invoice_id=obj.id, actor=request.user, reason=form.cleaned_data["reason"]
+                    invoice_id=obj.id, actor=page_user(request), reason=form.cleaned_data["reason"]
                 )
             except ServiceError as error:
                 form.add_error(None, error.message)
@@ -980,7 +1015,7 @@ class InvoiceRequestAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Statement)
-class StatementAdmin(ReadOnlyAdmin):
+class StatementAdmin(ReadOnlyAdmin[Statement]):
     list_display = ["id", "tenant", "month", "opening", "closing", "lines", "generated_at"]
     list_filter = ["month"]
     search_fields = ["id", "tenant__members__email"]
@@ -994,5 +1029,5 @@ class StatementAdmin(ReadOnlyAdmin):
     def closing(self, obj: Statement) -> str:
         return format_fen(obj.closing_fen)
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+    def get_readonly_fields(self, request: HttpRequest, obj: Statement | None = None) -> list[str]:
         return [f.name for f in Statement._meta.fields if f.name not in ("pdf", "csv")]

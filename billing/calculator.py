@@ -6,9 +6,10 @@ The Starverse side is never a number typed in: it is an offering of the catalog 
 read by instances.selectors.calculator_offering), so the calculator and Rent always agree."""
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from math import ceil
-from typing import Any
+from typing import Any, TypedDict
 
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -18,6 +19,47 @@ from starverse.core.money import format_fen
 HOURS_PER_YEAR = 8760
 DAYS_PER_MONTH = Fraction(365, 12)
 HOURS_PER_MONTH = 24 * DAYS_PER_MONTH  # 730
+
+
+# A figure of a job: a Decimal once validated (billing.api.serializers.TcoInput), an int in a
+# preset.
+Figure = int | Decimal
+
+
+class TcoBuy(TypedDict):
+    gpu_unit_fen: int
+    other_capex_fen: int
+    opex_fen: int
+    years: int
+    power_kw: Figure
+    electricity_fen_per_kwh: Figure
+
+
+class TcoCloud(TypedDict):
+    gpus_per_node: int
+    node_month_fen: int
+    egress_gb: Figure
+    egress_fen_per_gb: Figure
+
+
+class TcoStarverse(TypedDict):
+    offering: str  # a slug or id of the catalog
+
+
+class TcoJob(TypedDict):
+    """A job to cost, as TcoInput validates it or a preset gives it."""
+
+    gpus: int
+    duration_days: Figure
+    buy: TcoBuy
+    cloud: TcoCloud
+    starverse: TcoStarverse
+
+
+class TcoPreset(TypedDict):
+    key: str
+    title: str
+    input: TcoJob
 
 
 @dataclass(frozen=True)
@@ -53,12 +95,20 @@ def round_half_up(value: Fraction) -> int:
     return sign * whole
 
 
+class Line(TypedDict):
+    """One line of an option's working: what, how it was reckoned, and the amount."""
+
+    label: str
+    formula: str
+    amount_fen: int
+
+
 @dataclass
 class Option:
     per_month_fen: int = 0
     job_fen: int = 0
     lifetime_fen: int | None = None
-    lines: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[Line] = field(default_factory=list)
 
     def line(self, label: str, formula: str, amount: Fraction) -> int:
         fen = round_half_up(amount)
@@ -76,11 +126,11 @@ class Option:
         return data
 
 
-def _f(value: Any) -> Fraction:
+def _f(value: Figure) -> Fraction:
     return Fraction(str(value))
 
 
-def _num(value: Any) -> str:
+def _num(value: Figure) -> str:
     """An input as people write it: 42, 1.2, 8,000 — no trailing zeros."""
     fraction = _f(value)
     if fraction.denominator == 1:
@@ -88,7 +138,7 @@ def _num(value: Any) -> str:
     return f"{float(fraction):,.6f}".rstrip("0").rstrip(".")
 
 
-def _yuan(fen: Any) -> str:
+def _yuan(fen: Figure) -> str:
     return format_fen(round_half_up(_f(fen)))
 
 
@@ -101,7 +151,7 @@ class _Job:
     span: dict[str, str]  # the days and months as the formulas print them
 
 
-def tco_compare(data: dict[str, Any], offering: CatalogPrice) -> dict[str, Any]:
+def tco_compare(data: TcoJob, offering: CatalogPrice) -> dict[str, Any]:
     """`data` is validated input (see billing.api.serializers.TcoInput); `offering` is the
     catalog offering its `starverse.offering` names."""
     months = _f(data["duration_days"]) / DAYS_PER_MONTH
@@ -121,7 +171,7 @@ def tco_compare(data: dict[str, Any], offering: CatalogPrice) -> dict[str, Any]:
     }
 
 
-def _buying(buy_in: dict[str, Any], job: _Job) -> Option:
+def _buying(buy_in: TcoBuy, job: _Job) -> Option:
     """The lifetime cost of owning the GPUs, spread evenly over the months of their lifetime."""
     buy, gpus = Option(), job.gpus
     years = int(buy_in["years"])
@@ -171,7 +221,7 @@ def _buying(buy_in: dict[str, Any], job: _Job) -> Option:
     return buy
 
 
-def _cloud_rental(cloud_in: dict[str, Any], job: _Job) -> Option:
+def _cloud_rental(cloud_in: TcoCloud, job: _Job) -> Option:
     """Whole nodes by the month from a traditional cloud, plus its fee for data leaving it."""
     cloud = Option()
     nodes = ceil(job.gpus / int(cloud_in["gpus_per_node"]))
@@ -226,7 +276,7 @@ def _starverse_rental(offering: CatalogPrice, job: _Job) -> Option:
     return starverse
 
 
-def _node_months(nodes: int, side: dict[str, Any]) -> str:
+def _node_months(nodes: int, side: TcoCloud) -> str:
     return ngettext(
         "%(nodes)s node (⌈GPUs ÷ %(per)s⌉) × %(price)s per node-month",
         "%(nodes)s nodes (⌈GPUs ÷ %(per)s⌉) × %(price)s per node-month",
@@ -235,7 +285,7 @@ def _node_months(nodes: int, side: dict[str, Any]) -> str:
 
 
 # Presets the console page opens with; every figure is derived from these inputs.
-PRESETS: list[dict[str, Any]] = [
+PRESETS: list[TcoPreset] = [
     {
         "key": "cluster_1024",
         "title": "1,024-GPU training cluster, 42-day run",

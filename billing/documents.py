@@ -3,8 +3,9 @@ with a byte-order mark, which Excel in China opens without garbling. Labels are 
 Chinese and English, like the e-mails."""
 
 import io
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -17,6 +18,9 @@ from starverse.core.money import format_fen
 from starverse.core.spreadsheets import csv_writer
 
 if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+    from fpdf import FPDF
+
     from billing.statements import StatementData
 
 LANGUAGES = ("zh-hans", "en")
@@ -36,7 +40,7 @@ USAGE_COLUMNS = (
 )
 
 
-def both(text: Any) -> str:
+def both(text: "StrOrPromise") -> str:
     """`text` (a message id, or a lazy translation such as a choice's label) in Chinese and
     English ("时间 / Time"), once where they are the same."""
     seen: list[str] = []
@@ -52,7 +56,7 @@ def _kind(kind: str) -> str:
     return both(TransactionKind(kind).label)
 
 
-def _when(value: Any) -> str:
+def _when(value: datetime) -> str:
     return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -177,7 +181,7 @@ BOTTOM_MM = 12.0
 
 
 def _table(
-    pdf: Any, header: list[str], rows: list[list[str]], widths: tuple[int, ...], size: float = 8
+    pdf: "FPDF", header: list[str], rows: list[list[str]], widths: tuple[int, ...], size: float = 8
 ) -> None:
     """Rows of plain text placed by position, the header again at the top of every page: not
     fpdf's table() nor its cells, which lay out each cell's text as styled runs (a busy month
@@ -207,7 +211,7 @@ def _table(
         row(cells)
 
 
-def _fit(pdf: Any, text: str, width: float) -> tuple[str, float]:
+def _fit(pdf: "FPDF", text: str, width: float) -> tuple[str, float]:
     """`text` cut with an ellipsis to fit `width` (less a millimetre), and its width."""
     measured = pdf.get_string_width(text)
     if measured <= width - 1:

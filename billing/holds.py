@@ -4,7 +4,7 @@ operator lifts the hold. Top-ups stay allowed, so that arrears can be paid. Runn
 are left to the ordinary rules: billed per minute and stopped when the balance runs out."""
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -12,6 +12,9 @@ from django.utils.translation import gettext as _
 
 from billing.models import AccountHold, Dispute, Refund
 from starverse.core.errors import Conflict, Forbidden, InvalidInput
+
+if TYPE_CHECKING:
+    from starverse.accounts.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ def hold_place(
     return hold, created
 
 
-def hold_lift(*, hold_id: str, reason: str, actor: Any) -> AccountHold:
+def hold_lift(*, hold_id: str, reason: str, actor: "User") -> AccountHold:
     """An operator's lift of one hold, with the reason, the operator and the time kept on it.
     The tenant may order again once no hold of theirs is open."""
     if not getattr(actor, "is_staff", False):

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.files.base import File
 from django.db import IntegrityError, transaction
@@ -28,6 +28,9 @@ from billing.selectors import invoice_funds_of, wallet_locked
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, FieldInvalid, IdempotencyConflict, InvalidInput
 from starverse.core.money import format_fen
+
+if TYPE_CHECKING:
+    from starverse.accounts.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +136,7 @@ def _requested_before(tenant_id: str, key: str, request_hash: str) -> InvoiceReq
 
 
 def invoice_request(
-    *, user: Any, amount_fen: int, idempotency_key: str = ""
+    *, user: "User", amount_fen: int, idempotency_key: str = ""
 ) -> tuple[InvoiceRequest, bool]:
     """Ask for an invoice over `amount_fen` of paid cash, to the tenant's current profile.
     Returns (request, created); the same Idempotency-Key answers the same request. Refused
@@ -200,7 +203,12 @@ def _decide(invoice_id: str, to: InvoiceStatus) -> InvoiceRequest:
 
 
 def invoice_issue(
-    *, invoice_id: str, actor: Any, number: str = "", pdf: File | None = None, note: str = ""
+    *,
+    invoice_id: str,
+    actor: "User",
+    number: str = "",
+    pdf: File[bytes] | None = None,
+    note: str = "",
 ) -> InvoiceRequest:
     """Mark a request issued with the invoice's number, its PDF, or both; the tenant is
     e-mailed after commit."""
@@ -236,7 +244,7 @@ def invoice_issue(
     return item
 
 
-def invoice_reject(*, invoice_id: str, actor: Any, reason: str) -> InvoiceRequest:
+def invoice_reject(*, invoice_id: str, actor: "User", reason: str) -> InvoiceRequest:
     """Reject a request with a reason (the tenant is e-mailed it); its amount is free again."""
     reason = reason.strip()
     if not reason:

@@ -1,4 +1,4 @@
-from typing import Any
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -613,7 +613,7 @@ class Statement(models.Model):
 
     # The current month so far (billing.statements.month_to_date) is a row that is never
     # saved, cut at `as_of`.
-    as_of: Any = None
+    as_of: datetime | None = None
 
     class Meta:
         ordering = ["-month"]

@@ -4,6 +4,8 @@ operators (OPERATOR_EMAILS, else the active superusers), chargebacks and refunds
 Stripe dashboard."""
 
 import logging
+from collections.abc import Mapping
+from typing import NamedTuple
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -29,7 +31,7 @@ logger = logging.getLogger(__name__)
 MAIL_LANGUAGES = ("zh-hans", "en")
 
 
-def _bilingual(template: str, context: dict) -> tuple[str, str]:
+def _bilingual(template: str, context: Mapping[str, object]) -> tuple[str, str]:
     """Subject and body in Simplified Chinese then English: users read either."""
     parts, subjects = [], []
     for language in MAIL_LANGUAGES:
@@ -65,14 +67,14 @@ def _recipients(
     )
 
 
-def mail_tenant(tenant_id: str, template: str, context: dict) -> None:
+def mail_tenant(tenant_id: str, template: str, context: Mapping[str, object]) -> None:
     """Send a bilingual money notice to a tenant's payers."""
     subject, body = _bilingual(template, {"console_url": public_url(), **context})
     send_mail(subject, body, None, _recipients(tenant_id))
 
 
 def mail_about_instance(
-    tenant_id: str, orderer_id: str | None, template: str, context: dict
+    tenant_id: str, orderer_id: str | None, template: str, context: Mapping[str, object]
 ) -> None:
     """Send a bilingual notice about one instance to whoever ordered it and, in a team, its
     owners and admins (a billing member can do nothing about it)."""
@@ -109,7 +111,7 @@ def operator_recipients() -> list[str]:
     )
 
 
-def _mail_operators(template: str, context: dict, what: str) -> None:
+def _mail_operators(template: str, context: Mapping[str, object], what: str) -> None:
     recipients = operator_recipients()
     if not recipients:
         logger.error("notice.operators_unreachable what=%s (set OPERATOR_EMAILS)", what)
@@ -119,11 +121,18 @@ def _mail_operators(template: str, context: dict, what: str) -> None:
     logger.info("notice.operators what=%s recipients=%d", what, len(recipients))
 
 
-def _fen(txn: LedgerTransaction | None) -> tuple[int, int]:
-    """(cash taken, arrears added) by a posting; a credit counts as nothing taken."""
+class _Moved(NamedTuple):
+    """What a posting moved: the cash it took and the arrears it added."""
+
+    cash_fen: int
+    arrears_fen: int
+
+
+def _moved(txn: LedgerTransaction | None) -> _Moved:
+    """What a posting moved; a credit counts as nothing taken."""
     if txn is None:
-        return 0, 0
-    return max(-txn.cash_delta_fen, 0), max(txn.arrears_delta_fen, 0)
+        return _Moved(0, 0)
+    return _Moved(max(-txn.cash_delta_fen, 0), max(txn.arrears_delta_fen, 0))
 
 
 def dispute_notice_send(*, dispute_id: str) -> None:
@@ -131,8 +140,8 @@ def dispute_notice_send(*, dispute_id: str) -> None:
     dispute = Dispute.objects.select_related(
         "topup", "debit_transaction", "arrears_transaction", "credit_transaction"
     ).get(pk=dispute_id)
-    cash_fen, _none = _fen(dispute.debit_transaction)
-    _none, arrears_fen = _fen(dispute.arrears_transaction)
+    cash_fen = _moved(dispute.debit_transaction).cash_fen
+    arrears_fen = _moved(dispute.arrears_transaction).arrears_fen
     credit = dispute.credit_transaction
     _mail_operators(
         "billing/email/operator_dispute.txt",
@@ -154,14 +163,14 @@ def dashboard_refund_notice_send(*, refund_id: str) -> None:
     refund = Refund.objects.select_related(
         "topup", "reserve_transaction", "arrears_transaction"
     ).get(pk=refund_id)
-    cash_fen, _none = _fen(refund.reserve_transaction)
+    cash_fen = _moved(refund.reserve_transaction).cash_fen
     _mail_operators(
         "billing/email/operator_refund.txt",
         {
             "refund": refund,
             "emails": ", ".join(_recipients(refund.topup.tenant_id)),
             "cash_fen": cash_fen,
-            "arrears_fen": _fen(refund.arrears_transaction)[1],
+            "arrears_fen": _moved(refund.arrears_transaction).arrears_fen,
             "balance_fen": Wallet.objects.get(pk=refund.topup.wallet_id).total_fen,
             "admin_url": public_url(admin_change_url("billing_topup", refund.topup_id)),
         },

@@ -9,7 +9,7 @@ so any number of webhooks, replays, retries and success-page visits converge on 
 
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -48,11 +48,14 @@ from starverse.core.ids import new_id
 from starverse.core.links import public_url
 from starverse.core.money import format_fen
 
+if TYPE_CHECKING:
+    from starverse.accounts.models import User
+
 logger = logging.getLogger(__name__)
 OPEN_STATUSES = (TopUpStatus.CREATED, TopUpStatus.PENDING, TopUpStatus.PROCESSING)
 
 
-def _require_staff(actor: Any) -> None:
+def _require_staff(actor: "User") -> None:
     if not getattr(actor, "is_staff", False):
         raise InvalidInput(_("Only operators can do this."))
 
@@ -66,7 +69,7 @@ def _require_reason(reason: str) -> str:
 # --- top-ups ------------------------------------------------------------------------------
 
 
-def topup_create(*, user: Any, amount_fen: int, payment_method: str = "") -> TopUp:
+def topup_create(*, user: "User", amount_fen: int, payment_method: str = "") -> TopUp:
     """Open a Stripe Checkout Session for a top-up of the user's wallet, offering every payment
     method the operator enabled, or only `payment_method` (which must be one of them)."""
     low, high = settings.TOPUP_MIN_FEN, settings.TOPUP_MAX_FEN
@@ -285,7 +288,7 @@ def _stripe_event_apply(event: StripeEvent) -> None:
         dispute_apply(remote=gateway.dispute_from(obj), event_id=event.id, event_type=event.type)
 
 
-def stripe_events_retry(*, event_ids: list[str], actor: Any) -> int:
+def stripe_events_retry(*, event_ids: list[str], actor: "User") -> int:
     """An operator's retry of unprocessed events, whatever their attempts (the cap stops only
     the automatic sweep). Returns how many were queued."""
     _require_staff(actor)
@@ -310,7 +313,7 @@ def _refundable_fen(topup: TopUp) -> int:
     return topup.amount_fen - taken
 
 
-def refund_request(*, topup_id: str, amount_fen: int, reason: str, actor: Any) -> Refund:
+def refund_request(*, topup_id: str, amount_fen: int, reason: str, actor: "User") -> Refund:
     """Refund unspent cash of a paid online top-up: reserve it from the wallet's cash (trial
     money is never refundable), then ask Stripe with the refund's idempotency key."""
     _require_staff(actor)
@@ -502,7 +505,7 @@ def refund_release(*, refund_id: str, error: str) -> Refund:
 
 
 def bank_transfer_post(
-    *, wallet_id: str, amount_fen: int, payer: str, reference: str, reason: str, actor: Any
+    *, wallet_id: str, amount_fen: int, payer: str, reference: str, reason: str, actor: "User"
 ) -> TopUp:
     """Credit a bank transfer (对公汇款) the operator has seen arrive. The bank reference is
     unique: the same transfer cannot be posted twice."""
@@ -553,7 +556,7 @@ OPERATOR_POSTING_KINDS = (
 )
 
 
-def operator_posted_today_fen(actor: Any) -> int:
+def operator_posted_today_fen(actor: "User") -> int:
     """What the operator posted today (days in TIME_ZONE) by adjustments, bank transfers and
     reversals, either sign counted as its size."""
     local = timezone.localtime()
@@ -564,7 +567,7 @@ def operator_posted_today_fen(actor: Any) -> int:
     return int(total or 0)
 
 
-def _check_daily_cap(actor: Any, amount_fen: int) -> None:
+def _check_daily_cap(actor: "User", amount_fen: int) -> None:
     """Refuse a posting that takes the operator's postings today over ADMIN_DAILY_CAP_FEN, so
     that one large posting cannot be split into many under the approval threshold. Holds the
     operator's row lock until the surrounding transaction ends, so that two postings by the
@@ -592,7 +595,13 @@ def _needs_approval(amount_fen: int) -> bool:
 
 
 def _approval_request(
-    *, kind: str, wallet_id: str, amount_fen: int, reason: str, actor: Any, payload: dict[str, Any]
+    *,
+    kind: str,
+    wallet_id: str,
+    amount_fen: int,
+    reason: str,
+    actor: "User",
+    payload: dict[str, Any],
 ) -> AdjustmentRequest:
     request = AdjustmentRequest.objects.create(
         kind=kind,
@@ -613,7 +622,7 @@ def _approval_request(
 
 
 def adjustment_request(
-    *, wallet_id: str, amount_fen: int, reason: str, actor: Any
+    *, wallet_id: str, amount_fen: int, reason: str, actor: "User"
 ) -> LedgerTransaction | AdjustmentRequest:
     """Post an adjustment at once if it is within the threshold (and the operator's daily cap);
     above it, record a request that a second operator must approve."""
@@ -636,7 +645,7 @@ def adjustment_request(
 
 
 def bank_transfer_request(
-    *, wallet_id: str, amount_fen: int, payer: str, reference: str, reason: str, actor: Any
+    *, wallet_id: str, amount_fen: int, payer: str, reference: str, reason: str, actor: "User"
 ) -> TopUp | AdjustmentRequest:
     """Post a bank transfer at once if it is within the threshold (and the operator's daily
     cap); above it, record a request that a second operator must approve."""
@@ -676,7 +685,7 @@ def bank_transfer_request(
 
 
 def reversal_request(
-    *, transaction_id: str, reason: str, actor: Any
+    *, transaction_id: str, reason: str, actor: "User"
 ) -> LedgerTransaction | AdjustmentRequest:
     """Reverse a transaction at once if it is within the threshold (and the operator's daily
     cap); above it, record a request that a second operator must approve."""
@@ -700,7 +709,7 @@ def reversal_request(
         return transaction_reverse(transaction_id=original.id, reason=reason, actor=actor)
 
 
-def _approved_posting(request: AdjustmentRequest, actor: Any) -> LedgerTransaction:
+def _approved_posting(request: AdjustmentRequest, actor: "User") -> LedgerTransaction:
     reason = f"{request.reason} (approved by {actor.email})"
     if request.kind == AdjustmentRequest.Kind.BANK_TRANSFER:
         topup = bank_transfer_post(
@@ -728,7 +737,7 @@ def _approved_posting(request: AdjustmentRequest, actor: Any) -> LedgerTransacti
     )
 
 
-def adjustment_decide(*, request_id: str, approve: bool, actor: Any) -> AdjustmentRequest:
+def adjustment_decide(*, request_id: str, approve: bool, actor: "User") -> AdjustmentRequest:
     """Approve (post) or reject a pending request (an adjustment, a bank transfer or a
     reversal); the decider must be another operator."""
     _require_staff(actor)

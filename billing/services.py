@@ -12,7 +12,8 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -41,6 +42,9 @@ from starverse.core.db import bulk_insert, bulk_set
 from starverse.core.errors import Conflict, IdempotencyConflict, InsufficientBalance, InvalidInput
 from starverse.core.ids import new_ids
 from starverse.core.money import format_fen
+
+if TYPE_CHECKING:
+    from starverse.accounts.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +114,7 @@ def _post(
     counter: str,
     description: str,
     reason: str = "",
-    actor: Any = None,
+    actor: "User | None" = None,
     instance_id: str = "",
     reverses: LedgerTransaction | None = None,
     invoiceable_delta_fen: int = 0,
@@ -171,7 +175,7 @@ def _transaction(
     deltas: tuple[int, int, int],
     description: str,
     reason: str = "",
-    actor: Any = None,
+    actor: "User | None" = None,
     instance_id: str = "",
     reverses: LedgerTransaction | None = None,
     price_kind: str = "",
@@ -297,7 +301,7 @@ def ledger_post(
     description: str,
     allow_partial: bool = False,
     reason: str = "",
-    actor: Any = None,
+    actor: "User | None" = None,
     instance_id: str = "",
     invoiceable_delta_fen: int = 0,
 ) -> LedgerTransaction:
@@ -350,7 +354,9 @@ def ledger_post(
     )
 
 
-def transaction_reverse(*, transaction_id: str, reason: str, actor: Any) -> LedgerTransaction:
+def transaction_reverse(
+    *, transaction_id: str, reason: str, actor: "User | None"
+) -> LedgerTransaction:
     """Post the exact opposite of a transaction, leg by leg. A transaction is reversed at most
     once (a unique reference enforces it) and a reversal is never itself reversed."""
     if not reason.strip():
@@ -480,7 +486,7 @@ def trial_grant(*, wallet_id: str, canonical_email: str) -> LedgerTransaction | 
 
 
 def adjustment_post(
-    *, wallet_id: str, amount_fen: int, reason: str, actor: Any, key: str | None = None
+    *, wallet_id: str, amount_fen: int, reason: str, actor: "User", key: str | None = None
 ) -> LedgerTransaction:
     """An operator's credit or debit of cash, with the reason and the operator recorded."""
     if not reason.strip():
@@ -507,7 +513,7 @@ def transfer_post(
     to_tenant_id: str,
     amount_fen: int,
     key: str,
-    actor: Any,
+    actor: "User",
     description: str,
 ) -> tuple[LedgerTransaction, LedgerTransaction]:
     """Move cash from one wallet to another (a person's own and a team's), exactly once per
@@ -759,10 +765,10 @@ class UsageRow(NamedTuple):
     description: str
     price_kind: str
     reason: str
-    created_at: Any
+    created_at: datetime
 
 
-def _usage_row(txn_id: str, part: _Part, wallet: WalletBalance, now: Any) -> UsageRow:
+def _usage_row(txn_id: str, part: _Part, wallet: WalletBalance, now: datetime) -> UsageRow:
     """The posting of one part against its locked wallet, whose balances already follow it
     (a usage posting never changes arrears)."""
     return UsageRow(

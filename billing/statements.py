@@ -10,13 +10,14 @@ import io
 import logging
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import IO, Any
+from typing import IO
 
 from django.conf import settings
 from django.core.cache import cache
 from django.core.files.base import ContentFile
 from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
+from django.db.models.fields.files import FieldFile
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -235,7 +236,7 @@ def statement_content(*, tenant_id: str, month: date, fmt: str) -> IO[bytes] | N
     return io.BytesIO(drawn)
 
 
-def stored_file(field: Any) -> IO[bytes] | None:
+def stored_file(field: FieldFile) -> IO[bytes] | None:
     """A FileField's file opened through its storage, None when there is none."""
     return field.open("rb") if field else None
 

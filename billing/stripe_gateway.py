@@ -4,6 +4,7 @@ and 429 when Stripe says so) with backoff and the same key, and what still fails
 one of two errors: retryable (our tasks retry it later) or permanent."""
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,11 +92,16 @@ def _call(operation: str, function: Any, *args: Any, **kwargs: Any) -> Any:
         raise PermanentGatewayError(str(error.user_message or error)) from error
 
 
-def _plain(obj: Any) -> dict[str, Any]:
+# What Stripe sends: a library object (a dict subclass) or a webhook's JSON object; its values
+# are JSON of many shapes, hence Any.
+StripeData = Mapping[str, Any]
+
+
+def _plain(obj: StripeData) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
-def _session(obj: Any) -> CheckoutSession:
+def _session(obj: StripeData) -> CheckoutSession:
     obj = _plain(obj)
     intent = obj.get("payment_intent")
     return CheckoutSession(
@@ -174,14 +180,14 @@ def refund_create(*, refund_id: str, payment_intent: str, amount_fen: int) -> Re
     return refund_from(obj)
 
 
-def _id_of(value: Any) -> str | None:
+def _id_of(value: str | StripeData | None) -> str | None:
     """An id Stripe sends either as a string or, expanded, as the object."""
     if value is None or isinstance(value, str):
         return value
     return str(value["id"])
 
 
-def refund_from(obj: Any) -> Refund:
+def refund_from(obj: StripeData) -> Refund:
     obj = _plain(obj)
     return Refund(
         id=obj["id"],
@@ -194,7 +200,7 @@ def refund_from(obj: Any) -> Refund:
     )
 
 
-def dispute_from(obj: Any) -> Dispute:
+def dispute_from(obj: StripeData) -> Dispute:
     obj = _plain(obj)
     return Dispute(
         id=obj["id"],
@@ -222,7 +228,8 @@ def event_verify(payload: bytes, signature: str) -> dict[str, Any]:
         raise InvalidSignature("missing Stripe-Signature header")
     for secret in settings.STRIPE_WEBHOOK_SECRETS:
         try:
-            event = stripe.Webhook.construct_event(payload, signature, secret)
+            # construct_event's return is unannotated in the library; it builds an Event
+            event: stripe.Event = stripe.Webhook.construct_event(payload, signature, secret)
         except stripe.SignatureVerificationError:
             continue
         except ValueError as error:

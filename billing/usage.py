@@ -13,11 +13,22 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import Case, CharField, F, IntegerField, Max, Q, Sum, Value, When
+from django.db.models import (
+    Case,
+    CharField,
+    F,
+    IntegerField,
+    Max,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import StrIndex, Substr, TruncDate
 from django.utils.translation import gettext as _
 
@@ -44,7 +55,7 @@ class UsageRow:
     def gpu_hours(self) -> float:
         return round(self.gpu_minutes / 60, 2)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "key": self.key,
             "label": self.label,
@@ -76,7 +87,7 @@ def local_midnight(day: date) -> datetime:
     return datetime.combine(day, time.min, tzinfo=ZoneInfo(settings.TIME_ZONE))
 
 
-def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> Any:
+def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> QuerySet[LedgerTransaction]:
     """The tenant's usage postings and reversals of them in [start, end), each with the
     resource it charged (`resource`: an instance or endpoint id, a volume id or "") and the
     minutes it stands for (`minute`: the GPU minutes of an instance or of one endpoint replica
@@ -126,7 +137,7 @@ def _usage_postings(tenant_id: str, start: datetime, end: datetime) -> Any:
     return postings
 
 
-def _bucket(group_by: str) -> Any:
+def _bucket(group_by: str) -> TruncDate | Value:
     if group_by == "day":
         return TruncDate("created_at", tzinfo=ZoneInfo(settings.TIME_ZONE))
     return Value("", output_field=CharField())
@@ -196,7 +207,17 @@ def usage_report(*, tenant_id: str, start: date, end: date, group_by: str) -> Us
     return report
 
 
-def _row_key(group_by: str, item: dict[str, Any], resource: Resource | None) -> tuple[str, str]:
+class _Grouped(TypedDict):
+    """A row of usage_report's grouped postings: one bucket and resource."""
+
+    bucket: Any  # a date when grouped by day, else ""
+    resource: str
+    minutes: int
+    spent: int
+    description: str
+
+
+def _row_key(group_by: str, item: _Grouped, resource: Resource | None) -> tuple[str, str]:
     if group_by == "day":
         return item["bucket"].isoformat(), item["bucket"].isoformat()
     if group_by == "member":

@@ -43,6 +43,7 @@ from billing.statements import (
 )
 from billing.usage import GROUPINGS, MAX_RANGE_DAYS, UsageReport, usage_csv, usage_report
 from starverse.accounts.audit import audit_request
+from starverse.core.console import page_user
 from starverse.core.dates import validate_day
 from starverse.core.errors import FieldInvalid, NotFound, ServiceError
 from starverse.core.money import MoneyParseError, format_fen, parse_fen
@@ -271,7 +272,7 @@ def invoice_create(request: HttpRequest) -> HttpResponse:
         try:
             require_role(request.user, PAYERS, _("requesting an invoice"))
             item, created = invoice_request(
-                user=request.user,
+                user=page_user(request),
                 amount_fen=form.cleaned_data["amount"],
                 idempotency_key=f"console:{form.cleaned_data['key']}",
             )
@@ -355,7 +356,7 @@ def topup(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         try:
             require_payer(request.user)
-            created = topup_create(user=request.user, amount_fen=form.cleaned_data["amount"])
+            created = topup_create(user=page_user(request), amount_fen=form.cleaned_data["amount"])
             audit_request(request, "topup.created", created, amount_fen=created.amount_fen)
         except ServiceError as error:
             messages.error(request, error.message)

@@ -1,9 +1,11 @@
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import Field
 
 from billing.choices import InvoiceKind
 from billing.invoices import PROFILE_FIELDS
@@ -13,7 +15,7 @@ from starverse.core.api.serializers import InputSerializer, StrictCharField, Str
 from starverse.core.dates import validate_day
 
 
-class BalanceOutput(serializers.Serializer):
+class BalanceOutput(serializers.Serializer[Mapping[str, object]]):
     cash_fen = serializers.IntegerField(help_text="Cash free to spend.")
     promo_fen = serializers.IntegerField(help_text="Trial credit free to spend.")
     pending_fen = serializers.IntegerField(
@@ -34,9 +36,11 @@ class BalanceOutput(serializers.Serializer):
     currency = serializers.CharField()
 
 
-class LedgerOutput(serializers.ModelSerializer):
+class LedgerOutput(serializers.ModelSerializer[LedgerTransaction]):
     description = serializers.SerializerMethodField()
-    instance = serializers.SerializerMethodField()
+    # A field named `instance`: the metaclass moves it out of the class attributes, where the
+    # stubs see the serializer's own BaseSerializer.instance.
+    instance = serializers.SerializerMethodField()  # type: ignore[assignment]
     balance_after_fen = serializers.SerializerMethodField()
 
     class Meta:
@@ -92,7 +96,7 @@ class TopUpCreateInput(InputSerializer):
     )
 
 
-class TopUpOutput(serializers.ModelSerializer):
+class TopUpOutput(serializers.ModelSerializer[TopUp]):
     checkout_url = serializers.CharField(help_text="Stripe Checkout's page; empty until it opens.")
 
     class Meta:
@@ -112,7 +116,7 @@ class _Number(serializers.DecimalField):
         kwargs.setdefault("min_value", 0)
         super().__init__(**kwargs)
 
-    def to_internal_value(self, data: Any) -> Any:
+    def to_internal_value(self, data: Any) -> Decimal:  # data: any JSON value
         if isinstance(data, bool):
             self.fail("invalid")
         return super().to_internal_value(data)
@@ -150,7 +154,7 @@ class TcoInput(InputSerializer):
     starverse = TcoStarverseInput()
 
 
-class TcoLineOutput(serializers.Serializer):
+class TcoLineOutput(serializers.Serializer[Mapping[str, object]]):
     # A field named `label`: the serializer's metaclass moves it out of the class attributes,
     # where the stubs see Field.label.
     label = serializers.CharField()  # type: ignore[assignment]
@@ -158,7 +162,7 @@ class TcoLineOutput(serializers.Serializer):
     amount_fen = serializers.IntegerField()
 
 
-class TcoOptionOutput(serializers.Serializer):
+class TcoOptionOutput(serializers.Serializer[Mapping[str, object]]):
     per_month_fen = serializers.IntegerField()
     job_fen = serializers.IntegerField()
     lines = TcoLineOutput(many=True)
@@ -168,7 +172,7 @@ class TcoBuyOutput(TcoOptionOutput):
     lifetime_fen = serializers.IntegerField()
 
 
-class TcoOfferingOutput(serializers.Serializer):
+class TcoOfferingOutput(serializers.Serializer[Mapping[str, object]]):
     id = serializers.CharField()
     slug = serializers.CharField(allow_null=True)
     name = serializers.CharField(help_text="In the request's language (Accept-Language).")
@@ -181,7 +185,7 @@ class TcoStarverseOutput(TcoOptionOutput):
     offering = TcoOfferingOutput(help_text="The catalog offering priced, at its price now.")
 
 
-class TcoOutput(serializers.Serializer):
+class TcoOutput(serializers.Serializer[Mapping[str, object]]):
     months = serializers.CharField(help_text="The job's length in months, as a decimal.")
     buy = TcoBuyOutput()
     cloud = TcoOptionOutput()
@@ -202,7 +206,7 @@ class InvoiceProfileInput(InputSerializer):
     email = serializers.EmailField()
 
 
-class InvoiceProfileOutput(serializers.Serializer):
+class InvoiceProfileOutput(serializers.Serializer[Mapping[str, object]]):
     kind = serializers.ChoiceField(choices=InvoiceKind.choices)
     title = serializers.CharField()
     tax_number = serializers.CharField()
@@ -222,7 +226,7 @@ class InvoiceCreateInput(InputSerializer):
     amount_fen = StrictIntegerField()
 
 
-class InvoiceOutput(serializers.ModelSerializer):
+class InvoiceOutput(serializers.ModelSerializer[InvoiceRequest]):
     profile = serializers.SerializerMethodField()
     pdf_url = serializers.SerializerMethodField()
     reason = serializers.SerializerMethodField()
@@ -260,7 +264,7 @@ class InvoiceOutput(serializers.ModelSerializer):
         return obj.note if obj.status == "rejected" else ""
 
 
-class StatementOutput(serializers.ModelSerializer):
+class StatementOutput(serializers.ModelSerializer[Statement]):
     id = serializers.SerializerMethodField()
     month = serializers.SerializerMethodField()
     pdf_url = serializers.SerializerMethodField()
@@ -310,19 +314,24 @@ class StatementOutput(serializers.ModelSerializer):
         return f"/api/v1/billing/statements/{obj.month:%Y-%m}/csv"
 
 
-class UsageInput(serializers.Serializer):
+# A serializer's fields by name, as get_fields answers them; each field has its own value, data
+# and representation types, so the map's are Any.
+FieldMap = dict[str, Field[Any, Any, Any, Any]]
+
+
+class UsageInput(serializers.Serializer[None]):
     # Query parameters, named in the errors as they are in the URL.
     from_ = serializers.DateField(input_formats=["%Y-%m-%d"], validators=[validate_day])
     to = serializers.DateField(input_formats=["%Y-%m-%d"], validators=[validate_day])
     group_by = serializers.ChoiceField(choices=GROUPINGS, default="instance")
 
-    def get_fields(self) -> dict[str, Any]:
+    def get_fields(self) -> FieldMap:
         fields = super().get_fields()
         fields["from"] = fields.pop("from_")
         return fields
 
 
-class UsageRowOutput(serializers.Serializer):
+class UsageRowOutput(serializers.Serializer[Mapping[str, object]]):
     key = serializers.CharField(
         help_text="Instance or volume id, day (YYYY-MM-DD) or member (user id); `account` "
         "for storage and charges of the whole account."
@@ -333,7 +342,7 @@ class UsageRowOutput(serializers.Serializer):
     gpu_hours = serializers.FloatField(help_text="minutes × GPUs ÷ 60, to two decimals.")
     amount_fen = serializers.IntegerField()
 
-    def get_fields(self) -> dict[str, Any]:
+    def get_fields(self) -> FieldMap:
         fields = super().get_fields()
         fields["label"] = fields.pop("label_")
         return {
@@ -341,13 +350,13 @@ class UsageRowOutput(serializers.Serializer):
         }
 
 
-class UsageTotalsOutput(serializers.Serializer):
+class UsageTotalsOutput(serializers.Serializer[Mapping[str, object]]):
     minutes = serializers.IntegerField()
     gpu_hours = serializers.FloatField()
     amount_fen = serializers.IntegerField()
 
 
-class UsageOutput(serializers.Serializer):
+class UsageOutput(serializers.Serializer[Mapping[str, object]]):
     # "from" is a keyword: the field is renamed as UsageInput's is
     from_ = serializers.DateField()
     to = serializers.DateField()
@@ -355,7 +364,7 @@ class UsageOutput(serializers.Serializer):
     rows = UsageRowOutput(many=True)
     totals = UsageTotalsOutput()
 
-    def get_fields(self) -> dict[str, Any]:
+    def get_fields(self) -> FieldMap:
         fields = super().get_fields()
         fields["from"] = fields.pop("from_")
         return fields

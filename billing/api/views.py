@@ -1,3 +1,4 @@
+from collections.abc import Mapping
 from typing import IO, Any
 
 from django.db.models import QuerySet
@@ -131,8 +132,11 @@ class _FileRenderer(BaseRenderer):
     charset = None
 
     def render(
-        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
-    ) -> Any:
+        self,
+        data: Any,  # an error answer's body, any JSON
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
         # only an error answer comes here (a file is answered as it is): it stays JSON
         return JSONRenderer().render(data)
 
@@ -162,7 +166,7 @@ class InvoiceProfileView(APIView):
 
     def _answer(self, tenant_id: str) -> Response:
         profile = invoice_profile_for(tenant_id)
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             name: getattr(profile, name) if profile else "" for name in PROFILE_FIELDS
         }
         body["kind"] = body["kind"] or "general"

@@ -255,13 +255,13 @@ def _stripe_event(event_id, *, minutes_ago=10):
 
 
 def _broken_gateway(monkeypatch):
-    from billing import payments
+    from billing import stripe_gateway
     from billing.stripe_gateway import PermanentGatewayError
 
     def fail(session_id):
         raise PermanentGatewayError(f"No such checkout.session: {session_id}")
 
-    monkeypatch.setattr(payments.gateway, "checkout_session_retrieve", fail)
+    monkeypatch.setattr(stripe_gateway, "checkout_session_retrieve", fail)
 
 
 def test_a_failing_stripe_event_is_retried_up_to_the_cap_then_left_for_an_operator(db, monkeypatch):

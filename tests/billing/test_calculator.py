@@ -4,12 +4,12 @@ from fractions import Fraction
 import pytest
 from django.core.management import call_command
 
-from billing.calculator import PRESETS, round_half_up
+from billing.calculator import PRESETS, TcoJob, round_half_up
 
 URL = "/api/v1/calculator/tco"
 
 
-def _preset(key: str) -> dict:
+def _preset(key: str) -> TcoJob:
     return copy.deepcopy(next(p["input"] for p in PRESETS if p["key"] == key))
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.core import mail
 from django.core.management import call_command
 
-from billing import payments
+from billing import payments, stripe_gateway
 from billing.choices import Account, RefundSource, RefundStatus, TransactionKind
 from billing.disputes import dispute_apply
 from billing.holds import hold_place, tenant_on_hold
@@ -198,7 +198,7 @@ def test_a_replayed_or_reapplied_dispute_moves_no_more_money(paid, fake, deliver
         payments.stripe_event_process(event_id=record.id)
         obj = StripeEvent.objects.get(pk=record.id).payload["data"]["object"]
         dispute_apply(
-            remote=payments.gateway.dispute_from(obj), event_id=record.id, event_type=record.type
+            remote=stripe_gateway.dispute_from(obj), event_id=record.id, event_type=record.type
         )
     deliver(withdrawn, created, times=3)
 
@@ -552,7 +552,7 @@ def test_a_dispute_that_names_only_the_charge_finds_the_top_up_through_stripe(pa
     remote = fake.open_dispute(charge)
 
     dispute = dispute_apply(
-        remote=payments.gateway.Dispute(
+        remote=stripe_gateway.Dispute(
             id=remote["id"],
             status="needs_response",
             amount=10_000,

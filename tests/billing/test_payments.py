@@ -5,9 +5,10 @@ import time
 import pytest
 from django.core import mail
 
-from billing import payments, tasks
+from billing import payments, stripe_gateway, tasks
 from billing.choices import RefundStatus, TopUpStatus, TransactionKind
 from billing.models import LedgerTransaction, Refund, StripeEvent, TopUp, Wallet
+from billing.services import ledger_post
 from devstack.stripe import sign
 from starverse.accounts.models import AuditEvent
 from starverse.core.errors import Conflict, InsufficientBalance, InvalidInput
@@ -261,7 +262,7 @@ def test_crash_after_the_ledger_write_does_not_credit_twice_on_retry(
     event = StripeEvent.objects.get()
     # The crash: the credit was written, then the worker died before marking the event.
     payments.topup_settle_from_session(
-        payments.gateway.checkout_session_retrieve(topup.checkout_session_id)
+        stripe_gateway.checkout_session_retrieve(topup.checkout_session_id)
     )
     assert event.processed_at is None
 
@@ -410,7 +411,7 @@ def test_refund_limits(paid_topup, fake):
         payments.refund_request(
             topup_id=paid_topup.id, amount_fen=10_001, reason="x", actor=operator
         )
-    payments.ledger_post(
+    ledger_post(
         wallet_id=paid_topup.wallet_id,
         key="usage:t:1",
         kind=TransactionKind.USAGE,

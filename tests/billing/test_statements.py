@@ -360,7 +360,7 @@ def test_one_accounts_failure_keeps_no_other_statement_back(db, time_machine, mo
     time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
     broken, fine = make_user(), make_user()
     time_machine.move_to(datetime(2026, 12, 1, 1, 30, tzinfo=TZ))
-    real = statements.statement_pdf
+    real = statement_pdf
 
     def draw(data):
         if data.tenant_id == broken.tenant_id:
@@ -389,7 +389,7 @@ def test_the_beat_hands_each_account_to_a_task_retried_on_its_own(db, time_machi
     )
     monkeypatch.undo()
 
-    real, drawn = statements.statement_pdf, []
+    real, drawn = statement_pdf, []
 
     def draw(data):
         drawn.append(data.tenant_id)

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
-from billing.calculator import PRESETS, tco_compare
+from billing.calculator import PRESETS, TcoJob, tco_compare
 from instances.selectors import calculator_offering
 from starverse.core.money import format_fen
 from tests.e2e.steps import t
@@ -18,7 +18,7 @@ from tests.e2e.steps import t
 SWITCHES = [("en", "zh-hans"), ("zh-hans", "en")]
 
 
-def _shows(page: Page, data: dict) -> None:
+def _shows(page: Page, data: TcoJob) -> None:
     """The three options' totals and the Starverse lines are those of tco_compare(data)."""
     offering = calculator_offering(data["starverse"]["offering"])
     assert offering is not None
