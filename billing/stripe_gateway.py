@@ -142,7 +142,9 @@ def checkout_session_create(
                 "quantity": 1,
             }
         ],
-        "payment_method_types": payment_methods,
+        # the library pins API version 2026-10-28.endive, which names a session's methods so
+        # (payment_method_types was removed from creating one in 2026-09-30.endive)
+        "allowed_payment_method_types": payment_methods,
         "success_url": success_url,
         "cancel_url": cancel_url,
         "expires_at": expires_at,

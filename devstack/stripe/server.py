@@ -328,7 +328,9 @@ class StripeFake:
                 )
         except StripeFakeError as err:
             return json_response(err.status, err.body(), {**base, **err.headers})
-        ctx: RequestContext = {"id": request_id, "idempotency_key": idem_key}
+        # the API version the request asks for (the library pins its own), else the account's
+        version = headers.get("stripe-version") or self.api_version
+        ctx: RequestContext = {"id": request_id, "idempotency_key": idem_key, "version": version}
         if not idem_key:
             return self._run(route, params, live, ctx, base)
         slot = (api_key, idem_key)

@@ -196,7 +196,8 @@ class Store:
     ) -> dict[str, Any]:
         with self.lock:
             now = self.now()
-            spec = validation.session_params(params, now)
+            version = (ctx or {}).get("version") or self._api_version
+            spec = validation.session_params(params, now, version=version)
             session_id = new_id("cs", livemode, 32)
             line = spec["line"]
             amount = line["unit_amount"] * line["quantity"]

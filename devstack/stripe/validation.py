@@ -7,6 +7,9 @@ from .errors import invalid_request
 from .forms import as_dict, as_int, as_list, as_str, metadata, reject_unknown, require
 
 PAYMENT_METHOD_TYPES = ("card", "alipay", "wechat_pay")
+# Stripe's API version 2026-09-30.endive removed `payment_method_types` from creating a Checkout
+# Session (`allowed_payment_method_types` names the methods since); versions compare as text.
+ENDIVE = "2026-09-30"
 REFUND_REASONS = ("duplicate", "fraudulent", "requested_by_customer")
 MIN_EXPIRY_S = 30 * 60
 MAX_EXPIRY_S = 24 * 60 * 60
@@ -19,6 +22,7 @@ _SESSION_PARAMS = {
     "success_url",
     "cancel_url",
     "payment_method_types",
+    "allowed_payment_method_types",
     "payment_method_options",
     "payment_intent_data",
     "expires_at",
@@ -79,14 +83,33 @@ def _line_item(value: Any, currency: str) -> dict[str, Any]:
     return {"name": name, "unit_amount": unit_amount, "quantity": quantity}
 
 
-def _payment_methods(params: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+def _methods_param(params: dict[str, Any], version: str) -> str:
+    """Which parameter names the session's payment methods at this API version."""
+    if version >= ENDIVE:
+        if "payment_method_types" in params:
+            raise invalid_request(
+                "Received unknown parameter: payment_method_types. Since API version "
+                f"{ENDIVE}.endive, use allowed_payment_method_types (or dynamic payment "
+                "methods) instead.",
+                param="payment_method_types",
+            )
+        return "allowed_payment_method_types"
+    if "allowed_payment_method_types" in params:
+        raise invalid_request(
+            "Received unknown parameter: allowed_payment_method_types (API version "
+            f"{ENDIVE}.endive and later).",
+            param="allowed_payment_method_types",
+        )
+    return "payment_method_types"
+
+
+def _payment_methods(params: dict[str, Any], version: str) -> tuple[list[str], dict[str, Any]]:
     types = ["card"]
-    if "payment_method_types" in params:
+    name = _methods_param(params, version)
+    if name in params:
         types = []
-        for index, raw in enumerate(
-            as_list(params["payment_method_types"], "payment_method_types")
-        ):
-            param = f"payment_method_types[{index}]"
+        for index, raw in enumerate(as_list(params[name], name)):
+            param = f"{name}[{index}]"
             kind = as_str(raw, param)
             if kind not in PAYMENT_METHOD_TYPES:
                 raise invalid_request(
@@ -97,9 +120,7 @@ def _payment_methods(params: dict[str, Any]) -> tuple[list[str], dict[str, Any]]
                 raise invalid_request(f"Duplicate payment method type: {kind}", param=param)
             types.append(kind)
         if not types:
-            raise invalid_request(
-                "payment_method_types must not be empty", param="payment_method_types"
-            )
+            raise invalid_request(f"{name} must not be empty", param=name)
     options = as_dict(params.get("payment_method_options", {}), "payment_method_options")
     reject_unknown(options, {"wechat_pay", "alipay", "card"}, "payment_method_options")
     clean: dict[str, Any] = {}
@@ -125,8 +146,10 @@ def _payment_methods(params: dict[str, Any]) -> tuple[list[str], dict[str, Any]]
     return types, clean
 
 
-def session_params(params: dict[str, Any], now: int) -> dict[str, Any]:
-    """Check ``POST /v1/checkout/sessions`` parameters; answer the normalised values."""
+def session_params(params: dict[str, Any], now: int, *, version: str) -> dict[str, Any]:
+    """Check ``POST /v1/checkout/sessions`` parameters at the API `version`; answer the
+    normalised values (the session's `payment_method_types` are what it accepts, however the
+    request named them)."""
     reject_unknown(params, _SESSION_PARAMS)
     mode = as_str(require(params, "mode"), "mode")
     if mode != "payment":
@@ -143,7 +166,7 @@ def session_params(params: dict[str, Any], now: int) -> dict[str, Any]:
     line = _line_item(items[0], currency)
     success_url = _url(require(params, "success_url"), "success_url")
     cancel_url = _url(require(params, "cancel_url"), "cancel_url")
-    types, options = _payment_methods(params)
+    types, options = _payment_methods(params, version)
     expires_at = _expires_at(params, now)
     client_reference_id = None
     if params.get("client_reference_id", "") != "":

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import requests
 import stripe
 
 from devstack.stripe import BANNER, StripeFake, StripeFakeError, format_amount
@@ -101,7 +102,7 @@ def session_params(**overrides: Any) -> dict[str, Any]:
                 "quantity": 1,
             }
         ],
-        "payment_method_types": ["card", "alipay", "wechat_pay"],
+        "allowed_payment_method_types": ["card", "alipay", "wechat_pay"],
         "payment_method_options": {"wechat_pay": {"client": "web"}},
         "success_url": "http://127.0.0.1:8000/billing/return?session={CHECKOUT_SESSION_ID}",
         "cancel_url": "http://127.0.0.1:8000/billing/cancel",
@@ -177,7 +178,7 @@ def test_create_session_answers_a_checkout_session_object(fake: StripeFake) -> N
 
 def test_defaults_and_explicit_expiry(fake: StripeFake) -> None:
     params = session_params(expires_at=int(time.time()) + 3600)
-    del params["payment_method_types"], params["payment_method_options"]
+    del params["allowed_payment_method_types"], params["payment_method_options"]
     del params["client_reference_id"], params["customer_email"]
     session = make_client(fake).v1.checkout.sessions.create(params=params)
     assert session.payment_method_types == ["card"]
@@ -285,7 +286,11 @@ def create_session_with_key(fake: StripeFake, key: str) -> Any:
         ({"currency": None}, "currency", "Missing required param: currency."),
         ({"line_items": None}, "line_items", "Missing required param: line_items."),
         ({"mode": "subscription"}, "mode", None),
-        ({"payment_method_types": ["card", "paypal"]}, "payment_method_types[1]", None),
+        (
+            {"allowed_payment_method_types": ["card", "paypal"]},
+            "allowed_payment_method_types[1]",
+            None,
+        ),
         ({"payment_method_options": None}, "payment_method_options[wechat_pay][client]", None),
         ({"expires_at": 1}, "expires_at", None),
         ({"expires_at": int(time.time()) + 25 * 3600}, "expires_at", None),
@@ -325,6 +330,37 @@ def test_invalid_line_items_name_the_param(
     with pytest.raises(stripe.InvalidRequestError) as excinfo:
         create_session(fake, line_items=[item])
     assert excinfo.value.param == param
+
+
+def test_the_removed_payment_method_types_is_refused_at_endive_and_named_before_it(
+    fake: StripeFake,
+) -> None:
+    # the library pins an endive API version: the parameter it removed is refused, as Stripe does
+    old = session_params(payment_method_types=["alipay"])
+    del old["allowed_payment_method_types"]
+    with pytest.raises(stripe.InvalidRequestError) as excinfo:
+        make_client(fake).v1.checkout.sessions.create(params=old)
+    assert (excinfo.value.http_status, excinfo.value.param) == (400, "payment_method_types")
+    assert "allowed_payment_method_types" in (excinfo.value.user_message or "")
+    # an account on an older version names its methods the old way
+    answer = requests.post(
+        f"{fake.url}/v1/checkout/sessions",
+        data={
+            "mode": "payment",
+            "currency": "cny",
+            "line_items[0][price_data][currency]": "cny",
+            "line_items[0][price_data][unit_amount]": "100",
+            "line_items[0][price_data][product_data][name]": "x",
+            "line_items[0][quantity]": "1",
+            "payment_method_types[0]": "alipay",
+            "success_url": "http://127.0.0.1/ok",
+            "cancel_url": "http://127.0.0.1/no",
+        },
+        headers={"Authorization": "Bearer sk_test_123", "Stripe-Version": "2024-06-20"},
+        timeout=5,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["payment_method_types"] == ["alipay"]
 
 
 def test_form_decoding_builds_nested_dicts_and_lists() -> None:
