@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.files.base import ContentFile
+from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -15,7 +16,7 @@ from billing.choices import TransactionKind
 from billing.invoices import invoice_issue, invoice_profile_save
 from billing.models import InvoiceProfile, InvoiceRequest, LedgerTransaction, Statement, Wallet
 from billing.onboarding import team_create
-from billing.services import ledger_post
+from billing.services import Accrual, ledger_post, usage_accrue_many
 from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
 from tests.factories import (
     _invoice_request,
@@ -93,6 +94,23 @@ def test_billing_page_shows_the_usage_invoice_and_statement_sections(signed_in):
         f"{timezone.localdate():%Y-%m}"
     ]
     assert "Download CSV" in html and "/billing/usage.csv?" in html
+
+
+def test_the_transactions_show_the_gpu_time_not_yet_posted_on_top(signed_in):
+    user = make_user()
+    fund(user, 1_000)
+    wallet = Wallet.objects.get(tenant=user.tenant)
+    html = signed_in(user).get("/billing/").content.decode()
+    assert "data-pending" not in html  # nothing accrued: no such line
+    with transaction.atomic():
+        usage_accrue_many([Accrual(wallet.id, 37, None), Accrual(wallet.id, 37, None)])
+
+    html = signed_in(user).get("/billing/").content.decode()
+
+    row = html[html.index("<tr data-pending>") : html.index("</tr>", html.index("data-pending"))]
+    assert "GPU time used since the last hourly posting" in row
+    assert "¥0.74" in row and "¥19.26" in row  # what it held, and what is free after it
+    assert "¥0.74 of GPU time used since the last hourly posting is already taken off" in html
 
 
 def test_saving_the_invoice_details_then_they_fill_the_form(signed_in):
