@@ -18,8 +18,9 @@ so a crash between the two loses or doubles nothing, and a key posted twice is r
 ledger's unique index.
 
 Products above the compute core register, per kind of holding, what the meter tells them
-(meter_hooks_register): the fen accrued, inside the tick's transaction (the products' cost
-columns), and after it commits, again with what their wallets could not pay."""
+(meter_hooks_register), once the tick's money has committed: the fen accrued (the products'
+cost columns), and what their wallets could not pay. The tick holds holdings and wallets and
+never waits for a product's row meanwhile: products lock their row before their holding."""
 
 import logging
 from collections.abc import Callable
@@ -60,9 +61,9 @@ _DESCRIPTION = {
 
 class MeterHooks(NamedTuple):
     """What a product hears of its holdings' metering, by what the ledger names (an instance,
-    or the endpoint of replicas): `accrued` (id → fen, inside the tick's transaction: the
-    product's cost) and `after` (id → fen, and the ids whose wallets could not pay a minute,
-    after the tick commits: stop those)."""
+    or the endpoint of replicas), once the tick's money has committed: `accrued` (id → fen, in
+    a transaction of its own: the product's cost, a cache for people to read) and `after` (id
+    → fen, and the ids whose wallets could not pay a minute: stop those)."""
 
     accrued: Callable[[dict[str, int]], None]
     after: Callable[[dict[str, int], list[str]], None]
@@ -129,13 +130,17 @@ def meter_tick(*, now: datetime | None = None) -> MeterResult:
     with transaction.atomic():
         rows = _metering(Q(metered_since__isnull=False), skip_locked=True)
         accrued, short = _meter(rows, now, closing=False, result=result)
-        by_kind: dict[str, dict[str, int]] = {}
-        for row in rows:
-            if row.id in accrued:
-                fen = by_kind.setdefault(row.kind, {})
-                fen[row.resource_id] = fen.get(row.resource_id, 0) + accrued[row.id]
-            if row.id in short and row.resource_id not in result.short.get(row.kind, []):
-                result.short.setdefault(row.kind, []).append(row.resource_id)
+    by_kind: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row.id in accrued:
+            fen = by_kind.setdefault(row.kind, {})
+            fen[row.resource_id] = fen.get(row.resource_id, 0) + accrued[row.id]
+        if row.id in short and row.resource_id not in result.short.get(row.kind, []):
+            result.short.setdefault(row.kind, []).append(row.resource_id)
+    # The products' cost columns, in a transaction of their own once the money has committed:
+    # a product locks its row before its holding (a stop closing its session), so the tick,
+    # which holds holdings and wallets, must not wait for a product's row while it holds them.
+    with transaction.atomic():
         for kind, fen in by_kind.items():
             if kind in _hooks:
                 _hooks[kind].accrued(fen)

@@ -11,7 +11,7 @@ from starverse.core.db import bulk_set
 
 
 def _costs_add(accrued: dict[str, int]) -> None:
-    """Inside the meter's transaction: endpoint → fen its replicas' minutes cost."""
+    """Once the meter's money has committed: endpoint → fen its replicas' minutes cost."""
     bulk_set(Endpoint, [(e, fen) for e, fen in accrued.items() if fen], ["cost_fen"], add=True)
 
 

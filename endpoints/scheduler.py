@@ -341,20 +341,20 @@ def _follow(
 
 
 def _release(replica: EndpointReplica, now: datetime, result: SyncResult) -> None:
+    _meter_close(replica, now, result)
     with transaction.atomic():
-        _meter_close(replica, now, result)
         holding_release(replica.id)
         EndpointReplica.objects.filter(pk=replica.pk).update(gone_at=now, ready_since=None)
     result.released.append(replica.pod_name)
 
 
 def _meter_close(replica: EndpointReplica, now: datetime, result: SyncResult) -> None:
-    """The replica stops serving: its session's minutes (the started one too) are posted and
-    added to its endpoint's cost."""
-    with transaction.atomic():
-        spent = meter_close(replica.id, now=now)
-        if spent:
-            Endpoint.objects.filter(pk=replica.endpoint_id).update(cost_fen=F("cost_fen") + spent)
+    """The replica stops serving: its session's minutes (the started one too) are posted, then
+    added to its endpoint's cost once that has committed (the endpoint's row is locked before
+    the wallet by its own services, so it is not waited for while the wallet is held)."""
+    spent = meter_close(replica.id, now=now)
+    if spent:
+        Endpoint.objects.filter(pk=replica.endpoint_id).update(cost_fen=F("cost_fen") + spent)
     result.charged_fen += spent
 
 

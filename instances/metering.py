@@ -79,7 +79,7 @@ def metering_tick(*, now: datetime | None = None) -> TickResult:
 
 
 def _costs_add(accrued: dict[str, int]) -> None:
-    """Inside the meter's transaction: what each instance's minutes cost, added to it."""
+    """Once the meter's money has committed: what each instance's minutes cost, added to it."""
     bulk_set(Instance, [(i, fen) for i, fen in accrued.items() if fen], ["cost_fen"], add=True)
 
 

@@ -3,6 +3,8 @@ worker overlapping the next minute's, or two beat schedulers by mistake) accrue 
 each holding once, since a tick locks the holdings it meters and skips the ones another holds;
 and a stop's close waits for the tick that holds its holding, then adds nothing twice."""
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -13,6 +15,8 @@ from django.utils import timezone
 from billing.models import LedgerTransaction, Wallet
 from billing.selectors import wallet_drifts
 from billing.services import minute_charge_fen
+from compute import metering
+from compute.choices import HoldingKind
 from compute.metering import meter_close, meter_open, meter_tick
 from compute.models import Holding, Offering
 from compute.selectors import pending_drifts
@@ -89,4 +93,39 @@ def test_a_close_racing_a_tick_posts_each_minute_once():
         == 61
         for h in held
     )
+    assert pending_drifts() == [] and wallet_drifts() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stop_holding_its_instance_while_a_tick_runs_does_not_deadlock(monkeypatch):
+    """A stop locks its instance, then closes the session on its holding; the tick holds the
+    holdings and the wallets and then adds the minutes to the instances' cost. Were the cost
+    written while the tick still held the holdings, the two would wait for each other."""
+    now = timezone.now()
+    _wallet, ids, price = _metering(1, now - timedelta(minutes=3, seconds=1))
+    hooks = metering._hooks[HoldingKind.INSTANCE]
+    cost_writing = threading.Event()
+
+    def accrued(fen: dict[str, int]) -> None:
+        cost_writing.set()
+        time.sleep(0.5)  # the stop below asks for the holding meanwhile
+        hooks.accrued(fen)
+
+    monkeypatch.setitem(metering._hooks, HoldingKind.INSTANCE, hooks._replace(accrued=accrued))
+
+    def work(index: int) -> object:
+        if index == 0:
+            return meter_tick(now=now)
+        with transaction.atomic():
+            Instance.objects.select_for_update().get(pk=ids[0])  # the stop's lock on its row
+            assert cost_writing.wait(timeout=10)
+            return meter_close(ids[0], now=now, started_minute=False)
+
+    results = run_threads(2, work)
+
+    assert not [r for r in results if isinstance(r, Exception)], results
+    [posting] = LedgerTransaction.objects.filter(kind="usage", instance_id=ids[0])
+    assert posting.minutes == 3
+    cost = sum(minute_charge_fen(price, m) for m in range(1, 4))
+    assert Instance.objects.get(pk=ids[0]).cost_fen == cost == -posting.amount_fen
     assert pending_drifts() == [] and wallet_drifts() == []
