@@ -3,14 +3,18 @@ passed over for want of money, released. Each product calls these from its own s
 in the transaction that moves its row, so its row and its holding always agree; placement and
 the queue read the holdings alone."""
 
+import logging
 from datetime import datetime
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from compute.choices import BillingMode, HoldingKind, HoldingState
+from compute.metering import meter_close
 from compute.models import Allocation, Holding, Offering
 from fleet.models import Node
+
+logger = logging.getLogger(__name__)
 
 
 def holding_new(
@@ -82,7 +86,11 @@ def holding_queue(holding_id: str, *, at: datetime | None = None) -> None:
 
 
 def holding_release(holding_id: str) -> None:
-    """The holding gives its GPUs back, if it held any, and waits for none."""
+    """The holding gives its GPUs back, if it held any, and waits for none. Holding nothing,
+    it serves nothing: a metering session its product left open is closed here, its closed
+    minutes posted, so no path can leave a holding billed after it let its GPUs go."""
+    if meter_close(holding_id, now=timezone.now(), started_minute=False):
+        logger.warning("meter.closed_at_release holding=%s", holding_id)
     Allocation.objects.filter(holding_id=holding_id).delete()
     _holding(holding_id).update(state=HoldingState.RELEASED, queued_at=None, unfunded_since=None)
 

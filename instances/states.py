@@ -100,7 +100,9 @@ def _transition(instance: Instance, to: str, message: str, **fields: Any) -> Ins
 
 def gpus_release(instance: Instance) -> None:
     """Give the instance's GPUs back (its holding holds none, waits for none); the queue for
-    them is served after commit."""
+    them is served after commit. A session still metering ends first, its closed minutes
+    added to the instance's cost."""
+    bill_until(instance, timezone.now(), started_minute=False)
     holding_release(instance.id)
     enqueue_on_commit("instances.tasks.drain_queue", instance.offering.gpu_model.product)
 

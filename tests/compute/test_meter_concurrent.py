@@ -17,6 +17,7 @@ from billing.selectors import wallet_drifts
 from billing.services import minute_charge_fen
 from compute import metering
 from compute.choices import HoldingKind
+from compute.holdings import holding_release
 from compute.metering import meter_close, meter_open, meter_tick
 from compute.models import Holding, Offering
 from compute.selectors import pending_drifts
@@ -128,4 +129,22 @@ def test_a_stop_holding_its_instance_while_a_tick_runs_does_not_deadlock(monkeyp
     assert posting.minutes == 3
     cost = sum(minute_charge_fen(price, m) for m in range(1, 4))
     assert Instance.objects.get(pk=ids[0]).cost_fen == cost == -posting.amount_fen
+    assert pending_drifts() == [] and wallet_drifts() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_holding_that_lets_its_gpus_go_meters_no_more():
+    """Whatever path releases a holding's GPUs ends its metering: its closed minutes are
+    posted and no later tick bills it (a product that forgot to close it is not billed on)."""
+    now = timezone.now()
+    _wallet, ids, price = _metering(1, now - timedelta(minutes=2, seconds=30))
+
+    with transaction.atomic():
+        holding_release(ids[0])
+    meter_tick(now=now + timedelta(hours=2))
+
+    [posting] = LedgerTransaction.objects.filter(kind="usage", instance_id=ids[0])
+    assert posting.minutes == 2
+    assert -posting.amount_fen == sum(minute_charge_fen(price, m) for m in (1, 2))
+    assert Holding.objects.get(pk=ids[0]).metered_since is None
     assert pending_drifts() == [] and wallet_drifts() == []
