@@ -138,7 +138,7 @@ class _Request:
             **({"region": self.region} if self.region else {}),
         )
 
-    def checked(self, user: Any, key: OrderKey) -> _Checked:
+    def checked(self, user: User, key: OrderKey) -> _Checked:
         """The order checked against the catalog, the fleet, the orderer's disks and keys."""
         offering, image = orderable(self.offering_id, self.image_id, self.billing)
         _orderable_as_cluster(offering, self.node_count)

@@ -247,7 +247,7 @@ def endpoint_create(
 
 
 def _endpoint_new(
-    user: Any,
+    user: User,
     key: OrderKey,
     name: str,
     offering: Offering,

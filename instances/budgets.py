@@ -29,7 +29,7 @@ from compute.models import Holding
 from instances.choices import STARTING_OR_RUNNING, InstanceStatus
 from instances.models import Instance
 from starverse.accounts.audit import audit_record
-from starverse.accounts.models import Budget, Membership, Tenant, TenantKind
+from starverse.accounts.models import Budget, Membership, Tenant, TenantKind, User
 from starverse.core.errors import InsufficientBalance, InvalidInput, NotFound
 from starverse.core.money import format_fen
 from starverse.core.roles import is_manager, require_owner
@@ -298,7 +298,7 @@ RENEWAL_MESSAGES = {
 
 
 def budget_set(
-    *, actor: Any, team: Tenant, user_id: str | None, monthly_fen: int, ip: str | None = None
+    *, actor: User, team: Tenant, user_id: str | None, monthly_fen: int, ip: str | None = None
 ) -> BudgetState:
     """Set a member's monthly budget (or the team's, `user_id` None); owners only. A budget
     below what is already spent this month is refused (400 `budget_below_spent`)."""

@@ -248,7 +248,7 @@ class _Request:
             ),
         )
 
-    def instance_fields(self, user: Any, key: OrderKey) -> dict[str, Any]:
+    def instance_fields(self, user: User, key: OrderKey) -> dict[str, Any]:
         """The new instance's columns, once what the order names is checked: the catalog's
         offering and image, the region, the orderer's own SSH keys, the scheduled stop."""
         now = timezone.now()

@@ -7,7 +7,6 @@ import logging
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -65,7 +64,7 @@ def _access_take(team: Tenant, user_id: str, role: str | None, tokens: int = 0) 
 
 
 def membership_role_set(
-    *, actor: Any, team: Tenant, user_id: str, role: str, ip: str | None = None
+    *, actor: User, team: Tenant, user_id: str, role: str, ip: str | None = None
 ) -> tuple[Membership, Revoked]:
     """Change a member's role (owner/admin). Only an owner makes or unmakes owners; the last
     owner stays one (409 `last_owner`). What the new role no longer allows goes in the same
@@ -104,7 +103,7 @@ def membership_role_set(
     return membership, revoked
 
 
-def membership_remove(*, actor: Any, team: Tenant, user_id: str, ip: str | None = None) -> Revoked:
+def membership_remove(*, actor: User, team: Tenant, user_id: str, ip: str | None = None) -> Revoked:
     """Remove a member (owners and admins; anyone may leave), and in the same transaction what
     they held in the team: its API tokens, the share links and endpoint keys they made there,
     and their keys in the access Secrets of the team's instances they ordered (_access_take).
@@ -149,7 +148,7 @@ TO_TEAM, FROM_TEAM = "to_team", "from_team"
 
 def transfer_make(
     *,
-    user: Any,
+    user: User,
     team: Tenant,
     amount_fen: int,
     direction: str,
@@ -193,7 +192,7 @@ def transfer_make(
 
 def audit_events(
     *,
-    user: Any,
+    user: User,
     team: Tenant,
     since: datetime | None = None,
     until: datetime | None = None,

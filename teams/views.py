@@ -42,6 +42,7 @@ from starverse.accounts.teams import (
     team_of,
 )
 from starverse.core.addresses import client_ip
+from starverse.core.console import page_user
 from starverse.core.dates import validate_day
 from starverse.core.errors import NotFound, ServiceError
 from starverse.core.money import MoneyParseError, parse_fen
@@ -250,7 +251,7 @@ def audit_page(request: HttpRequest, pk: str) -> HttpResponse:
         return redirect("teams:audit", team.pk)
     try:
         events = audit_events(
-            user=request.user,
+            user=page_user(request),
             team=team,
             since=filters.day_start("since"),
             until=filters.day_start("until", after=True),

@@ -115,7 +115,7 @@ class MemberView(TeamView):
         data = s.MemberUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
         membership, _revoked = membership_role_set(
-            actor=request.user,
+            actor=signed_in_user(request),
             team=team,
             user_id=user,
             role=data.validated_data["role"],
@@ -130,7 +130,9 @@ class MemberView(TeamView):
     )
     def delete(self, request: Request, pk: str, user: str) -> Response:
         team = team_in_path(request, pk)
-        membership_remove(actor=request.user, team=team, user_id=user, ip=client_ip(request))
+        membership_remove(
+            actor=signed_in_user(request), team=team, user_id=user, ip=client_ip(request)
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -295,7 +297,7 @@ class AuditView(TeamView):
     def get(self, request: Request, pk: str) -> Any:
         team = team_in_path(request, pk)
         events = audit_events(
-            user=request.user,
+            user=signed_in_user(request),
             team=team,
             since=_when(request, "from"),
             until=_when(request, "to"),
@@ -347,7 +349,7 @@ class TransferView(TeamView):
         data = s.TransferInput(data=request.data)
         data.is_valid(raise_exception=True)
         out, into = transfer_make(
-            user=request.user,
+            user=signed_in_user(request),
             team=team,
             amount_fen=data.validated_data["amount_fen"],
             direction=data.validated_data["direction"],
