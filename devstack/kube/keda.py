@@ -74,6 +74,9 @@ def _condition(status: Obj, value: str, reason: str, message: str) -> None:
     status["conditions"] = conditions
 
 
+CLOCK_EPSILON_S = 1e-6
+
+
 class KedaStandIn:
     def __init__(self, api: Api, queue_url: str | None, polling_interval_s: float = 1.0) -> None:
         self.api = api
@@ -165,7 +168,9 @@ class KedaStandIn:
         high = int(bounds.get("max", 100) or 0)
         desired = min(max(math.ceil(concurrency / per_replica), low), max(high, low))
         current = int((target.get("spec") or {}).get("replicas", 1))
-        cool_down = float(spec.get("scaledownPeriod", 300))
+        # the emulated clock adds its steps in floating point: thirty seconds of steps may come
+        # out a hair under thirty, so the period is met within a microsecond
+        cool_down = float(spec.get("scaledownPeriod", 300)) - CLOCK_EPSILON_S
         if desired > current or (
             desired < current and now - self._below_since.setdefault(uid, now) >= cool_down
         ):

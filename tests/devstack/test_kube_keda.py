@@ -91,6 +91,29 @@ def replicas(apps: client.AppsV1Api, name: str = "chat") -> int:
     return int(apps.read_namespaced_deployment(name, NS).spec.replicas)
 
 
+def test_a_scaledown_period_met_in_floating_point_steps_is_met(
+    keda_emu: KubeEmulator, counts: Counts
+) -> None:
+    """Thirty seconds of the emulated clock, added up in floating point, may come out a hair
+    under thirty (1000.1 + 29.0 + 1.0 - 1000.1 == 29.999999999999886): the period is met. The
+    ticks' times are chosen ahead of the emulator's clock so that the sum falls short."""
+    apps, custom = clients(keda_emu)
+    apps.create_namespaced_deployment(NS, deployment_body("chat", 1))
+    custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, scaled_object("chat"))
+    with keda_emu.paused():  # only the ticks below scale
+        counts.set(0)
+        keda_emu.keda.refresh()
+        since = keda_emu.now() + 1.0
+        while (since + 29.0) + 1.0 - since >= 30.0:
+            since += 0.1
+        keda_emu.keda.tick(since)  # wants 0 from here
+        assert replicas(apps) == 1
+        later = (since + 29.0) + 1.0
+        assert later - since < 30.0
+        keda_emu.keda.tick(later)
+        assert replicas(apps) == 0
+
+
 def test_scales_up_at_once_and_down_after_the_scaledown_period(
     keda_emu: KubeEmulator, counts: Counts
 ) -> None:
