@@ -7,8 +7,9 @@ or rollback), so no path can forget to release one.
 Lock order: a transaction that holds a lock never waits for one earlier in this list, so two
 transactions can never wait on each other.
 
-1. A product's row: an instance (instances.states.instance_locked), a cluster's ranks, in id
-   order (instances.states.ranks_locked), an endpoint (endpoints.services.endpoint_locked).
+1. A product's row: an instance (instances.states.instance_locked), a gang's members (a
+   cluster's ranks), in the gang's order (instances.states.gang_locked), an endpoint
+   (endpoints.services.endpoint_locked).
 2. The GPU model's placement lock (gpu_model_placement_lock, below): exclusive to place a queued
    order or a gang, shared among new single orders.
 3. A node claim (node_claim, node_claim_first, below): the node an order is placing on.
