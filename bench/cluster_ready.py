@@ -47,9 +47,9 @@ def _ready(cluster_id: str, pool: ThreadPoolExecutor) -> None:
     from instances.provisioning import converge
 
     ranks = list(
-        Instance.objects.filter(cluster_id=cluster_id, rank__isnull=False).values_list(
-            "id", flat=True
-        )
+        Instance.objects.filter(
+            cluster_rank__cluster_id=cluster_id, cluster_rank__index__isnull=False
+        ).values_list("id", flat=True)
     )
     up = {"checking", "running"}
     list(pool.map(lambda rank: _until(lambda: converge.provision(rank), up.__contains__), ranks))
@@ -66,9 +66,9 @@ def _terminate(cluster_id: str, pool: ThreadPoolExecutor) -> None:
 
     cluster_terminate(cluster=Cluster.objects.get(pk=cluster_id))
     ranks = list(
-        Instance.objects.filter(cluster_id=cluster_id, rank__isnull=False).values_list(
-            "id", flat=True
-        )
+        Instance.objects.filter(
+            cluster_rank__cluster_id=cluster_id, cluster_rank__index__isnull=False
+        ).values_list("id", flat=True)
     )
     gone = "terminated".__eq__
     list(pool.map(lambda rank: _until(lambda: converge.terminate(rank), gone), ranks))
@@ -76,11 +76,13 @@ def _terminate(cluster_id: str, pool: ThreadPoolExecutor) -> None:
 
 def _env_check(cluster_id: str, nodes: int, gpus: int) -> int:
     """Ranks whose pod carries the right launcher environment; raises on any wrong one."""
+    from clusters.pods import cluster_dns, files_name, rank_host
     from instances.models import Instance
-    from instances.provisioning.ranks import cluster_dns, files_name, rank_host
     from starverse.core import kube
 
-    namespace = Instance.objects.filter(cluster_id=cluster_id).get(rank=0).k8s_namespace
+    namespace = Instance.objects.get(
+        cluster_rank__cluster_id=cluster_id, cluster_rank__index=0
+    ).k8s_namespace
     pods = (
         kube.core()
         .list_namespaced_pod(

@@ -1,7 +1,20 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from clusters.models import Cluster, Preflight
+from clusters.models import Cluster, Preflight, Rank
+
+
+class RankInline(admin.TabularInline[Rank, Cluster]):
+    """The cluster's ranks: which instance is which (a removed one has no number)."""
+
+    model = Rank
+    extra = 0
+    can_delete = False
+    fields = ("index", "instance")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
+        return False
 
 
 class PreflightInline(admin.TabularInline[Preflight, Cluster]):
@@ -28,9 +41,10 @@ class PreflightInline(admin.TabularInline[Preflight, Cluster]):
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin[Cluster]):
-    """Clusters are read here; their ranks are instances (the Instances list, by cluster)."""
+    """Clusters are read here; their ranks are instances (listed inline, each a link to its
+    instance in the Instances list)."""
 
-    inlines = [PreflightInline]
+    inlines = [RankInline, PreflightInline]
 
     list_display = ["id", "name", "tenant", "offering", "node_count", "template", "created_at"]
     list_filter = ["template", "billing"]

@@ -17,11 +17,12 @@ def ssh_key_new() -> str:
 
 
 class Cluster(models.Model):
-    """A multi-node rental: `node_count` whole nodes of one offering, one rank each. Its ranks
-    are Instance rows (Instance.cluster, Instance.rank), so ordering, allocations, metering,
-    disks, access Secrets and the state machine are the instances'; the cluster is their
-    aggregate and its status derives from theirs (clusters.choices.status_of). Ranks are placed
-    and queued all together, never some of them (compute.placement.choose_nodes)."""
+    """A multi-node rental: `node_count` whole nodes of one offering, one rank each. Each rank
+    is an instance (clusters.models.Rank says which, and its number), so ordering, allocations,
+    metering, disks, access Secrets and the state machine are the instances'; the cluster is
+    their aggregate and its status derives from theirs (clusters.choices.status_of). Its ranks'
+    holdings form one gang (compute.models.Holding.gang, the cluster's id): placed and queued
+    all together, never some of them (compute.placement.choose_nodes)."""
 
     id = PublicIdField(prefix="clu")
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="+")
@@ -66,6 +67,35 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.name}"
+
+
+class Rank(models.Model):
+    """Rank `index` of a cluster: which instance it is. An instance is a cluster's rank only
+    through this row (the instances app knows only that its holding is one of a gang). A rank
+    removed by scaling down keeps its row with `index` null, for the cluster's history and
+    cost; it is no longer one of the cluster's ranks."""
+
+    instance = models.OneToOneField(
+        "instances.Instance",
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="cluster_rank",
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="ranks")
+    index = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "index"],
+                condition=Q(index__isnull=False),
+                name="rank_cluster_index",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} rank {self.index} ({self.instance_id})"
 
 
 class PreflightStatus(models.TextChoices):

@@ -1,9 +1,10 @@
 """Kubernetes objects of a multi-node cluster's ranks, as plain dicts (the ranks are instances;
-this adds what makes them one cluster). Each rank's pod gets the cluster and rank labels, a
-stable DNS name through one headless Service per cluster (rank i is `<dns>-<i>.<dns>` on every
-node, whatever node it runs on), the cluster's shared SSH key pair (one Secret), the node
-profile's RDMA resource, networks and NCCL settings, the launcher environment, and the
-cluster's files (hostfiles, launch scripts; one ConfigMap) under /etc/starverse.
+this adds what makes them one cluster, through the instances app's gang hooks: clusters.ranks).
+Each rank's pod gets the cluster and rank labels, a stable DNS name through one headless Service
+per cluster (rank i is `<dns>-<i>.<dns>` on every node, whatever node it runs on), the
+cluster's shared SSH key pair (one Secret), the node profile's RDMA resource, networks and NCCL
+settings, the launcher environment, and the cluster's files (hostfiles, launch scripts; one
+ConfigMap) under /etc/starverse.
 
 Everything here is derived from the database (the cluster row, its ranks' rows, the node's
 profile), so each object renders the same on every pass and from every rank: the rank that
@@ -12,10 +13,10 @@ comes up first makes the shared ones, the others find them (kube.ensure)."""
 from dataclasses import dataclass
 from typing import Any
 
+from clusters.models import Cluster, Rank
 from fleet.models import MULTUS_NETWORKS, Node, NodeProfile
 from fleet.selectors import node_profile_for
 from instances.gateway import SSH_PORT
-from instances.models import Instance
 from starverse.core.hostkeys import host_key_from_private
 from starverse.core.kube import MANAGED, namespace_name, tenant_label
 
@@ -98,7 +99,7 @@ class Layout:
         return tensor, pipeline, self.world_size // (tensor * pipeline)
 
 
-def layout_of(cluster: Any, profile: NodeProfile | None = None) -> Layout:
+def layout_of(cluster: Cluster, profile: NodeProfile | None = None) -> Layout:
     return Layout(
         cluster_id=cluster.id,
         node_count=cluster.node_count,
@@ -196,15 +197,15 @@ def launch_scripts(layout: Layout) -> dict[str, str]:
     }
 
 
-def files_config_map(instance: Any, layout: Layout) -> dict[str, Any]:
+def files_config_map(member: Rank, layout: Layout) -> dict[str, Any]:
     scripts = launch_scripts(layout)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
             "name": files_name(layout.cluster_id),
-            "namespace": namespace_name(instance.tenant_id),
-            "labels": cluster_labels(instance),
+            "namespace": namespace_name(member.cluster.tenant_id),
+            "labels": cluster_labels(member),
         },
         "data": {
             "hostfile": hostfile(layout),
@@ -218,29 +219,29 @@ def files_config_map(instance: Any, layout: Layout) -> dict[str, Any]:
 # --- the shared objects -------------------------------------------------------------------------
 
 
-def cluster_labels(instance: Any) -> dict[str, str]:
+def cluster_labels(member: Rank) -> dict[str, str]:
     return {
         **MANAGED,
-        "starverse.io/tenant": tenant_label(instance.tenant_id),
-        CLUSTER_LABEL: cluster_dns(instance.cluster_id),
+        "starverse.io/tenant": tenant_label(member.cluster.tenant_id),
+        CLUSTER_LABEL: cluster_dns(member.cluster_id),
     }
 
 
-def rank_labels(instance: Any) -> dict[str, str]:
-    return {CLUSTER_LABEL: cluster_dns(instance.cluster_id), RANK_LABEL: str(instance.rank)}
+def rank_labels(member: Rank) -> dict[str, str]:
+    return {CLUSTER_LABEL: cluster_dns(member.cluster_id), RANK_LABEL: str(member.index)}
 
 
-def headless_service(instance: Any) -> dict[str, Any]:
+def headless_service(member: Rank) -> dict[str, Any]:
     """The cluster's headless Service: a DNS record per rank pod (hostname.subdomain), ready
     or not, so ranks find each other while they all come up."""
-    dns = cluster_dns(instance.cluster_id)
+    dns = cluster_dns(member.cluster_id)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": dns,
-            "namespace": namespace_name(instance.tenant_id),
-            "labels": cluster_labels(instance),
+            "namespace": namespace_name(member.cluster.tenant_id),
+            "labels": cluster_labels(member),
         },
         "spec": {
             "clusterIP": "None",
@@ -252,7 +253,7 @@ def headless_service(instance: Any) -> dict[str, Any]:
 
 
 def ssh_key_secret(
-    instance: Any, private_openssh: str, known_hosts: str, layout: Layout
+    member: Rank, private_openssh: str, known_hosts: str, layout: Layout
 ) -> dict[str, Any]:
     """The cluster's SSH key pair (every rank logs in to every other with it), the ranks' host
     keys as known_hosts, and the ssh_config lines for the cluster's hosts; the image's init
@@ -264,8 +265,8 @@ def ssh_key_secret(
         "type": "Opaque",
         "metadata": {
             "name": ssh_secret_name(layout.cluster_id),
-            "namespace": namespace_name(instance.tenant_id),
-            "labels": cluster_labels(instance),
+            "namespace": namespace_name(member.cluster.tenant_id),
+            "labels": cluster_labels(member),
         },
         "stringData": {
             "id_ed25519": private_openssh,
@@ -291,43 +292,47 @@ def ssh_config(layout: Layout) -> str:
     )
 
 
-def known_hosts(ranks: list[Any], layout: Layout) -> str:
+def known_hosts(ranks: list[Rank], layout: Layout) -> str:
     lines = []
     for rank in ranks:
-        if not rank.ssh_host_key or rank.rank is None:
+        private = rank.instance.ssh_host_key
+        if not private or rank.index is None:
             continue
-        host = rank_host(layout.cluster_id, rank.rank)
+        host = rank_host(layout.cluster_id, rank.index)
         names = [host, host.split(".", 1)[0]]
         if layout.ssh_port != 22:
             names = [f"[{name}]:{layout.ssh_port}" for name in names]
-        lines.append(f"{','.join(names)} {host_key_from_private(rank.ssh_host_key).public_openssh}")
+        lines.append(f"{','.join(names)} {host_key_from_private(private).public_openssh}")
     return "".join(f"{line}\n" for line in lines)
 
 
-def cluster_ranks(instance: Instance) -> list[Instance]:
-    """The rank's cluster's ranks now (not those scaled away: their rank is null)."""
+def cluster_ranks(cluster_id: str) -> list[Rank]:
+    """The cluster's ranks now (not those scaled away: their number is null), with their
+    instances, in rank order."""
     return list(
-        Instance.objects.filter(cluster_id=instance.cluster_id, rank__isnull=False).order_by("rank")
+        Rank.objects.filter(cluster_id=cluster_id, index__isnull=False)
+        .select_related("instance", "cluster")
+        .order_by("index")
     )
 
 
 # --- the rank's pod -----------------------------------------------------------------------------
 
 
-def rank_env(instance: Any, layout: Layout, profile: NodeProfile | None) -> list[dict[str, str]]:
+def rank_env(member: Rank, layout: Layout, profile: NodeProfile | None) -> list[dict[str, str]]:
     """The launchers' environment: torchrun's (and its PET_* twins), DeepSpeed's and
     Megatron's, the cluster's id and the node profile's NCCL settings."""
     values = {
         "STARVERSE_CLUSTER_ID": layout.cluster_id,
         "MASTER_ADDR": layout.master_addr,
         "MASTER_PORT": str(MASTER_PORT),
-        "NODE_RANK": str(instance.rank),
+        "NODE_RANK": str(member.index),
         "NNODES": str(layout.node_count),
         "NPROC_PER_NODE": str(layout.gpus_per_node),
         "WORLD_SIZE": str(layout.world_size),
         "PET_MASTER_ADDR": layout.master_addr,
         "PET_MASTER_PORT": str(MASTER_PORT),
-        "PET_NODE_RANK": str(instance.rank),
+        "PET_NODE_RANK": str(member.index),
         "PET_NNODES": str(layout.node_count),
         "PET_NPROC_PER_NODE": str(layout.gpus_per_node),
     }
@@ -338,18 +343,18 @@ def rank_env(instance: Any, layout: Layout, profile: NodeProfile | None) -> list
     return [{"name": key, "value": value} for key, value in values.items()]
 
 
-def rank_pod(pod: dict[str, Any], instance: Any, node: Node) -> dict[str, Any]:
+def rank_pod(pod: dict[str, Any], member: Rank, node: Node) -> dict[str, Any]:
     """The instance's pod (manifests.pod) as a rank: labels, DNS name, the shared key and
     files mounted, the environment, and the node profile's resources, networks and host
     networking."""
     profile = node_profile_for(node)
-    layout = layout_of(instance.cluster, profile)
+    layout = layout_of(member.cluster, profile)
     meta, spec = pod["metadata"], pod["spec"]
-    meta["labels"] = {**meta["labels"], **rank_labels(instance)}
-    spec["hostname"] = f"{layout.dns}-{instance.rank}"
+    meta["labels"] = {**meta["labels"], **rank_labels(member)}
+    spec["hostname"] = f"{layout.dns}-{member.index}"
     spec["subdomain"] = layout.dns
     container = spec["containers"][0]
-    container["env"] = [*container["env"], *rank_env(instance, layout, profile)]
+    container["env"] = [*container["env"], *rank_env(member, layout, profile)]
     spec["volumes"] = [
         *spec["volumes"],
         {
@@ -424,18 +429,18 @@ def rank_service(service: dict[str, Any], node: Node) -> dict[str, Any]:
 
 
 def shared_objects(
-    instance: Instance, node: Node, private_key: str, ranks: list[Instance]
+    member: Rank, node: Node, private_key: str, ranks: list[Rank]
 ) -> list[dict[str, Any]]:
     """The headless Service, the key Secret (`private_key`, the `ranks`' host keys) and the
     files ConfigMap of the rank's cluster."""
-    layout = layout_of(instance.cluster, node_profile_for(node))
+    layout = layout_of(member.cluster, node_profile_for(node))
     return [
-        headless_service(instance),
-        ssh_key_secret(instance, private_key, known_hosts(ranks, layout), layout),
-        files_config_map(instance, layout),
+        headless_service(member),
+        ssh_key_secret(member, private_key, known_hosts(ranks, layout), layout),
+        files_config_map(member, layout),
     ]
 
 
-def launch_of(cluster: Any) -> dict[str, str]:
+def launch_of(cluster: Cluster) -> dict[str, str]:
     """The API's `launch` of a cluster."""
     return launch_commands(layout_of(cluster))

@@ -6,7 +6,7 @@ every rank, then between pairs of nodes) and judges the result against the offer
 - passed: every rank runs, and is billed, from the same moment (instances.states
   ranks_mark_running);
 - failed: the rank whose node drags it down moves to another free whole node
-  (instances.lifecycle.rank_replace) and the check runs again once it is up; a round that gives
+  (clusters.ranks.rank_replace) and the check runs again once it is up; a round that gives
   no result (a timeout, a non-zero exit, output that is not a result) fails too, and runs again
   on the same nodes. After CLUSTER_PREFLIGHT_MAX_ROUNDS failed rounds the cluster fails, never
   billed.
@@ -34,17 +34,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters.models import Cluster, Preflight, PreflightStatus
+from clusters.ranks import number, rank_replace, ranks_locked
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import node_agent_fault
 from fleet.services import node_cordon, node_review_request
 from instances.choices import InstanceStatus
-from instances.lifecycle import rank_replace
 from instances.models import Instance, InstanceEvent
 from instances.states import (
     instance_fail,
     rank_mark_checking,
-    ranks_locked,
     ranks_mark_running,
 )
 from starverse.core import kube
@@ -76,7 +75,7 @@ def preflight_run(cluster_id: str) -> str | None:
     found = _round_start(cluster_id)
     if found is None:
         return None
-    head = Instance.objects.get(cluster_id=cluster_id, rank=0)
+    head = Instance.objects.get(cluster_rank__cluster_id=cluster_id, cluster_rank__index=0)
     words = {"round": found.round}
     try:
         code, output = kube.exec_run(
@@ -215,7 +214,7 @@ def _round_start(cluster_id: str) -> Preflight | None:
             cluster_id=cluster_id,
             round=last + 1,
             floor_gbps=ranks[0].offering.preflight_floor_gbps,
-            nodes={str(rank.rank): rank.node_id for rank in ranks},
+            nodes={str(number(rank)): rank.node_id for rank in ranks},
             started_at=now,
         )
         InstanceEvent.objects.create(
@@ -244,7 +243,7 @@ def _pause_for(ranks: list[Instance], waiting: list[Instance]) -> None:
                     "Rank %(ranks)s came up again: billing paused for the whole cluster until "
                     "the pre-flight check passes again."
                 )
-                % {"ranks": ", ".join(str(found.rank) for found in waiting)},
+                % {"ranks": ", ".join(str(number(found)) for found in waiting)},
                 now=now,
             )
 
@@ -342,7 +341,7 @@ def round_record(round_id: int, result: dict[str, Any] | None, *, error: str = "
         if found.status != P.RUNNING:
             return found.status
         found.finished_at = timezone.now()
-        same = {str(rank.rank): rank.node_id for rank in ranks} == found.nodes
+        same = {str(number(rank)): rank.node_id for rank in ranks} == found.nodes
         if not same or any(rank.status != S.CHECKING for rank in ranks):
             found.status = P.ABANDONED
             found.save(update_fields=["status", "finished_at"])
@@ -360,7 +359,7 @@ def round_record(round_id: int, result: dict[str, Any] | None, *, error: str = "
             return found.status
         found.status = P.FAILED
         found.message = error
-        by_rank = {rank.rank: rank for rank in ranks}
+        by_rank = {number(rank): rank for rank in ranks}
         nodes = {node.pk: node for node in Node.objects.filter(pk__in=found.nodes.values())}
         found.bad_nodes = [
             {"rank": number, "node": nodes[str(by_rank[number].node_id)].name} for number in bad
@@ -448,7 +447,7 @@ def _blame(found: Preflight, rank: Instance, node: Node) -> bool:
     as it is. Returns whether it was cordoned now."""
     words = _words(found)
     reason = (
-        f"pre-flight of cluster {found.cluster_id} round {found.round}: rank {rank.rank} below "
+        f"pre-flight of cluster {found.cluster_id} round {found.round}: rank {number(rank)} below "
         f"the floor of {words['floor']} GB/s in every node pair (all-reduce {words['busbw']} "
         "GB/s), as measured in the tenant's container"
     )
@@ -463,7 +462,7 @@ def _blame(found: Preflight, rank: Instance, node: Node) -> bool:
 
 
 def _rank_move(rank: Instance, node: Node, *, cordoned: bool, avoid: frozenset[str]) -> None:
-    words = {"node": node.name, "rank": rank.rank}
+    words = {"node": node.name, "rank": number(rank)}
     if cordoned:
         message = later(
             "Its node %(node)s was slow in the pre-flight check and was cordoned; moving rank "

@@ -7,6 +7,7 @@ from typing import Any
 
 from clusters.choices import status_of
 from clusters.models import Cluster, Preflight
+from clusters.ranks import number
 from fleet.models import Node
 from instances.choices import HOLDS_GPUS
 from instances.models import Instance, InstanceEvent
@@ -26,7 +27,7 @@ class ClusterView:
     ranks: list[Instance] = field(default_factory=list)
     queue_position: int | None = None
     preflight: Preflight | None = None  # its latest pre-flight round
-    # ranks scaled away (terminated, rank null): what they cost is still the cluster's
+    # ranks scaled away (terminated, number null): what they cost is still the cluster's
     removed: list[Instance] = field(default_factory=list)
 
     @property
@@ -54,12 +55,13 @@ def cluster_views(clusters: list[Cluster]) -> list[ClusterView]:
     ranks: dict[str, list[Instance]] = defaultdict(list)
     removed: dict[str, list[Instance]] = defaultdict(list)
     rows = (
-        Instance.objects.filter(cluster__in=[c.pk for c in clusters])
-        .select_related("node", "offering__gpu_model")
-        .order_by("cluster_id", "rank")
+        Instance.objects.filter(cluster_rank__cluster__in=[c.pk for c in clusters])
+        .select_related("node", "offering__gpu_model", "cluster_rank")
+        .order_by("cluster_rank__cluster_id", "cluster_rank__index")
     )
     for rank in rows:
-        (ranks if rank.rank is not None else removed)[str(rank.cluster_id)].append(rank)
+        row = rank.cluster_rank
+        (ranks if row.index is not None else removed)[str(row.cluster_id)].append(rank)
     heads = [found[0] for found in ranks.values() if found]
     positions = queue_positions(heads)
     latest: dict[str, Preflight] = {}
@@ -86,8 +88,8 @@ def cluster_view(cluster: Cluster) -> ClusterView:
 def cluster_events(cluster: Cluster) -> list[InstanceEvent]:
     """The timeline of every rank, oldest first (each row's instance says its rank)."""
     return list(
-        InstanceEvent.objects.filter(instance__cluster=cluster)
-        .select_related("instance")
+        InstanceEvent.objects.filter(instance__cluster_rank__cluster=cluster)
+        .select_related("instance__cluster_rank")
         .order_by("at", "id")
     )
 
@@ -95,8 +97,8 @@ def cluster_events(cluster: Cluster) -> list[InstanceEvent]:
 def cluster_metrics(cluster: Cluster) -> list[dict[str, Any]]:
     """Per rank, the GPU telemetry its instance shows (instances.selectors.instance_metrics)."""
     ranks = (
-        Instance.objects.filter(cluster=cluster, rank__isnull=False)
-        .select_related("node")
-        .order_by("rank")
+        Instance.objects.filter(cluster_rank__cluster=cluster, cluster_rank__index__isnull=False)
+        .select_related("node", "cluster_rank")
+        .order_by("cluster_rank__index")
     )
-    return [{"rank": rank.rank, "gpus": instance_metrics(rank)} for rank in ranks]
+    return [{"rank": number(rank), "gpus": instance_metrics(rank)} for rank in ranks]

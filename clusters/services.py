@@ -15,9 +15,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from clusters.choices import ClusterStatus, Template, status_of
-from clusters.models import Cluster
+from clusters.models import Cluster, Rank
+from clusters.ranks import number, ranks_locked, ranks_number
 from compute.choices import BillingMode, HoldingKind, OfferingKind
-from compute.holdings import holding_new
+from compute.holdings import holding_gang_set, holding_new
 from compute.models import Holding, Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from compute.placement import Gang
@@ -34,7 +35,6 @@ from instances.lifecycle import (
     ssh_keys_own,
 )
 from instances.models import Instance, InstanceEvent
-from instances.states import ranks_locked
 from starverse.accounts.models import User
 from starverse.core.errors import Conflict, InvalidInput
 from starverse.core.roles import require_orderer
@@ -91,7 +91,9 @@ def cluster_order(
         cluster = Cluster(**checked.fields, created_at=timezone.now())
         cluster.save(force_insert=True)
         ranks = _ranks_new(cluster, checked.key_ids, checked.region_id)
-        _ordered_log(cluster, gang_place_or_queue(ranks, request.disks, key))
+        placed = gang_place_or_queue(ranks, gang=cluster.pk, disk_ids=request.disks, key=key)
+        ranks_number(cluster, ranks)
+        _ordered_log(cluster, placed)
         return cluster
 
     return order_commit(Cluster.objects.all(), key, "cluster", order_once)
@@ -174,8 +176,6 @@ def _ranks_new(cluster: Cluster, key_ids: list[str], region_id: str | None) -> l
             name=f"{cluster.name}-{index}",
             billing=cluster.billing,
             ssh_key_ids=key_ids,
-            cluster=cluster,
-            rank=index,
             region_id=region_id,
             created_at=cluster.created_at,
         )
@@ -306,7 +306,7 @@ def cluster_stop(*, cluster: Cluster, reason: str = "") -> Cluster:
             )
         for rank in ranks:
             if rank.status in STOPPABLE:
-                instance_stop(instance_id=rank.id, reason=reason, for_cluster=True)
+                instance_stop(instance_id=rank.id, reason=reason, for_gang=True)
     return cluster
 
 
@@ -326,7 +326,7 @@ def cluster_terminate(*, cluster: Cluster) -> Cluster:
     """Terminate every rank: the pods and the nodes go back, billing ends now."""
     with transaction.atomic():
         for rank in ranks_locked(cluster.pk):
-            instance_terminate(instance_id=rank.id, for_cluster=True)
+            instance_terminate(instance_id=rank.id, for_gang=True)
     return cluster
 
 
@@ -341,7 +341,7 @@ def cluster_scale(
     month: the month was paid for them, and a refund is not how monthly rentals work. Up: new
     ranks are added stopped, without a node, with the cluster's offering, image and SSH keys,
     so the next start places every rank together. Every rank's environment, hostfiles and the
-    shared Secret follow the new count at that start (converge._cluster_objects_ensure).
+    shared Secret follow the new count at that start (clusters.ranks.RankHooks.pod).
     Returns the cluster and what changed, as the timeline says it (None: nothing to do)."""
     with transaction.atomic():
         ranks = ranks_locked(cluster.pk)
@@ -394,12 +394,13 @@ def _scale_down(ranks: list[Instance], removed: list[Instance], *, keep_disks: b
                 "Removed from the cluster as it scaled down to %(count)s nodes (it was rank "
                 "%(rank)s)."
             )
-            % {"count": len(ranks) - len(removed), "rank": rank.rank},
+            % {"count": len(ranks) - len(removed), "rank": number(rank)},
         )
-        instance_terminate(instance_id=rank.id, keep_disk=keep_disks, for_cluster=True)
+        instance_terminate(instance_id=rank.id, keep_disk=keep_disks, for_gang=True)
+        holding_gang_set(rank.id, "")  # placed, started and stopped with the others no more
+    names = ", ".join(str(number(rank)) for rank in removed)
     # The ranks left are the cluster's; the removed rows stay for its history and cost.
-    Instance.objects.filter(pk__in=[rank.pk for rank in removed]).update(rank=None)
-    names = ", ".join(str(rank.rank) for rank in removed)
+    Rank.objects.filter(pk__in=[rank.pk for rank in removed]).update(index=None)
     values = {"before": len(ranks), "after": len(ranks) - len(removed), "ranks": names}
     if keep_disks:
         return (
@@ -434,8 +435,6 @@ def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: Us
             status=S.STOPPED,
             ssh_key_ids=list(head.ssh_key_ids),
             auto_recover=head.auto_recover,
-            cluster=cluster,
-            rank=index,
             created_at=now,
         )
         for index in range(len(ranks), node_count)
@@ -457,6 +456,7 @@ def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: Us
     ]
     Holding.objects.bulk_create(holdings)
     Instance.objects.bulk_create(added)
+    ranks_number(cluster, added, first=len(ranks))
     InstanceEvent.objects.bulk_create(
         InstanceEvent(
             instance=rank,
@@ -465,11 +465,11 @@ def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: Us
                 "Added as rank %(rank)s as the cluster scaled up to %(count)s nodes; it starts "
                 "with the others."
             )
-            % {"rank": rank.rank, "count": node_count},
+            % {"rank": number(rank), "count": node_count},
         )
         for rank in added
     )
-    names = ", ".join(str(rank.rank) for rank in added)
+    names = ", ".join(str(number(rank)) for rank in added)
     return later(
         "Scaled up from %(before)s to %(after)s nodes: ranks %(ranks)s added, stopped. The "
         "next start places every rank together, each with the new layout."

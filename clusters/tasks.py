@@ -12,7 +12,7 @@ from starverse.core.kube import KUBE_TASK
 
 @shared_task(**KUBE_TASK)
 def preflight_cluster(self: Task[[str], None], cluster_id: str) -> None:
-    """Sent for every rank that comes up (instances.signals.rank_checking, heard in
+    """Sent for every rank that comes up (instances.signals.gang_checking, heard in
     clusters.apps): the round runs when the last one is up."""
     preflight.preflight_run(cluster_id)
 
@@ -20,7 +20,7 @@ def preflight_cluster(self: Task[[str], None], cluster_id: str) -> None:
 @shared_task(ignore_result=True)
 def stop_cluster_over_budget(cluster_id: str) -> None:
     """Sent when the metering tick stopped a rank because its orderer's or its team's budget
-    is spent (instances.signals.cluster_over_budget, heard in clusters.apps): the rest of the
+    is spent (instances.signals.gang_over_budget, heard in clusters.apps): the rest of the
     cluster stops with it, never half of it running."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:

@@ -53,9 +53,10 @@ class Order:
     what the account's GPU limit counts of it; `in_usage`: its instances are saved already, so
     the tenant's usage counts them; `held_elsewhere` reads, under the wallet lock, the GPUs the
     tenant holds outside instances that the product's limit counts too (an endpoint's: every
-    replica its endpoints may scale to). `pk` and `cluster_id`: its own row and its cluster's
-    ranks, left out of what the tenant and its members burn; `queued`: it waits in the queue
-    (the queued-orders limit). `key`: its Idempotency-Key, None for a start."""
+    replica its endpoints may scale to). `pk` and `gang`: its own row and the other members
+    of its gang (a cluster's ranks: compute.models.Holding.gang), left out of what the tenant
+    and its members burn; `queued`: it waits in the queue (the queued-orders limit). `key`:
+    its Idempotency-Key, None for a start."""
 
     product: Product
     tenant_id: str
@@ -67,7 +68,7 @@ class Order:
     region_id: str | None = None
     key: OrderKey | None = None
     pk: str | None = None
-    cluster_id: str | None = None
+    gang: str = ""
     paid: bool = False
     queued: bool = False
     in_usage: bool = True

@@ -33,6 +33,7 @@ from compute.orders import Order, OrderKey, Product
 from instances.budgets import budget_check, budget_refusal
 from instances.charges import period_active
 from instances.choices import InstanceStatus
+from instances.gangs import gang_members, gang_of
 from instances.models import Instance
 from instances.selectors import (
     Limits,
@@ -141,7 +142,7 @@ def order_runway(order: Order, wallet: Wallet, *, burn: tuple[int, int] | None =
             [order.tenant_id],
             starting=True,
             exclude=order.pk or "",
-            exclude_cluster=order.cluster_id or "",
+            exclude_gang=order.gang,
         )
         burn = (rows[0][1] or 0, rows[0][2] or 0) if rows else (0, 0)
     burn_fen, trial_burn_fen = burn
@@ -167,11 +168,12 @@ def order_of(instance: Instance, *, key: OrderKey | None = None, nodes: int = 0)
     """The order of a saved instance (ordered now, or started): a cluster's rank stands for its
     whole cluster, of `nodes` ranks (counted when 0), which are placed, started and billed
     together. `key`: the order's Idempotency-Key (None for a start)."""
-    if instance.cluster_id and not nodes:
-        nodes = Instance.objects.filter(cluster_id=instance.cluster_id, rank__isnull=False).count()
-    units = nodes if instance.cluster_id else 1
+    gang = gang_of(instance)
+    if gang and not nodes:
+        nodes = gang_members(gang).count()
+    units = nodes if gang else 1
     return Order(
-        product="cluster" if instance.cluster_id else "instance",
+        product="cluster" if gang else "instance",
         tenant_id=instance.tenant_id,
         created_by_id=instance.created_by_id,
         offering=instance.offering,
@@ -181,7 +183,7 @@ def order_of(instance: Instance, *, key: OrderKey | None = None, nodes: int = 0)
         region_id=instance.region_id,
         key=key,
         pk=instance.id,
-        cluster_id=instance.cluster_id,
+        gang=gang,
         paid=period_active(instance),
         queued=instance.status == InstanceStatus.QUEUED,
     )
@@ -283,7 +285,7 @@ def admit(
         order.tenant_id,
         order.created_by_id,
         exclude=order.pk or "",
-        exclude_cluster=order.cluster_id or "",
+        exclude_gang=order.gang,
     )
     found = order_runway(order, wallet, burn=(reads.burn_fen, reads.trial_burn_fen))
     if runway:

@@ -88,7 +88,7 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
     rows: Any = (
         Allocation.objects.filter(
             holding__instance__status=S.RUNNING,
-            holding__instance__cluster__isnull=True,
+            holding__gang="",
             holding__instance__idle_stop_minutes__isnull=False,
             holding__instance__running_since__isnull=False,
         )

@@ -27,6 +27,7 @@ from billing.models import LedgerTransaction
 from compute.choices import BillingMode
 from compute.models import Holding
 from instances.choices import STARTING_OR_RUNNING, InstanceStatus
+from instances.gangs import gang_of
 from instances.models import Instance
 from starverse.accounts.audit import audit_record
 from starverse.accounts.models import Budget, Membership, Tenant, TenantKind, User
@@ -198,6 +199,13 @@ def budget_refusal(
     return None
 
 
+def _gang(ordered: Ordered) -> str:
+    """The gang of an order (compute.orders.Order.gang) or of an instance (its holding's)."""
+    if isinstance(ordered, Instance):
+        return gang_of(ordered)
+    return str(getattr(ordered, "gang", ""))
+
+
 def burning_fen(instance: Ordered, user_id: str | None) -> int:
     """An hour of what the member (or the whole team, `user_id` None) already runs by the
     hour, besides this order (and the other ranks of its cluster, or this endpoint's own
@@ -207,9 +215,8 @@ def burning_fen(instance: Ordered, user_id: str | None) -> int:
     rows = Instance.objects.filter(
         tenant_id=instance.tenant_id, billing=BillingMode.HOURLY, status__in=STARTING_OR_RUNNING
     ).exclude(pk=getattr(instance, "pk", None))
-    cluster_id = getattr(instance, "cluster_id", None)
-    if cluster_id:
-        rows = rows.exclude(cluster_id=cluster_id)
+    if gang := _gang(instance):
+        rows = rows.exclude(holding__gang=gang)
     if user_id is not None:
         rows = rows.filter(created_by_id=user_id)
     hourly = rows.aggregate(total=Sum("offering__price_per_hour_fen", default=0))["total"]

@@ -24,12 +24,13 @@ INSTANCE_TRANSITIONS: dict[str, set[str]] = {
     # → failed: a queued monthly rental whose month cannot be paid when its turn comes
     S.QUEUED: {S.PROVISIONING, S.FAILED, S.TERMINATING},
     # → queued: automatic recovery after node loss places the instance again
-    # → checking: a cluster's rank is up and waits for the cluster's pre-flight check
+    # → checking: one of a gang (a cluster's rank) is up and waits for its gang's owner to
+    # check the gang (a cluster's pre-flight check: instances.gangs), unbilled
     S.PROVISIONING: {S.RUNNING, S.CHECKING, S.FAILED, S.STOPPING, S.TERMINATING, S.QUEUED},
     # → running: the pre-flight passed; → queued: its node was cordoned and it moves;
     # → provisioning: its pod vanished
     S.CHECKING: {S.RUNNING, S.QUEUED, S.PROVISIONING, S.FAILED, S.STOPPING, S.TERMINATING},
-    # → checking: a rank of its cluster was lost; billing pauses until the check passes again
+    # → checking: a member of its gang was lost; billing pauses until the check passes again
     S.RUNNING: {S.STOPPING, S.FAILED, S.TERMINATING, S.PROVISIONING, S.QUEUED, S.CHECKING},
     S.STOPPING: {S.STOPPED, S.TERMINATING},
     S.STOPPED: {S.PROVISIONING, S.QUEUED, S.TERMINATING},

@@ -31,6 +31,7 @@ from instances.admission import Runway, admit, order_of, runway_of
 from instances.budgets import budget_refusal
 from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, InstanceStatus
+from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import ports_validate
 from instances.models import Instance, InstanceEvent
 from instances.schedules import (
@@ -43,6 +44,8 @@ from instances.schedules import (
     stop_at_clean,
 )
 from instances.states import (
+    GANG_ORDER,
+    gang_locked,
     gpus_release,
     instance_create,
     instance_fail,
@@ -54,8 +57,6 @@ from instances.states import (
     instance_mark_terminating,
     instance_requeue,
     instances_locked_skipping,
-    rank_mark_checking,
-    ranks_locked,
 )
 from instances.volumes import disks_attach_at_order
 from starverse.accounts.models import SshKey, User
@@ -336,30 +337,36 @@ def _place_or_queue(instance: Instance, disk_ids: list[str], key: OrderKey) -> N
 
 
 def gang_place_or_queue(
-    ranks: list[Instance], disk_ids: list[list[str]] | None = None, key: OrderKey | None = None
+    ranks: list[Instance],
+    *,
+    gang: str,
+    disk_ids: list[list[str]] | None = None,
+    key: OrderKey | None = None,
 ) -> Gang | None:
     """Inside a cluster order's transaction, its ranks (unsaved, in rank order, one whole-node
-    offering): whole nodes for all of them now when nobody waits for this GPU and enough are
-    free, else all of them queue as one order; then each rank's ordered cloud disks
-    (`disk_ids[rank]`, as an instance order attaches them) are attached, the whole cluster is
-    admitted as one order (`key`, its cluster's Idempotency-Key), and placed monthly ranks pay
-    their month (a refusal rolls the whole order back). Returns where they went, or None
-    (queued). Locks: GPU model, disks, wallet; never a partial placement."""
+    offering; `gang`: the cluster's id, which their holdings are one gang of): whole nodes for
+    all of them now when nobody waits for this GPU and enough are free, else all of them queue
+    as one order; then each rank's ordered cloud disks (`disk_ids[rank]`, as an instance order
+    attaches them) are attached, the whole cluster is admitted as one order (`key`, its
+    cluster's Idempotency-Key), and placed monthly ranks pay their month (a refusal rolls the
+    whole order back). Returns where they went, or None (queued). Locks: GPU model, disks,
+    wallet; never a partial placement."""
     offering = ranks[0].offering
-    gang = choose_nodes(offering, len(ranks), ranks[0].region_id or "", behind_queue=True)
+    nodes = choose_nodes(offering, len(ranks), ranks[0].region_id or "", behind_queue=True)
     for index, rank in enumerate(ranks):
         instance_create(
             rank,
-            placement=None if gang is None else gang.placements[index],
+            placement=None if nodes is None else nodes.placements[index],
             queued_at=ranks[0].created_at,  # all of them in line at one moment, as one order
+            gang=gang,
         )
     for rank, wanted in zip(ranks, disk_ids or [], strict=False):
         disks_attach_at_order(rank, wanted, actor=rank.created_by)
     admit(order_of(ranks[0], key=key, nodes=len(ranks)))
-    if gang is not None and ranks[0].billing == BillingMode.MONTHLY:
+    if nodes is not None and ranks[0].billing == BillingMode.MONTHLY:
         for rank in ranks:
             period_charge(rank)
-    return gang
+    return nodes
 
 
 def gang_start(*, ranks: list[Instance]) -> None:
@@ -399,8 +406,8 @@ def _try_place(
     in_line = holding_of(instance.id).queued_at
     if fcfs and waits_ahead(product, instance.region_id or "", before=in_line):
         return "wait", None
-    if instance.cluster_id:
-        return _try_place_gang(instance, budgets=budgets)
+    if gang := gang_of(instance):
+        return _try_place_gang(instance, gang, budgets=budgets)
     placement = choose(
         instance.offering, instance.region_id or "", image=instance.image.container_image
     )
@@ -417,64 +424,37 @@ def _try_place(
     return "placed", None
 
 
-def _try_place_gang(head: Instance, *, budgets: bool = False) -> tuple[Outcome, Runway | None]:
-    """_try_place for a queued cluster, through its rank 0 (locked): every queued rank, locked
-    in rank order after it, gets a whole node or none does."""
-    every = ranks_locked(str(head.cluster_id))
+def _try_place_gang(
+    head: Instance, gang: str, *, budgets: bool = False
+) -> tuple[Outcome, Runway | None]:
+    """_try_place for a queued gang, through its first member (locked): every queued member,
+    locked after it in the gang's order, gets a whole node or none does."""
+    every = gang_locked(gang)
     ranks = [rank for rank in every if rank.status == S.QUEUED]
-    gang = choose_nodes(
-        head.offering, len(ranks), head.region_id or "", prefer=_switches_held(every)
+    nodes = choose_nodes(
+        head.offering, len(ranks), head.region_id or "", prefer=switches_held(every)
     )
     found = runway_of(head, wallet_locked(head.tenant_id))
     if not found.covered:
         return "unfunded", found
     if budgets and budget_refusal(head, found.own_fen) is not None:
         return "over_budget", None
-    if gang is None:
+    if nodes is None:
         return "wait", None
-    for rank, placement in zip(ranks, gang.placements, strict=True):
+    for rank, placement in zip(ranks, nodes.placements, strict=True):
         if rank.billing == BillingMode.MONTHLY and not period_active(rank):
             period_charge(rank)
         instance_mark_placed(rank, *placement)
     return "placed", None
 
 
-def _switches_held(ranks: list[Instance]) -> frozenset[str]:
-    """The leaf switches under the nodes a cluster's ranks hold (a rank that moves goes near
+def switches_held(ranks: list[Instance]) -> frozenset[str]:
+    """The leaf switches under the nodes a gang's members hold (a member that moves goes near
     them)."""
     held = [rank.node_id for rank in ranks if rank.status in HOLDS_GPUS and rank.node_id]
     return frozenset(
         Node.objects.filter(pk__in=held).exclude(switch="").values_list("switch", flat=True)
     )
-
-
-def rank_replace(rank: Instance, message: str, *, avoid: frozenset[str] = frozenset()) -> bool:
-    """A cluster's rank (its cluster's ranks locked, in rank order) moves to another whole
-    node (its own was lost, or blamed by the pre-flight check): its GPUs go back and it is
-    placed again, ahead of new orders, on a free whole node near the cluster's other ranks,
-    never its own node or one of `avoid` (node ids), with the same rank, DNS name and disks;
-    with none free it waits queued (the queue serves it as its cluster's head) and its timeline
-    says so. The cluster was admitted when ordered: no runway is asked again. Returns whether
-    it was placed now."""
-    left = frozenset({str(rank.node_id), *avoid}) if rank.node_id else avoid
-    instance_requeue(rank, message)
-    others = list(Instance.objects.filter(cluster_id=rank.cluster_id).exclude(pk=rank.pk))
-    # in its own region: its disks and its cluster's other ranks are there
-    gang = choose_nodes(
-        rank.offering, 1, rank.region_id or "", prefer=_switches_held(others), avoid=left
-    )
-    if gang is None:
-        InstanceEvent.objects.create(
-            instance=rank,
-            status=S.QUEUED,
-            message=later(
-                "No free whole node for this rank right now; it waits queued, and the "
-                "pre-flight check runs again once it is up."
-            ),
-        )
-        return False
-    instance_mark_placed(rank, *gang.placements[0])
-    return True
 
 
 def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
@@ -494,10 +474,10 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
             outcome, lacking = _try_place(head, fcfs=False, budgets=True)
             if lacking is not None:
                 _unfunded(head, lacking, now=now)
-                passed.add(str(head.cluster_id or head.id))
+                passed.add(gang_of(head) or head.id)
             elif outcome == "over_budget":
                 _over_budget(head)
-                passed.add(str(head.cluster_id or head.id))
+                passed.add(gang_of(head) or head.id)
             elif outcome == "placed":
                 placed.append(head.id)
             else:
@@ -515,11 +495,12 @@ def _queue_head(product: str, passed: set[str]) -> Instance | None:
             if (head.gang or head.id) in passed:
                 continue
             order = Instance.objects.filter(status=S.QUEUED)
-            order = order.filter(cluster_id=head.gang) if head.gang else order.filter(pk=head.id)
+            order = order.filter(holding__gang=head.gang) if head.gang else order.filter(pk=head.id)
+            # a gang's first member in its lock order (instances.states.GANG_ORDER)
             locked = (
                 instances_locked_skipping(order)
-                .select_related("offering__gpu_model")
-                .order_by("rank")
+                .select_related("offering__gpu_model", "holding")
+                .order_by(*GANG_ORDER)
                 .first()
             )
             if locked is not None:
@@ -586,8 +567,8 @@ def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
     }
     # a queued cluster is passed over, and fails, as one order
     order = (
-        Instance.objects.filter(cluster_id=instance.cluster_id, status=S.QUEUED)
-        if instance.cluster_id
+        gang_members(gang).filter(status=S.QUEUED)
+        if (gang := gang_of(instance))
         else Instance.objects.filter(pk=instance.pk)
     )
     since = holding_of(instance.id).unfunded_since
@@ -602,7 +583,7 @@ def _unfunded(instance: Instance, lacking: Runway, *, now: datetime) -> None:
         logger.info("queue.unfunded instance=%s tenant=%s", instance.id, instance.tenant_id)
     elif now - since >= grace:
         message = _UNFUNDED_FAILED_TRIAL if lacking.trial else _UNFUNDED_FAILED
-        for instance_id in list(order.order_by("rank").values_list("pk", flat=True)):
+        for instance_id in list(order.order_by(*GANG_ORDER).values_list("pk", flat=True)):
             instance_fail(instance_id, message % amounts)
         logger.info("queue.unfunded_failed instance=%s", instance.id)
 
@@ -641,28 +622,28 @@ def queue_review(*, tenant_id: str | None = None, now: datetime | None = None) -
 STOP_REQUESTED = gettext_noop("Stop requested; billing stopped.")
 
 
-def _as_whole_cluster(instance: Instance, *, for_cluster: bool) -> None:
+def _as_whole_cluster(instance: Instance, *, for_gang: bool) -> None:
     """A cluster acts as a whole: one of its ranks (locked) is stopped, started or terminated
     only by its cluster's services, which move every rank together, or by a platform stop that
-    takes the cluster down with it (`for_cluster`); never alone, through /instances, where
+    takes the cluster down with it (`for_gang`); never alone, through /instances, where
     stopping and starting one rank would start a new, unbilled pre-flight round at will."""
-    if instance.cluster_id is not None and instance.rank is not None and not for_cluster:
+    if gang_of(instance) and not for_gang:
         raise Conflict(
             _(
                 "This instance is rank %(rank)s of the cluster %(cluster)s, and a cluster "
                 "stops, starts and terminates as a whole: do it on the cluster instead."
             )
-            % {"rank": instance.rank, "cluster": instance.cluster_id},
+            % gang_hooks().member_words(instance),
             code="cluster_rank",
         )
 
 
-def instance_stop(*, instance_id: str, reason: str = "", for_cluster: bool = False) -> Instance:
+def instance_stop(*, instance_id: str, reason: str = "", for_gang: bool = False) -> Instance:
     """Stop billing now (the minute in progress counts as a started minute) and delete the pod;
-    the disk is kept. A cluster's rank only `for_cluster` (_as_whole_cluster)."""
+    the disk is kept. A cluster's rank only `for_gang` (_as_whole_cluster)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        _as_whole_cluster(instance, for_cluster=for_cluster)
+        _as_whole_cluster(instance, for_gang=for_gang)
         if instance.status not in (S.RUNNING, S.CHECKING, S.PROVISIONING):
             raise Conflict(
                 _("Only a running or starting instance can be stopped; this one is %(state)s.")
@@ -681,7 +662,7 @@ def instance_start(*, instance_id: str) -> Instance:
     its cluster starts every rank together (clusters.services.cluster_start)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        _as_whole_cluster(instance, for_cluster=False)
+        _as_whole_cluster(instance, for_gang=False)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
         if period_active(instance) and holds_gpus(instance.id):
@@ -711,14 +692,14 @@ def instance_restart(*, instance_id: str) -> Instance:
 
 
 def instance_terminate(
-    *, instance_id: str, keep_disk: bool = False, for_cluster: bool = False
+    *, instance_id: str, keep_disk: bool = False, for_gang: bool = False
 ) -> Instance:
     """Terminate: the pod, service and secret go; the instance's own disk is deleted unless
     `keep_disk` keeps it as a cloud disk; attached cloud disks are detached, data intact. A
-    cluster's rank only `for_cluster` (_as_whole_cluster)."""
+    cluster's rank only `for_gang` (_as_whole_cluster)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        _as_whole_cluster(instance, for_cluster=for_cluster)
+        _as_whole_cluster(instance, for_gang=for_gang)
         if instance.status in (S.TERMINATED, S.TERMINATING):
             return instance
         instance_mark_terminating(instance, keep_disk=keep_disk)
@@ -729,8 +710,9 @@ def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[
     """Tell every instance on a node what happened to it. A node that is down takes its running
     and starting instances with it: they fail (billing stops, GPUs are released) with the
     reason, or, recovering automatically, are placed again on a healthy node; a stopping one is
-    left to its stop, which frees a pod on a down node at once; a cluster's rank moves to a
-    healthy node with its whole cluster's billing paused (_rank_lost). On a cordoned or
+    left to its stop, which frees a pod on a down node at once; one of a gang is its owner's
+    to move (a cluster's rank moves to a healthy node with its whole cluster's billing paused:
+    clusters.ranks.rank_lost). On a cordoned or
     draining node they keep running and get an event saying why."""
     node = Node.objects.get(pk=node_id)
     affected = []
@@ -745,61 +727,21 @@ def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[
                 _out_of_service_note(instance, node=node, reason=reason)
             elif instance.status == S.STOPPING:
                 continue
-            elif instance.cluster_id is not None:
-                pass  # below, with its cluster's ranks locked first
+            elif gang_of(instance):
+                pass  # below: its gang's owner decides, with the gang locked first
             elif instance.auto_recover:
                 _recover(instance, node=node, reason=reason)
             else:
                 _lost(instance, node=node, reason=reason)
+        gang = gang_of(instance)
         if (
             state == NodeState.DOWN
-            and instance.cluster_id is not None
-            and not _rank_lost(
-                instance_id, cluster_id=str(instance.cluster_id), node=node, reason=reason
-            )
+            and gang
+            and not gang_hooks().member_lost(instance_id, gang=gang, node=node, reason=reason)
         ):
             continue
         affected.append(instance_id)
     return affected
-
-
-def _rank_lost(instance_id: str, *, cluster_id: str, node: Node, reason: str) -> bool:
-    """A cluster's rank lost its node: billing pauses for the whole cluster (every running rank
-    is charged its closed minutes and goes back to checking), the rank is placed again on a
-    healthy whole node (rank_replace), and once it is up the pre-flight check runs again and
-    all ranks run, and are billed, together. False if the rank had moved on meanwhile."""
-    with transaction.atomic():
-        ranks = ranks_locked(cluster_id)
-        rank = next((r for r in ranks if r.pk == instance_id), None)
-        if rank is None or rank.node_id != node.pk or rank.status not in HOLDS_GPUS:
-            return False
-        if rank.status == S.STOPPING:
-            return False
-        now = timezone.now()
-        at = timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S")
-        words = {"node": node.name, "reason": reason, "at": at, "rank": rank.rank}
-        for other in ranks:
-            if other.status == S.RUNNING:
-                rank_mark_checking(
-                    other,
-                    later(
-                        "Rank %(rank)s's node %(node)s was lost (%(reason)s): billing paused for "
-                        "the whole cluster at %(at)s, until the rank is up on a healthy node and "
-                        "the pre-flight check passes again."
-                    )
-                    % words,
-                    now=now,
-                )
-        rank_replace(
-            rank,
-            later(
-                "The node %(node)s was lost (%(reason)s). Placing rank %(rank)s again on a "
-                "healthy node, with the same rank, name and disks."
-            )
-            % words,
-        )
-    logger.info("cluster.rank_lost cluster=%s rank=%s node=%s", cluster_id, rank.rank, node.name)
-    return True
 
 
 def _out_of_service_note(instance: Instance, *, node: Node, reason: str) -> None:

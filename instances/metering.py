@@ -18,7 +18,7 @@ from instances.budgets import budgets_spent
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import Instance
-from instances.signals import cluster_over_budget
+from instances.signals import gang_over_budget
 from starverse.core.db import bulk_set
 from starverse.core.errors import Conflict
 
@@ -43,21 +43,21 @@ def budgets_enforce(*, now: datetime | None = None) -> list[str]:
         running = Instance.objects.filter(tenant_id=tenant_id, status=InstanceStatus.RUNNING)
         if user_id is not None:
             running = running.filter(created_by_id=user_id)
-        for instance_id, cluster_id in running.values_list("pk", "cluster_id"):
+        for instance_id, gang in running.values_list("pk", "holding__gang"):
             try:
                 instance_stop(
                     instance_id=instance_id,
                     reason=gettext_noop("Budget spent: stopped (not deleted); disks kept."),
-                    for_cluster=True,  # its cluster stops whole: below
+                    for_gang=True,  # its cluster stops whole: below
                 )
             except Conflict:  # it left running meanwhile
                 continue
             stopped.append(instance_id)
-            if cluster_id and cluster_id not in clusters:
-                clusters.add(cluster_id)
+            if gang and gang not in clusters:
+                clusters.add(gang)
                 # a cluster stops whole: its ranks still starting or checking too (the
                 # clusters app, above this one, hears it)
-                cluster_over_budget.send(sender=Instance, cluster_id=cluster_id)
+                gang_over_budget.send(sender=Instance, gang=gang)
     if stopped:
         logger.info("metering.budget_stops instances=%d", len(stopped))
     return stopped
@@ -90,7 +90,7 @@ def _exhausted_stop(_accrued: dict[str, int], short: list[str]) -> None:
             instance_stop(
                 instance_id=instance_id,
                 reason=gettext_noop("Balance exhausted: stopped (not deleted); disks kept."),
-                for_cluster=True,  # the platform's stop: the wallet could not pay this rank
+                for_gang=True,  # the platform's stop: the wallet could not pay this rank
             )
         except Conflict:  # it left running meanwhile
             continue

@@ -108,16 +108,6 @@ class Instance(models.Model):
         blank=True,
         help_text="HTTP ports served through the gateway besides Jupyter's (instances.gateway).",
     )
-    # A rank of a multi-node cluster (clusters.Cluster): its ranks are placed, queued and
-    # started together, all or none (compute.placement.choose_nodes).
-    cluster = models.ForeignKey(
-        "clusters.Cluster",
-        null=True,
-        blank=True,
-        on_delete=models.PROTECT,
-        related_name="ranks",
-    )
-    rank = models.PositiveSmallIntegerField(null=True, blank=True)
     # Idle auto-stop (instances.autostop): stop once every GPU has been below
     # idle_stop_util_pct % for idle_stop_minutes; both null = off. The warning goes
     # idle_warn_minutes before; idle time counts from idle_counted_from at the earliest.
@@ -154,11 +144,6 @@ class Instance(models.Model):
             # Gateway addresses carry the id in lower case (host names have no case): one
             # instance per lower-cased id, found through this index.
             models.UniqueConstraint(Lower("id"), name="instance_id_lower"),
-            models.UniqueConstraint(
-                fields=["cluster", "rank"],
-                condition=Q(cluster__isnull=False),
-                name="instance_cluster_rank",
-            ),
             models.CheckConstraint(
                 condition=Q(idle_stop_util_pct__isnull=True, idle_stop_minutes__isnull=True)
                 | Q(idle_stop_util_pct__isnull=False, idle_stop_minutes__isnull=False),

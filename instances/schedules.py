@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from instances.choices import InstanceStatus
+from instances.gangs import gang_of
 from instances.models import Instance, InstanceEvent
 from instances.states import instance_locked
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, User
@@ -139,7 +140,7 @@ def instance_schedule_set(
                 % {"state": InstanceStatus(instance.status).label.lower()},
                 code="wrong_state",
             )
-        if instance.cluster_id is not None:
+        if gang_of(instance):
             raise Conflict(
                 _("A cluster's ranks stop with their cluster; stop the cluster instead."),
                 code="cluster_rank",

@@ -14,7 +14,7 @@ from django.utils import timezone
 from billing.calculator import CatalogPrice
 from billing.usage import Resource
 from compute.choices import BillingMode, OfferingKind
-from compute.models import Allocation, Image, Offering, TenantLimits
+from compute.models import Allocation, Holding, Image, Offering, TenantLimits
 from compute.placement import capacity, needs, times
 from compute.queue import positions
 from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
@@ -298,7 +298,7 @@ def spend_per_hour_fen(
     *,
     starting: bool = False,
     exclude: str = "",
-    exclude_cluster: str = "",
+    exclude_gang: str = "",
     trial: bool = False,
 ) -> dict[str, int]:
     """What each tenant's instances burn from its balance per hour right now: the hourly price
@@ -307,11 +307,9 @@ def spend_per_hour_fen(
     the dashboard shows it and the runway warnings use it. With `starting`, also the instances
     placed and provisioning, which burn from their first running minute (what a runway must
     cover); `exclude` leaves out one instance (the one whose runway is checked), and
-    `exclude_cluster` the ranks of one cluster. With `trial`, at the trial prices, of the
-    instances whose offering has one (what they would burn of trial credit)."""
-    rows = spend_rows(
-        tenant_ids, starting=starting, exclude=exclude, exclude_cluster=exclude_cluster
-    )
+    `exclude_gang` the members of one gang (a cluster's ranks). With `trial`, at the trial
+    prices, of the instances whose offering has one (what they would burn of trial credit)."""
+    rows = spend_rows(tenant_ids, starting=starting, exclude=exclude, exclude_gang=exclude_gang)
     return {tenant: fen for tenant, cash, at_trial in rows if (fen := at_trial if trial else cash)}
 
 
@@ -319,8 +317,9 @@ _SPEND_SQL = """
 SELECT i.tenant_id, CAST(SUM(o.price_per_hour_fen) AS BIGINT),
        CAST(SUM(o.trial_price_per_hour_fen) AS BIGINT)
   FROM {instance} i JOIN {offering} o ON o.id = i.offering_id
+  JOIN {holding} h ON h.id = i.id
  WHERE i.status IN ({statuses}) AND i.billing = %(hourly)s {tenants}
-   AND i.id <> %(exclude)s AND (i.cluster_id IS NULL OR i.cluster_id <> %(cluster)s)
+   AND i.id <> %(exclude)s AND (%(gang)s = '' OR h.gang <> %(gang)s)
  GROUP BY i.tenant_id
 """
 
@@ -330,7 +329,7 @@ def spend_rows(
     *,
     starting: bool = False,
     exclude: str = "",
-    exclude_cluster: str = "",
+    exclude_gang: str = "",
 ) -> list[tuple[str, int | None, int | None]]:
     """spend_per_hour_fen's figures, at the standard and at the trial prices together, per
     tenant: (tenant_id, fen an hour, fen an hour at trial prices), either None when no
@@ -339,7 +338,7 @@ def spend_rows(
     if tenant_ids is not None and not tenant_ids:
         return []
     sql, params = _spend_statement(
-        tenant_ids, starting=starting, exclude=exclude, exclude_cluster=exclude_cluster
+        tenant_ids, starting=starting, exclude=exclude, exclude_gang=exclude_gang
     )
     with connection.cursor() as cursor:
         if tenant_ids is not None and len(tenant_ids) == 1:
@@ -350,11 +349,11 @@ def spend_rows(
 
 
 def _spend_statement(
-    tenant_ids: list[str] | None, *, starting: bool, exclude: str, exclude_cluster: str
+    tenant_ids: list[str] | None, *, starting: bool, exclude: str, exclude_gang: str
 ) -> tuple[str, dict[str, Any]]:
     statuses = STARTING_OR_RUNNING if starting else (S.RUNNING,)
     params: dict[str, Any] = {"hourly": BillingMode.HOURLY, "exclude": exclude}
-    params["cluster"] = exclude_cluster
+    params["gang"] = exclude_gang
     params.update({f"s{n}": status for n, status in enumerate(statuses)})
     tenants = ""
     if tenant_ids is not None:
@@ -364,6 +363,7 @@ def _spend_statement(
         params.update({f"t{n}": tenant for n, tenant in enumerate(tenant_ids)})
     sql = _SPEND_SQL.format(
         instance=Instance._meta.db_table,
+        holding=Holding._meta.db_table,
         offering=Offering._meta.db_table,
         statuses=", ".join(f"%(s{n})s" for n in range(len(statuses))),
         tenants=tenants,
@@ -410,13 +410,14 @@ class Usage:
     premium_gpus: int
 
 
-# a queued cluster is one order, whatever its node count
+# a queued gang (a cluster) is one order, whatever its node count
 _USAGE_SQL = """
-SELECT COUNT(*) FILTER (WHERE i.status = %(queued)s AND i.cluster_id IS NULL)
-         + COUNT(DISTINCT i.cluster_id) FILTER (WHERE i.status = %(queued)s),
+SELECT COUNT(*) FILTER (WHERE i.status = %(queued)s AND h.gang = '')
+         + COUNT(DISTINCT NULLIF(h.gang, '')) FILTER (WHERE i.status = %(queued)s),
        COALESCE(SUM(o.gpu_count), 0),
        COALESCE(SUM(o.gpu_count) FILTER (WHERE m.premium), 0)
   FROM {instance} i
+  JOIN {holding} h ON h.id = i.id
   JOIN {offering} o ON o.id = i.offering_id
   JOIN {gpu_model} m ON m.id = o.gpu_model_id
  WHERE i.tenant_id = %(tenant)s AND i.status IN ({statuses})
@@ -435,6 +436,7 @@ def _usage_statement(tenant_id: str) -> tuple[str, dict[str, Any]]:
     statuses = (*HOLDS_GPUS, S.QUEUED)
     sql = _USAGE_SQL.format(
         instance=Instance._meta.db_table,
+        holding=Holding._meta.db_table,
         offering=Offering._meta.db_table,
         gpu_model=GpuModel._meta.db_table,
         statuses=", ".join(f"%(u{n})s" for n in range(len(statuses))),
@@ -472,13 +474,13 @@ SELECT s.cash, s.trial, u.queued, u.gpus, u.premium,
 
 
 def admission_reads(
-    tenant_id: str, user_id: str, *, exclude: str, exclude_cluster: str = ""
+    tenant_id: str, user_id: str, *, exclude: str, exclude_gang: str = ""
 ) -> AdmissionReads:
     """AdmissionReads for an order of `user_id` in `tenant_id` (`exclude`: the order's own
-    instance; `exclude_cluster`: its cluster's ranks), by one prepared statement."""
+    instance; `exclude_gang`: its gang's members, a cluster's ranks), by one prepared statement."""
     usage_sql, params = _usage_statement(tenant_id)
     spend_sql, spend_params = _spend_statement(
-        [tenant_id], starting=True, exclude=exclude, exclude_cluster=exclude_cluster
+        [tenant_id], starting=True, exclude=exclude, exclude_gang=exclude_gang
     )
     sql = _ADMISSION_SQL.format(
         usage=usage_sql,

@@ -1,15 +1,16 @@
-"""Signals the apps above instances listen to, so that instances never name their tasks: a
-rank of a cluster waits on its cluster's pre-flight check, and a rank was stopped because its
-member's or team's budget is spent. Sent inside the transaction that moved the rank; receivers
-start their work with enqueue_on_commit, so a rolled-back move starts nothing."""
+"""Signals the apps above instances listen to, so that instances never name their tasks: the
+members of a gang (instances.gangs: a cluster's ranks) wait for their owner to check the gang,
+and a member was stopped because its member's or team's budget is spent. Sent inside the
+transaction that moved the instance; receivers start their work with enqueue_on_commit, so a
+rolled-back move starts nothing."""
 
 from django.dispatch import Signal
 
-# kwargs: cluster_id. A rank is up and checking (or still is, after its check went quiet):
-# the cluster's pre-flight check runs once every rank is checking. Sent again freely: at most
-# one round runs at a time.
-rank_checking = Signal()
+# kwargs: gang. A member is up and checking (or still is, after its check went quiet): the
+# owner checks the gang once every member is checking (a cluster's pre-flight check). Sent
+# again freely: at most one check runs at a time.
+gang_checking = Signal()
 
-# kwargs: cluster_id. A rank of the cluster was stopped because a budget is spent: the
-# cluster stops whole, its ranks still starting or checking too.
-cluster_over_budget = Signal()
+# kwargs: gang. A member was stopped because a budget is spent: the gang stops whole, its
+# members still starting or checking too.
+gang_over_budget = Signal()

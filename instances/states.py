@@ -33,8 +33,9 @@ from compute.holdings import (
 from fleet.models import DEFAULT_REGION, Node
 from instances.charges import bill_until, meter_start, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
+from instances.gangs import gang_of
 from instances.models import Instance, InstanceEvent
-from instances.signals import rank_checking
+from instances.signals import gang_checking
 from starverse.core.db import insert_together
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict
@@ -53,20 +54,24 @@ def instance_locked(instance_id: str) -> Instance:
     transactions never wait for each other in a circle."""
     return (
         Instance.objects.select_for_update(of=("self",))
-        .select_related("offering__gpu_model")
+        .select_related("offering__gpu_model", "holding")
         .get(pk=instance_id)
     )
 
 
-def ranks_locked(cluster_id: str) -> list[Instance]:
-    """A cluster's ranks (instances.Instance.cluster), locked in rank order: the one order every
-    cluster service takes them in, so two never wait for each other in a circle. Ranks removed
-    by scaling down (rank null, terminated) are the cluster's history, not its ranks."""
+# A gang's order: its members as they were made (a cluster's ranks in rank order), the id
+# breaking a tie. Every service of a gang locks its members in this order, so two never wait
+# for each other in a circle.
+GANG_ORDER = ("holding__created_at", "pk")
+
+
+def gang_locked(gang: str) -> list[Instance]:
+    """A gang's members (instances.gangs), locked in the gang's order (GANG_ORDER)."""
     return list(
         Instance.objects.select_for_update(of=("self",))
-        .select_related("offering__gpu_model")
-        .filter(cluster_id=cluster_id, rank__isnull=False)
-        .order_by("rank")
+        .select_related("offering__gpu_model", "holding")
+        .filter(holding__gang=gang)
+        .order_by(*GANG_ORDER)
     )
 
 
@@ -125,11 +130,12 @@ def instance_create(
     *,
     placement: tuple[Node, list[int]] | None,
     queued_at: datetime | None = None,
+    gang: str = "",
 ) -> None:
     """A new order enters the machine queued (in line from `queued_at`, now by default: a
-    cluster's ranks all at one moment) or, when placement found GPUs for it at once,
+    gang's members all at one moment) or, when placement found GPUs for it at once,
     provisioning on that node with the GPUs allocated to its holding; provisioning starts
-    after commit."""
+    after commit. `gang`: the gang it is one of (its owner's id: instances.gangs)."""
     events = [InstanceEvent(instance=instance, status=S.QUEUED, message=later("Ordered."))]
     if placement is not None:
         node = placement[0]
@@ -141,19 +147,20 @@ def instance_create(
         events.append(placed)
     holding, held = holding_new(
         holding_id=instance.id,
-        kind=HoldingKind.RANK if instance.cluster_id else HoldingKind.INSTANCE,
+        kind=HoldingKind.RANK if gang else HoldingKind.INSTANCE,
         tenant_id=instance.tenant_id,
         created_by_id=instance.created_by_id,
         offering=instance.offering,
         billing=instance.billing,
         region_id=instance.region_id,
-        gang=str(instance.cluster_id or ""),
-        parent=str(instance.cluster_id or ""),
+        gang=gang,
+        parent=gang,
         placement=placement,
         queued_at=queued_at,
     )
     # one round trip: every order makes these
     insert_together([holding, instance, *events, *held])
+    instance.holding = holding
     if placement is not None:
         enqueue_on_commit("instances.tasks.provision_instance", instance.id)
 
@@ -243,22 +250,23 @@ def instance_mark_terminating(instance: Instance, *, keep_disk: bool) -> None:
 
 
 def instance_mark_running(instance_id: str) -> str:
-    """The pod is ready: billing starts, in a new session. A cluster's rank goes to checking
-    instead, unbilled: its cluster's pre-flight check runs once every rank is checking
-    (instances.signals.rank_checking, which the clusters app hears) and ranks_mark_running
-    starts the billing of all of them together when it passes. Returns the instance's status."""
+    """The pod is ready: billing starts, in a new session. One of a gang (a cluster's rank)
+    goes to checking instead, unbilled: its owner checks the gang once every member is checking
+    (instances.signals.gang_checking, which the clusters app hears: its pre-flight check) and
+    ranks_mark_running starts the billing of all of them together when it passes. Returns the
+    instance's status."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
         if instance.status != S.PROVISIONING:
             return instance.status
-        if instance.cluster_id is not None:
+        if gang := gang_of(instance):
             _transition(
                 instance,
                 S.CHECKING,
                 later("Up; waiting for the cluster's pre-flight check. Not billed yet."),
                 provisioning_since=None,
             )
-            rank_checking.send(sender=Instance, cluster_id=str(instance.cluster_id))
+            gang_checking.send(sender=Instance, gang=gang)
             return S.CHECKING
         now = timezone.now()
         _transition(

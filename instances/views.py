@@ -30,6 +30,7 @@ from fleet.models import Region
 from instances.admission import ORDER_KEY_PREFIX, runway_funds
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
+from instances.gangs import gang_of
 from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
@@ -533,6 +534,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "max_ports": MAX_PORTS,
             "idle_warning": instance.status == S.RUNNING and instance.idle_stop_due_at is not None,
             "can_change_stops": instance.status not in (S.TERMINATING, S.TERMINATED),
+            "in_gang": bool(gang_of(instance)),
             "idle_defaults": user_settings(request.user),  # type: ignore[arg-type]
         },
     )

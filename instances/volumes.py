@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from instances.choices import InstanceStatus
+from instances.gangs import gang_hooks, gang_of
 from instances.models import Instance, InstanceEvent
 from instances.states import instance_locked, instance_mark_stopping
 from starverse.accounts.models import User
@@ -66,13 +67,13 @@ def _volume_change(instance: Instance, *, restart: bool, what: str) -> None:
             % {"s": InstanceStatus(instance.status).label.lower()},
             code="wrong_state",
         )
-    if instance.cluster_id is not None:
+    if gang_of(instance):
         raise Conflict(
             _(
                 "This instance is rank %(rank)s of the cluster %(cluster)s, whose ranks stop and "
                 "start only together: stop the cluster to change this rank's disks."
             )
-            % {"rank": instance.rank, "cluster": instance.cluster_id},
+            % gang_hooks().member_words(instance),
             code="cluster_rank",
         )
     if not restart:

@@ -188,7 +188,7 @@ def holding_save(
         offering=owner.offering,
         billing="hourly" if replica else row.billing,
         region_id=None if replica else row.region_id,
-        parent=str(row.endpoint_id if replica else row.cluster_id or ""),
+        parent=str(row.endpoint_id) if replica else "",
         placement=placement,
         waiting=waiting,
         queued_at=queued_at,

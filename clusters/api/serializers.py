@@ -1,17 +1,18 @@
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any
 
 from rest_framework import serializers
 
 from clusters.choices import ClusterStatus, Template
 from clusters.models import Preflight, PreflightStatus
 from clusters.planner import PRESETS, PlanInputError, plan_inputs
+from clusters.pods import launch_of, layout_of, rank_host
+from clusters.ranks import number
 from clusters.selectors import ClusterView
 from compute.choices import BillingMode
 from instances.choices import InstanceStatus
 from instances.models import InstanceEvent
-from instances.provisioning.ranks import launch_of, layout_of, rank_host
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
@@ -172,13 +173,12 @@ class ClusterOutput(serializers.Serializer[ClusterView]):
             "queue_position": view.queue_position,
             "ranks": [
                 {
-                    "rank": rank.rank,
+                    "rank": number(rank),
                     "instance": rank.id,
                     "node": node.name if node else None,
                     "switch": (node.switch or None) if node else None,
                     "status": rank.status,
-                    # A cluster's instances all have a rank (Instance.rank is null elsewhere).
-                    "host": rank_host(cluster.id, cast(int, rank.rank)),
+                    "host": rank_host(cluster.id, number(rank)),
                 }
                 for rank, node in ((rank, view.node_of(rank)) for rank in view.ranks)
             ],
@@ -205,7 +205,7 @@ class ClusterScaleOutput(ClusterOutput):
 class ClusterEventOutput(serializers.Serializer[InstanceEvent]):
     at = serializers.DateTimeField()
     rank = serializers.IntegerField(
-        source="instance.rank", allow_null=True, help_text="Null: a rank scaled away."
+        source="instance.cluster_rank.index", allow_null=True, help_text="Null: a rank scaled away."
     )
     status = serializers.CharField()
     message = serializers.CharField(source="text", help_text="In the request's language.")

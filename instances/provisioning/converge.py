@@ -24,9 +24,10 @@ from fleet.choices import NodeState
 from fleet.models import DEFAULT_REGION, Node
 from fleet.selectors import region_scope
 from instances.choices import InstanceStatus
+from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import served_ports
 from instances.models import Instance, InstanceEvent
-from instances.provisioning import manifests, ranks
+from instances.provisioning import manifests
 from instances.provisioning.namespaces import (
     tenant_network_policy_converge,
     tenant_policy_converge,
@@ -77,7 +78,9 @@ def provision(instance_id: str) -> str:
     reported running when the pod is ready, failed when it cannot start. Returns the instance's
     status; raises StillPending while the pod starts."""
     instance = (
-        Instance.objects.select_related("offering", "image", "node").filter(pk=instance_id).first()
+        Instance.objects.select_related("offering", "image", "node", "holding")
+        .filter(pk=instance_id)
+        .first()
     )
     if instance is None or instance.status != S.PROVISIONING or instance.node is None:
         return instance.status if instance else "gone"
@@ -110,16 +113,16 @@ def _objects_create(instance: Instance, node: Node) -> None:
     pool = manifests.public_pool_claim(instance.tenant_id)
     if pool is not None:
         kube.ensure(pool)
-    _host_key_assign(instance)
+    host_key_assign(instance)
     kube.ensure(_access_secret(instance), update=True)
     kube.ensure(manifests.disk_claim(instance))
     disks, nas = _storage(instance)
     pod_manifest = manifests.pod(instance, node.name, disks, nas)
     service_manifest = manifests.service(instance)
-    if instance.cluster_id is not None:
-        _cluster_objects_ensure(instance, node)
-        pod_manifest = ranks.rank_pod(pod_manifest, instance, node)
-        service_manifest = ranks.rank_service(service_manifest, node)
+    if gang_of(instance):
+        pod_manifest, service_manifest = gang_hooks().pod(
+            instance, node, pod_manifest, service_manifest
+        )
     pod = kube.ensure(pod_manifest)
     if _node_of(pod) != node.name:
         _pod_elsewhere_remove(instance)
@@ -131,26 +134,6 @@ def _objects_create(instance: Instance, node: Node) -> None:
     Instance.objects.filter(pk=instance.pk, provisioning_since=instance.provisioning_since).update(
         ssh_port=ports.get("ssh"), objects_created_at=timezone.now()
     )
-
-
-def _cluster_objects_ensure(instance: Instance, node: Node) -> None:
-    """A rank's cluster objects (instances.provisioning.ranks): its headless Service as made
-    first, the key Secret and the files ConfigMap brought up to date (a rank moved or the
-    cluster scaled while stopped changes what they hold)."""
-    siblings = ranks.cluster_ranks(instance)
-    for rank in siblings:  # every rank's host key, so known_hosts lists them all from the start
-        _host_key_assign(rank)
-    service, secret, files = ranks.shared_objects(instance, node, _cluster_key(instance), siblings)
-    kube.ensure(service)
-    kube.ensure(secret, update=True)
-    kube.ensure(files, update=True)
-
-
-def _cluster_key(instance: Instance) -> str:
-    """The cluster's SSH private key, made with the cluster's row and kept for its life."""
-    cluster = instance.cluster
-    assert cluster is not None and cluster.ssh_private_key
-    return cluster.ssh_private_key
 
 
 def _ports_now(instance: Instance) -> Instance:
@@ -245,7 +228,7 @@ def access_refresh(instance_id: str) -> bool:
     return True
 
 
-def _host_key_assign(instance: Instance) -> None:
+def host_key_assign(instance: Instance) -> None:
     """The instance's SSH host key, made once, at its first provisioning, and kept for its life
     (every later start renders the same key into its Secret, so the host the user's known_hosts
     holds stays the same across stop/start and a move to another node). A pass that races
@@ -465,17 +448,17 @@ def terminate(instance_id: str) -> str:
             objects.append(("PersistentVolumeClaim", claim))
         for kind, name in objects:
             kube.delete(kind, instance.k8s_namespace, name)
-        if instance.cluster_id is not None and _last_rank(instance):
-            for kind, name in ranks.object_names(instance.cluster_id):
+        if (gang := gang_of(instance)) and _last_member(instance, gang):
+            for kind, name in gang_hooks().shared_objects(gang):
                 kube.delete(kind, instance.k8s_namespace, name)
     return instance_mark_terminated(instance.id, disk_claim=claim)
 
 
-def _last_rank(instance: Instance) -> bool:
-    """Whether every other rank of the instance's cluster is going or gone too (ranks that
+def _last_member(instance: Instance, gang: str) -> bool:
+    """Whether every other member of the instance's gang is going or gone too (members that
     terminate together may each delete the shared objects: a 404 is success)."""
     return not (
-        Instance.objects.filter(cluster_id=instance.cluster_id)
+        gang_members(gang)
         .exclude(pk=instance.pk)
         .exclude(status__in=(S.TERMINATING, S.TERMINATED))
         .exists()

@@ -17,11 +17,12 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from instances.choices import InstanceStatus
+from instances.gangs import gang_hooks
 from instances.gateway import served_ports
 from instances.models import Instance
-from instances.provisioning import manifests, ranks
+from instances.provisioning import manifests
 from instances.provisioning.converge import events_record
-from instances.signals import rank_checking
+from instances.signals import gang_checking
 from instances.states import instance_recreate
 from starverse.core import kube
 from starverse.core.dispatch import enqueue_on_commit
@@ -35,7 +36,7 @@ STUCK_AFTER = timedelta(seconds=60)
 # cut short, or a provisioning pass racing a terminate, leaves its leftovers just then.
 SWEPT_AFTER_END = timedelta(hours=1)
 # The task that carries out each state that waits on the cluster. A cluster's checking ranks
-# wait for its pre-flight check, which the clusters app runs when it hears rank_checking (by
+# wait for its pre-flight check, which the clusters app runs when it hears gang_checking (by
 # the cluster's id; at most one round runs at a time, so a repeat is harmless).
 TASK_FOR = {
     S.PROVISIONING: "instances.tasks.provision_instance",
@@ -139,16 +140,16 @@ def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
     requeued = []
     waiting = Instance.objects.filter(status__in=WAITING).annotate(last_event=Max("events__at"))
     checks: set[str] = set()
-    for instance_id, status, last_event, watched, cluster_id in waiting.values_list(
-        "id", "status", "last_event", "events_read_at", "cluster_id"
+    for instance_id, status, last_event, watched, gang in waiting.values_list(
+        "id", "status", "last_event", "events_read_at", "holding__gang"
     ):
         alive = max(last_event, watched or last_event) if last_event else None
         if alive and now - alive > STUCK_AFTER and instance_id not in skip:
             if status != S.CHECKING:
                 enqueue_on_commit(TASK_FOR[S(status)], instance_id)
-            elif cluster_id not in checks:
-                checks.add(cluster_id)
-                rank_checking.send(sender=Instance, cluster_id=cluster_id)
+            elif gang not in checks:
+                checks.add(gang)
+                gang_checking.send(sender=Instance, gang=gang)
             else:
                 continue
             requeued.append(instance_id)
@@ -201,10 +202,10 @@ def _orphans_remove(
         .exclude(k8s_name="")
         .values_list("k8s_namespace", "k8s_name", "ports")
     }
-    clusters = _cluster_objects_wanted()
+    shared = _gang_objects_wanted()
     for kind, objects in listed.items():
         for namespace, name in objects:
-            if (namespace, name) in clusters:
+            if (namespace, name) in shared:
                 continue
             if not _object_wanted(served, namespace, name):
                 kube.delete(kind, namespace, name)
@@ -219,20 +220,20 @@ def _orphans_remove(
     return orphans
 
 
-def _cluster_objects_wanted() -> set[tuple[str, str]]:
-    """The shared objects (headless Service, key Secret) of clusters with a rank that is not
-    terminated."""
+def _gang_objects_wanted() -> set[tuple[str, str]]:
+    """The objects the members of a gang share (a cluster's headless Service, key Secret and
+    files), of gangs with a member that is not terminated."""
     live = (
         Instance.objects.exclude(status=S.TERMINATED)
         .exclude(k8s_name="")
-        .filter(cluster__isnull=False)
-        .values_list("k8s_namespace", "cluster_id")
+        .exclude(holding__gang="")
+        .values_list("k8s_namespace", "holding__gang")
         .distinct()
     )
     return {
         (namespace, name)
-        for namespace, cluster_id in live
-        for _kind, name in ranks.object_names(cluster_id)
+        for namespace, gang in live
+        for _kind, name in gang_hooks().shared_objects(gang)
     }
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from instances.provisioning import ranks
+from clusters import pods
 
-LAYOUT = ranks.Layout(cluster_id="clu_Fan", node_count=3, gpus_per_node=8, template="torchrun")
+LAYOUT = pods.Layout(cluster_id="clu_Fan", node_count=3, gpus_per_node=8, template="torchrun")
 # A stand-in ssh: runs the command "on" the host given, with that rank's NODE_RANK (as sshd's
 # SetEnv gives every session of a rank).
 FAKE_SSH = """#!/bin/bash
@@ -32,8 +32,8 @@ def _install(tmp_path: Path) -> tuple[dict[str, str], Path]:
     bin_dir = tmp_path / "bin"
     launch.mkdir()
     bin_dir.mkdir()
-    for name, text in ranks.launch_scripts(LAYOUT).items():
-        (launch / name).write_text(text.replace(ranks.LAUNCH_DIR, str(launch)))
+    for name, text in pods.launch_scripts(LAYOUT).items():
+        (launch / name).write_text(text.replace(pods.LAUNCH_DIR, str(launch)))
     for name, text in {"ssh": FAKE_SSH, "torchrun": RECORD, "deepspeed": RECORD}.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -50,10 +50,10 @@ def _run(launch: Path, name: str, env: dict[str, str], *args: str, cwd: Path) ->
     ).returncode
 
 
-@pytest.mark.parametrize("name", sorted(ranks.launch_scripts(LAYOUT)))
+@pytest.mark.parametrize("name", sorted(pods.launch_scripts(LAYOUT)))
 def test_every_script_is_valid_bash(name, tmp_path):
     path = tmp_path / name
-    path.write_text(ranks.launch_scripts(LAYOUT)[name])
+    path.write_text(pods.launch_scripts(LAYOUT)[name])
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
 
 

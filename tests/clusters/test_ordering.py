@@ -79,7 +79,9 @@ def test_order_places_every_rank_on_its_own_whole_node(catalog, client_for):
     assert sorted(r["node"] for r in body["ranks"]) == ["gpu-h100-0", "gpu-h100-1"]
     assert {r["switch"] for r in body["ranks"]} == {"h100-leaf-0"}
     assert {r["status"] for r in body["ranks"]} == {"provisioning"}
-    ranks = Instance.objects.filter(cluster_id=body["id"]).order_by("rank")
+    ranks = Instance.objects.filter(cluster_rank__cluster_id=body["id"]).order_by(
+        "cluster_rank__index"
+    )
     for rank in ranks:
         assert sorted(
             Allocation.objects.filter(holding__instance=rank).values_list("gpu_index", flat=True)
@@ -126,7 +128,7 @@ def test_runway_is_an_hour_of_every_node(catalog):
     cluster, _created = cluster_order(
         user=user, offering_id=_node_offering().id, image_id=IMAGE, node_count=2
     )
-    assert Allocation.objects.filter(holding__instance__cluster=cluster).count() == 16
+    assert Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).count() == 16
 
 
 def test_a_cluster_counts_all_its_gpus_and_queues_as_one_order(catalog, settings):
@@ -140,7 +142,7 @@ def test_a_cluster_counts_all_its_gpus_and_queues_as_one_order(catalog, settings
     settings.MAX_QUEUED_ORDERS = 1
     _take_node(_paying_user())
     queued = make_cluster(user)
-    assert set(queued.ranks.values_list("status", flat=True)) == {"queued"}
+    assert set(queued.ranks.values_list("instance__status", flat=True)) == {"queued"}
     with pytest.raises(TooManyRequests) as too_many:
         make_cluster(user)
     assert too_many.value.code == "queue_limit"
@@ -184,7 +186,9 @@ def test_queued_cluster_waits_first_come_first_served_and_never_bills(catalog, c
     assert answer.status_code == 202
     assert (body["status"], body["queue_position"], body["switches_spanned"]) == ("queued", 1, None)
     assert {r["node"] for r in body["ranks"]} == {None}
-    assert not Allocation.objects.filter(holding__instance__cluster_id=body["id"]).exists()
+    assert not Allocation.objects.filter(
+        holding__instance__cluster_rank__cluster_id=body["id"]
+    ).exists()
     # an instance ordered after it waits behind it, though one node is free for it
     later_order, _created = instance_order(
         user=_paying_user(),
@@ -199,7 +203,9 @@ def test_queued_cluster_waits_first_come_first_served_and_never_bills(catalog, c
     instance_terminate(instance_id=held.id)
     assert converge_until(converge.terminate, held.id) == "terminated"
     placed = queue_drain(product=H100)
-    ranks = list(Instance.objects.filter(cluster_id=body["id"]).order_by("rank"))
+    ranks = list(
+        Instance.objects.filter(cluster_rank__cluster_id=body["id"]).order_by("cluster_rank__index")
+    )
     assert placed == [ranks[0].id]
     assert [r.status for r in ranks] == ["provisioning", "provisioning"]
     assert Allocation.objects.filter(holding__instance__in=ranks).count() == 16
@@ -224,12 +230,14 @@ def test_two_clusters_racing_for_the_same_nodes_never_split(catalog):
     results = run_threads(4, order)
     assert all(isinstance(found, Cluster) for found in results), results
     # placed ones start at once (their tasks run after commit): placed means not queued
-    placed = [c for c in results if not c.ranks.filter(status="queued").exists()]
+    placed = [c for c in results if not c.ranks.filter(instance__status="queued").exists()]
     assert len(placed) == 1
     assert placed[0].ranks.count() == 2
     for cluster in results:
-        held = Allocation.objects.filter(holding__instance__cluster=cluster).count()
-        statuses = set(cluster.ranks.values_list("status", flat=True))
+        held = Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).count()
+        statuses = set(
+            Instance.objects.filter(cluster_rank__cluster=cluster).values_list("status", flat=True)
+        )
         assert (held, statuses == {"queued"}) in ((16, False), (0, True)), (held, statuses)
     assert Allocation.objects.count() == 16
 
@@ -238,7 +246,9 @@ def test_stop_start_and_terminate_move_every_rank(catalog, client_for):
     user = _paying_user()
     client = client_for(user)
     cluster = make_cluster(user)
-    ranks = list(cluster.ranks.order_by("rank"))
+    ranks = list(
+        Instance.objects.filter(cluster_rank__cluster=cluster).order_by("cluster_rank__index")
+    )
     for rank in ranks:
         assert converge_until(converge.provision, rank.id) == "checking"
     assert client.get(f"/api/v1/clusters/{cluster.id}").json()["status"] == "checking"
@@ -249,16 +259,16 @@ def test_stop_start_and_terminate_move_every_rank(catalog, client_for):
         assert converge_until(converge.stop, rank.id) == "stopped"
     body = client.get(f"/api/v1/clusters/{cluster.id}").json()
     assert (body["status"], body["switches_spanned"]) == ("stopped", None)
-    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).exists()
     started = client.post(f"/api/v1/clusters/{cluster.id}/start").json()
     assert started["status"] == "provisioning"
     assert {r["status"] for r in started["ranks"]} == {"provisioning"}
-    assert Allocation.objects.filter(holding__instance__cluster=cluster).count() == 16
+    assert Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).count() == 16
     assert client.delete(f"/api/v1/clusters/{cluster.id}").json()["status"] == "terminating"
     for rank in ranks:
         assert converge_until(converge.terminate, rank.id) == "terminated"
     assert client.get(f"/api/v1/clusters/{cluster.id}").json()["status"] == "terminated"
-    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).exists()
 
 
 def test_a_cluster_order_that_deadlocks_runs_again_and_makes_one_cluster(
@@ -274,22 +284,23 @@ def test_a_cluster_order_that_deadlocks_runs_again_and_makes_one_cluster(
     user = _paying_user()
     tries = []
 
-    def deadlocking(ranks, disk_ids=None, key=None):
-        gang = placed(ranks, disk_ids, key)
-        tries.append([rank.rank for rank in ranks])
+    def deadlocking(ranks, *, gang, disk_ids=None, key=None):
+        nodes = placed(ranks, gang=gang, disk_ids=disk_ids, key=key)
+        # the ranks are numbered after this: their names end in their numbers
+        tries.append([int(rank.name.rsplit("-", 1)[1]) for rank in ranks])
         if len(tries) == 1:
             with connection.cursor() as cursor:
                 cursor.execute(
                     "DO $$ BEGIN RAISE EXCEPTION 'deadlock detected' "
                     "USING ERRCODE = 'deadlock_detected'; END $$"
                 )
-        return gang
+        return nodes
 
     monkeypatch.setattr("clusters.services.gang_place_or_queue", deadlocking)
     cluster = make_cluster(user, idempotency_key="k1")
 
     assert tries == [[0, 1], [0, 1]]
     assert list(Cluster.objects.values_list("pk", flat=True)) == [cluster.pk]
-    ranks = Instance.objects.filter(cluster=cluster).order_by("rank")
-    assert list(ranks.values_list("rank", flat=True)) == [0, 1]
+    ranks = Instance.objects.filter(cluster_rank__cluster=cluster).order_by("cluster_rank__index")
+    assert list(ranks.values_list("cluster_rank__index", flat=True)) == [0, 1]
     assert Instance.objects.count() == 2

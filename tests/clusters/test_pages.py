@@ -100,7 +100,11 @@ def test_ordering_through_the_form_places_the_cluster_on_the_fleet_once(catalog,
     assert first.status_code == second.status_code == 302
     assert first["Location"] == second["Location"] == f"/console/clusters/{cluster.id}/"
     assert (cluster.name, cluster.node_count, cluster.template) == ("pretrain", 2, "deepspeed")
-    ranks = list(cluster.ranks.select_related("node").order_by("rank"))
+    ranks = list(
+        Instance.objects.filter(cluster_rank__cluster=cluster)
+        .select_related("node")
+        .order_by("cluster_rank__index")
+    )
     assert [r.status for r in ranks] == ["provisioning", "provisioning"]
     assert sorted(r.node.name for r in ranks if r.node) == ["gpu-h100-0", "gpu-h100-1"]
     assert cluster.idempotency_key == "console:" + token
@@ -209,7 +213,9 @@ def test_another_tenants_cluster_is_not_found(catalog, client):
     for action in ("stop", "start", "terminate"):
         assert client.post(f"/console/clusters/{cluster.id}/{action}/").status_code == 404
     assert cluster.id not in client.get("/console/clusters/").content.decode()
-    assert set(cluster.ranks.values_list("status", flat=True)) == {"provisioning"}
+    assert set(
+        Instance.objects.filter(cluster_rank__cluster=cluster).values_list("status", flat=True)
+    ) == {"provisioning"}
 
 
 def test_actions_are_post_only(catalog, client):
@@ -222,7 +228,9 @@ def test_actions_are_post_only(catalog, client):
 def test_stop_start_terminate_buttons_move_every_rank(catalog, client):
     user = _orderer(client)
     cluster = make_cluster(user)
-    ranks = list(cluster.ranks.order_by("rank"))
+    ranks = list(
+        Instance.objects.filter(cluster_rank__cluster=cluster).order_by("cluster_rank__index")
+    )
     for rank in ranks:
         assert converge_until(converge.provision, rank.id) == "checking"
     assert preflight_run(cluster.id) == "passed"
@@ -246,13 +254,17 @@ def test_stop_start_terminate_buttons_move_every_rank(catalog, client):
     back = "/console/clusters/"
     started = client.post(f"/console/clusters/{cluster.id}/start/", {"next": back})
     assert started["Location"] == back
-    assert set(cluster.ranks.values_list("status", flat=True)) == {"provisioning"}
+    assert set(
+        Instance.objects.filter(cluster_rank__cluster=cluster).values_list("status", flat=True)
+    ) == {"provisioning"}
 
     elsewhere = client.post(
         f"/console/clusters/{cluster.id}/terminate/", {"next": "https://evil.example/"}
     )
     assert elsewhere["Location"] == f"/console/clusters/{cluster.id}/"
-    assert set(cluster.ranks.values_list("status", flat=True)) == {"terminating"}
+    assert set(
+        Instance.objects.filter(cluster_rank__cluster=cluster).values_list("status", flat=True)
+    ) == {"terminating"}
     for rank in ranks:
         assert converge_until(converge.terminate, rank.id) == "terminated"
     page = client.get(f"/console/clusters/{cluster.id}/").content.decode()
@@ -300,7 +312,7 @@ def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(cat
     assert "Not run yet" not in html
     # where its ranks run: the region's name, whichever region that is
     region = Region.objects.create(name="cn-east-2", display_name="East China 2")
-    Instance.objects.filter(cluster=cluster).update(region=region)
+    Instance.objects.filter(cluster_rank__cluster=cluster).update(region=region)
     context = detail_context(cluster, cluster_view(Cluster.objects.get(pk=cluster.pk)))
     html = render_to_string("clusters/detail.html", context, request=request)
     assert '<dd data-field="region">East China 2</dd>' in html

@@ -84,7 +84,11 @@ def _usage(user: Any) -> int:
 
 
 def _ranks(cluster: Any) -> list[Instance]:
-    return list(Instance.objects.filter(cluster=cluster).select_related("node").order_by("rank"))
+    return list(
+        Instance.objects.filter(cluster_rank__cluster=cluster)
+        .select_related("node")
+        .order_by("cluster_rank__index")
+    )
 
 
 def _node(rank: Instance) -> Node:
@@ -164,7 +168,7 @@ def test_a_bad_link_node_is_replaced_put_up_for_review_and_the_check_passes_agai
     assert (bad.state, bad.review_since is not None) == ("ready", True)
     assert "pre-flight" in bad.review_reason
     moved = Instance.objects.select_related("node").get(pk=ranks[1].pk)
-    assert moved.status == "provisioning" and moved.rank == 1
+    assert moved.status == "provisioning" and moved.cluster_rank.index == 1
     assert moved.node_id != bad.pk and _node(moved).switch == "h100-leaf-0"  # near the others
     assert not Allocation.objects.filter(node=bad).exists()
     assert _usage(renter) == 0
@@ -260,7 +264,7 @@ def test_too_many_failed_rounds_fail_the_cluster_unbilled(fleet, renter, client_
     assert body["status"] == "failed" and body["cost_fen"] == 0
     assert {rank.status for rank in _ranks(cluster)} == {"failed"}
     assert "never billed" in _ranks(cluster)[0].error_message
-    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).exists()
     assert _usage(renter) == 0
 
 
@@ -291,7 +295,9 @@ def test_a_round_whose_cluster_changed_meanwhile_is_abandoned(fleet, renter):
     found = _round_start(cluster.id)
     assert found is not None
     assert _round_start(cluster.id) is None  # one round at a time
-    Instance.objects.filter(cluster=cluster, rank=1).update(status="stopping")
+    Instance.objects.filter(cluster_rank__cluster=cluster, cluster_rank__index=1).update(
+        status="stopping"
+    )
     result = {"busbw_gbps": 370.0, "pairs": [], "per_node": []}
     assert round_record(found.pk, result) == "abandoned"
     assert {rank.status for rank in _ranks(cluster)} == {"checking", "stopping"}
@@ -478,7 +484,7 @@ def test_a_check_that_hangs_is_a_failed_round(fleet, renter, settings):
     assert preflight_run(cluster.id) == "failed"  # the last round allowed
     assert {rank.status for rank in _ranks(cluster)} == {"failed"}
     assert "failed its pre-flight check 2 times in a row" in _ranks(cluster)[0].error_message
-    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).exists()
     assert _usage(renter) == 0
 
 
@@ -529,7 +535,7 @@ def test_a_cluster_checking_too_long_fails_and_frees_its_gpus(fleet, renter, cli
         "The cluster's pre-flight check did not pass within 30 minutes. It was never billed; "
         "its nodes are free again. Start it again or contact support."
     )
-    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).exists()
     assert client.get(f"/api/v1/clusters/{cluster.id}").json()["cost_fen"] == 0
     assert _usage(renter) == 0
 
@@ -548,7 +554,7 @@ def test_abandoned_rounds_cannot_keep_a_cluster_checking(fleet, renter):
     assert preflight_run(cluster.id) is None
     assert {rank.status for rank in _ranks(cluster)} == {"failed"}
     assert Preflight.objects.filter(cluster=cluster).count() == 1  # no round sent again
-    assert not Allocation.objects.filter(holding__instance__cluster=cluster).exists()
+    assert not Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).exists()
 
 
 def test_a_started_cluster_checks_afresh(fleet, renter, client_for, settings):

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from clusters import pods
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
 from compute.models import Offering
@@ -19,7 +20,7 @@ from devstack.kube.emulator import KubeEmulator
 from fleet.models import NodeProfile
 from fleet.services import nodes_sync_from_cluster
 from instances.models import Instance
-from instances.provisioning import converge, manifests, ranks
+from instances.provisioning import converge, manifests
 from instances.provisioning.reconcile import reconcile
 from starverse.core import kube
 from starverse.core.hostkeys import host_key_from_private
@@ -59,11 +60,15 @@ def fleet4(four_node_emulator, db, settings, tmp_path) -> Iterator[KubeEmulator]
 
 
 def _running(cluster: Cluster) -> list[Instance]:
-    rows = list(cluster.ranks.order_by("rank"))
+    rows = list(
+        Instance.objects.filter(cluster_rank__cluster=cluster).order_by("cluster_rank__index")
+    )
     for rank in rows:
         assert converge_until(converge.provision, rank.id) == "checking"
     assert preflight_run(cluster.id) == "passed"  # the emulator's simulated check
-    return list(cluster.ranks.order_by("rank"))
+    return list(
+        Instance.objects.filter(cluster_rank__cluster=cluster).order_by("cluster_rank__index")
+    )
 
 
 def _env(pod: dict[str, Any]) -> dict[str, str]:
@@ -75,28 +80,34 @@ def test_a_4_node_deepspeed_cluster_gives_every_rank_its_env_files_and_names(fle
     cluster = make_cluster(user, node_count=4, template="deepspeed")
     rows = _running(cluster)
     namespace = rows[0].k8s_namespace
-    dns = ranks.cluster_dns(cluster.id)
+    dns = pods.cluster_dns(cluster.id)
     assert dns == cluster.id.lower().replace("_", "-") and dns.startswith("clu-")
     hosts = [f"{dns}-{i}.{dns}" for i in range(4)]
 
     for row in rows:
         pod = read_existing("Pod", namespace, row.k8s_name)
         labels = pod["metadata"]["labels"]
-        assert (labels["starverse.io/cluster"], labels["starverse.io/rank"]) == (dns, str(row.rank))
-        assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (f"{dns}-{row.rank}", dns)
+        assert (labels["starverse.io/cluster"], labels["starverse.io/rank"]) == (
+            dns,
+            str(row.cluster_rank.index),
+        )
+        assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (
+            f"{dns}-{row.cluster_rank.index}",
+            dns,
+        )
         env = _env(pod)
         lone = {e["name"] for e in manifests.init_env(row)}  # what a lone instance gets
         assert {k: v for k, v in env.items() if k not in lone} == {
             "STARVERSE_CLUSTER_ID": cluster.id,
             "MASTER_ADDR": hosts[0],
             "MASTER_PORT": "29500",
-            "NODE_RANK": str(row.rank),
+            "NODE_RANK": str(row.cluster_rank.index),
             "NNODES": "4",
             "NPROC_PER_NODE": "8",
             "WORLD_SIZE": "32",
             "PET_MASTER_ADDR": hosts[0],
             "PET_MASTER_PORT": "29500",
-            "PET_NODE_RANK": str(row.rank),
+            "PET_NODE_RANK": str(row.cluster_rank.index),
             "PET_NNODES": "4",
             "PET_NPROC_PER_NODE": "8",
             "NCCL_IB_HCA": "mlx5",
@@ -160,7 +171,7 @@ def test_the_shared_key_and_known_hosts_are_the_clusters_and_stay_in_its_tenant(
     rows = _running(cluster)
     theirs = make_cluster(other, node_count=2, template="torchrun")
     other_rows = _running(theirs)
-    dns, namespace = ranks.cluster_dns(cluster.id), rows[0].k8s_namespace
+    dns, namespace = pods.cluster_dns(cluster.id), rows[0].k8s_namespace
     assert namespace != other_rows[0].k8s_namespace
 
     secret = kube.core().read_namespaced_secret(f"{dns}-ssh", namespace)
@@ -171,7 +182,7 @@ def test_the_shared_key_and_known_hosts_are_the_clusters_and_stay_in_its_tenant(
     assert data["id_ed25519.pub"] == f"{public} starverse-{dns}\n"
     # every rank's host key, under its DNS name and its short name
     assert data["known_hosts"] == "".join(
-        f"{dns}-{row.rank}.{dns},{dns}-{row.rank} "
+        f"{dns}-{row.cluster_rank.index}.{dns},{dns}-{row.cluster_rank.index} "
         f"{host_key_from_private(row.ssh_host_key).public_openssh}\n"
         for row in rows
     )
@@ -181,18 +192,18 @@ def test_the_shared_key_and_known_hosts_are_the_clusters_and_stay_in_its_tenant(
     theirs.refresh_from_db()
     assert theirs.ssh_private_key != cluster.ssh_private_key
     assert kube.read("Secret", other_rows[0].k8s_namespace, f"{dns}-ssh") is None
-    other_dns = ranks.cluster_dns(theirs.id)
+    other_dns = pods.cluster_dns(theirs.id)
     assert kube.read("Secret", namespace, f"{other_dns}-ssh") is None
 
     # the reconcile loop keeps a live cluster's shared objects
     reconcile()
-    for kind, name in ranks.object_names(cluster.id):
+    for kind, name in pods.object_names(cluster.id):
         assert kube.read(kind, namespace, name) is not None, (kind, name)
     # terminate: the last rank takes them with it
     for row in rows:
         Instance.objects.filter(pk=row.pk).update(status="terminating")
         assert converge_until(converge.terminate, row.id) == "terminated"
-    for kind, name in ranks.object_names(cluster.id):
+    for kind, name in pods.object_names(cluster.id):
         assert kube.read(kind, namespace, name) is None, (kind, name)
     assert kube.read("Secret", other_rows[0].k8s_namespace, f"{other_dns}-ssh") is not None
 
@@ -232,11 +243,11 @@ def test_a_node_profile_brings_networks_and_host_networking(fleet4):
         assert {p["name"]: p["containerPort"] for p in container["ports"]}["ssh"] == 2222
         service = read_existing("Service", row.k8s_namespace, row.k8s_name)
         assert service["spec"]["ports"][0]["targetPort"] == 2222
-    dns = ranks.cluster_dns(cluster.id)
+    dns = pods.cluster_dns(cluster.id)
     secret = kube.core().read_namespaced_secret(f"{dns}-ssh", rows[0].k8s_namespace)
     config = base64.b64decode(secret.data["ssh_config"]).decode()
     assert "    Port 2222\n" in config
-    assert ranks.launch_of(cluster) == {}  # template "none": no launch command
+    assert pods.launch_of(cluster) == {}  # template "none": no launch command
 
 
 def test_megatron_degrees_are_checked_at_the_order_and_fill_the_script(fleet4, client_for):
@@ -285,7 +296,7 @@ def test_megatron_degrees_are_checked_at_the_order_and_fill_the_script(fleet4, c
     cluster = Cluster.objects.get(pk=body["id"])
     assert (cluster.tensor_parallel, cluster.pipeline_parallel) == (4, 2)
     rows = _running(cluster)
-    dns = ranks.cluster_dns(cluster.id)
+    dns = pods.cluster_dns(cluster.id)
     script = read_existing("ConfigMap", rows[0].k8s_namespace, f"{dns}-files")["data"][
         "launch-megatron.sh"
     ]

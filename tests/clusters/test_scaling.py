@@ -11,13 +11,14 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from clusters import pods
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
 from compute.models import Allocation, Offering
 from devstack.kube.emulator import KubeEmulator
 from fleet.services import nodes_sync_from_cluster
 from instances.models import Instance, InstanceEvent
-from instances.provisioning import converge, ranks
+from instances.provisioning import converge
 from starverse.core import kube
 from storage.models import Disk
 from tests.conftest import KUBE_TIMINGS
@@ -64,14 +65,20 @@ def _order(client, **body: Any):
 
 
 def _run(cluster: Cluster) -> None:
-    for rank in cluster.ranks.filter(rank__isnull=False).order_by("rank"):
+    for rank in (
+        Instance.objects.filter(cluster_rank__cluster=cluster)
+        .filter(cluster_rank__index__isnull=False)
+        .order_by("cluster_rank__index")
+    ):
         assert converge_until(converge.provision, rank.id) == "checking"
     assert preflight_run(cluster.id) == "passed"
 
 
 def _stop(client, cluster: Cluster) -> None:
     assert client.post(f"/api/v1/clusters/{cluster.id}/stop").status_code == 202
-    for rank in cluster.ranks.filter(rank__isnull=False):
+    for rank in Instance.objects.filter(cluster_rank__cluster=cluster).filter(
+        cluster_rank__index__isnull=False
+    ):
         assert converge_until(converge.stop, rank.id) == "stopped"
 
 
@@ -97,7 +104,10 @@ def test_the_order_attaches_each_ranks_cloud_disks(fleet4, client_for):
     response = _order(client_for(user), node_count=3, disks=[[a.id, b.id], [], [c.id]])
     assert response.status_code == 202, response.content
     cluster = Cluster.objects.get(pk=response.json()["id"])
-    by_rank = {rank.rank: rank.id for rank in cluster.ranks.all()}
+    by_rank = {
+        rank.cluster_rank.index: rank.id
+        for rank in Instance.objects.filter(cluster_rank__cluster=cluster).all()
+    }
     attached = dict(Disk.objects.filter(pk__in=[a.id, b.id, c.id]).values_list("pk", "instance"))
     assert attached == {a.id: by_rank[0], b.id: by_rank[0], c.id: by_rank[2]}
     assert set(Disk.objects.filter(pk__in=attached).values_list("status", flat=True)) == {
@@ -111,9 +121,13 @@ def test_disks_shorter_than_the_node_count_leave_the_rest_without(fleet4, client
     disk = make_disk(user)
     response = _order(client_for(user), node_count=3, disks=[[disk.id]])
     assert response.status_code == 202, response.content
-    rank0 = Instance.objects.get(cluster_id=response.json()["id"], rank=0)
+    rank0 = Instance.objects.get(
+        cluster_rank__cluster_id=response.json()["id"], cluster_rank__index=0
+    )
     assert Disk.objects.get(pk=disk.id).instance_id == rank0.id
-    assert Disk.objects.filter(instance__cluster_id=response.json()["id"]).count() == 1
+    assert (
+        Disk.objects.filter(instance__cluster_rank__cluster_id=response.json()["id"]).count() == 1
+    )
 
 
 def test_a_refused_disk_refuses_the_whole_order(fleet4, client_for):
@@ -177,8 +191,8 @@ def test_scale_up_then_start_gives_every_rank_the_new_layout(fleet4, client_for)
         (2, "stopped", None),
     ]
     assert body["message"].startswith("Scaled up from 2 to 3 nodes")
-    added = Instance.objects.get(cluster=cluster, rank=2)
-    head = Instance.objects.get(cluster=cluster, rank=0)
+    added = Instance.objects.get(cluster_rank__cluster=cluster, cluster_rank__index=2)
+    head = Instance.objects.get(cluster_rank__cluster=cluster, cluster_rank__index=0)
     assert (added.offering_id, added.image_id, added.billing) == (
         head.offering_id,
         head.image_id,
@@ -190,17 +204,19 @@ def test_scale_up_then_start_gives_every_rank_the_new_layout(fleet4, client_for)
     started = client.post(f"/api/v1/clusters/{cluster.id}/start").json()
     assert started["status"] == "provisioning"
     assert len({r["node"] for r in started["ranks"]}) == 3
-    assert Allocation.objects.filter(holding__instance__cluster=cluster).count() == 24
+    assert Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).count() == 24
     cluster.refresh_from_db()
     _run(cluster)
 
-    rows = list(cluster.ranks.order_by("rank"))
-    namespace, dns = rows[0].k8s_namespace, ranks.cluster_dns(cluster.id)
+    rows = list(
+        Instance.objects.filter(cluster_rank__cluster=cluster).order_by("cluster_rank__index")
+    )
+    namespace, dns = rows[0].k8s_namespace, pods.cluster_dns(cluster.id)
     hosts = [f"{dns}-{i}.{dns}" for i in range(3)]
     for row in rows:
         env = _env(read_existing("Pod", namespace, row.k8s_name))
         assert (env["NNODES"], env["PET_NNODES"], env["WORLD_SIZE"]) == ("3", "3", "24")
-        assert env["NODE_RANK"] == str(row.rank)
+        assert env["NODE_RANK"] == str(row.cluster_rank.index)
     files = read_existing("ConfigMap", namespace, f"{dns}-files")["data"]
     assert files["hostfile"].splitlines() == [f"{host} slots=8" for host in hosts]
     assert "--nnodes=3 --nproc-per-node=8" in files["launch-torchrun.sh"]
@@ -226,7 +242,7 @@ def test_scale_down_terminates_the_highest_ranks_and_detaches_their_cloud_disks(
     )
     _run(cluster)
     _stop(client, cluster)
-    gone = Instance.objects.get(cluster=cluster, rank=2)
+    gone = Instance.objects.get(cluster_rank__cluster=cluster, cluster_rank__index=2)
 
     response = _scale(client, cluster, 2)
     assert response.status_code == 202, response.content
@@ -236,11 +252,15 @@ def test_scale_down_terminates_the_highest_ranks_and_detaches_their_cloud_disks(
     assert "cloud disks detached, data intact" in body["message"]
     assert converge_until(converge.terminate, gone.id) == "terminated"
     gone.refresh_from_db()
-    assert (gone.status, gone.rank, gone.cluster_id) == ("terminated", None, cluster.id)
+    assert (gone.status, gone.cluster_rank.index, gone.cluster_rank.cluster_id) == (
+        "terminated",
+        None,
+        cluster.id,
+    )
     assert Disk.objects.get(pk=disk.id).instance_id is None
     assert Disk.objects.get(pk=disk.id).status == "available"
     # its own disk is gone from the cluster, the shared objects stay for the ranks left
-    namespace, dns = gone.k8s_namespace, ranks.cluster_dns(cluster.id)
+    namespace, dns = gone.k8s_namespace, pods.cluster_dns(cluster.id)
     assert kube.read("PersistentVolumeClaim", namespace, f"{gone.k8s_name}-disk") is None
     assert kube.read("ConfigMap", namespace, f"{dns}-files") is not None
 
@@ -256,7 +276,9 @@ def test_scale_down_terminates_the_highest_ranks_and_detaches_their_cloud_disks(
     _run(cluster)
     files = read_existing("ConfigMap", namespace, f"{dns}-files")["data"]
     assert len(files["hostfile"].splitlines()) == 2
-    for row in cluster.ranks.filter(rank__isnull=False):
+    for row in Instance.objects.filter(cluster_rank__cluster=cluster).filter(
+        cluster_rank__index__isnull=False
+    ):
         assert _env(read_existing("Pod", namespace, row.k8s_name))["NNODES"] == "2"
 
 
@@ -266,7 +288,7 @@ def test_scale_down_can_keep_the_removed_ranks_disks(fleet4, client_for):
     cluster = make_cluster(user, node_count=3)
     _run(cluster)
     _stop(client, cluster)
-    gone = Instance.objects.get(cluster=cluster, rank=2)
+    gone = Instance.objects.get(cluster_rank__cluster=cluster, cluster_rank__index=2)
     response = _scale(client, cluster, 2, keep_disks=True)
     assert response.status_code == 202, response.content
     assert "own disks kept as cloud disks" in response.json()["message"]
@@ -293,7 +315,7 @@ def test_scaling_is_refused_unless_stopped_and_within_bounds(fleet4, client_for,
     assert _scale(client, cluster, "three").status_code == 400
     same = _scale(client, cluster, 2)
     assert (same.status_code, same.json()["message"]) == (202, None)
-    assert Instance.objects.filter(cluster=cluster).count() == 2
+    assert Instance.objects.filter(cluster_rank__cluster=cluster).count() == 2
     assert Cluster.objects.get(pk=cluster.pk).node_count == 2
 
 
@@ -329,9 +351,14 @@ def test_a_monthly_cluster_is_not_scaled_down_within_its_paid_month(fleet4, clie
     _stop(client, cluster)
     refused = _scale(client, cluster, 2)
     assert (refused.status_code, refused.json()["code"]) == (409, "paid_period")
-    assert Instance.objects.get(cluster=cluster, rank=2).status == "stopped"
+    assert (
+        Instance.objects.get(cluster_rank__cluster=cluster, cluster_rank__index=2).status
+        == "stopped"
+    )
     # once the month is over it may shrink
-    Instance.objects.filter(cluster=cluster).update(paid_until=timezone.now() - timedelta(days=1))
+    Instance.objects.filter(cluster_rank__cluster=cluster).update(
+        paid_until=timezone.now() - timedelta(days=1)
+    )
     assert _scale(client, cluster, 2).status_code == 202
 
 
@@ -344,12 +371,12 @@ def test_the_console_scales_a_stopped_cluster(fleet4, client):
     refused = client.post(f"/console/clusters/{cluster.id}/scale/", {"node_count": 3}, follow=True)
     assert "Only a stopped cluster can be scaled" in refused.content.decode()
     _run(cluster)
-    for rank in cluster.ranks.all():
+    for rank in Instance.objects.filter(cluster_rank__cluster=cluster).all():
         rank.refresh_from_db()
     from clusters.services import cluster_stop
 
     cluster_stop(cluster=cluster)
-    for rank in cluster.ranks.all():
+    for rank in Instance.objects.filter(cluster_rank__cluster=cluster).all():
         assert converge_until(converge.stop, rank.id) == "stopped"
     page = client.get(f"/console/clusters/{cluster.id}/").content.decode()
     assert f"/console/clusters/{cluster.id}/scale/" in page
@@ -363,4 +390,4 @@ def test_the_console_scales_a_stopped_cluster(fleet4, client):
     assert client.post(f"/console/clusters/{cluster.id}/scale/", {"node_count": 2}).status_code == (
         404
     )
-    assert InstanceEvent.objects.filter(instance__cluster=cluster).exists()
+    assert InstanceEvent.objects.filter(instance__cluster_rank__cluster=cluster).exists()

@@ -143,3 +143,92 @@ def test_a_database_of_the_old_layout_migrates_forward_with_its_rows(transaction
         assert cursor.fetchone()[0] == 1
         cursor.execute("SELECT COUNT(*) FROM datasets_sharedstorage")
         assert cursor.fetchone()[0] == 1
+
+
+# The leaf migrations before clusters owned their ranks (Instance.cluster, Instance.rank).
+BEFORE_RANKS = [
+    ("instances", "0025_metering_moved_to_holdings"),
+    ("clusters", "0006_cluster_key_at_order"),
+]
+
+
+def _seed_ranks(old: Any) -> None:
+    """A cluster of two ranks and one rank removed by scaling down, and an instance on its
+    own, written through the models of the layout before the move, with their holdings."""
+    tenant = old.get_model("accounts", "Tenant").objects.create(id="tnt_ranks1", name="lab")
+    user = old.get_model("accounts", "User").objects.create(
+        id="usr_ranks1", email="ranks@example.edu.cn", tenant=tenant
+    )
+    gpu_model = old.get_model("fleet", "GpuModel").objects.create(
+        id="h100", name="H100", product="NVIDIA H100 80GB HBM3", memory_gb=80, interconnect="nvlink"
+    )
+    offering = old.get_model("compute", "Offering").objects.create(
+        id="off_ranks1",
+        name="8× H100",
+        kind="bare_metal",
+        gpu_model=gpu_model,
+        gpu_count=8,
+        cpu_cores=192,
+        memory_gb=2000,
+        local_disk_gb=3000,
+        price_per_hour_fen=20_000,
+    )
+    image = old.get_model("compute", "Image").objects.create(
+        id="pytorch", name="PyTorch", description="", container_image="pytorch:2.1"
+    )
+    cluster = old.get_model("clusters", "Cluster").objects.create(
+        id="clu_ranks1",
+        tenant=tenant,
+        created_by=user,
+        name="train",
+        offering=offering,
+        image=image,
+        node_count=2,
+    )
+    rows = {"ins_rank0": (cluster, 0), "ins_rank1": (cluster, 1), "ins_gone2": (cluster, None)}
+    rows["ins_alone"] = (None, None)
+    for pk, (owner, rank) in rows.items():
+        common = {"tenant": tenant, "created_by": user, "offering": offering}
+        gang = owner.pk if owner is not None else ""
+        old.get_model("compute", "Holding").objects.create(
+            id=pk, kind="rank" if owner else "instance", state="released", gang=gang, **common
+        )
+        old.get_model("instances", "Instance").objects.create(
+            id=pk, name=pk, image=image, status="stopped", cluster=owner, rank=rank, **common
+        )
+
+
+def test_a_clusters_ranks_move_to_the_clusters_table_and_back(transactional_db):
+    latest = _latest()
+    _seed_ranks(_migrate(BEFORE_RANKS))
+
+    new = _migrate(latest)
+
+    rank = new.get_model("clusters", "Rank")
+    found = {row.instance_id: (row.cluster_id, row.index) for row in rank.objects.all()}
+    assert found == {
+        "ins_rank0": ("clu_ranks1", 0),
+        "ins_rank1": ("clu_ranks1", 1),
+        "ins_gone2": ("clu_ranks1", None),  # its history stays the cluster's
+    }
+    gangs = dict(new.get_model("compute", "Holding").objects.values_list("id", "gang"))
+    # a removed rank is no longer placed or started with the others
+    assert gangs == {
+        "ins_rank0": "clu_ranks1",
+        "ins_rank1": "clu_ranks1",
+        "ins_gone2": "",
+        "ins_alone": "",
+    }
+
+    old = _migrate(BEFORE_RANKS)
+    instances = old.get_model("instances", "Instance").objects
+    back = {row.pk: (row.cluster_id, row.rank) for row in instances.all()}
+    assert back == {
+        "ins_rank0": ("clu_ranks1", 0),
+        "ins_rank1": ("clu_ranks1", 1),
+        "ins_gone2": ("clu_ranks1", None),
+        "ins_alone": (None, None),
+    }
+    gangs = dict(old.get_model("compute", "Holding").objects.values_list("id", "gang"))
+    assert gangs["ins_gone2"] == "clu_ranks1"
+    _migrate(latest)

@@ -1,6 +1,6 @@
 """A cluster rank's SSH to its fellow ranks, end to end without a container runtime: two ranks'
 scratch roots laid out as the platform mounts them (the access Secret, the cluster's shared
-key Secret rendered by instances.provisioning.ranks), rank 1's init running Debian's real
+key Secret rendered by clusters.pods), rank 1's init running Debian's real
 sshd, and rank 0's root logging in to it with the ssh_config the init installed: the cluster's
 key, no password, no prompt, the host checked against the ranks' host keys, and the rank's
 launcher environment in the session.
@@ -15,31 +15,36 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from starverse_init.access import keys_sync
 from starverse_init.cluster import BEGIN, END, cluster_ssh_install, ssh_config_merge
 from starverse_init.config import Config
 
-from instances.provisioning import ranks
+from clusters import pods
+from clusters.models import Cluster
+from clusters.models import Rank as ClusterRank
+from instances.models import Instance
 from starverse.core.hostkeys import HostKey, host_key_generate
 from tests.images.test_init import INIT, SSHD, secret_write
 from tests.images.test_init_ssh import WAIT_S, _free_port, _safe_scratch
 
 CLUSTER = "clu_E2E"
-LAYOUT = ranks.Layout(cluster_id=CLUSTER, node_count=2, gpus_per_node=8, template="deepspeed")
+LAYOUT = pods.Layout(cluster_id=CLUSTER, node_count=2, gpus_per_node=8, template="deepspeed")
 
 
 def _cluster_secret(root: Path, key: HostKey, host_keys: list[HostKey], version: int = 1) -> Path:
+    cluster = Cluster(id=CLUSTER, tenant_id="ten_E2E")
     rows = [
-        SimpleNamespace(rank=index, ssh_host_key=host.private_openssh)
+        ClusterRank(
+            cluster=cluster, index=index, instance=Instance(ssh_host_key=host.private_openssh)
+        )
         for index, host in enumerate(host_keys)
     ]
-    rendered = ranks.ssh_key_secret(
-        SimpleNamespace(tenant_id="ten_E2E", cluster_id=CLUSTER),
+    rendered = pods.ssh_key_secret(
+        ClusterRank(cluster=cluster),
         key.private_openssh,
-        ranks.known_hosts(rows, LAYOUT),
+        pods.known_hosts(rows, LAYOUT),
         LAYOUT,
     )
     directory = root / "etc" / "starverse" / "cluster-ssh"
@@ -118,7 +123,7 @@ def _ssh_from(rank: Rank, to: Rank, command: str) -> subprocess.CompletedProcess
     """ssh as rank 0's root would run it (`ssh clu-e2e-1.clu-e2e …`, root's ssh_config and
     nothing else); only the address is overridden, the test having no cluster DNS. The host
     key is looked up under the rank's name, as it is in the cluster."""
-    host = ranks.rank_host(CLUSTER, to.index)
+    host = pods.rank_host(CLUSTER, to.index)
     return subprocess.run(
         [
             "ssh",

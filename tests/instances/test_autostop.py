@@ -619,7 +619,7 @@ def test_an_idle_stop_of_a_monthly_rental_in_its_month_saves_nothing(renter):
 
 def test_a_clusters_ranks_are_left_out(renter, client_for):
     cluster = make_cluster(renter, node_count=2)
-    rank = Instance.objects.get(cluster=cluster, rank=0)
+    rank = Instance.objects.get(cluster_rank__cluster=cluster, cluster_rank__index=0)
     assert rank.status == "provisioning"
     started = timezone.now() - timedelta(minutes=60)
     Instance.objects.filter(pk=rank.pk).update(

@@ -370,7 +370,7 @@ def test_a_cluster_order_keeps_every_rank_in_its_region(two_regions, client_for)
     in_b = order(REGION_B, "c1")
     assert in_b.status_code == 202, in_b.content
     assert in_b.json()["status"] == "queued" and in_b.json()["region"] == REGION_B
-    ranks = Instance.objects.filter(cluster_id=in_b.json()["id"])
+    ranks = Instance.objects.filter(cluster_rank__cluster_id=in_b.json()["id"])
     assert {r.region_id for r in ranks} == {REGION_B} and not any(r.node_id for r in ranks)
 
     in_default = order(DEFAULT_REGION, "c2")

@@ -1,0 +1,66 @@
+"""Instances that run as one gang: placed, queued, started, stopped and paused together, all or
+none (a cluster's ranks). An instance is one of a gang only through its GPU holding
+(compute.models.Holding.gang: the owner's id, blank for an instance on its own); the instances
+app knows nothing more of what the gang is. What it is to its owner (the clusters app: a rank's
+number, the objects the ranks share on the cluster, what happens when a rank's node is lost)
+comes through the hooks the owner registers here from its AppConfig.ready
+(gang_hooks_register), the way products register their meter hooks (compute.metering)."""
+
+from typing import Any, Protocol
+
+from django.db.models import QuerySet
+
+from fleet.models import Node
+from instances.models import Instance
+
+
+def gang_of(instance: Instance) -> str:
+    """The gang the instance is one of (its owner's id), or "" for an instance on its own.
+    instance_locked reads the holding with the row, so this costs no query there."""
+    return str(instance.holding.gang)
+
+
+def gang_members(gang: str) -> QuerySet[Instance]:
+    """A gang's instances: its members now (one removed from it, a cluster's rank removed by
+    scaling down, has left it)."""
+    return Instance.objects.filter(holding__gang=gang)
+
+
+class GangHooks(Protocol):
+    """What the owner of gangs adds to the life of their members."""
+
+    def pod(
+        self, instance: Instance, node: Node, pod: dict[str, Any], service: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A member's pod and Service as its owner wants them, the objects the gang shares on
+        the cluster made or brought up to date first (instances.provisioning.converge)."""
+        ...
+
+    def shared_objects(self, gang: str) -> list[tuple[str, str]]:
+        """The (kind, name) of the objects the gang's members share in their namespace: kept
+        while a member lives (the reconcile loop), deleted with the last."""
+        ...
+
+    def member_lost(self, instance_id: str, *, gang: str, node: Node, reason: str) -> bool:
+        """A member's node is down: the owner decides (the instance's row is not locked).
+        Returns whether the member was moved."""
+        ...
+
+    def member_words(self, instance: Instance) -> dict[str, object]:
+        """The words the instances app's messages name a member with: "rank" and "cluster"."""
+        ...
+
+
+_hooks: list[GangHooks] = []
+
+
+def gang_hooks_register(hooks: GangHooks) -> None:
+    """Called from the gangs' owner's AppConfig.ready (one owner: the clusters app)."""
+    _hooks[:] = [hooks]
+
+
+def gang_hooks() -> GangHooks:
+    """The owner's hooks: there is a gang only if its owner is installed."""
+    if not _hooks:
+        raise LookupError("an instance is one of a gang, but no app owns gangs")
+    return _hooks[0]
