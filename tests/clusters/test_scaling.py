@@ -16,7 +16,7 @@ from clusters.preflight import preflight_run
 from compute.models import Allocation, Offering
 from devstack.kube.emulator import KubeEmulator
 from fleet.services import nodes_sync_from_cluster
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, MonthlyRental
 from instances.provisioning import converge, ranks
 from starverse.core import kube
 from storage.models import Disk
@@ -331,7 +331,9 @@ def test_a_monthly_cluster_is_not_scaled_down_within_its_paid_month(fleet4, clie
     assert (refused.status_code, refused.json()["code"]) == (409, "paid_period")
     assert Instance.objects.get(cluster=cluster, rank=2).status == "stopped"
     # once the month is over it may shrink
-    Instance.objects.filter(cluster=cluster).update(paid_until=timezone.now() - timedelta(days=1))
+    MonthlyRental.objects.filter(instance__cluster=cluster).update(
+        paid_until=timezone.now() - timedelta(days=1)
+    )
     assert _scale(client, cluster, 2).status_code == 202
 
 
