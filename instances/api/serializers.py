@@ -353,13 +353,23 @@ class InstanceOutput(serializers.ModelSerializer[Instance]):
         source="region_id",
         help_text="Where it runs (set when placed, or by the order); null: queued for any.",
     )
+    # the moved fields keep their keys (instances.models: the rental, the stop policy)
+    paid_until = serializers.DateTimeField(
+        source="rental.paid_until", allow_null=True, help_text="Monthly: prepaid until."
+    )
+    auto_renew = serializers.BooleanField(
+        source="rental.auto_renew", help_text="Monthly: renew at period end."
+    )
     idle_stop = IdleStopOutput(allow_null=True, help_text=IDLE_STOP_HELP)
     idle_stop_due_at = serializers.DateTimeField(
+        source="stop_policy.idle_stop_due_at",
         allow_null=True,
         help_text="Idle and warned: it stops at this time unless it gets busy or is kept running "
         "(POST /instances/{id}/keep-running).",
     )
-    stop_at = serializers.DateTimeField(allow_null=True, help_text="The scheduled stop.")
+    stop_at = serializers.DateTimeField(
+        source="stop_policy.stop_at", allow_null=True, help_text="The scheduled stop."
+    )
 
     _shaping: Shaping | None = None
 
