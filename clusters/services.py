@@ -383,7 +383,7 @@ def _scale_down(ranks: list[Instance], removed: list[Instance], *, keep_disks: b
                 "This monthly cluster's nodes are paid for until %(until)s: it cannot be scaled "
                 "down within its paid month. Scale it down after that date, or terminate it."
             )
-            % {"until": timezone.localtime(paid[0].paid_until).strftime("%Y-%m-%d %H:%M")},
+            % {"until": timezone.localtime(paid[0].monthly.paid_until).strftime("%Y-%m-%d %H:%M")},
             code="paid_period",
         )
     for rank in removed:

@@ -112,7 +112,9 @@ class PlatformCollector(Collector):
             labels=["gpu_model"],
         )
         current = Instance.objects.filter(status=InstanceStatus.PROVISIONING).values(MODEL)
-        for row in current.annotate(n=Count("id"), since=Min("provisioning_since")).order_by():
+        for row in current.annotate(
+            n=Count("id"), since=Min("pod_watch__provisioning_since")
+        ).order_by():
             provisioning.add_metric([row[MODEL]], row["n"])
             oldest.add_metric([row[MODEL]], _age_s(now, row["since"]))
         yield from (provisioning, oldest)

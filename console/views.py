@@ -52,7 +52,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "trial": trial_state(request.user),  # type: ignore[arg-type]
             "savings": auto_stop_savings(request.user.tenant_id),  # type: ignore[union-attr]
             "idle_warned": list(
-                running.filter(idle_stop_due_at__isnull=False).order_by("idle_stop_due_at")
+                running.filter(stop_policy__idle_stop_due_at__isnull=False)
+                .select_related("stop_policy")
+                .order_by("stop_policy__idle_stop_due_at")
             ),
             "active": "dashboard",
         },

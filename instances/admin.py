@@ -14,7 +14,14 @@ from django.utils.translation import gettext_lazy as _
 from compute.models import Image, Offering, TenantLimits
 from compute.placement import misfit
 from instances.lifecycle import image_delete, image_save, instance_stop, instance_terminate
-from instances.models import AutoStop, Instance, InstanceEvent
+from instances.models import (
+    AutoStop,
+    Instance,
+    InstanceEvent,
+    MonthlyRental,
+    PodWatch,
+    StopPolicy,
+)
 from starverse.accounts.admin import TenantAdmin
 from starverse.accounts.models import Tenant
 from starverse.core.errors import ServiceError
@@ -141,6 +148,49 @@ class InstanceEventInline(admin.TabularInline[InstanceEvent, Instance]):
     can_delete = False
 
 
+class _CompanionInline(admin.StackedInline[Any, Instance]):
+    """One of the instance's one-to-one rows (instances.models), shown read-only on its page as
+    its columns were before they moved: operators change them through the services."""
+
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class MonthlyRentalInline(_CompanionInline):
+    model = MonthlyRental
+    fields = readonly_fields = ("paid_until", "monthly_period", "auto_renew")
+    verbose_name = verbose_name_plural = _("Monthly rental")
+
+
+class StopPolicyInline(_CompanionInline):
+    model = StopPolicy
+    fields = readonly_fields = (
+        "idle_stop_util_pct",
+        "idle_stop_minutes",
+        "idle_warn_minutes",
+        "idle_counted_from",
+        "idle_warned_at",
+        "idle_stop_due_at",
+        "stop_at",
+    )
+    verbose_name = verbose_name_plural = _("Automatic stops")
+
+
+class PodWatchInline(_CompanionInline):
+    model = PodWatch
+    fields = readonly_fields = (
+        "provisioning_since",
+        "objects_created_at",
+        "events_read_at",
+        "seen_event_uids",
+    )
+    verbose_name = verbose_name_plural = _("Provisioning")
+
+
 @admin.register(Instance)
 class InstanceAdmin(admin.ModelAdmin[Instance]):
     list_display = ["id", "name", "tenant", "offering", "status", "node", "cost", "created_at"]
@@ -148,8 +198,15 @@ class InstanceAdmin(admin.ModelAdmin[Instance]):
     search_fields = ["id", "name", "tenant__members__email", "node__name"]
     readonly_fields = [f.name for f in Instance._meta.fields if f.name not in SECRET_FIELDS]
     exclude = list(SECRET_FIELDS)
-    inlines = [InstanceEventInline]
+    inlines = [MonthlyRentalInline, StopPolicyInline, PodWatchInline, InstanceEventInline]
     actions = ["stop", "terminate"]
+
+    def get_inlines(self, request: HttpRequest, obj: Instance | None) -> list[type[Any]]:
+        # an instance never billed monthly has no rental to show
+        inlines = list(super().get_inlines(request, obj))
+        if obj is None or obj.rental is None:
+            inlines.remove(MonthlyRentalInline)
+        return inlines
 
     def has_add_permission(self, request: HttpRequest, obj: Instance | None = None) -> bool:
         return False

@@ -28,7 +28,7 @@ from fleet.models import Gpu, GpuSample
 from instances.charges import period_active
 from instances.choices import AutoStopKind, InstanceStatus
 from instances.lifecycle import instance_stop
-from instances.models import AutoStop, Instance, InstanceEvent
+from instances.models import AutoStop, Instance, InstanceEvent, StopPolicy
 from instances.schedules import IdleStop
 from instances.states import instance_locked
 from starverse.accounts.models import IDLE_MINUTES_RANGE
@@ -74,7 +74,10 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
     an idle one reads back to the start of its idle spell, which the stop itself keeps short."""
     window_start = Greatest(
         F("holding__instance__running_since"),
-        Coalesce(F("holding__instance__idle_counted_from"), F("holding__instance__running_since")),
+        Coalesce(
+            F("holding__instance__stop_policy__idle_counted_from"),
+            F("holding__instance__running_since"),
+        ),
         Value(now - LOOKBACK),
     )
     # the GPU's id first, so that each probe is a plain range of the (gpu, at) index that it
@@ -83,13 +86,14 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
     samples = GpuSample.objects.filter(gpu_id=OuterRef("gpu_pk"), at__lte=now)
     in_window = samples.filter(at__gte=OuterRef("window_start"))
     busy = in_window.filter(
-        Q(util__isnull=True) | Q(util__gte=OuterRef("holding__instance__idle_stop_util_pct"))
+        Q(util__isnull=True)
+        | Q(util__gte=OuterRef("holding__instance__stop_policy__idle_stop_util_pct"))
     )
     rows: Any = (
         Allocation.objects.filter(
             holding__instance__status=S.RUNNING,
             holding__gang="",
-            holding__instance__idle_stop_minutes__isnull=False,
+            holding__instance__stop_policy__idle_stop_minutes__isnull=False,
             holding__instance__running_since__isnull=False,
         )
         .annotate(window_start=window_start, gpu_pk=Subquery(gpu.values("pk")[:1]))
@@ -104,11 +108,11 @@ def _gpu_rows(now: datetime) -> list[dict[str, Any]]:
             "first_at",
             "newest",
             "holding__instance__tenant_id",
-            "holding__instance__idle_stop_util_pct",
-            "holding__instance__idle_stop_minutes",
-            "holding__instance__idle_warn_minutes",
-            "holding__instance__idle_warned_at",
-            "holding__instance__idle_stop_due_at",
+            "holding__instance__stop_policy__idle_stop_util_pct",
+            "holding__instance__stop_policy__idle_stop_minutes",
+            "holding__instance__stop_policy__idle_warn_minutes",
+            "holding__instance__stop_policy__idle_warned_at",
+            "holding__instance__stop_policy__idle_stop_due_at",
         )
         .order_by()
     )
@@ -128,13 +132,13 @@ def idle_candidates(now: datetime) -> list[_Idle]:
                 instance_id=instance_id,
                 tenant_id=first["holding__instance__tenant_id"],
                 idle=IdleStop(
-                    util_pct=first["holding__instance__idle_stop_util_pct"],
-                    minutes=first["holding__instance__idle_stop_minutes"],
+                    util_pct=first["holding__instance__stop_policy__idle_stop_util_pct"],
+                    minutes=first["holding__instance__stop_policy__idle_stop_minutes"],
                 ),
-                warn_minutes=first["holding__instance__idle_warn_minutes"],
+                warn_minutes=first["holding__instance__stop_policy__idle_warn_minutes"],
                 idle_from=_idle_from(rows, now),
-                warned_at=first["holding__instance__idle_warned_at"],
-                due_at=first["holding__instance__idle_stop_due_at"],
+                warned_at=first["holding__instance__stop_policy__idle_warned_at"],
+                due_at=first["holding__instance__stop_policy__idle_stop_due_at"],
             )
         )
     return found
@@ -180,7 +184,7 @@ def idle_run(*, now: datetime | None = None) -> AutoStopRun:
             run.stopped.append(found.instance_id)
     if run.cleared:
         # the banner goes; a new idle spell warns anew (one statement for all of them)
-        Instance.objects.filter(pk__in=run.cleared).update(idle_stop_due_at=None)
+        StopPolicy.objects.filter(instance_id__in=run.cleared).update(idle_stop_due_at=None)
     return run
 
 
@@ -198,11 +202,12 @@ def _minutes(n: int) -> timedelta:
 
 
 def _unchanged(found: _Idle) -> Q:
-    """The instance still as the scan read it: running, with the same idle stop, and its idle
-    count not started again since (Keep running) — or the scan's decision no longer holds."""
+    """The instance's stop policy still as the scan read it: running, with the same idle stop,
+    and its idle count not started again since (Keep running) — or the scan's decision no
+    longer holds."""
     same = Q(
-        pk=found.instance_id,
-        status=S.RUNNING,
+        instance_id=found.instance_id,
+        instance__status=S.RUNNING,
         idle_stop_util_pct=found.idle.util_pct,
         idle_stop_minutes=found.idle.minutes,
     )
@@ -220,7 +225,7 @@ def _idle_warn(found: _Idle, *, now: datetime) -> bool:
     due = max(found.idle_from + _minutes(found.idle.minutes), now + lead)
     with transaction.atomic():
         marked = (
-            Instance.objects.filter(_unchanged(found))
+            StopPolicy.objects.filter(_unchanged(found))
             .filter(Q(idle_warned_at__isnull=True) | Q(idle_warned_at__lt=found.idle_from))
             .update(idle_warned_at=now, idle_stop_due_at=due)
         )
@@ -250,7 +255,7 @@ def _idle_stop(found: _Idle, *, now: datetime) -> bool:
     with transaction.atomic():
         # under the row's lock: a Keep running that came after the scan read it wins
         instance_locked(found.instance_id)
-        if not Instance.objects.filter(_unchanged(found)).exists():
+        if not StopPolicy.objects.filter(_unchanged(found)).exists():
             return False
         message = later("Stopped: idle for %(minutes)s min (every GPU below %(pct)s %%).") % {
             "minutes": found.idle.minutes,
@@ -273,8 +278,9 @@ def _auto_stop(instance_id: str, kind: str, message: str, *, now: datetime) -> I
     monthly = instance.billing == BillingMode.MONTHLY and period_active(instance)
     price = 0 if monthly else instance.offering.price_per_hour_fen
     instance = instance_stop(instance_id=instance_id, reason=message)
-    instance.stop_at, instance.idle_warned_at, instance.idle_stop_due_at = None, None, None
-    instance.save(update_fields=["stop_at", "idle_warned_at", "idle_stop_due_at"])
+    policy = instance.stop_policy
+    policy.stop_at, policy.idle_warned_at, policy.idle_stop_due_at = None, None, None
+    policy.save(update_fields=["stop_at", "idle_warned_at", "idle_stop_due_at"])
     AutoStop.objects.create(
         instance=instance, tenant_id=instance.tenant_id, kind=kind, at=now, price_per_hour_fen=price
     )
@@ -286,15 +292,16 @@ def schedules_run(*, now: datetime | None = None) -> list[str]:
     instance is not running (stopped, queued) is used up all the same. Returns the ids stopped."""
     now = now or timezone.now()
     stopped = []
-    due = Instance.objects.filter(stop_at__lte=now).values_list("pk", flat=True)
+    due = StopPolicy.objects.filter(stop_at__lte=now).values_list("instance_id", flat=True)
     for instance_id in list(due):
         with transaction.atomic():
             instance = instance_locked(instance_id)
-            if instance.stop_at is None or instance.stop_at > now:
+            policy = instance.stop_policy
+            if policy.stop_at is None or policy.stop_at > now:
                 continue
             if instance.status not in STOPPABLE:
-                instance.stop_at = None
-                instance.save(update_fields=["stop_at"])
+                policy.stop_at = None
+                policy.save(update_fields=["stop_at"])
                 continue
             _auto_stop(
                 instance_id, AutoStopKind.SCHEDULE, later("Stopped at the scheduled time."), now=now

@@ -16,7 +16,7 @@ from billing.choices import TransactionKind
 from billing.services import ledger_post
 from compute.choices import BillingMode
 from compute.metering import meter_close, meter_open
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, MonthlyRental
 from starverse.core.text import later
 
 PERIOD = timedelta(days=30)
@@ -43,18 +43,22 @@ def meter_start(instance: Instance, now: datetime) -> None:
 
 def period_active(instance: Instance) -> bool:
     """A monthly rental whose prepaid period runs: its node stays reserved, even stopped."""
+    rental = instance.rental
     return (
         instance.billing == BillingMode.MONTHLY
-        and instance.paid_until is not None
-        and instance.paid_until > timezone.now()
+        and rental is not None
+        and rental.paid_until is not None
+        and rental.paid_until > timezone.now()
     )
 
 
 def period_charge(instance: Instance, *, now: Any = None) -> None:
     """Prepay the next period from cash (raises InsufficientBalance): trial credit pays
-    minutes at trial prices only. Call with the row locked."""
+    minutes at trial prices only. Call with the row locked. The instance's rental records the
+    period (made here for one that has none, as a rank that scaling up added has)."""
     now = now or timezone.now()
-    period = instance.monthly_period + 1
+    rental = instance.rental or MonthlyRental(instance=instance)
+    period = rental.monthly_period + 1
     price = instance.offering.price_per_month_fen
     if price is None:
         # an order needs one (lifecycle._orderable): only an offering edited since lacks it
@@ -67,15 +71,14 @@ def period_charge(instance: Instance, *, now: Any = None) -> None:
         instance_id=instance.id,
         description=gettext_noop("Monthly rental"),
     )
-    start = max(instance.paid_until or now, now)
-    instance.monthly_period, instance.paid_until = period, start + PERIOD
+    start = max(rental.paid_until or now, now)
+    rental.monthly_period, rental.paid_until = period, start + PERIOD
+    rental.save()
     instance.cost_fen += -txn.amount_fen
-    Instance.objects.filter(pk=instance.pk).update(
-        monthly_period=period, paid_until=instance.paid_until, cost_fen=instance.cost_fen
-    )
+    Instance.objects.filter(pk=instance.pk).update(cost_fen=instance.cost_fen)
     InstanceEvent.objects.create(
         instance=instance,
         status=instance.status,
         message=later("Monthly period %(n)d paid until %(until)s.")
-        % {"n": period, "until": timezone.localtime(instance.paid_until).strftime("%Y-%m-%d")},
+        % {"n": period, "until": timezone.localtime(rental.paid_until).strftime("%Y-%m-%d")},
     )

@@ -33,7 +33,7 @@ from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import ports_validate
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, MonthlyRental, StopPolicy
 from instances.schedules import (
     DEFAULT,
     Default,
@@ -192,11 +192,11 @@ def instance_order(
     key = OrderKey(user.tenant_id, idempotency_key, request.hash())
     if (earlier := ordered_before(Instance.objects.all(), key, "instance")) is not None:
         return earlier, False
-    fields = request.instance_fields(user, key)
+    fields, stops = request.instance_fields(user, key)
 
     def order_once() -> Instance:
         # a new Instance each try: a try that deadlocked may have set its fields
-        instance = Instance(**fields)
+        instance = request.instance_new(fields, stops)
         _place_or_queue(instance, request.disks, key)
         return instance
 
@@ -249,9 +249,10 @@ class _Request:
             ),
         )
 
-    def instance_fields(self, user: User, key: OrderKey) -> dict[str, Any]:
-        """The new instance's columns, once what the order names is checked: the catalog's
-        offering and image, the region, the orderer's own SSH keys, the scheduled stop."""
+    def instance_fields(self, user: User, key: OrderKey) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The new instance's columns and its stop policy's, once what the order names is
+        checked: the catalog's offering and image, the region, the orderer's own SSH keys,
+        the scheduled stop."""
         now = timezone.now()
         stop_at = self.stop_at
         if self.stop_after_hours is not None:
@@ -271,14 +272,24 @@ class _Request:
             "billing": self.billing,
             "idempotency_key": key.idempotency_key,
             "request_hash": key.request_hash,
-            "auto_renew": self.auto_renew,
             "ssh_key_ids": key_ids,
             "ports": self.ports,
             "region_id": region_id,
             "auto_recover": offering.kind == OfferingKind.CLOUD if recover is None else recover,
+        }, {
             "stop_at": stop_at,
             **idle_fields(self.idle, warn_minutes=self.warn_minutes, now=now),
         }
+
+    def instance_new(self, fields: dict[str, Any], stops: dict[str, Any]) -> Instance:
+        """The new instance, unsaved, with its stop policy and (billed monthly) its rental
+        attached: instances.states.instance_create inserts them together."""
+        instance = Instance(**fields)
+        instance.stop_policy = StopPolicy(**stops)
+        if self.billing == BillingMode.MONTHLY or not self.auto_renew:
+            # an hourly order that turns renewal off keeps its word for a later month
+            instance.monthly = MonthlyRental(auto_renew=self.auto_renew)
+        return instance
 
 
 def order_region(user: User, region: str, disk_ids: list[str]) -> str | None:

@@ -1,6 +1,7 @@
+from collections.abc import Iterable
 from typing import Any
 
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
@@ -13,9 +14,30 @@ from starverse.core.ids import PublicIdField
 from starverse.core.text import Deferred, parts, translate_stored
 
 
+class InstanceQuerySet(models.QuerySet["Instance"]):
+    def bulk_create(
+        self, objs: Iterable["Instance"], *args: Any, **kwargs: Any
+    ) -> list["Instance"]:
+        """Instances inserted together, each with its companion rows (companions_new) in the
+        same transaction, so that no instance is ever without its stop policy and pod watch."""
+        with transaction.atomic(using=self.db, savepoint=False):
+            made = super().bulk_create(objs, *args, **kwargs)
+            rows = [row for instance in made for row in companions_new(instance)]
+            models_of: tuple[type[models.Model], ...] = (StopPolicy, PodWatch, MonthlyRental)
+            for model in models_of:
+                model._default_manager.using(self.db).bulk_create(
+                    [row for row in rows if type(row) is model]
+                )
+        return made
+
+
 class Instance(models.Model):
     """A rental: an offering and an image for a tenant, placed on one node. Its status changes
-    only through the state machine (instances.states), which writes an InstanceEvent."""
+    only through the state machine (instances.states), which writes an InstanceEvent. Three
+    concerns live in rows of their own, one to one: its idle and scheduled stops (StopPolicy,
+    `stop_policy`) and its provisioning's bookkeeping (PodWatch, `pod_watch`), which every
+    instance has from its insert on, and a monthly rental's period (MonthlyRental, `monthly`,
+    read through `rental`), which only a monthly-billed instance has."""
 
     id = PublicIdField(prefix="ins")
     tenant = models.ForeignKey(
@@ -73,22 +95,6 @@ class Instance(models.Model):
     ssh_host_key_fingerprint = models.CharField(
         max_length=64, blank=True, help_text="SHA256 fingerprint of the SSH host key."
     )
-    provisioning_since = models.DateTimeField(
-        null=True, blank=True, help_text="When this provisioning began (its timeout runs from it)."
-    )
-    objects_created_at = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="When this provisioning's objects were created on the cluster; until then "
-        "they are created, after it the pod is only watched.",
-    )
-    events_read_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the pod's Kubernetes events were last read."
-    )
-    seen_event_uids = models.JSONField(default=list, blank=True)
-    paid_until = models.DateTimeField(null=True, blank=True, help_text="Monthly: prepaid until.")
-    monthly_period = models.PositiveIntegerField(default=0, help_text="Monthly: periods paid.")
-    auto_renew = models.BooleanField(default=True, help_text="Monthly: renew at period end.")
     ssh_key_ids = models.JSONField(
         default=list, blank=True, help_text="Keys to install; empty = every key of the tenant."
     )
@@ -108,9 +114,73 @@ class Instance(models.Model):
         blank=True,
         help_text="HTTP ports served through the gateway besides Jupyter's (instances.gateway).",
     )
-    # Idle auto-stop (instances.autostop): stop once every GPU has been below
-    # idle_stop_util_pct % for idle_stop_minutes; both null = off. The warning goes
-    # idle_warn_minutes before; idle time counts from idle_counted_from at the earliest.
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    terminated_at = models.DateTimeField(null=True, blank=True)
+
+    objects = InstanceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="instance_idempotency_key",
+            ),
+            # Gateway addresses carry the id in lower case (host names have no case): one
+            # instance per lower-cased id, found through this index.
+            models.UniqueConstraint(Lower("id"), name="instance_id_lower"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.name}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A new instance is inserted with its companion rows, in one transaction (the order
+        path inserts them itself: instances.states.instance_create)."""
+        if not self._state.adding:
+            super().save(*args, **kwargs)
+            return
+        with transaction.atomic(using=kwargs.get("using")):
+            super().save(*args, **kwargs)
+            for row in companions_new(self):
+                row.save(force_insert=True, using=kwargs.get("using"))
+
+    @property
+    def rental(self) -> "MonthlyRental | None":
+        """Its monthly rental, or None for an instance never billed monthly: the one place that
+        reads the optional row, so an hourly instance's readers never meet DoesNotExist."""
+        try:
+            return self.monthly
+        except MonthlyRental.DoesNotExist:
+            return None
+
+
+class MonthlyRental(models.Model):
+    """A monthly (包月) rental's prepaid periods (instances.monthly, instances.charges): a row
+    for each instance ordered monthly, kept when its rental ends and it is billed hourly."""
+
+    instance = models.OneToOneField(
+        Instance, primary_key=True, on_delete=models.CASCADE, related_name="monthly"
+    )
+    paid_until = models.DateTimeField(null=True, blank=True, help_text="Monthly: prepaid until.")
+    monthly_period = models.PositiveIntegerField(default=0, help_text="Monthly: periods paid.")
+    auto_renew = models.BooleanField(default=True, help_text="Monthly: renew at period end.")
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} until {self.paid_until}"
+
+
+class StopPolicy(models.Model):
+    """When an instance stops itself (instances.schedules sets it, instances.autostop carries it
+    out): idle auto-stop once every GPU has been below idle_stop_util_pct % for
+    idle_stop_minutes (both null: off), warned idle_warn_minutes before, idle time counted from
+    idle_counted_from at the earliest; and a scheduled stop at stop_at. Every instance has one."""
+
+    instance = models.OneToOneField(
+        Instance, primary_key=True, on_delete=models.CASCADE, related_name="stop_policy"
+    )
     idle_stop_util_pct = models.PositiveSmallIntegerField(null=True, blank=True)
     idle_stop_minutes = models.PositiveSmallIntegerField(null=True, blank=True)
     idle_warn_minutes = models.PositiveSmallIntegerField(default=10)
@@ -129,21 +199,9 @@ class Instance(models.Model):
     stop_at = models.DateTimeField(
         null=True, blank=True, help_text="A scheduled stop (the user's, or the order's hours)."
     )
-    created_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    terminated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["tenant", "idempotency_key"],
-                condition=~Q(idempotency_key=""),
-                name="instance_idempotency_key",
-            ),
-            # Gateway addresses carry the id in lower case (host names have no case): one
-            # instance per lower-cased id, found through this index.
-            models.UniqueConstraint(Lower("id"), name="instance_id_lower"),
             models.CheckConstraint(
                 condition=Q(idle_stop_util_pct__isnull=True, idle_stop_minutes__isnull=True)
                 | Q(idle_stop_util_pct__isnull=False, idle_stop_minutes__isnull=False),
@@ -158,7 +216,50 @@ class Instance(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.name}"
+        return f"{self.instance_id} stops"
+
+
+class PodWatch(models.Model):
+    """An instance's provisioning as the reconcile loop tracks it on the cluster
+    (instances.provisioning.converge): when this provisioning began (its timeout runs from it),
+    whether its objects exist yet, and which of its pod's Kubernetes events are on its
+    timeline. Every instance has one; each provisioning starts it afresh (instances.states)."""
+
+    instance = models.OneToOneField(
+        Instance, primary_key=True, on_delete=models.CASCADE, related_name="pod_watch"
+    )
+    provisioning_since = models.DateTimeField(
+        null=True, blank=True, help_text="When this provisioning began (its timeout runs from it)."
+    )
+    objects_created_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When this provisioning's objects were created on the cluster; until then "
+        "they are created, after it the pod is only watched.",
+    )
+    events_read_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the pod's Kubernetes events were last read."
+    )
+    seen_event_uids = models.JSONField(default=list, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} pod watch"
+
+
+def companions_new(instance: Instance) -> list[models.Model]:
+    """The rows a new instance is inserted with: those its creator attached to it (an order
+    sets its stops: `instance.stop_policy = StopPolicy(...)`), else ones with the defaults; a
+    MonthlyRental only for a monthly-billed one. Each is cached on the instance, so reading
+    `instance.stop_policy` after the insert costs no query."""
+    cache = instance._state.fields_cache
+    rows: list[models.Model] = [
+        cache.get("stop_policy") or StopPolicy(instance=instance),
+        cache.get("pod_watch") or PodWatch(instance=instance),
+    ]
+    rental = cache.get("monthly")
+    if rental is None and instance.billing == BillingMode.MONTHLY:
+        rental = MonthlyRental(instance=instance)
+    return rows if rental is None else [*rows, rental]
 
 
 class PortShare(models.Model):

@@ -46,7 +46,7 @@ def renewals_run(*, now: datetime | None = None) -> tuple[list[str], list[str]]:
     now = now or timezone.now()
     renewed, ended = [], []
     due = (
-        Instance.objects.filter(billing=BillingMode.MONTHLY, paid_until__lte=now)
+        Instance.objects.filter(billing=BillingMode.MONTHLY, monthly__paid_until__lte=now)
         .exclude(status__in=(S.TERMINATING, S.TERMINATED))
         .values_list("id", flat=True)
     )
@@ -54,10 +54,12 @@ def renewals_run(*, now: datetime | None = None) -> tuple[list[str], list[str]]:
         with transaction.atomic():
             instance = instance_locked(instance_id)
             # checked again under the lock; as in the query (paid_until__lte), NULL is not due
+            rental = instance.rental
             if (
                 instance.billing != BillingMode.MONTHLY
-                or instance.paid_until is None
-                or instance.paid_until > now
+                or rental is None
+                or rental.paid_until is None
+                or rental.paid_until > now
             ):
                 continue
             ending = _renew(instance, now=now)
@@ -76,7 +78,8 @@ def renewals_run(*, now: datetime | None = None) -> tuple[list[str], list[str]]:
 def _renew(instance: Instance, *, now: datetime) -> Ending | None:
     """Pay the next period of a rental that renews, if its orderer's and its team's monthly
     budgets fit it as they would an order of it. None when paid; otherwise why it ends."""
-    if not instance.auto_renew:
+    rental = instance.rental
+    if rental is not None and not rental.auto_renew:
         return Ending(_ENDED % {"reason": later("you chose not to renew")})
     refusal = renewal_refusal(instance, now=now)
     if refusal is not None:

@@ -71,9 +71,11 @@ def idle_stop_clean(value: Any) -> IdleStop | None:
 
 
 def idle_stop_of(instance: Any) -> IdleStop | None:
-    if instance.idle_stop_util_pct is None or instance.idle_stop_minutes is None:
+    """The instance's idle stop (from its stop policy), or None: off."""
+    policy = instance.stop_policy
+    if policy.idle_stop_util_pct is None or policy.idle_stop_minutes is None:
         return None
-    return IdleStop(util_pct=instance.idle_stop_util_pct, minutes=instance.idle_stop_minutes)
+    return IdleStop(util_pct=policy.idle_stop_util_pct, minutes=policy.idle_stop_minutes)
 
 
 def idle_stop_for_order(
@@ -111,8 +113,8 @@ def stop_after_hours_clean(hours: Any, *, now: datetime | None = None) -> dateti
 
 
 def idle_fields(idle: IdleStop | None, *, warn_minutes: int, now: datetime) -> dict[str, Any]:
-    """The instance's columns for an idle stop, counted afresh from `now`: a new setting never
-    stops an instance for idleness before it was set."""
+    """The stop policy's columns for an idle stop, counted afresh from `now`: a new setting
+    never stops an instance for idleness before it was set."""
     return {
         "idle_stop_util_pct": idle.util_pct if idle else None,
         "idle_stop_minutes": idle.minutes if idle else None,
@@ -151,9 +153,10 @@ def instance_schedule_set(
             fields.update(idle_fields(idle, warn_minutes=warn, now=now))
         if when is not UNCHANGED:
             fields["stop_at"] = when
+        policy = instance.stop_policy
         for name, value in fields.items():
-            setattr(instance, name, value)
-        instance.save(update_fields=list(fields))
+            setattr(policy, name, value)
+        policy.save(update_fields=list(fields))
         for message in _stops_messages(instance, idle=idle is not UNCHANGED, when=when):
             InstanceEvent.objects.create(instance=instance, status=instance.status, message=message)
     logger.info("instance.schedule instance=%s fields=%s", instance.id, ",".join(sorted(fields)))
@@ -192,12 +195,9 @@ def instance_keep_running(*, instance_id: str) -> Instance:
             raise Conflict(_("This instance has no idle auto-stop."), code="idle_stop_off")
         if instance.status != S.RUNNING:
             raise Conflict(_("Only a running instance can be kept running."), code="wrong_state")
-        instance.idle_counted_from, instance.idle_warned_at, instance.idle_stop_due_at = (
-            now,
-            None,
-            None,
-        )
-        instance.save(update_fields=["idle_counted_from", "idle_warned_at", "idle_stop_due_at"])
+        policy = instance.stop_policy
+        policy.idle_counted_from, policy.idle_warned_at, policy.idle_stop_due_at = now, None, None
+        policy.save(update_fields=["idle_counted_from", "idle_warned_at", "idle_stop_due_at"])
         earliest = timezone.localtime(now + timedelta(minutes=idle.minutes))
         InstanceEvent.objects.create(
             instance=instance,

@@ -164,7 +164,8 @@ def instance_metrics(
 
 # What instances.api.serializers.SHAPE reads from an instance, as (attribute path, column of
 # the list query): the one field list the list's raw SQL is built from. A path with a dot is
-# read from a related row (offering, node), as it is on an Instance.
+# read from a related row (offering, node, stop policy, monthly rental), as it is on an
+# Instance; an instance without a monthly rental has `rental` None (Instance.rental).
 INSTANCE_COLUMNS = (
     ("id", "i.id"),
     ("name", "i.name"),
@@ -181,13 +182,13 @@ INSTANCE_COLUMNS = (
     ("node_id", "i.node_id"),
     ("region_id", "i.region_id"),
     ("error_message", "i.error_message"),
-    ("paid_until", "i.paid_until"),
-    ("auto_renew", "i.auto_renew"),
+    ("rental.paid_until", "m.paid_until"),
+    ("rental.auto_renew", "m.auto_renew"),
     ("auto_recover", "i.auto_recover"),
-    ("idle_stop_util_pct", "i.idle_stop_util_pct"),
-    ("idle_stop_minutes", "i.idle_stop_minutes"),
-    ("idle_stop_due_at", "i.idle_stop_due_at"),
-    ("stop_at", "i.stop_at"),
+    ("stop_policy.idle_stop_util_pct", "sp.idle_stop_util_pct"),
+    ("stop_policy.idle_stop_minutes", "sp.idle_stop_minutes"),
+    ("stop_policy.idle_stop_due_at", "sp.idle_stop_due_at"),
+    ("stop_policy.stop_at", "sp.stop_at"),
     ("offering.gpu_model_id", "o.gpu_model_id"),
     ("offering.gpu_count", "o.gpu_count"),
     ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
@@ -198,6 +199,8 @@ LIST_SQL = """
 SELECT {columns}, COUNT(*) OVER () AS total
 FROM instances_instance i
 JOIN instances_offering o ON o.id = i.offering_id
+JOIN instances_stoppolicy sp ON sp.instance_id = i.id
+LEFT JOIN instances_monthlyrental m ON m.instance_id = i.id
 LEFT JOIN instances_node n ON n.id = i.node_id
 WHERE i.tenant_id = %(tenant)s {status}
 ORDER BY i.created_at DESC, i.id
@@ -243,6 +246,7 @@ def _related_columns() -> dict[str, list[tuple[int, str]]]:
 
 
 _RELATED = _related_columns()
+_OPTIONAL = {"rental"}
 
 
 def _row(values: tuple[Any, ...]) -> Any:
@@ -252,7 +256,10 @@ def _row(values: tuple[Any, ...]) -> Any:
         row[index] = _json(row[index])
     item = SimpleNamespace(**{name: row[index] for index, name in _FLAT})
     for owner, names in _RELATED.items():
-        setattr(item, owner, SimpleNamespace(**{name: row[index] for index, name in names}))
+        columns = {name: row[index] for index, name in names}
+        # an optional row the LEFT JOIN did not find (a rental's auto_renew is never NULL)
+        absent = owner in _OPTIONAL and all(value is None for value in columns.values())
+        setattr(item, owner, None if absent else SimpleNamespace(**columns))
     return item
 
 

@@ -34,7 +34,7 @@ from fleet.models import DEFAULT_REGION, Node
 from instances.charges import bill_until, meter_start, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.gangs import gang_of
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, companions_new
 from instances.signals import gang_checking
 from starverse.core.db import insert_together
 from starverse.core.dispatch import enqueue_on_commit
@@ -45,16 +45,21 @@ from storage.models import Disk
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
+# A transition's fields that are the instance's pod watch's (instances.models.PodWatch), not
+# its own columns: _transition saves them there.
+POD_WATCH_FIELDS = ("provisioning_since", "objects_created_at")
 
 
 def instance_locked(instance_id: str) -> Instance:
     """The instance's row, locked until the transaction ends, with the offering and GPU model
-    the transitions read (those rows are not locked). Locks are taken in one order everywhere:
-    the instance, then its GPU model (placement), its disks, its wallet (the ledger); so two
-    transactions never wait for each other in a circle."""
+    the transitions read and its companion rows (its stop policy, pod watch and any monthly
+    rental: the instance's lock covers them, as they change only under it; those rows are not
+    locked themselves). Locks are taken in one order everywhere: the instance, then its GPU
+    model (placement), its disks, its wallet (the ledger); so two transactions never wait for
+    each other in a circle."""
     return (
         Instance.objects.select_for_update(of=("self",))
-        .select_related("offering__gpu_model", "holding")
+        .select_related("offering__gpu_model", "holding", "stop_policy", "pod_watch", "monthly")
         .get(pk=instance_id)
     )
 
@@ -94,10 +99,13 @@ def _transition(instance: Instance, to: str, message: str, **fields: Any) -> Ins
         # whatever ends its running ends its metering: a path that charged the minute in
         # progress has closed the session already, any other pays its closed minutes
         bill_until(instance, timezone.now(), started_minute=False)
+    watch = {key: fields.pop(key) for key in POD_WATCH_FIELDS if key in fields}
     instance.status = to
     for key, value in fields.items():
         setattr(instance, key, value)
     instance.save(update_fields=["status", *fields])
+    if watch:
+        _pod_watch_save(instance, watch)
     InstanceEvent.objects.create(instance=instance, status=to, message=message)
     logger.info("instance.status instance=%s status=%s", instance.id, to)
     return instance
@@ -114,6 +122,15 @@ def gpus_release(instance: Instance) -> None:
 
 def _placed(node: Node) -> str:
     return later("Placed on %(node)s.") % {"node": node.name}
+
+
+def _pod_watch_save(instance: Instance, fields: dict[str, Any]) -> None:
+    """A transition's changes to the instance's pod watch, saved in the transition's
+    transaction (the row is read with the instance by instance_locked)."""
+    watch = instance.pod_watch
+    for key, value in fields.items():
+        setattr(watch, key, value)
+    watch.save(update_fields=list(fields))
 
 
 def _provisioning_anew(now: datetime | None = None) -> dict[str, Any]:
@@ -137,12 +154,13 @@ def instance_create(
     provisioning on that node with the GPUs allocated to its holding; provisioning starts
     after commit. `gang`: the gang it is one of (its owner's id: instances.gangs)."""
     events = [InstanceEvent(instance=instance, status=S.QUEUED, message=later("Ordered."))]
+    companions = companions_new(instance)  # its stop policy, pod watch and any monthly rental
     if placement is not None:
         node = placement[0]
         instance.status, instance.node = S.PROVISIONING, node
         instance.region_id = node.region_id
         for key, value in _provisioning_anew().items():
-            setattr(instance, key, value)
+            setattr(instance.pod_watch, key, value)
         placed = InstanceEvent(instance=instance, status=S.PROVISIONING, message=_placed(node))
         events.append(placed)
     holding, held = holding_new(
@@ -159,7 +177,7 @@ def instance_create(
         queued_at=queued_at,
     )
     # one round trip: every order makes these
-    insert_together([holding, instance, *events, *held])
+    insert_together([holding, instance, *companions, *events, *held])
     instance.holding = holding
     if placement is not None:
         enqueue_on_commit("instances.tasks.provision_instance", instance.id)

@@ -463,7 +463,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
 
 def _user_instances(request: HttpRequest) -> QuerySet[Instance]:
     return scope_to_user(Instance.objects.all(), request.user, "tenant").select_related(
-        "offering__gpu_model", "node", "image"
+        "offering__gpu_model", "node", "image", "stop_policy"
     )
 
 
@@ -532,7 +532,8 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "new_share": new_share_take(request, instance),
             "can_change_ports": instance.status not in (S.TERMINATING, S.TERMINATED),
             "max_ports": MAX_PORTS,
-            "idle_warning": instance.status == S.RUNNING and instance.idle_stop_due_at is not None,
+            "idle_warning": instance.status == S.RUNNING
+            and instance.stop_policy.idle_stop_due_at is not None,
             "can_change_stops": instance.status not in (S.TERMINATING, S.TERMINATED),
             "in_gang": bool(gang_of(instance)),
             "idle_defaults": user_settings(request.user),  # type: ignore[arg-type]

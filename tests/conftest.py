@@ -61,6 +61,7 @@ SLOW_MODULES = {
     "images/test_init_cluster_ssh.py": "runs the images' init and a real sshd",
     "images/test_init_ssh.py": "runs the images' init and a real sshd",
     "instances/test_cluster_rbac.py": "starts a Kubernetes emulator of its own",
+    "instances/test_companion_migration.py": "migrates the instances' tables back and forward",
     "instances/test_regions.py": "starts a Kubernetes emulator of its own",
     "nodeagent/test_package.py": "builds the node agent's package",
 }

@@ -286,9 +286,10 @@ class Shaping(NamedTuple):
     tz: tzinfo | None
 
 
-# The instance's API shape, once: every key and how it is read from an Instance, or from a row
-# of instances.selectors.instance_page (which reads exactly the attributes these use, listed
-# in selectors.INSTANCE_COLUMNS). InstanceOutput's Meta.fields is this list; its declared
+# The instance's API shape, once: every key and how it is read from an Instance (its stop
+# policy and any monthly rental selected with it), or from a row of
+# instances.selectors.instance_page (which reads exactly the attributes these use, listed in
+# selectors.INSTANCE_COLUMNS). InstanceOutput's Meta.fields is this list; its declared
 # fields document the same keys for the schema.
 SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
     "id": lambda o, _s: o.id,
@@ -311,14 +312,15 @@ SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
     "node": lambda o, _s: _node(o),
     "region": lambda o, _s: o.region_id,
     "error_message": lambda o, _s: o.error_message,
-    "paid_until": lambda o, s: _iso(o.paid_until, s.tz),
-    "auto_renew": lambda o, _s: o.auto_renew,
+    "paid_until": lambda o, s: _iso(o.rental.paid_until if o.rental else None, s.tz),
+    # an instance never billed monthly has no rental: it would renew (the default)
+    "auto_renew": lambda o, _s: o.rental.auto_renew if o.rental else True,
     "auto_recover": lambda o, _s: o.auto_recover,
     "idle_stop": lambda o, _s: _idle_stop(o),
     "idle_stop_due_at": lambda o, s: (
-        _iso(o.idle_stop_due_at, s.tz) if o.status == "running" else None
+        _iso(o.stop_policy.idle_stop_due_at, s.tz) if o.status == "running" else None
     ),
-    "stop_at": lambda o, s: _iso(o.stop_at, s.tz),
+    "stop_at": lambda o, s: _iso(o.stop_policy.stop_at, s.tz),
 }
 
 
@@ -351,13 +353,23 @@ class InstanceOutput(serializers.ModelSerializer[Instance]):
         source="region_id",
         help_text="Where it runs (set when placed, or by the order); null: queued for any.",
     )
+    # the moved fields keep their keys (instances.models: the rental, the stop policy)
+    paid_until = serializers.DateTimeField(
+        source="rental.paid_until", allow_null=True, help_text="Monthly: prepaid until."
+    )
+    auto_renew = serializers.BooleanField(
+        source="rental.auto_renew", help_text="Monthly: renew at period end."
+    )
     idle_stop = IdleStopOutput(allow_null=True, help_text=IDLE_STOP_HELP)
     idle_stop_due_at = serializers.DateTimeField(
+        source="stop_policy.idle_stop_due_at",
         allow_null=True,
         help_text="Idle and warned: it stops at this time unless it gets busy or is kept running "
         "(POST /instances/{id}/keep-running).",
     )
-    stop_at = serializers.DateTimeField(allow_null=True, help_text="The scheduled stop.")
+    stop_at = serializers.DateTimeField(
+        source="stop_policy.stop_at", allow_null=True, help_text="The scheduled stop."
+    )
 
     _shaping: Shaping | None = None
 

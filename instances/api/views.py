@@ -165,7 +165,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     serializer_class = InstanceOutput
 
     def filter_queryset_extra(self, queryset: QuerySet[Instance]) -> QuerySet[Instance]:
-        queryset = queryset.select_related("offering__gpu_model", "node")
+        queryset = queryset.select_related("offering__gpu_model", "node", "stop_policy", "monthly")
         wanted = self._status_filter()
         return queryset.filter(status=wanted) if wanted else queryset
 

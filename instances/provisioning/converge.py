@@ -1,6 +1,6 @@
 """Converging an instance's objects on the cluster with what the database wants, the way a
-controller does. Each provisioning creates the instance's objects once (the row records when,
-in objects_created_at), then only watches the pod, one read a poll and its events every
+controller does. Each provisioning creates the instance's objects once (its pod watch records
+when, in objects_created_at), then only watches the pod, one read a poll and its events every
 EVENTS_EVERY_S, until it is ready or cannot start; a stop or terminate asks once for the pod to
 go and watches it go. Every create is an "ensure" (409 → read and compare), so a pass cut short
 by a crash, or run alongside the reconcile loop, is safe to run again. Retryable cluster errors
@@ -18,6 +18,8 @@ from datetime import timedelta
 from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleet.choices import NodeState
@@ -26,7 +28,7 @@ from fleet.selectors import region_scope
 from instances.choices import InstanceStatus
 from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import served_ports
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, PodWatch
 from instances.provisioning import manifests
 from instances.provisioning.namespaces import (
     tenant_network_policy_converge,
@@ -78,14 +80,14 @@ def provision(instance_id: str) -> str:
     reported running when the pod is ready, failed when it cannot start. Returns the instance's
     status; raises StillPending while the pod starts."""
     instance = (
-        Instance.objects.select_related("offering", "image", "node", "holding")
+        Instance.objects.select_related("offering", "image", "node", "holding", "pod_watch")
         .filter(pk=instance_id)
         .first()
     )
     if instance is None or instance.status != S.PROVISIONING or instance.node is None:
         return instance.status if instance else "gone"
     node = instance.node
-    if instance.objects_created_at is None:
+    if instance.pod_watch.objects_created_at is None:
         try:
             _objects_create(instance, node)
         except kube.PermanentKubeError as error:
@@ -131,8 +133,16 @@ def _objects_create(instance: Instance, node: Node) -> None:
     for port in served_ports(_ports_now(instance)):
         _port_objects_ensure(instance, port)
     # only for the provisioning that created them: a later one creates its own
-    Instance.objects.filter(pk=instance.pk, provisioning_since=instance.provisioning_since).update(
-        ssh_port=ports.get("ssh"), objects_created_at=timezone.now()
+    with transaction.atomic():
+        if _this_provisioning(instance).update(objects_created_at=timezone.now()):
+            Instance.objects.filter(pk=instance.pk).update(ssh_port=ports.get("ssh"))
+
+
+def _this_provisioning(instance: Instance) -> QuerySet[PodWatch]:
+    """The instance's pod watch as long as it is still the provisioning `instance` was read
+    in (a later one starts it afresh)."""
+    return PodWatch.objects.filter(
+        instance_id=instance.pk, provisioning_since=instance.pod_watch.provisioning_since
     )
 
 
@@ -155,10 +165,10 @@ def ports_converge(instance_id: str) -> list[str]:
     kind finds them), and the tenant's NetworkPolicy let through what its instances declare.
     A provisioning whose objects are not made yet makes them with the ports of the moment, so
     this waits for it (StillPending). Returns what changed, as kind/name."""
-    instance = Instance.objects.filter(pk=instance_id).first()
+    instance = Instance.objects.select_related("pod_watch").filter(pk=instance_id).first()
     if instance is None or not instance.k8s_name:
         return []
-    if instance.status == S.PROVISIONING and instance.objects_created_at is None:
+    if instance.status == S.PROVISIONING and instance.pod_watch.objects_created_at is None:
         raise StillPending("objects not created yet")
     if instance.status not in (S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING, S.STOPPED):
         return []  # queued or failed: the next provisioning makes them
@@ -219,8 +229,8 @@ def access_refresh(instance_id: str) -> bool:
     or deleted): a running container re-reads the mounted Secret, so a deleted key stops
     opening it within a minute and no restart is needed. Only for an instance whose objects
     exist; a later start renders the Secret anyway. Returns whether it wrote one."""
-    instance = Instance.objects.filter(pk=instance_id).first()
-    if instance is None or not instance.k8s_name or instance.objects_created_at is None:
+    instance = Instance.objects.select_related("pod_watch").filter(pk=instance_id).first()
+    if instance is None or not instance.k8s_name or instance.pod_watch.objects_created_at is None:
         return False
     if instance.status not in (S.PROVISIONING, S.CHECKING, S.RUNNING):
         return False
@@ -301,9 +311,7 @@ def _pod_elsewhere_remove(instance: Instance) -> NoReturn:
 
 def _objects_forget(instance: Instance) -> None:
     """The next poll of this provisioning creates the instance's objects again."""
-    Instance.objects.filter(pk=instance.pk, provisioning_since=instance.provisioning_since).update(
-        objects_created_at=None
-    )
+    _this_provisioning(instance).update(objects_created_at=None)
 
 
 def _pod_watch(instance: Instance, node: Node) -> str:
@@ -354,7 +362,7 @@ def _ready(status: dict[str, Any]) -> bool:
 
 
 def _timed_out(instance: Instance) -> str | None:
-    since = instance.provisioning_since or instance.created_at
+    since = instance.pod_watch.provisioning_since or instance.created_at
     if timezone.now() - since > timedelta(seconds=settings.PROVISIONING_TIMEOUT_S):
         return later("The instance did not start within %(m)d minutes. It was not billed.") % {
             "m": settings.PROVISIONING_TIMEOUT_S // 60
@@ -363,7 +371,7 @@ def _timed_out(instance: Instance) -> str | None:
 
 
 def _events_due(instance: Instance) -> bool:
-    read_at = instance.events_read_at
+    read_at = instance.pod_watch.events_read_at
     return read_at is None or timezone.now() - read_at >= timedelta(seconds=EVENTS_EVERY_S)
 
 
@@ -373,14 +381,15 @@ def events_mirror(instance: Instance) -> None:
         events = kube.events_for(instance.k8s_namespace, instance.k8s_name)
     except kube.KubeError:
         return
-    Instance.objects.filter(pk=instance.pk).update(events_read_at=timezone.now())
+    PodWatch.objects.filter(instance_id=instance.pk).update(events_read_at=timezone.now())
     events_record(instance, events)
 
 
 def events_record(instance: Instance, events: list[dict[str, Any]]) -> int:
     """Record the events not seen before on the instance's timeline, in the cluster's words
     (Kubernetes speaks English); returns how many were new."""
-    seen = set(instance.seen_event_uids)
+    seen_before = instance.pod_watch.seen_event_uids
+    seen = set(seen_before)
     new = [
         e
         for e in sorted(events, key=lambda e: e.get("lastTimestamp") or "")
@@ -397,8 +406,8 @@ def events_record(instance: Instance, events: list[dict[str, Any]]) -> int:
         for event in new
     )
     if new:
-        Instance.objects.filter(pk=instance.pk).update(
-            seen_event_uids=[*instance.seen_event_uids, *(e["metadata"]["uid"] for e in new)][-200:]
+        PodWatch.objects.filter(instance_id=instance.pk).update(
+            seen_event_uids=[*seen_before, *(e["metadata"]["uid"] for e in new)][-200:]
         )
     return len(new)
 

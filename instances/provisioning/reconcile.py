@@ -141,7 +141,7 @@ def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
     waiting = Instance.objects.filter(status__in=WAITING).annotate(last_event=Max("events__at"))
     checks: set[str] = set()
     for instance_id, status, last_event, watched, gang in waiting.values_list(
-        "id", "status", "last_event", "events_read_at", "holding__gang"
+        "id", "status", "last_event", "pod_watch__events_read_at", "holding__gang"
     ):
         alive = max(last_event, watched or last_event) if last_event else None
         if alive and now - alive > STUCK_AFTER and instance_id not in skip:
@@ -284,7 +284,10 @@ def _mirror_warnings() -> int:
     live = Instance.objects.filter(status__in=(S.RUNNING, S.CHECKING, S.PROVISIONING)).exclude(
         k8s_name=""
     )
-    for instance in live.only("id", "status", "k8s_namespace", "k8s_name", "seen_event_uids"):
+    rows = live.select_related("pod_watch").only(
+        "id", "status", "k8s_namespace", "k8s_name", "pod_watch__seen_event_uids"
+    )
+    for instance in rows:
         events = by_pod.get((instance.k8s_namespace, instance.k8s_name))
         if events:
             mirrored += events_record(instance, events)

@@ -115,7 +115,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     changed = json_of(cli("set", row.pk, "--stop-after", "3", "--idle-stop", "10:60", "--json"))
     assert changed["idle_stop"] == {"util_pct": 10, "minutes": 60}
     row.refresh_from_db()
-    assert row.stop_at is not None and row.idle_stop_minutes == 60
+    assert row.stop_policy.stop_at is not None and row.stop_policy.idle_stop_minutes == 60
 
     listed = json_of(cli("ls", "--json"))
     assert [(item["id"], item["status"], item["name"]) for item in listed] == [

@@ -17,7 +17,7 @@ from clusters.preflight import preflight_run
 from compute.models import Allocation, Offering
 from devstack.kube.emulator import KubeEmulator
 from fleet.services import nodes_sync_from_cluster
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, MonthlyRental
 from instances.provisioning import converge
 from starverse.core import kube
 from storage.models import Disk
@@ -356,7 +356,7 @@ def test_a_monthly_cluster_is_not_scaled_down_within_its_paid_month(fleet4, clie
         == "stopped"
     )
     # once the month is over it may shrink
-    Instance.objects.filter(cluster_rank__cluster=cluster).update(
+    MonthlyRental.objects.filter(instance__cluster_rank__cluster=cluster).update(
         paid_until=timezone.now() - timedelta(days=1)
     )
     assert _scale(client, cluster, 2).status_code == 202

@@ -16,7 +16,7 @@ from compute.models import Allocation, Offering
 from fleet.models import Gpu, GpuSample
 from instances.autostop import auto_stop_savings, idle_run, schedules_run
 from instances.lifecycle import instance_order
-from instances.models import AutoStop, Instance, InstanceEvent
+from instances.models import AutoStop, Instance, InstanceEvent, StopPolicy
 from instances.provisioning import converge
 from instances.schedules import IdleStop
 from instances.tasks import auto_stop
@@ -74,7 +74,8 @@ def report(
 def since_running(instance: Instance, minutes: float) -> Any:
     """The instance, as if it had been running for `minutes` (its samples come after)."""
     started = timezone.now() - timedelta(minutes=minutes)
-    Instance.objects.filter(pk=instance.pk).update(running_since=started, idle_counted_from=None)
+    Instance.objects.filter(pk=instance.pk).update(running_since=started)
+    StopPolicy.objects.filter(instance=instance).update(idle_counted_from=None)
     return started
 
 
@@ -103,7 +104,7 @@ def test_an_idle_instance_is_warned_then_stopped_with_timeline_and_e_mail(
     # stop its lead time (10 minutes) after it
     assert first.warned == [instance.id] and first.stopped == []
     assert instance.status == "running"
-    assert instance.idle_stop_due_at == now + timedelta(minutes=10)
+    assert instance.stop_policy.idle_stop_due_at == now + timedelta(minutes=10)
     assert "Keep running" in messages(instance)[-1]
     assert len(mail.outbox) == 1
     assert "is idle and stops at" in mail.outbox[0].subject
@@ -117,7 +118,7 @@ def test_an_idle_instance_is_warned_then_stopped_with_timeline_and_e_mail(
 
     assert second.stopped == [instance.id]
     assert instance.status == "stopped"  # through the stop path: the pod is gone, disk kept
-    assert instance.idle_stop_due_at is None
+    assert instance.stop_policy.idle_stop_due_at is None
     assert "Stopped: idle for 30 min (every GPU below 5 %)." in messages(instance)
     assert len(mail.outbox) == 2
     assert "was stopped" in mail.outbox[1].subject
@@ -141,7 +142,7 @@ def test_warned_at_the_warning_time_and_stopped_at_the_idle_time(renter):
     # idle since its first sample, 21 minutes ago: warned with its whole lead time (10
     # minutes), so it stops at the time the warning gave, though idle 30 minutes before it;
     # never earlier than the time the mail and the banner said
-    assert instance.idle_stop_due_at == now + timedelta(minutes=10)
+    assert instance.stop_policy.idle_stop_due_at == now + timedelta(minutes=10)
     report(instance, start=now + timedelta(seconds=1), end=now + timedelta(minutes=10), util=0)
     assert idle_run(now=now + timedelta(minutes=9)).stopped == []
     assert now + timedelta(minutes=9) - started >= timedelta(minutes=30)
@@ -177,7 +178,7 @@ def test_one_busy_gpu_keeps_a_multi_gpu_instance_running(renter):
 
     assert run.warned == [] and run.stopped == []
     instance.refresh_from_db()
-    assert (instance.status, instance.idle_warned_at) == ("running", None)
+    assert (instance.status, instance.stop_policy.idle_warned_at) == ("running", None)
 
 
 def test_every_gpu_below_stops_a_multi_gpu_instance(renter):
@@ -248,7 +249,10 @@ def test_an_instance_without_idle_stop_is_never_stopped(renter):
 
     assert run.warned == [] and run.stopped == []
     instance.refresh_from_db()
-    assert (instance.idle_stop_util_pct, instance.idle_stop_minutes) == (None, None)
+    assert (instance.stop_policy.idle_stop_util_pct, instance.stop_policy.idle_stop_minutes) == (
+        None,
+        None,
+    )
 
 
 def test_keep_running_snoozes_for_the_idle_time_from_now(renter, client_for):
@@ -262,9 +266,12 @@ def test_keep_running_snoozes_for_the_idle_time_from_now(renter, client_for):
     assert answer.status_code == 200, answer.content
     assert answer.json()["idle_stop_due_at"] is None
     instance.refresh_from_db()
-    snoozed = instance.idle_counted_from
+    snoozed = instance.stop_policy.idle_counted_from
     assert snoozed is not None
-    assert instance.idle_warned_at is None and instance.idle_stop_due_at is None
+    assert (
+        instance.stop_policy.idle_warned_at is None
+        and instance.stop_policy.idle_stop_due_at is None
+    )
     assert "Keep running" in messages(instance)[-1]
     # idle all along: no warning until 20 minutes after the snooze, the stop at 30, or at the
     # warning's time when the minute's beat warned a little late
@@ -272,7 +279,7 @@ def test_keep_running_snoozes_for_the_idle_time_from_now(renter, client_for):
     assert idle_run(now=snoozed + timedelta(minutes=19)).warned == []
     assert idle_run(now=snoozed + timedelta(minutes=20, seconds=30)).warned == [instance.id]
     instance.refresh_from_db()
-    assert instance.idle_stop_due_at == snoozed + timedelta(minutes=30, seconds=30)
+    assert instance.stop_policy.idle_stop_due_at == snoozed + timedelta(minutes=30, seconds=30)
     assert idle_run(now=snoozed + timedelta(minutes=30)).stopped == []
     assert idle_run(now=snoozed + timedelta(minutes=30, seconds=30)).stopped == [instance.id]
 
@@ -302,21 +309,23 @@ def test_busy_again_after_the_warning_takes_the_banner_down(renter):
 
     assert run.cleared == [instance.id] and run.stopped == []
     instance.refresh_from_db()
-    assert instance.idle_stop_due_at is None
+    assert instance.stop_policy.idle_stop_due_at is None
 
 
 def test_a_scheduled_stop_stops_at_its_time(renter, client_for, django_capture_on_commit_callbacks):
     instance = running(renter, stop_after_hours=2)
     instance.refresh_from_db()
-    assert instance.stop_at is not None
-    assert abs(instance.stop_at - (timezone.now() + timedelta(hours=2))) < timedelta(minutes=1)
+    assert instance.stop_policy.stop_at is not None
+    assert abs(instance.stop_policy.stop_at - (timezone.now() + timedelta(hours=2))) < timedelta(
+        minutes=1
+    )
 
-    assert schedules_run(now=instance.stop_at - timedelta(seconds=1)) == []
+    assert schedules_run(now=instance.stop_policy.stop_at - timedelta(seconds=1)) == []
     with django_capture_on_commit_callbacks(execute=True):
-        assert schedules_run(now=instance.stop_at) == [instance.id]
+        assert schedules_run(now=instance.stop_policy.stop_at) == [instance.id]
 
     stopped = Instance.objects.get(pk=instance.pk)
-    assert (stopped.status, stopped.stop_at) == ("stopped", None)
+    assert (stopped.status, stopped.stop_policy.stop_at) == ("stopped", None)
     assert "Stopped at the scheduled time." in messages(instance)
     assert AutoStop.objects.get(instance=instance).kind == "schedule"
     assert "stopped at its scheduled time" in mail.outbox[-1].body
@@ -325,11 +334,12 @@ def test_a_scheduled_stop_stops_at_its_time(renter, client_for, django_capture_o
 def test_a_schedule_due_while_stopped_is_used_up(renter):
     instance = running(renter)
     future = timezone.now() + timedelta(hours=1)
-    Instance.objects.filter(pk=instance.pk).update(status="stopped", stop_at=future)
+    Instance.objects.filter(pk=instance.pk).update(status="stopped")
+    StopPolicy.objects.filter(instance=instance).update(stop_at=future)
 
     assert schedules_run(now=future) == []
     instance.refresh_from_db()
-    assert (instance.status, instance.stop_at) == ("stopped", None)
+    assert (instance.status, instance.stop_policy.stop_at) == ("stopped", None)
     assert not AutoStop.objects.exists()
 
 
@@ -337,7 +347,9 @@ def test_the_beat_task_runs_both(renter, settings):
     assert "auto-stop" in settings.CELERY_BEAT_SCHEDULE
     assert settings.CELERY_BEAT_SCHEDULE["auto-stop"]["task"] == "instances.tasks.auto_stop"
     instance = running(renter)
-    Instance.objects.filter(pk=instance.pk).update(stop_at=timezone.now() - timedelta(seconds=1))
+    StopPolicy.objects.filter(instance=instance).update(
+        stop_at=timezone.now() - timedelta(seconds=1)
+    )
 
     auto_stop()
 
@@ -359,7 +371,7 @@ def test_the_scan_reads_every_candidate_in_one_query(renter):
         started = since_running(instance, 40)
         report(instance, start=started, end=now, util=90, step=60)  # busy
     few = _scan_queries(now)
-    Instance.objects.filter(pk__in=[i.pk for i in instances[2:]]).update(
+    StopPolicy.objects.filter(instance__in=instances[2:]).update(
         idle_stop_util_pct=None, idle_stop_minutes=None
     )
     fewer = _scan_queries(now)
@@ -397,8 +409,10 @@ def test_an_order_can_opt_out_or_set_its_own(renter, client_for):
 
     assert own["idle_stop"] == {"util_pct": 20, "minutes": 60}
     instance = Instance.objects.get(pk=own["id"])
-    assert instance.stop_at is not None
-    assert abs(instance.stop_at - (timezone.now() + timedelta(hours=3))) < timedelta(minutes=1)
+    assert instance.stop_policy.stop_at is not None
+    assert abs(instance.stop_policy.stop_at - (timezone.now() + timedelta(hours=3))) < timedelta(
+        minutes=1
+    )
 
 
 def test_the_users_settings_change_the_defaults(renter, client_for):
@@ -419,7 +433,7 @@ def test_the_users_settings_change_the_defaults(renter, client_for):
 
     placed = order(client).json()
     assert placed["idle_stop"] == {"util_pct": 5, "minutes": 90}
-    assert Instance.objects.get(pk=placed["id"]).idle_warn_minutes == 15
+    assert StopPolicy.objects.get(instance_id=placed["id"]).idle_warn_minutes == 15
 
     client.patch("/api/v1/account/settings", {"idle_stop_enabled": False}, format="json")
     assert order(client).json()["idle_stop"] is None
@@ -495,7 +509,7 @@ def test_patch_sets_and_clears_both(renter, client_for):
     body = answer.json()
     assert body["idle_stop"] == {"util_pct": 10, "minutes": 45}
     instance.refresh_from_db()
-    assert instance.stop_at == when
+    assert instance.stop_policy.stop_at == when
     assert "Scheduled stop at" in messages(instance)[-1]
 
     answer = client.patch(
@@ -522,7 +536,7 @@ def test_patch_refuses_bad_values_and_changes_nothing(renter, client_for):
     assert (bad.status_code, list(bad.json()["errors"])) == (400, ["idle_stop.minutes"])
     assert (past.status_code, past.json()["code"]) == (400, "invalid_stop_at")
     instance.refresh_from_db()
-    assert (instance.idle_stop_minutes, instance.stop_at) == (30, None)
+    assert (instance.stop_policy.idle_stop_minutes, instance.stop_policy.stop_at) == (30, None)
 
 
 def test_another_tenants_instance_is_404(renter, client_for):
@@ -534,7 +548,7 @@ def test_another_tenants_instance_is_404(renter, client_for):
 
     assert (patched.status_code, kept.status_code) == (404, 404)
     instance.refresh_from_db()
-    assert instance.idle_stop_minutes == 30
+    assert instance.stop_policy.idle_stop_minutes == 30
 
 
 def test_patch_refuses_a_terminated_instance(renter, client_for):
@@ -622,9 +636,8 @@ def test_a_clusters_ranks_are_left_out(renter, client_for):
     rank = Instance.objects.get(cluster_rank__cluster=cluster, cluster_rank__index=0)
     assert rank.status == "provisioning"
     started = timezone.now() - timedelta(minutes=60)
-    Instance.objects.filter(pk=rank.pk).update(
-        status="running", running_since=started, idle_stop_util_pct=5, idle_stop_minutes=30
-    )
+    Instance.objects.filter(pk=rank.pk).update(status="running", running_since=started)
+    StopPolicy.objects.filter(instance=rank).update(idle_stop_util_pct=5, idle_stop_minutes=30)
     report(rank, start=started, end=timezone.now(), util=0, step=60)
 
     assert idle_run(now=timezone.now()).warned == []

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from instances.models import AutoStop, Instance, InstanceEvent
+from instances.models import AutoStop, Instance, InstanceEvent, StopPolicy
 from starverse.accounts.services import user_settings_update
 from tests.factories import fund, make_instance, make_user
 
@@ -56,9 +56,14 @@ def test_the_rent_form_orders_with_idle_stop_and_stop_after(catalog, client):
         client, catalog, idle_stop="on", idle_util_pct="8", idle_minutes="20", stop_after_hours="4"
     )
 
-    assert (instance.idle_stop_util_pct, instance.idle_stop_minutes) == (8, 20)
-    assert instance.stop_at is not None
-    assert abs(instance.stop_at - (timezone.now() + timedelta(hours=4))) < timedelta(minutes=1)
+    assert (instance.stop_policy.idle_stop_util_pct, instance.stop_policy.idle_stop_minutes) == (
+        8,
+        20,
+    )
+    assert instance.stop_policy.stop_at is not None
+    assert abs(instance.stop_policy.stop_at - (timezone.now() + timedelta(hours=4))) < timedelta(
+        minutes=1
+    )
 
 
 def test_the_rent_form_without_the_tick_orders_no_idle_stop(catalog, client):
@@ -66,7 +71,11 @@ def test_the_rent_form_without_the_tick_orders_no_idle_stop(catalog, client):
 
     instance = _rent(client, catalog)
 
-    assert (instance.idle_stop_util_pct, instance.idle_stop_minutes, instance.stop_at) == (
+    assert (
+        instance.stop_policy.idle_stop_util_pct,
+        instance.stop_policy.idle_stop_minutes,
+        instance.stop_policy.stop_at,
+    ) == (
         None,
         None,
         None,
@@ -111,14 +120,17 @@ def test_the_instance_page_changes_both_stops(catalog, client):
 
     assert answer.status_code == 302
     instance.refresh_from_db()
-    assert (instance.idle_stop_util_pct, instance.idle_stop_minutes) == (12, 90)
-    assert instance.stop_at == when
+    assert (instance.stop_policy.idle_stop_util_pct, instance.stop_policy.idle_stop_minutes) == (
+        12,
+        90,
+    )
+    assert instance.stop_policy.stop_at == when
     page = client.get(f"/console/instances/{instance.id}/").content.decode()
     assert 'name="idle_minutes" min="10" max="1440" value="90"' in page
 
     client.post(f"/console/instances/{instance.id}/auto-stop/", {"stop_at": ""})
     instance.refresh_from_db()
-    assert (instance.idle_stop_minutes, instance.stop_at) == (None, None)
+    assert (instance.stop_policy.idle_stop_minutes, instance.stop_policy.stop_at) == (None, None)
 
 
 def test_the_instance_page_refuses_bad_values_and_changes_nothing(catalog, client):
@@ -133,7 +145,10 @@ def test_the_instance_page_refuses_bad_values_and_changes_nothing(catalog, clien
 
     assert "idle_stop.util_pct: must be a whole number from 1 to 100." in page
     instance.refresh_from_db()
-    assert (instance.idle_stop_util_pct, instance.idle_stop_minutes) == (5, 30)
+    assert (instance.stop_policy.idle_stop_util_pct, instance.stop_policy.idle_stop_minutes) == (
+        5,
+        30,
+    )
 
 
 def test_a_stop_time_no_calendar_holds_is_refused_with_a_message(catalog, client):
@@ -146,13 +161,14 @@ def test_a_stop_time_no_calendar_holds_is_refused_with_a_message(catalog, client
         page = client.get(f"/console/instances/{instance.id}/").content.decode()
         assert "stop_at: enter a date and time." in page
     instance.refresh_from_db()
-    assert instance.stop_at is None
+    assert instance.stop_policy.stop_at is None
 
 
 def _warned(instance: Instance) -> None:
     due = timezone.now() + timedelta(minutes=10)
-    Instance.objects.filter(pk=instance.pk).update(
-        status="running", idle_warned_at=timezone.now(), idle_stop_due_at=due
+    Instance.objects.filter(pk=instance.pk).update(status="running")
+    StopPolicy.objects.filter(instance=instance).update(
+        idle_warned_at=timezone.now(), idle_stop_due_at=due
     )
 
 
@@ -169,7 +185,7 @@ def test_the_banner_and_keep_running_on_the_instance_page_and_the_dashboard(cata
     answer = client.post(f"/console/instances/{instance.id}/keep-running/", {"next": "/console/"})
     assert answer["Location"] == "/console/"
     instance.refresh_from_db()
-    assert instance.idle_stop_due_at is None
+    assert instance.stop_policy.idle_stop_due_at is None
     assert "is idle." not in client.get("/console/").content.decode()
 
 
@@ -182,7 +198,7 @@ def test_keep_running_of_another_users_instance_is_not_found(catalog, client):
 
     assert answer.status_code == 404
     instance.refresh_from_db()
-    assert instance.idle_stop_due_at is not None
+    assert instance.stop_policy.idle_stop_due_at is not None
 
 
 def test_the_settings_page_saves_the_defaults(client, db):

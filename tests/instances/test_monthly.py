@@ -9,7 +9,7 @@ from billing.onboarding import team_create
 from compute.models import Allocation
 from instances.lifecycle import instance_order, instance_start, instance_stop
 from instances.metering import metering_tick
-from instances.models import Instance
+from instances.models import Instance, MonthlyRental
 from instances.monthly import renewals_run
 from instances.provisioning import converge
 from instances.selectors import availability
@@ -50,7 +50,7 @@ def test_a_month_is_prepaid_once_and_not_metered(catalog):
     metering_tick(now=timezone.now() + timedelta(hours=2))
 
     assert _monthly_rows(instance) == [(f"monthly:{instance.id}:1", -MONTH)]
-    assert instance.paid_until - timezone.now() > timedelta(days=29, hours=23)
+    assert instance.monthly.paid_until - timezone.now() > timedelta(days=29, hours=23)
     assert instance.cost_fen == MONTH
     assert Wallet.objects.get(tenant=user.tenant).total_fen == 1000  # the trial credit is left
 
@@ -176,7 +176,9 @@ def _team_rental(catalog, *, member_budget=None, team_budget=None):
             Budget.objects.create(tenant=team, user=user, monthly_fen=fen)
     member.act_for(team.pk, "member")
     instance = _monthly(catalog, member)
-    Instance.objects.filter(pk=instance.pk).update(paid_until=timezone.now() - timedelta(seconds=1))
+    MonthlyRental.objects.filter(instance=instance).update(
+        paid_until=timezone.now() - timedelta(seconds=1)
+    )
     instance.refresh_from_db()
     return owner, member, instance
 
@@ -188,7 +190,7 @@ def test_a_renewal_its_orderers_budget_does_not_fit_ends_the_rental_and_tells_th
     member's spend would reach twice the budget); the rental ends at its paid month, the
     timeline says why, and the team's owners are mailed."""
     owner, member, instance = _team_rental(catalog, member_budget=MONTH)
-    paid_until = instance.paid_until
+    paid_until = instance.monthly.paid_until
 
     with django_capture_on_commit_callbacks(execute=True):
         renewed, ended = renewals_run()
@@ -197,8 +199,12 @@ def test_a_renewal_its_orderers_budget_does_not_fit_ends_the_rental_and_tells_th
     # the stop's task may give up while the emulated pod is still going: the reconcile's pass
     assert converge_until(converge.stop, instance.id) == "stopped"
     instance.refresh_from_db()
-    assert (instance.status, instance.billing, instance.monthly_period) == ("stopped", "hourly", 1)
-    assert instance.paid_until == paid_until
+    assert (instance.status, instance.billing, instance.monthly.monthly_period) == (
+        "stopped",
+        "hourly",
+        1,
+    )
+    assert instance.monthly.paid_until == paid_until
     assert Allocation.objects.filter(holding__instance=instance).count() == 0
     assert _monthly_rows(instance) == [(f"monthly:{instance.id}:1", -MONTH)]
     why = (

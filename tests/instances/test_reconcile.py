@@ -6,7 +6,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from instances.lifecycle import instance_order
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, PodWatch
 from instances.provisioning import converge, manifests
 from instances.provisioning.reconcile import reconcile
 from starverse.core import kube
@@ -149,7 +149,7 @@ def test_a_pending_instance_that_is_being_watched_is_not_handed_out_again(
 
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         watched = reconcile()
-    Instance.objects.filter(pk=instance.pk).update(
+    PodWatch.objects.filter(instance=instance).update(
         events_read_at=timezone.now() - timedelta(minutes=5)  # that task is gone
     )
     with django_capture_on_commit_callbacks(execute=False) as more:
