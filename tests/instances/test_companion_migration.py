@@ -1,6 +1,7 @@
 """Migrations 0027-0029 move an instance's monthly rental, stops and pod watch into rows of
 their own with every value: instances as they were at 0025 come out of the migration with the
-same values in the new tables (a rental only where one was billed monthly or had paid), and
+same values in the new tables (a rental only where one was billed monthly, had paid or turned
+renewal off), and
 migrating back puts them on the instance again."""
 
 from datetime import timedelta
@@ -29,6 +30,7 @@ def _migrate(targets: list[tuple[str, str]]) -> Any:
 def test_the_moved_values_come_out_in_the_new_tables_and_go_back(transactional_db):
     user = make_user()
     monthly, hourly, ended = make_instance(user), make_instance(user), make_instance(user)
+    no_renewal = make_instance(user)
     latest = MigrationExecutor(connection).loader.graph.leaf_nodes()
     now = timezone.now().replace(microsecond=0)
     old = _migrate(BEFORE)
@@ -38,6 +40,8 @@ def test_the_moved_values_come_out_in_the_new_tables_and_go_back(transactional_d
     )
     # a rental that ended is billed hourly and keeps its paid month
     instances.filter(pk=ended.pk).update(paid_until=now - timedelta(days=1), monthly_period=1)
+    # an hourly order that turned renewal off keeps its word
+    instances.filter(pk=no_renewal.pk).update(auto_renew=False)
     instances.filter(pk=hourly.pk).update(
         idle_stop_util_pct=7,
         idle_stop_minutes=45,
@@ -61,6 +65,7 @@ def test_the_moved_values_come_out_in_the_new_tables_and_go_back(transactional_d
         [
             (monthly.pk, now + timedelta(days=30), 2, False),
             (ended.pk, now - timedelta(days=1), 1, True),
+            (no_renewal.pk, None, 0, False),
         ]
     )
     policy = new.get_model("instances", "StopPolicy").objects.get(instance_id=hourly.pk)
@@ -94,8 +99,8 @@ def test_the_moved_values_come_out_in_the_new_tables_and_go_back(transactional_d
         ["uid-1", "uid-2"],
     )
     # every instance has its stop policy and pod watch
-    assert new.get_model("instances", "StopPolicy").objects.count() == 3
-    assert new.get_model("instances", "PodWatch").objects.count() == 3
+    assert new.get_model("instances", "StopPolicy").objects.count() == 4
+    assert new.get_model("instances", "PodWatch").objects.count() == 4
 
     back = _migrate(BEFORE)
 
