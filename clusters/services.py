@@ -67,7 +67,7 @@ def cluster_order(
     pipeline}) fixes the Megatron-LM degrees of the launch script. Every rank goes to `region`
     (or, for "", its disks' region or any one with room: never spread over two). Returns
     (cluster, created); the same Idempotency-Key answers the same cluster. The whole cluster is
-    admitted as one order (instances.admission.admit)."""
+    admitted as one order (compute.admission.admit)."""
     require_orderer(user)
     request = _Request(
         offering_id=offering_id,

@@ -41,9 +41,9 @@ from clusters.services import (
     cluster_stop,
     cluster_terminate,
 )
+from compute.admission import ORDER_KEY_PREFIX
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Image, Offering
-from instances.admission import ORDER_KEY_PREFIX
 from instances.choices import InstanceStatus
 from instances.selectors import availability
 from starverse.accounts.audit import audit_request

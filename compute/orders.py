@@ -6,7 +6,7 @@ the product's row: the same key with the same request answers the earlier order,
 request it is a 409 `idempotency_conflict`, and an order that lost the race to a concurrent one
 under the same key (the constraint's IntegrityError at commit) answers the one that won. The
 checks an order meets under the wallet lock (the hold, the runway, the budgets, the limits) are
-instances.admission.admit, which takes an Order: what they read counts the tenant's instances."""
+compute.admission.admit, which takes an Order."""
 
 import hashlib
 import json

@@ -20,6 +20,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from compute.admission import admit
 from compute.choices import OfferingKind
 from compute.models import Offering
 from compute.orders import Order, OrderKey, order_commit, ordered_before, request_hash_of
@@ -28,7 +29,6 @@ from datasets.models import PublicDataset
 from endpoints.choices import ENDED, LIVE, EndpointStatus, SourceKind
 from endpoints.engines import engine_validate
 from endpoints.models import Endpoint, EndpointKey
-from instances.admission import admit
 from instances.budgets import budgets_spent
 from instances.lifecycle import catalog_offering
 from starverse.accounts.models import User
@@ -171,7 +171,7 @@ def endpoint_gpus(tenant_id: str, exclude: str = "") -> int:
 
 
 def _order_of(endpoint: Endpoint, *, low: int, high: int, key: OrderKey | None = None) -> Order:
-    """An endpoint of `low` to `high` replicas, as its admission (instances.admission.admit)
+    """An endpoint of `low` to `high` replicas, as its admission (compute.admission.admit)
     reads it: its runway is an hour of one replica (of the minimum, when more) in cash, as
     replicas are billed from cash at the standard price (trial credit pays only instances'
     trial prices), without what the tenant's instances burn; the account's GPU limit counts

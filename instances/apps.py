@@ -39,8 +39,10 @@ class InstancesConfig(AppConfig):
         node_out_of_service.connect(instances_told_on_node, dispatch_uid="instances-node-changed")
         # usage and selectors read models: imported once the apps are loaded
         from billing.usage import resource_namer_register
+        from instances.admission import admission_reader_install
         from instances.metering import meter_hooks_install
         from instances.selectors import instances_named
 
         resource_namer_register("instances", instances_named)
         meter_hooks_install()
+        admission_reader_install()

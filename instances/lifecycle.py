@@ -18,6 +18,7 @@ from django.utils.translation import gettext_noop
 
 from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
+from compute.admission import Runway, admit
 from compute.choices import BillingMode, OfferingKind
 from compute.holdings import holding_of, holdings_funded, holdings_unfunded, holds_gpus, unfunded
 from compute.models import Image, Offering
@@ -27,7 +28,7 @@ from compute.queue import heads, waits_ahead
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
-from instances.admission import Runway, admit, order_of, runway_of
+from instances.admission import order_of, runway_of
 from instances.budgets import budget_refusal
 from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, InstanceStatus
@@ -384,7 +385,7 @@ def gang_start(*, ranks: list[Instance]) -> None:
     """Start a stopped or failed cluster (its ranks locked, in rank order): monthly ranks in
     their paid period on the nodes they keep; otherwise all of them wait as one order and are
     placed together when whole nodes for all are free and nobody who can pay waits before
-    them, once the whole cluster is admitted as one order (instances.admission.admit)."""
+    them, once the whole cluster is admitted as one order (compute.admission.admit)."""
     if all(period_active(rank) and holds_gpus(rank.id) for rank in ranks):
         account_hold_check(ranks[0].tenant_id)  # nothing else to admit: their nodes are theirs
         for rank in ranks:

@@ -1,7 +1,6 @@
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +12,7 @@ from django.utils import timezone
 
 from billing.calculator import CatalogPrice
 from billing.usage import Resource
+from compute.admission import AdmissionReads, Usage, limits_of
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Allocation, Holding, Image, Offering, TenantLimits
 from compute.placement import capacity, needs, times
@@ -378,45 +378,6 @@ def _spend_statement(
     return sql, params
 
 
-@dataclass(frozen=True)
-class Limits:
-    """A tenant's limits in force: its operator-set ones, else the settings' defaults."""
-
-    max_queued_orders: int
-    max_running_gpus: int
-    trial_max_premium_gpus: int
-
-
-def tenant_limits(tenant_id: str) -> Limits:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT max_queued_orders, max_running_gpus, trial_max_premium_gpus "  # noqa: S608
-            f"FROM {TenantLimits._meta.db_table} WHERE tenant_id = %s",
-            [tenant_id],
-        )
-        own = cursor.fetchone() or (None, None, None)
-    return limits_of(*own)
-
-
-def limits_of(queued: int | None, gpus: int | None, premium: int | None) -> Limits:
-    """The limits in force from a tenant's own (None: not set, the setting's default)."""
-    return Limits(
-        max_queued_orders=settings.MAX_QUEUED_ORDERS if queued is None else queued,
-        max_running_gpus=settings.MAX_RUNNING_GPUS if gpus is None else gpus,
-        trial_max_premium_gpus=settings.TRIAL_MAX_PREMIUM_GPUS if premium is None else premium,
-    )
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What a tenant holds and waits for, as its limits count it: orders queued, and GPUs of
-    instances holding GPUs (starting, running, stopping) or queued, all and of premium models."""
-
-    queued: int
-    gpus: int
-    premium_gpus: int
-
-
 # a queued gang (a cluster) is one order, whatever its node count
 _USAGE_SQL = """
 SELECT COUNT(*) FILTER (WHERE i.status = %(queued)s AND h.gang = '')
@@ -451,20 +412,6 @@ def _usage_statement(tenant_id: str) -> tuple[str, dict[str, Any]]:
     params: dict[str, Any] = {"queued": S.QUEUED, "tenant": tenant_id}
     params.update({f"u{n}": status for n, status in enumerate(statuses)})
     return sql, params
-
-
-@dataclass(frozen=True)
-class AdmissionReads:
-    """What admitting an order reads under its tenant's wallet lock, read together: what the
-    tenant's other instances burn an hour (at the standard and at the trial prices), its
-    limits and usage, and the monthly budgets (user id or None for the team's, fen) that
-    apply to the orderer."""
-
-    burn_fen: int
-    trial_burn_fen: int
-    limits: Limits
-    usage: Usage
-    budgets: list[tuple[str | None, int]]
 
 
 # spend_rows, tenant_usage, tenant_limits and the budgets of instances.budgets in one statement
@@ -507,13 +454,6 @@ def admission_reads(
         limits=limits_of(own_queued, own_gpus, own_premium),
         usage=Usage(queued=int(queued), gpus=int(gpus), premium_gpus=int(premium)),
         budgets=[(user, int(fen)) for user, fen in budgets or []],
-    )
-
-
-def premium_models() -> list[str]:
-    """The names of the premium GPU models, for messages."""
-    return list(
-        GpuModel.objects.filter(premium=True).order_by("name").values_list("name", flat=True)
     )
 
 

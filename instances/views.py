@@ -24,10 +24,10 @@ from billing.calculator import PRESETS
 from billing.models import Wallet
 from billing.selectors import wallet_for_tenant
 from billing.services import trial_minutes
+from compute.admission import ORDER_KEY_PREFIX, runway_funds
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Image, Offering
 from fleet.models import Region
-from instances.admission import ORDER_KEY_PREFIX, runway_funds
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
 from instances.gangs import gang_of

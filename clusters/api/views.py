@@ -28,7 +28,7 @@ from clusters.services import (
     cluster_stop,
     cluster_terminate,
 )
-from instances.admission import ACCOUNT_LIMITS
+from compute.admission import ACCOUNT_LIMITS
 from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList

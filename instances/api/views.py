@@ -16,9 +16,9 @@ from rest_framework.views import APIView
 
 from billing.api.serializers import TcoInput, TcoOutput
 from billing.calculator import tco_compare
+from compute.admission import ACCOUNT_LIMITS
 from compute.models import Image, Offering
 from fleet.models import GpuModel, Region
-from instances.admission import ACCOUNT_LIMITS
 from instances.api.serializers import (
     AutoStopSavingsOutput,
     DiskAttachInput,

@@ -1,4 +1,4 @@
-"""One order admission for every product (compute.orders, instances.admission.admit): the same
+"""One order admission for every product (compute.orders, compute.admission.admit): the same
 Idempotency-Key with the same request answers the earlier order and with another request is a
 409, and an account on hold is refused, for instances, clusters and endpoints alike; an order
 that loses the race to a concurrent one under its key answers the winner; an order's own cost

@@ -21,7 +21,7 @@ from tests.product_code import PRODUCT_PACKAGES, ROOT, product_files
 
 MAX_LINES = 60
 # (path, qualified name): the order pipelines one order admission was to replace; it has (all
-# three pass instances.admission.admit), and the list is empty.
+# three pass compute.admission.admit), and the list is empty.
 WAITING_FOR_ORDER_ADMISSION: set[tuple[str, str]] = set()
 
 

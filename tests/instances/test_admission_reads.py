@@ -3,9 +3,10 @@ their own queries gives."""
 
 import pytest
 
+from compute.admission import tenant_limits
 from compute.models import Offering, TenantLimits
 from instances.models import Instance
-from instances.selectors import admission_reads, spend_rows, tenant_limits, tenant_usage
+from instances.selectors import admission_reads, spend_rows, tenant_usage
 from starverse.accounts.models import Budget
 from tests.factories import holding_save, make_user
 
