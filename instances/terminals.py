@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 from fleet.selectors import region_target
 from instances.choices import InstanceStatus
 from instances.models import Instance, InstanceEvent
+from starverse.accounts.models import User
 from starverse.accounts.teams import usable_by
 from starverse.core import kube
 from starverse.core.errors import Conflict
@@ -66,7 +67,7 @@ def _not_running(status: str) -> str:
     return _("This instance is terminated: there is no container to open a terminal in.")
 
 
-def terminal_target(*, user: object, instance_id: str) -> TerminalTarget:
+def terminal_target(*, user: User, instance_id: str) -> TerminalTarget:
     """The container of a running instance the person may use (their own; in a team, by their
     role now: starverse.accounts.teams.usable_by). Any other instance is a 404 like a missing
     one (Http404); one that is not running, InstanceNotRunning saying what to do. The terminal

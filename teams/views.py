@@ -59,7 +59,7 @@ from teams.services import (
 def _team(request: HttpRequest, pk: str) -> Tenant:
     """A team of the signed-in person's, else a 404 page as for every tenant object."""
     try:
-        return team_of(request.user, pk)
+        return team_of(page_user(request), pk)
     except NotFound:
         raise Http404 from None
 
@@ -68,7 +68,7 @@ def _team(request: HttpRequest, pk: str) -> Tenant:
 @require_POST
 def switch(request: HttpRequest) -> HttpResponse:
     team_id = request.POST.get("team", "")
-    if team_id and role_in(request.user, team_id) is not None:
+    if team_id and role_in(page_user(request), team_id) is not None:
         request.session[ACTING_TEAM_KEY] = team_id
     else:
         request.session.pop(ACTING_TEAM_KEY, None)
@@ -79,7 +79,7 @@ def switch(request: HttpRequest) -> HttpResponse:
 def team_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         try:
-            team = team_create(user=request.user, name=request.POST.get("name", ""))  # type: ignore[arg-type]
+            team = team_create(user=page_user(request), name=request.POST.get("name", ""))
         except ServiceError as error:
             messages.error(request, error.message)
         else:
@@ -95,7 +95,7 @@ def team_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def team_page(request: HttpRequest, pk: str) -> HttpResponse:
     team = _team(request, pk)
-    acting = acting_in(request.user, team)
+    acting = acting_in(page_user(request), team)
     manager = acting.acting_role in (Role.OWNER, Role.ADMIN)
     context: dict[str, Any] = {
         "team": team,
@@ -150,7 +150,7 @@ def _revoked_text(done: str, revoked: Revoked) -> str:
 @require_POST
 def team_act(request: HttpRequest, pk: str, what: str) -> HttpResponse:
     """The team page's forms: invite, revoke, role, remove, budget, transfer."""
-    user: Any = request.user
+    user = page_user(request)
     team = _team(request, pk)
     ip = client_ip(request)
     post = request.POST
@@ -286,7 +286,7 @@ def invitation_accept_page(request: HttpRequest, token: str) -> HttpResponse:
         messages.error(request, error.message)
         return redirect("teams:teams")
     if request.method == "POST":
-        user: Any = request.user
+        user = page_user(request)
         if normalize_email(user.email) == invitation.email and user.email_verified_at is None:
             user_email_verify(user=user)  # the e-mailed link is proof of the mailbox
         try:

@@ -45,6 +45,7 @@ from instances.terminals import (
     terminal_session_start,
     terminal_target,
 )
+from starverse.accounts.models import User
 from starverse.core import kube
 from terminal.access import origin_allowed, visitor
 from terminal.watch import watch
@@ -131,7 +132,7 @@ class Terminal:
         with translation.override(seen.language):
             await self._serve(match.group(1), seen.user)
 
-    async def _serve(self, instance_id: str, user: Any) -> None:
+    async def _serve(self, instance_id: str, user: "User | None") -> None:
         if user is None:
             await self.refuse(
                 CLOSE_UNAUTHENTICATED, _("Log in to the console again, then reconnect.")

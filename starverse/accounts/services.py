@@ -261,8 +261,8 @@ def ssh_key_delete(*, key: SshKey) -> None:
 
 def login_check(*, email: str, password: str) -> User | None:
     """The user for these credentials, or None; runs the hasher either way (no timing oracle)."""
-    user: Any = authenticate(email=normalize_email(email), password=password)
-    return user if user is not None and user.is_active else None
+    found = authenticate(email=normalize_email(email), password=password)
+    return found if isinstance(found, User) and found.is_active else None
 
 
 def sessions_revoke(*, user: User) -> int:

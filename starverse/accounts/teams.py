@@ -47,7 +47,7 @@ class _Signer(signing.TimestampSigner):
         return signing.b62_encode(int(timezone.now().timestamp()))
 
 
-def role_in(user: Any, tenant_id: str) -> str | None:
+def role_in(user: User, tenant_id: str) -> str | None:
     """The user's role in a tenant: owner of their own, their membership's in a team, or None."""
     if tenant_id == user.personal_tenant_id:
         return Role.OWNER
@@ -58,14 +58,14 @@ def role_in(user: Any, tenant_id: str) -> str | None:
     )
 
 
-def usable_by(user: Any, obj: Any) -> bool:
+def usable_by(user: User, obj: Any) -> bool:
     """Whether the person may use `obj` (an instance, an endpoint: anything with tenant_id and
     created_by_id) by their role in its tenant now (starverse.core.roles.may_use): the gateway,
     the terminal, SSH access and share links all ask this."""
     return may_use(role_in(user, obj.tenant_id), user.pk, obj.created_by_id)
 
 
-def team_of(user: Any, team_id: str) -> Tenant:
+def team_of(user: User, team_id: str) -> Tenant:
     """A team the user belongs to; any other (or none) is a 404, as for every tenant object."""
     team = Tenant.objects.filter(
         pk=team_id, kind=TenantKind.TEAM, memberships__user_id=user.pk
@@ -91,7 +91,7 @@ def team_tenant_create(*, user: User, name: str) -> Tenant:
     return team
 
 
-def acting_in(user: Any, team: Tenant) -> Any:
+def acting_in(user: User, team: Tenant) -> Any:
     """The user with their role in `team`: team management acts for the team in the URL, so
     the role is read from there, not from the tenant the request acts for."""
     role = role_in(user, team.pk)
@@ -266,17 +266,17 @@ def invitation_email_send(*, invitation_id: str, language: str) -> bool:
     return True
 
 
-def _teams(user: Any) -> QuerySet[Tenant]:
+def _teams(user: User) -> QuerySet[Tenant]:
     """The teams the person is a member of."""
     return Tenant.objects.filter(kind=TenantKind.TEAM, memberships__user_id=user.pk)
 
 
-def teams_of(user: Any) -> list[tuple[str, str]]:
+def teams_of(user: User) -> list[tuple[str, str]]:
     """(id, name) of the person's teams, by name: the console's switch and token choices."""
     return list(_teams(user).order_by("name").values_list("id", "name"))
 
 
-def team_for_token(user: Any, team: str) -> str:
+def team_for_token(user: User, team: str) -> str:
     """The id of the person's team named by `team`: its id, or its exact name (any case)
     among their teams; any other is a 404, as for every tenant object."""
     found = list(
@@ -297,7 +297,7 @@ def team_for_token(user: Any, team: str) -> str:
 
 def token_team_check(
     *,
-    user: Any,
+    user: User,
     team_id: str | None,
     scopes: list[str],
     minted_by: ApiToken | None = None,

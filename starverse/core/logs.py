@@ -16,9 +16,12 @@ import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest, HttpResponse
+
+if TYPE_CHECKING:  # the core names the user model only for the type checker (import contracts)
+    from starverse.accounts.models import User
 
 REQUEST_ID_HEADER = "X-Request-ID"
 # The task header that carries it (Celery copies unknown headers onto task.request).
@@ -76,8 +79,8 @@ class ActorMiddleware:
         return self.get_response(request)
 
 
-def set_actor(user: Any) -> None:
-    actor.set((str(user.pk), str(getattr(user, "tenant_id", "") or "")))
+def set_actor(user: "User") -> None:
+    actor.set((str(user.pk), str(user.tenant_id or "")))
 
 
 class ContextFilter(logging.Filter):

@@ -8,11 +8,16 @@ role in the tenant it acts for (User.act_for); in a personal account that is own
 - member: orders and manages their own objects, sees the team's;
 - billing: reads, tops up and transfers money in; orders nothing."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import gettext as _
 
 from starverse.core.errors import Forbidden
+
+if TYPE_CHECKING:  # the core names the user model only for the type checker (import contracts)
+    from django.contrib.auth.models import AnonymousUser
+
+    from starverse.accounts.models import User
 
 # The values of starverse.accounts.models.Role (the core imports no app).
 OWNER, ADMIN, MEMBER, BILLING = "owner", "admin", "member", "billing"
@@ -21,15 +26,15 @@ ORDERERS = (OWNER, ADMIN, MEMBER)
 PAYERS = (OWNER, ADMIN, BILLING)
 
 
-def role_of(user: Any) -> str:
+def role_of(user: "User | AnonymousUser") -> str:
     return str(getattr(user, "acting_role", OWNER))
 
 
-def is_manager(user: Any) -> bool:
+def is_manager(user: "User | AnonymousUser") -> bool:
     return role_of(user) in MANAGERS
 
 
-def require_role(user: Any, roles: tuple[str, ...], doing: str) -> None:
+def require_role(user: "User | AnonymousUser", roles: tuple[str, ...], doing: str) -> None:
     """Refuse (403 `role_forbidden`) unless the user's role in the acting tenant is one of
     `roles`; `doing` names the act for the message."""
     role = role_of(user)
@@ -41,19 +46,19 @@ def require_role(user: Any, roles: tuple[str, ...], doing: str) -> None:
         )
 
 
-def require_orderer(user: Any) -> None:
+def require_orderer(user: "User | AnonymousUser") -> None:
     require_role(user, ORDERERS, _("ordering or changing resources"))
 
 
-def require_payer(user: Any) -> None:
+def require_payer(user: "User | AnonymousUser") -> None:
     require_role(user, PAYERS, _("topping up"))
 
 
-def require_manager(user: Any) -> None:
+def require_manager(user: "User | AnonymousUser") -> None:
     require_role(user, MANAGERS, _("managing the team"))
 
 
-def require_owner(user: Any, doing: str) -> None:
+def require_owner(user: "User | AnonymousUser", doing: str) -> None:
     require_role(user, (OWNER,), doing)
 
 
@@ -67,7 +72,7 @@ def may_use(role: str | None, user_id: str, created_by_id: str | None) -> bool:
     return role == MEMBER and created_by_id == user_id
 
 
-def require_own_or_manager(user: Any, obj: Any) -> None:
+def require_own_or_manager(user: "User | AnonymousUser", obj: Any) -> None:
     """A member changes (stops, terminates, deletes, attaches …) only what they ordered; owners
     and admins anything of the team. The object is the team's, so the member can see it: the
     refusal is a 403 that says why, not a 404."""

@@ -87,7 +87,7 @@ class TeamDetailView(TeamView):
     @extend_schema(operation_id="teams_retrieve", responses={200: s.TeamOutput, **errors(404)})
     def get(self, request: Request, pk: str) -> Response:
         team = team_in_path(request, pk)
-        role = acting_in(request.user, team).acting_role
+        role = acting_in(signed_in_user(request), team).acting_role
         return Response(s.TeamOutput(team, context={"roles": {team.pk: role}}).data)
 
 
@@ -145,7 +145,7 @@ class InvitationListView(TeamView):
     )
     def get(self, request: Request, pk: str) -> Response:
         team = team_in_path(request, pk)
-        require_manager(acting_in(request.user, team))
+        require_manager(acting_in(signed_in_user(request), team))
         return _page(request, self, Invitation.objects.filter(tenant=team), s.InvitationOutput)
 
     @extend_schema(
@@ -221,7 +221,7 @@ class BudgetView(TeamView):
         team = team_in_path(request, pk)
         rows = [
             _budget_row(state)
-            for state in budgets_of(team.pk, viewer=acting_in(request.user, team))
+            for state in budgets_of(team.pk, viewer=acting_in(signed_in_user(request), team))
         ]
         return Response({"count": len(rows), "next": None, "previous": None, "results": rows})
 
@@ -237,7 +237,7 @@ class BudgetView(TeamView):
         data = s.BudgetInput(data=request.data)
         data.is_valid(raise_exception=True)
         state = budget_set(
-            actor=acting_in(request.user, team),
+            actor=acting_in(signed_in_user(request), team),
             team=team,
             user_id=data.validated_data.get("user") or None,
             monthly_fen=data.validated_data["monthly_fen"],

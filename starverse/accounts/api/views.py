@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from billing.onboarding import user_email_verify_token, user_signup
 from billing.selectors import TrialState, trial_state, wallet_for_tenant
 from starverse.accounts.api import serializers as s
-from starverse.accounts.models import ApiToken, Scope, SshKey, Tenant
+from starverse.accounts.models import ApiToken, Scope, SshKey, Tenant, User
 from starverse.accounts.selectors import (
     recovery_codes_left,
     totp_device_confirmed,
@@ -162,7 +162,7 @@ class TokenLoginView(APIView):
         return Response(body, status=status.HTTP_201_CREATED)
 
 
-def acting_team(user: Any) -> dict[str, str] | None:
+def acting_team(user: User) -> dict[str, str] | None:
     """The team a request acts for (its token's, or the console's switch), with the person's
     role in it; None for their own account."""
     team_id = user.acting_team_id
