@@ -1,5 +1,8 @@
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from clusters.models import Cluster, Preflight, Rank
 
@@ -10,8 +13,14 @@ class RankInline(admin.TabularInline[Rank, Cluster]):
     model = Rank
     extra = 0
     can_delete = False
-    fields = ("index", "instance")
+    fields = ("index", "instance_link")
     readonly_fields = fields
+
+    @admin.display(description="instance")
+    def instance_link(self, row: Rank) -> SafeString:
+        """The rank's instance, a link to its page in the Instances list."""
+        url = reverse("admin:instances_instance_change", args=[row.instance_id])
+        return format_html('<a href="{}">{}</a>', url, row.instance_id)
 
     def has_add_permission(self, request: HttpRequest, obj: Cluster | None = None) -> bool:
         return False

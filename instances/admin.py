@@ -141,11 +141,18 @@ class ImageAdmin(admin.ModelAdmin[Image]):
 
 
 class InstanceEventInline(admin.TabularInline[InstanceEvent, Instance]):
+    """The timeline, each step in the operator's language with its words filled in (the row
+    keeps the source and its parameters: InstanceEvent.text)."""
+
     model = InstanceEvent
-    fields = readonly_fields = ("at", "status", "message")
+    fields = readonly_fields = ("at", "status", "said")
     extra = 0
     max_num = 0
     can_delete = False
+
+    @admin.display(description=_("Message"))
+    def said(self, event: InstanceEvent) -> str:
+        return event.text
 
 
 class _CompanionInline(admin.StackedInline[Any, Instance]):

@@ -17,7 +17,15 @@ from instances.lifecycle import instance_order
 from instances.models import Instance
 from instances.provisioning import converge
 from starverse.core.errors import InsufficientBalance
-from tests.factories import converge_until, fund, make_cluster, make_ssh_key, make_user
+from tests.factories import (
+    converge_until,
+    fund,
+    make_cluster,
+    make_operator,
+    make_ssh_key,
+    make_user,
+    staff_login,
+)
 
 ZH = {"HTTP_ACCEPT_LANGUAGE": "zh-CN,zh;q=0.9"}
 
@@ -316,3 +324,14 @@ def test_detail_shows_whatever_launch_commands_and_preflight_the_cluster_has(cat
     context = detail_context(cluster, cluster_view(Cluster.objects.get(pk=cluster.pk)))
     html = render_to_string("clusters/detail.html", context, request=request)
     assert '<dd data-field="region">East China 2</dd>' in html
+
+
+def test_the_admin_lists_a_clusters_ranks_with_links_to_their_instances(catalog, client):
+    cluster = make_cluster(make_user())
+    staff_login(client, make_operator())
+
+    html = client.get(f"/admin/clusters/cluster/{cluster.id}/change/").content.decode()
+
+    for rank in cluster.ranks.all():
+        assert f'href="/admin/instances/instance/{rank.instance_id}/change/"' in html
+    assert cluster.ranks.count() == 2

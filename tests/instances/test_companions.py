@@ -5,8 +5,9 @@ readers of an hourly instance meet no missing row, and the admin shows the rows 
 from django.test import Client
 
 from compute.models import Offering
-from instances.models import Instance, MonthlyRental, PodWatch, StopPolicy
+from instances.models import Instance, InstanceEvent, MonthlyRental, PodWatch, StopPolicy
 from starverse.core.adminurls import admin_change_url
+from starverse.core.text import later
 from tests.factories import holding_save, make_instance, make_operator, make_user, staff_login
 
 
@@ -57,6 +58,8 @@ def test_instances_inserted_one_by_one_or_in_bulk_get_their_rows(db):
 def test_the_admin_shows_the_rows_read_only(db):
     instance = make_instance(make_user())
     StopPolicy.objects.filter(instance=instance).update(idle_warn_minutes=17)
+    placed = later("Placed on %(node)s.") % {"node": "gpu-h100-9"}
+    InstanceEvent.objects.create(instance=instance, status="provisioning", message=placed)
     client = Client()
     staff_login(client, make_operator())
 
@@ -66,6 +69,8 @@ def test_the_admin_shows_the_rows_read_only(db):
     assert "Monthly rental" not in page
     assert ">17<" in page.replace("\n", "").replace(" ", "")
     assert 'name="stop_policy-0-idle_warn_minutes"' not in page  # not editable
+    # the timeline reads as the console shows it, its words filled in
+    assert "Placed on gpu-h100-9." in page and "%(node)s" not in page
     monthly = Instance.objects.create(
         tenant_id=instance.tenant_id,
         created_by=instance.created_by,
