@@ -353,6 +353,7 @@ def _metering_tick(count: int, name: str, goal: str) -> list[dict]:
                 "GPU usage",
                 "",
                 f"ins_b{n:06d}",
+                1_000_000 + n,  # its place in its wallet's ledger, after the tick's postings
                 now,
             )
             for n in range(count)
@@ -362,8 +363,8 @@ def _metering_tick(count: int, name: str, goal: str) -> list[dict]:
             cursor.execute(
                 "INSERT INTO billing_ledgertransaction (id, wallet_id, kind, idempotency_key, "
                 "request_hash, amount_fen, cash_delta_fen, promo_delta_fen, cash_after_fen, "
-                "promo_after_fen, description, reason, instance_id, created_at) VALUES "
-                + ", ".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(part)),
+                "promo_after_fen, description, reason, instance_id, seq, created_at) VALUES "
+                + ", ".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(part)),
                 [v for row in part for v in row],
             )
             entries = [(r[0], r[1], "cash", -37) for r in part] + [

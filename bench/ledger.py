@@ -81,20 +81,22 @@ def _run_ours(contended: bool) -> float:
 PGBENCH_SCRIPT = """
 \\set w {wallet}
 BEGIN;
-SELECT cash_fen, promo_fen FROM billing_wallet
+SELECT cash_fen, promo_fen, postings FROM billing_wallet
   WHERE id = 'wal_b' || lpad(:w::text, 6, '0') FOR UPDATE;
 WITH t AS (
   INSERT INTO billing_ledgertransaction (id, wallet_id, kind, idempotency_key, request_hash,
     amount_fen, cash_delta_fen, promo_delta_fen, cash_after_fen, promo_after_fen, description,
-    reason, instance_id, created_at)
+    reason, instance_id, seq, created_at)
   VALUES ('txn_' || substr(md5(random()::text), 1, 20), 'wal_b' || lpad(:w::text, 6, '0'), 'topup',
     'pgbench:' || md5(random()::text || clock_timestamp()::text), '', 100, 100, 0, 0, 0, 'bench',
-    '', '', now())
+    '', '', (SELECT postings + 1 FROM billing_wallet
+             WHERE id = 'wal_b' || lpad(:w::text, 6, '0')), now())
   RETURNING id)
 INSERT INTO billing_ledgerentry (transaction_id, wallet_id, account, amount_fen)
   SELECT id, 'wal_b' || lpad(:w::text, 6, '0'), 'cash', 100 FROM t
   UNION ALL SELECT id, NULL, 'platform:payments', -100 FROM t;
-UPDATE billing_wallet SET cash_fen = cash_fen + 100 WHERE id = 'wal_b' || lpad(:w::text, 6, '0');
+UPDATE billing_wallet SET cash_fen = cash_fen + 100, postings = postings + 1
+  WHERE id = 'wal_b' || lpad(:w::text, 6, '0');
 COMMIT;
 """
 

@@ -48,6 +48,11 @@ class Wallet(models.Model):
     pending_promo_fen = models.BigIntegerField(
         default=0, db_default=0, help_text="Usage accrued from trial credit, not yet posted."
     )
+    postings = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        help_text="How many transactions its ledger has: the last one's number (seq).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -166,12 +171,18 @@ class LedgerTransaction(models.Model):
         "meter, or the rest of a session at its stop). 0 for other kinds, and for per-minute "
         "postings made before hourly postings, each of which paid one minute.",
     )
+    # Its place in its wallet's ledger, 1, 2, 3 … in the order the postings were made (under
+    # the wallet's lock, so the order of the balances after): statements, exports and lists
+    # read the ledger in this order. Postings of one moment share a created_at (the meter posts
+    # a tick's hours at once), so time alone cannot order them.
+    seq = models.BigIntegerField()
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
         permissions = [("reverse_transaction", "Can reverse ledger transactions")]
         indexes = [models.Index(fields=["wallet", "-created_at"], name="ledger_wallet_recent")]
         constraints = [
+            models.UniqueConstraint(fields=["wallet", "seq"], name="ledger_wallet_seq"),
             models.CheckConstraint(
                 condition=Q(
                     amount_fen=models.F("cash_delta_fen")

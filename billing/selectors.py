@@ -59,6 +59,7 @@ class WalletBalance:
     arrears_fen: int
     pending_cash_fen: int
     pending_promo_fen: int
+    postings: int
 
 
 def wallets_locked(wallet_ids: list[str]) -> dict[str, WalletBalance]:
@@ -69,7 +70,13 @@ def wallets_locked(wallet_ids: list[str]) -> dict[str, WalletBalance]:
         .filter(pk__in=wallet_ids)
         .order_by("id")
         .values_list(
-            "id", "cash_fen", "promo_fen", "arrears_fen", "pending_cash_fen", "pending_promo_fen"
+            "id",
+            "cash_fen",
+            "promo_fen",
+            "arrears_fen",
+            "pending_cash_fen",
+            "pending_promo_fen",
+            "postings",
         )
     )
     return {row[0]: WalletBalance(*row) for row in rows}
@@ -88,9 +95,8 @@ def wallet_has_paid(wallet: Wallet) -> bool:
 
 
 def ledger_for_tenant(tenant_id: str) -> QuerySet[LedgerTransaction]:
-    return LedgerTransaction.objects.filter(wallet__tenant_id=tenant_id).order_by(
-        "-created_at", "-id"
-    )
+    """The tenant's ledger, newest first in the order it was posted (LedgerTransaction.seq)."""
+    return LedgerTransaction.objects.filter(wallet__tenant_id=tenant_id).order_by("-seq")
 
 
 @dataclass(frozen=True)

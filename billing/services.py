@@ -187,7 +187,9 @@ def _transaction(
     wallet.cash_fen += cash_delta
     wallet.promo_fen += promo_delta
     wallet.arrears_fen += arrears_delta
+    wallet.postings += 1
     return LedgerTransaction(
+        seq=wallet.postings,
         wallet=wallet,
         kind=kind,
         idempotency_key=key,
@@ -255,8 +257,15 @@ def _write(wallet: Wallet, postings: list[tuple[LedgerTransaction, str]]) -> Non
         cursor.execute(
             f"WITH {', '.join(parts)} UPDATE billing_wallet "  # noqa: S608 - placeholders only
             "SET cash_fen = %s, promo_fen = %s, "
-            "arrears_fen = %s WHERE id = %s",
-            [*params, wallet.cash_fen, wallet.promo_fen, wallet.arrears_fen, wallet.id],
+            "arrears_fen = %s, postings = %s WHERE id = %s",
+            [
+                *params,
+                wallet.cash_fen,
+                wallet.promo_fen,
+                wallet.arrears_fen,
+                wallet.postings,
+                wallet.id,
+            ],
         )
     for txn, _counter in postings:  # as after save(): a row of the database now
         txn._state.adding, txn._state.db = False, "default"
@@ -677,6 +686,7 @@ def usage_settle_many(settlements: list[Settlement]) -> int:
         wallet.pending_promo_fen -= part.promo_fen
         wallet.cash_fen -= part.cash_fen
         wallet.promo_fen -= part.promo_fen
+        wallet.postings += 1
         row = _usage_row(next(ids), part, wallet, now)
         rows.append(row)
         entries += _usage_entries(row)
@@ -687,10 +697,10 @@ def usage_settle_many(settlements: list[Settlement]) -> int:
     bulk_set(
         Wallet,
         [
-            (w.id, w.cash_fen, w.promo_fen, w.pending_cash_fen, w.pending_promo_fen)
+            (w.id, w.cash_fen, w.promo_fen, w.pending_cash_fen, w.pending_promo_fen, w.postings)
             for w in wallets.values()
         ],
-        ["cash_fen", "promo_fen", "pending_cash_fen", "pending_promo_fen"],
+        ["cash_fen", "promo_fen", "pending_cash_fen", "pending_promo_fen", "postings"],
     )
     logger.info("ledger.usage_settled posted=%d replayed=%d", len(rows), len(parts) - len(rows))
     return len(rows)
@@ -765,6 +775,7 @@ class UsageRow(NamedTuple):
     description: str
     price_kind: str
     reason: str
+    seq: int
     created_at: datetime
 
 
@@ -789,6 +800,7 @@ def _usage_row(txn_id: str, part: _Part, wallet: WalletBalance, now: datetime) -
         description=part.description[:500],
         price_kind=part.price_kind,
         reason="",
+        seq=wallet.postings,
         created_at=now,
     )
 

@@ -108,9 +108,10 @@ def statement_data(*, tenant_id: str, month: date, until: datetime | None = None
     start, end = local_midnight(month), until or local_midnight(next_month(month))
     lines = list(
         LedgerTransaction.objects.filter(wallet=wallet, created_at__gte=start, created_at__lt=end)
-        .order_by("created_at", "id")
+        .order_by("seq")
         .only(
             "id",
+            "seq",
             "kind",
             "description",
             "instance_id",

@@ -58,8 +58,13 @@ class LedgerOutput(serializers.ModelSerializer[LedgerTransaction]):
             "price_kind",
             "minutes",
             "instance",
+            "seq",
         ]
         extra_kwargs = {
+            "seq": {
+                "help_text": "Its place in the wallet's ledger: 1, 2, 3 … in the order it was "
+                "posted (lines of one moment share created_at). The list is newest first by it."
+            },
             "minutes": {
                 "help_text": "Usage of GPUs: the minutes this line pays (an hour's posting, or "
                 "the rest of a session at its stop); 0 for other kinds, and for lines posted "

@@ -89,7 +89,7 @@ class LedgerViewSet(
     def filter_queryset_extra(
         self, queryset: QuerySet[LedgerTransaction]
     ) -> QuerySet[LedgerTransaction]:
-        return queryset.order_by("-created_at", "-id")
+        return queryset.order_by("-seq")  # in the order it was posted
 
 
 @extend_schema_view(

@@ -508,3 +508,61 @@ def test_usage_counts_the_minutes_an_hourly_posting_pays_and_a_reversal_takes_ba
     hourly = LedgerTransaction.objects.get(idempotency_key=key)
     transaction_reverse(transaction_id=hourly.id, reason="outage credit", actor=make_operator())
     assert minutes() == [(instance.id, 1, 100)]
+
+
+def test_lines_of_one_moment_come_in_posting_order_and_add_up_to_the_closing_balance(
+    db, time_machine, client_for
+):
+    """Postings of the same moment (a meter tick posts many hours at once, each with its cash
+    and trial parts) are listed in the order they were posted: each line's balance after is the
+    one before plus its amount, and the last is the closing balance, in the statement, its CSV
+    and the API's ledger."""
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    user = make_user()  # the trial credit, ¥10
+    fund(user, 50_000)
+    wallet_id = user.tenant.wallet.id
+    for n in range(3):  # three hours of three instances, in one tick
+        minutes = [Accrual(wallet_id, 100 + n, 10) for _ in range(60)]
+        with transaction.atomic():
+            accrued = usage_accrue_many(minutes)
+            usage_settle_many(
+                [
+                    Settlement(
+                        wallet_id,
+                        f"usage:ins_order{n}:1:0-59",
+                        f"ins_order{n}",
+                        "GPU usage",
+                        60,
+                        sum(a.trial for a in accrued),
+                        sum(a.cash_fen for a in accrued),
+                        sum(a.promo_fen for a in accrued),
+                    )
+                ]
+            )
+    fund(user, 7_000)
+    for minute in range(3):
+        _charge(user, "ins_orderx", minute, 333)
+
+    data = statements.statement_data(tenant_id=user.tenant_id, month=NOV)
+
+    assert len(data.lines) >= 8
+    assert len({line.created_at for line in data.lines[1:]}) == 1  # all of one moment
+    balance = data.opening.total_fen
+    for line in data.lines:
+        balance += line.amount_fen
+        assert line.balance_after_fen == balance, line.id
+    assert balance == data.closing.total_fen
+    csv_ids = [
+        row[-1]
+        for row in csv.reader(io.StringIO(statement_csv_text(data)))
+        if row and row[-1].startswith("txn_")
+    ]
+    assert csv_ids == [line.id for line in data.lines]
+    listed = client_for(user).get("/api/v1/billing/ledger", {"page_size": 100}).json()["results"]
+    assert [row["id"] for row in listed] == [line.id for line in reversed(data.lines)]
+
+
+def statement_csv_text(data: statements.StatementData) -> str:
+    from billing.documents import statement_csv
+
+    return statement_csv(data).decode("utf-8").lstrip("\ufeff")

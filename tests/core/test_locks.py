@@ -119,7 +119,7 @@ def test_a_wallet_locked_by_tenant_or_by_id_is_the_same_row_lock():
         assert "could not obtain lock" in str(_in_another_connection(nowait, [wallet.pk]))
     with transaction.atomic():
         assert wallets_locked([wallet.pk]) == {
-            wallet.pk: WalletBalance(wallet.pk, 0, wallet.promo_fen, 0, 0, 0)
+            wallet.pk: WalletBalance(wallet.pk, 0, wallet.promo_fen, 0, 0, 0, wallet.postings)
         }
         assert "could not obtain lock" in str(_in_another_connection(nowait, [wallet.pk]))
     assert _in_another_connection(nowait, [wallet.pk]) == wallet.pk

@@ -232,3 +232,54 @@ def test_a_clusters_ranks_move_to_the_clusters_table_and_back(transactional_db):
     gangs = dict(old.get_model("compute", "Holding").objects.values_list("id", "gang"))
     assert gangs["ins_gone2"] == "clu_ranks1"
     _migrate(latest)
+
+
+def test_ledger_postings_are_numbered_per_wallet_and_stay_immutable(transactional_db):
+    """billing 0012: every transaction made before gets its place in its wallet's ledger, in
+    the order they were read until then (created_at, then id), every wallet the count of its
+    postings, and the ledger's rows are still refused any change afterwards."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    import pytest
+    from django.db import DatabaseError, transaction
+
+    latest = _latest()
+    old = _migrate([("billing", "0011_usage_pending_and_minutes")])
+    at = datetime(2026, 11, 10, 12, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
+    made = {}
+    for name in ("a", "b"):
+        tenant = old.get_model("accounts", "Tenant").objects.create(id=f"tnt_seq{name}", name=name)
+        wallet = old.get_model("billing", "Wallet").objects.create(
+            id=f"wal_seq{name}", tenant=tenant
+        )
+        made[wallet.id] = [
+            old.get_model("billing", "LedgerTransaction")
+            .objects.create(
+                id=f"txn_seq{name}{n}",
+                wallet=wallet,
+                kind="topup",
+                idempotency_key=f"seq:{name}:{n}",
+                request_hash="",
+                amount_fen=100,
+                cash_delta_fen=100,
+                promo_delta_fen=0,
+                cash_after_fen=100 * (n + 1),
+                promo_after_fen=0,
+                description="Top-up",
+                created_at=at + timedelta(minutes=n),
+            )
+            .id
+            for n in range(3)
+        ]
+
+    new = _migrate(latest)
+
+    ledger = new.get_model("billing", "LedgerTransaction").objects
+    for wallet_id, ids in made.items():
+        numbered = list(ledger.filter(wallet_id=wallet_id).order_by("seq").values_list("id", "seq"))
+        assert numbered == [(pk, n + 1) for n, pk in enumerate(ids)]
+        wallet = new.get_model("billing", "Wallet").objects.get(pk=wallet_id)
+        assert wallet.postings == 3
+    with pytest.raises(DatabaseError), transaction.atomic():
+        ledger.filter(pk=made["wal_seqa"][0]).update(seq=99)
