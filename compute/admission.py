@@ -33,7 +33,7 @@ from billing.holds import account_hold_check
 from billing.models import Wallet
 from billing.selectors import wallet_has_paid, wallet_locked
 from compute.choices import BillingMode
-from compute.models import TenantLimits
+from compute.models import Offering, TenantLimits
 from compute.orders import Order, Product
 from fleet.models import GpuModel
 from starverse.core.errors import (
@@ -182,7 +182,9 @@ class Runway:
     nothing, so they are not counted); and the cash the wallet has (runway_funds). `trial`:
     the runway at trial prices, for an hourly instance of an offering with a trial price; either
     covers the start. `product`: whose runway it is (a whole cluster's, an endpoint's: its
-    message says so)."""
+    message says so). `idle_trial_fen`: trial credit the wallet holds that cannot pay this
+    order (its offering has no trial price, or it is monthly): its refusal says so, since the
+    balance shown includes it."""
 
     have_fen: int
     own_fen: int
@@ -190,6 +192,7 @@ class Runway:
     unit: str
     product: Product = "instance"
     trial: TrialRunway | None = None
+    idle_trial_fen: int = 0
 
     @property
     def need_fen(self) -> int:
@@ -243,6 +246,7 @@ def order_runway(order: Order, wallet: Wallet, *, burn: tuple[int, int] | None =
         unit=MONTH if monthly else HOUR,
         product=order.product,
         trial=trial,
+        idle_trial_fen=funds.trial_fen if trial is None and order.trial_credit else 0,
     )
 
 
@@ -290,8 +294,32 @@ def runway_message(found: Runway) -> str:
     parts = [cash % amounts]
     if found.trial is not None:
         parts.append(_trial_message(found.trial))
+    elif found.idle_trial_fen > 0:
+        parts.append(_idle_trial_message(found))
     parts.append(_("Top up to continue."))
     return " ".join(parts)
+
+
+def _idle_trial_message(found: Runway) -> str:
+    """Why the trial credit the balance shows does not pay this order, and what it pays for."""
+    have = format_fen(found.idle_trial_fen)
+    if found.unit == MONTH:
+        return _("Your trial credit of %(have)s pays by the hour only, not monthly rentals.") % {
+            "have": have
+        }
+    names = trial_offerings()
+    if not names:
+        return _("Your trial credit of %(have)s does not pay for this offering.") % {"have": have}
+    return _(
+        "Your trial credit of %(have)s does not pay for this offering; it pays for %(offerings)s."
+    ) % {"have": have, "offerings": ", ".join(names)}
+
+
+def trial_offerings() -> list[str]:
+    """The names of the active offerings trial credit pays for (those with a trial price), in
+    the reader's language, as the catalogue lists them."""
+    rows = Offering.objects.filter(active=True, trial_price_per_hour_fen__isnull=False)
+    return [str(offering) for offering in rows.order_by("sort", "gpu_model", "gpu_count")]
 
 
 def _trial_message(trial: TrialRunway) -> str:

@@ -141,7 +141,8 @@ def test_the_runway_on_trial_credit_at_the_trial_price(catalog, client_for):
         "plus one hour of your other instances that have a trial price (¥10.00). Top up to "
         "continue."
     )
-    # an offering without a trial price is cash only
+    # an offering without a trial price is cash only, and the refusal says so: the header
+    # shows the trial credit in the balance, which this offering cannot spend
     refused = client.post(
         "/api/v1/instances",
         {"offering": catalog["h100x1"].id, "image": "pytorch-2.1"},
@@ -149,8 +150,23 @@ def test_the_runway_on_trial_credit_at_the_trial_price(catalog, client_for):
         HTTP_IDEMPOTENCY_KEY="trial-3",
     )
     assert refused.status_code == 402
-    assert refused.json()["detail"].startswith("Your cash balance of ¥0.00 does not cover")
-    assert "trial credit" not in refused.json()["detail"]
+    detail = refused.json()["detail"]
+    assert detail.startswith("Your cash balance of ¥0.00 does not cover")
+    said = detail.split("Your trial credit of ¥10.00 does not pay for this offering; it pays for ")
+    assert len(said) == 2, detail
+    names = said[1].removesuffix(". Top up to continue.").split(", ")
+    assert str(catalog["h100_node"]) in names and str(catalog["h100x1"]) not in names
+    # a monthly rental is never paid from trial credit
+    monthly = client.post(
+        "/api/v1/instances",
+        {"offering": catalog["h100_node"].id, "image": "pytorch-2.1", "billing": "monthly"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="trial-4",
+    )
+    assert monthly.status_code == 402
+    assert "Your trial credit of ¥10.00 pays by the hour only, not monthly rentals." in (
+        monthly.json()["detail"]
+    )
 
 
 def test_the_ledger_shows_which_price_applied(catalog, client_for, client):
