@@ -358,3 +358,22 @@ def test_a_bad_usage_range_is_shown_at_the_field(signed_in):
     assert "usage-table" not in html and "/billing/usage.csv" not in html
     answer = client.get("/billing/usage.csv", {"start": "x", "end": "2026-11-01"}, follow=True)
     assert "Enter a valid date." in answer.content.decode()
+
+
+def test_a_storage_charge_is_not_called_compute_in_chinese(signed_in):
+    """Every usage line, a cloud disk's day as much as GPU time, is one kind: in zh-Hans its
+    name must fit both (it said 算力消费, compute)."""
+    user = make_user()
+    fund(user, 1_000)
+    ledger_post(
+        wallet_id=user.tenant.wallet.id,
+        key=f"storage:test:{user.id}",
+        kind=TransactionKind.USAGE,
+        amount_fen=-30,
+        description="Cloud disk ckpt, 100 GB, one day",
+    )
+
+    html = signed_in(user).get("/billing/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9").content.decode()
+
+    row = html[html.index("Cloud disk ckpt") - 2000 : html.index("Cloud disk ckpt")]
+    assert "资源消费" in row and "算力" not in row
