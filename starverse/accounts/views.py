@@ -98,7 +98,9 @@ def signup(request: HttpRequest) -> HttpResponse:
                 form.add_error(field, error.message)
             else:
                 login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-                messages.success(request, _signup_welcome(user))
+                # the dashboard has its own banner for a pending verification (with a button
+                # to send the link again): the welcome does not say it a second time there
+                messages.success(request, _signup_welcome(user, banner=not next_url))
                 return redirect(next_url or "console:dashboard")
     return render(
         request,
@@ -112,11 +114,15 @@ def signup(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _signup_welcome(user: User) -> str:
+def _signup_welcome(user: User, *, banner: bool) -> str:
+    """What the first page after sign-up says; `banner`: it is the dashboard, whose banner
+    already asks for the e-mail's verification."""
     trial = trial_state(user)
     amount = format_fen(trial.amount_fen)
     if trial.status == TrialStatus.GRANTED:
         return _("Welcome! %(amount)s of trial credit is on your balance.") % {"amount": amount}
+    if trial.status == TrialStatus.PENDING_VERIFICATION and banner:
+        return _("Welcome! Your account works already.")
     if trial.status == TrialStatus.PENDING_VERIFICATION:
         return _(
             "Welcome! We have sent a link to %(email)s: verify your e-mail to receive your "

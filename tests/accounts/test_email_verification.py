@@ -450,3 +450,25 @@ def test_admin_changing_an_address_recomputes_its_canonical_form(client, db):
     user.refresh_from_db()
     assert (user.email, user.canonical_email) == ("new.name+x@gmail.com", "newname@gmail.com")
     assert user.email_verified_at is not None  # stays verified: no second trial to earn
+
+
+def test_after_sign_up_the_dashboard_asks_for_the_verification_once(client, db):
+    """The dashboard's banner asks to verify the address (with a button to send the link
+    again): the welcome does not ask a second time there. Signing up on the way to another
+    page, the welcome says it, since no banner will."""
+    signup = reverse("accounts:signup")
+
+    page = client.post(signup, {"email": "sun@lab.edu.cn", "password": PASSWORD}, follow=True)
+
+    html = page.content.decode()
+    assert page.request["PATH_INFO"] == reverse("console:dashboard")
+    assert "We have sent a link" not in html  # the welcome said it again before
+    assert "Welcome! Your account works already." in html
+    assert html.count("Verify your e-mail to receive") == 1
+    client.logout()
+    elsewhere = client.post(
+        f"{signup}?next=/billing/", {"email": "qian@lab.edu.cn", "password": PASSWORD}, follow=True
+    )
+    assert (
+        "We have sent a link to qian@lab.edu.cn: verify your e-mail" in elsewhere.content.decode()
+    )

@@ -164,8 +164,9 @@ def test_the_runway_on_trial_credit_at_the_trial_price(catalog, client_for):
         HTTP_IDEMPOTENCY_KEY="trial-4",
     )
     assert monthly.status_code == 402
-    assert "Your trial credit of ¥10.00 pays by the hour only, not monthly rentals." in (
-        monthly.json()["detail"]
+    assert (
+        "Your trial credit of ¥10.00 pays by the hour only, not monthly rentals."
+        in (monthly.json()["detail"])
     )
 
 
