@@ -153,6 +153,12 @@ def font_path() -> str:
     return str(path)
 
 
+def summary_label_width(pdf: "FPDF", summary: list[tuple[str, str]]) -> float:
+    """The summary's label column, in mm: wide enough for its longest label in both languages
+    (the month so far's "Month to date, not final: as of" ran over its date), 60 at least."""
+    return max(60.0, *(pdf.get_string_width(label) + 4 for label, _value in summary))
+
+
 def statement_pdf(data: "StatementData") -> bytes:
     from fpdf import FPDF  # imported when a statement is drawn: it is slow to import
 
@@ -165,8 +171,10 @@ def statement_pdf(data: "StatementData") -> bytes:
     pdf.set_font("cjk", size=14)
     pdf.cell(0, 8, both(gettext_noop("Starverse monthly statement")), new_x="LMARGIN", new_y="NEXT")
     pdf.set_font("cjk", size=9)
-    for label, value in _summary(data):
-        pdf.cell(60, 5, label)
+    summary = _summary(data)
+    width = summary_label_width(pdf, summary)
+    for label, value in summary:
+        pdf.cell(width, 5, label)
         pdf.cell(0, 5, value, new_x="LMARGIN", new_y="NEXT")
     pdf.ln(3)
     _table(pdf, [both(c) for c in USAGE_COLUMNS], _usage_cells(data), (90, 25, 35, 40))

@@ -566,3 +566,28 @@ def statement_csv_text(data: statements.StatementData) -> str:
     from billing.documents import statement_csv
 
     return statement_csv(data).decode("utf-8").lstrip("\ufeff")
+
+
+def test_the_month_so_far_label_fits_beside_its_date(db, time_machine):
+    """The PDF's summary labels are in both languages; the month so far's "Month to date, not
+    final: as of" is wider than the 60 mm the column had, and its date was printed over it.
+    The column is as wide as its longest label."""
+    from fpdf import FPDF
+
+    from billing import documents
+
+    time_machine.move_to(datetime(2026, 11, 10, 12, 0, tzinfo=TZ))
+    user = make_user()
+    data = statements.statement_data(tenant_id=user.tenant_id, month=NOV, until=timezone.now())
+    data = statements.StatementData(**{**data.__dict__, "as_of": timezone.now()})
+    pdf = FPDF(orientation="P", unit="mm", format="A4")
+    pdf.add_font("cjk", fname=documents.font_path(), collection_font_number=0)
+    pdf.set_font("cjk", size=9)
+    summary = documents._summary(data)
+    label = next(label for label, _value in summary if "Month to date" in label)
+
+    width = documents.summary_label_width(pdf, summary)
+
+    assert pdf.get_string_width(label) > 60  # the old column was too narrow for it
+    assert width >= pdf.get_string_width(label) + 2
+    assert documents.statement_pdf(data).startswith(b"%PDF")
