@@ -10,7 +10,9 @@ import logging
 from typing import Any
 
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from clusters import pods
 from clusters.models import Cluster, Rank
@@ -189,3 +191,11 @@ class RankHooks(GangHooks):
     def member_words(self, instance: Instance) -> dict[str, object]:
         row = Rank.objects.get(instance_id=instance.pk)
         return {"rank": row.index, "cluster": row.cluster_id}
+
+    def member_link(self, instance: Instance) -> tuple[str, str]:
+        row = Rank.objects.select_related("cluster").get(instance_id=instance.pk)
+        said = _("rank %(rank)s of the cluster %(name)s") % {
+            "rank": row.index,
+            "name": row.cluster.name,
+        }
+        return said, reverse("clusters:detail", args=[row.cluster_id])

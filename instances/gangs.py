@@ -50,6 +50,11 @@ class GangHooks(Protocol):
         """The words the instances app's messages name a member with: "rank" and "cluster"."""
         ...
 
+    def member_link(self, instance: Instance) -> tuple[str, str]:
+        """What the member is, in the reader's language, and the console page of its gang,
+        where it stops, starts and terminates (an instance's page links there)."""
+        ...
+
 
 _hooks: list[GangHooks] = []
 

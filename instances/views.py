@@ -30,7 +30,7 @@ from compute.models import Image, Offering
 from fleet.models import Region
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
-from instances.gangs import gang_of
+from instances.gangs import gang_hooks, gang_of
 from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
@@ -474,7 +474,8 @@ def _status_labels() -> dict[str, str]:
 @login_required
 def instance_list(request: HttpRequest) -> HttpResponse:
     show_terminated = request.GET.get("view") == "terminated"
-    rows = _user_instances(request)
+    # a cluster's ranks are listed on their cluster's page, with the cluster's actions
+    rows = _user_instances(request).filter(holding__gang="")
     rows = (
         rows.filter(status=S.TERMINATED) if show_terminated else rows.exclude(status=S.TERMINATED)
     )
@@ -519,9 +520,11 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "events": events,
             "metrics": _metrics_json(instance),
             "status_labels": _status_labels(),
-            "can_stop": instance.status in CAN_STOP,
-            "can_start": instance.status in CAN_START,
-            "can_terminate": instance.status != S.TERMINATED,
+            # one of a gang (a cluster's rank) stops, starts and terminates with it, there
+            "gang_member": gang_hooks().member_link(instance) if gang_of(instance) else None,
+            "can_stop": instance.status in CAN_STOP and not gang_of(instance),
+            "can_start": instance.status in CAN_START and not gang_of(instance),
+            "can_terminate": instance.status != S.TERMINATED and not gang_of(instance),
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "disks": list(instance.disks.order_by("name")),

@@ -335,3 +335,27 @@ def test_the_admin_lists_a_clusters_ranks_with_links_to_their_instances(catalog,
     for rank in cluster.ranks.all():
         assert f'href="/admin/instances/instance/{rank.instance_id}/change/"' in html
     assert cluster.ranks.count() == 2
+
+
+def test_ranks_are_listed_under_their_cluster_and_their_pages_send_there(catalog, client):
+    """A rank is not in the Instances list with buttons of its own (they would be refused: a
+    cluster acts as a whole); its page says whose rank it is and links to the cluster."""
+    user = _orderer(client)
+    cluster = make_cluster(user, name="llama-ft")
+    alone = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id="pytorch-2.1", name="solo"
+    )[0]
+    ranks = list(
+        Instance.objects.filter(cluster_rank__cluster=cluster).order_by("cluster_rank__index")
+    )
+
+    listing = client.get("/console/instances/").content.decode()
+    page = client.get(f"/console/instances/{ranks[1].id}/").content.decode()
+    zh = client.get(f"/console/instances/{ranks[1].id}/", **ZH).content.decode()
+
+    assert alone.id in listing and not any(rank.id in listing for rank in ranks)
+    assert "This instance is rank 1 of the cluster llama-ft" in page
+    assert f'href="/console/clusters/{cluster.id}/"' in page
+    assert f'action="/console/instances/{ranks[1].id}/stop/"' not in page
+    assert f'action="/console/instances/{ranks[1].id}/terminate/"' not in page
+    assert "llama-ft" in zh and "This instance is" not in zh
