@@ -1,4 +1,5 @@
 import io
+import re
 
 import pytest
 from django.core.management import call_command
@@ -232,6 +233,9 @@ def test_the_page_plans_the_first_preset_without_javascript(client, seeded):
     assert '<td class="num strong" id="plan-total">52.86</td>' in html
     assert "--tensor-model-parallel-size 1" in html
     assert 'data-copy="#megatron-command"' in html
+    # the GPU named once, with its memory after it (it read "a 80 GB H100 80GB SXM")
+    assert re.search(r"Usable of one [^<]*GB[^<]* \(\d+ GB\) after a \d+% safety margin", html)
+    assert "Usable on a" not in html
 
 
 def test_the_page_reads_the_form(client, seeded):
