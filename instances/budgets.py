@@ -30,7 +30,7 @@ from instances.choices import STARTING_OR_RUNNING, InstanceStatus
 from instances.gangs import gang_of
 from instances.models import Instance
 from starverse.accounts.audit import audit_record
-from starverse.accounts.models import Budget, Membership, Tenant, TenantKind, User
+from starverse.accounts.models import Budget, Membership, Role, Tenant, TenantKind, User
 from starverse.core.errors import InsufficientBalance, InvalidInput, NotFound
 from starverse.core.money import format_fen
 from starverse.core.roles import is_manager, require_owner
@@ -195,8 +195,17 @@ def budget_refusal(
         }
         if renewal:
             return RENEWAL_MESSAGES[(user_id is None, burn > 0)] % amounts
+        if not queued and _is_owner(instance):  # who would be told to ask an owner
+            return OWNER_MESSAGES[(user_id is None, burn > 0)] % amounts
         return MESSAGES[(user_id is None, queued, burn > 0)] % amounts
     return None
+
+
+def _is_owner(ordered: Ordered) -> bool:
+    """Whether the orderer is an owner of the team: the one who sets its budgets."""
+    return Membership.objects.filter(
+        tenant_id=ordered.tenant_id, user_id=ordered.created_by_id, role=Role.OWNER
+    ).exists()
 
 
 def _gang(ordered: Ordered) -> str:
@@ -269,6 +278,31 @@ MESSAGES = {
         "%(budget)s, %(spent)s is spent and what they run costs %(burn)s an hour; this order "
         "needs %(need)s over its runway on top of that. It waits in the queue, uncharged, "
         "until something stops, an owner raises the budget or a new month begins."
+    ),
+}
+
+
+# (the team's budget, what is run by the hour counts): the refusal of an order of a team's owner,
+# who sets the budgets (not told to ask an owner)
+OWNER_MESSAGES = {
+    (True, False): later(
+        "The monthly budget of team %(team)s is %(budget)s; %(spent)s is spent; this order "
+        "needs %(need)s over its runway. As an owner, you can raise the budget on the team's "
+        "page."
+    ),
+    (False, False): later(
+        "Your monthly budget in team %(team)s is %(budget)s; %(spent)s is spent; this order "
+        "needs %(need)s over its runway. As an owner, you can raise it on the team's page."
+    ),
+    (True, True): later(
+        "The monthly budget of team %(team)s is %(budget)s; %(spent)s is spent, and what the "
+        "team already runs costs %(burn)s an hour; this order needs %(need)s over its runway on "
+        "top of that. Stop something, or raise the budget on the team's page."
+    ),
+    (False, True): later(
+        "Your monthly budget in team %(team)s is %(budget)s; %(spent)s is spent, and what you "
+        "already run costs %(burn)s an hour; this order needs %(need)s over its runway on top "
+        "of that. Stop something, or raise your budget on the team's page."
     ),
 }
 

@@ -135,6 +135,10 @@ def test_team_budget_refuses_too(catalog, team_of_two):
     refused = _order(bearer(owner, team=team), catalog)
     assert refused.status_code == 402
     assert refused.json()["detail"].startswith("The monthly budget of team NLP lab is ¥1.00;")
+    # the owner sets the budgets: told where, not to ask an owner
+    assert refused.json()["detail"].endswith(
+        "As an owner, you can raise the budget on the team's page."
+    )
 
 
 def test_what_a_member_already_runs_counts_against_their_budget(catalog, team_of_two):
