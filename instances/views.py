@@ -505,6 +505,33 @@ def _metrics_json(instance: Instance) -> list[dict[str, Any]]:
     ]
 
 
+@dataclass(frozen=True)
+class PriceNow:
+    """What an hour of the instance is charged now: at its offering's trial price while the
+    wallet's free trial credit pays its minutes (about `trial_minutes` of them left, for it
+    alone), then at the standard price from cash (`after_fen`)."""
+
+    fen: int
+    trial: bool = False
+    trial_minutes: int = 0
+    after_fen: int = 0
+
+
+def price_now(instance: Instance) -> PriceNow:
+    offering = instance.offering
+    trial_price = offering.trial_price_per_hour_fen
+    if instance.billing == BillingMode.HOURLY and trial_price is not None:
+        free = wallet_for_tenant(instance.tenant_id).promo_free_fen
+        if free > 0:
+            return PriceNow(
+                fen=trial_price,
+                trial=True,
+                trial_minutes=trial_minutes(free, trial_price),
+                after_fen=offering.price_per_hour_fen,
+            )
+    return PriceNow(fen=offering.price_per_hour_fen)
+
+
 @login_required
 def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
     instance = get_for_user(_user_instances(request), request.user, "tenant", pk)
@@ -522,6 +549,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "status_labels": _status_labels(),
             # one of a gang (a cluster's rank) stops, starts and terminates with it, there
             "gang_member": gang_hooks().member_link(instance) if gang_of(instance) else None,
+            "price_now": price_now(instance),
             "can_stop": instance.status in CAN_STOP and not gang_of(instance),
             "can_start": instance.status in CAN_START and not gang_of(instance),
             "can_terminate": instance.status != S.TERMINATED and not gang_of(instance),

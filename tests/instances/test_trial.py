@@ -204,3 +204,26 @@ def test_rent_shows_what_the_trial_credit_left_buys(catalog, client):
     offerings = client.get("/api/v1/offerings").json()["results"]
     trial = {o["id"]: o["trial_price_per_hour_fen"] for o in offerings}
     assert (trial[catalog["h100_node"].id], trial[catalog["h100x1"].id]) == (1000, None)
+
+
+def test_the_instance_page_shows_the_price_charged_now_and_what_comes_after(catalog, client):
+    """On trial credit an instance is charged its offering's trial price: its page says that
+    price, not the standard one, and what it costs from cash once the trial credit is gone."""
+    user = make_user()  # ¥10 of trial credit: an hour of the node at its ¥10 trial price
+    node = catalog["h100_node"]
+    instance = instance_order(user=user, offering_id=node.id, image_id="pytorch-2.1")[0]
+    client.force_login(user)
+
+    html = client.get(f"/console/instances/{instance.id}/").content.decode()
+
+    assert f'data-field="price-now">¥{node.trial_price_per_hour_fen / 100:,.2f}<' in html
+    assert (
+        f"from your trial credit (about {trial_minutes(1000, node.trial_price_per_hour_fen)} min "
+        f"of it left); then ¥{node.price_per_hour_fen / 100:,.2f} an hour from cash" in html
+    )
+    # without trial credit, the standard price, and nothing about trial credit
+    Wallet.objects.filter(tenant=user.tenant).update(promo_fen=0)
+    fund(user, 1_000_000)
+    html = client.get(f"/console/instances/{instance.id}/").content.decode()
+    assert f'data-field="price-now">¥{node.price_per_hour_fen / 100:,.2f}<' in html
+    assert "data-trial" not in html
