@@ -201,12 +201,14 @@ def test_the_runway_counts_what_running_instances_burn(catalog, client_for):
     refused = _post(client, "2× A100 80GB SXM")  # no trial price: cash only
 
     assert refused.status_code == 402
-    assert refused.json() == {
-        "detail": "Your cash balance of ¥30.00 does not cover ¥42.50: one hour of this instance "
-        "(¥17.00) plus one hour of what your running instances burn (¥25.50). Top up to "
-        "continue.",
-        "code": "insufficient_balance",
-    }
+    body = refused.json()
+    assert body["code"] == "insufficient_balance"
+    assert body["detail"].startswith(
+        "Your cash balance of ¥30.00 does not cover ¥42.50: one hour of this instance "
+        "(¥17.00) plus one hour of what your running instances burn (¥25.50). Your trial credit "
+        "of ¥10.00 does not pay for this offering; it pays for "
+    )
+    assert body["detail"].endswith(". Top up to continue.")
     assert Instance.objects.filter(tenant=user.tenant).count() == 2
 
 
