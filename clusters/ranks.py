@@ -37,7 +37,7 @@ S = InstanceStatus
 
 
 def number(instance: Instance) -> int:
-    """The rank's number in its cluster (read with it: ranks_locked, ranks_of)."""
+    """The rank's number in its cluster (read with it: ranks_locked, or select_related)."""
     index = instance.cluster_rank.index
     if index is None:
         raise LookupError(f"{instance.pk} was removed from its cluster")
@@ -65,17 +65,6 @@ def ranks_locked(cluster_id: str) -> list[Instance]:
     order every service takes them in), returned in rank order. Ranks removed by scaling down
     are the cluster's history, not its ranks."""
     return _numbered(gang_locked(cluster_id), cluster_id)
-
-
-def ranks_of(cluster_id: str) -> list[Instance]:
-    """The cluster's ranks, unlocked, in rank order."""
-    return list(
-        Instance.objects.filter(
-            cluster_rank__cluster_id=cluster_id, cluster_rank__index__isnull=False
-        )
-        .select_related("cluster_rank", "offering__gpu_model")
-        .order_by("cluster_rank__index")
-    )
 
 
 def ranks_number(cluster: Cluster, instances: list[Instance], first: int = 0) -> None:

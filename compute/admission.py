@@ -319,7 +319,7 @@ def trial_offerings() -> list[str]:
     """The names of the active offerings trial credit pays for (those with a trial price), in
     the reader's language, as the catalogue lists them."""
     rows = Offering.objects.filter(active=True, trial_price_per_hour_fen__isnull=False)
-    return [str(offering) for offering in rows.order_by("sort", "gpu_model", "gpu_count")]
+    return [str(offering) for offering in rows]  # in the catalogue's order (Meta.ordering)
 
 
 def _trial_message(trial: TrialRunway) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
@@ -167,34 +167,26 @@ class _CompanionInline(admin.StackedInline[Any, Instance]):
         return False
 
 
+def _own_columns(model: type[Model]) -> tuple[str, ...]:
+    """A companion row's columns, each shown: every one but the instance it belongs to."""
+    return tuple(f.name for f in model._meta.concrete_fields if f.name != "instance")
+
+
 class MonthlyRentalInline(_CompanionInline):
     model = MonthlyRental
-    fields = readonly_fields = ("paid_until", "monthly_period", "auto_renew")
+    fields = readonly_fields = _own_columns(MonthlyRental)
     verbose_name = verbose_name_plural = _("Monthly rental")
 
 
 class StopPolicyInline(_CompanionInline):
     model = StopPolicy
-    fields = readonly_fields = (
-        "idle_stop_util_pct",
-        "idle_stop_minutes",
-        "idle_warn_minutes",
-        "idle_counted_from",
-        "idle_warned_at",
-        "idle_stop_due_at",
-        "stop_at",
-    )
+    fields = readonly_fields = _own_columns(StopPolicy)
     verbose_name = verbose_name_plural = _("Automatic stops")
 
 
 class PodWatchInline(_CompanionInline):
     model = PodWatch
-    fields = readonly_fields = (
-        "provisioning_since",
-        "objects_created_at",
-        "events_read_at",
-        "seen_event_uids",
-    )
+    fields = readonly_fields = _own_columns(PodWatch)
     verbose_name = verbose_name_plural = _("Provisioning")
 
 

@@ -31,6 +31,7 @@ from instances.gangs import gang_of
 from instances.models import Instance
 from starverse.accounts.audit import audit_record
 from starverse.accounts.models import Budget, Membership, Role, Tenant, TenantKind, User
+from starverse.accounts.teams import membership_role
 from starverse.core.errors import InsufficientBalance, InvalidInput, NotFound
 from starverse.core.money import format_fen
 from starverse.core.roles import is_manager, require_owner
@@ -203,9 +204,7 @@ def budget_refusal(
 
 def _is_owner(ordered: Ordered) -> bool:
     """Whether the orderer is an owner of the team: the one who sets its budgets."""
-    return Membership.objects.filter(
-        tenant_id=ordered.tenant_id, user_id=ordered.created_by_id, role=Role.OWNER
-    ).exists()
+    return membership_role(ordered.tenant_id, ordered.created_by_id) == Role.OWNER
 
 
 def _gang(ordered: Ordered) -> str:

@@ -535,6 +535,7 @@ def price_now(instance: Instance) -> PriceNow:
 @login_required
 def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
     instance = get_for_user(_user_instances(request), request.user, "tenant", pk)
+    gang = gang_of(instance)
     info = InstanceOutput(instance).data
     events = list(instance.events.order_by("at", "id"))
     return render(
@@ -548,11 +549,11 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "metrics": _metrics_json(instance),
             "status_labels": _status_labels(),
             # one of a gang (a cluster's rank) stops, starts and terminates with it, there
-            "gang_member": gang_hooks().member_link(instance) if gang_of(instance) else None,
+            "gang_member": gang_hooks().member_link(instance) if gang else None,
             "price_now": price_now(instance),
-            "can_stop": instance.status in CAN_STOP and not gang_of(instance),
-            "can_start": instance.status in CAN_START and not gang_of(instance),
-            "can_terminate": instance.status != S.TERMINATED and not gang_of(instance),
+            "can_stop": not gang and instance.status in CAN_STOP,
+            "can_start": not gang and instance.status in CAN_START,
+            "can_terminate": not gang and instance.status != S.TERMINATED,
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "disks": list(instance.disks.order_by("name")),
@@ -566,7 +567,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "idle_warning": instance.status == S.RUNNING
             and instance.stop_policy.idle_stop_due_at is not None,
             "can_change_stops": instance.status not in (S.TERMINATING, S.TERMINATED),
-            "in_gang": bool(gang_of(instance)),
+            "in_gang": bool(gang),
             "idle_defaults": user_settings(request.user),  # type: ignore[arg-type]
         },
     )

@@ -51,8 +51,13 @@ def role_in(user: User, tenant_id: str) -> str | None:
     """The user's role in a tenant: owner of their own, their membership's in a team, or None."""
     if tenant_id == user.personal_tenant_id:
         return Role.OWNER
+    return membership_role(tenant_id, str(user.pk))
+
+
+def membership_role(tenant_id: str, user_id: str) -> str | None:
+    """The person's membership's role in a team, or None (one query, by ids)."""
     return (
-        Membership.objects.filter(tenant_id=tenant_id, user_id=user.pk)
+        Membership.objects.filter(tenant_id=tenant_id, user_id=user_id)
         .values_list("role", flat=True)
         .first()
     )

@@ -11,23 +11,8 @@ from collections import defaultdict
 
 import grimp
 
-from tests.product_code import ROOT
+from tests.product_code import PRODUCT_PACKAGES, ROOT
 
-PACKAGES = [
-    "starverse",
-    "billing",
-    "fleet",
-    "compute",
-    "storage",
-    "instances",
-    "clusters",
-    "endpoints",
-    "datasets",
-    "console",
-    "terminal",
-    "teams",
-    "nodeagent",
-]
 # The kernel is everyone's (STYLE: starverse.core is imported freely).
 OPEN = {"starverse", "starverse.core"}
 # Importers that are not an app's code.
@@ -124,7 +109,7 @@ def _app_of(module: str) -> str:
 def _imported_across() -> dict[str, set[str]]:
     """For each app, the modules of it that another app's code imports."""
     graph = grimp.build_graph(
-        *PACKAGES, include_external_packages=False, exclude_type_checking_imports=True
+        *PRODUCT_PACKAGES, include_external_packages=False, exclude_type_checking_imports=True
     )
     found: dict[str, set[str]] = defaultdict(set)
     for importer in graph.modules:
