@@ -413,6 +413,11 @@ class StripeFake:
             else:
                 kind = name.removeprefix("get_")
                 result = store.get(kind, args[0])
+            expand = params.get("expand") or []
+            if expand:
+                if not isinstance(expand, list) or not all(isinstance(p, str) for p in expand):
+                    raise invalid_request("Invalid array", param="expand")
+                result = store.expanded(result, expand)
         except StripeFakeError as err:
             return json_response(err.status, err.body(), {**base, **err.headers})
         return json_response(200, result, base)

@@ -36,6 +36,8 @@ DISPUTE_REASONS = (
 )
 DISPUTE_FEE = 1500  # what Stripe charges the platform per dispute (in the charge's currency here)
 RequestContext = dict[str, str | None]
+# the object an id's prefix names, for ``expand[]``
+_EXPANDABLE = {"pi": "payment_intent", "ch": "charge", "re": "refund", "dp": "dispute"}
 
 
 def new_id(prefix: str, livemode: bool = False, length: int = 24) -> str:
@@ -171,6 +173,28 @@ class Store:
             if object_id not in table:
                 raise missing(kind, object_id)
             return copy.deepcopy(table[object_id])
+
+    def expanded(self, obj: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+        """``obj`` with the ids named by ``expand[]`` paths (``payment_intent``,
+        ``payment_intent.latest_charge``, ``charge`` …) replaced by the objects, as Stripe
+        expands them: each dotted step expands one level, a null stays null."""
+        with self.lock:
+            for path in paths:
+                self._expand_path(obj, path.split("."), path)
+            return obj
+
+    def _expand_path(self, obj: dict[str, Any], steps: list[str], path: str) -> None:
+        field, rest = steps[0], steps[1:]
+        if field not in obj:
+            raise invalid_request(f"This property cannot be expanded ({path}).", param="expand")
+        value = obj[field]
+        if isinstance(value, str):
+            kind = _EXPANDABLE.get(value.split("_", 1)[0])
+            if kind is None:
+                raise invalid_request(f"This property cannot be expanded ({path}).", param="expand")
+            value = obj[field] = self.get(kind, value)
+        if rest and isinstance(value, dict):
+            self._expand_path(value, rest, path)
 
     def get_event(self, event_id: str) -> EventRecord:
         with self.lock:
@@ -309,7 +333,9 @@ class Store:
                 "latest_charge": None,
                 "livemode": session["livemode"],
                 "metadata": dict(line["intent_metadata"]),
-                "payment_method_types": [method if method != "async" else "demo_delayed"],
+                # as Stripe's: the methods the session offered; the one used is the charge's
+                # payment_method_details.type
+                "payment_method_types": list(session["payment_method_types"]),
                 "status": "processing",
             }
             self.intents[intent["id"]] = intent

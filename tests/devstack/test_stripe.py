@@ -187,13 +187,44 @@ def test_defaults_and_explicit_expiry(fake: StripeFake) -> None:
     assert session.customer_email is None
 
 
-def test_retrieve_session_ignores_expand(fake: StripeFake) -> None:
+def test_expanding_an_unpaid_sessions_intent_leaves_it_null(fake: StripeFake) -> None:
     created = create_session(fake)
     client = make_client(fake)
     fetched = client.v1.checkout.sessions.retrieve(
-        created.id, params={"expand": ["payment_intent", "line_items"]}
+        created.id, params={"expand": ["payment_intent.latest_charge"]}
     )
     assert fetched.to_dict() == created.to_dict()
+
+
+@pytest.mark.parametrize("method", ["card", "alipay", "wechat_pay"])
+def test_expand_gives_the_intent_and_its_charge_saying_how_it_was_paid(
+    fake: StripeFake, method: str
+) -> None:
+    created = create_session(fake)
+    fake.pay(created.id, method)
+    fetched = make_client(fake).v1.checkout.sessions.retrieve(
+        created.id, params={"expand": ["payment_intent.latest_charge"]}
+    )
+    intent = fetched.to_dict()["payment_intent"]
+    # as Stripe's: the intent lists what the session offered, its charge the method used
+    assert intent["object"] == "payment_intent"
+    assert intent["payment_method_types"] == ["card", "alipay", "wechat_pay"]
+    assert intent["latest_charge"]["object"] == "charge"
+    assert intent["latest_charge"]["payment_method_details"] == {"type": method}
+    plain = make_client(fake).v1.checkout.sessions.retrieve(created.id)
+    assert plain.payment_intent == intent["id"]  # not expanded unless asked
+
+
+def test_expanding_what_cannot_be_expanded_is_a_400_naming_it(fake: StripeFake) -> None:
+    created = create_session(fake)
+    with pytest.raises(stripe.InvalidRequestError) as excinfo:
+        make_client(fake).v1.checkout.sessions.retrieve(
+            created.id, params={"expand": ["customer_email"]}
+        )
+    assert (excinfo.value.http_status, excinfo.value.param) == (400, "expand")
+    assert _error_of(excinfo.value)["message"] == (
+        "This property cannot be expanded (customer_email)."
+    )
 
 
 def test_expire_session_through_library(fake: StripeFake) -> None:
