@@ -1,5 +1,6 @@
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext_noop
 
 
 class TransactionKind(models.TextChoices):
@@ -84,12 +85,29 @@ class TopUpStatus(models.TextChoices):
     PAID = "paid", _("Paid")
     FAILED = "failed", _("Failed")
     EXPIRED = "expired", _("Expired")
+    CANCELLED = "cancelled", _("Cancelled")
     REVIEW = "review", _("Under review")
 
 
 class TopUpMethod(models.TextChoices):
     STRIPE = "stripe", _("Online payment")
     BANK_TRANSFER = "bank_transfer", _("Bank transfer")
+
+
+class PaidWith(models.TextChoices):
+    """The Stripe payment method type an online top-up was paid with."""
+
+    CARD = "card", _("Card")
+    ALIPAY = "alipay", _("Alipay")
+    WECHAT_PAY = "wechat_pay", _("WeChat Pay")
+
+
+# The ledger line of a top-up paid with each method (msgids, translated where shown).
+TOPUP_DESCRIPTIONS: dict[str, str] = {
+    PaidWith.CARD: gettext_noop("Top-up (card)"),
+    PaidWith.ALIPAY: gettext_noop("Top-up (Alipay)"),
+    PaidWith.WECHAT_PAY: gettext_noop("Top-up (WeChat Pay)"),
+}
 
 
 class RefundSource(models.TextChoices):

@@ -12,6 +12,7 @@ from billing.choices import (
     ApprovalStatus,
     InvoiceKind,
     InvoiceStatus,
+    PaidWith,
     PriceKind,
     RefundSource,
     RefundStatus,
@@ -270,6 +271,12 @@ class TopUp(models.Model):
     status = models.CharField(
         max_length=16, choices=TopUpStatus.choices, default=TopUpStatus.CREATED
     )
+    paid_with = models.CharField(
+        max_length=32,
+        choices=PaidWith.choices,
+        blank=True,
+        help_text="The Stripe payment method type it was paid with, once paid.",
+    )
     checkout_session_id = models.CharField(max_length=255, null=True, blank=True, unique=True)
     checkout_url = models.URLField(max_length=2000, blank=True)
     payment_intent_id = models.CharField(max_length=255, blank=True, db_index=True)
@@ -298,6 +305,11 @@ class TopUp(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {format_fen(self.amount_fen)} {self.get_status_display()}"
+
+    def method_display(self) -> str:
+        """How it was paid as people say it: "Alipay", "Card" … once Stripe said, else the
+        method ("Online payment", "Bank transfer")."""
+        return self.get_paid_with_display() if self.paid_with else self.get_method_display()
 
 
 class StripeEvent(models.Model):

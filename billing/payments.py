@@ -23,7 +23,9 @@ from django.utils.translation import gettext_noop
 
 from billing import stripe_gateway as gateway
 from billing.choices import (
+    TOPUP_DESCRIPTIONS,
     ApprovalStatus,
+    PaidWith,
     RefundSource,
     RefundStatus,
     TopUpMethod,
@@ -160,19 +162,21 @@ def topup_settle_from_session(
         )
         logger.error("topup.review topup=%s session=%s problem=%s", topup.id, session.id, problem)
     elif session.payment_status in ("paid", "no_payment_required"):
+        paid_with = session.payment_method_type if session.payment_method_type in PaidWith else ""
         with transaction.atomic():
             txn = ledger_post(
                 wallet_id=topup.wallet_id,
                 key=f"topup:{session.id}",
                 kind=TransactionKind.TOPUP,
                 amount_fen=topup.amount_fen,
-                description=gettext_noop("Top-up"),
+                description=TOPUP_DESCRIPTIONS.get(paid_with, gettext_noop("Top-up")),
             )
             credited = TopUp.objects.filter(pk=topup.pk, ledger_transaction__isnull=True).update(
                 status=TopUpStatus.PAID,
                 paid_at=timezone.now(),
                 ledger_transaction=txn,
                 payment_intent_id=session.payment_intent or "",
+                paid_with=paid_with,
             )
             if credited:
                 # the request was audited when its checkout opened; this is the money arriving
@@ -191,9 +195,18 @@ def topup_settle_from_session(
             status=TopUpStatus.FAILED, error_message="The payment did not go through."
         )
     elif session.status == "expired":
-        TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
+        expired = TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
             status=TopUpStatus.EXPIRED
         )
+        if expired:
+            audit_record(
+                tenant_id=topup.tenant_id,
+                actor=None,
+                action="topup.expired",
+                obj=topup,
+                data={"amount_fen": topup.amount_fen},
+            )
+            logger.info("topup.expired topup=%s session=%s", topup.id, session.id)
     elif session.status == "complete":
         TopUp.objects.filter(
             pk=topup.pk, status__in=(TopUpStatus.CREATED, TopUpStatus.PENDING)
@@ -210,6 +223,67 @@ def topup_refresh(*, topup: TopUp) -> TopUp:
         except gateway.GatewayError:
             return topup  # the webhook will settle it
         return topup_settle_from_session(session) or topup
+    return topup
+
+
+# A top-up its payer may still pay or cancel: its checkout is open (not yet paid, nor being
+# paid by a delayed method).
+UNPAID_STATUSES = (TopUpStatus.CREATED, TopUpStatus.PENDING)
+
+
+def topup_resumable(topup: TopUp) -> bool:
+    """Whether its Stripe Checkout page can still be paid: unpaid, with a page, not past the
+    session's expiry."""
+    return (
+        topup.status in UNPAID_STATUSES
+        and bool(topup.checkout_url)
+        and (topup.expires_at is None or topup.expires_at > timezone.now())
+    )
+
+
+def topup_cancel(*, topup: TopUp, actor: "User") -> TopUp:
+    """Cancel an unpaid top-up: expire its Checkout Session at Stripe first (so that it can no
+    longer be paid), then mark it cancelled, once (a conditional update: a second cancel, or
+    the `checkout.session.expired` webhook that follows, changes nothing). A session Stripe
+    says is no longer open is settled as Stripe reports it instead (paid, expired …);
+    Conflict when the top-up is not unpaid."""
+    if topup.status not in UNPAID_STATUSES:
+        if topup.status == TopUpStatus.CANCELLED:
+            return topup
+        raise Conflict(
+            _("This top-up is %(status)s; only one awaiting payment can be cancelled.")
+            % {"status": topup.get_status_display()},
+            code="not_cancellable",
+        )
+    if topup.checkout_session_id:
+        try:
+            gateway.checkout_session_expire(topup.checkout_session_id)
+        except gateway.PermanentGatewayError:
+            # no longer open: paid or expired meanwhile; take what Stripe says
+            settled = topup_refresh(topup=topup)
+            raise Conflict(
+                _("This top-up is %(status)s; only one awaiting payment can be cancelled.")
+                % {"status": settled.get_status_display()},
+                code="not_cancellable",
+            ) from None
+        except gateway.GatewayError as error:
+            raise ServiceUnavailable(
+                _("The payment provider could not be reached. Try again soon.")
+            ) from error
+    with transaction.atomic():
+        cancelled = TopUp.objects.filter(pk=topup.pk, status__in=UNPAID_STATUSES).update(
+            status=TopUpStatus.CANCELLED
+        )
+        if cancelled:
+            audit_record(
+                tenant_id=topup.tenant_id,
+                actor=actor,
+                action="topup.cancelled",
+                obj=topup,
+                data={"amount_fen": topup.amount_fen},
+            )
+            logger.info("topup.cancelled topup=%s by=%s", topup.id, actor.pk)
+    topup.refresh_from_db()
     return topup
 
 

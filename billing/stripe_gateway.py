@@ -41,6 +41,9 @@ class CheckoutSession:
     metadata: dict[str, str]
     payment_intent: str | None
     livemode: bool
+    # how it was paid: the type of the payment method its charge used ("card", "alipay",
+    # "wechat_pay" …), "" until it is paid
+    payment_method_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,16 @@ def _plain(obj: StripeData) -> dict[str, Any]:
     return obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
 
 
+def _paid_with(intent: Any) -> str:
+    """The payment method type of a session's expanded PaymentIntent: its latest charge's
+    `payment_method_details.type` (the intent's `payment_method_types` lists every method the
+    session offered), "" while it has no charge or was not expanded."""
+    charge = intent.get("latest_charge") if isinstance(intent, dict) else None
+    if not isinstance(charge, dict):
+        return ""
+    return str((charge.get("payment_method_details") or {}).get("type") or "")
+
+
 def _session(obj: StripeData) -> CheckoutSession:
     obj = _plain(obj)
     intent = obj.get("payment_intent")
@@ -114,6 +127,7 @@ def _session(obj: StripeData) -> CheckoutSession:
         metadata=dict(obj.get("metadata") or {}),
         payment_intent=intent if isinstance(intent, str) or intent is None else intent["id"],
         livemode=bool(obj.get("livemode")),
+        payment_method_type=_paid_with(intent),
     )
 
 
@@ -164,7 +178,28 @@ def checkout_session_create(
 
 
 def checkout_session_retrieve(session_id: str) -> CheckoutSession:
-    return _session(_call("checkout.retrieve", _client().v1.checkout.sessions.retrieve, session_id))
+    """The session, with its PaymentIntent and that intent's charge expanded (how it was
+    paid)."""
+    obj = _call(
+        "checkout.retrieve",
+        _client().v1.checkout.sessions.retrieve,
+        session_id,
+        params={"expand": ["payment_intent.latest_charge"]},
+    )
+    return _session(obj)
+
+
+def checkout_session_expire(session_id: str) -> CheckoutSession:
+    """Close an open session so that it can no longer be paid (Stripe then sends
+    `checkout.session.expired`); PermanentGatewayError when it is no longer open."""
+    return _session(
+        _call(
+            "checkout.expire",
+            _client().v1.checkout.sessions.expire,
+            session_id,
+            options={"idempotency_key": f"expire:{session_id}"},
+        )
+    )
 
 
 def refund_create(*, refund_id: str, payment_intent: str, amount_fen: int) -> Refund:

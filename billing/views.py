@@ -30,7 +30,12 @@ from billing.invoices import (
     invoiceable_fen,
 )
 from billing.models import InvoiceRequest, Statement, TopUp, Wallet
-from billing.payments import topup_create, topup_refresh
+from billing.payments import (
+    topup_cancel,
+    topup_create,
+    topup_refresh,
+    topup_resumable,
+)
 from billing.selectors import ledger_for_tenant, wallet_for_tenant
 from billing.statements import (
     STATEMENT_FORMATS,
@@ -207,6 +212,7 @@ def _billing_page(
             "on_hold": tenant_on_hold(tenant_id),
             "page": page,
             "topups": topups,
+            "resumable": {item.id for item in topups if topup_resumable(item)},
             "presets": settings.TOPUP_PRESETS_FEN,
             "form": TopUpForm(initial={"amount": "100"}),
             "limits": (settings.TOPUP_MIN_FEN, settings.TOPUP_MAX_FEN),
@@ -389,3 +395,38 @@ def topup_return(request: HttpRequest, pk: str) -> HttpResponse:
             % {"amount": amount, "status": item.get_status_display()},
         )
     return redirect("billing:billing")
+
+
+@login_required
+@require_GET
+def topup_resume(request: HttpRequest, pk: str) -> HttpResponse:
+    """Back to the same Stripe Checkout page of a top-up awaiting payment, while its session is
+    open; otherwise Billing says what became of it."""
+    item = topup_refresh(topup=get_for_user(TopUp.objects.all(), request.user, "tenant", pk))
+    if topup_resumable(item):
+        return redirect(item.checkout_url)
+    messages.info(
+        request,
+        _("Top-up of %(amount)s: %(status)s.")
+        % {"amount": format_fen(item.amount_fen), "status": item.get_status_display()},
+    )
+    return redirect("billing:billing")
+
+
+@login_required
+@require_POST
+def topup_cancel_view(request: HttpRequest, pk: str) -> HttpResponse:
+    """Cancel a top-up awaiting payment: its Stripe Checkout page is closed first."""
+    item = get_for_user(TopUp.objects.all(), request.user, "tenant", pk)
+    try:
+        require_payer(request.user)
+        topup_cancel(topup=item, actor=page_user(request))
+    except ServiceError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(
+            request,
+            _("Top-up of %(amount)s cancelled: nothing was charged.")
+            % {"amount": format_fen(item.amount_fen)},
+        )
+    return _billing_at("top-up")

@@ -3,7 +3,9 @@ sends): its checkout page then offers only that one, among those the operator en
 
 import pytest
 
+from billing.choices import TopUpStatus
 from billing.models import TopUp
+from billing.payments import topup_refresh
 from tests.factories import make_user
 
 
@@ -56,3 +58,29 @@ def test_an_unknown_method_is_a_400_naming_the_field(renter, payments):
     assert response.status_code == 400
     assert "payment_method" in response.json()["errors"]
     assert TopUp.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "description", "label"),
+    [
+        ("alipay", "Top-up (Alipay)", "Alipay"),
+        ("wechat_pay", "Top-up (WeChat Pay)", "WeChat Pay"),
+        ("card", "Top-up (card)", "Card"),
+        ("async", "Top-up", "Online payment"),  # a method Stripe names that we do not
+    ],
+)
+def test_the_method_a_topup_was_paid_with_is_recorded_from_stripe(
+    renter, payments, method, description, label
+):
+    response = renter.post("/api/v1/billing/topups", {"amount_fen": 5_000}, format="json")
+    topup = TopUp.objects.get(pk=response.json()["id"])
+    payments.pay(topup.checkout_session_id, method=method)
+    if method == "async":
+        payments.async_result(topup.checkout_session_id, "succeeded")
+
+    topup = topup_refresh(topup=topup)  # the success page's path; the webhook's is the same
+
+    assert topup.status == TopUpStatus.PAID
+    assert topup.paid_with == ("" if method == "async" else method)
+    assert topup.method_display() == label
+    assert topup.ledger_transaction.description == description
