@@ -1,8 +1,10 @@
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from django.conf import settings
-from django.db.models import Case, F, Q, QuerySet, Sum, When
+from django.db import connection
+from django.db.models import Case, F, Q, Sum, When
 from django.db.models.functions import Left, Length
 
 from billing.choices import (
@@ -94,9 +96,116 @@ def wallet_has_paid(wallet: Wallet) -> bool:
     )
 
 
-def ledger_for_tenant(tenant_id: str) -> QuerySet[LedgerTransaction]:
-    """The tenant's ledger, newest first in the order it was posted (LedgerTransaction.seq)."""
-    return LedgerTransaction.objects.filter(wallet__tenant_id=tenant_id).order_by("-seq")
+# The line a posting is shown on in the console's transaction lists: metered usage (every usage
+# posting but a monthly rental's) is one line per subject (instance, endpoint replica, disk …)
+# per description per day (days in TIME_ZONE); every other posting is a line of its own.
+_LINES_COUNT = """
+SELECT count(DISTINCT CASE WHEN kind = 'usage' AND idempotency_key NOT LIKE 'monthly:%%'
+    THEN concat_ws('|', COALESCE(NULLIF(instance_id, ''), split_part(idempotency_key, ':', 2)),
+                   description, ((created_at AT TIME ZONE %(tz)s)::date)::text)
+    ELSE id END)
+FROM billing_ledgertransaction
+WHERE wallet_id = (SELECT id FROM billing_wallet WHERE tenant_id = %(tenant)s)
+"""
+_LINES_PAGE = """
+SELECT max(seq), count(*), sum(amount_fen), sum(minutes),
+       (array_agg(seq ORDER BY seq DESC))[1:%(shown)s]
+FROM billing_ledgertransaction
+WHERE wallet_id = (SELECT id FROM billing_wallet WHERE tenant_id = %(tenant)s)
+GROUP BY CASE WHEN kind = 'usage' AND idempotency_key NOT LIKE 'monthly:%%'
+    THEN concat_ws('|', COALESCE(NULLIF(instance_id, ''), split_part(idempotency_key, ':', 2)),
+                   description, ((created_at AT TIME ZONE %(tz)s)::date)::text)
+    ELSE id END
+ORDER BY max(seq) DESC
+OFFSET %(offset)s LIMIT %(limit)s
+"""
+# The postings a grouped line lists when opened (a day of hourly postings, cash and trial).
+LINE_POSTINGS_SHOWN = 48
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    """One line of a transaction list: a single posting, or a day's usage postings of one
+    subject. `last` is its last posting (its time, kind, description and the balance after
+    it); `postings` the last LINE_POSTINGS_SHOWN of a group, newest first (empty for a single
+    posting)."""
+
+    last: LedgerTransaction
+    count: int
+    amount_fen: int
+    minutes: int
+    postings: tuple[LedgerTransaction, ...]
+
+    @property
+    def grouped(self) -> bool:
+        return self.count > 1
+
+    @property
+    def hours(self) -> str:
+        """Its minutes in hours, to two decimals at most ("2.5", "24")."""
+        return f"{self.minutes / 60:.2f}".rstrip("0").rstrip(".")
+
+
+class LedgerLines:
+    """The tenant's ledger as lines, newest first by the seq of each line's last posting,
+    for Paginator: its length and a slice are a query each, grouped in PostgreSQL (a month of
+    per-hour postings is never read whole into Python), and a slice reads only its lines'
+    postings (one query more)."""
+
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+
+    def __len__(self) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(_LINES_COUNT, {"tz": settings.TIME_ZONE, "tenant": self.tenant_id})
+            return int(cursor.fetchone()[0])
+
+    def __iter__(self) -> Iterator[LedgerLine]:
+        return iter(self._lines(0, len(self)))
+
+    @overload
+    def __getitem__(self, index: int) -> LedgerLine: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[LedgerLine]: ...
+
+    def __getitem__(self, index: int | slice) -> LedgerLine | list[LedgerLine]:
+        if isinstance(index, int):
+            return self._lines(index, index + 1)[0]
+        return self._lines(index.start or 0, index.stop)
+
+    def _lines(self, start: int, stop: int) -> list[LedgerLine]:
+        params: dict[str, int | str] = {
+            "shown": LINE_POSTINGS_SHOWN,
+            "tenant": self.tenant_id,
+            "tz": settings.TIME_ZONE,
+            "offset": start,
+            "limit": stop - start,
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(_LINES_PAGE, params)
+            groups = cursor.fetchall()
+        seqs = [seq for *_, shown in groups for seq in shown]
+        rows = {
+            txn.seq: txn
+            for txn in LedgerTransaction.objects.filter(
+                wallet__tenant_id=self.tenant_id, seq__in=seqs
+            )
+        }
+        return [
+            LedgerLine(
+                last=rows[last],
+                count=count,
+                amount_fen=int(amount),
+                minutes=int(minutes),
+                postings=tuple(rows[seq] for seq in shown) if count > 1 else (),
+            )
+            for last, count, amount, minutes, shown in groups
+        ]
+
+
+def ledger_lines_for_tenant(tenant_id: str) -> LedgerLines:
+    return LedgerLines(tenant_id)
 
 
 @dataclass(frozen=True)

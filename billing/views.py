@@ -36,7 +36,7 @@ from billing.payments import (
     topup_refresh,
     topup_resumable,
 )
-from billing.selectors import ledger_for_tenant, wallet_for_tenant
+from billing.selectors import ledger_lines_for_tenant, wallet_for_tenant
 from billing.statements import (
     STATEMENT_FORMATS,
     current_month,
@@ -200,7 +200,7 @@ def _billing_page(
     status: int = 200,
 ) -> HttpResponse:
     tenant_id = request.user.tenant_id  # type: ignore[union-attr]
-    page = Paginator(ledger_for_tenant(tenant_id), 25).get_page(request.GET.get("page"))
+    page = Paginator(ledger_lines_for_tenant(tenant_id), 25).get_page(request.GET.get("page"))
     topups = scope_to_user(TopUp.objects.all(), request.user, "tenant")[:10]
     usage_form = _usage_form(request)
     made = dict(Statement.objects.filter(tenant_id=tenant_id).values_list("month", "closing_fen"))

@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.utils import timezone
 
-from billing.selectors import ledger_for_tenant, trial_state, wallet_for_tenant
+from billing.selectors import ledger_lines_for_tenant, trial_state, wallet_for_tenant
 from fleet.models import Region
 from instances.autostop import auto_stop_savings
 from instances.choices import InstanceStatus
@@ -28,7 +28,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     wallet = wallet_for_tenant(request.user.tenant_id)  # type: ignore[union-attr]
-    recent = ledger_for_tenant(request.user.tenant_id)[:5]  # type: ignore[union-attr]
+    recent = ledger_lines_for_tenant(request.user.tenant_id)[:5]  # type: ignore[union-attr]
     running = (
         scope_to_user(Instance.objects.all(), request.user, "tenant")
         .filter(status=InstanceStatus.RUNNING)
@@ -94,5 +94,6 @@ def disk_list(request: HttpRequest) -> HttpResponse:
             "day_total_fen": storage_day_fen(tenant_id),
             "stopped_instances": list(stopped.order_by("name")),
             "regions": list(Region.objects.filter(active=True).order_by("name")),
+            "wallet": wallet_for_tenant(tenant_id),
         },
     )

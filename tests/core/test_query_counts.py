@@ -22,9 +22,13 @@ BASELINE = {
     # every console page reads the person's teams once, for the switch at the top
     "/console/instances/": 5,
     # with the trial's state (the banner of an unverified address), what auto-stop saved this
-    # month and the idle instances' banners
-    "/console/": 12,
-    "/console/disks/": 12,  # with the regions (a disk's, and the new-disk form's choice)
+    # month, the idle instances' banners and the recent transactions (a day's usage of one
+    # subject grouped into a line: the lines, then their postings)
+    "/console/": 13,
+    # the transactions' lines are counted, then read as on the dashboard
+    "/billing/": 20,
+    # with the regions (a disk's, and the new-disk form's choice) and the wallet that pays
+    "/console/disks/": 13,
     "/admin/fleet/node/": 13,  # with the region filter's choices
 }
 
