@@ -45,7 +45,7 @@ from compute.admission import ORDER_KEY_PREFIX
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Image, Offering
 from instances.choices import InstanceStatus
-from instances.selectors import availability
+from instances.selectors import availability, offering_price_now
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import SshKey
 from starverse.core.console import page_user, redirect_back, run_change
@@ -262,10 +262,14 @@ def cluster_new(request: HttpRequest) -> HttpResponse:
 
 
 def _order_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpResponse:
+    # a node's hour as charged now (pay as you go: at the trial price while trial credit pays)
+    now_of = {o.id: offering_price_now(o, offer.wallet.promo_free_fen) for o in offer.offerings}
     catalog = {
         o.id: {
             "name": localized(o, "name"),
             "hour": o.price_per_hour_fen,
+            "now": now_of[o.id].fen,
+            "after": now_of[o.id].after_fen,
             "month": o.price_per_month_fen,
             "available": offer.counts.get(o.id, 0),
         }
@@ -290,6 +294,7 @@ def _order_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespo
         "max_nodes": settings.CLUSTER_MAX_NODES,
         "selected": selected,
         "catalog": catalog,
+        "now_of": now_of,
         "token": shown.token,
         "error": shown.error,
         "error_code": shown.error_code,

@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from billing.selectors import wallet_for_tenant
 from compute.choices import OfferingKind
 from compute.models import Offering
 from endpoints.choices import EndpointStatus, Engine
@@ -130,6 +131,7 @@ def endpoint_new(request: HttpRequest) -> HttpResponse:
         "engines": Engine.choices,
         "options": {engine: list(known) for engine, known in OPTIONS.items()},
         "values": values,
+        "wallet": wallet_for_tenant(request.user.tenant_id),  # type: ignore[union-attr]
     }
     return render(request, "endpoints/new.html", context)
 

@@ -1,6 +1,7 @@
 import json
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -11,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.calculator import CatalogPrice
+from billing.services import trial_minutes
 from billing.usage import Resource
 from compute.admission import AdmissionReads, Usage, limits_of
 from compute.choices import BillingMode, OfferingKind
@@ -499,3 +501,32 @@ def instances_named(ids: set[str]) -> dict[str, Resource]:
         pk: Resource(f"{name} ({pk})", gpus, str(user_id), email)
         for pk, name, gpus, user_id, email in rows
     }
+
+
+@dataclass(frozen=True)
+class PriceNow:
+    """What an hour of an offering is charged now: at its trial price while the wallet's free
+    trial credit pays its minutes (about `trial_minutes` of them left, for it alone), then at
+    the standard price from cash (`after_fen`). Monthly billing is paid from cash only."""
+
+    fen: int
+    trial: bool = False
+    trial_minutes: int = 0
+    after_fen: int = 0
+
+
+def offering_price_now(
+    offering: Offering, promo_free_fen: int, *, billing: str = BillingMode.HOURLY, count: int = 1
+) -> PriceNow:
+    """An hour of `count` of the offering (a cluster's nodes) as charged now, for a wallet
+    with `promo_free_fen` of free trial credit: the one rule the instance page, Rent and the
+    cluster order form show."""
+    trial_price = offering.trial_price_per_hour_fen
+    if billing == BillingMode.HOURLY and trial_price is not None and promo_free_fen > 0:
+        return PriceNow(
+            fen=trial_price * count,
+            trial=True,
+            trial_minutes=trial_minutes(promo_free_fen, trial_price * count),
+            after_fen=offering.price_per_hour_fen * count,
+        )
+    return PriceNow(fen=offering.price_per_hour_fen * count)

@@ -43,10 +43,12 @@ from instances.schedules import (
     instance_schedule_set,
 )
 from instances.selectors import (
+    PriceNow,
     availability,
     calculator_offerings,
     image_warmth,
     instance_metrics,
+    offering_price_now,
 )
 from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.audit import audit_request
@@ -420,10 +422,14 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
     pulls = _pulls(offer)
     funds = runway_funds(offer.wallet)
     promo = funds.trial_fen
+    # an hour as charged now (pay as you go: at the trial price while trial credit pays)
+    now_of = {o.id: offering_price_now(o, promo) for o in offer.offerings}
     catalog = {
         o.id: {
             "name": localized(o, "name"),
             "hour": o.price_per_hour_fen,
+            "now": now_of[o.id].fen,
+            "after": now_of[o.id].after_fen,
             "month": o.price_per_month_fen,
             "trial_line": _trial_line(o, promo),
             # the trial credit starts it (an hour at its trial price): cash need not
@@ -439,6 +445,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
         for row in group["rows"]:
             trial = row["offering"].trial_price_per_hour_fen
             row["trial_minutes"] = trial_minutes(promo, trial) if trial is not None else 0
+            row["now"] = now_of[row["offering"].id]
     context = {
         "active": "rent",
         "groups": groups,
@@ -454,6 +461,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
         "chosen": shown.chosen,
         "selected": next((o for o in offer.offerings if o.id == shown.chosen["offering"]), None),
         "catalog": catalog,
+        "now_of": now_of,
         "token": shown.token,
         "error": shown.error,
         "error_code": shown.error_code,
@@ -505,31 +513,13 @@ def _metrics_json(instance: Instance) -> list[dict[str, Any]]:
     ]
 
 
-@dataclass(frozen=True)
-class PriceNow:
-    """What an hour of the instance is charged now: at its offering's trial price while the
-    wallet's free trial credit pays its minutes (about `trial_minutes` of them left, for it
-    alone), then at the standard price from cash (`after_fen`)."""
-
-    fen: int
-    trial: bool = False
-    trial_minutes: int = 0
-    after_fen: int = 0
-
-
 def price_now(instance: Instance) -> PriceNow:
-    offering = instance.offering
-    trial_price = offering.trial_price_per_hour_fen
-    if instance.billing == BillingMode.HOURLY and trial_price is not None:
-        free = wallet_for_tenant(instance.tenant_id).promo_free_fen
-        if free > 0:
-            return PriceNow(
-                fen=trial_price,
-                trial=True,
-                trial_minutes=trial_minutes(free, trial_price),
-                after_fen=offering.price_per_hour_fen,
-            )
-    return PriceNow(fen=offering.price_per_hour_fen)
+    """What an hour of the instance is charged now (offering_price_now for its wallet)."""
+    return offering_price_now(
+        instance.offering,
+        wallet_for_tenant(instance.tenant_id).promo_free_fen,
+        billing=instance.billing,
+    )
 
 
 @login_required

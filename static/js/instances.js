@@ -174,11 +174,19 @@
         ? image.closest(".choice").querySelector("strong").textContent
         : "—";
       out("billing").textContent = isMonthly ? t.monthly : t.hourly;
-      out("price").textContent = offering ? formatFen(offering.hour * n) : "—";
+      // an hour as charged now: at the trial price while trial credit pays (pay as you go)
+      var onTrialPrice = !!offering && !isMonthly && !!offering.after;
+      var hourNow = offering ? (onTrialPrice ? offering.now : offering.hour) : 0;
+      out("price").textContent = offering ? formatFen(hourNow * n) : "—";
+      var after = out("after");
+      if (after) {
+        after.hidden = !onTrialPrice;
+        after.textContent = onTrialPrice ? fill(t.after, { price: formatFen(offering.after * n) }) : "";
+      }
       var perNode = out("per-node");
       if (perNode) {
         perNode.textContent = offering
-          ? fill(t.per_node, { price: formatFen(offering.hour), nodes: n })
+          ? fill(t.per_node, { price: formatFen(hourNow), nodes: n })
           : "";
       }
       var month = out("month");

@@ -227,3 +227,48 @@ def test_the_instance_page_shows_the_price_charged_now_and_what_comes_after(cata
     html = client.get(f"/console/instances/{instance.id}/").content.decode()
     assert f'data-field="price-now">¥{node.price_per_hour_fen / 100:,.2f}<' in html
     assert "data-trial" not in html
+
+
+def _yuan(fen):
+    return f"¥{fen / 100:,.2f}"
+
+
+def test_rent_and_the_cluster_order_show_the_price_charged_now(catalog, client):
+    """On trial credit Rent's rows, its summary and the cluster order form price an hour as it
+    is charged (the trial price, then the standard price from cash), as the instance page does;
+    offerings without a trial price, and monthly billing (cash only), keep the standard price."""
+    user = make_user()  # ¥10 of trial credit
+    node, one = catalog["h100_node"], catalog["h100x1"]
+    client.force_login(user)
+
+    rent = client.get(f"/console/rent/?offering={node.id}").content.decode()
+
+    row = rent[rent.index(f'value="{node.id}"') :]
+    row = row[: row.index("</label>")]
+    assert (
+        f'<span class="offer-hour" data-price-now="trial"><strong>'
+        f"{_yuan(node.trial_price_per_hour_fen)}</strong>" in row
+    )
+    assert f"then {_yuan(node.price_per_hour_fen)} / hour from cash" in row
+    assert f"{_yuan(node.price_per_month_fen)} / month" in row  # monthly: no trial price
+    other = rent[rent.index(f'value="{one.id}"') :]
+    other = other[: other.index("</label>")]
+    assert f"<strong>{_yuan(one.price_per_hour_fen)}</strong>" in other
+    assert "data-price-now" not in other
+    assert f'data-sum="price">{_yuan(node.trial_price_per_hour_fen)}<' in rent
+    assert (
+        f'data-sum="after">At the trial price, from your trial credit; then '
+        f"{_yuan(node.price_per_hour_fen)} / hour from cash.<" in rent
+    )
+
+    order = client.get(f"/console/clusters/new/?offering={node.id}").content.decode()
+
+    assert f'data-sum="price">{_yuan(2 * node.trial_price_per_hour_fen)}<' in order
+    assert f"{_yuan(node.trial_price_per_hour_fen)} per node × 2 nodes" in order
+    assert f"then {_yuan(2 * node.price_per_hour_fen)} / hour from cash.<" in order
+
+    # without trial credit: the standard prices, and nothing about trial
+    Wallet.objects.filter(tenant=user.tenant).update(promo_fen=0)  # audit-breaking
+    rent = client.get(f"/console/rent/?offering={node.id}").content.decode()
+    assert f'data-sum="price">{_yuan(node.price_per_hour_fen)}<' in rent
+    assert "data-price-now" not in rent
