@@ -121,3 +121,28 @@ def test_the_lines_of_a_page_are_three_queries_however_many_postings(ledger):
     assert [txn.seq for txn in page[0].postings] == list(
         range(page[0].last.seq, page[0].last.seq - 48, -1)
     )
+
+
+def test_a_disks_charges_of_a_day_are_one_line_without_hours(db, client):
+    user = make_user()
+    fund(user, 10_000)
+    wallet = Wallet.objects.get(tenant=user.tenant)
+    for key, fen in (
+        ("storage:dsk_1:2026-12-02", 70),
+        ("storage:dsk_2:2026-12-02", 35),
+        ("storage-grow:dsk_1:2026-12-02:20", 20),
+    ):
+        ledger_post(
+            wallet_id=wallet.id,
+            key=key,
+            kind=TransactionKind.USAGE,
+            amount_fen=-fen,
+            description="Cloud disk storage",
+        )
+    client.force_login(user)
+
+    lines = ledger_lines_for_tenant(user.tenant_id)[0:25]
+
+    assert [(line.count, line.amount_fen) for line in lines[:2]] == [(2, -90), (1, -35)]
+    html = client.get("/billing/").content.decode()
+    assert '<span class="muted small" data-field="hours">2 postings</span>' in html
