@@ -162,57 +162,67 @@ def topup_settle_from_session(
         )
         logger.error("topup.review topup=%s session=%s problem=%s", topup.id, session.id, problem)
     elif session.payment_status in ("paid", "no_payment_required"):
-        paid_with = session.payment_method_type if session.payment_method_type in PaidWith else ""
-        with transaction.atomic():
-            txn = ledger_post(
-                wallet_id=topup.wallet_id,
-                key=f"topup:{session.id}",
-                kind=TransactionKind.TOPUP,
-                amount_fen=topup.amount_fen,
-                description=TOPUP_DESCRIPTIONS.get(paid_with, gettext_noop("Top-up")),
-            )
-            credited = TopUp.objects.filter(pk=topup.pk, ledger_transaction__isnull=True).update(
-                status=TopUpStatus.PAID,
-                paid_at=timezone.now(),
-                ledger_transaction=txn,
-                payment_intent_id=session.payment_intent or "",
-                paid_with=paid_with,
-            )
-            if credited:
-                # the request was audited when its checkout opened; this is the money arriving
-                audit_record(
-                    tenant_id=topup.tenant_id,
-                    actor=topup.created_by,
-                    action="topup.paid",
-                    obj=topup,
-                    data={"amount_fen": topup.amount_fen},
-                )
-                enqueue_on_commit("billing.tasks.send_topup_receipt", topup.id)
-                wallet_credited_after_commit(topup.wallet_id, topup.amount_fen)
-                logger.info("topup.paid topup=%s txn=%s", topup.id, txn.id)
+        _topup_credit(topup, session)
     elif event_type == "checkout.session.async_payment_failed":
         TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
             status=TopUpStatus.FAILED, error_message="The payment did not go through."
         )
     elif session.status == "expired":
-        expired = TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
-            status=TopUpStatus.EXPIRED
-        )
-        if expired:
-            audit_record(
-                tenant_id=topup.tenant_id,
-                actor=None,
-                action="topup.expired",
-                obj=topup,
-                data={"amount_fen": topup.amount_fen},
-            )
-            logger.info("topup.expired topup=%s session=%s", topup.id, session.id)
+        _topup_expire(topup, session)
     elif session.status == "complete":
         TopUp.objects.filter(
             pk=topup.pk, status__in=(TopUpStatus.CREATED, TopUpStatus.PENDING)
         ).update(status=TopUpStatus.PROCESSING)
     topup.refresh_from_db()
     return topup
+
+
+def _topup_credit(topup: TopUp, session: gateway.CheckoutSession) -> None:
+    """Credit a paid top-up once (the ledger key of its session), recording how it was paid."""
+    paid_with = session.payment_method_type if session.payment_method_type in PaidWith else ""
+    with transaction.atomic():
+        txn = ledger_post(
+            wallet_id=topup.wallet_id,
+            key=f"topup:{session.id}",
+            kind=TransactionKind.TOPUP,
+            amount_fen=topup.amount_fen,
+            description=TOPUP_DESCRIPTIONS.get(paid_with, gettext_noop("Top-up")),
+        )
+        credited = TopUp.objects.filter(pk=topup.pk, ledger_transaction__isnull=True).update(
+            status=TopUpStatus.PAID,
+            paid_at=timezone.now(),
+            ledger_transaction=txn,
+            payment_intent_id=session.payment_intent or "",
+            paid_with=paid_with,
+        )
+        if credited:
+            # the request was audited when its checkout opened; this is the money arriving
+            audit_record(
+                tenant_id=topup.tenant_id,
+                actor=topup.created_by,
+                action="topup.paid",
+                obj=topup,
+                data={"amount_fen": topup.amount_fen},
+            )
+            enqueue_on_commit("billing.tasks.send_topup_receipt", topup.id)
+            wallet_credited_after_commit(topup.wallet_id, topup.amount_fen)
+            logger.info("topup.paid topup=%s txn=%s", topup.id, txn.id)
+
+
+def _topup_expire(topup: TopUp, session: gateway.CheckoutSession) -> None:
+    """Stripe expired the session unpaid: an open top-up is expired, once, and audited."""
+    expired = TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
+        status=TopUpStatus.EXPIRED
+    )
+    if expired:
+        audit_record(
+            tenant_id=topup.tenant_id,
+            actor=None,
+            action="topup.expired",
+            obj=topup,
+            data={"amount_fen": topup.amount_fen},
+        )
+        logger.info("topup.expired topup=%s session=%s", topup.id, session.id)
 
 
 def topup_refresh(*, topup: TopUp) -> TopUp:

@@ -125,6 +125,11 @@ def endpoint_new(request: HttpRequest) -> HttpResponse:
                 )
             messages.success(request, _("Endpoint %(name)s is starting.") % {"name": endpoint.name})
             return redirect("endpoints:detail", pk=endpoint.pk)
+    return _new_page(request, offerings, values)
+
+
+def _new_page(request: HttpRequest, offerings: Any, values: dict[str, str]) -> HttpResponse:
+    """The Serve a model form, with the wallet that will pay."""
     context = {
         "active": "endpoints",
         "offerings": offerings,
