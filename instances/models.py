@@ -9,6 +9,7 @@ from django.utils import timezone
 from compute.choices import BillingMode
 from compute.models import Image, Offering
 from fleet.models import Node
+from instances import timeline
 from instances.choices import AutoStopKind, InstanceStatus
 from starverse.core.ids import PublicIdField
 from starverse.core.text import Deferred, parts, translate_stored
@@ -308,6 +309,17 @@ class InstanceEvent(models.Model):
     def text(self) -> str:
         """The message in the active language."""
         return translate_stored(self.message, self.params)
+
+    @property
+    def sentence(self) -> str | None:
+        """A Kubernetes event of a known reason as a sentence in the active language
+        (instances.timeline); None for any other step, shown as `text`."""
+        return timeline.sentence(self.message, self.params)
+
+    @property
+    def told(self) -> str:
+        """The step as the reader is told it: the sentence when there is one, else the text."""
+        return self.sentence or self.text
 
 
 class AutoStop(models.Model):
