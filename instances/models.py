@@ -241,6 +241,14 @@ class PodWatch(models.Model):
     events_read_at = models.DateTimeField(
         null=True, blank=True, help_text="When the pod's Kubernetes events were last read."
     )
+    pod_uid = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="The uid of this provisioning's pod once it was read: only that pod's "
+        "Kubernetes events join the timeline (a pod of the same name before a restart is "
+        "another pod).",
+    )
     seen_event_uids = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
