@@ -3,8 +3,11 @@ the pod it is about (issue 26), on the kube emulator."""
 
 import pytest
 
+from instances.lifecycle import instance_restart
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge
+from storage import provisioning
+from storage.models import Disk
 from tests.factories import converge_until, fund, make_user
 
 
@@ -68,3 +71,28 @@ def test_a_restart_shows_the_previous_pods_killing_where_it_happened(client, cat
     # the old pod's Killing is where it happened, not after the new start
     assert [text for _status, text in told].count("Stopping the container main.") == 1
 
+
+def test_attaching_a_disk_to_a_running_instance_says_it_restarts_then_attaches(client, catalog):
+    created = client.post("/api/v1/disks", {"name": "ckpt", "size_gb": 100}, format="json")
+    disk = Disk.objects.get(pk=created.json()["id"])
+    assert provisioning.disk_ensure(disk.id) == "available"
+    instance = _running(client, catalog)
+
+    answer = client.post(
+        f"/api/v1/instances/{instance.id}/disks", {"disk": disk.id, "restart": True}, format="json"
+    )
+    assert answer.status_code == 202
+    assert converge_until(converge.stop, instance.id) == "stopped"
+    instance_restart(instance_id=instance.id)
+    assert converge_until(converge.provision, instance.id) == "running"
+
+    told = _after(_told(instance), ("running", "Running: billing started."))[1:]
+    assert told[:6] == [
+        ("stopping", "Restarting to attach the disk ckpt."),
+        ("stopping", "Disk ckpt attached at /mnt/ckpt."),
+        ("stopping", "Stopping the container main."),
+        ("stopped", "Stopped. The disk is kept."),
+        ("queued", "Start requested."),
+        _placed(instance),
+    ]
+    assert told[-3:] == STARTED
