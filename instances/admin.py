@@ -142,17 +142,22 @@ class ImageAdmin(admin.ModelAdmin[Image]):
 
 class InstanceEventInline(admin.TabularInline[InstanceEvent, Instance]):
     """The timeline, each step in the operator's language with its words filled in (the row
-    keeps the source and its parameters: InstanceEvent.text)."""
+    keeps the source and its parameters: InstanceEvent.text), a Kubernetes event told as the
+    console tells it (instances.timeline) beside what the cluster said."""
 
     model = InstanceEvent
-    fields = readonly_fields = ("at", "status", "said")
+    fields = readonly_fields = ("at", "status", "said", "reported")
     extra = 0
     max_num = 0
     can_delete = False
 
     @admin.display(description=_("Message"))
     def said(self, event: InstanceEvent) -> str:
-        return event.text
+        return event.told
+
+    @admin.display(description=_("As Kubernetes reported it"))
+    def reported(self, event: InstanceEvent) -> str:
+        return event.text if event.sentence else ""
 
 
 class _CompanionInline(admin.StackedInline[Any, Instance]):

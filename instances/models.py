@@ -9,6 +9,7 @@ from django.utils import timezone
 from compute.choices import BillingMode
 from compute.models import Image, Offering
 from fleet.models import Node
+from instances import timeline
 from instances.choices import AutoStopKind, InstanceStatus
 from starverse.core.ids import PublicIdField
 from starverse.core.text import Deferred, parts, translate_stored
@@ -240,6 +241,14 @@ class PodWatch(models.Model):
     events_read_at = models.DateTimeField(
         null=True, blank=True, help_text="When the pod's Kubernetes events were last read."
     )
+    pod_uid = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="The uid of this provisioning's pod once it was read: only that pod's "
+        "Kubernetes events join the timeline (a pod of the same name before a restart is "
+        "another pod).",
+    )
     seen_event_uids = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
@@ -308,6 +317,17 @@ class InstanceEvent(models.Model):
     def text(self) -> str:
         """The message in the active language."""
         return translate_stored(self.message, self.params)
+
+    @property
+    def sentence(self) -> str | None:
+        """A Kubernetes event of a known reason as a sentence in the active language
+        (instances.timeline); None for any other step, shown as `text`."""
+        return timeline.sentence(self.message, self.params)
+
+    @property
+    def told(self) -> str:
+        """The step as the reader is told it: the sentence when there is one, else the text."""
+        return self.sentence or self.text
 
 
 class AutoStop(models.Model):

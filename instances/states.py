@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 S = InstanceStatus
 # A transition's fields that are the instance's pod watch's (instances.models.PodWatch), not
 # its own columns: _transition saves them there.
-POD_WATCH_FIELDS = ("provisioning_since", "objects_created_at")
+POD_WATCH_FIELDS = ("provisioning_since", "objects_created_at", "pod_uid")
 
 
 def instance_locked(instance_id: str) -> Instance:
@@ -135,8 +135,9 @@ def _pod_watch_save(instance: Instance, fields: dict[str, Any]) -> None:
 
 def _provisioning_anew(now: datetime | None = None) -> dict[str, Any]:
     """Each provisioning runs its own clock (the timeout) and creates its pod, Secret and the
-    rest anew (instances.provisioning.converge), so a start or a new node gets fresh ones."""
-    return {"provisioning_since": now or timezone.now(), "objects_created_at": None}
+    rest anew (instances.provisioning.converge), so a start or a new node gets fresh ones; its
+    pod is a new one, whose uid is learnt when it is first read."""
+    return {"provisioning_since": now or timezone.now(), "objects_created_at": None, "pod_uid": ""}
 
 
 # --- decisions (the caller holds the row lock) -----------------------------------------------

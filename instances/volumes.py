@@ -101,17 +101,19 @@ def disk_attach(
         if disk.instance_id == locked.id:
             return disk
         region_check(locked, disk)
+        # a running instance restarts first and mounts the disk as it starts again: the
+        # timeline says so in that order
+        _volume_change(
+            locked,
+            restart=restart,
+            what=later("Restarting to attach the disk %(name)s.") % {"name": disk.name},
+        )
         disk_bind(disk, locked.id)
         InstanceEvent.objects.create(
             instance=locked,
             status=locked.status,
             message=later("Disk %(name)s attached at %(path)s.")
             % {"name": disk.name, "path": disk.mount_path},
-        )
-        _volume_change(
-            locked,
-            restart=restart,
-            what=later("Restarting to attach the disk %(name)s.") % {"name": disk.name},
         )
     return disk
 

@@ -209,6 +209,12 @@ class ClusterEventOutput(serializers.Serializer[InstanceEvent]):
     )
     status = serializers.CharField()
     message = serializers.CharField(source="text", help_text="In the request's language.")
+    text = serializers.CharField(
+        source="told",
+        help_text="As the console tells it, in the request's language: a Kubernetes event of a "
+        "known reason as a sentence (its image, size and time read out of kubelet's message); "
+        "any other step as `message`.",
+    )
 
 
 class RankMetricsOutput(serializers.Serializer[Mapping[str, object]]):

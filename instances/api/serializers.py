@@ -423,10 +423,16 @@ def _iso(value: Any, tz: tzinfo | None) -> str | None:
 
 class InstanceEventOutput(serializers.ModelSerializer[InstanceEvent]):
     message = serializers.CharField(source="text", help_text="In the request's language.")
+    text = serializers.CharField(
+        source="told",
+        help_text="As the console tells it, in the request's language: a Kubernetes event of a "
+        "known reason as a sentence (its image, size and time read out of kubelet's message); "
+        "any other step as `message`.",
+    )
 
     class Meta:
         model = InstanceEvent
-        fields = ["at", "status", "message"]
+        fields = ["at", "status", "message", "text"]
 
 
 class DiskAttachInput(InputSerializer):

@@ -324,6 +324,7 @@ def _pod_watch(instance: Instance, node: Node) -> str:
         raise StillPending("pod gone")
     if _node_of(pod) != node.name:
         _pod_elsewhere_remove(instance)
+    _pod_uid_learn(instance, pod)
     status = pod.get("status") or {}
     failure = _start_failure(status)
     ready = failure is None and _ready(status)
@@ -370,6 +371,15 @@ def _timed_out(instance: Instance) -> str | None:
     return None
 
 
+def _pod_uid_learn(instance: Instance, pod: dict[str, Any]) -> None:
+    """The pod this provisioning watches, by its uid: only its events join the timeline."""
+    uid = (pod.get("metadata") or {}).get("uid") or ""
+    watch = instance.pod_watch
+    if uid and watch.pod_uid != uid:
+        PodWatch.objects.filter(instance_id=instance.pk).update(pod_uid=uid)
+        watch.pod_uid = uid
+
+
 def _events_due(instance: Instance) -> bool:
     read_at = instance.pod_watch.events_read_at
     return read_at is None or timezone.now() - read_at >= timedelta(seconds=EVENTS_EVERY_S)
@@ -385,15 +395,25 @@ def events_mirror(instance: Instance) -> None:
     events_record(instance, events)
 
 
+def _of_pod(event: dict[str, Any], pod_uid: str) -> bool:
+    """Whether the event is about the watched pod. Events are listed by the pod's name, which
+    the pod before a restart had too: its last events (Killing, a late BackOff) are not this
+    run's. An event or a watch without a uid (one from before uids were kept) is taken."""
+    uid = (event.get("involvedObject") or {}).get("uid") or ""
+    return not (uid and pod_uid) or uid == pod_uid
+
+
 def events_record(instance: Instance, events: list[dict[str, Any]]) -> int:
-    """Record the events not seen before on the instance's timeline, in the cluster's words
-    (Kubernetes speaks English); returns how many were new."""
-    seen_before = instance.pod_watch.seen_event_uids
+    """Record the events of the watched pod not seen before on the instance's timeline, in the
+    cluster's words (Kubernetes speaks English; instances.timeline tells them in the reader's
+    language); returns how many were new."""
+    watch = instance.pod_watch
+    seen_before = watch.seen_event_uids
     seen = set(seen_before)
     new = [
         e
         for e in sorted(events, key=lambda e: e.get("lastTimestamp") or "")
-        if e["metadata"]["uid"] not in seen
+        if e["metadata"]["uid"] not in seen and _of_pod(e, watch.pod_uid)
     ]
     InstanceEvent.objects.bulk_create(
         InstanceEvent(
@@ -428,6 +448,13 @@ def _pod_gone(instance: Instance) -> bool:
     return False
 
 
+def _last_events_mirror(instance: Instance) -> None:
+    """Once its pod is gone, the pod's last events (Killing) join the timeline where they
+    happened, before the instance is reported stopped: one read, of a pod known by its uid."""
+    if instance.k8s_name and instance.pod_watch.pod_uid:
+        events_mirror(instance)
+
+
 @in_its_region
 def stop(instance_id: str) -> str:
     """Delete the pod (the disk, Secret and Service stay); once it is gone the instance is
@@ -437,6 +464,7 @@ def stop(instance_id: str) -> str:
         return instance.status if instance else "gone"
     if not _pod_gone(instance):
         raise StillPending("pod terminating")
+    _last_events_mirror(instance)
     return instance_mark_stopped(instance.id)
 
 
@@ -449,6 +477,7 @@ def terminate(instance_id: str) -> str:
         return instance.status if instance else "gone"
     if not _pod_gone(instance):
         raise StillPending("pod terminating")
+    _last_events_mirror(instance)
     claim = manifests.disk_name(instance.id)
     if instance.k8s_name:
         _port_objects_delete(instance)

@@ -285,7 +285,12 @@ def _mirror_warnings() -> int:
         k8s_name=""
     )
     rows = live.select_related("pod_watch").only(
-        "id", "status", "k8s_namespace", "k8s_name", "pod_watch__seen_event_uids"
+        "id",
+        "status",
+        "k8s_namespace",
+        "k8s_name",
+        "pod_watch__pod_uid",
+        "pod_watch__seen_event_uids",
     )
     for instance in rows:
         events = by_pod.get((instance.k8s_namespace, instance.k8s_name))

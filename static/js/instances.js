@@ -623,9 +623,21 @@
         message.appendChild(label);
         message.appendChild(document.createTextNode(" · "));
       }
-      message.appendChild(document.createTextNode(event.message));
+      message.appendChild(document.createTextNode(event.text || event.message));
       body.appendChild(time);
       body.appendChild(message);
+      // A Kubernetes event told as a sentence keeps what the cluster said one click away.
+      if (event.text && event.text !== event.message) {
+        var raw = document.createElement("details");
+        raw.className = "tl-raw";
+        var summary = document.createElement("summary");
+        summary.textContent = timeline.getAttribute("data-raw-label") || "";
+        var code = document.createElement("code");
+        code.textContent = event.message;
+        raw.appendChild(summary);
+        raw.appendChild(code);
+        body.appendChild(raw);
+      }
       item.appendChild(dot);
       item.appendChild(body);
       timeline.appendChild(item);

@@ -286,3 +286,32 @@ def test_emulator_written_objects_pass_strict_schema_validation(
     version = kubernetes_validate.latest_version()
     for obj in raw:
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_a_pod_made_again_under_its_name_is_another_pod_and_events_say_which(
+    api: client.CoreV1Api,
+) -> None:
+    """As on a real cluster, a restart's new pod has the old one's name and a new uid, and each
+    event names its pod by uid: the old pod's Killing is listed with the new pod's events."""
+    api.create_namespaced_pod("default", pod_body("again", gpus=1))
+    wait_for(lambda: phase(api, "again") == "Running")
+    old = api.read_namespaced_pod("again", "default").metadata.uid
+    api.delete_namespaced_pod("again", "default", grace_period_seconds=1)
+
+    def gone() -> bool:
+        try:
+            api.read_namespaced_pod("again", "default")
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(gone, what="the old pod to go")
+    api.create_namespaced_pod("default", pod_body("again", gpus=1))
+    wait_for(lambda: phase(api, "again") == "Running")
+    new = api.read_namespaced_pod("again", "default").metadata.uid
+
+    items = api.list_namespaced_event("default", field_selector="involvedObject.name=again").items
+    by_pod = {(e.involved_object.uid, e.reason) for e in items}
+    assert new != old
+    assert (old, "Killing") in by_pod and (new, "Killing") not in by_pod
+    assert {(new, "Started"), (old, "Started")} <= by_pod

@@ -110,7 +110,8 @@ def test_a_stop_asks_once_and_then_watches_the_pod_go(catalog, cluster, kube_cal
     calls = Counter(kube_calls)
     assert calls[("DELETE", NS + "/pods/{name}")] == 1
     assert calls[POD] > 2
-    assert set(calls) == {("DELETE", NS + "/pods/{name}"), POD}
+    assert calls[EVENTS] == 1  # its last events (Killing), once it is gone
+    assert set(calls) == {("DELETE", NS + "/pods/{name}"), POD, EVENTS}
 
 
 def test_the_reconcile_loop_lists_each_kind_once_per_tenant_namespace(catalog, kube_calls):
