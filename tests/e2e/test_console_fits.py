@@ -4,8 +4,8 @@ stopped instance), a cluster and its ranks on nodes with long host names, an end
 with a long directory, teams and their people, keys and tokens with long names. Measured as the
 fleet pages are (test_fleet_fits.MEASURE), over the whole page with its top bar: no page scroll
 sideways, no element past the window's right edge, no box that scrolls or clips its content
-sideways, but those meant to (MEANT). One browser
-session per language, logged in once; the data is made through the services."""
+sideways, but those meant to (MEANT). One browser session per language, logged in once; the
+data is made through the services."""
 
 import dataclasses
 from collections.abc import Iterator
