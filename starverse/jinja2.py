@@ -1,5 +1,7 @@
-"""The Jinja2 environment of the console: url(), static(), i18n and money formatting."""
+"""The Jinja2 environment of the console: url(), static(), i18n, money formatting
+and line breaks in long names (wbr)."""
 
+import re
 from typing import Any
 
 from django.contrib.messages import get_messages
@@ -7,6 +9,7 @@ from django.templatetags.static import static
 from django.urls import reverse
 from django.utils import timezone, translation
 from jinja2 import Environment
+from markupsafe import Markup, escape
 
 from starverse.core.links import public_url
 from starverse.core.money import format_fen
@@ -23,6 +26,12 @@ def _localtime(value: Any, fmt: str = "%Y-%m-%d %H:%M") -> str:
     return timezone.localtime(value).strftime(fmt)
 
 
+def _wbr(value: Any) -> Markup:
+    """The text, escaped, with a line-break opportunity after each dot and slash: a host name or
+    a path wraps between its parts, never inside one, and copies whole (<wbr> adds nothing)."""
+    return Markup("<wbr>").join(escape(part) for part in re.split(r"(?<=[./])", str(value)))
+
+
 def environment(**options: Any) -> Environment:
     options.setdefault("autoescape", True)
     env = Environment(extensions=["jinja2.ext.i18n"], **options)  # noqa: S701
@@ -35,5 +44,5 @@ def environment(**options: Any) -> Environment:
         localized=localized,
         public_url=public_url,
     )
-    env.filters.update(money=format_fen, localtime=_localtime)
+    env.filters.update(money=format_fen, localtime=_localtime, wbr=_wbr)
     return env

@@ -263,6 +263,17 @@
 
   /* ---------- Instance list ---------- */
 
+  // A node's name, with a line-break opportunity after each dot and slash (the template's |wbr).
+  function breakable(element, text) {
+    element.textContent = "";
+    text.split(/(?<=[.\/])/).forEach(function (part, index) {
+      if (index) {
+        element.appendChild(document.createElement("wbr"));
+      }
+      element.appendChild(document.createTextNode(part));
+    });
+  }
+
   function listPage(section) {
     var url = section.getAttribute("data-instances-poll");
     every(5000, function () {
@@ -279,7 +290,7 @@
           }
           var node = row.querySelector('[data-field="node"]');
           if (node) {
-            node.textContent = item.node || "—";
+            breakable(node, item.node || "—");
           }
           setActions(row, item.status);
         });

@@ -34,7 +34,7 @@ def test_the_page_lists_the_pool_with_sizes_and_copy_commands(client, user, pool
     assert "retired-corpus" not in html and "Retired corpus" not in html
     assert "16.1 GB" in html and "5.6 GB" in html
     assert "Llama 3 Community License" in html and "2023-04" in html
-    assert '<code class="secret-value mono" id="cmd-llama-3-8b-instruct">' in html
+    assert '<code class="secret-value mono command-line" id="cmd-llama-3-8b-instruct">' in html
     assert "cp -r /public/models/Meta-Llama-3-8B-Instruct ./</code>" in html
     assert "cp -r /public/data/BELLE ./</code>" in html
     assert 'data-copy="#cmd-belle-instructions"' in html
