@@ -1,7 +1,7 @@
 """The parallelism planner in the browser, in both languages: its inputs line up row by row,
 the page fits a 1280 px window, and a plan is ordered as a cluster: "Order a cluster with this
 plan" opens the cluster order form filled with the offering, the node count and the tensor /
-pipeline sizes, which the order keeps."""
+pipeline sizes."""
 
 from pathlib import Path
 
@@ -66,18 +66,3 @@ def test_a_plan_is_ordered_as_a_cluster(page: Page, lang, live_server):
     _aligned(page, ".cluster-count > .field")
     _fits(page)
     page.screenshot(path=SHOTS / f"cluster-new-{lang}.png", full_page=True)
-
-    # sizes that do not split the GPUs are refused in the form, as the API refuses them
-    page.fill("input[name=tensor_parallel]", "3")
-    with page.expect_navigation():
-        page.click("button[data-submit]")
-    expect(page.locator(".rent-error")).to_contain_text(
-        t(
-            lang,
-            "Tensor parallelism %(tensor)d does not divide the %(gpus)d GPUs of a node: "
-            "choose a divisor of %(gpus)d.",
-            tensor=3,
-            gpus=8,
-        )
-    )
-    expect(page.locator("input[name=tensor_parallel]")).to_have_value("3")
