@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from math import ceil
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
+from django.utils.functional import Promise
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
+from django.utils.translation import gettext_lazy, ngettext
 
 from starverse.core.money import format_fen
 
@@ -32,6 +33,7 @@ class TcoBuy(TypedDict):
     opex_fen: int
     years: int
     power_kw: Figure
+    pue: NotRequired[Figure]  # the data centre's power usage effectiveness; 1 when omitted
     electricity_fen_per_kwh: Figure
 
 
@@ -58,7 +60,8 @@ class TcoJob(TypedDict):
 
 class TcoPreset(TypedDict):
     key: str
-    title: str
+    name: Promise  # short, on its button; in the reader's language
+    title: Promise  # what it is, with the figures' sources
     input: TcoJob
 
 
@@ -176,7 +179,14 @@ def _buying(buy_in: TcoBuy, job: _Job) -> Option:
     buy, gpus = Option(), job.gpus
     years = int(buy_in["years"])
     gpu_cost = gpus * _f(buy_in["gpu_unit_fen"])
-    power = _f(buy_in["power_kw"]) * _f(buy_in["electricity_fen_per_kwh"]) * HOURS_PER_YEAR * years
+    pue = buy_in.get("pue", 1)
+    power = (
+        _f(buy_in["power_kw"])
+        * _f(pue)
+        * _f(buy_in["electricity_fen_per_kwh"])
+        * HOURS_PER_YEAR
+        * years
+    )
     lifetime = gpu_cost + _f(buy_in["other_capex_fen"]) + _f(buy_in["opex_fen"]) + power
     buy.line(
         _("GPUs"),
@@ -197,12 +207,13 @@ def _buying(buy_in: TcoBuy, job: _Job) -> Option:
     buy.line(
         _("Electricity"),
         ngettext(
-            "%(kw)s kW × %(price)s per kWh × 8,760 h × %(years)s year",
-            "%(kw)s kW × %(price)s per kWh × 8,760 h × %(years)s years",
+            "%(kw)s kW × PUE %(pue)s × %(price)s per kWh × 8,760 h × %(years)s year",
+            "%(kw)s kW × PUE %(pue)s × %(price)s per kWh × 8,760 h × %(years)s years",
             years,
         )
         % {
             "kw": _num(buy_in["power_kw"]),
+            "pue": _num(pue),
             "price": _yuan(buy_in["electricity_fen_per_kwh"]),
             "years": years,
         },
@@ -284,11 +295,22 @@ def _node_months(nodes: int, side: TcoCloud) -> str:
     ) % {"nodes": _num(nodes), "per": side["gpus_per_node"], "price": _yuan(side["node_month_fen"])}
 
 
-# Presets the console page opens with; every figure is derived from these inputs.
+# Presets the console page opens with; every figure is derived from these inputs. Power: an
+# 8×H100 node draws up to 10.2 kW at the wall (NVIDIA DGX H100 system specification, "System
+# power usage: ~10.2 kW max"), in a data centre of PUE 1.3, at ¥0.80 per kWh (China's
+# industrial electricity price, about ¥0.6–1.0).
+NODE_KW = Decimal("10.2")
+PUE = Decimal("1.3")
+ELECTRICITY_FEN_PER_KWH = 80
+
 PRESETS: list[TcoPreset] = [
     {
         "key": "cluster_1024",
-        "title": "1,024-GPU training cluster, 42-day run",
+        "name": gettext_lazy("1,024-GPU cluster, 42 days"),
+        "title": gettext_lazy(
+            "1,024-GPU training cluster, 42-day run: 128 8×H100 nodes at 10.2 kW each "
+            "(NVIDIA DGX H100 maximum), PUE 1.3, ¥0.80/kWh"
+        ),
         "input": {
             "gpus": 1024,
             "duration_days": 42,
@@ -297,8 +319,9 @@ PRESETS: list[TcoPreset] = [
                 "other_capex_fen": 8_500_000_000,
                 "opex_fen": 3_800_000_000,
                 "years": 5,
-                "power_kw": 0,
-                "electricity_fen_per_kwh": 0,
+                "power_kw": NODE_KW * 128,
+                "pue": PUE,
+                "electricity_fen_per_kwh": ELECTRICITY_FEN_PER_KWH,
             },
             "cloud": {
                 "gpus_per_node": 8,
@@ -312,19 +335,23 @@ PRESETS: list[TcoPreset] = [
     },
     {
         "key": "node_8xh100",
-        "title": "One 8×H100 node for a year: bought for ¥2,600,000 over 3 years at 8 kW, "
-        "or rented by the month",
+        "name": gettext_lazy("One 8×H100 node, 1 year"),
+        "title": gettext_lazy(
+            "One 8×H100 node for a year: bought for ¥2,600,000 over 3 years at 10.2 kW "
+            "(NVIDIA DGX H100 maximum), or rented by the month"
+        ),
         "input": {
             "gpus": 8,
             "duration_days": 365,
-            # ¥2,600,000 for the node = 8 × ¥325,000; 8 kW at ¥1.20/kWh.
+            # ¥2,600,000 for the node = 8 × ¥325,000
             "buy": {
                 "gpu_unit_fen": 32_500_000,
                 "other_capex_fen": 0,
                 "opex_fen": 0,
                 "years": 3,
-                "power_kw": 8,
-                "electricity_fen_per_kwh": 120,
+                "power_kw": NODE_KW,
+                "pue": PUE,
+                "electricity_fen_per_kwh": ELECTRICITY_FEN_PER_KWH,
             },
             "cloud": {
                 "gpus_per_node": 8,
@@ -336,3 +363,25 @@ PRESETS: list[TcoPreset] = [
         },
     },
 ]
+
+
+def presets_shown() -> list[dict[str, Any]]:
+    """The presets as the page carries them (JSON): names in the reader's language, decimals
+    as the exact strings the API takes."""
+    return [
+        {
+            "key": preset["key"],
+            "name": str(preset["name"]),
+            "title": str(preset["title"]),
+            "input": _plain(preset["input"]),
+        }
+        for preset in PRESETS
+    ]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, Decimal):
+        return str(value)
+    return value

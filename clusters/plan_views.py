@@ -8,6 +8,8 @@ from typing import Any
 from django import forms
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from clusters.planner import PRESETS, GpuChoice, PlanInputError, gpu_models, plan, plan_inputs
@@ -51,8 +53,8 @@ class PlanForm(forms.Form):
         assert isinstance(preset, forms.ChoiceField) and isinstance(gpu_model, forms.ChoiceField)
         preset.choices = [("", "—")] + [(key, preset["title"]) for key, preset in PRESETS.items()]
         gpu_model.choices = [
-            (key, f"{name} · {memory} GB × {per_node}")
-            for key, (name, memory, per_node) in gpus.items()
+            (key, f"{choice.name} · {choice.memory_gb} GB × {choice.per_node}")
+            for key, choice in gpus.items()
         ]
 
     def clean(self) -> dict[str, Any]:
@@ -82,12 +84,14 @@ def plan_page(request: HttpRequest) -> HttpResponse:
     if set(query) <= {"preset", "gpu_model", "node_count"} and preset in PRESETS:
         query = {**_initial(preset, gpus), **query}
     form = PlanForm(query, gpus=gpus)
-    result, refusal = None, None
+    result, refusal, order = None, None, None
     if form.is_valid():
         try:
             result = plan(*form.cleaned_data["inputs"]).as_dict()
         except ServiceError as error:
             refusal = error.message
+        else:
+            order = _order_url(result, gpus[form.cleaned_data["gpu_model"]].offering)
     return render(
         request,
         "clusters/plan.html",
@@ -96,6 +100,24 @@ def plan_page(request: HttpRequest) -> HttpResponse:
             "presets": PRESETS,
             "result": result,
             "refusal": refusal,
+            "order_url": order,
             "active": "planner",
         },
     )
+
+
+def _order_url(result: dict[str, Any], offering: str | None) -> str | None:
+    """Where the plan is ordered: the cluster order form filled with the GPU model's whole-node
+    offering, the node count and the planned sizes; for one node, Rent with that offering. None
+    when the GPU model has no whole-node offering."""
+    if offering is None:
+        return None
+    if result["node_count"] < 2:
+        return reverse("instances:rent") + "?" + urlencode({"offering": offering})
+    query = {
+        "offering": offering,
+        "node_count": result["node_count"],
+        "tensor_parallel": result["tensor_parallel"],
+        "pipeline_parallel": result["pipeline_parallel"],
+    }
+    return reverse("clusters:new") + "?" + urlencode(query)

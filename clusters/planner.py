@@ -365,18 +365,22 @@ class GpuChoice(NamedTuple):
     name: str
     memory_gb: int
     per_node: int  # GPUs per whole node: its active whole-node offering's, or the default
+    offering: str | None  # that offering's id, which a cluster of the plan is ordered with
 
 
 def gpu_models() -> dict[str, GpuChoice]:
     """GPU models a plan can be made for, by id."""
-    per_node = dict(
-        Offering.objects.filter(kind=OfferingKind.BARE_METAL, active=True)
+    whole_node = {
+        model_id: (gpus, offering_id)
+        for model_id, offering_id, gpus in Offering.objects.filter(
+            kind=OfferingKind.BARE_METAL, active=True
+        )
         .order_by("-sort", "-gpu_count")
-        .values_list("gpu_model_id", "gpu_count")
-    )
+        .values_list("gpu_model_id", "id", "gpu_count")
+    }
     return {
         model.id: GpuChoice(
-            model.name, model.memory_gb, per_node.get(model.id, DEFAULT_GPUS_PER_NODE)
+            model.name, model.memory_gb, *whole_node.get(model.id, (DEFAULT_GPUS_PER_NODE, None))
         )
         for model in GpuModel.objects.order_by("id")
     }
@@ -427,7 +431,7 @@ def plan_inputs(data: dict[str, Any]) -> tuple[Shape, Hardware, Pins]:
         micro_batch_size=values["micro_batch_size"],
         num_attention_heads=values.get("num_attention_heads"),
     )
-    name, memory_gb, per_node = known[values["gpu_model"]]
+    name, memory_gb, per_node, _offering = known[values["gpu_model"]]
     hardware = Hardware(name, memory_gb, per_node, values["node_count"])
     pins = Pins(
         values.get("tensor_parallel"), values.get("pipeline_parallel"), values.get("zero_stage")

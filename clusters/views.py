@@ -99,6 +99,24 @@ class ClusterForm(forms.Form):
             "invalid_choice": gettext_lazy("That image is no longer available; choose another."),
         }
     )
+    # Megatron-LM degrees of the launch script; whether they split the cluster's GPUs is the
+    # service's to refuse (clusters.services._degrees_valid), as for the API's `parallelism`.
+    tensor_parallel = forms.IntegerField(
+        required=False,
+        min_value=1,
+        error_messages={
+            "invalid": gettext_lazy("The tensor parallel size is a whole number."),
+            "min_value": gettext_lazy("The tensor parallel size is at least 1."),
+        },
+    )
+    pipeline_parallel = forms.IntegerField(
+        required=False,
+        min_value=1,
+        error_messages={
+            "invalid": gettext_lazy("The pipeline parallel size is a whole number."),
+            "min_value": gettext_lazy("The pipeline parallel size is at least 1."),
+        },
+    )
     template = forms.ChoiceField(choices=Template.choices, initial=Template.TORCHRUN)
     billing = forms.ChoiceField(choices=BillingMode.choices, initial=BillingMode.HOURLY)
     name = forms.CharField(max_length=90, required=False, strip=True)
@@ -122,6 +140,25 @@ class ClusterForm(forms.Form):
         found = self.fields[name]
         assert isinstance(found, forms.ChoiceField)  # the choice fields declared above
         found.choices = choices
+
+    def parallelism(self) -> dict[str, int] | None:
+        """The degrees as the API's `parallelism` takes them: none (the launch script's
+        default), or the tensor size and the pipeline size (1 when empty)."""
+        tensor = self.cleaned_data.get("tensor_parallel")
+        pipeline = self.cleaned_data.get("pipeline_parallel")
+        if tensor is None:
+            return None
+        return {"tensor": tensor, "pipeline": pipeline or 1}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("pipeline_parallel") is not None and data.get("tensor_parallel") is None:
+            # the API's `parallelism` needs its tensor size too
+            self.add_error(
+                "tensor_parallel",
+                _("Enter the tensor parallel size with the pipeline parallel size."),
+            )
+        return data
 
 
 @dataclass
@@ -181,15 +218,23 @@ def _default_offering(offer: _Offer) -> str:
 
 
 def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
-    """A blank form: the offering asked for (?offering=) or a safe default, two nodes, the
-    first image, the torchrun template, hourly billing, every SSH key, and a new token."""
+    """A blank form: the offering asked for (?offering=) or a safe default, the nodes and
+    parallel sizes asked for (the planner's order link) or two nodes and the default sizes,
+    the first image, the torchrun template, hourly billing, every SSH key, and a new token."""
     wanted = request.GET.get("offering", "")
+    asked = {
+        key: str(request.GET.get(key, ""))
+        for key in ("node_count", "tensor_parallel", "pipeline_parallel")
+        if str(request.GET.get(key, "")).isdigit()
+    }
     return _Shown(
         chosen={
             "offering": wanted
             if any(o.id == wanted for o in offer.offerings)
             else _default_offering(offer),
-            "node_count": "2",
+            "node_count": asked.get("node_count", "2"),
+            "tensor_parallel": asked.get("tensor_parallel", ""),
+            "pipeline_parallel": asked.get("pipeline_parallel", ""),
             "image": offer.images[0].id if offer.images else "",
             "template": Template.TORCHRUN,
             "billing": BillingMode.HOURLY,
@@ -205,7 +250,16 @@ def _form_as_posted(request: HttpRequest) -> _Shown:
     return _Shown(
         chosen={
             key: str(request.POST.get(key, ""))[:100]
-            for key in ("offering", "node_count", "image", "template", "billing", "name")
+            for key in (
+                "offering",
+                "node_count",
+                "tensor_parallel",
+                "pipeline_parallel",
+                "image",
+                "template",
+                "billing",
+                "name",
+            )
         },
         token=str(request.POST.get("token", "")),
         selected_keys=request.POST.getlist("ssh_keys"),
@@ -239,6 +293,7 @@ def cluster_new(request: HttpRequest) -> HttpResponse:
             name=data["name"],
             billing=data["billing"],
             ssh_keys=data["ssh_keys"],
+            parallelism=form.parallelism(),
             idempotency_key=ORDER_KEY_PREFIX + data["token"],
         )
     except IdempotencyConflict as conflict:

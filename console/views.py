@@ -1,6 +1,10 @@
-"""Console pages that read across apps: the home redirect, the dashboard, the Disks page, and
-the health check. They sit above every app and change nothing themselves."""
+"""Console pages that read across apps: the public home page (the price list) or, signed in,
+the dashboard, the Disks page, and the health check. They sit above every app and change
+nothing themselves."""
 
+from dataclasses import dataclass
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
@@ -13,16 +17,87 @@ from fleet.models import Region
 from instances.autostop import auto_stop_savings
 from instances.choices import InstanceStatus
 from instances.models import Instance
-from instances.selectors import spend_per_hour_fen
+from instances.selectors import calculator_offerings, spend_per_hour_fen
 from starverse.core.console import page_user
 from starverse.core.tenancy import scope_to_user
+from starverse.core.text import localized
 from storage.billing import days_left, open_arrears, prices, storage_day_fen
+from storage.choices import StorageKind
 from storage.nas import nas_for_tenant
 from storage.selectors import tenant_disks
 
 
+@dataclass(frozen=True)
+class PriceRow:
+    """One offering of the public price list, in the reader's language."""
+
+    key: str
+    name: str
+    kind: str
+    gpu_model: str
+    gpu_memory_gb: int
+    gpus: int
+    cpu_cores: int
+    memory_gb: int
+    local_disk_gb: int
+    hour_fen: int
+    month_fen: int | None
+    trial_hour_fen: int | None
+    gpu_hour_fen: int  # the hourly price of one of its GPUs, for the "from" figures
+
+
+@dataclass(frozen=True)
+class StorageRow:
+    kind: str
+    name: str
+    gb_day_fen: int
+
+
 def home(request: HttpRequest) -> HttpResponse:
-    return redirect("console:dashboard" if request.user.is_authenticated else "accounts:login")
+    """Signed in: the dashboard. A visitor: the public home page, with the price list of the
+    active catalog as Rent and the cost calculator read it, storage prices, and the way in."""
+    if request.user.is_authenticated:
+        return redirect("console:dashboard")
+    rows = [
+        PriceRow(
+            key=o.slug or o.id,
+            name=localized(o, "name"),
+            kind=o.kind,
+            gpu_model=o.gpu_model.name,
+            gpu_memory_gb=o.gpu_model.memory_gb,
+            gpus=o.gpu_count,
+            cpu_cores=o.cpu_cores,
+            memory_gb=o.memory_gb,
+            local_disk_gb=o.local_disk_gb,
+            hour_fen=o.price_per_hour_fen,
+            month_fen=o.price_per_month_fen,
+            trial_hour_fen=o.trial_price_per_hour_fen,
+            gpu_hour_fen=-(-o.price_per_hour_fen // o.gpu_count),  # rounded up: never under-quoted
+        )
+        for o in calculator_offerings()
+    ]
+    # the cheapest GPU-hour of each GPU model, in the catalog's order
+    cheapest: dict[str, PriceRow] = {}
+    for row in rows:
+        if row.gpu_model not in cheapest or row.gpu_hour_fen < cheapest[row.gpu_model].gpu_hour_fen:
+            cheapest[row.gpu_model] = row
+    storage_prices = prices()
+    storage = [
+        StorageRow(kind=kind.value, name=str(kind.label), gb_day_fen=storage_prices[kind.value])
+        for kind in StorageKind
+        if kind.value in storage_prices
+    ]
+    return render(
+        request,
+        "console/home.html",
+        {
+            "rows": rows,
+            "cheapest": list(cheapest.values()),
+            "storage": storage,
+            "trial_credit_fen": settings.TRIAL_CREDIT_FEN,
+            "trial_after_verification": settings.TRIAL_REQUIRES_VERIFICATION,
+        },
+    )
 
 
 @login_required

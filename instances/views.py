@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from billing.calculator import PRESETS
+from billing.calculator import presets_shown
 from billing.models import Wallet
 from billing.selectors import wallet_for_tenant
 from billing.services import trial_minutes
@@ -700,7 +700,7 @@ def calculator(request: HttpRequest) -> HttpResponse:
         }
         for o in calculator_offerings()
     ]
-    context = {"presets": PRESETS, "offerings": offerings, "active": "calculator"}
+    context = {"presets": presets_shown(), "offerings": offerings, "active": "calculator"}
     return render(request, "billing/calculator.html", context)
 
 

@@ -133,6 +133,14 @@ class TcoBuyInput(InputSerializer):
     opex_fen = StrictIntegerField(min_value=0)
     years = StrictIntegerField(min_value=1, max_value=30)
     power_kw = _Number()
+    pue = _Number(
+        min_value=1,
+        max_value=3,
+        required=False,
+        default=Decimal(1),
+        help_text="The data centre's power usage effectiveness: the power drawn is power_kw × "
+        "pue. 1 when omitted.",
+    )
     electricity_fen_per_kwh = _Number()
 
 

@@ -21,6 +21,7 @@
   var results = document.getElementById("calc-results");
   var statusBox = document.getElementById("calc-status");
   var errorBox = document.getElementById("calc-error");
+  var verdict = document.getElementById("calc-verdict");
   var OPTIONS = ["buy", "cloud", "starverse"];
   var ZERO = BigInt(0);
   var DEBOUNCE_MS = 300;
@@ -258,6 +259,7 @@
           ? ""
           : showValue(input.getAttribute("data-kind"), value);
     });
+    showOfferingPrice();
   }
 
   function findPreset(key) {
@@ -328,6 +330,10 @@
     });
   }
 
+  function fieldText(path) {
+    return form.querySelector('[data-path="' + path + '"]').value.trim();
+  }
+
   function render(data) {
     var totals = {};
     OPTIONS.forEach(function (key) {
@@ -387,6 +393,12 @@
               percent: percent(magnitude, other),
             })
           : "\u00a0";
+    });
+
+    // What the verdict compares: the purchase spread over its lifetime, against the rentals
+    verdict.textContent = fill(t.verdict, {
+      days: fieldText("duration_days"),
+      years: fieldText("buy.years"),
     });
 
     var hint = out(form, "hint");
@@ -521,8 +533,18 @@
     }
   });
 
+  // The chosen offering's prices, under its name
+  var offering = document.getElementById("calc-starverse-offering");
+  var offeringPrice = document.getElementById("calc-starverse-price");
+
+  function showOfferingPrice() {
+    var chosen = offering.options[offering.selectedIndex];
+    offeringPrice.textContent = chosen ? chosen.getAttribute("data-price") : "";
+  }
+
   form.addEventListener("change", function (event) {
     if (event.target.matches("select[data-path]")) {
+      showOfferingPrice();
       schedule();
     }
   });

@@ -1,8 +1,10 @@
 import copy
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
 from django.core.management import call_command
+from django.utils import translation
 
 from billing.calculator import PRESETS, TcoJob, round_half_up
 
@@ -26,12 +28,17 @@ def seeded(db):
 def test_1024_gpu_preset(api, seeded):
     result = api.post(URL, _preset("cluster_1024"), format="json").json()
 
-    # lifetime = 1024 × 280,000 + 85,000,000 + 38,000,000 yuan
-    assert result["buy"]["lifetime_fen"] == 40_972_000_000
-    # ÷ 60 months = 682,866,666.67 fen
-    assert result["buy"]["per_month_fen"] == 682_866_667
-    # × 42 ÷ (365/12) months = 942,917,260.27
-    assert result["buy"]["job_fen"] == 942_917_260
+    # lifetime = 1024 × 280,000 + 85,000,000 + 38,000,000 yuan + electricity: 128 nodes ×
+    # 10.2 kW (DGX H100's maximum) = 1,305.6 kW × PUE 1.3 × ¥0.80 × 8,760 h × 5 years
+    assert result["buy"]["lines"][3]["amount_fen"] == 5_947_269_120
+    assert result["buy"]["lines"][3]["formula"] == (
+        "1,305.6 kW × PUE 1.3 × ¥0.80 per kWh × 8,760 h × 5 years"
+    )
+    assert result["buy"]["lifetime_fen"] == 46_919_269_120
+    # ÷ 60 months = 781,987,818.67 fen
+    assert result["buy"]["per_month_fen"] == 781_987_819
+    # × 42 ÷ (365/12) months = 1,079,785,919.47
+    assert result["buy"]["job_fen"] == 1_079_785_919
     # 128 nodes × ¥260,000; job 3,328,000,000 × 504/365 + 8,000 GB × 80 fen
     assert result["cloud"]["per_month_fen"] == 3_328_000_000
     assert result["cloud"]["job_fen"] == 4_596_015_342
@@ -55,16 +62,61 @@ def test_1024_gpu_preset(api, seeded):
 def test_single_node_preset(api, seeded):
     result = api.post(URL, _preset("node_8xh100"), format="json").json()
 
-    # 8 × ¥325,000 + 8 kW × ¥1.20 × 8,760 h × 3 years = ¥2,600,000 + ¥252,288
-    assert result["buy"]["lifetime_fen"] == 285_228_800
-    assert result["buy"]["per_month_fen"] == 7_923_022  # ÷ 36 = 7,923,022.22
-    assert result["buy"]["job_fen"] == 95_076_267  # × 12 months = 95,076,266.67
-    assert result["buy"]["lines"][3]["amount_fen"] == 25_228_800
+    # 8 × ¥325,000 + 10.2 kW × PUE 1.3 × ¥0.80 × 8,760 h × 3 years = ¥2,600,000 + ¥278,778.24
+    assert result["buy"]["lifetime_fen"] == 287_877_824
+    assert result["buy"]["per_month_fen"] == 7_996_606  # ÷ 36 = 7,996,606.22
+    assert result["buy"]["job_fen"] == 95_959_275  # × 12 months = 95,959,274.67
+    assert result["buy"]["lines"][3]["amount_fen"] == 27_877_824
     assert result["cloud"]["job_fen"] == 312_000_000
     # the catalog's 8× H100 bare metal node at ¥128,000 a month, as Rent sells it
     assert result["starverse"]["per_month_fen"] == 12_800_000
     assert result["starverse"]["job_fen"] == 153_600_000  # × 12 months
     assert result["starverse"]["offering"]["slug"] == "h100-80g-bare-metal"
+
+
+def test_presets_draw_realistic_power_at_a_chinese_industrial_price():
+    # an 8×H100 node draws up to 10.2 kW (NVIDIA DGX H100), in a data centre of PUE 1.3, at
+    # ¥0.80 per kWh
+    for preset in PRESETS:
+        buy = preset["input"]["buy"]
+        nodes = preset["input"]["gpus"] // 8
+        assert (buy["power_kw"], buy["pue"], buy["electricity_fen_per_kwh"]) == (
+            Decimal("10.2") * nodes,
+            Decimal("1.3"),
+            80,
+        ), preset["key"]
+
+
+def test_pue_is_optional_and_at_least_one(api, seeded):
+    data = _preset("node_8xh100")
+    del data["buy"]["pue"]
+    result = api.post(URL, data, format="json").json()
+    # 10.2 kW × ¥0.80 × 8,760 h × 3 years, nothing for cooling
+    assert result["buy"]["lines"][3]["amount_fen"] == 21_444_480
+    assert result["buy"]["lines"][3]["formula"] == (
+        "10.2 kW × PUE 1 × ¥0.80 per kWh × 8,760 h × 3 years"
+    )
+
+    data["buy"]["pue"] = "0.9"
+    response = api.post(URL, data, format="json")
+    assert response.status_code == 400
+    assert list(response.json()["errors"]) == ["buy.pue"]
+
+
+def test_the_presets_are_named_in_both_languages():
+    with translation.override("zh-hans"):
+        assert [(str(p["name"]), str(p["title"])) for p in PRESETS] == [
+            (
+                "1,024 卡集群，训练 42 天",
+                "1,024 卡训练集群，训练 42 天：128 台 8×H100 节点，每台 10.2 kW"
+                "（NVIDIA DGX H100 最大功耗），PUE 1.3，¥0.80/kWh",
+            ),
+            (
+                "单台 8×H100 节点，使用 1 年",
+                "单台 8×H100 节点使用一年：以 ¥2,600,000 购买、按 3 年折旧，功耗 10.2 kW"
+                "（NVIDIA DGX H100 最大功耗）；或按月租用",
+            ),
+        ]
 
 
 def test_the_starverse_column_reads_the_catalog_price(api, seeded):
@@ -99,7 +151,10 @@ def test_an_unknown_or_inactive_offering_names_the_field(api, seeded):
 def test_the_page_offers_the_catalog_and_its_presets_name_their_offering(client, seeded):
     page = client.get("/billing/calculator/").content.decode()
     assert 'name="starverse.offering"' in page
-    assert '<option value="h100-80g-bare-metal">8× H100 80GB SXM bare metal · ¥160.00' in page
+    assert (
+        '<option value="h100-80g-bare-metal" data-price="¥160.00 / hour · ¥128,000.00 / month">'
+        "8× H100 80GB SXM bare metal</option>"
+    ) in page
     assert "starverse.node_month" not in page  # no Starverse price of its own to type in
     for preset in PRESETS:
         assert set(preset["input"]["starverse"]) == {"offering"}
@@ -114,6 +169,7 @@ def test_the_page_offers_the_catalog_and_its_presets_name_their_offering(client,
         (lambda d: d["buy"].update(gpu_unit_fen=-1), "buy.gpu_unit_fen"),
         (lambda d: d["buy"].pop("years"), "buy.years"),
         (lambda d: d["buy"].update(power_kw=-2), "buy.power_kw"),
+        (lambda d: d["buy"].update(pue=4), "buy.pue"),
         (lambda d: d["cloud"].update(gpus_per_node=0), "cloud.gpus_per_node"),
         (lambda d: d["cloud"].update(node_month_fen="lots"), "cloud.node_month_fen"),
         (lambda d: d.pop("starverse"), "starverse"),

@@ -155,6 +155,55 @@ def test_bad_input_is_shown_in_the_form_with_the_choices_kept(catalog, client, s
     assert not Cluster.objects.exists() and not Instance.objects.exists()
 
 
+def test_the_form_takes_the_planners_sizes_and_orders_with_them(catalog, client):
+    _orderer(client)
+    node = catalog["h100_node"].id
+
+    # the planner's link fills the form
+    page = client.get(
+        f"/console/clusters/new/?offering={node}&node_count=2&tensor_parallel=4&pipeline_parallel=2"
+    ).content.decode()
+    assert re.search(rf'value="{node}"\s+checked', page)
+    assert 'name="node_count" min="2" max="128" step="1" value="2"' in page
+    assert 'name="tensor_parallel" min="1" step="1" value="4"' in page
+    assert 'name="pipeline_parallel" min="1" step="1" value="2"' in page
+    assert "Tensor parallel size (TP)" in page and "Pipeline parallel size (PP)" in page
+
+    ordered = _order(client, catalog, tensor_parallel="4", pipeline_parallel="2")
+
+    cluster = Cluster.objects.get()
+    assert ordered.status_code == 302
+    assert (cluster.tensor_parallel, cluster.pipeline_parallel) == (4, 2)
+
+
+def test_the_form_refuses_sizes_as_the_api_does(catalog, client):
+    _orderer(client)
+    token = _token(client.get("/console/clusters/new/"))
+
+    odd = _order(client, catalog, token=token, tensor_parallel="3")
+    assert odd.status_code == 400
+    assert (
+        "Tensor parallelism 3 does not divide the 8 GPUs of a node: choose a divisor of 8."
+        in odd.content.decode()
+    )
+    assert 'name="tensor_parallel" min="1" step="1" value="3"' in odd.content.decode()
+    product = _order(client, catalog, token=token, tensor_parallel="8", pipeline_parallel="3")
+    assert product.status_code == 400
+    assert (
+        "Tensor × pipeline parallelism (24) does not divide the cluster&#39;s 16 GPUs"
+        in product.content.decode()
+    )
+    alone = _order(client, catalog, token=token, pipeline_parallel="2")
+    assert alone.status_code == 400
+    assert "Enter the tensor parallel size with the pipeline parallel size." in (
+        alone.content.decode()
+    )
+    zero = _order(client, catalog, token=token, tensor_parallel="0", headers=ZH)
+    assert zero.status_code == 400
+    assert "张量并行度至少为 1。" in zero.content.decode()
+    assert not Cluster.objects.exists() and not Instance.objects.exists()
+
+
 def test_limits_are_shown_in_the_form(catalog, client, settings):
     _orderer(client)
     settings.MAX_RUNNING_GPUS = 8

@@ -6,6 +6,7 @@ from django.core.management import call_command
 from django.utils import translation
 
 from clusters.planner import GIB, PRESETS, Hardware, Pins, Shape, candidates, plan
+from compute.models import Offering
 from starverse.core.errors import InvalidInput
 
 URL = "/api/v1/clusters/plan"
@@ -244,6 +245,34 @@ def test_the_page_reads_the_form(client, seeded):
     html = response.content.decode()
     assert '<div class="stat-value" id="plan-tp">8</div>' in html
     assert '<div class="stat-value" id="plan-dp">4</div>' in html
+
+
+def test_the_plan_orders_a_cluster_with_its_sizes(client, seeded):
+    node = Offering.objects.get(slug="h100-80g-bare-metal")
+    response = client.get(PAGE, {"preset": "llama-70b", "gpu_model": "h100-80g", "node_count": "4"})
+
+    html = response.content.decode()
+    # TP 8 × PP 1 × DP 4 on four whole 8×H100 nodes, as the cluster order form takes them
+    order = (
+        f'href="/console/clusters/new/?offering={node.id}&amp;node_count=4'
+        '&amp;tensor_parallel=8&amp;pipeline_parallel=1" id="plan-order"'
+    )
+    assert order in html
+    assert "Order a cluster with this plan" in html
+
+
+def test_a_plan_without_a_cluster_to_order_says_so(client, seeded):
+    # one node is no cluster: it is rented whole on Rent
+    node = Offering.objects.get(slug="h100-80g-bare-metal")
+    one = client.get(PAGE, {"preset": "llama-7b", "gpu_model": "h100-80g", "node_count": "1"})
+    html = one.content.decode()
+    assert f'href="/console/rent/?offering={node.id}" id="plan-order"' in html
+    assert "Rent this node" in html
+    # the RTX 4090 has no whole-node offering: nothing to order it with
+    small = client.get(PAGE, {"preset": "llama-7b", "gpu_model": "rtx4090", "node_count": "2"})
+    assert 'id="plan-result"' in small.content.decode()
+    assert 'id="plan-order"' not in small.content.decode()
+    assert "No whole-node offering of this GPU model" in small.content.decode()
 
 
 def test_the_page_shows_refusals_and_field_errors(client, seeded):
