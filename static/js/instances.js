@@ -806,6 +806,29 @@
     });
   }
 
+  // "Serve a model": only the chosen engine's options (and its cold start) show; without
+  // JavaScript every engine's show, each under its name, and the view reads the chosen one's.
+  function endpointForm(form) {
+    function update() {
+      var chosen = form.querySelector("input[data-engine-pick]:checked");
+      var engine = chosen ? chosen.value : "";
+      Array.prototype.forEach.call(form.querySelectorAll("[data-engine-options]"), function (set) {
+        var mine = set.getAttribute("data-engine-options") === engine;
+        set.hidden = !mine;
+        set.disabled = !mine;
+      });
+      Array.prototype.forEach.call(form.querySelectorAll("li[data-engine]"), function (item) {
+        item.hidden = item.getAttribute("data-engine") !== engine;
+      });
+    }
+    form.addEventListener("change", function (event) {
+      if (event.target.hasAttribute("data-engine-pick")) {
+        update();
+      }
+    });
+    update();
+  }
+
   /* ---------- Start ---------- */
 
   function start() {
@@ -820,6 +843,10 @@
     var page = document.getElementById("instance-page");
     if (page) {
       detailPage(page);
+    }
+    var endpointNew = document.getElementById("endpoint-form");
+    if (endpointNew) {
+      endpointForm(endpointNew);
     }
     var endpointView = document.getElementById("endpoint-page");
     if (endpointView) {
