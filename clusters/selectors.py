@@ -3,13 +3,14 @@ switches its nodes span and its place in the queue."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from clusters.choices import status_of
 from clusters.models import Cluster, Preflight
 from clusters.ranks import number
-from fleet.models import Node
-from instances.choices import HOLDS_GPUS
+from fleet.models import Gpu, GpuSample, Node
+from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.models import Instance, InstanceEvent
 from instances.selectors import instance_metrics, queue_positions
 
@@ -94,11 +95,48 @@ def cluster_events(cluster: Cluster) -> list[InstanceEvent]:
     )
 
 
+def _stopped_rank_metrics(
+    rank: Instance, *, window: timedelta = timedelta(hours=1)
+) -> list[dict[str, Any]]:
+    """A stopped rank's series: it has given its GPUs back, so instance_metrics (which reads the
+    GPUs it holds) finds none. A rank is a whole node, so they are every GPU of the node it ran
+    on, from its placement there (the first step of its last run: instance_mark_placed) to its
+    stop, the last `window` of that; what the node did after the stop is the next renter's."""
+    if rank.node_id is None or rank.status != InstanceStatus.STOPPED:
+        return []
+    steps = list(
+        InstanceEvent.objects.filter(
+            instance=rank, status__in=(InstanceStatus.PROVISIONING, InstanceStatus.STOPPED)
+        )
+        .order_by("at", "id")
+        .values_list("status", "at")
+    )
+    if not steps or steps[-1][0] != InstanceStatus.STOPPED:
+        return []
+    stopped = steps[-1][1]
+    before = [i for i, (status, _at) in enumerate(steps[:-1]) if status == InstanceStatus.STOPPED]
+    run = steps[before[-1] + 1 if before else 0 : -1]
+    placed = run[0][1].replace(microsecond=0) if run else stopped - window
+    since = max(stopped - window, placed)
+    gpus = list(Gpu.objects.filter(node_id=rank.node_id).order_by("index"))
+    series: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    samples = GpuSample.objects.filter(gpu__in=gpus, at__gte=since, at__lte=stopped).order_by("at")
+    for sample in samples.values("gpu_id", "at", "util", "mem_used_mb", "temp_c", "power_w"):
+        series[sample["gpu_id"]].append(
+            {k: sample[k] for k in ("at", "util", "mem_used_mb", "temp_c", "power_w")}
+        )
+    return [{"gpu": g.index, "uuid": g.uuid, "samples": series.get(g.pk, [])} for g in gpus]
+
+
 def cluster_metrics(cluster: Cluster) -> list[dict[str, Any]]:
-    """Per rank, the GPU telemetry its instance shows (instances.selectors.instance_metrics)."""
+    """Per rank, the GPU telemetry its instance shows (instances.selectors.instance_metrics);
+    a stopped rank's, the samples it took before it stopped (_stopped_rank_metrics)."""
     ranks = (
         Instance.objects.filter(cluster_rank__cluster=cluster, cluster_rank__index__isnull=False)
         .select_related("node", "cluster_rank")
         .order_by("cluster_rank__index")
     )
-    return [{"rank": number(rank), "gpus": instance_metrics(rank)} for rank in ranks]
+    return [
+        {"rank": number(rank), "gpus": instance_metrics(rank) or _stopped_rank_metrics(rank)}
+        for rank in ranks
+    ]

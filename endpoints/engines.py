@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.utils.functional import Promise
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from endpoints.choices import Engine
 from starverse.core.errors import InvalidInput
@@ -27,11 +29,15 @@ MODEL_MISSING_EXIT = 66
 
 @dataclass(frozen=True)
 class Option:
-    """One engine option: its flag, and the check a value passes (returns the value to use)."""
+    """One engine option: its flag, the check a value passes (returns the value to use), its
+    name and what it does in the reader's language, and the values it takes when it is a
+    choice."""
 
     flag: str
     check: Callable[[Any], Any]
-    help: str
+    label: str | Promise
+    help: str | Promise
+    choices: tuple[str, ...] = ()
 
 
 def _choice(*allowed: str) -> Callable[[Any], Any]:
@@ -61,26 +67,79 @@ def _fraction(value: Any) -> Any:
 
 
 GPUS = _integer(1, 8)
+TRT_QUANTIZATION = ("none", "fp8", "int8", "int4_awq")
+VLLM_QUANTIZATION = ("none", "awq", "gptq", "fp8")
+DTYPES = ("auto", "float16", "bfloat16")
+_QUANTIZATION = gettext_lazy("Quantization")
+_QUANTIZATION_HELP = gettext_lazy(
+    "The weights' precision: lower precision uses less GPU memory, at some cost in accuracy."
+)
+_PARALLEL = gettext_lazy("Tensor parallel GPUs")
+_PARALLEL_HELP = gettext_lazy(
+    "How many GPUs one replica spreads the model over; empty: every GPU of the offering."
+)
 OPTIONS: dict[str, dict[str, Option]] = {
     Engine.TENSORRT_LLM: {
         "quantization": Option(
-            "--quantization", _choice("none", "fp8", "int8", "int4_awq"), "weights' precision"
+            "--quantization",
+            _choice(*TRT_QUANTIZATION),
+            _QUANTIZATION,
+            _QUANTIZATION_HELP,
+            TRT_QUANTIZATION,
         ),
-        "max_batch_size": Option("--max_batch_size", _integer(1, 2048), "requests per batch"),
-        "max_input_len": Option("--max_input_len", _integer(16, 131072), "prompt tokens"),
-        "max_seq_len": Option("--max_seq_len", _integer(16, 131072), "prompt + output tokens"),
-        "tp_size": Option("--tp_size", GPUS, "tensor parallel (GPUs)"),
+        "max_batch_size": Option(
+            "--max_batch_size",
+            _integer(1, 2048),
+            gettext_lazy("Max batch size"),
+            gettext_lazy("Requests the engine runs together in one batch (1 to 2048)."),
+        ),
+        "max_input_len": Option(
+            "--max_input_len",
+            _integer(16, 131072),
+            gettext_lazy("Max prompt tokens"),
+            gettext_lazy("The longest prompt accepted, in tokens (16 to 131072)."),
+        ),
+        "max_seq_len": Option(
+            "--max_seq_len",
+            _integer(16, 131072),
+            gettext_lazy("Max sequence tokens"),
+            gettext_lazy("Prompt plus output, in tokens (16 to 131072)."),
+        ),
+        "tp_size": Option("--tp_size", GPUS, _PARALLEL, _PARALLEL_HELP),
     },
     Engine.VLLM: {
         "quantization": Option(
-            "--quantization", _choice("none", "awq", "gptq", "fp8"), "weights' precision"
+            "--quantization",
+            _choice(*VLLM_QUANTIZATION),
+            _QUANTIZATION,
+            _QUANTIZATION_HELP,
+            VLLM_QUANTIZATION,
         ),
-        "max_model_len": Option("--max-model-len", _integer(16, 131072), "context length"),
+        "max_model_len": Option(
+            "--max-model-len",
+            _integer(16, 131072),
+            gettext_lazy("Context length"),
+            gettext_lazy(
+                "Prompt plus output, in tokens (16 to 131072); empty: the model's own length."
+            ),
+        ),
         "gpu_memory_utilization": Option(
-            "--gpu-memory-utilization", _fraction, "share of GPU memory for the engine"
+            "--gpu-memory-utilization",
+            _fraction,
+            gettext_lazy("GPU memory share"),
+            gettext_lazy(
+                "The share of each GPU's memory the engine takes for weights and cache "
+                "(0.1 to 0.99)."
+            ),
         ),
-        "dtype": Option("--dtype", _choice("auto", "float16", "bfloat16"), "activation type"),
-        "tensor_parallel_size": Option("--tensor-parallel-size", GPUS, "tensor parallel (GPUs)"),
+        "dtype": Option(
+            "--dtype",
+            _choice(*DTYPES),
+            gettext_lazy("Data type"),
+            gettext_lazy("The activations' number type; auto: the model's own."),
+            DTYPES,
+        ),
+        "tensor_parallel_size": Option("--tensor-parallel-size", GPUS, _PARALLEL, _PARALLEL_HELP),
     },
 }
 # The option that spreads the model over GPUs: it defaults to the offering's GPU count.

@@ -2,15 +2,26 @@
 and what endpoints burn per hour (for the runway notices)."""
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils.translation import gettext as _
 
 from billing.usage import Resource
-from endpoints.engines import engine_command
+from compute.models import Image
+from datasets.choices import DatasetKind
+from datasets.models import PublicDataset
+from datasets.sizes import format_size
+from endpoints.choices import Engine, SourceKind
+from endpoints.engines import engine_command, engine_image
 from endpoints.manifests import endpoint_url, replica_bounds
 from endpoints.models import Endpoint, EndpointKey, EndpointReplica
+from instances.selectors import expected_pull_s
+from starverse.accounts.models import User
+from starverse.core.roles import is_manager
+from storage.choices import DiskStatus
+from storage.models import Disk, SharedStorage
 
 
 def endpoint_region(endpoint: Endpoint) -> str:
@@ -113,3 +124,58 @@ def endpoints_hourly_fen(tenant_id: str, user_id: str | None, besides: str | Non
         replicas = replicas.filter(endpoint__created_by_id=user_id)
     price = "endpoint__offering__price_per_hour_fen"
     return int(replicas.aggregate(total=Sum(price, default=0))["total"])
+
+
+@dataclass(frozen=True)
+class SourceChoice:
+    """One source the "Serve a model" form offers: `value` is what the form posts (kind:id),
+    `size` what it holds, for people (a disk's or the NAS's size, a model's weights)."""
+
+    value: str
+    kind: str
+    name: str
+    size: str
+    detail: str = ""
+
+
+def source_choices(user: User) -> list[SourceChoice]:
+    """What the user may serve from, grouped by kind: the account's ready cloud disks (in a
+    team, a member's own; owners' and admins' all, as endpoints.services.source_resolve
+    allows), its shared NAS, and the public pool's models."""
+    disks = Disk.objects.filter(
+        tenant_id=user.tenant_id,
+        status__in=(DiskStatus.AVAILABLE, DiskStatus.ATTACHED),
+    ).exclude(k8s_name="")
+    if not is_manager(user):
+        disks = disks.filter(created_by_id=user.pk)
+    found = [
+        SourceChoice(f"disk:{d.pk}", SourceKind.DISK, d.name, f"{d.size_gb:,} GB", d.pk)
+        for d in disks.order_by("name")
+    ]
+    nas = SharedStorage.objects.live().filter(tenant_id=user.tenant_id).exclude(k8s_name="")
+    found += [
+        SourceChoice("nas", SourceKind.NAS, str(SourceKind.NAS.label), f"{n.size_gb:,} GB", n.pk)
+        for n in nas[:1]
+    ]
+    models = PublicDataset.objects.filter(active=True, kind=DatasetKind.MODEL)
+    found += [
+        SourceChoice(
+            f"dataset:{m.pk}", SourceKind.DATASET, m.name, format_size(m.size_bytes), m.directory
+        )
+        for m in models.order_by("sort", "name")
+    ]
+    return found
+
+
+def cold_start_estimates() -> dict[str, int]:
+    """Per engine, the seconds a replica's start waits for its engine's image on a node that
+    does not hold it yet (instances.selectors.expected_pull_s, as the Rent page shows), the
+    part of a cold start the platform can tell before it is measured; 0 where the image is not
+    in the catalogue."""
+    sizes = {
+        image.container_image: expected_pull_s(image)
+        for image in Image.objects.filter(
+            container_image__in=[engine_image(engine) for engine in Engine]
+        )
+    }
+    return {engine: sizes.get(engine_image(engine), 0) for engine in Engine}

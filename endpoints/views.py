@@ -7,6 +7,7 @@ log, as the API's are."""
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -19,11 +20,17 @@ from django.views.decorators.http import require_POST
 from billing.selectors import wallet_for_tenant
 from compute.choices import OfferingKind
 from compute.models import Offering
-from endpoints.choices import EndpointStatus, Engine
+from endpoints.choices import EndpointStatus, Engine, SourceKind
 from endpoints.engines import OPTIONS
 from endpoints.metrics import endpoint_metrics
 from endpoints.models import Endpoint
-from endpoints.selectors import endpoint_keys, endpoint_view, endpoints_live
+from endpoints.selectors import (
+    cold_start_estimates,
+    endpoint_keys,
+    endpoint_view,
+    endpoints_live,
+    source_choices,
+)
 from endpoints.services import (
     endpoint_change,
     endpoint_create,
@@ -47,7 +54,13 @@ def _own(request: HttpRequest, pk: str) -> Endpoint:
 def endpoint_list(request: HttpRequest) -> HttpResponse:
     user = page_user(request)
     rows = [endpoint_view(e) for e in endpoints_live(user.tenant_id)]
-    return render(request, "endpoints/list.html", {"active": "endpoints", "rows": rows})
+    context = {
+        "active": "endpoints",
+        "rows": rows,
+        "status_labels": dict(EndpointStatus.choices),
+        "engine_labels": dict(Engine.choices),
+    }
+    return render(request, "endpoints/list.html", context)
 
 
 # The number typed, or the text itself for the service to refuse in its own words: Any.
@@ -62,7 +75,8 @@ def _options(request: HttpRequest, engine: str) -> dict[str, Any]:
     """The form's engine options: the fields the engine knows, filled in ones only."""
     found: dict[str, Any] = {}
     for key in OPTIONS.get(engine, {}):
-        raw = request.POST.get(f"opt_{key}", "").strip()
+        # each engine's fields are named for it (opt_vllm_dtype), so both may be on the page
+        raw = request.POST.get(f"opt_{engine}_{key}", request.POST.get(f"opt_{key}", "")).strip()
         if not raw:
             continue
         try:
@@ -72,9 +86,20 @@ def _options(request: HttpRequest, engine: str) -> dict[str, Any]:
     return found
 
 
+def _picked(values: dict[str, str], picked: str) -> None:
+    """The source picked in the form's list (`disk:<id>`, `nas`, `dataset:<id>`) as the
+    fields the view reads (source_kind and disk or dataset)."""
+    kind, _sep, pk = picked.partition(":")
+    if kind in ("disk", "nas", "dataset"):
+        values["source_kind"] = kind
+        if kind != "nas":
+            values[kind] = pk
+
+
 @login_required
 def endpoint_new(request: HttpRequest) -> HttpResponse:
     """ "Serve this": from a disk (?disk=), the NAS or a public-pool model (?dataset=)."""
+    user = page_user(request)
     offerings = Offering.objects.filter(
         active=True, kind=OfferingKind.CLOUD, gpu_count__in=(1, 2, 4, 8)
     ).select_related("gpu_model")
@@ -87,11 +112,12 @@ def endpoint_new(request: HttpRequest) -> HttpResponse:
         "dataset": request.GET.get("dataset", ""),
         "engine": Engine.VLLM,
         "offering": "",
-        "min_replicas": "1",
+        "min_replicas": "0",
         "max_replicas": "1",
     }
     if request.method == "POST":
         values.update({k: request.POST.get(k, "").strip() for k in values})
+        _picked(values, request.POST.get("source", "").strip())
         kind = values["source_kind"]
         source: dict[str, Any] = (
             {"disk": values["disk"], "path": values["path"]}
@@ -102,7 +128,7 @@ def endpoint_new(request: HttpRequest) -> HttpResponse:
         )
         try:
             endpoint, _created = endpoint_create(
-                user=page_user(request),
+                user=user,
                 name=values["name"],
                 source=source,
                 engine=values["engine"],
@@ -125,18 +151,32 @@ def endpoint_new(request: HttpRequest) -> HttpResponse:
                 )
             messages.success(request, _("Endpoint %(name)s is starting.") % {"name": endpoint.name})
             return redirect("endpoints:detail", pk=endpoint.pk)
-    return _new_page(request, offerings, values)
+    return _new_page(request, user, offerings, values)
 
 
-def _new_page(request: HttpRequest, offerings: Any, values: dict[str, str]) -> HttpResponse:
-    """The Serve a model form, with the wallet that will pay."""
+def _new_page(
+    request: HttpRequest, user: Any, offerings: Any, values: dict[str, str]
+) -> HttpResponse:
+    """The Serve a model form: the sources the user may serve, and the wallet that will pay."""
+    sources = source_choices(user)
+    picked = (
+        "nas"
+        if values["source_kind"] == "nas"
+        else f"{values['source_kind']}:{values[values['source_kind']]}"
+    )
     context = {
         "active": "endpoints",
         "offerings": offerings,
         "engines": Engine.choices,
-        "options": {engine: list(known) for engine, known in OPTIONS.items()},
+        "options": OPTIONS,
+        "posted": request.POST if request.method == "POST" else {},
         "values": values,
         "wallet": wallet_for_tenant(request.user.tenant_id),  # type: ignore[union-attr]
+        "sources": sources,
+        "picked": picked if any(s.value == picked for s in sources) else "",
+        "source_kinds": SourceKind.choices,
+        "cold_start": cold_start_estimates(),
+        "cold_start_timeout_s": settings.ENDPOINT_COLD_START_TIMEOUT_S,
     }
     return render(request, "endpoints/new.html", context)
 
@@ -155,6 +195,7 @@ def endpoint_detail(request: HttpRequest, pk: str) -> HttpResponse:
         "series_json": [{**point, "ts": point["ts"].isoformat()} for point in series],
         "tz": timezone.get_current_timezone_name(),
         "transient": endpoint.status in TRANSIENT,
+        "cold_start_estimate": cold_start_estimates()[endpoint.engine],
     }
     return render(request, "endpoints/detail.html", context)
 

@@ -433,6 +433,20 @@
     return 10 * power;
   }
 
+  // The smallest of 1, 2, 5, 10, 20, 50… that reaches `high` in at most four steps.
+  function wholeStep(high) {
+    var power = 1;
+    for (;;) {
+      var steps = [1, 2, 5];
+      for (var i = 0; i < steps.length; i++) {
+        if (steps[i] * power * 4 >= high) {
+          return steps[i] * power;
+        }
+      }
+      power *= 10;
+    }
+  }
+
   function svg(tag, attrs, parent) {
     var element = document.createElementNS(SVG, tag);
     Object.keys(attrs || {}).forEach(function (key) {
@@ -482,6 +496,18 @@
       t0 = t1 - 120000;
     }
     var yMax = metric.max(high, charts);
+    var ticks = 4;
+    // Counts (replicas, requests) step by whole numbers: 0 1 2 3 4, never 1.3 / 2.5 / 3.8.
+    var whole = series.every(function (line) {
+      return line.points.every(function (point) {
+        return point[1] == null || Number.isInteger(point[1]);
+      });
+    });
+    if (whole && !Number.isInteger(yMax / ticks)) {
+      var step = wholeStep(high);
+      ticks = Math.max(1, Math.ceil(high / step));
+      yMax = step * ticks;
+    }
 
     var width = Math.max(plot.clientWidth, 200);
     var height = 150;
@@ -502,11 +528,11 @@
       class: "chart-svg",
       "aria-hidden": "true",
     });
-    for (var i = 0; i <= 4; i++) {
-      var value = (yMax * i) / 4;
+    for (var i = 0; i <= ticks; i++) {
+      var value = (yMax * i) / ticks;
       var gy = y(value);
       svg("line", { x1: pad.left, x2: width - pad.right, y1: gy, y2: gy, class: "chart-grid" }, root);
-      svg("text", { x: pad.left - 6, y: gy + 3.5, class: "chart-tick", "text-anchor": "end" }, root)
+      svg("text", { x: pad.left - 6, y: gy + 3.5, class: "chart-tick chart-tick-y", "text-anchor": "end" }, root)
         .textContent = axisLabel(value);
     }
     [t0, (t0 + t1) / 2, t1].forEach(function (time, index) {
@@ -811,6 +837,29 @@
     });
   }
 
+  // "Serve a model": only the chosen engine's options (and its cold start) show; without
+  // JavaScript every engine's show, each under its name, and the view reads the chosen one's.
+  function endpointForm(form) {
+    function update() {
+      var chosen = form.querySelector("input[data-engine-pick]:checked");
+      var engine = chosen ? chosen.value : "";
+      Array.prototype.forEach.call(form.querySelectorAll("[data-engine-options]"), function (set) {
+        var mine = set.getAttribute("data-engine-options") === engine;
+        set.hidden = !mine;
+        set.disabled = !mine;
+      });
+      Array.prototype.forEach.call(form.querySelectorAll("li[data-engine]"), function (item) {
+        item.hidden = item.getAttribute("data-engine") !== engine;
+      });
+    }
+    form.addEventListener("change", function (event) {
+      if (event.target.hasAttribute("data-engine-pick")) {
+        update();
+      }
+    });
+    update();
+  }
+
   /* ---------- Start ---------- */
 
   function start() {
@@ -825,6 +874,10 @@
     var page = document.getElementById("instance-page");
     if (page) {
       detailPage(page);
+    }
+    var endpointNew = document.getElementById("endpoint-form");
+    if (endpointNew) {
+      endpointForm(endpointNew);
     }
     var endpointView = document.getElementById("endpoint-page");
     if (endpointView) {

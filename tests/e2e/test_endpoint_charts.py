@@ -58,3 +58,30 @@ def test_the_endpoint_page_charts_its_last_hour(page: Page, lang, live_server, c
     _fits(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"endpoint-charts-{lang}.png"), full_page=True)
+
+
+def _y_ticks(page: Page, metric: str) -> list[str]:
+    """The value axis' labels of a chart, bottom up."""
+    return page.locator(f'.chart[data-metric="{metric}"] .chart-tick-y').all_text_contents()
+
+
+def test_count_charts_have_whole_number_ticks(page: Page, lang, live_server, catalog):
+    """Replicas and requests are counts: their axes read 0 1 2…, never 1.3 / 2.5 / 3.8."""
+    user = make_user()
+    endpoint = make_endpoint(user, min_replicas=0, max_replicas=2)
+    type(endpoint).objects.filter(pk=endpoint.pk).update(replicas_ready=2)
+    start = timezone.now() - timedelta(minutes=4)
+    for minute in range(4):  # 1, 2, 3 and 4 requests a second
+        samples_record(
+            {route_hostname(endpoint.id): {"requests": 60 * (minute + 1), "tokens": 0}},
+            seconds=60,
+            now=start + timedelta(minutes=minute),
+        )
+    log_in(page, live_server.url, user.email)
+
+    page.goto(f"{live_server.url}/console/endpoints/{endpoint.id}/")
+
+    expect(page.locator("#charts .chart svg")).to_have_count(4)
+    assert _y_ticks(page, "ep_requests") == ["0", "1", "2", "3", "4"]
+    assert _y_ticks(page, "ep_replicas") == ["0", "1", "2"]
+    assert _y_ticks(page, "ep_tokens") == ["0", "1"]  # none generated: one step up to 1

@@ -36,19 +36,19 @@ def test_serve_this_from_a_public_model_makes_the_endpoint_and_shows_its_page(ow
     client = _signed_in(owner)
     form = client.get(f"/console/endpoints/new/?dataset={model.pk}")
     assert form.status_code == 200
-    assert f'value="{model.pk}"' in form.content.decode()
+    assert f'name="source" value="dataset:{model.pk}" checked' in form.content.decode()
     offering = Offering.objects.get(name="1× H100 80GB SXM")
     answer = client.post(
         "/console/endpoints/new/",
         {
             "name": "qwen",
-            "source_kind": "dataset",
-            "dataset": model.pk,
+            "source": f"dataset:{model.pk}",
             "engine": "vllm",
             "offering": offering.id,
             "min_replicas": "0",
             "max_replicas": "2",
-            "opt_max_model_len": "4096",
+            "opt_vllm_max_model_len": "4096",
+            "opt_tensorrt-llm_max_seq_len": "",
         },
     )
     endpoint = Endpoint.objects.get()
@@ -149,14 +149,12 @@ def test_serve_this_on_a_disk_opens_the_form_with_it_and_serves_the_folder(catal
     assert "Serve this" in disks[button : button + 200]
 
     form = client.get(f"/console/endpoints/new/?disk={disk.id}").content.decode()
-    assert 'name="source_kind" value="disk" checked' in form
-    assert f'name="disk" value="{disk.id}"' in form
+    assert f'name="source" value="disk:{disk.id}" checked' in form
     answer = client.post(
         "/console/endpoints/new/",
         {
             "name": "sft",
-            "source_kind": "disk",
-            "disk": disk.id,
+            "source": f"disk:{disk.id}",
             "path": "checkpoints/final",
             "engine": "vllm",
             "offering": Offering.objects.get(name="1× H100 80GB SXM").id,
