@@ -32,7 +32,8 @@ help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(RUN_STAMP): $(RUN_LOCKS)
-	@test -e $(STAMP) || PYTHON=$(PYTHON) bin/install "the runtime dependencies" 60 \
+	@# --no-compile: each module is compiled when first imported, not every one of 37,000 files now
+	@test -e $(STAMP) || PYTHON=$(PYTHON) bin/install "the runtime dependencies" 60 --no-compile \
 	  -r requirements-run.lock $(if $(HAS_POSTGRES),,-r requirements-postgres.lock)
 	@rm -f $(VENV)/.installed-run*; touch $@
 
