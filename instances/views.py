@@ -546,6 +546,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "can_terminate": not gang and instance.status != S.TERMINATED,
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
+            "no_sshd": settings.DEV_PODS_WITHOUT_SSHD,
             "disks": list(instance.disks.order_by("name")),
             "free_disks": free_disks(page_user(request)),
             "nas": nas_for_tenant(instance.tenant_id),

@@ -49,6 +49,7 @@ class Settings:
     token: str | None
     profile: str
     token_source: str  # "env", "config" or "none", for error messages
+    defaulted: bool = False  # api_url is DEFAULT_API_URL: no option, variable or profile named one
 
 
 class Config:
@@ -107,7 +108,8 @@ class Config:
         """The command line beats the environment, which beats the profile."""
         env = os.environ if environ is None else environ
         values = self.profile(profile)
-        url = api_url or env.get("STARVERSE_API_URL") or values.get("api_url") or DEFAULT_API_URL
+        named = api_url or env.get("STARVERSE_API_URL") or values.get("api_url")
+        url = named or DEFAULT_API_URL
         token, source = env.get("STARVERSE_TOKEN"), "env"
         if not token:
             token, source = values.get("token"), "config"
@@ -118,4 +120,5 @@ class Config:
             token=token,
             profile=self.profile_name(profile),
             token_source=source,
+            defaulted=not named,
         )

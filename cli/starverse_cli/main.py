@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from starverse_cli import __version__, completion, sshpin
 from starverse_cli.client import ApiError, Client, NetworkError, plain_http_warning
-from starverse_cli.config import Config, ConfigError, config_dir
+from starverse_cli.config import Config, ConfigError, Settings, config_dir
 from starverse_cli.output import dump_json, fields, parse_yuan, table, yuan
 
 OK, API_ERROR, USAGE, AUTH, NOT_FOUND, PAYMENT, CONFLICT, TIMEOUT = range(8)
@@ -48,14 +48,28 @@ class Context:
     err: TextIO
     _client: Client | None = None
     _warned: bool = False
+    _told_default: bool = False
 
     @property
     def json(self) -> bool:
         return bool(getattr(self.args, "json", False))
 
+    def settings(self) -> Settings:
+        """The server, token and profile this command runs with; a server nobody named (the
+        default, this machine's `make run`) is said on stderr, once per command."""
+        settings = self.config.settings(profile=self.args.profile, api_url=self.args.api_url)
+        if settings.defaulted and not self._told_default:
+            self._told_default = True
+            self.note(
+                f"using {settings.api_url}, the default server (no --api-url, STARVERSE_API_URL "
+                "or saved login names one); the console's API tokens page shows the "
+                "`starverse login --api-url …` line for its server"
+            )
+        return settings
+
     def settings_client(self, *, auth: bool = True) -> Client:
         if self._client is None:
-            settings = self.config.settings(profile=self.args.profile, api_url=self.args.api_url)
+            settings = self.settings()
             if auth and not settings.token:
                 raise CliError("not logged in: run `starverse login` or set STARVERSE_TOKEN", AUTH)
             self._client = self.make_client(settings.api_url, settings.token)
@@ -92,7 +106,7 @@ class Context:
 def cmd_login(ctx: Context) -> int:
     args = ctx.args
     # the server from --api-url, STARVERSE_API_URL or the profile; the token is the new one
-    settings = ctx.config.settings(profile=args.profile, api_url=args.api_url)
+    settings = ctx.settings()
     client = ctx.make_client(settings.api_url, None)
     if args.email:
         password = _secret("Password: ", args.password_stdin)

@@ -63,6 +63,7 @@ from starverse.accounts.twofactor import (
 from starverse.accounts.verification import verification_user
 from starverse.core.addresses import client_ip
 from starverse.core.errors import ServiceError
+from starverse.core.links import public_url
 from starverse.core.money import format_fen
 from starverse.core.tenancy import get_for_user, scope_to_user
 
@@ -325,6 +326,8 @@ def tokens(request: HttpRequest) -> HttpResponse:
             "tokens": rows,
             "created": created,
             "needs_2fa": needs_2fa,
+            # the CLI's own default is 127.0.0.1:8000: the line names this server
+            "login_command": f"starverse login --api-url {public_url()}",
             "active": "tokens",
         },
     )

@@ -399,6 +399,9 @@ _kube_access = env_str("KUBE_ACCESS", "true").strip().lower()
 if _kube_access not in ("true", "1", "yes", "on", "false", "0", "no", "off", "", "exec"):
     raise ImproperlyConfigured(f"KUBE_ACCESS must be true, false or exec, got {_kube_access!r}.")
 KUBE_ACCESS: bool | str = "exec" if _kube_access == "exec" else env_bool("KUBE_ACCESS", True)
+# The instance page says its SSH command answers nothing when the pods are `make run`'s emulated
+# ones without sshd (starverse.settings.dev reads it; bin/run exports it): never elsewhere.
+DEV_PODS_WITHOUT_SSHD = False
 # The worker's service account ("namespace/name"), bound to the starverse-tenant ClusterRole in
 # each tenant namespace by a RoleBinding the worker makes with the namespace; the terminal
 # service's, bound to starverse-exec (pods/exec) the same way.

@@ -832,3 +832,27 @@ def test_keys_rm_by_name_deletes_that_key(cli_env, fake_api, monkeypatch):
         "/api/v1/ssh-keys/key_1",
     )
     assert run("keys", "rm", "desktop", "-y")[0] == 4
+
+
+# ---------------------------------------------------------------- the server
+
+
+def test_a_command_says_which_server_it_uses_when_nobody_named_one(cli_env):
+    code, _out, err = run("ls")
+
+    assert code == 3
+    assert err == (
+        "using http://127.0.0.1:8000, the default server (no --api-url, STARVERSE_API_URL or "
+        "saved login names one); the console's API tokens page shows the "
+        "`starverse login --api-url …` line for its server\n"
+        "starverse: not logged in: run `starverse login` or set STARVERSE_TOKEN\n"
+    )
+
+
+def test_a_named_server_is_not_announced(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    fake_api.on("GET", "/api/v1/me", body=ME)
+
+    code, _out, err = run("whoami")
+
+    assert (code, err) == (0, "")

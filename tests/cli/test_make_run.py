@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,13 +71,16 @@ def _free_ports(count: int) -> list[int]:
             each.close()
 
 
-@pytest.fixture(scope="module")
-def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
-    assert os.geteuid() == 0, "make run's sshd (MAKE_RUN_SSHD=1) runs as root, as in CI"
-    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
+def _checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of this checkout, its virtual environment linked."""
     root = tmp_path_factory.mktemp("make-run") / "starverse"
     shutil.copytree(REPO, root, ignore=NOT_COPIED, symlinks=True)
     (root / ".venv").symlink_to(REPO / ".venv")
+    return root
+
+
+def _environment() -> dict[str, str]:
+    """make run's environment on free ports, as the README's ports table names them."""
     port, kube, stripe, terminal, gateway, database = _free_ports(6)
     keep = ("PATH", "HOME", "LANG", "TMPDIR")
     env = {key: os.environ[key] for key in keep if key in os.environ}
@@ -88,9 +92,19 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
         GATEWAY_PORT=str(gateway),
         EMBEDDED_PG_PORT=str(database),
         KUBE_EMULATOR_FLEET="rtx4090=1",  # one node, one agent: the least make run serves
-        MAKE_RUN_SSHD="1",  # SSH into the emulated instances (devstack/podsshd.py)
         LANG="C.UTF-8",
     )
+    return env
+
+
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
+    assert os.geteuid() == 0, "make run's sshd (MAKE_RUN_SSHD=1) runs as root, as in CI"
+    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
+    root = _checkout(tmp_path_factory)
+    env = _environment()
+    env["MAKE_RUN_SSHD"] = "1"  # SSH into the emulated instances (devstack/podsshd.py)
+    port = int(env["PORT"])
     with (root / "make-run.log").open("wb") as log:
         process = subprocess.Popen(
             ["make", "run"],
@@ -121,6 +135,62 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeRun]:
         database_left = _still_there(root / "var" / "postgres" / "postmaster.pid", STOP_S)
         _kill_left(root)
     assert not database_left, "make run left its PostgreSQL running:\n" + server.log()
+
+
+def _command_line(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip().decode()
+
+
+def test_a_taken_port_is_refused_before_anything_starts(tmp_path_factory):
+    """A console port and an emulator port in use: make run names each, what holds it and the
+    variable that moves it, and exits at once, having started nothing (no PostgreSQL made, no
+    log written). It used to print its banner and die 24 s later with `Error 1`."""
+    root = _checkout(tmp_path_factory)
+    env = _environment()
+    with socket.socket() as console, socket.socket() as emulator:
+        console.bind(("127.0.0.1", int(env["PORT"])))
+        console.listen()
+        emulator.bind(("127.0.0.1", int(env["KUBE_EMULATOR_PORT"])))
+        emulator.listen()
+        done = subprocess.run(
+            ["make", "--no-print-directory", "run"],
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=START_S,
+        )
+
+    holder = _command_line(os.getpid())
+    holder = holder if len(holder) <= 120 else holder[:119] + "…"
+    said = [line for line in done.stderr.splitlines() if line.startswith("make run:")]
+    assert said == [
+        f"make run: port {env['PORT']} for the console is taken by pid {os.getpid()}: {holder}; "
+        f"set PORT to move it (e.g. PORT={int(env['PORT']) + 100} make run).",
+        f"make run: port {env['KUBE_EMULATOR_PORT']} for the Kubernetes emulator is taken by pid "
+        f"{os.getpid()}: {holder}; set KUBE_EMULATOR_PORT to move it "
+        f"(e.g. KUBE_EMULATOR_PORT={int(env['KUBE_EMULATOR_PORT']) + 100} make run).",
+        "make run: nothing was started.",
+    ]
+    assert done.returncode == 2  # make's, for a recipe that failed
+    assert "Starverse console:" not in done.stdout
+    assert not (root / "var" / "postgres").exists()
+    assert not (root / "var" / "log" / "stripe-fake.log").exists()
+
+
+def test_the_console_answers_an_unknown_address_with_its_own_404_page(make_run):
+    """make run's settings (starverse.settings.dev) run with DEBUG off: the console's page, not
+    Django's technical one listing every route; static files are still served."""
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(f"{make_run.url}/console/no-such-page/", timeout=30)  # noqa: S310
+    html = raised.value.read().decode()
+    assert raised.value.code == 404
+    assert "<title>Page not found · Starverse</title>" in html
+    assert "URLconf" not in html
+    css = f"{make_run.url}/static/css/console.css"
+    with urllib.request.urlopen(css, timeout=30) as answer:  # noqa: S310 - make run's http://
+        assert answer.status == 200
 
 
 def _answers(url: str) -> bool:

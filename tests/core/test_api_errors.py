@@ -1,8 +1,10 @@
 import pytest
+from django.utils import translation
 from rest_framework.test import APIClient
 
 from instances.api import views as instances_views
 from starverse.accounts.models import ApiToken, SshKey, User
+from starverse.core.api import errors
 from tests.factories import PASSWORD
 
 
@@ -241,3 +243,14 @@ def test_a_format_of_no_media_type_of_the_route_is_a_406(api, db, user, client_f
     ]
 
     assert [(a.status_code, a.json()["code"]) for a in answers] == [(406, "not_acceptable")] * 2
+
+
+@pytest.mark.parametrize(("lang", "title"), [("en", "Server error"), ("zh-hans", "服务器错误")])
+def test_an_error_outside_the_api_is_the_consoles_500_page(rf, lang, title):
+    with translation.override(lang):
+        answer = errors.server_error(rf.get("/console/"))
+
+    html = answer.content.decode()
+    assert answer.status_code == 500
+    assert f"<title>{title} · Starverse</title>" in html
+    assert f'<h1 class="auth-title">{title}</h1>' in html

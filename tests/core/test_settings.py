@@ -77,3 +77,19 @@ def test_the_terminal_is_reached_at_the_consoles_address_unless_told(monkeypatch
     monkeypatch.setenv("TERMINAL_URL", "https://console.example.com/terminal")
     with pytest.raises(ImproperlyConfigured, match="TERMINAL_URL must be ws://"):
         runpy.run_path(str(BASE))
+
+
+def test_make_run_shows_the_consoles_own_error_pages_and_serves_static_files(monkeypatch):
+    """starverse.settings.dev (make run) runs with DEBUG off unless DEBUG=1: Django's technical
+    404 page (every route listed) is what DEBUG shows instead of templates/404.html."""
+    monkeypatch.delenv("DEBUG", raising=False)
+    dev = runpy.run_path(str(BASE.with_name("dev.py")))
+    assert dev["DEBUG"] is False
+    assert (dev["WHITENOISE_USE_FINDERS"], dev["WHITENOISE_AUTOREFRESH"]) == (True, True)
+    assert dev["TEMPLATES"][0]["OPTIONS"]["auto_reload"] is True
+    assert dev["METRICS_ALLOWED_CIDRS"] == ["127.0.0.1/32", "::1/128"]
+    assert dev["DEV_PODS_WITHOUT_SSHD"] is False
+    assert settings.TEMPLATES[0]["OPTIONS"].get("auto_reload") is None  # a copy was changed
+
+    monkeypatch.setenv("DEBUG", "1")
+    assert runpy.run_path(str(BASE.with_name("dev.py")))["DEBUG"] is True

@@ -297,3 +297,20 @@ def test_rent_form_carries_the_recovery_choice_for_cloud_gpus_only(catalog, clie
         .values_list("offering__kind", "auto_recover")
     )
     assert rows == [("cloud", True), ("cloud", False), ("bare_metal", False)]
+
+
+def test_the_no_sshd_note_is_make_runs_only(catalog, client, settings):
+    """Beside the SSH command only where bin/run says the emulated pods run no sshd
+    (DEV_PODS_WITHOUT_SSHD): never under the base settings production runs on."""
+    user = make_user()
+    make_ssh_key(user)
+    instance = make_instance(user, status="running")
+    client.force_login(user)
+    page = f"/console/instances/{instance.id}/"
+
+    assert settings.DEV_PODS_WITHOUT_SSHD is False
+    assert 'id="no-sshd"' not in client.get(page).content.decode()
+    settings.DEV_PODS_WITHOUT_SSHD = True
+    shown = client.get(page).content.decode()
+    assert shown.index('id="ssh-command"') < shown.index('id="no-sshd"')
+    assert "MAKE_RUN_SSHD=1 make run" in shown

@@ -89,7 +89,7 @@ def _error(status_code: int, code: str, detail: str) -> JsonResponse:
 def api_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Routed last, and Django's handler404: under /api/ an address that no route matches (an
     id of the wrong form, a path of no route) is the API's JSON 404, also with DEBUG on;
-    elsewhere Django's page."""
+    elsewhere the console's page (templates/404.html)."""
     if not _is_api(request):
         return defaults.page_not_found(request, exception or Http404())
     detail = _("Not found: no API route has this address (the routes are listed at /api/docs/).")
@@ -98,7 +98,8 @@ def api_not_found(request: HttpRequest, exception: Exception | None = None) -> H
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """Django's handler500: an error no view handled is a JSON 500 under /api/, naming the
-    request id (X-Request-ID) that its log lines carry."""
+    request id (X-Request-ID) that its log lines carry; elsewhere the console's page
+    (templates/500.html)."""
     if not _is_api(request):
         return defaults.server_error(request)
     detail = _(
