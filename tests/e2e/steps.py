@@ -89,3 +89,36 @@ def settle(instance_id: str) -> str:
     for step in (converge.stop, converge.provision, converge.terminate):
         status = converge_until(step, instance_id)
     return status
+
+
+# What does not fit, under the page's content box: elements whose right edge passes the window,
+# and boxes whose content is wider than they are and so scroll or clip it sideways (Django's
+# result list scrolls in its own box: the page fits while the columns on the right are hidden).
+MEASURE = """(root) => {
+  const limit = window.innerWidth;
+  const name = (e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className}`;
+  const wide = [], clipped = [];
+  for (const element of document.querySelector(root).querySelectorAll("*")) {
+    const box = element.getBoundingClientRect();
+    if (box.width && box.right > limit + 0.5) {
+      wide.push(`${name(element)} right=${box.right}`);
+    }
+    const overflow = getComputedStyle(element).overflowX;
+    // (form fields scroll their own text; a 1-px box is text for screen readers only)
+    if (overflow !== "visible" && !element.matches("input, textarea, select")
+        && element.clientWidth > 1 && element.scrollWidth > element.clientWidth + 1) {
+      clipped.push(`${name(element)} ${element.scrollWidth} > ${element.clientWidth}`);
+    }
+  }
+  return {scroll: document.scrollingElement.scrollWidth, inner: limit,
+          wide: wide.slice(0, 8), clipped: clipped.slice(0, 8)};
+}"""
+
+
+def fits(page: Page, root: str = "#content") -> dict[str, Any]:
+    """Asserts that nothing under `root` is wider than the window or clipped sideways; the
+    measure, for a failure's message."""
+    measured = page.evaluate(MEASURE, root)
+    assert measured["scroll"] <= measured["inner"], measured
+    assert not measured["wide"] and not measured["clipped"], measured
+    return measured

@@ -16,8 +16,7 @@ from billing.models import InvoiceRequest, Wallet
 from billing.services import ledger_post
 from billing.statements import current_month
 from billing.usage import local_midnight
-from tests.e2e.steps import log_in, t
-from tests.e2e.test_fleet_fits import _fits
+from tests.e2e.steps import fits, log_in, t
 from tests.factories import fund, make_instance, make_operator, make_user
 
 # The sections this page adds (the balance card above them clips its own decoration on purpose).
@@ -81,7 +80,7 @@ def _account():
 
 def _sections_fit(page: Page) -> None:
     for root in SECTIONS:
-        _fits(page, root)
+        fits(page, root)
 
 
 def test_the_billing_page_fits_1280_px_and_requests_an_invoice(

@@ -16,8 +16,7 @@ from playwright.sync_api import Page, expect
 from billing.calculator import PRESETS, TcoJob, tco_compare
 from instances.selectors import calculator_offering
 from starverse.core.money import format_fen
-from tests.e2e.steps import t
-from tests.e2e.test_fleet_fits import _fits
+from tests.e2e.steps import fits, t
 
 SHOTS = Path("/tmp/shots-pub")
 
@@ -113,6 +112,6 @@ def test_the_presets_draw_real_power_and_the_verdict_says_what_it_compares(
     expect(page.locator("#calc-starverse-price")).to_have_text(
         f"¥160.00 {t(lang, '/ hour')} · ¥128,000.00 {t(lang, '/ month')}"
     )
-    _fits(page)
+    fits(page)
     SHOTS.mkdir(exist_ok=True)
     page.screenshot(path=SHOTS / f"calculator-{lang}.png", full_page=True)

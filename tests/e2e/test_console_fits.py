@@ -27,8 +27,7 @@ from instances.provisioning import converge
 from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
-from tests.e2e.steps import log_in
-from tests.e2e.test_fleet_fits import MEASURE
+from tests.e2e.steps import MEASURE, log_in
 from tests.factories import (
     CLOUD_GPU,
     IMAGE,

@@ -11,8 +11,7 @@ from playwright.sync_api import Page, expect
 
 from endpoints.manifests import route_hostname
 from endpoints.metrics import samples_record
-from tests.e2e.steps import log_in
-from tests.e2e.test_fleet_fits import _fits
+from tests.e2e.steps import fits, log_in
 from tests.factories import make_endpoint, make_user
 
 SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
@@ -55,7 +54,7 @@ def test_the_endpoint_page_charts_its_last_hour(page: Page, lang, live_server, c
     table = page.locator("#series-table")
     expect(table).not_to_have_attribute("open", "")
     expect(table.locator("tbody tr")).to_have_count(20)
-    _fits(page)
+    fits(page)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"endpoint-charts-{lang}.png"), full_page=True)
 

@@ -10,8 +10,7 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 
 from endpoints.models import Endpoint
-from tests.e2e.steps import log_in, t
-from tests.e2e.test_fleet_fits import _fits
+from tests.e2e.steps import fits, log_in, t
 from tests.factories import fund, make_disk, make_endpoint, make_public_model, make_user
 
 SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
@@ -41,7 +40,7 @@ def test_the_empty_list_says_what_an_endpoint_is(page: Page, lang, live_server, 
     )
     link = empty.get_by_role("link", name=t(lang, "Serve a model"))
     expect(link).to_have_attribute("href", "/console/endpoints/new/")
-    _fits(page)
+    fits(page)
     _shot(page, "list-empty", lang)
 
 
@@ -92,7 +91,7 @@ def test_serve_a_model_picks_its_source_and_shows_the_chosen_engines_options(
             s=15,  # the 12 GB vLLM image at 800 MB/s
         )
     )
-    _fits(page)
+    fits(page)
     _shot(page, "new", lang)
 
     page.locator("input[data-engine-pick][value=tensorrt-llm]").check()
@@ -131,7 +130,7 @@ def test_the_endpoint_page_copies_its_curl_and_asks_before_it_deletes(
 
     page.goto(f"{live_server.url}/console/endpoints/")
     expect(page.locator("tbody tr")).to_have_count(1)
-    _fits(page)
+    fits(page)
     _shot(page, "list", lang)
 
     page.goto(f"{live_server.url}/console/endpoints/{endpoint.id}/")
@@ -156,7 +155,7 @@ def test_the_endpoint_page_copies_its_curl_and_asks_before_it_deletes(
         page.locator("#new-key-value").text_content() or "sk-sv-"
     )
     assert (page.locator("#new-key-value").text_content() or "").startswith("sk-sv-")
-    _fits(page)
+    fits(page)
     _shot(page, "detail", lang)
 
     asked: list[str] = []

@@ -5,7 +5,6 @@ than the window: neither the page (it would scroll sideways) nor any element ins
 table that scrolls in its own box hides its right-hand columns just the same)."""
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.contrib.admin.utils import quote
@@ -17,36 +16,13 @@ from fleet.models import Node
 from fleet.services import nodes_sync_from_cluster
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
-from tests.e2e.steps import agent_reports, log_in_operator
+from tests.e2e.steps import agent_reports, fits, log_in_operator
 from tests.factories import enrol_totp, make_operator
 
 FLEETS = {
     "6 nodes": None,  # make run's fleet: 2×8 H100, 2×8 A100, 2×8 RTX 4090
     "64 nodes": {"h100": 32, "a100": 16, "rtx4090": 16},
 }
-
-# What does not fit, under the page's content box: elements whose right edge passes the window,
-# and boxes whose content is wider than they are and so scroll or clip it sideways (Django's
-# result list scrolls in its own box: the page fits while the columns on the right are hidden).
-MEASURE = """(root) => {
-  const limit = window.innerWidth;
-  const name = (e) => `${e.tagName.toLowerCase()}#${e.id}.${e.className}`;
-  const wide = [], clipped = [];
-  for (const element of document.querySelector(root).querySelectorAll("*")) {
-    const box = element.getBoundingClientRect();
-    if (box.width && box.right > limit + 0.5) {
-      wide.push(`${name(element)} right=${box.right}`);
-    }
-    const overflow = getComputedStyle(element).overflowX;
-    // (form fields scroll their own text; a 1-px box is text for screen readers only)
-    if (overflow !== "visible" && !element.matches("input, textarea, select")
-        && element.clientWidth > 1 && element.scrollWidth > element.clientWidth + 1) {
-      clipped.push(`${name(element)} ${element.scrollWidth} > ${element.clientWidth}`);
-    }
-  }
-  return {scroll: document.scrollingElement.scrollWidth, inner: limit,
-          wide: wide.slice(0, 8), clipped: clipped.slice(0, 8)};
-}"""
 
 
 @pytest.fixture(params=list(FLEETS))
@@ -63,13 +39,6 @@ def fleet(request, settings, tmp_path, transactional_db) -> Iterator[KubeEmulato
     emulator.stop()
 
 
-def _fits(page: Page, root: str = "#content") -> dict[str, Any]:
-    measured = page.evaluate(MEASURE, root)
-    assert measured["scroll"] <= measured["inner"], measured
-    assert not measured["wide"] and not measured["clipped"], measured
-    return measured
-
-
 def test_the_fleet_pages_fit_1280_px(page: Page, live_server, fleet):
     base = live_server.url
     nodes = list(Node.objects.order_by("name"))
@@ -83,7 +52,7 @@ def test_the_fleet_pages_fit_1280_px(page: Page, live_server, fleet):
     rows = page.locator("#result_list tbody tr")
     expect(rows).to_have_count(len(nodes))
     expect(page.locator("#result_list .gpu-cell")).to_have_count(8 * len(nodes))
-    _fits(page)
+    fits(page)
     # each node's grid wraps: eight fixed cells, four to a row
     grids = page.eval_on_selector_all(
         "#result_list .gpu-grid",
@@ -99,9 +68,9 @@ def test_the_fleet_pages_fit_1280_px(page: Page, live_server, fleet):
     expect(page).to_have_url(f"{base}/admin/fleet/node/{quote(nodes[0].pk)}/change/")
     expect(page.locator("#content h2", has_text="GPUs")).to_be_visible()
     expect(page.locator("#gpus-group tbody tr.has_original")).to_have_count(8)
-    _fits(page)
+    fits(page)
 
     # the console's availability view: the Rent page's offerings with what is free
     page.goto(f"{base}/console/rent/")
     expect(page.locator("label.offer").first).to_be_visible()
-    _fits(page)
+    fits(page)

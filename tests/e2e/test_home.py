@@ -7,8 +7,7 @@ from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 from compute.models import Offering
-from tests.e2e.steps import t
-from tests.e2e.test_fleet_fits import _fits
+from tests.e2e.steps import fits, t
 
 SHOTS = Path("/tmp/shots-pub")
 
@@ -27,7 +26,7 @@ def test_a_visitor_sees_prices_and_the_tools(page: Page, lang, live_server):
     expect(bare.locator("[data-price=month]")).to_have_text(f"¥128,000.00 {t(lang, '/ month')}")
     expect(bare.locator("[data-price=trial]")).to_have_text(f"¥10.00 {t(lang, '/ hour')}")
     expect(page.locator("tr[data-storage=egress]")).to_contain_text(t(lang, "No egress fees"))
-    _fits(page, "body")
+    fits(page, "body")
     SHOTS.mkdir(exist_ok=True)
     page.screenshot(path=SHOTS / f"home-{lang}.png", full_page=True)
 

@@ -10,8 +10,7 @@ from playwright.sync_api import Page, expect
 
 from billing.models import Wallet
 from billing.services import Accrual, Settlement, usage_accrue_many, usage_settle_many
-from tests.e2e.steps import log_in, t
-from tests.e2e.test_fleet_fits import _fits
+from tests.e2e.steps import fits, log_in, t
 from tests.factories import fund, make_user
 
 SHOTS = Path("/tmp/shots-bill")
@@ -72,7 +71,7 @@ def test_usage_lines_wallet_and_trial_prices(page: Page, lang, live_server, cata
     )
     # (the balance card clips its own decoration on purpose: the sections are measured)
     for root in (".page-header", ".grid-halves", "#transactions"):
-        _fits(page, root)
+        fits(page, root)
     _shot(page, "billing", lang)
 
     page.goto(f"{base}/console/")
@@ -81,7 +80,7 @@ def test_usage_lines_wallet_and_trial_prices(page: Page, lang, live_server, cata
     expect(recent.locator("details[data-postings='5']")).to_have_count(1)
     recent.locator("summary").click()
     expect(recent.locator(".ledger-postings li")).to_have_count(5)
-    _fits(page, ".grid-aside")  # (the balance card clips its decoration on purpose)
+    fits(page, ".grid-aside")  # (the balance card clips its decoration on purpose)
     _shot(page, "dashboard", lang)
 
     node = catalog["h100_node"]
@@ -99,5 +98,5 @@ def test_usage_lines_wallet_and_trial_prices(page: Page, lang, live_server, cata
     expect(page.locator("[data-sum=price]")).to_have_text("¥10.00")
     expect(page.locator("[data-sum=after]")).to_be_visible()
     expect(page.locator(".rent-summary [data-charged-to=own]")).to_be_visible()
-    _fits(page)
+    fits(page)
     _shot(page, "rent", lang)

@@ -9,8 +9,7 @@ from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 from compute.models import Offering
-from tests.e2e.steps import log_in, t
-from tests.e2e.test_fleet_fits import _fits
+from tests.e2e.steps import fits, log_in, t
 from tests.factories import fund, make_user
 
 SHOTS = Path("/tmp/shots-pub")
@@ -43,7 +42,7 @@ def test_a_plan_is_ordered_as_a_cluster(page: Page, lang, live_server):
     expect(page.locator("#plan-tp")).to_have_text("8")
     expect(page.locator("#plan-pp")).to_have_text("1")
     _aligned(page, ".plan-fields > .field")
-    _fits(page)
+    fits(page)
     SHOTS.mkdir(exist_ok=True)
     page.screenshot(path=SHOTS / f"planner-{lang}.png", full_page=True)
 
@@ -64,5 +63,5 @@ def test_a_plan_is_ordered_as_a_cluster(page: Page, lang, live_server):
         t(lang, "Pipeline parallel size (PP)")
     )
     _aligned(page, ".cluster-count > .field")
-    _fits(page)
+    fits(page)
     page.screenshot(path=SHOTS / f"cluster-new-{lang}.png", full_page=True)

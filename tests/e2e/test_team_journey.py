@@ -11,8 +11,7 @@ from billing.models import Wallet
 from instances.budgets import MESSAGES
 from instances.models import Instance
 from starverse.accounts.models import Budget, Invitation, Membership, Tenant, TenantKind, User
-from tests.e2e.steps import PASSWORD, log_in, t
-from tests.e2e.test_fleet_fits import _fits
+from tests.e2e.steps import PASSWORD, fits, log_in, t
 from tests.factories import fund, make_user
 
 TEAM = "NLP lab"
@@ -110,7 +109,7 @@ def test_owner_invites_a_newcomer_whose_budget_refuses_an_order(
     row = page.locator("section.card tbody tr", has_text=invitee_email).filter(has_text="¥5.00")
     expect(row).to_have_count(1)
     assert Budget.objects.get(tenant=team, user=member).monthly_fen == 500
-    _fits(page)  # the team page, with two members, their roles and a budget, fits 1280 px
+    fits(page)  # the team page, with two members, their roles and a budget, fits 1280 px
 
     # 4. the invitee acts for the team and orders an H100 on Rent: the budget refuses it
     with invitee.expect_navigation():
@@ -151,4 +150,4 @@ def test_owner_invites_a_newcomer_whose_budget_refuses_an_order(
         entry = rows.filter(has=page.locator("code", has_text=action))
         expect(entry).to_have_count(1)
         expect(entry.locator("td").nth(1)).to_have_text(who)
-    _fits(page)
+    fits(page)
