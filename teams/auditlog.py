@@ -88,7 +88,7 @@ def reading_for(reader: User, team_id: str, events: Iterable[AuditEvent]) -> Rea
 
 
 def _link(text: str, url: str) -> SafeString:
-    return format_html('<a class="mono" href="{}">{}</a>', url, text)
+    return format_html('<a href="{}">{}</a>', url, text)
 
 
 def _object(kind: str, pk: str, reading: Reading) -> SafeString:
@@ -96,9 +96,11 @@ def _object(kind: str, pk: str, reading: Reading) -> SafeString:
         url = reverse("teams:team", args=[reading.team_id]) + f"#member-{pk}"
         return _link(reading.emails.get(pk, pk), url)
     if reading.acting and kind in _PAGES:
-        return _link(pk, reverse(_PAGES[kind], args=[pk]))
+        return _link(
+            format_html('<code class="mono">{}</code>', pk), reverse(_PAGES[kind], args=[pk])
+        )
     if reading.acting and kind in _LISTS:
-        return _link(pk, reverse(_LISTS[kind]))
+        return _link(format_html('<code class="mono">{}</code>', pk), reverse(_LISTS[kind]))
     return format_html('<code class="mono">{}</code>', pk)
 
 
