@@ -3,6 +3,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
 
 from clusters.models import Cluster, Preflight, Rank
 
@@ -16,7 +17,7 @@ class RankInline(admin.TabularInline[Rank, Cluster]):
     fields = ("index", "instance_link")
     readonly_fields = fields
 
-    @admin.display(description="instance")
+    @admin.display(description=_("instance"))
     def instance_link(self, row: Rank) -> SafeString:
         """The rank's instance, a link to its page in the Instances list."""
         url = reverse("admin:instances_instance_change", args=[row.instance_id])

@@ -32,6 +32,7 @@ class PublicDatasetAdmin(admin.ModelAdmin):
     search_fields = [
         "id",
         "name",
+        "name_zh_hans",
         "description",
         "description_zh_hans",
         "tags",
@@ -47,7 +48,7 @@ class PublicDatasetAdmin(admin.ModelAdmin):
             {
                 "fields": [
                     "id",
-                    "name",
+                    ("name", "name_zh_hans"),
                     "kind",
                     "version",
                     ("description", "description_zh_hans"),
@@ -56,7 +57,7 @@ class PublicDatasetAdmin(admin.ModelAdmin):
             },
         ),
         (_("Files"), {"fields": ["directory", "mount_path", "size_bytes", "size"]}),
-        (_("Terms"), {"fields": ["licence", "homepage"]}),
+        (_("Terms"), {"fields": [("licence", "licence_zh_hans"), "homepage"]}),
         (_("Listing"), {"fields": ["active", "sort", "created_at", "updated_at"]}),
     ]
 

@@ -317,7 +317,14 @@ class RegionAdmin(admin.ModelAdmin[Region]):
     """A region is a cluster: its kubeconfig is a path in the worker's pod (a mounted Secret),
     never a credential kept in the database the web tier reads."""
 
-    list_display = ["name", "display_name", "kubeconfig", "active", "created_at"]
+    list_display = [
+        "name",
+        "display_name",
+        "display_name_zh_hans",
+        "kubeconfig",
+        "active",
+        "created_at",
+    ]
     readonly_fields = ["created_at"]
 
     def has_delete_permission(self, request: HttpRequest, obj: Region | None = None) -> bool:

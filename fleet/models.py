@@ -38,6 +38,8 @@ class GpuModel(models.Model):
 
 
 DEFAULT_REGION = "default"
+# The default region's names, as migration fleet 0012 and every flush put them.
+DEFAULT_REGION_NAMES = {"display_name": "Default", "display_name_zh_hans": "默认"}
 
 
 class Region(models.Model):
@@ -49,7 +51,16 @@ class Region(models.Model):
     name = models.SlugField(
         primary_key=True, max_length=32, help_text="The region's id in the API, e.g. cn-east-1."
     )
-    display_name = models.CharField(max_length=64, help_text="As shown to users, e.g. 华东 1.")
+    display_name = models.CharField(
+        max_length=64, help_text="As shown to users, in English; e.g. East China 1."
+    )
+    display_name_zh_hans = models.CharField(
+        "display name (简体中文)",
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="As shown to Chinese readers, e.g. 华东 1; blank: the English name.",
+    )
     kubeconfig = models.CharField(
         max_length=500,
         blank=True,

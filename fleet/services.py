@@ -55,11 +55,15 @@ ROLLUP_RETENTION = timedelta(days=30)
 # --- regions ------------------------------------------------------------------------------
 
 
-def region_register(*, name: str, display_name: str, kubeconfig: str = "") -> Region:
-    """Register a region (a cluster), or update one: its display name and kubeconfig path.
-    Its nodes join at the next sync (fleet.tasks.sync_nodes_from_cluster)."""
+def region_register(
+    *, name: str, display_name: str, kubeconfig: str = "", display_name_zh_hans: str = ""
+) -> Region:
+    """Register a region (a cluster), or update one: its display names (English, and Chinese:
+    blank shows the English) and kubeconfig path. Its nodes join at the next sync
+    (fleet.tasks.sync_nodes_from_cluster)."""
+    names = {"display_name": display_name or name, "display_name_zh_hans": display_name_zh_hans}
     region, created = Region.objects.update_or_create(
-        name=name, defaults={"display_name": display_name or name, "kubeconfig": kubeconfig}
+        name=name, defaults={**names, "kubeconfig": kubeconfig}
     )
     logger.info("region.registered region=%s created=%s", name, created)
     return region

@@ -143,7 +143,9 @@ class RentForm(forms.Form):
     ) -> None:
         super().__init__(*args, **kwargs)
         self._offer("disks", [(d.id, d.name) for d in disks])
-        self._offer("region", [("", ""), *((r.name, r.display_name) for r in regions)])
+        self._offer(
+            "region", [("", ""), *((r.name, localized(r, "display_name")) for r in regions)]
+        )
         self._offer("offering", [(o.id, localized(o, "name")) for o in offerings])
         self._offer("image", [(i.id, localized(i, "name")) for i in images])
         self._offer("ssh_keys", [(k.id, k.name) for k in keys])

@@ -47,6 +47,7 @@ from starverse.core.dates import validate_day
 from starverse.core.errors import NotFound, ServiceError
 from starverse.core.money import MoneyParseError, parse_fen
 from teams.api.views import audit_csv
+from teams.auditlog import reading_for, sentence
 from teams.services import (
     Revoked,
     audit_events,
@@ -265,9 +266,11 @@ def audit_page(request: HttpRequest, pk: str) -> HttpResponse:
         return audit_csv(team, events)
     query = request.GET.copy()
     query["format"] = "csv"
+    shown = list(events.select_related("actor")[:200])
+    reading = reading_for(page_user(request), team.pk, shown)
     context = {
         "team": team,
-        "events": events.select_related("actor")[:200],
+        "events": [(event, sentence(event, reading)) for event in shown],
         "filters": filters,
         "csv_query": query.urlencode(),
         "active": "teams",

@@ -83,13 +83,13 @@ class UserAdmin(BaseUserAdmin):
             },
         ),
         (
-            "Access",
+            _("Access"),
             {"fields": ["is_active", "is_staff", "is_superuser", "groups", "user_permissions"]},
         ),
-        ("Dates", {"fields": ["date_joined", "last_login"]}),
+        (_("Dates"), {"fields": ["date_joined", "last_login"]}),
     ]
 
-    @admin.display(description="Two-factor authentication")
+    @admin.display(description=_("Two-factor authentication"))
     def two_factor(self, obj: User) -> str:
         device = totp_device_confirmed(obj)
         if device is None:

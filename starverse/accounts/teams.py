@@ -248,7 +248,17 @@ def invitation_accept(*, user: User, token: str, ip: str | None = None) -> Membe
     return membership
 
 
+def mail_languages(*, first: str) -> list[str]:
+    """Every console language, `first` (the sender's) ahead: a mail to someone whose language
+    is not known is written in all of them."""
+    codes = [code for code, _name in settings.LANGUAGES]
+    first = translation.get_supported_language_variant(first)
+    return [first, *(code for code in codes if code != first)]
+
+
 def invitation_email_send(*, invitation_id: str, language: str) -> bool:
+    """Mail the invitation in every console language, the inviter's (`language`) first: the
+    invitee's is not known."""
     invitation = (
         Invitation.objects.select_related("tenant", "invited_by")
         .filter(pk=invitation_id, accepted_at__isnull=True, revoked_at__isnull=True)
@@ -259,14 +269,16 @@ def invitation_email_send(*, invitation_id: str, language: str) -> bool:
     context = {
         "team": invitation.tenant.name,
         "inviter": invitation.invited_by.email,
-        "role": Role(invitation.role).label,
+        "role": Role(invitation.role).label,  # lazy: read in each language
         "link": invitation_link(invitation),
         "days": INVITATION_DAYS,
     }
-    with translation.override(language):
-        subject = render_to_string("teams/invitation_subject.txt", context).strip()
-        body = render_to_string("teams/invitation_email.txt", context)
-    send_mail(subject, body, None, [invitation.email])
+    subjects, bodies = [], []
+    for each in mail_languages(first=language):
+        with translation.override(each):
+            subjects.append(render_to_string("teams/invitation_subject.txt", context).strip())
+            bodies.append(render_to_string("teams/invitation_email.txt", context).strip())
+    send_mail(" / ".join(subjects), "\n\n— — —\n\n".join(bodies) + "\n", None, [invitation.email])
     logger.info("team.invitation_sent invitation=%s team=%s", invitation.pk, invitation.tenant_id)
     return True
 

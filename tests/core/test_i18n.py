@@ -1,7 +1,11 @@
+import os
 import subprocess
 from pathlib import Path
 
+from django.apps import apps
 from django.utils import translation
+
+from fleet.models import Node
 
 
 def _zh(text: str) -> str:
@@ -59,3 +63,43 @@ def test_every_string_in_the_code_has_a_chinese_translation():
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _messages_check(**env: str) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [str(root / "bin" / "messages"), "--check"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def test_the_check_fails_on_a_model_or_field_name_without_its_translation():
+    """A new model's names and its field's are read from the models and must be translated
+    like any string of the code (the admin shows them as headings, columns and filters)."""
+    done = _messages_check(DJANGO_SETTINGS_MODULE="tests.core.untranslated.settings")
+
+    assert done.returncode == 1
+    listed = [line for line in done.stdout.splitlines() if line.startswith("msgid ")]
+    assert listed == [
+        'msgid "Untranslated"',
+        'msgid "frobnicators"',
+        'msgid "frobnicator"',
+        'msgid "frobnication spin rate"',
+    ]
+    assert done.stderr.endswith("untranslated: 4 entries; run bin/messages and translate them\n")
+
+
+def test_model_and_field_names_read_in_the_reader_language():
+    fleet = apps.get_app_config("fleet")
+    field = Node._meta.get_field("gpu_product")
+    names = (fleet.verbose_name, Node._meta.verbose_name_plural, field.verbose_name)
+
+    with translation.override("zh-hans"):
+        assert [str(name) for name in names] == ["机群", "节点", "GPU 产品名"]
+    with translation.override("en"):
+        assert [str(name) for name in names] == ["Fleet", "nodes", "gpu product"]

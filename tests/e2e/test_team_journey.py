@@ -141,13 +141,13 @@ def test_owner_invites_a_newcomer_whose_budget_refuses_an_order(
         page.get_by_role("link", name=t(lang, "Audit log")).click()
     expect(page).to_have_url(f"{team_url}audit/")
     expect(page.locator("h1")).to_contain_text(TEAM)
-    rows = page.locator("table tbody tr")
     for action, who in (
         ("invitation.created", owner.email),
         ("invitation.accepted", invitee_email),
         ("budget.set", owner.email),
     ):
-        entry = rows.filter(has=page.locator("code", has_text=action))
+        entry = page.locator(f'table tbody tr[data-action="{action}"]')
         expect(entry).to_have_count(1)
-        expect(entry.locator("td").nth(1)).to_have_text(who)
+        expect(entry.locator(".audit-sentence")).to_have_attribute("title", action)
+        expect(entry.locator(".audit-sentence")).to_contain_text(who)
     fits(page)

@@ -238,6 +238,28 @@ DESCRIPTIONS_ZH = {
     "c4-en-subset": "C4 'en' 1,024 个训练分片中的前 128 个及其验证集，json.gz 格式。",
 }
 
+# id → the name in Simplified Chinese, where it is more than a proper name.
+NAMES_ZH = {
+    "bge-large-zh-v1-5": "BGE large zh（文本向量）",
+    "wudaocorpora-text": "悟道文本语料（公开部分）",
+    "belle-instructions": "BELLE 中文指令数据集",
+    "alpaca-gpt4-zh": "Alpaca-GPT4（中文）",
+    "c4-en-subset": "C4 英文（子集）",
+}
+
+# A licence's English name → its name in Simplified Chinese (SPDX ids such as Apache-2.0 and
+# CC BY-NC 4.0 stay as they are).
+LICENCES_ZH = {
+    "Llama 3 Community License": "Llama 3 社区许可协议",
+    "Baichuan 2 Community License": "百川 2 社区许可协议",
+    "Tongyi Qianwen License": "通义千问许可协议",
+    "ChatGLM3-6B Model License": "ChatGLM3-6B 模型许可协议",
+    "WuDaoCorpora Agreement (research only)": "悟道语料使用协议（仅限研究）",
+    "Research use only": "仅限研究使用",
+    "GPL-3.0 (research use only)": "GPL-3.0（仅限研究使用）",
+    "ImageNet terms of access (non-commercial research)": "ImageNet 访问条款（非商业研究）",
+}
+
 
 class Command(BaseCommand):
     help = "Seed the public pool's catalog of datasets and models. Safe to run repeatedly."
@@ -251,9 +273,11 @@ class Command(BaseCommand):
                 values={
                     "kind": kind,
                     "name": name,
+                    "name_zh_hans": NAMES_ZH.get(key, ""),
                     "version": version,
                     "size_bytes": size,
                     "licence": licence,
+                    "licence_zh_hans": LICENCES_ZH.get(licence, ""),
                     "directory": directory,
                     "homepage": homepage,
                     "tags": tags,
