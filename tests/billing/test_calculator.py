@@ -97,7 +97,7 @@ def test_pue_is_optional_and_at_least_one(api, seeded):
         "10.2 kW × PUE 1 × ¥0.80 per kWh × 8,760 h × 3 years"
     )
 
-    data["buy"]["pue"] = "0.9"
+    data["buy"]["pue"] = Decimal("0.9")
     response = api.post(URL, data, format="json")
     assert response.status_code == 400
     assert list(response.json()["errors"]) == ["buy.pue"]

@@ -83,4 +83,5 @@ def test_the_method_a_topup_was_paid_with_is_recorded_from_stripe(
     assert topup.status == TopUpStatus.PAID
     assert topup.paid_with == ("" if method == "async" else method)
     assert topup.method_display() == label
+    assert topup.ledger_transaction is not None
     assert topup.ledger_transaction.description == description

@@ -7,7 +7,7 @@ it deletes. Screenshots: var/screenshots/endpoint-<page>-<lang>.png."""
 
 from pathlib import Path
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Dialog, Page, expect
 
 from endpoints.models import Endpoint
 from tests.e2e.steps import fits, log_in, t
@@ -159,7 +159,12 @@ def test_the_endpoint_page_copies_its_curl_and_asks_before_it_deletes(
     _shot(page, "detail", lang)
 
     asked: list[str] = []
-    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+
+    def dismiss(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", dismiss)
     page.click("#delete button[type=submit]")
     assert asked == [
         t(

@@ -29,6 +29,7 @@ UNKNOWN = "Rebooted: Node gpu-h100-1 has been rebooted"
 
 def _kubelet_event(instance, n: int, reason: str, message: str) -> dict:
     pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert pod is not None
     return {
         "metadata": {"uid": f"e2e-{n}", "name": f"{instance.k8s_name}.{n}"},
         "involvedObject": {"kind": "Pod", "uid": pod["metadata"]["uid"]},
