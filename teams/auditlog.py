@@ -31,6 +31,10 @@ SENTENCES: dict[str, Any] = {
     "token.revoked": _("%(actor)s revoked the API token “%(name)s”."),
     "topup.created": _("%(actor)s started a top-up of %(amount)s."),
     "topup.paid": _("The top-up %(object)s of %(amount)s was paid."),
+    "topup.cancelled": _("%(actor)s cancelled the unpaid top-up %(object)s of %(amount)s."),
+    "topup.expired": _(
+        "The unpaid top-up %(object)s of %(amount)s expired at the payment provider."
+    ),
     "instance.ordered": _("%(actor)s ordered the instance %(object)s."),
     "instance.started": _("%(actor)s started the instance %(object)s."),
     "instance.stopped": _("%(actor)s stopped the instance %(object)s."),
