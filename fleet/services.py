@@ -307,11 +307,15 @@ def _gpu_ids(node: Node, report: Report, now: datetime) -> dict[str, int]:
     ids = _gpu_ids_cached(node, report)
     if ids is not None:
         return ids
-    gpus = (
-        _inventory_sync(node, report, now)
-        if report.inventory
-        else {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
-    )
+    if report.inventory:
+        # Two workers may sync a node's new inventory at once (its first report and the agent's
+        # retry after a timeout): under the node's row lock, which the heartbeat's UPDATE takes
+        # anyway, the second waits and reads the GPUs the first created instead of inserting
+        # them again (a unique-uuid error, a 500 the agent counts as a lost report).
+        Node.objects.select_for_update().filter(pk=node.pk).values_list("pk").get()
+        gpus = _inventory_sync(node, report, now)
+    else:
+        gpus = {gpu.uuid: gpu for gpu in Gpu.objects.filter(node=node)}
     ids = {uuid: gpu.pk for uuid, gpu in gpus.items()}
     _GPU_MAP[node.pk] = (_signature(report), ids)
     return ids
