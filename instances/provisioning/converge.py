@@ -36,6 +36,7 @@ from instances.provisioning.namespaces import (
 )
 from instances.states import (
     instance_fail,
+    instance_locked,
     instance_mark_running,
     instance_mark_stopped,
     instance_mark_terminated,
@@ -132,8 +133,11 @@ def _objects_create(instance: Instance, node: Node) -> None:
     ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
     for port in served_ports(_ports_now(instance)):
         _port_objects_ensure(instance, port)
-    # only for the provisioning that created them: a later one creates its own
+    # only for the provisioning that created them: a later one creates its own; under the
+    # instance's lock, which covers its pod watch (instance_locked: a transition holding the
+    # instance and saving the pod watch would otherwise wait on us as we wait on it)
     with transaction.atomic():
+        instance_locked(instance.pk)
         if _this_provisioning(instance).update(objects_created_at=timezone.now()):
             Instance.objects.filter(pk=instance.pk).update(ssh_port=ports.get("ssh"))
 
@@ -376,7 +380,9 @@ def _pod_uid_learn(instance: Instance, pod: dict[str, Any]) -> None:
     uid = (pod.get("metadata") or {}).get("uid") or ""
     watch = instance.pod_watch
     if uid and watch.pod_uid != uid:
-        PodWatch.objects.filter(instance_id=instance.pk).update(pod_uid=uid)
+        with transaction.atomic():  # the pod watch changes under its instance's lock
+            instance_locked(instance.pk)
+            PodWatch.objects.filter(instance_id=instance.pk).update(pod_uid=uid)
         watch.pod_uid = uid
 
 
