@@ -209,19 +209,26 @@ def _topup_credit(topup: TopUp, session: gateway.CheckoutSession) -> None:
             logger.info("topup.paid topup=%s txn=%s", topup.id, txn.id)
 
 
-def _topup_expire(topup: TopUp, session: gateway.CheckoutSession) -> None:
-    """Stripe expired the session unpaid: an open top-up is expired, once, and audited."""
-    expired = TopUp.objects.filter(pk=topup.pk, status__in=OPEN_STATUSES).update(
-        status=TopUpStatus.EXPIRED
-    )
-    if expired:
+def _topup_close(
+    topup: TopUp, status: TopUpStatus, action: str, *, still: tuple[str, ...], actor: "User | None"
+) -> bool:
+    """Close a top-up that is still in one of `still` as `status`, once (a conditional update:
+    the second of two closings changes nothing), and audit it as `action`."""
+    closed = TopUp.objects.filter(pk=topup.pk, status__in=still).update(status=status)
+    if closed:
         audit_record(
             tenant_id=topup.tenant_id,
-            actor=None,
-            action="topup.expired",
+            actor=actor,
+            action=action,
             obj=topup,
             data={"amount_fen": topup.amount_fen},
         )
+    return bool(closed)
+
+
+def _topup_expire(topup: TopUp, session: gateway.CheckoutSession) -> None:
+    """Stripe expired the session unpaid: an open top-up is expired, once, and audited."""
+    if _topup_close(topup, TopUpStatus.EXPIRED, "topup.expired", still=OPEN_STATUSES, actor=None):
         logger.info("topup.expired topup=%s session=%s", topup.id, session.id)
 
 
@@ -251,6 +258,14 @@ def topup_resumable(topup: TopUp) -> bool:
     )
 
 
+def _not_cancellable(topup: TopUp) -> Conflict:
+    return Conflict(
+        _("This top-up is %(status)s; only one awaiting payment can be cancelled.")
+        % {"status": topup.get_status_display()},
+        code="not_cancellable",
+    )
+
+
 def topup_cancel(*, topup: TopUp, actor: "User") -> TopUp:
     """Cancel an unpaid top-up: expire its Checkout Session at Stripe first (so that it can no
     longer be paid), then mark it cancelled, once (a conditional update: a second cancel, or
@@ -260,38 +275,21 @@ def topup_cancel(*, topup: TopUp, actor: "User") -> TopUp:
     if topup.status not in UNPAID_STATUSES:
         if topup.status == TopUpStatus.CANCELLED:
             return topup
-        raise Conflict(
-            _("This top-up is %(status)s; only one awaiting payment can be cancelled.")
-            % {"status": topup.get_status_display()},
-            code="not_cancellable",
-        )
+        raise _not_cancellable(topup)
     if topup.checkout_session_id:
         try:
             gateway.checkout_session_expire(topup.checkout_session_id)
         except gateway.PermanentGatewayError:
             # no longer open: paid or expired meanwhile; take what Stripe says
-            settled = topup_refresh(topup=topup)
-            raise Conflict(
-                _("This top-up is %(status)s; only one awaiting payment can be cancelled.")
-                % {"status": settled.get_status_display()},
-                code="not_cancellable",
-            ) from None
+            raise _not_cancellable(topup_refresh(topup=topup)) from None
         except gateway.GatewayError as error:
             raise ServiceUnavailable(
                 _("The payment provider could not be reached. Try again soon.")
             ) from error
     with transaction.atomic():
-        cancelled = TopUp.objects.filter(pk=topup.pk, status__in=UNPAID_STATUSES).update(
-            status=TopUpStatus.CANCELLED
-        )
-        if cancelled:
-            audit_record(
-                tenant_id=topup.tenant_id,
-                actor=actor,
-                action="topup.cancelled",
-                obj=topup,
-                data={"amount_fen": topup.amount_fen},
-            )
+        if _topup_close(
+            topup, TopUpStatus.CANCELLED, "topup.cancelled", still=UNPAID_STATUSES, actor=actor
+        ):
             logger.info("topup.cancelled topup=%s by=%s", topup.id, actor.pk)
     topup.refresh_from_db()
     return topup
