@@ -15,16 +15,19 @@ from typing import Any
 
 import pyotp
 from django.core.management import call_command
+from django.db import transaction
 from django.test import Client
 
 from billing.choices import TransactionKind
-from billing.onboarding import user_create_operator, user_email_verify, user_signup
-from billing.services import ledger_post
+from billing.onboarding import team_create, user_create_operator, user_email_verify, user_signup
+from billing.services import Accrual, Settlement, ledger_post, usage_accrue_many, usage_settle_many
+from instances.budgets import budget_set
 from instances.provisioning import converge
 from starverse.accounts import loginflow
 from starverse.accounts.models import ApiToken, SshKey, User
 from starverse.accounts.selectors import two_factor_enabled
 from starverse.accounts.services import ssh_key_add, token_create
+from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
 from starverse.accounts.twofactor import totp_begin, totp_confirm
 from starverse.core import kube
 
@@ -378,3 +381,35 @@ def running_since(instance_ids: list[str], since: Any) -> None:
     Holding.objects.filter(pk__in=instance_ids, metered_since__isnull=False).update(
         metered_since=since
     )
+
+
+def usage_hour(wallet: Any, instance: str, n: int, fen_per_minute: int = 2) -> None:
+    """The meter's hourly posting number `n` (from 0) for `instance`: 60 minutes from cash."""
+    with transaction.atomic():
+        usage_accrue_many([Accrual(wallet.id, fen_per_minute, None)] * 60)
+        usage_settle_many(
+            [
+                Settlement(
+                    wallet.id,
+                    f"usage:{instance}:1:{60 * n + 1}-{60 * n + 60}",
+                    instance,
+                    "GPU usage",
+                    60,
+                    0,
+                    60 * fen_per_minute,
+                    0,
+                )
+            ]
+        )
+
+
+def make_team_with_budget() -> tuple[User, User, Any]:
+    """ana@example.com's team "Lab", bob@example.com a member who accepted her invitation,
+    with a monthly budget of ¥500.00 she set him."""
+    ana = make_user("ana@example.com")
+    bob = make_user("bob@example.com")
+    team = team_create(user=ana, name="Lab")
+    invitation = invitation_create(actor=ana, team=team, email=bob.email, role="member")
+    invitation_accept(user=bob, token=invitation_token(invitation))
+    budget_set(actor=ana, team=team, user_id=bob.pk, monthly_fen=500_00)
+    return ana, bob, team

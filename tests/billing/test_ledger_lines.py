@@ -6,34 +6,14 @@ by PostgreSQL over a page at a time, in a fixed number of queries however many p
 import re
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from billing.choices import TransactionKind
 from billing.models import Wallet
 from billing.selectors import ledger_lines_for_tenant
-from billing.services import Accrual, Settlement, ledger_post, usage_accrue_many, usage_settle_many
-from tests.factories import fund, make_user
-
-
-def _hour(wallet, instance, n, fen_per_minute=2):
-    """One hourly posting of the meter for `instance` (60 minutes from cash)."""
-    with transaction.atomic():
-        usage_accrue_many([Accrual(wallet.id, fen_per_minute, None)] * 60)
-        usage_settle_many(
-            [
-                Settlement(
-                    wallet.id,
-                    f"usage:{instance}:1:{60 * n + 1}-{60 * n + 60}",
-                    instance,
-                    "GPU usage",
-                    60,
-                    0,
-                    60 * fen_per_minute,
-                    0,
-                )
-            ]
-        )
+from billing.services import ledger_post
+from tests.factories import fund, make_user, usage_hour
 
 
 @pytest.fixture
@@ -41,11 +21,11 @@ def ledger(db):
     user = make_user()  # ¥10.00 of trial credit (not spent: these minutes have no trial price)
     fund(user, 50_000)
     wallet = Wallet.objects.get(tenant=user.tenant)
-    _hour(wallet, "ins_a", 0)
-    _hour(wallet, "ins_b", 0, fen_per_minute=5)
+    usage_hour(wallet, "ins_a", 0)
+    usage_hour(wallet, "ins_b", 0, fen_per_minute=5)
     fund(user, 10_000)
-    _hour(wallet, "ins_a", 1)
-    _hour(wallet, "ins_a", 2)
+    usage_hour(wallet, "ins_a", 1)
+    usage_hour(wallet, "ins_a", 2)
     ledger_post(
         wallet_id=wallet.id,
         key="monthly:ins_m:1",
@@ -108,7 +88,7 @@ def test_the_dashboard_groups_too(ledger, client):
 def test_the_lines_of_a_page_are_three_queries_however_many_postings(ledger):
     wallet = Wallet.objects.get(tenant=ledger.tenant)
     for n in range(3, 55):
-        _hour(wallet, "ins_a", n)
+        usage_hour(wallet, "ins_a", n)
     lines = ledger_lines_for_tenant(ledger.tenant_id)
 
     with CaptureQueriesContext(connection) as queries:

@@ -4,11 +4,8 @@ code on hover."""
 
 from playwright.sync_api import Page, expect
 
-from billing.onboarding import team_create
-from instances.budgets import budget_set
-from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
 from tests.e2e.steps import log_in, t
-from tests.factories import make_user
+from tests.factories import make_team_with_budget
 
 BUDGET = {
     "en": "ana@example.com set the monthly budget of bob@example.com to ¥500.00.",
@@ -19,12 +16,7 @@ CREATED = {"en": "ana@example.com created the team.", "zh-hans": "ana@example.co
 
 def test_the_audit_log_reads_as_sentences(page: Page, lang, live_server, transactional_db):
     base = live_server.url
-    ana = make_user("ana@example.com")
-    bob = make_user("bob@example.com")
-    team = team_create(user=ana, name="Lab")
-    invitation = invitation_create(actor=ana, team=team, email=bob.email, role="member")
-    invitation_accept(user=bob, token=invitation_token(invitation))
-    budget_set(actor=ana, team=team, user_id=bob.pk, monthly_fen=500_00)
+    ana, bob, team = make_team_with_budget()
     log_in(page, base, ana.email)
 
     page.goto(f"{base}/teams/{team.pk}/audit/")

@@ -5,34 +5,13 @@ price it is charged. Screenshots of each page go to /tmp/shots-bill/ for a perso
 
 from pathlib import Path
 
-from django.db import transaction
 from playwright.sync_api import Page, expect
 
 from billing.models import Wallet
-from billing.services import Accrual, Settlement, usage_accrue_many, usage_settle_many
 from tests.e2e.steps import fits, log_in, t
-from tests.factories import fund, make_user
+from tests.factories import fund, make_user, usage_hour
 
 SHOTS = Path("/tmp/shots-bill")
-
-
-def _hour(wallet, instance, n, fen_per_minute):
-    with transaction.atomic():
-        usage_accrue_many([Accrual(wallet.id, fen_per_minute, None)] * 60)
-        usage_settle_many(
-            [
-                Settlement(
-                    wallet.id,
-                    f"usage:{instance}:1:{60 * n + 1}-{60 * n + 60}",
-                    instance,
-                    "GPU usage",
-                    60,
-                    0,
-                    60 * fen_per_minute,
-                    0,
-                )
-            ]
-        )
 
 
 def _shot(page: Page, name: str, lang: str) -> None:
@@ -45,9 +24,9 @@ def test_usage_lines_wallet_and_trial_prices(page: Page, lang, live_server, cata
     user = make_user()  # ¥10.00 of trial credit
     fund(user, 50_000)
     wallet = Wallet.objects.get(tenant=user.tenant)
-    _hour(wallet, "ins_b", 0, 5)
+    usage_hour(wallet, "ins_b", 0, 5)
     for n in range(5):
-        _hour(wallet, "ins_a", n, 2)
+        usage_hour(wallet, "ins_a", n, 2)
     log_in(page, base, user.email)
 
     page.goto(f"{base}/billing/")

@@ -8,12 +8,10 @@ from pathlib import Path
 from django.utils import translation
 
 from billing.onboarding import team_create
-from instances.budgets import budget_set
 from starverse.accounts.audit import audit_record
 from starverse.accounts.models import AuditEvent
-from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
 from teams.auditlog import SENTENCES, reading_for, sentence
-from tests.factories import make_user
+from tests.factories import make_team_with_budget, make_user
 from tests.product_code import product_files
 
 # Quoted "noun.verb" strings in modules that write audit events are action codes, but for
@@ -45,12 +43,7 @@ def _read(event: AuditEvent, reader, lang: str) -> str:
 
 
 def test_a_budget_reads_as_a_sentence_with_the_member_linked(db):
-    ana = make_user("ana@example.com")
-    bob = make_user("bob@example.com")
-    team = team_create(user=ana, name="Lab")
-    invitation = invitation_create(actor=ana, team=team, email=bob.email, role="member")
-    invitation_accept(user=bob, token=invitation_token(invitation))
-    budget_set(actor=ana, team=team, user_id=bob.pk, monthly_fen=500_00)
+    ana, bob, team = make_team_with_budget()
     event = AuditEvent.objects.get(tenant=team, action="budget.set")
     member = f'<a href="/teams/{team.pk}/#member-{bob.pk}">bob@example.com</a>'
 
