@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from compute.choices import BillingMode, HoldingKind, HoldingState, OfferingKind
 from fleet.models import GpuModel, Node
 from starverse.core.ids import PublicIdField
-from starverse.core.text import localized
+from starverse.core.text import chinese_column, localized
 
 
 class Offering(models.Model):
@@ -21,13 +21,7 @@ class Offering(models.Model):
 
     id = PublicIdField(prefix="off")
     name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
-    name_zh_hans = models.CharField(
-        "name (简体中文)",
-        max_length=100,
-        blank=True,
-        default="",
-        help_text="Blank: the English name.",
-    )
+    name_zh_hans = chinese_column("name", max_length=100, help_text="Blank: the English name.")
     slug = models.SlugField(
         max_length=64,
         unique=True,
@@ -97,17 +91,9 @@ class Image(models.Model):
 
     id = models.SlugField(primary_key=True, max_length=64)
     name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
-    name_zh_hans = models.CharField(
-        "name (简体中文)",
-        max_length=100,
-        blank=True,
-        default="",
-        help_text="Blank: the English name.",
-    )
+    name_zh_hans = chinese_column("name", max_length=100, help_text="Blank: the English name.")
     description = models.TextField()
-    description_zh_hans = models.TextField(
-        "description (简体中文)", blank=True, default="", help_text="Blank: the English text."
-    )
+    description_zh_hans = chinese_column("description", help_text="Blank: the English text.")
     container_image = models.CharField(max_length=300)
     size_bytes = models.BigIntegerField(
         default=0,

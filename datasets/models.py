@@ -4,6 +4,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from datasets.choices import MOUNT_ROOTS, DatasetKind
+from starverse.core.text import chinese_column
 
 # One path segment, never hidden or a parent ("." / ".."): it is pasted into users' shells.
 DIRECTORY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -16,30 +17,18 @@ class PublicDataset(models.Model):
 
     id = models.SlugField(primary_key=True, max_length=64, help_text="e.g. llama-3-8b-instruct")
     name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
-    name_zh_hans = models.CharField(
-        "name (简体中文)",
-        max_length=100,
-        blank=True,
-        default="",
-        help_text="Blank: the English name.",
-    )
+    name_zh_hans = chinese_column("name", max_length=100, help_text="Blank: the English name.")
     kind = models.CharField(max_length=16, choices=DatasetKind.choices)
     version = models.CharField(max_length=64, blank=True)
     size_bytes = models.BigIntegerField(
         validators=[MinValueValidator(0)], help_text="Size on the pool, in bytes."
     )
     licence = models.CharField(max_length=100, help_text="e.g. Apache-2.0, CC BY-NC 4.0.")
-    licence_zh_hans = models.CharField(
-        "licence (简体中文)",
-        max_length=100,
-        blank=True,
-        default="",
-        help_text="Blank: the English licence name (as for Apache-2.0).",
+    licence_zh_hans = chinese_column(
+        "licence", max_length=100, help_text="Blank: the English licence name (as for Apache-2.0)."
     )
     description = models.TextField(blank=True)
-    description_zh_hans = models.TextField(
-        "description (简体中文)", blank=True, default="", help_text="Blank: the English text."
-    )
+    description_zh_hans = chinese_column("description", help_text="Blank: the English text.")
     directory = models.CharField(
         max_length=128,
         validators=[

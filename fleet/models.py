@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy
 
 from fleet.choices import HealthRuleKind, Interconnect, NodeEventKind, NodeState
 from starverse.core.ids import PublicIdField
+from starverse.core.text import chinese_column
 
 
 class GpuModel(models.Model):
@@ -54,11 +55,9 @@ class Region(models.Model):
     display_name = models.CharField(
         max_length=64, help_text="As shown to users, in English; e.g. East China 1."
     )
-    display_name_zh_hans = models.CharField(
-        "display name (简体中文)",
+    display_name_zh_hans = chinese_column(
+        "display name",
         max_length=64,
-        blank=True,
-        default="",
         help_text="As shown to Chinese readers, e.g. 华东 1; blank: the English name.",
     )
     kubeconfig = models.CharField(

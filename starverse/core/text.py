@@ -7,6 +7,7 @@ such and translated into the reader's language when shown (`translate_stored`)."
 
 from typing import Any
 
+from django.db import models
 from django.utils.translation import get_language, gettext
 
 
@@ -44,6 +45,16 @@ def translate_stored(source: str, params: dict[str, Any]) -> str:
         return text % {k: gettext(v) if isinstance(v, str) else v for k, v in params.items()}
     except (KeyError, TypeError, ValueError):
         return source % params
+
+
+def chinese_column(label: str, *, max_length: int | None = None, help_text: str = "") -> Any:
+    """The Simplified Chinese column an operator fills in beside the English `label` one, read
+    through `localized`: blank (the English shows) unless filled in; a text column without
+    `max_length`."""
+    options: dict[str, Any] = {"blank": True, "default": "", "help_text": help_text}
+    if max_length is None:
+        return models.TextField(f"{label} (简体中文)", **options)
+    return models.CharField(f"{label} (简体中文)", max_length=max_length, **options)
 
 
 def localized(obj: Any, field: str) -> str:
