@@ -4,16 +4,21 @@ text the console shows in a language, and GPU reports from the real node agent."
 import contextlib
 import io
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyotp
+from django.core.management import call_command
 from django.utils import translation
 from playwright.sync_api import Page
 
+from devstack.kube import KubeEmulator
 from fleet.models import Node
-from fleet.services import node_token_issue
+from fleet.services import node_token_issue, nodes_sync_from_cluster
 from instances.provisioning import converge
 from nodeagent.__main__ import main as nodeagent_main
+from starverse.core import kube
 from tests.factories import converge_until
 
 PASSWORD = "correct horse battery staple"
@@ -122,3 +127,18 @@ def fits(page: Page, root: str = "#content") -> dict[str, Any]:
     assert measured["scroll"] <= measured["inner"], measured
     assert not measured["wide"] and not measured["clipped"], measured
     return measured
+
+
+@contextlib.contextmanager
+def platform_on(emulator: KubeEmulator, settings: Any, tmp_path: Path) -> Iterator[KubeEmulator]:
+    """The platform pointed at a started emulator, the catalog seeded and the emulator's nodes
+    mirrored; the emulator stopped after."""
+    settings.KUBECONFIG = str(emulator.write_kubeconfig(tmp_path / "kubeconfig"))
+    kube._api_client.cache_clear()
+    call_command("seed_catalog", verbosity=0)
+    nodes_sync_from_cluster()
+    try:
+        yield emulator
+    finally:
+        kube._api_client.cache_clear()
+        emulator.stop()

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 from billing.onboarding import team_create
@@ -20,14 +19,12 @@ from compute.models import Offering
 from datasets.models import PublicDataset
 from devstack.kube import KubeEmulator
 from devstack.kube.fleet import build_fleet
-from fleet.services import nodes_sync_from_cluster
 from instances.lifecycle import instance_order, instance_stop
 from instances.models import Instance
 from instances.provisioning import converge
 from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
-from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
-from tests.e2e.steps import MEASURE, log_in
+from tests.e2e.steps import MEASURE, log_in, platform_on
 from tests.factories import (
     CLOUD_GPU,
     IMAGE,
@@ -81,13 +78,8 @@ def long_fleet(settings, tmp_path, transactional_db) -> Iterator[KubeEmulator]:
     ]
     emulator = KubeEmulator(nodes=nodes, **KUBE_TIMINGS).start()
     settings.MAX_RUNNING_GPUS = 64
-    settings.KUBECONFIG = str(emulator.write_kubeconfig(tmp_path / "kubeconfig"))
-    kube._api_client.cache_clear()
-    call_command("seed_catalog", verbosity=0)
-    nodes_sync_from_cluster()
-    yield emulator
-    kube._api_client.cache_clear()
-    emulator.stop()
+    with platform_on(emulator, settings, tmp_path):
+        yield emulator
 
 
 def _console(lang: str) -> dict[str, Any]:

@@ -8,15 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 from django.contrib.admin.utils import quote
-from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 from devstack.kube import KubeEmulator
 from fleet.models import Node
-from fleet.services import nodes_sync_from_cluster
-from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
-from tests.e2e.steps import agent_reports, fits, log_in_operator
+from tests.e2e.steps import agent_reports, fits, log_in_operator, platform_on
 from tests.factories import enrol_totp, make_operator
 
 FLEETS = {
@@ -30,13 +27,8 @@ def fleet(request, settings, tmp_path, transactional_db) -> Iterator[KubeEmulato
     """The platform pointed at an emulated cluster of this fleet, its nodes mirrored and the
     catalog seeded."""
     emulator = KubeEmulator(fleet=FLEETS[request.param], **KUBE_TIMINGS).start()
-    settings.KUBECONFIG = str(emulator.write_kubeconfig(tmp_path / "kubeconfig"))
-    kube._api_client.cache_clear()
-    call_command("seed_catalog", verbosity=0)
-    nodes_sync_from_cluster()
-    yield emulator
-    kube._api_client.cache_clear()
-    emulator.stop()
+    with platform_on(emulator, settings, tmp_path):
+        yield emulator
 
 
 def test_the_fleet_pages_fit_1280_px(page: Page, live_server, fleet):
