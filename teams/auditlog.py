@@ -91,6 +91,10 @@ def reading_for(reader: User, team_id: str, events: Iterable[AuditEvent]) -> Rea
     return Reading(team_id=team_id, acting=reader.tenant_id == team_id, emails=emails)
 
 
+def _code(text: str) -> SafeString:
+    return format_html('<code class="mono">{}</code>', text)
+
+
 def _link(text: str, url: str) -> SafeString:
     return format_html('<a href="{}">{}</a>', url, text)
 
@@ -100,12 +104,10 @@ def _object(kind: str, pk: str, reading: Reading) -> SafeString:
         url = reverse("teams:team", args=[reading.team_id]) + f"#member-{pk}"
         return _link(reading.emails.get(pk, pk), url)
     if reading.acting and kind in _PAGES:
-        return _link(
-            format_html('<code class="mono">{}</code>', pk), reverse(_PAGES[kind], args=[pk])
-        )
+        return _link(_code(pk), reverse(_PAGES[kind], args=[pk]))
     if reading.acting and kind in _LISTS:
-        return _link(format_html('<code class="mono">{}</code>', pk), reverse(_LISTS[kind]))
-    return format_html('<code class="mono">{}</code>', pk)
+        return _link(_code(pk), reverse(_LISTS[kind]))
+    return _code(pk)
 
 
 def _role(value: Any) -> str:
@@ -120,7 +122,7 @@ def sentence(event: AuditEvent, reading: Reading) -> SafeString:
         code = "budget.set.team"
     source = SENTENCES.get(code)
     if source is None:
-        return format_html('<code class="mono">{}</code>', event.action)
+        return _code(event.action)
     data = event.data or {}
     values: dict[str, Any] = {key: conditional_escape(value) for key, value in data.items()}
     values["actor"] = escape(event.actor.email if event.actor else gettext("Someone"))
@@ -137,4 +139,4 @@ def sentence(event: AuditEvent, reading: Reading) -> SafeString:
     try:
         return mark_safe(escape(str(source)) % values)  # noqa: S308 (every value is escaped)
     except (KeyError, TypeError, ValueError):
-        return format_html('<code class="mono">{}</code>', event.action)
+        return _code(event.action)
