@@ -10,7 +10,7 @@ from playwright.sync_api import Page, expect
 from clusters.preflight import preflight_run
 from clusters.services import cluster_stop
 from fleet.models import Gpu, GpuSample
-from instances.models import Instance
+from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge
 from tests.e2e.steps import log_in, t
 from tests.factories import converge_until, fund, make_cluster, make_user
@@ -30,7 +30,9 @@ def test_a_stopped_cluster_charts_its_last_samples(page: Page, lang, live_server
     assert {rank.status for rank in Instance.objects.filter(pk__in=[r.pk for r in ranks])} == {
         "running"
     }
+    # The cluster has run for ten minutes: its samples lie inside its run, not racing its start.
     now = timezone.now()
+    InstanceEvent.objects.filter(instance__in=ranks).update(at=now - timedelta(minutes=10))
     gpus = {}
     for rank in ranks:
         gpu, _created = Gpu.objects.get_or_create(
