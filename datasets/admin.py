@@ -8,7 +8,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from datasets.models import PublicDataset
-from datasets.sizes import format_size
+from starverse.core.sizes import format_size
 
 
 @admin.register(PublicDataset)

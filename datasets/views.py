@@ -10,7 +10,7 @@ from django.shortcuts import render
 from datasets.choices import MOUNT_ROOTS, DatasetKind
 from datasets.models import PublicDataset
 from datasets.selectors import MAX_QUERY_LENGTH, public_datasets
-from datasets.sizes import format_size
+from starverse.core.sizes import format_size
 
 PAGE_SIZE = 50
 

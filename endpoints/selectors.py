@@ -12,7 +12,7 @@ from billing.usage import Resource
 from compute.models import Image
 from datasets.choices import DatasetKind
 from datasets.models import PublicDataset
-from datasets.sizes import format_size
+from starverse.core.sizes import format_size
 from endpoints.choices import Engine, SourceKind
 from endpoints.engines import engine_command, engine_image
 from endpoints.manifests import endpoint_url, replica_bounds

@@ -15,6 +15,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from starverse.core.sizes import format_size
+
 # What events_record stores: one parameter holding "Reason: message".
 SOURCE = "Kubernetes: %(event)s"
 
@@ -82,14 +84,6 @@ def human_duration(seconds: Decimal) -> str:
     return _("%(h)s h %(m)s min") % {"h": hours, "m": rest // 60}
 
 
-def human_bytes(size: int) -> str:
-    """Decimal units, one place after the point, as registries print image sizes: 18.0 GB."""
-    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if size >= scale:
-            return f"{_round(Decimal(size) / scale, '0.1')} {unit}"
-    return f"{size} B"
-
-
 def _pulled(message: str) -> str | None:
     if present := _PRESENT.search(message):
         return _("The image %(image)s was already on the node.") % {"image": present["image"]}
@@ -101,7 +95,7 @@ def _pulled(message: str) -> str | None:
     if size and int(size["bytes"]):
         return _("Pulled the image %(image)s (%(size)s) in %(took)s.") % {
             "image": pulled["image"],
-            "size": human_bytes(int(size["bytes"])),
+            "size": format_size(int(size["bytes"])),
             "took": human_duration(took),
         }
     return _("Pulled the image %(image)s in %(took)s.") % {
@@ -239,7 +233,7 @@ def _node_not_ready(message: str) -> str | None:
 
 def _image_size(message: str) -> str | None:
     if found := re.match(r"(?P<bytes>\d+) bytes", message):
-        return _("The image is %(size)s.") % {"size": human_bytes(int(found["bytes"]))}
+        return _("The image is %(size)s.") % {"size": format_size(int(found["bytes"]))}
     return None
 
 

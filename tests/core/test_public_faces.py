@@ -48,7 +48,7 @@ PUBLIC_FACES = {
         "usage",
     },
     "fleet": {"choices", "models", "selectors", "services", "signals"},
-    "datasets": {"choices", "models", "sizes", "views"},
+    "datasets": {"choices", "models", "views"},
     "compute": {
         "admission",
         "choices",

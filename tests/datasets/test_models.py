@@ -2,7 +2,6 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from datasets.models import PublicDataset
-from datasets.sizes import format_size
 from starverse.core.errors import InvalidInput
 from tests.datasets.conftest import make_entry
 
@@ -17,24 +16,6 @@ def test_path_follows_the_kind(db, kind, path):
     assert entry.path == path
     assert entry.copy_command == f"cp -r {path} ./"
     assert PublicDataset.objects.get(pk="entry").path == path  # computed, not stored
-
-
-@pytest.mark.parametrize(
-    ("size", "text"),
-    [
-        (0, "0 B"),
-        (999, "999 B"),
-        (1_000, "1.0 KB"),
-        (35_126_702, "35.1 MB"),
-        (999_960_000, "1.0 GB"),  # rounds up into the next unit, never "1000.0 MB"
-        (15_011_627_008, "15.0 GB"),
-        (141_107_412_992, "141.1 GB"),
-        (1_500_000_000_000, "1.5 TB"),
-        (2_000_000_000_000_000_000, "2000.0 PB"),
-    ],
-)
-def test_format_size(size, text):
-    assert format_size(size) == text
 
 
 @pytest.mark.parametrize("directory", ["../etc", ".hidden", "a/b", "-rf", "two words", ""])

@@ -7,7 +7,7 @@ import pytest
 from django.utils import translation
 
 from instances.models import InstanceEvent
-from instances.timeline import go_duration_s, human_bytes, human_duration
+from instances.timeline import go_duration_s, human_duration
 from starverse.core.text import later
 
 PULLED = (
@@ -61,16 +61,6 @@ def test_durations_in_human_units_in_both_languages(seconds, en, zh):
         assert human_duration(seconds) == en
     with translation.override("zh-hans"):
         assert human_duration(seconds) == zh
-
-
-def test_sizes_in_decimal_units():
-    assert [human_bytes(n) for n in (18_000_000_000, 80_000_000, 1_250, 512, 2 * 10**12)] == [
-        "18.0 GB",
-        "80.0 MB",
-        "1.3 kB",
-        "512 B",
-        "2.0 TB",
-    ]
 
 
 @pytest.mark.parametrize(
