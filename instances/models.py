@@ -202,6 +202,7 @@ class StopPolicy(models.Model):
     )
 
     class Meta:
+        verbose_name_plural = "stop policies"
         constraints = [
             models.CheckConstraint(
                 condition=Q(idle_stop_util_pct__isnull=True, idle_stop_minutes__isnull=True)
@@ -250,6 +251,9 @@ class PodWatch(models.Model):
         "another pod).",
     )
     seen_event_uids = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        verbose_name_plural = "pod watches"
 
     def __str__(self) -> str:
         return f"{self.instance_id} pod watch"

@@ -106,6 +106,21 @@ def test_model_and_field_names_read_in_the_reader_language():
         assert [str(name) for name in names] == ["Fleet", "nodes", "gpu product"]
 
 
+def test_no_model_is_named_in_a_plural_django_derives_wrongly():
+    """Django's derived plural adds an "s": "Stop policys", "Pod watchs" headed the admin. A
+    model whose name needs another plural says it (Meta.verbose_name_plural)."""
+    from starverse.core.modelwords import project_apps
+
+    wrong = [
+        f"{model._meta.label}: {model._meta.verbose_name_plural}"
+        for app in project_apps()
+        for model in app.get_models()
+        if "verbose_name_plural" not in model._meta.original_attrs
+        and re.search(r"([^aeiou]y|s|x|z|ch|sh)$", str(model._meta.verbose_name))
+    ]
+    assert wrong == []
+
+
 def test_every_literal_a_template_translates_is_in_the_catalogue():
     """Every _('…') of a template reaches the catalogue, wherever it stands: xgettext reads
     templates as Python, and a call inside an attribute's quotes (data-confirm="{{ _('…') }}")
