@@ -1,6 +1,13 @@
 """The init's life: set the container up, keep sshd (and JupyterLab) running while following
 the access Secret, and on SIGTERM run the on-stop hooks, then stop its children and exit.
 
+Given a program (`starverse-init -- PROGRAM ARGS...`, a job's command), it runs the program as
+well, in the home directory with the container's environment, and ends when the program ends,
+with its exit status (128 + the signal's number when a signal ended it, as a shell reports it),
+so the kubelet records the program's exit code as the container's. SSH stays up meanwhile, for
+looking at a running job. On SIGTERM the program gets SIGTERM first and the stop deadline to
+exit, then SIGKILL.
+
 Reaping orphans and forwarding the kubelet's signal are tini's work (PID 1); sshd and Jupyter
 run in sessions of their own, so the signal reaches only this process and the hooks run while
 Jupyter kernels and SSH sessions are still alive."""
@@ -11,6 +18,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from types import FrameType
@@ -114,7 +122,37 @@ def stop_children(children: list[Child]) -> None:
             child.process.wait()
 
 
-def main() -> int:
+def program_run(argv: list[str], cwd: str) -> subprocess.Popen[bytes] | None:
+    """The job's program, in a session of its own (a signal reaches its whole process group),
+    its output the container's (what `kubectl logs` shows). None if it cannot be started (the
+    reason logged; the container then exits 127 as a shell does)."""
+    try:
+        return subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as error:
+        log("program.failed", argv=" ".join(argv), error=error)
+        return None
+
+
+def program_stop(process: subprocess.Popen[bytes], deadline_s: float) -> int:
+    """SIGTERM to the program's group, SIGKILL after `deadline_s`; its exit status."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        return exit_status(process.wait(timeout=deadline_s))
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return exit_status(process.wait())
+
+
+def exit_status(code: int) -> int:
+    """A Popen return code as a shell reports it: a signal's death is 128 + its number."""
+    return 128 - code if code < 0 else code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    program = argv[argv.index("--") + 1 :] if "--" in argv else []
     config = Config.from_env()
     stopping = threading.Event()
 
@@ -130,14 +168,26 @@ def main() -> int:
     follower.tick()  # read now, then once every poll interval
     for child in children:
         child.start()
-    while not stopping.is_set():
+    process = program_run(program, str(config.home)) if program else None
+    status = 127 if program and process is None else 0
+    if process is not None:
+        log("program.started", pid=process.pid, argv=" ".join(program))
+    while not stopping.is_set() and status == 0:
         now = time.monotonic()
         follower.tick(now)
         for child in children:
             child.tick(now)
+        if process is not None and process.poll() is not None:
+            status = exit_status(process.returncode)
+            log("program.exited", code=status)
+            break
         stopping.wait(min(TICK_S, config.keys_poll_s))
-    results = hooks_run(config)
-    log("hooks.done", count=len(results))
+    if process is not None and process.poll() is None:
+        status = program_stop(process, config.stop_deadline_s)
+        log("program.stopped", code=status)
+    if stopping.is_set():
+        results = hooks_run(config)
+        log("hooks.done", count=len(results))
     stop_children(children)
     log("stopped")
-    return 0
+    return status
