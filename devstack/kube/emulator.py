@@ -70,6 +70,7 @@ from .snapshots import Snapshots, default_class_object
 from .stats import NodeProxy
 from .store import Obj, Store
 from .validation import Validator, schema_version
+from .volumedata import VolumeData
 from .volumes import VolumeResizer
 from .workloads import Workloads
 
@@ -108,6 +109,7 @@ class KubeEmulator:
         standin_load_s: float | None = None,
         keda_queue_url: str | None = None,
         keda_polling_interval_s: float | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -117,11 +119,14 @@ class KubeEmulator:
         self.api = Api(self.store, Validator(schema=validate), seed)
         # Image sizes default to 0 B, so a pull takes only pull_delay_s unless sizes are given.
         self.images = ImageCatalog(image_sizes or {}, default_image_bytes, pull_bandwidth_mbps)
+        # volumes' files: under data_dir, else a temporary directory removed at stop
+        self.volume_data = VolumeData(self.store, data_dir)
         self.kubelet = Kubelet(
             self.api,
             pull_delay_s,
             start_delay_s,
             pod_termination_s,
+            self.volume_data,
             self.images,
             load_s=_setting(standin_load_s, "STARVERSE_STANDIN_LOAD_S"),
         )
@@ -168,6 +173,7 @@ class KubeEmulator:
             network=ServiceNetwork(
                 self.store, _setting(standin_latency_ms, "STARVERSE_STANDIN_LATENCY_MS")
             ),
+            logs=self.kubelet.logs,
         )
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -213,6 +219,7 @@ class KubeEmulator:
         self._server = EmulatorHTTPServer((self.host, self.port), self._ctx)
         self.port = self._server.server_address[1]
         self._stopping.clear()
+        self.kubelet.logs.closed = False
         serve = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.1},
@@ -240,9 +247,11 @@ class KubeEmulator:
         self._server.shutdown()
         self._server.close_connections()
         self._server.server_close()
+        self.kubelet.logs.close()
         for thread in self._threads:
             thread.join(timeout=5)
         self._server = None
+        self.volume_data.close()
         log.info("kube-emulator stopped url=%s", self.url)
 
     def __enter__(self) -> KubeEmulator:
@@ -273,6 +282,7 @@ class KubeEmulator:
         with self.store.lock:
             now = self.now()
             for part in (
+                self.volume_data,
                 self.controllers,
                 self.daemonsets,
                 self.workloads,
@@ -371,6 +381,7 @@ class KubeEmulator:
             with self._ctx.lock:
                 self._ctx.replaced.clear()
             self.kubelet.reset()
+            self.volume_data.clear()
             self.images.reset()
             self.scheduler.reset()
             self.controllers.reset()
