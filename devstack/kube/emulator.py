@@ -2,8 +2,10 @@
 
 It is a development stand-in for a cluster of GPU nodes — an HTTP server on 127.0.0.1 that the
 official ``kubernetes`` client and ``kubectl`` talk to unchanged — and never a way to run
-production workloads: nothing is executed, pods only walk through their lifecycle on paper, and
-exec into a pod reaches a simulated shell (:mod:`.shell`).
+production workloads: nothing is executed, pods only walk through their lifecycle on paper
+(except the simulated trainer, :mod:`.trainer`, which the kubelets play, with its log and exit
+code), volumes keep files in a directory each under ``data_dir`` (:mod:`.volumedata`), and exec
+into a pod reaches a simulated shell (:mod:`.shell`).
 
     emu = KubeEmulator(pull_delay_s=0.05, start_delay_s=0.05).start()
     emu.write_kubeconfig("var/kubeconfig")
@@ -550,7 +552,7 @@ class KubeEmulator:
     def set_volume_usage(self, namespace: str, claim: str, used_bytes: int) -> None:
         """Bytes in use on a claim's volume, as the kubelet Summary API
         (``nodes/{node}/proxy/stats/summary``) reports them for pods that mount it (0 until
-        set; nothing is written to emulated volumes)."""
+        set: the files in the volume's directory are not measured)."""
         self.node_proxy.set_volume_usage(namespace, claim, used_bytes)
 
 
