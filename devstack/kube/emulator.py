@@ -176,6 +176,7 @@ class KubeEmulator:
                 self.store, _setting(standin_latency_ms, "STARVERSE_STANDIN_LATENCY_MS")
             ),
             logs=self.kubelet.logs,
+            volume_data=self.volume_data,
         )
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []

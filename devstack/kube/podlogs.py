@@ -7,6 +7,7 @@ follow included. A kubelet keeps the current and the previous instance of a cont
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,10 +39,10 @@ class ContainerLog:
 
     def since(self, serial: int) -> list[LogLine]:
         """The lines written after the first ``serial`` (those still kept)."""
-        missing = self.serial - serial
+        missing = min(self.serial - serial, len(self.lines))
         if missing <= 0:
             return []
-        return list(self.lines)[-missing:]
+        return list(itertools.islice(reversed(self.lines), missing))[::-1]
 
 
 def rfc3339_nano(moment: dt.datetime) -> str:

@@ -14,8 +14,10 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -31,6 +33,7 @@ from .rbac import BINDING_PLURALS, Attributes, Authorizer, User, unauthorized
 from .shell import Peer, ReplacedProgram, SimulatedShell, container_for, peers_of
 from .stats import NodeProxy
 from .tables import to_table, wants_table
+from .volumedata import VolumeData
 from .watch import stream_watch
 from .websocket import ServerSocket, accept_key
 
@@ -101,6 +104,7 @@ class ServerContext:
     requests_total: int = 0
     request_log: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
     logs: LogBook | None = None  # the kubelets' container logs (:mod:`.podlogs`)
+    volume_data: VolumeData | None = None  # the volumes' files, for exec's shell
 
 
 @dataclass
@@ -618,7 +622,7 @@ class Handler(BaseHTTPRequestHandler):
             protocol=protocol,
         )
         try:
-            self._run_exec(session, protocol, query, pod, node, neighbours, peers)
+            self._run_exec(session, protocol, query, pod, node, neighbours, peers, container)
         finally:
             ctx.execs.remove(session)
 
@@ -631,6 +635,7 @@ class Handler(BaseHTTPRequestHandler):
         node: dict[str, Any] | None,
         neighbours: list[dict[str, Any]],
         peers: list[Peer],
+        container_name: str,
     ) -> None:
         self._code = 101
         self.send_response(101)
@@ -647,7 +652,12 @@ class Handler(BaseHTTPRequestHandler):
         with self.server.ctx.lock:
             replaced = dict(self.server.ctx.replaced.get(pod["metadata"].get("uid", ""), {}))
         shell = SimulatedShell(
-            replace(container_for(pod, node, neighbours), peers=tuple(peers), replaced=replaced),
+            replace(
+                container_for(pod, node, neighbours),
+                peers=tuple(peers),
+                replaced=replaced,
+                volume_path=self._volume_path(pod, container_name),
+            ),
             lambda data: channels.send(podexec.STDOUT, data),
             tty=(query.get("tty") or ["false"])[-1].lower() in ("true", "1"),
         )
@@ -655,6 +665,25 @@ class Handler(BaseHTTPRequestHandler):
         # the client going away (or speaking nonsense) ends the session with it
         with contextlib.suppress(podexec.Closed, podexec.ProtocolError, OSError):
             podexec.serve(channels, shell, list(session.command), stdin=stdin)
+
+    def _volume_path(
+        self, pod: dict[str, Any], container_name: str
+    ) -> Callable[[str], Path | None] | None:
+        """Where a path of the exec'd container lies on its pod's volumes, for the shell."""
+        volume_data = self.server.ctx.volume_data
+        spec = next(
+            (c for c in pod["spec"].get("containers") or [] if c.get("name") == container_name),
+            None,
+        )
+        if volume_data is None or spec is None:
+            return None
+
+        def resolve(path: str) -> Path | None:
+            with volume_data.store.lock:
+                place = volume_data.resolve(pod, spec, path)
+            return place.path if place is not None else None
+
+        return resolve
 
     @staticmethod
     def _verb_for(method: str, target: Target, params: dict[str, str]) -> str:

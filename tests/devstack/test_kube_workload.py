@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
 
 from devstack.kube import KubeEmulator
 from devstack.kube.resources import PODS
@@ -440,6 +441,37 @@ def test_volume_paths_follow_mounts_sub_paths_and_read_only(
     assert resolve("/ckpt/../etc/passwd") is None
     assert resolve("/tmp/x") is None
     assert created.metadata.uid == stored["metadata"]["uid"]
+
+
+def test_exec_shell_reads_the_files_on_a_pods_volumes(
+    emu: KubeEmulator, api: client.CoreV1Api
+) -> None:
+    setup_namespace(api, "ckpt")
+    api.create_namespaced_pod(NS, trainer_pod("rank-0", train(2, 0.05)))
+    wait_phase(api, "rank-0", "Succeeded")
+    api.create_namespaced_pod(NS, trainer_pod("debug", ["sleep", "infinity"]))
+    wait_phase(api, "debug", "Running")
+
+    def run(*command: str) -> str:
+        # read off the channel: the client's preloaded answer goes through json.loads ("2\n")
+        session = stream(
+            api.connect_get_namespaced_pod_exec,
+            "debug",
+            NS,
+            command=list(command),
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
+        session.run_forever(timeout=TIMEOUT_S)
+        return str(session.read_stdout())
+
+    assert run("ls", "/ckpt/run") == "step\n"
+    assert run("cat", "/ckpt/run/step") == "2\n"
+    assert run("cat", "/ckpt/run/nothing") == "cat: /ckpt/run/nothing: No such file or directory\n"
+    assert run("ls", "/public") == "data  models\n"  # off the volumes, as before
 
 
 def test_a_read_only_checkpoint_directory_fails_the_trainer(
