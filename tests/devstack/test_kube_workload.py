@@ -272,7 +272,7 @@ def test_follow_streams_lines_as_they_come_and_ends_when_the_container_exits(
 
     assert [line for _, line in arrivals] == ["starting at step 0", *step_lines(1, 4, 4), "done"]
     # each step arrived when it was logged, not all at the end
-    assert arrivals[-1][0] - arrivals[1][0] >= 0.6
+    assert arrivals[-1][0] - arrivals[1][0] >= 0.3
     assert read(api, "rank-0").status.phase == "Succeeded"
 
 
