@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 
 from .emulator import KubeEmulator
@@ -81,9 +82,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds between the KEDA stand-in's reads (default 1)",
     )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="where volumes keep their files, a directory per volume (default var/kube-volumes/, "
+        "or var/kube-volumes/<prefix>/ with --node-prefix, so two emulators never share one); "
+        "emptied at start, as the emulator's objects live in memory only",
+    )
     parser.add_argument("--no-validate", action="store_true", help="skip schema validation")
     parser.add_argument("--log-level", default="INFO")
     return parser
+
+
+def default_data_dir(node_prefix: str) -> Path:
+    """``var/kube-volumes/``, or a folder of its own there for a prefixed (second) emulator."""
+    root = Path("var/kube-volumes")
+    return root / node_prefix.strip("-") if node_prefix.strip("-") else root
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         pull_bandwidth_mbps=args.pull_bandwidth,
         keda_queue_url=args.keda_queue_url,
         keda_polling_interval_s=args.keda_polling_interval,
+        data_dir=args.data_dir or default_data_dir(args.node_prefix),
     )
     stop = threading.Event()
 

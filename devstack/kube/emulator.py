@@ -2,8 +2,10 @@
 
 It is a development stand-in for a cluster of GPU nodes — an HTTP server on 127.0.0.1 that the
 official ``kubernetes`` client and ``kubectl`` talk to unchanged — and never a way to run
-production workloads: nothing is executed, pods only walk through their lifecycle on paper, and
-exec into a pod reaches a simulated shell (:mod:`.shell`).
+production workloads: nothing is executed, pods only walk through their lifecycle on paper
+(except the simulated trainer, :mod:`.trainer`, which the kubelets play, with its log and exit
+code), volumes keep files in a directory each under ``data_dir`` (:mod:`.volumedata`), and exec
+into a pod reaches a simulated shell (:mod:`.shell`).
 
     emu = KubeEmulator(pull_delay_s=0.05, start_delay_s=0.05).start()
     emu.write_kubeconfig("var/kubeconfig")
@@ -70,6 +72,7 @@ from .snapshots import Snapshots, default_class_object
 from .stats import NodeProxy
 from .store import Obj, Store
 from .validation import Validator, schema_version
+from .volumedata import VolumeData
 from .volumes import VolumeResizer
 from .workloads import Workloads
 
@@ -108,6 +111,7 @@ class KubeEmulator:
         standin_load_s: float | None = None,
         keda_queue_url: str | None = None,
         keda_polling_interval_s: float | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -117,11 +121,14 @@ class KubeEmulator:
         self.api = Api(self.store, Validator(schema=validate), seed)
         # Image sizes default to 0 B, so a pull takes only pull_delay_s unless sizes are given.
         self.images = ImageCatalog(image_sizes or {}, default_image_bytes, pull_bandwidth_mbps)
+        # volumes' files: under data_dir, else a temporary directory removed at stop
+        self.volume_data = VolumeData(self.store, data_dir)
         self.kubelet = Kubelet(
             self.api,
             pull_delay_s,
             start_delay_s,
             pod_termination_s,
+            self.volume_data,
             self.images,
             load_s=_setting(standin_load_s, "STARVERSE_STANDIN_LOAD_S"),
         )
@@ -168,6 +175,8 @@ class KubeEmulator:
             network=ServiceNetwork(
                 self.store, _setting(standin_latency_ms, "STARVERSE_STANDIN_LATENCY_MS")
             ),
+            logs=self.kubelet.logs,
+            volume_data=self.volume_data,
         )
         self._server: EmulatorHTTPServer | None = None
         self._threads: list[threading.Thread] = []
@@ -213,6 +222,7 @@ class KubeEmulator:
         self._server = EmulatorHTTPServer((self.host, self.port), self._ctx)
         self.port = self._server.server_address[1]
         self._stopping.clear()
+        self.kubelet.logs.closed = False
         serve = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.1},
@@ -240,9 +250,11 @@ class KubeEmulator:
         self._server.shutdown()
         self._server.close_connections()
         self._server.server_close()
+        self.kubelet.logs.close()
         for thread in self._threads:
             thread.join(timeout=5)
         self._server = None
+        self.volume_data.close()
         log.info("kube-emulator stopped url=%s", self.url)
 
     def __enter__(self) -> KubeEmulator:
@@ -273,6 +285,7 @@ class KubeEmulator:
         with self.store.lock:
             now = self.now()
             for part in (
+                self.volume_data,
                 self.controllers,
                 self.daemonsets,
                 self.workloads,
@@ -371,6 +384,7 @@ class KubeEmulator:
             with self._ctx.lock:
                 self._ctx.replaced.clear()
             self.kubelet.reset()
+            self.volume_data.clear()
             self.images.reset()
             self.scheduler.reset()
             self.controllers.reset()
@@ -539,7 +553,7 @@ class KubeEmulator:
     def set_volume_usage(self, namespace: str, claim: str, used_bytes: int) -> None:
         """Bytes in use on a claim's volume, as the kubelet Summary API
         (``nodes/{node}/proxy/stats/summary``) reports them for pods that mount it (0 until
-        set; nothing is written to emulated volumes)."""
+        set: the files in the volume's directory are not measured)."""
         self.node_proxy.set_volume_usage(namespace, claim, used_bytes)
 
 

@@ -14,7 +14,16 @@ A pod whose env has ``STARVERSE_STANDIN_EXIT`` (``<code>`` or ``<code>:<message>
 containers exit with that code and termination message each time they start (a crash loop),
 as an engine image's entry point does on a missing model.
 Deleted pods get ``Killing`` events and are removed after a short grace. Nothing runs:
-containers are status only.
+containers are status only, except the simulated trainer (:mod:`.trainer`), which the kubelet
+plays on its clock, reading and writing the pod's volumes (:mod:`.volumedata`).
+
+A container that exits is handled by the pod's ``restartPolicy``: ``Always`` restarts it, as
+does ``OnFailure`` after a non-zero exit (CrashLoopBackOff, the previous instance kept as
+``lastState``); otherwise it stays ``terminated`` (``Completed`` or ``Error``, with the last
+lines of its log as the message under ``FallbackToLogsOnError``), and once every container has
+terminated the pod is ``Succeeded`` (all exited 0) or ``Failed``, which frees its requests on
+the node. Each container instance's output is kept in the :class:`.podlogs.LogBook` under its
+``containerID`` (the banner line for a container that runs nothing).
 
 The image stage takes the fixed ``pull_delay_s`` plus, for each image the node does not hold
 yet (or whose ``imagePullPolicy`` is ``Always``), its size ÷ the node's pull bandwidth
@@ -36,12 +45,17 @@ from .defaults import now_iso, pod_requests
 from .engine import load_seconds, standin_exit
 from .images import ImageCatalog, Pull, Pulls, add_image, holds, node_bandwidth_mbps
 from .objects import TERMINAL, set_condition
+from .podlogs import LogBook
 from .resources import NODES, PODS
 from .scheduler import allocatable, describe_shortage, node_usage
+from .trainer import USAGE_EXIT, BadArgs, TrainerRun, container_env, start_run, trainer_args
+from .volumedata import VolumeData
 from .volumes import VolumeBlock, attach_block, mount_block
 
 Obj = dict[str, Any]
 MOUNT_WARNING_S = 2.0  # how often a pod still waiting for its volumes repeats the warning
+# what the kubelet copies from the log under FallbackToLogsOnError
+MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
 
 
 @dataclass
@@ -57,6 +71,7 @@ class PodSim:
     # image -> its pull, or None when the node already held it (set when the image stage began)
     pulls: dict[str, Pull | None] = field(default_factory=dict)
     pulling_since: float = 0.0
+    runs: dict[str, TrainerRun] = field(default_factory=dict)  # container -> its trainer run
 
 
 def _containers(pod: Obj) -> list[Obj]:
@@ -75,6 +90,21 @@ def _field_path(container: Obj, init: bool = False) -> str:
     return f"spec.{'initContainers' if init else 'containers'}{{{container.get('name', '')}}}"
 
 
+def _terminated(status: Obj, code: int, message: str, stamp: str) -> Obj:
+    """``state.terminated`` of a container (its ``status``) that exited with ``code``."""
+    started = ((status.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+    terminated: Obj = {
+        "exitCode": code,
+        "reason": "Completed" if code == 0 else "Error",
+        "startedAt": started,
+        "finishedAt": stamp,
+        "containerID": status.get("containerID", ""),
+    }
+    if message:
+        terminated["message"] = message
+    return terminated
+
+
 def _ready_message(pod: Obj) -> str:
     names = " ".join(c.get("name", "") for c in _containers(pod))
     return f"containers with unready status: [{names}]"
@@ -87,10 +117,13 @@ class Kubelet:
         pull_delay_s: float,
         start_delay_s: float,
         termination_s: float,
+        volume_data: VolumeData,
         images: ImageCatalog | None = None,
         load_s: float = 0.0,
     ) -> None:
         self.api = api
+        self.volume_data = volume_data
+        self.logs = LogBook()
         self.images = images or ImageCatalog()
         self.pulls = Pulls()
         self.configured_pull_delay_s = pull_delay_s
@@ -111,6 +144,7 @@ class Kubelet:
         self.sims.clear()
         self._ip_serial.clear()
         self.pulls.reset()
+        self.logs.reset()
 
     # --- loop --------------------------------------------------------------------------------
 
@@ -134,6 +168,8 @@ class Kubelet:
                 continue
             sim = self.sims.get(uid)
             if pod["metadata"].get("deletionTimestamp"):
+                if sim is not None and sim.stage == "done":
+                    continue  # a terminal pod: the API removes it at once
                 if sim is None:
                     sim = self.sims[uid] = PodSim("killing", now, node.get("metadata", {})["name"])
                 self._terminate(pod, sim, now)
@@ -146,6 +182,8 @@ class Kubelet:
                 self._advance(pod, sim, now)
         for uid in [u for u in self.sims if u not in live]:
             del self.sims[uid]
+        for uid in self.logs.pods() - live:
+            self.logs.forget(uid)
 
     @staticmethod
     def _node_ready(node: Obj) -> bool:
@@ -369,18 +407,96 @@ class Kubelet:
                     )
             exit_with = standin_exit(pod)
             if exit_with is not None:
-                self._run(meta["namespace"], meta["name"], sim.node, ready=False)
-                self._exit(pod, sim, now, [c.get("name", "") for c in _containers(pod)], *exit_with)
+                running = self._run(meta["namespace"], meta["name"], sim.node, ready=False)
+                code, message = exit_with
+                for item in (running or {}).get("status", {}).get("containerStatuses") or []:
+                    self.logs.start(meta.get("uid", ""), item["name"], item["containerID"])
+                    if message:
+                        self.logs.write(item["containerID"], message)
+                self._exit(
+                    running or pod,
+                    sim,
+                    now,
+                    [c.get("name", "") for c in _containers(pod)],
+                    code,
+                    message,
+                )
                 return
             loading = load_seconds(pod, self.load_s)
             if loading > 0:
                 sim.stage, sim.due = "loading", now + loading
             else:
                 sim.stage, sim.due = "running", float("inf")
-            self._run(meta["namespace"], meta["name"], sim.node, ready=loading <= 0)
+            running = self._run(meta["namespace"], meta["name"], sim.node, ready=loading <= 0)
+            if running is not None:
+                self._start_programs(running, sim, now)
         elif sim.stage == "loading":
             sim.stage, sim.due = "running", float("inf")
             self._mark_ready(meta["namespace"], meta["name"])
+        elif sim.stage == "running":
+            self._train(pod, sim, now)
+
+    # --- programs ----------------------------------------------------------------------------
+
+    def _start_programs(self, pod: Obj, sim: PodSim, now: float) -> None:
+        """Each container instance that has just started gets its log and, when its command
+        is the simulated trainer, its run; a container that runs nothing logs the banner."""
+        meta = pod["metadata"]
+        specs = {c.get("name", ""): c for c in _containers(pod)}
+        for item in pod["status"].get("containerStatuses") or []:
+            name, container_id = item["name"], item.get("containerID", "")
+            if "running" not in (item.get("state") or {}) or self.logs.get(container_id):
+                continue
+            self.logs.start(meta.get("uid", ""), name, container_id)
+            container = specs.get(name) or {}
+            args = trainer_args(container)
+            if args is None:
+                self.logs.write(
+                    container_id,
+                    f"[kube emulator] container {name} of pod {meta.get('namespace')}/"
+                    f"{meta['name']} is emulated (development stand-in): no process runs, so "
+                    "there is no output.",
+                )
+                continue
+            if isinstance(args, BadArgs):
+                self.logs.write(container_id, args.message)
+                sim.runs[name] = TrainerRun.exited(USAGE_EXIT, now)  # it exits on the next pass
+                continue
+            checkpoint, read_only = None, False
+            if args.checkpoint_dir:
+                place = self.volume_data.resolve(pod, container, args.checkpoint_dir)
+                if place is not None:
+                    checkpoint, read_only = place.path / "step", place.read_only
+            run, lines = start_run(args, container_env(container), checkpoint, read_only, now)
+            for line in lines:
+                self.logs.write(container_id, line)
+            sim.runs[name] = run
+        self._schedule(sim)
+
+    @staticmethod
+    def _schedule(sim: PodSim) -> None:
+        """A running pod is next due when its earliest trainer has a step to take."""
+        if sim.stage == "running":
+            sim.due = min((run.next_due for run in sim.runs.values()), default=float("inf"))
+
+    def _train(self, pod: Obj, sim: PodSim, now: float) -> None:
+        """Play the pod's trainers up to ``now``; a trainer that exits ends its container."""
+        statuses = {s.get("name"): s for s in pod["status"].get("containerStatuses") or []}
+        exited: list[tuple[str, int]] = []
+        for name, run in list(sim.runs.items()):
+            container_id = (statuses.get(name) or {}).get("containerID", "")
+            for line in run.advance(now):
+                self.logs.write(container_id, line)
+            if run.exit_code is not None:
+                exited.append((name, run.exit_code))
+        for name, code in exited:
+            current = self.api.store.get(
+                PODS, pod["metadata"]["namespace"], pod["metadata"]["name"]
+            )
+            if current is None or sim.stage != "running":
+                break
+            self._container_exited(current, sim, name, code, now)
+        self._schedule(sim)
 
     def _pull_failed(self, pod: Obj, sim: PodSim, failing: list[Obj], now: float) -> None:
         meta = pod["metadata"]
@@ -450,9 +566,10 @@ class Kubelet:
         self._ip_serial[node_name] = serial
         return f"{prefix}.{serial + 1}"
 
-    def _run(self, namespace: str, name: str, node_name: str, ready: bool = True) -> None:
-        """Containers running (again, after a crash: restart counts and the last state kept);
-        Ready unless the model is still loading."""
+    def _run(self, namespace: str, name: str, node_name: str, ready: bool = True) -> Obj | None:
+        """Containers running (again, after a crash: restart counts and the last state kept;
+        one still running or terminated for good stays as it is); Ready unless the model is
+        still loading. Each instance has its own ``containerID`` (a restart gets a new one)."""
         current = self.api.store.get(PODS, namespace, name) or {}
         address = (current.get("status") or {}).get("podIP") or self._pod_ip(node_name)
 
@@ -466,10 +583,15 @@ class Kubelet:
             statuses = []
             for container in _containers(obj):
                 previous = before.get(container.get("name", "")) or {}
+                state = previous.get("state") or {}
+                if "terminated" in state or ("running" in state and previous.get("containerID")):
+                    statuses.append(previous)
+                    continue
                 image = str(container.get("image"))
                 digest = hashlib.sha256(image.encode()).hexdigest()
+                restarts = int(previous.get("restartCount") or 0)
                 container_id = hashlib.sha256(
-                    f"{obj['metadata']['uid']}/{container.get('name')}".encode()
+                    f"{obj['metadata']['uid']}/{container.get('name')}/{restarts}".encode()
                 ).hexdigest()
                 statuses.append(
                     {
@@ -493,7 +615,7 @@ class Kubelet:
                 else:
                     set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
 
-        self.api.mutate(PODS, namespace, name, run)
+        return self.api.mutate(PODS, namespace, name, run)
 
     def _mark_ready(self, namespace: str, name: str) -> None:
         """The model has loaded: the containers and the pod become Ready."""
@@ -519,6 +641,66 @@ class Kubelet:
             raise ValueError(f"pod {namespace}/{name} has no container {container!r}")
         self._exit(pod, sim, now, [container] if container is not None else names, 1, "")
 
+    def _container_exited(self, pod: Obj, sim: PodSim, name: str, code: int, now: float) -> None:
+        """A container's program ended with ``code``: restarted as ``restartPolicy`` says, or
+        terminated for good (and the pod terminal once all its containers are)."""
+        policy = (pod.get("spec") or {}).get("restartPolicy") or "Always"
+        message = self._termination_message(pod, name, code)
+        if policy == "Always" or (policy == "OnFailure" and code != 0):
+            self._exit(pod, sim, now, [name], code, message)
+            return
+        self._end_instances(pod, sim, [name])
+        stamp = now_iso()
+
+        def terminate(obj: Obj) -> None:
+            status = obj["status"]
+            for item in status.get("containerStatuses") or []:
+                if item.get("name") == name:
+                    item["state"] = {"terminated": _terminated(item, code, message, stamp)}
+                    item["ready"] = False
+                    item["started"] = False
+            states = [s.get("state") or {} for s in status.get("containerStatuses") or []]
+            if states and all("terminated" in s for s in states):
+                succeeded = all(s["terminated"].get("exitCode") == 0 for s in states)
+                status["phase"] = "Succeeded" if succeeded else "Failed"
+                reason = "PodCompleted" if succeeded else "PodFailed"
+                for kind in ("Ready", "ContainersReady"):
+                    set_condition(obj, kind, "False", reason)
+            else:
+                for kind in ("Ready", "ContainersReady"):
+                    set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
+
+        updated = self.api.mutate(
+            PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], terminate
+        )
+        if updated is not None and updated["status"].get("phase") in TERMINAL:
+            sim.stage, sim.due = "done", float("inf")
+
+    def _termination_message(self, pod: Obj, name: str, code: int) -> str:
+        """What the kubelet reports as the termination message: under
+        ``FallbackToLogsOnError``, the last lines of a failed container's log (no file is ever
+        written at ``terminationMessagePath``, so there is nothing else to report)."""
+        container = next((c for c in _containers(pod) if c.get("name") == name), {})
+        if code == 0 or container.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+            return ""
+        container_id = next(
+            (
+                str(s.get("containerID", ""))
+                for s in pod["status"].get("containerStatuses") or []
+                if s.get("name") == name
+            ),
+            "",
+        )
+        text = "\n".join(self.logs.tail(container_id, MESSAGE_LINES))
+        return text.encode()[-MESSAGE_BYTES:].decode(errors="ignore")
+
+    def _end_instances(self, pod: Obj, sim: PodSim, names: list[str]) -> None:
+        """The named containers' current instances end: no more output, no more steps."""
+        for item in pod["status"].get("containerStatuses") or []:
+            if item.get("name") in names:
+                self.logs.finish(item.get("containerID", ""))
+                sim.runs.pop(item.get("name", ""), None)
+
     def _exit(
         self, pod: Obj, sim: PodSim, now: float, crashing: list[str], code: int, message: str
     ) -> None:
@@ -526,23 +708,14 @@ class Kubelet:
         kubelet copies it from the container's termination log): CrashLoopBackOff until
         ``start_delay_s`` has passed, then started again."""
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        self._end_instances(pod, sim, crashing)
         stamp = now_iso()
 
         def crash(obj: Obj) -> None:
             for item in obj["status"].get("containerStatuses") or []:
                 if item.get("name") not in crashing:
                     continue
-                started = ((item.get("state") or {}).get("running") or {}).get("startedAt", stamp)
-                terminated = {
-                    "exitCode": code,
-                    "reason": "Error",
-                    "startedAt": started,
-                    "finishedAt": stamp,
-                    "containerID": item.get("containerID", ""),
-                }
-                if message:
-                    terminated["message"] = message
-                item["lastState"] = {"terminated": terminated}
+                item["lastState"] = {"terminated": _terminated(item, code, message, stamp)}
                 item["state"] = {
                     "waiting": {
                         "reason": "CrashLoopBackOff",
@@ -586,6 +759,7 @@ class Kubelet:
                 )
         if now < sim.killing_due or not meta.get("deletionGracePeriodSeconds"):
             return
+        self._end_instances(pod, sim, [c.get("name", "") for c in _containers(pod)])
 
         def finish(obj: Obj) -> None:
             status = obj.setdefault("status", {})

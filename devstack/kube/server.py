@@ -6,6 +6,7 @@ streams, the node proxy to the emulated kubelets (:mod:`.stats`), exec into pods
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import re
@@ -13,8 +14,10 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -25,10 +28,12 @@ from .api import Api
 from .network import ServiceNetwork, service_address
 from .objects import success_status
 from .patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH
+from .podlogs import LogBook, LogLine
 from .rbac import BINDING_PLURALS, Attributes, Authorizer, User, unauthorized
 from .shell import Peer, ReplacedProgram, SimulatedShell, container_for, peers_of
 from .stats import NodeProxy
 from .tables import to_table, wants_table
+from .volumedata import VolumeData
 from .watch import stream_watch
 from .websocket import ServerSocket, accept_key
 
@@ -38,6 +43,7 @@ _NODE_PROXY = re.compile(r"^/api/v1/nodes/([^/]+)/proxy(?:/(.*))?$")
 _POD_EXEC = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/exec/?$")
 SCALABLE = ("deployments", "replicasets")  # kinds with a scale subresource
 REQUEST_LOG = 1000  # the latest API requests kept for tests to read
+FOLLOW_CHECK_S = 0.5  # how often a followed log checks that its pod still exists
 
 
 @dataclass
@@ -97,6 +103,8 @@ class ServerContext:
     # API requests received (the Service network's aside), and the latest (method, path)
     requests_total: int = 0
     request_log: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
+    logs: LogBook | None = None  # the kubelets' container logs (:mod:`.podlogs`)
+    volume_data: VolumeData | None = None  # the volumes' files, for exec's shell
 
 
 @dataclass
@@ -415,11 +423,54 @@ class Handler(BaseHTTPRequestHandler):
         elif target.subresource == "scale":
             self._send_json(200, api.scale(rt, namespace, target.name or ""))
         elif target.subresource == "log":
-            text = pod_log(api.get(rt, namespace, target.name or ""), params.get("container"))
-            self._send_bytes(200, text.encode(), "text/plain")
+            self._serve_log(api.get(rt, namespace, target.name or ""), params)
         else:
             obj = api.get(rt, namespace, target.name or "")
             self._respond_object(200, rt, obj, params)
+
+    def _serve_log(self, pod: dict[str, Any], params: dict[str, str]) -> None:
+        """``pods/{name}/log`` as the kubelet serves it: the chosen instance's kept output,
+        filtered by ``sinceSeconds`` / ``sinceTime``, ``tailLines`` and ``limitBytes``, with
+        ``timestamps``; ``follow`` streams new lines (chunked) until the instance ends, the pod
+        goes or the emulator stops."""
+        ctx = self.server.ctx
+        request = LogRequest.parse(params)
+        container_id = log_container_id(pod, params.get("container"), request.previous)
+        log = ctx.logs.get(container_id) if ctx.logs is not None else None
+        if ctx.logs is None or log is None:  # not started by this emulator's kubelets
+            self._send_bytes(200, banner(pod, params.get("container")).encode(), "text/plain")
+            return
+        lines, serial, ended = ctx.logs.read(log)
+        payload = request.render(request.select(lines))
+        if not request.follow:
+            self._send_bytes(200, payload, "text/plain")
+            return
+        self._code = 200
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        budget = request.limit_bytes or -1  # -1: no limit
+        uid = pod["metadata"].get("uid")
+        while True:
+            if payload:
+                if budget >= 0:
+                    payload = payload[:budget]
+                    budget -= len(payload)
+                self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+                self.wfile.flush()
+            if ended or budget == 0:
+                break
+            fresh, serial, ended = ctx.logs.wait_after(log, serial, FOLLOW_CHECK_S)
+            payload = request.render(fresh)
+            current = ctx.api.store.get(
+                res.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"]
+            )
+            if current is None or current["metadata"].get("uid") != uid:
+                ended = True
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     def _serve_write(
         self, method: str, verb: str, target: Target, raw: bytes, *, dry_run: bool, validation: str
@@ -571,7 +622,7 @@ class Handler(BaseHTTPRequestHandler):
             protocol=protocol,
         )
         try:
-            self._run_exec(session, protocol, query, pod, node, neighbours, peers)
+            self._run_exec(session, protocol, query, pod, node, neighbours, peers, container)
         finally:
             ctx.execs.remove(session)
 
@@ -584,6 +635,7 @@ class Handler(BaseHTTPRequestHandler):
         node: dict[str, Any] | None,
         neighbours: list[dict[str, Any]],
         peers: list[Peer],
+        container_name: str,
     ) -> None:
         self._code = 101
         self.send_response(101)
@@ -600,7 +652,12 @@ class Handler(BaseHTTPRequestHandler):
         with self.server.ctx.lock:
             replaced = dict(self.server.ctx.replaced.get(pod["metadata"].get("uid", ""), {}))
         shell = SimulatedShell(
-            replace(container_for(pod, node, neighbours), peers=tuple(peers), replaced=replaced),
+            replace(
+                container_for(pod, node, neighbours),
+                peers=tuple(peers),
+                replaced=replaced,
+                volume_path=self._volume_path(pod, container_name),
+            ),
             lambda data: channels.send(podexec.STDOUT, data),
             tty=(query.get("tty") or ["false"])[-1].lower() in ("true", "1"),
         )
@@ -608,6 +665,25 @@ class Handler(BaseHTTPRequestHandler):
         # the client going away (or speaking nonsense) ends the session with it
         with contextlib.suppress(podexec.Closed, podexec.ProtocolError, OSError):
             podexec.serve(channels, shell, list(session.command), stdin=stdin)
+
+    def _volume_path(
+        self, pod: dict[str, Any], container_name: str
+    ) -> Callable[[str], Path | None] | None:
+        """Where a path of the exec'd container lies on its pod's volumes, for the shell."""
+        volume_data = self.server.ctx.volume_data
+        spec = next(
+            (c for c in pod["spec"].get("containers") or [] if c.get("name") == container_name),
+            None,
+        )
+        if volume_data is None or spec is None:
+            return None
+
+        def resolve(path: str) -> Path | None:
+            with volume_data.store.lock:
+                place = volume_data.resolve(pod, spec, path)
+            return place.path if place is not None else None
+
+        return resolve
 
     @staticmethod
     def _verb_for(method: str, target: Target, params: dict[str, str]) -> str:
@@ -719,9 +795,61 @@ class Handler(BaseHTTPRequestHandler):
         return None
 
 
-def pod_log(pod: dict[str, Any], container: str | None) -> str:
-    """``pods/{name}/log``: nothing runs in the emulator, so a running container has only a
-    banner; one that has not started answers 400 like the kubelet does."""
+@dataclass(frozen=True)
+class LogRequest:
+    """The query of a ``pods/{name}/log`` request."""
+
+    previous: bool
+    follow: bool
+    timestamps: bool
+    tail_lines: int | None
+    since: dt.datetime | None
+    limit_bytes: int | None
+
+    @classmethod
+    def parse(cls, params: dict[str, str]) -> LogRequest:
+        since: dt.datetime | None = None
+        if params.get("sinceSeconds"):
+            seconds = _int_param(params, "sinceSeconds")
+            if seconds < 1:
+                raise err.bad_request("sinceSeconds: Invalid value: must be greater than 0")
+            since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
+        elif params.get("sinceTime"):
+            try:
+                since = dt.datetime.fromisoformat(params["sinceTime"].replace("Z", "+00:00"))
+            except ValueError as exc:
+                raise err.bad_request("sinceTime must be an RFC3339 time") from exc
+        tail = _int_param(params, "tailLines") if params.get("tailLines") else None
+        limit = _int_param(params, "limitBytes") if params.get("limitBytes") else None
+        if tail is not None and tail < 0:
+            raise err.bad_request("tailLines: Invalid value: must be greater than or equal to 0")
+        if limit is not None and limit < 1:
+            raise err.bad_request("limitBytes: Invalid value: must be greater than 0")
+        return cls(
+            _flag(params, "previous"),
+            _flag(params, "follow"),
+            _flag(params, "timestamps"),
+            tail,
+            since,
+            limit,
+        )
+
+    def select(self, lines: list[LogLine]) -> list[LogLine]:
+        if self.since is not None:
+            lines = [line for line in lines if line.at >= self.since]
+        if self.tail_lines is not None:
+            lines = lines[-self.tail_lines :] if self.tail_lines else []
+        return lines
+
+    def render(self, lines: list[LogLine]) -> bytes:
+        payload = b"".join(line.render(self.timestamps) for line in lines)
+        return payload[: self.limit_bytes] if self.limit_bytes and not self.follow else payload
+
+
+def log_container_id(pod: dict[str, Any], container: str | None, previous: bool) -> str:
+    """The ``containerID`` whose output ``pods/{name}/log`` serves, chosen as the kubelet
+    chooses it: the previous instance (``previous``), else the running one, else the one that
+    terminated last; a container that never ran answers 400 as the kubelet does."""
     meta, spec = pod["metadata"], pod.get("spec") or {}
     names = [c.get("name") for c in spec.get("containers") or []]
     if container is None:
@@ -734,14 +862,33 @@ def pod_log(pod: dict[str, Any], container: str | None) -> str:
     if container not in names:
         raise err.bad_request(f"container {container} is not valid for pod {meta['name']}")
     statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
-    waiting = ((statuses.get(container) or {}).get("state") or {}).get("waiting")
-    if container not in statuses or waiting:
-        reason = (waiting or {}).get("reason", "ContainerCreating")
-        raise err.bad_request(
-            f'container "{container}" in pod "{meta["name"]}" is waiting to start: {reason}'
-        )
+    status = statuses.get(container) or {}
+    state = status.get("state") or {}
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    if previous:
+        if not last.get("containerID"):
+            raise err.bad_request(
+                f'previous terminated container "{container}" in pod "{meta["name"]}" not found'
+            )
+        return str(last["containerID"])
+    for key in ("running", "terminated"):
+        if key in state and status.get("containerID"):
+            return str(status["containerID"])
+    if last.get("containerID"):
+        return str(last["containerID"])
+    reason = (state.get("waiting") or {}).get("reason", "ContainerCreating")
+    raise err.bad_request(
+        f'container "{container}" in pod "{meta["name"]}" is waiting to start: {reason}'
+    )
+
+
+def banner(pod: dict[str, Any], container: str | None) -> str:
+    """The log line of a container that runs nothing (no simulated program)."""
+    meta = pod["metadata"]
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    name = container or containers[0].get("name", "")
     return (
-        f"[kube emulator] container {container} of pod {meta.get('namespace')}/{meta['name']} "
+        f"[kube emulator] container {name} of pod {meta.get('namespace')}/{meta['name']} "
         "is emulated (development stand-in): no process runs, so there is no output.\n"
     )
 

@@ -1,9 +1,10 @@
 """The simulated shell behind the Kubernetes API emulator's exec (a development stand-in: nothing
 runs in an emulated container). It answers a handful of commands the way a container of the
 platform would, so the web terminal can be tested end to end: ``echo``, ``ls`` (the read-only
-public pool under ``/public``, the instance disk at ``/root/data``), ``nvidia-smi`` (the pod's
-GPUs as the emulated node has them), ``stty size`` (the terminal size, after resizes), ``pwd``,
-``cd``, ``whoami``, ``hostname``, ``clear``, ``exit`` and ``starverse-preflight`` (a cluster's
+public pool under ``/public``, the instance disk at ``/root/data``; on the pod's volumes, the
+files they really hold, which ``cat`` reads), ``nvidia-smi`` (the pod's GPUs as the emulated node
+has them), ``stty size`` (the terminal size, after resizes), ``pwd``, ``cd``, ``cat``,
+``whoami``, ``hostname``, ``clear``, ``exit`` and ``starverse-preflight`` (a cluster's
 pre-flight check, its result simulated from the topology: :func:`preflight_result`); anything
 else is "command not found". A program is found as a shell finds it: a name with a slash is that
 file, a bare name the first one on ``PATH``; and a program the tenant replaced or added in the
@@ -107,6 +108,8 @@ class Container:
     cuda: str = CUDA
     peers: tuple[Peer, ...] = ()
     replaced: dict[str, ReplacedProgram] = field(default_factory=dict)  # by absolute path
+    # the host path behind a container path on one of the pod's volumes (:mod:`.volumedata`)
+    volume_path: Callable[[str], Path | None] | None = None
 
 
 # The images' PATH (Docker's default), and where their programs are installed (the platform's
@@ -360,6 +363,7 @@ class SimulatedShell:
             return 127
         command = {
             "echo": self._echo,
+            "cat": self._cat,
             "ls": self._ls,
             "cd": self._cd,
             "pwd": lambda a: self._say(self.cwd),
@@ -419,11 +423,36 @@ class SimulatedShell:
                 parts.append(part)
         return "/" + "/".join(parts)
 
+    def _on_volume(self, path: str) -> Path | None:
+        """The real file or directory behind ``path`` when it is on one of the pod's volumes
+        and exists (the emulated volumes keep files: :mod:`.volumedata`)."""
+        resolve = self.container.volume_path
+        host = resolve(path) if resolve is not None else None
+        return host if host is not None and host.exists() else None
+
+    def _listing(self, path: str) -> list[str] | None:
+        host = self._on_volume(path)
+        if host is None:
+            return FILES.get(path)
+        return sorted(p.name for p in host.iterdir()) if host.is_dir() else [host.name]
+
+    def _cat(self, args: list[str]) -> int:
+        status = 0
+        for arg in args:
+            host = self._on_volume(self._path(arg))
+            if host is None or host.is_dir():
+                reason = "Is a directory" if host is not None else "No such file or directory"
+                self.print(f"cat: {arg}: {reason}\n")
+                status = 1
+                continue
+            self.print(host.read_text(errors="replace"))
+        return status
+
     def _ls(self, args: list[str]) -> int:
         paths = [a for a in args if not a.startswith("-")] or [self.cwd]
         status = 0
         for index, arg in enumerate(paths):
-            names = FILES.get(self._path(arg))
+            names = self._listing(self._path(arg))
             if names is None:
                 self.print(f"ls: cannot access '{arg}': No such file or directory\n")
                 status = 2
@@ -436,7 +465,8 @@ class SimulatedShell:
 
     def _cd(self, args: list[str]) -> int:
         path = self._path(args[0] if args else "")
-        if path not in FILES:
+        host = self._on_volume(path)
+        if (host is None and path not in FILES) or (host is not None and not host.is_dir()):
             self.print(f"bash: cd: {args[0]}: No such file or directory\n")
             return 1
         self.cwd = path

@@ -1,5 +1,6 @@
-"""CSI volume snapshots as the Kubernetes API emulator (a development stand-in: no volume holds
-any data, so a snapshot is bookkeeping only) stands in for the external-snapshotter.
+"""CSI volume snapshots as the Kubernetes API emulator (a development stand-in) stands in for
+the external-snapshotter: the objects' bookkeeping here; the copy of a volume's files that a
+snapshot holds, and that a restored claim starts from, is :mod:`.volumedata`'s.
 
 * VolumeSnapshotClass (cluster-scoped): the emulator seeds ``starverse-emulated`` (driver
   ``starverse.io/emulated``, deletionPolicy Delete) as the default class.

@@ -1,5 +1,6 @@
 """Persistent volume claims as the emulated kubelets and storage controllers of the Kubernetes
-API emulator (a development stand-in, not for production: no volume holds any data) see them.
+API emulator (a development stand-in, not for production) see them; the files a volume holds
+are :mod:`.volumedata`'s.
 
 * Mount gating: a pod's ``persistentVolumeClaim`` volumes must name a claim that exists in its
   namespace, is not being deleted and is ``Bound`` (otherwise the kubelet reports
