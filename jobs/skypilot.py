@@ -221,8 +221,8 @@ def _envs(task: dict[str, Any], given: Mapping[str, str]) -> dict[str, str]:
     if missing:
         raise TaskError(
             _(
-                "`envs` leaves %(names)s without a value: set it in the task, or give it at "
-                "submission (`starverse jobs submit --env NAME=VALUE`)."
+                "`envs` leaves %(names)s without a value: give each one a value in the task "
+                "(SkyPilot's `--env` at launch has no counterpart here)."
             )
             % {"names": ", ".join(missing)}
         )

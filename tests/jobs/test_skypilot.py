@@ -252,8 +252,8 @@ def test_an_env_left_null_is_refused_naming_it() -> None:
         run: x
     """
     assert refused(text) == (
-        "`envs` leaves HF_TOKEN, WANDB_API_KEY without a value: set it in the task, or give it "
-        "at submission (`starverse jobs submit --env NAME=VALUE`)."
+        "`envs` leaves HF_TOKEN, WANDB_API_KEY without a value: give each one a value in the "
+        "task (SkyPilot's `--env` at launch has no counterpart here)."
     )
     given = parse(text, env={"WANDB_API_KEY": "w", "HF_TOKEN": "h", "MODEL": "qwen"})
     assert given.order["env"] == {"WANDB_API_KEY": "w", "MODEL": "qwen", "HF_TOKEN": "h"}
