@@ -532,3 +532,18 @@ def test_catalog_from_db_is_the_seeded_catalog() -> None:
     assert catalog.images[0] == CatalogImage("pytorch-2.1", "starverse/pytorch:2.1-cuda12.1")
     parsed = parse_task("num_nodes: 2\nresources: {accelerators: 'A100:8'}\nrun: x\n", catalog)
     assert parsed.order["offering"] == Offering.objects.get(slug="a100-80g-bare-metal").id
+
+
+def test_the_cli_readmes_example_task_runs_as_its_readme_says() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "cli" / "README.md").read_text()
+    task = readme.split("```yaml\n# task.yaml\n", 1)[1].split("```", 1)[0]
+    parsed = parse_task(task, CATALOG)
+    assert {key: parsed.order[key] for key in ("name", "image", "offering", "node_count")} == {
+        "name": "llama-ft",
+        "image": "deepspeed-0.12",
+        "offering": "off_h100-80g_node",
+        "node_count": 2,
+    }
+    assert (parsed.order["env"], parsed.order["max_restarts"]) == ({"STEPS": "1000"}, 2)
+    (note,) = parsed.notes
+    assert f"# note: {note}\n" in readme
