@@ -23,6 +23,8 @@ DEFAULT_NAME = "sky-task"
 # Where a task's `workdir` is expected on the shared NAS (mounted at /nas in every pod): the
 # CLI's copy and the job's `cd` agree on this folder.
 WORKDIR_ROOT = "/nas/workdir"
+# A multi-node rank's hosts, one a line (clusters.pods.HOSTS), for SKYPILOT_NODE_IPS.
+HOSTS_FILE = "/etc/starverse/hosts"
 CLOUD, BARE_METAL = "cloud", "bare_metal"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOKEN = re.compile(r"[^a-z0-9]+")
@@ -118,7 +120,7 @@ def parse_task(text: str, catalog: Catalog, *, env: Mapping[str, str] | None = N
     order: dict[str, Any] = {
         "name": name,
         "image": _image(resources.get("image_id"), catalog, notes),
-        "script": _script(task, name, notes),
+        "script": _script(task, name, notes, offering, node_count),
         "offering": offering.id,
         "node_count": node_count,
     }
@@ -282,8 +284,8 @@ def _offering(
 def _alternatives_note(choices: list[Accelerator], chosen: int) -> str:
     others = [choice.written for i, choice in enumerate(choices) if i != chosen]
     return _(
-        "`resources.accelerators`: %(chosen)s is used; a job runs on one kind of GPU, so "
-        "the alternatives %(others)s are not tried."
+        "`resources.accelerators`: %(chosen)s is used, the first choice offered here; a job "
+        "runs on one kind of GPU, so the other choices (%(others)s) are not used."
     ) % {"chosen": choices[chosen].written, "others": ", ".join(others)}
 
 
@@ -475,17 +477,36 @@ def _plain_reference(reference: str) -> str:
     return reference
 
 
-def _script(task: dict[str, Any], name: str, notes: list[str]) -> str:
-    """Bash that cds into the workdir, runs `setup` and stops with its exit code if it fails,
-    then becomes `run`, whose exit code is the job's. Each runs in its own bash, as SkyPilot
-    runs them, so neither is changed by the other's `set -e` or `exit`."""
+def _skypilot_env(offering: CatalogOffering, node_count: int) -> list[str]:
+    """SkyPilot's variables, which tasks' `run` commands use to launch across nodes, from the
+    rank's environment (clusters.pods.rank_env: NODE_RANK; /etc/starverse/hosts, one host a
+    line, rank 0 first), so a task runs here unchanged."""
+    return [
+        f"export SKYPILOT_NUM_NODES={node_count} SKYPILOT_NUM_GPUS_PER_NODE={offering.gpu_count}",
+        'export SKYPILOT_NODE_RANK="${NODE_RANK:-0}" SKYPILOT_TASK_ID="${STARVERSE_JOB_ID:-}"',
+        f'SKYPILOT_NODE_IPS="$(cat {HOSTS_FILE} 2>/dev/null || echo 127.0.0.1)"',
+        "export SKYPILOT_NODE_IPS",
+    ]
+
+
+def _script(
+    task: dict[str, Any],
+    name: str,
+    notes: list[str],
+    offering: CatalogOffering,
+    node_count: int,
+) -> str:
+    """Bash that sets SkyPilot's variables, cds into the workdir, runs `setup` and stops with
+    its exit code if it fails, then becomes `run`, whose exit code is the job's. Each runs in
+    its own bash, as SkyPilot runs them, so neither is changed by the other's `set -e` or
+    `exit`."""
     run = task.get("run")
     if not isinstance(run, str) or not run.strip():
         raise TaskError(_("`run` is missing: it is the command the job runs (a string)."))
     setup = task.get("setup")
     if setup is not None and not isinstance(setup, str):
         raise TaskError(_("`setup` must be a string of shell commands."))
-    lines = ["set -e"]
+    lines = ["set -e", *_skypilot_env(offering, node_count)]
     workdir = _workdir(task.get("workdir"), name, notes)
     if workdir:
         lines.append(f"cd {shlex.quote(workdir)}")
@@ -560,26 +581,48 @@ def _max_restarts(value: Any, notes: list[str]) -> int | None:
 
 
 def _resource_notes() -> dict[str, str]:
-    """Per `resources` field: what happens instead (translated when a note is made)."""
-    cluster = _("is ignored: jobs run on this platform's cluster.")
+    """Per `resources` field, the note saying what happens instead: a whole sentence of
+    `field` and `value`, so a translation can order it as its language needs."""
+    cluster = _("`resources.%(field)s: %(value)s` is ignored: jobs run on this platform's cluster.")
     return {
         "cloud": cluster,
         "infra": cluster,
         "region": cluster,
         "zone": cluster,
-        "instance_type": _("is ignored: the offering chosen from `accelerators` sets the node."),
-        "use_spot": _("is ignored: jobs run on on-demand GPUs and are never preempted."),
-        "disk_size": _(
-            "is ignored: each node has the offering's local disk; for more, attach a cloud disk "
-            "(`disks`) or use the NAS."
+        "instance_type": _(
+            "`resources.%(field)s: %(value)s` is ignored: the offering chosen from "
+            "`accelerators` sets the node."
         ),
-        "disk_tier": _("is ignored: local disks are NVMe."),
-        "network_tier": _("is ignored: whole-node jobs use the cluster's InfiniBand fabric."),
-        "ports": _("is ignored: jobs publish no ports; use an instance or an endpoint to serve."),
-        "labels": _("is ignored: jobs carry the platform's own labels."),
-        "autostop": _("is ignored: a job's GPUs are released as soon as it ends."),
-        "max_hourly_cost": _("is ignored: the offering's price applies."),
-        "accelerator_args": _("is ignored: it is for TPUs, which are not offered."),
+        "use_spot": _(
+            "`resources.%(field)s: %(value)s` is ignored: jobs run on on-demand GPUs and are "
+            "never preempted."
+        ),
+        "disk_size": _(
+            "`resources.%(field)s: %(value)s` is ignored: each node has the offering's local "
+            "disk; for more, attach a cloud disk (`disks`) or use the NAS."
+        ),
+        "disk_tier": _("`resources.%(field)s: %(value)s` is ignored: local disks are NVMe."),
+        "network_tier": _(
+            "`resources.%(field)s: %(value)s` is ignored: whole-node jobs use the cluster's "
+            "InfiniBand fabric."
+        ),
+        "ports": _(
+            "`resources.%(field)s: %(value)s` is ignored: jobs publish no ports; use an instance "
+            "or an endpoint to serve."
+        ),
+        "labels": _(
+            "`resources.%(field)s: %(value)s` is ignored: jobs carry the platform's own labels."
+        ),
+        "autostop": _(
+            "`resources.%(field)s: %(value)s` is ignored: a job's GPUs are released as soon as "
+            "it ends."
+        ),
+        "max_hourly_cost": _(
+            "`resources.%(field)s: %(value)s` is ignored: the offering's price applies."
+        ),
+        "accelerator_args": _(
+            "`resources.%(field)s: %(value)s` is ignored: it is for TPUs, which are not offered."
+        ),
     }
 
 
@@ -594,11 +637,10 @@ def _ignored_resources(resources: dict[str, Any]) -> list[str]:
     for key, value in resources.items():
         if key in HANDLED_RESOURCES or value is None:
             continue
-        what = known.get(key, _("is not known here and is ignored."))
-        notes.append(
-            _("`resources.%(field)s: %(value)s` %(what)s")
-            % {"field": key, "value": _shown(value), "what": what}
+        sentence = known.get(key) or _(
+            "`resources.%(field)s: %(value)s` is not known here and is ignored."
         )
+        notes.append(sentence % {"field": key, "value": _shown(value)})
     notes += _location_notes(resources)
     return notes
 

@@ -65,6 +65,16 @@ def refused(text: str, env: dict[str, str] | None = None) -> str:
     return str(raised.value)
 
 
+def sky_env(nodes: int, gpus: int) -> str:
+    """The script's lines that give `run` SkyPilot's variables."""
+    return (
+        f"export SKYPILOT_NUM_NODES={nodes} SKYPILOT_NUM_GPUS_PER_NODE={gpus}\n"
+        'export SKYPILOT_NODE_RANK="${NODE_RANK:-0}" SKYPILOT_TASK_ID="${STARVERSE_JOB_ID:-}"\n'
+        'SKYPILOT_NODE_IPS="$(cat /etc/starverse/hosts 2>/dev/null || echo 127.0.0.1)"\n'
+        "export SKYPILOT_NODE_IPS\n"
+    )
+
+
 MINIMAL = """
     resources:
       accelerators: H100:1
@@ -77,7 +87,7 @@ def test_a_minimal_task_is_an_order_with_no_notes() -> None:
     assert parsed.order == {
         "name": "sky-task",
         "image": "pytorch-2.1",
-        "script": "set -e\nexec bash -c 'python train.py'\n",
+        "script": "set -e\n" + sky_env(1, 1) + "exec bash -c 'python train.py'\n",
         "offering": "off_h100-80g_1",
         "node_count": 1,
     }
@@ -113,8 +123,8 @@ def test_a_list_of_alternatives_takes_the_first_offered_and_names_the_rest() -> 
     parsed = parse("resources:\n  accelerators: [H200:8, A100:8, H100:8]\nrun: x\n")
     assert parsed.order["offering"] == "off_a100-80g_8"
     assert parsed.notes == [
-        "`resources.accelerators`: A100:8 is used; a job runs on one kind of GPU, so the "
-        "alternatives H200:8, H100:8 are not tried."
+        "`resources.accelerators`: A100:8 is used, the first choice offered here; a job runs "
+        "on one kind of GPU, so the other choices (H200:8, H100:8) are not used."
     ]
 
 
@@ -122,8 +132,8 @@ def test_a_set_of_alternatives_takes_one_gpu_of_the_first_offered() -> None:
     parsed = parse("resources:\n  accelerators: {L4, A100, H100}\nrun: x\n")
     assert parsed.order["offering"] == "off_a100-80g_1"
     assert parsed.notes == [
-        "`resources.accelerators`: A100 is used; a job runs on one kind of GPU, so the "
-        "alternatives L4, H100 are not tried."
+        "`resources.accelerators`: A100 is used, the first choice offered here; a job runs on "
+        "one kind of GPU, so the other choices (L4, H100) are not used."
     ]
 
 
@@ -147,8 +157,8 @@ def test_any_of_entries_are_alternatives_and_their_clouds_are_noted() -> None:
     )
     assert parsed.order["offering"] == "off_h100-80g_8"
     assert parsed.notes == [
-        "`resources.accelerators`: H100:8 is used; a job runs on one kind of GPU, so the "
-        "alternatives H200:8 are not tried.",
+        "`resources.accelerators`: H100:8 is used, the first choice offered here; a job runs "
+        "on one kind of GPU, so the other choices (H200:8) are not used.",
         "`resources.any_of`: the clouds, regions and other settings of its entries are "
         "ignored: jobs run on this platform's cluster.",
     ]
@@ -360,8 +370,7 @@ def test_setup_then_run_in_the_workdir() -> None:
     )
     assert parsed.order["name"] == "llama ft"
     assert parsed.order["script"] == (
-        "set -e\n"
-        "cd /nas/workdir/llama-ft\n"
+        "set -e\n" + sky_env(1, 1) + "cd /nas/workdir/llama-ft\n"
         "bash -c 'pip install -r requirements.txt\n'\n"
         "exec bash -c 'torchrun train.py --out \"$CKPT\"\n'\n"
     )
@@ -376,10 +385,32 @@ def test_workdir_path_is_safe_for_a_path() -> None:
     assert workdir_path("...") == "/nas/workdir/sky-task"
 
 
-def _bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _bash(
+    script: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", script], cwd=cwd, capture_output=True, text=True, check=False, timeout=10
+        ["bash", "-c", script],
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=10,
     )
+
+
+def test_run_gets_skypilots_variables_from_the_ranks_environment(tmp_path: Path) -> None:
+    parsed = parse(
+        """
+        num_nodes: 4
+        resources: {accelerators: 'H100:8'}
+        run: |
+          echo "$SKYPILOT_NODE_RANK/$SKYPILOT_NUM_NODES x$SKYPILOT_NUM_GPUS_PER_NODE"
+          echo "head $(echo "$SKYPILOT_NODE_IPS" | head -n1) job $SKYPILOT_TASK_ID"
+        """
+    )
+    done = _bash(parsed.order["script"], tmp_path, {"NODE_RANK": "3", "STARVERSE_JOB_ID": "j-1"})
+    assert (done.returncode, done.stdout) == (0, "3/4 x8\nhead 127.0.0.1 job j-1\n")
 
 
 def test_the_script_stops_when_setup_fails_and_exits_with_runs_code(tmp_path: Path) -> None:
@@ -502,7 +533,7 @@ def test_a_complete_two_node_deepspeed_task() -> None:
     assert parsed.order == {
         "name": "ds-train",
         "image": "deepspeed-0.12",
-        "script": "set -e\nbash -c 'pip install -e .'\n"
+        "script": "set -e\n" + sky_env(2, 8) + "bash -c 'pip install -e .'\n"
         "exec bash -c 'deepspeed --num_nodes $SKYPILOT_NUM_NODES train.py\n'\n",
         "offering": "off_h100-80g_node",
         "node_count": 2,
