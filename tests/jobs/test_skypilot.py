@@ -214,6 +214,10 @@ def test_several_nodes_of_a_gpu_sold_only_by_the_gpu_are_refused() -> None:
     )
 
 
+def test_num_nodes_left_empty_is_one() -> None:
+    assert parse("num_nodes:\nresources: {accelerators: H100}\nrun: x\n").order["node_count"] == 1
+
+
 def test_up_to_128_nodes() -> None:
     parsed = parse("num_nodes: 128\nresources: {accelerators: 'H100:8'}\nrun: x\n")
     assert parsed.order["node_count"] == 128
