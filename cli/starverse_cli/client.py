@@ -22,7 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
-from http.client import HTTPMessage
+from http.client import HTTPMessage, IncompleteRead
 from typing import IO, Any
 
 from starverse_cli import __version__
@@ -31,6 +31,7 @@ from starverse_cli.config import API_PREFIX
 MAX_ATTEMPTS = 5
 MAX_RETRY_AFTER_S = 60.0
 TIMEOUT_S = 30.0
+STREAM_CHUNK = 64 * 1024
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -162,23 +163,20 @@ class Client:
         headers: dict[str, str] | None = None,
         auth: bool = True,
         repeatable: bool | None = None,
+        content: tuple[bytes, str] | None = None,
     ) -> Any:
         """The decoded JSON answer (None for 204), or ApiError / NetworkError. `repeatable`:
         whether a network error may be retried (default: a read, or a call with an
-        Idempotency-Key)."""
+        Idempotency-Key). `content`: a body sent as it is, with its media type, instead of
+        JSON (a SkyPilot task as text/yaml)."""
         url = self.url(path, query)
-        sent = {
-            "Accept": "application/json",
-            "Accept-Language": self.language,
-            "User-Agent": f"starverse-cli/{__version__}",
-            **(headers or {}),
-        }
-        if auth and self.token:
-            sent["Authorization"] = f"Bearer {self.token}"
+        sent = self._headers("application/json", headers, auth)
         data = None
         if body is not None:
             data = json.dumps(body).encode()
             sent["Content-Type"] = "application/json"
+        if content is not None:
+            data, sent["Content-Type"] = content
         if repeatable is None:
             repeatable = method in SAFE_METHODS or "Idempotency-Key" in sent
         attempt = 0
@@ -201,6 +199,40 @@ class Client:
                     continue
                 reason = getattr(error, "reason", error)
                 raise NetworkError(f"cannot reach {self.base_url}: {reason}") from None
+
+    def _headers(self, accept: str, extra: dict[str, str] | None, auth: bool) -> dict[str, str]:
+        sent = {
+            "Accept": accept,
+            "Accept-Language": self.language,
+            "User-Agent": f"starverse-cli/{__version__}",
+            **(extra or {}),
+        }
+        if auth and self.token:
+            sent["Authorization"] = f"Bearer {self.token}"
+        return sent
+
+    def stream(
+        self, path: str, query: dict[str, Any] | None = None, *, timeout: float | None = TIMEOUT_S
+    ) -> Iterator[bytes]:
+        """A text answer's bytes as they arrive: a followed log comes chunk by chunk until the
+        server ends it (`timeout` None: a quiet container may say nothing for minutes). Not
+        retried, as a stream broken halfway cannot be resumed where it broke."""
+        url = self.url(path, query)
+        sent = self._headers("text/plain", None, True)
+        req = urllib.request.Request(url, headers=sent, method="GET")  # noqa: S310
+        try:
+            answer = self.opener(req, timeout=timeout)
+        except urllib.error.HTTPError as error:
+            raise _api_error(error) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+            reason = getattr(error, "reason", error)
+            raise NetworkError(f"cannot reach {self.base_url}: {reason}") from None
+        with answer:
+            try:
+                while chunk := answer.read1(STREAM_CHUNK):
+                    yield chunk
+            except (TimeoutError, ConnectionError, IncompleteRead) as error:
+                raise NetworkError(f"the stream from {self.base_url} broke: {error}") from None
 
     def get(self, path: str, **query: Any) -> Any:
         return self.request("GET", path, query=query or None)

@@ -2,15 +2,18 @@
 
 Exit codes (stable: scripts rely on them):
   0 ok · 1 API error · 2 usage · 3 authentication (no or invalid token) · 4 not found ·
-  5 payment required (402) · 6 conflict (409: wrong state, idempotency) · 7 timeout or network
+  5 payment required (402) · 6 conflict (409: wrong state, idempotency) · 7 timeout or network ·
+  130 interrupted (Ctrl-C)
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import getpass
 import os
 import platform
+import re
 import shlex
 import sys
 import time
@@ -21,11 +24,14 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from starverse_cli import __version__, completion, sshpin
-from starverse_cli.client import ApiError, Client, NetworkError, plain_http_warning
+from starverse_cli.client import TIMEOUT_S, ApiError, Client, NetworkError, plain_http_warning
 from starverse_cli.config import Config, ConfigError, Settings, config_dir
 from starverse_cli.output import dump_json, fields, parse_yuan, table, yuan
 
 OK, API_ERROR, USAGE, AUTH, NOT_FOUND, PAYMENT, CONFLICT, TIMEOUT = range(8)
+INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+# The commands that take a command after `--`: (command, its action).
+TAKE_COMMAND = {("ssh", None), ("jobs", "submit")}
 STATUS_EXIT = {401: AUTH, 402: PAYMENT, 404: NOT_FOUND, 409: CONFLICT}
 SPINNER = "|/-\\"
 INSTANCE_END = {"failed", "terminated"}
@@ -795,6 +801,222 @@ def cmd_clusters_rm(ctx: Context) -> int:
     return OK
 
 
+# ---------------------------------------------------------------- jobs
+
+JOB_TEMPLATES = ["torchrun", "deepspeed", "megatron", "colossalai", "none"]
+# What `submit` builds an order from; with -f the task says it all.
+ORDER_FLAGS = (
+    "name",
+    "image",
+    "offering",
+    "nodes",
+    "env",
+    "checkpoint_dir",
+    "max_restarts",
+    "time_limit",
+    "template",
+    "disk",
+    "nas",
+    "script",
+)
+# A SkyPilot task's top-level `workdir:` (its value, a comment left off): read without a YAML
+# parser, as the CLI is standard library only and the server reads the task itself.
+_WORKDIR = re.compile(r"^workdir:[ \t]*([^#\s][^#]*?)[ \t]*(?:#.*)?$", re.MULTILINE)
+
+
+def env_pair(text: str) -> tuple[str, str]:
+    """--env NAME=VALUE (the value may be empty or hold `=`)."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
+def _moment(value: str | None) -> str | None:
+    """`2030-06-30 18:00` of an ISO 8601 time, as the API gives it (its own offset)."""
+    return value[:16].replace("T", " ") if value else None
+
+
+def _job_rows(ctx: Context, rows: list[dict[str, Any]]) -> None:
+    table(
+        ["ID", "NAME", "STATUS", "NODES", "RESTARTS", "COST", "STARTED"],
+        [
+            [
+                row["id"],
+                row.get("name"),
+                row.get("status"),
+                row.get("node_count"),
+                row.get("restarts"),
+                yuan(row.get("cost_fen")),
+                _moment(row.get("started_at")),
+            ]
+            for row in rows
+        ],
+        ctx.out,
+    )
+
+
+def _job_human(ctx: Context, row: dict[str, Any]) -> None:
+    fields(
+        [
+            ("ID", row["id"]),
+            ("Name", row.get("name")),
+            ("Status", row.get("status")),
+            ("Nodes", row.get("node_count")),
+            ("Restarts", row.get("restarts")),
+            ("Exit code", row.get("exit_code")),
+            ("Cost so far", yuan(row.get("cost_fen"))),
+            ("Started", _moment(row.get("started_at"))),
+            ("Finished", _moment(row.get("finished_at"))),
+        ],
+        ctx.out,
+    )
+    ranks = row.get("ranks") or []
+    if ranks:
+        ctx.out.write("\n")
+        table(
+            ["RANK", "NODE", "STATUS"],
+            [[r.get("rank"), r.get("node"), r.get("status")] for r in ranks],
+            ctx.out,
+        )
+
+
+def _read_text(path: str, what: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise CliError(f"cannot read {what} {path}: {reason}", USAGE) from error
+
+
+def _job_order(ctx: Context) -> dict[str, Any]:
+    """The order of `submit`'s flags and its command after `--` (or --script)."""
+    args, client = ctx.args, ctx.client
+    if not args.image or not args.offering:
+        raise CliError("give --image and --offering and a command after `--`, or -f TASK", USAGE)
+    command = list(args.remote)
+    if bool(command) == bool(args.script):
+        raise CliError("give the command after `--`, or --script FILE: one of them", USAGE)
+    offering = args.offering
+    if not offering.startswith("off_"):
+        offering = _resolve(ctx.settings_client(auth=False), "offerings", offering, "offering")
+    body: dict[str, Any] = {"image": args.image, "offering": offering}
+    if command:  # one word is a shell line as it is; several are joined, quoted as typed
+        body["command"] = command[0] if len(command) == 1 else shlex.join(command)
+    else:
+        body["script"] = _read_text(args.script, "the script")
+    optional = {
+        "name": args.name,
+        "node_count": args.nodes,
+        "env": dict(args.env) if args.env else None,
+        "checkpoint_dir": args.checkpoint_dir,
+        "max_restarts": args.max_restarts,
+        "time_limit_minutes": args.time_limit,
+        "template": args.template,
+        "nas": True if args.nas else None,
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    if args.disk:
+        body["disks"] = [_resolve(client, "disks", disk, "disk") for disk in args.disk]
+    return body
+
+
+def _workdir_hint(ctx: Context, task: str) -> None:
+    """A task's `workdir` is not uploaded (there is no upload API yet): say where it must be."""
+    match = _WORKDIR.search(task)
+    if not match:
+        return
+    folder = match.group(1).strip("'\"")
+    ctx.note(
+        f"workdir {folder} is not uploaded: the job runs in /nas/workdir/<name> on your NAS (the "
+        "answer's note names the folder), so copy it there first, through a running instance "
+        f"(it mounts the NAS at /nas): rsync -a -e 'ssh -p PORT' {folder}/ "
+        "root@HOST:/nas/workdir/<name>/ (HOST and PORT: `starverse ssh INSTANCE --print-command`)"
+    )
+
+
+def cmd_jobs_submit(ctx: Context) -> int:
+    args = ctx.args
+    headers = {"Idempotency-Key": args.idempotency_key or str(uuid.uuid4())}
+    if args.file:
+        given = [name for name in ORDER_FLAGS if getattr(args, name) not in (None, False)]
+        if given or args.remote:
+            flags = ", ".join(f"--{name.replace('_', '-')}" for name in given) or "--"
+            raise CliError(
+                f"-f sends the task as it is: leave out {flags} (say it in the task)", USAGE
+            )
+        task = _read_text(args.file, "the task")
+        _workdir_hint(ctx, task)
+        content = (task.encode(), "text/yaml")
+        row = ctx.client.request("POST", "jobs", headers=headers, content=content)
+    else:
+        row = ctx.client.post("jobs", _job_order(ctx), headers=headers)
+
+    def human() -> None:
+        ctx.out.write(f"{row['id']}: {row.get('status')}\n")
+        for note in row.get("notes") or []:
+            ctx.out.write(f"note: {note}\n")
+
+    ctx.emit(row, human)
+    return OK
+
+
+def cmd_jobs_ls(ctx: Context) -> int:
+    rows = ctx.client.list_all("jobs", status=ctx.args.status)
+    ctx.emit(rows, lambda: _job_rows(ctx, rows))
+    return OK
+
+
+def cmd_jobs_show(ctx: Context) -> int:
+    row = ctx.client.get(f"jobs/{ctx.args.id}")
+    if ctx.json:
+        dump_json(row, ctx.out)
+        return OK
+    _job_human(ctx, row)
+    events = ctx.client.list_all(f"jobs/{ctx.args.id}/events")
+    if events:
+        ctx.out.write("\n")
+        table(
+            ["AT", "STATUS", "EVENT"],
+            [[_moment(e.get("at")), e.get("status"), e.get("text")] for e in events[-10:]],
+            ctx.out,
+        )
+    return OK
+
+
+def cmd_jobs_logs(ctx: Context) -> int:
+    """A rank's log; with -f it follows, written out as it comes, until the rank's container
+    ends (or Ctrl-C, which ends it quietly)."""
+    args = ctx.args
+    query = {"rank": args.rank, "tail": args.tail, "follow": 1 if args.follow else None}
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    try:
+        chunks = ctx.client.stream(
+            f"jobs/{args.id}/logs", query, timeout=None if args.follow else TIMEOUT_S
+        )
+        for chunk in chunks:
+            ctx.out.write(decoder.decode(chunk))
+            ctx.out.flush()
+        ctx.out.write(decoder.decode(b"", final=True))
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    return OK
+
+
+def cmd_jobs_cancel(ctx: Context) -> int:
+    _confirm(
+        ctx,
+        f"Cancel job {ctx.args.id}? Its GPUs are released now; its logs and its disks' data are "
+        "kept.",
+    )
+    row = ctx.client.delete(f"jobs/{ctx.args.id}")
+    ctx.emit(row, lambda: ctx.out.write(f"{row['id']}: {row.get('status')}\n"))
+    return OK
+
+
 # ---------------------------------------------------------------- billing
 
 
@@ -1065,6 +1287,51 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_rm.add_argument("id")
     cluster_rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
 
+    jobs = commands.add_parser(
+        "jobs", parents=[common], help="training jobs: run to the end, resume after a failure"
+    )
+    job_commands = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+    submit = add(
+        job_commands,
+        "submit",
+        cmd_jobs_submit,
+        "submit a job: flags and a command after --, or a SkyPilot task YAML (-f)",
+    )
+    submit.add_argument(
+        "-f", "--file", metavar="TASK", help="a SkyPilot task YAML, sent as it is (- for stdin)"
+    )
+    submit.add_argument("--name", help="a name for the job")
+    submit.add_argument("--image", help="image id, e.g. pytorch-2.1")
+    submit.add_argument("--offering", help="an offering id (off_…) or its exact name")
+    submit.add_argument("--nodes", type=int, help="nodes, one rank each (several: whole nodes)")
+    submit.add_argument(
+        "--env", action="append", type=env_pair, metavar="NAME=VALUE", help="repeatable"
+    )
+    submit.add_argument("--checkpoint-dir", help="default: a folder of the job on the NAS")
+    submit.add_argument("--max-restarts", type=int, help="after a failure (default 3)")
+    submit.add_argument("--time-limit", type=int, metavar="MINUTES", help="stop it after this")
+    submit.add_argument("--template", choices=JOB_TEMPLATES, help="the multi-node launcher")
+    submit.add_argument("--disk", action="append", help="attach a cloud disk (id or name)")
+    submit.add_argument("--nas", action="store_true", help="mount the account's NAS at /nas")
+    submit.add_argument("--script", metavar="FILE", help="a bash script to run, not a command")
+    submit.add_argument("--idempotency-key", help="default: a new one per invocation")
+    submit.usage = (
+        "starverse jobs submit [-h] [--json] (-f TASK | --image IMAGE --offering OFFERING "
+        "[options] -- COMMAND ...)"
+    )
+    job_ls = add(job_commands, "ls", cmd_jobs_ls, "list jobs")
+    job_ls.add_argument("--status", help="only this status")
+    job_show = add(job_commands, "show", cmd_jobs_show, "a job, its ranks and its recent events")
+    job_show.add_argument("id")
+    logs = add(job_commands, "logs", cmd_jobs_logs, "a rank's log (-f follows it)")
+    logs.add_argument("id")
+    logs.add_argument("--rank", type=int, help="which rank (default: the server's, rank 0)")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow until the rank ends")
+    job_cancel = add(job_commands, "cancel", cmd_jobs_cancel, "cancel a job")
+    job_cancel.add_argument("id")
+    job_cancel.add_argument("-y", "--yes", action="store_true", help="do not ask")
+
     add(commands, "balance", cmd_balance, "the account's balance")
     topup = add(commands, "topup", cmd_topup, "top up: prints the checkout page to pay on")
     topup.add_argument("amount", help="in yuan, e.g. 100 or 99.50")
@@ -1100,8 +1367,10 @@ def main(
         words, remote = words[:cut], words[cut + 1 :]
     try:
         args = parser.parse_args(words)
-        if remote and args.command != "ssh":
-            parser.error("`--` and a command after it are for `starverse ssh` only")
+        if remote and (args.command, getattr(args, "jobs_command", None)) not in TAKE_COMMAND:
+            parser.error(
+                "`--` and a command after it are for `starverse ssh` and `starverse jobs submit`"
+            )
     except SystemExit as exit_:
         return int(exit_.code or 0)
     args.remote = remote
@@ -1119,4 +1388,4 @@ def main(
         return error.code if isinstance(error, CliError) else API_ERROR
     except KeyboardInterrupt:
         err.write("\n")
-        return 130
+        return INTERRUPTED

@@ -5,7 +5,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +34,10 @@ class FakeApi:
         default_factory=dict
     )
     sent: list[Sent] = field(default_factory=list)
+    # (method, path with query) → a text/plain answer streamed chunk by chunk (HTTP/1.1
+    # chunked, as a followed log is): each part a chunk, or a callable the server calls between
+    # chunks (to wait for what the client did with the ones before)
+    streams: dict[tuple[str, str], list[str | Callable[[], None]]] = field(default_factory=dict)
 
     def on(
         self,
@@ -44,6 +48,10 @@ class FakeApi:
         headers: dict[str, str] | None = None,
     ) -> "FakeApi":
         self.answers.setdefault((method, path), []).append((status, body, headers or {}))
+        return self
+
+    def stream(self, method: str, path: str, parts: list[str | Callable[[], None]]) -> "FakeApi":
+        self.streams[(method, path)] = parts
         return self
 
     def answer(self, method: str, path: str) -> tuple[int, Any, dict[str, str]]:
@@ -71,14 +79,19 @@ def _served() -> Iterator[FakeApi]:
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            json_body = "json" in (self.headers.get("Content-Type") or "application/json")
             api.sent.append(
                 Sent(
                     self.command,
                     self.path,
                     dict(self.headers.items()),
-                    json.loads(raw) if raw else None,
+                    (json.loads(raw) if json_body else raw.decode()) if raw else None,
                 )
             )
+            parts = api.streams.get((self.command, self.path))
+            if parts is not None:
+                self._stream(parts)
+                return
             status, body, headers = api.answer(self.command, self.path)
             data = b"" if body is None else json.dumps(body).encode()
             self.send_response(status)
@@ -88,6 +101,22 @@ def _served() -> Iterator[FakeApi]:
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
+
+        def _stream(self, parts: list[str | Callable[[], None]]) -> None:
+            self.protocol_version = "HTTP/1.1"
+            self.close_connection = True
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in parts:
+                if callable(part):
+                    part()
+                    continue
+                data = part.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
 
         do_GET = do_POST = do_PATCH = do_DELETE = _serve
 
