@@ -34,7 +34,7 @@ from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import ports_validate
-from instances.models import Instance, InstanceEvent, MonthlyRental, StopPolicy
+from instances.models import Instance, InstanceEvent, MonthlyRental, StopPolicy, Workload
 from instances.schedules import (
     DEFAULT,
     Default,
@@ -159,13 +159,15 @@ def instance_order(
     idle_stop: IdleStop | Default | None = DEFAULT,
     stop_at: datetime | None = None,
     stop_after_hours: int | None = None,
+    workload: Workload | None = None,
 ) -> tuple[Instance, bool]:
     """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
     Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`:
     the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway). `region`
     keeps it to that region's nodes; "" (any) places it where there is room, or in its disks'
     region (a disk attaches only in its own region). `idle_stop` (DEFAULT: the user's settings;
-    None: off) and `stop_at` or `stop_after_hours`: its automatic stops (instances.schedules)."""
+    None: off) and `stop_at` or `stop_after_hours`: its automatic stops (instances.schedules).
+    `workload`: a program it runs to its end (instances.models.Workload; a job's), unsaved."""
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
@@ -189,6 +191,7 @@ def instance_order(
         stop_after_hours=stop_after_hours,
         auto_renew=auto_renew,
         auto_recover=auto_recover,
+        workload=workload,
     )
     key = OrderKey(user.tenant_id, idempotency_key, request.hash())
     if (earlier := ordered_before(Instance.objects.all(), key, "instance")) is not None:
@@ -224,6 +227,8 @@ class _Request:
     stop_after_hours: int | None
     auto_renew: bool
     auto_recover: bool | None
+    # (its owner orders it once, under its own key: not part of the hash)
+    workload: Workload | None = None
 
     def hash(self) -> str:
         """The request's hash, which tells a repeat from another order under the same key."""
@@ -287,6 +292,11 @@ class _Request:
         attached: instances.states.instance_create inserts them together."""
         instance = Instance(**fields)
         instance.stop_policy = StopPolicy(**stops)
+        if self.workload is not None:
+            # a copy each try, like the instance: a try that deadlocked may have set its fields
+            instance.workload = Workload(
+                argv=self.workload.argv, env=self.workload.env, labels=self.workload.labels
+            )
         if self.billing == BillingMode.MONTHLY or not self.auto_renew:
             # an hourly order that turns renewal off keeps its word for a later month
             instance.monthly = MonthlyRental(auto_renew=self.auto_renew)

@@ -259,6 +259,33 @@ class PodWatch(models.Model):
         return f"{self.instance_id} pod watch"
 
 
+class Workload(models.Model):
+    """A program the instance runs to its end (a job's command), instead of serving until it is
+    stopped: its pod runs the program under the image's init (`starverse-init -- PROGRAM`), is
+    never restarted by the kubelet, and when the program exits the instance stops, billed to
+    the minute the program ended (instances.states.instance_workload_ended). What happens next
+    (run it again, or end) is its owner's (the jobs app): the instances app only runs it and
+    reports how it ended (instances.signals.workload_ended)."""
+
+    instance = models.OneToOneField(
+        Instance, on_delete=models.CASCADE, primary_key=True, related_name="workload"
+    )
+    argv = models.JSONField(help_text="The program and its arguments.")
+    env = models.JSONField(default=dict, blank=True, help_text="Variables added to the pod's.")
+    labels = models.JSONField(default=dict, blank=True, help_text="Labels added to the pod's.")
+    # How many pods ran it before the one being made: the program reads it as
+    # STARVERSE_RESTART_COUNT (each provisioning makes one pod; instances.provisioning.converge)
+    pods_made = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    message = models.TextField(
+        blank=True, help_text="The container's termination message: its last lines of output."
+    )
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} workload"
+
+
 def companions_new(instance: Instance) -> list[models.Model]:
     """The rows a new instance is inserted with: those its creator attached to it (an order
     sets its stops: `instance.stop_policy = StopPolicy(...)`), else ones with the defaults; a
@@ -269,6 +296,8 @@ def companions_new(instance: Instance) -> list[models.Model]:
         cache.get("stop_policy") or StopPolicy(instance=instance),
         cache.get("pod_watch") or PodWatch(instance=instance),
     ]
+    if (workload := cache.get("workload")) is not None:
+        rows.append(workload)
     rental = cache.get("monthly")
     if rental is None and instance.billing == BillingMode.MONTHLY:
         rental = MonthlyRental(instance=instance)

@@ -14,3 +14,8 @@ gang_checking = Signal()
 # kwargs: gang. A member was stopped because a budget is spent: the gang stops whole, its
 # members still starting or checking too.
 gang_over_budget = Signal()
+
+# kwargs: instance_id, exit_code. An instance that runs a program to its end (its Workload: a
+# job's) saw the program end and is stopping, its GPUs released once stopped: its owner decides
+# what comes next (run it again, or end).
+workload_ended = Signal()

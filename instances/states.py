@@ -15,7 +15,7 @@ instance_mark_stopped, instance_mark_terminated, instance_recreate) take the id,
 themselves and ignore a report the instance has already moved past."""
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -34,8 +34,8 @@ from fleet.models import DEFAULT_REGION, Node
 from instances.charges import bill_until, meter_start, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.gangs import gang_of
-from instances.models import Instance, InstanceEvent, companions_new
-from instances.signals import gang_checking
+from instances.models import Instance, InstanceEvent, Workload, companions_new
+from instances.signals import gang_checking, workload_ended
 from starverse.core.db import insert_together
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict
@@ -48,6 +48,9 @@ S = InstanceStatus
 # A transition's fields that are the instance's pod watch's (instances.models.PodWatch), not
 # its own columns: _transition saves them there.
 POD_WATCH_FIELDS = ("provisioning_since", "objects_created_at", "pod_uid")
+# How much of a program's last output its instance keeps (the kubelet's termination message is
+# at most 4 KiB, 80 lines: the last of them)
+WORKLOAD_MESSAGE_CHARS = 4096
 
 
 def instance_locked(instance_id: str) -> Instance:
@@ -367,6 +370,42 @@ def instance_recreate(instance_id: str, *, now: datetime) -> bool:
             **_provisioning_anew(now),
         )
         enqueue_on_commit("instances.tasks.provision_instance", instance.id)
+    return True
+
+
+def instance_workload_ended(
+    instance_id: str, *, exit_code: int, finished_at: datetime | None, message: str
+) -> bool:
+    """The program a running instance runs to its end (instances.models.Workload) ended with
+    `exit_code` at `finished_at` (as the kubelet reports it): billing ends then, the minute in
+    progress counted as started, and the instance stops (its pod deleted after commit, its
+    GPUs released once stopped, its disks kept); its owner hears of it (workload_ended) and
+    decides what comes next. False if it was not running (or checking) one."""
+    with transaction.atomic():
+        instance = instance_locked(instance_id)
+        workload = Workload.objects.filter(instance_id=instance_id).first()
+        if workload is None or instance.status not in (S.RUNNING, S.CHECKING):
+            return False
+        now = timezone.now()
+        if finished_at is not None and finished_at.microsecond == 0:
+            # the kubelet's times are whole seconds: it ended within that second
+            finished_at += timedelta(seconds=1)
+        ended = min(finished_at or now, now)
+        if instance.running_since is not None:
+            bill_until(instance, max(ended, instance.running_since), started_minute=True)
+        workload.exit_code, workload.finished_at = exit_code, ended
+        workload.message = message[-WORKLOAD_MESSAGE_CHARS:]
+        workload.save(update_fields=["exit_code", "finished_at", "message"])
+        said = (
+            later("Its program finished (exit code 0). Billing stopped.")
+            if exit_code == 0
+            else later("Its program failed with exit code %(code)s. Billing stopped.")
+            % {"code": exit_code}
+        )
+        _transition(instance, S.STOPPING, said, running_since=None)
+        enqueue_on_commit("instances.tasks.stop_instance", instance.id)
+        workload_ended.send(sender=Instance, instance_id=instance.id, exit_code=exit_code)
+    logger.info("instance.workload_ended instance=%s exit_code=%s", instance_id, exit_code)
     return True
 
 

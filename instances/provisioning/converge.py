@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from fleet.choices import NodeState
@@ -28,7 +28,7 @@ from fleet.selectors import region_scope
 from instances.choices import InstanceStatus
 from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import served_ports
-from instances.models import Instance, InstanceEvent, PodWatch
+from instances.models import Instance, InstanceEvent, PodWatch, Workload
 from instances.provisioning import manifests
 from instances.provisioning.namespaces import (
     tenant_network_policy_converge,
@@ -81,7 +81,9 @@ def provision(instance_id: str) -> str:
     reported running when the pod is ready, failed when it cannot start. Returns the instance's
     status; raises StillPending while the pod starts."""
     instance = (
-        Instance.objects.select_related("offering", "image", "node", "holding", "pod_watch")
+        Instance.objects.select_related(
+            "offering", "image", "node", "holding", "pod_watch", "workload"
+        )
         .filter(pk=instance_id)
         .first()
     )
@@ -140,6 +142,8 @@ def _objects_create(instance: Instance, node: Node) -> None:
         instance_locked(instance.pk)
         if _this_provisioning(instance).update(objects_created_at=timezone.now()):
             Instance.objects.filter(pk=instance.pk).update(ssh_port=ports.get("ssh"))
+            # one more pod has run its program: the next pod's STARVERSE_RESTART_COUNT
+            Workload.objects.filter(instance_id=instance.pk).update(pods_made=F("pods_made") + 1)
 
 
 def _this_provisioning(instance: Instance) -> QuerySet[PodWatch]:

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
-from instances.models import Instance
+from instances.models import Instance, Workload
 from starverse.core.hostkeys import HostKey
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
 from starverse.core.links import public_url
@@ -227,7 +227,7 @@ def pod(
     memory, its own disk, its cloud disks and NAS, the public pool read-only at /public, its
     access Secret, and no service-account token."""
     storage_volumes, storage_mounts = volumes_and_mounts(list(disks), nas)
-    return {
+    manifest = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -253,6 +253,34 @@ def pod(
             "volumes": [*_volumes(instance), *storage_volumes],
         },
     }
+    workload = workload_of(instance)
+    return manifest if workload is None else _runs(manifest, workload)
+
+
+def workload_of(instance: Instance) -> Workload | None:
+    """The program the instance runs to its end, if it runs one (instances.models.Workload)."""
+    try:
+        return instance.workload
+    except Workload.DoesNotExist:
+        return None
+
+
+def _runs(manifest: dict[str, Any], workload: Workload) -> dict[str, Any]:
+    """The pod of an instance that runs a program to its end: the init runs it (`starverse-init
+    -- PROGRAM`) and ends with its exit status, which the kubelet never restarts (the owner
+    decides: instances.signals.workload_ended); the program's last lines are the container's
+    termination message; its variables (STARVERSE_RESTART_COUNT: how many pods ran it before)
+    and labels are added."""
+    spec = manifest["spec"]
+    spec["restartPolicy"] = "Never"
+    manifest["metadata"]["labels"].update(workload.labels)
+    container = spec["containers"][0]
+    container["args"] = ["--", *workload.argv]
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    added = {**workload.env, "STARVERSE_RESTART_COUNT": str(workload.pods_made)}
+    kept = [item for item in container["env"] if item["name"] not in added]
+    container["env"] = [*kept, *({"name": k, "value": str(v)} for k, v in added.items())]
+    return manifest
 
 
 def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:

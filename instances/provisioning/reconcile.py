@@ -19,11 +19,11 @@ from django.utils import timezone
 from instances.choices import InstanceStatus
 from instances.gangs import gang_hooks
 from instances.gateway import served_ports
-from instances.models import Instance
+from instances.models import Instance, Workload
 from instances.provisioning import manifests
 from instances.provisioning.converge import events_record
 from instances.signals import gang_checking
-from instances.states import instance_recreate
+from instances.states import instance_recreate, instance_workload_ended
 from starverse.core import kube
 from starverse.core.dispatch import enqueue_on_commit
 from storage.choices import DiskStatus
@@ -122,15 +122,36 @@ def _vanished_recreate(
 ) -> list[str]:
     """A running (or checking) instance whose pod vanished (deleted by hand, evicted, node
     rebooted) goes back to provisioning on its node: billing pauses until the pod is ready
-    again (a cluster's: until its pre-flight check passes again)."""
+    again (a cluster's: until its pre-flight check passes again). One whose pod ran a program
+    to its end (its Workload) and ended stops instead, billed to the program's end; a pod the
+    kubelet failed itself (Evicted, NodeShutdown: a `reason` of the pod's) did not end its
+    program, which runs again in a new pod as any vanished pod's instance does."""
     recreated = []
+    programs = set(
+        Workload.objects.filter(instance_id__in=[row[0] for row in running]).values_list(
+            "instance_id", flat=True
+        )
+    )
     for instance_id, namespace, name in running:
         pod = pods.get((namespace, name))
         if pod is not None and pod.phase not in ("Failed", "Succeeded"):
             continue
-        if instance_recreate(instance_id, now=now):
+        if instance_id in programs and pod is not None and pod.ended and not pod.reason:
+            workload_end(instance_id, pod.ended)
+        elif instance_recreate(instance_id, now=now):
             recreated.append(instance_id)
     return recreated
+
+
+def workload_end(instance_id: str, ended: kube.ContainerEnd) -> bool:
+    """A program the instance runs to its end has ended (its pod Succeeded or Failed, as the
+    reconcile loop or a watch of the pod found it)."""
+    return instance_workload_ended(
+        instance_id,
+        exit_code=ended.exit_code,
+        finished_at=ended.finished_at,
+        message=ended.message,
+    )
 
 
 def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:

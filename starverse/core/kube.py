@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from functools import cache
 from typing import Any, Literal, TypedDict
@@ -855,10 +856,38 @@ INSTANCE_SELECTOR = f"{MANAGED_SELECTOR},!starverse.io/endpoint"
 
 
 @dataclass(frozen=True)
+class ContainerEnd:
+    """How a container ended, as the kubelet reports it (state.terminated)."""
+
+    exit_code: int
+    finished_at: datetime | None
+    reason: str
+    message: str
+
+
+def container_end(pod: Any) -> ContainerEnd | None:
+    """The end of a pod's first container (the kubernetes client's V1Pod), if it has ended."""
+    statuses = (pod.status and pod.status.container_statuses) or []
+    terminated = statuses[0].state and statuses[0].state.terminated if statuses else None
+    if terminated is None:
+        return None
+    return ContainerEnd(
+        exit_code=int(terminated.exit_code),
+        finished_at=terminated.finished_at,
+        reason=terminated.reason or "",
+        message=terminated.message or "",
+    )
+
+
+@dataclass(frozen=True)
 class ClusterPod:
     namespace: str
     name: str
     phase: str
+    # its first container's end, once it has ended (a pod that runs a program to its end)
+    ended: ContainerEnd | None = None
+    # why the kubelet failed the pod itself, if it did (Evicted, NodeShutdown, OutOf…)
+    reason: str = ""
 
 
 def pods_managed(
@@ -870,7 +899,11 @@ def pods_managed(
     api = core()
     return [
         ClusterPod(
-            item.metadata.namespace, item.metadata.name, (item.status and item.status.phase) or ""
+            item.metadata.namespace,
+            item.metadata.name,
+            (item.status and item.status.phase) or "",
+            container_end(item),
+            (item.status and item.status.reason) or "",
         )
         for namespace in namespaces
         for item in _call(
