@@ -25,7 +25,7 @@ from starverse.core.db import atomic_retrying
 from starverse.core.errors import IdempotencyConflict
 
 # What an order makes: it names the order in the admission's answers.
-Product = Literal["instance", "cluster", "endpoint"]
+Product = Literal["instance", "cluster", "endpoint", "job"]
 Row = TypeVar("Row", bound=Model)
 
 
@@ -91,6 +91,7 @@ _ORDER_CONFLICT = gettext_noop("This Idempotency-Key was used for a different or
 _CONFLICT = {
     "instance": _ORDER_CONFLICT,
     "cluster": _ORDER_CONFLICT,
+    "job": _ORDER_CONFLICT,
     "endpoint": gettext_noop("This Idempotency-Key was used for a different request."),
 }
 

@@ -12,7 +12,6 @@ from billing.usage import Resource
 from compute.models import Image
 from datasets.choices import DatasetKind
 from datasets.models import PublicDataset
-from starverse.core.sizes import format_size
 from endpoints.choices import Engine, SourceKind
 from endpoints.engines import engine_command, engine_image
 from endpoints.manifests import endpoint_url, replica_bounds
@@ -20,6 +19,7 @@ from endpoints.models import Endpoint, EndpointKey, EndpointReplica
 from instances.selectors import expected_pull_s
 from starverse.accounts.models import User
 from starverse.core.roles import is_manager
+from starverse.core.sizes import format_size
 from storage.choices import DiskStatus
 from storage.models import Disk, SharedStorage
 

@@ -286,6 +286,27 @@ class Workload(models.Model):
         return f"{self.instance_id} workload"
 
 
+class WorkloadLog(models.Model):
+    """The output of one pod of a program run to its end (its last WORKLOAD_LOG_BYTES), kept
+    when the pod is deleted: a job's logs outlive its pods. `attempt` is the pod's
+    STARVERSE_RESTART_COUNT."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="logs")
+    attempt = models.PositiveIntegerField()
+    text = models.TextField()
+    truncated = models.BooleanField(default=False, help_text="Earlier output was cut off.")
+    captured_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["instance", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "attempt"], name="workloadlog_attempt")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id} log {self.attempt}"
+
+
 def companions_new(instance: Instance) -> list[models.Model]:
     """The rows a new instance is inserted with: those its creator attached to it (an order
     sets its stops: `instance.stop_policy = StopPolicy(...)`), else ones with the defaults; a

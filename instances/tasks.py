@@ -99,6 +99,18 @@ def reconcile_cluster() -> None:
 
 
 @shared_task(acks_late=True, ignore_result=True)
+def check_workloads() -> None:
+    """Every few seconds: programs run to their end (a job's) that ended stop their instance,
+    so their GPUs go back within seconds; nothing is listed while none runs."""
+    for region in regions_configured():
+        try:
+            with kube.cluster(region_target(region)):
+                reconcile.workloads_check(region=region.name)
+        except KubeError as error:
+            logger.error("workloads_check.failed region=%s error=%s", region.name, error)
+
+
+@shared_task(acks_late=True, ignore_result=True)
 def converge_prepull() -> None:
     """The catalogue's pre-pulled images (periodically, and when an image changes in the
     admin) onto every region's cluster: one that cannot be reached does not hold up the rest."""

@@ -66,6 +66,7 @@ api_v1 = [
     path("", include("fleet.api.urls")),
     path("", include("storage.api.urls")),
     path("", include("clusters.api.urls")),
+    path("", include("jobs.api.urls")),
     path("", include("endpoints.api.urls")),
     path("", include("datasets.api.urls")),
     path("", include("teams.api.urls")),

@@ -13,6 +13,7 @@ PRODUCT_PACKAGES = (
     "storage",
     "instances",
     "clusters",
+    "jobs",
     "endpoints",
     "datasets",
     "console",

@@ -28,7 +28,7 @@ from fleet.selectors import region_scope
 from instances.choices import InstanceStatus
 from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import served_ports
-from instances.models import Instance, InstanceEvent, PodWatch, Workload
+from instances.models import Instance, InstanceEvent, PodWatch, Workload, WorkloadLog
 from instances.provisioning import manifests
 from instances.provisioning.namespaces import (
     tenant_network_policy_converge,
@@ -454,8 +454,34 @@ def _pod_gone(instance: Instance) -> bool:
         kube.delete("Pod", instance.k8s_namespace, instance.k8s_name, force=True)
         return True
     if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        _workload_log_keep(instance, pod)
         kube.delete("Pod", instance.k8s_namespace, instance.k8s_name)
     return False
+
+
+def _workload_log_keep(instance: Instance, pod: dict[str, Any]) -> None:
+    """A pod that ran a program to its end: its output is kept before the pod goes (its last
+    WORKLOAD_LOG_LINES, at most WORKLOAD_LOG_BYTES of them), one row per pod (the attempt its
+    STARVERSE_RESTART_COUNT says)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if manifests.WORKLOAD_LABEL not in labels:
+        return
+    env = {
+        item.get("name"): item.get("value")
+        for item in (pod["spec"]["containers"][0].get("env") or [])
+    }
+    attempt = int(env.get("STARVERSE_RESTART_COUNT") or 0)
+    lines, limit = settings.WORKLOAD_LOG_LINES, settings.WORKLOAD_LOG_BYTES
+    text = kube.pod_log(instance.k8s_namespace, instance.k8s_name, tail_lines=lines)
+    raw = text.encode()
+    truncated = len(raw) > limit or text.count("\n") >= lines
+    if len(raw) > limit:
+        text = raw[-limit:].decode(errors="ignore")
+    WorkloadLog.objects.update_or_create(
+        instance_id=instance.pk,
+        attempt=attempt,
+        defaults={"text": text, "truncated": truncated},
+    )
 
 
 def _last_events_mirror(instance: Instance) -> None:

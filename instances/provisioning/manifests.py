@@ -257,6 +257,10 @@ def pod(
     return manifest if workload is None else _runs(manifest, workload)
 
 
+# Every pod that runs a program to its end carries it (the quick check of their ends lists them).
+WORKLOAD_LABEL = "starverse.io/workload"
+
+
 def workload_of(instance: Instance) -> Workload | None:
     """The program the instance runs to its end, if it runs one (instances.models.Workload)."""
     try:
@@ -273,7 +277,7 @@ def _runs(manifest: dict[str, Any], workload: Workload) -> dict[str, Any]:
     and labels are added."""
     spec = manifest["spec"]
     spec["restartPolicy"] = "Never"
-    manifest["metadata"]["labels"].update(workload.labels)
+    manifest["metadata"]["labels"].update({**workload.labels, WORKLOAD_LABEL: "true"})
     container = spec["containers"][0]
     container["args"] = ["--", *workload.argv]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"

@@ -143,6 +143,32 @@ def _vanished_recreate(
     return recreated
 
 
+# The label every pod that runs a program to its end carries (instances.provisioning.manifests).
+WORKLOAD_SELECTOR = f"{kube.INSTANCE_SELECTOR},starverse.io/workload"
+
+
+def workloads_check(*, region: str | None = None) -> list[str]:
+    """The programs of running instances that have ended, found within seconds rather than
+    at the reconcile loop's next pass: one list of the labelled pods per namespace that has
+    such an instance running (none listed when none runs). Returns the instances stopped."""
+    in_region = Q(region_id=region) if region else Q()
+    running = {
+        (namespace, name): instance_id
+        for instance_id, namespace, name in Instance.objects.filter(
+            in_region, status__in=(S.RUNNING, S.CHECKING), workload__isnull=False
+        )
+        .exclude(k8s_name="")
+        .values_list("id", "k8s_namespace", "k8s_name")
+    }
+    namespaces = sorted({namespace for namespace, _name in running})
+    ended = []
+    for pod in kube.pods_managed(namespaces, label_selector=WORKLOAD_SELECTOR):
+        instance_id = running.get((pod.namespace, pod.name))
+        if instance_id and pod.ended and not pod.reason and workload_end(instance_id, pod.ended):
+            ended.append(instance_id)
+    return ended
+
+
 def workload_end(instance_id: str, ended: kube.ContainerEnd) -> bool:
     """A program the instance runs to its end has ended (its pod Succeeded or Failed, as the
     reconcile loop or a watch of the pod found it)."""

@@ -383,8 +383,9 @@ def _retryable(operation: str, error: ApiException) -> bool:
 
 
 def _call(operation: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+    kwargs.setdefault("_request_timeout", TIMEOUT)
     try:
-        return function(*args, _request_timeout=TIMEOUT, **kwargs)
+        return function(*args, **kwargs)
     except ApiException as error:
         logger.warning(
             "kube.error op=%s status=%s reason=%s", operation, error.status, error.reason
@@ -853,6 +854,58 @@ MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"
 # What an instance (or a cluster's rank) owns: ours, less an inference endpoint's objects, which
 # its own controller keeps (the endpoints app), so the instances' clean-up never reaps them.
 INSTANCE_SELECTOR = f"{MANAGED_SELECTOR},!starverse.io/endpoint"
+
+
+def pod_log(
+    namespace: str,
+    name: str,
+    *,
+    tail_lines: int | None = None,
+    limit_bytes: int | None = None,
+    previous: bool = False,
+) -> str:
+    """The main container's output, as `kubectl logs` reads it ("" when the pod is gone or
+    its container never ran)."""
+    options: dict[str, Any] = {"container": "main"}
+    if tail_lines is not None:
+        options["tail_lines"] = tail_lines
+    if limit_bytes is not None:
+        options["limit_bytes"] = limit_bytes
+    if previous:
+        options["previous"] = True
+    try:
+        text = _call("Pod.log", core().read_namespaced_pod_log, name, namespace, **options)
+    except PermanentKubeError:
+        return ""
+    return str(text or "")
+
+
+def pod_log_follow(
+    namespace: str, name: str, *, tail_lines: int | None = None, timeout_s: float = 600
+) -> Iterator[bytes]:
+    """The main container's output as it comes (`kubectl logs -f`), until the container ends,
+    the pod goes, or `timeout_s` passes (a follower reconnects: no request holds a web thread
+    for ever). Nothing when the pod is gone."""
+    options: dict[str, Any] = {"container": "main", "follow": True, "_preload_content": False}
+    if tail_lines is not None:
+        options["tail_lines"] = tail_lines
+    try:
+        response = _call(
+            "Pod.log",
+            core().read_namespaced_pod_log,
+            name,
+            namespace,
+            _request_timeout=(10, timeout_s),
+            **options,
+        )
+    except PermanentKubeError:
+        return
+    try:
+        yield from response.stream(4096, decode_content=True)
+    except (HTTPError, OSError) as error:  # the read timed out, or the connection went
+        logger.info("kube.log_follow_ended pod=%s/%s error=%s", namespace, name, error)
+    finally:
+        response.release_conn()
 
 
 @dataclass(frozen=True)

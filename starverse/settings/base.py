@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "storage",
     "instances",
     "clusters",
+    "jobs",
     "endpoints",
     "datasets",
     "console",
@@ -219,6 +220,10 @@ CELERY_BEAT_SCHEDULE = {
     "billing-runway-notices": {"task": "endpoints.tasks.check_runways", "schedule": 60.0},
     "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
     "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
+    # Programs run to their end (jobs): their ends are looked for every few seconds, so a job
+    # that ends gives its GPUs back within seconds; each job then follows its ranks.
+    "workloads-check": {"task": "instances.tasks.check_workloads", "schedule": 5.0},
+    "jobs-sync": {"task": "jobs.tasks.sync_jobs", "schedule": 10.0},
     "monthly-renewals": {"task": "instances.tasks.renew_monthly", "schedule": 600.0},
     "queue-review": {"task": "instances.tasks.review_queue", "schedule": 60.0},
     "auto-stop": {"task": "instances.tasks.auto_stop", "schedule": 60.0},
@@ -548,6 +553,14 @@ QUEUE_UNFUNDED_GRACE_MINUTES = env_int("QUEUE_UNFUNDED_GRACE_MINUTES", 30)
 MAX_QUEUED_ORDERS = env_int("MAX_QUEUED_ORDERS", 5)
 MAX_RUNNING_GPUS = env_int("MAX_RUNNING_GPUS", 64)
 TRIAL_MAX_PREMIUM_GPUS = env_int("TRIAL_MAX_PREMIUM_GPUS", 8)
+# A job's output kept per rank and attempt when its pod goes (instances.models.WorkloadLog):
+# its last lines, at most this many bytes of them.
+WORKLOAD_LOG_LINES = env_int("WORKLOAD_LOG_LINES", 10_000)
+WORKLOAD_LOG_BYTES = env_int("WORKLOAD_LOG_BYTES", 1024 * 1024)
+# How long one request that follows a job's log streams before it ends (the client asks again):
+# a follower never holds a web thread for ever.
+JOB_LOG_FOLLOW_S = env_int("JOB_LOG_FOLLOW_S", 300)
+
 # Multi-node clusters: the most whole nodes one cluster may have (2 at least).
 CLUSTER_MAX_NODES = env_int("CLUSTER_MAX_NODES", 128)
 # The pre-flight check before a cluster is billed: rounds that may fail (the node it blames

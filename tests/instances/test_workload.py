@@ -4,6 +4,7 @@ instance stops, billed to the program's end, its GPUs given back, and its owner 
 ended. A pod that vanished runs the program again with STARVERSE_RESTART_COUNT one higher."""
 
 import time
+from typing import Any
 
 from django.utils import timezone
 
@@ -37,7 +38,7 @@ def _program(catalog, script: str) -> Instance:
     return instance
 
 
-def _ended(instance: Instance) -> kube.ClusterPod:
+def _ended(instance: Instance) -> dict[str, Any]:
     deadline = time.monotonic() + WAIT_S
     while True:
         pod = read_existing("Pod", instance.k8s_namespace, instance.k8s_name)
@@ -58,7 +59,12 @@ def test_the_pod_runs_the_program_once_under_the_init(catalog):
     assert pod["spec"]["restartPolicy"] == "Never"
     main = pod["spec"]["containers"][0]
     assert main["command"][-1].endswith("starverse-init")
-    assert main["args"] == ["--", "bash", "-lc", "starverse-sim-train --steps 2 --step-seconds 0.05"]
+    assert main["args"] == [
+        "--",
+        "bash",
+        "-lc",
+        "starverse-sim-train --steps 2 --step-seconds 0.05",
+    ]
     assert main["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert pod["metadata"]["labels"]["starverse.io/job"] == "job-1"
     env = _env(pod)

@@ -1,0 +1,20 @@
+from typing import Any
+
+from django.apps import AppConfig
+
+from instances.signals import workload_ended
+from starverse.core.dispatch import enqueue_on_commit
+
+
+def sync_on_workload_ended(sender: Any, instance_id: str, exit_code: int, **kwargs: Any) -> None:
+    """Receiver of instances' `workload_ended`: a rank's program ended, so its job is looked at
+    once the move commits (succeeded, failed, or run again by its restart policy)."""
+    enqueue_on_commit("jobs.tasks.sync_job_of_instance", instance_id)
+
+
+class JobsConfig(AppConfig):
+    name = "jobs"
+    verbose_name = "Jobs"
+
+    def ready(self) -> None:
+        workload_ended.connect(sync_on_workload_ended, dispatch_uid="jobs-workload-ended")

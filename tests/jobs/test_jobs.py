@@ -1,0 +1,340 @@
+"""Jobs end to end on the Kubernetes emulator (its simulated trainer writes checkpoints to the
+rank's disk and logs a line a step): submitted through the API, run to the end and billed only
+while they run, failed with their exit code and last lines, run again by their restart policy
+and after a lost pod (resuming from the checkpoint), cancelled, their logs kept after their
+pods, another tenant's a 404."""
+
+import time
+from typing import Any
+
+import pytest
+from django.core import mail
+
+from instances.models import Instance, InstanceEvent, Workload, WorkloadLog
+from instances.provisioning import converge
+from instances.provisioning.reconcile import reconcile, workloads_check
+from jobs.models import Job, JobEvent
+from jobs.services import job_sync, rank_restart
+from starverse.core import kube
+from storage.nas import nas_set_size
+from tests.factories import converge_until, fund, make_user, read_existing
+
+WAIT_S = 20
+IMAGE = "pytorch-2.1"
+
+
+def _trainer(steps: int, *, fail_at: int | None = None, code: int = 1, seconds: float = 0.05):
+    flags = f" --fail-at {fail_at} --exit-code {code}" if fail_at else ""
+    return f"starverse-sim-train --steps {steps} --step-seconds {seconds}{flags}"
+
+
+def _submit(client, catalog, **body: Any):
+    data = {"offering": catalog["h100x1"].id, "image": IMAGE, "nas": False, **body}
+    return client.post("/api/v1/jobs", data, format="json")
+
+
+def _job(client, catalog, **body: Any) -> Job:
+    answer = _submit(client, catalog, **body)
+    assert answer.status_code == 202, answer.json()
+    return Job.objects.get(pk=answer.json()["id"])
+
+
+def _rank(job: Job) -> Instance:
+    return Instance.objects.get(job_rank__job=job, job_rank__index=0)
+
+
+def _running(job: Job) -> Instance:
+    """Its rank provisioned (as its task would) and the job following it."""
+    assert converge_until(converge.provision, _rank(job).id) == "running"
+    assert job_sync(job.id) == "running"
+    return _rank(job)
+
+
+def _program_ends(instance: Instance) -> dict[str, Any]:
+    """Wait for the rank's pod to end, then the quick check that finds ended programs."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        pod = read_existing("Pod", instance.k8s_namespace, instance.k8s_name)
+        if pod["status"].get("phase") in ("Succeeded", "Failed"):
+            break
+        assert time.monotonic() < deadline, pod["status"]
+        time.sleep(0.05)
+    assert workloads_check() == [instance.id]
+    return pod
+
+
+def _stopped(instance: Instance) -> None:
+    assert converge_until(converge.stop, instance.id) == "stopped"
+
+
+@pytest.fixture
+def owner(db):
+    user = make_user()
+    fund(user, 1_000_000)
+    return user
+
+
+def test_a_job_runs_to_the_end_bills_its_minutes_and_gives_its_gpus_back(
+    catalog, client_for, owner, django_capture_on_commit_callbacks
+):
+    client = client_for(owner)
+    job = _job(client, catalog, name="sft", command=_trainer(3), env={"LR": "3e-5"})
+    assert (job.status, job.nas, job.checkpoint_dir) == (
+        "provisioning",
+        False,
+        f"/root/data/checkpoints/{job.id}",
+    )
+    instance = _running(job)
+    pod = read_existing("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert pod["metadata"]["labels"]["starverse.io/job"] == job.id.lower().replace("_", "-")
+    env = {item["name"]: item.get("value") for item in pod["spec"]["containers"][0]["env"]}
+    assert env["STARVERSE_JOB_ID"] == job.id
+    assert env["STARVERSE_RESTART_COUNT"] == "0"
+    assert env["STARVERSE_CHECKPOINT_DIR"] == job.checkpoint_dir
+    assert env["LR"] == "3e-5"
+
+    _program_ends(instance)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert job_sync(job.id) == "succeeded"
+
+    job.refresh_from_db()
+    instance.refresh_from_db()
+    assert (job.exit_code, job.restarts) == (0, 0)
+    assert job.finished_at is not None and job.started_at is not None
+    assert instance.status in ("terminating", "terminated")
+    # a run of a fraction of a minute: one started minute, nothing after the program ended
+    assert instance.cost_fen == -(-catalog["h100x1"].price_per_hour_fen // 60)
+    shown = client.get(f"/api/v1/jobs/{job.id}").json()
+    assert shown["status"] == "succeeded"
+    assert shown["cost_fen"] == instance.cost_fen
+    assert shown["ranks"] == [
+        {"rank": 0, "instance": instance.id, "node": instance.node.name, "status": instance.status}
+    ]
+    events = [e["status"] for e in client.get(f"/api/v1/jobs/{job.id}/events").json()["results"]]
+    assert events == ["queued", "provisioning", "running", "succeeded"]
+    assert len(mail.outbox) == 1
+    assert "sft" in mail.outbox[0].subject and job.id in mail.outbox[0].body
+
+
+def test_a_failing_program_runs_again_by_its_policy_then_fails_with_its_code_and_lines(
+    catalog, client_for, owner, django_capture_on_commit_callbacks
+):
+    client = client_for(owner)
+    job = _job(
+        client, catalog, command=_trainer(6, fail_at=3, code=4), max_restarts=1, name="buggy"
+    )
+    instance = _running(job)
+    _program_ends(instance)
+    assert job_sync(job.id) == "recovering"
+    assert Job.objects.get(pk=job.id).restart_pending
+    _stopped(instance)
+    rank_restart(instance.id)  # its task, once the instance has stopped
+    assert converge_until(converge.provision, instance.id) == "running"
+    assert job_sync(job.id) == "running"
+    pod = read_existing("Pod", instance.k8s_namespace, instance.k8s_name)
+    env = {item["name"]: item.get("value") for item in pod["spec"]["containers"][0]["env"]}
+    assert env["STARVERSE_RESTART_COUNT"] == "1"
+
+    _program_ends(instance)
+    assert job_sync(job.id) == "failed"
+    job.refresh_from_db()
+    assert (job.exit_code, job.error_restarts, job.restarts) == (4, 1, 1)
+    # the program's last lines: the second run resumed from the checkpoint and failed again
+    assert job.message.splitlines()[-2:] == [
+        "resumed from step 2",
+        "error: simulated failure at step 3/6 (exit code 4)",
+    ]
+    assert JobEvent.objects.filter(job=job, status="failed").get().text == (
+        "Failed with exit code 4."
+    )
+    assert _rank(job).status == "terminating"
+
+
+def test_a_lost_pod_resumes_from_the_checkpoint_with_billing_paused(catalog, client_for, owner):
+    client = client_for(owner)
+    job = _job(client, catalog, command=_trainer(400, seconds=0.05))
+    instance = _running(job)
+    deadline = time.monotonic() + WAIT_S
+    while "step 5/" not in kube.pod_log(instance.k8s_namespace, instance.k8s_name):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    kube.delete("Pod", instance.k8s_namespace, instance.k8s_name, force=True)
+    while kube.read("Pod", instance.k8s_namespace, instance.k8s_name) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+    assert reconcile().recreated == [instance.id]
+    instance.refresh_from_db()
+    assert instance.running_since is None  # billing paused while it is placed again
+    assert job_sync(job.id) == "recovering"
+    assert converge_until(converge.provision, instance.id) == "running"
+    assert job_sync(job.id) == "running"
+
+    deadline = time.monotonic() + WAIT_S
+    log = ""
+    while "resumed from step" not in log:
+        assert time.monotonic() < deadline, log
+        log = kube.pod_log(instance.k8s_namespace, instance.k8s_name)
+        time.sleep(0.05)
+    resumed = int(log.split("resumed from step", 1)[1].split()[0])
+    assert resumed >= 5
+    job.refresh_from_db()
+    assert (job.restarts, job.error_restarts) == (1, 0)
+    assert "STARVERSE_RESTART_COUNT=1" in log
+    texts = [e.text for e in JobEvent.objects.filter(job=job)]
+    assert any(text.startswith("Its rank was lost") for text in texts)
+    assert any(text.startswith("Running again on") for text in texts)
+
+
+def test_cancel_ends_it_keeps_its_logs_and_refuses_twice(
+    catalog, client_for, owner, django_capture_on_commit_callbacks
+):
+    client = client_for(owner)
+    job = _job(client, catalog, command=_trainer(400))
+    instance = _running(job)
+    deadline = time.monotonic() + WAIT_S
+    while "step 2/" not in kube.pod_log(instance.k8s_namespace, instance.k8s_name):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    answer = client.delete(f"/api/v1/jobs/{job.id}")
+    assert answer.status_code == 202
+    assert answer.json()["status"] == "cancelling"
+    assert converge_until(converge.terminate, instance.id) == "terminated"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert job_sync(job.id) == "cancelled"
+    kept = WorkloadLog.objects.get(instance=instance, attempt=0)
+    assert "step 2/400" in kept.text
+    logs = client.get(f"/api/v1/jobs/{job.id}/logs")
+    assert logs.status_code == 200 and "step 2/400" in logs.content.decode()
+    assert logs["X-Starverse-Attempt"] == "0"
+    again = client.delete(f"/api/v1/jobs/{job.id}")
+    assert (again.status_code, again.json()["code"]) == (409, "wrong_state")
+
+
+def test_logs_follow_streams_the_lines_as_they_come_and_tail_cuts(catalog, client_for, owner):
+    client = client_for(owner)
+    job = _job(client, catalog, command=_trainer(4, seconds=0.1))
+    _running(job)
+    followed = client.get(f"/api/v1/jobs/{job.id}/logs?follow=1")
+    assert followed.status_code == 200
+    text = b"".join(followed.streaming_content).decode()
+    steps = [line.split(" loss=")[0] for line in text.splitlines() if line.startswith("step")]
+    assert steps == [f"step {n}/4" for n in range(1, 5)]
+    assert text.splitlines()[-1] == "done"  # the stream ended with the program
+    tail = client.get(f"/api/v1/jobs/{job.id}/logs?tail=1")
+    assert tail.content.decode() == "done\n"
+    bad = client.get(f"/api/v1/jobs/{job.id}/logs?tail=-1")
+    assert (bad.status_code, bad.json()["code"]) == (400, "invalid")
+    missing = client.get(f"/api/v1/jobs/{job.id}/logs?rank=3")
+    assert missing.status_code == 404
+
+
+def test_another_tenants_job_is_a_404(catalog, client_for, owner):
+    job = _job(client_for(owner), catalog, command="true")
+    stranger = make_user()
+    other = client_for(stranger)
+    for method, path in (
+        ("get", f"/api/v1/jobs/{job.id}"),
+        ("delete", f"/api/v1/jobs/{job.id}"),
+        ("get", f"/api/v1/jobs/{job.id}/logs"),
+        ("get", f"/api/v1/jobs/{job.id}/events"),
+    ):
+        assert getattr(other, method)(path).status_code == 404, path
+    assert other.get("/api/v1/jobs").json()["results"] == []
+    job.refresh_from_db()
+    assert job.status != "cancelling"
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "code"),
+    [
+        ({"command": "a", "script": "b"}, None, "invalid_command"),
+        ({}, None, "invalid_command"),
+        ({"command": "x", "env": {"STARVERSE_JOB_ID": "x"}}, "env", "invalid"),
+        ({"command": "x", "env": {"1BAD": "x"}}, "env", "invalid"),
+        ({"command": "x", "node_count": 2}, "node_count", "invalid_node_count"),
+        ({"command": "x", "nas": True}, "nas", "no_nas"),
+        ({"command": "x", "checkpoint_dir": "ckpt"}, "checkpoint_dir", "invalid"),
+        ({"command": "x", "template": "deepspeed"}, "template", "invalid"),
+    ],
+)
+def test_bad_orders_are_refused_with_the_field_and_create_nothing(
+    catalog, client_for, owner, body, field, code
+):
+    answer = _submit(client_for(owner), catalog, **body)
+    assert answer.status_code == 400, answer.json()
+    assert answer.json()["code"] == code
+    if field:
+        assert field in answer.json().get("errors", {}), answer.json()
+    assert not Job.objects.exists() and not Instance.objects.exists()
+
+
+def test_the_same_idempotency_key_answers_the_same_job(catalog, client_for, owner):
+    client = client_for(owner)
+    first = client.post(
+        "/api/v1/jobs",
+        {"offering": catalog["h100x1"].id, "image": IMAGE, "command": "true", "nas": False},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="run-1",
+    )
+    second = client.post(
+        "/api/v1/jobs",
+        {"offering": catalog["h100x1"].id, "image": IMAGE, "command": "true", "nas": False},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="run-1",
+    )
+    assert first.json()["id"] == second.json()["id"]
+    assert (Job.objects.count(), Instance.objects.count()) == (1, 1)
+    other = client.post(
+        "/api/v1/jobs",
+        {"offering": catalog["h100x1"].id, "image": IMAGE, "command": "false", "nas": False},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="run-1",
+    )
+    assert (other.status_code, other.json()["code"]) == (409, "idempotency_conflict")
+
+
+def test_a_skypilot_task_runs_unchanged_and_says_what_it_ignores(catalog, client_for, owner):
+    nas_set_size(user=owner, size_gb=100)
+    task = (
+        "name: sky-sft\n"
+        "resources:\n  accelerators: H100:1\n  use_spot: true\n  cloud: aws\n"
+        "envs:\n  MODEL: qwen\n"
+        "setup: echo setting up\n"
+        f"run: {_trainer(2)}\n"
+    )
+    answer = client_for(owner).post(
+        "/api/v1/jobs", data=task, content_type="text/yaml", HTTP_IDEMPOTENCY_KEY="sky-1"
+    )
+    assert answer.status_code == 202, answer.json()
+    shown = answer.json()
+    assert (shown["name"], shown["env"], shown["nas"]) == ("sky-sft", {"MODEL": "qwen"}, True)
+    assert shown["checkpoint_dir"] == f"/nas/checkpoints/{shown['id']}"
+    assert shown["script"].rstrip().endswith(f"exec bash -c '{_trainer(2)}'")
+    assert any("use_spot" in note for note in shown["notes"])
+    assert any("cloud" in note for note in shown["notes"])
+    bad = client_for(owner).post("/api/v1/jobs", data="run: [", content_type="text/yaml")
+    assert (bad.status_code, bad.json()["code"]) == (400, "invalid_task")
+
+
+def test_a_job_that_cannot_pay_is_refused_like_any_order(catalog, client_for):
+    poor = make_user()  # trial credit only: a job of H100s needs an hour of it
+    answer = _submit(client_for(poor), catalog, command="true", offering=catalog["h100x8"].id)
+    assert answer.status_code == 402, answer.json()
+    assert not Job.objects.exists()
+
+
+def test_a_job_stopped_by_its_platform_fails_with_the_reason(catalog, client_for, owner):
+    from instances.lifecycle import instance_stop
+
+    job = _job(client_for(owner), catalog, command=_trainer(400))
+    instance = _running(job)
+    instance_stop(instance_id=instance.id, reason="Your balance ran out.")
+    assert job_sync(job.id) == "running"  # still stopping: it waits
+    _stopped(instance)
+    assert job_sync(job.id) == "failed"
+    text = JobEvent.objects.filter(job=job, status="failed").get().text
+    assert text.startswith("It stopped before its program ended: ")
+    assert Workload.objects.get(pk=instance.pk).exit_code is None
+    assert InstanceEvent.objects.filter(instance=instance).exists()
