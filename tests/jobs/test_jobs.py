@@ -107,6 +107,7 @@ def test_a_job_runs_to_the_end_bills_its_minutes_and_gives_its_gpus_back(
     shown = client.get(f"/api/v1/jobs/{job.id}").json()
     assert shown["status"] == "succeeded"
     assert shown["cost_fen"] == instance.cost_fen
+    assert instance.node is not None
     assert shown["ranks"] == [
         {"rank": 0, "instance": instance.id, "node": instance.node.name, "status": instance.status}
     ]
