@@ -306,7 +306,7 @@ def cluster_stop(*, cluster: Cluster, reason: str = "") -> Cluster:
             )
         for rank in ranks:
             if rank.status in STOPPABLE:
-                instance_stop(instance_id=rank.id, reason=reason, for_gang=True)
+                instance_stop(instance_id=rank.id, reason=reason, by_owner=True)
     return cluster
 
 
@@ -326,7 +326,7 @@ def cluster_terminate(*, cluster: Cluster) -> Cluster:
     """Terminate every rank: the pods and the nodes go back, billing ends now."""
     with transaction.atomic():
         for rank in ranks_locked(cluster.pk):
-            instance_terminate(instance_id=rank.id, for_gang=True)
+            instance_terminate(instance_id=rank.id, by_owner=True)
     return cluster
 
 
@@ -396,7 +396,7 @@ def _scale_down(ranks: list[Instance], removed: list[Instance], *, keep_disks: b
             )
             % {"count": len(ranks) - len(removed), "rank": number(rank)},
         )
-        instance_terminate(instance_id=rank.id, keep_disk=keep_disks, for_gang=True)
+        instance_terminate(instance_id=rank.id, keep_disk=keep_disks, by_owner=True)
         holding_gang_set(rank.id, "")  # placed, started and stopped with the others no more
     names = ", ".join(str(number(rank)) for rank in removed)
     # The ranks left are the cluster's; the removed rows stay for its history and cost.

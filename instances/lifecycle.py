@@ -295,7 +295,10 @@ class _Request:
         if self.workload is not None:
             # a copy each try, like the instance: a try that deadlocked may have set its fields
             instance.workload = Workload(
-                argv=self.workload.argv, env=self.workload.env, labels=self.workload.labels
+                owner=self.workload.owner,
+                argv=self.workload.argv,
+                env=self.workload.env,
+                labels=self.workload.labels,
             )
         if self.billing == BillingMode.MONTHLY or not self.auto_renew:
             # an hourly order that turns renewal off keeps its word for a later month
@@ -644,12 +647,15 @@ def queue_review(*, tenant_id: str | None = None, now: datetime | None = None) -
 STOP_REQUESTED = gettext_noop("Stop requested; billing stopped.")
 
 
-def _as_whole_cluster(instance: Instance, *, for_gang: bool) -> None:
-    """A cluster acts as a whole: one of its ranks (locked) is stopped, started or terminated
-    only by its cluster's services, which move every rank together, or by a platform stop that
-    takes the cluster down with it (`for_gang`); never alone, through /instances, where
-    stopping and starting one rank would start a new, unbilled pre-flight round at will."""
-    if gang_of(instance) and not for_gang:
+def _as_whole_cluster(instance: Instance, *, by_owner: bool) -> None:
+    """An instance that something else owns acts only through its owner, or a platform stop
+    (`by_owner`); never alone, through /instances. A cluster's rank: a cluster stops, starts
+    and terminates as a whole (stopping and starting one rank would start a new, unbilled
+    pre-flight round at will). A job's rank (it runs the job's program: instances.Workload):
+    the job decides when it runs again and when it ends."""
+    if by_owner:
+        return
+    if gang_of(instance):
         raise Conflict(
             _(
                 "This instance is rank %(rank)s of the cluster %(cluster)s, and a cluster "
@@ -658,14 +664,24 @@ def _as_whole_cluster(instance: Instance, *, for_gang: bool) -> None:
             % gang_hooks().member_words(instance),
             code="cluster_rank",
         )
+    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
+    if owner is not None:
+        raise Conflict(
+            _(
+                "This instance runs the program of %(owner)s, which starts and ends it: "
+                "cancel or resubmit it there instead."
+            )
+            % {"owner": owner or _("its job")},
+            code="job_rank",
+        )
 
 
-def instance_stop(*, instance_id: str, reason: str = "", for_gang: bool = False) -> Instance:
+def instance_stop(*, instance_id: str, reason: str = "", by_owner: bool = False) -> Instance:
     """Stop billing now (the minute in progress counts as a started minute) and delete the pod;
-    the disk is kept. A cluster's rank only `for_gang` (_as_whole_cluster)."""
+    the disk is kept. A cluster's rank only `by_owner` (_as_whole_cluster)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        _as_whole_cluster(instance, for_gang=for_gang)
+        _as_whole_cluster(instance, by_owner=by_owner)
         if instance.status not in (S.RUNNING, S.CHECKING, S.PROVISIONING):
             raise Conflict(
                 _("Only a running or starting instance can be stopped; this one is %(state)s.")
@@ -677,14 +693,14 @@ def instance_stop(*, instance_id: str, reason: str = "", for_gang: bool = False)
     return instance
 
 
-def instance_start(*, instance_id: str) -> Instance:
+def instance_start(*, instance_id: str, by_owner: bool = False) -> Instance:
     """Start a stopped or failed instance: a monthly rental in its paid period on the node it
     keeps; any other, when the balance covers its runway and the account's limits allow it, on
     GPUs free anywhere, behind earlier orders for them that can pay. Never a cluster's rank:
     its cluster starts every rank together (clusters.services.cluster_start)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        _as_whole_cluster(instance, for_gang=False)
+        _as_whole_cluster(instance, by_owner=by_owner)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
         if period_active(instance) and holds_gpus(instance.id):
@@ -714,14 +730,14 @@ def instance_restart(*, instance_id: str) -> Instance:
 
 
 def instance_terminate(
-    *, instance_id: str, keep_disk: bool = False, for_gang: bool = False
+    *, instance_id: str, keep_disk: bool = False, by_owner: bool = False
 ) -> Instance:
     """Terminate: the pod, service and secret go; the instance's own disk is deleted unless
     `keep_disk` keeps it as a cloud disk; attached cloud disks are detached, data intact. A
-    cluster's rank only `for_gang` (_as_whole_cluster)."""
+    cluster's rank only `by_owner` (_as_whole_cluster)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
-        _as_whole_cluster(instance, for_gang=for_gang)
+        _as_whole_cluster(instance, by_owner=by_owner)
         if instance.status in (S.TERMINATED, S.TERMINATING):
             return instance
         instance_mark_terminating(instance, keep_disk=keep_disk)

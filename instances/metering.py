@@ -48,7 +48,7 @@ def budgets_enforce(*, now: datetime | None = None) -> list[str]:
                 instance_stop(
                     instance_id=instance_id,
                     reason=gettext_noop("Budget spent: stopped (not deleted); disks kept."),
-                    for_gang=True,  # its cluster stops whole: below
+                    by_owner=True,  # its cluster stops whole: below
                 )
             except Conflict:  # it left running meanwhile
                 continue
@@ -90,7 +90,7 @@ def _exhausted_stop(_accrued: dict[str, int], short: list[str]) -> None:
             instance_stop(
                 instance_id=instance_id,
                 reason=gettext_noop("Balance exhausted: stopped (not deleted); disks kept."),
-                for_gang=True,  # the platform's stop: the wallet could not pay this rank
+                by_owner=True,  # the platform's stop: the wallet could not pay this rank
             )
         except Conflict:  # it left running meanwhile
             continue

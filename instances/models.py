@@ -270,6 +270,9 @@ class Workload(models.Model):
     instance = models.OneToOneField(
         Instance, on_delete=models.CASCADE, primary_key=True, related_name="workload"
     )
+    owner = models.CharField(
+        max_length=32, blank=True, help_text="What runs it (a job's id): it alone acts on it."
+    )
     argv = models.JSONField(help_text="The program and its arguments.")
     env = models.JSONField(default=dict, blank=True, help_text="Variables added to the pod's.")
     labels = models.JSONField(default=dict, blank=True, help_text="Labels added to the pod's.")

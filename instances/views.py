@@ -484,8 +484,9 @@ def _status_labels() -> dict[str, str]:
 @login_required
 def instance_list(request: HttpRequest) -> HttpResponse:
     show_terminated = request.GET.get("view") == "terminated"
-    # a cluster's ranks are listed on their cluster's page, with the cluster's actions
-    rows = _user_instances(request).filter(holding__gang="")
+    # a cluster's ranks are listed on their cluster's page, a job's on its job's, with their
+    # owner's actions
+    rows = _user_instances(request).filter(holding__gang="", workload__isnull=True)
     rows = (
         rows.filter(status=S.TERMINATED) if show_terminated else rows.exclude(status=S.TERMINATED)
     )

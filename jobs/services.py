@@ -255,7 +255,7 @@ def _workload(job: Job) -> Workload:
         "STARVERSE_JOB_ID": job.id,
         "STARVERSE_CHECKPOINT_DIR": job.checkpoint_dir,
     }
-    return Workload(argv=argv, env=env, labels={JOB_LABEL: job_dns(job.id)})
+    return Workload(owner=job.id, argv=argv, env=env, labels={JOB_LABEL: job_dns(job.id)})
 
 
 def _event(job: Job, status: str, message: Deferred | str) -> None:
@@ -403,7 +403,7 @@ def rank_restart(instance_id: str) -> None:
     if status not in (S.STOPPED, S.FAILED) or rank.job.status != J.RECOVERING:
         return
     try:
-        instance_start(instance_id=instance_id)
+        instance_start(instance_id=instance_id, by_owner=True)
         Job.objects.filter(pk=rank.job_id).update(restart_pending=False)
     except ServiceError as error:
         with transaction.atomic():
@@ -443,7 +443,7 @@ def _end_with_instance(
     """End the job and give its rank's GPUs back (terminated: its own disk goes, its cloud
     disks and the NAS keep their data)."""
     if instance.status not in (S.TERMINATING, S.TERMINATED):
-        instance_terminate(instance_id=instance.pk)
+        instance_terminate(instance_id=instance.pk, by_owner=True)
     _end(job, status, message, now=now)
 
 
@@ -474,7 +474,7 @@ def job_cancel(*, job: Job) -> Job:
                 code="wrong_state",
             )
         for rank in job.ranks.all():
-            instance_terminate(instance_id=rank.instance_id)
+            instance_terminate(instance_id=rank.instance_id, by_owner=True)
         _move(job, J.CANCELLING, later(gettext_noop("Cancel requested; billing stopped.")))
     enqueue_on_commit("jobs.tasks.sync_job", job.id)
     logger.info("job.cancelled job=%s", job.id)

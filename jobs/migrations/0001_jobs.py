@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('accounts', '0005_user_settings'),
         ('compute', '0004_holding_meter'),
-        ('instances', '0033_workloadlog'),
+        ('instances', '0032_workload'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

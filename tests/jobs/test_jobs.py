@@ -331,7 +331,7 @@ def test_a_job_stopped_by_its_platform_fails_with_the_reason(catalog, client_for
 
     job = _job(client_for(owner), catalog, command=_trainer(400))
     instance = _running(job)
-    instance_stop(instance_id=instance.id, reason="Your balance ran out.")
+    instance_stop(instance_id=instance.id, reason="Your balance ran out.", by_owner=True)
     assert job_sync(job.id) == "running"  # still stopping: it waits
     _stopped(instance)
     assert job_sync(job.id) == "failed"
@@ -339,3 +339,19 @@ def test_a_job_stopped_by_its_platform_fails_with_the_reason(catalog, client_for
     assert text.startswith("It stopped before its program ended: ")
     assert Workload.objects.get(pk=instance.pk).exit_code is None
     assert InstanceEvent.objects.filter(instance=instance).exists()
+
+
+def test_a_jobs_rank_acts_only_through_its_job(catalog, client_for, owner, client):
+    api = client_for(owner)
+    job = _job(api, catalog, command=_trainer(400))
+    instance = _running(job)
+    for action in ("stop", "start"):
+        answer = api.post(f"/api/v1/instances/{instance.id}/{action}")
+        assert (answer.status_code, answer.json()["code"]) == (409, "job_rank"), action
+        assert job.id in answer.json()["detail"]
+    answer = api.delete(f"/api/v1/instances/{instance.id}")
+    assert (answer.status_code, answer.json()["code"]) == (409, "job_rank")
+    assert Instance.objects.get(pk=instance.id).status == "running"
+    client.force_login(owner)
+    listed = client.get("/console/instances/").content.decode()
+    assert instance.id not in listed  # listed under its job
