@@ -289,6 +289,9 @@ def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> N
     if workload is None:
         workload = Workload.objects.filter(pk=instance.pk).first()
     restarts = max((workload.pods_made if workload else 0) - 1, 0)
+    # a new pod runs the program since the job last looked (it may have been lost, placed
+    # again and started between two looks)
+    new_pod = restarts > job.restarts
     if restarts != job.restarts:
         job.restarts = restarts
         job.save(update_fields=["restarts"])
@@ -315,7 +318,7 @@ def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> N
         )
         return
     if instance.status == S.RUNNING:
-        if job.status != J.RUNNING:
+        if job.status != J.RUNNING or new_pod:
             first = job.started_at is None
             job.started_at = job.started_at or now
             _move(

@@ -136,7 +136,7 @@ def _vanished_recreate(
         pod = pods.get((namespace, name))
         if pod is not None and pod.phase not in ("Failed", "Succeeded"):
             continue
-        if instance_id in programs and pod is not None and pod.ended and not pod.reason:
+        if instance_id in programs and pod is not None and _program_ended(pod):
             workload_end(instance_id, pod.ended)
         elif instance_recreate(instance_id, now=now):
             recreated.append(instance_id)
@@ -164,14 +164,23 @@ def workloads_check(*, region: str | None = None) -> list[str]:
     ended = []
     for pod in kube.pods_managed(namespaces, label_selector=WORKLOAD_SELECTOR):
         instance_id = running.get((pod.namespace, pod.name))
-        if instance_id and pod.ended and not pod.reason and workload_end(instance_id, pod.ended):
+        if instance_id and _program_ended(pod) and workload_end(instance_id, pod.ended):
             ended.append(instance_id)
     return ended
 
 
-def workload_end(instance_id: str, ended: kube.ContainerEnd) -> bool:
+def _program_ended(pod: kube.ClusterPod) -> bool:
+    """Whether the pod's program ended of itself: its container ended, and neither the kubelet
+    failed the pod (evicted, the node shut down) nor was it being deleted (its program was
+    stopped: a vanished pod, run again)."""
+    return pod.ended is not None and not pod.reason and not pod.deleting
+
+
+def workload_end(instance_id: str, ended: kube.ContainerEnd | None) -> bool:
     """A program the instance runs to its end has ended (its pod Succeeded or Failed, as the
     reconcile loop or a watch of the pod found it)."""
+    if ended is None:
+        return False
     return instance_workload_ended(
         instance_id,
         exit_code=ended.exit_code,

@@ -941,6 +941,8 @@ class ClusterPod:
     ended: ContainerEnd | None = None
     # why the kubelet failed the pod itself, if it did (Evicted, NodeShutdown, OutOf…)
     reason: str = ""
+    # it is being deleted: its containers end because they were told to, not of themselves
+    deleting: bool = False
 
 
 def pods_managed(
@@ -957,6 +959,7 @@ def pods_managed(
             (item.status and item.status.phase) or "",
             container_end(item),
             (item.status and item.status.reason) or "",
+            item.metadata.deletion_timestamp is not None,
         )
         for namespace in namespaces
         for item in _call(

@@ -184,7 +184,7 @@ def test_a_lost_pod_resumes_from_the_checkpoint_with_billing_paused(catalog, cli
     assert "STARVERSE_RESTART_COUNT=1" in log
     texts = [e.text for e in JobEvent.objects.filter(job=job)]
     assert any(text.startswith("Its rank was lost") for text in texts)
-    assert any(text.startswith("Running again on") for text in texts)
+    assert texts[-1].startswith("Running again on") and texts[-1].endswith("(restart 1).")
 
 
 def test_cancel_ends_it_keeps_its_logs_and_refuses_twice(
@@ -355,3 +355,76 @@ def test_a_jobs_rank_acts_only_through_its_job(catalog, client_for, owner, clien
     client.force_login(owner)
     listed = client.get("/console/instances/").content.decode()
     assert instance.id not in listed  # listed under its job
+
+
+def _log_has(instance: Instance, text: str) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        instance.refresh_from_db()
+        log = kube.pod_log(instance.k8s_namespace, instance.k8s_name)
+        if text in log:
+            return log
+        assert time.monotonic() < deadline, log
+        time.sleep(0.05)
+
+
+def test_a_lost_node_moves_the_rank_and_the_program_resumes_there(
+    catalog, client_for, owner, cluster, django_capture_on_commit_callbacks
+):
+    from fleet.services import node_transition
+
+    job = _job(client_for(owner), catalog, command=_trainer(400))
+    instance = _running(job)
+    _log_has(instance, "step 5/")
+    lost = instance.node
+    assert lost is not None
+
+    cluster.lose_node(lost.name)
+    # the node's loss is told to its instances, which recover at once (the tasks run here)
+    with django_capture_on_commit_callbacks(execute=True):
+        node_transition(node=lost, to="down", reason="heartbeat lost: no report for 61 s")
+    assert converge_until(converge.provision, instance.id) == "running"
+    assert job_sync(job.id) == "running"
+
+    instance.refresh_from_db()
+    assert instance.node_id != lost.pk
+    log = _log_has(instance, "resumed from step")
+    assert int(log.split("resumed from step", 1)[1].split()[0]) >= 5
+    assert "STARVERSE_RESTART_COUNT=1" in log
+    job.refresh_from_db()
+    assert (job.restarts, job.error_restarts) == (1, 0)
+    assert instance.node is not None
+    last = JobEvent.objects.filter(job=job).order_by("-at", "-id").first()
+    assert last is not None and last.text == (f"Running again on {instance.node.name} (restart 1).")
+    assert InstanceEvent.objects.filter(
+        instance=instance, message__startswith="The node %(node)s was lost"
+    ).exists()
+
+
+def test_a_job_past_its_time_limit_fails_and_gives_its_gpus_back(catalog, client_for, owner):
+    from datetime import timedelta
+
+    job = _job(client_for(owner), catalog, command=_trainer(400), time_limit_minutes=5)
+    instance = _running(job)
+    job.refresh_from_db()
+    assert job.started_at is not None
+    Job.objects.filter(pk=job.pk).update(started_at=job.started_at - timedelta(minutes=5))
+    assert job_sync(job.id) == "failed"
+    assert JobEvent.objects.filter(job=job, status="failed").get().text == (
+        "Stopped at its time limit of 5 minutes."
+    )
+    assert Instance.objects.get(pk=instance.pk).status == "terminating"
+
+
+def test_only_a_program_that_ended_of_itself_ends_its_rank():
+    """A container that ended in a pod being deleted was stopped (its pod vanished: the program
+    runs again), one in a pod the kubelet failed (evicted, node shut down) was killed: neither
+    is the program's verdict."""
+    from instances.provisioning.reconcile import _program_ended
+
+    ended = kube.ContainerEnd(exit_code=1, finished_at=None, reason="Error", message="")
+    pod = kube.ClusterPod("ns", "inst-1", "Failed", ended)
+    assert _program_ended(pod)
+    assert not _program_ended(kube.ClusterPod("ns", "inst-1", "Failed", ended, deleting=True))
+    assert not _program_ended(kube.ClusterPod("ns", "inst-1", "Failed", ended, reason="Evicted"))
+    assert not _program_ended(kube.ClusterPod("ns", "inst-1", "Running", None))
