@@ -30,21 +30,45 @@ class RankView:
     status: str
 
 
+def _rank_view(row: JobRank) -> RankView:
+    return RankView(
+        rank=row.index,
+        instance=row.instance_id,
+        node=row.instance.node.name if row.instance.node else None,
+        status=row.instance.status,
+    )
+
+
 def job_ranks(job: Job) -> list[RankView]:
     rows = JobRank.objects.filter(job=job).select_related("instance__node").order_by("index")
+    return [_rank_view(row) for row in rows]
+
+
+def job_views(jobs: list[Job]) -> list[dict[str, Any]]:
+    """Several jobs' views in three queries whatever their number (a page of the list)."""
+    rows = (
+        JobRank.objects.filter(job__in=jobs)
+        .select_related("instance__node")
+        .order_by("job_id", "index")
+    )
+    ranks: dict[str, list[RankView]] = {}
+    costs: dict[str, int] = {}
+    for row in rows:
+        ranks.setdefault(row.job_id, []).append(_rank_view(row))
+        costs[row.job_id] = costs.get(row.job_id, 0) + row.instance.cost_fen
     return [
-        RankView(
-            rank=row.index,
-            instance=row.instance_id,
-            node=row.instance.node.name if row.instance.node else None,
-            status=row.instance.status,
-        )
-        for row in rows
+        job_view(job, ranks=ranks.get(job.pk, []), cost_fen=costs.get(job.pk, 0)) for job in jobs
     ]
 
 
-def job_view(job: Job) -> dict[str, Any]:
+def job_view(
+    job: Job, *, ranks: list[RankView] | None = None, cost_fen: int | None = None
+) -> dict[str, Any]:
     """The job as the API and the console show it."""
+    if ranks is None:
+        ranks = job_ranks(job)
+    if cost_fen is None:
+        cost_fen = job_cost_fen(job)
     return {
         "id": job.id,
         "name": job.name,
@@ -65,8 +89,8 @@ def job_view(job: Job) -> dict[str, Any]:
         "error_restarts": job.error_restarts,
         "exit_code": job.exit_code,
         "message": job.message,
-        "cost_fen": job_cost_fen(job),
-        "ranks": [vars(rank) for rank in job_ranks(job)],
+        "cost_fen": cost_fen,
+        "ranks": [vars(rank) for rank in ranks],
         "notes": job.notes,
         "created_at": job.created_at,
         "started_at": job.started_at,

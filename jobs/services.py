@@ -302,10 +302,12 @@ def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> N
     if workload is not None and workload.exit_code is not None:
         _program_ended(job, instance, workload, now=now)
         return
-    if instance.status == S.STOPPING or (
-        job.restart_pending and instance.status in (S.STOPPED, S.FAILED)
-    ):
-        return  # it stops (then ends the job below), or it starts again (rank_restart)
+    if job.restart_pending and instance.status in (S.STOPPED, S.FAILED):
+        # it starts again (rank_restart); sent again here in case its task was lost
+        enqueue_on_commit("jobs.tasks.restart_rank", instance.pk)
+        return
+    if instance.status == S.STOPPING:
+        return  # it stops (then ends the job below), or it starts again once stopped
     if instance.status in (S.STOPPED, S.FAILED, S.TERMINATED, S.TERMINATING):
         reason = _last_words(instance)
         _end_with_instance(
@@ -396,33 +398,35 @@ def _program_ended(job: Job, instance: Instance, workload: Workload, *, now: Any
 
 
 def rank_restart(instance_id: str) -> None:
-    """Start a rank whose program failed again, once its instance has stopped (the start
-    goes through admission and the queue like any start). A start refused (an empty balance,
-    a limit) ends the job with the refusal's reason."""
-    rank = JobRank.objects.select_related("job").get(pk=instance_id)
-    status = Instance.objects.values_list("status", flat=True).get(pk=instance_id)
-    if status == S.STOPPING:
-        raise StillStopping(instance_id)
-    if status not in (S.STOPPED, S.FAILED) or rank.job.status != J.RECOVERING:
-        return
-    try:
-        instance_start(instance_id=instance_id, by_owner=True)
-        Job.objects.filter(pk=rank.job_id).update(restart_pending=False)
-    except ServiceError as error:
-        with transaction.atomic():
-            job = job_locked(rank.job_id)
-            job.restart_pending = False
-            job.save(update_fields=["restart_pending"])
-            if job.status not in ENDED:
-                instance = Instance.objects.get(pk=instance_id)
-                _end_with_instance(
-                    job,
-                    instance,
-                    J.FAILED,
-                    later(gettext_noop("It could not start again: %(reason)s"))
-                    % {"reason": error.message},
-                    now=timezone.now(),
-                )
+    """Start a rank whose program failed again, once its instance has stopped (the start goes
+    through admission and the queue like any start), under the job's lock: sent twice (the
+    sweep sends it again in case its task was lost), it starts once. A start refused (an empty
+    balance, a limit) ends the job with the refusal's reason."""
+    rank = JobRank.objects.get(pk=instance_id)
+    with transaction.atomic():
+        job = job_locked(rank.job_id)
+        if not job.restart_pending or job.status != J.RECOVERING:
+            return
+        status = Instance.objects.values_list("status", flat=True).get(pk=instance_id)
+        if status == S.STOPPING:
+            raise StillStopping(instance_id)
+        if status not in (S.STOPPED, S.FAILED):
+            return
+        job.restart_pending = False
+        job.save(update_fields=["restart_pending"])
+        try:
+            with transaction.atomic():
+                instance_start(instance_id=instance_id, by_owner=True)
+        except ServiceError as error:
+            instance = Instance.objects.get(pk=instance_id)
+            _end_with_instance(
+                job,
+                instance,
+                J.FAILED,
+                later(gettext_noop("It could not start again: %(reason)s"))
+                % {"reason": error.message},
+                now=timezone.now(),
+            )
 
 
 class StillStopping(Exception):

@@ -15,7 +15,14 @@ from rest_framework.response import Response
 from compute.admission import ACCOUNT_LIMITS
 from jobs.api.serializers import JobCreateInput, JobEventOutput, JobOutput
 from jobs.models import Job
-from jobs.selectors import job_events, job_view, log_follow, log_source, log_text
+from jobs.selectors import (
+    job_events,
+    job_view,
+    job_views,
+    log_follow,
+    log_source,
+    log_text,
+)
 from jobs.services import JobRequest, job_cancel, job_submit
 from jobs.skypilot import TaskError, catalog_from_db, parse_task
 from starverse.accounts.audit import audit_request
@@ -97,9 +104,8 @@ class JobViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Job]):
         """The tenant's jobs, newest first."""
         paginator = Pagination()
         page = paginator.paginate_queryset(self.get_queryset().order_by("-created_at"), request)
-        return paginator.get_paginated_response(
-            [JobOutput(job_view(job)).data for job in page or []]
-        )
+        views = job_views(list(page or []))
+        return paginator.get_paginated_response([JobOutput(view).data for view in views])
 
     @extend_schema(
         operation_id="jobs_create",

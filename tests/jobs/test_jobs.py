@@ -428,3 +428,49 @@ def test_only_a_program_that_ended_of_itself_ends_its_rank():
     assert not _program_ended(kube.ClusterPod("ns", "inst-1", "Failed", ended, deleting=True))
     assert not _program_ended(kube.ClusterPod("ns", "inst-1", "Failed", ended, reason="Evicted"))
     assert not _program_ended(kube.ClusterPod("ns", "inst-1", "Running", None))
+
+
+def test_a_restart_sent_twice_starts_the_rank_once(catalog, client_for, owner):
+    job = _job(client_for(owner), catalog, command=_trainer(6, fail_at=2), max_restarts=2)
+    instance = _running(job)
+    _program_ends(instance)
+    assert job_sync(job.id) == "recovering"
+    _stopped(instance)
+    assert job_sync(job.id) == "recovering"  # it sends the restart again: harmless
+    rank_restart(instance.id)
+    rank_restart(instance.id)
+    assert Instance.objects.get(pk=instance.id).status == "provisioning"
+    job.refresh_from_db()
+    assert (job.status, job.restart_pending) == ("recovering", False)
+
+
+def test_a_restart_the_account_may_not_take_ends_the_job_with_the_reason(
+    catalog, client_for, owner
+):
+    from compute.models import TenantLimits
+
+    job = _job(client_for(owner), catalog, command=_trainer(6, fail_at=2), max_restarts=2)
+    instance = _running(job)
+    _program_ends(instance)
+    assert job_sync(job.id) == "recovering"
+    _stopped(instance)
+    # an operator lowered the account's GPU limit meanwhile
+    TenantLimits.objects.update_or_create(tenant=owner.tenant, defaults={"max_running_gpus": 0})
+    rank_restart(instance.id)
+    job.refresh_from_db()
+    assert job.status == "failed"
+    last = JobEvent.objects.filter(job=job).order_by("-at", "-id").first()
+    assert last is not None and last.text.startswith("It could not start again: ")
+    assert Instance.objects.get(pk=instance.id).status == "terminating"
+
+
+def test_the_list_reads_a_page_of_jobs_in_a_fixed_number_of_queries(
+    catalog, client_for, owner, django_assert_max_num_queries
+):
+    client = client_for(owner)
+    for n in range(6):
+        _job(client, catalog, command=f"echo {n}")
+    with django_assert_max_num_queries(12):
+        listed = client.get("/api/v1/jobs").json()
+    assert len(listed["results"]) == 6
+    assert all(len(job["ranks"]) == 1 for job in listed["results"])
