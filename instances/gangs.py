@@ -6,12 +6,13 @@ number, the objects the ranks share on the cluster, what happens when a rank's n
 comes through the hooks the owner registers here from its AppConfig.ready
 (gang_hooks_register), the way products register their meter hooks (compute.metering)."""
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.db.models import QuerySet
 
 from fleet.models import Node
-from instances.models import Instance
+from instances.models import Instance, Workload
 
 
 def gang_of(instance: Instance) -> str:
@@ -69,3 +70,25 @@ def gang_hooks() -> GangHooks:
     if not _hooks:
         raise LookupError("an instance is one of a gang, but no app owns gangs")
     return _hooks[0]
+
+
+# An instance that runs a program to its end for an owner (instances.models.Workload.owner: a
+# job's id) is shown with its owner, where it is acted on: the owner's app registers, by the
+# prefix of its ids, what the instance is to it and the owner's console page.
+OwnerLink = Callable[[Instance, str], tuple[str, str]]
+_owner_links: dict[str, OwnerLink] = {}
+
+
+def workload_owner_register(prefix: str, link: OwnerLink) -> None:
+    """Called from the owner's AppConfig.ready (the jobs app: prefix "job_")."""
+    _owner_links[prefix] = link
+
+
+def workload_owner_link(instance: Instance) -> tuple[str, str] | None:
+    """(what the instance is, in the reader's language; its owner's page), or None for an
+    instance no registered owner runs."""
+    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
+    for prefix, link in _owner_links.items():
+        if owner and owner.startswith(prefix):
+            return link(instance, owner)
+    return None

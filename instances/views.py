@@ -30,7 +30,7 @@ from compute.models import Image, Offering
 from fleet.models import Region
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
-from instances.gangs import gang_hooks, gang_of
+from instances.gangs import gang_hooks, gang_of, workload_owner_link
 from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
@@ -529,6 +529,8 @@ def price_now(instance: Instance) -> PriceNow:
 def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
     instance = get_for_user(_user_instances(request), request.user, "tenant", pk)
     gang = gang_of(instance)
+    owner = None if gang else workload_owner_link(instance)
+    owned = bool(gang or owner)
     info = InstanceOutput(instance).data
     events = list(instance.events.order_by("at", "id"))
     return render(
@@ -543,10 +545,12 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "status_labels": _status_labels(),
             # one of a gang (a cluster's rank) stops, starts and terminates with it, there
             "gang_member": gang_hooks().member_link(instance) if gang else None,
+            # one that runs a job's program starts and ends with its job, there
+            "workload_owner": owner,
             "price_now": price_now(instance),
-            "can_stop": not gang and instance.status in CAN_STOP,
-            "can_start": not gang and instance.status in CAN_START,
-            "can_terminate": not gang and instance.status != S.TERMINATED,
+            "can_stop": not owned and instance.status in CAN_STOP,
+            "can_start": not owned and instance.status in CAN_START,
+            "can_terminate": not owned and instance.status != S.TERMINATED,
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "no_sshd": settings.DEV_PODS_WITHOUT_SSHD,

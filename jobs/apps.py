@@ -17,4 +17,8 @@ class JobsConfig(AppConfig):
     verbose_name = "Jobs"
 
     def ready(self) -> None:
+        from instances.gangs import workload_owner_register
+        from jobs.links import rank_link
+
         workload_ended.connect(sync_on_workload_ended, dispatch_uid="jobs-workload-ended")
+        workload_owner_register("job_", rank_link)

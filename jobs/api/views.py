@@ -1,3 +1,4 @@
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -9,6 +10,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -58,6 +60,23 @@ class ApplicationYamlParser(TaskYamlParser):
 
 class XYamlParser(TaskYamlParser):
     media_type = "application/x-yaml"
+
+
+class PlainTextRenderer(BaseRenderer):
+    """Lets a client that asks for text (Accept: text/plain, as curl and the CLI do) have a
+    log: the view answers the text itself; an error answer stays JSON."""
+
+    media_type = "text/plain"
+    format = "txt"
+    charset = None
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        return JSONRenderer().render(data)
 
 
 def _invalid(message: str, *, field: str) -> FieldInvalid:
@@ -178,7 +197,7 @@ class JobViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Job]):
         ],
         responses={(200, "text/plain"): OpenApiTypes.STR, **errors()},
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], renderer_classes=[JSONRenderer, PlainTextRenderer])
     def logs(self, request: Request, pk: str | None = None) -> HttpResponse | StreamingHttpResponse:
         """A rank's output (its current attempt, or one kept after its pod went)."""
         job = self.get_object()

@@ -407,6 +407,9 @@ KUBE_ACCESS: bool | str = "exec" if _kube_access == "exec" else env_bool("KUBE_A
 # The instance page says its SSH command answers nothing when the pods are `make run`'s emulated
 # ones without sshd (starverse.settings.dev reads it; bin/run exports it): never elsewhere.
 DEV_PODS_WITHOUT_SSHD = False
+# A command the job form offers to fill in as a demo (blank: none). `make run` sets the Kubernetes
+# emulator's simulated trainer (starverse.settings.dev), which exists only there.
+JOB_DEMO_COMMAND = ""
 # The worker's service account ("namespace/name"), bound to the starverse-tenant ClusterRole in
 # each tenant namespace by a RoleBinding the worker makes with the namespace; the terminal
 # service's, bound to starverse-exec (pods/exec) the same way.

@@ -223,8 +223,8 @@ def test_logs_follow_streams_the_lines_as_they_come_and_tail_cuts(catalog, clien
     steps = [line.split(" loss=")[0] for line in text.splitlines() if line.startswith("step")]
     assert steps == [f"step {n}/4" for n in range(1, 5)]
     assert text.splitlines()[-1] == "done"  # the stream ended with the program
-    tail = client.get(f"/api/v1/jobs/{job.id}/logs?tail=1")
-    assert tail.content.decode() == "done\n"
+    tail = client.get(f"/api/v1/jobs/{job.id}/logs?tail=1", HTTP_ACCEPT="text/plain")
+    assert (tail.status_code, tail.content.decode()) == (200, "done\n")
     bad = client.get(f"/api/v1/jobs/{job.id}/logs?tail=-1")
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid")
     missing = client.get(f"/api/v1/jobs/{job.id}/logs?rank=3")
