@@ -965,7 +965,14 @@ def cmd_jobs_submit(ctx: Context) -> int:
 
 
 def cmd_jobs_ls(ctx: Context) -> int:
-    rows = ctx.client.list_all("jobs", status=ctx.args.status)
+    """The jobs, newest first. `--status` is applied here: the API lists every job (a server
+    that filters by `?status=` only makes the list shorter)."""
+    status = ctx.args.status
+    rows = [
+        row
+        for row in ctx.client.list_all("jobs", status=status)
+        if status is None or row.get("status") == status
+    ]
     ctx.emit(rows, lambda: _job_rows(ctx, rows))
     return OK
 

@@ -183,6 +183,11 @@ def test_ls_lists_every_page_as_a_table_or_json(cli_env, fake_api, monkeypatch):
         "ID  NAME  STATUS  NODES  RESTARTS  COST  STARTED\n",
         "",
     )
+    # a server that lists every job whatever `?status=` says: the CLI keeps the status asked
+    fake_api.on(
+        "GET", "/api/v1/jobs?status=succeeded", body={"count": 2, "results": [RUNNING, done]}
+    )
+    assert json.loads(run("jobs", "ls", "--status", "succeeded", "--json")[1]) == [done]
 
 
 def test_show_prints_the_job_its_ranks_and_its_recent_events(cli_env, fake_api, monkeypatch):
@@ -227,7 +232,7 @@ def test_logs_prints_a_ranks_tail(cli_env, fake_api, monkeypatch):
         "step 9 loss 1.2\nstep 10 loss 1.1\n",
         "",
     )
-    assert fake_api.sent[0].headers["Accept"] == "text/plain"
+    assert fake_api.sent[0].headers["Accept"] == "text/plain, application/json"
     assert fake_api.sent[0].headers["Authorization"] == "Bearer sv_test"
 
 
