@@ -7,7 +7,12 @@ The flow: no token → exit 3; log in with e-mail and password; top up through t
 checkout page; `rent --wait`; `ls --json`; `ssh ID -- echo hi` into the instance with the host
 key pinned; `stop`; `rm -y`; `balance`. The emulated pod runs nothing, so the instance's sshd is
 the images' real init (Debian's sshd) in a scratch root, serving the access Secret the platform
-wrote for the pod on the port the API gives (the Service's node port)."""
+wrote for the pod on the port the API gives (the Service's node port).
+
+A job's journey: `jobs submit` with the emulator's simulated trainer as the command, `jobs ls`,
+`jobs logs -f` until the program ends, `jobs show`, a second job `jobs cancel --yes`; the
+worker's and beat's steps (provisioning, `workloads-check`, `jobs-sync`) are driven by the
+test."""
 
 import base64
 import json
