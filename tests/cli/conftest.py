@@ -92,10 +92,11 @@ def _served() -> Iterator[FakeApi]:
             if parts is not None and "application/json" not in self.headers.get("Accept", ""):
                 # as the API's content negotiation does: it renders JSON only (a log's text
                 # comes from the view), so an Accept without JSON is refused
+                refused: dict[str, str] = {}
                 status, body, headers = (
                     406,
                     {"detail": "Not acceptable.", "code": "not_acceptable"},
-                    {},
+                    refused,
                 )
             elif parts is not None:
                 self._stream(parts)
