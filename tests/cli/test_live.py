@@ -295,17 +295,23 @@ def test_a_job_submitted_followed_and_cancelled_with_the_cli(
     assert table[0].split() == ["ID", "NAME", "STATUS", "NODES", "RESTARTS", "COST", "STARTED"]
     assert table[1].split()[:5] == [job_id, "sft", "running", "1", "0"]
 
-    # logs -f: the lines as the trainer writes them, until its container ends
-    followed = cli("jobs", "logs", job_id, "-f", timeout=WAIT_S)
-    assert followed.returncode == 0, followed.stderr
-    lines = followed.stdout.splitlines()
-    steps = [line.split(" loss=")[0] for line in lines if line.startswith("step ")]
-    assert steps == [f"step {n}/6" for n in range(1, 7)]
-    assert "starting at step 0" in lines and lines[-1] == "done"
+    # logs -f: the lines as the trainer writes them, until the job ends: its program's end
+    # found (beat's `workloads-check`) and the job following it (`jobs-sync`)
+    def program_ends() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while read_existing("Pod", rank.k8s_namespace, rank.k8s_name)["status"].get(
+            "phase"
+        ) not in ("Succeeded", "Failed"):
+            assert time.monotonic() < deadline, "the trainer did not end"
+            time.sleep(0.05)
+        assert workloads_check() == [rank.pk]
+        assert job_sync(job_id) == "succeeded"
 
-    # the program's end found (beat's `workloads-check`), the job following it (`jobs-sync`)
-    assert workloads_check() == [rank.pk]
-    assert job_sync(job_id) == "succeeded"
+    out, _err = while_running(cli.start("jobs", "logs", job_id, "-f"), program_ends)
+    lines = out.splitlines()
+    steps = [line.split(" loss=")[0] for line in lines if line.startswith("step ")]
+    assert steps == [f"step {n}/6" for n in range(1, 7)]  # each once
+    assert "starting at step 0" in lines and lines[-1] == "done"
     shown = cli("jobs", "show", job_id)
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout
