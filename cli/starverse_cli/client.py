@@ -219,8 +219,8 @@ class Client:
         server ends it (`timeout` None: a quiet container may say nothing for minutes). Not
         retried, as a stream broken halfway cannot be resumed where it broke."""
         url = self.url(path, query)
-        # JSON is named too: the API's content negotiation knows JSON only (the text comes
-        # from the view itself), so `text/plain` alone is a 406; errors come back as JSON
+        # JSON is named too: an error answer is JSON, and a server whose negotiation renders
+        # JSON only (the logs route before it learnt text/plain) refuses text/plain alone
         sent = self._headers(STREAM_ACCEPT, None, True)
         req = urllib.request.Request(url, headers=sent, method="GET")  # noqa: S310
         try:
