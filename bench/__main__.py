@@ -10,6 +10,7 @@ from bench import (
     gateway,
     images,
     instances,
+    jobs,
     ledger,
     statements,
 )
@@ -24,6 +25,7 @@ BENCHMARKS = {
     "images": images.run,
     "endpoints": endpoints.run,
     "statements": statements.run,
+    "jobs": jobs.run,
 }
 
 

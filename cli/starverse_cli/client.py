@@ -33,6 +33,7 @@ MAX_RETRY_AFTER_S = 60.0
 TIMEOUT_S = 30.0
 STREAM_CHUNK = 64 * 1024
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+STREAM_ACCEPT = "text/plain, application/json"
 
 
 class ApiError(Exception):
@@ -218,7 +219,9 @@ class Client:
         server ends it (`timeout` None: a quiet container may say nothing for minutes). Not
         retried, as a stream broken halfway cannot be resumed where it broke."""
         url = self.url(path, query)
-        sent = self._headers("text/plain", None, True)
+        # JSON is named too: an error answer is JSON, and a server whose negotiation renders
+        # JSON only (the logs route before it learnt text/plain) refuses text/plain alone
+        sent = self._headers(STREAM_ACCEPT, None, True)
         req = urllib.request.Request(url, headers=sent, method="GET")  # noqa: S310
         try:
             answer = self.opener(req, timeout=timeout)

@@ -36,6 +36,11 @@ STATUS_EXIT = {401: AUTH, 402: PAYMENT, 404: NOT_FOUND, 409: CONFLICT}
 SPINNER = "|/-\\"
 INSTANCE_END = {"failed", "terminated"}
 CLUSTER_END = {"failed", "terminated"}
+# A job whose rank has output to follow (running), or that has ended (its kept output).
+JOB_END = {"succeeded", "failed", "cancelling", "cancelled"}
+JOB_LOGGING = {"running", *JOB_END}
+# A followed log the server ends sooner than this after it was asked: the program has ended.
+FOLLOW_BRIEF_S = 1.0
 
 
 class CliError(Exception):
@@ -375,15 +380,19 @@ def _wait(
     target: set[str],
     end: set[str],
     timeout: float,
+    *,
+    read: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Poll `path` until its status is in `target`: a spinner on a terminal, a line per status
-    change otherwise. CliError when it ends elsewhere (1) or time runs out (7)."""
+    change otherwise. CliError when it ends elsewhere (1) or time runs out (7). `read`: the
+    object as the caller has just read it (its status is the first shown)."""
     interval = float(os.environ.get("STARVERSE_POLL_INTERVAL", "2"))
     deadline = time.monotonic() + timeout
     started, shown, turn = time.monotonic(), "", 0
     tty = ctx.err.isatty() and not ctx.json
     while True:
-        row: dict[str, Any] = ctx.client.get(path)
+        row: dict[str, Any] = read if read is not None else ctx.client.get(path)
+        read = None
         status = str(row.get("status"))
         if tty:
             spent = int(time.monotonic() - started)
@@ -965,7 +974,14 @@ def cmd_jobs_submit(ctx: Context) -> int:
 
 
 def cmd_jobs_ls(ctx: Context) -> int:
-    rows = ctx.client.list_all("jobs", status=ctx.args.status)
+    """The jobs, newest first. `--status` is applied here: the API lists every job (a server
+    that filters by `?status=` only makes the list shorter)."""
+    status = ctx.args.status
+    rows = [
+        row
+        for row in ctx.client.list_all("jobs", status=status)
+        if status is None or row.get("status") == status
+    ]
     ctx.emit(rows, lambda: _job_rows(ctx, rows))
     return OK
 
@@ -987,20 +1003,60 @@ def cmd_jobs_show(ctx: Context) -> int:
     return OK
 
 
-def cmd_jobs_logs(ctx: Context) -> int:
-    """A rank's log; with -f it follows, written out as it comes, until the rank's container
-    ends (or Ctrl-C, which ends it quietly)."""
-    args = ctx.args
-    query = {"rank": args.rank, "tail": args.tail, "follow": 1 if args.follow else None}
+def _write_log(ctx: Context, query: dict[str, Any]) -> None:
+    """One answer of the logs route, written out as it comes."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    follow = query.get("follow") is not None
+    chunks = ctx.client.stream(
+        f"jobs/{ctx.args.id}/logs", query, timeout=None if follow else TIMEOUT_S
+    )
+    for chunk in chunks:
+        ctx.out.write(decoder.decode(chunk))
+        ctx.out.flush()
+    ctx.out.write(decoder.decode(b"", final=True))
+
+
+def _follow_job(ctx: Context) -> None:
+    """Follow the rank until the job ends. A job not started yet is waited for (the API has no
+    output for it yet); each attempt after a restart is followed from its first line; a stream
+    the server ended while the job still runs goes on with new lines only: at once when it had
+    been open a while (the program was quiet for the server's JOB_LOG_FOLLOW_S), after a poll
+    interval when it ended at once (the program has ended; the platform notices in seconds)."""
+    args, path = ctx.args, f"jobs/{ctx.args.id}"
+    interval = float(os.environ.get("STARVERSE_POLL_INTERVAL", "2"))
+    job: dict[str, Any] = ctx.client.get(path)
+    attempt, tail, brief = None, args.tail, False
+    while True:
+        if job.get("status") not in JOB_LOGGING:
+            job = _wait(ctx, path, JOB_LOGGING, set(), float("inf"), read=job)
+        if job.get("restarts") != attempt:
+            if attempt is not None:
+                ctx.note(f"{job['id']}: attempt {job.get('restarts')}")
+                tail = None
+            attempt = job.get("restarts")
+        else:
+            tail = 0
+            if brief:
+                time.sleep(interval)
+        opened = time.monotonic()
+        _write_log(ctx, {"rank": args.rank, "tail": tail, "follow": 1})
+        brief = time.monotonic() - opened < FOLLOW_BRIEF_S
+        if job.get("status") in JOB_END:
+            return  # its kept output was written whole
+        job = ctx.client.get(path)
+        if job.get("status") in JOB_END:
+            return
+
+
+def cmd_jobs_logs(ctx: Context) -> int:
+    """A rank's log; with -f it follows, written out as it comes, until the job ends (or
+    Ctrl-C, which ends it quietly)."""
+    args = ctx.args
     try:
-        chunks = ctx.client.stream(
-            f"jobs/{args.id}/logs", query, timeout=None if args.follow else TIMEOUT_S
-        )
-        for chunk in chunks:
-            ctx.out.write(decoder.decode(chunk))
-            ctx.out.flush()
-        ctx.out.write(decoder.decode(b"", final=True))
+        if args.follow:
+            _follow_job(ctx)
+        else:
+            _write_log(ctx, {"rank": args.rank, "tail": args.tail})
     except KeyboardInterrupt:
         return INTERRUPTED
     return OK

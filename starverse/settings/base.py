@@ -319,6 +319,7 @@ SPECTACULAR_SETTINGS = {
         "PublicDatasetKindEnum": "datasets.choices.DatasetKind",
         "TrialStatusEnum": "billing.choices.TrialStatus",
         "InvoiceKindEnum": "billing.choices.InvoiceKind",
+        "JobStatusEnum": "jobs.choices.JobStatus",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -31,6 +31,8 @@ def generated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         "post_hooks: []\n"  # no formatter runs, so no network and no extra tools
         # downloads (invoice and statement PDFs) are bytes to the client
         "content_type_overrides:\n  application/pdf: application/octet-stream\n"
+        # a SkyPilot task (POST /jobs as text/yaml) is bytes sent as they are
+        "  text/yaml: application/octet-stream\n"
     )
     result = subprocess.run(
         [GENERATOR, "generate", "--path", schema, "--output-path", out, "--config", config],

@@ -183,6 +183,11 @@ def test_ls_lists_every_page_as_a_table_or_json(cli_env, fake_api, monkeypatch):
         "ID  NAME  STATUS  NODES  RESTARTS  COST  STARTED\n",
         "",
     )
+    # a server that lists every job whatever `?status=` says: the CLI keeps the status asked
+    fake_api.on(
+        "GET", "/api/v1/jobs?status=succeeded", body={"count": 2, "results": [RUNNING, done]}
+    )
+    assert json.loads(run("jobs", "ls", "--status", "succeeded", "--json")[1]) == [done]
 
 
 def test_show_prints_the_job_its_ranks_and_its_recent_events(cli_env, fake_api, monkeypatch):
@@ -227,7 +232,7 @@ def test_logs_prints_a_ranks_tail(cli_env, fake_api, monkeypatch):
         "step 9 loss 1.2\nstep 10 loss 1.1\n",
         "",
     )
-    assert fake_api.sent[0].headers["Accept"] == "text/plain"
+    assert fake_api.sent[0].headers["Accept"] == "text/plain, application/json"
     assert fake_api.sent[0].headers["Authorization"] == "Bearer sv_test"
 
 
@@ -250,6 +255,7 @@ def test_logs_follow_writes_each_chunk_as_it_comes_until_the_rank_ends(
     cli_env, fake_api, monkeypatch
 ):
     logged_in(fake_api, monkeypatch)
+    _job_runs_then_ends(fake_api)
     out, err = Watched("step 1\n"), io.StringIO()
     shown_before_more: list[bool] = []
     fake_api.stream(
@@ -266,9 +272,59 @@ def test_logs_follow_writes_each_chunk_as_it_comes_until_the_rank_ends(
 
 def test_a_character_split_between_chunks_is_written_whole(cli_env, fake_api, monkeypatch):
     logged_in(fake_api, monkeypatch)
+    _job_runs_then_ends(fake_api)
     text = "训练 step 1\n".encode()
     fake_api.stream("GET", "/api/v1/jobs/job_abc/logs?follow=1", [_Raw(text[:2]), _Raw(text[2:])])
     assert run("jobs", "logs", "job_abc", "-f") == (0, "训练 step 1\n", "")
+
+
+def _job_runs_then_ends(fake_api) -> None:
+    """The job runs when following starts, and has ended when its stream is over."""
+    fake_api.on("GET", "/api/v1/jobs/job_abc", body=RUNNING)
+    fake_api.on("GET", "/api/v1/jobs/job_abc", body=dict(RUNNING, status="succeeded"))
+
+
+def test_follow_waits_for_the_start_follows_each_attempt_and_ends_with_the_job(
+    cli_env, fake_api, monkeypatch
+):
+    logged_in(fake_api, monkeypatch)
+    job = "/api/v1/jobs/job_abc"
+    for status, restarts in (
+        ("queued", 0),  # no output yet: waited for
+        ("running", 0),
+        ("running", 0),  # the stream ended (the program failed), not noticed yet
+        ("recovering", 0),  # noticed: it runs again
+        ("running", 1),
+        ("succeeded", 1),
+    ):
+        fake_api.on("GET", job, body=dict(RUNNING, status=status, restarts=restarts))
+    fake_api.stream("GET", f"{job}/logs?follow=1", ["step 1\n", "error: boom\n"])
+    fake_api.stream("GET", f"{job}/logs?tail=0&follow=1", [])
+    code, out, err = run("jobs", "logs", "job_abc", "-f")
+    assert code == 0
+    # the first attempt whole, then the second whole, nothing twice
+    assert out == "step 1\nerror: boom\nstep 1\nerror: boom\n"
+    assert err == (
+        "job_abc: queued\njob_abc: running\njob_abc: recovering\njob_abc: running\n"
+        "job_abc: attempt 1\n"
+    )
+    asked = [sent.path for sent in fake_api.sent if sent.path.startswith(f"{job}/logs")]
+    assert asked == [
+        f"{job}/logs?follow=1",
+        f"{job}/logs?tail=0&follow=1",  # the same attempt: only what comes next
+        f"{job}/logs?follow=1",
+    ]
+
+
+def test_follow_of_an_ended_job_writes_its_kept_output_once(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    fake_api.on("GET", "/api/v1/jobs/job_abc", body=dict(RUNNING, status="failed"))
+    fake_api.stream("GET", "/api/v1/jobs/job_abc/logs?follow=1", ["step 1\n", "error\n"])
+    assert run("jobs", "logs", "job_abc", "-f") == (0, "step 1\nerror\n", "")
+    assert [sent.path for sent in fake_api.sent] == [
+        "/api/v1/jobs/job_abc",
+        "/api/v1/jobs/job_abc/logs?follow=1",
+    ]
 
 
 class _Raw(str):
@@ -294,6 +350,7 @@ class Interrupted(io.StringIO):
 
 def test_ctrl_c_ends_following_quietly_with_130(cli_env, fake_api, monkeypatch):
     logged_in(fake_api, monkeypatch)
+    _job_runs_then_ends(fake_api)
     fake_api.stream("GET", "/api/v1/jobs/job_abc/logs?follow=1", ["step 1\n"])
     err = io.StringIO()
     assert main(["jobs", "logs", "job_abc", "-f"], out=Interrupted(), err=err) == 130

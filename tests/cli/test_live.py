@@ -7,7 +7,12 @@ The flow: no token → exit 3; log in with e-mail and password; top up through t
 checkout page; `rent --wait`; `ls --json`; `ssh ID -- echo hi` into the instance with the host
 key pinned; `stop`; `rm -y`; `balance`. The emulated pod runs nothing, so the instance's sshd is
 the images' real init (Debian's sshd) in a scratch root, serving the access Secret the platform
-wrote for the pod on the port the API gives (the Service's node port)."""
+wrote for the pod on the port the API gives (the Service's node port).
+
+A job's journey: `jobs submit` with the emulator's simulated trainer as the command, `jobs ls`,
+`jobs logs -f` until the program ends, `jobs show`, a second job `jobs cancel --yes`; the
+worker's and beat's steps (provisioning, `workloads-check`, `jobs-sync`) are driven by the
+test."""
 
 import base64
 import json
@@ -18,10 +23,20 @@ from typing import Any
 
 import pytest
 
+from compute.models import Offering
 from instances.models import Instance as InstanceRow
 from instances.provisioning import converge
+from instances.provisioning.reconcile import workloads_check
+from jobs.services import job_sync
 from tests.cli.live import Cli, instance_sshd, json_of, pay
-from tests.factories import PASSWORD, converge_until, make_token, make_user, read_existing
+from tests.factories import (
+    PASSWORD,
+    converge_until,
+    fund,
+    make_token,
+    make_user,
+    read_existing,
+)
 from tests.images.test_init_ssh import _user_key
 
 OFFERING = "1× RTX 4090 24GB"  # not a premium model: no trial limit
@@ -224,3 +239,116 @@ def test_log_in_for_a_team_and_whoami_with_the_cli(live_server, transactional_db
         "login", "--email", user.email, "--password-stdin", "--team", "Robotics", stdin=PASSWORD
     )
     assert unknown.returncode == 4
+
+
+TRAINER = "starverse-sim-train --steps {steps} --step-seconds {seconds}"
+
+
+def _job_rank(job_id: str) -> InstanceRow:
+    return InstanceRow.objects.get(job_rank__job_id=job_id, job_rank__index=0)
+
+
+def _job_running(job_id: str) -> InstanceRow:
+    """The job's rank provisioned and the job following it, as the worker's retrying task and
+    beat's `jobs-sync` would (the live server's eager tasks give up while the pod starts)."""
+    rank = _job_rank(job_id)
+    assert converge_until(converge.provision, rank.pk) == "running"
+    assert job_sync(job_id) == "running"
+    return rank
+
+
+def test_a_job_submitted_followed_and_cancelled_with_the_cli(
+    live_server, transactional_db, catalog, cluster, tmp_path
+):
+    """`jobs submit` with the simulated trainer as the command, `jobs ls`, `jobs logs -f`
+    until the program ends, `jobs show`; a second job cancelled with `jobs cancel --yes`."""
+    cli = Cli(tmp_path / "home", live_server.url)
+    user = make_user()
+    fund(user, 1_000_000)
+    cli.env["STARVERSE_TOKEN"] = make_token(user)[1]
+    offering = Offering.objects.get(name=OFFERING)
+
+    # submit by the offering's name (the CLI finds its id), a command after `--`
+    command = TRAINER.format(steps=6, seconds=0.2)
+    submitted = json_of(
+        cli(
+            *("jobs", "submit", "--name", "sft", "--image", IMAGE, "--offering", OFFERING),
+            *("--env", "LR=3e-5", "--max-restarts", "1", "--json", "--", command),
+        )
+    )
+    job_id = submitted["id"]
+    assert job_id.startswith("job_")
+    assert (submitted["offering"], submitted["command"], submitted["env"]) == (
+        offering.pk,
+        command,
+        {"LR": "3e-5"},
+    )
+    assert (submitted["max_restarts"], submitted["nas"], submitted["notes"]) == (1, False, [])
+    assert submitted["status"] in ("queued", "provisioning")
+
+    rank = _job_running(job_id)
+    listed = json_of(cli("jobs", "ls", "--json"))
+    assert [(row["id"], row["status"], row["name"]) for row in listed] == [
+        (job_id, "running", "sft")
+    ]
+    table = cli("jobs", "ls").stdout.splitlines()
+    assert table[0].split() == ["ID", "NAME", "STATUS", "NODES", "RESTARTS", "COST", "STARTED"]
+    assert table[1].split()[:5] == [job_id, "sft", "running", "1", "0"]
+
+    # logs -f: the lines as the trainer writes them, until the job ends: its program's end
+    # found (beat's `workloads-check`) and the job following it (`jobs-sync`)
+    def program_ends() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while read_existing("Pod", rank.k8s_namespace, rank.k8s_name)["status"].get(
+            "phase"
+        ) not in ("Succeeded", "Failed"):
+            assert time.monotonic() < deadline, "the trainer did not end"
+            time.sleep(0.05)
+        assert workloads_check() == [rank.pk]
+        assert job_sync(job_id) == "succeeded"
+
+    out, _err = while_running(cli.start("jobs", "logs", job_id, "-f"), program_ends)
+    lines = out.splitlines()
+    steps = [line.split(" loss=")[0] for line in lines if line.startswith("step ")]
+    assert steps == [f"step {n}/6" for n in range(1, 7)]  # each once
+    assert "starting at step 0" in lines and lines[-1] == "done"
+    shown = cli("jobs", "show", job_id)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    rank.refresh_from_db()
+    assert rank.node is not None
+    for line in (
+        f"ID:          {job_id}",
+        "Status:      succeeded",
+        "Exit code:   0",
+        f"Cost so far: ¥{rank.cost_fen // 100}.{rank.cost_fen % 100:02d}",
+    ):
+        assert line in text.splitlines(), text
+    assert f"0     {rank.node.name}" in text
+    assert text.rstrip().endswith("Finished (exit code 0).")
+    assert json_of(cli("jobs", "show", job_id, "--json"))["exit_code"] == 0
+    kept = cli("jobs", "logs", job_id, "--tail", "1")
+    assert (kept.returncode, kept.stdout) == (0, "done\n")  # kept after its pod went
+
+    # a second job, by the offering's id, cancelled
+    long = TRAINER.format(steps=400, seconds=0.05)
+    second = json_of(
+        cli("jobs", "submit", "--image", IMAGE, "--offering", offering.pk, "--json", "--", long)
+    )
+    other = _job_running(second["id"])
+    asked = cli("jobs", "cancel", second["id"])  # no terminal: not asked, nothing done
+    assert asked.returncode == 2
+    cancelled = cli("jobs", "cancel", second["id"], "--yes")
+    assert (cancelled.returncode, cancelled.stdout) == (0, f"{second['id']}: cancelling\n")
+    assert converge_until(converge.terminate, other.pk) == "terminated"
+    assert job_sync(second["id"]) == "cancelled"
+    assert cli("jobs", "cancel", second["id"], "--yes").returncode == 6  # ended: a 409
+
+    both = json_of(cli("jobs", "ls", "--json"))
+    assert [(row["id"], row["status"]) for row in both] == [
+        (second["id"], "cancelled"),
+        (job_id, "succeeded"),
+    ]
+    only = json_of(cli("jobs", "ls", "--status", "succeeded", "--json"))
+    assert [row["id"] for row in only] == [job_id]
+    assert cli("jobs", "show", "job_doesnotexist").returncode == 4
