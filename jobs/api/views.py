@@ -9,7 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,6 +30,7 @@ from jobs.skypilot import TaskError, catalog_from_db, parse_task
 from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
 from starverse.core.api.pagination import Pagination, WholeList
+from starverse.core.api.parsers import JSONParser
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
 from starverse.core.errors import FieldInvalid, InvalidInput, NotFound

@@ -51,6 +51,8 @@ from instances.lifecycle import instance_stop, instance_terminate
 from instances.models import Instance
 from instances.provisioning import converge
 from instances.volumes import disk_attach
+from jobs.models import Job
+from jobs.services import JobRequest, job_submit
 from nodeagent.fixture import open_fixture_source
 from nodeagent.report import build_report, pending_report
 from nodeagent.source import iso_utc, utc_now
@@ -1246,6 +1248,80 @@ def _(p: Probe) -> None:
     cluster = make_cluster(p.user)
     p.call(200, params={"id": cluster.id})
     p.call(404, params={"id": cluster.id}, client=p.stranger())
+
+
+# jobs
+
+
+def _job(p: Probe, command: str = "true") -> Job:
+    """A one-GPU job of the probe's user, submitted (its rank placed; its task not run)."""
+    p.cluster()
+    fund(p.user, 1_000_000)
+    job, _created = job_submit(
+        user=p.user,
+        request=JobRequest(
+            offering_id=Offering.objects.get(name="1× H100 80GB SXM").id,
+            image_id="pytorch-2.1",
+            command=command,
+            nas=False,
+        ),
+    )
+    return job
+
+
+@case("jobs_list")
+def _(p: Probe) -> None:
+    _job(p)
+    p.call(200)
+
+
+@case("jobs_create")
+def _(p: Probe) -> None:
+    p.cluster()
+    order = {
+        "offering": Offering.objects.get(name="8× H100 80GB SXM").id,
+        "image": "pytorch-2.1",
+        "command": "python train.py",
+        "nas": False,
+    }
+    p.call(402, body=order)  # the trial credit does not pay an hour of eight H100s
+    fund(p.user, 1_000_000)
+    _on_hold(p, body=order)
+    p.call(202, body=order, headers={"Idempotency-Key": "job-1"})
+    p.call(409, body={**order, "command": "false"}, headers={"Idempotency-Key": "job-1"})
+    p.call(400, body={**order, "node_count": 2})
+
+
+@case("jobs_retrieve")
+def _(p: Probe) -> None:
+    job = _job(p)
+    p.call(200, params={"id": job.id})
+    p.call(404, params={"id": job.id}, client=p.stranger())
+
+
+@case("jobs_destroy")
+def _(p: Probe) -> None:
+    job = _job(p)
+    p.call(404, params={"id": job.id}, client=p.stranger())
+    p.call(202, params={"id": job.id})
+    Job.objects.filter(pk=job.pk).update(status="cancelled")  # its rank's end, as job_sync sees it
+    p.call(409, params={"id": job.id})
+
+
+@case("jobs_events_list")
+def _(p: Probe) -> None:
+    job = _job(p)
+    p.call(200, params={"id": job.id})
+    p.call(404, params={"id": job.id}, client=p.stranger())
+
+
+@case("jobs_logs_retrieve")
+def _(p: Probe) -> None:
+    job = _job(p)
+    p.call(200, params={"id": job.id})
+    p.call(400, params={"id": job.id}, query={"tail": "-1"})
+    p.call(404, params={"id": job.id}, query={"rank": "3"})
+    p.call(404, params={"id": job.id}, client=p.stranger())
 
 
 # endpoints
