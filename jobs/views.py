@@ -245,7 +245,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
     form = JobForm(request.POST, offerings=offer.offerings, images=offer.images, disks=offer.disks)
     shown = _form_as_posted(request)
     if not form.is_valid():
-        shown.field_errors = {name: " ".join(errors) for name, errors in form.errors.items()}
+        shown.field_errors = {
+            name: " ".join(str(e) for e in errors) for name, errors in form.errors.items()
+        }
         if "token" in form.errors:
             shown.token = _new_token()
             shown.field_errors.pop("token")

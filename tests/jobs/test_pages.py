@@ -104,9 +104,7 @@ def test_submit_form_offers_every_offering_with_its_price_and_the_programs_varia
     assert "¥" in html and catalog["h100x1"].price_per_hour_fen > 0
     for variable in ("STARVERSE_JOB_ID", "STARVERSE_RESTART_COUNT", "STARVERSE_CHECKPOINT_DIR"):
         assert variable in html
-    assert 'python train.py --resume-from "$STARVERSE_CHECKPOINT_DIR"' in html.replace(
-        "&#34;", '"'
-    )
+    assert 'python train.py --resume-from "$STARVERSE_CHECKPOINT_DIR"' in html.replace("&#34;", '"')
     assert 'name="max_restarts"' in html and 'value="3"' in html
     assert 'name="nas" value="on" disabled' in html  # no NAS on this account
     assert 'placeholder="/root/data/checkpoints/&lt;job id&gt;"' in html
@@ -114,9 +112,7 @@ def test_submit_form_offers_every_offering_with_its_price_and_the_programs_varia
 
 
 @pytest.mark.parametrize("headers", [{}, ZH], ids=["en", "zh-hans"])
-def test_submitting_through_the_form_makes_one_job_and_lands_on_its_page(
-    catalog, client, headers
-):
+def test_submitting_through_the_form_makes_one_job_and_lands_on_its_page(catalog, client, headers):
     user = _submitter(client)
     token = _token(client.get("/console/jobs/new/"))
 
