@@ -446,7 +446,7 @@ def job_logs(request: HttpRequest, pk: str) -> HttpResponse:
         response["X-Starverse-Unread"] = "1"
     response["X-Starverse-Attempt"] = str(source.attempt)
     # more may come: its pod writes, or the job's latest run has yet to start or end
-    more = source.live or (job.status not in ENDED and source.attempt >= job.restarts)
+    more = job.status not in ENDED and (source.live or source.attempt >= job.restarts)
     response["X-Starverse-Live"] = "1" if more else "0"
     response["X-Starverse-Status"] = job.status
     response["Cache-Control"] = "no-store"

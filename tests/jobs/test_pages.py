@@ -14,7 +14,7 @@ from instances.models import Instance
 from instances.provisioning import converge
 from jobs.models import Job
 from jobs.services import JobRequest, job_submit, job_sync
-from tests.factories import converge_until, fund, make_user
+from tests.factories import converge_until, fund, make_disk, make_user
 from tests.teams.test_teams import fund_team, join
 
 ZH = {"HTTP_ACCEPT_LANGUAGE": "zh-CN,zh;q=0.9"}
@@ -280,3 +280,18 @@ def test_a_billing_member_sees_the_teams_job_but_may_not_cancel_it(catalog, clie
     assert "does not allow ordering or changing resources" in refused.content.decode()
     job.refresh_from_db()
     assert job.status == "provisioning"
+
+
+def test_a_free_cloud_disk_chosen_in_the_form_goes_with_the_job(catalog, client):
+    user = _submitter(client)
+    disk = make_disk(user, name="ckpt")
+    page = client.get("/console/jobs/new/").content.decode()
+    assert f'name="disks" value="{disk.id}"' in page
+
+    answer = _submit(
+        client, catalog, token=_token(client.get("/console/jobs/new/")), disks=[disk.id]
+    )
+
+    job = Job.objects.get(tenant=user.tenant)
+    assert answer.status_code == 302
+    assert job.disks == [disk.id]
