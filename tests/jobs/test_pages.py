@@ -295,3 +295,19 @@ def test_a_free_cloud_disk_chosen_in_the_form_goes_with_the_job(catalog, client)
     job = Job.objects.get(tenant=user.tenant)
     assert answer.status_code == 302
     assert job.disks == [disk.id]
+
+
+def test_the_form_says_whose_wallet_pays(catalog, client):
+    from billing.onboarding import team_create
+
+    owner = make_user()
+    team = team_create(user=owner, name="NLP lab")
+    fund(owner, 12_300)
+    client.force_login(owner)
+
+    own = client.get("/console/jobs/new/").content.decode()
+    client.post("/teams/switch/", {"team": team.pk})
+    shared = client.get("/console/jobs/new/").content.decode()
+
+    assert "Charged to: your own wallet (¥133.00)" in own
+    assert "Charged to: team NLP lab’s wallet (¥0.00)" in shared
