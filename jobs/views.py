@@ -11,7 +11,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -26,7 +26,7 @@ from compute.models import Image, Offering
 from instances.choices import InstanceStatus
 from instances.selectors import availability, offering_price_now
 from jobs.choices import ENDED, JobStatus
-from jobs.models import Job
+from jobs.models import Job, JobRank
 from jobs.selectors import LogSource, job_events, job_view, log_source, log_text
 from jobs.services import MAX_RESTARTS, MAX_TIME_LIMIT_MINUTES, JobRequest, job_cancel, job_submit
 from starverse.accounts.audit import audit_request
@@ -346,13 +346,20 @@ def job_list(request: HttpRequest) -> HttpResponse:
         request.GET.get("page")
     )
     jobs = list(page.object_list)
+    # what each has cost (job_cost_fen), for the whole page in one query
+    spent = dict(
+        JobRank.objects.filter(job__in=jobs)
+        .values("job")
+        .annotate(total=Sum("instance__cost_fen"))
+        .values_list("job", "total")
+    )
     return render(
         request,
         "jobs/list.html",
         {
             "active": "jobs",
             "page": page,
-            "rows": [(job, job_view(job)["cost_fen"]) for job in jobs],
+            "rows": [(job, int(spent.get(job.pk) or 0)) for job in jobs],
             "status_labels": _status_labels(),
         },
     )

@@ -311,3 +311,20 @@ def test_the_form_says_whose_wallet_pays(catalog, client):
 
     assert "Charged to: your own wallet (¥133.00)" in own
     assert "Charged to: team NLP lab’s wallet (¥0.00)" in shared
+
+
+def test_the_list_reads_the_same_queries_for_one_job_or_many(
+    catalog, client, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    user = _submitter(client)
+    _job_of(user)
+    with CaptureQueriesContext(connection) as one:
+        assert client.get("/console/jobs/").status_code == 200
+    for _ in range(3):
+        _job_of(user)
+    with django_assert_max_num_queries(len(one.captured_queries)):
+        html = client.get("/console/jobs/").content.decode()
+    assert html.count("data-job=") == 4
