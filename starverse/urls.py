@@ -83,6 +83,7 @@ urlpatterns = [
     path("console/", include("console.urls")),
     path("console/", include("instances.urls")),
     path("", include("clusters.urls")),
+    path("", include("jobs.urls")),
     path("", include("endpoints.urls")),
     path("accounts/", include("starverse.accounts.urls")),
     # public; its Starverse column reads the catalog, so the page is the catalog app's

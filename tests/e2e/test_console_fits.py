@@ -22,6 +22,7 @@ from devstack.kube.fleet import build_fleet
 from instances.lifecycle import instance_order, instance_stop
 from instances.models import Instance
 from instances.provisioning import converge
+from jobs.services import JobRequest, job_submit
 from starverse.accounts.teams import invitation_accept, invitation_create, invitation_token
 from tests.conftest import KUBE_TIMINGS
 from tests.e2e.steps import MEASURE, log_in, platform_on
@@ -46,6 +47,14 @@ DISKS = [
     "imagenet-22k-preprocessed-webdataset-shards-train",
     "scratch-space-for-hyperparameter-sweep-results-v2",
 ]
+JOB = "llama-3-70b-instruction-tuning-chinese-corpora-lr2e-5-resume"
+# A command as people paste them: one long line of flags, then more lines.
+JOB_COMMAND = (
+    "torchrun --nproc_per_node=1 train.py --model /public/models/llama-3-70b-instruct "
+    "--data /nas/datasets/chinese-instruction-corpora-2026-11-deduplicated-shards "
+    '--resume-from "$STARVERSE_CHECKPOINT_DIR" --save-every 500 --lr 2e-5\n'
+    "python evaluate.py --checkpoint-dir $STARVERSE_CHECKPOINT_DIR --report /nas/reports"
+)
 INSTANCES = [
     "qwen2-72b-sft-run-2026-12-02-lr3e-5-warmup",
     "stable-diffusion-xl-finetune-portraits-experiment",
@@ -107,6 +116,18 @@ def _console(lang: str) -> dict[str, Any]:
     ranks = Instance.objects.filter(cluster_rank__cluster=cluster)
     assert {rank.status for rank in ranks} == {"running"}  # its tasks ran after the order
     endpoint = make_endpoint(user, name="qwen2-72b-instruct-internal-chat-assistant")
+    job, _created = job_submit(
+        user=user,
+        request=JobRequest(
+            offering_id=offering.id,
+            image_id=IMAGE,
+            name=JOB,
+            command=JOB_COMMAND,
+            env={"WANDB_PROJECT": "llama-3-70b-instruction-tuning-chinese-corpora-" * 3},
+            checkpoint_dir="/nas/checkpoints/llama-3-70b-instruction-tuning-chinese-corpora",
+            nas=False,
+        ),
+    )
     PublicDataset.objects.create(
         id="the-pile-deduplicated-uncopyrighted-en-2026-11",
         name="The Pile, deduplicated and without copyrighted sources (English, 2026-11)",
@@ -141,6 +162,9 @@ def _console(lang: str) -> dict[str, Any]:
             "cluster": f"/console/clusters/{cluster.id}/",
             "new cluster": "/console/clusters/new/",
             "planner": "/clusters/plan/",
+            "jobs": "/console/jobs/",
+            "job": f"/console/jobs/{job.id}/",
+            "new job": "/console/jobs/new/",
             "endpoints": "/console/endpoints/",
             "new endpoint": "/console/endpoints/new/",
             "endpoint": f"/console/endpoints/{endpoint.id}/",
