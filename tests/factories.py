@@ -281,7 +281,33 @@ def make_endpoint(user: User, **create: Any) -> Any:
     return endpoint
 
 
+def make_job(user: User, command: str = "python train.py", **request: Any) -> Any:
+    """A one-GPU job submitted through `job_submit` (the catalog seeded if it is not, the
+    balance topped up to an hour of it): its rank placed or queued, its task not run."""
+    from billing.selectors import wallet_for_tenant
+    from compute.models import Offering
+    from jobs.services import JobRequest, job_submit
+
+    _seed_catalog()
+    offering = Offering.objects.get(name=CLOUD_GPU)
+    wallet = wallet_for_tenant(user.tenant_id)
+    short = offering.price_per_hour_fen * 2 - (wallet.cash_fen - wallet.arrears_fen)
+    if short > 0:
+        fund(user, short, key=f"runway:{next(_seq)}")
+    job, _created = job_submit(
+        user=user,
+        request=JobRequest(
+            offering_id=offering.id,
+            image_id=IMAGE,
+            command=command,
+            **{"nas": False, **request},
+        ),
+    )
+    return job
+
+
 OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {
+    "jobs.Job": make_job,
     "endpoints.Endpoint": make_endpoint,
     "instances.Instance": make_instance,
     "clusters.Cluster": make_cluster,

@@ -29,9 +29,7 @@ if not METRICS_TOKEN and not METRICS_ALLOWED_CIDRS:
 DEV_PODS_WITHOUT_SSHD = env_bool("DEV_PODS_WITHOUT_SSHD", False)
 # The job form's demo: the emulator's simulated trainer (docs/architecture.md), which logs a step
 # a second, checkpoints to STARVERSE_CHECKPOINT_DIR and resumes from it after a lost node.
-JOB_DEMO_COMMAND = env_str(
-    "JOB_DEMO_COMMAND", "starverse-sim-train --steps 300 --step-seconds 1"
-)
+JOB_DEMO_COMMAND = env_str("JOB_DEMO_COMMAND", "starverse-sim-train --steps 300 --step-seconds 1")
 
 # Each e-mail one file under var/mail/: the links in them (verification, password reset) are
 # one-time secrets, which the logs redact, so the log is no place to read them.

@@ -104,7 +104,13 @@ def _unsafe(callback):
 
 # The team's resources (the issue: instances, clusters, disks, the NAS, endpoints); money rows
 # (top-ups, invoice requests) follow the payer roles and are tested with billing.
-TEAM_RESOURCES = {"instances.Instance", "clusters.Cluster", "storage.Disk", "endpoints.Endpoint"}
+TEAM_RESOURCES = {
+    "instances.Instance",
+    "clusters.Cluster",
+    "jobs.Job",
+    "storage.Disk",
+    "endpoints.Endpoint",
+}
 MONEY = {"billing.TopUp", "billing.InvoiceRequest", "billing.LedgerTransaction"}
 TEAM_ROUTES = [(r, cb) for r, cb in OBJECT_ROUTES if cb.cls.model._meta.label in TEAM_RESOURCES]
 
