@@ -4,11 +4,11 @@ next to a baseline measured in the same run:
 - job_log_follow: log lines a second followed through the API (`GET /api/v1/jobs/{id}/logs
   ?follow=1`, the WSGI application with its middleware, token check and throttle) by 16
   clients at once, one per one-node job, in threads of this process; baseline: the same lines
-  read straight from the emulator's `pods/log?follow=true` by 16 threads through the same
-  Kubernetes client, in turns with it. Each job's trainer has ended (its container exited, its
-  rank still running as far as the platform knows, as in the seconds before `workloads-check`
-  notices), so both sides read whole logs as fast as they can: the pipeline's capacity, not the
-  trainer's pace.
+  read straight from the emulator's `pods/log` by 16 threads through the same Kubernetes
+  client, in turns with it. The web tier has no cluster credentials: the API reads what the
+  worker shipped into the database (instances.provisioning.logs), so each job's trainer has
+  ended and its log was shipped first; both sides then read whole logs as fast as they can:
+  the read path's capacity, not the trainer's pace.
 - job_resume_after_pod_loss: seconds from a running job's pod being deleted (force, as a lost
   node's pod is) to the simulated trainer logging `resumed from step N` in its new pod, with a
   Celery worker in this process running the tasks (the provisioning task's retries every
@@ -124,7 +124,7 @@ def _followed_through_api(job_id: str, token: str) -> int:
 def _followed_straight(namespace: str, name: str) -> int:
     from starverse.core import kube
 
-    return sum(chunk.count(b"\n") for chunk in kube.pod_log_follow(namespace, name))
+    return kube.pod_log(namespace, name).count("\n")
 
 
 def _turn(read: Callable[[int], int]) -> tuple[float, list[int]]:
@@ -136,7 +136,7 @@ def _turn(read: Callable[[int], int]) -> tuple[float, list[int]]:
 
 
 def job_log_follow() -> dict[str, Any]:
-    from instances.provisioning import converge
+    from instances.provisioning import converge, logs
     from starverse.accounts.services import token_create
     from starverse.core import kube
 
@@ -156,6 +156,10 @@ def job_log_follow() -> dict[str, Any]:
         for rank in ranks:
             rank.refresh_from_db()
             _until(partial(_ended, kube, rank), f"{rank.id}'s trainer to end", poll_s=0.1)
+        # the worker's shipping (the web tier reads logs from the database): a pass, then the
+        # last one each pod gets as it is deleted
+        for rank in ranks:
+            logs.log_ship(rank.id, rank.k8s_namespace, rank.k8s_name, attempt=0, final=True)
 
         api_rates, straight_rates = [], []
         for _ in range(FOLLOW_ROUNDS):

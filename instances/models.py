@@ -290,14 +290,20 @@ class Workload(models.Model):
 
 
 class WorkloadLog(models.Model):
-    """The output of one pod of a program run to its end (its last WORKLOAD_LOG_BYTES), kept
-    when the pod is deleted: a job's logs outlive its pods. `attempt` is the pod's
+    """The output of one pod of a program run to its end (its last WORKLOAD_LOG_BYTES), shipped
+    from the cluster by the worker every few seconds while the pod runs and once more when it
+    is deleted (instances.provisioning.logs): the web tier, which has no cluster credentials,
+    reads logs here, and they outlive their pods. `attempt` is the pod's
     STARVERSE_RESTART_COUNT."""
 
     instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="logs")
     attempt = models.PositiveIntegerField()
-    text = models.TextField()
+    text = models.TextField(blank=True)
     truncated = models.BooleanField(default=False, help_text="Earlier output was cut off.")
+    # the kubelet's time of the last line shipped (RFC 3339, nanoseconds): the next read asks
+    # from its second and drops the lines up to it
+    read_to = models.CharField(max_length=40, blank=True)
+    complete = models.BooleanField(default=False, help_text="Its pod is gone: no more comes.")
     captured_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -11,7 +11,7 @@ from fleet.selectors import region_target, regions_configured
 from instances import autostop, lifecycle, metering, monthly
 from instances.choices import STARTING_OR_RUNNING
 from instances.models import Instance
-from instances.provisioning import converge, namespaces, prepull, reconcile
+from instances.provisioning import converge, logs, namespaces, prepull, reconcile
 from instances.selectors import spend_per_hour_fen
 from starverse.core import kube
 from starverse.core.kube import KUBE_TASK, KUBE_TASK_UNTIL_DONE, KubeError
@@ -101,11 +101,13 @@ def reconcile_cluster() -> None:
 @shared_task(acks_late=True, ignore_result=True)
 def check_workloads() -> None:
     """Every few seconds: programs run to their end (a job's) that ended stop their instance,
-    so their GPUs go back within seconds; nothing is listed while none runs."""
+    so their GPUs go back within seconds, and what they printed is shipped to the database
+    (the web tier reads logs there); nothing is listed while none runs."""
     for region in regions_configured():
         try:
             with kube.cluster(region_target(region)):
                 reconcile.workloads_check(region=region.name)
+                logs.logs_ship(region=region.name)
         except KubeError as error:
             logger.error("workloads_check.failed region=%s error=%s", region.name, error)
 

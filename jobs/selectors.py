@@ -1,5 +1,6 @@
 """What the console and the API read of a job: its view (ranks, cost), its events, its logs."""
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -9,11 +10,13 @@ from django.db.models import Sum
 from instances.choices import InstanceStatus
 from instances.models import Instance, Workload, WorkloadLog
 from jobs.models import Job, JobEvent, JobRank
-from starverse.core import kube
 
 S = InstanceStatus
-# A rank's pod serves its own output while it lives (a live follow reads it).
+# A rank's pod may print more while its instance is in one of these (a follow goes on).
 LIVE = (S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING)
+# How often a follow reads what the worker shipped (instances.tasks.check_workloads ships it
+# every few seconds).
+FOLLOW_POLL_S = 1.0
 
 
 def job_cost_fen(job: Job) -> int:
@@ -104,7 +107,8 @@ def job_events(job: Job) -> list[JobEvent]:
 
 @dataclass(frozen=True)
 class LogSource:
-    """Where a rank's output of one attempt is: its live pod, or what was kept of it."""
+    """A rank's output of one attempt, as the worker shipped it (instances.provisioning.logs):
+    `live` while its pod may print more."""
 
     instance: Instance
     attempt: int
@@ -122,36 +126,54 @@ def log_source(job: Job, *, rank: int, attempt: int | None) -> LogSource | None:
     pods = Workload.objects.filter(pk=instance.pk).values_list("pods_made", flat=True).first()
     latest = max((pods or 0) - 1, 0)
     wanted = latest if attempt is None else attempt
+    if wanted > latest:
+        return None
     kept = WorkloadLog.objects.filter(instance=instance, attempt=wanted).first()
-    live = wanted == latest and kept is None and instance.status in LIVE and bool(pods)
+    live = (
+        wanted == latest
+        and bool(pods)
+        and instance.status in LIVE
+        and not (kept is not None and kept.complete)
+    )
     if kept is None and not live and attempt is not None:
         return None
     return LogSource(instance=instance, attempt=wanted, live=live, kept=kept)
 
 
 def log_text(source: LogSource, *, tail: int | None) -> str:
-    if source.kept is not None:
-        text = source.kept.text
-    elif source.live:
-        text = kube.pod_log(
-            source.instance.k8s_namespace, source.instance.k8s_name, tail_lines=tail
-        )
-    else:
-        return ""
+    text = source.kept.text if source.kept is not None else ""
     if tail is not None:
         lines = text.splitlines(keepends=True)
         text = "".join(lines[-tail:]) if tail else ""
     return text
 
 
-def log_follow(source: LogSource, *, tail: int | None, timeout_s: float) -> Iterator[bytes]:
-    """The rank's output as it comes while its pod lives; what was kept, at once, after."""
+def log_follow(
+    source: LogSource, *, tail: int | None, timeout_s: float, poll_s: float = FOLLOW_POLL_S
+) -> Iterator[bytes]:
+    """The rank's output, then what the worker ships of it as it comes (read from the database
+    every `poll_s`), until the attempt is over or `timeout_s` has passed (a follower asks
+    again: no request holds a web thread for ever)."""
+    text = log_text(source, tail=tail)
+    if text:
+        yield text.encode()
     if not source.live:
-        yield log_text(source, tail=tail).encode()
         return
-    yield from kube.pod_log_follow(
-        source.instance.k8s_namespace,
-        source.instance.k8s_name,
-        tail_lines=tail,
-        timeout_s=timeout_s,
-    )
+    sent = len(source.kept.text) if source.kept is not None else 0
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)
+        row = (
+            WorkloadLog.objects.filter(instance=source.instance, attempt=source.attempt)
+            .values_list("text", "complete")
+            .first()
+        )
+        status = Instance.objects.values_list("status", flat=True).get(pk=source.instance.pk)
+        body, complete = row if row is not None else ("", False)
+        if len(body) < sent:  # the kept text was cut at its front (WORKLOAD_LOG_BYTES)
+            sent = 0
+        if len(body) > sent:
+            yield body[sent:].encode()
+            sent = len(body)
+        if complete or status not in LIVE:
+            return

@@ -28,8 +28,9 @@ from fleet.selectors import region_scope
 from instances.choices import InstanceStatus
 from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import served_ports
-from instances.models import Instance, InstanceEvent, PodWatch, Workload, WorkloadLog
+from instances.models import Instance, InstanceEvent, PodWatch, Workload
 from instances.provisioning import manifests
+from instances.provisioning.logs import log_ship
 from instances.provisioning.namespaces import (
     tenant_network_policy_converge,
     tenant_policy_converge,
@@ -460,9 +461,9 @@ def _pod_gone(instance: Instance) -> bool:
 
 
 def _workload_log_keep(instance: Instance, pod: dict[str, Any]) -> None:
-    """A pod that ran a program to its end: its output is kept before the pod goes (its last
-    WORKLOAD_LOG_LINES, at most WORKLOAD_LOG_BYTES of them), one row per pod (the attempt its
-    STARVERSE_RESTART_COUNT says)."""
+    """A pod that ran a program to its end: the rest of its output is shipped before the pod
+    goes (instances.provisioning.logs), into the row of the attempt its
+    STARVERSE_RESTART_COUNT says."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if manifests.WORKLOAD_LABEL not in labels:
         return
@@ -471,17 +472,7 @@ def _workload_log_keep(instance: Instance, pod: dict[str, Any]) -> None:
         for item in (pod["spec"]["containers"][0].get("env") or [])
     }
     attempt = int(env.get("STARVERSE_RESTART_COUNT") or 0)
-    lines, limit = settings.WORKLOAD_LOG_LINES, settings.WORKLOAD_LOG_BYTES
-    text = kube.pod_log(instance.k8s_namespace, instance.k8s_name, tail_lines=lines)
-    raw = text.encode()
-    truncated = len(raw) > limit or text.count("\n") >= lines
-    if len(raw) > limit:
-        text = raw[-limit:].decode(errors="ignore")
-    WorkloadLog.objects.update_or_create(
-        instance_id=instance.pk,
-        attempt=attempt,
-        defaults={"text": text, "truncated": truncated},
-    )
+    log_ship(instance.pk, instance.k8s_namespace, instance.k8s_name, attempt=attempt, final=True)
 
 
 def _last_events_mirror(instance: Instance) -> None:

@@ -863,12 +863,18 @@ def pod_log(
     tail_lines: int | None = None,
     limit_bytes: int | None = None,
     previous: bool = False,
+    since_seconds: int | None = None,
+    timestamps: bool = False,
 ) -> str:
     """The main container's output, as `kubectl logs` reads it ("" when the pod is gone or
-    its container never ran)."""
+    its container never ran); `timestamps`: each line after the kubelet's time of it."""
     options: dict[str, Any] = {"container": "main"}
     if tail_lines is not None:
         options["tail_lines"] = tail_lines
+    if since_seconds is not None:
+        options["since_seconds"] = since_seconds
+    if timestamps:
+        options["timestamps"] = True
     if limit_bytes is not None:
         options["limit_bytes"] = limit_bytes
     if previous:
@@ -878,34 +884,6 @@ def pod_log(
     except PermanentKubeError:
         return ""
     return str(text or "")
-
-
-def pod_log_follow(
-    namespace: str, name: str, *, tail_lines: int | None = None, timeout_s: float = 600
-) -> Iterator[bytes]:
-    """The main container's output as it comes (`kubectl logs -f`), until the container ends,
-    the pod goes, or `timeout_s` passes (a follower reconnects: no request holds a web thread
-    for ever). Nothing when the pod is gone."""
-    options: dict[str, Any] = {"container": "main", "follow": True, "_preload_content": False}
-    if tail_lines is not None:
-        options["tail_lines"] = tail_lines
-    try:
-        response = _call(
-            "Pod.log",
-            core().read_namespaced_pod_log,
-            name,
-            namespace,
-            _request_timeout=(10, timeout_s),
-            **options,
-        )
-    except PermanentKubeError:
-        return
-    try:
-        yield from response.stream(4096, decode_content=True)
-    except (HTTPError, OSError) as error:  # the read timed out, or the connection went
-        logger.info("kube.log_follow_ended pod=%s/%s error=%s", namespace, name, error)
-    finally:
-        response.release_conn()
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,17 @@ submits the simulated trainer and lands on the job's page, whose log viewer show
 lines as they come; cancel asks first, and once the job has ended the page has nothing left to
 cancel."""
 
+import contextlib
 import re
+import threading
+from collections.abc import Iterator
 
+from django.db import connection
 from playwright.sync_api import Page, expect
 
 from instances.models import Instance
 from instances.provisioning import converge
+from instances.provisioning.logs import logs_ship
 from jobs.models import Job
 from jobs.services import job_sync
 from tests.e2e.steps import log_in, submit_confirmed, t
@@ -17,6 +22,28 @@ from tests.factories import converge_until, fund, make_user
 NAME = "sim-sft"
 # 400 steps of 0.2 s: running for longer than the test looks at it
 COMMAND = "starverse-sim-train --steps 400 --step-seconds 0.2"
+
+
+@contextlib.contextmanager
+def worker_shipping_logs(every_s: float = 0.3) -> Iterator[None]:
+    """The worker's pass that ships the pods' output into the database (the web tier reads
+    logs there), in a thread of its own as the worker runs it."""
+    stop = threading.Event()
+
+    def ship() -> None:
+        try:
+            while not stop.wait(every_s):
+                logs_ship()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=ship, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 def _log_steps(page: Page) -> list[str]:
@@ -58,24 +85,27 @@ def test_a_job_submitted_in_the_console_shows_its_log_as_it_comes_and_cancel_ask
     )
     page.evaluate("window.stayed = true")
 
-    # the viewer follows the program: its first step, then later ones, without a reload
-    expect(page.locator("#job-log")).to_contain_text("step 1/400", timeout=15_000)
-    first = _log_steps(page)
-    expect(page.locator("#job-log")).to_contain_text(f"step {len(first) + 5}/400", timeout=15_000)
-    later = _log_steps(page)
-    assert later[: len(first)] == first and len(later) > len(first)
-    assert page.evaluate("window.stayed") is True
-    expect(page.locator("#job-log-state")).to_have_text(
-        t(lang, "The last %(num)s lines, following the program as it writes.", num=200)
-    )
+    with worker_shipping_logs():
+        # the viewer follows the program: its first step, then later ones, without a reload
+        expect(page.locator("#job-log")).to_contain_text("step 1/400", timeout=15_000)
+        first = _log_steps(page)
+        expect(page.locator("#job-log")).to_contain_text(
+            f"step {len(first) + 5}/400", timeout=15_000
+        )
+        later = _log_steps(page)
+        assert later[: len(first)] == first and len(later) > len(first)
+        assert page.evaluate("window.stayed") is True
+        expect(page.locator("#job-log-state")).to_have_text(
+            t(lang, "The last %(num)s lines, following the program as it writes.", num=200)
+        )
 
-    question = submit_confirmed(page, "form[data-action=cancel] button")
-    assert question == t(
-        lang,
-        "Cancel “%(name)s”? Its program is ended now and billing stops; its logs, checkpoints "
-        "and disks are kept. This cannot be undone.",
-        name=NAME,
-    )
+        question = submit_confirmed(page, "form[data-action=cancel] button")
+        assert question == t(
+            lang,
+            "Cancel “%(name)s”? Its program is ended now and billing stops; its logs, checkpoints "
+            "and disks are kept. This cannot be undone.",
+            name=NAME,
+        )
     job.refresh_from_db()
     assert job.status in ("cancelling", "cancelled")
     assert converge_until(converge.terminate, rank.id) == "terminated"

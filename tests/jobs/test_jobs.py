@@ -4,14 +4,17 @@ while they run, failed with their exit code and last lines, run again by their r
 and after a lost pod (resuming from the checkpoint), cancelled, their logs kept after their
 pods, another tenant's a 404."""
 
+import threading
 import time
 from typing import Any
 
 import pytest
 from django.core import mail
+from django.db import connection
 
 from instances.models import Instance, InstanceEvent, Workload, WorkloadLog
 from instances.provisioning import converge
+from instances.provisioning.logs import logs_ship
 from instances.provisioning.reconcile import reconcile, workloads_check
 from jobs.models import Job, JobEvent
 from jobs.services import job_sync, rank_restart
@@ -197,6 +200,7 @@ def test_cancel_ends_it_keeps_its_logs_and_refuses_twice(
     while "step 2/" not in kube.pod_log(instance.k8s_namespace, instance.k8s_name):
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    logs_ship()  # the worker's pass: the web tier reads what it shipped
 
     answer = client.delete(f"/api/v1/jobs/{job.id}")
     assert answer.status_code == 202
@@ -213,22 +217,65 @@ def test_cancel_ends_it_keeps_its_logs_and_refuses_twice(
     assert (again.status_code, again.json()["code"]) == (409, "wrong_state")
 
 
-def test_logs_follow_streams_the_lines_as_they_come_and_tail_cuts(catalog, client_for, owner):
+@pytest.mark.django_db(transaction=True)
+def test_logs_follow_streams_the_lines_as_the_worker_ships_them_and_tail_cuts(
+    catalog, client_for, owner
+):
+    """The web tier reads logs from the database: the worker ships them (and stops the rank
+    whose program ended, shipping its last lines); the follow streams them as they come."""
     client = client_for(owner)
-    job = _job(client, catalog, command=_trainer(4, seconds=0.1))
-    _running(job)
-    followed = client.get(f"/api/v1/jobs/{job.id}/logs?follow=1")
-    assert followed.status_code == 200
-    text = b"".join(followed.streaming_content).decode()
+    job = _job(client, catalog, command=_trainer(8, seconds=0.25))
+    instance = _running(job)
+    stop = threading.Event()
+
+    def worker() -> None:
+        try:
+            while not stop.wait(0.2):
+                logs_ship()
+                if workloads_check():
+                    converge_until(converge.stop, instance.id)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        followed = client.get(f"/api/v1/jobs/{job.id}/logs?follow=1")
+        assert followed.status_code == 200
+        chunks = [chunk.decode() for chunk in followed.streaming_content]
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+    text = "".join(chunks)
     steps = [line.split(" loss=")[0] for line in text.splitlines() if line.startswith("step")]
-    assert steps == [f"step {n}/4" for n in range(1, 5)]
+    assert steps == [f"step {n}/8" for n in range(1, 9)]
     assert text.splitlines()[-1] == "done"  # the stream ended with the program
+    assert len(chunks) >= 3  # the lines came as they were shipped, not at the end at once
     tail = client.get(f"/api/v1/jobs/{job.id}/logs?tail=1", HTTP_ACCEPT="text/plain")
     assert (tail.status_code, tail.content.decode()) == (200, "done\n")
     bad = client.get(f"/api/v1/jobs/{job.id}/logs?tail=-1")
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid")
     missing = client.get(f"/api/v1/jobs/{job.id}/logs?rank=3")
     assert missing.status_code == 404
+
+
+def test_shipping_appends_each_line_once_whatever_the_passes(catalog, client_for, owner):
+    client = client_for(owner)
+    job = _job(client, catalog, command=_trainer(6, seconds=0.1))
+    instance = _running(job)
+    for _ in range(40):  # passes while it prints, some of them at once
+        logs_ship()
+        time.sleep(0.03)
+    _program_ends(instance)
+    logs_ship()
+    _stopped(instance)  # the last lines shipped as the pod is deleted
+    kept = WorkloadLog.objects.get(instance=instance, attempt=0)
+    lines = kept.text.splitlines()
+    assert [line.split(" loss=")[0] for line in lines if line.startswith("step")] == [
+        f"step {n}/6" for n in range(1, 7)
+    ]
+    assert lines[-1] == "done" and kept.complete
+    assert logs_ship() == 0  # nothing is read once the rank stopped
 
 
 def test_another_tenants_job_is_a_404(catalog, client_for, owner):

@@ -12,6 +12,7 @@ import pytest
 from compute.models import Offering
 from instances.models import Instance
 from instances.provisioning import converge
+from instances.provisioning.logs import logs_ship
 from jobs.models import Job
 from jobs.services import JobRequest, job_submit, job_sync
 from tests.factories import converge_until, fund, make_disk, make_user
@@ -176,6 +177,7 @@ def test_the_log_viewer_reads_the_trainers_lines_as_they_come_then_stops(catalog
     seen: list[list[str]] = []
     deadline = time.monotonic() + WAIT_S
     while True:
+        logs_ship()  # the worker's pass (instances.tasks.check_workloads)
         answer = client.get(f"/console/jobs/{job.id}/logs/?tail=200")
         assert answer.status_code == 200 and answer["X-Starverse-Live"] == "1"
         steps = [line.split(" loss=")[0] for line in answer.content.decode().splitlines()]
@@ -207,6 +209,7 @@ def test_the_log_of_an_ended_job_is_its_kept_log_and_more_does_not_come(catalog,
     while "step 2/" not in client.get(f"/console/jobs/{job.id}/logs/").content.decode():
         assert time.monotonic() < deadline
         time.sleep(0.05)
+        logs_ship()  # the worker's pass (instances.tasks.check_workloads)
 
     cancel = client.post(f"/console/jobs/{job.id}/cancel/")
     assert cancel.status_code == 302 and cancel["Location"] == f"/console/jobs/{job.id}/"
