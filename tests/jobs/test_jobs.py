@@ -521,3 +521,16 @@ def test_the_list_reads_a_page_of_jobs_in_a_fixed_number_of_queries(
         listed = client.get("/api/v1/jobs").json()
     assert len(listed["results"]) == 6
     assert all(len(job["ranks"]) == 1 for job in listed["results"])
+
+
+def test_a_ranks_instance_page_links_its_job_instead_of_offering_its_own_actions(
+    catalog, client_for, owner, client
+):
+    job = _job(client_for(owner), catalog, command=_trainer(400), name="sft-run")
+    instance = _running(job)
+    client.force_login(owner)
+    page = client.get(f"/console/instances/{instance.id}/").content.decode()
+    assert "This instance is rank 0 of the job “sft-run”" in page
+    assert f'href="/console/jobs/{job.id}/"' in page
+    assert f"/instances/{instance.id}/stop/" not in page
+    assert "data-job" in page
