@@ -171,10 +171,7 @@ def instance_order(
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
-    if stop_at is not None and stop_after_hours is not None:
-        raise InvalidInput(
-            _("stop_at: give stop_at or stop_after_hours, not both."), code="invalid_stop_at"
-        )
+    _one_scheduled_stop(stop_at, stop_after_hours)
     request = _Request(
         offering_id=offering_id,
         image_id=image_id,
@@ -205,6 +202,13 @@ def instance_order(
         return instance
 
     return order_commit(Instance.objects.all(), key, "instance", order_once)
+
+
+def _one_scheduled_stop(stop_at: datetime | None, stop_after_hours: int | None) -> None:
+    if stop_at is not None and stop_after_hours is not None:
+        raise InvalidInput(
+            _("stop_at: give stop_at or stop_after_hours, not both."), code="invalid_stop_at"
+        )
 
 
 @dataclass(frozen=True)

@@ -320,29 +320,43 @@ def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> N
         )
         return
     if instance.status == S.RUNNING:
-        if job.status != J.RUNNING or new_pod:
-            first = job.started_at is None
-            job.started_at = job.started_at or now
-            _move(
-                job,
-                J.RUNNING,
-                later(gettext_noop("Started on %(node)s."))
-                % {"node": instance.node.name if instance.node else "-"}
-                if first
-                else later(gettext_noop("Running again on %(node)s (restart %(n)s)."))
-                % {"node": instance.node.name if instance.node else "-", "n": job.restarts},
-            )
-        elif _past_time_limit(job, now):
-            _end_with_instance(
-                job,
-                instance,
-                J.FAILED,
-                later(gettext_noop("Stopped at its time limit of %(minutes)s minutes."))
-                % {"minutes": job.time_limit_minutes},
-                now=now,
-            )
-        return
-    waiting = J.QUEUED if instance.status == S.QUEUED else J.PROVISIONING
+        _follow_running(job, instance, new_pod=new_pod, now=now)
+    else:
+        _follow_waiting(job, instance)
+
+
+def _node_of(instance: Instance) -> str:
+    return instance.node.name if instance.node else "-"
+
+
+def _follow_running(job: Job, instance: Instance, *, new_pod: bool, now: Any) -> None:
+    """Its rank runs: the job runs (from its first start; again after a restart), or it has run
+    past its time limit."""
+    if job.status != J.RUNNING or new_pod:
+        first = job.started_at is None
+        job.started_at = job.started_at or now
+        _move(
+            job,
+            J.RUNNING,
+            later(gettext_noop("Started on %(node)s.")) % {"node": _node_of(instance)}
+            if first
+            else later(gettext_noop("Running again on %(node)s (restart %(n)s)."))
+            % {"node": _node_of(instance), "n": job.restarts},
+        )
+    elif _past_time_limit(job, now):
+        _end_with_instance(
+            job,
+            instance,
+            J.FAILED,
+            later(gettext_noop("Stopped at its time limit of %(minutes)s minutes."))
+            % {"minutes": job.time_limit_minutes},
+            now=now,
+        )
+
+
+def _follow_waiting(job: Job, instance: Instance) -> None:
+    """Its rank is queued or being placed: before the first start, the job waits (placed);
+    after it, its rank was lost and is placed again (recovering)."""
     if job.started_at is not None and job.status in (J.RUNNING, J.RECOVERING):
         if job.status == J.RUNNING:
             _move(
@@ -352,12 +366,12 @@ def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> N
                 % {"reason": _last_words(instance)},
             )
         return
+    waiting = J.QUEUED if instance.status == S.QUEUED else J.PROVISIONING
     if job.status != waiting and job.status in (J.QUEUED, J.PROVISIONING):
         _move(
             job,
             waiting,
-            later(gettext_noop("Placed on %(node)s."))
-            % {"node": instance.node.name if instance.node else "-"},
+            later(gettext_noop("Placed on %(node)s.")) % {"node": _node_of(instance)},
         )
 
 

@@ -234,6 +234,21 @@ def _form_as_posted(request: HttpRequest) -> _Shown:
     )
 
 
+def _job_request(data: dict[str, Any]) -> JobRequest:
+    return JobRequest(
+        offering_id=data["offering"],
+        image_id=data["image"],
+        command=data["command"],
+        name=data["name"],
+        env=data["env"],
+        checkpoint_dir=data["checkpoint_dir"],
+        max_restarts=data["max_restarts"],
+        time_limit_minutes=data["time_limit_minutes"],
+        disks=data["disks"],
+        nas=data["nas"],
+    )
+
+
 @login_required
 def job_new(request: HttpRequest) -> HttpResponse:
     """Submit a job. A submitted form submits its job once (a second submission of it finds
@@ -255,22 +270,10 @@ def job_new(request: HttpRequest) -> HttpResponse:
         shown.http_status = 400
         return _submit_page(request, offer, shown)
     data = form.cleaned_data
-    job_request = JobRequest(
-        offering_id=data["offering"],
-        image_id=data["image"],
-        command=data["command"],
-        name=data["name"],
-        env=data["env"],
-        checkpoint_dir=data["checkpoint_dir"],
-        max_restarts=data["max_restarts"],
-        time_limit_minutes=data["time_limit_minutes"],
-        disks=data["disks"],
-        nas=data["nas"],
-    )
     try:
         job, created = job_submit(
             user=page_user(request),
-            request=job_request,
+            request=_job_request(data),
             idempotency_key=ORDER_KEY_PREFIX + data["token"],
         )
     except IdempotencyConflict as conflict:

@@ -58,6 +58,8 @@ SENTENCES: dict[str, Any] = {
     "cluster.started": _("%(actor)s started the cluster %(object)s."),
     "cluster.stopped": _("%(actor)s stopped the cluster %(object)s."),
     "cluster.terminated": _("%(actor)s terminated the cluster %(object)s."),
+    "job.submitted": _("%(actor)s submitted the job %(object)s."),
+    "job.cancelled": _("%(actor)s cancelled the job %(object)s."),
     "endpoint.created": _("%(actor)s created the inference endpoint %(object)s."),
     "endpoint.changed": _("%(actor)s changed the inference endpoint %(object)s."),
     "endpoint.deleted": _("%(actor)s deleted the inference endpoint “%(name)s”."),
@@ -70,6 +72,7 @@ SENTENCES: dict[str, Any] = {
 _PAGES = {
     "instance": "instances:detail",
     "cluster": "clusters:detail",
+    "job": "jobs:detail",
     "endpoint": "endpoints:detail",
 }
 _LISTS = {"disk": "console:disks", "sharednas": "console:disks", "topup": "billing:billing"}

@@ -6,8 +6,9 @@ from here, live or long after the pod went.
 
 Each pass asks the kubelet for the lines since the last one shipped (`sinceSeconds` from it,
 with a margin for clocks that differ, and `timestamps`), drops the lines up to the last one's
-time and appends the rest, keeping the last WORKLOAD_LOG_BYTES; the row is locked meanwhile,
-so two passes at once (the periodic one and the pod's deletion) never append a line twice."""
+time and appends the rest, keeping the last WORKLOAD_LOG_BYTES; a pass writes only if no other
+moved the row since it read it, so two at once (the periodic one and the pod's deletion) never
+append a line twice."""
 
 import logging
 import math
@@ -15,7 +16,6 @@ import re
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -69,38 +69,50 @@ def log_ship(
     instance_id: str, namespace: str, name: str, *, attempt: int, final: bool = False
 ) -> int:
     """Ship what the pod printed since the last pass into its attempt's row (`final`: the pod
-    is about to be deleted, nothing more comes). Returns the bytes appended."""
-    with transaction.atomic():
-        row, _created = WorkloadLog.objects.select_for_update().get_or_create(
-            instance_id=instance_id, attempt=attempt
+    is about to be deleted, nothing more comes). Returns the bytes appended. Two passes at once
+    read the same lines; the row is written only if no other pass moved it since it was read
+    (a conditional update on `read_to`), so no line is appended twice."""
+    for _try in range(3):  # another pass moved the row meanwhile: read it again
+        shipped = _ship_once(instance_id, namespace, name, attempt=attempt, final=final)
+        if shipped is not None:
+            return shipped
+    return 0
+
+
+def _ship_once(
+    instance_id: str, namespace: str, name: str, *, attempt: int, final: bool
+) -> int | None:
+    """One read and conditional write; None if another pass moved the row first."""
+    row, _created = WorkloadLog.objects.get_or_create(instance_id=instance_id, attempt=attempt)
+    if row.complete:
+        return 0
+    since = _age_s(row.read_to, timezone.now()) + SINCE_MARGIN_S if row.read_to else None
+    try:
+        text = kube.pod_log(
+            namespace,
+            name,
+            timestamps=True,
+            since_seconds=since,
+            tail_lines=settings.WORKLOAD_LOG_LINES,
         )
-        if row.complete:
-            return 0
-        since = _age_s(row.read_to, timezone.now()) + SINCE_MARGIN_S if row.read_to else None
-        try:
-            text = kube.pod_log(
-                namespace,
-                name,
-                timestamps=True,
-                since_seconds=since,
-                tail_lines=settings.WORKLOAD_LOG_LINES,
-            )
-        except kube.KubeError as error:  # the next pass tries again
-            logger.info("logs.ship_failed instance=%s error=%s", instance_id, error)
-            text = ""
-        new, newest = _after(text, row.read_to)
-        fields = ["complete"] if final else []
-        row.complete = final
-        if new:
-            whole = (row.text + new).encode()
-            limit = settings.WORKLOAD_LOG_BYTES
-            if len(whole) > limit:
-                whole, row.truncated = whole[-limit:], True
-            row.text, row.read_to = whole.decode(errors="ignore"), newest
-            fields += ["text", "read_to", "truncated"]
-        if fields:
-            row.save(update_fields=fields)
-    return len(new.encode())
+    except kube.KubeError as error:  # the next pass tries again
+        logger.info("logs.ship_failed instance=%s error=%s", instance_id, error)
+        text = ""
+    new, newest = _after(text, row.read_to)
+    changes: dict[str, object] = {"complete": True} if final else {}
+    if new:
+        whole = (row.text + new).encode()
+        limit = settings.WORKLOAD_LOG_BYTES
+        truncated = row.truncated or len(whole) > limit
+        changes.update(
+            text=whole[-limit:].decode(errors="ignore"), read_to=newest, truncated=truncated
+        )
+    if not changes:
+        return 0
+    moved = WorkloadLog.objects.filter(pk=row.pk, read_to=row.read_to, complete=False).update(
+        **changes
+    )
+    return len(new.encode()) if moved else None
 
 
 def logs_ship(*, region: str | None = None) -> int:

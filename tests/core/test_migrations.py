@@ -8,6 +8,8 @@ from typing import Any
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from tests.migration_graph import migrated_apps
+
 # The leaf migrations of the layout before the split.
 BEFORE = [
     ("instances", "0007_cloud_disks"),
@@ -22,14 +24,10 @@ BEFORE = [
 
 def _migrate(targets: Sequence[tuple[str, str | None]]) -> Any:
     """Migrate to `targets` (None: no migration of that app) and return the models as they
-    are there, every other app at its latest."""
+    are there."""
     executor = MigrationExecutor(connection)
     executor.migrate(targets)
-    executor.loader.build_graph()
-    apps = {app for app, _name in targets}
-    nodes = [node for node in executor.loader.graph.leaf_nodes() if node[0] not in apps]
-    nodes += [(app, name) for app, name in targets if name is not None]
-    return executor.loader.project_state(nodes).apps
+    return migrated_apps(executor)
 
 
 def _latest() -> list[tuple[str, str]]:

@@ -90,8 +90,10 @@ PUBLIC_FACES = {
         "terminals",
     },
     "endpoints": {"services"},
+    # (the jobs app reads a cluster's launch templates' names)
+    "clusters": {"choices"},
     # nothing imports these apps: their faces are empty
-    "clusters": set(),
+    "jobs": set(),
     "console": set(),
     "terminal": set(),
     "teams": set(),

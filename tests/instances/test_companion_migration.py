@@ -12,19 +12,16 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from tests.factories import make_instance, make_user
+from tests.migration_graph import migrated_apps
 
 BEFORE = [("instances", "0025_metering_moved_to_holdings")]
 
 
 def _migrate(targets: list[tuple[str, str]]) -> Any:
-    """Migrate to `targets` and return the models as they are there, every other app at its
-    latest."""
+    """Migrate to `targets` and return the models as they are there."""
     executor = MigrationExecutor(connection)
     executor.migrate(targets)
-    executor.loader.build_graph()
-    apps = {app for app, _name in targets}
-    nodes = [node for node in executor.loader.graph.leaf_nodes() if node[0] not in apps]
-    return executor.loader.project_state([*nodes, *targets]).apps
+    return migrated_apps(executor)
 
 
 def test_the_moved_values_come_out_in_the_new_tables_and_go_back(transactional_db):
