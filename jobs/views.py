@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -198,6 +199,8 @@ def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
     """A blank form: the offering asked for (?offering=) or the cheapest free one, the first
     image, 3 restarts, the NAS when the account has one, and a new token."""
     wanted = request.GET.get("offering", "")
+    # ?demo=1 under make run: the emulator's simulated trainer (JOB_DEMO_COMMAND)
+    demo = settings.JOB_DEMO_COMMAND if request.GET.get("demo") else ""
     by_price = sorted(offer.offerings, key=lambda o: o.price_per_hour_fen)
     free = [o for o in by_price if offer.counts.get(o.id, 0) > 0] or by_price
     default = wanted if any(o.id == wanted for o in offer.offerings) else ""
@@ -205,8 +208,8 @@ def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
         chosen={
             "offering": default or (free[0].id if free else ""),
             "image": offer.images[0].id if offer.images else "",
-            "name": "",
-            "command": "",
+            "name": "demo" if demo else "",
+            "command": demo,
             "env": "",
             "checkpoint_dir": "",
             "max_restarts": "3",
@@ -328,6 +331,7 @@ def _submit_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpResp
         "field_errors": shown.field_errors,
         "example": EXAMPLE_COMMAND,
         "max_restarts": MAX_RESTARTS,
+        "demo": bool(settings.JOB_DEMO_COMMAND),
     }
     return render(request, "jobs/new.html", context, status=shown.http_status)
 

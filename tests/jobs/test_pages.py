@@ -331,3 +331,18 @@ def test_the_list_reads_the_same_queries_for_one_job_or_many(
     with django_assert_max_num_queries(len(one.captured_queries)):
         html = client.get("/console/jobs/").content.decode()
     assert html.count("data-job=") == 4
+
+
+def test_make_runs_form_offers_the_simulated_trainer_as_a_demo_and_production_does_not(
+    catalog, client, settings
+):
+    _submitter(client)
+    settings.JOB_DEMO_COMMAND = ""
+    plain = client.get("/console/jobs/new/?demo=1").content.decode()
+    assert "data-demo" not in plain and "starverse-sim-train" not in plain
+
+    settings.JOB_DEMO_COMMAND = "starverse-sim-train --steps 300 --step-seconds 1"
+    offered = client.get("/console/jobs/new/").content.decode()
+    assert 'href="?demo=1" data-demo' in offered
+    filled = client.get("/console/jobs/new/?demo=1").content.decode()
+    assert ">starverse-sim-train --steps 300 --step-seconds 1</textarea>" in filled
