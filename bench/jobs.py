@@ -176,7 +176,7 @@ def job_log_follow() -> dict[str, Any]:
         statistics.median(api_rates),
         "lines/s",
         statistics.median(straight_rates),
-        f"the same {JOBS} logs read straight from the emulator's pods/log?follow=true by "
+        f"the same {JOBS} logs read straight from the emulator's pods/log by "
         f"{JOBS} threads, in turns ({FOLLOW_ROUNDS} each, median)",
         "ratio >= 0.5",
     )
