@@ -12,7 +12,7 @@ from fleet.models import Node
 from instances import timeline
 from instances.choices import AutoStopKind, InstanceStatus
 from starverse.core.ids import PublicIdField
-from starverse.core.text import Deferred, parts, translate_stored
+from starverse.core.text import StoredMessage
 
 
 class InstanceQuerySet(models.QuerySet["Instance"]):
@@ -355,31 +355,19 @@ class PortShare(models.Model):
         return f"{self.id} {self.instance_id}:{self.port}"
 
 
-class InstanceEvent(models.Model):
-    """A step of an instance's life, shown to the user as progress."""
+class InstanceEvent(StoredMessage):
+    """A step of an instance's life, shown to the user as progress (its message stored as its
+    source and parameters: StoredMessage)."""
 
     instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(default=timezone.now)
     status = models.CharField(max_length=16, choices=InstanceStatus.choices)
-    message = models.TextField(help_text="In its source language; see `text`.")
-    params = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # A message made with starverse.core.text.later is stored as its source and parameters.
-        if isinstance(kwargs.get("message"), Deferred):
-            kwargs["message"], kwargs["params"] = parts(kwargs["message"])
-        super().__init__(*args, **kwargs)
-
     def __str__(self) -> str:
         return f"{self.instance_id} {self.status}"
-
-    @property
-    def text(self) -> str:
-        """The message in the active language."""
-        return translate_stored(self.message, self.params)
 
     @property
     def sentence(self) -> str | None:

@@ -4,8 +4,6 @@ kept after its pods. Its GPUs are instances that run the program (instances.mode
 ordered, admitted, queued, placed and metered by the same code as every instance; the job is
 their owner and decides what happens when a program ends (jobs.services.job_sync)."""
 
-from typing import Any
-
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -14,7 +12,7 @@ from clusters.choices import Template
 from compute.models import Image, Offering
 from jobs.choices import JobStatus
 from starverse.core.ids import PublicIdField
-from starverse.core.text import Deferred, parts, translate_stored
+from starverse.core.text import StoredMessage
 
 
 class Job(models.Model):
@@ -97,27 +95,16 @@ class JobRank(models.Model):
         return f"{self.job_id} rank {self.index}"
 
 
-class JobEvent(models.Model):
-    """A step of a job's life (queued, placed, started, node lost, resumed, finished), in its
-    source language with its parameters (`text`: in the reader's)."""
+class JobEvent(StoredMessage):
+    """A step of a job's life (queued, placed, started, node lost, resumed, finished), its
+    message stored as its source and parameters (StoredMessage: `text` in the reader's)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(default=timezone.now)
     status = models.CharField(max_length=16, choices=JobStatus.choices)
-    message = models.TextField()
-    params = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if isinstance(kwargs.get("message"), Deferred):
-            kwargs["message"], kwargs["params"] = parts(kwargs["message"])
-        super().__init__(*args, **kwargs)
-
     def __str__(self) -> str:
         return f"{self.job_id} {self.status}"
-
-    @property
-    def text(self) -> str:
-        return translate_stored(self.message, self.params)

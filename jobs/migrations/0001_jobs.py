@@ -61,7 +61,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('at', models.DateTimeField(default=django.utils.timezone.now)),
                 ('status', models.CharField(choices=[('queued', 'Queued'), ('provisioning', 'Provisioning'), ('running', 'Running'), ('recovering', 'Recovering'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelling', 'Cancelling'), ('cancelled', 'Cancelled')], max_length=16)),
-                ('message', models.TextField()),
+                ('message', models.TextField(help_text='In its source language; see `text`.')),
                 ('params', models.JSONField(blank=True, default=dict)),
                 ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='jobs.job')),
             ],

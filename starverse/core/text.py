@@ -35,6 +35,28 @@ def parts(message: str) -> tuple[str, dict[str, Any]]:
     return str(message), {}
 
 
+class StoredMessage(models.Model):
+    """A row that keeps a message (a step of a timeline) as its source and parameters: made
+    with `later(...) % {...}`, it is stored so (`message`, `params`) and read in the reader's
+    language (`text`). Abstract: the instances' and the jobs' timelines have one each."""
+
+    message = models.TextField(help_text="In its source language; see `text`.")
+    params = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        abstract = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if isinstance(kwargs.get("message"), Deferred):
+            kwargs["message"], kwargs["params"] = parts(kwargs["message"])
+        super().__init__(*args, **kwargs)
+
+    @property
+    def text(self) -> str:
+        """The message in the active language."""
+        return translate_stored(self.message, self.params)
+
+
 def translate_stored(source: str, params: dict[str, Any]) -> str:
     """The stored message in the active language; parameters that are themselves messages
     (a reason, say) are translated too, names and numbers pass through."""
