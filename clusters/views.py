@@ -3,7 +3,6 @@ They read through clusters.selectors, show a cluster as the API does (ClusterOut
 change things only through clusters.services; the look and the order form's token are the
 instance pages' (instances.views)."""
 
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +47,7 @@ from instances.choices import InstanceStatus
 from instances.selectors import availability, offering_price_now
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import SshKey
-from starverse.core.console import page_user, redirect_back, run_change
+from starverse.core.console import form_token, page_user, redirect_back, run_change
 from starverse.core.errors import IdempotencyConflict, ServiceError
 from starverse.core.tenancy import get_for_user, scope_to_user
 from starverse.core.text import localized
@@ -69,10 +68,6 @@ TEMPLATE_NOTES: dict[str, Any] = {
     Template.COLOSSALAI: gettext_lazy("A colossalai run command over every rank."),
     Template.NONE: gettext_lazy("Only the environment and hostfiles; launch it your way."),
 }
-
-
-def _new_token() -> str:
-    return secrets.token_urlsafe(24)
 
 
 class ClusterForm(forms.Form):
@@ -188,7 +183,7 @@ class _Shown:
     def refuse(self, error: str, *, status: int, code: str = "", new_token: bool = False) -> None:
         self.error, self.error_code, self.http_status = error, code, status
         if new_token:
-            self.token = _new_token()
+            self.token = form_token()
 
 
 def _offer_for(request: HttpRequest) -> _Offer:
@@ -240,7 +235,7 @@ def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
             "billing": BillingMode.HOURLY,
             "name": "",
         },
-        token=_new_token(),
+        token=form_token(),
         selected_keys=[k.id for k in offer.keys],
     )
 

@@ -1,7 +1,6 @@
 """Console pages for instances: renting, the list, an instance's page and its actions. They
 read through the selectors and change things only through instances.lifecycle."""
 
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +53,7 @@ from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, SshKey
 from starverse.accounts.selectors import user_settings
-from starverse.core.console import page_user, redirect_back, run_change
+from starverse.core.console import form_token, page_user, redirect_back, run_change
 from starverse.core.dates import parse_moment
 from starverse.core.errors import IdempotencyConflict, InvalidInput, ServiceError
 from starverse.core.money import format_fen
@@ -75,10 +74,6 @@ TRANSIENT = (S.QUEUED, S.PROVISIONING, S.STOPPING, S.TERMINATING)
 IDLE_UTIL_ERROR = gettext_lazy("Idle auto-stop: the utilisation is from 1 to 100 %.")
 IDLE_MINUTES_ERROR = gettext_lazy("Idle auto-stop: the idle time is from 10 to 1440 minutes.")
 STOP_AFTER_ERROR = gettext_lazy("Stop after: from 1 to 8760 hours.")
-
-
-def _new_token() -> str:
-    return secrets.token_urlsafe(24)
 
 
 class RentForm(forms.Form):
@@ -247,7 +242,7 @@ class _Shown:
     def refuse(self, error: str, *, status: int, code: str = "", new_token: bool = False) -> None:
         self.error, self.error_code, self.http_status = error, code, status
         if new_token:
-            self.token = _new_token()
+            self.token = form_token()
 
 
 @login_required
@@ -320,7 +315,7 @@ def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
     }
     return _Shown(
         chosen=chosen,
-        token=_new_token(),
+        token=form_token(),
         selected_keys=[k.id for k in offer.keys],
         selected_disks=[],
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Sum
+from django.db.models.functions import Length, Substr
 
 from instances.choices import InstanceStatus
 from instances.models import Instance, Workload, WorkloadLog
@@ -19,10 +20,19 @@ LIVE = (S.PROVISIONING, S.CHECKING, S.RUNNING, S.STOPPING)
 FOLLOW_POLL_S = 1.0
 
 
+def jobs_cost_fen(jobs: list[Job]) -> dict[str, int]:
+    """What each job's ranks have cost (their instances' charged minutes), in one query."""
+    spent = (
+        JobRank.objects.filter(job__in=jobs)
+        .values("job")
+        .annotate(total=Sum("instance__cost_fen"))
+        .values_list("job", "total")
+    )
+    return {job_id: int(total or 0) for job_id, total in spent}
+
+
 def job_cost_fen(job: Job) -> int:
-    """What its ranks have cost (their instances' charged minutes)."""
-    spent = Instance.objects.filter(job_rank__job=job).aggregate(total=Sum("cost_fen"))["total"]
-    return int(spent or 0)
+    return jobs_cost_fen([job]).get(job.pk, 0)
 
 
 @dataclass(frozen=True)
@@ -163,17 +173,23 @@ def log_follow(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         time.sleep(poll_s)
+        # only what is new of the kept text (up to 1 MiB), and its length
         row = (
             WorkloadLog.objects.filter(instance=source.instance, attempt=source.attempt)
-            .values_list("text", "complete")
+            .values_list(Substr("text", sent + 1), Length("text"), "complete")
             .first()
         )
         status = Instance.objects.values_list("status", flat=True).get(pk=source.instance.pk)
-        body, complete = row if row is not None else ("", False)
-        if len(body) < sent:  # the kept text was cut at its front (WORKLOAD_LOG_BYTES)
-            sent = 0
-        if len(body) > sent:
-            yield body[sent:].encode()
-            sent = len(body)
+        new, length, complete = row if row is not None else ("", 0, False)
+        if length < sent:  # the kept text was cut at its front (WORKLOAD_LOG_BYTES): resend
+            sent, new = (
+                0,
+                WorkloadLog.objects.values_list("text", flat=True).get(
+                    instance=source.instance, attempt=source.attempt
+                ),
+            )
+        if new:
+            yield new.encode()
+            sent += len(new)
         if complete or status not in LIVE:
             return

@@ -39,7 +39,6 @@ from jobs.models import Job, JobEvent, JobRank
 from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, FieldInvalid, InvalidInput, ServiceError
-from starverse.core.kube import namespace_name
 from starverse.core.text import Deferred, later
 from storage.nas import nas_for_tenant
 
@@ -500,7 +499,3 @@ def job_cancel(*, job: Job) -> Job:
     enqueue_on_commit("jobs.tasks.sync_job", job.id)
     logger.info("job.cancelled job=%s", job.id)
     return job
-
-
-def job_namespace(job: Job) -> str:
-    return namespace_name(job.tenant_id)

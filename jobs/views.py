@@ -3,7 +3,6 @@ cancel. They read through jobs.selectors, show a job as the API does (job_view),
 things only through jobs.services; the look, the order token and the role checks are the
 cluster pages' (clusters.views)."""
 
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +11,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import QuerySet, Sum
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -27,12 +26,18 @@ from compute.models import Image, Offering
 from instances.choices import InstanceStatus
 from instances.selectors import availability, offering_price_now
 from jobs.choices import ENDED, JobStatus
-from jobs.models import Job, JobRank
-from jobs.selectors import LogSource, job_events, job_view, log_source, log_text
+from jobs.models import Job
+from jobs.selectors import (
+    LogSource,
+    job_events,
+    job_view,
+    jobs_cost_fen,
+    log_source,
+    log_text,
+)
 from jobs.services import MAX_RESTARTS, MAX_TIME_LIMIT_MINUTES, JobRequest, job_cancel, job_submit
 from starverse.accounts.audit import audit_request
-from starverse.core import kube
-from starverse.core.console import page_user, run_change
+from starverse.core.console import form_token, page_user, run_change
 from starverse.core.errors import FieldInvalid, IdempotencyConflict, ServiceError
 from starverse.core.roles import ORDERERS, is_manager, role_of
 from starverse.core.tenancy import get_for_user, scope_to_user
@@ -60,10 +65,6 @@ FORM_FIELDS = {
     "disks": "disks",
 }
 EXAMPLE_COMMAND = 'python train.py --resume-from "$STARVERSE_CHECKPOINT_DIR"'
-
-
-def _new_token() -> str:
-    return secrets.token_urlsafe(24)
 
 
 class JobForm(forms.Form):
@@ -215,7 +216,7 @@ def _form_new(request: HttpRequest, offer: _Offer) -> _Shown:
             "max_restarts": "3",
             "time_limit_minutes": "",
         },
-        token=_new_token(),
+        token=form_token(),
         nas=offer.has_nas,
     )
 
@@ -267,7 +268,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             name: " ".join(str(e) for e in errors) for name, errors in form.errors.items()
         }
         if "token" in form.errors:
-            shown.token = _new_token()
+            shown.token = form_token()
             shown.field_errors.pop("token")
             shown.error = _("The form had expired; check it and submit it again.")
         shown.http_status = 400
@@ -285,7 +286,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             "This form was already used to submit a different job. Check your jobs, then "
             "submit again if you still want this one."
         )
-        shown.token, shown.http_status = _new_token(), conflict.status_code
+        shown.token, shown.http_status = form_token(), conflict.status_code
     except ServiceError as failure:
         # Nothing was submitted: the same token stays valid for the corrected job.
         shown.http_status = failure.status_code
@@ -353,20 +354,14 @@ def job_list(request: HttpRequest) -> HttpResponse:
         request.GET.get("page")
     )
     jobs = list(page.object_list)
-    # what each has cost (job_cost_fen), for the whole page in one query
-    spent = dict(
-        JobRank.objects.filter(job__in=jobs)
-        .values("job")
-        .annotate(total=Sum("instance__cost_fen"))
-        .values_list("job", "total")
-    )
+    spent = jobs_cost_fen(jobs)  # the whole page in one query
     return render(
         request,
         "jobs/list.html",
         {
             "active": "jobs",
             "page": page,
-            "rows": [(job, int(spent.get(job.pk) or 0)) for job in jobs],
+            "rows": [(job, spent.get(job.pk, 0)) for job in jobs],
             "status_labels": _status_labels(),
         },
     )
@@ -423,12 +418,7 @@ def job_detail(request: HttpRequest, pk: str) -> HttpResponse:
 
 def _log_lines(source: LogSource | None) -> str:
     """The viewer's first lines, in the page (the script follows them from there)."""
-    if source is None:
-        return ""
-    try:
-        return log_text(source, tail=LOG_TAIL)
-    except kube.RetryableKubeError:
-        return ""
+    return "" if source is None else log_text(source, tail=LOG_TAIL)
 
 
 @login_required
@@ -449,15 +439,8 @@ def job_logs(request: HttpRequest, pk: str) -> HttpResponse:
     if not download:
         asked = request.GET.get("tail", "")
         tail = min(int(asked), LOG_TAIL_MAX) if asked.isdigit() else LOG_TAIL
-    unread = False
-    try:
-        text = log_text(source, tail=tail)
-    except kube.RetryableKubeError:
-        # the cluster's API did not answer this time: the viewer keeps its lines, asks again
-        text, unread = "", True
-    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
-    if unread:
-        response["X-Starverse-Unread"] = "1"
+    # (read from what the worker shipped: the web tier never asks the cluster)
+    response = HttpResponse(log_text(source, tail=tail), content_type="text/plain; charset=utf-8")
     response["X-Starverse-Attempt"] = str(source.attempt)
     # more may come: its pod writes, or the job's latest run has yet to start or end
     more = job.status not in ENDED and (source.live or source.attempt >= job.restarts)

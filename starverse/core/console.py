@@ -1,6 +1,7 @@
 """What every console form handler does: call a service, then say on the next page what
 happened or, in the service's own words, why not."""
 
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,12 @@ from starverse.core.roles import require_own_or_manager
 
 if TYPE_CHECKING:  # the core names the user model only for the type checker (import contracts)
     from starverse.accounts.models import User
+
+
+def form_token() -> str:
+    """A new order form's token: sent back with the form as its order's Idempotency-Key (under
+    compute.admission.ORDER_KEY_PREFIX), so a form submitted twice orders once."""
+    return secrets.token_urlsafe(24)
 
 
 def page_user(request: HttpRequest) -> "User":

@@ -61,15 +61,12 @@
           throw new Error("HTTP " + response.status);
         }
         var live = response.headers.get("X-Starverse-Live") === "1";
-        var unread = response.headers.get("X-Starverse-Unread") === "1";
         return response.text().then(function (text) {
-          if (!unread) {
-            var follow = atBottom();
-            box.textContent = text || box.getAttribute("data-empty");
-            box.classList.toggle("is-empty", !text);
-            if (follow) {
-              box.scrollTop = box.scrollHeight;
-            }
+          var follow = atBottom();
+          box.textContent = text || box.getAttribute("data-empty");
+          box.classList.toggle("is-empty", !text);
+          if (follow) {
+            box.scrollTop = box.scrollHeight;
           }
           box.setAttribute("data-live", live ? "true" : "false");
           if (state) {
