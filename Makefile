@@ -85,9 +85,10 @@ fmt: $(STAMP)  ## Format the code
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-schema: $(STAMP)  ## Regenerate docs/openapi.yaml from the code (a test fails while it differs)
+schema: $(STAMP)  ## Regenerate docs/openapi.yaml and devstack/schema.sql (tests fail while they differ)
 	DJANGO_SETTINGS_MODULE=starverse.settings.test $(PY) manage.py spectacular \
 	  --validate --fail-on-warn --file docs/openapi.yaml
+	$(WITH_DATABASE) $(PY) -m devstack.schema write
 
 bench: $(STAMP)  ## Benchmarks against their baselines (needs PostgreSQL and pgbench)
 	$(PY) -m bench
