@@ -18,6 +18,8 @@ SHORT = Options(
     kube_outage_s=5.0,
     settle_s=60.0,
     users=2,
+    reconcile_interval_s=5,
+    stuck_after_s=10,
     faults=(
         "worker kill -9 mid-provisioning",
         "web kill -9 mid-order",
@@ -38,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beat-pause-s", type=float, default=Options.beat_pause_s)
     parser.add_argument("--kube-outage-s", type=float, default=Options.kube_outage_s)
     parser.add_argument("--settle-s", type=float, default=Options.settle_s)
-    parser.add_argument("--root", default=str(REPO / "var" / "chaos" / "run"))
+    parser.add_argument("--root", default=str(REPO / "var" / "chaos" / "run"), help="logs, state")
+    parser.add_argument(
+        "--pg",
+        default=str(REPO / "var" / "chaos" / "pg"),
+        help="its PostgreSQL's folder (kept: the migrated template database is reused)",
+    )
     args = parser.parse_args(argv)
     if args.short:
         options = Options(**{**vars(SHORT), "seed": args.seed})
@@ -54,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
     started = time.monotonic()
-    report = run(options, root, REPO / "var" / "chaos" / "pg")
+    report = run(options, root, Path(args.pg))
     print(f"\nchaos (seed {options.seed}, {time.monotonic() - started:.0f} s, logs {root / 'log'}):")
     for name, count in sorted(report.faults.items()):
         print(f"  fault injected {count}× : {name}")

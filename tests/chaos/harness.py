@@ -28,6 +28,10 @@ class Options:
     kube_outage_s: float = 60.0
     settle_s: float = 150.0
     users: int = 4
+    # the reconcile loop's period and patience (RECONCILE_INTERVAL_S, RECONCILE_STUCK_AFTER_S);
+    # 0: the platform's defaults (30 s, 60 s)
+    reconcile_interval_s: int = 0
+    stuck_after_s: int = 0
     faults: tuple[str, ...] = ()  # every round injects these, when given (else a seeded draw)
 
 
@@ -67,6 +71,7 @@ class Chaos:
         from tests.chaos.traffic import PodSampler, Users
         from tests.factories import fund, make_token, make_user
 
+        self.stack.start_platform()  # they start while the fleet and the users are set up
         agents = self.stack.root / "agents"
         call_command("fleet_sync", agent_tokens=str(agents), stdout=open(os.devnull, "w"))
         tokens = []
@@ -77,7 +82,8 @@ class Chaos:
         offering = Offering.objects.get(name=ORDER_OFFERING)
         self.users = Users(self.stack.web_url, tokens, offering.pk, IMAGE)
         self.product = offering.gpu_model.product
-        self.stack.start_platform(sorted(agents.glob("*.token")))
+        self.stack.start_agents(sorted(agents.glob("*.token")))
+        self.stack.wait_ready()
         self.sampler = PodSampler(self.stack.kube_url)
         self.sampler.start()
 
@@ -267,6 +273,10 @@ class Chaos:
 
 def run(options: Options, root: Path, pg_var: Path) -> Report:
     stack = Stack(root, pg_var)
+    if options.reconcile_interval_s:
+        stack.clock["RECONCILE_INTERVAL_S"] = str(options.reconcile_interval_s)
+    if options.stuck_after_s:
+        stack.clock["RECONCILE_STUCK_AFTER_S"] = str(options.stuck_after_s)
     try:
         stack.start()
         chaos = Chaos(stack, options)

@@ -139,6 +139,8 @@ class Stack:
         self.commands: dict[str, tuple[list[str], dict[str, str]]] = {}
         self.proxy: Proxy | None = None
         self.database_url = ""
+        # a compressed clock for the short version: the reconcile loop's period and patience
+        self.clock: dict[str, str] = {}
 
     @property
     def web_url(self) -> str:
@@ -170,6 +172,7 @@ class Stack:
             "PROMETHEUS_MULTIPROC_DIR": str(self.root / "prometheus"),
             # every order of the run is the harness's: a realistic per-user rate is not the point
             "API_THROTTLE_RATE": "100000/minute",
+            **self.clock,
         }
 
     def start(self) -> None:
@@ -195,8 +198,8 @@ class Stack:
         self._define("stripe", [*stripe, "--webhook-url", hook, "--webhook-secret", WEBHOOK_SECRET])
         self.spawn("stripe")
 
-    def start_platform(self, agent_tokens: list[Path]) -> None:
-        """gunicorn, the worker, beat and a node agent per token, once the database is set up."""
+    def start_platform(self) -> None:
+        """gunicorn, the worker and beat (not waited for: wait_ready())."""
         web = [PY, "-m", "gunicorn", "starverse.wsgi:application", "--bind"]
         web += [f"127.0.0.1:{self.ports['web']}", "--workers", "2", "--threads", "4"]
         web += ["--control-socket", str(self.root / "gunicorn.ctl"), "--graceful-timeout", "5"]
@@ -206,14 +209,21 @@ class Stack:
         beat = [PY, "-m", "celery", "-A", "starverse", "beat", "-l", "INFO"]
         schedule = str(self.root / "var" / "celerybeat-schedule")
         self._define("beat", [*beat, "-s", schedule], {"KUBE_ACCESS": "false"})
+        for name in ("web", "worker", "beat"):
+            self.spawn(name)
+
+    def start_agents(self, agent_tokens: list[Path]) -> None:
+        """A node agent (simulated NVML) for each of the first AGENTS nodes' tokens."""
         for token in agent_tokens[:AGENTS]:
             agent = [PY, "-m", "nodeagent", "--source", "sim", "--kube-url", self.kube_url]
             agent += ["--platform-url", self.web_url, "--node", token.stem]
             self._define(f"agent:{token.stem}", [*agent, "--token-file", str(token)], {})
-        for name in self.commands:
-            if name not in self.procs:
-                self.spawn(name)
+            self.spawn(f"agent:{token.stem}")
+
+    def wait_ready(self) -> None:
         wait_for(lambda: _answers(f"{self.web_url}/readyz"), 120, "the console (gunicorn)")
+        offset = 0
+        wait_for(lambda: "ready" in self.log_since("worker", offset), 120, "the Celery worker")
 
     def _define(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.commands[name] = (argv, env or {})
