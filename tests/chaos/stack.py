@@ -129,8 +129,8 @@ class Stack:
     Redis, the emulator and its proxy, the Stripe stand-in, then (once the harness has set up
     the fleet: start_platform()) gunicorn, the Celery worker, beat and the node agents."""
 
-    def __init__(self, root: Path, pg_var: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path, pg_var: Path, fleet: str = FLEET) -> None:
+        self.root, self.fleet = root, fleet
         self.log = root / "log"
         self.log.mkdir(parents=True, exist_ok=True)
         self.ports = {name: free_port() for name in ("web", "redis", "kube", "stripe")}
@@ -185,7 +185,7 @@ class Stack:
         self._define("redis", [*redis_argv, "--save", "", "--appendonly", "no"], {})
         self.spawn("redis")
         wait_for(lambda: bool(redis.Redis.from_url(self.redis_url).ping()), 20, "Redis")
-        kube = [PY, "-m", "devstack.kube", "--port", str(self.ports["kube"]), "--fleet", FLEET]
+        kube = [PY, "-m", "devstack.kube", "--port", str(self.ports["kube"]), "--fleet", self.fleet]
         kube += ["--pull-delay", "0.3", "--start-delay", "0.2", "--eviction-grace", "20"]
         kube += ["--data-dir", str(self.root / "kube-volumes"), "--log-level", "WARNING"]
         self._define("kube", kube, {})
