@@ -62,11 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(root, ignore_errors=True)
     started = time.monotonic()
     report = run(options, root, Path(args.pg))
-    print(f"\nchaos (seed {options.seed}, {time.monotonic() - started:.0f} s, logs {root / 'log'}):")
+    print(
+        f"\nchaos (seed {options.seed}, {time.monotonic() - started:.0f} s, logs {root / 'log'}):"
+    )
     for name, count in sorted(report.faults.items()):
         print(f"  fault injected {count}× : {name}")
-    print(f"  {sum(report.faults.values())} faults injected, {report.checks} invariants checked, "
-          f"{len(report.violations)} violations")
+    print(
+        f"  {sum(report.faults.values())} faults injected, {report.checks} invariants checked, "
+        f"{len(report.violations)} violations"
+    )
     for line in report.violations:
         print(f"  VIOLATION {line}")
     return 1 if report.violations else 0

@@ -1,6 +1,8 @@
 """The chaos run: rounds of seeded faults with orders, terminations and top-ups in flight, then
 the invariants (tests/chaos/invariants.py) once the platform has settled."""
 
+import functools
+import io
 import logging
 import os
 import random
@@ -73,7 +75,7 @@ class Chaos:
 
         self.stack.start_platform()  # they start while the fleet and the users are set up
         agents = self.stack.root / "agents"
-        call_command("fleet_sync", agent_tokens=str(agents), stdout=open(os.devnull, "w"))
+        call_command("fleet_sync", agent_tokens=str(agents), stdout=io.StringIO())
         tokens = []
         for _ in range(self.options.users):
             user = make_user()
@@ -117,7 +119,7 @@ class Chaos:
         for entry in list(self.live):
             if self.rng.random() < 0.5:
                 self.live.remove(entry)
-                self.background(lambda entry=entry: self.users.terminate(*entry))
+                self.background(functools.partial(self.users.terminate, *entry))
 
     def topup(self) -> threading.Thread:
         user = self.rng.randrange(self.options.users)
@@ -238,7 +240,7 @@ class Chaos:
             self.settle_and_check(f"after round {number}")
         for entry in list(self.live):
             self.live.remove(entry)
-            self.background(lambda entry=entry: self.users.terminate(*entry))
+            self.background(functools.partial(self.users.terminate, *entry))
         self.join()
         self.settle_and_check("at the end (everything terminated)")
         self.sampler.stop()

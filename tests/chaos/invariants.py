@@ -48,7 +48,7 @@ def gpus(sampler: PodSampler) -> list[str]:
             found.append(f"{pk} {status} holds {held.get(pk, 0)} GPUs of {count}")
         if status not in holding_gpus and held.get(pk):
             found.append(f"{pk} {status} still holds {held[pk]} GPUs (leaked)")
-    live = {instance_label(pk) for pk in Instance.objects.filter(status__in=HOLDS_GPUS).values_list("pk", flat=True)}  # noqa: E501  # fmt: skip
+    live = {instance_label(pk) for pk in Instance.objects.filter(status__in=HOLDS_GPUS).values_list("pk", flat=True)}  # fmt: skip
     for pod in sampler.pods_now():
         label = (pod["metadata"].get("labels") or {}).get("starverse.io/instance")
         if label and label not in live and not pod["metadata"].get("deletionTimestamp"):
@@ -77,10 +77,14 @@ def minutes(sampler: PodSampler, promises: Promises) -> list[str]:
             expected = 1
             for first, last in sorted(spans):
                 if first != expected:
-                    found.append(f"{instance.id} session {session}: minute {expected} "
-                                 f"{'billed twice' if first < expected else 'missed'}")
+                    found.append(
+                        f"{instance.id} session {session}: minute {expected} "
+                        f"{'billed twice' if first < expected else 'missed'}"
+                    )
                 expected = last + 1
-        ran = sampler.running_seconds(instance_label(instance.id), promises.terminated.get(instance.id))
+        ran = sampler.running_seconds(
+            instance_label(instance.id), promises.terminated.get(instance.id)
+        )
         expected_minutes = math.ceil(ran / 60) if ran else 0
         if abs(billed - expected_minutes) > MINUTE_SLACK:
             found.append(f"{instance.id}: {billed} minutes billed, its pods ran {ran:.0f} s")

@@ -4,6 +4,7 @@ servers of its own (so that restarting or flushing them touches no one else's), 
 platform reaches the Kubernetes emulator through a TCP proxy that can be cut (the API
 unreachable while the emulated nodes and their pods run on, their state kept)."""
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -17,7 +18,6 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import psycopg2
 import redis
 
@@ -25,8 +25,8 @@ from devstack import postgres
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
-KUBE_TOKEN = "starverse-kube-emulator-dev-token"  # noqa: S105 - the emulator's any-token
-WEBHOOK_SECRET = "whsec_chaos"  # noqa: S105 - the Stripe stand-in's, a local test secret
+KUBE_TOKEN = "starverse-kube-emulator-dev-token"
+WEBHOOK_SECRET = "whsec_chaos"
 FLEET = "h100=4,a100=2"
 AGENTS = 2  # node agents run for the first nodes (one of them flaps)
 
@@ -108,10 +108,8 @@ class Proxy:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
 
 
@@ -232,7 +230,7 @@ class Stack:
         argv, extra = self.commands[name]
         env = {**self.env(), **extra} if self.proxy is not None else {**os.environ, **extra}
         with (self.log / f"{name.replace(':', '-')}.log").open("ab") as log:
-            process = subprocess.Popen(  # noqa: S603 - the platform's own commands
+            process = subprocess.Popen(
                 argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
             )
         self.procs[name] = process
@@ -249,8 +247,9 @@ class Stack:
             process.wait(timeout=10)
 
     def children(self, name: str) -> list[int]:
-        """The pids of a process's children (gunicorn's workers)."""
-        return [child.pid for child in psutil.Process(self.procs[name].pid).children()]
+        """The pids of a process's children (gunicorn's workers), as Linux lists them."""
+        pid = self.procs[name].pid
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
     def log_size(self, name: str) -> int:
         path = self.log / f"{name}.log"
@@ -296,7 +295,7 @@ class Stack:
             env["DJANGO_SETTINGS_MODULE"] = "starverse.settings.dev"
             env["STARVERSE_VAR_DIR"] = str(self.root / "var")
             for command in (["migrate", "-v0"], ["seed_catalog"]):
-                subprocess.run(  # noqa: S603
+                subprocess.run(
                     [PY, "manage.py", *command], cwd=REPO, env=env, check=True, capture_output=True
                 )
             _sql(self.pg.port, f'ALTER DATABASE "{template}_build" RENAME TO "{template}"')
@@ -306,7 +305,9 @@ class Stack:
 
 
 def _answers(url: str) -> bool:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {KUBE_TOKEN}"})
+    request = urllib.request.Request(  # noqa: S310 - the stack's own http:// addresses
+        url, headers={"Authorization": f"Bearer {KUBE_TOKEN}"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 - local
             return bool(answer.status < 500)

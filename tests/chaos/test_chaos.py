@@ -10,9 +10,11 @@ from tests.chaos.stack import REPO
 
 
 def test_the_short_chaos_drill_breaks_no_invariant(tmp_path):
-    done = subprocess.run(  # noqa: S603 - the drill, as `make chaos` runs it
-        [sys.executable, "-m", "tests.chaos", "--short", "--root", str(tmp_path / "run")]
-        + ["--pg", str(REPO / "var" / "chaos" / "pg-test")],
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "tests.chaos", "--short", "--root", str(tmp_path / "run")),
+            *("--pg", str(REPO / "var" / "chaos" / "pg-test")),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -33,7 +33,7 @@ class Promises:
 class Users:
     """The run's users, each with an API token, sending their requests to the console."""
 
-    def __init__(self, base_url: str, tokens: list[str], offering: int, image: str) -> None:
+    def __init__(self, base_url: str, tokens: list[str], offering: str, image: str) -> None:
         self.base_url, self.tokens = base_url, tokens
         self.offering, self.image = offering, image
         self.promises = Promises()

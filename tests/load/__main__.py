@@ -2,6 +2,7 @@
 (tests/load/__init__.py). Exit status 0 once it has measured; the figures are printed."""
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ def prepare(stack: Stack, nodes: int, data_path: Path) -> None:
     from fleet.services import node_token_issue
     from tests.factories import fund, make_token, make_user
 
-    call_command("fleet_sync", stdout=open(os.devnull, "w"))
+    call_command("fleet_sync", stdout=io.StringIO())
     tokens, sessions = [], []
     for _ in range(ACCOUNTS):
         user = make_user()
@@ -63,7 +64,7 @@ def locust(stack: Stack, args: argparse.Namespace, data: Path, results: Path) ->
     command = [PY, "-m", "locust", "-f", str(REPO / "tests" / "load" / "locustfile.py")]
     command += ["--headless", "--host", stack.web_url, "--only-summary", "--loglevel", "ERROR"]
     with (stack.log / "locust.log").open("w") as log:
-        process = subprocess.Popen(  # noqa: S603
+        process = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log, text=True
         )
         assert process.stdout is not None
@@ -116,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         locust(stack, args, root / "data.json", root / "results.json")
     finally:
         stack.stop()
-    stages = json.loads((root / "results.json").read_text()) if (root / "results.json").exists() else []
+    stages = (
+        json.loads((root / "results.json").read_text()) if (root / "results.json").exists() else []
+    )
     for line in verdict(stages, args):
         print(line)
     print(f"(on {os.cpu_count()} CPUs, shared with whatever else runs on this machine)")
