@@ -33,8 +33,10 @@ def prepare(stack: Stack, nodes: int, data_path: Path) -> None:
 
     from compute.models import Offering
     from fleet.models import Node
-    from fleet.services import node_token_issue
+    from fleet.services import node_token_issue, report_ingest
+    from fleet.telemetry import report_parse
     from tests.factories import fund, make_token, make_user
+    from tests.load.report import node_report
 
     call_command("fleet_sync", stdout=io.StringIO())
     tokens, sessions = [], []
@@ -51,6 +53,8 @@ def prepare(stack: Stack, nodes: int, data_path: Path) -> None:
         for i in range(nodes)
     )  # fmt: skip
     fleet = [{"name": node.name, "token": node_token_issue(node=node)} for node in made]
+    for node in made:  # each node's first report registers its GPUs: done before measuring
+        report_ingest(node=node, report=report_parse(node_report(node.name), node_name=node.name))
     offering = Offering.objects.get(name="1× H100 80GB SXM")
     data = {"nodes": fleet, "tokens": tokens, "sessions": sessions,
             "offering": offering.pk, "image": "pytorch-2.1"}  # fmt: skip
@@ -60,7 +64,7 @@ def prepare(stack: Stack, nodes: int, data_path: Path) -> None:
 def locust(stack: Stack, args: argparse.Namespace, data: Path, results: Path) -> None:
     env = {**os.environ, "LOAD_DATA": str(data), "LOAD_RESULTS": str(results),
            "LOAD_START": str(args.start), "LOAD_STEP": str(args.step), "LOAD_MAX": str(args.max),
-           "LOAD_STAGE_S": str(args.stage_s)}  # fmt: skip
+           "LOAD_STAGE_S": str(args.stage_s), "PYTHONPATH": str(REPO)}  # fmt: skip
     command = [PY, "-m", "locust", "-f", str(REPO / "tests" / "load" / "locustfile.py")]
     command += ["--headless", "--host", stack.web_url, "--only-summary", "--loglevel", "ERROR"]
     with (stack.log / "locust.log").open("w") as log:

@@ -7,10 +7,11 @@ import json
 import os
 import random
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from locust import FastHttpUser, LoadTestShape, between, constant_pacing, events, task
+
+from tests.load.report import node_report
 
 with open(os.environ["LOAD_DATA"]) as _data:
     DATA = json.load(_data)
@@ -89,34 +90,6 @@ def _write(**_: Any) -> None:
         json.dump(done, handle)
 
 
-def _iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _report(node: str) -> dict[str, Any]:
-    metrics = {
-        "DCGM_FI_DEV_GPU_UTIL": random.randint(0, 100), "DCGM_FI_DEV_MEM_COPY_UTIL": 40,
-        "DCGM_FI_DEV_FB_USED": 61234, "DCGM_FI_DEV_GPU_TEMP": 64,
-        "DCGM_FI_DEV_POWER_USAGE": 612.5, "DCGM_FI_DEV_SM_CLOCK": 1980,
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0, "DCGM_FI_DEV_MEMORY_TEMP": None,
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
-    }  # fmt: skip
-    gpus = range(8)
-    return {
-        "agent_version": "0.1.0", "node": node, "sent_at": _iso(),
-        "driver": {"driver_version": "550.54.15", "cuda_version": "12.4",
-                   "nvml_version": "12.550.54.15"},
-        "inventory": [{"index": i, "uuid": f"GPU-{node}-{i}",
-                       "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
-                       "product": "NVIDIA H100 80GB HBM3", "serial": None,
-                       "vbios": "96.00.89.00.01", "memory_total_mb": 81559,
-                       "nvlink_links": 18} for i in gpus],
-        "samples": [{"at": _iso(), "gpus": [{"index": i, "uuid": f"GPU-{node}-{i}",
-                                             "metrics": dict(metrics)} for i in gpus]}],
-        "events": [], "lost_gpus": [], "dropped_reports": 0,
-    }  # fmt: skip
-
-
 class NodeAgent(FastHttpUser):
     """A node's agent: a report every 15 s with its node token (nodeagent/report.py's contract)."""
 
@@ -130,7 +103,7 @@ class NodeAgent(FastHttpUser):
     @task
     def report(self) -> None:
         self.client.post(
-            f"/api/v1/nodes/{self.node['name']}/report", json=_report(self.node["name"]),
+            f"/api/v1/nodes/{self.node['name']}/report", json=node_report(self.node["name"]),
             headers={"Authorization": f"Bearer {self.node['token']}"},
             name="/api/v1/nodes/[name]/report",
         )  # fmt: skip
