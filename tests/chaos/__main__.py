@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  {sum(report.faults.values())} faults injected, {report.checks} invariants checked, "
         f"{len(report.violations)} violations"
     )
+    print(f"  traffic: {report.traffic}")
     for line in report.violations:
         print(f"  VIOLATION {line}")
     return 1 if report.violations else 0

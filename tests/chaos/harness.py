@@ -42,6 +42,7 @@ class Report:
     faults: Counter[str] = field(default_factory=Counter)
     checks: int = 0
     violations: list[str] = field(default_factory=list)
+    traffic: str = ""
     log: list[str] = field(default_factory=list)
 
     def say(self, line: str) -> None:
@@ -244,6 +245,12 @@ class Chaos:
         self.join()
         self.settle_and_check("at the end (everything terminated)")
         self.sampler.stop()
+        p = self.users.promises
+        self.report.traffic = (
+            f"{p.requests} requests: {len(p.orders)} orders and {len(p.terminated)} "
+            f"terminations answered 202, {len(p.topups)} top-ups paid; {p.connection_errors} "
+            f"found no server and {p.answered_5xx} were answered 5xx (each asked again)"
+        )
         return self.report
 
     def settle_and_check(self, when: str) -> None:
