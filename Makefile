@@ -26,7 +26,7 @@ PYTEST_WORKERS ?= 2
 # `make run` (devstack/postgres.py), started for them and stopped after unless it was running.
 WITH_DATABASE := $(PY) -m devstack.postgres run --
 
-.PHONY: help run test test-fast lint typecheck fmt schema bench messages audit clean
+.PHONY: help run test test-fast lint typecheck fmt schema bench chaos load messages audit clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -92,6 +92,14 @@ schema: $(STAMP)  ## Regenerate docs/openapi.yaml and devstack/schema.sql (tests
 
 bench: $(STAMP)  ## Benchmarks against their baselines (needs PostgreSQL and pgbench)
 	$(PY) -m bench
+
+# `make chaos CHAOS_ARGS="--seed 7 --rounds 5 --beat-pause-s 300"`; `--short` is what make test runs
+chaos: $(STAMP)  ## Faults at seeded random points on the real processes; prints faults and invariants
+	$(PY) -m tests.chaos $(CHAOS_ARGS)
+
+# `make load LOAD_ARGS="--start 200 --step 100 --stage-s 60"`
+load: $(STAMP)  ## Locust: people and 1,024 node agents, rising until p99 > 500 ms; prints what held
+	$(PY) -m tests.load $(LOAD_ARGS)
 
 messages: $(STAMP)  ## Extract translatable strings and compile the catalogues
 	bin/messages

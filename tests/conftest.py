@@ -39,6 +39,7 @@ SLOW_MODULES = {
     "api/test_conformance.py": "Schemathesis requests to every API operation",
     "api/test_hostile_input.py": "hostile input to every API operation, as three users",
     "api/test_schema_walk.py": "every API operation's answers; some on the Kubernetes emulator",
+    "chaos/test_chaos.py": "starts the platform's processes and injects faults into them",
     "cli/test_make_run.py": "drives `make run`",
     "cli/test_package.py": "builds the CLI's package",
     "clusters/test_preflight.py": "starts a Kubernetes emulator of its own",

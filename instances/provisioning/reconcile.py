@@ -31,7 +31,6 @@ from storage.models import Disk, SharedStorage
 
 logger = logging.getLogger(__name__)
 S = InstanceStatus
-STUCK_AFTER = timedelta(seconds=60)
 # How long a tenant namespace is still swept after its last instance, disk or NAS ended: a task
 # cut short, or a provisioning pass racing a terminate, leaves its leftovers just then.
 SWEPT_AFTER_END = timedelta(hours=1)
@@ -196,11 +195,12 @@ def _lost_work_hand_out(*, now: datetime, skip: list[str]) -> list[str]:
     requeued = []
     waiting = Instance.objects.filter(status__in=WAITING).annotate(last_event=Max("events__at"))
     checks: set[str] = set()
+    stuck_after = timedelta(seconds=settings.RECONCILE_STUCK_AFTER_S)
     for instance_id, status, last_event, watched, gang in waiting.values_list(
         "id", "status", "last_event", "pod_watch__events_read_at", "holding__gang"
     ):
         alive = max(last_event, watched or last_event) if last_event else None
-        if alive and now - alive > STUCK_AFTER and instance_id not in skip:
+        if alive and now - alive > stuck_after and instance_id not in skip:
             if status != S.CHECKING:
                 enqueue_on_commit(TASK_FOR[S(status)], instance_id)
             elif gang not in checks:

@@ -219,7 +219,11 @@ CELERY_BEAT_SCHEDULE = {
     "billing-audit-hourly": {"task": "billing.tasks.audit_wallets", "schedule": 3600.0},
     "billing-runway-notices": {"task": "endpoints.tasks.check_runways", "schedule": 60.0},
     "metering": {"task": "instances.tasks.meter_usage", "schedule": 60.0},
-    "reconcile": {"task": "instances.tasks.reconcile_cluster", "schedule": 30.0},
+    # RECONCILE_INTERVAL_S (30): the chaos drill's short version runs it oftener (tests/chaos)
+    "reconcile": {
+        "task": "instances.tasks.reconcile_cluster",
+        "schedule": float(env_int("RECONCILE_INTERVAL_S", 30)),
+    },
     # Programs run to their end (jobs): their ends are looked for every few seconds, so a job
     # that ends gives its GPUs back within seconds; each job then follows its ranks.
     "workloads-check": {"task": "instances.tasks.check_workloads", "schedule": 5.0},
@@ -613,6 +617,10 @@ for _name, _cidrs in (
                 "GATEWAY_CIDR must not be a whole address space: name the gateway's range."
             )
 PROVISIONING_POLL_S = 1
+# How long an instance waits on the cluster (provisioning, checking, stopping, terminating)
+# without a sign of its task before the reconcile loop hands its work out again (a worker
+# killed mid-task, the broker's queue lost).
+RECONCILE_STUCK_AFTER_S = env_int("RECONCILE_STUCK_AFTER_S", 60)
 
 # Inference endpoints (endpoints/). In-flight requests per replica the autoscaler aims at
 # (the HTTPScaledObject's concurrency target); how long a replica stays after the last request

@@ -98,6 +98,29 @@ def test_lost_tasks_are_handed_out_again(catalog, django_capture_on_commit_callb
     assert Instance.objects.get(pk=instance.pk).status == "provisioning"
 
 
+@pytest.mark.parametrize(
+    ("stuck_after_s", "quiet_s", "handed_out"), [(60, 30, False), (10, 30, True)]
+)
+def test_lost_work_waits_for_the_configured_patience(
+    catalog, settings, django_capture_on_commit_callbacks, stuck_after_s, quiet_s, handed_out
+):
+    """RECONCILE_STUCK_AFTER_S: how long without a sign of life before work is handed out again
+    (60 s by default; the short chaos drill runs with 10)."""
+    settings.RECONCILE_STUCK_AFTER_S = stuck_after_s
+    user = make_user()
+    fund(user, 100_000)
+    instance, _ = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id="pytorch-2.1"
+    )
+    quiet = timezone.now() - timedelta(seconds=quiet_s)
+    InstanceEvent.objects.filter(instance=instance).update(at=quiet)
+
+    with django_capture_on_commit_callbacks(execute=False):
+        report = reconcile()
+
+    assert report.requeued == ([instance.id] if handed_out else [])
+
+
 def test_warnings_about_a_running_pod_join_its_timeline_once(catalog, cluster):
     from kubernetes import client
 

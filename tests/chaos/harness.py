@@ -1,0 +1,295 @@
+"""The chaos run: rounds of seeded faults with orders, terminations and top-ups in flight, then
+the invariants (tests/chaos/invariants.py) once the platform has settled."""
+
+import functools
+import io
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.chaos.stack import Stack
+
+ORDER_OFFERING = "1× H100 80GB SXM"
+IMAGE = "pytorch-2.1"
+FUND_FEN = 10_000_000
+
+
+@dataclass
+class Options:
+    seed: int = 31
+    rounds: int = 3
+    faults_per_round: int = 4
+    beat_pause_s: float = 300.0
+    kube_outage_s: float = 60.0
+    settle_s: float = 150.0
+    users: int = 4
+    # the reconcile loop's period and patience (RECONCILE_INTERVAL_S, RECONCILE_STUCK_AFTER_S);
+    # 0: the platform's defaults (30 s, 60 s)
+    reconcile_interval_s: int = 0
+    stuck_after_s: int = 0
+    faults: tuple[str, ...] = ()  # every round injects these, when given (else a seeded draw)
+
+
+@dataclass
+class Report:
+    faults: Counter[str] = field(default_factory=Counter)
+    checks: int = 0
+    violations: list[str] = field(default_factory=list)
+    traffic: str = ""
+    log: list[str] = field(default_factory=list)
+
+    def say(self, line: str) -> None:
+        stamped = f"[{time.strftime('%H:%M:%S')}] {line}"
+        self.log.append(stamped)
+        print(stamped, flush=True)
+
+
+class Chaos:
+    """One run on a started Stack: set_up() (Django pointed at its database, the fleet, the
+    users), then run()."""
+
+    def __init__(self, stack: Stack, options: Options) -> None:
+        self.stack, self.options = stack, options
+        self.rng = random.Random(options.seed)
+        self.report = Report()
+        self.live: list[tuple[int, str]] = []  # (user, instance) ordered and not terminated
+        self._threads: list[threading.Thread] = []
+
+    def set_up(self) -> None:
+        os.environ.update(self.stack.env())
+        import django
+
+        django.setup()
+        logging.getLogger().setLevel(logging.WARNING)  # the harness's own ORM calls: quiet
+        from django.core.management import call_command
+
+        from compute.models import Offering
+        from tests.chaos.traffic import PodSampler, Users
+        from tests.factories import fund, make_token, make_user
+
+        self.stack.start_platform()  # they start while the fleet and the users are set up
+        agents = self.stack.root / "agents"
+        call_command("fleet_sync", agent_tokens=str(agents), stdout=io.StringIO())
+        tokens = []
+        for _ in range(self.options.users):
+            user = make_user()
+            fund(user, FUND_FEN)
+            tokens.append(make_token(user)[1])
+        offering = Offering.objects.get(name=ORDER_OFFERING)
+        self.users = Users(self.stack.web_url, tokens, offering.pk, IMAGE)
+        self.product = offering.gpu_model.product
+        self.stack.start_agents(sorted(agents.glob("*.token")))
+        self.stack.wait_ready()
+        self.sampler = PodSampler(self.stack.kube_url)
+        self.sampler.start()
+
+    # traffic ------------------------------------------------------------------------------
+
+    def background(self, work: Callable[[], object]) -> threading.Thread:
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=120)
+        self._threads = [t for t in self._threads if t.is_alive()]
+
+    def order(self, count: int = 2) -> None:
+        """`count` orders from random users, sent now in the background."""
+        for _ in range(count):
+            user = self.rng.randrange(self.options.users)
+
+            def send(user: int = user) -> None:
+                instance = self.users.order(user)
+                if instance:
+                    self.live.append((user, instance))
+
+            self.background(send)
+
+    def terminate_some(self) -> None:
+        """About half of the running orders terminated (in the background)."""
+        for entry in list(self.live):
+            if self.rng.random() < 0.5:
+                self.live.remove(entry)
+                self.background(functools.partial(self.users.terminate, *entry))
+
+    def topup(self) -> threading.Thread:
+        user = self.rng.randrange(self.options.users)
+        return self.background(lambda: self.users.topup(user))
+
+    # faults -------------------------------------------------------------------------------
+
+    def faults(self) -> dict[str, Callable[[], None]]:
+        """Every fault by the name the report counts it under."""
+        send = self._send_task
+        return {
+            "worker kill -9 mid-provisioning": lambda: self._worker_kill(
+                "provision_instance", lambda: self.order(3)
+            ),
+            "worker kill -9 mid-metering": lambda: self._worker_kill(
+                "meter_usage", lambda: send("instances.tasks.meter_usage")
+            ),
+            "worker kill -9 mid-queue drain": lambda: self._worker_kill(
+                "drain_queue", lambda: send("instances.tasks.drain_queue", self.product)
+            ),
+            "web kill -9 mid-order": self._web_kill_mid_order,
+            "web kill -9 mid-webhook": self._web_kill_mid_webhook,
+            "beat stopped and started": self._beat_pause,
+            "Kubernetes API unreachable": self._kube_outage,
+            "node agent flapping": self._agent_flap,
+            "Redis flushed": self._redis_flush,
+            "PostgreSQL restarted": self._postgres_restart,
+        }
+
+    def _send_task(self, name: str, *args: str) -> None:
+        from starverse.celery import app
+
+        app.send_task(name, args=list(args))
+
+    def _worker_kill(self, task: str, trigger: Callable[[], None]) -> None:
+        """SIGKILL the worker at a random moment once it has received `task`; start it again
+        (as its supervisor would)."""
+        offset = self.stack.log_size("worker")
+        trigger()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if f"{task}[" in self.stack.log_since("worker", offset):
+                break
+            time.sleep(0.05)
+        else:
+            self.report.say(f"  (the worker never received {task}: killed all the same)")
+        time.sleep(self.rng.uniform(0.0, 0.5))
+        self.stack.kill("worker")
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        self.stack.spawn("worker")
+
+    def _web_kill(self) -> None:
+        """Every gunicorn worker killed with SIGKILL (the master starts new ones)."""
+        for pid in self.stack.children("web"):
+            os.kill(pid, signal.SIGKILL)
+
+    def _web_kill_mid_order(self) -> None:
+        self.order(4)
+        time.sleep(self.rng.uniform(0.02, 0.4))
+        self._web_kill()
+
+    def _web_kill_mid_webhook(self) -> None:
+        for _ in range(2):
+            self.topup()
+        time.sleep(self.rng.uniform(0.3, 1.2))  # paid: the stand-in is delivering its webhook
+        self._web_kill()
+
+    def _beat_pause(self) -> None:
+        self.stack.kill("beat", signal.SIGTERM)
+        self.order(2)
+        time.sleep(self.options.beat_pause_s)
+        self.stack.spawn("beat")
+
+    def _kube_outage(self) -> None:
+        assert self.stack.proxy is not None
+        self.stack.proxy.down()
+        self.order(2)
+        self.terminate_some()
+        time.sleep(self.options.kube_outage_s)
+        self.stack.proxy.up()
+
+    def _agent_flap(self) -> None:
+        agent = self.rng.choice([name for name in self.stack.commands if name.startswith("agent:")])
+        for _ in range(3):
+            self.stack.kill(agent)
+            time.sleep(self.rng.uniform(0.5, 3.0))
+            self.stack.spawn(agent)
+            time.sleep(self.rng.uniform(0.5, 3.0))
+
+    def _redis_flush(self) -> None:
+        import redis
+
+        self.order(2)
+        time.sleep(self.rng.uniform(0.0, 0.5))
+        redis.Redis.from_url(self.stack.redis_url).flushall()
+
+    def _postgres_restart(self) -> None:
+        self.order(2)
+        time.sleep(self.rng.uniform(0.0, 0.5))
+        self.stack.postgres_restart()
+
+    # rounds -------------------------------------------------------------------------------
+
+    def run(self) -> Report:
+        faults = self.faults()
+        for number in range(1, self.options.rounds + 1):
+            chosen = list(self.options.faults) or self.rng.sample(
+                sorted(faults), min(self.options.faults_per_round, len(faults))
+            )
+            self.report.say(f"round {number}: {', '.join(chosen)}")
+            self.order(2)
+            for name in chosen:
+                self.terminate_some()
+                faults[name]()
+                self.report.faults[name] += 1
+                self.report.say(f"  injected: {name}")
+            self.join()
+            self.settle_and_check(f"after round {number}")
+        for entry in list(self.live):
+            self.live.remove(entry)
+            self.background(functools.partial(self.users.terminate, *entry))
+        self.join()
+        self.settle_and_check("at the end (everything terminated)")
+        self.sampler.stop()
+        p = self.users.promises
+        self.report.traffic = (
+            f"{p.requests} requests: {len(p.orders)} orders and {len(p.terminated)} "
+            f"terminations answered 202, {len(p.topups)} top-ups paid; {p.connection_errors} "
+            f"found no server and {p.answered_5xx} were answered 5xx (each asked again)"
+        )
+        return self.report
+
+    def settle_and_check(self, when: str) -> None:
+        from django.db import close_old_connections, connection
+
+        from tests.chaos import invariants
+
+        close_old_connections()
+        connection.close()  # PostgreSQL may have restarted under the harness's own connection
+        started, said = time.monotonic(), 0.0
+        while time.monotonic() - started < self.options.settle_s:
+            waiting = invariants.transitional()
+            if not waiting:
+                break
+            if time.monotonic() - said > 15:
+                said = time.monotonic()
+                self.report.say(f"  settling: {'; '.join(waiting)}")
+            time.sleep(2)
+        time.sleep(2)  # the sampler's last look at the pods
+        self.report.say(f"settled in {time.monotonic() - started:.0f} s; checks {when}:")
+        for name, check in invariants.checks(self.sampler, self.users.promises).items():
+            found = check()
+            self.report.checks += 1
+            self.report.say(f"  {'ok  ' if not found else 'FAIL'} {name}")
+            for line in found:
+                self.report.say(f"       {line}")
+                self.report.violations.append(f"{when}: {name}: {line}")
+
+
+def run(options: Options, root: Path, pg_var: Path) -> Report:
+    stack = Stack(root, pg_var)
+    if options.reconcile_interval_s:
+        stack.clock["RECONCILE_INTERVAL_S"] = str(options.reconcile_interval_s)
+    if options.stuck_after_s:
+        stack.clock["RECONCILE_STUCK_AFTER_S"] = str(options.stuck_after_s)
+    try:
+        stack.start()
+        chaos = Chaos(stack, options)
+        chaos.set_up()
+        return chaos.run()
+    finally:
+        stack.stop()

@@ -1,0 +1,188 @@
+"""What users do during a chaos run, over the real HTTP API, and what each 2xx answer
+promised (checked at the end by tests/chaos/invariants.py): orders (with an Idempotency-Key,
+asked again after a connection that broke, as a client does), terminations, top-ups paid at
+the Stripe stand-in's checkout; and what the emulator's pods really did, sampled each second."""
+
+import threading
+import time
+import urllib.parse
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from tests.chaos.stack import KUBE_TOKEN
+
+RETRIES = 8  # a request that found no server (a web process killed, restarting) is asked again
+
+
+@dataclass
+class Promises:
+    """What the platform answered 2xx to: the checks hold it to each."""
+
+    orders: dict[str, str] = field(default_factory=dict)  # idempotency key → instance id
+    terminated: dict[str, float] = field(default_factory=dict)  # instance id → when (epoch s)
+    topups: dict[str, int] = field(default_factory=dict)  # top-up id → amount_fen (paid)
+    requests: int = 0
+    answered_5xx: int = 0
+    connection_errors: int = 0
+
+
+class Users:
+    """The run's users, each with an API token, sending their requests to the console."""
+
+    def __init__(self, base_url: str, tokens: list[str], offering: str, image: str) -> None:
+        self.base_url, self.tokens = base_url, tokens
+        self.offering, self.image = offering, image
+        self.promises = Promises()
+        self._lock = threading.Lock()
+
+    def call(self, token: str, method: str, path: str, **kwargs: Any) -> requests.Response | None:
+        """The request, asked again (same headers, so the same Idempotency-Key) while no server
+        answers or one answers 5xx; None when every try failed."""
+        headers = {"Authorization": f"Bearer {token}", **kwargs.pop("headers", {})}
+        for attempt in range(RETRIES):
+            with self._lock:
+                self.promises.requests += 1
+            try:
+                answer = requests.request(
+                    method, self.base_url + path, headers=headers, timeout=30, **kwargs
+                )
+            except requests.RequestException:
+                with self._lock:
+                    self.promises.connection_errors += 1
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            if answer.status_code < 500:
+                return answer
+            with self._lock:
+                self.promises.answered_5xx += 1
+            time.sleep(0.5 * (attempt + 1))
+        return None
+
+    def order(self, user: int) -> str | None:
+        key = uuid.uuid4().hex
+        body = {"offering": self.offering, "image": self.image}
+        answer = self.call(
+            self.tokens[user], "POST", "/api/v1/instances", json=body,
+            headers={"Idempotency-Key": key},
+        )  # fmt: skip
+        if answer is not None and answer.status_code == 202:
+            instance = str(answer.json()["id"])
+            with self._lock:
+                self.promises.orders[key] = instance
+            return instance
+        return None
+
+    def terminate(self, user: int, instance: str) -> bool:
+        answer = self.call(self.tokens[user], "DELETE", f"/api/v1/instances/{instance}")
+        if answer is not None and answer.status_code == 202:
+            with self._lock:
+                self.promises.terminated.setdefault(instance, time.time())
+            return True
+        return False
+
+    def topup(self, user: int, amount_fen: int = 10_000) -> str | None:
+        """A top-up created and paid by card at the stand-in's checkout (which then delivers
+        its signed webhook to the console, retrying as Stripe does)."""
+        path = "/api/v1/billing/topups"
+        answer = self.call(self.tokens[user], "POST", path, json={"amount_fen": amount_fen})
+        if answer is None or answer.status_code != 201:
+            return None
+        made = answer.json()
+        paid = requests.post(
+            made["checkout_url"], data={"method": "card"}, allow_redirects=False, timeout=30
+        )
+        if paid.status_code != 303:
+            return None
+        with self._lock:
+            self.promises.topups[str(made["id"])] = amount_fen
+        return str(made["id"])
+
+
+@dataclass
+class PodSpan:
+    """One pod as the sampler saw it running: its instance label, node, first and last sight."""
+
+    label: str
+    node: str
+    first: float
+    last: float
+
+
+class PodSampler(threading.Thread):
+    """Lists the emulator's pods each second straight from it (not through the proxy the
+    platform uses): how long each instance's pods really ran, and whether a node ever had more
+    GPUs requested by its live pods than it has."""
+
+    def __init__(self, kube_url: str, gpus_per_node: int = 8) -> None:
+        super().__init__(daemon=True)
+        self.kube_url, self.gpus_per_node = kube_url, gpus_per_node
+        self.spans: dict[str, PodSpan] = {}
+        self.overbooked: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                pods = self._pods()
+            except (requests.RequestException, ValueError):
+                continue
+            self._sample(pods, time.time())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def pods_now(self) -> list[dict[str, Any]]:
+        """The emulator's pods at this moment."""
+        return self._pods()
+
+    def _pods(self) -> list[dict[str, Any]]:
+        answer = requests.get(
+            f"{self.kube_url}/api/v1/pods",
+            headers={"Authorization": f"Bearer {KUBE_TOKEN}"},
+            timeout=5,
+        )
+        answer.raise_for_status()
+        return list(answer.json()["items"])
+
+    def _sample(self, pods: list[dict[str, Any]], now: float) -> None:
+        gpus: dict[str, int] = defaultdict(int)
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            label, node = labels.get("starverse.io/instance"), pod["spec"].get("nodeName")
+            if not label or not node or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if pod.get("status", {}).get("phase") in ("Pending", "Running"):
+                gpus[node] += sum(_gpus(c) for c in pod["spec"]["containers"])
+            if pod.get("status", {}).get("phase") == "Running":
+                uid = pod["metadata"]["uid"]
+                span = self.spans.setdefault(uid, PodSpan(label, node, now, now))
+                span.last = now
+        self.overbooked += [
+            f"{node}: {count} GPUs requested" for node, count in gpus.items()
+            if count > self.gpus_per_node
+        ]  # fmt: skip
+        self.samples += 1
+
+    def running_seconds(self, label: str, until: float | None) -> float:
+        """How long the instance's pods ran, up to `until` (its termination was answered)."""
+        total = 0.0
+        for span in self.spans.values():
+            if span.label == label:
+                end = span.last if until is None else min(span.last, until)
+                total += max(0.0, end - span.first)
+        return total
+
+
+def _gpus(container: dict[str, Any]) -> int:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return int(limits.get("nvidia.com/gpu", 0))
+
+
+def instance_label(instance_id: str) -> str:
+    """The starverse.io/instance label of an instance's pod (instances.provisioning)."""
+    return urllib.parse.unquote(instance_id).lower().replace("_", "-")

@@ -1,0 +1,174 @@
+"""Locust's side of `make load` (tests/load/__init__.py). Reads LOAD_DATA (the JSON the driver
+wrote: node names and tokens, API tokens, console session cookies, the offering to order) and
+writes each stage's figures to LOAD_RESULTS when it quits."""
+
+import itertools
+import json
+import os
+import random
+import time
+from typing import Any
+
+from locust import FastHttpUser, LoadTestShape, between, constant_pacing, events, task
+
+from tests.load.report import node_report
+
+with open(os.environ["LOAD_DATA"]) as _data:
+    DATA = json.load(_data)
+STAGE_S = float(os.environ.get("LOAD_STAGE_S", "45"))
+START, STEP, MAX = (int(os.environ.get(k, d)) for k, d in
+                    (("LOAD_START", "100"), ("LOAD_STEP", "100"), ("LOAD_MAX", "1500")))  # fmt: skip
+NODES = len(DATA["nodes"])
+STOP_P99_MS, HELD_P99_MS = 500.0, 200.0
+# Answers the API documents for a busy account (no GPUs left for it, its queue full, its
+# balance short): what a person gets, not a failure of the platform.
+EXPECTED = {402, 409, 429}
+_node_names = itertools.cycle(DATA["nodes"])
+stages: list[dict[str, Any]] = []
+
+
+def _stage() -> dict[str, Any] | None:
+    return stages[-1] if stages else None
+
+
+@events.request.add_listener
+def _record(response_time: float, exception: Any, **_: Any) -> None:
+    stage = _stage()
+    if stage is not None and time.monotonic() >= stage["measure_from"]:
+        stage["times"].append(response_time)
+        if exception is not None:
+            stage["errors"] += 1
+            stage["error_kinds"][str(exception)[:120]] = 1 + stage["error_kinds"].get(
+                str(exception)[:120], 0
+            )
+
+
+def _p(times: list[float], q: float) -> float:
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def summary(stage: dict[str, Any]) -> dict[str, Any]:
+    times, seconds = stage["times"], max(1e-9, stage["ended"] - stage["measure_from"])
+    return {
+        "people": stage["people"], "nodes": NODES, "requests": len(times),
+        "rps": round(len(times) / seconds, 1), "p50_ms": round(_p(times, 0.50)),
+        "p95_ms": round(_p(times, 0.95)), "p99_ms": round(_p(times, 0.99)),
+        "errors": stage["errors"], "error_kinds": stage["error_kinds"],
+    }  # fmt: skip
+
+
+class Rising(LoadTestShape):
+    """1,024 node agents throughout, and START people, then STEP more each STAGE_S seconds
+    (measured after the first 10 s of each, once its people have arrived), until a stage's p99
+    passes 500 ms or a request failed, or MAX people."""
+
+    def tick(self) -> tuple[int, float] | None:
+        now = time.monotonic()
+        stage = _stage()
+        if stage is None or now - stage["started"] >= STAGE_S:
+            if stage is not None:
+                stage["ended"] = now
+                result = summary(stage)
+                shown = {k: v for k, v in result.items() if k != "error_kinds"}
+                print(f"stage: {json.dumps(shown)}", flush=True)
+                broke = result["p99_ms"] > STOP_P99_MS or result["errors"]
+                if (broke and not stage["warm_up"]) or stage["people"] >= MAX:
+                    return None
+            # first the agents alone: their first reports register 1,024 nodes' GPUs at once
+            people = 0 if stage is None else START if stage["warm_up"] else stage["people"] + STEP
+            stages.append({"people": people, "started": now, "measure_from": now + 10.0,
+                           "times": [], "errors": 0, "error_kinds": {},
+                           "warm_up": stage is None})  # fmt: skip
+        return NODES + stages[-1]["people"], 200.0
+
+
+@events.quitting.add_listener
+def _write(**_: Any) -> None:
+    done = [summary(s) for s in stages if "ended" in s and not s["warm_up"]]
+    with open(os.environ["LOAD_RESULTS"], "w") as handle:
+        json.dump(done, handle)
+
+
+class NodeAgent(FastHttpUser):
+    """A node's agent: a report every 15 s with its node token (nodeagent/report.py's contract)."""
+
+    fixed_count = NODES
+    wait_time = constant_pacing(15)
+
+    def on_start(self) -> None:
+        self.node = next(_node_names)
+        time.sleep(random.uniform(0, 15))  # agents started at different moments
+
+    @task
+    def report(self) -> None:
+        self.client.post(
+            f"/api/v1/nodes/{self.node['name']}/report", json=node_report(self.node["name"]),
+            headers={"Authorization": f"Bearer {self.node['token']}"},
+            name="/api/v1/nodes/[name]/report",
+        )  # fmt: skip
+
+
+class ApiUser(FastHttpUser):
+    """A person's script polling the API, now and then ordering an instance and, a few minutes
+    later, terminating it."""
+
+    weight = 2
+    wait_time = between(5, 15)
+
+    def on_start(self) -> None:
+        self.headers = {"Authorization": f"Bearer {random.choice(DATA['tokens'])}"}
+        self.mine: list[tuple[str, float]] = []
+
+    def _get(self, path: str, name: str | None = None) -> None:
+        self.client.get(path, headers=self.headers, name=name or path)
+
+    @task(10)
+    def instances(self) -> None:
+        self._get("/api/v1/instances")
+
+    @task(4)
+    def balance(self) -> None:
+        self._get("/api/v1/billing/balance")
+
+    @task(3)
+    def one(self) -> None:
+        if self.mine:
+            self._get(f"/api/v1/instances/{self.mine[0][0]}", name="/api/v1/instances/[id]")
+
+    @task(1)
+    def order_or_stop(self) -> None:
+        if self.mine and time.monotonic() - self.mine[0][1] > 120:
+            instance, _ = self.mine.pop(0)
+            self.client.delete(f"/api/v1/instances/{instance}", headers=self.headers,
+                               name="/api/v1/instances/[id] DELETE")  # fmt: skip
+        elif not self.mine and random.random() < 0.3:
+            body = {"offering": DATA["offering"], "image": DATA["image"]}
+            with self.client.post("/api/v1/instances", json=body, headers=self.headers,
+                                  catch_response=True) as answer:  # fmt: skip
+                if answer.status_code == 202:
+                    self.mine.append((answer.json()["id"], time.monotonic()))
+                elif answer.status_code in EXPECTED:
+                    answer.success()
+
+
+class ConsoleUser(FastHttpUser):
+    """A person in the console (logged in): the dashboard, the instances, billing."""
+
+    weight = 3
+    wait_time = between(5, 15)
+
+    def on_start(self) -> None:
+        self.cookie = {"Cookie": f"sessionid={random.choice(DATA['sessions'])}"}
+
+    @task(3)
+    def dashboard(self) -> None:
+        self.client.get("/console/", headers=self.cookie)
+
+    @task(3)
+    def instances(self) -> None:
+        self.client.get("/console/instances/", headers=self.cookie)
+
+    @task(1)
+    def billing(self) -> None:
+        self.client.get("/billing/", headers=self.cookie)
