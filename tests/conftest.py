@@ -50,6 +50,7 @@ SLOW_MODULES = {
     "core/test_migrations.py": "migrates a database of the old layout forward",
     "core/test_production_settings.py": "loads the production settings in fresh interpreters",
     "deploy/test_helm_chart.py": "renders the Helm chart and validates every object",
+    "deploy/test_restore_drill.py": "dumps, restores and serves a database with gunicorn",
     "devstack/test_kube.py": "starts Kubernetes emulators of its own",
     "devstack/test_kube_exec.py": "starts a Kubernetes emulator of its own",
     "devstack/test_kube_gpu.py": "starts Kubernetes emulators of its own",
