@@ -49,6 +49,7 @@ SLOW_MODULES = {
     "core/test_keep_alive.py": "serves the project with gunicorn",
     "core/test_migrations.py": "migrates a database of the old layout forward",
     "core/test_production_settings.py": "loads the production settings in fresh interpreters",
+    "core/test_redis_sentinel.py": "starts a Redis master, replica and sentinel, fails over",
     "deploy/test_helm_chart.py": "renders the Helm chart and validates every object",
     "deploy/test_restore_drill.py": "dumps, restores and serves a database with gunicorn",
     "devstack/test_kube.py": "starts Kubernetes emulators of its own",
