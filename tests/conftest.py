@@ -52,6 +52,7 @@ SLOW_MODULES = {
     "core/test_redis_sentinel.py": "starts a Redis master, replica and sentinel, fails over",
     "deploy/test_helm_chart.py": "renders the Helm chart and validates every object",
     "deploy/test_restore_drill.py": "dumps, restores and serves a database with gunicorn",
+    "deploy/test_rolling_restart.py": "restarts gunicorn and Celery workers under load",
     "devstack/test_kube.py": "starts Kubernetes emulators of its own",
     "devstack/test_kube_exec.py": "starts a Kubernetes emulator of its own",
     "devstack/test_kube_gpu.py": "starts Kubernetes emulators of its own",
