@@ -214,6 +214,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
     }
 )
 CELERY_TASK_ACKS_LATE = True
+# The longest a task may run, in seconds (0: no limit; the prefork pool only): the chart sets it
+# below the worker's terminationGracePeriodSeconds, so a rollout's SIGTERM lets it finish.
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 0) or None
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
