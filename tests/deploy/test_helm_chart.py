@@ -411,3 +411,31 @@ def test_rollouts_keep_capacity_and_let_work_finish():
     assert by_kind(docs, "PodDisruptionBudget")["web"]["spec"]["minAvailable"] >= 1
     limit = int(env_of(worker)["CELERY_TASK_TIME_LIMIT"])
     assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > limit > 0
+
+
+def test_a_point_in_time_recovery_bootstraps_a_new_cluster_from_the_old_ones_backups():
+    values = {
+        "postgresql": {
+            "cloudnativepg": {
+                "enabled": True,
+                "name": "starverse-pg-2",
+                "backup": {"destinationPath": "s3://starverse-backups/postgresql-2"},
+                "recovery": {
+                    "fromCluster": "starverse-pg",
+                    "targetTime": "2026-12-03T09:00:00+08:00",
+                },
+            }
+        }
+    }
+    (cluster,) = by_kind(render(values), "Cluster").values()
+    assert cluster["spec"]["bootstrap"] == {
+        "recovery": {
+            "source": "origin",
+            "recoveryTarget": {"targetTime": "2026-12-03T09:00:00+08:00"},
+        }
+    }
+    (origin,) = cluster["spec"]["externalClusters"]
+    assert origin["plugin"]["parameters"] == {
+        "barmanObjectName": "starverse-pg-backups",
+        "serverName": "starverse-pg",
+    }
