@@ -7,8 +7,9 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -53,7 +54,7 @@ def _port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _wait(check, what: str, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(check: Callable[[], object], what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -63,6 +64,16 @@ def _wait(check, what: str, timeout: float = 20.0) -> None:  # type: ignore[no-u
             pass
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+def _master_port(watcher: int) -> int:
+    address: Any = redis.Redis(port=watcher).sentinel_get_master_addr_by_name(MASTER)
+    return int(address[1])
+
+
+def _write(cache: RedisCache, key: str) -> bool:
+    cache.set(key, "failover")
+    return True
 
 
 @pytest.fixture
@@ -122,7 +133,7 @@ def test_the_cache_and_the_broker_follow_the_master_through_a_failover(sentinel)
 
     redis.Redis(port=watcher).execute_command("SENTINEL", "FAILOVER", MASTER)
     _wait(
-        lambda: redis.Redis(port=watcher).sentinel_get_master_addr_by_name(MASTER)[1] == replica,
+        lambda: _master_port(watcher) == replica,
         "the replica to be the master",
     )
     # the old master follows the new one (until then it still takes writes: Redis's window)
@@ -131,7 +142,7 @@ def test_the_cache_and_the_broker_follow_the_master_through_a_failover(sentinel)
         "the old master to follow the new one",
     )
     # the same cache object: its pool asks the sentinel again once its connections break
-    _wait(lambda: cache.set("after", "failover") is None, "the cache to write again", 30)
+    _wait(lambda: _write(cache, "after"), "the cache to write again", 30)
     assert cache.get("before") == "failover" and cache.get("after") == "failover"
     assert redis.Redis(port=replica, db=3).exists("drill:1:after") == 1
     with Connection(broker, transport_options=transport) as connection:

@@ -386,7 +386,7 @@ def test_postgresql_as_a_cloudnativepg_cluster_with_continuous_backups(kube_vers
 
 
 def test_continuous_backups_need_a_destination():
-    values = {"postgresql": {"cloudnativepg": {"enabled": True}}}
+    values: dict[str, Any] = {"postgresql": {"cloudnativepg": {"enabled": True}}}
     with pytest.raises(Exception, match="destinationPath is required"):
         render(values)
     values["postgresql"]["cloudnativepg"]["backup"] = {"enabled": False}
