@@ -38,7 +38,7 @@ from django.db.migrations.migration import Migration
 from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
 
-from starverse.core import migrations_allowed
+from starverse.core import migration_allowlist
 
 RELEASED_FILE = Path(settings.BASE_DIR) / "deploy" / "released-migrations.txt"
 
@@ -68,7 +68,7 @@ RAW_SQL_DESTRUCTIVE = re.compile(
 
 # Migrations that shipped before this check and break one of its rules, each with the reason it
 # was accepted: key (app, migration name, rule).
-ALLOWED = migrations_allowed.ALLOWED
+ALLOWED = migration_allowlist.ALLOWED
 
 
 @dataclass(frozen=True)
@@ -402,8 +402,8 @@ def _db_type(field: models.Field[Any, Any]) -> str:
     """The column's SQL type; a foreign key's by the model it points at (state models are not
     resolved, and its type is its target's key's)."""
     if field.is_relation:
-        target = field.remote_field.model if field.remote_field else None
-        return f"key of {str(target).lower()}"
+        # the label it points at, as the migration writes it ("app.model")
+        return f"key of {str(field.deconstruct()[3].get('to', '')).lower()}"
     return str(field.db_type(connection))
 
 
