@@ -53,6 +53,8 @@ test: $(STAMP)  ## Lint, import contracts, types, migration and deploy checks, t
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m mypy
 	DJANGO_SETTINGS_MODULE=starverse.settings.test $(WITH_DATABASE) $(PY) manage.py makemigrations --check --dry-run
+	@# a migration that would break the release still serving, or lock a large table, is refused
+	DJANGO_SETTINGS_MODULE=starverse.settings.test $(PY) manage.py check_migrations
 	@# the deploy checks read the settings only: a database URL that is never connected to
 	DJANGO_SETTINGS_MODULE=starverse.settings.production \
 	  SECRET_KEY=deploy-check-$$(head -c 48 /dev/urandom | base64 | tr -d '/+=') \

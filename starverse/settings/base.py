@@ -11,6 +11,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from starverse.core import redis_sentinel
 from starverse.core.sites import exact_origin, origin_host, origin_of, under_domain
 from starverse.env import env_bool, env_int, env_list, env_optional, env_str
 
@@ -131,13 +132,16 @@ DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# redis://… or, for a Redis that fails over, redis+sentinel://… (starverse.core.redis_sentinel)
 REDIS_URL = env_optional("REDIS_URL")
 if REDIS_URL:
+    _location, _options = redis_sentinel.cache_location(REDIS_URL)
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
+            "LOCATION": _location,
             "KEY_PREFIX": "starverse",
+            "OPTIONS": _options,
         }
     }
 else:
@@ -192,12 +196,14 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)  # seconds: a hung SMTP server must
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Starverse <noreply@starverse.local>")
 
 # Celery: Redis in production; without REDIS_URL an embedded file-system broker under var/.
-CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+CELERY_BROKER_URL, _sentinel_options = (
+    redis_sentinel.celery_broker(REDIS_URL) if REDIS_URL else ("filesystem://", {})
+)
 # kombu's file-system transport, writing each message whole before a worker can see it
 CELERY_BROKER_TRANSPORT = None if REDIS_URL else "starverse.core.fsbroker:Transport"
 _broker_dir = VAR_DIR / "broker"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {}
+    _sentinel_options
     if REDIS_URL
     else {
         "data_folder_in": str(_broker_dir),
@@ -208,6 +214,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
     }
 )
 CELERY_TASK_ACKS_LATE = True
+# The longest a task may run, in seconds (0: no limit; the prefork pool only): the chart sets it
+# below the worker's terminationGracePeriodSeconds, so a rollout's SIGTERM lets it finish.
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 0) or None
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

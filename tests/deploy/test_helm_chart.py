@@ -25,13 +25,16 @@ KUBE_VERSIONS = ("1.30.0", str(kubernetes_validate.latest_version()))
 # no schema in kubernetes-validate; their shape is checked below.
 CRD_KINDS = {
     "Certificate",
+    "Cluster",
     "ClusterIssuer",
     "EnvoyProxy",
     "Gateway",
     "GatewayClass",
     "HTTPRoute",
+    "ObjectStore",
     "PodMonitor",
     "ReferenceGrant",
+    "ScheduledBackup",
     "SecurityPolicy",
     "ServiceMonitor",
 }
@@ -336,3 +339,103 @@ def test_the_charts_values_start_the_production_settings(values):
 def test_the_chart_refuses_to_render_without_the_nodes_addresses():
     with pytest.raises(helm.errors.HelmRenderError, match=r"env\.CLUSTER_NODE_CIDR is required"):
         render({"env": {"CLUSTER_NODE_CIDR": ""}})  # merged over values.yaml's
+
+
+CNPG = {
+    "postgresql": {
+        "cloudnativepg": {
+            "enabled": True,
+            "backup": {"destinationPath": "s3://starverse-backups/postgresql"},
+        }
+    }
+}
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_postgresql_as_a_cloudnativepg_cluster_with_continuous_backups(kube_version):
+    """docs/operator-guide.md "Backups and restore": three instances on three nodes, WAL
+    archived and a daily base backup through the Barman Cloud plugin to the object store, the
+    platform's DATABASE_URL from the operator's Secret, and the migrations after the Cluster
+    exists on a first install (before the rollout on an upgrade)."""
+    report = helm.lint(CHART, CNPG, strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
+    assert (report["errors"], [m for m in report["messages"] if m["severity"] >= 2]) == ([], [])
+    docs = render(CNPG)
+    for doc in docs:
+        if doc["kind"] not in CRD_KINDS:
+            kubernetes_validate.validate(doc, kube_version, strict=True)
+    (cluster,) = by_kind(docs, "Cluster").values()
+    assert cluster["apiVersion"] == "postgresql.cnpg.io/v1"
+    assert cluster["spec"]["instances"] == 3
+    assert cluster["spec"]["affinity"]["podAntiAffinityType"] == "required"
+    (plugin,) = cluster["spec"]["plugins"]
+    assert (plugin["name"], plugin["isWALArchiver"]) == ("barman-cloud.cloudnative-pg.io", True)
+    store = by_kind(docs, "ObjectStore")[plugin["parameters"]["barmanObjectName"]]
+    assert store["spec"]["configuration"]["destinationPath"] == "s3://starverse-backups/postgresql"
+    assert store["spec"]["retentionPolicy"] == "30d"
+    (backup,) = by_kind(docs, "ScheduledBackup").values()
+    assert backup["spec"]["cluster"] == {"name": cluster["metadata"]["name"]}
+    assert backup["spec"]["method"] == "plugin"
+    assert len(backup["spec"]["schedule"].split()) == 6  # CloudNativePG's cron has seconds
+
+    app_secret = {"secretKeyRef": {"name": "starverse-pg-app", "key": "uri"}}
+    for doc in [*by_kind(docs, "Deployment").values(), *by_kind(docs, "Job").values()]:
+        assert env_of(doc)["DATABASE_URL"] == app_secret, doc["metadata"]["name"]
+    job = by_kind(docs, "Job")["migrate"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"
+    assert "Cluster" not in {d["kind"] for d in render()}  # off by default: external PostgreSQL
+
+
+def test_continuous_backups_need_a_destination():
+    values: dict[str, Any] = {"postgresql": {"cloudnativepg": {"enabled": True}}}
+    with pytest.raises(Exception, match="destinationPath is required"):
+        render(values)
+    values["postgresql"]["cloudnativepg"]["backup"] = {"enabled": False}
+    kinds = {d["kind"] for d in render(values)}
+    assert "Cluster" in kinds and not kinds & {"ObjectStore", "ScheduledBackup"}
+
+
+def test_rollouts_keep_capacity_and_let_work_finish():
+    """docs/operator-guide.md "Upgrades": a web pod leaves the Service before gunicorn stops
+    and has its graceful timeout after; a worker is given its tasks' time limit and more."""
+    docs = render(production_values())
+    deployments = by_kind(docs, "Deployment")
+    web, worker = deployments["web"], deployments["worker"]
+    for doc in (web, worker):
+        assert doc["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = web["spec"]["template"]["spec"]
+    command = container(web)["command"]
+    graceful = int(command[command.index("--graceful-timeout") + 1])
+    (sleep, pause) = container(web)["lifecycle"]["preStop"]["exec"]["command"]
+    assert sleep == "sleep" and int(pause) >= 5
+    assert pod["terminationGracePeriodSeconds"] > int(pause) + graceful
+    assert by_kind(docs, "PodDisruptionBudget")["web"]["spec"]["minAvailable"] >= 1
+    limit = int(env_of(worker)["CELERY_TASK_TIME_LIMIT"])
+    assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > limit > 0
+
+
+def test_a_point_in_time_recovery_bootstraps_a_new_cluster_from_the_old_ones_backups():
+    values = {
+        "postgresql": {
+            "cloudnativepg": {
+                "enabled": True,
+                "name": "starverse-pg-2",
+                "backup": {"destinationPath": "s3://starverse-backups/postgresql-2"},
+                "recovery": {
+                    "fromCluster": "starverse-pg",
+                    "targetTime": "2026-12-03T09:00:00+08:00",
+                },
+            }
+        }
+    }
+    (cluster,) = by_kind(render(values), "Cluster").values()
+    assert cluster["spec"]["bootstrap"] == {
+        "recovery": {
+            "source": "origin",
+            "recoveryTarget": {"targetTime": "2026-12-03T09:00:00+08:00"},
+        }
+    }
+    (origin,) = cluster["spec"]["externalClusters"]
+    assert origin["plugin"]["parameters"] == {
+        "barmanObjectName": "starverse-pg-backups",
+        "serverName": "starverse-pg",
+    }

@@ -28,8 +28,13 @@ token). The `app` Secret is added whole by envFrom.
 - name: {{ $name }}
   value: {{ $value | quote }}
 {{- end }}
+{{- if .Values.postgresql.cloudnativepg.enabled }}
+- name: DATABASE_URL
+  valueFrom: {secretKeyRef: {name: {{ printf "%s-app" .Values.postgresql.cloudnativepg.name }}, key: uri}}
+{{- else }}
 - name: DATABASE_URL
   valueFrom: {secretKeyRef: {name: {{ .Values.secrets.database.name }}, key: {{ .Values.secrets.database.key }}}}
+{{- end }}
 - name: REDIS_URL
   valueFrom: {secretKeyRef: {name: {{ .Values.secrets.redis.name }}, key: {{ .Values.secrets.redis.key }}}}
 - name: STRIPE_SECRET_KEY
