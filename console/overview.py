@@ -338,17 +338,21 @@ def _mix_rows() -> dict[tuple[str, str], CapacityMix]:
         if ready != NodeState.READY:
             row.out_of_service += count
     held = (
-        Allocation.objects.values("node__gpu_product", "node__region_id", "holding__billing")
+        Allocation.objects.values(
+            "node__gpu_product", "node__region_id", "node__state", "holding__billing"
+        )
         .annotate(gpus=Count("id"))
         .order_by()
     )
     for entry in held:
-        row = rows.get((entry["node__gpu_product"], entry["node__region_id"]))
-        if row is None:
+        found = rows.get((entry["node__gpu_product"], entry["node__region_id"]))
+        if found is None:
             continue
         billing = entry["holding__billing"]
         field_name = {"monthly": "monthly", SPOT: "spot"}.get(billing, "hourly")
-        setattr(row, field_name, getattr(row, field_name) + entry["gpus"])
+        setattr(found, field_name, getattr(found, field_name) + entry["gpus"])
+        if entry["node__state"] != NodeState.READY:  # held, not out of service
+            found.out_of_service -= entry["gpus"]
     lost = Gpu.objects.filter(
         lost_at__isnull=False, node__gpu_count__gt=0, node__state=NodeState.READY
     ).values_list("node__gpu_product", "node__region_id")

@@ -726,10 +726,12 @@ def instance_start(
 
 
 def instance_restart(*, instance_id: str) -> Instance:
-    """Start again after a stop made to change the disks; if starting is refused (no runway,
-    say), the instance stays stopped and its timeline says why."""
+    """Start again after a stop made to change the disks, in the mode it ran in (with its GPUs
+    or in no-GPU mode); if starting is refused (no runway, say), the instance stays stopped and
+    its timeline says why."""
     try:
-        return instance_start(instance_id=instance_id)
+        attached = holding_of(instance_id).gpus_attached
+        return instance_start(instance_id=instance_id, gpus_attached=attached)
     except ServiceError as error:
         instance = Instance.objects.get(pk=instance_id)
         InstanceEvent.objects.create(

@@ -5,18 +5,22 @@ cash or trial credit; what it wrote on its disk is there when a normal start bri
 back. A monthly rental keeps its GPUs reserved and pays nothing more; another tenant's
 instance is a 404."""
 
+import io
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from billing.models import LedgerTransaction, Wallet
 from billing.services import minute_charge_fen
 from compute.models import Allocation, Holding
-from devstack.kube import KubeEmulator
+from compute.selectors import capacity_by_model
+from devstack.kube import DEFAULT_FLEET, KubeEmulator
 from devstack.kube.resources import PODS
-from instances.lifecycle import instance_order, instance_stop
+from fleet.models import Node
+from instances.lifecycle import instance_order, instance_restart, instance_start, instance_stop
 from instances.metering import metering_tick
 from instances.models import Instance
 from instances.provisioning import converge
@@ -218,3 +222,30 @@ def test_a_monthly_rental_keeps_its_gpus_and_pays_nothing_more(catalog, client_f
     assert _start(client, instance).json()["gpus_attached"] is True
     assert converge_until(converge.provision, instance.id) == "running"
     assert _pod(instance)["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+
+
+def test_cpu_only_nodes_are_mirrored_without_a_product_or_an_agent(mixed_fleet, tmp_path):
+    cpu = list(Node.objects.filter(gpu_count=0).order_by("name"))
+    assert [(node.name, node.gpu_product, node.state) for node in cpu] == [
+        ("cpu-0", "", "ready"),
+        ("cpu-1", "", "ready"),
+    ]
+    assert [row["gpu_product"] for row in capacity_by_model()] == ["NVIDIA H100 80GB HBM3"]
+    call_command("fleet_sync", agent_tokens=str(tmp_path / "agents"), stdout=io.StringIO())
+    assert sorted(path.name for path in (tmp_path / "agents").iterdir()) == ["gpu-h100-0.token"]
+    assert DEFAULT_FLEET["cpu"] == 2  # the emulator's default fleet has two
+
+
+def test_a_restart_to_change_disks_keeps_no_gpu_mode(catalog):
+    user = make_user()
+    instance = make_instance(user, "stopped")
+    fund(user, 10_000, key="more")
+    instance_start(instance_id=instance.id, gpus_attached=False)
+    assert converge_until(converge.provision, instance.id) == "running"
+    _stopped(instance)
+
+    instance_restart(instance_id=instance.id)  # as a disk attached with restart does
+
+    holding = Holding.objects.get(pk=instance.id)
+    assert (holding.gpus_attached, holding.cpu_node_id is not None) == (False, True)
+    assert not Allocation.objects.filter(holding_id=instance.id).exists()
