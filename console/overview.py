@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db.models import Count, F, Min, Q, Sum, Window
+from django.db.models import Count, F, Min, OuterRef, Q, Subquery, Sum, Window
 from django.db.models.functions import Lead, TruncDay
 from django.utils import timezone
 
@@ -26,7 +26,7 @@ from billing.models import LedgerTransaction
 from compute.choices import HoldingState
 from compute.models import Allocation, Holding
 from fleet.choices import NodeState
-from fleet.models import Gpu, GpuModel, Node
+from fleet.models import GpuModel, Node
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.models import Instance, InstanceEvent
 
@@ -326,17 +326,22 @@ class CapacityMix:
 
 def _mix_rows() -> dict[tuple[str, str], CapacityMix]:
     """The GPU nodes' GPUs per (product, region), with who holds them now."""
-    names = dict(GpuModel.objects.values_list("product", "name"))
     rows: dict[tuple[str, str], CapacityMix] = {}
-    for product, region, ready, count in Node.objects.filter(gpu_count__gt=0).values_list(
-        "gpu_product", "region_id", "state", "gpu_count"
-    ):
-        row = rows.setdefault(
-            (product, region), CapacityMix(product, names.get(product, product), region, 0)
+    nodes = (
+        Node.objects.filter(gpu_count__gt=0)
+        .annotate(
+            model_name=Subquery(
+                GpuModel.objects.filter(product=OuterRef("gpu_product")).values("name")[:1]
+            ),
+            lost=Count("gpus", filter=Q(gpus__lost_at__isnull=False)),
         )
+        .values_list("gpu_product", "region_id", "state", "gpu_count", "model_name", "lost")
+    )
+    for product, region, ready, count, name, lost in nodes:
+        row = rows.setdefault((product, region), CapacityMix(product, name or product, region, 0))
         row.total += count
-        if ready != NodeState.READY:
-            row.out_of_service += count
+        # a node not ready is out of service whole; a ready one by its lost GPUs
+        row.out_of_service += count if ready != NodeState.READY else lost
     held = (
         Allocation.objects.values(
             "node__gpu_product", "node__region_id", "node__state", "holding__billing"
@@ -353,12 +358,6 @@ def _mix_rows() -> dict[tuple[str, str], CapacityMix]:
         setattr(found, field_name, getattr(found, field_name) + entry["gpus"])
         if entry["node__state"] != NodeState.READY:  # held, not out of service
             found.out_of_service -= entry["gpus"]
-    lost = Gpu.objects.filter(
-        lost_at__isnull=False, node__gpu_count__gt=0, node__state=NodeState.READY
-    ).values_list("node__gpu_product", "node__region_id")
-    for product, region in lost:
-        if (product, region) in rows:
-            rows[product, region].out_of_service += 1
     return rows
 
 
@@ -375,27 +374,23 @@ def capacity_mix(now: datetime | None = None) -> list[CapacityMix]:
     for key, row in rows.items():
         if row.total:
             row.allocation_pct = round(100 * seconds[key] / (row.total * window), 1)
-    spot = Holding.objects.filter(billing=SPOT)
+    spot = Holding.objects.filter(billing=SPOT, pk=OuterRef("instance_id"))
     revenue = (
         LedgerTransaction.objects.filter(
-            kind=TransactionKind.USAGE,
-            amount_fen__lt=0,
-            created_at__gte=since,
-            instance_id__in=spot.values("id"),
+            kind=TransactionKind.USAGE, amount_fen__lt=0, created_at__gte=since
         )
-        .values_list("instance_id")
+        .annotate(
+            product=Subquery(spot.values("offering__gpu_model__product")[:1]),
+            region=Subquery(spot.values("region_id")[:1]),
+        )
+        .filter(product__isnull=False)
+        .values_list("product", "region")
         .annotate(fen=Sum("amount_fen"))
         .order_by()
     )
-    places = {
-        holding_id: (product, region)
-        for holding_id, product, region in spot.values_list(
-            "id", "offering__gpu_model__product", "region_id"
-        )
-    }
-    for holding_id, fen in revenue:
-        if places.get(holding_id) in rows:
-            rows[places[holding_id]].spot_revenue_fen += -fen
+    for product, region, fen in revenue:
+        if (product, region) in rows:
+            rows[product, region].spot_revenue_fen += -fen
     preempted = (
         Holding.objects.filter(preempted_at__gte=since)
         .values_list("offering__gpu_model__product", "region_id")
