@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.urls import reverse
 
 from billing.models import LedgerTransaction, Wallet
 from billing.services import minute_charge_fen
@@ -249,3 +250,20 @@ def test_a_restart_to_change_disks_keeps_no_gpu_mode(catalog):
     holding = Holding.objects.get(pk=instance.id)
     assert (holding.gpus_attached, holding.cpu_node_id is not None) == (False, True)
     assert not Allocation.objects.filter(holding_id=instance.id).exists()
+
+
+def test_the_console_offers_and_runs_a_start_without_gpu(catalog, client):
+    user = make_user()
+    instance = make_instance(user, "stopped")
+    fund(user, 10_000, key="more")
+    client.force_login(user)
+    detail = reverse("instances:detail", args=[instance.id])
+
+    page = client.get(detail).content.decode()
+    assert "Start without GPU" in page and 'name="gpus" value="0"' in page
+
+    client.post(reverse("instances:start", args=[instance.id]), {"gpus": "0", "next": detail})
+    assert Holding.objects.get(pk=instance.id).gpus_attached is False
+    assert Instance.objects.get(pk=instance.id).status == "provisioning"
+    assert converge_until(converge.provision, instance.id) == "running"
+    assert "No-GPU mode: running without its GPUs" in client.get(detail).content.decode()
