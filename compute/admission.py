@@ -234,6 +234,8 @@ def order_runway(order: Order, wallet: Wallet, *, burn: tuple[int, int] | None =
     funds = runway_funds(wallet)
     monthly = order.billing == BillingMode.MONTHLY
     trial_price = order.offering.trial_price_per_hour_fen
+    if order.cpu_only:  # no-GPU mode: trial credit pays it at the same price as cash
+        monthly, trial_price = False, order.offering.cpu_only_price_per_hour_fen
     trial = None
     if order.trial_credit and not monthly and trial_price is not None:
         trial = TrialRunway(
@@ -386,6 +388,8 @@ def limits_check(
     want = order.gpus
     counted = want if order.in_usage else 0  # its instances, saved, are in the usage already
     premium = usage.premium_gpus - counted
+    if want == 0:  # no-GPU mode: it takes no GPUs, so no GPU limit can refuse it
+        return
     if (
         order.trial_credit
         and order.offering.gpu_model.premium

@@ -73,15 +73,43 @@ def holding_place(holding_id: str, node: Node, indices: list[int]) -> None:
     placement lock): it leaves the queue and runs in the node's region."""
     Allocation.objects.bulk_create(allocations_new(holding_id, node, indices))
     _holding(holding_id).update(
-        state=HoldingState.PLACED, region_id=node.region_id, queued_at=None, unfunded_since=None
+        state=HoldingState.PLACED,
+        region_id=node.region_id,
+        queued_at=None,
+        unfunded_since=None,
+        gpus_attached=True,
+        cpu_node=None,
     )
+
+
+def holding_place_cpu_only(holding_id: str, node: Node) -> None:
+    """No-GPU mode: the holding runs on `node` without GPUs (compute.placement.choose_cpu_only
+    found the CPU and memory, in the caller's transaction under its locks). It has no
+    allocations; placement counts its pod against the node by `cpu_node`."""
+    _holding(holding_id).update(
+        state=HoldingState.PLACED,
+        region_id=node.region_id,
+        queued_at=None,
+        unfunded_since=None,
+        gpus_attached=False,
+        cpu_node=node,
+    )
+
+
+def holding_gpus_attached_set(holding_id: str, attached: bool) -> None:
+    """A monthly rental starts on its reserved node with its GPUs or without them (no-GPU
+    mode): its allocations stay either way."""
+    _holding(holding_id).update(gpus_attached=attached)
 
 
 def holding_queue(holding_id: str, *, at: datetime | None = None) -> None:
     """The holding waits in line for GPUs from `at` (now by default; a rank that moves or an
     instance that recovers keeps its original place by passing an earlier time)."""
     _holding(holding_id).update(
-        state=HoldingState.QUEUED, queued_at=at or timezone.now(), unfunded_since=None
+        state=HoldingState.QUEUED,
+        queued_at=at or timezone.now(),
+        unfunded_since=None,
+        gpus_attached=True,
     )
 
 
@@ -92,7 +120,9 @@ def holding_release(holding_id: str) -> None:
     if meter_close(holding_id, now=timezone.now(), started_minute=False):
         logger.warning("meter.closed_at_release holding=%s", holding_id)
     Allocation.objects.filter(holding_id=holding_id).delete()
-    _holding(holding_id).update(state=HoldingState.RELEASED, queued_at=None, unfunded_since=None)
+    _holding(holding_id).update(
+        state=HoldingState.RELEASED, queued_at=None, unfunded_since=None, cpu_node=None
+    )
 
 
 def holdings_unfunded(holding_ids: list[str], *, since: datetime) -> None:

@@ -29,7 +29,8 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
@@ -68,6 +69,9 @@ class MeterHooks(NamedTuple):
     accrued: Callable[[dict[str, int]], None]
     after: Callable[[dict[str, int], list[str]], None]
 
+
+# What the ledger says of the minutes of an instance in no-GPU mode (its pod without GPUs).
+NO_GPU_DESCRIPTION = gettext_noop("No-GPU mode usage")
 
 _hooks: dict[str, MeterHooks] = {}
 
@@ -175,6 +179,7 @@ class _Metered(NamedTuple):
     price: int
     trial_price: int | None
     wallet_id: str
+    gpus_attached: bool
 
     @property
     def resource_id(self) -> str:
@@ -182,11 +187,34 @@ class _Metered(NamedTuple):
         return self.parent if self.kind == HoldingKind.REPLICA else self.id
 
 
+# What a minute of a holding costs: its offering's hourly price, or in no-GPU mode (no GPUs
+# attached) the offering's no-GPU price, which trial credit pays as well (at the same price;
+# an operator who withdrew the no-GPU price meanwhile leaves the running session at the
+# standard ones).
+_PRICE = Case(
+    When(
+        gpus_attached=False,
+        then=Coalesce("offering__cpu_only_price_per_hour_fen", "offering__price_per_hour_fen"),
+    ),
+    default=F("offering__price_per_hour_fen"),
+)
+_TRIAL_PRICE = Case(
+    When(
+        gpus_attached=False,
+        then=Coalesce(
+            "offering__cpu_only_price_per_hour_fen", "offering__trial_price_per_hour_fen"
+        ),
+    ),
+    default=F("offering__trial_price_per_hour_fen"),
+)
+
+
 def _metering(where: Q, *, skip_locked: bool) -> list[_Metered]:
     # locks the holdings only (of=self): wallets are locked later, in id order, by billing
     rows = (
         Holding.objects.filter(where, metered_since__isnull=False)
         .select_for_update(skip_locked=skip_locked, of=("self",))
+        .annotate(price=_PRICE, trial_price=_TRIAL_PRICE)
         .values_list(
             "id",
             "kind",
@@ -198,9 +226,10 @@ def _metering(where: Q, *, skip_locked: bool) -> list[_Metered]:
             "pending_trial_minutes",
             "pending_cash_fen",
             "pending_promo_fen",
-            "offering__price_per_hour_fen",
-            "offering__trial_price_per_hour_fen",
+            "price",
+            "trial_price",
             "tenant__wallet__id",
+            "gpus_attached",
         )
     )
     return [_Metered._make(row) for row in rows]  # metered_since is set: filtered above
@@ -294,7 +323,11 @@ def _settlement(row: _Metered, upto: int, pending: _Pending) -> Settlement:
         wallet_id=row.wallet_id,
         key=f"{row.meter_key}:{first}-{upto}",
         resource_id=row.resource_id,
-        description=_DESCRIPTION.get(HoldingKind(row.kind), gettext_noop("GPU usage")),
+        description=(
+            _DESCRIPTION.get(HoldingKind(row.kind), gettext_noop("GPU usage"))
+            if row.gpus_attached
+            else NO_GPU_DESCRIPTION
+        ),
         minutes=pending.minutes,
         trial_minutes=pending.trial_minutes,
         cash_fen=pending.cash_fen,

@@ -44,6 +44,14 @@ class Offering(models.Model):
         help_text="What trial credit pays per hour of this offering (billed by the minute, at "
         "most the hourly price); blank: trial credit is not spent on it.",
     )
+    cpu_only_price_per_hour_fen = models.BigIntegerField(
+        null=True,
+        blank=True,
+        default=10,
+        help_text="What an hour of an instance of this offering costs started without its GPUs "
+        "(no-GPU mode: its disks, CPU and memory, no GPU), billed by the minute, from trial "
+        "credit too; blank: no-GPU mode is not offered.",
+    )
     active = models.BooleanField(default=True)
     sort = models.PositiveSmallIntegerField(default=0)
     # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
@@ -79,6 +87,12 @@ class Offering(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(gpu_count__gte=1, gpu_count__lte=16), name="offering_gpu_count"
+            ),
+            models.CheckConstraint(
+                condition=Q(cpu_only_price_per_hour_fen__isnull=True)
+                | Q(cpu_only_price_per_hour_fen__gte=1),
+                name="offering_cpu_only_price",
+                violation_error_message="The no-GPU price must be at least 1 fen.",
             ),
         ]
 
@@ -178,6 +192,27 @@ class Holding(models.Model):
         "fleet.Region", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     gang = models.CharField(max_length=32, blank=True)
+    gpus_attached = models.BooleanField(
+        default=True,
+        help_text="False: it runs (or last ran) in no-GPU mode, its pod without GPUs, billed "
+        "at the offering's cpu_only_price_per_hour_fen (a monthly rental keeps its GPUs "
+        "allocated meanwhile and pays nothing more).",
+    )
+    cpu_node = models.ForeignKey(
+        Node,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="In no-GPU mode without GPUs of its own: the node its pod runs on, whose CPU "
+        "and memory placement counts it against (it has no allocations there).",
+    )
+    preempted_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its GPUs were last taken back (a spot holding preempted); the "
+        "operator overview counts preemptions by it.",
+    )
     # What the holding serves when it is a part of something: a rank's cluster, a replica's
     # endpoint (blank for an instance, which is its own). Budgets count what a member runs by
     # it without reading the products' tables.

@@ -56,7 +56,9 @@ class Order:
     replica its endpoints may scale to). `pk` and `gang`: its own row and the other members
     of its gang (a cluster's ranks: compute.models.Holding.gang), left out of what the tenant
     and its members burn; `queued`: it waits in the queue (the queued-orders limit). `key`:
-    its Idempotency-Key, None for a start."""
+    its Idempotency-Key, None for a start. `cpu_only`: a start in no-GPU mode (an instance's
+    pod without its GPUs), whose hour costs the offering's cpu_only_price_per_hour_fen, in
+    cash or in trial credit alike, and which asks for no GPUs (`gpus` 0)."""
 
     product: Product
     tenant_id: str
@@ -75,12 +77,16 @@ class Order:
     burns_with_others: bool = True
     trial_credit: bool = True
     held_elsewhere: Callable[[], int] | None = None
+    cpu_only: bool = False
 
     @property
     def own_fen(self) -> int:
-        """What its runway asks for itself: an hour of its units (a month, billed monthly)."""
+        """What its runway asks for itself: an hour of its units (a month, billed monthly; an
+        hour without GPUs in no-GPU mode)."""
         if self.paid:
             return 0
+        if self.cpu_only:
+            return (self.offering.cpu_only_price_per_hour_fen or 0) * self.units
         monthly = self.billing == BillingMode.MONTHLY
         price = self.offering.price_per_month_fen if monthly else self.offering.price_per_hour_fen
         return (price or 0) * self.units

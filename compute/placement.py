@@ -3,7 +3,8 @@ of a cluster at once, an endpoint's replica). It runs inside the caller's transa
 its GPU model's placement lock (exclusive, or shared among new orders, which then claim a node
 each: see choose()), and the unique (node, gpu_index) allocation rows make double-booking
 impossible even if two placements ever raced. What a node has left is its allocatable less
-what the holdings placed on it ask for (compute.models.Holding, by their offerings)."""
+what the holdings placed on it ask for (compute.models.Holding, by their offerings): those
+holding its GPUs and those in no-GPU mode running there without any (choose_cpu_only)."""
 
 import functools
 from collections import defaultdict
@@ -16,7 +17,7 @@ from compute import queue
 from compute.choices import HoldingKind, OfferingKind
 from compute.models import Allocation, Offering
 from fleet.choices import NodeState
-from fleet.models import Gpu, Node, NodeImage
+from fleet.models import Gpu, GpuModel, Node, NodeImage
 from starverse.core import kube
 from starverse.core.db import execute_prepared
 from starverse.core.locks import gpu_model_placement_lock, node_claim, node_claim_first
@@ -230,7 +231,8 @@ SELECT n.id, n.name, n.gpu_count, n.region_id, n.gpu_count - t.count AS free, t.
           COALESCE(SUM(CASE WHEN h.kind = %(replica)s THEN 0 ELSE o.local_disk_gb END), 0)
             * 1024 AS ephemeral_mib,
           COUNT(h.id) AS pods
-     FROM (SELECT DISTINCT holding_id FROM {allocation} WHERE node_id = n.id) held
+     FROM (SELECT holding_id FROM {allocation} WHERE node_id = n.id
+           UNION SELECT id FROM {holding} WHERE cpu_node_id = n.id) held
      JOIN {holding} h ON h.id = held.holding_id
      JOIN {offering} o ON o.id = h.offering_id
  ) u
@@ -442,8 +444,11 @@ SELECT 'taken', g.node_id, NULL, g."index", NULL, NULL, NULL, NULL, NULL, NULL F
 UNION ALL
 SELECT 'used', held.node_id, NULL, NULL, o.cpu_cores, o.memory_gb,
        CASE WHEN h.kind = %s THEN 0 ELSE o.local_disk_gb END, NULL, NULL, NULL
-  FROM (SELECT DISTINCT a.node_id, a.holding_id FROM {allocation} a
-          JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s) held
+  FROM (SELECT a.node_id, a.holding_id FROM {allocation} a
+          JOIN {node} n ON n.id = a.node_id WHERE n.gpu_product = %s
+        UNION
+        SELECT c.cpu_node_id, c.id FROM {holding} c
+          JOIN {node} n ON n.id = c.cpu_node_id WHERE n.gpu_product = %s) held
   JOIN {holding} h ON h.id = held.holding_id
   JOIN {offering} o ON o.id = h.offering_id
 """
@@ -490,6 +495,7 @@ def capacity_of(
                 product,
                 HoldingKind.REPLICA.value,
                 product,
+                product,
             ],
         )
         for row in cursor.fetchall():
@@ -517,3 +523,75 @@ def _less(room: Room, spent: list[int]) -> Room:
     """What is left of a node's allocatable room once `spent` is placed (unknown stays
     unknown)."""
     return Room(*(None if have is None else have - s for have, s in zip(room, spent, strict=True)))
+
+
+# No-GPU mode: the ready nodes of a region (GPU nodes of any model, and CPU-only ones) with
+# room for the pod's CPU, memory, local storage and a pod slot by their allocatable less what
+# is placed on them (as _CANDIDATES_SQL counts it), CPU-only nodes first, then the GPU nodes
+# with the fewest GPUs free (a node whose GPUs are all held has CPU nobody else can use; one
+# with free GPUs keeps its room for their renters), then by id.
+_CPU_ONLY_SQL = """
+SELECT n.id, n.name, n.region_id, n.gpu_product, n.gpu_count
+  FROM {node} n
+ CROSS JOIN LATERAL (
+   SELECT COUNT(*) AS count FROM {allocation} WHERE node_id = n.id
+ ) t
+ CROSS JOIN LATERAL (
+   SELECT COALESCE(SUM(o.cpu_cores), 0) * 1000 AS cpu_m,
+          COALESCE(SUM(o.memory_gb), 0) * 1024 AS memory_mib,
+          COALESCE(SUM(CASE WHEN h.kind = %(replica)s THEN 0 ELSE o.local_disk_gb END), 0)
+            * 1024 AS ephemeral_mib,
+          COUNT(h.id) AS pods
+     FROM (SELECT holding_id FROM {allocation} WHERE node_id = n.id
+           UNION SELECT id FROM {holding} WHERE cpu_node_id = n.id) held
+     JOIN {holding} h ON h.id = held.holding_id
+     JOIN {offering} o ON o.id = h.offering_id
+ ) u
+ WHERE n.state = %(state)s AND (n.in_cluster OR %(any_node)s)
+   AND (%(region)s = '' OR n.region_id = %(region)s)
+   AND (n.allocatable_cpu_m IS NULL OR n.allocatable_cpu_m - u.cpu_m >= %(cpu_m)s)
+   AND (n.allocatable_memory_mib IS NULL
+        OR n.allocatable_memory_mib - u.memory_mib >= %(memory_mib)s)
+   AND (n.allocatable_ephemeral_mib IS NULL
+        OR n.allocatable_ephemeral_mib - u.ephemeral_mib >= %(ephemeral_mib)s)
+   AND (n.allocatable_pods IS NULL OR n.allocatable_pods - u.pods >= 1)
+ ORDER BY n.gpu_count > 0, n.gpu_count - t.count, n.id
+ LIMIT 1
+"""
+
+
+def choose_cpu_only(offering: Offering, region: str = "") -> Node | None:
+    """The node an instance of `offering` runs on in no-GPU mode (its pod without GPUs), or
+    None when no node of `region` ("" = any) has room for its CPU, memory, local storage and
+    pod: a CPU-only node first, else the GPU node with the fewest GPUs free. Must run inside
+    transaction.atomic(), and the holding's placement must follow in the same transaction
+    (compute.holdings.holding_place_cpu_only).
+
+    Locks. A GPU placement reads a node's room under its GPU model's placement lock (and a new
+    order under its claim on the node); so this takes, in one fixed order, the placement lock
+    of every GPU model exclusively, and that of the CPU-only nodes (the model id ""), then its
+    claim on the node: no placement of any kind reads the node's room meanwhile. No-GPU starts
+    are rare and quick; they hold up the placements of every model for one statement."""
+    for model_id in sorted(["", *GpuModel.objects.values_list("pk", flat=True)]):
+        gpu_model_placement_lock(model_id)
+    want = needs(offering)
+    sql = _CPU_ONLY_SQL.format(**_tables())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            {
+                "state": NodeState.READY,
+                "any_node": not settings.KUBECONFIG,
+                "region": region,
+                "replica": HoldingKind.REPLICA.value,
+                "cpu_m": want.cpu_m,
+                "memory_mib": want.memory_mib,
+                "ephemeral_mib": want.ephemeral_mib,
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    node_id, name, region_id, product, gpus = row
+    node_claim(node_id)
+    return Node(id=node_id, name=name, region_id=region_id, gpu_product=product, gpu_count=gpus)

@@ -20,7 +20,7 @@ def capacity_by_model() -> list[dict[str, Any]]:
     )
     lost = set(Gpu.objects.filter(lost_at__isnull=False).values_list("node_id", "index"))
     held = set(Allocation.objects.values_list("node_id", "gpu_index"))
-    for node in Node.objects.all():
+    for node in Node.objects.filter(gpu_count__gt=0):  # CPU-only nodes have no GPUs to count
         entry = totals[node.gpu_product]
         entry["total"] += node.gpu_count
         for index in range(node.gpu_count):

@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from console.models import OperatorOverview
-from console.overview import Overview, operator_overview
+from console.overview import Overview, capacity_mix, operator_overview
 from starverse.core.money import format_fen
 
 PERM = "console.view_overview"
@@ -146,6 +146,22 @@ def _labels(data: Overview, revenue_total: str) -> dict[str, str]:
         "orders_waiting": _("Orders waiting"),
         "oldest_wait": _("Oldest wait"),
         "no_queue": _("No orders waiting."),
+        "mix": _("GPUs by who holds them, per model and region"),
+        "region": _("Region"),
+        "hourly": _("Hourly"),
+        "monthly": _("Monthly"),
+        "spot": _("Spot"),
+        "idle": _("Idle"),
+        "out_of_service": _("Out of service"),
+        "allocation_30d": _("Allocated, 30 days"),
+        "spot_revenue_30d": _("Spot revenue, 30 days"),
+        "preemptions_30d": _("Preemptions, 30 days"),
+        "mix_help": _(
+            "GPUs held now by hourly, monthly and spot rentals, idle (ready and free) and out "
+            "of service (lost, or on a node not ready). Allocated is the share of the GPU-hours "
+            "of the last 30 days held by instances, of the GPUs in the fleet now; instances in "
+            "no-GPU mode hold none (a monthly rental's stay reserved)."
+        ),
     }
 
 
@@ -182,11 +198,13 @@ class OperatorOverviewAdmin(admin.ModelAdmin):
             row["wait_text"] = _wait(row["wait"].total_seconds())
         for tenant in data.tenants:
             tenant["spent"] = format_fen(tenant["spent_fen"])
+        mix = [(row, format_fen(row.spot_revenue_fen)) for row in capacity_mix(data.now)]
         context = {
             **self.admin_site.each_context(request),
             "title": _("Operator overview"),
             "opts": OperatorOverview._meta,
             "overview": data,
+            "mix": mix,
             "chart": _charts(data),
             "t": _labels(data, format_fen(data.revenue_fen)),
         }

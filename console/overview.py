@@ -15,16 +15,17 @@ free while it is stopped (the fleet page's capacity, from the allocations, count
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db.models import Count, F, Min, Q, Sum, Window
+from django.db.models import Count, F, Min, OuterRef, Q, Subquery, Sum, Window
 from django.db.models.functions import Lead, TruncDay
 from django.utils import timezone
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from compute.choices import HoldingState
-from compute.models import Holding
+from compute.models import Allocation, Holding
+from fleet.choices import NodeState
 from fleet.models import GpuModel, Node
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.models import Instance, InstanceEvent
@@ -102,8 +103,49 @@ def _intervals(since: datetime, now: datetime) -> list[tuple[Any, ...]]:
             "instance__" + MODEL,
             "instance__node__name",
             "params",
+            "instance__region_id",
         )
     )
+
+
+class Stretch(NamedTuple):
+    """A stretch of time an instance held GPUs: [start, end) within the window read."""
+
+    instance: str
+    start: datetime
+    end: datetime
+    gpus: int
+    product: str
+    node: str | None
+    region: str
+
+
+def held_stretches(since: datetime, now: datetime) -> list[Stretch]:
+    """Every stretch in [since, now) in which an instance held GPUs, from its events
+    (_intervals): in a GPU-holding state, on the node its last placement event named. A start
+    in no-GPU mode (its event says `gpus`: 0, instances.states.instance_mark_placed_cpu_only)
+    holds none until its next placement; a monthly rental's no-GPU start keeps its GPUs
+    reserved, and they count."""
+    found = []
+    placed_on: dict[str, str] = {}
+    cpu_only: set[str] = set()
+    for instance, status, start, end, gpus, product, node_now, params, region in _intervals(
+        since, now
+    ):
+        params = params or {}
+        if params.get("node"):  # a placement: with its GPUs unless it says none
+            if str(params.get("gpus")) == "0":  # stored as text
+                cpu_only.add(instance)
+            else:
+                cpu_only.discard(instance)
+        node = params.get("node") or placed_on.get(instance) or node_now
+        placed_on[instance] = node
+        if status not in HOLDS_GPUS or instance in cpu_only:
+            continue
+        start, end = max(start, since), min(end or now, now)
+        if end > start:
+            found.append(Stretch(instance, start, end, gpus, product, node, region))
+    return found
 
 
 def _spread(
@@ -122,25 +164,21 @@ def _spread(
 
 def _usage(now: datetime, hours: list[datetime]) -> tuple[list[ModelUse], list[NodeRow]]:
     first = hours[0]
-    nodes = list(Node.objects.order_by("name").values_list("name", "gpu_product", "gpu_count"))
+    nodes = list(  # CPU-only nodes hold no GPUs
+        Node.objects.filter(gpu_count__gt=0)
+        .order_by("name")
+        .values_list("name", "gpu_product", "gpu_count")
+    )
     names = dict(GpuModel.objects.values_list("product", "name"))
     totals: dict[str, int] = defaultdict(int)
     for _name, product, count in nodes:
         totals[product] += count
     by_model: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(hours))
     by_node: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(hours))
-    placed_on: dict[str, str] = {}
-    for instance, status, start, end, gpus, product, node_now, params in _intervals(first, now):
-        node = (params or {}).get("node") or placed_on.get(instance) or node_now
-        placed_on[instance] = node
-        if status not in HOLDS_GPUS:
-            continue
-        start, end = max(start, first), min(end or now, now)
-        if end <= start:
-            continue
-        _spread(start, end, first, gpus, by_model[product])
-        if node:
-            _spread(start, end, first, gpus, by_node[node])
+    for held in held_stretches(first, now):
+        _spread(held.start, held.end, first, held.gpus, by_model[held.product])
+        if held.node:
+            _spread(held.start, held.end, first, held.gpus, by_node[held.node])
     # An hour's seconds: the current hour has run only until now.
     seconds = [min(3600.0, (now - hour).total_seconds()) or 1.0 for hour in hours]
     models = [
@@ -254,3 +292,112 @@ def operator_overview(now: datetime | None = None) -> Overview:
         tenants=_tenants(now),
         queue=_queue(now),
     )
+
+
+# What Holding.billing names a spot (interruptible) holding: the spot part of issue 28 adds
+# the choice; the overview reads the value, whichever app defines it.
+SPOT = "spot"
+
+
+@dataclass
+class CapacityMix:
+    """One GPU model in one region: its GPUs now by who holds them (hourly, monthly, spot; the
+    rest idle, or out of service: lost, or on a node not ready), and over the last 30 days
+    the allocation rate (GPU-hours held ÷ GPU-hours its GPUs now in the fleet offer), the spot
+    revenue (usage posted for spot holdings, cash and trial credit) and the preemptions (spot
+    holdings whose GPUs were taken back: Holding.preempted_at in the window)."""
+
+    product: str
+    name: str
+    region: str
+    total: int
+    hourly: int = 0
+    monthly: int = 0
+    spot: int = 0
+    out_of_service: int = 0
+    allocation_pct: float = 0.0
+    spot_revenue_fen: int = 0
+    preemptions: int = 0
+
+    @property
+    def idle(self) -> int:
+        return max(self.total - self.hourly - self.monthly - self.spot - self.out_of_service, 0)
+
+
+def _mix_rows() -> dict[tuple[str, str], CapacityMix]:
+    """The GPU nodes' GPUs per (product, region), with who holds them now."""
+    rows: dict[tuple[str, str], CapacityMix] = {}
+    nodes = (
+        Node.objects.filter(gpu_count__gt=0)
+        .annotate(
+            model_name=Subquery(
+                GpuModel.objects.filter(product=OuterRef("gpu_product")).values("name")[:1]
+            ),
+            lost=Count("gpus", filter=Q(gpus__lost_at__isnull=False)),
+        )
+        .values_list("gpu_product", "region_id", "state", "gpu_count", "model_name", "lost")
+    )
+    for product, region, ready, count, name, lost in nodes:
+        row = rows.setdefault((product, region), CapacityMix(product, name or product, region, 0))
+        row.total += count
+        # a node not ready is out of service whole; a ready one by its lost GPUs
+        row.out_of_service += count if ready != NodeState.READY else lost
+    held = (
+        Allocation.objects.values(
+            "node__gpu_product", "node__region_id", "node__state", "holding__billing"
+        )
+        .annotate(gpus=Count("id"))
+        .order_by()
+    )
+    for entry in held:
+        found = rows.get((entry["node__gpu_product"], entry["node__region_id"]))
+        if found is None:
+            continue
+        billing = entry["holding__billing"]
+        field_name = {"monthly": "monthly", SPOT: "spot"}.get(billing, "hourly")
+        setattr(found, field_name, getattr(found, field_name) + entry["gpus"])
+        if entry["node__state"] != NodeState.READY:  # held, not out of service
+            found.out_of_service -= entry["gpus"]
+    return rows
+
+
+def capacity_mix(now: datetime | None = None) -> list[CapacityMix]:
+    """CapacityMix per GPU model and region, in product and region order: a handful of
+    aggregate queries and one read of the last 30 days' GPU-holding stretches."""
+    now = now or timezone.now()
+    since = now - timedelta(days=DAYS)
+    rows = _mix_rows()
+    seconds: dict[tuple[str, str], float] = defaultdict(float)
+    for held in held_stretches(since, now):
+        seconds[held.product, held.region] += held.gpus * (held.end - held.start).total_seconds()
+    window = (now - since).total_seconds()
+    for key, row in rows.items():
+        if row.total:
+            row.allocation_pct = round(100 * seconds[key] / (row.total * window), 1)
+    spot = Holding.objects.filter(billing=SPOT, pk=OuterRef("instance_id"))
+    revenue = (
+        LedgerTransaction.objects.filter(
+            kind=TransactionKind.USAGE, amount_fen__lt=0, created_at__gte=since
+        )
+        .annotate(
+            product=Subquery(spot.values("offering__gpu_model__product")[:1]),
+            region=Subquery(spot.values("region_id")[:1]),
+        )
+        .filter(product__isnull=False)
+        .values_list("product", "region")
+        .annotate(fen=Sum("amount_fen"))
+        .order_by()
+    )
+    for product, region, fen in revenue:
+        if (product, region) in rows:
+            rows[product, region].spot_revenue_fen += -fen
+    preempted = (
+        Holding.objects.filter(preempted_at__gte=since)
+        .values_list("offering__gpu_model__product", "region_id")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    for product, region, count in preempted:
+        if (product, region) in rows:
+            rows[product, region].preemptions += count
+    return [rows[key] for key in sorted(rows)]

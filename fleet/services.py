@@ -549,7 +549,10 @@ def _node_spec(item: kube.ClusterNode) -> dict[str, object]:
     labels = item.labels
     interconnect = labels.get("starverse.io/interconnect", "pcie")
     return {
-        "gpu_product": _product(labels.get("nvidia.com/gpu.product", "unknown")),
+        # a CPU-only node (no GPUs: no-GPU mode's pods run there) has no product
+        "gpu_product": (
+            _product(labels.get("nvidia.com/gpu.product", "unknown")) if item.gpu_count else ""
+        ),
         "gpu_count": item.gpu_count,
         "gpu_memory_mb": int(labels.get("nvidia.com/gpu.memory", "0") or 0),
         "interconnect": interconnect if interconnect in ("nvlink", "pcie") else "pcie",
@@ -573,18 +576,18 @@ def _node_spec(item: kube.ClusterNode) -> dict[str, object]:
 
 
 def nodes_sync_from_cluster(*, region: str = DEFAULT_REGION) -> int:
-    """Mirror a region's cluster's GPU Node objects into the fleet (called inside that
-    region's kube.cluster context; the default region is KUBECONFIG's): new nodes appear in the
+    """Mirror a region's cluster's Node objects into the fleet (called inside that region's
+    kube.cluster context; the default region is KUBECONFIG's): new nodes appear in the
     region, capacity, labels and the images each holds (Node.status.images) follow the
-    cluster. Nodes gone from the cluster are marked,
-    never deleted. A node name another region already holds is skipped and logged: names are
-    unique across the regions (the agents report by name)."""
+    cluster. A node without GPUs is mirrored too, with no GPU product and 0 GPUs: instances in
+    no-GPU mode run there (compute.placement.choose_cpu_only); GPU placement never matches it
+    and it has no node agent (no NVML), so no heartbeat rule ever reads it. Nodes gone from
+    the cluster are marked, never deleted. A node name another region already holds is
+    skipped and logged: names are unique across the regions (the agents report by name)."""
     seen = []
     synced: list[str] = []
     held: dict[tuple[str, str], int] = {}
     for item in kube.nodes_list():
-        if item.gpu_count <= 0:
-            continue
         spec = _node_spec(item)
         elsewhere = Node.objects.filter(name=item.name).exclude(region_id=region).first()
         if elsewhere is not None:

@@ -27,10 +27,13 @@ from instances.selectors import admission_reads, spend_rows, tenant_usage
 from starverse.core.text import Deferred
 
 
-def order_of(instance: Instance, *, key: OrderKey | None = None, nodes: int = 0) -> Order:
+def order_of(
+    instance: Instance, *, key: OrderKey | None = None, nodes: int = 0, cpu_only: bool = False
+) -> Order:
     """The order of a saved instance (ordered now, or started): a cluster's rank stands for its
     whole cluster, of `nodes` ranks (counted when 0), which are placed, started and billed
-    together. `key`: the order's Idempotency-Key (None for a start)."""
+    together. `key`: the order's Idempotency-Key (None for a start). `cpu_only`: a start in
+    no-GPU mode (instances.nogpu), of no GPUs at the offering's no-GPU price."""
     gang = gang_of(instance)
     if gang and not nodes:
         nodes = gang_members(gang).count()
@@ -40,7 +43,7 @@ def order_of(instance: Instance, *, key: OrderKey | None = None, nodes: int = 0)
         tenant_id=instance.tenant_id,
         created_by_id=instance.created_by_id,
         offering=instance.offering,
-        gpus=instance.offering.gpu_count * units,
+        gpus=0 if cpu_only else instance.offering.gpu_count * units,
         billing=instance.billing,
         units=units,
         region_id=instance.region_id,
@@ -49,6 +52,7 @@ def order_of(instance: Instance, *, key: OrderKey | None = None, nodes: int = 0)
         gang=gang,
         paid=period_active(instance),
         queued=instance.status == InstanceStatus.QUEUED,
+        cpu_only=cpu_only,
     )
 
 

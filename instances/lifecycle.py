@@ -35,6 +35,7 @@ from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import ports_validate
 from instances.models import Instance, InstanceEvent, MonthlyRental, StopPolicy, Workload
+from instances.nogpu import start_cpu_only
 from instances.schedules import (
     DEFAULT,
     Default,
@@ -697,16 +698,22 @@ def instance_stop(*, instance_id: str, reason: str = "", by_owner: bool = False)
     return instance
 
 
-def instance_start(*, instance_id: str, by_owner: bool = False) -> Instance:
+def instance_start(
+    *, instance_id: str, by_owner: bool = False, gpus_attached: bool = True
+) -> Instance:
     """Start a stopped or failed instance: a monthly rental in its paid period on the node it
     keeps; any other, when the balance covers its runway and the account's limits allow it, on
-    GPUs free anywhere, behind earlier orders for them that can pay. Never a cluster's rank:
-    its cluster starts every rank together (clusters.services.cluster_start)."""
+    GPUs free anywhere, behind earlier orders for them that can pay. Not `gpus_attached`: in
+    no-GPU mode (instances.nogpu). Never a cluster's rank: its cluster starts every rank
+    together (clusters.services.cluster_start)."""
     with transaction.atomic():
         instance = instance_locked(instance_id)
         _as_whole_cluster(instance, by_owner=by_owner)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
+        if not gpus_attached:
+            start_cpu_only(instance)
+            return instance
         if period_active(instance) and holds_gpus(instance.id):
             # its GPUs are its own until the month ends: no runway or limit to check
             account_hold_check(instance.tenant_id)
@@ -719,10 +726,12 @@ def instance_start(*, instance_id: str, by_owner: bool = False) -> Instance:
 
 
 def instance_restart(*, instance_id: str) -> Instance:
-    """Start again after a stop made to change the disks; if starting is refused (no runway,
-    say), the instance stays stopped and its timeline says why."""
+    """Start again after a stop made to change the disks, in the mode it ran in (with its GPUs
+    or in no-GPU mode); if starting is refused (no runway, say), the instance stays stopped and
+    its timeline says why."""
     try:
-        return instance_start(instance_id=instance_id)
+        attached = holding_of(instance_id).gpus_attached
+        return instance_start(instance_id=instance_id, gpus_attached=attached)
     except ServiceError as error:
         instance = Instance.objects.get(pk=instance_id)
         InstanceEvent.objects.create(
@@ -771,7 +780,8 @@ def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[
                 continue
             elif gang_of(instance):
                 pass  # below: its gang's owner decides, with the gang locked first
-            elif instance.auto_recover:
+            elif instance.auto_recover and instance.holding.gpus_attached:
+                # (one in no-GPU mode fails instead: placed again, it would wait for GPUs)
                 _recover(instance, node=node, reason=reason)
             else:
                 _lost(instance, node=node, reason=reason)

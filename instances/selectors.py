@@ -166,7 +166,7 @@ def instance_metrics(
 
 # What instances.api.serializers.SHAPE reads from an instance, as (attribute path, column of
 # the list query): the one field list the list's raw SQL is built from. A path with a dot is
-# read from a related row (offering, node, stop policy, monthly rental), as it is on an
+# read from a related row (offering, node, holding, stop policy, monthly rental), as it is on an
 # Instance; an instance without a monthly rental has `rental` None (Instance.rental).
 INSTANCE_COLUMNS = (
     ("id", "i.id"),
@@ -194,13 +194,16 @@ INSTANCE_COLUMNS = (
     ("offering.gpu_model_id", "o.gpu_model_id"),
     ("offering.gpu_count", "o.gpu_count"),
     ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
+    ("offering.cpu_only_price_per_hour_fen", "o.cpu_only_price_per_hour_fen"),
     ("node.name", "n.name"),
+    ("holding.gpus_attached", "h.gpus_attached"),
 )
 _JSON = {"ports"}
 LIST_SQL = """
 SELECT {columns}, COUNT(*) OVER () AS total
 FROM instances_instance i
 JOIN instances_offering o ON o.id = i.offering_id
+JOIN compute_holding h ON h.id = i.id
 JOIN instances_stoppolicy sp ON sp.instance_id = i.id
 LEFT JOIN instances_monthlyrental m ON m.instance_id = i.id
 LEFT JOIN instances_node n ON n.id = i.node_id
@@ -311,8 +314,9 @@ def spend_per_hour_fen(
     trial: bool = False,
 ) -> dict[str, int]:
     """What each tenant's instances burn from its balance per hour right now: the hourly price
-    of its running pay-as-you-go instances (per-minute billing, so it is right from the first
-    minute; a monthly rental is prepaid and burns nothing). The one definition of spend rate:
+    of its running pay-as-you-go instances (the no-GPU price of those in no-GPU mode;
+    per-minute billing, so it is right from the first minute; a monthly rental is prepaid and
+    burns nothing). The one definition of spend rate:
     the dashboard shows it and the runway warnings use it. With `starting`, also the instances
     placed and provisioning, which burn from their first running minute (what a runway must
     cover); `exclude` leaves out one instance (the one whose runway is checked), and
@@ -323,8 +327,13 @@ def spend_per_hour_fen(
 
 
 _SPEND_SQL = """
-SELECT i.tenant_id, CAST(SUM(o.price_per_hour_fen) AS BIGINT),
-       CAST(SUM(o.trial_price_per_hour_fen) AS BIGINT)
+SELECT i.tenant_id,
+       CAST(SUM(CASE WHEN h.gpus_attached THEN o.price_per_hour_fen
+                     ELSE COALESCE(o.cpu_only_price_per_hour_fen, o.price_per_hour_fen) END)
+            AS BIGINT),
+       CAST(SUM(CASE WHEN h.gpus_attached THEN o.trial_price_per_hour_fen
+                     ELSE COALESCE(o.cpu_only_price_per_hour_fen, o.trial_price_per_hour_fen)
+                END) AS BIGINT)
   FROM {instance} i JOIN {offering} o ON o.id = i.offering_id
   JOIN {holding} h ON h.id = i.id
  WHERE i.status IN ({statuses}) AND i.billing = %(hourly)s {tenants}
@@ -380,12 +389,13 @@ def _spend_statement(
     return sql, params
 
 
-# a queued gang (a cluster) is one order, whatever its node count
+# a queued gang (a cluster) is one order, whatever its node count; an instance in no-GPU mode
+# on a node of its own choosing (cpu_node) holds no GPUs (a monthly one keeps its own: counted)
 _USAGE_SQL = """
 SELECT COUNT(*) FILTER (WHERE i.status = %(queued)s AND h.gang = '')
          + COUNT(DISTINCT NULLIF(h.gang, '')) FILTER (WHERE i.status = %(queued)s),
-       COALESCE(SUM(o.gpu_count), 0),
-       COALESCE(SUM(o.gpu_count) FILTER (WHERE m.premium), 0)
+       COALESCE(SUM(o.gpu_count) FILTER (WHERE h.cpu_node_id IS NULL), 0),
+       COALESCE(SUM(o.gpu_count) FILTER (WHERE m.premium AND h.cpu_node_id IS NULL), 0)
   FROM {instance} i
   JOIN {holding} h ON h.id = i.id
   JOIN {offering} o ON o.id = i.offering_id

@@ -25,8 +25,10 @@ from django.utils.translation import gettext as _
 
 from compute.choices import HoldingKind
 from compute.holdings import (
+    holding_gpus_attached_set,
     holding_new,
     holding_place,
+    holding_place_cpu_only,
     holding_queue,
     holding_release,
 )
@@ -202,12 +204,34 @@ def instance_mark_placed(instance: Instance, node: Node, indices: list[int]) -> 
     enqueue_on_commit("instances.tasks.provision_instance", instance.id)
 
 
-def instance_mark_provisioning(instance: Instance) -> None:
-    """A stopped monthly rental starts again on the node it keeps reserved."""
+def instance_mark_provisioning(instance: Instance, *, gpus_attached: bool = True) -> None:
+    """A stopped monthly rental starts again on the node it keeps reserved: with its GPUs, or
+    in no-GPU mode without them (they stay reserved, and the month pays for both)."""
+    holding_gpus_attached_set(instance.id, gpus_attached)
+    message = (
+        later("Starting on its reserved node (paid monthly).")
+        if gpus_attached
+        else later(
+            "Starting on its reserved node without GPUs (no-GPU mode); its GPUs stay "
+            "reserved, and the month pays for both."
+        )
+    )
+    _transition(instance, S.PROVISIONING, message, **_provisioning_anew())
+    enqueue_on_commit("instances.tasks.provision_instance", instance.id)
+
+
+def instance_mark_placed_cpu_only(instance: Instance, node: Node) -> None:
+    """A stopped instance starts in no-GPU mode on `node` (compute.placement.choose_cpu_only):
+    its pod without GPUs, its disks, NAS and SSH as before; provisioning starts after
+    commit."""
+    holding_place_cpu_only(instance.id, node)
     _transition(
         instance,
         S.PROVISIONING,
-        later("Starting on its reserved node (paid monthly)."),
+        # `gpus` 0: the operator overview's history reads this placement as holding none
+        later("Starting without GPUs (no-GPU mode) on %(node)s.") % {"node": node.name, "gpus": 0},
+        node=node,
+        region_id=node.region_id,
         **_provisioning_anew(),
     )
     enqueue_on_commit("instances.tasks.provision_instance", instance.id)

@@ -512,7 +512,11 @@ def _metrics_json(instance: Instance) -> list[dict[str, Any]]:
 
 
 def price_now(instance: Instance) -> PriceNow:
-    """What an hour of the instance is charged now (offering_price_now for its wallet)."""
+    """What an hour of the instance is charged now (offering_price_now for its wallet; in
+    no-GPU mode its offering's no-GPU price, from trial credit or cash alike)."""
+    cpu_only = instance.offering.cpu_only_price_per_hour_fen
+    if not instance.holding.gpus_attached and instance.billing == BillingMode.HOURLY and cpu_only:
+        return PriceNow(fen=cpu_only)
     return offering_price_now(
         instance.offering,
         wallet_for_tenant(instance.tenant_id).promo_free_fen,
@@ -545,6 +549,8 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "price_now": price_now(instance),
             "can_stop": not owned and instance.status in CAN_STOP,
             "can_start": not owned and instance.status in CAN_START,
+            "no_gpu_price": instance.offering.cpu_only_price_per_hour_fen,
+            "gpus_attached": instance.holding.gpus_attached,
             "can_terminate": not owned and instance.status != S.TERMINATED,
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
@@ -619,6 +625,15 @@ def instance_stop_view(request: HttpRequest, pk: str) -> HttpResponse:
 @login_required
 @require_POST
 def instance_start_view(request: HttpRequest, pk: str) -> HttpResponse:
+    """Start, with its GPUs; or with `gpus=0` posted, in no-GPU mode (instances.nogpu)."""
+    if request.POST.get("gpus") == "0":
+        return _act(
+            request,
+            pk,
+            lambda instance_id: instance_start(instance_id=instance_id, gpus_attached=False),
+            _("Starting “%(name)s” without GPUs (no-GPU mode)."),
+            "instance.started",
+        )
     return _act(request, pk, instance_start, _("Starting “%(name)s”."), "instance.started")
 
 

@@ -1,7 +1,7 @@
 """Run the Kubernetes API emulator (a development stand-in) in the foreground.
 
     python -m devstack.kube --port 16443 --kubeconfig var/kubeconfig \\
-        --fleet h100=2,a100=2,rtx4090=2
+        --fleet h100=2,a100=2,rtx4090=2,cpu=2
 
 Logs one key=value line per request; SIGTERM or Ctrl-C stops it with exit status 0.
 """
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kubeconfig", help="write a kubeconfig for this emulator here")
     parser.add_argument(
         "--fleet",
-        default="h100=2,a100=2,rtx4090=2",
+        default="h100=2,a100=2,rtx4090=2,cpu=2",
         help="node profiles and counts, e.g. h100=2,a100=2,rtx4090=2,cpu=1",
     )
     parser.add_argument(

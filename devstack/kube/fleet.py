@@ -93,7 +93,8 @@ PROFILES: dict[str, Profile] = {
     ),
     "cpu": Profile("", 0, 0, "64", "256Gi", "cpu-64", "none"),
 }
-DEFAULT_FLEET: dict[str, int] = {"h100": 2, "a100": 2, "rtx4090": 2}
+# Two CPU-only nodes too: where instances in no-GPU mode run besides GPU nodes' spare CPU.
+DEFAULT_FLEET: dict[str, int] = {"h100": 2, "a100": 2, "rtx4090": 2, "cpu": 2}
 
 
 def parse_fleet(text: str) -> dict[str, int]:

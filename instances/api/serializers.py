@@ -60,16 +60,21 @@ class OfferingOutput(serializers.ModelSerializer[Offering]):
             "price_per_hour_fen",
             "price_per_month_fen",
             "trial_price_per_hour_fen",
+            "cpu_only_price_per_hour_fen",
             "available",
             "regions",
             "image_warm",
             "expected_pull_s",
         ]
         extra_kwargs = {
+            "cpu_only_price_per_hour_fen": {
+                "help_text": "An hour of an instance of it started without its GPUs (no-GPU "
+                "mode), by the minute, from trial credit too; null: not offered."
+            },
             "trial_price_per_hour_fen": {
                 "help_text": "What trial credit pays per hour of it, by the minute; null: trial "
                 "credit is not spent on it (cash at price_per_hour_fen only)."
-            }
+            },
         }
 
     def get_available(self, obj: Offering) -> int:
@@ -301,6 +306,8 @@ SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
     "gpu_count": lambda o, _s: o.offering.gpu_count,
     "billing": lambda o, _s: o.billing,
     "price_per_hour_fen": lambda o, _s: o.offering.price_per_hour_fen,
+    "cpu_only_price_per_hour_fen": lambda o, _s: o.offering.cpu_only_price_per_hour_fen,
+    "gpus_attached": lambda o, _s: o.holding.gpus_attached,
     "created_at": lambda o, s: _iso(o.created_at, s.tz),
     "started_at": lambda o, s: _iso(o.started_at, s.tz),
     "queue_position": lambda o, s: s.positions.get(o.id),
@@ -340,6 +347,17 @@ class InstanceOutput(serializers.ModelSerializer[Instance]):
     gpu_model = serializers.CharField(source="offering.gpu_model_id")
     gpu_count = serializers.IntegerField(source="offering.gpu_count")
     price_per_hour_fen = serializers.IntegerField(source="offering.price_per_hour_fen")
+    cpu_only_price_per_hour_fen = serializers.IntegerField(
+        source="offering.cpu_only_price_per_hour_fen",
+        allow_null=True,
+        help_text="An hour of it in no-GPU mode (POST /instances/{id}/start with gpus 0); "
+        "null: no-GPU mode is not offered for its offering.",
+    )
+    gpus_attached = serializers.BooleanField(
+        source="holding.gpus_attached",
+        help_text="Whether it runs with its GPUs (false: in no-GPU mode, billed at "
+        "cpu_only_price_per_hour_fen); stopped, the mode it last ran in.",
+    )
     queue_position = serializers.IntegerField(allow_null=True)
     ssh = SshOutput(allow_null=True, help_text="While running.")
     jupyter_url = serializers.CharField(
@@ -469,3 +487,13 @@ class AutoStopSavingsOutput(serializers.Serializer[Mapping[str, object]]):
         "the next start (or now), at most 24 hours."
     )
     stops = serializers.IntegerField(help_text="Automatic stops this month.")
+
+
+class StartInput(InputSerializer):
+    gpus = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="0: start in no-GPU mode (its disks, NAS, image and SSH, no GPU, at "
+        "cpu_only_price_per_hour_fen); absent, null or its offering's GPU count: with its GPUs.",
+    )

@@ -36,6 +36,7 @@ from instances.api.serializers import (
     ShareCreatedOutput,
     ShareCreateInput,
     ShareOutput,
+    StartInput,
 )
 from instances.autostop import auto_stop_savings
 from instances.choices import InstanceStatus
@@ -165,7 +166,9 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     serializer_class = InstanceOutput
 
     def filter_queryset_extra(self, queryset: QuerySet[Instance]) -> QuerySet[Instance]:
-        queryset = queryset.select_related("offering__gpu_model", "node", "stop_policy", "monthly")
+        queryset = queryset.select_related(
+            "offering__gpu_model", "node", "holding", "stop_policy", "monthly"
+        )
         wanted = self._status_filter()
         return queryset.filter(status=wanted) if wanted else queryset
 
@@ -348,15 +351,32 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
 
     @extend_schema(
         operation_id="instances_start",
-        request=None,
-        responses={202: InstanceOutput, **errors(402, 409, also=ACCOUNT_LIMITS), **on_hold_error()},
+        request=StartInput,
+        responses={
+            202: InstanceOutput,
+            **errors(400, 402, 409, also=ACCOUNT_LIMITS),
+            **on_hold_error(),
+        },
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
-        """Start a stopped instance. 409 `wrong_state` unless stopped or failed, `cluster_rank`
-        for a cluster's rank (clusters start as a whole: start the cluster)."""
-        instance = instance_start(instance_id=self.get_object().pk)
-        audit_request(request, "instance.started", instance)
+        """Start a stopped instance: with its GPUs, or with `{"gpus": 0}` in no-GPU mode (its
+        disks, NAS, image and SSH without a GPU, at cpu_only_price_per_hour_fen; a monthly
+        rental in its paid month keeps its GPUs reserved and pays nothing more). 409
+        `wrong_state` unless stopped or failed, `cluster_rank` for a cluster's rank (clusters
+        start as a whole: start the cluster); without GPUs, `no_gpu_mode_unavailable` (not
+        offered, or a monthly rental's month unpaid) and `no_capacity` (no node has room now:
+        try again later)."""
+        instance = self.get_object()
+        gpus = self.parse(request, StartInput).get("gpus")
+        if gpus not in (None, 0, instance.offering.gpu_count):
+            raise InvalidInput(
+                _("gpus must be 0 (no-GPU mode) or %(count)d, its offering's GPUs.")
+                % {"count": instance.offering.gpu_count},
+                field="gpus",
+            )
+        instance = instance_start(instance_id=instance.pk, gpus_attached=gpus != 0)
+        audit_request(request, "instance.started", instance, **({"gpus": 0} if gpus == 0 else {}))
         return self._accepted(instance)
 
     @extend_schema(

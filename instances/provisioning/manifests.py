@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.urls import reverse
 
+from compute.models import Holding
 from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
 from instances.models import Instance, Workload
 from starverse.core.hostkeys import HostKey
@@ -287,14 +288,35 @@ def _runs(manifest: dict[str, Any], workload: Workload) -> dict[str, Any]:
     return manifest
 
 
+def gpus_attached(instance: Instance) -> bool:
+    """Whether the instance's pod gets its GPUs: not in no-GPU mode (instances.nogpu)."""
+    try:
+        return bool(instance.holding.gpus_attached)
+    except Holding.DoesNotExist:  # an instance made without the compute core (a test's row)
+        return True
+
+
+# No-GPU mode's pod asks for no GPU, and a GPU node's NVIDIA container runtime exposes none to
+# it: the value the runtime reads as "no devices" (CUDA images set `all` by default, which
+# would otherwise show a GPU node's every GPU to a pod that asked for none).
+NO_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
+
+
 def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The instance's container: its offering's GPUs (none in no-GPU mode, where the NVIDIA
+    runtime is told to expose none), CPU and memory, its ports, the init's variables, and
+    its mounts."""
     offering = instance.offering
+    attached = gpus_attached(instance)
     resources = {
-        "nvidia.com/gpu": str(offering.gpu_count),
+        **({"nvidia.com/gpu": str(offering.gpu_count)} if attached else {}),
         "cpu": str(offering.cpu_cores),
         "memory": f"{offering.memory_gb}Gi",
         "ephemeral-storage": f"{settings.INSTANCE_EPHEMERAL_STORAGE_GB}Gi",
     }
+    env = init_env(instance)
+    if not attached:
+        env += [{"name": key, "value": value} for key, value in NO_GPU_ENV.items()]
     return {
         "name": "main",
         "image": instance.image.container_image,
@@ -303,7 +325,7 @@ def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) ->
             {"name": "ssh", "containerPort": SSH_PORT},
             {"name": "jupyter", "containerPort": JUPYTER_PORT},
         ],
-        "env": init_env(instance),
+        "env": env,
         "resources": {"limits": resources, "requests": dict(resources)},
         "securityContext": {
             "allowPrivilegeEscalation": False,

@@ -935,7 +935,8 @@ def _(p: Probe) -> None:
     instance = make_instance(p.user, status="stopped")
     p.call(402, params={"id": instance.id})
     fund(p.user, 100_000)
-    p.call(202, params={"id": instance.id})
+    p.call(400, params={"id": instance.id}, body={"gpus": 3})  # neither 0 nor its 1
+    p.call(202, params={"id": instance.id}, body={"gpus": 0})  # no-GPU mode
     p.call(409, params={"id": instance.id})
     p.call(404, params={"id": instance.id}, client=p.stranger())
 

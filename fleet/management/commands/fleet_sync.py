@@ -12,7 +12,8 @@ from starverse.core.kube import KubeError
 
 class Command(BaseCommand):
     help = (
-        "Mirror a region's cluster's GPU nodes into the fleet (the default region: KUBECONFIG's). "
+        "Mirror a region's cluster's nodes (GPU and CPU-only) into the fleet (the default "
+        "region: KUBECONFIG's). "
         "With --agent-tokens DIR, issue each of its nodes a fresh agent token into "
         "DIR/<node>.token (for the demo's simulated agents)."
     )
@@ -30,11 +31,12 @@ class Command(BaseCommand):
                 count = nodes_sync_from_cluster(region=region.name)
         except KubeError as error:
             raise CommandError(f"Cannot read the cluster's nodes: {error}") from error
-        self.stdout.write(f"Fleet: {count} GPU node(s) in region {region.name}'s cluster.")
+        self.stdout.write(f"Fleet: {count} node(s) in region {region.name}'s cluster.")
         if options["agent_tokens"]:
             folder = Path(options["agent_tokens"])
             folder.mkdir(parents=True, exist_ok=True)
-            for node in Node.objects.filter(in_cluster=True, region=region):
+            # a CPU-only node has no GPUs for an agent to read (no NVML): none for it
+            for node in Node.objects.filter(in_cluster=True, region=region, gpu_count__gt=0):
                 path = folder / f"{node.name}.token"
                 path.write_text(node_token_issue(node=node))
                 path.chmod(0o600)
