@@ -193,6 +193,7 @@ class Holding(models.Model):
     )
     gang = models.CharField(max_length=32, blank=True)
     gpus_attached = models.BooleanField(
+        db_default=True,
         default=True,
         help_text="False: it runs (or last ran) in no-GPU mode, its pod without GPUs, billed "
         "at the offering's cpu_only_price_per_hour_fen (a monthly rental keeps its GPUs "

@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='holding',
             name='gpus_attached',
-            field=models.BooleanField(default=True, help_text="False: it runs (or last ran) in no-GPU mode, its pod without GPUs, billed at the offering's cpu_only_price_per_hour_fen (a monthly rental keeps its GPUs allocated meanwhile and pays nothing more)."),
+            field=models.BooleanField(db_default=True, default=True, help_text="False: it runs (or last ran) in no-GPU mode, its pod without GPUs, billed at the offering's cpu_only_price_per_hour_fen (a monthly rental keeps its GPUs allocated meanwhile and pays nothing more)."),
         ),
         migrations.AddField(
             model_name='holding',
