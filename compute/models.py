@@ -36,6 +36,13 @@ class Offering(models.Model):
     cpu_cores = models.PositiveIntegerField()
     memory_gb = models.PositiveIntegerField()
     local_disk_gb = models.PositiveIntegerField()
+    system_disk_gb = models.PositiveIntegerField(
+        default=50,
+        help_text=_(
+            "The system disk each instance gets free: what the user installs outside their "
+            "disks (/usr, /etc, /opt, /root, /home, /var) is kept there across stops and moves."
+        ),
+    )
     price_per_hour_fen = models.BigIntegerField()
     price_per_month_fen = models.BigIntegerField(null=True, blank=True)
     trial_price_per_hour_fen = models.BigIntegerField(

@@ -194,6 +194,7 @@ INSTANCE_COLUMNS = (
     ("offering.gpu_model_id", "o.gpu_model_id"),
     ("offering.gpu_count", "o.gpu_count"),
     ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
+    ("offering.system_disk_gb", "o.system_disk_gb"),
     ("node.name", "n.name"),
 )
 _JSON = {"ports"}

@@ -48,6 +48,7 @@ from .objects import TERMINAL, set_condition
 from .podlogs import LogBook
 from .resources import NODES, PODS
 from .scheduler import allocatable, describe_shortage, node_usage
+from .seeding import seed
 from .trainer import USAGE_EXIT, BadArgs, TrainerRun, container_env, start_run, trainer_args
 from .volumedata import VolumeData
 from .volumes import VolumeBlock, attach_block, mount_block
@@ -366,6 +367,8 @@ class Kubelet:
                 message = self._pulled_message(sim, image, now)
                 self._event(pod, sim.node, "Pulled", message, container, init=init)
                 if init:
+                    if not self._run_init(pod, sim, container):
+                        return
                     continue
                 self._event(
                     pod,
@@ -437,6 +440,47 @@ class Kubelet:
             self._train(pod, sim, now)
 
     # --- programs ----------------------------------------------------------------------------
+
+    def _run_init(self, pod: Obj, sim: PodSim, container: Obj) -> bool:
+        """Run an init container to its end (the seeding program copies, anything else runs
+        nothing and succeeds); its status is recorded. A failed one leaves the pod Pending in
+        ``Init:Error`` (its message and a ``BackOff`` warning say why): False."""
+        name = container.get("name", "")
+        self._event(pod, sim.node, "Created", f"Created container: {name}", container, init=True)
+        self._event(pod, sim.node, "Started", f"Started container {name}", container, init=True)
+        code, message = seed(self.volume_data, pod, container)
+        stamp = now_iso()
+
+        def record(obj: Obj) -> None:
+            statuses = [
+                s for s in obj["status"].get("initContainerStatuses") or [] if s["name"] != name
+            ]
+            statuses.append(
+                {
+                    "name": name,
+                    "image": str(container.get("image")),
+                    "imageID": "",
+                    "ready": code == 0,
+                    "restartCount": 0,
+                    "state": {"terminated": _terminated({}, code, message, stamp)},
+                }
+            )
+            obj["status"]["initContainerStatuses"] = statuses
+
+        meta = pod["metadata"]
+        self.api.mutate(PODS, meta["namespace"], meta["name"], record)
+        if code != 0:
+            self._event(
+                pod,
+                sim.node,
+                "BackOff",
+                f"Back-off restarting failed container {name}: {message}",
+                container,
+                "Warning",
+                init=True,
+            )
+            sim.stage, sim.due = "init_failed", float("inf")
+        return code == 0
 
     def _start_programs(self, pod: Obj, sim: PodSim, now: float) -> None:
         """Each container instance that has just started gets its log and, when its command

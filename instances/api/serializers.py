@@ -256,6 +256,13 @@ class SshOutput(serializers.Serializer[Mapping[str, object]]):
     )
 
 
+class SystemDiskOutput(serializers.Serializer[Mapping[str, object]]):
+    size_gb = serializers.IntegerField(help_text="Its size: the offering's, free of charge.")
+    used_gb = serializers.IntegerField(
+        allow_null=True, help_text="How much of it is used, where the cluster reports it."
+    )
+
+
 # The readers below take an Instance or an instance_page row shaped like one (SHAPE): Any.
 def _ssh(obj: Any) -> dict[str, Any] | None:
     if obj.status != "running" or not obj.ssh_port:
@@ -309,6 +316,7 @@ SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
     "ports": lambda o, _s: ports_output(o),
     "cost_fen": lambda o, _s: o.cost_fen,
     "disks": lambda o, _s: _disk_ids(o),
+    "system_disk": lambda o, _s: {"size_gb": o.offering.system_disk_gb, "used_gb": None},
     "node": lambda o, _s: _node(o),
     "region": lambda o, _s: o.region_id,
     "error_message": lambda o, _s: o.error_message,
@@ -347,6 +355,10 @@ class InstanceOutput(serializers.ModelSerializer[Instance]):
     )
     ports = PortOutput(many=True, help_text="Declared HTTP ports and their gateway addresses.")
     disks = serializers.ListField(child=serializers.CharField())
+    system_disk = SystemDiskOutput(
+        help_text="What is installed outside the disks (/usr, /etc, /opt, /root, /home, /var) "
+        "is kept here across stops, starts and moves to another node."
+    )
     node = serializers.CharField(allow_null=True)
     region = serializers.CharField(
         allow_null=True,

@@ -37,6 +37,18 @@ def disk_name(instance_id: str) -> str:
     return f"disk-{instance_id.split('_', 1)[1].lower()}"
 
 
+def system_disk_name(instance_id: str) -> str:
+    return f"sys-{instance_id.split('_', 1)[1].lower()}"
+
+
+# The system disk (docs/operator-guide.md, "The system disk"): these directories of the root
+# filesystem live on the instance's own volume, each a subPath mount, seeded from the image by
+# an init container on the first start; the rest of the root filesystem is the image's.
+SYSTEM_DIRS = ("usr", "etc", "opt", "root", "home", "var")
+SYSTEM_SEED_MOUNT = "/starverse-system"
+SEED_COMMAND = ["/opt/starverse/bin/starverse-seed-rootfs", SYSTEM_SEED_MOUNT, *SYSTEM_DIRS]
+
+
 def labels(instance: Instance) -> dict[str, str]:
     return {
         **MANAGED,
@@ -217,6 +229,15 @@ def disk_claim(instance: Instance) -> dict[str, Any]:
     }
 
 
+def system_disk_claim(instance: Instance) -> dict[str, Any]:
+    """The instance's system disk: the offering's size, kept while it is stopped and on
+    whichever node it starts next, deleted when it is terminated."""
+    claim = disk_claim(instance)
+    claim["metadata"]["name"] = system_disk_name(instance.id)
+    claim["spec"]["resources"]["requests"]["storage"] = f"{instance.offering.system_disk_gb}Gi"
+    return claim
+
+
 def pod(
     instance: Instance,
     node_name: str,
@@ -249,6 +270,7 @@ def pod(
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
+            "initContainers": [_seed_container(instance)],
             "containers": [_main_container(instance, storage_mounts)],
             "volumes": [*_volumes(instance), *storage_volumes],
         },
@@ -287,6 +309,30 @@ def _runs(manifest: dict[str, Any], workload: Workload) -> dict[str, Any]:
     return manifest
 
 
+def _security_context(*added: str) -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": {"drop": ["ALL"], "add": [*CAPABILITIES, *added]},
+    }
+
+
+def _seed_container(instance: Instance) -> dict[str, Any]:
+    """Copies the image's SYSTEM_DIRS to the system disk on its first start (a directory seeded
+    once is never copied again: what the tenant installed stays). Root with the main
+    container's capabilities and FSETID, so that set-group-ID programs keep their bit."""
+    resources = {"cpu": "1", "memory": "512Mi"}
+    return {
+        "name": "system-disk",
+        "image": instance.image.container_image,
+        "command": list(SEED_COMMAND),
+        "resources": {"limits": resources, "requests": dict(resources)},
+        "securityContext": _security_context("FSETID"),
+        "volumeMounts": [{"name": "system", "mountPath": SYSTEM_SEED_MOUNT}],
+    }
+
+
 def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
     offering = instance.offering
     resources = {
@@ -305,13 +351,9 @@ def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) ->
         ],
         "env": init_env(instance),
         "resources": {"limits": resources, "requests": dict(resources)},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "seccompProfile": {"type": "RuntimeDefault"},
-            "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES)},
-        },
+        "securityContext": _security_context(),
         "volumeMounts": [
+            *({"name": "system", "mountPath": f"/{d}", "subPath": d} for d in SYSTEM_DIRS),
             {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - in the pod
             {"name": "disk", "mountPath": DISK_MOUNT},
             {"name": "access", "mountPath": ACCESS_DIR, "readOnly": True},
@@ -349,8 +391,8 @@ def init_env(instance: Any) -> list[dict[str, Any]]:
 
 
 def _volumes(instance: Any) -> list[dict[str, Any]]:
-    """Shared memory (half the instance's memory), its own disk, its access Secret, and the
-    public pool."""
+    """Shared memory (half the instance's memory), its own disk and system disk, its access
+    Secret, and the public pool."""
     name = instance_name(instance.id)
     return [
         {
@@ -361,6 +403,10 @@ def _volumes(instance: Any) -> list[dict[str, Any]]:
             },
         },
         {"name": "disk", "persistentVolumeClaim": {"claimName": disk_name(instance.id)}},
+        {
+            "name": "system",
+            "persistentVolumeClaim": {"claimName": system_disk_name(instance.id)},
+        },
         {"name": "access", "secret": {"secretName": f"{name}-access", "defaultMode": 0o400}},
         {"name": "public", **public_pool_volume()},
     ]
