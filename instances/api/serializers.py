@@ -111,10 +111,52 @@ class ImageOutput(serializers.ModelSerializer[Image]):
     )
     name = LocalizedField(help_text="In the request's language (Accept-Language).")
     description = LocalizedField(help_text="In the request's language (Accept-Language).")
+    status = serializers.CharField(help_text="saving, ready or failed; the catalogue's: ready.")
+    reference = serializers.CharField(
+        source="container_image", help_text="The OCI reference the nodes pull."
+    )
+    owner = serializers.SerializerMethodField(
+        help_text="`me` for the caller's own (or their team's) images, null for the catalogue's."
+    )
+    base = serializers.CharField(help_text="The image it was saved from; blank if not saved.")
+    error_message = serializers.CharField(help_text="Why it failed, when it did.")
 
     class Meta:
         model = Image
-        fields = ["id", "name", "description", "size_bytes", "prepull"]
+        fields = [
+            "id",
+            "name",
+            "description",
+            "size_bytes",
+            "prepull",
+            "status",
+            "reference",
+            "owner",
+            "base",
+            "error_message",
+        ]
+
+    def get_owner(self, obj: Image) -> str | None:
+        return "me" if obj.tenant_id else None
+
+
+class RegistryCredentialsInput(InputSerializer):
+    username = serializers.CharField(max_length=255)
+    password = serializers.CharField(max_length=4096, help_text="A password or an access token.")
+
+
+class ImageCreateInput(InputSerializer):
+    name = serializers.CharField(max_length=100)
+    reference = serializers.CharField(
+        max_length=300,
+        help_text="An OCI reference: registry/repository:tag or registry/repository@sha256:… "
+        "(Docker Hub when no registry is named), from a registry the operator allows.",
+    )
+    credentials = RegistryCredentialsInput(
+        required=False,
+        help_text="For a private registry: kept as your namespace's pull Secret, never shown "
+        "again.",
+    )
 
 
 class IdleStopInput(InputSerializer):

@@ -270,6 +270,12 @@ def pod(
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
+            # a tenant's image from a private registry (instances.images.pull_secret)
+            **(
+                {"imagePullSecrets": [{"name": instance.image.pull_secret}]}
+                if instance.image.pull_secret
+                else {}
+            ),
             "initContainers": [_seed_container(instance)],
             "containers": [_main_container(instance, storage_mounts)],
             "volumes": [*_volumes(instance), *storage_volumes],
