@@ -7,6 +7,9 @@ then volume setup — while a ``persistentVolumeClaim`` is missing, being delete
 repeated at most every ``MOUNT_WARNING_S`` seconds — then ``Pulling`` → ``Pulled`` (or
 ``ErrImagePull`` / ``ImagePullBackOff`` for images named by ``fail_image_pull``) → ``Created`` /
 ``Started`` → phase Running with Ready conditions, a pod IP and running container statuses.
+Init containers run to their end first, in order: the system-disk seeding program copies its
+image's directories (:mod:`.seeding`), anything else succeeds at once; one that fails leaves
+the pod Pending with its ``terminated`` status and a ``BackOff`` warning.
 A pod labelled ``starverse.io/endpoint`` runs but is Ready only after its model-load time
 (``STARVERSE_STANDIN_LOAD_S``: its env, else the emulator's setting), and ``crash`` makes a
 running container exit once (restartCount + 1, CrashLoopBackOff, not Ready) and start again.
@@ -61,7 +64,7 @@ MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
 
 @dataclass
 class PodSim:
-    stage: str  # mounting, pulling, pull_error, backoff, starting, running, killing
+    stage: str  # mounting, pulling, pull_error, init_failed, backoff, starting, running, killing
     due: float
     node: str
     backoff_s: float = 0.0
