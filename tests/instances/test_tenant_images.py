@@ -155,3 +155,19 @@ def test_another_tenant_cannot_order_the_image(renter, catalog, client_for):
     assert answer.status_code == 400
     assert answer.json()["code"] == "unknown_image"
     assert not Instance.objects.filter(tenant_id=stranger.tenant_id).exists()
+
+
+def test_the_rent_form_offers_the_image_to_its_tenant_only(catalog, client_for):
+    from django.test import Client
+
+    owner, stranger = make_user(), make_user()
+    image_id = _bring(client_for(owner)).json()["id"]
+    pages = {}
+    for who in (owner, stranger):
+        browser = Client()
+        browser.force_login(who)
+        pages[who] = browser.get("/console/rent/").content.decode()
+
+    assert f'value="{image_id}"' in pages[owner]
+    assert image_id not in pages[stranger]
+    assert 'value="pytorch-2.1"' in pages[stranger]
