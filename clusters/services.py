@@ -142,7 +142,9 @@ class _Request:
 
     def checked(self, user: User, key: OrderKey) -> _Checked:
         """The order checked against the catalog, the fleet, the orderer's disks and keys."""
-        offering, image = orderable(self.offering_id, self.image_id, self.billing)
+        offering, image = orderable(
+            self.offering_id, self.image_id, self.billing, tenant_id=user.tenant_id
+        )
         _orderable_as_cluster(offering, self.node_count)
         tensor, pipeline = _degrees_valid(self.parallelism, offering.gpu_count, self.node_count)
         _disks_valid(self.disks, self.node_count)

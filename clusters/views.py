@@ -194,7 +194,7 @@ def _offer_for(request: HttpRequest) -> _Offer:
     )
     return _Offer(
         offerings=offerings,
-        images=list(Image.objects.filter(active=True)),
+        images=list(Image.objects.usable_by(request.user.tenant_id)),  # type: ignore[union-attr]
         wallet=wallet_for_tenant(request.user.tenant_id),  # type: ignore[union-attr]
         counts=availability(offerings),
         keys=list(scope_to_user(SshKey.objects.all(), request.user, "user")),

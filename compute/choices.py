@@ -27,3 +27,12 @@ class HoldingState(models.TextChoices):
     QUEUED = "queued", _("Waiting for GPUs")
     PLACED = "placed", _("Holding GPUs")
     RELEASED = "released", _("Holding none")
+
+
+class ImageStatus(models.TextChoices):
+    """Where a tenant's image stands: being saved from an instance, ready to order, or failed
+    (its error says why). Catalogue images are always ready."""
+
+    SAVING = "saving", _("Saving")
+    READY = "ready", _("Ready")
+    FAILED = "failed", _("Failed")

@@ -6,10 +6,11 @@ code moved no data."""
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from compute.choices import BillingMode, HoldingKind, HoldingState, OfferingKind
+from compute.choices import BillingMode, HoldingKind, HoldingState, ImageStatus, OfferingKind
 from fleet.models import GpuModel, Node
 from starverse.core.ids import PublicIdField
 from starverse.core.text import chinese_column, localized
@@ -36,6 +37,14 @@ class Offering(models.Model):
     cpu_cores = models.PositiveIntegerField()
     memory_gb = models.PositiveIntegerField()
     local_disk_gb = models.PositiveIntegerField()
+    system_disk_gb = models.PositiveIntegerField(
+        default=50,
+        db_default=50,
+        help_text=_(
+            "The system disk each instance gets free: what the user installs outside their "
+            "disks (/usr, /etc, /opt, /root, /home, /var) is kept there across stops and moves."
+        ),
+    )
     price_per_hour_fen = models.BigIntegerField()
     price_per_month_fen = models.BigIntegerField(null=True, blank=True)
     trial_price_per_hour_fen = models.BigIntegerField(
@@ -100,8 +109,22 @@ class Offering(models.Model):
         return localized(self, "name")
 
 
+class ImageQuerySet(models.QuerySet["Image"]):
+    def catalogue(self) -> "ImageQuerySet":
+        """The operator's active images, which everyone may order."""
+        return self.filter(active=True, tenant__isnull=True)
+
+    def usable_by(self, tenant_id: str | None) -> "ImageQuerySet":
+        """What a tenant may order: the catalogue and its own ready images (a team's are its
+        members'), never another tenant's."""
+        own = Q(tenant_id=tenant_id, status=ImageStatus.READY) if tenant_id else Q(pk__in=[])
+        return self.filter(Q(tenant__isnull=True) | own, active=True)
+
+
 class Image(models.Model):
-    """A container image users can start an instance from."""
+    """A container image users can start an instance from: one of the operator's catalogue
+    (`tenant` empty), or a tenant's own, brought by reference or saved from an instance, which
+    only that tenant (and so a team's members) sees and orders. A deleted one is inactive."""
 
     id = models.SlugField(primary_key=True, max_length=64)
     name = models.CharField(max_length=100, help_text="In English; shown where no translation is.")
@@ -122,10 +145,48 @@ class Image(models.Model):
     )
     active = models.BooleanField(default=True)
     sort = models.PositiveSmallIntegerField(default=0)
+    tenant = models.ForeignKey(
+        "accounts.Tenant",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text=_("Whose image this is; blank: the catalogue's."),
+    )
+    created_by = models.ForeignKey(
+        "accounts.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(
+        max_length=16, choices=ImageStatus.choices, default="ready", db_default="ready"
+    )
+    base = models.CharField(
+        max_length=300,
+        blank=True,
+        db_default="",
+        help_text=_("The image it was saved from, if saved."),
+    )
+    pull_secret = models.CharField(
+        max_length=253,
+        blank=True,
+        db_default="",
+        help_text=_("The tenant namespace's Secret with the registry credentials, if any."),
+    )
+    error_message = models.TextField(blank=True, db_default="")
+    created_at = models.DateTimeField(default=timezone.now, db_default=Now())
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ImageQuerySet.as_manager()
 
     class Meta:
         db_table = "instances_image"
         ordering = ["sort", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "name"],
+                condition=Q(tenant__isnull=False, deleted_at__isnull=True),
+                name="image_name_per_tenant",
+            )
+        ]
 
     def __str__(self) -> str:
         return localized(self, "name")

@@ -75,7 +75,7 @@ class OfferingAdmin(admin.ModelAdmin[Offering]):
     fieldsets = [
         (None, {"fields": [("name", "name_zh_hans"), "slug", "kind", "active", "sort"]}),
         (_("Hardware"), {"fields": ["gpu_model", "gpu_count", "cpu_cores", "memory_gb"]}),
-        (None, {"fields": ["local_disk_gb", "runtime_class"]}),
+        (None, {"fields": ["local_disk_gb", "system_disk_gb", "runtime_class"]}),
         (
             _("Prices (fen)"),
             {"fields": ["price_per_hour_fen", "price_per_month_fen", "trial_price_per_hour_fen"]},

@@ -122,10 +122,15 @@ def catalog_offering(offering_id: str) -> Offering | None:
     )
 
 
-def catalog_image(image_id: str) -> Image | None:
-    return _cached(
-        "image", image_id, lambda: Image.objects.filter(pk=image_id, active=True).first()
+def catalog_image(image_id: str, tenant_id: str | None = None) -> Image | None:
+    """The catalogue's image (cached), else the tenant's own ready one (read afresh: it may
+    have just been deleted), else None: never another tenant's."""
+    image = _cached(
+        "image", image_id, lambda: Image.objects.catalogue().filter(pk=image_id).first()
     )
+    if image is None and tenant_id:
+        image = Image.objects.usable_by(tenant_id).filter(pk=image_id).first()
+    return image
 
 
 def image_save(*, image: Image) -> None:
@@ -269,7 +274,9 @@ class _Request:
         if self.stop_after_hours is not None:
             stop_at = stop_after_hours_clean(self.stop_after_hours, now=now)
         stop_at = stop_at_clean(stop_at, now=now)
-        offering, image = orderable(self.offering_id, self.image_id, self.billing)
+        offering, image = orderable(
+            self.offering_id, self.image_id, self.billing, tenant_id=user.tenant_id
+        )
         region_id = order_region(user, self.region, self.disks)
         key_ids = ssh_keys_own(user, self.ssh_keys)
         # Network-backed storage lets a cloud instance move; a whole node is the node.
@@ -331,14 +338,17 @@ def _disks_region(user: User, disk_ids: list[str]) -> str | None:
     return next((found[pk] for pk in disk_ids if pk in found), None)
 
 
-def orderable(offering_id: str, image_id: str, billing: str) -> tuple[Offering, Image]:
-    """The active offering and image an order names, and whether it may be billed so."""
+def orderable(
+    offering_id: str, image_id: str, billing: str, *, tenant_id: str
+) -> tuple[Offering, Image]:
+    """The active offering and the image an order names (the catalogue's or the ordering
+    tenant's own), and whether it may be billed so."""
     offering = catalog_offering(offering_id)
     if offering is None:
         raise InvalidInput(
             _("Unknown offering %(id)s.") % {"id": offering_id}, code="unknown_offering"
         )
-    image = catalog_image(image_id)
+    image = catalog_image(image_id, tenant_id)
     if image is None:
         raise InvalidInput(_("Unknown image %(id)s.") % {"id": image_id}, code="unknown_image")
     if billing == BillingMode.MONTHLY and offering.price_per_month_fen is None:

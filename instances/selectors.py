@@ -195,6 +195,7 @@ INSTANCE_COLUMNS = (
     ("offering.gpu_count", "o.gpu_count"),
     ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
     ("offering.cpu_only_price_per_hour_fen", "o.cpu_only_price_per_hour_fen"),
+    ("offering.system_disk_gb", "o.system_disk_gb"),
     ("node.name", "n.name"),
     ("holding.gpus_attached", "h.gpus_attached"),
 )

@@ -284,7 +284,7 @@ def rent(request: HttpRequest) -> HttpResponse:
 
 def _offer_for(request: HttpRequest) -> _Offer:
     offerings = list(Offering.objects.filter(active=True).select_related("gpu_model"))
-    images = list(Image.objects.filter(active=True))
+    images = list(Image.objects.usable_by(request.user.tenant_id))  # type: ignore[union-attr]
     return _Offer(
         offerings=offerings,
         images=images,

@@ -102,7 +102,7 @@ def catalog_from_db() -> Catalog:
         ),
         images=tuple(
             CatalogImage(id=row.id, container_image=row.container_image)
-            for row in Image.objects.filter(active=True)
+            for row in Image.objects.catalogue()
         ),
     )
 

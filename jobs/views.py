@@ -188,7 +188,7 @@ def _offer_for(request: HttpRequest) -> _Offer:
     )
     return _Offer(
         offerings=offerings,
-        images=list(Image.objects.filter(active=True)),
+        images=list(Image.objects.usable_by(user.tenant_id)),
         wallet=wallet_for_tenant(user.tenant_id),
         counts=availability(offerings),
         disks=free_disks(user),

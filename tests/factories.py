@@ -216,6 +216,15 @@ def make_disk(user: User, name: str = "ckpt", size_gb: int = 100) -> Any:
     return disk_create(user=user, name=name, size_gb=size_gb)
 
 
+def make_image(user: User, name: str = "my-env") -> Any:
+    """A tenant's own image brought by reference (no credentials: no cluster call)."""
+    from instances.images import image_import
+
+    return image_import(
+        user=user, name=f"{name}-{next(_seq)}", reference="docker.io/pytorch/pytorch:2.3.1"
+    )
+
+
 WHOLE_NODE = "8× H100 80GB SXM bare metal"
 
 
@@ -312,6 +321,7 @@ OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {
     "instances.Instance": make_instance,
     "clusters.Cluster": make_cluster,
     "storage.Disk": make_disk,
+    "compute.Image": make_image,
     "billing.TopUp": _topup,
     "accounts.ApiToken": lambda user: make_token(user)[0],
     "accounts.SshKey": make_ssh_key,

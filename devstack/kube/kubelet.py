@@ -7,6 +7,9 @@ then volume setup — while a ``persistentVolumeClaim`` is missing, being delete
 repeated at most every ``MOUNT_WARNING_S`` seconds — then ``Pulling`` → ``Pulled`` (or
 ``ErrImagePull`` / ``ImagePullBackOff`` for images named by ``fail_image_pull``) → ``Created`` /
 ``Started`` → phase Running with Ready conditions, a pod IP and running container statuses.
+Init containers run to their end first, in order: the system-disk seeding program copies its
+image's directories (:mod:`.seeding`), anything else succeeds at once; one that fails leaves
+the pod Pending with its ``terminated`` status and a ``BackOff`` warning.
 A pod labelled ``starverse.io/endpoint`` runs but is Ready only after its model-load time
 (``STARVERSE_STANDIN_LOAD_S``: its env, else the emulator's setting), and ``crash`` makes a
 running container exit once (restartCount + 1, CrashLoopBackOff, not Ready) and start again.
@@ -48,6 +51,7 @@ from .objects import TERMINAL, set_condition
 from .podlogs import LogBook
 from .resources import NODES, PODS
 from .scheduler import allocatable, describe_shortage, node_usage
+from .seeding import seed
 from .trainer import USAGE_EXIT, BadArgs, TrainerRun, container_env, start_run, trainer_args
 from .volumedata import VolumeData
 from .volumes import VolumeBlock, attach_block, mount_block
@@ -60,7 +64,7 @@ MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
 
 @dataclass
 class PodSim:
-    stage: str  # mounting, pulling, pull_error, backoff, starting, running, killing
+    stage: str  # mounting, pulling, pull_error, init_failed, backoff, starting, running, killing
     due: float
     node: str
     backoff_s: float = 0.0
@@ -366,6 +370,8 @@ class Kubelet:
                 message = self._pulled_message(sim, image, now)
                 self._event(pod, sim.node, "Pulled", message, container, init=init)
                 if init:
+                    if not self._run_init(pod, sim, container):
+                        return
                     continue
                 self._event(
                     pod,
@@ -437,6 +443,47 @@ class Kubelet:
             self._train(pod, sim, now)
 
     # --- programs ----------------------------------------------------------------------------
+
+    def _run_init(self, pod: Obj, sim: PodSim, container: Obj) -> bool:
+        """Run an init container to its end (the seeding program copies, anything else runs
+        nothing and succeeds); its status is recorded. A failed one leaves the pod Pending in
+        ``Init:Error`` (its message and a ``BackOff`` warning say why): False."""
+        name = container.get("name", "")
+        self._event(pod, sim.node, "Created", f"Created container: {name}", container, init=True)
+        self._event(pod, sim.node, "Started", f"Started container {name}", container, init=True)
+        code, message = seed(self.volume_data, pod, container)
+        stamp = now_iso()
+
+        def record(obj: Obj) -> None:
+            statuses = [
+                s for s in obj["status"].get("initContainerStatuses") or [] if s["name"] != name
+            ]
+            statuses.append(
+                {
+                    "name": name,
+                    "image": str(container.get("image")),
+                    "imageID": "",
+                    "ready": code == 0,
+                    "restartCount": 0,
+                    "state": {"terminated": _terminated({}, code, message, stamp)},
+                }
+            )
+            obj["status"]["initContainerStatuses"] = statuses
+
+        meta = pod["metadata"]
+        self.api.mutate(PODS, meta["namespace"], meta["name"], record)
+        if code != 0:
+            self._event(
+                pod,
+                sim.node,
+                "BackOff",
+                f"Back-off restarting failed container {name}: {message}",
+                container,
+                "Warning",
+                init=True,
+            )
+            sim.stage, sim.due = "init_failed", float("inf")
+        return code == 0
 
     def _start_programs(self, pod: Obj, sim: PodSim, now: float) -> None:
         """Each container instance that has just started gets its log and, when its command

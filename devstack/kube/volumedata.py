@@ -12,6 +12,7 @@ directory of the emulator's own when none is given):
 * ``snapshots/<content-name>/`` for each VolumeSnapshotContent: a copy of its source volume,
   taken when the content is first seen (the snapshot's cut).
 * ``pods/<pod uid>/<volume>/`` for a pod's ``emptyDir`` volumes, removed with the pod.
+* ``images/<hash>/`` for each image's emulated root filesystem (:mod:`.seeding`).
 
 :meth:`VolumeData.resolve` maps a path inside a pod's container to the host path behind it
 through the container's ``volumeMounts`` (``mountPath``, ``subPath``, ``readOnly``), which is
@@ -61,10 +62,10 @@ class VolumeData:
         self.clear()  # the store is new: a directory left by an earlier run belongs to no claim
 
     def clear(self) -> None:
-        """Remove every volume, snapshot and emptyDir directory (the store forgot them)."""
+        """Remove every volume, snapshot, emptyDir and image directory (the store forgot them)."""
         for child in self.root.iterdir() if self.root.is_dir() else []:
             if child.is_dir() and (
-                _VOLUME_NAME.match(child.name) or child.name in ("snapshots", "pods")
+                _VOLUME_NAME.match(child.name) or child.name in ("snapshots", "pods", "images")
             ):
                 shutil.rmtree(child, ignore_errors=True)
         self._seen_rv = -1

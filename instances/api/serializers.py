@@ -116,10 +116,52 @@ class ImageOutput(serializers.ModelSerializer[Image]):
     )
     name = LocalizedField(help_text="In the request's language (Accept-Language).")
     description = LocalizedField(help_text="In the request's language (Accept-Language).")
+    status = serializers.CharField(help_text="saving, ready or failed; the catalogue's: ready.")
+    reference = serializers.CharField(
+        source="container_image", help_text="The OCI reference the nodes pull."
+    )
+    owner = serializers.SerializerMethodField(
+        help_text="`me` for the caller's own (or their team's) images, null for the catalogue's."
+    )
+    base = serializers.CharField(help_text="The image it was saved from; blank if not saved.")
+    error_message = serializers.CharField(help_text="Why it failed, when it did.")
 
     class Meta:
         model = Image
-        fields = ["id", "name", "description", "size_bytes", "prepull"]
+        fields = [
+            "id",
+            "name",
+            "description",
+            "size_bytes",
+            "prepull",
+            "status",
+            "reference",
+            "owner",
+            "base",
+            "error_message",
+        ]
+
+    def get_owner(self, obj: Image) -> str | None:
+        return "me" if obj.tenant_id else None
+
+
+class RegistryCredentialsInput(InputSerializer):
+    username = serializers.CharField(max_length=255)
+    password = serializers.CharField(max_length=4096, help_text="A password or an access token.")
+
+
+class ImageCreateInput(InputSerializer):
+    name = serializers.CharField(max_length=100)
+    reference = serializers.CharField(
+        max_length=300,
+        help_text="An OCI reference: registry/repository:tag or registry/repository@sha256:… "
+        "(Docker Hub when no registry is named), from a registry the operator allows.",
+    )
+    credentials = RegistryCredentialsInput(
+        required=False,
+        help_text="For a private registry: kept as your namespace's pull Secret, never shown "
+        "again.",
+    )
 
 
 class IdleStopInput(InputSerializer):
@@ -261,6 +303,13 @@ class SshOutput(serializers.Serializer[Mapping[str, object]]):
     )
 
 
+class SystemDiskOutput(serializers.Serializer[Mapping[str, object]]):
+    size_gb = serializers.IntegerField(help_text="Its size: the offering's, free of charge.")
+    used_gb = serializers.IntegerField(
+        allow_null=True, help_text="How much of it is used, where the cluster reports it."
+    )
+
+
 # The readers below take an Instance or an instance_page row shaped like one (SHAPE): Any.
 def _ssh(obj: Any) -> dict[str, Any] | None:
     if obj.status != "running" or not obj.ssh_port:
@@ -316,6 +365,7 @@ SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
     "ports": lambda o, _s: ports_output(o),
     "cost_fen": lambda o, _s: o.cost_fen,
     "disks": lambda o, _s: _disk_ids(o),
+    "system_disk": lambda o, _s: {"size_gb": o.offering.system_disk_gb, "used_gb": None},
     "node": lambda o, _s: _node(o),
     "region": lambda o, _s: o.region_id,
     "error_message": lambda o, _s: o.error_message,
@@ -365,6 +415,10 @@ class InstanceOutput(serializers.ModelSerializer[Instance]):
     )
     ports = PortOutput(many=True, help_text="Declared HTTP ports and their gateway addresses.")
     disks = serializers.ListField(child=serializers.CharField())
+    system_disk = SystemDiskOutput(
+        help_text="What is installed outside the disks (/usr, /etc, /opt, /root, /home, /var) "
+        "is kept here across stops, starts and moves to another node."
+    )
     node = serializers.CharField(allow_null=True)
     region = serializers.CharField(
         allow_null=True,

@@ -5,6 +5,7 @@ from instances.api import views
 
 router = SimpleRouter(trailing_slash=False)
 router.register("instances", views.InstanceViewSet, basename="instance")
+router.register("images", views.ImageViewSet, basename="image")
 
 urlpatterns = [
     path("gpu-models", views.GpuModelListView.as_view(), name="gpu-models"),

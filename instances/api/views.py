@@ -23,6 +23,7 @@ from instances.api.serializers import (
     AutoStopSavingsOutput,
     DiskAttachInput,
     GpuModelOutput,
+    ImageCreateInput,
     ImageOutput,
     InstanceCreateInput,
     InstanceEventOutput,
@@ -47,6 +48,7 @@ from instances.gateway import (
     share_revoke,
     shares_live,
 )
+from instances.images import image_delete, image_import
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Instance
 from instances.schedules import DEFAULT, UNCHANGED, instance_keep_running, instance_schedule_set
@@ -109,7 +111,7 @@ class OfferingListView(CatalogList[Offering]):
         context = {"availability": availability(rows), "regions": offering_regions(rows)}
         image_id = request.query_params.get("image")
         if image_id is not None:
-            image = Image.objects.filter(pk=image_id, active=True).first()
+            image = Image.objects.catalogue().filter(pk=image_id).first()
             if image is None:
                 raise InvalidInput(f"image: unknown image {image_id!r}", code="unknown_image")
             context["warmth"] = image_warmth(rows, [image])
@@ -149,12 +151,70 @@ class RegionListView(CatalogList[Region]):
         return WholeList().get_paginated_response(listed.data)
 
 
-@extend_schema_view(get=extend_schema(operation_id="images_list"))
-class ImageListView(CatalogList[Image]):
+@extend_schema_view(
+    get=extend_schema(
+        operation_id="images_list",
+        parameters=[
+            OpenApiParameter(
+                "owner",
+                str,
+                enum=["me"],
+                description="`me`: only your own (or your team's) images, in every status.",
+            )
+        ],
+    )
+)
+class ImageListView(generics.ListAPIView[Image]):
+    """The catalogue's images (public) and, signed in, your own ready ones; POST brings your
+    own image by reference."""
+
+    permission_classes = [AllowAny]
+    pagination_class = WholeList
     serializer_class = ImageOutput
 
     def get_queryset(self) -> QuerySet[Image]:
-        return Image.objects.filter(active=True)
+        user = self.request.user
+        tenant_id = user.tenant_id if user.is_authenticated else None
+        if self.request.query_params.get("owner") == "me":  # anonymous: none of one's own
+            return Image.objects.filter(tenant_id=tenant_id or "", deleted_at__isnull=True)
+        return Image.objects.usable_by(tenant_id)
+
+    @extend_schema(
+        operation_id="images_create",
+        request=ImageCreateInput,
+        responses={201: ImageOutput, **errors(409)},
+    )
+    def post(self, request: Request) -> Response:
+        user = signed_in_user(request)
+        data = ImageCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        image = image_import(
+            user=user,
+            name=data.validated_data["name"],
+            reference=data.validated_data["reference"],
+            credentials=data.validated_data.get("credentials"),
+        )
+        audit_request(request, "image.created", image, name=image.name)
+        return Response(ImageOutput(image).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema_view(retrieve=extend_schema(operation_id="images_retrieve"))
+class ImageViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Image]):
+    """Your own (or your team's) images; the catalogue's are listed at GET /images."""
+
+    model = Image
+    owner_field = "tenant"
+    serializer_class = ImageOutput
+
+    def filter_queryset_extra(self, queryset: QuerySet[Image]) -> QuerySet[Image]:
+        return queryset.filter(deleted_at__isnull=True)
+
+    @extend_schema(operation_id="images_destroy", responses={204: None, **errors(409)})
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        image = self.get_object()
+        image_delete(image=image)
+        audit_request(request, "image.deleted", image, name=image.name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 @extend_schema_view(retrieve=extend_schema(operation_id="instances_retrieve"))

@@ -111,9 +111,9 @@ def _objects_create(instance: Instance, node: Node) -> None:
     tenant's namespace, the worker's RoleBinding and the network policy (brought up to date
     when the platform's policy changed since they were made), a pvc:// public pool's claim, the
     access Secret (rendered afresh: keys may have changed since the last start), the instance's
-    disk, its cloud disks' and NAS claims, its pod pinned to its node, its SSH Service, and a
-    Service and a gateway route for each HTTP port it serves. Then the row records that they
-    exist."""
+    disk and system disk, its cloud disks' and NAS claims, its pod pinned to its node, its SSH
+    Service, and a Service and a gateway route for each HTTP port it serves. Then the row
+    records that they exist."""
     _names_assign(instance)
     tenant_policy_converge(instance.tenant_id)
     pool = manifests.public_pool_claim(instance.tenant_id)
@@ -122,6 +122,7 @@ def _objects_create(instance: Instance, node: Node) -> None:
     host_key_assign(instance)
     kube.ensure(_access_secret(instance), update=True)
     kube.ensure(manifests.disk_claim(instance))
+    kube.ensure(manifests.system_disk_claim(instance))
     disks, nas = _storage(instance)
     pod_manifest = manifests.pod(instance, node.name, disks, nas)
     service_manifest = manifests.service(instance)
@@ -498,7 +499,8 @@ def stop(instance_id: str) -> str:
 @in_its_region
 def terminate(instance_id: str) -> str:
     """Delete everything the instance had on the cluster (its gateway routes and Services,
-    its own disk only if not kept), then report it terminated; 404s count as done."""
+    its system disk, its own disk only if not kept), then report it terminated; 404s count as
+    done."""
     instance = Instance.objects.filter(pk=instance_id).first()
     if instance is None or instance.status != S.TERMINATING:
         return instance.status if instance else "gone"
@@ -508,7 +510,11 @@ def terminate(instance_id: str) -> str:
     claim = manifests.disk_name(instance.id)
     if instance.k8s_name:
         _port_objects_delete(instance)
-        objects = [("Service", instance.k8s_name), ("Secret", f"{instance.k8s_name}-access")]
+        objects = [
+            ("Service", instance.k8s_name),
+            ("Secret", f"{instance.k8s_name}-access"),
+            ("PersistentVolumeClaim", manifests.system_disk_name(instance.id)),
+        ]
         if not instance.keep_disk:
             objects.append(("PersistentVolumeClaim", claim))
         for kind, name in objects:

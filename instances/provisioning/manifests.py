@@ -38,6 +38,18 @@ def disk_name(instance_id: str) -> str:
     return f"disk-{instance_id.split('_', 1)[1].lower()}"
 
 
+def system_disk_name(instance_id: str) -> str:
+    return f"sys-{instance_id.split('_', 1)[1].lower()}"
+
+
+# The system disk (docs/operator-guide.md, "The system disk"): these directories of the root
+# filesystem live on the instance's own volume, each a subPath mount, seeded from the image by
+# an init container on the first start; the rest of the root filesystem is the image's.
+SYSTEM_DIRS = ("usr", "etc", "opt", "root", "home", "var")
+SYSTEM_SEED_MOUNT = "/starverse-system"
+SEED_COMMAND = ["/opt/starverse/bin/starverse-seed-rootfs", SYSTEM_SEED_MOUNT, *SYSTEM_DIRS]
+
+
 def labels(instance: Instance) -> dict[str, str]:
     return {
         **MANAGED,
@@ -218,6 +230,15 @@ def disk_claim(instance: Instance) -> dict[str, Any]:
     }
 
 
+def system_disk_claim(instance: Instance) -> dict[str, Any]:
+    """The instance's system disk: the offering's size, kept while it is stopped and on
+    whichever node it starts next, deleted when it is terminated."""
+    claim = disk_claim(instance)
+    claim["metadata"]["name"] = system_disk_name(instance.id)
+    claim["spec"]["resources"]["requests"]["storage"] = f"{instance.offering.system_disk_gb}Gi"
+    return claim
+
+
 def pod(
     instance: Instance,
     node_name: str,
@@ -250,6 +271,13 @@ def pod(
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
             ],
+            # a tenant's image from a private registry (instances.images.pull_secret)
+            **(
+                {"imagePullSecrets": [{"name": instance.image.pull_secret}]}
+                if instance.image.pull_secret
+                else {}
+            ),
+            "initContainers": [_seed_container(instance)],
             "containers": [_main_container(instance, storage_mounts)],
             "volumes": [*_volumes(instance), *storage_volumes],
         },
@@ -302,6 +330,30 @@ def gpus_attached(instance: Instance) -> bool:
 NO_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
 
 
+def _security_context(*added: str) -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": {"drop": ["ALL"], "add": [*CAPABILITIES, *added]},
+    }
+
+
+def _seed_container(instance: Instance) -> dict[str, Any]:
+    """Copies the image's SYSTEM_DIRS to the system disk on its first start (a directory seeded
+    once is never copied again: what the tenant installed stays). Root with the main
+    container's capabilities and FSETID, so that set-group-ID programs keep their bit."""
+    resources = {"cpu": "1", "memory": "512Mi"}
+    return {
+        "name": "system-disk",
+        "image": instance.image.container_image,
+        "command": list(SEED_COMMAND),
+        "resources": {"limits": resources, "requests": dict(resources)},
+        "securityContext": _security_context("FSETID"),
+        "volumeMounts": [{"name": "system", "mountPath": SYSTEM_SEED_MOUNT}],
+    }
+
+
 def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) -> dict[str, Any]:
     """The instance's container: its offering's GPUs (none in no-GPU mode, where the NVIDIA
     runtime is told to expose none), CPU and memory, its ports, the init's variables, and
@@ -327,13 +379,9 @@ def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) ->
         ],
         "env": env,
         "resources": {"limits": resources, "requests": dict(resources)},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "seccompProfile": {"type": "RuntimeDefault"},
-            "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES)},
-        },
+        "securityContext": _security_context(),
         "volumeMounts": [
+            *({"name": "system", "mountPath": f"/{d}", "subPath": d} for d in SYSTEM_DIRS),
             {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - in the pod
             {"name": "disk", "mountPath": DISK_MOUNT},
             {"name": "access", "mountPath": ACCESS_DIR, "readOnly": True},
@@ -371,8 +419,8 @@ def init_env(instance: Any) -> list[dict[str, Any]]:
 
 
 def _volumes(instance: Any) -> list[dict[str, Any]]:
-    """Shared memory (half the instance's memory), its own disk, its access Secret, and the
-    public pool."""
+    """Shared memory (half the instance's memory), its own disk and system disk, its access
+    Secret, and the public pool."""
     name = instance_name(instance.id)
     return [
         {
@@ -383,6 +431,10 @@ def _volumes(instance: Any) -> list[dict[str, Any]]:
             },
         },
         {"name": "disk", "persistentVolumeClaim": {"claimName": disk_name(instance.id)}},
+        {
+            "name": "system",
+            "persistentVolumeClaim": {"claimName": system_disk_name(instance.id)},
+        },
         {"name": "access", "secret": {"secretName": f"{name}-access", "defaultMode": 0o400}},
         {"name": "public", **public_pool_volume()},
     ]

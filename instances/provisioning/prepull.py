@@ -130,7 +130,7 @@ def prepull_converge() -> Converged:
     """Bring the pre-pull DaemonSets of the current cluster (kube.cluster) to the catalogue's
     images marked `prepull` (active ones, on the catalogue's GPU models)."""
     products = gpu_product_labels()
-    images = Image.objects.filter(active=True, prepull=True).order_by("id") if products else []
+    images = Image.objects.catalogue().filter(prepull=True).order_by("id") if products else []
     wanted = {daemonset_name(image): manifest(image, products) for image in images}
     namespace = settings.PREPULL_NAMESPACE
     have = kube.daemonsets_managed(namespace, PREPULL_LABEL)

@@ -306,10 +306,11 @@ def _object_wanted(served: dict[tuple[str, str], set[int]], namespace: str, name
 def _wanted_claims(namespaces: list[str]) -> set[tuple[str, str]]:
     """Claims a row wants, and a pvc:// public pool's claim in every tenant namespace."""
     wanted = {
-        (namespace, manifests.disk_name(instance_id))
+        (namespace, name(instance_id))
         for namespace, instance_id in Instance.objects.exclude(status=S.TERMINATED)
         .exclude(k8s_name="")
         .values_list("k8s_namespace", "id")
+        for name in (manifests.disk_name, manifests.system_disk_name)
     }
     wanted |= set(
         Disk.objects.exclude(status=DiskStatus.DELETED)

@@ -446,6 +446,11 @@ for _name, _account in (
 TENANT_SWEEP_CALLS_PER_S = env_int("TENANT_SWEEP_CALLS_PER_S", 10)
 NODE_BOOTSTRAP_TOKEN = env_optional("NODE_BOOTSTRAP_TOKEN")
 INSTANCE_STORAGE_CLASS = env_optional("INSTANCE_STORAGE_CLASS")
+# Registries tenants may bring images from (POST /images): host names as in a reference
+# (docker.io for Docker Hub); "*" allows any.
+IMAGE_ALLOWED_REGISTRIES = env_list(
+    "IMAGE_ALLOWED_REGISTRIES", ["docker.io", "nvcr.io", "ghcr.io", "quay.io", "registry.k8s.io"]
+)
 # Cloud disks and the shared NAS: network-backed StorageClasses (e.g. Ceph RBD for disks,
 # CephFS or NFS for the ReadWriteMany NAS); empty = the cluster's default class.
 DISK_STORAGE_CLASS = env_optional("DISK_STORAGE_CLASS")

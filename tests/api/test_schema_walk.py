@@ -75,6 +75,7 @@ from tests.factories import (
     make_cluster,
     make_disk,
     make_endpoint,
+    make_image,
     make_instance,
     make_operator,
     make_public_model,
@@ -238,7 +239,12 @@ def common_probes(probe: Probe, monkeypatch: Any) -> None:
     operation, declared = probe.operation, {int(code) for code in probe.operation["responses"]}
     security = operation.get("security", [])
     if 401 in declared and any(security):  # [{}] means that the route reads no credentials
-        probe.call(401, client=APIClient())
+        if {} in security:  # anonymous callers are served; a wrong token is still refused
+            wrong = APIClient()
+            wrong.credentials(HTTP_AUTHORIZATION="Bearer sv_not_a_token")
+            probe.call(401, client=wrong)
+        else:
+            probe.call(401, client=APIClient())
     if (
         403 in declared
         and probe.route.method in UNSAFE
@@ -837,6 +843,35 @@ def _(p: Probe) -> None:
 def _(p: Probe) -> None:
     _catalog()
     p.call(200)
+    p.call(200, query={"owner": "me"})  # anonymous: nothing of one's own
+
+
+@case("images_create")
+def _(p: Probe) -> None:
+    p.call(201, body={"name": "torch", "reference": "docker.io/pytorch/pytorch:2.3.1"})
+    p.call(409, body={"name": "torch", "reference": "docker.io/pytorch/pytorch:2.3.1"})
+    p.call(400, body={"name": "bad", "reference": "evil.example.com/miner:1"})
+
+
+@case("images_retrieve")
+def _(p: Probe) -> None:
+    image = make_image(p.user)
+    p.call(200, params={"id": image.id})
+    p.call(404, params={"id": image.id}, client=p.stranger())
+
+
+@case("images_destroy")
+def _(p: Probe) -> None:
+    from instances.lifecycle import instance_order
+
+    _catalog()
+    used = make_image(p.user, "used")
+    fund(p.user, 100_000)
+    offering = Offering.objects.get(name="1× H100 80GB SXM")
+    instance_order(user=p.user, offering_id=offering.id, image_id=used.id)
+    p.call(409, params={"id": used.id})
+    p.call(404, params={"id": used.id}, client=p.stranger())
+    p.call(204, params={"id": make_image(p.user).id})
 
 
 @case("regions_list", who="anon")

@@ -110,6 +110,7 @@ TEAM_RESOURCES = {
     "jobs.Job",
     "storage.Disk",
     "endpoints.Endpoint",
+    "compute.Image",
 }
 MONEY = {"billing.TopUp", "billing.InvoiceRequest", "billing.LedgerTransaction"}
 TEAM_ROUTES = [(r, cb) for r, cb in OBJECT_ROUTES if cb.cls.model._meta.label in TEAM_RESOURCES]

@@ -89,7 +89,7 @@ def test_a_pending_instance_costs_one_read_a_poll(catalog, cluster, kube_calls, 
             "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
         ): 2,  # the tenant policy, and the one that lets the gateway reach endpoints
         ("POST", NS + "/secrets"): 1,
-        ("POST", NS + "/persistentvolumeclaims"): 1,
+        ("POST", NS + "/persistentvolumeclaims"): 2,  # the instance's disk and system disk
         ("POST", NS + "/pods"): 1,
         ("POST", NS + "/services"): 2,  # SSH's, and Jupyter's behind the gateway
         ("POST", CUSTOM): 1,  # Jupyter's gateway route

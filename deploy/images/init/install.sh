@@ -30,6 +30,9 @@ chmod 0755 /opt/starverse/init/bin/starverse-preflight
 # an engine image's entry point (an endpoint's pods run it instead of the init)
 ln -sf /opt/starverse/init/bin/starverse-serve /opt/starverse/bin/starverse-serve
 chmod 0755 /opt/starverse/init/bin/starverse-serve
+# the system disk's seeding (an init container runs it in the instance's own image)
+ln -sf /opt/starverse/init/bin/starverse-seed-rootfs /opt/starverse/bin/starverse-seed-rootfs
+chmod 0755 /opt/starverse/init/bin/starverse-seed-rootfs
 test -x /usr/bin/tini
 test -x /usr/sbin/sshd
 python3 -I -c 'import sys; sys.path.insert(0, "/opt/starverse/init"); import starverse_init.main, starverse_init.serve'
