@@ -32,7 +32,14 @@ class Job(models.Model):
     )
     time_limit_minutes = models.PositiveIntegerField(null=True, blank=True)
     template = models.CharField(max_length=16, choices=Template.choices, default=Template.NONE)
-    disks = models.JSONField(default=list, blank=True, help_text="Cloud disk ids, attached.")
+    disks = models.JSONField(
+        default=list, blank=True, help_text="Cloud disk ids, attached (several nodes: rank i's)."
+    )
+    # A job of several nodes: the cluster it owns (clusters.models.Cluster.owner), whose ranks
+    # are its ranks: one gang, its pre-flight check, its environment and hostfiles.
+    cluster = models.OneToOneField(
+        "clusters.Cluster", on_delete=models.PROTECT, null=True, blank=True, related_name="job"
+    )
     nas = models.BooleanField(default=True, help_text="The tenant's NAS at /nas.")
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
     # restarts: pods that ran the program before the current one (the program's
