@@ -805,6 +805,20 @@ def _lost(instance: Instance, *, node: Node, reason: str) -> None:
     instance_fail(instance.id, message)
 
 
+def instance_recover(instance_id: str, *, reason: str) -> bool:
+    """Place an instance that holds GPUs again on another node, as after its node's loss (its
+    pod evicted or preempted there): billing pauses, its disks follow (_recover). False if it
+    holds no GPUs (or is stopping) any more."""
+    with transaction.atomic():
+        instance = instance_locked(instance_id)
+        if instance.status not in HOLDS_GPUS or instance.status == S.STOPPING:
+            return False
+        if instance.node is None:
+            return False
+        _recover(instance, node=instance.node, reason=reason)
+    return True
+
+
 def _recover(instance: Instance, *, node: Node, reason: str) -> None:
     """Automatic recovery after node loss: billing pauses now, the GPUs are given back, and the
     instance is placed again, ahead of new orders, on a healthy node with the same disks (they

@@ -50,6 +50,9 @@ class Job(models.Model):
     # its program failed and its rank starts again once stopped (jobs.services.rank_restart)
     restart_pending = models.BooleanField(default=False)
     exit_code = models.IntegerField(null=True, blank=True)
+    # {node id: how many times its program failed there}: a node it keeps failing on is put
+    # up for an operator's review (jobs.services._program_failed)
+    error_nodes = models.JSONField(default=dict, blank=True, editable=False)
     message = models.TextField(blank=True, help_text="Why it ended, or its last lines.")
     notes = models.JSONField(
         default=list, blank=True, help_text="What of a SkyPilot task it does not honour."

@@ -32,13 +32,21 @@ from django.utils.translation import gettext_noop
 from clusters.choices import Template
 from clusters.models import Cluster
 from clusters.pods import job_launch_line
+from clusters.ranks import rank_lost
 from clusters.services import cluster_order, cluster_start
 from compute.choices import OfferingKind
 from compute.models import Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from fleet.models import DEFAULT_REGION
+from fleet.services import node_review_request
 from instances.choices import InstanceStatus
-from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
+from instances.lifecycle import (
+    instance_order,
+    instance_recover,
+    instance_start,
+    instance_stop,
+    instance_terminate,
+)
 from instances.models import Instance, InstanceEvent, Workload
 from jobs.choices import ENDED, JobStatus
 from jobs.models import Job, JobEvent, JobRank
@@ -67,6 +75,7 @@ SUBMITTED = gettext_noop("Submitted.")
 RANK_FAILED = gettext_noop("A rank's program failed: every rank stops, then all start again.")
 MULTI_NODE_GPUS = 8  # a job of several nodes takes whole nodes of this many GPUs
 NODES_NAMED = 4  # a timeline line names this many of a job's nodes
+REVIEW_AFTER_ERRORS = 2  # a job's program failing this often on one node: the node is reviewed
 
 
 def job_dns(job_id: str) -> str:
@@ -368,6 +377,27 @@ def job_sync(job_id: str) -> str:
     return job.status
 
 
+def job_rank_lost(instance_id: str, *, reason: str) -> bool:
+    """The one entry point for a job's rank lost to the platform, whatever took it (its node
+    lost, its pod evicted, a preemption): billing pauses for the whole job, the rank is placed
+    again on another node with its disks (a multi-node job's other ranks keep their nodes, and
+    every rank's program starts again once the pre-flight check passes:
+    clusters.ranks.rank_lost), and the job is recovering; its program starts again with
+    STARVERSE_RESTART_COUNT one higher. Not counted against max_restarts. False if the rank
+    held no node any more (it had moved or ended meanwhile)."""
+    rank = JobRank.objects.select_related("instance__node", "job").filter(pk=instance_id).first()
+    if rank is None or rank.instance.node is None:
+        return False
+    node = rank.instance.node
+    if rank.job.cluster_id is not None:
+        moved = rank_lost(instance_id, cluster_id=rank.job.cluster_id, node=node, reason=reason)
+    else:
+        moved = instance_recover(instance_id, reason=reason)
+    if moved:
+        job_sync(rank.job_id)
+    return moved
+
+
 def _rank_instances(job: Job) -> list[Instance]:
     rows = job.ranks.select_related("instance__node").order_by("index")
     return [row.instance for row in rows]
@@ -493,6 +523,7 @@ def _program_failed(job: Job, instances: list[Instance], workload: Workload, *, 
     together), else the job fails with the exit code and the program's last lines."""
     code = workload.exit_code
     job.exit_code = code
+    _error_node_count(job, next(i for i in instances if i.pk == workload.pk), code)
     if job.error_restarts < job.max_restarts and not _past_time_limit(job, now):
         job.error_restarts += 1
         job.restart_pending = True
@@ -524,6 +555,24 @@ def _program_failed(job: Job, instances: list[Instance], workload: Workload, *, 
         % {"code": code, "rank": _index_of(job, workload.pk)}
     )
     _end_with_ranks(job, instances, J.FAILED, failed, now=now)
+
+
+def _error_node_count(job: Job, instance: Instance, code: int | None) -> None:
+    """Count the failure against the node it happened on; on the REVIEW_AFTER_ERRORS-th there,
+    the node is put up for an operator's review (fleet.services.node_review_request: it stays
+    in service; the operator decides), as a job that keeps failing on one node may be the
+    node's fault, not the program's."""
+    if instance.node is None:
+        return
+    key = str(instance.node_id)
+    job.error_nodes = {**job.error_nodes, key: job.error_nodes.get(key, 0) + 1}
+    job.save(update_fields=["error_nodes", "exit_code"])
+    if job.error_nodes[key] == REVIEW_AFTER_ERRORS:
+        node_review_request(
+            node=instance.node,
+            reason=f"job {job.id}: its program failed {REVIEW_AFTER_ERRORS} times on this node "
+            f"(last exit code {code})",
+        )
 
 
 def _index_of(job: Job, instance_id: str) -> int:

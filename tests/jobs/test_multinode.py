@@ -18,13 +18,14 @@ from clusters.gates import GATE_FILE
 from clusters.preflight import preflight_run
 from compute.models import Offering
 from devstack.kube.emulator import KubeEmulator
+from fleet.models import Node
 from fleet.services import node_transition, nodes_sync_from_cluster
 from instances.lifecycle import instances_on_node_changed
 from instances.models import Instance
 from instances.provisioning import converge
 from instances.provisioning.reconcile import workloads_check
 from jobs.models import Job
-from jobs.services import job_sync, rank_restart
+from jobs.services import job_rank_lost, job_sync, rank_restart
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
 from tests.factories import WHOLE_NODE, converge_until, fund, make_user, read_existing
@@ -239,6 +240,30 @@ def test_a_ranks_error_runs_every_rank_again_by_the_policy_then_fails_with_its_c
     assert job.exit_code == 7
     assert "simulated failure at step 3" in job.message
     assert {rank.status for rank in _ranks(job)} <= {"terminating", "terminated"}
+    # each failure counted against its node; a node failed on twice is up for review
+    assert sum(job.error_nodes.values()) == 2
+    for node_id, count in job.error_nodes.items():
+        assert (Node.objects.get(pk=node_id).review_since is not None) == (count == 2)
+
+
+def test_a_preempted_rank_recovers_through_the_one_entry_point(
+    fleet, client_for, owner, django_capture_on_commit_callbacks
+):
+    """jobs.services.job_rank_lost: what a preemption or an eviction calls."""
+    job = _job(client_for(owner), command=_trainer(2000))
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    _log_has(ranks[0], "step 3/")
+    with django_capture_on_commit_callbacks(execute=False):
+        assert job_rank_lost(ranks[0].id, reason="preempted")
+    job.refresh_from_db()
+    assert job.status == "recovering" and job.error_restarts == 0
+    after = _ranks(job)
+    assert after[0].node_id != ranks[0].node_id and after[1].node_id == ranks[1].node_id
+    assert all(rank.running_since is None for rank in after)
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    assert "STARVERSE_RESTART_COUNT=1" in _log_has(ranks[0], "resumed from step")
 
 
 @pytest.mark.parametrize(
