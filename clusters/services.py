@@ -92,15 +92,7 @@ def cluster_order(
         # a new cluster and new ranks each try: a try that deadlocked may have set their fields
         cluster = Cluster(**checked.fields, owner=owner, created_at=timezone.now())
         cluster.save(force_insert=True)
-        ranks = _ranks_new(cluster, checked.key_ids, checked.region_id)
-        if workload is not None:
-            for rank in ranks:  # a copy each: companions_new inserts it with its rank
-                rank.workload = Workload(
-                    owner=workload.owner,
-                    argv=workload.argv,
-                    env=workload.env,
-                    labels=workload.labels,
-                )
+        ranks = _ranks_new(cluster, checked.key_ids, checked.region_id, workload)
         placed = gang_place_or_queue(ranks, gang=cluster.pk, disk_ids=request.disks, key=key)
         ranks_number(cluster, ranks)
         _ordered_log(cluster, placed)
@@ -175,9 +167,12 @@ class _Request:
         return _Checked(fields, key_ids, region_id)
 
 
-def _ranks_new(cluster: Cluster, key_ids: list[str], region_id: str | None) -> list[Instance]:
-    """A new cluster's ranks (unsaved), one instance per node, in rank order."""
-    return [
+def _ranks_new(
+    cluster: Cluster, key_ids: list[str], region_id: str | None, workload: Workload | None
+) -> list[Instance]:
+    """A new cluster's ranks (unsaved), one instance per node, in rank order; each with a copy
+    of `workload` (companions_new inserts it with its rank)."""
+    ranks = [
         Instance(
             tenant_id=cluster.tenant_id,
             created_by=cluster.created_by,
@@ -191,6 +186,12 @@ def _ranks_new(cluster: Cluster, key_ids: list[str], region_id: str | None) -> l
         )
         for index in range(cluster.node_count)
     ]
+    if workload is not None:
+        for rank in ranks:
+            rank.workload = Workload(
+                owner=workload.owner, argv=workload.argv, env=workload.env, labels=workload.labels
+            )
+    return ranks
 
 
 def _ordered_log(cluster: Cluster, gang: Gang | None) -> None:
