@@ -659,7 +659,9 @@ def _as_whole_cluster(instance: Instance, *, by_owner: bool) -> None:
     the job decides when it runs again and when it ends."""
     if by_owner:
         return
-    if gang_of(instance):
+    # a multi-node job's rank is one of its cluster's gang: its job is named, where it acts
+    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
+    if gang_of(instance) and owner is None:
         raise Conflict(
             _(
                 "This instance is rank %(rank)s of the cluster %(cluster)s, and a cluster "
@@ -668,7 +670,6 @@ def _as_whole_cluster(instance: Instance, *, by_owner: bool) -> None:
             % gang_hooks().member_words(instance),
             code="cluster_rank",
         )
-    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
     if owner is not None:
         raise Conflict(
             _(

@@ -157,6 +157,10 @@ def test_a_2_node_deepspeed_job_starts_after_its_preflight_and_succeeds(
 
     ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
     assert job_sync(job.id) == "running"
+    # a rank acts only through its job (named), not as its cluster's rank
+    answer = client.post(f"/api/v1/instances/{ranks[1].id}/stop")
+    assert (answer.status_code, answer.json()["code"]) == (409, "job_rank")
+    assert job.id in answer.json()["detail"]
     for rank in ranks:
         assert "starting at step 0" in _log_has(rank, "step 1/4")
     _programs_end(ranks)
