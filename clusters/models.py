@@ -47,6 +47,10 @@ class Cluster(models.Model):
     # started or last passed): its time in checking is capped from then, across rounds
     # (CLUSTER_CHECKING_MAX_MINUTES). Null until then, and again once a round passes.
     checking_since = models.DateTimeField(null=True, blank=True, editable=False)
+    # What owns it and acts on it (a multi-node job's id: its ranks run the job's program), or
+    # "" for a cluster the user rents: an owned cluster is not one of the user's clusters (the
+    # clusters pages and API do not show it; the job's do).
+    owner = models.CharField(max_length=32, blank=True, default="", db_default="", editable=False)
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now)

@@ -13,10 +13,12 @@ comes up first makes the shared ones, the others find them (kube.ensure)."""
 from dataclasses import dataclass
 from typing import Any
 
+from clusters.gates import gate_apply
 from clusters.models import Cluster, Rank
 from fleet.models import MULTUS_NETWORKS, Node, NodeProfile
 from fleet.selectors import node_profile_for
 from instances.gateway import SSH_PORT
+from instances.provisioning.manifests import WORKLOAD_LABEL
 from starverse.core.hostkeys import host_key_from_private
 from starverse.core.kube import MANAGED, namespace_name, tenant_label
 
@@ -195,6 +197,40 @@ def launch_scripts(layout: Layout) -> dict[str, str]:
         + f"exec colossalai run --hostfile {HOSTS} --nproc_per_node {layout.gpus_per_node} "
         f'--master_addr {layout.master_addr} --master_port {MASTER_PORT} "$@"\n',
     }
+
+
+# A job's checkpoint directory, as every rank's environment has it (jobs.services._workload).
+CHECKPOINT_VAR = '"$STARVERSE_CHECKPOINT_DIR"'
+
+
+def job_launch_line(template: str, command: str) -> str:
+    """What each rank of a multi-node job runs for a template (its launcher started on this
+    rank, from the environment rank_env sets: NODE_RANK, MASTER_ADDR, NNODES and the rest),
+    with the framework's own resume flags added after the user's command, so that a job
+    started again resumes from its last checkpoint: Megatron-LM's `--load`/`--save`, and the
+    checkpoint directory (`--checkpoint-dir`) for a torchrun, DeepSpeed or Colossal-AI script."""
+    torchrun = (
+        'torchrun --nnodes="$NNODES" --nproc-per-node="$NPROC_PER_NODE" '
+        '--node-rank="$NODE_RANK" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT"'
+    )
+    resume = f"--checkpoint-dir {CHECKPOINT_VAR}"
+    if template == "deepspeed":
+        # every rank starts its own launcher (no SSH fan-out: the platform starts each rank)
+        return (
+            f'deepspeed --no_ssh --node_rank="$NODE_RANK" --hostfile {HOSTFILE} '
+            f'--master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" {command} {resume}'
+        )
+    if template == "megatron":
+        return (
+            f"{torchrun} ${{MEGATRON_DIR:-/opt/Megatron-LM}}/pretrain_gpt.py "
+            '--tensor-model-parallel-size "${TENSOR_PARALLEL:-$NPROC_PER_NODE}" '
+            '--pipeline-model-parallel-size "${PIPELINE_PARALLEL:-1}" '
+            f"{command} --load {CHECKPOINT_VAR} --save {CHECKPOINT_VAR}"
+        )
+    if template in ("torchrun", "colossalai"):
+        # Colossal-AI's own launcher is torchrun underneath (`colossalai run` adds SSH)
+        return f"{torchrun} {command} {resume}"
+    return command
 
 
 def files_config_map(member: Rank, layout: Layout) -> dict[str, Any]:
@@ -394,6 +430,8 @@ def rank_pod(pod: dict[str, Any], member: Rank, node: Node) -> dict[str, Any]:
     ]
     if profile is not None:
         _profile_apply(pod, container, profile, layout)
+    if meta["labels"].get(WORKLOAD_LABEL):
+        gate_apply(pod)  # its program waits for the pre-flight check (clusters.gates)
     return pod
 
 

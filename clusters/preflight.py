@@ -384,6 +384,8 @@ def _passed(found: Preflight, ranks: list[Instance]) -> None:
     ) % _words(found)
     ranks_mark_running(ranks, message)
     Cluster.objects.filter(pk=found.cluster_id).update(checking_since=None)
+    # ranks that run a program to its end start it now (clusters.gates)
+    enqueue_on_commit("clusters.tasks.open_gates", str(found.cluster_id))
     logger.info("cluster.preflight_passed cluster=%s busbw=%s", found.cluster_id, found.busbw_gbps)
 
 

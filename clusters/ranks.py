@@ -21,13 +21,14 @@ from fleet.models import Node
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.gangs import GangHooks
 from instances.lifecycle import switches_held
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, Workload
 from instances.provisioning.converge import host_key_assign
 from instances.states import (
     gang_locked,
     instance_mark_placed,
     instance_requeue,
     rank_mark_checking,
+    rank_mark_restarting,
 )
 from starverse.core import kube
 from starverse.core.text import later
@@ -122,18 +123,10 @@ def rank_lost(instance_id: str, *, cluster_id: str, node: Node, reason: str) -> 
         now = timezone.now()
         at = timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S")
         words = {"node": node.name, "reason": reason, "at": at, "rank": number(rank)}
-        for other in ranks:
-            if other.status == S.RUNNING:
-                rank_mark_checking(
-                    other,
-                    later(
-                        "Rank %(rank)s's node %(node)s was lost (%(reason)s): billing paused for "
-                        "the whole cluster at %(at)s, until the rank is up on a healthy node and "
-                        "the pre-flight check passes again."
-                    )
-                    % words,
-                    now=now,
-                )
+        if Workload.objects.filter(instance__in=ranks).exists():
+            _programs_restart([r for r in ranks if r.pk != rank.pk], words, now=now)
+        else:
+            _others_pause(ranks, words, now=now)
         rank_replace(
             rank,
             later(
@@ -146,6 +139,40 @@ def rank_lost(instance_id: str, *, cluster_id: str, node: Node, reason: str) -> 
         "cluster.rank_lost cluster=%s rank=%s node=%s", cluster_id, words["rank"], node.name
     )
     return True
+
+
+def _others_pause(ranks: list[Instance], words: dict[str, Any], *, now: Any) -> None:
+    for other in ranks:
+        if other.status == S.RUNNING:
+            rank_mark_checking(
+                other,
+                later(
+                    "Rank %(rank)s's node %(node)s was lost (%(reason)s): billing paused for "
+                    "the whole cluster at %(at)s, until the rank is up on a healthy node and "
+                    "the pre-flight check passes again."
+                )
+                % words,
+                now=now,
+            )
+
+
+def _programs_restart(healthy: list[Instance], words: dict[str, Any], *, now: Any) -> None:
+    """The ranks run a program to its end (a multi-node job's): every program starts again,
+    together, so each healthy rank gets a new pod on its own node (its GPUs and disks kept;
+    billing paused), whose program waits for the next pre-flight round (clusters.gates)."""
+    for other in healthy:
+        if other.status in (S.RUNNING, S.CHECKING, S.PROVISIONING):
+            rank_mark_restarting(
+                other,
+                later(
+                    "Rank %(rank)s's node %(node)s was lost (%(reason)s): billing paused for "
+                    "the whole job at %(at)s; this rank stays on its node and its program "
+                    "starts again with the others once the rank is placed and the pre-flight "
+                    "check passes."
+                )
+                % words,
+                now=now,
+            )
 
 
 def _member(instance: Instance) -> Rank:

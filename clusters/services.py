@@ -34,7 +34,7 @@ from instances.lifecycle import (
     orderable,
     ssh_keys_own,
 )
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, Workload
 from starverse.accounts.models import User
 from starverse.core.errors import Conflict, InvalidInput
 from starverse.core.roles import require_orderer
@@ -59,6 +59,8 @@ def cluster_order(
     parallelism: dict[str, int] | None = None,
     region: str = "",
     idempotency_key: str = "",
+    workload: Workload | None = None,
+    owner: str = "",
 ) -> tuple[Cluster, bool]:
     """Order a cluster: every rank placed now on whole nodes packed under as few leaf switches
     as possible, or all of them queued as one order behind earlier orders for the same GPU.
@@ -88,9 +90,9 @@ def cluster_order(
 
     def order_once() -> Cluster:
         # a new cluster and new ranks each try: a try that deadlocked may have set their fields
-        cluster = Cluster(**checked.fields, created_at=timezone.now())
+        cluster = Cluster(**checked.fields, owner=owner, created_at=timezone.now())
         cluster.save(force_insert=True)
-        ranks = _ranks_new(cluster, checked.key_ids, checked.region_id)
+        ranks = _ranks_new(cluster, checked.key_ids, checked.region_id, workload)
         placed = gang_place_or_queue(ranks, gang=cluster.pk, disk_ids=request.disks, key=key)
         ranks_number(cluster, ranks)
         _ordered_log(cluster, placed)
@@ -167,9 +169,12 @@ class _Request:
         return _Checked(fields, key_ids, region_id)
 
 
-def _ranks_new(cluster: Cluster, key_ids: list[str], region_id: str | None) -> list[Instance]:
-    """A new cluster's ranks (unsaved), one instance per node, in rank order."""
-    return [
+def _ranks_new(
+    cluster: Cluster, key_ids: list[str], region_id: str | None, workload: Workload | None
+) -> list[Instance]:
+    """A new cluster's ranks (unsaved), one instance per node, in rank order; each with a copy
+    of `workload` (companions_new inserts it with its rank)."""
+    ranks = [
         Instance(
             tenant_id=cluster.tenant_id,
             created_by=cluster.created_by,
@@ -183,6 +188,12 @@ def _ranks_new(cluster: Cluster, key_ids: list[str], region_id: str | None) -> l
         )
         for index in range(cluster.node_count)
     ]
+    if workload is not None:
+        for rank in ranks:
+            rank.workload = Workload(
+                owner=workload.owner, argv=workload.argv, env=workload.env, labels=workload.labels
+            )
+    return ranks
 
 
 def _ordered_log(cluster: Cluster, gang: Gang | None) -> None:

@@ -3,7 +3,7 @@
 from celery import Task, shared_task
 from django.utils.translation import gettext_noop
 
-from clusters import preflight
+from clusters import gates, preflight
 from clusters.models import Cluster
 from clusters.services import cluster_stop
 from starverse.core.errors import Conflict
@@ -15,6 +15,12 @@ def preflight_cluster(self: Task[[str], None], cluster_id: str) -> None:
     """Sent for every rank that comes up (instances.signals.gang_checking, heard in
     clusters.apps): the round runs when the last one is up."""
     preflight.preflight_run(cluster_id)
+
+
+@shared_task(**KUBE_TASK)
+def open_gates(self: Task[[str], None], cluster_id: str) -> None:
+    """Sent when a pre-flight round passed: every rank's program may start (clusters.gates)."""
+    gates.gates_open(cluster_id)
 
 
 @shared_task(ignore_result=True)

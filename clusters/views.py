@@ -357,7 +357,7 @@ def _status_labels() -> dict[str, str]:
 
 
 def _user_clusters(request: HttpRequest) -> QuerySet[Cluster]:
-    return scope_to_user(Cluster.objects.all(), request.user, "tenant").select_related(
+    return scope_to_user(Cluster.objects.filter(owner=""), request.user, "tenant").select_related(
         "offering__gpu_model", "image"
     )
 
@@ -434,7 +434,7 @@ def _act(
     request: HttpRequest, pk: str, service: Callable[..., Cluster], done: str, audited: str
 ) -> HttpResponse:
     """Run the change; `audited` names it in the team's audit log when it is done."""
-    cluster = get_for_user(Cluster.objects.all(), request.user, "tenant", pk)
+    cluster = get_for_user(Cluster.objects.filter(owner=""), request.user, "tenant", pk)
     run_change(
         request,
         cluster,
@@ -490,7 +490,7 @@ class ScaleForm(forms.Form):
 def cluster_scale_view(request: HttpRequest, pk: str) -> HttpResponse:
     """Scale a stopped cluster (clusters.services.cluster_scale); the bounds and the state are
     the service's to check, its refusal flashed."""
-    cluster = get_for_user(Cluster.objects.all(), request.user, "tenant", pk)
+    cluster = get_for_user(Cluster.objects.filter(owner=""), request.user, "tenant", pk)
     form = ScaleForm(request.POST)
     if not form.is_valid():
         messages.error(request, _("Enter the number of nodes as a whole number."))

@@ -670,7 +670,9 @@ def _as_whole_cluster(instance: Instance, *, by_owner: bool) -> None:
     the job decides when it runs again and when it ends."""
     if by_owner:
         return
-    if gang_of(instance):
+    # a multi-node job's rank is one of its cluster's gang: its job is named, where it acts
+    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
+    if gang_of(instance) and owner is None:
         raise Conflict(
             _(
                 "This instance is rank %(rank)s of the cluster %(cluster)s, and a cluster "
@@ -679,7 +681,6 @@ def _as_whole_cluster(instance: Instance, *, by_owner: bool) -> None:
             % gang_hooks().member_words(instance),
             code="cluster_rank",
         )
-    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
     if owner is not None:
         raise Conflict(
             _(
@@ -823,6 +824,20 @@ def _lost(instance: Instance, *, node: Node, reason: str) -> None:
         "instance again to place it on a healthy node."
     ) % {"node": node.name, "reason": reason}
     instance_fail(instance.id, message)
+
+
+def instance_recover(instance_id: str, *, reason: str) -> bool:
+    """Place an instance that holds GPUs again on another node, as after its node's loss (its
+    pod evicted or preempted there): billing pauses, its disks follow (_recover). False if it
+    holds no GPUs (or is stopping) any more."""
+    with transaction.atomic():
+        instance = instance_locked(instance_id)
+        if instance.status not in HOLDS_GPUS or instance.status == S.STOPPING:
+            return False
+        if instance.node is None:
+            return False
+        _recover(instance, node=instance.node, reason=reason)
+    return True
 
 
 def _recover(instance: Instance, *, node: Node, reason: str) -> None:

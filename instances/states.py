@@ -352,6 +352,18 @@ def rank_mark_checking(instance: Instance, message: str, *, now: datetime) -> No
     _transition(instance, S.CHECKING, message, running_since=None)
 
 
+def rank_mark_restarting(instance: Instance, message: str, *, now: datetime) -> None:
+    """A rank (locked) that runs a program to its end, on a healthy node, whose gang lost a
+    member: the closed minutes of a running one are charged, billing pauses, and it provisions
+    again on its own node, keeping its GPUs and disks: a new pod (the old one runs an earlier
+    attempt: instances.provisioning.converge) starts the program again with
+    STARVERSE_RESTART_COUNT one higher, once its gang's check passes."""
+    if instance.status == S.RUNNING:
+        bill_until(instance, now, started_minute=False)
+    _transition(instance, S.PROVISIONING, message, running_since=None, **_provisioning_anew(now))
+    enqueue_on_commit("instances.tasks.provision_instance", instance.id)
+
+
 def instance_fail(instance_id: str, message: str) -> str:
     """The instance could not be provisioned, lost its node, or (queued, monthly) could not pay
     its month: it fails with `message` as its error, is billed no further, and gives its GPUs

@@ -528,7 +528,8 @@ def price_now(instance: Instance) -> PriceNow:
 def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
     instance = get_for_user(_user_instances(request), request.user, "tenant", pk)
     gang = gang_of(instance)
-    owner = None if gang else workload_owner_link(instance)
+    # a multi-node job's rank is one of a gang too: its job is where it is acted on
+    owner = workload_owner_link(instance)
     owned = bool(gang or owner)
     info = InstanceOutput(instance).data
     events = list(instance.events.order_by("at", "id"))
@@ -543,7 +544,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "metrics": _metrics_json(instance),
             "status_labels": _status_labels(),
             # one of a gang (a cluster's rank) stops, starts and terminates with it, there
-            "gang_member": gang_hooks().member_link(instance) if gang else None,
+            "gang_member": gang_hooks().member_link(instance) if gang and not owner else None,
             # one that runs a job's program starts and ends with its job, there
             "workload_owner": owner,
             "price_now": price_now(instance),

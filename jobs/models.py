@@ -32,7 +32,14 @@ class Job(models.Model):
     )
     time_limit_minutes = models.PositiveIntegerField(null=True, blank=True)
     template = models.CharField(max_length=16, choices=Template.choices, default=Template.NONE)
-    disks = models.JSONField(default=list, blank=True, help_text="Cloud disk ids, attached.")
+    disks = models.JSONField(
+        default=list, blank=True, help_text="Cloud disk ids, attached (several nodes: rank i's)."
+    )
+    # A job of several nodes: the cluster it owns (clusters.models.Cluster.owner), whose ranks
+    # are its ranks: one gang, its pre-flight check, its environment and hostfiles.
+    cluster = models.OneToOneField(
+        "clusters.Cluster", on_delete=models.PROTECT, null=True, blank=True, related_name="job"
+    )
     nas = models.BooleanField(default=True, help_text="The tenant's NAS at /nas.")
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
     # restarts: pods that ran the program before the current one (the program's
@@ -43,6 +50,9 @@ class Job(models.Model):
     # its program failed and its rank starts again once stopped (jobs.services.rank_restart)
     restart_pending = models.BooleanField(default=False)
     exit_code = models.IntegerField(null=True, blank=True)
+    # {node id: how many times its program failed there}: a node it keeps failing on is put
+    # up for an operator's review (jobs.services._program_failed)
+    error_nodes = models.JSONField(default=dict, db_default={}, blank=True, editable=False)
     message = models.TextField(blank=True, help_text="Why it ended, or its last lines.")
     notes = models.JSONField(
         default=list, blank=True, help_text="What of a SkyPilot task it does not honour."

@@ -23,16 +23,30 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from clusters.choices import Template
+from clusters.models import Cluster
+from clusters.pods import job_launch_line
+from clusters.ranks import rank_lost
+from clusters.services import cluster_order, cluster_start
+from compute.choices import OfferingKind
+from compute.models import Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from fleet.models import DEFAULT_REGION
+from fleet.services import node_review_request
 from instances.choices import InstanceStatus
-from instances.lifecycle import instance_order, instance_start, instance_terminate
+from instances.lifecycle import (
+    instance_order,
+    instance_recover,
+    instance_start,
+    instance_stop,
+    instance_terminate,
+)
 from instances.models import Instance, InstanceEvent, Workload
 from jobs.choices import ENDED, JobStatus
 from jobs.models import Job, JobEvent, JobRank
@@ -58,6 +72,10 @@ RESERVED_ENV = re.compile(
 )
 JOB_LABEL = "starverse.io/job"
 SUBMITTED = gettext_noop("Submitted.")
+RANK_FAILED = gettext_noop("A rank's program failed: every rank stops, then all start again.")
+MULTI_NODE_GPUS = 8  # a job of several nodes takes whole nodes of this many GPUs
+NODES_NAMED = 4  # a timeline line names this many of a job's nodes
+REVIEW_AFTER_ERRORS = 2  # a job's program failing this often on one node: the node is reviewed
 
 
 def job_dns(job_id: str) -> str:
@@ -134,26 +152,59 @@ def job_submit(*, user: User, request: JobRequest, idempotency_key: str = "") ->
         )
         job.checkpoint_dir = request.checkpoint_dir or _checkpoint_default(job)
         job.save()
-        instance, _created = instance_order(
-            user=user,
-            offering_id=request.offering_id,
-            image_id=request.image_id,
-            name=job.name,
-            disks=job.disks,
-            auto_recover=True,  # a lost node's rank moves, its program starts again
-            idle_stop=None,  # a job's GPUs may idle (data loading, a checkpoint): it ends itself
-            region=DEFAULT_REGION if nas else "",  # the NAS lives in the default region
-            workload=_workload(job),
+        instances = _ranks_order(job, user)
+        JobRank.objects.bulk_create(
+            JobRank(job=job, instance=instance, index=index)
+            for index, instance in enumerate(instances)
         )
-        JobRank.objects.create(job=job, instance=instance, index=0)
         _event(job, J.QUEUED, later(SUBMITTED))
-        _follow(job, instance)
+        _follow(job, instances, _workloads(instances))
         return job
 
     job, created = order_commit(Job.objects.all(), key, "job", order_once)
     if created:
         logger.info("job.submitted job=%s offering=%s", job.id, request.offering_id)
     return job, created
+
+
+def _ranks_order(job: Job, user: User) -> list[Instance]:
+    """Order the job's ranks, each running the job's program: one instance; or, for several
+    nodes, a cluster the job owns (clusters.services.cluster_order: one gang of whole nodes,
+    placed or queued together, its pre-flight check before the program starts, the launchers'
+    environment and hostfiles), rank i with the job's i-th cloud disk."""
+    region = DEFAULT_REGION if job.nas else ""  # the NAS lives in the default region
+    if job.node_count == 1:
+        instance, _created = instance_order(
+            user=user,
+            offering_id=job.offering_id,
+            image_id=job.image_id,
+            name=job.name,
+            disks=job.disks,
+            auto_recover=True,  # a lost node's rank moves, its program starts again
+            idle_stop=None,  # a job's GPUs may idle (data loading, a checkpoint): it ends itself
+            region=region,
+            workload=_workload(job),
+        )
+        return [instance]
+    cluster, _created = cluster_order(
+        user=user,
+        offering_id=job.offering_id,
+        image_id=job.image_id,
+        node_count=job.node_count,
+        template=job.template,
+        name=job.name,
+        disks=[[disk] for disk in job.disks],
+        region=region,
+        workload=_workload(job),
+        owner=job.id,
+    )
+    job.cluster = cluster
+    job.save(update_fields=["cluster"])
+    return [row.instance for row in cluster.ranks.select_related("instance").order_by("index")]
+
+
+def _workloads(instances: list[Instance]) -> dict[str, Workload]:
+    return {w.pk: w for w in Workload.objects.filter(pk__in=[i.pk for i in instances])}
 
 
 def _invalid(message: str, *, field: str, code: str | None = None) -> FieldInvalid:
@@ -171,20 +222,7 @@ def _check(request: JobRequest) -> None:
             % {"n": MAX_COMMAND // 1024},
             field="script" if request.script else "command",
         )
-    if request.node_count != 1:
-        raise _invalid(
-            _(
-                "A job runs on one node for now (1 to 8 GPUs, or a whole node). For several "
-                "nodes, order a cluster: it gets the same environment and launch templates."
-            ),
-            field="node_count",
-            code="invalid_node_count",
-        )
-    if request.template != Template.NONE:
-        raise _invalid(
-            _("Launch templates apply to multi-node jobs; a one-node job runs its command."),
-            field="template",
-        )
+    _check_nodes(request)
     if not 0 <= request.max_restarts <= MAX_RESTARTS:
         raise _invalid(_("max_restarts is 0 to %(n)s.") % {"n": MAX_RESTARTS}, field="max_restarts")
     limit = request.time_limit_minutes
@@ -199,6 +237,57 @@ def _check(request: JobRequest) -> None:
             field="checkpoint_dir",
         )
     _check_env(request.env or {})
+
+
+def _check_nodes(request: JobRequest) -> None:
+    """1 to CLUSTER_MAX_NODES nodes; several are whole nodes of an 8-GPU offering (checked
+    against the catalog by the cluster order), a template only for several, and one cloud
+    disk per rank at most."""
+    most = settings.CLUSTER_MAX_NODES
+    if not 1 <= request.node_count <= most:
+        raise _invalid(
+            _("node_count is 1 to %(most)s; a job of several nodes takes whole 8-GPU nodes.")
+            % {"most": most},
+            field="node_count",
+            code="invalid_node_count",
+        )
+    if request.template != Template.NONE and request.script.strip():
+        raise _invalid(
+            _(
+                "A launch template runs a command on every rank (your training script and its "
+                "arguments); give a command, or no template with a script."
+            ),
+            field="template",
+        )
+    if request.node_count == 1:
+        if request.template != Template.NONE:
+            raise _invalid(
+                _("Launch templates apply to multi-node jobs; a one-node job runs its command."),
+                field="template",
+            )
+        return
+    offering = Offering.objects.filter(pk=request.offering_id).first()
+    if offering is not None and (
+        offering.kind != OfferingKind.BARE_METAL or offering.gpu_count != MULTI_NODE_GPUS
+    ):
+        raise _invalid(
+            _(
+                "A job of several nodes takes whole nodes: choose a bare-metal offering of "
+                "%(gpus)s GPUs, or set node_count to 1."
+            )
+            % {"gpus": MULTI_NODE_GPUS},
+            field="offering",
+            code="not_whole_node",
+        )
+    if len(request.disks or []) > request.node_count:
+        raise _invalid(
+            _(
+                "A job of several nodes takes one cloud disk per rank at most (rank i gets the "
+                "i-th); %(given)s disks were given for %(nodes)s nodes."
+            )
+            % {"given": len(request.disks or []), "nodes": request.node_count},
+            field="disks",
+        )
 
 
 def _check_env(env: dict[str, str]) -> None:
@@ -248,7 +337,14 @@ def _checkpoint_default(job: Job) -> str:
 
 
 def _workload(job: Job) -> Workload:
-    argv = ["bash", "-lc", job.command] if job.command else ["bash", "-c", job.script, job.name]
+    """The program every rank runs. A template job's command is what its launcher runs on
+    each rank (clusters.pods.job_launch_line), with the framework's resume flags."""
+    if job.template != Template.NONE and job.command:
+        argv = ["bash", "-lc", job_launch_line(job.template, job.command)]
+    elif job.command:
+        argv = ["bash", "-lc", job.command]
+    else:
+        argv = ["bash", "-c", job.script, job.name]
     env = {
         **job.env,
         "STARVERSE_JOB_ID": job.id,
@@ -269,25 +365,48 @@ def job_locked(job_id: str) -> Job:
 
 
 def job_sync(job_id: str) -> str:
-    """Bring the job in line with its rank: the one transition its rank's state calls for, if
+    """Bring the job in line with its ranks: the one transition their states call for, if
     any (see the module's docstring). Safe to call at any moment, twice, or concurrently (the
     job's row is locked). Returns the job's status."""
     with transaction.atomic():
         job = job_locked(job_id)
         if job.status in ENDED:
             return job.status
-        rank = job.ranks.select_related("instance").get(index=0)
-        instance = rank.instance
-        workload = Workload.objects.get(pk=instance.pk)
-        _follow(job, instance, workload)
+        instances = _rank_instances(job)
+        _follow(job, instances, _workloads(instances))
     return job.status
 
 
-def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> None:
+def job_rank_lost(instance_id: str, *, reason: str) -> bool:
+    """The one entry point for a job's rank lost to the platform, whatever took it (its node
+    lost, its pod evicted, a preemption): billing pauses for the whole job, the rank is placed
+    again on another node with its disks (a multi-node job's other ranks keep their nodes, and
+    every rank's program starts again once the pre-flight check passes:
+    clusters.ranks.rank_lost), and the job is recovering; its program starts again with
+    STARVERSE_RESTART_COUNT one higher. Not counted against max_restarts. False if the rank
+    held no node any more (it had moved or ended meanwhile)."""
+    rank = JobRank.objects.select_related("instance__node", "job").filter(pk=instance_id).first()
+    if rank is None or rank.instance.node is None:
+        return False
+    node = rank.instance.node
+    if rank.job.cluster_id is not None:
+        moved = rank_lost(instance_id, cluster_id=rank.job.cluster_id, node=node, reason=reason)
+    else:
+        moved = instance_recover(instance_id, reason=reason)
+    if moved:
+        job_sync(rank.job_id)
+    return moved
+
+
+def _rank_instances(job: Job) -> list[Instance]:
+    rows = job.ranks.select_related("instance__node").order_by("index")
+    return [row.instance for row in rows]
+
+
+def _follow(job: Job, instances: list[Instance], workloads: dict[str, Workload]) -> None:
     now = timezone.now()
-    if workload is None:
-        workload = Workload.objects.filter(pk=instance.pk).first()
-    restarts = max((workload.pods_made if workload else 0) - 1, 0)
+    made = max((w.pods_made for w in workloads.values()), default=0)
+    restarts = max(made - 1, 0)
     # a new pod runs the program since the job last looked (it may have been lost, placed
     # again and started between two looks)
     new_pod = restarts > job.restarts
@@ -295,57 +414,79 @@ def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> N
         job.restarts = restarts
         job.save(update_fields=["restarts"])
     if job.status == J.CANCELLING:
-        if instance.status == S.TERMINATED:
+        if all(instance.status == S.TERMINATED for instance in instances):
             _end(job, J.CANCELLED, later(gettext_noop("Cancelled.")), now=now)
         return
-    if workload is not None and workload.exit_code is not None:
-        _program_ended(job, instance, workload, now=now)
+    ended = {pk: w for pk, w in workloads.items() if w.exit_code is not None}
+    failed = next((w for w in ended.values() if w.exit_code != 0), None)
+    if failed is not None:
+        _program_failed(job, instances, failed, now=now)
         return
-    if job.restart_pending and instance.status in (S.STOPPED, S.FAILED):
-        # it starts again (rank_restart); sent again here in case its task was lost
-        enqueue_on_commit("jobs.tasks.restart_rank", instance.pk)
+    if ended and len(ended) == len(instances):
+        job.exit_code = 0
+        _end_with_ranks(
+            job, instances, J.SUCCEEDED, later(gettext_noop("Finished (exit code 0).")), now=now
+        )
         return
-    if instance.status == S.STOPPING:
-        return  # it stops (then ends the job below), or it starts again once stopped
-    if instance.status in (S.STOPPED, S.FAILED, S.TERMINATED, S.TERMINATING):
-        reason = _last_words(instance)
-        _end_with_instance(
+    if job.restart_pending:
+        if all(instance.status in (S.STOPPED, S.FAILED) for instance in instances):
+            # it starts again (rank_restart); sent again here in case its task was lost
+            enqueue_on_commit("jobs.tasks.restart_rank", instances[0].pk)
+        return
+    _follow_live(job, [i for i in instances if i.pk not in ended], new_pod=new_pod, now=now)
+
+
+def _follow_live(job: Job, live: list[Instance], *, new_pod: bool, now: Any) -> None:
+    """The ranks whose program has not ended (the others finished with 0 and wait for them)."""
+    if not live or any(instance.status == S.STOPPING for instance in live):
+        return  # it stops (then ends the job), or it starts again once stopped
+    gone = next(
+        (i for i in live if i.status in (S.STOPPED, S.FAILED, S.TERMINATED, S.TERMINATING)),
+        None,
+    )
+    if gone is not None:
+        _end_with_ranks(
             job,
-            instance,
+            _rank_instances(job),
             J.FAILED,
             later(gettext_noop("It stopped before its program ended: %(reason)s"))
-            % {"reason": reason},
+            % {"reason": _last_words(gone)},
             now=now,
         )
         return
-    if instance.status == S.RUNNING:
-        _follow_running(job, instance, new_pod=new_pod, now=now)
+    if all(instance.status == S.RUNNING for instance in live):
+        _follow_running(job, live, new_pod=new_pod, now=now)
     else:
-        _follow_waiting(job, instance)
+        _follow_waiting(job, live)
 
 
-def _node_of(instance: Instance) -> str:
-    return instance.node.name if instance.node else "-"
+def _nodes_of(instances: list[Instance]) -> str:
+    names = [instance.node.name if instance.node else "-" for instance in instances]
+    if len(names) > NODES_NAMED:
+        return ", ".join(names[:NODES_NAMED]) + f", … ({len(names)})"
+    return ", ".join(names)
 
 
-def _follow_running(job: Job, instance: Instance, *, new_pod: bool, now: Any) -> None:
-    """Its rank runs: the job runs (from its first start; again after a restart), or it has run
-    past its time limit."""
+def _follow_running(job: Job, instances: list[Instance], *, new_pod: bool, now: Any) -> None:
+    """Its ranks run (a multi-node job's once its pre-flight check passed, which opens their
+    programs' gates: clusters.gates): the job runs (from its first start; again after a
+    restart), or it has run past its time limit."""
     if job.status != J.RUNNING or new_pod:
         first = job.started_at is None
         job.started_at = job.started_at or now
+        nodes = _nodes_of(instances)
         _move(
             job,
             J.RUNNING,
-            later(gettext_noop("Started on %(node)s.")) % {"node": _node_of(instance)}
+            later(gettext_noop("Started on %(node)s.")) % {"node": nodes}
             if first
             else later(gettext_noop("Running again on %(node)s (restart %(n)s)."))
-            % {"node": _node_of(instance), "n": job.restarts},
+            % {"node": nodes, "n": job.restarts},
         )
     elif _past_time_limit(job, now):
-        _end_with_instance(
+        _end_with_ranks(
             job,
-            instance,
+            _rank_instances(job),
             J.FAILED,
             later(gettext_noop("Stopped at its time limit of %(minutes)s minutes."))
             % {"minutes": job.time_limit_minutes},
@@ -353,35 +494,36 @@ def _follow_running(job: Job, instance: Instance, *, new_pod: bool, now: Any) ->
         )
 
 
-def _follow_waiting(job: Job, instance: Instance) -> None:
-    """Its rank is queued or being placed: before the first start, the job waits (placed);
-    after it, its rank was lost and is placed again (recovering)."""
+def _follow_waiting(job: Job, instances: list[Instance]) -> None:
+    """Some rank is queued, being placed or checked: before the first start, the job waits
+    (placed); after it, a rank was lost and is placed again (recovering)."""
+    waiting_one = next(i for i in instances if i.status != S.RUNNING)
     if job.started_at is not None and job.status in (J.RUNNING, J.RECOVERING):
         if job.status == J.RUNNING:
             _move(
                 job,
                 J.RECOVERING,
                 later(gettext_noop("Its rank was lost (%(reason)s); placing it again."))
-                % {"reason": _last_words(instance)},
+                % {"reason": _last_words(waiting_one)},
             )
         return
-    waiting = J.QUEUED if instance.status == S.QUEUED else J.PROVISIONING
+    queued = any(instance.status == S.QUEUED for instance in instances)
+    waiting = J.QUEUED if queued else J.PROVISIONING
     if job.status != waiting and job.status in (J.QUEUED, J.PROVISIONING):
         _move(
             job,
             waiting,
-            later(gettext_noop("Placed on %(node)s.")) % {"node": _node_of(instance)},
+            later(gettext_noop("Placed on %(node)s.")) % {"node": _nodes_of(instances)},
         )
 
 
-def _program_ended(job: Job, instance: Instance, workload: Workload, *, now: Any) -> None:
+def _program_failed(job: Job, instances: list[Instance], workload: Workload, *, now: Any) -> None:
+    """A rank's program exited non-zero: the user's error. Every rank runs it again while the
+    restart policy allows (a multi-node job's other ranks are stopped first: all start again
+    together), else the job fails with the exit code and the program's last lines."""
     code = workload.exit_code
     job.exit_code = code
-    if code == 0:
-        _end_with_instance(
-            job, instance, J.SUCCEEDED, later(gettext_noop("Finished (exit code 0).")), now=now
-        )
-        return
+    _error_node_count(job, next(i for i in instances if i.pk == workload.pk), code)
     if job.error_restarts < job.max_restarts and not _past_time_limit(job, now):
         job.error_restarts += 1
         job.restart_pending = True
@@ -397,44 +539,74 @@ def _program_ended(job: Job, instance: Instance, workload: Workload, *, now: Any
             )
             % {"code": code, "n": job.error_restarts, "most": job.max_restarts},
         )
-        Workload.objects.filter(pk=instance.pk).update(exit_code=None, finished_at=None)
-        enqueue_on_commit("jobs.tasks.restart_rank", instance.pk)
+        Workload.objects.filter(pk__in=[i.pk for i in instances]).update(
+            exit_code=None, finished_at=None
+        )
+        for instance in instances:
+            if instance.status in (S.RUNNING, S.CHECKING, S.PROVISIONING):
+                instance_stop(instance_id=instance.pk, reason=RANK_FAILED, by_owner=True)
+        enqueue_on_commit("jobs.tasks.restart_rank", instances[0].pk)
         return
     job.message = workload.message
-    _end_with_instance(
-        job,
-        instance,
-        J.FAILED,
-        later(gettext_noop("Failed with exit code %(code)s.")) % {"code": code},
-        now=now,
+    failed = (
+        later(gettext_noop("Failed with exit code %(code)s.")) % {"code": code}
+        if len(instances) == 1
+        else later(gettext_noop("Rank %(rank)s failed with exit code %(code)s."))
+        % {"code": code, "rank": _index_of(job, workload.pk)}
     )
+    _end_with_ranks(job, instances, J.FAILED, failed, now=now)
+
+
+def _error_node_count(job: Job, instance: Instance, code: int | None) -> None:
+    """Count the failure against the node it happened on; on the REVIEW_AFTER_ERRORS-th there,
+    the node is put up for an operator's review (fleet.services.node_review_request: it stays
+    in service; the operator decides), as a job that keeps failing on one node may be the
+    node's fault, not the program's."""
+    if instance.node is None:
+        return
+    key = str(instance.node_id)
+    job.error_nodes = {**job.error_nodes, key: job.error_nodes.get(key, 0) + 1}
+    job.save(update_fields=["error_nodes", "exit_code"])
+    if job.error_nodes[key] == REVIEW_AFTER_ERRORS:
+        node_review_request(
+            node=instance.node,
+            reason=f"job {job.id}: its program failed {REVIEW_AFTER_ERRORS} times on this node "
+            f"(last exit code {code})",
+        )
+
+
+def _index_of(job: Job, instance_id: str) -> int:
+    return job.ranks.values_list("index", flat=True).get(instance_id=instance_id)
 
 
 def rank_restart(instance_id: str) -> None:
-    """Start a rank whose program failed again, once its instance has stopped (the start goes
-    through admission and the queue like any start), under the job's lock: sent twice (the
-    sweep sends it again in case its task was lost), it starts once. A start refused (an empty
-    balance, a limit) ends the job with the refusal's reason."""
+    """Start the ranks of a job whose program failed again, once every one has stopped (the
+    start goes through admission and the queue like any start: a multi-node job's ranks as one
+    order, clusters.services.cluster_start), under the job's lock: sent twice (the sweep sends
+    it again in case its task was lost), it starts once. A start refused (an empty balance, a
+    limit) ends the job with the refusal's reason."""
     rank = JobRank.objects.get(pk=instance_id)
     with transaction.atomic():
         job = job_locked(rank.job_id)
         if not job.restart_pending or job.status != J.RECOVERING:
             return
-        status = Instance.objects.values_list("status", flat=True).get(pk=instance_id)
-        if status == S.STOPPING:
+        statuses = list(job.ranks.values_list("instance__status", flat=True))
+        if S.STOPPING in statuses:
             raise StillStopping(instance_id)
-        if status not in (S.STOPPED, S.FAILED):
+        if any(status not in (S.STOPPED, S.FAILED) for status in statuses):
             return
         job.restart_pending = False
         job.save(update_fields=["restart_pending"])
         try:
             with transaction.atomic():
-                instance_start(instance_id=instance_id, by_owner=True)
+                if job.cluster_id is not None:
+                    cluster_start(cluster=Cluster.objects.get(pk=job.cluster_id))
+                else:
+                    instance_start(instance_id=instance_id, by_owner=True)
         except ServiceError as error:
-            instance = Instance.objects.get(pk=instance_id)
-            _end_with_instance(
+            _end_with_ranks(
                 job,
-                instance,
+                _rank_instances(job),
                 J.FAILED,
                 later(gettext_noop("It could not start again: %(reason)s"))
                 % {"reason": error.message},
@@ -443,7 +615,7 @@ def rank_restart(instance_id: str) -> None:
 
 
 class StillStopping(Exception):
-    """The rank's instance is still stopping: start it once stopped (the task retries)."""
+    """A rank's instance is still stopping: start them once stopped (the task retries)."""
 
 
 def _past_time_limit(job: Job, now: Any) -> bool:
@@ -457,13 +629,14 @@ def _move(job: Job, status: str, message: Deferred) -> None:
     _event(job, status, message)
 
 
-def _end_with_instance(
-    job: Job, instance: Instance, status: str, message: Deferred, *, now: Any
+def _end_with_ranks(
+    job: Job, instances: list[Instance], status: str, message: Deferred, *, now: Any
 ) -> None:
-    """End the job and give its rank's GPUs back (terminated: its own disk goes, its cloud
+    """End the job and give its ranks' GPUs back (terminated: their own disks go, their cloud
     disks and the NAS keep their data)."""
-    if instance.status not in (S.TERMINATING, S.TERMINATED):
-        instance_terminate(instance_id=instance.pk, by_owner=True)
+    for instance in instances:
+        if instance.status not in (S.TERMINATING, S.TERMINATED):
+            instance_terminate(instance_id=instance.pk, by_owner=True)
     _end(job, status, message, now=now)
 
 

@@ -46,7 +46,8 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     serializer_class = ClusterOutput  # type: ignore[assignment]
 
     def filter_queryset_extra(self, queryset: QuerySet[Cluster]) -> QuerySet[Cluster]:
-        return queryset.select_related("offering")
+        # a multi-node job's cluster is the job's (404 here): /jobs shows and acts on it
+        return queryset.filter(owner="").select_related("offering")
 
     def retrieve(self, request: Request, pk: str | None = None) -> Response:
         return Response(ClusterOutput(cluster_view(self.get_object())).data)

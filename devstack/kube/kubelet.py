@@ -52,11 +52,20 @@ from .podlogs import LogBook
 from .resources import NODES, PODS
 from .scheduler import allocatable, describe_shortage, node_usage
 from .seeding import seed
-from .trainer import USAGE_EXIT, BadArgs, TrainerRun, container_env, start_run, trainer_args
+from .trainer import (
+    GATE_ENV,
+    USAGE_EXIT,
+    BadArgs,
+    TrainerRun,
+    container_env,
+    start_run,
+    trainer_args,
+)
 from .volumedata import VolumeData
 from .volumes import VolumeBlock, attach_block, mount_block
 
 Obj = dict[str, Any]
+GATE_POLL_S = 0.2  # how often a program waiting for its gate file looks for it
 MOUNT_WARNING_S = 2.0  # how often a pod still waiting for its volumes repeats the warning
 # what the kubelet copies from the log under FallbackToLogsOnError
 MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
@@ -76,6 +85,8 @@ class PodSim:
     pulls: dict[str, Pull | None] = field(default_factory=dict)
     pulling_since: float = 0.0
     runs: dict[str, TrainerRun] = field(default_factory=dict)  # container -> its trainer run
+    # containers whose init waits for its gate file (STARVERSE_GATE) before starting the program
+    gated: set[str] = field(default_factory=set)
 
 
 def _containers(pod: Obj) -> list[Obj]:
@@ -440,6 +451,8 @@ class Kubelet:
             sim.stage, sim.due = "running", float("inf")
             self._mark_ready(meta["namespace"], meta["name"])
         elif sim.stage == "running":
+            if sim.gated:
+                self._start_programs(pod, sim, now)
             self._train(pod, sim, now)
 
     # --- programs ----------------------------------------------------------------------------
@@ -487,44 +500,78 @@ class Kubelet:
 
     def _start_programs(self, pod: Obj, sim: PodSim, now: float) -> None:
         """Each container instance that has just started gets its log and, when its command
-        is the simulated trainer, its run; a container that runs nothing logs the banner."""
+        is the simulated trainer, its run; a container that runs nothing logs the banner. A
+        container whose env names a gate file (STARVERSE_GATE, as the image's init reads it)
+        starts its program only once that file exists on one of the pod's volumes (written
+        through pods/exec): until then it waits, polled every GATE_POLL_S."""
         meta = pod["metadata"]
         specs = {c.get("name", ""): c for c in _containers(pod)}
         for item in pod["status"].get("containerStatuses") or []:
             name, container_id = item["name"], item.get("containerID", "")
-            if "running" not in (item.get("state") or {}) or self.logs.get(container_id):
+            if "running" not in (item.get("state") or {}):
                 continue
-            self.logs.start(meta.get("uid", ""), name, container_id)
+            if self.logs.get(container_id) and name not in sim.gated:
+                continue
             container = specs.get(name) or {}
-            args = trainer_args(container)
-            if args is None:
-                self.logs.write(
-                    container_id,
-                    f"[kube emulator] container {name} of pod {meta.get('namespace')}/"
-                    f"{meta['name']} is emulated (development stand-in): no process runs, so "
-                    "there is no output.",
-                )
+            if not self.logs.get(container_id):
+                self.logs.start(meta.get("uid", ""), name, container_id)
+            if self._gate_closed(pod, container, sim, name, container_id):
                 continue
-            if isinstance(args, BadArgs):
-                self.logs.write(container_id, args.message)
-                sim.runs[name] = TrainerRun.exited(USAGE_EXIT, now)  # it exits on the next pass
-                continue
-            checkpoint, read_only = None, False
-            if args.checkpoint_dir:
-                place = self.volume_data.resolve(pod, container, args.checkpoint_dir)
-                if place is not None:
-                    checkpoint, read_only = place.path / "step", place.read_only
-            run, lines = start_run(args, container_env(container), checkpoint, read_only, now)
-            for line in lines:
-                self.logs.write(container_id, line)
-            sim.runs[name] = run
-        self._schedule(sim)
+            self._program_start(pod, container, sim, name, container_id, now)
+        self._schedule(sim, now)
+
+    def _gate_closed(
+        self, pod: Obj, container: Obj, sim: PodSim, name: str, container_id: str
+    ) -> bool:
+        gate = container_env(container).get(GATE_ENV)
+        if not gate:
+            return False
+        place = self.volume_data.resolve(pod, container, gate)
+        if place is not None and place.path.exists():
+            sim.gated.discard(name)
+            return False
+        if name not in sim.gated:
+            sim.gated.add(name)
+            self.logs.write(
+                container_id, f"starverse-init: waiting for {gate} before starting the program"
+            )
+        return True
+
+    def _program_start(
+        self, pod: Obj, container: Obj, sim: PodSim, name: str, container_id: str, now: float
+    ) -> None:
+        meta = pod["metadata"]
+        args = trainer_args(container)
+        if args is None:
+            self.logs.write(
+                container_id,
+                f"[kube emulator] container {name} of pod {meta.get('namespace')}/"
+                f"{meta['name']} is emulated (development stand-in): no process runs, so "
+                "there is no output.",
+            )
+            return
+        if isinstance(args, BadArgs):
+            self.logs.write(container_id, args.message)
+            sim.runs[name] = TrainerRun.exited(USAGE_EXIT, now)  # it exits on the next pass
+            return
+        checkpoint, read_only = None, False
+        if args.checkpoint_dir:
+            place = self.volume_data.resolve(pod, container, args.checkpoint_dir)
+            if place is not None:
+                checkpoint, read_only = place.path / "step", place.read_only
+        run, lines = start_run(args, container_env(container), checkpoint, read_only, now)
+        for line in lines:
+            self.logs.write(container_id, line)
+        sim.runs[name] = run
 
     @staticmethod
-    def _schedule(sim: PodSim) -> None:
-        """A running pod is next due when its earliest trainer has a step to take."""
+    def _schedule(sim: PodSim, now: float) -> None:
+        """A running pod is next due when its earliest trainer has a step to take, or its
+        gate is next looked at."""
         if sim.stage == "running":
             sim.due = min((run.next_due for run in sim.runs.values()), default=float("inf"))
+            if sim.gated:
+                sim.due = min(sim.due, now + GATE_POLL_S)
 
     def _train(self, pod: Obj, sim: PodSim, now: float) -> None:
         """Play the pod's trainers up to ``now``; a trainer that exits ends its container."""
@@ -543,7 +590,7 @@ class Kubelet:
             if current is None or sim.stage != "running":
                 break
             self._container_exited(current, sim, name, code, now)
-        self._schedule(sim)
+        self._schedule(sim, now)
 
     def _pull_failed(self, pod: Obj, sim: PodSim, failing: list[Obj], now: float) -> None:
         meta = pod["metadata"]

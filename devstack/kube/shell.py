@@ -4,7 +4,8 @@ platform would, so the web terminal can be tested end to end: ``echo``, ``ls`` (
 public pool under ``/public``, the instance disk at ``/root/data``; on the pod's volumes, the
 files they really hold, which ``cat`` reads), ``nvidia-smi`` (the pod's GPUs as the emulated node
 has them), ``stty size`` (the terminal size, after resizes), ``pwd``, ``cd``, ``cat``,
-``whoami``, ``hostname``, ``clear``, ``exit`` and ``starverse-preflight`` (a cluster's
+``whoami``, ``hostname``, ``clear``, ``exit``, ``touch`` (a file on the pod's volumes: a
+multi-node job's gate) and ``starverse-preflight`` (a cluster's
 pre-flight check, its result simulated from the topology: :func:`preflight_result`); anything
 else is "command not found". A program is found as a shell finds it: a name with a slash is that
 file, a bare name the first one on ``PATH``; and a program the tenant replaced or added in the
@@ -374,6 +375,7 @@ class SimulatedShell:
             "clear": lambda a: self._raw("\x1b[H\x1b[2J"),
             "exit": self._exit,
             "true": lambda a: 0,
+            "touch": self._touch,
             "starverse-preflight": self._preflight,
         }.get(name)
         if command is None:
@@ -446,6 +448,21 @@ class SimulatedShell:
                 status = 1
                 continue
             self.print(host.read_text(errors="replace"))
+        return status
+
+    def _touch(self, args: list[str]) -> int:
+        """Create (or leave) each file: only on the pod's volumes, the one place an emulated
+        container keeps files (a multi-node job's gate: clusters.gates)."""
+        status = 0
+        for arg in (a for a in args if not a.startswith("-")):
+            path = self._path(arg)
+            resolve = self.container.volume_path
+            host = resolve(path) if resolve is not None else None
+            if host is None or not host.parent.is_dir():
+                self.print(f"touch: cannot touch '{arg}': No such file or directory\n")
+                status = 1
+                continue
+            host.touch()
         return status
 
     def _ls(self, args: list[str]) -> int:

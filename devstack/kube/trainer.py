@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 PROGRAM = "starverse-sim-train"
+# The image's init waits for the file this variable names before starting its program (a
+# multi-node job's rank: the worker writes it through pods/exec once the pre-flight passed).
+GATE_ENV = "STARVERSE_GATE"
 _OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", ";;"})
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 USAGE_EXIT = 2  # what argparse exits with on a bad command line

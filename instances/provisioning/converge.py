@@ -131,7 +131,7 @@ def _objects_create(instance: Instance, node: Node) -> None:
             instance, node, pod_manifest, service_manifest
         )
     pod = kube.ensure(pod_manifest)
-    if _node_of(pod) != node.name:
+    if _node_of(pod) != node.name or _attempt_of(pod) != _attempt_of(pod_manifest):
         _pod_elsewhere_remove(instance)
     service = kube.ensure(service_manifest)
     ports = {p["name"]: p.get("nodePort") for p in service.get("spec", {}).get("ports", [])}
@@ -311,9 +311,16 @@ def _node_of(pod: dict[str, Any]) -> str | None:
     return (pod.get("spec") or {}).get("nodeName")
 
 
+def _attempt_of(pod: dict[str, Any]) -> str | None:
+    """The attempt of the program a pod runs (manifests.ATTEMPT_ANNOTATION), None for one that
+    runs none."""
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(manifests.ATTEMPT_ANNOTATION)
+
+
 def _pod_elsewhere_remove(instance: Instance) -> NoReturn:
-    """A pod of the instance's name sits on another node (the one it lost): free its GPUs and
-    volumes at once; the next poll creates the instance's objects again."""
+    """A pod of the instance's name sits on another node (the one it lost), or runs an earlier
+    attempt of its program (a multi-node job's rank started again on its node): free its GPUs
+    and volumes at once; the next poll creates the instance's objects again."""
     kube.delete("Pod", instance.k8s_namespace, instance.k8s_name, force=True)
     _objects_forget(instance)
     raise StillPending("old pod on another node deleted")

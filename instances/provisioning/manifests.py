@@ -288,6 +288,11 @@ def pod(
 
 # Every pod that runs a program to its end carries it (the quick check of their ends lists them).
 WORKLOAD_LABEL = "starverse.io/workload"
+# ... and, as an annotation (labels say whose it is: kube.ensure), the attempt it runs (its
+# STARVERSE_RESTART_COUNT): a pod is for one attempt, so one of an earlier attempt found where
+# the next is made is replaced (instances.provisioning.converge), as when a multi-node job's
+# healthy rank starts its program again on its node.
+ATTEMPT_ANNOTATION = "starverse.io/attempt"
 
 
 def workload_of(instance: Instance) -> Workload | None:
@@ -306,7 +311,12 @@ def _runs(manifest: dict[str, Any], workload: Workload) -> dict[str, Any]:
     and labels are added."""
     spec = manifest["spec"]
     spec["restartPolicy"] = "Never"
-    manifest["metadata"]["labels"].update({**workload.labels, WORKLOAD_LABEL: "true"})
+    meta = manifest["metadata"]
+    meta["labels"].update({**workload.labels, WORKLOAD_LABEL: "true"})
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        ATTEMPT_ANNOTATION: str(workload.pods_made),
+    }
     container = spec["containers"][0]
     container["args"] = ["--", *workload.argv]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"

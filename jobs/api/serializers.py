@@ -28,13 +28,17 @@ class JobCreateInput(InputSerializer):
         help_text="A bash script. Give this or `command`.",
     )
     node_count = StrictIntegerField(
-        required=False, default=1, help_text="Nodes: 1 for now (several: order a cluster)."
+        required=False,
+        default=1,
+        help_text="Nodes: 1, or 2 to 128 whole nodes of an 8-GPU bare-metal offering (one "
+        "gang: the pre-flight check runs before the program starts).",
     )
     disks = serializers.ListField(
         child=StrictCharField(max_length=32),
         required=False,
         max_length=16,
-        help_text="Cloud disks attached at their mount paths: free, yours, in one region.",
+        help_text="Cloud disks attached at their mount paths: free, yours, in one region "
+        "(several nodes: rank i gets the i-th).",
     )
     nas = serializers.BooleanField(
         required=False,
@@ -69,7 +73,9 @@ class JobCreateInput(InputSerializer):
         choices=Template.choices,
         required=False,
         default=Template.NONE,
-        help_text="A multi-node launcher; `none` for a one-node job.",
+        help_text="A multi-node job's launcher, run on every rank with the framework's resume "
+        "flags (Megatron-LM --load/--save, else --checkpoint-dir); `none`: the command as it "
+        "is. A one-node job takes `none`.",
     )
 
 

@@ -91,7 +91,8 @@ PUBLIC_FACES = {
     },
     "endpoints": {"services"},
     # (the jobs app reads a cluster's launch templates' names)
-    "clusters": {"choices"},
+    # the jobs app: a multi-node job owns a cluster (docs/architecture.md, clusters)
+    "clusters": {"choices", "models", "pods", "ranks", "services"},
     # nothing imports these apps: their faces are empty
     "jobs": set(),
     "console": set(),

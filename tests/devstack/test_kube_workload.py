@@ -474,6 +474,44 @@ def test_exec_shell_reads_the_files_on_a_pods_volumes(
     assert run("ls", "/public") == "data  models\n"  # off the volumes, as before
 
 
+def test_a_gated_trainer_starts_only_once_exec_touches_its_gate_file(
+    emu: KubeEmulator, api: client.CoreV1Api
+) -> None:
+    """A multi-node job's rank (clusters.gates): the init waits for STARVERSE_GATE, a file on
+    an emptyDir the worker writes through pods/exec once the pre-flight check passed."""
+    setup_namespace(api, "ckpt")
+    pod = trainer_pod("rank-0", train(2, 0.05), env={"STARVERSE_GATE": "/run/gate/open"})
+    spec = pod["spec"]
+    spec["volumes"].append({"name": "gate", "emptyDir": {}})
+    spec["containers"][0]["volumeMounts"].append({"name": "gate", "mountPath": "/run/gate"})
+    api.create_namespaced_pod(NS, pod)
+    wait_phase(api, "rank-0", "Running")
+    wait_for(lambda: "waiting for /run/gate/open" in log(api, "rank-0"), timeout=TIMEOUT_S)
+    time.sleep(0.4)  # longer than the whole run would take: it has not started
+    assert "step 1/" not in log(api, "rank-0")
+    assert read(api, "rank-0").status.phase == "Running"
+
+    def run(*command: str) -> str:
+        session = stream(
+            api.connect_get_namespaced_pod_exec,
+            "rank-0",
+            NS,
+            command=list(command),
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
+        session.run_forever(timeout=TIMEOUT_S)
+        return str(session.read_stdout())
+
+    assert "cannot touch" in run("touch", "/nowhere/open")  # not on a volume: refused
+    assert run("touch", "/run/gate/open") == ""
+    wait_phase(api, "rank-0", "Succeeded")
+    assert "step 2/2" in log(api, "rank-0")
+
+
 def test_a_read_only_checkpoint_directory_fails_the_trainer(
     emu: KubeEmulator, api: client.CoreV1Api
 ) -> None:

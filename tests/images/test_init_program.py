@@ -19,7 +19,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _init(root: Path, *program: str, deadline_s: str = "5") -> subprocess.Popen[str]:
+def _init(
+    root: Path, *program: str, deadline_s: str = "5", gate: str = ""
+) -> subprocess.Popen[str]:
     (root / "root" / "data").mkdir(parents=True, exist_ok=True)
     env = {
         "PATH": "/usr/sbin:/usr/bin:/bin",
@@ -30,6 +32,7 @@ def _init(root: Path, *program: str, deadline_s: str = "5") -> subprocess.Popen[
         "STARVERSE_SSH_LISTEN": "127.0.0.1",
         "STARVERSE_STOP_DEADLINE_S": deadline_s,
         "STARVERSE_JOB_ID": "job_1",
+        **({"STARVERSE_GATE": gate} if gate else {}),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "starverse_init", "--", *program],
@@ -89,3 +92,18 @@ def test_a_program_deaf_to_sigterm_is_killed_at_the_deadline(tmp_path):
     out, _ = init.communicate(timeout=WAIT_S)
     assert init.returncode == 128 + signal.SIGKILL, out
     assert 0.8 <= time.monotonic() - began < 10
+
+
+def test_with_a_gate_the_program_starts_only_once_the_gate_file_exists(tmp_path):
+    """A multi-node job's rank (clusters.gates): the platform writes the file once the
+    pre-flight check passed; until then the program has not started."""
+    started = tmp_path / "started"
+    (tmp_path / "run" / "gate").mkdir(parents=True)
+    init = _init(tmp_path, "sh", "-c", f"touch {started}; exit 3", gate="/run/gate/open")
+    time.sleep(1.5)
+    assert init.poll() is None and not started.exists()
+    (tmp_path / "run" / "gate" / "open").touch()
+    out, _ = init.communicate(timeout=WAIT_S)
+    assert init.returncode == 3, out
+    assert started.exists()
+    assert "program.waiting" in out

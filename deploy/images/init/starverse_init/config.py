@@ -38,6 +38,9 @@ class Config:
     console_url: str
     balance_url: str
     search_path: str  # PATH, for finding jupyter-lab, nvidia-smi and ssh-keygen
+    # a file the program waits for (STARVERSE_GATE: a multi-node job's rank, opened by the
+    # platform once the pre-flight check passed); None: the program starts at once
+    gate: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -73,6 +76,7 @@ class Config:
             console_url=env.get("STARVERSE_CONSOLE_URL") or "",
             balance_url=env.get("STARVERSE_BALANCE_URL") or "",
             search_path=search_path,
+            gate=inside("STARVERSE_GATE", "") if env.get("STARVERSE_GATE") else None,
         )
 
     @property

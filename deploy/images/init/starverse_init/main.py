@@ -6,7 +6,9 @@ well, in the home directory with the container's environment, and ends when the 
 with its exit status (128 + the signal's number when a signal ended it, as a shell reports it),
 so the kubelet records the program's exit code as the container's. SSH stays up meanwhile, for
 looking at a running job. On SIGTERM the program gets SIGTERM first and the stop deadline to
-exit, then SIGKILL.
+exit, then SIGKILL. With `STARVERSE_GATE` set (a multi-node job's rank) the program starts
+only once that file exists: the platform writes it through pods/exec when the cluster's
+pre-flight check has passed; SSH is up meanwhile.
 
 Reaping orphans and forwarding the kubelet's signal are tini's work (PID 1); sshd and Jupyter
 run in sessions of their own, so the signal reaches only this process and the hooks run while
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 from starverse_init.access import KeyFollower, host_key_install, keys_sync
@@ -34,6 +37,7 @@ from starverse_init.motd import motd_write
 from starverse_init.sshd import sshd_command, sshd_write
 
 TICK_S = 0.5
+GATE_POLL_S = 0.2
 BACKOFF_MAX_S = 30.0
 HEALTHY_AFTER_S = 60.0  # a child up this long starts its backoff afresh when it next dies
 STOP_CHILDREN_S = 10.0
@@ -150,6 +154,20 @@ def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def gate_wait(
+    gate: Path, stopping: threading.Event, children: list[Child], follower: KeyFollower
+) -> None:
+    """Keep SSH and the keys going until `gate` exists (or the container is told to stop)."""
+    if not gate.exists():
+        log("program.waiting", gate=str(gate))
+    while not stopping.is_set() and not gate.exists():
+        now = time.monotonic()
+        follower.tick(now)
+        for child in children:
+            child.tick(now)
+        stopping.wait(GATE_POLL_S)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     program = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -168,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     follower.tick()  # read now, then once every poll interval
     for child in children:
         child.start()
-    process = program_run(program, str(config.home)) if program else None
-    status = 127 if program and process is None else 0
+    if program and config.gate is not None:
+        gate_wait(config.gate, stopping, children, follower)
+    started = bool(program) and not stopping.is_set()  # stopped while waiting: never started
+    process = program_run(program, str(config.home)) if started else None
+    status = 127 if started and process is None else 0
     if process is not None:
         log("program.started", pid=process.pid, argv=" ".join(program))
     while not stopping.is_set() and status == 0:

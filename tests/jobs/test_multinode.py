@@ -1,0 +1,299 @@
+"""Multi-node jobs end to end on the Kubernetes emulator (four whole H100 nodes): a job of N
+nodes owns a cluster (one gang, its pre-flight check, its environment and hostfiles); each
+rank's program waits for its gate until the pre-flight passed; a lost node pauses billing for
+the whole job, re-places only the lost rank (the healthy one stays on its node) and starts
+every rank's program again with STARVERSE_RESTART_COUNT + 1, resuming from its checkpoint; a
+rank's non-zero exit is the user's error (run again by the policy, then failed with its code
+and lines); the job's cluster is not one of the user's clusters."""
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from clusters.gates import GATE_FILE
+from clusters.preflight import preflight_run
+from compute.models import Offering
+from devstack.kube.emulator import KubeEmulator
+from fleet.models import Node
+from fleet.services import node_transition, nodes_sync_from_cluster
+from instances.lifecycle import instances_on_node_changed
+from instances.models import Instance
+from instances.provisioning import converge
+from instances.provisioning.reconcile import workloads_check
+from jobs.models import Job
+from jobs.services import job_rank_lost, job_sync, rank_restart
+from starverse.core import kube
+from tests.conftest import KUBE_TIMINGS
+from tests.factories import WHOLE_NODE, converge_until, fund, make_user, read_existing
+
+WAIT_S = 20
+IMAGE = "pytorch-2.1"
+
+
+@pytest.fixture(scope="module")
+def four_nodes() -> Iterator[KubeEmulator]:
+    emulator = KubeEmulator(fleet={"h100": 4, "a100": 1}, **KUBE_TIMINGS).start()
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture
+def fleet(four_nodes: KubeEmulator, db: Any, settings: Any, tmp_path: Path) -> Iterator[Any]:
+    four_nodes.reset()
+    settings.MAX_RUNNING_GPUS = 64
+    settings.KUBECONFIG = str(four_nodes.write_kubeconfig(tmp_path / "kubeconfig"))
+    kube._api_client.cache_clear()
+    call_command("seed_catalog", verbosity=0)
+    nodes_sync_from_cluster()
+    yield four_nodes
+    kube._api_client.cache_clear()
+
+
+@pytest.fixture
+def owner(db: Any) -> Any:
+    user = make_user()
+    fund(user, 10_000_000)
+    return user
+
+
+def _trainer(steps: int, *, fail_at: int | None = None, code: int = 1) -> str:
+    flags = f" --fail-at {fail_at} --exit-code {code}" if fail_at else ""
+    return f"starverse-sim-train --steps {steps} --step-seconds 0.05{flags}"
+
+
+def _submit(client: Any, **body: Any) -> Any:
+    offering = Offering.objects.get(name=WHOLE_NODE)
+    data = {"offering": offering.id, "image": IMAGE, "nas": False, "node_count": 2, **body}
+    return client.post("/api/v1/jobs", data, format="json")
+
+
+def _job(client: Any, **body: Any) -> Job:
+    answer = _submit(client, **body)
+    assert answer.status_code == 202, answer.json()
+    assert answer.json()["node_count"] == body.get("node_count", 2)
+    return Job.objects.get(pk=answer.json()["id"])
+
+
+def _ranks(job: Job) -> list[Instance]:
+    return list(
+        Instance.objects.filter(job_rank__job=job)
+        .select_related("node")
+        .order_by("job_rank__index")
+    )
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def _log(instance: Instance) -> str:
+    instance.refresh_from_db()
+    return kube.pod_log(instance.k8s_namespace, instance.k8s_name)
+
+
+def _log_has(instance: Instance, text: str) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while text not in (log := _log(instance)):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.05)
+    return log
+
+
+def _up_and_checked(job: Job, capture: Any) -> list[Instance]:
+    """Every rank's pod up (checking, unbilled), then the pre-flight round, which passes and
+    opens every rank's gate (the tasks run here)."""
+    for rank in _ranks(job):
+        assert converge_until(converge.provision, rank.id) == "checking"
+    job.refresh_from_db()
+    assert job.cluster_id is not None
+    with capture(execute=True):
+        assert preflight_run(job.cluster_id) == "passed"
+    return _ranks(job)
+
+
+def _programs_end(ranks: list[Instance]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    for rank in ranks:
+        while read_existing("Pod", rank.k8s_namespace, rank.k8s_name)["status"].get(
+            "phase"
+        ) not in ("Succeeded", "Failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert sorted(workloads_check()) == sorted(rank.id for rank in ranks)
+
+
+def test_a_2_node_deepspeed_job_starts_after_its_preflight_and_succeeds(
+    fleet, client_for, owner, django_capture_on_commit_callbacks
+):
+    client = client_for(owner)
+    job = _job(client, template="deepspeed", command=_trainer(4), env={"LR": "1e-4"})
+    ranks = _ranks(job)
+    assert len(ranks) == 2 and job.status == "provisioning"
+    assert len({rank.node_id for rank in ranks}) == 2  # one whole node each, as one gang
+    for rank in ranks:
+        assert converge_until(converge.provision, rank.id) == "checking"
+    dns = job.id.lower().replace("_", "-")
+    for index, rank in enumerate(_ranks(job)):
+        pod = read_existing("Pod", rank.k8s_namespace, rank.k8s_name)
+        assert pod["metadata"]["labels"]["starverse.io/job"] == dns
+        env = _env(pod)
+        assert env["STARVERSE_JOB_ID"] == job.id
+        assert env["STARVERSE_RESTART_COUNT"] == "0"
+        assert env["STARVERSE_CHECKPOINT_DIR"] == job.checkpoint_dir
+        assert (env["NODE_RANK"], env["NNODES"], env["WORLD_SIZE"]) == (str(index), "2", "16")
+        assert env["STARVERSE_GATE"] == GATE_FILE and env["LR"] == "1e-4"
+        program = pod["spec"]["containers"][0]["args"][-1]
+        assert program.startswith('deepspeed --no_ssh --node_rank="$NODE_RANK"')
+        assert program.endswith('--checkpoint-dir "$STARVERSE_CHECKPOINT_DIR"')
+        # the gate is closed: the program waits, whatever time passes
+        _log_has(rank, f"waiting for {GATE_FILE}")
+    time.sleep(0.3)
+    assert all("step 1/" not in _log(rank) for rank in ranks)
+    assert job_sync(job.id) == "provisioning"
+
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    # a rank acts only through its job (named), not as its cluster's rank
+    answer = client.post(f"/api/v1/instances/{ranks[1].id}/stop")
+    assert (answer.status_code, answer.json()["code"]) == (409, "job_rank")
+    assert job.id in answer.json()["detail"]
+    for rank in ranks:
+        assert "starting at step 0" in _log_has(rank, "step 1/4")
+    _programs_end(ranks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert job_sync(job.id) == "succeeded"
+    job.refresh_from_db()
+    assert job.exit_code == 0 and job.restarts == 0
+    assert {rank.status for rank in _ranks(job)} <= {"terminating", "terminated"}
+    shown = client.get(f"/api/v1/jobs/{job.id}").json()
+    assert [(r["rank"], r["node"]) for r in shown["ranks"]] == [
+        (rank.job_rank.index, rank.node.name if rank.node else None) for rank in ranks
+    ]
+    assert shown["cost_fen"] == sum(rank.cost_fen for rank in _ranks(job)) > 0
+    # the job's cluster is the job's: not among the user's clusters, not acted on there
+    assert client.get(f"/api/v1/clusters/{job.cluster_id}").status_code == 404
+    assert client.get("/api/v1/clusters").json()["results"] == []
+
+
+def test_a_lost_node_pauses_billing_replaces_only_its_rank_and_every_rank_resumes(
+    fleet, client_for, owner, django_capture_on_commit_callbacks
+):
+    job = _job(client_for(owner), command=_trainer(2000), template="torchrun")
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    for rank in ranks:
+        _log_has(rank, "step 6/")
+    healthy, lost = ranks
+    assert lost.node is not None and healthy.node is not None
+
+    fleet.lose_node(lost.node.name)
+    # the node's loss told to its instances (its task's work, run here; what that sends after
+    # commit, the provisioning of the ranks, is done step by step below)
+    with django_capture_on_commit_callbacks(execute=False):
+        node_transition(node=lost.node, to="down", reason="heartbeat lost")
+        instances_on_node_changed(node_id=lost.node.pk, state="down", reason="heartbeat lost")
+    assert job_sync(job.id) == "recovering"
+    after = {rank.pk: rank for rank in _ranks(job)}
+    # billing paused for every rank; the healthy one keeps its node, the lost one moves
+    assert all(rank.running_since is None for rank in after.values())
+    assert after[healthy.pk].node_id == healthy.node_id
+    assert after[lost.pk].node_id not in (None, lost.node_id)
+
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    job.refresh_from_db()
+    assert (job.restarts, job.error_restarts) == (1, 0)
+    for rank in ranks:
+        log = _log_has(rank, "resumed from step")
+        assert int(log.split("resumed from step", 1)[1].split()[0]) >= 6
+        assert "STARVERSE_RESTART_COUNT=1" in log
+    assert ranks[0].node_id == healthy.node_id
+    events = client_for(owner).get(f"/api/v1/jobs/{job.id}/events").json()["results"]
+    assert [e["status"] for e in events][-2:] == ["recovering", "running"]
+
+
+def test_a_ranks_error_runs_every_rank_again_by_the_policy_then_fails_with_its_code(
+    fleet, client_for, owner, django_capture_on_commit_callbacks
+):
+    job = _job(client_for(owner), command=_trainer(50, fail_at=3, code=7), max_restarts=1)
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    _programs_end(ranks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert job_sync(job.id) == "recovering"
+    job.refresh_from_db()
+    assert (job.error_restarts, job.restart_pending) == (1, True)
+    for rank in _ranks(job):
+        assert converge_until(converge.stop, rank.id) == "stopped"
+    with django_capture_on_commit_callbacks(execute=False):
+        rank_restart(ranks[0].id)  # its task: every rank stopped, all start again as one
+    assert {rank.status for rank in _ranks(job)} == {"provisioning"}
+
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    for rank in ranks:
+        assert "STARVERSE_RESTART_COUNT=1" in _log_has(rank, "resumed from step 2")
+    _programs_end(ranks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert job_sync(job.id) == "failed"
+    job.refresh_from_db()
+    assert job.exit_code == 7
+    assert "simulated failure at step 3" in job.message
+    assert {rank.status for rank in _ranks(job)} <= {"terminating", "terminated"}
+    # each failure counted against its node; a node failed on twice is up for review
+    assert sum(job.error_nodes.values()) == 2
+    for node_id, count in job.error_nodes.items():
+        assert (Node.objects.get(pk=node_id).review_since is not None) == (count == 2)
+
+
+def test_a_preempted_rank_recovers_through_the_one_entry_point(
+    fleet, client_for, owner, django_capture_on_commit_callbacks
+):
+    """jobs.services.job_rank_lost: what a preemption or an eviction calls."""
+    job = _job(client_for(owner), command=_trainer(2000))
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    _log_has(ranks[0], "step 3/")
+    with django_capture_on_commit_callbacks(execute=False):
+        assert job_rank_lost(ranks[0].id, reason="preempted")
+    job.refresh_from_db()
+    assert job.status == "recovering" and job.error_restarts == 0
+    after = _ranks(job)
+    assert after[0].node_id != ranks[0].node_id and after[1].node_id == ranks[1].node_id
+    assert all(rank.running_since is None for rank in after)
+    ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
+    assert job_sync(job.id) == "running"
+    assert "STARVERSE_RESTART_COUNT=1" in _log_has(ranks[0], "resumed from step")
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "code"),
+    [
+        ({"node_count": 129}, "node_count", "invalid_node_count"),
+        ({"node_count": 0}, "node_count", "invalid_node_count"),
+        ({"node_count": 1, "template": "torchrun"}, "template", "invalid"),
+        ({"script": "echo hi", "command": "", "template": "megatron"}, "template", "invalid"),
+        ({"disks": ["dsk_a", "dsk_b", "dsk_c"]}, "disks", "invalid"),
+    ],
+)
+def test_bad_multi_node_orders_are_refused_and_create_nothing(
+    fleet, client_for, owner, body, field, code
+):
+    answer = _submit(client_for(owner), **{"command": "x", **body})
+    assert answer.status_code == 400, answer.json()
+    assert answer.json()["code"] == code
+    assert field in answer.json().get("errors", {}), answer.json()
+    assert not Job.objects.exists() and not Instance.objects.exists()
+
+
+def test_several_nodes_of_a_part_of_a_node_are_refused(fleet, client_for, owner):
+    part = Offering.objects.exclude(name=WHOLE_NODE).filter(gpu_count=1).first()
+    assert part is not None
+    answer = _submit(client_for(owner), command="x", offering=part.id)
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "not_whole_node"
+    assert not Job.objects.exists()
