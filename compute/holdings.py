@@ -73,7 +73,12 @@ def holding_place(holding_id: str, node: Node, indices: list[int]) -> None:
     placement lock): it leaves the queue and runs in the node's region."""
     Allocation.objects.bulk_create(allocations_new(holding_id, node, indices))
     _holding(holding_id).update(
-        state=HoldingState.PLACED, region_id=node.region_id, queued_at=None, unfunded_since=None
+        state=HoldingState.PLACED,
+        region_id=node.region_id,
+        queued_at=None,
+        unfunded_since=None,
+        wait_until=None,
+        preempt_at=None,
     )
 
 
@@ -92,7 +97,9 @@ def holding_release(holding_id: str) -> None:
     if meter_close(holding_id, now=timezone.now(), started_minute=False):
         logger.warning("meter.closed_at_release holding=%s", holding_id)
     Allocation.objects.filter(holding_id=holding_id).delete()
-    _holding(holding_id).update(state=HoldingState.RELEASED, queued_at=None, unfunded_since=None)
+    _holding(holding_id).update(
+        state=HoldingState.RELEASED, queued_at=None, unfunded_since=None, preempt_at=None
+    )
 
 
 def holdings_unfunded(holding_ids: list[str], *, since: datetime) -> None:
@@ -135,3 +142,14 @@ def holding_billing_set(holding_id: str, billing: str) -> None:
     """The holding is billed another way from now (a monthly rental that ended runs on by the
     hour)."""
     _holding(holding_id).update(billing=billing)
+
+
+def holding_wait_until(holding_id: str, until: datetime) -> None:
+    """A queued spot order gives up waiting at `until` (its max wait)."""
+    _holding(holding_id).update(wait_until=until)
+
+
+def waited_out(now: datetime) -> list[str]:
+    """The queued holdings whose max wait has passed (oldest first): their products fail them."""
+    rows = Holding.objects.filter(state=HoldingState.QUEUED, wait_until__lte=now)
+    return list(rows.order_by("queued_at", "id").values_list("id", flat=True))

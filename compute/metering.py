@@ -29,7 +29,8 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import BigIntegerField, Case, F, Q, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
@@ -41,7 +42,7 @@ from billing.services import (
     usage_accrue_many,
     usage_settle_many,
 )
-from compute.choices import HoldingKind
+from compute.choices import BillingMode, HoldingKind
 from compute.models import Holding
 from starverse.core.db import bulk_set
 
@@ -182,11 +183,30 @@ class _Metered(NamedTuple):
         return self.parent if self.kind == HoldingKind.REPLICA else self.id
 
 
+# A minute's price by the holding's billing: a spot holding's at its offering's spot price,
+# in cash only (trial credit pays the standard hourly minutes); any other at the hourly price.
+_SPOT = Q(billing=BillingMode.SPOT)
+_PRICES = {
+    "price": Case(
+        When(
+            _SPOT,
+            then=Coalesce("offering__spot_price_per_hour_fen", "offering__price_per_hour_fen"),
+        ),
+        default=F("offering__price_per_hour_fen"),
+    ),
+    "trial_price": Case(
+        When(_SPOT, then=Value(None, output_field=BigIntegerField())),
+        default=F("offering__trial_price_per_hour_fen"),
+    ),
+}
+
+
 def _metering(where: Q, *, skip_locked: bool) -> list[_Metered]:
     # locks the holdings only (of=self): wallets are locked later, in id order, by billing
     rows = (
         Holding.objects.filter(where, metered_since__isnull=False)
         .select_for_update(skip_locked=skip_locked, of=("self",))
+        .annotate(**_PRICES)
         .values_list(
             "id",
             "kind",
@@ -198,8 +218,8 @@ def _metering(where: Q, *, skip_locked: bool) -> list[_Metered]:
             "pending_trial_minutes",
             "pending_cash_fen",
             "pending_promo_fen",
-            "offering__price_per_hour_fen",
-            "offering__trial_price_per_hour_fen",
+            "price",
+            "trial_price",
             "tenant__wallet__id",
         )
     )

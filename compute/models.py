@@ -44,6 +44,12 @@ class Offering(models.Model):
         help_text="What trial credit pays per hour of this offering (billed by the minute, at "
         "most the hourly price); blank: trial credit is not spent on it.",
     )
+    spot_price_per_hour_fen = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="What an interruptible (spot) rental of it costs an hour, billed by the minute; "
+        "blank: not offered as spot.",
+    )
     active = models.BooleanField(default=True)
     sort = models.PositiveSmallIntegerField(default=0)
     # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
@@ -79,6 +85,16 @@ class Offering(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(gpu_count__gte=1, gpu_count__lte=16), name="offering_gpu_count"
+            ),
+            models.CheckConstraint(
+                condition=Q(spot_price_per_hour_fen__isnull=True)
+                | Q(
+                    spot_price_per_hour_fen__gte=1,
+                    spot_price_per_hour_fen__lte=models.F("price_per_hour_fen"),
+                ),
+                name="offering_spot_price",
+                violation_error_message="The spot price must be at least 1 fen and at most the "
+                "hourly price.",
             ),
         ]
 
@@ -183,6 +199,20 @@ class Holding(models.Model):
     # it without reading the products' tables.
     parent = models.CharField(max_length=32, blank=True, db_index=True)
     queued_at = models.DateTimeField(null=True, blank=True)
+    wait_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A spot order gives up waiting at this time (its max wait); null: it waits.",
+    )
+    preempt_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A spot holding taken back for a paying order: when its GPUs are taken (the "
+        "notice's deadline, SPOT_PREEMPT_GRACE_S after it); cleared when it is placed again.",
+    )
+    preemptions = models.PositiveIntegerField(
+        default=0, help_text="How many times it was taken back (the spot preemption rate)."
+    )
     unfunded_since = models.DateTimeField(
         null=True,
         blank=True,

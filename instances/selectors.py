@@ -194,6 +194,8 @@ INSTANCE_COLUMNS = (
     ("offering.gpu_model_id", "o.gpu_model_id"),
     ("offering.gpu_count", "o.gpu_count"),
     ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
+    ("offering.spot_price_per_hour_fen", "o.spot_price_per_hour_fen"),
+    ("stop_reason", "i.stop_reason"),
     ("node.name", "n.name"),
 )
 _JSON = {"ports"}
@@ -323,11 +325,14 @@ def spend_per_hour_fen(
 
 
 _SPEND_SQL = """
-SELECT i.tenant_id, CAST(SUM(o.price_per_hour_fen) AS BIGINT),
-       CAST(SUM(o.trial_price_per_hour_fen) AS BIGINT)
+SELECT i.tenant_id,
+       CAST(SUM(CASE WHEN i.billing = %(spot)s THEN o.spot_price_per_hour_fen
+                     ELSE o.price_per_hour_fen END) AS BIGINT),
+       CAST(SUM(CASE WHEN i.billing = %(spot)s THEN NULL
+                     ELSE o.trial_price_per_hour_fen END) AS BIGINT)
   FROM {instance} i JOIN {offering} o ON o.id = i.offering_id
   JOIN {holding} h ON h.id = i.id
- WHERE i.status IN ({statuses}) AND i.billing = %(hourly)s {tenants}
+ WHERE i.status IN ({statuses}) AND i.billing IN (%(hourly)s, %(spot)s) {tenants}
    AND i.id <> %(exclude)s AND (%(gang)s = '' OR h.gang <> %(gang)s)
  GROUP BY i.tenant_id
 """
@@ -361,7 +366,11 @@ def _spend_statement(
     tenant_ids: list[str] | None, *, starting: bool, exclude: str, exclude_gang: str
 ) -> tuple[str, dict[str, Any]]:
     statuses = STARTING_OR_RUNNING if starting else (S.RUNNING,)
-    params: dict[str, Any] = {"hourly": BillingMode.HOURLY, "exclude": exclude}
+    params: dict[str, Any] = {
+        "hourly": BillingMode.HOURLY,
+        "spot": BillingMode.SPOT,
+        "exclude": exclude,
+    }
     params["gang"] = exclude_gang
     params.update({f"s{n}": status for n, status in enumerate(statuses)})
     tenants = ""

@@ -21,6 +21,7 @@ from storage.models import Disk, SharedStorage
 # runs the platform's init package, which installs the access Secret mounted at ACCESS_DIR.
 INIT_COMMAND = ["/usr/bin/tini", "--", "/opt/starverse/bin/starverse-init"]
 ACCESS_DIR = "/etc/starverse/access"
+CONTAINER = "main"  # the instance pod's one container (exec runs in it)
 HOST_KEY_FILE = "ssh_host_ed25519_key"
 DISK_MOUNT = "/root/data"
 # On stop the init gives the user's on-stop hooks this long in all, then stops sshd and Jupyter;
@@ -296,7 +297,7 @@ def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) ->
         "ephemeral-storage": f"{settings.INSTANCE_EPHEMERAL_STORAGE_GB}Gi",
     }
     return {
-        "name": "main",
+        "name": CONTAINER,
         "image": instance.image.container_image,
         "command": list(INIT_COMMAND),
         "ports": [
