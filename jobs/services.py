@@ -14,7 +14,9 @@ only decides what its ranks' ends mean (job_sync):
   platform's failure, the job is recovering, billing paused by the instance, and the program
   starts again with STARVERSE_RESTART_COUNT one higher and the same checkpoint directory;
 - the instance stopped or failed without its program ending (a budget, an empty balance, an
-  image that cannot be pulled): the job failed, with the instance's reason.
+  image that cannot be pulled): the job failed, with the instance's reason;
+- a spot job's instance was taken back for a paying order (stop_reason "preempted"): the job
+  is recovering and its rank starts again, in line for GPUs, once stopped (_preempted).
 """
 
 import logging
@@ -34,6 +36,7 @@ from fleet.models import DEFAULT_REGION
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_order, instance_start, instance_terminate
 from instances.models import Instance, InstanceEvent, Workload
+from instances.preemption import PREEMPTED
 from jobs.choices import ENDED, JobStatus
 from jobs.models import Job, JobEvent, JobRank
 from starverse.accounts.models import User
@@ -83,6 +86,7 @@ class JobRequest:
     disks: list[str] | None = None
     nas: bool | None = None
     notes: list[str] | None = None
+    billing: str = "hourly"
 
     def hash(self) -> str:
         return request_hash_of(
@@ -99,6 +103,7 @@ class JobRequest:
             template=self.template,
             disks=sorted(self.disks or []),
             nas=self.nas,
+            **({"billing": self.billing} if self.billing != "hourly" else {}),
         )
 
 
@@ -144,6 +149,7 @@ def job_submit(*, user: User, request: JobRequest, idempotency_key: str = "") ->
             idle_stop=None,  # a job's GPUs may idle (data loading, a checkpoint): it ends itself
             region=DEFAULT_REGION if nas else "",  # the NAS lives in the default region
             workload=_workload(job),
+            billing=request.billing,
         )
         JobRank.objects.create(job=job, instance=instance, index=0)
         _event(job, J.QUEUED, later(SUBMITTED))
@@ -298,6 +304,9 @@ def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> N
         if instance.status == S.TERMINATED:
             _end(job, J.CANCELLED, later(gettext_noop("Cancelled.")), now=now)
         return
+    if instance.stop_reason == PREEMPTED and not job.restart_pending:
+        _preempted(job, instance)
+        return
     if workload is not None and workload.exit_code is not None:
         _program_ended(job, instance, workload, now=now)
         return
@@ -322,6 +331,28 @@ def _follow(job: Job, instance: Instance, workload: Workload | None = None) -> N
         _follow_running(job, instance, new_pod=new_pod, now=now)
     else:
         _follow_waiting(job, instance)
+
+
+def _preempted(job: Job, instance: Instance) -> None:
+    """Its spot rank was taken back for a paying order (instances.preemption): the job is
+    recovering, and its rank starts again once stopped (rank_restart, the restart path of a
+    failed program, not counted against max_restarts), in line for GPUs like any spot start:
+    the program resumes from its checkpoint when GPUs free up."""
+    job.restart_pending = True
+    job.save(update_fields=["restart_pending"])
+    # the SIGTERM may have ended the program: that exit is the preemption's, not its own
+    Workload.objects.filter(pk=instance.pk).update(exit_code=None, finished_at=None)
+    _move(
+        job,
+        J.RECOVERING,
+        later(
+            gettext_noop(
+                "Its GPUs were taken back for a paying order (a spot job); it resumes from its "
+                "checkpoint when GPUs free up."
+            )
+        ),
+    )
+    enqueue_on_commit("jobs.tasks.restart_rank", instance.pk)
 
 
 def _node_of(instance: Instance) -> str:

@@ -71,6 +71,14 @@ class JobCreateInput(InputSerializer):
         default=Template.NONE,
         help_text="A multi-node launcher; `none` for a one-node job.",
     )
+    billing = serializers.ChoiceField(
+        choices=[("hourly", "hourly"), ("spot", "spot")],
+        required=False,
+        default="hourly",
+        help_text="hourly, or spot: at the offering's spot price, taken back with notice when "
+        "a paying order needs the GPUs; the job is then recovering and resumes from its "
+        "checkpoint when GPUs free up.",
+    )
 
 
 class JobRankOutput(serializers.Serializer[dict[str, Any]]):

@@ -18,6 +18,8 @@ from compute.queue import positions, waits_ahead
 from instances.lifecycle import instance_order, instance_terminate, queue_drain, queue_review
 from instances.models import Instance
 from instances.provisioning import converge
+from jobs.models import Job, JobEvent
+from jobs.services import job_sync, rank_restart
 from starverse.core import kube
 from starverse.core.errors import InsufficientBalance, InvalidInput
 from tests.factories import converge_until, fund, make_cluster, make_user
@@ -228,3 +230,47 @@ def test_the_preempted_instance_is_its_owners_alone(people, client_for):
     assert client_for(paying).get(f"/api/v1/instances/{victim.pk}").status_code == 404
     instance_terminate(instance_id=victim.pk)
     assert LedgerTransaction.objects.filter(wallet__tenant=paying.tenant).count() >= 1
+
+
+def test_a_spot_job_taken_back_recovers_and_resumes_when_gpus_free(people, client_for):
+    spot, paying = people
+    answer = client_for(spot).post(
+        "/api/v1/jobs",
+        {
+            "offering": _offering("1× RTX 4090 24GB").id,
+            "image": IMAGE,
+            "nas": False,
+            "billing": "spot",
+            "command": "starverse-sim-train --steps 400 --step-seconds 0.05",
+        },
+        format="json",
+    )
+    assert answer.status_code == 202, answer.json()
+    job = Job.objects.get(pk=answer.json()["id"])
+    rank = Instance.objects.get(job_rank__job=job)
+    assert rank.billing == "spot"
+    _run(rank)
+    assert job_sync(job.id) == "running"
+    fillers = [_run(_order(paying, f"{n}× RTX 4090 24GB")) for n in (4, 2, 1)]
+    late = _order(paying, "1× RTX 4090 24GB")
+    queue_drain(product=RTX)
+    rank.refresh_from_db()
+    assert (rank.status, rank.stop_reason) == ("stopping", "preempted")
+    assert job_sync(job.id) == "recovering"
+    assert converge_until(converge.stop, rank.id) == "stopped"
+    rank_restart(rank.id)  # its task, once the rank stopped
+    assert Instance.objects.get(pk=rank.pk).status == "queued"  # behind the paying order
+    queue_drain(product=RTX)
+    assert Instance.objects.get(pk=late.pk).status == "provisioning"
+    assert Instance.objects.get(pk=rank.pk).status == "queued"
+    assert job_sync(job.id) == "recovering"
+    # a paying rental ends: the spot job's rank gets the GPU and the program runs again
+    instance_terminate(instance_id=fillers[2].pk)
+    assert converge_until(converge.terminate, fillers[2].pk) == "terminated"
+    queue_drain(product=RTX)
+    _run(Instance.objects.get(pk=rank.pk))
+    assert job_sync(job.id) == "running"
+    job.refresh_from_db()
+    assert job.error_restarts == 0  # a preemption is not the program's failure
+    texts = [event.text for event in JobEvent.objects.filter(job=job)]
+    assert any("taken back for a paying order" in text for text in texts)
