@@ -228,11 +228,27 @@ def preempt(holding_ids: list[str], *, now: datetime | None = None) -> list[str]
     return sorted(pk for pk, _kind in rows)
 
 
-def preemption_rate(gpu_model_id: str, *, days: int = 7) -> float | None:
+# The window of the preemption rate Rent and the price list show.
+RATE_DAYS = 7
+
+
+def preemption_rate(gpu_model_id: str, *, days: int = RATE_DAYS) -> float | None:
     """Times taken back per spot rental of a GPU model ordered in the last `days` (None:
-    none were ordered): what Rent and the price list show."""
+    none were ordered)."""
+    return preemption_rates(days=days).get(gpu_model_id)
+
+
+def preemption_rates(*, days: int = RATE_DAYS) -> dict[str, float]:
+    """preemption_rate of every GPU model that had spot rentals, in one query: what Rent and
+    the public price list show."""
     since = timezone.now() - timedelta(days=days)
-    rows = Holding.objects.filter(
-        billing=BillingMode.SPOT, offering__gpu_model_id=gpu_model_id, created_at__gte=since
-    ).aggregate(made=Count("id"), taken=Sum("preemptions"))
-    return (rows["taken"] or 0) / rows["made"] if rows["made"] else None
+    rows = (
+        Holding.objects.filter(billing=BillingMode.SPOT, created_at__gte=since)
+        .values("offering__gpu_model_id")
+        .annotate(made=Count("id"), taken=Sum("preemptions"))
+    )
+    return {
+        row["offering__gpu_model_id"]: (row["taken"] or 0) / row["made"]
+        for row in rows
+        if row["made"]
+    }

@@ -538,4 +538,7 @@ def offering_price_now(
             trial_minutes=trial_minutes(promo_free_fen, trial_price * count),
             after_fen=offering.price_per_hour_fen * count,
         )
+    spot = offering.spot_price_per_hour_fen
+    if billing == BillingMode.SPOT and spot is not None:
+        return PriceNow(fen=spot * count)  # in cash only
     return PriceNow(fen=offering.price_per_hour_fen * count)

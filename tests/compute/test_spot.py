@@ -274,3 +274,24 @@ def test_a_spot_job_taken_back_recovers_and_resumes_when_gpus_free(people, clien
     assert job.error_restarts == 0  # a preemption is not the program's failure
     texts = [event.text for event in JobEvent.objects.filter(job=job)]
     assert any("taken back for a paying order" in text for text in texts)
+
+
+def test_rent_the_price_list_and_the_instance_page_say_what_spot_is(people, client):
+    spot, paying = people
+    one = _offering("1× RTX 4090 24GB")
+    victim = _run(_order(spot, "8× RTX 4090 24GB", billing="spot"))
+    _order(paying, "1× RTX 4090 24GB")
+    queue_drain(product=RTX)
+    assert converge_until(converge.stop, victim.id) == "stopped"
+    # visitors: the spot price and the recent preemption rate per GPU model
+    home = client.get("/").content.decode()
+    assert 'data-price="spot"' in home and "preemptions per rental" in home
+    client.force_login(spot)
+    rent = client.get("/console/rent/").content.decode()
+    assert f'data-price-spot="{one.id}"' in rent
+    assert 'value="spot"' in rent and "/etc/starverse/preempt" in rent
+    assert f'data-spot-rate="{one.gpu_model_id}"' in rent
+    page = client.get(f"/console/instances/{victim.id}/").content.decode()
+    assert 'data-stop-reason="preempted"' in page and "data-spot-notice" in page
+    client.force_login(paying)
+    assert client.get(f"/console/instances/{victim.id}/").status_code == 404
