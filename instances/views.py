@@ -25,8 +25,8 @@ from billing.selectors import wallet_for_tenant
 from billing.services import trial_minutes
 from compute.admission import ORDER_KEY_PREFIX, runway_funds
 from compute.choices import BillingMode, OfferingKind
-from compute.preemption import preemption_rates
 from compute.models import Image, Offering
+from compute.preemption import preemption_rates
 from fleet.models import Region
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
