@@ -133,11 +133,11 @@ class Clock:
         from django.utils import timezone
 
         real = timezone.now
-        timezone.now = lambda: self.now  # type: ignore[assignment]
+        timezone.now = lambda: self.now
         try:
             yield
         finally:
-            timezone.now = real  # type: ignore[assignment]
+            timezone.now = real
 
 
 @dataclass
@@ -312,7 +312,7 @@ class _Sim:
         )
         for instance_id, deadline in noticed:
             held = self.held.get(instance_id)
-            if held is None or held.since_s is None:
+            if held is None or held.since_s is None or deadline is None:
                 continue
             self._account(held, t)
             held.left_s = max(held.left_s - (t - held.since_s), 60.0)

@@ -206,7 +206,7 @@ def _metering(where: Q, *, skip_locked: bool) -> list[_Metered]:
     rows = (
         Holding.objects.filter(where, metered_since__isnull=False)
         .select_for_update(skip_locked=skip_locked, of=("self",))
-        .annotate(**_PRICES)
+        .annotate(price=_PRICES["price"], trial_price=_PRICES["trial_price"])
         .values_list(
             "id",
             "kind",

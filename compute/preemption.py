@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import combinations
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
@@ -88,7 +88,7 @@ def _units(product: str, region: str) -> list[Unit]:
         )
         .annotate(gpus=Count("id"))
     )
-    grouped: dict[str, list[dict]] = defaultdict(list)
+    grouped: dict[str, list[Any]] = defaultdict(list)
     for row in rows:
         grouped[row["holding__gang"] or row["holding_id"]].append(row)
     units = []

@@ -8,6 +8,7 @@ is one unit of the preemption), so the cluster stops as a whole."""
 
 import logging
 from datetime import datetime
+from functools import partial
 
 from django.db import transaction
 from django.utils import timezone
@@ -48,10 +49,13 @@ def preempted(instance_ids: list[str], deadline: datetime) -> None:
             "at": at,
             "deadline": until,
         }
-        tenant_id, orderer_id = instance.tenant_id, instance.created_by_id
         transaction.on_commit(
-            lambda t=tenant_id, o=orderer_id, w=words: mail_about_instance(
-                t, o, "instances/email/preempted.txt", w
+            partial(
+                mail_about_instance,
+                instance.tenant_id,
+                instance.created_by_id,
+                "instances/email/preempted.txt",
+                words,
             )
         )
         logger.info("spot.preempted instance=%s deadline=%s", instance_id, deadline)

@@ -265,6 +265,7 @@ class SimulatedShell:
     ) -> None:
         self.container = container
         self._write = write
+        self._captured: list[str] | None = None  # what a command prints into a `> path`
         self.tty = tty
         self.clock = clock
         self.cols, self.rows = 80, 24
@@ -278,6 +279,9 @@ class SimulatedShell:
     # --- output ------------------------------------------------------------------------------
 
     def print(self, text: str) -> None:
+        if self._captured is not None:  # a command's `> path`: into the file
+            self._captured.append(text)
+            return
         if self.tty:
             text = text.replace("\r\n", "\n").replace("\n", "\r\n")
         self._write(text.encode())
@@ -369,13 +373,12 @@ class SimulatedShell:
 
     def _redirected(self, line: str, path: str) -> int:
         """Run `line` with what it prints written to the container file `path`."""
-        printed: list[str] = []
-        write, self.print = self.print, printed.append  # type: ignore[method-assign]
+        self._captured = []
         try:
             code = self._run_one(line)
+            self.container.written[path] = "".join(self._captured)
         finally:
-            self.print = write  # type: ignore[method-assign]
-        self.container.written[path] = "".join(printed)
+            self._captured = None
         return code
 
     def _run_one(self, line: str) -> int:

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from clusters.choices import Template
 from instances.choices import InstanceStatus
-from jobs.choices import JobStatus
+from jobs.choices import JobBilling, JobStatus
 from jobs.services import MAX_RESTARTS, MAX_TIME_LIMIT_MINUTES
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
@@ -72,9 +72,9 @@ class JobCreateInput(InputSerializer):
         help_text="A multi-node launcher; `none` for a one-node job.",
     )
     billing = serializers.ChoiceField(
-        choices=[("hourly", "hourly"), ("spot", "spot")],
+        choices=JobBilling.choices,
         required=False,
-        default="hourly",
+        default=JobBilling.HOURLY,
         help_text="hourly, or spot: at the offering's spot price, taken back with notice when "
         "a paying order needs the GPUs; the job is then recovering and resumes from its "
         "checkpoint when GPUs free up.",

@@ -320,6 +320,8 @@ SPECTACULAR_SETTINGS = {
         "TrialStatusEnum": "billing.choices.TrialStatus",
         "InvoiceKindEnum": "billing.choices.InvoiceKind",
         "JobStatusEnum": "jobs.choices.JobStatus",
+        "BillingEnum": "compute.choices.BillingMode",
+        "JobBillingEnum": "jobs.choices.JobBilling",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
