@@ -291,6 +291,8 @@ def test_rent_the_price_list_and_the_instance_page_say_what_spot_is(people, clie
     assert f'data-price-spot="{one.id}"' in rent
     assert 'value="spot"' in rent and "/etc/starverse/preempt" in rent
     assert f'data-spot-rate="{one.gpu_model_id}"' in rent
+    assert 'name="billing" value="spot"' in client.get("/console/jobs/new/").content.decode()
+    assert 'value="spot"' in client.get("/console/clusters/new/").content.decode()
     page = client.get(f"/console/instances/{victim.id}/").content.decode()
     assert 'data-stop-reason="preempted"' in page and "data-spot-notice" in page
     client.force_login(paying)
