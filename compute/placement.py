@@ -152,6 +152,14 @@ def choose(
         found = candidates(offering, region, image=image, limit=1)
         return found[0].placement(offering) if found else None
     gpu_model_placement_lock(offering.gpu_model_id, shared=True)
+    return _choose_claiming(offering, region, image=image, spot=spot)
+
+
+def _choose_claiming(
+    offering: Offering, region: str, *, image: str, spot: bool
+) -> tuple[Node, list[int]] | None:
+    """choose() for a new order, under the model's shared lock: the best-fitting node no other
+    order is claiming, claimed (see choose())."""
     tried: list[str] = []
     busy: list[str] = []
     while True:

@@ -171,20 +171,15 @@ def instance_order(
     workload: Workload | None = None,
     spot_max_wait_minutes: int | None = None,
 ) -> tuple[Instance, bool]:
-    """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
-    Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`:
-    the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway). `region`
-    keeps it to that region's nodes; "" (any) places it where there is room, or in its disks'
-    region (a disk attaches only in its own region). `idle_stop` (DEFAULT: the user's settings;
-    None: off) and `stop_at` or `stop_after_hours`: its automatic stops (instances.schedules).
-    `workload`: a program it runs to its end (instances.models.Workload; a job's), unsaved.
-    `spot_max_wait_minutes`: how long a spot order (`billing` "spot") may wait in line before
-    it fails at no cost (None: as long as it takes)."""
+    """Order an instance: placed now, or queued behind earlier orders for the same GPU; the same
+    Idempotency-Key answers the same (instance, created). `region` "": any (or the disks').
+    `idle_stop` (DEFAULT: the user's settings), `stop_at`, `stop_after_hours`: its automatic
+    stops. `workload`: a job's program, unsaved. `spot_max_wait_minutes`: a spot order fails,
+    at no cost, after waiting that long (None: as long as it takes)."""
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
-    _one_scheduled_stop(stop_at, stop_after_hours)
-    _spot_wait_valid(billing, spot_max_wait_minutes)
+    _one_scheduled_stop(stop_at, stop_after_hours, billing, spot_max_wait_minutes)
     request = _Request(
         offering_id=offering_id,
         image_id=image_id,
@@ -240,7 +235,11 @@ def _spot_wait_valid(billing: str, minutes: int | None) -> None:
         )
 
 
-def _one_scheduled_stop(stop_at: datetime | None, stop_after_hours: int | None) -> None:
+def _one_scheduled_stop(
+    stop_at: datetime | None, stop_after_hours: int | None, billing: str, max_wait: int | None
+) -> None:
+    """One scheduled stop at most, and a max wait only for a spot order."""
+    _spot_wait_valid(billing, max_wait)
     if stop_at is not None and stop_after_hours is not None:
         raise InvalidInput(
             _("stop_at: give stop_at or stop_after_hours, not both."), code="invalid_stop_at"
