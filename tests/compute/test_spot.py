@@ -22,7 +22,14 @@ from jobs.models import Job, JobEvent
 from jobs.services import job_sync, rank_restart
 from starverse.core import kube
 from starverse.core.errors import InsufficientBalance, InvalidInput
-from tests.factories import converge_until, fund, make_cluster, make_user
+from tests.factories import (
+    converge_until,
+    fund,
+    make_cluster,
+    make_operator,
+    make_user,
+    staff_login,
+)
 
 IMAGE = "pytorch-2.1"
 RTX = "NVIDIA GeForce RTX 4090"
@@ -297,3 +304,17 @@ def test_rent_the_price_list_and_the_instance_page_say_what_spot_is(people, clie
     assert 'data-stop-reason="preempted"' in page and "data-spot-notice" in page
     client.force_login(paying)
     assert client.get(f"/console/instances/{victim.id}/").status_code == 404
+
+
+def test_an_operator_prices_spot_in_the_admin(catalog, client):
+    staff_login(client, make_operator())
+    one = _offering("1× RTX 4090 24GB")
+    page = client.get(f"/admin/compute/offering/{one.pk}/change/").content.decode()
+    assert 'name="spot_price_per_hour_fen"' in page
+    # above the hourly price is refused by the database, whatever the form says
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Offering.objects.filter(pk=one.pk).update(
+            spot_price_per_hour_fen=one.price_per_hour_fen + 1
+        )
