@@ -12,6 +12,7 @@ from bench import (
     instances,
     jobs,
     ledger,
+    sched_sim_month,
     statements,
 )
 
@@ -26,6 +27,7 @@ BENCHMARKS = {
     "endpoints": endpoints.run,
     "statements": statements.run,
     "jobs": jobs.run,
+    "sched_sim_month": sched_sim_month.run,
 }
 
 

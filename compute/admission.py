@@ -193,6 +193,7 @@ class Runway:
     product: Product = "instance"
     trial: TrialRunway | None = None
     idle_trial_fen: int = 0
+    spot: bool = False
 
     @property
     def need_fen(self) -> int:
@@ -237,7 +238,8 @@ def order_runway(order: Order, wallet: Wallet, *, burn: tuple[int, int] | None =
     if order.cpu_only:  # no-GPU mode: trial credit pays it at the same price as cash
         monthly, trial_price = False, order.offering.cpu_only_price_per_hour_fen
     trial = None
-    if order.trial_credit and not monthly and trial_price is not None:
+    # trial credit pays the standard hourly minutes only: a spot rental is paid in cash
+    if order.trial_credit and order.billing == BillingMode.HOURLY and trial_price is not None:
         trial = TrialRunway(
             have_fen=funds.trial_fen, own_fen=trial_price * order.units, burn_fen=trial_burn_fen
         )
@@ -249,6 +251,7 @@ def order_runway(order: Order, wallet: Wallet, *, burn: tuple[int, int] | None =
         product=order.product,
         trial=trial,
         idle_trial_fen=funds.trial_fen if trial is None and order.trial_credit else 0,
+        spot=order.billing == BillingMode.SPOT,
     )
 
 
@@ -309,6 +312,11 @@ def _idle_trial_message(found: Runway) -> str:
         return _("Your trial credit of %(have)s pays by the hour only, not monthly rentals.") % {
             "have": have
         }
+    if found.spot:
+        return _(
+            "Your trial credit of %(have)s does not pay for interruptible (spot) rentals, which "
+            "are paid in cash."
+        ) % {"have": have}
     names = trial_offerings()
     if not names:
         return _("Your trial credit of %(have)s does not pay for this offering.") % {"have": have}

@@ -10,6 +10,13 @@ class OfferingKind(models.TextChoices):
 class BillingMode(models.TextChoices):
     HOURLY = "hourly", _("Pay as you go (per minute)")
     MONTHLY = "monthly", _("Monthly")
+    # GPUs no paying order needs, at the offering's spot price, taken back with notice when
+    # an hourly or monthly order needs them (compute.preemption)
+    SPOT = "spot", _("Interruptible (spot)")
+
+
+# What may preempt a spot holding: the paying billing modes.
+PAYING = (BillingMode.HOURLY, BillingMode.MONTHLY)
 
 
 class HoldingKind(models.TextChoices):

@@ -79,6 +79,8 @@ def holding_place(holding_id: str, node: Node, indices: list[int]) -> None:
         unfunded_since=None,
         gpus_attached=True,
         cpu_node=None,
+        wait_until=None,
+        preempt_at=None,
     )
 
 
@@ -121,7 +123,11 @@ def holding_release(holding_id: str) -> None:
         logger.warning("meter.closed_at_release holding=%s", holding_id)
     Allocation.objects.filter(holding_id=holding_id).delete()
     _holding(holding_id).update(
-        state=HoldingState.RELEASED, queued_at=None, unfunded_since=None, cpu_node=None
+        state=HoldingState.RELEASED,
+        queued_at=None,
+        unfunded_since=None,
+        cpu_node=None,
+        preempt_at=None,
     )
 
 
@@ -165,3 +171,14 @@ def holding_billing_set(holding_id: str, billing: str) -> None:
     """The holding is billed another way from now (a monthly rental that ended runs on by the
     hour)."""
     _holding(holding_id).update(billing=billing)
+
+
+def holding_wait_until(holding_id: str, until: datetime) -> None:
+    """A queued spot order gives up waiting at `until` (its max wait)."""
+    _holding(holding_id).update(wait_until=until)
+
+
+def waited_out(now: datetime) -> list[str]:
+    """The queued holdings whose max wait has passed (oldest first): their products fail them."""
+    rows = Holding.objects.filter(state=HoldingState.QUEUED, wait_until__lte=now)
+    return list(rows.order_by("queued_at", "id").values_list("id", flat=True))

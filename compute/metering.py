@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django.db import transaction
-from django.db.models import Case, F, Q, When
+from django.db.models import BigIntegerField, Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_noop
@@ -42,7 +42,7 @@ from billing.services import (
     usage_accrue_many,
     usage_settle_many,
 )
-from compute.choices import HoldingKind
+from compute.choices import BillingMode, HoldingKind
 from compute.models import Holding
 from starverse.core.db import bulk_set
 
@@ -187,26 +187,36 @@ class _Metered(NamedTuple):
         return self.parent if self.kind == HoldingKind.REPLICA else self.id
 
 
-# What a minute of a holding costs: its offering's hourly price, or in no-GPU mode (no GPUs
-# attached) the offering's no-GPU price, which trial credit pays as well (at the same price;
-# an operator who withdrew the no-GPU price meanwhile leaves the running session at the
-# standard ones).
-_PRICE = Case(
-    When(
-        gpus_attached=False,
-        then=Coalesce("offering__cpu_only_price_per_hour_fen", "offering__price_per_hour_fen"),
-    ),
-    default=F("offering__price_per_hour_fen"),
-)
-_TRIAL_PRICE = Case(
-    When(
-        gpus_attached=False,
-        then=Coalesce(
-            "offering__cpu_only_price_per_hour_fen", "offering__trial_price_per_hour_fen"
+# What a minute of a holding costs: in no-GPU mode (no GPUs attached) its offering's no-GPU
+# price, which trial credit pays as well (at the same price; an operator who withdrew the no-GPU
+# price meanwhile leaves the running session at the standard ones); a spot holding's at the
+# offering's spot price, in cash only (trial credit pays the standard hourly minutes); any other
+# at the hourly price.
+_NO_GPU = Q(gpus_attached=False)
+_SPOT = Q(billing=BillingMode.SPOT)
+_PRICES = {
+    "price": Case(
+        When(
+            _NO_GPU,
+            then=Coalesce("offering__cpu_only_price_per_hour_fen", "offering__price_per_hour_fen"),
         ),
+        When(
+            _SPOT,
+            then=Coalesce("offering__spot_price_per_hour_fen", "offering__price_per_hour_fen"),
+        ),
+        default=F("offering__price_per_hour_fen"),
     ),
-    default=F("offering__trial_price_per_hour_fen"),
-)
+    "trial_price": Case(
+        When(
+            _NO_GPU,
+            then=Coalesce(
+                "offering__cpu_only_price_per_hour_fen", "offering__trial_price_per_hour_fen"
+            ),
+        ),
+        When(_SPOT, then=Value(None, output_field=BigIntegerField())),
+        default=F("offering__trial_price_per_hour_fen"),
+    ),
+}
 
 
 def _metering(where: Q, *, skip_locked: bool) -> list[_Metered]:
@@ -214,7 +224,7 @@ def _metering(where: Q, *, skip_locked: bool) -> list[_Metered]:
     rows = (
         Holding.objects.filter(where, metered_since__isnull=False)
         .select_for_update(skip_locked=skip_locked, of=("self",))
-        .annotate(price=_PRICE, trial_price=_TRIAL_PRICE)
+        .annotate(price=_PRICES["price"], trial_price=_PRICES["trial_price"])
         .values_list(
             "id",
             "kind",

@@ -61,6 +61,12 @@ class Offering(models.Model):
         "(no-GPU mode: its disks, CPU and memory, no GPU), billed by the minute, from trial "
         "credit too; blank: no-GPU mode is not offered.",
     )
+    spot_price_per_hour_fen = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="What an interruptible (spot) rental of it costs an hour, billed by the minute; "
+        "blank: not offered as spot.",
+    )
     active = models.BooleanField(default=True)
     sort = models.PositiveSmallIntegerField(default=0)
     # The cluster's RuntimeClass for these pods (e.g. a gVisor or Kata sandbox, or "nvidia");
@@ -102,6 +108,16 @@ class Offering(models.Model):
                 | Q(cpu_only_price_per_hour_fen__gte=1),
                 name="offering_cpu_only_price",
                 violation_error_message="The no-GPU price must be at least 1 fen.",
+            ),
+            models.CheckConstraint(
+                condition=Q(spot_price_per_hour_fen__isnull=True)
+                | Q(
+                    spot_price_per_hour_fen__gte=1,
+                    spot_price_per_hour_fen__lte=models.F("price_per_hour_fen"),
+                ),
+                name="offering_spot_price",
+                violation_error_message="The spot price must be at least 1 fen and at most the "
+                "hourly price.",
             ),
         ]
 
@@ -280,6 +296,22 @@ class Holding(models.Model):
     # it without reading the products' tables.
     parent = models.CharField(max_length=32, blank=True, db_index=True)
     queued_at = models.DateTimeField(null=True, blank=True)
+    wait_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A spot order gives up waiting at this time (its max wait); null: it waits.",
+    )
+    preempt_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A spot holding taken back for a paying order: when its GPUs are taken (the "
+        "notice's deadline, SPOT_PREEMPT_GRACE_S after it); cleared when it is placed again.",
+    )
+    preemptions = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="How many times it was taken back (the spot preemption rate).",
+    )
     unfunded_since = models.DateTimeField(
         null=True,
         blank=True,

@@ -87,9 +87,17 @@ class Order:
             return 0
         if self.cpu_only:
             return (self.offering.cpu_only_price_per_hour_fen or 0) * self.units
-        monthly = self.billing == BillingMode.MONTHLY
-        price = self.offering.price_per_month_fen if monthly else self.offering.price_per_hour_fen
-        return (price or 0) * self.units
+        return (price_of(self.offering, self.billing) or 0) * self.units
+
+
+def price_of(offering: Offering, billing: str) -> int | None:
+    """What `offering` costs a unit of its billing: a month (monthly), an hour at the spot
+    price (spot), else an hour. None: not offered so."""
+    if billing == BillingMode.MONTHLY:
+        return offering.price_per_month_fen
+    if billing == BillingMode.SPOT:
+        return offering.spot_price_per_hour_fen
+    return offering.price_per_hour_fen
 
 
 # a different request under a key: what each product's answer has always said

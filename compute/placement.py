@@ -118,7 +118,12 @@ def misfit(offering: Offering) -> str | None:
 
 
 def choose(
-    offering: Offering, region: str = "", *, image: str = "", concurrent: bool = False
+    offering: Offering,
+    region: str = "",
+    *,
+    image: str = "",
+    concurrent: bool = False,
+    spot: bool = False,
 ) -> tuple[Node, list[int]] | None:
     """The node and GPU indices an instance of this offering gets now, or None. A node fits when
     it has the GPUs free and, by its allocatable less what is already placed on it, the CPU,
@@ -141,17 +146,32 @@ def choose(
     skips a node another is placing on rather than queueing behind it (so under a burst the
     second-fullest node may be taken before the fullest; packing stays best-fit otherwise).
     A new order also takes nothing while an earlier order waits for the same GPUs (first come,
-    first served: compute.queue), read under the lock in the same statement."""
+    first served: compute.queue; a `spot` order takes nothing while any paying order waits),
+    read under the lock in the same statement."""
     if not concurrent:
         gpu_model_placement_lock(offering.gpu_model_id)
         found = candidates(offering, region, image=image, limit=1)
         return found[0].placement(offering) if found else None
     gpu_model_placement_lock(offering.gpu_model_id, shared=True)
+    return _choose_claiming(offering, region, image=image, spot=spot)
+
+
+def _choose_claiming(
+    offering: Offering, region: str, *, image: str, spot: bool
+) -> tuple[Node, list[int]] | None:
+    """choose() for a new order, under the model's shared lock: the best-fitting node no other
+    order is claiming, claimed (see choose())."""
     tried: list[str] = []
     busy: list[str] = []
     while True:
         found = candidates(
-            offering, region, image=image, limit=CANDIDATES, skip=tried, behind_queue=not tried
+            offering,
+            region,
+            image=image,
+            limit=CANDIDATES,
+            skip=tried,
+            behind_queue=not tried,
+            spot=spot,
         )
         if not found:
             break
@@ -266,11 +286,13 @@ def candidates(
     only: str = "",
     skip: list[str] | None = None,
     behind_queue: bool = False,
+    spot: bool = False,
 ) -> list[Candidate]:
     """The nodes an instance of `offering` fits on now, best fit first (see choose()), at most
     `limit`; only the node `only` when given, never those in `skip`; with `behind_queue`, none
-    while an earlier order waits for these GPUs (compute.queue). The caller holds the GPU
-    model's lock (and, placing concurrently, its claim on `only`)."""
+    while an earlier order waits for these GPUs (compute.queue; for a `spot` order, while any
+    paying order does). The caller holds the GPU model's lock (and, placing concurrently, its
+    claim on `only`)."""
     want = needs(offering)
     with connection.cursor() as cursor:
         execute_prepared(
@@ -294,6 +316,7 @@ def candidates(
                 "behind_queue": behind_queue,
                 "replica": HoldingKind.REPLICA.value,
                 "before": None,
+                "spot": spot,
             },
         )
         return [Candidate(*row) for row in cursor.fetchall()]
@@ -353,6 +376,7 @@ def choose_nodes(
     prefer: frozenset[str] = frozenset(),
     avoid: frozenset[str] = frozenset(),
     behind_queue: bool = False,
+    spot: bool = False,
 ) -> Gang | None:
     """Whole free nodes for every rank of a cluster of a whole-node offering, or None (all or
     none: a cluster never holds part of its nodes). Packed under as few leaf switches as
@@ -366,7 +390,7 @@ def choose_nodes(
     earlier order waits for these GPUs, read under the lock as choose() reads it."""
     gpu_model_placement_lock(offering.gpu_model_id)
     product = offering.gpu_model.product
-    if behind_queue and queue.waits_ahead(product, region):
+    if behind_queue and queue.waits_ahead(product, region, spot=spot):
         return None
     nodes, taken, rooms, regions = capacity(product, region)
     want = needs(offering)

@@ -13,6 +13,7 @@ from django.templatetags.static import static
 from django.utils import timezone
 
 from billing.selectors import ledger_lines_for_tenant, trial_state, wallet_for_tenant
+from compute.preemption import preemption_rates
 from fleet.models import Region
 from instances.autostop import auto_stop_savings
 from instances.choices import InstanceStatus
@@ -44,6 +45,8 @@ class PriceRow:
     month_fen: int | None
     trial_hour_fen: int | None
     gpu_hour_fen: int  # the hourly price of one of its GPUs, for the "from" figures
+    spot_hour_fen: int | None = None  # interruptible: None when not offered as spot
+    spot_rate: float | None = None  # its GPU model's preemptions per spot rental, lately
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ def home(request: HttpRequest) -> HttpResponse:
     active catalog as Rent and the cost calculator read it, storage prices, and the way in."""
     if request.user.is_authenticated:
         return redirect("console:dashboard")
+    rates = preemption_rates()
     rows = [
         PriceRow(
             key=o.slug or o.id,
@@ -73,6 +77,8 @@ def home(request: HttpRequest) -> HttpResponse:
             month_fen=o.price_per_month_fen,
             trial_hour_fen=o.trial_price_per_hour_fen,
             gpu_hour_fen=-(-o.price_per_hour_fen // o.gpu_count),  # rounded up: never under-quoted
+            spot_hour_fen=o.spot_price_per_hour_fen,
+            spot_rate=rates.get(o.gpu_model_id),
         )
         for o in calculator_offerings()
     ]

@@ -78,7 +78,14 @@ class OfferingAdmin(admin.ModelAdmin[Offering]):
         (None, {"fields": ["local_disk_gb", "system_disk_gb", "runtime_class"]}),
         (
             _("Prices (fen)"),
-            {"fields": ["price_per_hour_fen", "price_per_month_fen", "trial_price_per_hour_fen"]},
+            {
+                "fields": [
+                    "price_per_hour_fen",
+                    "price_per_month_fen",
+                    "trial_price_per_hour_fen",
+                    "spot_price_per_hour_fen",
+                ]
+            },
         ),
         (_("Clusters"), {"fields": ["cluster_one_switch", "preflight_floor_gbps"]}),
     ]

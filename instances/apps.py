@@ -41,8 +41,10 @@ class InstancesConfig(AppConfig):
         from billing.usage import resource_namer_register
         from instances.admission import admission_reader_install
         from instances.metering import meter_hooks_install
+        from instances.preemption import preemption_hooks_install
         from instances.selectors import instances_named
 
         resource_namer_register("instances", instances_named)
         meter_hooks_install()
+        preemption_hooks_install()
         admission_reader_install()

@@ -20,13 +20,15 @@ from instances.models import Instance, InstanceEvent, MonthlyRental
 from starverse.core.text import later
 
 PERIOD = timedelta(days=30)
+# The billing modes metered by the minute (a monthly rental prepays its periods).
+BY_THE_MINUTE = (BillingMode.HOURLY, BillingMode.SPOT)
 
 
 def bill_until(instance: Instance, now: datetime, *, started_minute: bool) -> int:
     """End the instance's metering session at `now` (with the minute in progress when
     `started_minute`): its unposted minutes are accrued and posted (compute.metering), inside
     the caller's transaction that holds its row lock. Returns the fen charged now."""
-    if instance.running_since is None or instance.billing != BillingMode.HOURLY:
+    if instance.running_since is None or instance.billing not in BY_THE_MINUTE:
         return 0
     spent = meter_close(instance.id, now=now, started_minute=started_minute)
     if spent:
@@ -36,8 +38,9 @@ def bill_until(instance: Instance, now: datetime, *, started_minute: bool) -> in
 
 def meter_start(instance: Instance, now: datetime) -> None:
     """The instance serves from `now` in a new session (its `session` already counted): an
-    hourly one is metered from now, its postings keyed usage:{instance}:{session}."""
-    if instance.billing == BillingMode.HOURLY:
+    hourly or spot one is metered from now (a spot one at its offering's spot price), its
+    postings keyed usage:{instance}:{session}."""
+    if instance.billing in BY_THE_MINUTE:
         meter_open(instance.id, key=f"usage:{instance.id}:{instance.session}", since=now)
 
 

@@ -20,10 +20,19 @@ from billing.holds import account_hold_check
 from billing.selectors import wallet_locked
 from compute.admission import Runway, admit
 from compute.choices import BillingMode, OfferingKind
-from compute.holdings import holding_of, holdings_funded, holdings_unfunded, holds_gpus, unfunded
+from compute.holdings import (
+    holding_of,
+    holding_wait_until,
+    holdings_funded,
+    holdings_unfunded,
+    holds_gpus,
+    unfunded,
+    waited_out,
+)
 from compute.models import Image, Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from compute.placement import Gang, choose, choose_nodes
+from compute.preemption import preempt_for
 from compute.queue import heads, waits_ahead
 from fleet.choices import NodeState
 from fleet.models import Node
@@ -166,18 +175,17 @@ def instance_order(
     stop_at: datetime | None = None,
     stop_after_hours: int | None = None,
     workload: Workload | None = None,
+    spot_max_wait_minutes: int | None = None,
 ) -> tuple[Instance, bool]:
-    """Order an instance: place it now, or queue it behind earlier orders for the same GPU.
-    Returns (instance, created); the same Idempotency-Key answers the same instance. `ports`:
-    the HTTP ports it serves through the gateway besides Jupyter's (instances.gateway). `region`
-    keeps it to that region's nodes; "" (any) places it where there is room, or in its disks'
-    region (a disk attaches only in its own region). `idle_stop` (DEFAULT: the user's settings;
-    None: off) and `stop_at` or `stop_after_hours`: its automatic stops (instances.schedules).
-    `workload`: a program it runs to its end (instances.models.Workload; a job's), unsaved."""
+    """Order an instance: placed now, or queued behind earlier orders for the same GPU; the same
+    Idempotency-Key answers the same (instance, created). `region` "": any (or the disks').
+    `idle_stop` (DEFAULT: the user's settings), `stop_at`, `stop_after_hours`: its automatic
+    stops. `workload`: a job's program, unsaved. `spot_max_wait_minutes`: a spot order fails,
+    at no cost, after waiting that long (None: as long as it takes)."""
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
-    _one_scheduled_stop(stop_at, stop_after_hours)
+    _one_scheduled_stop(stop_at, stop_after_hours, billing, spot_max_wait_minutes)
     request = _Request(
         offering_id=offering_id,
         image_id=image_id,
@@ -195,6 +203,7 @@ def instance_order(
         auto_renew=auto_renew,
         auto_recover=auto_recover,
         workload=workload,
+        spot_max_wait_minutes=spot_max_wait_minutes,
     )
     key = OrderKey(user.tenant_id, idempotency_key, request.hash())
     if (earlier := ordered_before(Instance.objects.all(), key, "instance")) is not None:
@@ -204,13 +213,39 @@ def instance_order(
     def order_once() -> Instance:
         # a new Instance each try: a try that deadlocked may have set its fields
         instance = request.instance_new(fields, stops)
-        _place_or_queue(instance, request.disks, key)
+        _place_or_queue(instance, request.disks, key, spot_max_wait_minutes)
         return instance
 
     return order_commit(Instance.objects.all(), key, "instance", order_once)
 
 
-def _one_scheduled_stop(stop_at: datetime | None, stop_after_hours: int | None) -> None:
+# The longest a spot order may say it waits (a week).
+SPOT_MAX_WAIT_MINUTES = 7 * 24 * 60
+
+
+def _spot_wait_valid(billing: str, minutes: int | None) -> None:
+    if minutes is None:
+        return
+    if billing != BillingMode.SPOT:
+        raise InvalidInput(
+            _('spot_max_wait_minutes: only a spot order (billing "spot") waits so.'),
+            code="invalid_spot_max_wait",
+            field="spot_max_wait_minutes",
+        )
+    if not 1 <= minutes <= SPOT_MAX_WAIT_MINUTES:
+        raise InvalidInput(
+            _("spot_max_wait_minutes: give 1 to %(most)d minutes, or leave it out to wait.")
+            % {"most": SPOT_MAX_WAIT_MINUTES},
+            code="invalid_spot_max_wait",
+            field="spot_max_wait_minutes",
+        )
+
+
+def _one_scheduled_stop(
+    stop_at: datetime | None, stop_after_hours: int | None, billing: str, max_wait: int | None
+) -> None:
+    """One scheduled stop at most, and a max wait only for a spot order."""
+    _spot_wait_valid(billing, max_wait)
     if stop_at is not None and stop_after_hours is not None:
         raise InvalidInput(
             _("stop_at: give stop_at or stop_after_hours, not both."), code="invalid_stop_at"
@@ -239,6 +274,7 @@ class _Request:
     auto_recover: bool | None
     # (its owner orders it once, under its own key: not part of the hash)
     workload: Workload | None = None
+    spot_max_wait_minutes: int | None = None
 
     def hash(self) -> str:
         """The request's hash, which tells a repeat from another order under the same key."""
@@ -261,6 +297,11 @@ class _Request:
             **(
                 {"stop_after_hours": self.stop_after_hours}
                 if self.stop_after_hours is not None
+                else {}
+            ),
+            **(
+                {"spot_max_wait_minutes": self.spot_max_wait_minutes}
+                if self.spot_max_wait_minutes is not None
                 else {}
             ),
         )
@@ -353,27 +394,47 @@ def orderable(
         raise InvalidInput(_("Unknown image %(id)s.") % {"id": image_id}, code="unknown_image")
     if billing == BillingMode.MONTHLY and offering.price_per_month_fen is None:
         raise InvalidInput(_("Monthly billing is offered for whole nodes only."), code="no_monthly")
+    if billing == BillingMode.SPOT and offering.spot_price_per_hour_fen is None:
+        raise InvalidInput(
+            _(
+                '%(offering)s is not offered as interruptible (spot): choose billing "hourly", '
+                "or an offering with a spot price."
+            )
+            % {"offering": localized(offering, "name")},
+            code="no_spot",
+        )
     return offering, image
 
 
-def _place_or_queue(instance: Instance, disk_ids: list[str], key: OrderKey) -> None:
+def _place_or_queue(
+    instance: Instance, disk_ids: list[str], key: OrderKey, max_wait: int | None = None
+) -> None:
     """Inside the order's transaction: GPUs now when nobody waits for this GPU and some are
     free, else the queue; then the ordered disks are attached, the order is admitted (the
     hold, the runway, the budgets and the account's limits, under the wallet lock), and a
-    placed monthly rental pays its first month (a refusal rolls the whole order back). Locks:
-    GPU model, disks, wallet."""
+    placed monthly rental pays its first month (a refusal rolls the whole order back). A spot
+    order waits at most `max_wait` minutes (None: as long as it takes: queue_review); a
+    paying order that waits has the queue served after commit, which takes spot GPUs back for
+    it (compute.preemption). Locks: GPU model, disks, wallet."""
     # a new order: placed in parallel with other new orders, never before one that waits
+    spot = instance.billing == BillingMode.SPOT
     placement = choose(
         instance.offering,
         instance.region_id or "",
         image=instance.image.container_image,
         concurrent=True,
+        spot=spot,
     )
     instance_create(instance, placement=placement)
     disks_attach_at_order(instance, disk_ids, actor=instance.created_by)  # the orderer, acting
     admit(order_of(instance, key=key))
     if placement is not None and instance.billing == BillingMode.MONTHLY:
         period_charge(instance)
+    if placement is None and spot and max_wait is not None:
+        holding_wait_until(instance.id, timezone.now() + timedelta(minutes=max_wait))
+    elif placement is None and not spot:
+        # a paying order waits: the queue is served at once, and takes back spot GPUs for it
+        enqueue_on_commit("instances.tasks.drain_queue", instance.offering.gpu_model.product)
 
 
 def gang_place_or_queue(
@@ -392,7 +453,13 @@ def gang_place_or_queue(
     whole order back). Returns where they went, or None (queued). Locks: GPU model, disks,
     wallet; never a partial placement."""
     offering = ranks[0].offering
-    nodes = choose_nodes(offering, len(ranks), ranks[0].region_id or "", behind_queue=True)
+    nodes = choose_nodes(
+        offering,
+        len(ranks),
+        ranks[0].region_id or "",
+        behind_queue=True,
+        spot=ranks[0].billing == BillingMode.SPOT,
+    )
     for index, rank in enumerate(ranks):
         instance_create(
             rank,
@@ -444,7 +511,8 @@ def _try_place(
     fits it (instances.budgets)."""
     product = instance.offering.gpu_model.product
     in_line = holding_of(instance.id).queued_at
-    if fcfs and waits_ahead(product, instance.region_id or "", before=in_line):
+    spot = instance.billing == BillingMode.SPOT
+    if fcfs and waits_ahead(product, instance.region_id or "", before=in_line, spot=spot):
         return "wait", None
     if gang := gang_of(instance):
         return _try_place_gang(instance, gang, budgets=budgets)
@@ -457,6 +525,8 @@ def _try_place(
     if budgets and budget_refusal(instance, found.own_fen) is not None:
         return "over_budget", None
     if placement is None:
+        if not spot:  # a paying order that can pay takes spot GPUs back, with notice
+            preempt_for(instance.offering, instance.region_id or "")
         return "wait", None
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
         period_charge(instance)
@@ -634,6 +704,7 @@ def queue_review(*, tenant_id: str | None = None, now: datetime | None = None) -
     past its grace fails; then the queue of every GPU product with orders waiting is served.
     Returns the ids placed."""
     now = now or timezone.now()
+    _spot_waits_end(now)
     queued = Instance.objects.filter(status=S.QUEUED)
     if tenant_id is not None:
         queued = queued.filter(tenant_id=tenant_id)
@@ -657,6 +728,19 @@ def queue_review(*, tenant_id: str | None = None, now: datetime | None = None) -
     for product in sorted(set(products)):
         placed += queue_drain(product=product, now=now)
     return placed
+
+
+def _spot_waits_end(now: datetime) -> None:
+    """Spot orders that waited as long as they said they would fail, at no cost."""
+    for instance_id in waited_out(now):
+        instance_fail(
+            instance_id,
+            later(
+                "No spot GPUs came free within the wait this order allowed; nothing was "
+                "charged. Order again, allow a longer wait, or rent by the hour."
+            ),
+        )
+        logger.info("queue.spot_waited_out instance=%s", instance_id)
 
 
 STOP_REQUESTED = gettext_noop("Stop requested; billing stopped.")
@@ -722,6 +806,9 @@ def instance_start(
         _as_whole_cluster(instance, by_owner=by_owner)
         if instance.status not in (S.STOPPED, S.FAILED):
             raise Conflict(_("Only a stopped instance can be started."), code="wrong_state")
+        if instance.stop_reason:
+            instance.stop_reason = ""
+            instance.save(update_fields=["stop_reason"])
         if not gpus_attached:
             start_cpu_only(instance)
             return instance

@@ -118,6 +118,13 @@ class Instance(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
+    stop_reason = models.CharField(
+        max_length=16,
+        blank=True,
+        db_default="",
+        help_text='Why it last stopped when the platform stopped it: "preempted" (a spot '
+        "rental taken back for a paying order); blank otherwise, and again once it starts.",
+    )
 
     objects = InstanceQuerySet.as_manager()
 

@@ -196,6 +196,8 @@ INSTANCE_COLUMNS = (
     ("offering.price_per_hour_fen", "o.price_per_hour_fen"),
     ("offering.cpu_only_price_per_hour_fen", "o.cpu_only_price_per_hour_fen"),
     ("offering.system_disk_gb", "o.system_disk_gb"),
+    ("offering.spot_price_per_hour_fen", "o.spot_price_per_hour_fen"),
+    ("stop_reason", "i.stop_reason"),
     ("node.name", "n.name"),
     ("holding.gpus_attached", "h.gpus_attached"),
 )
@@ -329,15 +331,17 @@ def spend_per_hour_fen(
 
 _SPEND_SQL = """
 SELECT i.tenant_id,
-       CAST(SUM(CASE WHEN h.gpus_attached THEN o.price_per_hour_fen
-                     ELSE COALESCE(o.cpu_only_price_per_hour_fen, o.price_per_hour_fen) END)
-            AS BIGINT),
-       CAST(SUM(CASE WHEN h.gpus_attached THEN o.trial_price_per_hour_fen
-                     ELSE COALESCE(o.cpu_only_price_per_hour_fen, o.trial_price_per_hour_fen)
-                END) AS BIGINT)
+       CAST(SUM(CASE WHEN NOT h.gpus_attached
+                       THEN COALESCE(o.cpu_only_price_per_hour_fen, o.price_per_hour_fen)
+                     WHEN i.billing = %(spot)s THEN o.spot_price_per_hour_fen
+                     ELSE o.price_per_hour_fen END) AS BIGINT),
+       CAST(SUM(CASE WHEN NOT h.gpus_attached
+                       THEN COALESCE(o.cpu_only_price_per_hour_fen, o.trial_price_per_hour_fen)
+                     WHEN i.billing = %(spot)s THEN NULL
+                     ELSE o.trial_price_per_hour_fen END) AS BIGINT)
   FROM {instance} i JOIN {offering} o ON o.id = i.offering_id
   JOIN {holding} h ON h.id = i.id
- WHERE i.status IN ({statuses}) AND i.billing = %(hourly)s {tenants}
+ WHERE i.status IN ({statuses}) AND i.billing IN (%(hourly)s, %(spot)s) {tenants}
    AND i.id <> %(exclude)s AND (%(gang)s = '' OR h.gang <> %(gang)s)
  GROUP BY i.tenant_id
 """
@@ -371,7 +375,11 @@ def _spend_statement(
     tenant_ids: list[str] | None, *, starting: bool, exclude: str, exclude_gang: str
 ) -> tuple[str, dict[str, Any]]:
     statuses = STARTING_OR_RUNNING if starting else (S.RUNNING,)
-    params: dict[str, Any] = {"hourly": BillingMode.HOURLY, "exclude": exclude}
+    params: dict[str, Any] = {
+        "hourly": BillingMode.HOURLY,
+        "spot": BillingMode.SPOT,
+        "exclude": exclude,
+    }
     params["gang"] = exclude_gang
     params.update({f"s{n}": status for n, status in enumerate(statuses)})
     tenants = ""
@@ -540,4 +548,7 @@ def offering_price_now(
             trial_minutes=trial_minutes(promo_free_fen, trial_price * count),
             after_fen=offering.price_per_hour_fen * count,
         )
+    spot = offering.spot_price_per_hour_fen
+    if billing == BillingMode.SPOT and spot is not None:
+        return PriceNow(fen=spot * count)  # in cash only
     return PriceNow(fen=offering.price_per_hour_fen * count)

@@ -26,6 +26,7 @@ from billing.services import trial_minutes
 from compute.admission import ORDER_KEY_PREFIX, runway_funds
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Image, Offering
+from compute.preemption import preemption_rates
 from fleet.models import Region
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
@@ -446,6 +447,8 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
     context = {
         "active": "rent",
         "groups": groups,
+        "spot_rates": preemption_rates(),
+        "spot_grace_s": settings.SPOT_PREEMPT_GRACE_S,
         # trial credit pays only trial prices: what the balance covers at standard prices is cash
         "cash_fen": funds.cash_fen,
         "images": offer.images,
@@ -548,6 +551,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             # one that runs a job's program starts and ends with its job, there
             "workload_owner": owner,
             "price_now": price_now(instance),
+            "spot_grace_s": settings.SPOT_PREEMPT_GRACE_S,
             "can_stop": not owned and instance.status in CAN_STOP,
             "can_start": not owned and instance.status in CAN_START,
             "no_gpu_price": instance.offering.cpu_only_price_per_hour_fen,

@@ -15,3 +15,10 @@ class JobStatus(models.TextChoices):
 
 # A job in one of these has ended: its GPUs are given back and it changes no more.
 ENDED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class JobBilling(models.TextChoices):
+    """How a job's rank is billed (compute.choices.BillingMode, less monthly)."""
+
+    HOURLY = "hourly", _("Pay as you go (per minute)")
+    SPOT = "spot", _("Interruptible (spot)")

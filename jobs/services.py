@@ -14,7 +14,9 @@ only decides what its ranks' ends mean (job_sync):
   platform's failure, the job is recovering, billing paused by the instance, and the program
   starts again with STARVERSE_RESTART_COUNT one higher and the same checkpoint directory;
 - the instance stopped or failed without its program ending (a budget, an empty balance, an
-  image that cannot be pulled): the job failed, with the instance's reason.
+  image that cannot be pulled): the job failed, with the instance's reason;
+- a spot job's instance was taken back for a paying order (stop_reason "preempted"): the job
+  is recovering and its rank starts again, in line for GPUs, once stopped (_preempted).
 """
 
 import logging
@@ -48,6 +50,7 @@ from instances.lifecycle import (
     instance_terminate,
 )
 from instances.models import Instance, InstanceEvent, Workload
+from instances.preemption import PREEMPTED
 from jobs.choices import ENDED, JobStatus
 from jobs.models import Job, JobEvent, JobRank
 from starverse.accounts.models import User
@@ -101,6 +104,7 @@ class JobRequest:
     disks: list[str] | None = None
     nas: bool | None = None
     notes: list[str] | None = None
+    billing: str = "hourly"
 
     def hash(self) -> str:
         return request_hash_of(
@@ -117,6 +121,7 @@ class JobRequest:
             template=self.template,
             disks=sorted(self.disks or []),
             nas=self.nas,
+            **({"billing": self.billing} if self.billing != "hourly" else {}),
         )
 
 
@@ -152,7 +157,7 @@ def job_submit(*, user: User, request: JobRequest, idempotency_key: str = "") ->
         )
         job.checkpoint_dir = request.checkpoint_dir or _checkpoint_default(job)
         job.save()
-        instances = _ranks_order(job, user)
+        instances = _ranks_order(job, user, billing=request.billing)
         JobRank.objects.bulk_create(
             JobRank(job=job, instance=instance, index=index)
             for index, instance in enumerate(instances)
@@ -167,7 +172,7 @@ def job_submit(*, user: User, request: JobRequest, idempotency_key: str = "") ->
     return job, created
 
 
-def _ranks_order(job: Job, user: User) -> list[Instance]:
+def _ranks_order(job: Job, user: User, *, billing: str) -> list[Instance]:
     """Order the job's ranks, each running the job's program: one instance; or, for several
     nodes, a cluster the job owns (clusters.services.cluster_order: one gang of whole nodes,
     placed or queued together, its pre-flight check before the program starts, the launchers'
@@ -184,6 +189,7 @@ def _ranks_order(job: Job, user: User) -> list[Instance]:
             idle_stop=None,  # a job's GPUs may idle (data loading, a checkpoint): it ends itself
             region=region,
             workload=_workload(job),
+            billing=billing,
         )
         return [instance]
     cluster, _created = cluster_order(
@@ -197,6 +203,7 @@ def _ranks_order(job: Job, user: User) -> list[Instance]:
         region=region,
         workload=_workload(job),
         owner=job.id,
+        billing=billing,
     )
     job.cluster = cluster
     job.save(update_fields=["cluster"])
@@ -417,6 +424,10 @@ def _follow(job: Job, instances: list[Instance], workloads: dict[str, Workload])
         if all(instance.status == S.TERMINATED for instance in instances):
             _end(job, J.CANCELLED, later(gettext_noop("Cancelled.")), now=now)
         return
+    preempted = next((i for i in instances if i.stop_reason == PREEMPTED), None)
+    if preempted is not None and not job.restart_pending:
+        _preempted(job, instances)
+        return
     ended = {pk: w for pk, w in workloads.items() if w.exit_code is not None}
     failed = next((w for w in ended.values() if w.exit_code != 0), None)
     if failed is not None:
@@ -465,6 +476,31 @@ def _nodes_of(instances: list[Instance]) -> str:
     if len(names) > NODES_NAMED:
         return ", ".join(names[:NODES_NAMED]) + f", … ({len(names)})"
     return ", ".join(names)
+
+
+def _preempted(job: Job, instances: list[Instance]) -> None:
+    """Its spot ranks were taken back (a whole gang: a multi-node job's cluster stops as
+    one) for a paying order (instances.preemption): the job is
+    recovering, and its rank starts again once stopped (rank_restart, the restart path of a
+    failed program, not counted against max_restarts), in line for GPUs like any spot start:
+    the program resumes from its checkpoint when GPUs free up."""
+    job.restart_pending = True
+    job.save(update_fields=["restart_pending"])
+    # the SIGTERM may have ended the program: that exit is the preemption's, not its own
+    Workload.objects.filter(pk__in=[i.pk for i in instances]).update(
+        exit_code=None, finished_at=None
+    )
+    _move(
+        job,
+        J.RECOVERING,
+        later(
+            gettext_noop(
+                "Its GPUs were taken back for a paying order (a spot job); it resumes from its "
+                "checkpoint when GPUs free up."
+            )
+        ),
+    )
+    enqueue_on_commit("jobs.tasks.restart_rank", instances[0].pk)
 
 
 def _follow_running(job: Job, instances: list[Instance], *, new_pod: bool, now: Any) -> None:

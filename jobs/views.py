@@ -25,7 +25,7 @@ from compute.admission import ORDER_KEY_PREFIX
 from compute.models import Image, Offering
 from instances.choices import InstanceStatus
 from instances.selectors import availability, offering_price_now
-from jobs.choices import ENDED, JobStatus
+from jobs.choices import ENDED, JobBilling, JobStatus
 from jobs.models import Job
 from jobs.selectors import (
     LogSource,
@@ -88,6 +88,7 @@ class JobForm(forms.Form):
     )
     env = forms.CharField(required=False, strip=False)
     checkpoint_dir = forms.CharField(max_length=255, required=False, strip=True)
+    billing = forms.ChoiceField(choices=JobBilling.choices, required=False)
     max_restarts = forms.IntegerField(
         min_value=0,
         max_value=MAX_RESTARTS,
@@ -225,7 +226,7 @@ def _form_as_posted(request: HttpRequest) -> _Shown:
     """The submitted form, to show again as it was sent."""
     chosen = {
         key: str(request.POST.get(key, ""))
-        for key in ("offering", "image", "name", "checkpoint_dir", "max_restarts")
+        for key in ("offering", "image", "name", "checkpoint_dir", "max_restarts", "billing")
     }
     chosen["time_limit_minutes"] = str(request.POST.get("time_limit_minutes", ""))
     chosen["command"] = str(request.POST.get("command", ""))
@@ -250,6 +251,7 @@ def _job_request(data: dict[str, Any]) -> JobRequest:
         time_limit_minutes=data["time_limit_minutes"],
         disks=data["disks"],
         nas=data["nas"],
+        billing=data.get("billing") or JobBilling.HOURLY,
     )
 
 

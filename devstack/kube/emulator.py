@@ -383,6 +383,7 @@ class KubeEmulator:
             self.faults.clear()
             with self._ctx.lock:
                 self._ctx.replaced.clear()
+                self._ctx.written.clear()
             self.kubelet.reset()
             self.volume_data.clear()
             self.images.reset()
@@ -526,6 +527,15 @@ class KubeEmulator:
         with self._ctx.lock:
             programs = self._ctx.replaced.setdefault(uid, {})
             programs[path] = ReplacedProgram(prints, exit_code, hangs)
+
+    def container_file(self, namespace: str, pod: str, path: str) -> str | None:
+        """What exec wrote to the file ``path`` of the pod's container (``echo … > path``),
+        or None; a pod that is gone (or made again) has written nothing."""
+        found = self.api.store.get(PODS, namespace, pod)
+        if found is None:
+            return None
+        with self._ctx.lock:
+            return self._ctx.written.get(found["metadata"]["uid"], {}).get(path)
 
     def set_pull_delay(self, seconds: float) -> None:
         self.kubelet.pull_delay_s = seconds

@@ -100,6 +100,8 @@ class ServerContext:
     execs: podexec.ExecRegistry = field(default_factory=podexec.ExecRegistry)
     # programs a tenant replaced in a pod's container, by the pod's uid, then by path
     replaced: dict[str, dict[str, ReplacedProgram]] = field(default_factory=dict)
+    # files exec wrote in a pod's container (shell.Container.written), by the pod's uid
+    written: dict[str, dict[str, str]] = field(default_factory=dict)
     # API requests received (the Service network's aside), and the latest (method, path)
     requests_total: int = 0
     request_log: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=REQUEST_LOG))
@@ -651,11 +653,13 @@ class Handler(BaseHTTPRequestHandler):
         channels = podexec.Channels(ServerSocket(self.rfile, self.wfile), protocol)
         with self.server.ctx.lock:
             replaced = dict(self.server.ctx.replaced.get(pod["metadata"].get("uid", ""), {}))
+            written = self.server.ctx.written.setdefault(pod["metadata"].get("uid", ""), {})
         shell = SimulatedShell(
             replace(
                 container_for(pod, node, neighbours),
                 peers=tuple(peers),
                 replaced=replaced,
+                written=written,
                 volume_path=self._volume_path(pod, container_name),
             ),
             lambda data: channels.send(podexec.STDOUT, data),

@@ -5,9 +5,11 @@ public pool under ``/public``, the instance disk at ``/root/data``; on the pod's
 files they really hold, which ``cat`` reads), ``nvidia-smi`` (the pod's GPUs as the emulated node
 has them), ``stty size`` (the terminal size, after resizes), ``pwd``, ``cd``, ``cat``,
 ``whoami``, ``hostname``, ``clear``, ``exit``, ``touch`` (a file on the pod's volumes: a
-multi-node job's gate) and ``starverse-preflight`` (a cluster's
+multi-node job's gate), ``mkdir`` (a no-op) and ``starverse-preflight`` (a cluster's
 pre-flight check, its result simulated from the topology: :func:`preflight_result`); anything
-else is "command not found". A program is found as a shell finds it: a name with a slash is that
+else is "command not found". ``a && b`` runs b when a succeeded, and ``echo … > /path`` writes
+the file in the container (which ``cat`` then reads). A program is found as a shell finds it:
+a name with a slash is that
 file, a bare name the first one on ``PATH``; and a program the tenant replaced or added in the
 container (:class:`ReplacedProgram`, root as the tenant is) is what runs at its path.
 
@@ -111,6 +113,9 @@ class Container:
     replaced: dict[str, ReplacedProgram] = field(default_factory=dict)  # by absolute path
     # the host path behind a container path on one of the pod's volumes (:mod:`.volumedata`)
     volume_path: Callable[[str], Path | None] | None = None
+    # files written by exec in the container's writable layer (``echo … > /path``), by path:
+    # the pod's own dict, kept by the emulator for the pod's life (KubeEmulator.container_file)
+    written: dict[str, str] = field(default_factory=dict)
 
 
 # The images' PATH (Docker's default), and where their programs are installed (the platform's
@@ -261,6 +266,7 @@ class SimulatedShell:
     ) -> None:
         self.container = container
         self._write = write
+        self._captured: list[str] | None = None  # what a command prints into a `> path`
         self.tty = tty
         self.clock = clock
         self.cols, self.rows = 80, 24
@@ -274,6 +280,9 @@ class SimulatedShell:
     # --- output ------------------------------------------------------------------------------
 
     def print(self, text: str) -> None:
+        if self._captured is not None:  # a command's `> path`: into the file
+            self._captured.append(text)
+            return
         if self.tty:
             text = text.replace("\r\n", "\n").replace("\n", "\r\n")
         self._write(text.encode())
@@ -344,7 +353,36 @@ class SimulatedShell:
     # --- commands ----------------------------------------------------------------------------
 
     def run(self, line: str) -> int:
-        """Run one command line; its status (0 fine, 1 usage, 2 missing file, 127 not found)."""
+        """Run one command line; its status (0 fine, 1 usage, 2 missing file, 127 not found).
+        Commands joined by ``&&`` run while each succeeds; a command's ``> path`` writes what
+        it prints to that file of the container instead (``Container.written``)."""
+        if " && " in line:
+            code = 0
+            for part in line.split(" && "):
+                code = self.run(part)
+                if code != 0:
+                    return code
+            return code
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            words = []
+        if ">" in words[:-1]:
+            at = words.index(">")
+            return self._redirected(shlex.join(words[:at]), self._path(words[at + 1]))
+        return self._run_one(line)
+
+    def _redirected(self, line: str, path: str) -> int:
+        """Run `line` with what it prints written to the container file `path`."""
+        self._captured = []
+        try:
+            code = self._run_one(line)
+            self.container.written[path] = "".join(self._captured)
+        finally:
+            self._captured = None
+        return code
+
+    def _run_one(self, line: str) -> int:
         try:
             words = shlex.split(line, comments=True)
         except ValueError:
@@ -376,6 +414,7 @@ class SimulatedShell:
             "exit": self._exit,
             "true": lambda a: 0,
             "touch": self._touch,
+            "mkdir": lambda a: 0,  # directories of the writable layer need no making here
             "starverse-preflight": self._preflight,
         }.get(name)
         if command is None:
@@ -441,6 +480,9 @@ class SimulatedShell:
     def _cat(self, args: list[str]) -> int:
         status = 0
         for arg in args:
+            if (text := self.container.written.get(self._path(arg))) is not None:
+                self.print(text)
+                continue
             host = self._on_volume(self._path(arg))
             if host is None or host.is_dir():
                 reason = "Is a directory" if host is not None else "No such file or directory"

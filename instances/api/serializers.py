@@ -1,6 +1,6 @@
 from collections.abc import Callable, Mapping
 from datetime import datetime, tzinfo
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from django.conf import settings
 from django.utils import timezone
@@ -61,6 +61,7 @@ class OfferingOutput(serializers.ModelSerializer[Offering]):
             "price_per_month_fen",
             "trial_price_per_hour_fen",
             "cpu_only_price_per_hour_fen",
+            "spot_price_per_hour_fen",
             "available",
             "regions",
             "image_warm",
@@ -74,6 +75,11 @@ class OfferingOutput(serializers.ModelSerializer[Offering]):
             "trial_price_per_hour_fen": {
                 "help_text": "What trial credit pays per hour of it, by the minute; null: trial "
                 "credit is not spent on it (cash at price_per_hour_fen only)."
+            },
+            "spot_price_per_hour_fen": {
+                "help_text": "An hour of it as an interruptible (spot) rental, billed by the "
+                "minute, in cash; taken back with notice when a paying order needs the GPUs. "
+                "null: not offered as spot."
             },
         }
 
@@ -227,7 +233,18 @@ class InstanceCreateInput(InstanceUpdateInput):
         "Default: on for cloud instances, off for whole nodes.",
     )
     billing = serializers.ChoiceField(
-        choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
+        choices=BillingMode.choices,
+        required=False,
+        default=BillingMode.HOURLY,
+        help_text="hourly, monthly (whole nodes), or spot: at the offering's "
+        "spot_price_per_hour_fen, taken back with notice when a paying order needs the GPUs.",
+    )
+    spot_max_wait_minutes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A spot order: fail (at no cost) if not placed within this many minutes "
+        "(1 to 10080); omitted: wait as long as it takes.",
     )
     ports = serializers.ListField(
         child=serializers.IntegerField(),
@@ -354,7 +371,7 @@ SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
     "gpu_model": lambda o, _s: o.offering.gpu_model_id,
     "gpu_count": lambda o, _s: o.offering.gpu_count,
     "billing": lambda o, _s: o.billing,
-    "price_per_hour_fen": lambda o, _s: o.offering.price_per_hour_fen,
+    "price_per_hour_fen": lambda o, _s: _hour_price(o),
     "cpu_only_price_per_hour_fen": lambda o, _s: o.offering.cpu_only_price_per_hour_fen,
     "gpus_attached": lambda o, _s: o.holding.gpus_attached,
     "created_at": lambda o, s: _iso(o.created_at, s.tz),
@@ -378,7 +395,15 @@ SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
         _iso(o.stop_policy.idle_stop_due_at, s.tz) if o.status == "running" else None
     ),
     "stop_at": lambda o, s: _iso(o.stop_policy.stop_at, s.tz),
+    "stop_reason": lambda o, _s: o.stop_reason or None,
 }
+
+
+def _hour_price(obj: Any) -> int | None:
+    """What an hour of it costs by its billing: the spot price for a spot rental."""
+    if obj.billing == BillingMode.SPOT:
+        return cast(int | None, obj.offering.spot_price_per_hour_fen)
+    return cast(int | None, obj.offering.price_per_hour_fen)
 
 
 def _idle_stop(obj: Any) -> dict[str, int] | None:
@@ -396,7 +421,15 @@ class InstanceOutput(serializers.ModelSerializer[Instance]):
     image = serializers.CharField(source="image_id")
     gpu_model = serializers.CharField(source="offering.gpu_model_id")
     gpu_count = serializers.IntegerField(source="offering.gpu_count")
-    price_per_hour_fen = serializers.IntegerField(source="offering.price_per_hour_fen")
+    price_per_hour_fen = serializers.IntegerField(
+        source="offering.price_per_hour_fen",
+        help_text="An hour of it by its billing (a spot rental's at the spot price).",
+    )
+    stop_reason = serializers.CharField(
+        allow_null=True,
+        help_text='Why the platform last stopped it: "preempted" (a spot rental taken back '
+        "for a paying order, its disk kept); null otherwise.",
+    )
     cpu_only_price_per_hour_fen = serializers.IntegerField(
         source="offering.cpu_only_price_per_hour_fen",
         allow_null=True,

@@ -290,6 +290,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
             idle_stop=data.get("idle_stop", DEFAULT),
             stop_at=data.get("stop_at"),
             stop_after_hours=data.get("stop_after_hours"),
+            spot_max_wait_minutes=data.get("spot_max_wait_minutes"),
             idempotency_key=idempotency_key(request),
         )
         if _created:

@@ -12,9 +12,11 @@ This module only talks to the cluster: what it saw is reported to the state mach
 
 import functools
 import logging
+import math
+import posixpath
 import secrets
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
@@ -22,6 +24,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
+from compute.holdings import holding_of
 from fleet.choices import NodeState
 from fleet.models import DEFAULT_REGION, Node
 from fleet.selectors import region_scope
@@ -29,6 +32,7 @@ from instances.choices import InstanceStatus
 from instances.gangs import gang_hooks, gang_members, gang_of
 from instances.gateway import served_ports
 from instances.models import Instance, InstanceEvent, PodWatch, Workload
+from instances.preemption import PREEMPTED
 from instances.provisioning import manifests
 from instances.provisioning.logs import log_ship
 from instances.provisioning.namespaces import (
@@ -464,8 +468,37 @@ def _pod_gone(instance: Instance) -> bool:
         return True
     if not (pod.get("metadata") or {}).get("deletionTimestamp"):
         _workload_log_keep(instance, pod)
-        kube.delete("Pod", instance.k8s_namespace, instance.k8s_name)
+        if instance.stop_reason == PREEMPTED:
+            _preempt_notice(instance)
+        else:
+            kube.delete("Pod", instance.k8s_namespace, instance.k8s_name)
     return False
+
+
+# Where a preempted spot container finds its deadline (ISO 8601, UTC, one line).
+PREEMPT_FILE = "/etc/starverse/preempt"
+
+
+def _preempt_notice(instance: Instance) -> None:
+    """A spot instance taken back (instances.preemption): its container gets the deadline in
+    PREEMPT_FILE (pods/exec, as the pre-flight runs; best effort: a container without a
+    shell still gets the signal), then SIGTERM through the pod's graceful deletion with the
+    time left to the deadline, after which the kubelet kills it and its GPUs are free."""
+    deadline = holding_of(instance.id).preempt_at or timezone.now()
+    stamp = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    script = f"mkdir -p {posixpath.dirname(PREEMPT_FILE)} && echo {stamp} > {PREEMPT_FILE}"
+    try:
+        kube.exec_run(
+            instance.k8s_namespace,
+            instance.k8s_name,
+            container=manifests.CONTAINER,
+            command=["sh", "-c", script],
+            timeout=5,
+        )
+    except (kube.PermanentKubeError, kube.RetryableKubeError, kube.ExecTimeout) as error:
+        logger.warning("spot.notice_failed instance=%s error=%s", instance.id, error)
+    left = max(0, math.ceil((deadline - timezone.now()).total_seconds()))
+    kube.delete("Pod", instance.k8s_namespace, instance.k8s_name, grace_s=left)
 
 
 def _workload_log_keep(instance: Instance, pod: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from storage.models import Disk, SharedStorage
 # runs the platform's init package, which installs the access Secret mounted at ACCESS_DIR.
 INIT_COMMAND = ["/usr/bin/tini", "--", "/opt/starverse/bin/starverse-init"]
 ACCESS_DIR = "/etc/starverse/access"
+CONTAINER = "main"  # the instance pod's one container (exec runs in it)
 HOST_KEY_FILE = "ssh_host_ed25519_key"
 DISK_MOUNT = "/root/data"
 # On stop the init gives the user's on-stop hooks this long in all, then stops sshd and Jupyter;
@@ -380,7 +381,7 @@ def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) ->
     if not attached:
         env += [{"name": key, "value": value} for key, value in NO_GPU_ENV.items()]
     return {
-        "name": "main",
+        "name": CONTAINER,
         "image": instance.image.container_image,
         "command": list(INIT_COMMAND),
         "ports": [

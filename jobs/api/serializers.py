@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from clusters.choices import Template
 from instances.choices import InstanceStatus
-from jobs.choices import JobStatus
+from jobs.choices import JobBilling, JobStatus
 from jobs.services import MAX_RESTARTS, MAX_TIME_LIMIT_MINUTES
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
@@ -76,6 +76,14 @@ class JobCreateInput(InputSerializer):
         help_text="A multi-node job's launcher, run on every rank with the framework's resume "
         "flags (Megatron-LM --load/--save, else --checkpoint-dir); `none`: the command as it "
         "is. A one-node job takes `none`.",
+    )
+    billing = serializers.ChoiceField(
+        choices=JobBilling.choices,
+        required=False,
+        default=JobBilling.HOURLY,
+        help_text="hourly, or spot: at the offering's spot price, taken back with notice when "
+        "a paying order needs the GPUs; the job is then recovering and resumes from its "
+        "checkpoint when GPUs free up.",
     )
 
 

@@ -156,6 +156,7 @@ class JobViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Job]):
                 template=data["template"],
                 disks=data.get("disks"),
                 nas=data["nas"],
+                billing=data["billing"],
             )
         job, created = job_submit(
             user=user, request=job_request, idempotency_key=idempotency_key(request)

@@ -768,16 +768,21 @@ def read(kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         raise PermanentKubeError(f"{kind} {name}: {error.status} {error.reason}") from error
 
 
-def delete(kind: str, namespace: str | None, name: str, *, force: bool = False) -> bool:
+def delete(
+    kind: str, namespace: str | None, name: str, *, force: bool = False, grace_s: int | None = None
+) -> bool:
     """Delete; an object that is already gone counts as deleted. True if it existed. `force`
-    (pods only) skips the grace period: the way to free a pod whose node is unreachable."""
+    (pods only) skips the grace period: the way to free a pod whose node is unreachable;
+    `grace_s` (pods only) gives its containers that long between SIGTERM and SIGKILL instead
+    of the pod's own terminationGracePeriodSeconds (a preempted spot pod's notice)."""
     _create, _read, delete_fn = _operations(kind)
-    if force:
+    if force or grace_s is not None:
         api = core()
+        grace = 0 if force else max(0, int(grace_s or 0))
 
         def delete_fn(ns: str | None, obj: str) -> Any:
             return api.delete_namespaced_pod(
-                obj, ns, grace_period_seconds=0, _request_timeout=TIMEOUT
+                obj, ns, grace_period_seconds=grace, _request_timeout=TIMEOUT
             )
 
     try:

@@ -333,6 +333,8 @@ SPECTACULAR_SETTINGS = {
         "TrialStatusEnum": "billing.choices.TrialStatus",
         "InvoiceKindEnum": "billing.choices.InvoiceKind",
         "JobStatusEnum": "jobs.choices.JobStatus",
+        "BillingEnum": "compute.choices.BillingMode",
+        "JobBillingEnum": "jobs.choices.JobBilling",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -568,6 +570,9 @@ PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
 # The queue. An order whose balance does not cover its runway when its turn comes is passed
 # over, and fails (at no cost) after this many minutes unless a top-up covers it first.
 QUEUE_UNFUNDED_GRACE_MINUTES = env_int("QUEUE_UNFUNDED_GRACE_MINUTES", 30)
+# Interruptible (spot) rentals: the notice a preempted one gets (SIGTERM, and the deadline in
+# /etc/starverse/preempt) before its GPUs are taken for a paying order (compute.preemption).
+SPOT_PREEMPT_GRACE_S = env_int("SPOT_PREEMPT_GRACE_S", 30)
 # Per-account limits; an operator sets other values for one account in the admin (Tenant
 # limits). Trial-only accounts (never topped up) may hold at most one whole node's worth of GPUs
 # of the premium models by default, what the trial promises (an hour of a whole 8×H100 node):

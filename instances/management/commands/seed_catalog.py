@@ -205,6 +205,17 @@ def _missing_create(model: type[Any], key: str, rows: list[Any], *, unique: bool
     )
 
 
+def spot_price(hour_fen: int) -> int | None:
+    """The seeded spot price of an offering: SPOT_SHARE of its hourly price, rounded to the
+    fen (None where it has no hourly price)."""
+    return max(1, hour_fen * SPOT_SHARE // 100) if hour_fen > 0 else None
+
+
+# The seeded spot price, in percent of the hourly one (RunPod and Vast.ai sell interruptible
+# GPUs at about 40–50 % of on-demand).
+SPOT_SHARE = 40
+
+
 def _offerings(model: GpuModel, sort: int) -> list[Offering]:
     """The offerings of one GPU model (offering_rows), priced and sized from PRICING, after
     the model's place (`sort`) in GPU_MODELS."""
@@ -229,6 +240,7 @@ def _offerings(model: GpuModel, sort: int) -> list[Offering]:
                 price_per_hour_fen=(node_hour or 0) if bare else per_gpu * count,
                 price_per_month_fen=node_month if bare else None,
                 trial_price_per_hour_fen=TRIAL_PRICES.get(slug),
+                spot_price_per_hour_fen=spot_price((node_hour or 0) if bare else per_gpu * count),
                 preflight_floor_gbps=PREFLIGHT_FLOORS.get(key) if bare else None,
                 sort=sort * 10 + (0 if bare else count),
             )

@@ -1,0 +1,256 @@
+"""Preemption: an hourly or monthly order that finds no free GPUs but enough held by
+interruptible (spot) holdings takes them back, with notice.
+
+Which spot holdings go (plan): on the node where the fewest holdings free enough GPUs (and CPU,
+memory, disk, pod slots) for the order, the youngest first, a whole gang (a cluster's ranks,
+wherever they run) or nothing of it; holdings already under notice count as freed at no cost,
+so an order that waits for a notice's deadline takes back nothing more. Hourly and monthly
+holdings are never taken. A whole-node order needs a node held by spot holdings alone.
+
+What taking back does (preempt): each chosen holding's `preempt_at` is set to now plus
+SPOT_PREEMPT_GRACE_S, and its product is told (preemption_hooks_register), in the same
+transaction: it stops billing now, gives the container its notice (SIGTERM and the deadline in
+/etc/starverse/preempt), and lets the GPUs go when the container has gone, at the deadline at
+the latest (the pod's graceful deletion, which the kubelet enforces). The paying order waits
+in line meanwhile, ahead of every spot order (compute.queue), and is placed when they are free.
+
+Runs under the GPU model's exclusive placement lock, which placement takes (the caller's
+transaction), so two paying orders never pick the same victims twice: the first one's notices
+count as freed for the second."""
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import combinations
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
+
+from compute.choices import BillingMode, HoldingKind, HoldingState, OfferingKind
+from compute.models import Allocation, Holding, Offering
+from compute.placement import Room, capacity, needs, times
+from starverse.core.locks import gpu_model_placement_lock
+
+logger = logging.getLogger(__name__)
+
+# What a product does when its spot holdings are taken back: (holding ids, deadline), in the
+# caller's transaction (stop billing, give notice, let the GPUs go by the deadline).
+PreemptHook = Callable[[list[str], datetime], None]
+_hooks: dict[str, PreemptHook] = {}
+
+
+def preemption_hooks_register(kind: HoldingKind, hook: PreemptHook) -> None:
+    """Called from a product's AppConfig.ready: the compute core imports no product."""
+    _hooks[kind] = hook
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What is taken back together: one spot holding, or a whole gang of them. `gpus` and
+    `room`: what it frees, per node (GPUs, and CPU m, memory MiB, disk MiB, pods)."""
+
+    key: str
+    holdings: tuple[str, ...]
+    created_at: datetime
+    noticed: bool
+    gpus: dict[str, int]
+    room: dict[str, tuple[int, int, int, int]]
+
+    @property
+    def cost(self) -> int:
+        """What taking it costs the spot users: its holdings, nothing once under notice."""
+        return 0 if self.noticed else len(self.holdings)
+
+
+def _units(product: str, region: str) -> list[Unit]:
+    """The spot holdings placed on nodes of `product` (in `region`, or all), as units."""
+    rows = (
+        Allocation.objects.filter(
+            holding__billing=BillingMode.SPOT,
+            holding__state=HoldingState.PLACED,
+            node__gpu_product=product,
+        )
+        .filter(Q(node__region_id=region) if region else Q())
+        .values(
+            "holding_id",
+            "node_id",
+            "holding__gang",
+            "holding__created_at",
+            "holding__preempt_at",
+            "holding__kind",
+            "holding__offering__cpu_cores",
+            "holding__offering__memory_gb",
+            "holding__offering__local_disk_gb",
+        )
+        .annotate(gpus=Count("id"))
+    )
+    grouped: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        grouped[row["holding__gang"] or row["holding_id"]].append(row)
+    units = []
+    for key, members in grouped.items():
+        gpus: dict[str, int] = defaultdict(int)
+        room: dict[str, tuple[int, int, int, int]] = {}
+        for row in members:
+            gpus[row["node_id"]] += row["gpus"]
+            disk = (
+                0
+                if row["holding__kind"] == HoldingKind.REPLICA
+                else row["holding__offering__local_disk_gb"]
+            )
+            had = room.get(row["node_id"], (0, 0, 0, 0))
+            room[row["node_id"]] = (
+                had[0] + row["holding__offering__cpu_cores"] * 1000,
+                had[1] + row["holding__offering__memory_gb"] * 1024,
+                had[2] + disk * 1024,
+                had[3] + 1,
+            )
+        units.append(
+            Unit(
+                key=key,
+                holdings=tuple(sorted({row["holding_id"] for row in members})),
+                created_at=max(row["holding__created_at"] for row in members),
+                noticed=all(row["holding__preempt_at"] is not None for row in members),
+                gpus=dict(gpus),
+                room=room,
+            )
+        )
+    return units
+
+
+def _plus(room: Room, freed: tuple[int, int, int, int]) -> Room:
+    return Room(*(None if have is None else have + f for have, f in zip(room, freed, strict=True)))
+
+
+def plan(offering: Offering, region: str = "") -> list[Unit] | None:
+    """The spot units to take back so that one holding of `offering` fits (see the module's
+    docstring): [] when those already under notice free enough, None when no taking back
+    makes room. The caller holds the GPU model's placement lock."""
+    product = offering.gpu_model.product
+    nodes, taken, rooms, _regions = capacity(product, region)
+    units = _units(product, region)
+    best: tuple[tuple[int, float], list[Unit]] | None = None
+    for node_id, _name, gpu_count in nodes:
+        if offering.kind == OfferingKind.BARE_METAL and gpu_count != offering.gpu_count:
+            continue
+        here = [unit for unit in units if node_id in unit.gpus]
+        node = _Node(node_id, gpu_count, gpu_count - len(taken[node_id]), rooms[node_id])
+        found = _node_plan(offering, node, here)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = found
+    if best is None:
+        return None
+    return [unit for unit in best[1] if not unit.noticed]
+
+
+class _Node(NamedTuple):
+    id: str
+    gpu_count: int
+    free: int
+    room: Room
+
+
+# At most this many of a node's spot units are weighed (the youngest): 2^12 subsets a node.
+MOST_UNITS = 12
+
+
+def _node_plan(
+    offering: Offering, node: _Node, units: list[Unit]
+) -> tuple[tuple[int, float], list[Unit]] | None:
+    """On one node: the units under notice (free already) and the set of the others that
+    makes room with the fewest holdings, of those the youngest (the set whose oldest member
+    is youngest); its key ((holdings, -oldest), lower is better) and the units, or None."""
+    noticed = [unit for unit in units if unit.noticed]
+    others = sorted(
+        (unit for unit in units if not unit.noticed), key=lambda u: u.created_at, reverse=True
+    )[:MOST_UNITS]
+    free, room = node.free, node.room
+    for unit in noticed:
+        free, room = free + unit.gpus[node.id], _plus(room, unit.room[node.id])
+    best: tuple[tuple[int, float], list[Unit]] | None = None
+    for size in range(len(others) + 1):
+        for chosen in combinations(others, size):
+            gpus = free + sum(unit.gpus[node.id] for unit in chosen)
+            left = room
+            for unit in chosen:
+                left = _plus(left, unit.room[node.id])
+            if not _fits(gpus, left, offering, gpu_count=node.gpu_count):
+                continue
+            oldest = min((unit.created_at.timestamp() for unit in chosen), default=0.0)
+            key = (sum(unit.cost for unit in chosen), -oldest)
+            if best is None or key < best[0]:
+                best = (key, [*noticed, *chosen])
+    return best
+
+
+def _fits(free: int, room: Room, offering: Offering, *, gpu_count: int) -> bool:
+    if offering.kind == OfferingKind.BARE_METAL and free != gpu_count:
+        return False
+    return free >= offering.gpu_count and times(room, needs(offering)) != 0
+
+
+def preempt_for(offering: Offering, region: str = "", *, now: datetime | None = None) -> list[str]:
+    """Take back spot holdings so that a paying order of `offering` (kept to `region`) waiting
+    in line fits (plan), under the GPU model's exclusive placement lock, in the caller's
+    transaction. Returns the holdings taken back now (none: nothing would make room, or the
+    notices already given will)."""
+    gpu_model_placement_lock(offering.gpu_model_id)
+    chosen = plan(offering, region)
+    if not chosen:
+        return []
+    return preempt([h for unit in chosen for h in unit.holdings], now=now)
+
+
+def preempt(holding_ids: list[str], *, now: datetime | None = None) -> list[str]:
+    """Give these spot holdings notice: their GPUs are taken at now + SPOT_PREEMPT_GRACE_S;
+    each product stops them (compute.preemption's hooks). Never an hourly or monthly one."""
+    now = now or timezone.now()
+    deadline = now + timedelta(seconds=settings.SPOT_PREEMPT_GRACE_S)
+    rows = list(
+        Holding.objects.filter(
+            pk__in=holding_ids, billing=BillingMode.SPOT, preempt_at__isnull=True
+        ).values_list("id", "kind")
+    )
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for pk, kind in rows:
+        by_kind[kind].append(pk)
+    # products lock their rows before their holdings (compute.metering): the hooks first
+    for kind, ids in by_kind.items():
+        _hooks[kind](sorted(ids), deadline)
+    Holding.objects.filter(pk__in=[pk for pk, _kind in rows]).update(
+        preempt_at=deadline,
+        preemptions=F("preemptions") + 1,
+        preempted_at=timezone.now(),  # the operator overview's preemptions (console.overview)
+    )
+    logger.info("spot.preempt holdings=%d deadline=%s", len(rows), deadline.isoformat())
+    return sorted(pk for pk, _kind in rows)
+
+
+# The window of the preemption rate Rent and the price list show.
+RATE_DAYS = 7
+
+
+def preemption_rate(gpu_model_id: str, *, days: int = RATE_DAYS) -> float | None:
+    """Times taken back per spot rental of a GPU model ordered in the last `days` (None:
+    none were ordered)."""
+    return preemption_rates(days=days).get(gpu_model_id)
+
+
+def preemption_rates(*, days: int = RATE_DAYS) -> dict[str, float]:
+    """preemption_rate of every GPU model that had spot rentals, in one query: what Rent and
+    the public price list show."""
+    since = timezone.now() - timedelta(days=days)
+    rows = (
+        Holding.objects.filter(billing=BillingMode.SPOT, created_at__gte=since)
+        .values("offering__gpu_model_id")
+        .annotate(made=Count("id"), taken=Sum("preemptions"))
+    )
+    return {
+        row["offering__gpu_model_id"]: (row["taken"] or 0) / row["made"]
+        for row in rows
+        if row["made"]
+    }
