@@ -70,6 +70,7 @@ api_v1 = [
     path("", include("endpoints.api.urls")),
     path("", include("datasets.api.urls")),
     path("", include("teams.api.urls")),
+    path("", include("events.api.urls")),
 ]
 
 urlpatterns = [
