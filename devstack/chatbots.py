@@ -128,7 +128,8 @@ def _handler(bots: ChatBots) -> type[BaseHTTPRequestHandler]:
                 self.send_header(key, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)  # a client that timed out has gone
 
         def do_GET(self) -> None:
             if self.path == "/__received":

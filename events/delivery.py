@@ -57,14 +57,24 @@ def fan_out(event_id: str) -> int:
             tenant_id=event.tenant_id, status=WebhookStatus.ENABLED, events__contains=[event.type]
         ).values_list("pk", flat=True)
         now = timezone.now()
-        made = WebhookDelivery.objects.bulk_create(
+        had = set(
+            WebhookDelivery.objects.filter(event=event, manual=False).values_list("pk", flat=True)
+        )
+        WebhookDelivery.objects.bulk_create(
             [WebhookDelivery(webhook_id=pk, event=event, next_attempt_at=now) for pk in hooks],
             ignore_conflicts=True,
         )
         event.fanned_out_at = now
         event.save(update_fields=["fanned_out_at"])
-        for delivery in WebhookDelivery.objects.filter(event=event, manual=False):
-            enqueue_on_commit(DELIVER_TASK, delivery.id)
+        made = [
+            delivery_id
+            for delivery_id in WebhookDelivery.objects.filter(event=event, manual=False)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+            if delivery_id not in had
+        ]
+        for delivery_id in made:
+            enqueue_on_commit(DELIVER_TASK, delivery_id)
         channels = NotificationChannel.objects.filter(
             tenant_id=event.tenant_id, enabled=True, events__contains=[event.type]
         ).values_list("pk", flat=True)

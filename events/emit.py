@@ -23,3 +23,26 @@ def emit(tenant_id: str, type: EventType | str, data: dict[str, Any]) -> str:
     )
     enqueue_on_commit(FAN_OUT_TASK, event.id)
     return event.id
+
+
+# The console page of what each family of events is about, by the type's first word.
+PAGES = {
+    "instance": "/console/instances/{id}/",
+    "cluster": "/console/clusters/{id}/",
+    "job": "/console/jobs/{id}/",
+    "endpoint": "/console/endpoints/{id}/",
+}
+
+
+def emit_about(obj: Any, type: EventType | str, **extra: Any) -> str:
+    """`emit` about one resource row (an instance, cluster, job or endpoint): its id, name and
+    status, the link to its page, and `extra`."""
+    kind = EventType(type)
+    data = {
+        "id": obj.id,
+        "name": getattr(obj, "name", "") or obj.id,
+        "status": getattr(obj, "status", ""),
+        "url": PAGES[kind.value.split(".", 1)[0]].format(id=obj.id),
+        **extra,
+    }
+    return emit(obj.tenant_id, kind, data)
