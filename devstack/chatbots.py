@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, unquote_plus, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 MAX_BODY = 1024 * 1024
 
@@ -142,7 +142,7 @@ def _handler(bots: ChatBots) -> type[BaseHTTPRequestHandler]:
             length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY)
             body = self.rfile.read(length)
             parts = urlsplit(self.path)
-            query = {key: unquote_plus(values[0]) for key, values in parse_qs(parts.query).items()}
+            query = {key: values[0] for key, values in parse_qs(parts.query).items()}
             if parts.path.startswith("/hook/"):
                 behaviour = bots.hook(parts.path[len("/hook/") :], dict(self.headers.items()), body)
                 if behaviour.delay_s:

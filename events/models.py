@@ -90,6 +90,7 @@ class WebhookDelivery(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
+        verbose_name_plural = "webhook deliveries"
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(

@@ -120,7 +120,7 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _ManagedV
         webhook = self.get_object()
         delivery = webhook.deliveries.filter(pk=delivery_id).first()
         if delivery is None:
-            raise NotFound(_("This webhook has no such delivery."), code="not_found")
+            raise NotFound(_("This webhook has no such delivery."), code="no_delivery")
         again = delivery_redeliver(user=signed_in_user(request), delivery=delivery)
         return Response(DeliveryOutput(again).data, status=status.HTTP_202_ACCEPTED)
 
