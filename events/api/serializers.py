@@ -131,3 +131,7 @@ class ChannelOutput(serializers.ModelSerializer[NotificationChannel]):
 
     def get_signed(self, obj: NotificationChannel) -> bool:
         return bool(obj.secret)
+
+
+class ChannelTestOutput(serializers.Serializer[dict[str, Any]]):
+    event = serializers.CharField(help_text="The test event's id.")

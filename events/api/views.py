@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from events.api.serializers import (
     ChannelCreateInput,
     ChannelOutput,
+    ChannelTestOutput,
     ChannelUpdateInput,
     DeliveryOutput,
     WebhookCreatedOutput,
@@ -186,9 +187,12 @@ class ChannelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, _ManagedV
         channel_delete(user=signed_in_user(request), channel=channel)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(operation_id="notification_channels_test", request=None, responses={202: None})
+    @extend_schema(
+        operation_id="notification_channels_test", request=None, responses={202: ChannelTestOutput}
+    )
     @action(detail=True, methods=["post"])
     def test(self, request: Request, pk: str | None = None) -> Response:
         """Send a test notice (by a worker); its outcome shows as last_sent_at / last_error."""
         event_id = channel_test(user=signed_in_user(request), channel=self.get_object())
-        return Response({"event": event_id}, status=status.HTTP_202_ACCEPTED)
+        out = ChannelTestOutput({"event": event_id}).data
+        return Response(out, status=status.HTTP_202_ACCEPTED)
