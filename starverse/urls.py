@@ -83,6 +83,7 @@ urlpatterns = [
     path("gateway/login", gateway.gateway_login, name="gateway-login"),
     path("console/", include("console.urls")),
     path("console/", include("instances.urls")),
+    path("console/", include("events.urls")),
     path("", include("clusters.urls")),
     path("", include("jobs.urls")),
     path("", include("endpoints.urls")),

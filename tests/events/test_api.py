@@ -10,7 +10,6 @@ import pytest
 from billing.onboarding import team_create
 from events.models import Webhook, WebhookDelivery
 from teams.services import membership_remove
-from tests.events.conftest import behave
 from tests.factories import make_user
 from tests.teams.test_teams import bearer, join
 

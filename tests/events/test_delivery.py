@@ -18,18 +18,18 @@ from django.utils import timezone
 from events import delivery as deliveries
 from events.choices import DeliveryStatus, EventType, WebhookStatus
 from events.emit import emit
-from events.models import Event, Webhook, WebhookDelivery
+from events.models import Event, WebhookDelivery
 from events.signing import HEADER, verify
 from events.webhooks import webhook_create, webhook_rotate_secret
 from tests.events.conftest import behave
 from tests.factories import make_user
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def documented_verify() -> Any:
-    """The `verify` of docs/user-guide.md's snippet, run as a reader would paste it."""
-    text = GUIDE.read_text()
+def documented_verify(page: str = "docs/user-guide.md") -> Any:
+    """The `verify` of the page's snippet, run as a reader would paste it."""
+    text = (ROOT / page).read_text()
     found = re.search(r"<!-- webhook-verify -->\n```python\n(.*?)```", text, re.S)
     assert found is not None
     scope: dict[str, Any] = {}
@@ -48,9 +48,8 @@ def hooked(bots, db):
 
 
 def _emit(person, kind=EventType.JOB_FAILED, on_commit=None):
-    with on_commit(execute=True):
-        with transaction.atomic():
-            return emit(person.tenant_id, kind, {"id": "job_x", "name": "train", "url": "/x/"})
+    with on_commit(execute=True), transaction.atomic():
+        return emit(person.tenant_id, kind, {"id": "job_x", "name": "train", "url": "/x/"})
 
 
 def _hooks(bots, name="ci"):
@@ -70,6 +69,7 @@ def test_a_delivery_is_signed_and_verifies_with_the_documented_snippet(
     header = got["headers"][HEADER]
     assert re.fullmatch(r"t=\d+,v1=[0-9a-f]{64}", header)
     assert documented_verify()(secret, header, body) is True
+    assert documented_verify("README.md")(secret, header, body) is True
     assert verify(secret, header, body) is True
     assert documented_verify()(secret, header, body + b" ") is False
     assert documented_verify()("whsec_other", header, body) is False
