@@ -6,7 +6,7 @@ failures with an e-mail, the answer's size cap, fan-out once, and the 30 days' p
 import json
 import re
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,11 @@ def hooked(bots, db):
         user=person, url=f"{bots.url}/hook/ci", events=["job.succeeded", "job.failed"]
     )
     return person, made.webhook, made.secret
+
+
+def _t(value: datetime | None) -> datetime:
+    assert value is not None
+    return value
 
 
 def _emit(person, kind=EventType.JOB_FAILED, on_commit=None):
@@ -127,16 +132,16 @@ def test_a_5xx_is_retried_with_backoff_and_the_same_event_id(
     event_id = _emit(person, on_commit=django_capture_on_commit_callbacks)
     row = WebhookDelivery.objects.get(webhook=webhook)
     assert (row.status, row.attempts, row.response_status) == ("retrying", 1, 503)
-    first_wait = row.next_attempt_at - row.last_attempt_at
+    first_wait = _t(row.next_attempt_at) - _t(row.last_attempt_at)
     assert timedelta(seconds=30) <= first_wait < timedelta(minutes=1)
     # not due yet: a sweep or a worker sends nothing
-    assert deliveries.deliver(row.id, now=row.last_attempt_at + timedelta(seconds=10)) is None
+    assert deliveries.deliver(row.id, now=_t(row.last_attempt_at) + timedelta(seconds=10)) is None
     waits = [first_wait]
     for _ in range(3):
         at = row.next_attempt_at
         assert deliveries.deliver(row.id, now=at) == "retrying"
         row.refresh_from_db()
-        waits.append(row.next_attempt_at - at)
+        waits.append(_t(row.next_attempt_at) - _t(at))
     assert waits == sorted(waits) and waits[-1] >= timedelta(minutes=30)
     behave(bots, "ci", status=204, body=b"")
     assert deliveries.deliver(row.id, now=row.next_attempt_at) == "succeeded"
@@ -178,7 +183,7 @@ def test_retries_stop_after_a_day(hooked, bots, django_capture_on_commit_callbac
             hours=24
         )
     assert row.status == "failed" and len(_hooks(bots)) == row.attempts
-    assert row.last_attempt_at - row.created_at < timedelta(hours=24)
+    assert _t(row.last_attempt_at) - row.created_at < timedelta(hours=24)
     # the waits 30 s, 2 min, 10 min, 30 min, 1, 2, 4 and 8 h add up to 15.7 h; one more 8 h
     # wait would pass the day
     assert row.attempts == 9
@@ -211,7 +216,7 @@ def test_a_url_failing_for_a_day_is_disabled_and_its_owner_mailed(
     count = len(_hooks(bots))
     _emit(person, on_commit=django_capture_on_commit_callbacks)
     assert len(_hooks(bots)) == count
-    assert deliveries.deliver(row.id, now=row.next_attempt_at + timedelta(days=1)) is None
+    assert deliveries.deliver(row.id, now=_t(row.next_attempt_at) + timedelta(days=1)) is None
     row.refresh_from_db()
     assert (row.status, row.error) == ("failed", "webhook disabled")
 
@@ -269,7 +274,7 @@ def test_the_retry_sweep_sends_only_what_is_due(hooked, bots, django_capture_on_
     behave(bots, "ci", status=500)
     _emit(person, on_commit=django_capture_on_commit_callbacks)
     row = WebhookDelivery.objects.get(webhook=webhook)
-    assert deliveries.deliveries_due(now=row.next_attempt_at - timedelta(seconds=1)) == 0
+    assert deliveries.deliveries_due(now=_t(row.next_attempt_at) - timedelta(seconds=1)) == 0
     WebhookDelivery.objects.filter(pk=row.pk).update(next_attempt_at=timezone.now())
     behave(bots, "ci", status=200)
     with django_capture_on_commit_callbacks(execute=True):
