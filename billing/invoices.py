@@ -25,6 +25,8 @@ from django.utils.translation import gettext_lazy
 from billing.choices import INVOICE_TRANSITIONS, InvoiceKind, InvoiceStatus
 from billing.models import InvoiceProfile, InvoiceRequest
 from billing.selectors import invoice_funds_of, wallet_locked
+from events.choices import EventType
+from events.emit import emit
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, FieldInvalid, IdempotencyConflict, InvalidInput
 from starverse.core.money import format_fen
@@ -202,6 +204,16 @@ def _decide(invoice_id: str, to: InvoiceStatus) -> InvoiceRequest:
     return item
 
 
+def _issued(item: InvoiceRequest) -> dict[str, object]:
+    return {
+        "id": item.id,
+        "name": item.number or item.id,
+        "number": item.number,
+        "amount_fen": item.amount_fen,
+        "url": "/billing/",
+    }
+
+
 def invoice_issue(
     *,
     invoice_id: str,
@@ -240,6 +252,7 @@ def invoice_issue(
             ]
         )
         enqueue_on_commit("billing.tasks.send_invoice_notice", item.id)
+        emit(item.tenant_id, EventType.INVOICE_ISSUED, _issued(item))
     logger.info("invoice.issued invoice=%s by=%s", item.id, getattr(actor, "pk", None))
     return item
 

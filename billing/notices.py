@@ -23,9 +23,12 @@ from billing.models import (
     TopUp,
     Wallet,
 )
+from events.choices import EventType
+from events.emit import emit
 from starverse.accounts.models import Role, User
 from starverse.core.adminurls import admin_change_url
 from starverse.core.links import public_url
+from starverse.core.money import format_fen
 
 logger = logging.getLogger(__name__)
 MAIL_LANGUAGES = ("zh-hans", "en")
@@ -189,6 +192,17 @@ def runway_level(total_fen: int, spend_per_hour_fen: int) -> RunwayLevel:
     return RunwayLevel.OK
 
 
+def _balance_low(wallet: Wallet, level: RunwayLevel, minutes: int) -> dict[str, object]:
+    return {
+        "id": wallet.id,
+        "total_fen": wallet.total_fen,
+        "balance": format_fen(wallet.total_fen),
+        "runway_minutes": minutes,
+        "level": "below_ten_minutes" if level == RunwayLevel.BELOW_TEN_MINUTES else "below_hour",
+        "url": "/billing/",
+    }
+
+
 def runway_notices_check(spend_per_hour_fen: dict[str, int]) -> int:
     """Compare each spending tenant's runway at its current spend per hour (by tenant id; what
     is spent is the instances app's to say) with what its wallet was last told; mail when it
@@ -215,6 +229,7 @@ def runway_notices_check(spend_per_hour_fen: dict[str, int]) -> int:
                 },
             )
             send_mail(subject, body, None, _recipients(wallet.tenant_id))
+            emit(wallet.tenant_id, EventType.BALANCE_LOW, _balance_low(wallet, level, minutes))
             sent += 1
             logger.info("notice.runway wallet=%s level=%d minutes=%d", wallet.id, level, minutes)
         if level != notice.level:

@@ -43,6 +43,8 @@ from billing.services import (
     transaction_reversible_check,
     wallet_credited_after_commit,
 )
+from events.choices import EventType
+from events.emit import emit
 from starverse.accounts.audit import audit_record
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, IdempotencyConflict, InvalidInput, ServiceUnavailable
@@ -177,6 +179,17 @@ def topup_settle_from_session(
     return topup
 
 
+def _topup_paid(topup: TopUp) -> dict[str, object]:
+    """What `topup.paid` says: the top-up, its amount and how it was paid."""
+    return {
+        "id": topup.id,
+        "amount_fen": topup.amount_fen,
+        "amount": format_fen(topup.amount_fen),
+        "method": topup.method,
+        "url": "/billing/",
+    }
+
+
 def _topup_credit(topup: TopUp, session: gateway.CheckoutSession) -> None:
     """Credit a paid top-up once (the ledger key of its session), recording how it was paid."""
     paid_with = session.payment_method_type if session.payment_method_type in PaidWith else ""
@@ -205,6 +218,7 @@ def _topup_credit(topup: TopUp, session: gateway.CheckoutSession) -> None:
                 data={"amount_fen": topup.amount_fen},
             )
             enqueue_on_commit("billing.tasks.send_topup_receipt", topup.id)
+            emit(topup.tenant_id, EventType.TOPUP_PAID, _topup_paid(topup))
             wallet_credited_after_commit(topup.wallet_id, topup.amount_fen)
             logger.info("topup.paid topup=%s txn=%s", topup.id, txn.id)
 
@@ -622,6 +636,7 @@ def bank_transfer_post(
             )
             TopUp.objects.filter(pk=topup.pk).update(ledger_transaction=txn)
             enqueue_on_commit("billing.tasks.send_topup_receipt", topup.id)
+            emit(topup.tenant_id, EventType.TOPUP_PAID, _topup_paid(topup))
             wallet_credited_after_commit(wallet.id, amount_fen)
     except IntegrityError:
         raise Conflict(

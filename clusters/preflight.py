@@ -35,6 +35,9 @@ from django.utils import timezone
 
 from clusters.models import Cluster, Preflight, PreflightStatus
 from clusters.ranks import number, rank_replace, ranks_locked
+from events.choices import EventType
+from events.emit import emit_about
+from events.selectors import recovered_or
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import node_agent_fault
@@ -386,6 +389,8 @@ def _passed(found: Preflight, ranks: list[Instance]) -> None:
     Cluster.objects.filter(pk=found.cluster_id).update(checking_since=None)
     # ranks that run a program to its end start it now (clusters.gates)
     enqueue_on_commit("clusters.tasks.open_gates", str(found.cluster_id))
+    cluster = Cluster.objects.get(pk=found.cluster_id)
+    emit_about(cluster, recovered_or(cluster.tenant_id, cluster.id, EventType.CLUSTER_READY))
     logger.info("cluster.preflight_passed cluster=%s busbw=%s", found.cluster_id, found.busbw_gbps)
 
 

@@ -17,6 +17,8 @@ from django.utils.translation import gettext as _
 from clusters import pods
 from clusters.models import Cluster, Rank
 from compute.placement import choose_nodes
+from events.choices import EventType
+from events.emit import emit_about
 from fleet.models import Node
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.gangs import GangHooks
@@ -135,6 +137,7 @@ def rank_lost(instance_id: str, *, cluster_id: str, node: Node, reason: str) -> 
             )
             % words,
         )
+        emit_about(Cluster.objects.get(pk=cluster_id), EventType.CLUSTER_DEGRADED, **words)
     logger.info(
         "cluster.rank_lost cluster=%s rank=%s node=%s", cluster_id, words["rank"], node.name
     )

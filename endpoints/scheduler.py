@@ -46,6 +46,8 @@ from endpoints.engines import MODEL_MISSING_EXIT
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.selectors import endpoint_region
 from endpoints.services import endpoint_fail, endpoint_suspend, endpoints_over_budget_suspend
+from events.choices import EventType
+from events.emit import emit_about
 from fleet.models import Region
 from fleet.selectors import region_target
 from starverse.core import kube
@@ -374,10 +376,12 @@ def _statuses(
             endpoint.status != S.DELETED
             and wanted is not None
             and wanted != endpoint.replicas_desired
+        ) and (
+            Endpoint.objects.filter(pk=endpoint.pk, replicas_desired=endpoint.replicas_desired)
+            .exclude(status=S.DELETED)
+            .update(replicas_desired=wanted)
         ):
-            Endpoint.objects.filter(pk=endpoint.pk).exclude(status=S.DELETED).update(
-                replicas_desired=wanted
-            )
+            emit_about(endpoint, EventType.ENDPOINT_SCALED, replicas=wanted)
         ready, alive = ready_count.get(endpoint.id, 0), alive_count.get(endpoint.id, 0)
         status = endpoint.status
         if status in (S.DELETING, S.DELETED, S.FAILED):
@@ -394,6 +398,10 @@ def _statuses(
         if ready != endpoint.replicas_ready:
             changes["replicas_ready"] = ready
         if changes:
-            Endpoint.objects.filter(pk=endpoint.pk).exclude(
-                status__in=(S.DELETING, S.DELETED, S.FAILED)
-            ).update(**changes)
+            changed = (
+                Endpoint.objects.filter(pk=endpoint.pk)
+                .exclude(status__in=(S.DELETING, S.DELETED, S.FAILED))
+                .update(**changes)
+            )
+            if changed and status == S.RUNNING and endpoint.status != S.RUNNING:
+                emit_about(endpoint, EventType.ENDPOINT_RUNNING, status=status)

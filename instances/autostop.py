@@ -24,6 +24,8 @@ from django.utils import timezone
 from billing.notices import mail_about_instance
 from compute.choices import BillingMode
 from compute.models import Allocation
+from events.choices import EventType
+from events.emit import emit_about
 from fleet.models import Gpu, GpuSample
 from instances.charges import period_active
 from instances.choices import AutoStopKind, InstanceStatus
@@ -247,6 +249,7 @@ def _idle_warn(found: _Idle, *, now: datetime) -> bool:
             % words,
         )
         _mail_after_commit(instance, "instances/email/idle_warning.txt", words)
+        emit_about(instance, EventType.INSTANCE_IDLE_WARNING, stops_at=due.isoformat(), **words)
     logger.info("autostop.warned instance=%s due=%s", found.instance_id, due.isoformat())
     return True
 
@@ -284,6 +287,7 @@ def _auto_stop(instance_id: str, kind: str, message: str, *, now: datetime) -> I
     AutoStop.objects.create(
         instance=instance, tenant_id=instance.tenant_id, kind=kind, at=now, price_per_hour_fen=price
     )
+    emit_about(instance, EventType.INSTANCE_AUTO_STOPPED, kind=kind)
     return instance
 
 

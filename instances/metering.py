@@ -14,11 +14,14 @@ from django.utils.translation import gettext_noop
 
 from compute.choices import HoldingKind
 from compute.metering import MeterHooks, meter_hooks_register, meter_tick
+from events.choices import EventType
+from events.emit import emit
 from instances.budgets import budgets_spent
 from instances.choices import InstanceStatus
 from instances.lifecycle import instance_stop
 from instances.models import Instance
 from instances.signals import gang_over_budget
+from starverse.accounts.models import Tenant, User
 from starverse.core.db import bulk_set
 from starverse.core.errors import Conflict
 
@@ -33,6 +36,19 @@ class TickResult:
     over_budget: list[str] = field(default_factory=list)
 
 
+def _budget_words(tenant_id: str, user_id: str | None) -> dict[str, object]:
+    """What `budget.reached` says: the team's budget, or a member's (named by address)."""
+    team = Tenant.objects.only("name").get(pk=tenant_id).name
+    member = User.objects.filter(pk=user_id).values_list("email", flat=True).first()
+    return {
+        "id": tenant_id,
+        "name": f"{team} / {member}" if member else team,
+        "team": team,
+        "user": user_id,
+        "url": "/teams/",
+    }
+
+
 def budgets_enforce(*, now: datetime | None = None) -> list[str]:
     """Stop the running instances of every member (or team) whose monthly budget is spent,
     the way an empty wallet stops them: not deleted, disks kept; a cluster with a rank among
@@ -43,6 +59,7 @@ def budgets_enforce(*, now: datetime | None = None) -> list[str]:
         running = Instance.objects.filter(tenant_id=tenant_id, status=InstanceStatus.RUNNING)
         if user_id is not None:
             running = running.filter(created_by_id=user_id)
+        before = len(stopped)
         for instance_id, gang in running.values_list("pk", "holding__gang"):
             try:
                 instance_stop(
@@ -58,6 +75,8 @@ def budgets_enforce(*, now: datetime | None = None) -> list[str]:
                 # a cluster stops whole: its ranks still starting or checking too (the
                 # clusters app, above this one, hears it)
                 gang_over_budget.send(sender=Instance, gang=gang)
+        if len(stopped) > before:  # reported when it stops something, so once a spell
+            emit(tenant_id, EventType.BUDGET_REACHED, _budget_words(tenant_id, user_id))
     if stopped:
         logger.info("metering.budget_stops instances=%d", len(stopped))
     return stopped

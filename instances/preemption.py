@@ -1,10 +1,10 @@
 """What a spot instance (or a spot cluster's rank) taken back for a paying order does
 (compute.preemption calls preempted, registered for both kinds of holding): billing stops now,
 it stops with its disk kept and `stop_reason: "preempted"`, its timeline and its owner (by
-e-mail) are told, and its pod gets the notice when it is deleted (instances.provisioning.
-converge: the deadline in /etc/starverse/preempt, then SIGTERM through the pod's graceful
-deletion, SIGKILL at the deadline). A cluster's ranks are taken back together (the whole gang
-is one unit of the preemption), so the cluster stops as a whole."""
+e-mail, and the `instance.preempted` event) are told, and its pod gets the notice when it is
+deleted (instances.provisioning.converge: the deadline in /etc/starverse/preempt, then SIGTERM
+through the pod's graceful deletion, SIGKILL at the deadline). A cluster's ranks are taken back
+together (the whole gang is one unit of the preemption), so the cluster stops as a whole."""
 
 import logging
 from datetime import datetime
@@ -14,6 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.notices import mail_about_instance
+from events.choices import EventType
+from events.emit import emit_about
 from instances.choices import InstanceStatus
 from instances.states import instance_locked, instance_mark_stopping
 from starverse.core.text import later
@@ -43,6 +45,7 @@ def preempted(instance_ids: list[str], deadline: datetime) -> None:
             "again when GPUs are free."
         ) % {"at": at, "deadline": until}
         instance_mark_stopping(instance, message)
+        emit_about(instance, EventType.INSTANCE_PREEMPTED, deadline=deadline.isoformat())
         words = {
             "instance_name": instance.name,
             "instance_id": instance.pk,

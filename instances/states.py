@@ -32,6 +32,8 @@ from compute.holdings import (
     holding_queue,
     holding_release,
 )
+from events.choices import EventType
+from events.emit import emit_about
 from fleet.models import DEFAULT_REGION, Node
 from instances.charges import bill_until, meter_start, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
@@ -325,6 +327,7 @@ def instance_mark_running(instance_id: str) -> str:
             provisioning_since=None,
         )
         meter_start(instance, now)
+        emit_about(instance, EventType.INSTANCE_RUNNING)
     return S.RUNNING
 
 
@@ -460,6 +463,7 @@ def instance_mark_stopped(instance_id: str) -> str:
             message = later("Stopped. The disk is kept.")
         restart = instance.restart_pending
         _transition(instance, S.STOPPED, message, restart_pending=False)
+        emit_about(instance, EventType.INSTANCE_STOPPED)
         if restart:
             enqueue_on_commit("instances.tasks.restart_instance", instance.id)
     return S.STOPPED

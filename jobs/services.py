@@ -39,6 +39,8 @@ from clusters.services import cluster_order, cluster_start
 from compute.choices import OfferingKind
 from compute.models import Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
+from events.choices import EventType
+from events.emit import emit_about
 from fleet.models import DEFAULT_REGION
 from fleet.services import node_review_request
 from instances.choices import InstanceStatus
@@ -659,10 +661,21 @@ def _past_time_limit(job: Job, now: Any) -> bool:
     return bool(limit and job.started_at and now - job.started_at >= timedelta(minutes=limit))
 
 
+# What a job's move to each status reports (events.emit); the other moves report nothing.
+JOB_EVENTS = {
+    J.RUNNING: EventType.JOB_STARTED,
+    J.RECOVERING: EventType.JOB_RECOVERING,
+    J.SUCCEEDED: EventType.JOB_SUCCEEDED,
+    J.FAILED: EventType.JOB_FAILED,
+}
+
+
 def _move(job: Job, status: str, message: Deferred) -> None:
     job.status = status
     job.save()
     _event(job, status, message)
+    if kind := JOB_EVENTS.get(JobStatus(status)):
+        emit_about(job, kind, restarts=job.restarts, exit_code=job.exit_code)
 
 
 def _end_with_ranks(

@@ -70,6 +70,7 @@ api_v1 = [
     path("", include("endpoints.api.urls")),
     path("", include("datasets.api.urls")),
     path("", include("teams.api.urls")),
+    path("", include("events.api.urls")),
 ]
 
 urlpatterns = [
@@ -82,6 +83,7 @@ urlpatterns = [
     path("gateway/login", gateway.gateway_login, name="gateway-login"),
     path("console/", include("console.urls")),
     path("console/", include("instances.urls")),
+    path("console/", include("events.urls")),
     path("", include("clusters.urls")),
     path("", include("jobs.urls")),
     path("", include("endpoints.urls")),

@@ -315,7 +315,36 @@ def make_job(user: User, command: str = "python train.py", **request: Any) -> An
     return job
 
 
+def make_webhook(user: User) -> Any:
+    """A webhook of the user's acting tenant, on a loopback URL the guard refuses at send time
+    (the tests' settings allow no internal address), so nothing leaves the machine."""
+    from events.models import Webhook
+    from events.signing import secret_new
+
+    return Webhook.objects.create(
+        tenant_id=user.tenant_id,
+        created_by=user,
+        url="http://127.0.0.1:9/hook",
+        events=["job.failed"],
+        secret=secret_new(),
+    )
+
+
+def make_channel(user: User) -> Any:
+    from events.models import NotificationChannel
+
+    return NotificationChannel.objects.create(
+        tenant_id=user.tenant_id,
+        created_by=user,
+        kind="email",
+        target=user.email,
+        events=["job.failed"],
+    )
+
+
 OWNED_OBJECT_FACTORIES: dict[str, Callable[[User], Any]] = {
+    "events.Webhook": make_webhook,
+    "events.NotificationChannel": make_channel,
     "jobs.Job": make_job,
     "endpoints.Endpoint": make_endpoint,
     "instances.Instance": make_instance,

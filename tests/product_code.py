@@ -19,6 +19,7 @@ PRODUCT_PACKAGES = (
     "console",
     "terminal",
     "teams",
+    "events",
     "nodeagent",
 )
 

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "datasets",
     "console",
     "teams",
+    "events",
 ]
 
 MIDDLEWARE = [
@@ -241,6 +242,11 @@ CELERY_BEAT_SCHEDULE = {
     "queue-review": {"task": "instances.tasks.review_queue", "schedule": 60.0},
     "auto-stop": {"task": "instances.tasks.auto_stop", "schedule": 60.0},
     "storage-billing": {"task": "storage.tasks.bill_storage", "schedule": 600.0},
+    # Webhooks: retries that are due (the first within a minute of a failure), events whose
+    # fan-out the broker lost, and deliveries past their 30 days.
+    "webhook-retries": {"task": "events.tasks.deliver_due", "schedule": 15.0},
+    "events-fan-out": {"task": "events.tasks.fan_out_missed", "schedule": 60.0},
+    "webhook-cleanup": {"task": "events.tasks.prune_deliveries", "schedule": 3600.0},
     "nas-usage": {"task": "storage.tasks.refresh_nas_usage", "schedule": 300.0},
     "fleet-heartbeats": {"task": "fleet.tasks.check_heartbeats", "schedule": 15.0},
     "fleet-rollup": {"task": "fleet.tasks.rollup_telemetry", "schedule": 60.0},
@@ -335,6 +341,9 @@ SPECTACULAR_SETTINGS = {
         "JobStatusEnum": "jobs.choices.JobStatus",
         "BillingEnum": "compute.choices.BillingMode",
         "JobBillingEnum": "jobs.choices.JobBilling",
+        "WebhookStatusEnum": "events.choices.WebhookStatus",
+        "DeliveryStatusEnum": "events.choices.DeliveryStatus",
+        "ChannelKindEnum": "events.choices.ChannelKind",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -565,6 +574,25 @@ for _cidr in METRICS_ALLOWED_CIDRS:
         ) from None
 METRICS_PORT = env_int("METRICS_PORT", 0)
 READYZ_TIMEOUT_S = float(env_int("READYZ_TIMEOUT_MS", 2000)) / 1000
+
+# Webhooks and chat bots (events/): addresses their URLs may resolve to although internal
+# (loopback, private, link-local, the cluster's ranges are refused otherwise; `make run` allows
+# loopback for a local receiver), the timeouts of one post (connect, each read, the whole
+# answer), how long a failing delivery is retried and a failing URL kept enabled, and how long
+# deliveries are kept.
+WEBHOOK_ALLOWED_CIDRS = env_list("WEBHOOK_ALLOWED_CIDRS", [])
+for _cidr in WEBHOOK_ALLOWED_CIDRS:
+    try:
+        ipaddress.ip_network(_cidr, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"WEBHOOK_ALLOWED_CIDRS must list CIDRs, got {_cidr!r}."
+        ) from None
+WEBHOOK_CONNECT_TIMEOUT_S = float(env_int("WEBHOOK_CONNECT_TIMEOUT_MS", 3000)) / 1000
+WEBHOOK_READ_TIMEOUT_S = float(env_int("WEBHOOK_READ_TIMEOUT_MS", 5000)) / 1000
+WEBHOOK_TOTAL_TIMEOUT_S = float(env_int("WEBHOOK_TOTAL_TIMEOUT_MS", 10000)) / 1000
+WEBHOOK_RETRY_HOURS = env_int("WEBHOOK_RETRY_HOURS", 24)
+WEBHOOK_DELIVERY_DAYS = env_int("WEBHOOK_DELIVERY_DAYS", 30)
 
 PROVISIONING_TIMEOUT_S = env_int("PROVISIONING_TIMEOUT_S", 900)
 # The queue. An order whose balance does not cover its runway when its turn comes is passed

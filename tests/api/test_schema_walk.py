@@ -42,6 +42,7 @@ from compute.models import Offering
 from datasets.services import public_dataset_upsert
 from devstack.stripe import StripeFake
 from endpoints.services import endpoint_delete, endpoint_suspend, key_create
+from events.webhooks import webhook_test
 from fleet.api.views import MAX_REPORT_BYTES
 from fleet.models import Node
 from fleet.services import node_token_issue, report_ingest
@@ -72,6 +73,7 @@ from tests.factories import (
     ed25519_public_key,
     enrol_totp,
     fund,
+    make_channel,
     make_cluster,
     make_disk,
     make_endpoint,
@@ -82,6 +84,7 @@ from tests.factories import (
     make_ssh_key,
     make_token,
     make_user,
+    make_webhook,
 )
 
 AGENT_FIXTURES = Path(__file__).resolve().parents[2] / "nodeagent" / "fixtures"
@@ -1512,3 +1515,123 @@ def _(p: Probe) -> None:
         p.call(400, params={"name": node.name}, raw=too_large, headers=auth).json()["code"]
         == "too_large"
     )
+
+
+# events: webhooks and notification channels
+
+
+def _webhook(p: Probe) -> Any:
+    return make_webhook(p.user)
+
+
+def _public_hook() -> dict[str, Any]:
+    # a public address (not contacted: the walk runs no worker after commit)
+    return {"url": "https://203.0.113.9/hook", "events": ["job.failed"]}
+
+
+@case("webhooks_list")
+def _(p: Probe) -> None:
+    _webhook(p)
+    assert p.call(200).json()["count"] == 1
+
+
+@case("webhooks_create")
+def _(p: Probe) -> None:
+    p.settings.WEBHOOK_ALLOWED_CIDRS = ["203.0.113.0/24"]
+    assert p.call(201, body=_public_hook()).json()["secret"].startswith("whsec_")
+    p.call(400, body={**_public_hook(), "events": ["no.such"]})
+    p.call(400, body={**_public_hook(), "url": "http://127.0.0.1/"})
+
+
+@case("webhooks_retrieve")
+def _(p: Probe) -> None:
+    hook = _webhook(p)
+    p.call(200, params={"id": hook.id})
+    p.call(404, params={"id": hook.id}, client=p.stranger())
+
+
+@case("webhooks_partial_update")
+def _(p: Probe) -> None:
+    hook = _webhook(p)
+    p.call(200, params={"id": hook.id}, body={"description": "CI", "enabled": False})
+    p.call(400, params={"id": hook.id}, body={"events": []})
+    p.call(404, params={"id": hook.id}, body={"description": "x"}, client=p.stranger())
+
+
+@case("webhooks_destroy")
+def _(p: Probe) -> None:
+    hook = _webhook(p)
+    p.call(404, params={"id": hook.id}, client=p.stranger())
+    p.call(204, params={"id": hook.id})
+
+
+@case("webhooks_deliveries_list")
+def _(p: Probe) -> None:
+    hook = _webhook(p)
+    webhook_test(user=p.user, webhook=hook)
+    assert p.call(200, params={"id": hook.id}).json()["count"] == 1
+    p.call(404, params={"id": hook.id}, client=p.stranger())
+
+
+@case("webhooks_deliveries_redeliver")
+def _(p: Probe) -> None:
+    hook = _webhook(p)
+    delivery = webhook_test(user=p.user, webhook=hook)
+    params = {"id": hook.id, "delivery_id": delivery.id}
+    p.call(202, params=params)
+    p.call(404, params={"id": hook.id, "delivery_id": "whd_unknown"})
+
+
+@case("webhooks_rotate_secret")
+def _(p: Probe) -> None:
+    hook = _webhook(p)
+    assert p.call(200, params={"id": hook.id}).json()["secret"] != hook.secret
+    p.call(404, params={"id": hook.id}, client=p.stranger())
+
+
+@case("webhooks_test")
+def _(p: Probe) -> None:
+    hook = _webhook(p)
+    assert p.call(202, params={"id": hook.id}).json()["type"] == "webhook.test"
+    p.call(404, params={"id": hook.id}, client=p.stranger())
+
+
+@case("notification_channels_list")
+def _(p: Probe) -> None:
+    make_channel(p.user)
+    assert p.call(200).json()["count"] == 1
+
+
+@case("notification_channels_create")
+def _(p: Probe) -> None:
+    assert p.call(201, body={"kind": "email"}).json()["target"] == p.user.email
+    p.call(400, body={"kind": "wecom", "target": "http://10.0.0.1/x"})
+
+
+@case("notification_channels_retrieve")
+def _(p: Probe) -> None:
+    channel = make_channel(p.user)
+    p.call(200, params={"id": channel.id})
+    p.call(404, params={"id": channel.id}, client=p.stranger())
+
+
+@case("notification_channels_partial_update")
+def _(p: Probe) -> None:
+    channel = make_channel(p.user)
+    p.call(200, params={"id": channel.id}, body={"enabled": False, "language": "en"})
+    p.call(400, params={"id": channel.id}, body={"events": ["no.such"]})
+    p.call(404, params={"id": channel.id}, body={"enabled": True}, client=p.stranger())
+
+
+@case("notification_channels_destroy")
+def _(p: Probe) -> None:
+    channel = make_channel(p.user)
+    p.call(404, params={"id": channel.id}, client=p.stranger())
+    p.call(204, params={"id": channel.id})
+
+
+@case("notification_channels_test")
+def _(p: Probe) -> None:
+    channel = make_channel(p.user)
+    p.call(202, params={"id": channel.id})
+    p.call(404, params={"id": channel.id}, client=p.stranger())

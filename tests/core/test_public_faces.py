@@ -48,6 +48,8 @@ PUBLIC_FACES = {
         "usage",
     },
     "fleet": {"choices", "models", "selectors", "services", "signals"},
+    # every product reports its events through emit; clusters ask whether one recovered
+    "events": {"choices", "emit", "selectors"},
     "datasets": {"choices", "models", "views"},
     "compute": {
         "admission",

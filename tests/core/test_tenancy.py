@@ -113,6 +113,10 @@ TEAM_RESOURCES = {
     "compute.Image",
 }
 MONEY = {"billing.TopUp", "billing.InvoiceRequest", "billing.LedgerTransaction"}
+# What only the team's owners and admins see and change (webhooks and notification channels:
+# their URLs and secrets reach outside): a member and the billing role get 403 on every route.
+MANAGED = {"events.Webhook", "events.NotificationChannel"}
+MANAGED_ROUTES = [(r, cb) for r, cb in OBJECT_ROUTES if cb.cls.model._meta.label in MANAGED]
 TEAM_ROUTES = [(r, cb) for r, cb in OBJECT_ROUTES if cb.cls.model._meta.label in TEAM_RESOURCES]
 
 
@@ -151,7 +155,34 @@ def test_every_ordered_object_route_is_walked_as_a_team():
         for _, cb in OBJECT_ROUTES
         if any(f.name == "created_by" for f in cb.cls.model._meta.get_fields())
     }
-    assert ordered - MONEY == TEAM_RESOURCES, ordered - MONEY ^ TEAM_RESOURCES
+    assert ordered - MONEY - MANAGED == TEAM_RESOURCES, ordered - MONEY - MANAGED ^ TEAM_RESOURCES
+
+
+@pytest.mark.parametrize(("route", "callback"), MANAGED_ROUTES, ids=[r for r, _ in MANAGED_ROUTES])
+def test_managed_objects_are_the_team_managers_only(route, callback, client_for, db):
+    model = callback.cls.model
+    owner, admin, member, payer, gone = (make_user() for _ in range(5))
+    team = _team(owner)
+    for person, role in [(admin, "admin"), (member, "member"), (payer, "billing"), (gone, "admin")]:
+        _join(team, owner, person, role)
+    admin.act_for(team.pk, "admin")
+    obj = OWNED_OBJECT_FACTORIES[model._meta.label](admin)
+    before = model.objects.filter(pk=obj.pk).values().get()
+    path = _concrete_path(route, obj.pk)
+    gone_token = _team_token(gone, team)
+    membership_remove(actor=owner, team=team, user_id=gone.pk)
+    for method in callback.actions:
+        for client in (_team_token(member, team), _team_token(payer, team)):
+            response = _call(client, method, path)
+            assert response.status_code == 403, (method, path, response.content)
+            if method != "head":  # HEAD answers have no body
+                assert response.json()["code"] == "role_forbidden"
+        for client, refused in [(client_for(gone), 404), (gone_token, 401)]:
+            assert _call(client, method, path).status_code == refused, (method, path)
+    assert model.objects.filter(pk=obj.pk).values().get() == before
+    safe = [m for m in callback.actions if m not in _unsafe(callback) and m != "head"]
+    for method in safe:
+        assert _call(_team_token(owner, team), method, path).status_code == 200
 
 
 @pytest.mark.parametrize(("route", "callback"), TEAM_ROUTES, ids=[r for r, _ in TEAM_ROUTES])

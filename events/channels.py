@@ -1,0 +1,177 @@
+"""Notification channels: where a person (their own account's channels) or a team (its owners'
+and admins') hears about events in words — an e-mail address, or a WeCom, DingTalk or Feishu
+group bot's URL, signed the way each service asks where it has a secret (DingTalk: the URL's
+timestamp and sign; Feishu: the body's). One attempt per event, its outcome kept on the row."""
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import time
+from urllib.parse import quote_plus
+
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.core.validators import validate_email
+from django.db import transaction
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+
+from events.choices import EMAIL_DEFAULTS, TEST_EVENT, ChannelKind
+from events.messages import Notice, notice_for
+from events.models import Event, NotificationChannel
+from events.sender import Answer, post
+from events.webhooks import event_types_checked, require_webhook_manager, url_checked
+from starverse.accounts.models import User
+from starverse.core.dispatch import enqueue_on_commit
+from starverse.core.errors import FieldInvalid
+
+logger = logging.getLogger(__name__)
+NOTIFY_TASK = "events.tasks.notify"
+SIGNED_KINDS = (ChannelKind.DINGTALK, ChannelKind.FEISHU)
+
+
+def channel_create(
+    *,
+    user: User,
+    kind: str,
+    target: str = "",
+    secret: str = "",
+    events: list[str] | None = None,
+    language: str | None = None,
+) -> NotificationChannel:
+    """A channel of the acting tenant. An e-mail channel without an address mails the person
+    making it; one without events hears the defaults (a job's end, the idle warning, a low
+    balance, a spot instance taken back)."""
+    require_webhook_manager(user)
+    if kind == ChannelKind.EMAIL:
+        target = target or user.email
+        try:
+            validate_email(target)
+        except ValidationError:
+            raise FieldInvalid("target", _("Give a valid e-mail address.")) from None
+    else:
+        url_checked(target, "target")
+    if secret and kind not in SIGNED_KINDS:
+        raise FieldInvalid("secret", _("Only DingTalk and Feishu bots take a signing secret."))
+    return NotificationChannel.objects.create(
+        tenant_id=user.tenant_id,
+        created_by=user,
+        kind=kind,
+        target=target,
+        secret=secret,
+        events=event_types_checked(events if events is not None else EMAIL_DEFAULTS),
+        language=language or translation.get_language() or "zh-hans",
+    )
+
+
+def channel_update(
+    *,
+    user: User,
+    channel: NotificationChannel,
+    events: list[str] | None = None,
+    enabled: bool | None = None,
+    language: str | None = None,
+) -> NotificationChannel:
+    require_webhook_manager(user)
+    if events is not None:
+        channel.events = event_types_checked(events)
+    if enabled is not None:
+        channel.enabled = enabled
+    if language is not None:
+        channel.language = language
+    channel.save(update_fields=["events", "enabled", "language"])
+    return channel
+
+
+def channel_delete(*, user: User, channel: NotificationChannel) -> None:
+    require_webhook_manager(user)
+    channel.delete()
+
+
+def _text(notice: Notice) -> str:
+    return f"{notice.text}\n{notice.link}"
+
+
+def dingtalk_signed_url(url: str, secret: str, now_ms: int) -> str:
+    """DingTalk's signature: base64 HMAC-SHA256 of "<ms>\\n<secret>", keyed with the secret,
+    as the URL's timestamp and sign."""
+    digest = hmac.new(secret.encode(), f"{now_ms}\n{secret}".encode(), hashlib.sha256).digest()
+    joiner = "&" if "?" in url else "?"
+    return f"{url}{joiner}timestamp={now_ms}&sign={quote_plus(base64.b64encode(digest))}"
+
+
+def feishu_sign(secret: str, now_s: int) -> str:
+    """Feishu's signature: base64 HMAC-SHA256 of nothing, keyed with "<s>\\n<secret>"."""
+    digest = hmac.new(f"{now_s}\n{secret}".encode(), b"", hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def bot_request(channel: NotificationChannel, notice: Notice, now: float) -> tuple[str, bytes]:
+    """The URL and JSON body a bot's service takes for a short text with a link."""
+    url, text = channel.target, _text(notice)
+    if channel.kind == ChannelKind.WECOM:
+        body: dict[str, object] = {"msgtype": "text", "text": {"content": text}}
+    elif channel.kind == ChannelKind.DINGTALK:
+        body = {"msgtype": "text", "text": {"content": text}}
+        if channel.secret:
+            url = dingtalk_signed_url(url, channel.secret, int(now * 1000))
+    else:
+        body = {"msg_type": "text", "content": {"text": text}}
+        if channel.secret:
+            body = {
+                "timestamp": str(int(now)),
+                "sign": feishu_sign(channel.secret, int(now)),
+                **body,
+            }
+    return url, json.dumps(body, ensure_ascii=False).encode()
+
+
+def bot_error(answer: Answer) -> str:
+    """Why a bot refused, from its JSON: the services answer 200 with an error code."""
+    if not answer.ok:
+        return answer.error or _("no answer")
+    try:
+        reply = json.loads(answer.body)
+    except ValueError:
+        return ""
+    code = reply.get("errcode", reply.get("code", 0)) if isinstance(reply, dict) else 0
+    if code:
+        return f"{code}: {reply.get('errmsg', reply.get('msg', ''))}"[:300]
+    return ""
+
+
+def notify(channel_id: str, event_id: str) -> str:
+    """Tell the channel about the event, in its language. Returns the error ("" when sent)."""
+    channel = NotificationChannel.objects.filter(pk=channel_id, enabled=True).first()
+    event = Event.objects.filter(pk=event_id).first()
+    if channel is None or event is None:
+        return ""
+    notice = notice_for(event.type, event.data, channel.language)
+    if channel.kind == ChannelKind.EMAIL:
+        send_mail(notice.text, _text(notice), None, [channel.target])
+        error = ""
+    else:
+        url, body = bot_request(channel, notice, time.time())
+        error = bot_error(post(url, body, {"User-Agent": "Starverse-Notices/1"}))
+    NotificationChannel.objects.filter(pk=channel.pk).update(
+        last_sent_at=timezone.now(), last_error=error
+    )
+    logger.info("channel.notified channel=%s event=%s error=%s", channel.id, event.id, bool(error))
+    return error
+
+
+def channel_test(*, user: User, channel: NotificationChannel) -> str:
+    """A test notice, sent by a worker after commit like every other (its outcome is the
+    channel's `last_sent_at` and `last_error`). Returns the test event's id."""
+    require_webhook_manager(user)
+    with transaction.atomic():
+        event = Event.objects.create(
+            tenant_id=channel.tenant_id,
+            type=TEST_EVENT,
+            data={"url": "/console/webhooks/"},
+            fanned_out_at=timezone.now(),
+        )
+        enqueue_on_commit(NOTIFY_TASK, channel.id, event.id)
+    return event.id
