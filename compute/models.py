@@ -178,16 +178,18 @@ class Image(models.Model):
     base = models.CharField(
         max_length=300,
         blank=True,
+        default="",
         db_default="",
         help_text=_("The image it was saved from, if saved."),
     )
     pull_secret = models.CharField(
         max_length=253,
         blank=True,
+        default="",
         db_default="",
         help_text=_("The tenant namespace's Secret with the registry credentials, if any."),
     )
-    error_message = models.TextField(blank=True, db_default="")
+    error_message = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now, db_default=Now())
     deleted_at = models.DateTimeField(null=True, blank=True)
 

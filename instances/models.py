@@ -121,6 +121,7 @@ class Instance(models.Model):
     stop_reason = models.CharField(
         max_length=16,
         blank=True,
+        default="",
         db_default="",
         help_text='Why it last stopped when the platform stopped it: "preempted" (a spot '
         "rental taken back for a paying order); blank otherwise, and again once it starts.",

@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='image',
             name='base',
-            field=models.CharField(blank=True, db_default='', help_text='The image it was saved from, if saved.', max_length=300),
+            field=models.CharField(blank=True, db_default='', default='', help_text='The image it was saved from, if saved.', max_length=300),
         ),
         migrations.AddField(
             model_name='image',
@@ -39,12 +39,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='image',
             name='error_message',
-            field=models.TextField(blank=True, db_default=''),
+            field=models.TextField(blank=True, db_default='', default=''),
         ),
         migrations.AddField(
             model_name='image',
             name='pull_secret',
-            field=models.CharField(blank=True, db_default='', help_text="The tenant namespace's Secret with the registry credentials, if any.", max_length=253),
+            field=models.CharField(blank=True, db_default='', default='', help_text="The tenant namespace's Secret with the registry credentials, if any.", max_length=253),
         ),
         migrations.AddField(
             model_name='image',

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='instance',
             name='stop_reason',
-            field=models.CharField(blank=True, db_default='', help_text='Why it last stopped when the platform stopped it: "preempted" (a spot rental taken back for a paying order); blank otherwise, and again once it starts.', max_length=16),
+            field=models.CharField(blank=True, db_default='', default='', help_text='Why it last stopped when the platform stopped it: "preempted" (a spot rental taken back for a paying order); blank otherwise, and again once it starts.', max_length=16),
         ),
         migrations.AlterField(
             model_name='instance',

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.db.models import Field, Model
+from django.db.models.expressions import DatabaseDefault
 
 BATCH = 20_000
 T = TypeVar("T")
@@ -144,12 +145,19 @@ def insert_together(objects: list[Model]) -> None:
             for f in obj._meta.concrete_fields
             if not (f.primary_key and getattr(obj, f.attname) is None)
         ]
-        values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+        raw = [f.pre_save(obj, True) for f in fields]
         columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
-        marks = ", ".join(["%s"] * len(fields))
+        # a field with only a database default (db_default) left unset: the column's DEFAULT
+        marks = ", ".join(
+            "DEFAULT" if isinstance(value, DatabaseDefault) else "%s" for value in raw
+        )
         table = connection.ops.quote_name(obj._meta.db_table)
         parts.append((f"i{n}", f"INSERT INTO {table} ({columns}) VALUES ({marks})"))  # noqa: S608
-        params += values
+        params += [
+            f.get_db_prep_save(value, connection)
+            for f, value in zip(fields, raw, strict=True)
+            if not isinstance(value, DatabaseDefault)
+        ]
     *first, (_name, last) = parts
     chain = ", ".join(f"{name} AS ({sql})" for name, sql in first)
     with connection.cursor() as cursor:
