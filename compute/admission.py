@@ -34,7 +34,7 @@ from billing.models import Wallet
 from billing.selectors import wallet_has_paid, wallet_locked
 from compute.choices import BillingMode
 from compute.models import Offering, TenantLimits
-from compute.orders import Order, Product
+from compute.orders import Order, Product, admission_seen
 from fleet.models import GpuModel
 from starverse.core.errors import (
     Conflict,
@@ -357,7 +357,9 @@ def admit(
     wallet lock, so that the balance and the counts hold until commit, the order's runway, its
     orderer's and its team's budgets (instances.budgets), and the account's limits, read in one
     statement. A change that is less than a start (an endpoint scaled up) leaves out the checks
-    it does not meet again (`hold`, `runway`, `budgets`, `limits`: False)."""
+    it does not meet again (`hold`, `runway`, `budgets`, `limits`: False). A dry run
+    (compute.dryrun) sees the order here."""
+    admission_seen(order)
     if hold:
         account_hold_check(order.tenant_id)
     wallet = wallet_locked(order.tenant_id)

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from billing.api.serializers import TcoInput, TcoOutput
 from billing.calculator import tco_compare
 from compute.admission import ACCOUNT_LIMITS
+from compute.dryrun import order_dry_run
 from compute.models import Image, Offering
 from fleet.models import GpuModel, Region
 from instances.api.serializers import (
@@ -62,6 +63,7 @@ from instances.selectors import (
 from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
+from starverse.core.api.dryrun import DRY_RUN_RESPONSE, DryRunInput, dry_run_answer, dry_run_asked
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
@@ -205,6 +207,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         request=InstanceCreateInput,
         parameters=[IDEMPOTENCY_KEY],
         responses={
+            200: DRY_RUN_RESPONSE,
             202: InstanceOutput,
             **errors(402, 404, 409, also=ACCOUNT_LIMITS),
             **on_hold_error(),
@@ -212,23 +215,30 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, InstanceCreateInput)
-        instance, _created = instance_order(
-            user=signed_in_user(request),
-            offering_id=data["offering"],
-            image_id=data["image"],
-            name=data.get("name", ""),
-            billing=data["billing"],
-            auto_renew=data["auto_renew"],
-            ssh_keys=data.get("ssh_keys"),
-            disks=data.get("disks"),
-            auto_recover=data["auto_recover"],
-            ports=data.get("ports"),
-            region=data.get("region", ""),
-            idle_stop=data.get("idle_stop", DEFAULT),
-            stop_at=data.get("stop_at"),
-            stop_after_hours=data.get("stop_after_hours"),
-            idempotency_key=idempotency_key(request),
-        )
+        user = signed_in_user(request)
+
+        def order(key: str) -> tuple[Instance, bool]:
+            return instance_order(
+                user=user,
+                offering_id=data["offering"],
+                image_id=data["image"],
+                name=data.get("name", ""),
+                billing=data["billing"],
+                auto_renew=data["auto_renew"],
+                ssh_keys=data.get("ssh_keys"),
+                disks=data.get("disks"),
+                auto_recover=data["auto_recover"],
+                ports=data.get("ports"),
+                region=data.get("region", ""),
+                idle_stop=data.get("idle_stop", DEFAULT),
+                stop_at=data.get("stop_at"),
+                stop_after_hours=data.get("stop_after_hours"),
+                idempotency_key=key,
+            )
+
+        if data["dry_run"]:
+            return dry_run_answer(*order_dry_run(lambda: order("")).parts())
+        instance, _created = order(idempotency_key(request))
         if _created:
             audit_request(request, "instance.ordered", instance, offering=instance.offering_id)
         return self._accepted(instance)
@@ -348,14 +358,23 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
 
     @extend_schema(
         operation_id="instances_start",
-        request=None,
-        responses={202: InstanceOutput, **errors(402, 409, also=ACCOUNT_LIMITS), **on_hold_error()},
+        request=DryRunInput,
+        responses={
+            200: DRY_RUN_RESPONSE,
+            202: InstanceOutput,
+            **errors(402, 409, also=ACCOUNT_LIMITS),
+            **on_hold_error(),
+        },
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
         """Start a stopped instance. 409 `wrong_state` unless stopped or failed, `cluster_rank`
         for a cluster's rank (clusters start as a whole: start the cluster)."""
-        instance = instance_start(instance_id=self.get_object().pk)
+        instance_id = self.get_object().pk
+        if dry_run_asked(request):
+            found = order_dry_run(lambda: instance_start(instance_id=instance_id))
+            return dry_run_answer(*found.parts())
+        instance = instance_start(instance_id=instance_id)
         audit_request(request, "instance.started", instance)
         return self._accepted(instance)
 
