@@ -123,6 +123,12 @@ class MeTeamOutput(serializers.Serializer):
     role = serializers.ChoiceField(choices=Role.choices, help_text="Your role in it.")
 
 
+class TokenCapsOutput(serializers.Serializer):
+    max_spend_fen = serializers.IntegerField(allow_null=True)
+    max_spend_per_day_fen = serializers.IntegerField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
 class MeOutput(serializers.Serializer):
     id = serializers.CharField()
     email = serializers.EmailField()
@@ -138,6 +144,10 @@ class MeOutput(serializers.Serializer):
         child=serializers.CharField(),
         allow_null=True,
         help_text="The token's scopes; null for a console session (it acts with your role).",
+    )
+    token_caps = TokenCapsOutput(
+        allow_null=True,
+        help_text="The token's spending caps (null: none) and expiry; null for a console session.",
     )
 
 

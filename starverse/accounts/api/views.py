@@ -188,8 +188,20 @@ class MeView(APIView):
                 "trial": trial_body(trial_state(user)),
                 "team": acting_team(user),
                 "scopes": list(request.auth.scopes) if isinstance(request.auth, ApiToken) else None,
+                "token_caps": _token_caps(request.auth),
             }
         )
+
+
+def _token_caps(auth: Any) -> dict[str, Any] | None:
+    """The request's token's spending caps and expiry (a tool that spends checks them)."""
+    if not isinstance(auth, ApiToken):
+        return None
+    return {
+        "max_spend_fen": auth.max_spend_fen,
+        "max_spend_per_day_fen": auth.max_spend_per_day_fen,
+        "expires_at": auth.expires_at,
+    }
 
 
 class AccountSettingsView(APIView):
