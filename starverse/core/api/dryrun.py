@@ -64,7 +64,7 @@ class RefusalOutput(serializers.Serializer[Any]):
     status = serializers.IntegerField(help_text="The HTTP status the real order would get.")
     detail = serializers.CharField()
     code = serializers.CharField()
-    errors = serializers.DictField(required=False)
+    errors = serializers.DictField(required=False)  # type: ignore[assignment]  # the API field
 
 
 class DryRunOutput(serializers.Serializer[Any]):
