@@ -52,6 +52,7 @@ PUBLIC_FACES = {
     "compute": {
         "admission",
         "choices",
+        "dryrun",
         "holdings",
         "metering",
         "models",
