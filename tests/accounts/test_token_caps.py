@@ -70,12 +70,13 @@ def test_two_orders_at_once_cannot_both_pass_the_cap(transactional_db):
     _seed_catalog()
     user = make_user()
     fund(user, 10_000_000)
-    token, _client = _capped(user, max_spend_fen=HOUR * 3 // 2)
+    token, plaintext = token_create(
+        user=user, name="agent", caps=TokenCaps(max_spend_fen=HOUR * 3 // 2)
+    )
     plaintext_clients = []
-    for _ in range(2):
-        # each thread its own client of the same token
+    for _ in range(2):  # each thread its own client of the same token
         client = APIClient()
-        client.credentials(**_client._credentials)
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
         plaintext_clients.append(client)
 
     answers = run_threads(2, lambda i: _order(plaintext_clients[i]).status_code)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from billing.choices import TransactionKind
 from billing.holds import hold_place
 from billing.models import LedgerTransaction
 from billing.selectors import wallet_for_tenant
@@ -120,7 +121,7 @@ def _budget() -> tuple[APIClient, str]:
     ledger_post(
         wallet_id=wallet_for_tenant(team.pk).id,
         key="topup:test:team",
-        kind="topup",
+        kind=TransactionKind.TOPUP,
         amount_fen=10_000_000,
         description="Top-up",
     )
