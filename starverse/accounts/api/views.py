@@ -158,6 +158,9 @@ class TokenLoginView(APIView):
             "name": token.name,
             "team": token.team_id,
             "scopes": token.scopes,
+            "max_spend_fen": token.max_spend_fen,
+            "max_spend_per_day_fen": token.max_spend_per_day_fen,
+            "expires_at": token.expires_at,
             "token": plaintext,
         }
         return Response(body, status=status.HTTP_201_CREATED)

@@ -5,7 +5,7 @@ and rolls it back). Here: the field, the start routes' body, the answer and its 
 from typing import Any
 
 from django.utils.translation import gettext_lazy
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -60,19 +60,32 @@ class QuoteOutput(serializers.Serializer[Any]):
     )
 
 
-class RefusalOutput(serializers.Serializer[Any]):
-    status = serializers.IntegerField(help_text="The HTTP status the real order would get.")
-    detail = serializers.CharField()
-    code = serializers.CharField()
-    errors = serializers.DictField(required=False)  # type: ignore[assignment]  # the API field
+REFUSAL_SCHEMA = {
+    "type": "object",
+    "nullable": True,
+    "description": "null: it would be taken; else the error body the real order would get, "
+    "with its HTTP status.",
+    "properties": {
+        "status": {"type": "integer", "description": "The HTTP status the real order gets."},
+        "detail": {"type": "string"},
+        "code": {"type": "string"},
+        "errors": {
+            "type": "object",
+            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "required": ["status", "code", "detail"],
+}
+
+
+@extend_schema_field(REFUSAL_SCHEMA)
+class RefusalField(serializers.DictField):
+    """The refusal: an error body (starverse.core.api.errors) with its status, or null."""
 
 
 class DryRunOutput(serializers.Serializer[Any]):
     quote = QuoteOutput(allow_null=True)
-    refusal = RefusalOutput(
-        allow_null=True,
-        help_text="null: it would be taken; else the error body the real order would get.",
-    )
+    refusal = RefusalField(allow_null=True)
 
 
 DRY_RUN_RESPONSE = OpenApiResponse(
