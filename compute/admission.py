@@ -34,7 +34,8 @@ from billing.models import Wallet
 from billing.selectors import wallet_has_paid, wallet_locked
 from compute.choices import BillingMode
 from compute.models import Offering, TenantLimits
-from compute.orders import Order, Product
+from compute.orders import Order, Product, admission_seen
+from compute.token_caps import token_cap_check
 from fleet.models import GpuModel
 from starverse.core.errors import (
     Conflict,
@@ -366,8 +367,11 @@ def admit(
     back, whatever it saved): the account not on hold (billing.holds); then, under the tenant's
     wallet lock, so that the balance and the counts hold until commit, the order's runway, its
     orderer's and its team's budgets (instances.budgets), and the account's limits, read in one
-    statement. A change that is less than a start (an endpoint scaled up) leaves out the checks
-    it does not meet again (`hold`, `runway`, `budgets`, `limits`: False)."""
+    statement, and last the spending caps of the API token it is made through
+    (compute.token_caps), which then records it. A change that is less than a start (an
+    endpoint scaled up) leaves out the checks it does not meet again (`hold`, `runway`,
+    `budgets`, `limits`: False). A dry run (compute.dryrun) sees the order here."""
+    admission_seen(order)
     if hold:
         account_hold_check(order.tenant_id)
     wallet = wallet_locked(order.tenant_id)
@@ -380,6 +384,7 @@ def admit(
         reader.budget_check(order, found.own_fen, reads.budgets)
     if limits:
         limits_check(order, wallet, limits=reads.limits, usage=reads.usage)
+    token_cap_check(order, found.own_fen)
 
 
 def limits_check(

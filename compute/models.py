@@ -374,3 +374,21 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}#{self.gpu_index} → {self.holding_id}"
+
+
+class TokenOrder(models.Model):
+    """An order or a start made through an API token that has a spending cap: what it ordered
+    (an instance's id, a cluster's, an endpoint's) and what its first hour (a month, billed
+    monthly) cost at the order. The token's spend is counted from these rows, under the wallet
+    lock (compute.token_caps)."""
+
+    token = models.ForeignKey("accounts.ApiToken", on_delete=models.CASCADE, related_name="+")
+    ordered_id = models.CharField(max_length=32)
+    first_hour_fen = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["token", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.ordered_id} by {self.token_id}"

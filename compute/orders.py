@@ -10,7 +10,9 @@ compute.admission.admit, which takes an Order."""
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -135,3 +137,24 @@ def order_commit(
         if earlier is None:
             raise
         return earlier, False
+
+
+_watching: ContextVar[list[Order] | None] = ContextVar("admission_watch", default=None)
+
+
+@contextmanager
+def admission_watch(seen: list[Order]) -> Iterator[None]:
+    """While it lasts, every order compute.admission.admit admits is appended to `seen` (a dry
+    run's quote is of the order admission saw: compute.dryrun)."""
+    reset = _watching.set(seen)
+    try:
+        yield
+    finally:
+        _watching.reset(reset)
+
+
+def admission_seen(order: Order) -> None:
+    """Called by compute.admission.admit with each order it admits (admission_watch)."""
+    seen = _watching.get()
+    if seen is not None:
+        seen.append(order)

@@ -1117,6 +1117,19 @@ def cmd_topup(ctx: Context) -> int:
 # ---------------------------------------------------------------- completion
 
 
+def cmd_mcp(ctx: Context) -> int:
+    """A Model Context Protocol server on stdin/stdout, for coding agents (mcp_server)."""
+    client = ctx.client  # logged in first: the tools act with this profile's token
+    try:
+        from starverse_cli.mcp_server import serve
+    except ImportError:
+        raise CliError(
+            "`starverse mcp` needs the MCP SDK: pip install 'starverse-cli[mcp]'"
+        ) from None
+    serve(client)
+    return OK
+
+
 def cmd_completion(ctx: Context) -> int:
     parser = build_parser()
     ctx.out.write(completion.script(parser, ctx.args.shell))
@@ -1393,6 +1406,7 @@ def build_parser() -> argparse.ArgumentParser:
     topup.add_argument("amount", help="in yuan, e.g. 100 or 99.50")
     topup.add_argument("--method", choices=["card", "alipay", "wechat_pay"], help="pay with")
 
+    add(commands, "mcp", cmd_mcp, "serve the Model Context Protocol on stdio, for coding agents")
     shell = add(commands, "completion", cmd_completion, "print a shell completion script")
     shell.add_argument("shell", choices=list(completion.SHELLS))
     return parser

@@ -13,6 +13,7 @@ from clusters.selectors import ClusterView
 from compute.choices import BillingMode
 from instances.choices import InstanceStatus
 from instances.models import InstanceEvent
+from starverse.core.api.dryrun import dry_run_field
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
@@ -26,6 +27,7 @@ class ParallelismInput(InputSerializer):
 
 
 class ClusterCreateInput(InputSerializer):
+    dry_run = dry_run_field()
     offering = StrictCharField(max_length=32, help_text="A whole-node (bare metal) offering.")
     node_count = serializers.IntegerField(
         min_value=2, help_text="Whole nodes, one rank each: 2 to CLUSTER_MAX_NODES (128)."

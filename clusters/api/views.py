@@ -29,8 +29,10 @@ from clusters.services import (
     cluster_terminate,
 )
 from compute.admission import ACCOUNT_LIMITS
+from compute.dryrun import order_dry_run
 from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
+from starverse.core.api.dryrun import DRY_RUN_RESPONSE, DryRunInput, dry_run_answer, dry_run_asked
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
@@ -69,6 +71,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
         request=ClusterCreateInput,
         parameters=[IDEMPOTENCY_KEY],
         responses={
+            200: DRY_RUN_RESPONSE,
             202: ClusterOutput,
             **errors(402, 409, also=ACCOUNT_LIMITS),
             **on_hold_error(),
@@ -76,20 +79,27 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, ClusterCreateInput)
-        cluster, _created = cluster_order(
-            user=signed_in_user(request),
-            offering_id=data["offering"],
-            image_id=data["image"],
-            node_count=data["node_count"],
-            template=data["template"],
-            name=data.get("name", ""),
-            billing=data["billing"],
-            ssh_keys=data.get("ssh_keys"),
-            disks=data.get("disks"),
-            parallelism=data.get("parallelism"),
-            region=data.get("region", ""),
-            idempotency_key=idempotency_key(request),
-        )
+        user = signed_in_user(request)
+
+        def order(key: str) -> tuple[Cluster, bool]:
+            return cluster_order(
+                user=user,
+                offering_id=data["offering"],
+                image_id=data["image"],
+                node_count=data["node_count"],
+                template=data["template"],
+                name=data.get("name", ""),
+                billing=data["billing"],
+                ssh_keys=data.get("ssh_keys"),
+                disks=data.get("disks"),
+                parallelism=data.get("parallelism"),
+                region=data.get("region", ""),
+                idempotency_key=key,
+            )
+
+        if data["dry_run"]:
+            return dry_run_answer(*order_dry_run(lambda: order("")).parts())
+        cluster, _created = order(idempotency_key(request))
         if _created:
             audit_request(request, "cluster.ordered", cluster, nodes=data["node_count"])
         return self._accepted(cluster)
@@ -113,12 +123,20 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
 
     @extend_schema(
         operation_id="clusters_start",
-        request=None,
-        responses={202: ClusterOutput, **errors(402, 409, also=ACCOUNT_LIMITS), **on_hold_error()},
+        request=DryRunInput,
+        responses={
+            200: DRY_RUN_RESPONSE,
+            202: ClusterOutput,
+            **errors(402, 409, also=ACCOUNT_LIMITS),
+            **on_hold_error(),
+        },
     )
     @action(detail=True, methods=["post"])
     def start(self, request: Request, pk: str | None = None) -> Response:
-        cluster = cluster_start(cluster=self.get_object())
+        found = self.get_object()
+        if dry_run_asked(request):
+            return dry_run_answer(*order_dry_run(lambda: cluster_start(cluster=found)).parts())
+        cluster = cluster_start(cluster=found)
         audit_request(request, "cluster.started", cluster)
         return self._accepted(cluster)
 

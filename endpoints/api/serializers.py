@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from endpoints.choices import EndpointStatus, Engine
 from endpoints.models import EndpointKey
+from starverse.core.api.dryrun import dry_run_field
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
@@ -26,6 +27,7 @@ class SourceInput(InputSerializer):
 
 
 class EndpointCreateInput(InputSerializer):
+    dry_run = dry_run_field()
     name = StrictCharField(max_length=63, help_text="Also the served model's name.")
     source = SourceInput(  # type: ignore[assignment]  # a field named like Field.source
         help_text="Exactly one of disk (with path), nas_path or dataset."
@@ -40,6 +42,7 @@ class EndpointCreateInput(InputSerializer):
 
 
 class EndpointChangeInput(InputSerializer):
+    dry_run = dry_run_field()
     min_replicas = StrictIntegerField(min_value=0, required=False)
     max_replicas = StrictIntegerField(min_value=1, required=False)
     engine_options = serializers.DictField(required=False)

@@ -5,6 +5,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from compute.dryrun import order_dry_run
 from endpoints.api.serializers import (
     EndpointChangeInput,
     EndpointCreateInput,
@@ -27,6 +28,7 @@ from endpoints.services import (
 )
 from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
+from starverse.core.api.dryrun import DRY_RUN_RESPONSE, dry_run_answer
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
@@ -71,21 +73,33 @@ class EndpointViewSet(TenantScopedViewSet[Endpoint]):
         operation_id="endpoints_create",
         request=EndpointCreateInput,
         parameters=[IDEMPOTENCY_KEY],
-        responses={202: EndpointOutput, **errors(402, 409, also=FIELD_NAMED), **on_hold_error()},
+        responses={
+            200: DRY_RUN_RESPONSE,
+            202: EndpointOutput,
+            **errors(402, 409, also=FIELD_NAMED),
+            **on_hold_error(),
+        },
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, EndpointCreateInput)
-        endpoint, _created = endpoint_create(
-            user=signed_in_user(request),
-            name=data["name"],
-            source=dict(data["source"]),
-            engine=data["engine"],
-            offering_id=data["offering"],
-            min_replicas=data["min_replicas"],
-            max_replicas=data["max_replicas"],
-            engine_options=data.get("engine_options") or {},
-            idempotency_key=idempotency_key(request),
-        )
+        user = signed_in_user(request)
+
+        def order(key: str) -> tuple[Endpoint, bool]:
+            return endpoint_create(
+                user=user,
+                name=data["name"],
+                source=dict(data["source"]),
+                engine=data["engine"],
+                offering_id=data["offering"],
+                min_replicas=data["min_replicas"],
+                max_replicas=data["max_replicas"],
+                engine_options=data.get("engine_options") or {},
+                idempotency_key=key,
+            )
+
+        if data["dry_run"]:
+            return dry_run_answer(*order_dry_run(lambda: order("")).parts())
+        endpoint, _created = order(idempotency_key(request))
         if _created:
             audit_request(
                 request,
@@ -99,21 +113,31 @@ class EndpointViewSet(TenantScopedViewSet[Endpoint]):
     @extend_schema(
         operation_id="endpoints_partial_update",
         request=EndpointChangeInput,
-        responses={202: EndpointOutput, **errors(402, 409, also=FIELD_NAMED)},
+        responses={
+            200: DRY_RUN_RESPONSE,
+            202: EndpointOutput,
+            **errors(402, 409, also=FIELD_NAMED),
+        },
         description="Scale (min/max: the autoscaler's bounds, applied at once), change engine "
         "options, or `update`: a new snapshot of the source, replicas rolled one by one.",
     )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         found = self.get_object()
         data = self.parse(request, EndpointChangeInput)
-        endpoint = endpoint_change(
-            endpoint=found,
-            min_replicas=data.get("min_replicas"),
-            max_replicas=data.get("max_replicas"),
-            engine_options=data.get("engine_options"),
-            update=data["update"],
-            actor=signed_in_user(request),
-        )
+
+        def change() -> Endpoint:
+            return endpoint_change(
+                endpoint=found,
+                min_replicas=data.get("min_replicas"),
+                max_replicas=data.get("max_replicas"),
+                engine_options=data.get("engine_options"),
+                update=data["update"],
+                actor=signed_in_user(request),
+            )
+
+        if data["dry_run"]:
+            return dry_run_answer(*order_dry_run(change).parts())
+        endpoint = change()
         audit_request(
             request,
             "endpoint.changed",

@@ -16,6 +16,7 @@ from instances.models import Instance, InstanceEvent, PortShare
 from instances.schedules import MAX_STOP_AFTER_HOURS, idle_stop_of
 from instances.selectors import queue_positions
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE
+from starverse.core.api.dryrun import DryRunInput, dry_run_field
 from starverse.core.api.serializers import (
     InputSerializer,
     LocalizedField,
@@ -215,6 +216,7 @@ class InstanceUpdateInput(InputSerializer):
 
 
 class InstanceCreateInput(InstanceUpdateInput):
+    dry_run = dry_run_field()
     offering = StrictCharField(max_length=32)
     image = StrictCharField(max_length=64)
     name = StrictCharField(max_length=100, required=False, allow_blank=True)
@@ -576,7 +578,9 @@ class AutoStopSavingsOutput(serializers.Serializer[Mapping[str, object]]):
     stops = serializers.IntegerField(help_text="Automatic stops this month.")
 
 
-class StartInput(InputSerializer):
+class StartInput(DryRunInput):
+    """The optional body of a start: without GPUs (no-GPU mode), and/or a dry run."""
+
     gpus = serializers.IntegerField(
         required=False,
         allow_null=True,

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from billing.api.serializers import TcoInput, TcoOutput
 from billing.calculator import tco_compare
 from compute.admission import ACCOUNT_LIMITS
+from compute.dryrun import order_dry_run
 from compute.models import Image, Offering
 from fleet.models import GpuModel, Region
 from instances.api.serializers import (
@@ -65,6 +66,7 @@ from instances.selectors import (
 from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
+from starverse.core.api.dryrun import DRY_RUN_RESPONSE, dry_run_answer
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
 from starverse.core.api.views import TenantScopedViewSet
@@ -268,6 +270,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         request=InstanceCreateInput,
         parameters=[IDEMPOTENCY_KEY],
         responses={
+            200: DRY_RUN_RESPONSE,
             202: InstanceOutput,
             **errors(402, 404, 409, also=ACCOUNT_LIMITS),
             **on_hold_error(),
@@ -275,24 +278,31 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     )
     def create(self, request: Request) -> Response:
         data = self.parse(request, InstanceCreateInput)
-        instance, _created = instance_order(
-            user=signed_in_user(request),
-            offering_id=data["offering"],
-            image_id=data["image"],
-            name=data.get("name", ""),
-            billing=data["billing"],
-            auto_renew=data["auto_renew"],
-            ssh_keys=data.get("ssh_keys"),
-            disks=data.get("disks"),
-            auto_recover=data["auto_recover"],
-            ports=data.get("ports"),
-            region=data.get("region", ""),
-            idle_stop=data.get("idle_stop", DEFAULT),
-            stop_at=data.get("stop_at"),
-            stop_after_hours=data.get("stop_after_hours"),
-            spot_max_wait_minutes=data.get("spot_max_wait_minutes"),
-            idempotency_key=idempotency_key(request),
-        )
+        user = signed_in_user(request)
+
+        def order(key: str) -> tuple[Instance, bool]:
+            return instance_order(
+                user=user,
+                offering_id=data["offering"],
+                image_id=data["image"],
+                name=data.get("name", ""),
+                billing=data["billing"],
+                auto_renew=data["auto_renew"],
+                ssh_keys=data.get("ssh_keys"),
+                disks=data.get("disks"),
+                auto_recover=data["auto_recover"],
+                ports=data.get("ports"),
+                region=data.get("region", ""),
+                idle_stop=data.get("idle_stop", DEFAULT),
+                stop_at=data.get("stop_at"),
+                stop_after_hours=data.get("stop_after_hours"),
+                spot_max_wait_minutes=data.get("spot_max_wait_minutes"),
+                idempotency_key=key,
+            )
+
+        if data["dry_run"]:
+            return dry_run_answer(*order_dry_run(lambda: order("")).parts())
+        instance, _created = order(idempotency_key(request))
         if _created:
             audit_request(request, "instance.ordered", instance, offering=instance.offering_id)
         return self._accepted(instance)
@@ -414,6 +424,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         operation_id="instances_start",
         request=StartInput,
         responses={
+            200: DRY_RUN_RESPONSE,
             202: InstanceOutput,
             **errors(400, 402, 409, also=ACCOUNT_LIMITS),
             **on_hold_error(),
@@ -423,20 +434,28 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
     def start(self, request: Request, pk: str | None = None) -> Response:
         """Start a stopped instance: with its GPUs, or with `{"gpus": 0}` in no-GPU mode (its
         disks, NAS, image and SSH without a GPU, at cpu_only_price_per_hour_fen; a monthly
-        rental in its paid month keeps its GPUs reserved and pays nothing more). 409
-        `wrong_state` unless stopped or failed, `cluster_rank` for a cluster's rank (clusters
-        start as a whole: start the cluster); without GPUs, `no_gpu_mode_unavailable` (not
-        offered, or a monthly rental's month unpaid) and `no_capacity` (no node has room now:
-        try again later)."""
+        rental in its paid month keeps its GPUs reserved and pays nothing more); with
+        `{"dry_run": true}`, the quote or the refusal, starting nothing. 409 `wrong_state`
+        unless stopped or failed, `cluster_rank` for a cluster's rank (clusters start as a
+        whole: start the cluster); without GPUs, `no_gpu_mode_unavailable` (not offered, or a
+        monthly rental's month unpaid) and `no_capacity` (no node has room now: try again
+        later)."""
         instance = self.get_object()
-        gpus = self.parse(request, StartInput).get("gpus")
+        body = self.parse(request, StartInput)
+        gpus = body.get("gpus")
         if gpus not in (None, 0, instance.offering.gpu_count):
             raise InvalidInput(
                 _("gpus must be 0 (no-GPU mode) or %(count)d, its offering's GPUs.")
                 % {"count": instance.offering.gpu_count},
                 field="gpus",
             )
-        instance = instance_start(instance_id=instance.pk, gpus_attached=gpus != 0)
+        instance_id, attached = instance.pk, gpus != 0
+        if body.get("dry_run"):
+            found = order_dry_run(
+                lambda: instance_start(instance_id=instance_id, gpus_attached=attached)
+            )
+            return dry_run_answer(*found.parts())
+        instance = instance_start(instance_id=instance_id, gpus_attached=attached)
         audit_request(request, "instance.started", instance, **({"gpus": 0} if gpus == 0 else {}))
         return self._accepted(instance)
 

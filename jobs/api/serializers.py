@@ -6,10 +6,12 @@ from clusters.choices import Template
 from instances.choices import InstanceStatus
 from jobs.choices import JobBilling, JobStatus
 from jobs.services import MAX_RESTARTS, MAX_TIME_LIMIT_MINUTES
+from starverse.core.api.dryrun import dry_run_field
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
 class JobCreateInput(InputSerializer):
+    dry_run = dry_run_field()
     name = StrictCharField(max_length=90, required=False, allow_blank=True)
     image = StrictCharField(max_length=64, help_text="An image id (GET /images).")
     offering = StrictCharField(

@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from compute.admission import ACCOUNT_LIMITS
+from compute.dryrun import order_dry_run
 from jobs.api.serializers import JobCreateInput, JobEventOutput, JobOutput
 from jobs.models import Job
 from jobs.selectors import (
@@ -29,6 +30,7 @@ from jobs.services import JobRequest, job_cancel, job_submit
 from jobs.skypilot import TaskError, catalog_from_db, parse_task
 from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
+from starverse.core.api.dryrun import DRY_RUN_RESPONSE, dry_run_answer
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.parsers import JSONParser
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
@@ -131,17 +133,24 @@ class JobViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Job]):
         operation_id="jobs_create",
         request={"application/json": JobCreateInput, "text/yaml": OpenApiTypes.STR},
         parameters=[IDEMPOTENCY_KEY],
-        responses={202: JobOutput, **errors(402, 409, also=ACCOUNT_LIMITS), **on_hold_error()},
+        responses={
+            200: DRY_RUN_RESPONSE,
+            202: JobOutput,
+            **errors(402, 409, also=ACCOUNT_LIMITS),
+            **on_hold_error(),
+        },
         description="Submit a job: JSON fields, or a SkyPilot task YAML as it is "
         "(Content-Type: text/yaml; `resources.accelerators`, `num_nodes`, `envs`, `setup`, "
         "`run`, `workdir`); what of the task cannot be honoured is listed in `notes`.",
     )
     def create(self, request: Request) -> Response:
         user = signed_in_user(request)
+        dry_run = False  # a SkyPilot task has no field for it
         if isinstance(request.data, str):
             job_request = _from_task(request.data)
         else:
             data = self.parse(request, JobCreateInput)
+            dry_run = data["dry_run"]
             job_request = JobRequest(
                 offering_id=data["offering"],
                 image_id=data["image"],
@@ -158,6 +167,9 @@ class JobViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Job]):
                 nas=data["nas"],
                 billing=data["billing"],
             )
+        if dry_run:
+            found = order_dry_run(lambda: job_submit(user=user, request=job_request))
+            return dry_run_answer(*found.parts())
         job, created = job_submit(
             user=user, request=job_request, idempotency_key=idempotency_key(request)
         )

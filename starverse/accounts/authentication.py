@@ -2,6 +2,8 @@ import json
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
+from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
@@ -17,6 +19,7 @@ from starverse.accounts.token_cache import (
 )
 from starverse.accounts.tokens import token_hash, token_is_well_formed
 from starverse.core import logs
+from starverse.core.acting import acting_token_set
 
 # Every API request runs this lookup, unless the token authenticated in this process within
 # API_TOKEN_CACHE_S (starverse.accounts.token_cache): one raw query (the user with its live
@@ -26,7 +29,9 @@ from starverse.core import logs
 TOKEN_USER_SQL = (
     f"SELECT u.*, t.id AS token_id, t.team_id AS token_team, t.scopes AS token_scopes, "  # noqa: S608
     f"t.name AS token_name, t.prefix AS token_prefix, t.created_at AS token_created, "
-    f"t.last_used_at AS token_last_used, m.role AS token_role "
+    f"t.last_used_at AS token_last_used, m.role AS token_role, "
+    f"t.max_spend_fen AS token_max_spend, t.max_spend_per_day_fen AS token_max_per_day, "
+    f"t.expires_at AS token_expires "
     f"FROM {User._meta.db_table} u JOIN {ApiToken._meta.db_table} t ON t.user_id = u.id "
     f"LEFT JOIN {Membership._meta.db_table} m ON m.tenant_id = t.team_id AND m.user_id = u.id "
     "WHERE t.token_hash = %s AND t.revoked_at IS NULL"
@@ -58,6 +63,9 @@ def _lookup(digest: str) -> CachedToken:
         created_at=columns["token_created"],
         last_used_at=columns["token_last_used"],
         role=columns["token_role"],
+        max_spend_fen=columns["token_max_spend"],
+        max_spend_per_day_fen=columns["token_max_per_day"],
+        expires_at=columns["token_expires"],
     )
 
 
@@ -84,6 +92,9 @@ def _user_and_token(digest: str, found: CachedToken) -> tuple[User, ApiToken]:
         "created_at": found.created_at,
         "last_used_at": found.last_used_at,
         "revoked_at": None,
+        "max_spend_fen": found.max_spend_fen,
+        "max_spend_per_day_fen": found.max_spend_per_day_fen,
+        "expires_at": found.expires_at,
     }
     token = ApiToken.from_db(DEFAULT_DB_ALIAS, TOKEN_FIELDS, [values[f] for f in TOKEN_FIELDS])
     token.user = user
@@ -120,7 +131,13 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             found = _looked_up(digest)
         else:
             self.served = (digest, found)
+        if found.expires_at is not None and found.expires_at <= timezone.now():
+            raise exceptions.AuthenticationFailed(
+                _("This token expired on %(when)s: make a new one.")
+                % {"when": date_format(timezone.localtime(found.expires_at), "Y-m-d H:i")}
+            )
         user, token = _user_and_token(digest, found)
+        acting_token_set(token.id)  # what it orders counts against its caps (compute.token_caps)
         token_touch(token=token)
         found.last_used_at = token.last_used_at  # a kept entry writes once a minute too
         logs.set_actor(user)  # the request's log lines name who it is (starverse.core.logs)

@@ -1,9 +1,11 @@
 from collections.abc import Sequence
+from datetime import datetime, time
 from typing import Any
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm, SetPasswordForm
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from starverse.accounts import lockout
@@ -14,6 +16,8 @@ from starverse.accounts.models import (
     Scope,
     all_scopes,
 )
+from starverse.accounts.services import TokenCaps
+from starverse.core.money import MoneyParseError, parse_fen
 
 
 class SignupForm(forms.Form):
@@ -101,10 +105,49 @@ class TokenForm(forms.Form):
         error_messages={"required": _("Choose at least one scope.")},
     )
 
+    max_spend = forms.CharField(label=_("Spending cap (¥)"), required=False, max_length=20)
+    max_spend_per_day = forms.CharField(
+        label=_("Spending cap a day (¥)"), required=False, max_length=20
+    )
+    expires_at = forms.DateField(
+        label=_("Expires on"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+    )
+
     def __init__(self, *args: Any, teams: Sequence[tuple[str, str]] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         choices = [(PERSONAL, _("Personal account")), *teams]
         self.fields["team"].choices = choices  # type: ignore[attr-defined]
+
+    def clean_max_spend(self) -> int | None:
+        return _cap_fen(self.cleaned_data["max_spend"])
+
+    def clean_max_spend_per_day(self) -> int | None:
+        return _cap_fen(self.cleaned_data["max_spend_per_day"])
+
+    def caps(self) -> TokenCaps:
+        """The caps typed, for token_create (an expiry at the start of its day, local time)."""
+        day = self.cleaned_data.get("expires_at")
+        expires = None
+        if day is not None:
+            expires = timezone.make_aware(datetime.combine(day, time.min))
+        return TokenCaps(
+            max_spend_fen=self.cleaned_data.get("max_spend"),
+            max_spend_per_day_fen=self.cleaned_data.get("max_spend_per_day"),
+            expires_at=expires,
+        )
+
+
+def _cap_fen(text: str) -> int | None:
+    """A cap typed in yuan, in fen; None when left empty."""
+    if not text.strip():
+        return None
+    try:
+        fen = parse_fen(text)
+    except MoneyParseError as error:
+        raise forms.ValidationError(str(error)) from None
+    if fen < 0:
+        raise forms.ValidationError(_("A cap cannot be negative."))
+    return fen
 
 
 class SshKeyForm(forms.Form):

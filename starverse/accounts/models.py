@@ -253,12 +253,28 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Spending caps (compute.token_caps says what a token's spend is) and an expiry: a script's
+    # or an agent's token that cannot spend past what its owner allowed, nor live past a date.
+    max_spend_fen = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The most its orders may spend in all; empty: no cap."
+    )
+    max_spend_per_day_fen = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The most its orders may spend in a day; empty: no cap."
+    )
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Refused from this moment on; empty: never."
+    )
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def capped(self) -> bool:
+        """Whether its spending has a cap (a tool that spends unattended asks for one)."""
+        return self.max_spend_fen is not None or self.max_spend_per_day_fen is not None
 
 
 class SshKey(models.Model):

@@ -3,6 +3,8 @@ SSH keys. Opening an account with its wallet, and the trial credit that a verifi
 earns, are billing.onboarding's, which calls user_create and user_email_mark_verified here."""
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -149,6 +151,37 @@ def two_factor_needed_message() -> str:
     ) % {"url": url}
 
 
+@dataclass(frozen=True)
+class TokenCaps:
+    """A new token's spending caps (fen; None: none) and expiry (None: never)."""
+
+    max_spend_fen: int | None = None
+    max_spend_per_day_fen: int | None = None
+    expires_at: datetime | None = None
+
+
+def token_caps_check(caps: TokenCaps, minted_by: ApiToken | None) -> TokenCaps:
+    """The caps a new token gets: an expiry in the future; and, made with a token that has a
+    cap or an expiry, never more than that token's (a capped agent cannot mint itself an
+    uncapped token): a cap it leaves out is the minter's, a higher one is refused (403
+    `token_cap`), as is a later expiry."""
+    if caps.expires_at is not None and caps.expires_at <= timezone.now():
+        raise InvalidInput(_("expires_at: give a moment in the future."), field="expires_at")
+    if minted_by is None:
+        return caps
+    fields = {}
+    for name in ("max_spend_fen", "max_spend_per_day_fen", "expires_at"):
+        own, theirs = getattr(caps, name), getattr(minted_by, name)
+        if theirs is not None and own is not None and own > theirs:
+            raise Forbidden(
+                _("%(field)s: a token made with this token may not go past its own.")
+                % {"field": name},
+                code="token_cap",
+            )
+        fields[name] = theirs if own is None else own
+    return TokenCaps(**fields)
+
+
 def token_create(
     *,
     user: User,
@@ -158,6 +191,7 @@ def token_create(
     scopes: list[str] | None = None,
     ip: str | None = None,
     minted_by: ApiToken | None = None,
+    caps: TokenCaps | None = None,
 ) -> tuple[ApiToken, str]:
     """A new API token; the plaintext is returned once and never stored. With
     REQUIRE_2FA_FOR_API_TOKENS only an account with two-factor authentication gets one, so a
@@ -167,7 +201,9 @@ def token_create(
     person's own account, or for `team_id` (the team's id, or its exact name among the
     person's teams) when they are its member (and dies with the membership); its scopes are
     all four unless named. Made with a token (`minted_by`), it is never broader than that
-    token (accounts.teams.token_team_check)."""
+    token (accounts.teams.token_team_check). `caps`: its spending caps and expiry
+    (compute.token_caps); made with a capped or expiring token, it is capped and expires no
+    later than that one (token_caps_check)."""
     if settings.REQUIRE_2FA_FOR_API_TOKENS and not at_signup and not two_factor_enabled(user):
         raise Forbidden(two_factor_needed_message(), code="2fa_required")
     name = name.strip() or _("API token")
@@ -176,6 +212,7 @@ def token_create(
     team_id, scopes = token_team_check(
         user=user, team_id=team_id, scopes=scopes or [], minted_by=minted_by
     )
+    caps = token_caps_check(caps or TokenCaps(), minted_by)
     plaintext = token_generate()
     with transaction.atomic():
         token = ApiToken.objects.create(
@@ -185,6 +222,9 @@ def token_create(
             name=name[:100],
             token_hash=token_hash(plaintext),
             prefix=token_display_prefix(plaintext),
+            max_spend_fen=caps.max_spend_fen,
+            max_spend_per_day_fen=caps.max_spend_per_day_fen,
+            expires_at=caps.expires_at,
         )
         audit_record(
             tenant_id=team_id or user.personal_tenant_id,

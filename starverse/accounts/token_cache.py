@@ -41,6 +41,9 @@ class CachedToken:
     created_at: datetime
     last_used_at: datetime | None
     role: str | None
+    max_spend_fen: int | None = None
+    max_spend_per_day_fen: int | None = None
+    expires_at: datetime | None = None
     expires: float = 0.0
     generation: int = 0  # this process's generation when the lookup began
 

@@ -308,6 +308,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
                 team_id=None if team == PERSONAL else team,
                 scopes=form.cleaned_data["scopes"],
                 ip=client_ip(request),
+                caps=form.caps(),
             )
         except ServiceError as error:
             form.add_error(None, error.message)

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest, HttpResponse
 
+from starverse.core.acting import acting_token_set
+
 if TYPE_CHECKING:  # the core names the user model only for the type checker (import contracts)
     from starverse.accounts.models import User
 
@@ -53,6 +55,7 @@ class RequestIdMiddleware:
         # a failed request, written after the middleware returns, carries the id too.
         request_id.set(rid)
         actor.set(("", ""))
+        acting_token_set("")
         request.request_id = rid  # type: ignore[attr-defined]
         response = self.get_response(request)
         response[REQUEST_ID_HEADER] = rid
@@ -62,6 +65,7 @@ class RequestIdMiddleware:
 def on_request_finished(**_: Any) -> None:
     request_id.set("")
     actor.set(("", ""))
+    acting_token_set("")
 
 
 class ActorMiddleware:

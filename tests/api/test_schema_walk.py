@@ -932,6 +932,7 @@ def _(p: Probe) -> None:
         "image": "pytorch-2.1",
         "name": "train",
     }
+    p.call(200, body={**order, "dry_run": True})  # a dry run: the refusal, said
     p.call(402, body=order)  # the trial credit does not pay an hour
     fund(p.user, 100_000)
     _on_hold(p, body=order)
@@ -971,6 +972,7 @@ def _(p: Probe) -> None:
 def _(p: Probe) -> None:
     p.cluster()
     instance = make_instance(p.user, status="stopped")
+    p.call(200, params={"id": instance.id}, body={"dry_run": True})
     p.call(402, params={"id": instance.id})
     fund(p.user, 100_000)
     p.call(400, params={"id": instance.id}, body={"gpus": 3})  # neither 0 nor its 1
@@ -1210,6 +1212,7 @@ def _(p: Probe) -> None:
         "node_count": 2,
         "template": "deepspeed",
     }
+    p.call(200, body={**order, "dry_run": True})  # a dry run: the refusal, said
     p.call(402, body=order)  # the trial credit does not pay an hour of two nodes
     fund(p.user, 1_000_000)
     _on_hold(p, body=order)
@@ -1255,6 +1258,7 @@ def _(p: Probe) -> None:
         amount_fen=-1,
         description="GPU usage",
     )
+    p.call(200, params={"id": cluster.id}, body={"dry_run": True})
     p.call(402, params={"id": cluster.id})  # an hour is not covered
     fund(p.user, 1_000_000)
     p.call(202, params={"id": cluster.id})
@@ -1323,6 +1327,7 @@ def _(p: Probe) -> None:
         "command": "python train.py",
         "nas": False,
     }
+    p.call(200, body={**order, "dry_run": True})  # a dry run: the refusal, said
     p.call(402, body=order)  # the trial credit does not pay an hour of eight H100s
     fund(p.user, 1_000_000)
     _on_hold(p, body=order)
@@ -1388,6 +1393,7 @@ def _(p: Probe) -> None:
 @case("endpoints_create")
 def _(p: Probe) -> None:
     body = _serve_body()
+    p.call(200, body={**body, "dry_run": True})  # a dry run: the quote
     p.call(402, body={**body, "min_replicas": 2})  # the trial credit does not pay two hours
     fund(p.user, 1_000_000)
     _on_hold(p, body=body)
@@ -1406,6 +1412,7 @@ def _(p: Probe) -> None:
 @case("endpoints_partial_update")
 def _(p: Probe) -> None:
     endpoint = make_endpoint(p.user)
+    p.call(200, params={"id": endpoint.id}, body={"max_replicas": 3, "dry_run": True})
     p.call(202, params={"id": endpoint.id}, body={"max_replicas": 3})
     p.call(400, params={"id": endpoint.id}, body={"engine_options": {"nope": 1}})
     p.call(404, params={"id": endpoint.id}, body={}, client=p.stranger())

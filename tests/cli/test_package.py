@@ -205,11 +205,14 @@ def test_the_cli_imports_only_the_standard_library_and_itself():
     assert len(modules) >= 7
     for module in modules:
         foreign = _imports(module) - set(sys.stdlib_module_names) - {"starverse_cli"}
+        if module.name == "mcp_server.py":  # `starverse mcp`: the optional [mcp] extra
+            foreign -= {"mcp"}
         assert not foreign, f"{module.name} imports {foreign}: the CLI is standard library only"
 
 
 def test_running_the_cli_loads_no_django_and_no_platform_code():
-    platform = "django rest_framework celery starverse billing instances fleet storage clusters"
+    # nor the MCP SDK: only `starverse mcp` imports it (starverse_cli.mcp_server)
+    platform = "django rest_framework celery starverse billing instances fleet storage clusters mcp"
     script = (
         "import sys, starverse_cli.main\n"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {platform.split()!r})\n"
@@ -261,4 +264,6 @@ def test_the_package_builds_with_the_starverse_command(tmp_path):
     assert "[console_scripts]\nstarverse = starverse_cli.main:main" in entry_points
     assert "Requires-Python: >=3.10" in metadata
     assert "Name: starverse-cli" in metadata
-    assert f"{top}/starverse_cli.egg-info/requires.txt" not in names  # no dependencies
+    # no dependencies; the one extra is `starverse mcp`'s SDK
+    assert "Requires-Dist" not in metadata.replace('Requires-Dist: mcp<3,>=2.3; extra == "mcp"', "")
+    assert "Provides-Extra: mcp" in metadata

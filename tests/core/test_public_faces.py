@@ -54,6 +54,7 @@ PUBLIC_FACES = {
     "compute": {
         "admission",
         "choices",
+        "dryrun",
         "holdings",
         "metering",
         "models",

@@ -67,6 +67,21 @@ class TokenCreateInput(InputSerializer):
     name = StrictCharField(max_length=100)
     team = team_field()
     scopes = scopes_field()
+    max_spend_fen = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="The most its orders may spend over its life (fen); `token_cap` past it.",
+    )
+    max_spend_per_day_fen = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="The most its orders may spend in a day (fen).",
+    )
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="Refused from this moment on."
+    )
 
 
 class SshKeyCreateInput(InputSerializer):
@@ -108,6 +123,12 @@ class MeTeamOutput(serializers.Serializer):
     role = serializers.ChoiceField(choices=Role.choices, help_text="Your role in it.")
 
 
+class TokenCapsOutput(serializers.Serializer):
+    max_spend_fen = serializers.IntegerField(allow_null=True)
+    max_spend_per_day_fen = serializers.IntegerField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
 class MeOutput(serializers.Serializer):
     id = serializers.CharField()
     email = serializers.EmailField()
@@ -123,6 +144,10 @@ class MeOutput(serializers.Serializer):
         child=serializers.CharField(),
         allow_null=True,
         help_text="The token's scopes; null for a console session (it acts with your role).",
+    )
+    token_caps = TokenCapsOutput(
+        allow_null=True,
+        help_text="The token's spending caps (null: none) and expiry; null for a console session.",
     )
 
 
@@ -159,7 +184,18 @@ class VerifyEmailResendOutput(serializers.Serializer):
 class TokenOutput(serializers.ModelSerializer):
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "team", "scopes", "created_at", "last_used_at"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "team",
+            "scopes",
+            "created_at",
+            "last_used_at",
+            "max_spend_fen",
+            "max_spend_per_day_fen",
+            "expires_at",
+        ]
 
     scopes = serializers.ListField(child=serializers.CharField())
 
@@ -169,6 +205,9 @@ class TokenCreatedOutput(serializers.Serializer):
     name = serializers.CharField()
     team = serializers.CharField(allow_null=True, required=False)
     scopes = serializers.ListField(child=serializers.CharField(), required=False)
+    max_spend_fen = serializers.IntegerField(allow_null=True, required=False)
+    max_spend_per_day_fen = serializers.IntegerField(allow_null=True, required=False)
+    expires_at = serializers.DateTimeField(allow_null=True, required=False)
     token = serializers.CharField(help_text="Shown once; store it now.")
 
 

@@ -21,6 +21,7 @@ from starverse.accounts.selectors import (
     user_settings,
 )
 from starverse.accounts.services import (
+    TokenCaps,
     email_verification_send,
     ssh_key_add,
     ssh_key_delete,
@@ -157,6 +158,9 @@ class TokenLoginView(APIView):
             "name": token.name,
             "team": token.team_id,
             "scopes": token.scopes,
+            "max_spend_fen": token.max_spend_fen,
+            "max_spend_per_day_fen": token.max_spend_per_day_fen,
+            "expires_at": token.expires_at,
             "token": plaintext,
         }
         return Response(body, status=status.HTTP_201_CREATED)
@@ -187,8 +191,20 @@ class MeView(APIView):
                 "trial": trial_body(trial_state(user)),
                 "team": acting_team(user),
                 "scopes": list(request.auth.scopes) if isinstance(request.auth, ApiToken) else None,
+                "token_caps": _token_caps(request.auth),
             }
         )
+
+
+def _token_caps(auth: Any) -> dict[str, Any] | None:
+    """The request's token's spending caps and expiry (a tool that spends checks them)."""
+    if not isinstance(auth, ApiToken):
+        return None
+    return {
+        "max_spend_fen": auth.max_spend_fen,
+        "max_spend_per_day_fen": auth.max_spend_per_day_fen,
+        "expires_at": auth.expires_at,
+    }
 
 
 class AccountSettingsView(APIView):
@@ -263,7 +279,8 @@ class TokenViewSet(
                 description="A session request without its CSRF token; REQUIRE_2FA_FOR_API_"
                 "TOKENS is on and the account has no two-factor authentication (`2fa_required`); "
                 "or, made with a token, a scope that token lacks (`insufficient_scope`) or, "
-                "with a team's token, another team or the personal account (`wrong_team`).",
+                "with a team's token, another team or the personal account (`wrong_team`), or a "
+                "cap or an expiry past that token's own (`token_cap`).",
             ),
         },
     )
@@ -279,12 +296,20 @@ class TokenViewSet(
             scopes=data.get("scopes"),
             ip=client_ip(request),
             minted_by=minted_by,
+            caps=TokenCaps(
+                max_spend_fen=data.get("max_spend_fen"),
+                max_spend_per_day_fen=data.get("max_spend_per_day_fen"),
+                expires_at=data.get("expires_at"),
+            ),
         )
         body = {
             "id": token.id,
             "name": token.name,
             "team": token.team_id,
             "scopes": token.scopes,
+            "max_spend_fen": token.max_spend_fen,
+            "max_spend_per_day_fen": token.max_spend_per_day_fen,
+            "expires_at": token.expires_at,
             "token": plaintext,
         }
         return Response(body, status=status.HTTP_201_CREATED)

@@ -34,12 +34,17 @@ def _flatten(errors: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix, str(errors))]
 
 
+def service_error_body(exc: ServiceError) -> dict[str, Any]:
+    """The body of a service's refusal (a dry run answers the same body: api.dryrun)."""
+    body: dict[str, Any] = {"detail": exc.message, "code": exc.code}
+    if exc.field:
+        body["errors"] = {exc.field: [exc.message]}
+    return body
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ServiceError):
-        body: dict[str, Any] = {"detail": exc.message, "code": exc.code}
-        if exc.field:
-            body["errors"] = {exc.field: [exc.message]}
-        refusal = Response(body, status=exc.status_code)
+        refusal = Response(service_error_body(exc), status=exc.status_code)
         if exc.status_code == status.HTTP_401_UNAUTHORIZED:
             refusal["WWW-Authenticate"] = 'Bearer realm="api"'
         return refusal
