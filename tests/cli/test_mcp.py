@@ -57,7 +57,7 @@ def test_an_agent_quotes_rents_and_is_capped_through_starverse_mcp(
 
     async def agent(session: ClientSession) -> dict[str, Any]:
         names = {tool.name for tool in (await session.list_tools()).tools}
-        seen = {"tools": names}
+        seen: dict[str, Any] = {"tools": names}
         seen["offerings"] = _text(await session.call_tool("offerings", {}))
         seen["quote"] = _text(await session.call_tool("quote", order))
         seen["rent"] = _text(await session.call_tool("rent", {**order, "name": "a"}))

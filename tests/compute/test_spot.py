@@ -132,6 +132,7 @@ def test_the_youngest_is_taken_back_and_the_grace_holds_the_gpus(people, cluster
     assert youngest.status == "stopping" and youngest.stop_reason == "preempted"
     assert [Instance.objects.get(pk=i.pk).status for i in ordered[:3]] == ["running"] * 3
     deadline = Holding.objects.get(pk=youngest.pk).preempt_at
+    assert deadline is not None
     assert 25 <= (deadline - timezone.now()).total_seconds() <= 30
     # billing stopped at the notice; the GPUs stay the spot instance's until its pod is gone
     assert Holding.objects.get(pk=youngest.pk).metered_since is None
@@ -143,6 +144,7 @@ def test_the_youngest_is_taken_back_and_the_grace_holds_the_gpus(people, cluster
         with pytest.raises(converge.StillPending):
             converge.stop(youngest.id)
         pod = kube.read("Pod", youngest.k8s_namespace, youngest.k8s_name)
+        assert pod is not None
     finally:
         cluster.kubelet.termination_s = 0.01
     assert pod["metadata"]["deletionTimestamp"]

@@ -213,6 +213,7 @@ def test_a_monthly_rental_keeps_its_gpus_and_pays_nothing_more(catalog, client_f
     assert instance.node == node  # on its reserved node
     assert Allocation.objects.filter(holding_id=instance.id).count() == 8  # still reserved
     assert "nvidia.com/gpu" not in _pod(instance)["spec"]["containers"][0]["resources"]["limits"]
+    assert instance.running_since is not None
     metering_tick(now=instance.running_since + timedelta(minutes=90))
     assert _money(user) == wallet_before
     assert not LedgerTransaction.objects.filter(instance_id=instance.id, kind="usage").exclude(

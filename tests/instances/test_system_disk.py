@@ -28,6 +28,7 @@ def renter(catalog, client_for, settings):
 def _host_path(emu, instance: Instance, path: str) -> Path:
     """Where a path inside the instance's running container is kept on the emulator."""
     pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert pod is not None
     assert pod is not None and pod["status"]["phase"] == "Running"
     place = emu.volume_data.resolve(pod, pod["spec"]["containers"][0], path)
     assert place is not None, f"{path} is on no volume"
@@ -60,6 +61,7 @@ def test_an_installed_package_survives_a_stop_and_a_start_on_another_node(renter
 
     client.post(f"/api/v1/instances/{instance.id}/stop")
     assert converge_until(converge.stop, instance.id) == "stopped"
+    assert first_node is not None
     node_cordon(node=first_node, reason="maintenance", actor=None)
     client.post(f"/api/v1/instances/{instance.id}/start")
     assert converge_until(converge.provision, instance.id) == "running"
@@ -70,6 +72,7 @@ def test_an_installed_package_survives_a_stop_and_a_start_on_another_node(renter
     # seeded once: the image's copy did not come back over the tenant's change
     assert _host_path(cluster, instance, "/root/.bashrc").read_text() == "export CHANGED=1\n"
     pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert pod is not None
     [seed] = pod["status"]["initContainerStatuses"]
     assert seed["state"]["terminated"]["exitCode"] == 0
     assert seed["state"]["terminated"]["message"] == (
@@ -84,6 +87,7 @@ def test_the_system_disk_is_the_offerings_size_and_goes_with_the_instance(renter
     instance = _running(client, catalog)
     name = manifests.system_disk_name(instance.id)
     claim = kube.read("PersistentVolumeClaim", instance.k8s_namespace, name)
+    assert claim is not None
     assert claim["spec"]["resources"]["requests"]["storage"] == "80Gi"
     detail = client.get(f"/api/v1/instances/{instance.id}").json()
     assert detail["system_disk"] == {"size_gb": 80, "used_gb": None}
@@ -102,7 +106,9 @@ def test_the_system_disk_is_the_offerings_size_and_goes_with_the_instance(renter
 def test_the_seeding_container_is_hardened_like_the_main_one(renter, catalog, cluster):
     _user, client = renter
     instance = _running(client, catalog)
-    spec = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)["spec"]
+    found = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert found is not None
+    spec = found["spec"]
     [seed] = spec["initContainers"]
     main = spec["containers"][0]
     assert seed["image"] == main["image"] == catalog["image"].container_image

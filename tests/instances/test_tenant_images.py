@@ -108,6 +108,8 @@ def test_credentials_become_a_pull_secret_that_the_pod_uses(renter, catalog, clu
     )
     namespace = kube.namespace_name(user.tenant_id)
     secret = kube.read("Secret", namespace, image.pull_secret)
+    assert secret is not None
+    assert secret is not None
     assert secret["type"] == "kubernetes.io/dockerconfigjson"
     config = json.loads(base64.b64decode(secret["data"][".dockerconfigjson"]))
     assert config["auths"]["https://index.docker.io/v1/"]["username"] == "robot"
@@ -121,7 +123,9 @@ def test_credentials_become_a_pull_secret_that_the_pod_uses(renter, catalog, clu
     instance_id = ordered.json()["id"]
     assert converge_until(converge.provision, instance_id) == "running"
     instance = Instance.objects.get(pk=instance_id)
-    spec = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)["spec"]
+    found = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert found is not None
+    spec = found["spec"]
     assert spec["imagePullSecrets"] == [{"name": image.pull_secret}]
     assert spec["containers"][0]["image"] == REFERENCE
 
