@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Sum
 
 from billing.models import Wallet
-from compute.models import Allocation, Holding
+from compute.models import Allocation, Holding, Image
 from fleet.choices import NodeState
 from fleet.models import Gpu, Node
 
@@ -63,3 +63,9 @@ def pending_drifts() -> list[PendingDrift]:
         if (cash, promo) != expected:
             drifts.append(PendingDrift(wallet_id, cash, promo, *expected))
     return drifts
+
+
+def image_locked(image_id: str) -> Image:
+    """An image's row, locked to the end of the transaction (a tenant's image being deleted
+    while an order names it): the row lock lives with its model (starverse.core.locks)."""
+    return Image.objects.select_for_update().get(pk=image_id)

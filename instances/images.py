@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 
 from compute.choices import ImageStatus
 from compute.models import Image
+from compute.selectors import image_locked
 from instances.choices import InstanceStatus as S
 from instances.models import Instance
 from starverse.accounts.models import User
@@ -129,7 +130,7 @@ def image_delete(*, image: Image) -> None:
     """Delete a tenant's image (and its pull Secret): no longer listed or orderable; refused
     (409) while an instance that is not terminated (it may start again) was ordered from it."""
     with transaction.atomic():
-        locked = Image.objects.select_for_update().get(pk=image.pk)
+        locked = image_locked(image.pk)
         if Instance.objects.filter(image_id=locked.pk).exclude(status=S.TERMINATED).exists():
             raise Conflict(
                 _(

@@ -61,6 +61,8 @@ def test_default_fleet_nodes_carry_gpu_labels_capacity_and_taints(
     api = default_fleet
     nodes = api.list_node().items
     assert [n.metadata.name for n in nodes] == [
+        "cpu-0",
+        "cpu-1",
         "gpu-a100-0",
         "gpu-a100-1",
         "gpu-h100-0",
@@ -86,6 +88,11 @@ def test_default_fleet_nodes_carry_gpu_labels_capacity_and_taints(
     assert [(t.key, t.value, t.effect) for t in h100.spec.taints] == [
         ("nvidia.com/gpu", "present", "NoSchedule")
     ]
+    # the CPU-only nodes (no-GPU mode): no GPU to advertise, no GPU taint
+    cpu = api.read_node("cpu-0")
+    assert "nvidia.com/gpu" not in cpu.status.capacity
+    assert "nvidia.com/gpu.product" not in cpu.metadata.labels
+    assert not cpu.spec.taints
     ready = next(c for c in h100.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("True", "KubeletReady")
     assert h100.status.node_info.kubelet_version.endswith("-starverse-emulator")

@@ -100,6 +100,9 @@ def _form(offering, **changes):
         "price_per_month_fen": offering.price_per_month_fen or "",
         "active": offering.active,
         "sort": offering.sort,
+        "system_disk_gb": offering.system_disk_gb,
+        "cpu_only_price_per_hour_fen": offering.cpu_only_price_per_hour_fen or "",
+        "spot_price_per_hour_fen": offering.spot_price_per_hour_fen or "",
         **changes,
     }
     return OfferingForm(data=data, instance=offering)
