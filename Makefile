@@ -33,7 +33,7 @@ help:  ## List the targets
 
 $(RUN_STAMP): $(RUN_LOCKS)
 	@# --no-compile: each module is compiled when first imported, not every one of 37,000 files now
-	@test -e $(STAMP) || PYTHON=$(PYTHON) bin/install "the runtime dependencies" 150 --no-compile \
+	@test -e $(STAMP) || PYTHON=$(PYTHON) bin/install "the runtime dependencies" 60 --no-compile \
 	  -r requirements-run.lock $(if $(HAS_POSTGRES),,-r requirements-postgres.lock)
 	@rm -f $(VENV)/.installed-run*; touch $@
 
