@@ -227,6 +227,22 @@ class Candidate(NamedTuple):
         return node, indices
 
 
+# What is placed on node n, as both candidate queries read it (u): the CPU, memory and local
+# storage its pods ask for and their count, a pod being a holding with GPUs on the node or one
+# in no-GPU mode placed on it (Holding.cpu_node).
+_PLACED_SQL = """CROSS JOIN LATERAL (
+   SELECT COALESCE(SUM(o.cpu_cores), 0) * 1000 AS cpu_m,
+          COALESCE(SUM(o.memory_gb), 0) * 1024 AS memory_mib,
+          COALESCE(SUM(CASE WHEN h.kind = %(replica)s THEN 0 ELSE o.local_disk_gb END), 0)
+            * 1024 AS ephemeral_mib,
+          COUNT(h.id) AS pods
+     FROM (SELECT holding_id FROM {allocation} WHERE node_id = n.id
+           UNION SELECT id FROM {holding} WHERE cpu_node_id = n.id) held
+     JOIN {holding} h ON h.id = held.holding_id
+     JOIN {offering} o ON o.id = h.offering_id
+ ) u"""
+
+
 # One round trip, set-based: per node of the product (ready, in the cluster, in the region),
 # the GPU indices taken (allocated or lost) and what the pods holding its GPUs ask for (their
 # holdings' offerings; an endpoint replica takes no local disk), then only the nodes the
@@ -245,17 +261,7 @@ SELECT n.id, n.name, n.gpu_count, n.region_id, n.gpu_count - t.count AS free, t.
            UNION
            SELECT "index" FROM {gpu} WHERE node_id = n.id AND lost_at IS NOT NULL) gpus
  ) t
- CROSS JOIN LATERAL (
-   SELECT COALESCE(SUM(o.cpu_cores), 0) * 1000 AS cpu_m,
-          COALESCE(SUM(o.memory_gb), 0) * 1024 AS memory_mib,
-          COALESCE(SUM(CASE WHEN h.kind = %(replica)s THEN 0 ELSE o.local_disk_gb END), 0)
-            * 1024 AS ephemeral_mib,
-          COUNT(h.id) AS pods
-     FROM (SELECT holding_id FROM {allocation} WHERE node_id = n.id
-           UNION SELECT id FROM {holding} WHERE cpu_node_id = n.id) held
-     JOIN {holding} h ON h.id = held.holding_id
-     JOIN {offering} o ON o.id = h.offering_id
- ) u
+ {placed}
  WHERE n.state = %(state)s AND n.gpu_product = %(product)s AND (n.in_cluster OR %(any_node)s)
    AND (%(region)s = '' OR n.region_id = %(region)s)
    AND (%(only)s = '' OR n.id = %(only)s) AND NOT (n.id = ANY(%(skip)s))
@@ -325,10 +331,16 @@ def candidates(
 @functools.cache
 def _candidates_sql() -> str:
     """_CANDIDATES_SQL with its tables, written once a process (every order reads it twice)."""
-    return _CANDIDATES_SQL.format(**_tables(), queue_ahead=queue.ahead_exists_sql())
+    return _CANDIDATES_SQL.format(
+        **_tables(), queue_ahead=queue.ahead_exists_sql(), placed=_placed_sql()
+    )
 
 
 @functools.cache
+def _placed_sql() -> str:
+    return _PLACED_SQL.format(**_tables())
+
+
 def _tables() -> dict[str, str]:
     return {
         **queue.tables(),
@@ -560,17 +572,7 @@ SELECT n.id, n.name, n.region_id, n.gpu_product, n.gpu_count
  CROSS JOIN LATERAL (
    SELECT COUNT(*) AS count FROM {allocation} WHERE node_id = n.id
  ) t
- CROSS JOIN LATERAL (
-   SELECT COALESCE(SUM(o.cpu_cores), 0) * 1000 AS cpu_m,
-          COALESCE(SUM(o.memory_gb), 0) * 1024 AS memory_mib,
-          COALESCE(SUM(CASE WHEN h.kind = %(replica)s THEN 0 ELSE o.local_disk_gb END), 0)
-            * 1024 AS ephemeral_mib,
-          COUNT(h.id) AS pods
-     FROM (SELECT holding_id FROM {allocation} WHERE node_id = n.id
-           UNION SELECT id FROM {holding} WHERE cpu_node_id = n.id) held
-     JOIN {holding} h ON h.id = held.holding_id
-     JOIN {offering} o ON o.id = h.offering_id
- ) u
+ {placed}
  WHERE n.state = %(state)s AND (n.in_cluster OR %(any_node)s)
    AND (%(region)s = '' OR n.region_id = %(region)s)
    AND (n.allocatable_cpu_m IS NULL OR n.allocatable_cpu_m - u.cpu_m >= %(cpu_m)s)
@@ -599,7 +601,7 @@ def choose_cpu_only(offering: Offering, region: str = "") -> Node | None:
     for model_id in sorted(["", *GpuModel.objects.values_list("pk", flat=True)]):
         gpu_model_placement_lock(model_id)
     want = needs(offering)
-    sql = _CPU_ONLY_SQL.format(**_tables())
+    sql = _CPU_ONLY_SQL.format(**_tables(), placed=_placed_sql())
     with connection.cursor() as cursor:
         cursor.execute(
             sql,
