@@ -16,6 +16,18 @@ from starverse.core.ids import PublicIdField
 from starverse.core.text import chinese_column, localized
 
 
+def _below_hourly(kind: str) -> models.CheckConstraint:
+    """An offering's `kind` price an hour (trial, spot): blank, or 1 fen up to the hourly one."""
+    field = f"{kind}_price_per_hour_fen"
+    return models.CheckConstraint(
+        condition=Q(**{f"{field}__isnull": True})
+        | Q(**{f"{field}__gte": 1, f"{field}__lte": models.F("price_per_hour_fen")}),
+        name=f"offering_{kind}_price",
+        violation_error_message=f"The {kind} price must be at least 1 fen and at most the "
+        "hourly price.",
+    )
+
+
 class Offering(models.Model):
     """What a user can rent: a whole node (bare metal, 1:1) or 1–8 GPUs of one node, with CPU,
     RAM and local NVMe in proportion, at an hourly (and for whole nodes a monthly) price."""
@@ -90,16 +102,7 @@ class Offering(models.Model):
         ordering = ["sort", "gpu_model", "gpu_count"]
         constraints = [
             models.CheckConstraint(condition=Q(price_per_hour_fen__gt=0), name="offering_price"),
-            models.CheckConstraint(
-                condition=Q(trial_price_per_hour_fen__isnull=True)
-                | Q(
-                    trial_price_per_hour_fen__gte=1,
-                    trial_price_per_hour_fen__lte=models.F("price_per_hour_fen"),
-                ),
-                name="offering_trial_price",
-                violation_error_message="The trial price must be at least 1 fen and at most the "
-                "hourly price.",
-            ),
+            _below_hourly("trial"),
             models.CheckConstraint(
                 condition=Q(gpu_count__gte=1, gpu_count__lte=16), name="offering_gpu_count"
             ),
@@ -109,16 +112,7 @@ class Offering(models.Model):
                 name="offering_cpu_only_price",
                 violation_error_message="The no-GPU price must be at least 1 fen.",
             ),
-            models.CheckConstraint(
-                condition=Q(spot_price_per_hour_fen__isnull=True)
-                | Q(
-                    spot_price_per_hour_fen__gte=1,
-                    spot_price_per_hour_fen__lte=models.F("price_per_hour_fen"),
-                ),
-                name="offering_spot_price",
-                violation_error_message="The spot price must be at least 1 fen and at most the "
-                "hourly price.",
-            ),
+            _below_hourly("spot"),
         ]
 
     def __str__(self) -> str:
