@@ -51,10 +51,11 @@ from instances.lifecycle import (
     instance_stop,
     instance_terminate,
 )
-from instances.models import Instance, InstanceEvent, Workload
+from instances.models import Instance, InstanceEvent, Workload, WorkloadLog
 from instances.preemption import PREEMPTED
 from jobs.choices import ENDED, JobStatus
 from jobs.models import Job, JobEvent, JobRank
+from jobs.resume import resumed_step
 from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, FieldInvalid, InvalidInput, ServiceError
@@ -77,6 +78,7 @@ RESERVED_ENV = re.compile(
 )
 JOB_LABEL = "starverse.io/job"
 SUBMITTED = gettext_noop("Submitted.")
+RESUMED = gettext_noop("Resumed from step %(step)s (restart %(attempt)s).")
 RANK_FAILED = gettext_noop("A rank's program failed: every rank stops, then all start again.")
 MULTI_NODE_GPUS = 8  # a job of several nodes takes whole nodes of this many GPUs
 NODES_NAMED = 4  # a timeline line names this many of a job's nodes
@@ -530,6 +532,25 @@ def _follow_running(job: Job, instances: list[Instance], *, new_pod: bool, now: 
             % {"minutes": job.time_limit_minutes},
             now=now,
         )
+    if job.status == J.RUNNING:
+        _note_resumed(job, instances)
+
+
+def _note_resumed(job: Job, instances: list[Instance]) -> None:
+    """Once per attempt, the timeline's "Resumed from step N" when the attempt's shipped log
+    says where its program resumed (jobs.resume: the lowest rank that says it). Looked for while
+    the job runs, until found."""
+    attempt = job.restarts
+    said = JobEvent.objects.filter(job=job, message=RESUMED, params__attempt=str(attempt))
+    if said.exists():
+        return
+    logs = WorkloadLog.objects.filter(instance__in=[i.pk for i in instances], attempt=attempt)
+    texts = dict(logs.values_list("instance_id", "text"))
+    for instance in instances:  # in rank order
+        step = resumed_step(texts.get(instance.pk, ""))
+        if step is not None:
+            _event(job, job.status, later(RESUMED) % {"step": step, "attempt": attempt})
+            return
 
 
 def _follow_waiting(job: Job, instances: list[Instance]) -> None:

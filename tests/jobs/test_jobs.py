@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from django.core import mail
 from django.db import connection
+from django.utils import translation
 
 from instances.models import Instance, InstanceEvent, Workload, WorkloadLog
 from instances.provisioning import converge
 from instances.provisioning.logs import logs_ship
 from instances.provisioning.reconcile import reconcile, workloads_check
 from jobs.models import Job, JobEvent
+from jobs.resume import resumed_step
 from jobs.services import job_sync, rank_restart
 from starverse.core import kube
 from storage.nas import nas_set_size
@@ -188,6 +190,17 @@ def test_a_lost_pod_resumes_from_the_checkpoint_with_billing_paused(catalog, cli
     texts = [e.text for e in JobEvent.objects.filter(job=job)]
     assert any(text.startswith("Its rank was lost") for text in texts)
     assert texts[-1].startswith("Running again on") and texts[-1].endswith("(restart 1).")
+
+    # the shipped log of the new attempt says where it resumed: the timeline says it, once
+    assert logs_ship() == 1
+    assert WorkloadLog.objects.get(instance=instance, attempt=1).text.count("resumed from") == 1
+    assert job_sync(job.id) == "running"
+    assert job_sync(job.id) == "running"
+    resumed_events = JobEvent.objects.filter(job=job, message__startswith="Resumed from")
+    assert [e.text for e in resumed_events] == [f"Resumed from step {resumed} (restart 1)."]
+    with translation.override("zh-hans"):
+        assert str(resumed) in resumed_events.get().text
+        assert "Resumed" not in resumed_events.get().text
 
 
 def test_cancel_ends_it_keeps_its_logs_and_refuses_twice(
@@ -535,3 +548,18 @@ def test_a_ranks_instance_page_links_its_job_instead_of_offering_its_own_actions
     assert f'href="/console/jobs/{job.id}/"' in page
     assert f"/instances/{instance.id}/stop/" not in page
     assert "data-job" in page
+
+
+@pytest.mark.parametrize(
+    ("log", "step"),
+    [
+        ("starting at step 0\nstep 1/9 loss=2.0\n", None),
+        ("resumed from step 41\nstep 42/90 loss=1.0\n", 41),
+        ("loading ckpt\nSTARVERSE_RESUMED_STEP=1200\n", 1200),
+        ("STARVERSE_RESUMED_STEP=3\n  STARVERSE_RESUMED_STEP=7  \n", 7),
+        ("echo STARVERSE_RESUMED_STEP=5 is how\nresumed from step x\n", None),
+        (f"STARVERSE_RESUMED_STEP={2**70}\n", None),
+    ],
+)
+def test_the_resumed_step_is_read_from_the_programs_own_line(log, step):
+    assert resumed_step(log) == step

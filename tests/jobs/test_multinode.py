@@ -23,6 +23,7 @@ from fleet.services import node_transition, nodes_sync_from_cluster
 from instances.lifecycle import instances_on_node_changed
 from instances.models import Instance
 from instances.provisioning import converge
+from instances.provisioning.logs import logs_ship
 from instances.provisioning.reconcile import workloads_check
 from jobs.models import Job
 from jobs.services import job_rank_lost, job_sync, rank_restart
@@ -214,6 +215,14 @@ def test_a_lost_node_pauses_billing_replaces_only_its_rank_and_every_rank_resume
     assert ranks[0].node_id == healthy.node_id
     events = client_for(owner).get(f"/api/v1/jobs/{job.id}/events").json()["results"]
     assert [e["status"] for e in events][-2:] == ["recovering", "running"]
+
+    # both ranks' new attempts say where they resumed: one timeline line for the attempt, rank 0's
+    assert logs_ship() == 2
+    step = int(_log_has(ranks[0], "resumed from step").split("resumed from step", 1)[1].split()[0])
+    assert job_sync(job.id) == job_sync(job.id) == "running"
+    events = client_for(owner).get(f"/api/v1/jobs/{job.id}/events").json()["results"]
+    resumed = [e for e in events if e["text"].startswith("Resumed from")]
+    assert [e["text"] for e in resumed] == [f"Resumed from step {step} (restart 1)."]
 
 
 def test_a_ranks_error_runs_every_rank_again_by_the_policy_then_fails_with_its_code(
