@@ -557,6 +557,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "workload_owner": owner,
             "price_now": price_now(instance),
             "spot_grace_s": settings.SPOT_PREEMPT_GRACE_S,
+            "mirrors": mirrors_configured(),
             "can_stop": not owned and instance.status in CAN_STOP,
             "can_start": not owned and instance.status in CAN_START,
             "no_gpu_price": instance.offering.cpu_only_price_per_hour_fen,

@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 from starverse_init.environment import session_environment
 
+from instances.lifecycle import instance_order
 from instances.models import Instance
 from instances.provisioning import converge
 from starverse.core import kube
@@ -106,3 +107,35 @@ def test_the_rent_page_says_nothing_of_mirrors_when_none_is_configured(catalog, 
     client.force_login(make_user())
     page = client.get(reverse("instances:rent")).content.decode()
     assert "Academic mirrors" not in page and 'name="no_mirrors"' not in page
+
+
+def test_the_instance_page_shows_its_mirrors_or_that_they_are_off(mirrored, catalog, client):
+    user = make_user()
+    fund(user, 100_000)
+    on, _created = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id=catalog["image"].id
+    )
+    off, _created = instance_order(
+        user=user,
+        offering_id=catalog["h100x1"].id,
+        image_id=catalog["image"].id,
+        mirrors=False,
+        idempotency_key="second",
+    )
+    client.force_login(user)
+
+    shown = client.get(reverse("instances:detail", args=[on.id])).content.decode()
+    assert "https://mirrors.example.edu.cn/pypi/simple" in shown
+    hidden = client.get(reverse("instances:detail", args=[off.id])).content.decode()
+    assert "Off: ordered without them" in hidden
+    assert "https://mirrors.example.edu.cn/pypi/simple" not in hidden
+
+
+def test_another_tenants_instance_page_is_a_404(mirrored, catalog, client):
+    user = make_user()
+    fund(user, 100_000)
+    instance, _created = instance_order(
+        user=user, offering_id=catalog["h100x1"].id, image_id=catalog["image"].id
+    )
+    client.force_login(make_user())
+    assert client.get(reverse("instances:detail", args=[instance.id])).status_code == 404
