@@ -46,6 +46,7 @@ def _order_and_run(client_for, catalog, **body):
     assert converge_until(converge.provision, instance_id) == "running"
     instance = Instance.objects.get(pk=instance_id)
     pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert pod is not None
     env = {item["name"]: item["value"] for item in pod["spec"]["containers"][0]["env"]}
     return client, answer.json(), env
 
