@@ -179,11 +179,8 @@ def instance_order(
     mirrors: bool = True,
 ) -> tuple[Instance, bool]:
     """Order an instance: placed now, or queued behind earlier orders for the same GPU; the same
-    Idempotency-Key answers the same (instance, created). `region` "": any (or the disks').
-    `idle_stop` (DEFAULT: the user's settings), `stop_at`, `stop_after_hours`: its automatic
-    stops. `workload`: a job's program, unsaved. `spot_max_wait_minutes`: a spot order fails,
-    at no cost, after waiting that long (None: as long as it takes). `mirrors`: whether its
-    container gets the operator's academic mirrors (instances.mirrors)."""
+    Idempotency-Key answers the same (instance, created). `idle_stop` DEFAULT: the user's; the
+    rest as POST /instances has them (docs/api.md); `workload`: a job's program, unsaved."""
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
