@@ -1,4 +1,4 @@
--- starverse migrations digest: e77e00a712511b59888b783032331ef94e0894e54d7e953c477863b0f9ca872f
+-- starverse migrations digest: d37ffd20520c51c446d012ad43a1eb32ea4fae0dde7e9f6affeaf91c593bf389
 --
 -- PostgreSQL database dump
 --
@@ -1542,6 +1542,7 @@ CREATE TABLE public.instances_instance (
     ports jsonb NOT NULL,
     region_id character varying(32),
     stop_reason character varying(16) DEFAULT ''::character varying NOT NULL,
+    mirrors boolean DEFAULT true NOT NULL,
     CONSTRAINT instances_instance_jupyter_port_check CHECK ((jupyter_port >= 0)),
     CONSTRAINT instances_instance_session_check CHECK ((session >= 0)),
     CONSTRAINT instances_instance_ssh_port_check CHECK ((ssh_port >= 0))
@@ -2571,124 +2572,125 @@ INSERT INTO public.django_content_type VALUES (74, 'events', 'webhookdelivery');
 -- Data for Name: django_migrations; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.django_migrations VALUES (1, 'contenttypes', '0001_initial', '2026-12-03 13:53:58.28091+00');
-INSERT INTO public.django_migrations VALUES (2, 'contenttypes', '0002_remove_content_type_name', '2026-12-03 13:53:58.287023+00');
-INSERT INTO public.django_migrations VALUES (3, 'auth', '0001_initial', '2026-12-03 13:53:58.313394+00');
-INSERT INTO public.django_migrations VALUES (4, 'auth', '0002_alter_permission_name_max_length', '2026-12-03 13:53:58.318027+00');
-INSERT INTO public.django_migrations VALUES (5, 'auth', '0003_alter_user_email_max_length', '2026-12-03 13:53:58.322466+00');
-INSERT INTO public.django_migrations VALUES (6, 'auth', '0004_alter_user_username_opts', '2026-12-03 13:53:58.326997+00');
-INSERT INTO public.django_migrations VALUES (7, 'auth', '0005_alter_user_last_login_null', '2026-12-03 13:53:58.332685+00');
-INSERT INTO public.django_migrations VALUES (8, 'auth', '0006_require_contenttypes_0002', '2026-12-03 13:53:58.333888+00');
-INSERT INTO public.django_migrations VALUES (9, 'auth', '0007_alter_validators_add_error_messages', '2026-12-03 13:53:58.438375+00');
-INSERT INTO public.django_migrations VALUES (10, 'auth', '0008_alter_user_username_max_length', '2026-12-03 13:53:58.443167+00');
-INSERT INTO public.django_migrations VALUES (11, 'auth', '0009_alter_user_last_name_max_length', '2026-12-03 13:53:58.447181+00');
-INSERT INTO public.django_migrations VALUES (12, 'auth', '0010_alter_group_name_max_length', '2026-12-03 13:53:58.451772+00');
-INSERT INTO public.django_migrations VALUES (13, 'auth', '0011_update_proxy_permissions', '2026-12-03 13:53:58.455755+00');
-INSERT INTO public.django_migrations VALUES (14, 'auth', '0012_alter_user_first_name_max_length', '2026-12-03 13:53:58.460312+00');
-INSERT INTO public.django_migrations VALUES (15, 'accounts', '0001_initial', '2026-12-03 13:53:58.53462+00');
-INSERT INTO public.django_migrations VALUES (16, 'accounts', '0002_two_factor', '2026-12-03 13:53:58.559972+00');
-INSERT INTO public.django_migrations VALUES (17, 'accounts', '0003_user_email_verification', '2026-12-03 13:53:58.59257+00');
-INSERT INTO public.django_migrations VALUES (18, 'accounts', '0004_teams', '2026-12-03 13:53:58.719309+00');
-INSERT INTO public.django_migrations VALUES (19, 'accounts', '0005_user_settings', '2026-12-03 13:53:58.738508+00');
-INSERT INTO public.django_migrations VALUES (20, 'accounts', '0006_token_caps', '2026-12-03 13:53:58.775996+00');
-INSERT INTO public.django_migrations VALUES (21, 'admin', '0001_initial', '2026-12-03 13:53:58.800319+00');
-INSERT INTO public.django_migrations VALUES (22, 'admin', '0002_logentry_remove_auto_add', '2026-12-03 13:53:58.814924+00');
-INSERT INTO public.django_migrations VALUES (23, 'admin', '0003_logentry_add_action_flag_choices', '2026-12-03 13:53:58.831684+00');
-INSERT INTO public.django_migrations VALUES (24, 'billing', '0001_initial', '2026-12-03 13:53:59.018305+00');
-INSERT INTO public.django_migrations VALUES (25, 'billing', '0002_ledger_immutable', '2026-12-03 13:53:59.038655+00');
-INSERT INTO public.django_migrations VALUES (26, 'billing', '0003_payments', '2026-12-03 13:53:59.225004+00');
-INSERT INTO public.django_migrations VALUES (27, 'billing', '0004_ledger_no_truncate', '2026-12-03 13:53:59.252552+00');
-INSERT INTO public.django_migrations VALUES (28, 'billing', '0005_operator_permissions_and_approvals', '2026-12-03 13:53:59.346842+00');
-INSERT INTO public.django_migrations VALUES (29, 'billing', '0006_disputes_arrears_and_holds', '2026-12-03 13:54:00.175053+00');
-INSERT INTO public.django_migrations VALUES (30, 'billing', '0007_transfers', '2026-12-03 13:54:00.347964+00');
-INSERT INTO public.django_migrations VALUES (31, 'billing', '0008_invoices_and_statements', '2026-12-03 13:54:00.454861+00');
-INSERT INTO public.django_migrations VALUES (32, 'billing', '0009_ledger_price_kind', '2026-12-03 13:54:00.479441+00');
-INSERT INTO public.django_migrations VALUES (33, 'billing', '0010_transfer_invoiceable_portion', '2026-12-03 13:54:00.567552+00');
-INSERT INTO public.django_migrations VALUES (34, 'billing', '0011_usage_pending_and_minutes', '2026-12-03 13:54:00.70348+00');
-INSERT INTO public.django_migrations VALUES (35, 'billing', '0012_ledger_seq', '2026-12-03 13:54:00.820127+00');
-INSERT INTO public.django_migrations VALUES (36, 'billing', '0013_topup_paid_with_and_cancelled', '2026-12-03 13:54:00.876137+00');
-INSERT INTO public.django_migrations VALUES (37, 'instances', '0001_fleet', '2026-12-03 13:54:00.935192+00');
-INSERT INTO public.django_migrations VALUES (38, 'instances', '0002_default_health_rules', '2026-12-03 13:54:00.97262+00');
-INSERT INTO public.django_migrations VALUES (39, 'instances', '0003_instances', '2026-12-03 13:54:01.333141+00');
-INSERT INTO public.django_migrations VALUES (40, 'instances', '0004_monthly_rental', '2026-12-03 13:54:01.422665+00');
-INSERT INTO public.django_migrations VALUES (41, 'instances', '0005_instance_ssh_keys', '2026-12-03 13:54:01.453135+00');
-INSERT INTO public.django_migrations VALUES (42, 'instances', '0006_event_params', '2026-12-03 13:54:01.473402+00');
-INSERT INTO public.django_migrations VALUES (43, 'instances', '0007_cloud_disks', '2026-12-03 13:54:01.654643+00');
-INSERT INTO public.django_migrations VALUES (44, 'fleet', '0001_moved_from_instances', '2026-12-03 13:54:02.043662+00');
-INSERT INTO public.django_migrations VALUES (45, 'instances', '0008_fleet_and_storage_moved_out', '2026-12-03 13:54:02.669081+00');
-INSERT INTO public.django_migrations VALUES (46, 'instances', '0009_instance_objects_created_events_read', '2026-12-03 13:54:02.764022+00');
-INSERT INTO public.django_migrations VALUES (47, 'instances', '0010_offering_runtime_class', '2026-12-03 13:54:02.772418+00');
-INSERT INTO public.django_migrations VALUES (48, 'instances', '0011_queue_unfunded_and_tenant_limits', '2026-12-03 13:54:02.851376+00');
-INSERT INTO public.django_migrations VALUES (49, 'instances', '0012_instance_ssh_host_key', '2026-12-03 13:54:02.924295+00');
-INSERT INTO public.django_migrations VALUES (50, 'fleet', '0002_node_allocatable', '2026-12-03 13:54:02.954271+00');
-INSERT INTO public.django_migrations VALUES (51, 'fleet', '0003_gpumodel_premium', '2026-12-03 13:54:03.000852+00');
-INSERT INTO public.django_migrations VALUES (52, 'fleet', '0004_node_event_token_reset', '2026-12-03 13:54:03.01217+00');
-INSERT INTO public.django_migrations VALUES (53, 'instances', '0013_gateway_ports_and_shares', '2026-12-03 13:54:03.192533+00');
-INSERT INTO public.django_migrations VALUES (54, 'fleet', '0005_node_fabric', '2026-12-03 13:54:03.207107+00');
-INSERT INTO public.django_migrations VALUES (55, 'clusters', '0001_clusters', '2026-12-03 13:54:03.410032+00');
-INSERT INTO public.django_migrations VALUES (56, 'instances', '0014_cluster_ranks', '2026-12-03 13:54:03.52541+00');
-INSERT INTO public.django_migrations VALUES (57, 'instances', '0015_instance_checking', '2026-12-03 13:54:03.576205+00');
-INSERT INTO public.django_migrations VALUES (58, 'instances', '0016_instance_fillfactor', '2026-12-03 13:54:03.616406+00');
-INSERT INTO public.django_migrations VALUES (59, 'fleet', '0006_node_profile', '2026-12-03 13:54:03.62616+00');
-INSERT INTO public.django_migrations VALUES (60, 'fleet', '0007_regions', '2026-12-03 13:54:03.722519+00');
-INSERT INTO public.django_migrations VALUES (61, 'instances', '0017_instance_region', '2026-12-03 13:54:03.802375+00');
-INSERT INTO public.django_migrations VALUES (62, 'instances', '0018_image_size_and_prepull', '2026-12-03 13:54:03.853222+00');
-INSERT INTO public.django_migrations VALUES (63, 'instances', '0019_offering_trial_price_slug_and_chinese', '2026-12-03 13:54:03.914123+00');
-INSERT INTO public.django_migrations VALUES (64, 'instances', '0020_seeded_catalog_trial_and_chinese', '2026-12-03 13:54:03.985582+00');
-INSERT INTO public.django_migrations VALUES (65, 'clusters', '0002_rank_provisioning', '2026-12-03 13:54:04.263486+00');
-INSERT INTO public.django_migrations VALUES (66, 'clusters', '0003_preflight', '2026-12-03 13:54:04.314282+00');
-INSERT INTO public.django_migrations VALUES (67, 'instances', '0021_auto_stop', '2026-12-03 13:54:04.94103+00');
-INSERT INTO public.django_migrations VALUES (68, 'instances', '0022_engine_images', '2026-12-03 13:54:04.988773+00');
-INSERT INTO public.django_migrations VALUES (69, 'datasets', '0001_initial', '2026-12-03 13:54:05.045426+00');
-INSERT INTO public.django_migrations VALUES (70, 'datasets', '0002_shared_storage_moved_out', '2026-12-03 13:54:05.047209+00');
-INSERT INTO public.django_migrations VALUES (71, 'storage', '0001_moved_from_instances_and_datasets', '2026-12-03 13:54:05.215185+00');
-INSERT INTO public.django_migrations VALUES (72, 'storage', '0002_disk_region', '2026-12-03 13:54:05.268641+00');
-INSERT INTO public.django_migrations VALUES (73, 'fleet', '0008_node_images', '2026-12-03 13:54:05.319751+00');
-INSERT INTO public.django_migrations VALUES (74, 'endpoints', '0001_endpoints', '2026-12-03 13:54:05.85011+00');
-INSERT INTO public.django_migrations VALUES (75, 'endpoints', '0002_sync_indexes', '2026-12-03 13:54:05.914601+00');
-INSERT INTO public.django_migrations VALUES (76, 'fleet', '0009_allocation_endpoint_replica', '2026-12-03 13:54:06.044451+00');
-INSERT INTO public.django_migrations VALUES (77, 'fleet', '0010_node_review', '2026-12-03 13:54:06.081737+00');
-INSERT INTO public.django_migrations VALUES (78, 'fleet', '0011_allocations_moved_to_compute', '2026-12-03 13:54:06.084819+00');
-INSERT INTO public.django_migrations VALUES (79, 'compute', '0001_catalog_and_allocations_moved_in', '2026-12-03 13:54:06.452881+00');
-INSERT INTO public.django_migrations VALUES (80, 'endpoints', '0003_catalog_moved_to_compute', '2026-12-03 13:54:06.501266+00');
-INSERT INTO public.django_migrations VALUES (81, 'clusters', '0004_cluster_checking_since', '2026-12-03 13:54:06.538875+00');
-INSERT INTO public.django_migrations VALUES (82, 'clusters', '0005_catalog_moved_to_compute', '2026-12-03 13:54:06.634426+00');
-INSERT INTO public.django_migrations VALUES (83, 'instances', '0023_catalog_moved_to_compute', '2026-12-03 13:54:06.834565+00');
-INSERT INTO public.django_migrations VALUES (84, 'compute', '0002_holdings', '2026-12-03 13:54:07.456838+00');
-INSERT INTO public.django_migrations VALUES (85, 'instances', '0024_queue_fields_moved_to_holdings', '2026-12-03 13:54:07.656997+00');
-INSERT INTO public.django_migrations VALUES (86, 'endpoints', '0004_replica_holding', '2026-12-03 13:54:07.865235+00');
-INSERT INTO public.django_migrations VALUES (87, 'compute', '0003_holding_parent', '2026-12-03 13:54:07.927162+00');
-INSERT INTO public.django_migrations VALUES (88, 'compute', '0004_holding_meter', '2026-12-03 13:54:08.302826+00');
-INSERT INTO public.django_migrations VALUES (89, 'instances', '0025_metering_moved_to_holdings', '2026-12-03 13:54:08.445354+00');
-INSERT INTO public.django_migrations VALUES (90, 'clusters', '0006_cluster_key_at_order', '2026-12-03 13:54:08.678916+00');
-INSERT INTO public.django_migrations VALUES (91, 'clusters', '0007_ranks', '2026-12-03 13:54:08.740042+00');
-INSERT INTO public.django_migrations VALUES (92, 'clusters', '0008_cluster_owner', '2026-12-03 13:54:08.77845+00');
-INSERT INTO public.django_migrations VALUES (93, 'clusters', '0009_spot_billing', '2026-12-03 13:54:08.815712+00');
-INSERT INTO public.django_migrations VALUES (94, 'fleet', '0012_region_display_name_zh_hans', '2026-12-03 13:54:08.88362+00');
-INSERT INTO public.django_migrations VALUES (95, 'compute', '0005_no_gpu_mode', '2026-12-03 13:54:09.040705+00');
-INSERT INTO public.django_migrations VALUES (96, 'compute', '0006_offering_system_disk', '2026-12-03 13:54:09.052814+00');
-INSERT INTO public.django_migrations VALUES (97, 'compute', '0007_tenant_images', '2026-12-03 13:54:09.505306+00');
-INSERT INTO public.django_migrations VALUES (98, 'compute', '0008_spot', '2026-12-03 13:54:09.707824+00');
-INSERT INTO public.django_migrations VALUES (99, 'compute', '0009_seeded_spot_prices', '2026-12-03 13:54:09.761417+00');
-INSERT INTO public.django_migrations VALUES (100, 'compute', '0010_token_caps', '2026-12-03 13:54:09.819004+00');
-INSERT INTO public.django_migrations VALUES (101, 'console', '0001_overview_permission', '2026-12-03 13:54:09.821274+00');
-INSERT INTO public.django_migrations VALUES (102, 'datasets', '0003_description_zh_hans', '2026-12-03 13:54:09.825961+00');
-INSERT INTO public.django_migrations VALUES (103, 'datasets', '0004_seeded_descriptions_zh_hans', '2026-12-03 13:54:09.888194+00');
-INSERT INTO public.django_migrations VALUES (104, 'datasets', '0005_names_zh_hans', '2026-12-03 13:54:10.112207+00');
-INSERT INTO public.django_migrations VALUES (105, 'endpoints', '0005_metering_moved_to_holdings', '2026-12-03 13:54:10.139822+00');
-INSERT INTO public.django_migrations VALUES (106, 'events', '0001_initial', '2026-12-03 13:54:10.431132+00');
-INSERT INTO public.django_migrations VALUES (107, 'instances', '0026_ranks_moved_to_clusters', '2026-12-03 13:54:10.582491+00');
-INSERT INTO public.django_migrations VALUES (108, 'instances', '0027_monthly_rental_stop_policy_pod_watch', '2026-12-03 13:54:10.903813+00');
-INSERT INTO public.django_migrations VALUES (109, 'instances', '0028_monthly_rental_stop_policy_pod_watch_copied', '2026-12-03 13:54:10.907985+00');
-INSERT INTO public.django_migrations VALUES (110, 'instances', '0029_moved_columns_removed', '2026-12-03 13:54:11.858651+00');
-INSERT INTO public.django_migrations VALUES (111, 'instances', '0030_pod_watch_pod_uid', '2026-12-03 13:54:11.879727+00');
-INSERT INTO public.django_migrations VALUES (112, 'instances', '0031_plurals', '2026-12-03 13:54:11.915052+00');
-INSERT INTO public.django_migrations VALUES (113, 'instances', '0032_workload', '2026-12-03 13:54:12.18806+00');
-INSERT INTO public.django_migrations VALUES (114, 'instances', '0033_workload_log_shipping', '2026-12-03 13:54:12.247837+00');
-INSERT INTO public.django_migrations VALUES (115, 'instances', '0034_spot', '2026-12-03 13:54:12.345839+00');
-INSERT INTO public.django_migrations VALUES (116, 'jobs', '0001_jobs', '2026-12-03 13:54:12.879667+00');
-INSERT INTO public.django_migrations VALUES (117, 'jobs', '0002_job_cluster', '2026-12-03 13:54:13.079524+00');
-INSERT INTO public.django_migrations VALUES (118, 'sessions', '0001_initial', '2026-12-03 13:54:13.087138+00');
+INSERT INTO public.django_migrations VALUES (1, 'contenttypes', '0001_initial', '2026-12-03 14:22:39.870348+00');
+INSERT INTO public.django_migrations VALUES (2, 'contenttypes', '0002_remove_content_type_name', '2026-12-03 14:22:39.895364+00');
+INSERT INTO public.django_migrations VALUES (3, 'auth', '0001_initial', '2026-12-03 14:22:39.956428+00');
+INSERT INTO public.django_migrations VALUES (4, 'auth', '0002_alter_permission_name_max_length', '2026-12-03 14:22:39.966475+00');
+INSERT INTO public.django_migrations VALUES (5, 'auth', '0003_alter_user_email_max_length', '2026-12-03 14:22:39.978174+00');
+INSERT INTO public.django_migrations VALUES (6, 'auth', '0004_alter_user_username_opts', '2026-12-03 14:22:39.985103+00');
+INSERT INTO public.django_migrations VALUES (7, 'auth', '0005_alter_user_last_login_null', '2026-12-03 14:22:39.999516+00');
+INSERT INTO public.django_migrations VALUES (8, 'auth', '0006_require_contenttypes_0002', '2026-12-03 14:22:40.000888+00');
+INSERT INTO public.django_migrations VALUES (9, 'auth', '0007_alter_validators_add_error_messages', '2026-12-03 14:22:40.212849+00');
+INSERT INTO public.django_migrations VALUES (10, 'auth', '0008_alter_user_username_max_length', '2026-12-03 14:22:40.224813+00');
+INSERT INTO public.django_migrations VALUES (11, 'auth', '0009_alter_user_last_name_max_length', '2026-12-03 14:22:40.240821+00');
+INSERT INTO public.django_migrations VALUES (12, 'auth', '0010_alter_group_name_max_length', '2026-12-03 14:22:40.253558+00');
+INSERT INTO public.django_migrations VALUES (13, 'auth', '0011_update_proxy_permissions', '2026-12-03 14:22:40.262057+00');
+INSERT INTO public.django_migrations VALUES (14, 'auth', '0012_alter_user_first_name_max_length', '2026-12-03 14:22:40.269958+00');
+INSERT INTO public.django_migrations VALUES (15, 'accounts', '0001_initial', '2026-12-03 14:22:40.439328+00');
+INSERT INTO public.django_migrations VALUES (16, 'accounts', '0002_two_factor', '2026-12-03 14:22:40.505907+00');
+INSERT INTO public.django_migrations VALUES (17, 'accounts', '0003_user_email_verification', '2026-12-03 14:22:40.571513+00');
+INSERT INTO public.django_migrations VALUES (18, 'accounts', '0004_teams', '2026-12-03 14:22:40.824313+00');
+INSERT INTO public.django_migrations VALUES (19, 'accounts', '0005_user_settings', '2026-12-03 14:22:40.851769+00');
+INSERT INTO public.django_migrations VALUES (20, 'accounts', '0006_token_caps', '2026-12-03 14:22:40.901941+00');
+INSERT INTO public.django_migrations VALUES (21, 'admin', '0001_initial', '2026-12-03 14:22:40.96805+00');
+INSERT INTO public.django_migrations VALUES (22, 'admin', '0002_logentry_remove_auto_add', '2026-12-03 14:22:41.016543+00');
+INSERT INTO public.django_migrations VALUES (23, 'admin', '0003_logentry_add_action_flag_choices', '2026-12-03 14:22:41.080958+00');
+INSERT INTO public.django_migrations VALUES (24, 'billing', '0001_initial', '2026-12-03 14:22:41.47539+00');
+INSERT INTO public.django_migrations VALUES (25, 'billing', '0002_ledger_immutable', '2026-12-03 14:22:41.675413+00');
+INSERT INTO public.django_migrations VALUES (26, 'billing', '0003_payments', '2026-12-03 14:22:42.269193+00');
+INSERT INTO public.django_migrations VALUES (27, 'billing', '0004_ledger_no_truncate', '2026-12-03 14:22:42.299824+00');
+INSERT INTO public.django_migrations VALUES (28, 'billing', '0005_operator_permissions_and_approvals', '2026-12-03 14:22:42.783675+00');
+INSERT INTO public.django_migrations VALUES (29, 'billing', '0006_disputes_arrears_and_holds', '2026-12-03 14:22:47.372232+00');
+INSERT INTO public.django_migrations VALUES (30, 'billing', '0007_transfers', '2026-12-03 14:22:47.498049+00');
+INSERT INTO public.django_migrations VALUES (31, 'billing', '0008_invoices_and_statements', '2026-12-03 14:22:48.679284+00');
+INSERT INTO public.django_migrations VALUES (32, 'billing', '0009_ledger_price_kind', '2026-12-03 14:22:48.771894+00');
+INSERT INTO public.django_migrations VALUES (33, 'billing', '0010_transfer_invoiceable_portion', '2026-12-03 14:22:49.06067+00');
+INSERT INTO public.django_migrations VALUES (34, 'billing', '0011_usage_pending_and_minutes', '2026-12-03 14:22:49.588712+00');
+INSERT INTO public.django_migrations VALUES (35, 'billing', '0012_ledger_seq', '2026-12-03 14:22:50.018603+00');
+INSERT INTO public.django_migrations VALUES (36, 'billing', '0013_topup_paid_with_and_cancelled', '2026-12-03 14:22:50.411417+00');
+INSERT INTO public.django_migrations VALUES (37, 'instances', '0001_fleet', '2026-12-03 14:22:51.180375+00');
+INSERT INTO public.django_migrations VALUES (38, 'instances', '0002_default_health_rules', '2026-12-03 14:22:51.594002+00');
+INSERT INTO public.django_migrations VALUES (39, 'instances', '0003_instances', '2026-12-03 14:22:54.516751+00');
+INSERT INTO public.django_migrations VALUES (40, 'instances', '0004_monthly_rental', '2026-12-03 14:22:54.677864+00');
+INSERT INTO public.django_migrations VALUES (41, 'instances', '0005_instance_ssh_keys', '2026-12-03 14:22:54.73052+00');
+INSERT INTO public.django_migrations VALUES (42, 'instances', '0006_event_params', '2026-12-03 14:22:54.754353+00');
+INSERT INTO public.django_migrations VALUES (43, 'instances', '0007_cloud_disks', '2026-12-03 14:22:55.066545+00');
+INSERT INTO public.django_migrations VALUES (44, 'fleet', '0001_moved_from_instances', '2026-12-03 14:22:55.692373+00');
+INSERT INTO public.django_migrations VALUES (45, 'instances', '0008_fleet_and_storage_moved_out', '2026-12-03 14:22:57.465576+00');
+INSERT INTO public.django_migrations VALUES (46, 'instances', '0009_instance_objects_created_events_read', '2026-12-03 14:22:57.707101+00');
+INSERT INTO public.django_migrations VALUES (47, 'instances', '0010_offering_runtime_class', '2026-12-03 14:22:57.738364+00');
+INSERT INTO public.django_migrations VALUES (48, 'instances', '0011_queue_unfunded_and_tenant_limits', '2026-12-03 14:22:57.907347+00');
+INSERT INTO public.django_migrations VALUES (49, 'instances', '0012_instance_ssh_host_key', '2026-12-03 14:22:58.05525+00');
+INSERT INTO public.django_migrations VALUES (50, 'fleet', '0002_node_allocatable', '2026-12-03 14:22:58.112935+00');
+INSERT INTO public.django_migrations VALUES (51, 'fleet', '0003_gpumodel_premium', '2026-12-03 14:22:58.176815+00');
+INSERT INTO public.django_migrations VALUES (52, 'fleet', '0004_node_event_token_reset', '2026-12-03 14:22:58.201544+00');
+INSERT INTO public.django_migrations VALUES (53, 'instances', '0013_gateway_ports_and_shares', '2026-12-03 14:22:58.69806+00');
+INSERT INTO public.django_migrations VALUES (54, 'fleet', '0005_node_fabric', '2026-12-03 14:22:58.729914+00');
+INSERT INTO public.django_migrations VALUES (55, 'clusters', '0001_clusters', '2026-12-03 14:22:58.871361+00');
+INSERT INTO public.django_migrations VALUES (56, 'instances', '0014_cluster_ranks', '2026-12-03 14:22:59.402105+00');
+INSERT INTO public.django_migrations VALUES (57, 'instances', '0015_instance_checking', '2026-12-03 14:22:59.688574+00');
+INSERT INTO public.django_migrations VALUES (58, 'instances', '0016_instance_fillfactor', '2026-12-03 14:22:59.897999+00');
+INSERT INTO public.django_migrations VALUES (59, 'fleet', '0006_node_profile', '2026-12-03 14:22:59.927245+00');
+INSERT INTO public.django_migrations VALUES (60, 'fleet', '0007_regions', '2026-12-03 14:23:00.299123+00');
+INSERT INTO public.django_migrations VALUES (61, 'instances', '0017_instance_region', '2026-12-03 14:23:00.622393+00');
+INSERT INTO public.django_migrations VALUES (62, 'instances', '0018_image_size_and_prepull', '2026-12-03 14:23:00.891995+00');
+INSERT INTO public.django_migrations VALUES (63, 'instances', '0019_offering_trial_price_slug_and_chinese', '2026-12-03 14:23:01.21661+00');
+INSERT INTO public.django_migrations VALUES (64, 'instances', '0020_seeded_catalog_trial_and_chinese', '2026-12-03 14:23:01.425973+00');
+INSERT INTO public.django_migrations VALUES (65, 'clusters', '0002_rank_provisioning', '2026-12-03 14:23:02.980501+00');
+INSERT INTO public.django_migrations VALUES (66, 'clusters', '0003_preflight', '2026-12-03 14:23:03.475442+00');
+INSERT INTO public.django_migrations VALUES (67, 'instances', '0021_auto_stop', '2026-12-03 14:23:05.605113+00');
+INSERT INTO public.django_migrations VALUES (68, 'instances', '0022_engine_images', '2026-12-03 14:23:06.677834+00');
+INSERT INTO public.django_migrations VALUES (69, 'datasets', '0001_initial', '2026-12-03 14:23:07.023081+00');
+INSERT INTO public.django_migrations VALUES (70, 'datasets', '0002_shared_storage_moved_out', '2026-12-03 14:23:07.026577+00');
+INSERT INTO public.django_migrations VALUES (71, 'storage', '0001_moved_from_instances_and_datasets', '2026-12-03 14:23:07.787766+00');
+INSERT INTO public.django_migrations VALUES (72, 'storage', '0002_disk_region', '2026-12-03 14:23:08.070991+00');
+INSERT INTO public.django_migrations VALUES (73, 'fleet', '0008_node_images', '2026-12-03 14:23:08.231947+00');
+INSERT INTO public.django_migrations VALUES (74, 'endpoints', '0001_endpoints', '2026-12-03 14:23:10.8026+00');
+INSERT INTO public.django_migrations VALUES (75, 'endpoints', '0002_sync_indexes', '2026-12-03 14:23:10.915292+00');
+INSERT INTO public.django_migrations VALUES (76, 'fleet', '0009_allocation_endpoint_replica', '2026-12-03 14:23:11.150598+00');
+INSERT INTO public.django_migrations VALUES (77, 'fleet', '0010_node_review', '2026-12-03 14:23:11.216748+00');
+INSERT INTO public.django_migrations VALUES (78, 'fleet', '0011_allocations_moved_to_compute', '2026-12-03 14:23:11.229753+00');
+INSERT INTO public.django_migrations VALUES (79, 'compute', '0001_catalog_and_allocations_moved_in', '2026-12-03 14:23:12.025031+00');
+INSERT INTO public.django_migrations VALUES (80, 'endpoints', '0003_catalog_moved_to_compute', '2026-12-03 14:23:12.14113+00');
+INSERT INTO public.django_migrations VALUES (81, 'clusters', '0004_cluster_checking_since', '2026-12-03 14:23:12.215422+00');
+INSERT INTO public.django_migrations VALUES (82, 'clusters', '0005_catalog_moved_to_compute', '2026-12-03 14:23:12.437197+00');
+INSERT INTO public.django_migrations VALUES (83, 'instances', '0023_catalog_moved_to_compute', '2026-12-03 14:23:12.970477+00');
+INSERT INTO public.django_migrations VALUES (84, 'compute', '0002_holdings', '2026-12-03 14:23:14.337568+00');
+INSERT INTO public.django_migrations VALUES (85, 'instances', '0024_queue_fields_moved_to_holdings', '2026-12-03 14:23:14.709752+00');
+INSERT INTO public.django_migrations VALUES (86, 'endpoints', '0004_replica_holding', '2026-12-03 14:23:14.902871+00');
+INSERT INTO public.django_migrations VALUES (87, 'compute', '0003_holding_parent', '2026-12-03 14:23:15.009992+00');
+INSERT INTO public.django_migrations VALUES (88, 'compute', '0004_holding_meter', '2026-12-03 14:23:16.184376+00');
+INSERT INTO public.django_migrations VALUES (89, 'instances', '0025_metering_moved_to_holdings', '2026-12-03 14:23:16.292148+00');
+INSERT INTO public.django_migrations VALUES (90, 'clusters', '0006_cluster_key_at_order', '2026-12-03 14:23:16.575658+00');
+INSERT INTO public.django_migrations VALUES (91, 'clusters', '0007_ranks', '2026-12-03 14:23:17.087752+00');
+INSERT INTO public.django_migrations VALUES (92, 'clusters', '0008_cluster_owner', '2026-12-03 14:23:17.143567+00');
+INSERT INTO public.django_migrations VALUES (93, 'clusters', '0009_spot_billing', '2026-12-03 14:23:17.203907+00');
+INSERT INTO public.django_migrations VALUES (94, 'fleet', '0012_region_display_name_zh_hans', '2026-12-03 14:23:17.324059+00');
+INSERT INTO public.django_migrations VALUES (95, 'compute', '0005_no_gpu_mode', '2026-12-03 14:23:17.591472+00');
+INSERT INTO public.django_migrations VALUES (96, 'compute', '0006_offering_system_disk', '2026-12-03 14:23:17.633531+00');
+INSERT INTO public.django_migrations VALUES (97, 'compute', '0007_tenant_images', '2026-12-03 14:23:18.536392+00');
+INSERT INTO public.django_migrations VALUES (98, 'compute', '0008_spot', '2026-12-03 14:23:18.8391+00');
+INSERT INTO public.django_migrations VALUES (99, 'compute', '0009_seeded_spot_prices', '2026-12-03 14:23:18.999785+00');
+INSERT INTO public.django_migrations VALUES (100, 'compute', '0010_token_caps', '2026-12-03 14:23:19.124894+00');
+INSERT INTO public.django_migrations VALUES (101, 'console', '0001_overview_permission', '2026-12-03 14:23:19.131576+00');
+INSERT INTO public.django_migrations VALUES (102, 'datasets', '0003_description_zh_hans', '2026-12-03 14:23:19.152942+00');
+INSERT INTO public.django_migrations VALUES (103, 'datasets', '0004_seeded_descriptions_zh_hans', '2026-12-03 14:23:19.262756+00');
+INSERT INTO public.django_migrations VALUES (104, 'datasets', '0005_names_zh_hans', '2026-12-03 14:23:19.417806+00');
+INSERT INTO public.django_migrations VALUES (105, 'endpoints', '0005_metering_moved_to_holdings', '2026-12-03 14:23:19.457359+00');
+INSERT INTO public.django_migrations VALUES (106, 'events', '0001_initial', '2026-12-03 14:23:20.383334+00');
+INSERT INTO public.django_migrations VALUES (107, 'instances', '0026_ranks_moved_to_clusters', '2026-12-03 14:23:20.69284+00');
+INSERT INTO public.django_migrations VALUES (108, 'instances', '0027_monthly_rental_stop_policy_pod_watch', '2026-12-03 14:23:21.484475+00');
+INSERT INTO public.django_migrations VALUES (109, 'instances', '0028_monthly_rental_stop_policy_pod_watch_copied', '2026-12-03 14:23:21.499152+00');
+INSERT INTO public.django_migrations VALUES (110, 'instances', '0029_moved_columns_removed', '2026-12-03 14:23:24.031558+00');
+INSERT INTO public.django_migrations VALUES (111, 'instances', '0030_pod_watch_pod_uid', '2026-12-03 14:23:24.06424+00');
+INSERT INTO public.django_migrations VALUES (112, 'instances', '0031_plurals', '2026-12-03 14:23:24.131099+00');
+INSERT INTO public.django_migrations VALUES (113, 'instances', '0032_workload', '2026-12-03 14:23:24.371314+00');
+INSERT INTO public.django_migrations VALUES (114, 'instances', '0033_workload_log_shipping', '2026-12-03 14:23:24.832627+00');
+INSERT INTO public.django_migrations VALUES (115, 'instances', '0034_spot', '2026-12-03 14:23:24.998389+00');
+INSERT INTO public.django_migrations VALUES (116, 'instances', '0035_mirrors', '2026-12-03 14:23:25.108577+00');
+INSERT INTO public.django_migrations VALUES (117, 'jobs', '0001_jobs', '2026-12-03 14:23:25.912985+00');
+INSERT INTO public.django_migrations VALUES (118, 'jobs', '0002_job_cluster', '2026-12-03 14:23:26.203755+00');
+INSERT INTO public.django_migrations VALUES (119, 'sessions', '0001_initial', '2026-12-03 14:23:26.220636+00');
 
 
 --
@@ -2761,7 +2763,7 @@ INSERT INTO public.django_migrations VALUES (118, 'sessions', '0001_initial', '2
 -- Data for Name: fleet_region; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.fleet_region VALUES ('default', 'Default', '', true, '2026-12-03 13:54:03.671659+00', '默认');
+INSERT INTO public.fleet_region VALUES ('default', 'Default', '', true, '2026-12-03 14:23:00.113631+00', '默认');
 
 
 --
@@ -3019,7 +3021,7 @@ SELECT pg_catalog.setval('public.django_content_type_id_seq', 74, true);
 -- Name: django_migrations_id_seq; Type: SEQUENCE SET; Schema: public; Owner: -
 --
 
-SELECT pg_catalog.setval('public.django_migrations_id_seq', 118, true);
+SELECT pg_catalog.setval('public.django_migrations_id_seq', 119, true);
 
 
 --

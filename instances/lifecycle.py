@@ -176,12 +176,11 @@ def instance_order(
     stop_after_hours: int | None = None,
     workload: Workload | None = None,
     spot_max_wait_minutes: int | None = None,
+    mirrors: bool = True,
 ) -> tuple[Instance, bool]:
     """Order an instance: placed now, or queued behind earlier orders for the same GPU; the same
-    Idempotency-Key answers the same (instance, created). `region` "": any (or the disks').
-    `idle_stop` (DEFAULT: the user's settings), `stop_at`, `stop_after_hours`: its automatic
-    stops. `workload`: a job's program, unsaved. `spot_max_wait_minutes`: a spot order fails,
-    at no cost, after waiting that long (None: as long as it takes)."""
+    Idempotency-Key answers the same (instance, created). `idle_stop` DEFAULT: the user's; the
+    rest as POST /instances has them (docs/api.md); `workload`: a job's program, unsaved."""
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
@@ -204,6 +203,7 @@ def instance_order(
         auto_recover=auto_recover,
         workload=workload,
         spot_max_wait_minutes=spot_max_wait_minutes,
+        mirrors=mirrors,
     )
     key = OrderKey(user.tenant_id, idempotency_key, request.hash())
     if (earlier := ordered_before(Instance.objects.all(), key, "instance")) is not None:
@@ -275,6 +275,7 @@ class _Request:
     # (its owner orders it once, under its own key: not part of the hash)
     workload: Workload | None = None
     spot_max_wait_minutes: int | None = None
+    mirrors: bool = True
 
     def hash(self) -> str:
         """The request's hash, which tells a repeat from another order under the same key."""
@@ -304,6 +305,7 @@ class _Request:
                 if self.spot_max_wait_minutes is not None
                 else {}
             ),
+            **({} if self.mirrors else {"mirrors": False}),
         )
 
     def instance_fields(self, user: User, key: OrderKey) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -335,6 +337,7 @@ class _Request:
             "ports": self.ports,
             "region_id": region_id,
             "auto_recover": offering.kind == OfferingKind.CLOUD if recover is None else recover,
+            "mirrors": self.mirrors,
         }, {
             "stop_at": stop_at,
             **idle_fields(self.idle, warn_minutes=self.warn_minutes, now=now),

@@ -110,6 +110,11 @@ class Instance(models.Model):
     keep_disk = models.BooleanField(
         default=False, help_text="On terminate, keep the instance's own disk as a cloud disk."
     )
+    mirrors = models.BooleanField(
+        default=True,
+        db_default=True,
+        help_text="Give its container the operator's academic mirrors (instances.mirrors).",
+    )
     ports = models.JSONField(
         default=list,
         blank=True,

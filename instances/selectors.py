@@ -187,6 +187,7 @@ INSTANCE_COLUMNS = (
     ("rental.paid_until", "m.paid_until"),
     ("rental.auto_renew", "m.auto_renew"),
     ("auto_recover", "i.auto_recover"),
+    ("mirrors", "i.mirrors"),
     ("stop_policy.idle_stop_util_pct", "sp.idle_stop_util_pct"),
     ("stop_policy.idle_stop_minutes", "sp.idle_stop_minutes"),
     ("stop_policy.idle_stop_due_at", "sp.idle_stop_due_at"),

@@ -34,6 +34,7 @@ from instances.gangs import gang_hooks, gang_of, workload_owner_link
 from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
+from instances.mirrors import mirrors_configured
 from instances.models import Instance
 from instances.schedules import (
     MAX_STOP_AFTER_HOURS,
@@ -100,6 +101,7 @@ class RentForm(forms.Form):
         },
     )
     auto_recover = forms.BooleanField(required=False)
+    no_mirrors = forms.BooleanField(required=False)  # ticked: without the academic mirrors
     region = forms.ChoiceField(
         required=False,
         error_messages={
@@ -333,6 +335,7 @@ def _form_as_posted(request: HttpRequest) -> _Shown:
                 "billing",
                 "name",
                 "auto_recover",
+                "no_mirrors",
                 "region",
                 "idle_stop",
                 "idle_util_pct",
@@ -387,6 +390,7 @@ def _order_place(
         region=data["region"],
         idle_stop=_idle_stop_chosen(request, data),
         stop_after_hours=data["stop_after_hours"],
+        mirrors=not data["no_mirrors"],
         idempotency_key=ORDER_KEY_PREFIX + data["token"],
     )
 
@@ -457,6 +461,7 @@ def _rent_page(request: HttpRequest, offer: _Offer, shown: _Shown) -> HttpRespon
         "disks": offer.disks,
         "selected_disks": shown.selected_disks,
         "regions": offer.regions,
+        "mirrors": mirrors_configured(),
         "wallet": offer.wallet,
         "chosen": shown.chosen,
         "selected": next((o for o in offer.offerings if o.id == shown.chosen["offering"]), None),
@@ -552,6 +557,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "workload_owner": owner,
             "price_now": price_now(instance),
             "spot_grace_s": settings.SPOT_PREEMPT_GRACE_S,
+            "mirrors": mirrors_configured(),
             "can_stop": not owned and instance.status in CAN_STOP,
             "can_start": not owned and instance.status in CAN_START,
             "no_gpu_price": instance.offering.cpu_only_price_per_hour_fen,

@@ -254,6 +254,12 @@ class InstanceCreateInput(InstanceUpdateInput):
         help_text=f"HTTP ports served through the gateway besides Jupyter's (at most {MAX_PORTS};"
         " not 22 or 8888).",
     )
+    mirrors = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="Give it the operator's academic mirrors (pip, conda, Hugging Face, GitHub) "
+        "in its environment; false: the tools' own defaults.",
+    )
     region = StrictCharField(
         max_length=32,
         required=False,
@@ -392,6 +398,7 @@ SHAPE: dict[str, Callable[[Any, Shaping], Any]] = {
     # an instance never billed monthly has no rental: it would renew (the default)
     "auto_renew": lambda o, _s: o.rental.auto_renew if o.rental else True,
     "auto_recover": lambda o, _s: o.auto_recover,
+    "mirrors": lambda o, _s: o.mirrors,
     "idle_stop": lambda o, _s: _idle_stop(o),
     "idle_stop_due_at": lambda o, s: (
         _iso(o.stop_policy.idle_stop_due_at, s.tz) if o.status == "running" else None

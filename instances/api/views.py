@@ -297,6 +297,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
                 stop_at=data.get("stop_at"),
                 stop_after_hours=data.get("stop_after_hours"),
                 spot_max_wait_minutes=data.get("spot_max_wait_minutes"),
+                mirrors=data["mirrors"],
                 idempotency_key=key,
             )
 

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from compute.models import Holding
 from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
+from instances.mirrors import mirror_env
 from instances.models import Instance, Workload
 from starverse.core.hostkeys import HostKey
 from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
@@ -425,6 +426,8 @@ def init_env(instance: Any) -> list[dict[str, Any]]:
         "STARVERSE_JUPYTER_PORT": str(JUPYTER_PORT),
         "STARVERSE_JUPYTER_BASE_URL": jupyter_base_url(instance),
         "STARVERSE_STOP_DEADLINE_S": str(STOP_HOOKS_DEADLINE_S),
+        # the operator's mirrors, unless the user turned them off for this instance
+        **(mirror_env() if getattr(instance, "mirrors", True) else {}),
     }
     return [{"name": key, "value": value} for key, value in values.items()]
 

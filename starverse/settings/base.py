@@ -462,6 +462,14 @@ INSTANCE_STORAGE_CLASS = env_optional("INSTANCE_STORAGE_CLASS")
 IMAGE_ALLOWED_REGISTRIES = env_list(
     "IMAGE_ALLOWED_REGISTRIES", ["docker.io", "nvcr.io", "ghcr.io", "quay.io", "registry.k8s.io"]
 )
+# Academic mirrors (学术加速) instances get in their environment unless the user turns them off
+# (instances.mirrors): empty = none of that kind. MIRROR_CONDA_CHANNELS and MIRROR_REGISTRIES
+# are comma-separated; the registries are only shown in the console for now.
+MIRROR_PIP_INDEX_URL = env_str("MIRROR_PIP_INDEX_URL", "")
+MIRROR_CONDA_CHANNELS = env_list("MIRROR_CONDA_CHANNELS", [])
+MIRROR_HF_ENDPOINT = env_str("MIRROR_HF_ENDPOINT", "")
+MIRROR_GITHUB_PROXY = env_str("MIRROR_GITHUB_PROXY", "")
+MIRROR_REGISTRIES = env_list("MIRROR_REGISTRIES", [])
 # Cloud disks and the shared NAS: network-backed StorageClasses (e.g. Ceph RBD for disks,
 # CephFS or NFS for the ReadWriteMany NAS); empty = the cluster's default class.
 DISK_STORAGE_CLASS = env_optional("DISK_STORAGE_CLASS")

@@ -42,6 +42,12 @@ NAMES = {
     "CONDA_DIR",
     "CONDA_PREFIX",
     "HF_HOME",
+    # the operator's academic mirrors (instances.mirrors), for the tools run in SSH sessions
+    "PIP_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "CONDA_CHANNELS",
+    "HF_ENDPOINT",
+    "GITHUB_PROXY",
 }
 # Never passed on, whatever the prefix: the init's own settings and anything secret-looking
 # (the Jupyter token is read from the Secret file, and stays there).
