@@ -47,7 +47,7 @@ def _service_done_before_the_flush(request: pytest.FixtureRequest) -> Iterator[N
     """A transactional test's database is emptied by TRUNCATE after it; the terminal service,
     which outlives the test, may still be finishing a session's last check then, and the two
     can deadlock. Set up after the database (so torn down before its flush), this waits up to
-    10 s for the service's queries to end."""
+    30 s (a busy CI machine) for the service's queries to end."""
     if "transactional_db" not in request.fixturenames:
         yield
         return
@@ -55,7 +55,7 @@ def _service_done_before_the_flush(request: pytest.FixtureRequest) -> Iterator[N
     yield
     from django.db import connection
 
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     with connection.cursor() as cursor:
         while time.monotonic() < deadline:
             cursor.execute(_BUSY_ELSEWHERE)
