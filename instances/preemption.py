@@ -14,6 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.notices import mail_about_instance
+from compute.choices import HoldingKind
+from compute.preemption import preemption_hooks_register
 from events.choices import EventType
 from events.emit import emit_about
 from instances.choices import InstanceStatus
@@ -66,8 +68,5 @@ def preempted(instance_ids: list[str], deadline: datetime) -> None:
 
 def preemption_hooks_install() -> None:
     """Called from InstancesConfig.ready: instances and clusters' ranks are instances."""
-    from compute.choices import HoldingKind
-    from compute.preemption import preemption_hooks_register
-
     preemption_hooks_register(HoldingKind.INSTANCE, preempted)
     preemption_hooks_register(HoldingKind.RANK, preempted)
