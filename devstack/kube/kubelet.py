@@ -51,8 +51,8 @@ from .images import ImageCatalog, Pull, Pulls, add_image, holds, node_bandwidth_
 from .objects import TERMINAL, set_condition
 from .podlogs import LogBook
 from .resources import NODES, PODS
-from .scheduler import allocatable, describe_shortage, node_usage
 from .saving import PushRun, layer_args, push, save_layer
+from .scheduler import allocatable, describe_shortage, node_usage
 from .seeding import seed
 from .trainer import (
     GATE_ENV,

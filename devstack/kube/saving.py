@@ -20,6 +20,7 @@ The platform's build pod (instances.provisioning.saving) has two steps:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import posixpath
@@ -138,7 +139,7 @@ def push_args(container: Obj) -> PushArgs | None:
         if word.rsplit("/", 1)[-1] == "crane" and words[index + 1] == "append":
             found: dict[str, str] = {}
             rest = words[index + 2 :]
-            for flag, value in zip(rest, rest[1:], strict=False):
+            for flag, value in itertools.pairwise(rest):
                 if flag in _FLAGS:
                     found[_FLAGS[flag]] = value
             if len(found) == 3:

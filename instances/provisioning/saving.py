@@ -28,8 +28,8 @@ from django.utils.translation import gettext as _
 
 from compute.choices import ImageStatus
 from compute.models import Image
-from instances.images import image_transition, registry_secret
 from instances.choices import InstanceStatus
+from instances.images import image_transition, registry_secret
 from instances.models import Instance
 from instances.provisioning.manifests import (
     SYSTEM_DIRS,
@@ -39,7 +39,7 @@ from instances.provisioning.manifests import (
 from starverse.core import kube
 
 logger = logging.getLogger(__name__)
-PUSH_SECRET = "image-push"
+PUSH_SECRET = "image-push"  # noqa: S105 - the Secret's name
 PUSH_CONFIG_DIR = "/etc/starverse/push"
 SOURCE_MOUNT = "/starverse-system"
 WORK_MOUNT = "/work"
@@ -102,8 +102,8 @@ def build_pod(image: Image, instance: Instance) -> dict[str, Any]:
                 },
             }
         )
-    running = instance.status == InstanceStatus.RUNNING and instance.node_id
-    running_on = instance.node.name if running else ""
+    node = instance.node if instance.status == InstanceStatus.RUNNING else None
+    running_on = node.name if node is not None else ""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -160,7 +160,10 @@ def _layer_bytes(pod: dict[str, Any]) -> int:
 
 def _failure(pod: dict[str, Any]) -> str:
     status = pod.get("status") or {}
-    for item in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+    for item in [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]:
         terminated = (item.get("state") or {}).get("terminated") or {}
         if terminated.get("exitCode"):
             return f"{item.get('name')}: {(terminated.get('message') or '').strip()[-500:]}"
