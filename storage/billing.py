@@ -1,8 +1,9 @@
-"""Storage billing and retention. Cloud disks, the shared NAS and a tenant's own images of a
-known size (saved from an instance, in the operator's registry) cost a price per GB-day set by
-operators (StoragePrice; an image's GB are its bytes ÷ 10^9, rounded up): each (volume, day)
-is charged once, under the ledger key storage:{volume}:{day} (days in TIME_ZONE), the first day when the volume is created and each
-later day on the first run of `storage_bill` that day. Instance-local disks are free.
+"""Storage billing and retention. Cloud disks, the shared NAS and a tenant's own images of a known
+size (saved from an instance, in the operator's registry) cost a price per GB-day set by
+operators (StoragePrice; an image's GB are its bytes ÷ 10^9, rounded up): each (volume, day) is
+charged once, under the ledger key storage:{volume}:{day} (days in TIME_ZONE), the first day when
+the volume is created and each later day on the first run of `storage_bill` that day. Instance-
+local disks are free.
 
 When a tenant's balance cannot pay a day, nothing is charged and nothing is deleted: the
 tenant enters arrears (StorageArrears) with a deadline STORAGE_GRACE_DAYS away, is warned by
@@ -322,9 +323,9 @@ def _notify(arrears: StorageArrears, due_fen: int, now: datetime, stage: str) ->
 
 
 def storage_delete_all(tenant_id: str) -> list[str]:
-    """The grace period is over: delete every volume and billed image of the tenant. Disks
-    attached to an instance without a pod are detached first; an instance with a pod keeps its disks (it is
-    paid for some other way, e.g. a prepaid month). An instance has a pod while it holds GPUs
+    """The grace period is over: delete every volume and billed image of the tenant. Disks attached
+    to an instance without a pod are detached first; an instance with a pod keeps its disks (it
+    is paid for some other way, e.g. a prepaid month). An instance has a pod while it holds GPUs
     (compute.models.Allocation, of its holding: the instance's id)."""
     deleted = []
     holding = set(
