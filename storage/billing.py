@@ -2,8 +2,8 @@
 size (saved from an instance, in the operator's registry) cost a price per GB-day set by
 operators (StoragePrice; an image's GB are its bytes ÷ 10^9, rounded up): each (volume, day) is
 charged once, under the ledger key storage:{volume}:{day} (days in TIME_ZONE), the first day when
-the volume is created and each later day on the first run of `storage_bill` that day. Instance-
-local disks are free.
+the volume is created and each later day on the first run of `storage_bill` that day.
+Instance-local disks are free.
 
 When a tenant's balance cannot pay a day, nothing is charged and nothing is deleted: the
 tenant enters arrears (StorageArrears) with a deadline STORAGE_GRACE_DAYS away, is warned by
