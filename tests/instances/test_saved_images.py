@@ -230,3 +230,37 @@ def test_an_instance_being_terminated_cannot_be_saved_and_a_name_is_not_taken_tw
     image = _saved(first.json()["id"])
     assert image.status == "failed"
     assert "terminated before its image was saved" in image.error_message
+
+
+def test_the_console_saves_an_instance_and_lists_the_image_with_its_status_and_size(
+    renter, catalog, cluster, client_for
+):
+    from django.test import Client
+
+    user, client = renter
+    instance = _installed(cluster, client, catalog)
+    browser = Client()
+    browser.force_login(user)
+    page = browser.get(f"/console/instances/{instance.id}/").content.decode()
+    assert f'action="/console/instances/{instance.id}/image/"' in page
+    assert "data-save-warning" in page  # running: it says what that means
+
+    answer = browser.post(f"/console/instances/{instance.id}/image/", {"name": "from console"})
+
+    assert answer.status_code == 302 and answer["Location"] == "/console/images/"
+    image = Image.objects.get(tenant_id=user.tenant_id)
+    assert (image.name, image.status, image.saved_from) == ("from console", "saving", instance.id)
+    listed = browser.get("/console/images/").content.decode()
+    assert f'data-image="{image.id}"' in listed and "Saving" in listed
+    size = _saved(image.id).size_bytes
+    assert size == catalog["image"].size_bytes + len(CONTENT)
+    listed = browser.get("/console/images/").content.decode()
+    assert "Ready" in listed and f"{size / 1e9:.1f} GB" in listed
+    stranger = Client()
+    stranger.force_login(make_user())
+    assert (
+        stranger.post(f"/console/instances/{instance.id}/image/", {"name": "x"}).status_code == 404
+    )
+    assert image.id not in stranger.get("/console/images/").content.decode()
+    assert stranger.post(f"/console/images/{image.id}/delete/").status_code == 404
+    assert Image.objects.filter(tenant_id=user.tenant_id).count() == 1
