@@ -18,10 +18,15 @@ ratio <= 0.2)."""
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.common import recreate_database, report, setup_django
+
+if TYPE_CHECKING:
+    from devstack.kube import KubeEmulator
 from bench.instances import _users
 
 NODES = 20
@@ -119,7 +124,7 @@ SAVED_BYTES = 10_000_000_000
 REGISTRY_MBPS = 1000.0
 
 
-def _copy_once_s(emulator) -> float:
+def _copy_once_s(emulator: "KubeEmulator") -> float:
     """The baseline: the same bytes copied once over the same modelled link, as a plain pod
     on a node that pulls a 10 GB image at the registry's bandwidth."""
     reference = "bench.local/copy-once:10gb"
@@ -188,9 +193,11 @@ def save_image_10gb() -> dict:
             _until(lambda: converge.provision(instance.id) == "running", converge.StillPending)
             instance.refresh_from_db()
             pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+            assert pod is not None
             place = emulator.volume_data.resolve(
                 pod, pod["spec"]["containers"][0], "/usr/local/share/changed.bin"
             )
+            assert place is not None
             place.path.parent.mkdir(parents=True, exist_ok=True)
             with open(place.path, "wb") as changed:
                 os.truncate(changed.fileno(), SAVED_BYTES)
@@ -201,7 +208,7 @@ def save_image_10gb() -> dict:
             image = image_save(
                 user=user, instance=Instance.objects.get(pk=instance.id), name="ten-gb"
             ).image
-            _until(lambda: saving.image_save_converge(image.id) is None, saving.StillSaving)
+            _until(lambda: _saved(image.id), saving.StillSaving)
             saved_s = time.perf_counter() - began
             assert emulator.images.layers[image.container_image][-1] == SAVED_BYTES
             baseline_s = _copy_once_s(emulator)
@@ -225,7 +232,14 @@ def _offering_id() -> str:
     return Offering.objects.get(name="1× H100 80GB SXM").id
 
 
-def _until(done, pending: type[Exception], timeout_s: float = 300.0) -> None:
+def _saved(image_id: str) -> bool:
+    from instances.provisioning import saving
+
+    saving.image_save_converge(image_id)  # raises StillSaving until the build pod ends
+    return True
+
+
+def _until(done: "Callable[[], bool]", pending: type[Exception], timeout_s: float = 300.0) -> None:
     """Run a converge step as its retrying task does (every 0.1 s) until it is done."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -33,9 +33,9 @@ from instances.choices import InstanceStatus
 from instances.gangs import gang_hooks, gang_of, workload_owner_link
 from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
+from instances.images import SAVABLE, Saving, image_delete, image_save
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.mirrors import mirrors_configured
-from instances.images import SAVABLE, Saving, image_delete, image_save
 from instances.models import Instance
 from instances.schedules import (
     MAX_STOP_AFTER_HOURS,
