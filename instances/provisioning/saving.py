@@ -80,8 +80,8 @@ def _push_container(image: Image) -> dict[str, Any]:
     }
 
 
-def build_pod(image: Image, instance: Instance) -> dict[str, Any]:
-    """The build pod of a saved image (see the module's docstring)."""
+def _volumes(instance: Instance) -> list[dict[str, Any]]:
+    """The system disk read-only, the layer's scratch space and, if any, the push credential."""
     volumes: list[dict[str, Any]] = [
         {
             "name": "system",
@@ -102,22 +102,42 @@ def build_pod(image: Image, instance: Instance) -> dict[str, Any]:
                 },
             }
         )
+    return volumes
+
+
+def _layer_container(image: Image) -> dict[str, Any]:
+    return {
+        "name": "layer",
+        "image": image.base,
+        "command": list(LAYER_COMMAND),
+        "resources": _resources("2", "2Gi"),
+        "securityContext": _security_context(),
+        "volumeMounts": [
+            {"name": "system", "mountPath": SOURCE_MOUNT, "readOnly": True},
+            {"name": "work", "mountPath": WORK_MOUNT},
+        ],
+    }
+
+
+def build_pod(image: Image, instance: Instance) -> dict[str, Any]:
+    """The build pod of a saved image (see the module's docstring)."""
     node = instance.node if instance.status == InstanceStatus.RUNNING else None
-    running_on = node.name if node is not None else ""
+    tenant = str(image.tenant_id)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": build_pod_name(image.id),
-            "namespace": kube.namespace_name(str(image.tenant_id)),
+            "namespace": kube.namespace_name(tenant),
             "labels": {
                 **kube.MANAGED,
-                "starverse.io/tenant": kube.tenant_label(str(image.tenant_id)),
+                "starverse.io/tenant": kube.tenant_label(tenant),
                 "starverse.io/image": image.id.lower().replace("_", "-"),
             },
         },
         "spec": {
-            **({"nodeName": running_on} if running_on else {}),
+            # a running instance's claim is ReadWriteOnce: on its node
+            **({"nodeName": node.name} if node is not None else {}),
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
@@ -129,21 +149,9 @@ def build_pod(image: Image, instance: Instance) -> dict[str, Any]:
                 if instance.image.pull_secret
                 else {}
             ),
-            "initContainers": [
-                {
-                    "name": "layer",
-                    "image": image.base,
-                    "command": list(LAYER_COMMAND),
-                    "resources": _resources("2", "2Gi"),
-                    "securityContext": _security_context(),
-                    "volumeMounts": [
-                        {"name": "system", "mountPath": SOURCE_MOUNT, "readOnly": True},
-                        {"name": "work", "mountPath": WORK_MOUNT},
-                    ],
-                }
-            ],
+            "initContainers": [_layer_container(image)],
             "containers": [_push_container(image)],
-            "volumes": volumes,
+            "volumes": _volumes(instance),
         },
     }
 

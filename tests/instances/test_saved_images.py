@@ -264,3 +264,24 @@ def test_the_console_saves_an_instance_and_lists_the_image_with_its_status_and_s
     assert image.id not in stranger.get("/console/images/").content.decode()
     assert stranger.post(f"/console/images/{image.id}/delete/").status_code == 404
     assert Image.objects.filter(tenant_id=user.tenant_id).count() == 1
+
+
+def test_a_teams_saved_image_is_ordered_by_its_members(catalog, cluster, settings):
+    from instances.images import image_save
+    from instances.lifecycle import instance_order
+    from tests.factories import make_instance, make_team_with_budget
+    from tests.teams.test_team_changes import acting
+
+    settings.MAX_RUNNING_GPUS = 32
+    ana, bob, team = make_team_with_budget()
+    fund(acting(ana, team, "owner"), 100_000)
+    instance = make_instance(ana, "stopped", cluster=cluster)
+    image = image_save(user=ana, instance=instance, name="lab env").image
+    assert _saved(image.id).status == "ready"
+
+    ordered, _created = instance_order(
+        user=acting(bob, team, "member"), offering_id=catalog["h100x1"].id, image_id=image.id
+    )
+
+    assert (ordered.tenant_id, ordered.image_id) == (team.pk, image.id)
+    assert Image.objects.usable_by(make_user().tenant_id).filter(pk=image.id).exists() is False
