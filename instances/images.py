@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from compute.choices import IMAGE_TRANSITIONS, ImageStatus
+from compute.choices import ImageStatus
 from compute.models import Image
 from compute.selectors import image_locked
 from instances.choices import InstanceStatus as S
@@ -241,16 +241,3 @@ def _saved_before(instance: Instance, name: str, idempotency_key: str) -> Saving
         _("You already have an image named %(name)s: choose another name.") % {"name": name},
         code="image_name_taken",
     )
-
-
-def image_transition(image_id: str, to: str, *, size_bytes: int = 0, error: str = "") -> bool:
-    """Move a saved image on (IMAGE_TRANSITIONS): ready with its size, or failed with why.
-    False, and nothing changed, when it is gone or already past saving (a task run twice)."""
-    with transaction.atomic():
-        image = Image.objects.select_for_update().filter(pk=image_id).first()
-        if image is None or to not in IMAGE_TRANSITIONS[image.status]:
-            return False
-        image.status, image.size_bytes, image.error_message = to, size_bytes, error
-        image.save(update_fields=["status", "size_bytes", "error_message"])
-    logger.info("image.%s image=%s size_bytes=%d", to, image_id, size_bytes)
-    return True

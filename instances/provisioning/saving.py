@@ -27,9 +27,10 @@ from django.db.models import Q
 from django.utils.translation import gettext as _
 
 from compute.choices import ImageStatus
+from compute.images import image_transition
 from compute.models import Image
 from instances.choices import InstanceStatus
-from instances.images import image_transition, registry_secret
+from instances.images import registry_secret
 from instances.models import Instance
 from instances.provisioning.manifests import (
     SYSTEM_DIRS,

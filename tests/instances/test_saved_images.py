@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from compute.images import image_transition
 from compute.models import Image
 from instances.models import Instance
 from instances.provisioning import converge, saving
@@ -112,6 +113,9 @@ def test_a_stopped_instance_saved_as_an_image_orders_two_more_with_its_files(
 
     assert image.status == "ready"
     assert image.size_bytes == 7_000_000_000 + len(CONTENT)
+    # a second run of the follow-up changes nothing: ready is final
+    assert image_transition(image.id, "failed", error="late") is False
+    assert Image.objects.get(pk=image.id).status == "ready"
     assert kube.read("Pod", instance.k8s_namespace, saving.build_pod_name(image.id)) is None
     assert cluster.images.layers[image.container_image][-1] == len(CONTENT)
     assert client.get(f"/api/v1/images/{image.id}").json()["size_bytes"] == image.size_bytes
