@@ -24,6 +24,7 @@ BENCHMARKS = {
     "clusters": clusters.run,
     "cluster_ready": cluster_ready.run,
     "images": images.run,
+    "save_image_10gb": images.run_save_image,
     "endpoints": endpoints.run,
     "statements": statements.run,
     "jobs": jobs.run,

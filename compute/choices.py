@@ -43,3 +43,11 @@ class ImageStatus(models.TextChoices):
     SAVING = "saving", _("Saving")
     READY = "ready", _("Ready")
     FAILED = "failed", _("Failed")
+
+
+# A saved image is saving until its build pod ends; ready and failed are final.
+IMAGE_TRANSITIONS: dict[str, set[str]] = {
+    ImageStatus.SAVING: {ImageStatus.READY, ImageStatus.FAILED},
+    ImageStatus.READY: set(),
+    ImageStatus.FAILED: set(),
+}

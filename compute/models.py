@@ -184,6 +184,15 @@ class Image(models.Model):
         help_text=_("The tenant namespace's Secret with the registry credentials, if any."),
     )
     error_message = models.TextField(blank=True, default="", db_default="")
+    saved_from = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("The instance it was saved from, if saved."),
+    )
+    # the save's Idempotency-Key (POST /instances/{id}/image): a retried save is the same one
+    idempotency_key = models.CharField(max_length=200, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now, db_default=Now())
     deleted_at = models.DateTimeField(null=True, blank=True)
 
@@ -197,7 +206,12 @@ class Image(models.Model):
                 fields=["tenant", "name"],
                 condition=Q(tenant__isnull=False, deleted_at__isnull=True),
                 name="image_name_per_tenant",
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="image_save_idempotency",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,10 +1,12 @@
 """Tenants' own images: brought by reference (any OCI reference from a registry the operator
 allows, with optional registry credentials kept only as the tenant namespace's pull Secret),
+saved from an instance (pushed by a build pod on the cluster: instances.provisioning.saving),
 and deleted. The catalogue's images are the operator's (the admin); a tenant's image is
 ordered like one of them but only by its own tenant (compute.models.ImageQuerySet.usable_by)."""
 
 import base64
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +21,14 @@ from compute.models import Image
 from compute.selectors import image_locked
 from instances.choices import InstanceStatus as S
 from instances.models import Instance
+from instances.states import instance_locked
 from starverse.accounts.models import User
 from starverse.core import kube
+from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, FieldInvalid
 from starverse.core.ids import new_id
 
+logger = logging.getLogger(__name__)
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REFERENCE = re.compile(
     rf"^(?P<name>(?:(?P<host>[A-Za-z0-9.-]+(?::[0-9]+)?)/)?{_COMPONENT}(?:/{_COMPONENT})*)"
@@ -72,8 +77,11 @@ def reference_parse(text: str) -> Reference:
     return Reference(registry, text)
 
 
-def pull_secret(image: Image, registry: str, username: str, password: str) -> dict[str, Any]:
-    """The tenant namespace's pull Secret for one image (kubernetes.io/dockerconfigjson)."""
+def registry_secret(
+    name: str, tenant_id: str, registry: str, username: str, password: str
+) -> dict[str, Any]:
+    """A Secret of registry credentials in the tenant namespace (kubernetes.io/dockerconfigjson:
+    what a kubelet pulls with, and what `crane` reads as its config.json)."""
     auth = base64.b64encode(f"{username}:{password}".encode()).decode()
     server = _DOCKER_HUB_AUTH if registry == DOCKER_HUB else registry
     config = {"auths": {server: {"username": username, "password": password, "auth": auth}}}
@@ -82,15 +90,17 @@ def pull_secret(image: Image, registry: str, username: str, password: str) -> di
         "kind": "Secret",
         "type": "kubernetes.io/dockerconfigjson",
         "metadata": {
-            "name": image.pull_secret,
-            "namespace": kube.namespace_name(str(image.tenant_id)),
-            "labels": {
-                **kube.MANAGED,
-                "starverse.io/tenant": kube.tenant_label(str(image.tenant_id)),
-            },
+            "name": name,
+            "namespace": kube.namespace_name(tenant_id),
+            "labels": {**kube.MANAGED, "starverse.io/tenant": kube.tenant_label(tenant_id)},
         },
         "stringData": {".dockerconfigjson": json.dumps(config)},
     }
+
+
+def pull_secret(image: Image, registry: str, username: str, password: str) -> dict[str, Any]:
+    """The tenant namespace's pull Secret for one image."""
+    return registry_secret(image.pull_secret, str(image.tenant_id), registry, username, password)
 
 
 def image_import(
@@ -144,3 +154,90 @@ def image_delete(*, image: Image) -> None:
         locked.save(update_fields=["active", "deleted_at"])
     if locked.pull_secret:
         kube.delete("Secret", kube.namespace_name(str(locked.tenant_id)), locked.pull_secret)
+
+
+def _repository(name: str) -> str:
+    """A name as an OCI repository path component (lower case, `-` between words)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:64].strip("-") or "image"
+
+
+def saved_reference(image: Image) -> str:
+    """Where a saved image is pushed: the operator's registry, the tenant's own repository
+    (`t-<tenant>`), a repository named after the image, tagged with its id."""
+    tenant = kube.tenant_label(str(image.tenant_id))
+    tag = image.id.split("_", 1)[1].lower()
+    return f"{settings.IMAGE_REGISTRY}/t-{tenant}/{_repository(image.name)}:{tag}"
+
+
+@dataclass(frozen=True)
+class Saving:
+    """A save order's answer: the image, whether this call made it, and a warning to show."""
+
+    image: Image
+    created: bool
+    warning: str
+
+
+SAVABLE = (S.STOPPED, S.RUNNING)
+
+
+def image_save(*, user: User, instance: Instance, name: str, idempotency_key: str = "") -> Saving:
+    """Save an instance's system disk as a new image of its tenant (status saving): a build
+    pod on the cluster pushes what changed since its image as a layer on top of it
+    (instances.provisioning.saving), never the web tier. From a stopped instance, or a running
+    one with a warning (files written meanwhile may be saved half-written); 409 in any other
+    state. The same Idempotency-Key answers the same image."""
+    name = name.strip()
+    with transaction.atomic():
+        locked = instance_locked(instance.pk)
+        if locked.status not in SAVABLE:
+            raise Conflict(
+                _(
+                    "Only a stopped or running instance can be saved as an image; this one is "
+                    "%(status)s. Wait until it is stopped or running, then save it."
+                )
+                % {"status": locked.get_status_display()},
+                code="wrong_state",
+            )
+        image = Image(
+            id=new_id("img"),
+            name=name,
+            description="",
+            tenant_id=locked.tenant_id,
+            created_by=user,
+            status=ImageStatus.SAVING,
+            base=locked.image.container_image,
+            saved_from=locked.id,
+            idempotency_key=idempotency_key,
+        )
+        image.container_image = saved_reference(image)
+        try:
+            with transaction.atomic():
+                image.save(force_insert=True)
+        except IntegrityError:
+            return _saved_before(locked, name, idempotency_key)
+        enqueue_on_commit("instances.tasks.save_image", image.id)
+    logger.info("image.saving image=%s instance=%s tenant=%s", image.id, locked.id, image.tenant_id)
+    return Saving(image, True, _running_warning(locked))
+
+
+def _running_warning(instance: Instance) -> str:
+    if instance.status != S.RUNNING:
+        return ""
+    return _(
+        "The instance is running: files it writes while the image is saved may be saved "
+        "half-written. For a consistent image, stop it first and save again."
+    )
+
+
+def _saved_before(instance: Instance, name: str, idempotency_key: str) -> Saving:
+    if idempotency_key:
+        earlier = Image.objects.filter(
+            tenant_id=instance.tenant_id, idempotency_key=idempotency_key
+        ).first()
+        if earlier is not None:
+            return Saving(earlier, False, _running_warning(instance))
+    raise Conflict(
+        _("You already have an image named %(name)s: choose another name.") % {"name": name},
+        code="image_name_taken",
+    )

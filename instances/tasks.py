@@ -11,9 +11,10 @@ from fleet.selectors import region_target, regions_configured
 from instances import autostop, lifecycle, metering, monthly
 from instances.choices import STARTING_OR_RUNNING
 from instances.models import Instance
-from instances.provisioning import converge, logs, namespaces, prepull, reconcile
+from instances.provisioning import converge, logs, namespaces, prepull, reconcile, saving
 from instances.selectors import spend_per_hour_fen
 from starverse.core import kube
+from starverse.core.dispatch import send
 from starverse.core.kube import KUBE_TASK, KUBE_TASK_UNTIL_DONE, KubeError
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,24 @@ def provision_instance(self: Task[[str], None], instance_id: str) -> None:
         converge.provision(instance_id)
     except converge.StillPending:
         raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
+
+
+@shared_task(**KUBE_TASK_UNTIL_DONE)
+def save_image(self: Task[[str], None], image_id: str) -> None:
+    """A saved image's build pod: made once, followed until it ends (instances.images)."""
+    try:
+        saving.image_save_converge(image_id)
+    except saving.StillSaving:
+        raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def follow_saving_images() -> None:
+    """Every minute: each image still saving is looked at again (a lost task loses no save)."""
+    if not settings.KUBECONFIG:
+        return
+    for image_id in saving.images_saving():
+        send("instances.tasks.save_image", image_id)
 
 
 @shared_task(**KUBE_TASK)

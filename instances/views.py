@@ -33,6 +33,7 @@ from instances.choices import InstanceStatus
 from instances.gangs import gang_hooks, gang_of, workload_owner_link
 from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
+from instances.images import SAVABLE, Saving, image_delete, image_save
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.mirrors import mirrors_configured
 from instances.models import Instance
@@ -55,7 +56,13 @@ from instances.volumes import disk_attach, disk_detach
 from starverse.accounts.audit import audit_request
 from starverse.accounts.models import IDLE_MINUTES_RANGE, IDLE_UTIL_PCT_RANGE, SshKey
 from starverse.accounts.selectors import user_settings
-from starverse.core.console import form_token, page_user, redirect_back, run_change
+from starverse.core.console import (
+    form_token,
+    page_user,
+    redirect_back,
+    run_change,
+    run_service,
+)
 from starverse.core.dates import parse_moment
 from starverse.core.errors import IdempotencyConflict, InvalidInput, ServiceError
 from starverse.core.money import format_fen
@@ -563,6 +570,7 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "no_gpu_price": instance.offering.cpu_only_price_per_hour_fen,
             "gpus_attached": instance.holding.gpus_attached,
             "can_terminate": not owned and instance.status != S.TERMINATED,
+            "can_save_image": not owned and instance.status in SAVABLE,
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "no_sshd": settings.DEV_PODS_WITHOUT_SSHD,
@@ -619,6 +627,56 @@ def _act(
         done % {"name": instance.name},
     )
     return _back(request, instance)
+
+
+@login_required
+@require_POST
+def instance_image_save_view(request: HttpRequest, pk: str) -> HttpResponse:
+    """Save as image, from the instance page's form (its name; confirmed in the page)."""
+    instance = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+    name = str(request.POST.get("name", "")).strip()[:100]
+    if not name:
+        messages.error(request, _("Give the new image a name, then save again."))
+        return _back(request, instance)
+    saved: list[Saving] = []
+    done = _(
+        "Saving “%(instance)s” as the image “%(image)s”: it is listed here, ready to order once "
+        "its status is Ready."
+    ) % {"instance": instance.name, "image": name}
+    user = page_user(request)
+    if not run_change(
+        request,
+        instance,
+        lambda: saved.append(image_save(user=user, instance=instance, name=name)),
+        done,
+    ):
+        return _back(request, instance)
+    audit_request(request, "image.saving", saved[0].image, instance=instance.pk)
+    if saved[0].warning:
+        messages.warning(request, saved[0].warning)
+    return redirect("instances:images")
+
+
+@login_required
+def image_list(request: HttpRequest) -> HttpResponse:
+    """The tenant's own images (saved or brought), with their status and size."""
+    images = Image.objects.filter(
+        tenant_id=page_user(request).tenant_id, deleted_at__isnull=True
+    ).order_by("-created_at")
+    return render(request, "instances/images.html", {"active": "instances", "images": images})
+
+
+@login_required
+@require_POST
+def image_delete_view(request: HttpRequest, pk: str) -> HttpResponse:
+    image = get_for_user(Image.objects.filter(deleted_at__isnull=True), request.user, "tenant", pk)
+    if run_service(
+        request,
+        lambda: image_delete(image=image),
+        _("The image “%(name)s” is deleted.") % {"name": image.name},
+    ):
+        audit_request(request, "image.deleted", image, name=image.name)
+    return redirect("instances:images")
 
 
 @login_required

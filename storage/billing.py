@@ -1,7 +1,9 @@
-"""Storage billing and retention. Cloud disks and the shared NAS cost a price per GB-day set by
-operators (StoragePrice): each (volume, day) is charged once, under the ledger key
-storage:{volume}:{day} (days in TIME_ZONE), the first day when the volume is created and each
-later day on the first run of `storage_bill` that day. Instance-local disks are free.
+"""Storage billing and retention. Cloud disks, the shared NAS and a tenant's own images of a known
+size (saved from an instance, in the operator's registry) cost a price per GB-day set by
+operators (StoragePrice; an image's GB are its bytes ÷ 10^9, rounded up): each (volume, day) is
+charged once, under the ledger key storage:{volume}:{day} (days in TIME_ZONE), the first day when
+the volume is created and each later day on the first run of `storage_bill` that day.
+Instance-local disks are free.
 
 When a tenant's balance cannot pay a day, nothing is charged and nothing is deleted: the
 tenant enters arrears (StorageArrears) with a deadline STORAGE_GRACE_DAYS away, is warned by
@@ -16,6 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -25,7 +28,8 @@ from billing.models import LedgerTransaction, Wallet
 from billing.notices import mail_tenant
 from billing.selectors import wallet_locked
 from billing.services import ledger_post
-from compute.models import Allocation
+from compute.choices import ImageStatus
+from compute.models import Allocation, Image
 from starverse.core.dispatch import enqueue_on_commit, send
 from starverse.core.errors import Conflict, InsufficientBalance
 from starverse.core.money import format_fen
@@ -37,6 +41,7 @@ WARN_AT_DAYS = (7, 3, 1)
 DESCRIPTIONS: dict[str, str] = {
     StorageKind.DISK: gettext_noop("Cloud disk storage"),
     StorageKind.NAS: gettext_noop("Shared NAS storage"),
+    StorageKind.IMAGE: gettext_noop("Image storage"),
 }
 
 
@@ -69,8 +74,16 @@ def _key(volume: Volume, day: date) -> str:
     return f"storage:{volume.id}:{day.isoformat()}"
 
 
+def _billed_images() -> QuerySet[Image]:
+    """A tenant's own images that cost: ready, not deleted, of a known size."""
+    return Image.objects.filter(
+        tenant__isnull=False, active=True, status=ImageStatus.READY, size_bytes__gt=0
+    )
+
+
 def tenant_volumes(tenant_id: str) -> list[Volume]:
-    """Every billable volume of a tenant: live cloud disks and the live shared NAS."""
+    """Every billable volume of a tenant: live cloud disks, the live shared NAS and its own
+    images of a known size."""
     volumes = [
         Volume(StorageKind.DISK, disk_id, size)
         for disk_id, size in Disk.objects.filter(
@@ -82,6 +95,12 @@ def tenant_volumes(tenant_id: str) -> list[Volume]:
         for nas_id, size in SharedStorage.objects.live()
         .filter(tenant_id=tenant_id)
         .values_list("id", "size_gb")
+    ]
+    volumes += [
+        Volume(StorageKind.IMAGE, image_id, math.ceil(size / 1_000_000_000))
+        for image_id, size in _billed_images()
+        .filter(tenant_id=tenant_id)
+        .values_list("id", "size_bytes")
     ]
     return volumes
 
@@ -198,6 +217,7 @@ def arrears_review_on_credit(sender: Any, tenant_id: str, **kwargs: Any) -> None
 def _tenants_to_bill() -> set[str]:
     tenants = set(Disk.objects.filter(status__in=LIVE_DISK).values_list("tenant_id", flat=True))
     tenants |= set(SharedStorage.objects.live().values_list("tenant_id", flat=True))
+    tenants |= {str(t) for t in _billed_images().values_list("tenant_id", flat=True)}
     tenants |= set(
         StorageArrears.objects.filter(resolved_at__isnull=True).values_list("tenant_id", flat=True)
     )
@@ -303,9 +323,9 @@ def _notify(arrears: StorageArrears, due_fen: int, now: datetime, stage: str) ->
 
 
 def storage_delete_all(tenant_id: str) -> list[str]:
-    """The grace period is over: delete every volume of the tenant. Disks attached to an
-    instance without a pod are detached first; an instance with a pod keeps its disks (it is
-    paid for some other way, e.g. a prepaid month). An instance has a pod while it holds GPUs
+    """The grace period is over: delete every volume and billed image of the tenant. Disks attached
+    to an instance without a pod are detached first; an instance with a pod keeps its disks (it
+    is paid for some other way, e.g. a prepaid month). An instance has a pod while it holds GPUs
     (compute.models.Allocation, of its holding: the instance's id)."""
     deleted = []
     holding = set(
@@ -322,4 +342,7 @@ def storage_delete_all(tenant_id: str) -> list[str]:
         SharedStorage.objects.filter(pk=nas.pk).update(status=SharedStorage.Status.DELETING)
         enqueue_on_commit("storage.tasks.delete_nas", nas.id)
         deleted.append(nas.id)
-    return deleted
+    # its images are no longer listed, ordered or billed (an instance of one still starts)
+    images = list(_billed_images().filter(tenant_id=tenant_id).values_list("id", flat=True))
+    Image.objects.filter(pk__in=images).update(active=False, deleted_at=timezone.now())
+    return [*deleted, *images]

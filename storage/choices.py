@@ -17,3 +17,4 @@ LIVE_DISK = (DiskStatus.CREATING, DiskStatus.AVAILABLE, DiskStatus.ATTACHED)
 class StorageKind(models.TextChoices):
     DISK = "disk", _("Cloud disk")
     NAS = "nas", _("Shared NAS")
+    IMAGE = "image", _("Your images")

@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"{BANDWIDTH_ANNOTATION} overrides it)",
     )
     parser.add_argument(
+        "--registry-bandwidth",
+        type=float,
+        default=None,
+        help="MB/s a saved image's layer is pushed to the registry at (default: --pull-bandwidth)",
+    )
+    parser.add_argument(
         "--keda-queue-url",
         default=None,
         help="the KEDA stand-in reads in-flight counts per host here (the dev gateway's admin "
@@ -135,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         image_sizes=sizes,
         default_image_bytes=int(args.default_image_size * 1e9),
         pull_bandwidth_mbps=args.pull_bandwidth,
+        registry_bandwidth_mbps=args.registry_bandwidth,
         keda_queue_url=args.keda_queue_url,
         keda_polling_interval_s=args.keda_polling_interval,
         data_dir=args.data_dir or default_data_dir(args.node_prefix),

@@ -106,6 +106,7 @@ class KubeEmulator:
         image_sizes: dict[str, int] | None = None,
         default_image_bytes: int = 0,
         pull_bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS,
+        registry_bandwidth_mbps: float | None = None,
         snapshot_ready_s: float = 0.5,
         standin_latency_ms: float | None = None,
         standin_load_s: float | None = None,
@@ -120,7 +121,9 @@ class KubeEmulator:
         self.store = Store(history_size)
         self.api = Api(self.store, Validator(schema=validate), seed)
         # Image sizes default to 0 B, so a pull takes only pull_delay_s unless sizes are given.
-        self.images = ImageCatalog(image_sizes or {}, default_image_bytes, pull_bandwidth_mbps)
+        self.images = ImageCatalog(
+            image_sizes or {}, default_image_bytes, pull_bandwidth_mbps, registry_bandwidth_mbps
+        )
         # volumes' files: under data_dir, else a temporary directory removed at stop
         self.volume_data = VolumeData(self.store, data_dir)
         self.kubelet = Kubelet(

@@ -55,14 +55,33 @@ class ImageCatalog:
     sizes: dict[str, int] = field(default_factory=dict)
     default_bytes: int = 0
     bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS
+    # MB/s a push to the registry goes at (a saved image's layer); None: ``bandwidth_mbps``
+    registry_bandwidth_mbps: float | None = None
+    # pushed images' layers' sizes (the base's as one layer, then each pushed on top of it)
+    layers: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.sizes = {normalize(ref): int(size) for ref, size in self.sizes.items()}
         self._configured = dict(self.sizes)
+        self._configured_registry_mbps = self.registry_bandwidth_mbps
 
     def reset(self) -> None:
-        """Back to the sizes given at start (a test's ``set_size`` is forgotten)."""
+        """Back to the sizes given at start (a test's ``set_size`` and pushes are forgotten)."""
         self.sizes = dict(self._configured)
+        self.registry_bandwidth_mbps = self._configured_registry_mbps
+        self.layers.clear()
+
+    @property
+    def push_mbps(self) -> float:
+        return self.registry_bandwidth_mbps or self.bandwidth_mbps
+
+    def push(self, reference: str, base: str, layer_bytes: int) -> int:
+        """Record ``reference`` as ``base``'s layers plus one of ``layer_bytes``: its size, which
+        a node that pulls it takes size ÷ bandwidth for, is returned."""
+        layers = [*self.layers.get(normalize(base), [self.size(base)]), int(layer_bytes)]
+        self.layers[normalize(reference)] = layers
+        self.sizes[normalize(reference)] = sum(layers)
+        return sum(layers)
 
     def set_size(self, reference: str, size_bytes: int) -> None:
         self.sizes[normalize(reference)] = int(size_bytes)

@@ -8,7 +8,8 @@ repeated at most every ``MOUNT_WARNING_S`` seconds — then ``Pulling`` → ``Pu
 ``ErrImagePull`` / ``ImagePullBackOff`` for images named by ``fail_image_pull``) → ``Created`` /
 ``Started`` → phase Running with Ready conditions, a pod IP and running container statuses.
 Init containers run to their end first, in order: the system-disk seeding program copies its
-image's directories (:mod:`.seeding`), anything else succeeds at once; one that fails leaves
+image's directories (:mod:`.seeding`), the save-layer program makes a saved image's layer
+(:mod:`.saving`), anything else succeeds at once; one that fails leaves
 the pod Pending with its ``terminated`` status and a ``BackOff`` warning.
 A pod labelled ``starverse.io/endpoint`` runs but is Ready only after its model-load time
 (``STARVERSE_STANDIN_LOAD_S``: its env, else the emulator's setting), and ``crash`` makes a
@@ -50,6 +51,7 @@ from .images import ImageCatalog, Pull, Pulls, add_image, holds, node_bandwidth_
 from .objects import TERMINAL, set_condition
 from .podlogs import LogBook
 from .resources import NODES, PODS
+from .saving import PushRun, layer_args, push, save_layer
 from .scheduler import allocatable, describe_shortage, node_usage
 from .seeding import seed
 from .trainer import (
@@ -84,7 +86,8 @@ class PodSim:
     # image -> its pull, or None when the node already held it (set when the image stage began)
     pulls: dict[str, Pull | None] = field(default_factory=dict)
     pulling_since: float = 0.0
-    runs: dict[str, TrainerRun] = field(default_factory=dict)  # container -> its trainer run
+    # container -> its trainer run (or its emulated push: .saving)
+    runs: dict[str, TrainerRun | PushRun] = field(default_factory=dict)
     # containers whose init waits for its gate file (STARVERSE_GATE) before starting the program
     gated: set[str] = field(default_factory=set)
 
@@ -464,7 +467,10 @@ class Kubelet:
         name = container.get("name", "")
         self._event(pod, sim.node, "Created", f"Created container: {name}", container, init=True)
         self._event(pod, sim.node, "Started", f"Started container {name}", container, init=True)
-        code, message = seed(self.volume_data, pod, container)
+        if layer_args(container) is not None:
+            code, message = save_layer(self.volume_data, pod, container)
+        else:
+            code, message = seed(self.volume_data, pod, container)
         stamp = now_iso()
 
         def record(obj: Obj) -> None:
@@ -541,6 +547,10 @@ class Kubelet:
         self, pod: Obj, container: Obj, sim: PodSim, name: str, container_id: str, now: float
     ) -> None:
         meta = pod["metadata"]
+        pushing = push(self.volume_data, self.images, pod, container, now)
+        if pushing is not None:
+            sim.runs[name] = pushing
+            return
         args = trainer_args(container)
         if args is None:
             self.logs.write(

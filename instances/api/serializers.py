@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
-from compute.choices import BillingMode
+from compute.choices import BillingMode, ImageStatus
 from compute.models import Image, Offering
 from fleet.models import GpuModel
 from instances.gateway import MAX_PORTS, jupyter_url, ports_output
@@ -150,6 +150,30 @@ class ImageOutput(serializers.ModelSerializer[Image]):
 
     def get_owner(self, obj: Image) -> str | None:
         return "me" if obj.tenant_id else None
+
+
+class ImageSaveInput(InputSerializer):
+    name = serializers.CharField(max_length=100, help_text="The new image's name, yours alone.")
+
+
+class ImageSavedOutput(ImageOutput):
+    """A save order's answer: the image (saving), its size once known, and a warning."""
+
+    size_bytes = serializers.SerializerMethodField(  # type: ignore[assignment]
+        help_text="Null until it is saved (ready); then what a node pulls, in bytes."
+    )
+    warning = serializers.SerializerMethodField(
+        help_text="Set when the instance was running: what that means for the saved files."
+    )
+
+    class Meta(ImageOutput.Meta):
+        fields = [*ImageOutput.Meta.fields, "warning"]
+
+    def get_size_bytes(self, obj: Image) -> int | None:
+        return obj.size_bytes if obj.status == ImageStatus.READY else None
+
+    def get_warning(self, obj: Image) -> str:
+        return str(self.context.get("warning", ""))
 
 
 class RegistryCredentialsInput(InputSerializer):

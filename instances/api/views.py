@@ -26,6 +26,8 @@ from instances.api.serializers import (
     GpuModelOutput,
     ImageCreateInput,
     ImageOutput,
+    ImageSavedOutput,
+    ImageSaveInput,
     InstanceCreateInput,
     InstanceEventOutput,
     InstanceMetricsOutput,
@@ -49,7 +51,7 @@ from instances.gateway import (
     share_revoke,
     shares_live,
 )
-from instances.images import image_delete, image_import
+from instances.images import image_delete, image_import, image_save
 from instances.lifecycle import instance_order, instance_start, instance_stop, instance_terminate
 from instances.models import Instance
 from instances.schedules import DEFAULT, UNCHANGED, instance_keep_running, instance_schedule_set
@@ -342,6 +344,30 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         without an idle stop, `wrong_state` unless running."""
         instance = instance_keep_running(instance_id=self.get_object().pk)
         return Response(self.output(self.get_queryset().get(pk=instance.pk)))
+
+    @extend_schema(
+        operation_id="instances_image_save",
+        request=ImageSaveInput,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={202: ImageSavedOutput, **errors(400, 404, 409)},
+    )
+    @action(detail=True, methods=["post"], url_path="image")
+    def image(self, request: Request, pk: str | None = None) -> Response:
+        """Save the instance's system disk as a new image of yours (status `saving`, then
+        `ready` or `failed`): from a stopped instance, or a running one with a `warning`. 409
+        `wrong_state` otherwise, `image_name_taken` for a name you already use."""
+        instance = self.get_object()
+        data = self.parse(request, ImageSaveInput)
+        saved = image_save(
+            user=signed_in_user(request),
+            instance=instance,
+            name=data["name"],
+            idempotency_key=idempotency_key(request),
+        )
+        if saved.created:
+            audit_request(request, "image.saving", saved.image, instance=instance.pk)
+        answer = ImageSavedOutput(saved.image, context={"warning": saved.warning})
+        return Response(answer.data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(operation_id="instances_auto_stop_savings", responses=AutoStopSavingsOutput)
     @action(detail=False, methods=["get"], url_path="auto-stop-savings")

@@ -257,6 +257,8 @@ CELERY_BEAT_SCHEDULE = {
     "endpoints-sync": {"task": "endpoints.tasks.sync_endpoints", "schedule": 1.0},
     "tenant-namespaces": {"task": "instances.tasks.converge_tenant_namespaces", "schedule": 300.0},
     "image-prepull": {"task": "instances.tasks.converge_prepull", "schedule": 300.0},
+    # saved images' build pods, followed again (their own task follows each already)
+    "images-saving": {"task": "instances.tasks.follow_saving_images", "schedule": 60.0},
     # Last month's statements, early on the 1st (TIME_ZONE); a rerun keeps those made before.
     "billing-monthly-statements": {
         "task": "billing.tasks.generate_statements",
@@ -462,6 +464,16 @@ INSTANCE_STORAGE_CLASS = env_optional("INSTANCE_STORAGE_CLASS")
 IMAGE_ALLOWED_REGISTRIES = env_list(
     "IMAGE_ALLOWED_REGISTRIES", ["docker.io", "nvcr.io", "ghcr.io", "quay.io", "registry.k8s.io"]
 )
+# Saved images (POST /instances/{id}/image) are pushed to the operator's registry under the
+# tenant's own repository, IMAGE_REGISTRY/t-<tenant>/<name>:<tag>, by a build pod in the tenant
+# namespace (instances.provisioning.saving): IMAGE_PUSHER_IMAGE runs `crane append`, with
+# IMAGE_REGISTRY_USERNAME/PASSWORD (if any) as a Secret only that container mounts; nodes pull
+# from the registry with their own configuration, as they pull the catalogue's images.
+IMAGE_REGISTRY = env_str("IMAGE_REGISTRY", "127.0.0.1:5000")
+IMAGE_REGISTRY_INSECURE = env_bool("IMAGE_REGISTRY_INSECURE", False)  # plain HTTP (make run)
+IMAGE_REGISTRY_USERNAME = env_str("IMAGE_REGISTRY_USERNAME", "")
+IMAGE_REGISTRY_PASSWORD = env_str("IMAGE_REGISTRY_PASSWORD", "")
+IMAGE_PUSHER_IMAGE = env_str("IMAGE_PUSHER_IMAGE", "gcr.io/go-containerregistry/crane:v0.20.2")
 # Academic mirrors (学术加速) instances get in their environment unless the user turns them off
 # (instances.mirrors): empty = none of that kind. MIRROR_CONDA_CHANNELS and MIRROR_REGISTRIES
 # are comma-separated; the registries are only shown in the console for now.

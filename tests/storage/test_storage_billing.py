@@ -192,3 +192,58 @@ def test_operators_see_disks_nas_prices_and_arrears_in_the_admin(owner, client, 
     assert "¥0.30" in pages["price"].content.decode()  # 1 fen per GB-day = ¥0.30 per 30 days
     assert str(owner.tenant) in pages["arrears"].content.decode()
     assert client.get(f"/admin/storage/disk/{quote(disk.id)}/delete/").status_code == 403
+
+
+def _saved_image(owner, name, size_bytes, status="ready"):
+    from compute.models import Image
+
+    return Image.objects.create(
+        id=f"img_{name.upper()}",
+        name=name,
+        description="",
+        container_image=f"127.0.0.1:5000/t-x/{name}:1",
+        tenant_id=owner.tenant_id,
+        status=status,
+        size_bytes=size_bytes,
+    )
+
+
+def test_a_tenants_images_of_a_known_size_cost_a_gb_day_like_a_disk(owner, clock, client):
+    StoragePrice.objects.create(kind="image", price_per_gb_day_fen=3)
+    saved = _saved_image(owner, "env", 12_300_000_001)  # 13 GB, rounded up
+    _saved_image(owner, "brought", 0)  # size unknown: free
+    _saved_image(owner, "saving", 5_000_000_000, status="saving")
+    gone = _saved_image(owner, "gone", 5_000_000_000)
+    gone.active = False
+    gone.save(update_fields=["active"])
+
+    clock.bill(T0)
+    clock.bill(T0.replace(hour=15))
+    clock.bill(T0 + timedelta(days=1))
+
+    today = T0.date().isoformat()
+    tomorrow = (T0 + timedelta(days=1)).date().isoformat()
+    assert sorted(_storage_charges(owner.tenant_id)) == [
+        (f"storage:{saved.id}:{today}", -39),
+        (f"storage:{saved.id}:{tomorrow}", -39),
+    ]
+    charge = LedgerTransaction.objects.get(idempotency_key=f"storage:{saved.id}:{today}")
+    assert charge.description == "Image storage"
+    assert wallet_for_tenant(owner.tenant_id).total_fen == 3_000 - 78
+    # the price list shows it beside the disks
+    assert "Your images" in client.get("/").content.decode()
+
+
+def test_unpaid_images_are_deactivated_with_the_storage_at_the_deadline(owner, clock, settings):
+    from compute.models import Image
+
+    StoragePrice.objects.create(kind="image", price_per_gb_day_fen=1_000)
+    saved = _saved_image(owner, "env", 10_000_000_000)  # 10 000 fen a day: more than ¥30
+
+    clock.bill(T0)
+    assert StorageArrears.objects.filter(tenant_id=owner.tenant_id).count() == 1
+    assert Image.objects.get(pk=saved.pk).active is True
+    clock.bill(T0 + timedelta(days=settings.STORAGE_GRACE_DAYS, hours=1))
+
+    assert Image.objects.get(pk=saved.pk).active is False
+    assert _storage_charges(owner.tenant_id) == []

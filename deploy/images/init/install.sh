@@ -33,6 +33,9 @@ chmod 0755 /opt/starverse/init/bin/starverse-serve
 # the system disk's seeding (an init container runs it in the instance's own image)
 ln -sf /opt/starverse/init/bin/starverse-seed-rootfs /opt/starverse/bin/starverse-seed-rootfs
 chmod 0755 /opt/starverse/init/bin/starverse-seed-rootfs
+# a saved image's layer (the save's build pod runs it in the instance's own image)
+ln -sf /opt/starverse/init/bin/starverse-save-layer /opt/starverse/bin/starverse-save-layer
+chmod 0755 /opt/starverse/init/bin/starverse-save-layer
 test -x /usr/bin/tini
 test -x /usr/sbin/sshd
-python3 -I -c 'import sys; sys.path.insert(0, "/opt/starverse/init"); import starverse_init.main, starverse_init.serve'
+python3 -I -c 'import sys; sys.path.insert(0, "/opt/starverse/init"); import starverse_init.main, starverse_init.serve, starverse_init.savelayer'

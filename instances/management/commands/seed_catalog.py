@@ -63,7 +63,7 @@ NODE_PROFILES = [
     ("a100-ib", "NVIDIA-A100-SXM4-80GB"),
 ]
 # Per GB-day in fen: a 100 GB cloud disk costs ¥1/day (¥30/month); the shared NAS ¥2/day.
-STORAGE_PRICES = {"disk": 1, "nas": 2}
+STORAGE_PRICES = {"disk": 1, "nas": 2, "image": 1}
 # The images of deploy/images (built by its build.sh): each reference is a tag of its
 # matrix.yaml, which says what versions it has. What a node pulls of each (compressed layers,
 # the registry's size; CUDA devel bases are most of it) and whether every node keeps it.
