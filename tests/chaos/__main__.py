@@ -20,13 +20,18 @@ SHORT = Options(
     users=2,
     reconcile_interval_s=5,
     stuck_after_s=10,
+    job_steps=20,
     faults=(
         "worker kill -9 mid-provisioning",
+        "worker kill -9 mid-metering",
+        "worker kill -9 mid-queue drain",
+        "worker kill -9 mid-pre-flight",
         "web kill -9 mid-order",
         "web kill -9 mid-webhook",
         "Redis flushed",
         "PostgreSQL restarted",
         "Kubernetes API unreachable",
+        "node agent flapping",
     ),
 )
 
@@ -40,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beat-pause-s", type=float, default=Options.beat_pause_s)
     parser.add_argument("--kube-outage-s", type=float, default=Options.kube_outage_s)
     parser.add_argument("--settle-s", type=float, default=Options.settle_s)
+    parser.add_argument("--job-steps", type=int, default=Options.job_steps)
     parser.add_argument("--root", default=str(REPO / "var" / "chaos" / "run"), help="logs, state")
     parser.add_argument(
         "--pg",
@@ -57,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             beat_pause_s=args.beat_pause_s,
             kube_outage_s=args.kube_outage_s,
             settle_s=args.settle_s,
+            job_steps=args.job_steps,
         )
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
