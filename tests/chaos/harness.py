@@ -148,7 +148,9 @@ class Chaos:
                 "drain_queue", lambda: send("instances.tasks.drain_queue", self.product)
             ),
             # the round's cluster ordered now: its ranks up, the worker runs its pre-flight
-            PREFLIGHT_KILL: lambda: self._worker_kill("preflight_cluster", self.kinds.cluster),
+            PREFLIGHT_KILL: lambda: self._worker_kill(
+                "preflight_cluster", self.kinds.cluster, wait_s=90
+            ),
             "web kill -9 mid-order": self._web_kill_mid_order,
             "web kill -9 mid-webhook": self._web_kill_mid_webhook,
             "beat stopped and started": self._beat_pause,
@@ -164,12 +166,12 @@ class Chaos:
 
         app.send_task(name, args=list(args))
 
-    def _worker_kill(self, task: str, trigger: Callable[[], None]) -> None:
-        """SIGKILL the worker at a random moment once it has received `task`; start it again
-        (as its supervisor would)."""
+    def _worker_kill(self, task: str, trigger: Callable[[], None], wait_s: float = 30) -> None:
+        """SIGKILL the worker at a random moment once it has received `task` (within `wait_s`);
+        start it again (as its supervisor would)."""
         offset = self.stack.log_size("worker")
         trigger()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if f"{task}[" in self.stack.log_since("worker", offset):
                 break
