@@ -37,6 +37,7 @@ class Options:
     stuck_after_s: int = 0
     faults: tuple[str, ...] = ()  # every round injects these, when given (else a seeded draw)
     job_steps: int = 60  # the simulated trainer's steps (one a second) of each round's job
+    kinds: bool = True  # a cluster, a job and an endpoint ordered each round
 
 
 @dataclass
@@ -257,10 +258,11 @@ class Chaos:
             )
             self.report.say(f"round {number}: {', '.join(chosen)}")
             self.order(2)
-            self.background(self.kinds.job)
-            self.background(self.kinds.endpoint)
-            if PREFLIGHT_KILL not in chosen:
-                self.background(self.kinds.cluster)
+            if self.options.kinds:
+                self.background(self.kinds.job)
+                self.background(self.kinds.endpoint)
+                if PREFLIGHT_KILL not in chosen:
+                    self.background(self.kinds.cluster)
             for name in chosen:
                 self.terminate_some()
                 faults[name]()

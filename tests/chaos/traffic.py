@@ -143,9 +143,10 @@ class PodSampler(threading.Thread):
     def _checkpoints(self) -> None:
         for path in self.volumes.glob("pvc-*/ckpt/step") if self.volumes else []:
             try:
-                step = int(path.read_text().strip() or 0)
+                text = path.read_text().strip()
+                step = int(text)
             except (OSError, ValueError):
-                continue  # being written, or its volume removed meanwhile
+                continue  # being written (empty for a moment), or its volume removed meanwhile
             before = self.steps.get(str(path), 0)
             if step < before:
                 self.rewound.append(f"{path.parent.parent.name}: step {before} then {step}")

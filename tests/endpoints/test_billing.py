@@ -103,7 +103,7 @@ def test_two_passes_that_both_saw_a_replica_become_ready_open_one_session(catalo
     endpoint = _serving(make_endpoint(make_user(), min_replicas=1, max_replicas=1))
     replica = EndpointReplica.objects.get(endpoint=endpoint)
     assert replica.session == 1 and replica.ready_since is not None
-    pod = kube.read("Pod", endpoint.k8s_namespace, replica.pod_name)
+    pod = read_existing("Pod", endpoint.k8s_namespace, replica.pod_name)
     # the other pass's row, read before this pass committed: not Ready yet, no session
     stale = EndpointReplica.objects.get(pk=replica.pk)
     stale.ready_since, stale.session = None, 0
