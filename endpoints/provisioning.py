@@ -7,7 +7,9 @@ in its source disk's region: every call for it goes to that region's cluster."""
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -19,6 +21,7 @@ from endpoints.services import endpoint_fail
 from fleet.selectors import region_scope
 from instances.provisioning.namespaces import tenant_policy_converge
 from starverse.core import kube
+from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.kube import namespace_name
 
 logger = logging.getLogger(__name__)
@@ -43,6 +46,29 @@ def endpoint_converge(endpoint_id: str) -> Outcome:
     # every call for it goes to its region's cluster
     with region_scope(endpoint_region(endpoint) or None):
         return _converge(endpoint)
+
+
+# The statuses in which an endpoint waits on its converge task (made, changed, deleted).
+CONVERGING = (S.PROVISIONING, S.UPDATING, S.DELETING)
+
+
+def endpoints_lost_work_hand_out(*, now: datetime | None = None) -> list[str]:
+    """Hand the converge task out again to every endpoint still provisioning, updating or
+    deleting RECONCILE_STUCK_AFTER_S after it was made: the task may have been lost with a
+    killed worker or a flushed broker, and nothing else would ever send it again (the
+    instances' reconcile loop does the same for theirs). Converging ensures each object, so
+    a repeat for an endpoint whose task is alive costs a few reads."""
+    made_before = (now or timezone.now()) - timedelta(seconds=settings.RECONCILE_STUCK_AFTER_S)
+    waiting = list(
+        Endpoint.objects.filter(status__in=CONVERGING, created_at__lt=made_before)
+        .order_by("created_at")
+        .values_list("pk", flat=True)
+    )
+    for endpoint_id in waiting:
+        enqueue_on_commit("endpoints.tasks.converge_endpoint", endpoint_id)
+    if waiting:
+        logger.info("endpoints.converge_handed_out count=%d", len(waiting))
+    return waiting
 
 
 def _converge(endpoint: Endpoint) -> Outcome:

@@ -321,9 +321,6 @@ def _follow(
     changes: dict[str, Any] = {}
     if restarts != replica.restarts:
         changes["restarts"] = restarts
-        Endpoint.objects.filter(pk=endpoint.pk).update(
-            restarts=F("restarts") + max(0, restarts - replica.restarts)
-        )
     if ready and replica.ready_since is None:
         changes.update(ready_since=now, session=replica.session + 1)
         created = _when(pod["metadata"].get("creationTimestamp"))
@@ -336,7 +333,20 @@ def _follow(
         changes.update(ready_since=None)
     if changes:
         with transaction.atomic():
-            EndpointReplica.objects.filter(pk=replica.pk).update(**changes)
+            # only from the row this pass read: another pass running at once (beat's, a
+            # backlog's) that moved it first has opened the session and counted the restarts
+            moved = EndpointReplica.objects.filter(
+                pk=replica.pk,
+                session=replica.session,
+                ready_since=replica.ready_since,
+                restarts=replica.restarts,
+            ).update(**changes)
+            if not moved:
+                return
+            if "restarts" in changes:
+                Endpoint.objects.filter(pk=endpoint.pk).update(
+                    restarts=F("restarts") + max(0, restarts - replica.restarts)
+                )
             if "session" in changes:
                 key = f"endpoint:{replica.id}:{changes['session']}"
                 meter_open(replica.id, key=key, since=now)

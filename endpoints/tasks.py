@@ -7,7 +7,7 @@ from django.conf import settings
 
 from billing.notices import runway_notices_check
 from endpoints.metrics import samples_collect
-from endpoints.provisioning import endpoint_converge
+from endpoints.provisioning import endpoint_converge, endpoints_lost_work_hand_out
 from endpoints.scheduler import endpoints_sync
 from endpoints.selectors import endpoint_spend_per_hour_fen
 from instances.selectors import spend_per_hour_fen
@@ -22,6 +22,12 @@ def converge_endpoint(self: Task[[str], None], endpoint_id: str) -> None:
     update, delete); comes back while its snapshot is being taken."""
     if endpoint_converge(endpoint_id).wait:
         raise self.retry(countdown=settings.PROVISIONING_POLL_S)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def reconcile_endpoints() -> None:
+    """Every RECONCILE_INTERVAL_S: converge tasks lost with a worker or the broker sent again."""
+    endpoints_lost_work_hand_out()
 
 
 @shared_task(acks_late=True, ignore_result=True, expires=5)

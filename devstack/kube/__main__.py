@@ -93,7 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="where volumes keep their files, a directory per volume (default var/kube-volumes/, "
         "or var/kube-volumes/<prefix>/ with --node-prefix, so two emulators never share one); "
-        "emptied at start, as the emulator's objects live in memory only",
+        "emptied at start unless --state-dir holds an earlier run's objects",
+    )
+    parser.add_argument(
+        "--state-dir",
+        default=None,
+        help="keep the objects here (a snapshot and a journal written on each change and at "
+        "SIGTERM, as etcd keeps a real API server's) and load them at start; default: in "
+        "memory only",
     )
     parser.add_argument("--no-validate", action="store_true", help="skip schema validation")
     parser.add_argument("--log-level", default="INFO")
@@ -145,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         keda_queue_url=args.keda_queue_url,
         keda_polling_interval_s=args.keda_polling_interval,
         data_dir=args.data_dir or default_data_dir(args.node_prefix),
+        state_dir=args.state_dir,
     )
     stop = threading.Event()
 

@@ -54,6 +54,7 @@ from .images import DEFAULT_BANDWIDTH_MBPS, ImageCatalog, add_image
 from .keda import KedaStandIn
 from .kubelet import Kubelet
 from .network import ServiceNetwork
+from .persistence import StateDir
 from .podexec import ExecSession
 from .rbac import Authorizer, User
 from .resources import (
@@ -113,6 +114,7 @@ class KubeEmulator:
         keda_queue_url: str | None = None,
         keda_polling_interval_s: float | None = None,
         data_dir: str | os.PathLike[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -124,8 +126,12 @@ class KubeEmulator:
         self.images = ImageCatalog(
             image_sizes or {}, default_image_bytes, pull_bandwidth_mbps, registry_bandwidth_mbps
         )
-        # volumes' files: under data_dir, else a temporary directory removed at stop
-        self.volume_data = VolumeData(self.store, data_dir)
+        # its objects kept on disk (:mod:`.persistence`), loaded when an earlier run left them
+        self.state = StateDir(state_dir) if state_dir is not None else None
+        self.restored = self.state is not None and self.state.exists
+        # volumes' files: under data_dir, else a temporary directory removed at stop; kept when
+        # the objects were restored (their claims are)
+        self.volume_data = VolumeData(self.store, data_dir, keep=self.restored)
         self.kubelet = Kubelet(
             self.api,
             pull_delay_s,
@@ -186,6 +192,10 @@ class KubeEmulator:
         self._stopping = threading.Event()
         self._seed_cluster()
         self._seeded = {key: copy.deepcopy(obj) for key, obj in self.store.everything().items()}
+        if self.state is not None:
+            if self.restored:
+                self.store.restore(*self.state.load())
+            self.state.attach(self.store)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -257,6 +267,8 @@ class KubeEmulator:
         for thread in self._threads:
             thread.join(timeout=5)
         self._server = None
+        if self.state is not None:
+            self.state.close()
         self.volume_data.close()
         log.info("kube-emulator stopped url=%s", self.url)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,19 @@ class Store:
         self._history: deque[Change] = deque(maxlen=max(1, history_size))
         self._compacted = 0  # newest resourceVersion no longer held in the history
         self.closed = False
+        # told each change as it is committed (:mod:`.persistence`'s journal), None: in memory
+        self.journal: Callable[[Change], None] | None = None
+
+    def restore(self, objects: dict[str, dict[tuple[str, str], Obj]], rv: int) -> None:
+        """Hold ``objects`` (by store key, then namespace and name) at resourceVersion ``rv``
+        instead of what it held: the history starts empty there, so a watch or list from an
+        older resourceVersion is expired (410 Gone), as after etcd's compaction."""
+        with self.lock:
+            self._objects = {key: dict(bucket) for key, bucket in objects.items()}
+            self._rv = max(rv, self._rv)
+            self._history.clear()
+            self._compacted = self._rv
+            self._cond.notify_all()
 
     # --- reads (return the stored dicts: callers copy before changing anything) -------------
 
@@ -90,7 +104,10 @@ class Store:
             bucket[obj_key(obj)] = obj
         if len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].rv
-        self._history.append(Change(self._rv, rt.key, kind, obj, prev))
+        change = Change(self._rv, rt.key, kind, obj, prev)
+        self._history.append(change)
+        if self.journal is not None:
+            self.journal(change)
         self._cond.notify_all()
         return obj
 

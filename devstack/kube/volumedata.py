@@ -53,13 +53,16 @@ class VolumeData:
     """The volumes' directories: created for new claims (copying a snapshot or a claim they
     come from), removed with their claims, snapshot contents and pods on each store change."""
 
-    def __init__(self, store: Store, data_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, store: Store, data_dir: str | os.PathLike[str] | None = None, keep: bool = False
+    ) -> None:
         self.store = store
         self.owned = data_dir is None  # a temporary directory, removed at ``close``
         self.root = Path(tempfile.mkdtemp(prefix="kube-volumes-") if data_dir is None else data_dir)
         self.root.mkdir(parents=True, exist_ok=True)
         self._seen_rv = -1
-        self.clear()  # the store is new: a directory left by an earlier run belongs to no claim
+        if not keep:  # the store is new: a directory left by an earlier run belongs to no claim
+            self.clear()
 
     def clear(self) -> None:
         """Remove every volume, snapshot, emptyDir and image directory (the store forgot them)."""

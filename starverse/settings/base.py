@@ -255,6 +255,12 @@ CELERY_BEAT_SCHEDULE = {
     # The endpoints' scheduler: binds new replicas' pods (the scale-up bench needs the second
     # replica Ready within 5 s of a burst), follows readiness, bills ready replica-minutes.
     "endpoints-sync": {"task": "endpoints.tasks.sync_endpoints", "schedule": 1.0},
+    # endpoints still converging get their task again (one lost with a killed worker, a
+    # flushed broker), as the reconcile loop does for instances; the same period
+    "endpoints-reconcile": {
+        "task": "endpoints.tasks.reconcile_endpoints",
+        "schedule": float(env_int("RECONCILE_INTERVAL_S", 30)),
+    },
     "tenant-namespaces": {"task": "instances.tasks.converge_tenant_namespaces", "schedule": 300.0},
     "image-prepull": {"task": "instances.tasks.converge_prepull", "schedule": 300.0},
     # saved images' build pods, followed again (their own task follows each already)

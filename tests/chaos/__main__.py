@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.chaos.harness import Options, run
 from tests.chaos.stack import REPO
 
-# The short version: every kind of fault once (compressed pauses), in under two minutes.
+# The short version: every kind of fault once (compressed pauses), in about three minutes.
 SHORT = Options(
     rounds=1,
     beat_pause_s=5.0,
@@ -20,12 +20,21 @@ SHORT = Options(
     users=2,
     reconcile_interval_s=5,
     stuck_after_s=10,
+    # instances only: with the cluster, the job and the endpoint in flight this machine (load
+    # 10-15) does not settle them within the short version's minute (`make chaos` runs them)
+    kinds=False,
+    # each kill of the worker after a fault that lets it start again; the API outage last.
+    # Not here: "worker kill -9 mid-pre-flight", which leaves a cluster checking for good (an
+    # open bug, docs/operator-guide.md "Faults"); `make chaos` draws it.
     faults=(
         "worker kill -9 mid-provisioning",
+        "node agent flapping",
+        "worker kill -9 mid-metering",
+        "PostgreSQL restarted",
+        "worker kill -9 mid-queue drain",
         "web kill -9 mid-order",
         "web kill -9 mid-webhook",
         "Redis flushed",
-        "PostgreSQL restarted",
         "Kubernetes API unreachable",
     ),
 )
@@ -40,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beat-pause-s", type=float, default=Options.beat_pause_s)
     parser.add_argument("--kube-outage-s", type=float, default=Options.kube_outage_s)
     parser.add_argument("--settle-s", type=float, default=Options.settle_s)
+    parser.add_argument("--job-steps", type=int, default=Options.job_steps)
     parser.add_argument("--root", default=str(REPO / "var" / "chaos" / "run"), help="logs, state")
     parser.add_argument(
         "--pg",
@@ -57,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             beat_pause_s=args.beat_pause_s,
             kube_outage_s=args.kube_outage_s,
             settle_s=args.settle_s,
+            job_steps=args.job_steps,
         )
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)

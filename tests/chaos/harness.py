@@ -17,6 +17,7 @@ from pathlib import Path
 from tests.chaos.stack import Stack
 
 ORDER_OFFERING = "1× H100 80GB SXM"
+PREFLIGHT_KILL = "worker kill -9 mid-pre-flight"
 IMAGE = "pytorch-2.1"
 FUND_FEN = 10_000_000
 
@@ -35,6 +36,8 @@ class Options:
     reconcile_interval_s: int = 0
     stuck_after_s: int = 0
     faults: tuple[str, ...] = ()  # every round injects these, when given (else a seeded draw)
+    job_steps: int = 60  # the simulated trainer's steps (one a second) of each round's job
+    kinds: bool = True  # a cluster, a job and an endpoint ordered each round
 
 
 @dataclass
@@ -72,22 +75,26 @@ class Chaos:
 
         from compute.models import Offering
         from tests.chaos.traffic import PodSampler, Users
-        from tests.factories import fund, make_token, make_user
+        from tests.chaos.workloads import MODEL, Submitter
+        from tests.factories import fund, make_public_model, make_token, make_user
 
         self.stack.start_platform()  # they start while the fleet and the users are set up
         agents = self.stack.root / "agents"
         call_command("fleet_sync", agent_tokens=str(agents), stdout=io.StringIO())
+        make_public_model(MODEL)
         tokens = []
-        for _ in range(self.options.users):
+        for _ in range(self.options.users + 1):  # the last one orders clusters, jobs, endpoints
             user = make_user()
             fund(user, FUND_FEN)
             tokens.append(make_token(user)[1])
         offering = Offering.objects.get(name=ORDER_OFFERING)
         self.users = Users(self.stack.web_url, tokens, offering.pk, IMAGE)
+        offerings = dict(Offering.objects.values_list("name", "pk"))
+        self.kinds = Submitter(self.users, self.options.users, offerings, self.options.job_steps)
         self.product = offering.gpu_model.product
         self.stack.start_agents(sorted(agents.glob("*.token")))
         self.stack.wait_ready()
-        self.sampler = PodSampler(self.stack.kube_url)
+        self.sampler = PodSampler(self.stack.kube_url, volumes=self.stack.root / "kube-volumes")
         self.sampler.start()
 
     # traffic ------------------------------------------------------------------------------
@@ -141,10 +148,15 @@ class Chaos:
             "worker kill -9 mid-queue drain": lambda: self._worker_kill(
                 "drain_queue", lambda: send("instances.tasks.drain_queue", self.product)
             ),
+            # the round's cluster ordered now: its ranks up, the worker runs its pre-flight
+            PREFLIGHT_KILL: lambda: self._worker_kill(
+                "preflight_cluster", self.kinds.cluster, wait_s=90
+            ),
             "web kill -9 mid-order": self._web_kill_mid_order,
             "web kill -9 mid-webhook": self._web_kill_mid_webhook,
             "beat stopped and started": self._beat_pause,
             "Kubernetes API unreachable": self._kube_outage,
+            "Kubernetes API partitioned": self._kube_partition,
             "node agent flapping": self._agent_flap,
             "Redis flushed": self._redis_flush,
             "PostgreSQL restarted": self._postgres_restart,
@@ -155,12 +167,12 @@ class Chaos:
 
         app.send_task(name, args=list(args))
 
-    def _worker_kill(self, task: str, trigger: Callable[[], None]) -> None:
-        """SIGKILL the worker at a random moment once it has received `task`; start it again
-        (as its supervisor would)."""
+    def _worker_kill(self, task: str, trigger: Callable[[], None], wait_s: float = 30) -> None:
+        """SIGKILL the worker at a random moment once it has received `task` (within `wait_s`);
+        start it again (as its supervisor would)."""
         offset = self.stack.log_size("worker")
         trigger()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if f"{task}[" in self.stack.log_since("worker", offset):
                 break
@@ -195,6 +207,17 @@ class Chaos:
         self.stack.spawn("beat")
 
     def _kube_outage(self) -> None:
+        """The emulator's process killed and, kube_outage_s later, started again with its
+        objects and volumes kept (as a real API server keeps etcd): orders and terminations
+        meanwhile."""
+        self.stack.kill("kube")
+        self.order(2)
+        self.terminate_some()
+        time.sleep(self.options.kube_outage_s)
+        self.stack.kube_start()
+
+    def _kube_partition(self) -> None:
+        """The platform cut off from a running emulator (its proxy down) for kube_outage_s."""
         assert self.stack.proxy is not None
         self.stack.proxy.down()
         self.order(2)
@@ -215,7 +238,10 @@ class Chaos:
 
         self.order(2)
         time.sleep(self.rng.uniform(0.0, 0.5))
-        redis.Redis.from_url(self.stack.redis_url).flushall()
+        server = redis.Redis.from_url(self.stack.redis_url)
+        # only ever the stack's own Redis server (every db of it): never a shared one
+        assert server.info("server")["process_id"] == self.stack.procs["redis"].pid
+        server.flushall()
 
     def _postgres_restart(self) -> None:
         self.order(2)
@@ -232,6 +258,11 @@ class Chaos:
             )
             self.report.say(f"round {number}: {', '.join(chosen)}")
             self.order(2)
+            if self.options.kinds:
+                self.background(self.kinds.job)
+                self.background(self.kinds.endpoint)
+                if PREFLIGHT_KILL not in chosen:
+                    self.background(self.kinds.cluster)
             for name in chosen:
                 self.terminate_some()
                 faults[name]()
@@ -239,6 +270,7 @@ class Chaos:
                 self.report.say(f"  injected: {name}")
             self.join()
             self.settle_and_check(f"after round {number}")
+            self.kinds.end()  # its cluster and endpoint deleted: checked after the next round
         for entry in list(self.live):
             self.live.remove(entry)
             self.background(functools.partial(self.users.terminate, *entry))
@@ -246,8 +278,10 @@ class Chaos:
         self.settle_and_check("at the end (everything terminated)")
         self.sampler.stop()
         p = self.users.promises
+        made = self.kinds.made
         self.report.traffic = (
-            f"{p.requests} requests: {len(p.orders)} orders and {len(p.terminated)} "
+            f"{len(made.clusters)} clusters, {len(made.jobs)} jobs, {len(made.endpoints)} "
+            f"endpoints; {p.requests} requests: {len(p.orders)} orders and {len(p.terminated)} "
             f"terminations answered 202, {len(p.topups)} top-ups paid; {p.connection_errors} "
             f"found no server and {p.answered_5xx} were answered 5xx (each asked again)"
         )
@@ -262,7 +296,7 @@ class Chaos:
         connection.close()  # PostgreSQL may have restarted under the harness's own connection
         started, said = time.monotonic(), 0.0
         while time.monotonic() - started < self.options.settle_s:
-            waiting = invariants.transitional()
+            waiting = invariants.transitional() + self.kinds.transitional()
             if not waiting:
                 break
             if time.monotonic() - said > 15:
@@ -271,7 +305,8 @@ class Chaos:
             time.sleep(2)
         time.sleep(2)  # the sampler's last look at the pods
         self.report.say(f"settled in {time.monotonic() - started:.0f} s; checks {when}:")
-        for name, check in invariants.checks(self.sampler, self.users.promises).items():
+        checks = invariants.checks(self.sampler, self.users.promises, self.kinds)
+        for name, check in checks.items():
             found = check()
             self.report.checks += 1
             self.report.say(f"  {'ok  ' if not found else 'FAIL'} {name}")

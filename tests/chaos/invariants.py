@@ -12,9 +12,11 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction, TopUp
 from compute.choices import HoldingState
 from compute.models import Allocation
+from endpoints.models import EndpointReplica
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.models import Instance
 from tests.chaos.traffic import PodSampler, Promises, instance_label
+from tests.chaos.workloads import Submitter
 
 S = InstanceStatus
 TRANSITIONAL = (S.QUEUED, S.PROVISIONING, S.CHECKING, S.STOPPING, S.TERMINATING)
@@ -63,25 +65,9 @@ def minutes(sampler: PodSampler, promises: Promises) -> list[str]:
     found = []
     done = Instance.objects.filter(status=S.TERMINATED, billing="hourly")
     for instance in done.select_related("holding"):
-        ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        billed = instance.holding.pending_minutes
-        prefix = f"usage:{instance.id}:"
-        for key, count in LedgerTransaction.objects.filter(
-            idempotency_key__startswith=prefix
-        ).values_list("idempotency_key", "minutes"):
-            session, span = key[len(prefix) :].split(":")
-            first, last = (int(part) for part in span.split("-"))
-            ranges[session].append((first, last))
-            billed += count or 0
-        for session, spans in ranges.items():
-            expected = 1
-            for first, last in sorted(spans):
-                if first != expected:
-                    found.append(
-                        f"{instance.id} session {session}: minute {expected} "
-                        f"{'billed twice' if first < expected else 'missed'}"
-                    )
-                expected = last + 1
+        ranges, billed = _sessions(f"usage:{instance.id}:")
+        billed += instance.holding.pending_minutes
+        found += _overlaps(instance.id, ranges)
         ran = sampler.running_seconds(
             instance_label(instance.id), promises.terminated.get(instance.id)
         )
@@ -89,6 +75,55 @@ def minutes(sampler: PodSampler, promises: Promises) -> list[str]:
         if abs(billed - expected_minutes) > MINUTE_SLACK:
             found.append(f"{instance.id}: {billed} minutes billed, its pods ran {ran:.0f} s")
     return found
+
+
+def _sessions(prefix: str) -> tuple[dict[str, list[tuple[int, int]]], int]:
+    """The minute ranges billed under each session of a meter key, and their minutes."""
+    ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    billed = 0
+    for key, count in LedgerTransaction.objects.filter(idempotency_key__startswith=prefix).values_list(
+        "idempotency_key", "minutes"
+    ):  # fmt: skip
+        session, span = key[len(prefix) :].split(":")
+        first, last = (int(part) for part in span.split("-"))
+        ranges[session].append((first, last))
+        billed += count or 0
+    return ranges, billed
+
+
+def _overlaps(owner: str, ranges: dict[str, list[tuple[int, int]]]) -> list[str]:
+    found = []
+    for session, spans in ranges.items():
+        expected = 1
+        for first, last in sorted(spans):
+            if first != expected:
+                found.append(
+                    f"{owner} session {session}: minute {expected} "
+                    f"{'billed twice' if first < expected else 'missed'}"
+                )
+            expected = last + 1
+    return found
+
+
+def replica_minutes(sampler: PodSampler) -> list[str]:
+    """An endpoint's replicas, like instances: each gone replica's minutes billed once each,
+    as many as its pod was seen Ready in started minutes (within a minute a Ready stretch)."""
+    found = []
+    for replica in EndpointReplica.objects.filter(gone_at__isnull=False).select_related("holding"):
+        ranges, billed = _sessions(f"endpoint:{replica.id}:")
+        billed += replica.holding.pending_minutes
+        found += _overlaps(replica.id, ranges)
+        ready = sampler.ready_seconds(replica.pod_name)
+        expected = math.ceil(ready / 60) if ready else 0
+        if abs(billed - expected) > MINUTE_SLACK * max(1, len(ranges)):
+            found.append(f"{replica.id}: {billed} minutes billed, its pod was Ready {ready:.0f} s")
+    return found
+
+
+def checkpoints(sampler: PodSampler) -> list[str]:
+    """A job's simulated trainer never went back to an earlier checkpoint step on any rank's
+    disk (a restarted rank resumes from the step it had written)."""
+    return [f"checkpoint rewound: {line}" for line in sampler.rewound]
 
 
 def topups(promises: Promises) -> list[str]:
@@ -131,12 +166,17 @@ def audits() -> list[str]:
     return found
 
 
-def checks(sampler: PodSampler, promises: Promises) -> dict[str, Callable[[], list[str]]]:
+def checks(
+    sampler: PodSampler, promises: Promises, kinds: Submitter
+) -> dict[str, Callable[[], list[str]]]:
     """Every check of a round, by the name the report prints."""
     return {
-        "no holding stuck in a transitional status": transitional,
+        "no holding stuck in a transitional status": lambda: transitional() + kinds.transitional(),
         "no GPU held twice or leaked": lambda: gpus(sampler),
         "no minute billed twice or missed": lambda: minutes(sampler, promises),
+        "no replica minute billed twice or missed": lambda: replica_minutes(sampler),
+        "cluster running, job succeeded, endpoint serving": lambda: kinds.broken(sampler.kube_url),
+        "no checkpoint step went back": lambda: checkpoints(sampler),
         "every paid top-up credited exactly once": lambda: topups(promises),
         "every 2xx did what it said": lambda: promised(promises),
         "billing_audit and meter_audit clean": audits,

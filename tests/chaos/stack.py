@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 KUBE_TOKEN = "starverse-kube-emulator-dev-token"
 WEBHOOK_SECRET = "whsec_chaos"
-FLEET = "h100=4,a100=2"
+# the instances' orders and endpoint replicas on H100s; clusters and jobs on whole A100 nodes
+FLEET = "h100=4,a100=4"
 AGENTS = 2  # node agents run for the first nodes (one of them flaps)
 
 
@@ -186,6 +187,9 @@ class Stack:
         kube = [PY, "-m", "devstack.kube", "--port", str(self.ports["kube"]), "--fleet", self.fleet]
         kube += ["--pull-delay", "0.3", "--start-delay", "0.2", "--eviction-grace", "20"]
         kube += ["--data-dir", str(self.root / "kube-volumes"), "--log-level", "WARNING"]
+        # its objects kept on disk, as etcd keeps a real API server's: killed and started again
+        # (kube_start), it serves the pods, claims and nodes it had
+        kube += ["--state-dir", str(self.root / "kube-state")]
         self._define("kube", kube, {})
         self.spawn("kube")
         self.proxy = Proxy(self.ports["kube"])
@@ -259,6 +263,12 @@ class Stack:
         with (self.log / f"{name}.log").open("rb") as handle:
             handle.seek(offset)
             return handle.read().decode(errors="replace")
+
+    def kube_start(self) -> None:
+        """The emulator started again (after ``kill("kube")``) on the same port, from the
+        objects it kept (--state-dir)."""
+        self.spawn("kube")
+        wait_for(lambda: _answers(f"{self.kube_url}/version"), 60, "the Kubernetes emulator")
 
     def postgres_restart(self) -> None:
         postgres.stop(self.pg)

@@ -9,6 +9,7 @@ import urllib.parse
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -114,24 +115,42 @@ class PodSpan:
 
 class PodSampler(threading.Thread):
     """Lists the emulator's pods each second straight from it (not through the proxy the
-    platform uses): how long each instance's pods really ran, and whether a node ever had more
-    GPUs requested by its live pods than it has."""
+    platform uses): how long each instance's pods really ran, how long each endpoint replica's
+    pod was Ready, and whether a node ever had more GPUs requested by its live pods than it
+    has; and reads the simulated trainers' checkpoints (``<volume>/ckpt/step`` in the
+    emulator's data directory): a step that went back is kept in ``rewound``."""
 
-    def __init__(self, kube_url: str, gpus_per_node: int = 8) -> None:
+    def __init__(self, kube_url: str, gpus_per_node: int = 8, volumes: Path | None = None) -> None:
         super().__init__(daemon=True)
-        self.kube_url, self.gpus_per_node = kube_url, gpus_per_node
+        self.kube_url, self.gpus_per_node, self.volumes = kube_url, gpus_per_node, volumes
         self.spans: dict[str, PodSpan] = {}
+        self.ready: dict[str, PodSpan] = {}  # a replica pod's Ready stretches, by pod uid
         self.overbooked: list[str] = []
+        self.steps: dict[str, int] = {}  # checkpoint file → the last step it held
+        self.rewound: list[str] = []
         self.samples = 0
         self._stop = threading.Event()
 
     def run(self) -> None:
         while not self._stop.wait(1.0):
+            self._checkpoints()
             try:
                 pods = self._pods()
             except (requests.RequestException, ValueError):
                 continue
             self._sample(pods, time.time())
+
+    def _checkpoints(self) -> None:
+        for path in self.volumes.glob("pvc-*/ckpt/step") if self.volumes else []:
+            try:
+                text = path.read_text().strip()
+                step = int(text)
+            except (OSError, ValueError):
+                continue  # being written (empty for a moment), or its volume removed meanwhile
+            before = self.steps.get(str(path), 0)
+            if step < before:
+                self.rewound.append(f"{path.parent.parent.name}: step {before} then {step}")
+            self.steps[str(path)] = step
 
     def stop(self) -> None:
         self._stop.set()
@@ -153,20 +172,27 @@ class PodSampler(threading.Thread):
         gpus: dict[str, int] = defaultdict(int)
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
-            label, node = labels.get("starverse.io/instance"), pod["spec"].get("nodeName")
-            if not label or not node or pod["metadata"].get("deletionTimestamp"):
+            node = pod["spec"].get("nodeName")
+            if not node or pod["metadata"].get("deletionTimestamp"):
                 continue
             if pod.get("status", {}).get("phase") in ("Pending", "Running"):
                 gpus[node] += sum(_gpus(c) for c in pod["spec"]["containers"])
-            if pod.get("status", {}).get("phase") == "Running":
-                uid = pod["metadata"]["uid"]
+            uid, label = pod["metadata"]["uid"], labels.get("starverse.io/instance")
+            if label and pod.get("status", {}).get("phase") == "Running":
                 span = self.spans.setdefault(uid, PodSpan(label, node, now, now))
+                span.last = now
+            if labels.get("starverse.io/endpoint") and _ready(pod):
+                span = self.ready.setdefault(uid, PodSpan(pod["metadata"]["name"], node, now, now))
                 span.last = now
         self.overbooked += [
             f"{node}: {count} GPUs requested" for node, count in gpus.items()
             if count > self.gpus_per_node
         ]  # fmt: skip
         self.samples += 1
+
+    def ready_seconds(self, pod_name: str) -> float:
+        """How long an endpoint replica's pod (by name) was seen Ready."""
+        return sum(s.last - s.first for s in self.ready.values() if s.label == pod_name)
 
     def running_seconds(self, label: str, until: float | None) -> float:
         """How long the instance's pods ran, up to `until` (its termination was answered)."""
@@ -176,6 +202,11 @@ class PodSampler(threading.Thread):
                 end = span.last if until is None else min(span.last, until)
                 total += max(0.0, end - span.first)
         return total
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _gpus(container: dict[str, Any]) -> int:

@@ -9,12 +9,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from billing.models import LedgerTransaction
 from billing.selectors import wallet_for_tenant
-from compute.metering import meter_tick
+from compute.metering import meter_close, meter_tick
+from compute.selectors import pending_drifts
 from endpoints import manifests
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
-from endpoints.scheduler import endpoints_sync
+from endpoints.scheduler import SyncResult, _follow, endpoints_sync
 from endpoints.selectors import endpoint_spend_per_hour_fen
 from endpoints.services import endpoint_change
 from starverse.core import kube
@@ -89,3 +91,27 @@ def test_an_endpoint_that_runs_out_of_balance_scales_to_zero_and_keeps_its_setti
         "min": 1,
         "max": 2,
     }
+
+
+def test_two_passes_that_both_saw_a_replica_become_ready_open_one_session(catalog):
+    """The chaos drill (tests/chaos) found a wallet's pending usage 37 fen above its holdings':
+    two scheduler passes ran at once (beat's every-second pass, a backlog after a worker was
+    killed), both read the replica not yet Ready, and both opened its billing session; the
+    second's open closed the first (its started minute posted) and opened the same session
+    again, so the minute was accrued twice and posted once. A pass that finds the replica
+    already moved on by another leaves it as it is."""
+    endpoint = _serving(make_endpoint(make_user(), min_replicas=1, max_replicas=1))
+    replica = EndpointReplica.objects.get(endpoint=endpoint)
+    assert replica.session == 1 and replica.ready_since is not None
+    pod = read_existing("Pod", endpoint.k8s_namespace, replica.pod_name)
+    # the other pass's row, read before this pass committed: not Ready yet, no session
+    stale = EndpointReplica.objects.get(pk=replica.pk)
+    stale.ready_since, stale.session = None, 0
+    _follow(endpoint, stale, pod, True, timezone.now(), SyncResult())
+
+    meter_close(replica.id, now=replica.ready_since + timedelta(seconds=90))
+    keys = LedgerTransaction.objects.filter(
+        idempotency_key__startswith=f"endpoint:{replica.id}:"
+    ).values_list("idempotency_key", flat=True)
+    assert list(keys) == [f"endpoint:{replica.id}:1:1-2"]
+    assert pending_drifts() == []

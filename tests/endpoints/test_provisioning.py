@@ -3,10 +3,15 @@ scheduler places, its Service, the KEDA HTTPScaledObject, the gateway's HTTPRout
 changes reach the autoscaler and the Deployment at once; deletion removes them all."""
 
 import time
+from datetime import timedelta
+
+from django.utils import timezone
 
 from endpoints import manifests
-from endpoints.provisioning import endpoint_converge
+from endpoints.models import Endpoint
+from endpoints.provisioning import endpoint_converge, endpoints_lost_work_hand_out
 from endpoints.services import endpoint_change, endpoint_delete
+from endpoints.tasks import reconcile_endpoints
 from starverse.core import kube
 from tests.factories import make_endpoint, make_user, read_existing
 
@@ -116,3 +121,34 @@ def test_the_instances_clean_up_leaves_an_endpoints_objects_alone(catalog):
     assert read_existing("Service", namespace, name)
     assert read_existing("HTTPRoute", namespace, name)
     assert replica_pods() == pods_before
+
+
+def test_a_lost_converge_task_is_handed_out_again_and_makes_the_objects(
+    catalog, settings, django_capture_on_commit_callbacks
+):
+    """The chaos drill (tests/chaos) found an endpoint provisioning for good: its converge task
+    went with a worker killed with SIGKILL (or a flushed broker) and nothing sent it again.
+    reconcile_endpoints hands it out again once the endpoint is RECONCILE_STUCK_AFTER_S old."""
+    settings.RECONCILE_STUCK_AFTER_S = 60
+    endpoint = make_endpoint(make_user())  # its task enqueued on commit: never sent here
+    name = manifests.object_name(endpoint.id)
+    young = endpoint.created_at + timedelta(seconds=30)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert endpoints_lost_work_hand_out(now=young) == []
+    assert callbacks == []
+
+    with django_capture_on_commit_callbacks(execute=True):
+        reconcile_endpoints.delay()  # eager in tests, as the worker runs it from beat
+    Endpoint.objects.filter(pk=endpoint.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+    with django_capture_on_commit_callbacks(execute=True):
+        reconcile_endpoints.delay()
+    endpoint.refresh_from_db()
+    assert read_existing("Deployment", endpoint.k8s_namespace, name)["spec"]["replicas"] == 1
+
+    endpoint_delete(endpoint=endpoint)  # its deletion's task lost as well
+    with django_capture_on_commit_callbacks(execute=True):
+        assert endpoints_lost_work_hand_out() == [endpoint.id]
+    assert Endpoint.objects.get(pk=endpoint.pk).status == "deleted"
+    assert kube.read("Deployment", endpoint.k8s_namespace, name) is None
+    with django_capture_on_commit_callbacks(execute=False):
+        assert endpoints_lost_work_hand_out() == []

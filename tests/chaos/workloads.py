@@ -1,0 +1,168 @@
+"""The longer-lived kinds a chaos round keeps in flight besides instances, over the real HTTP
+API: a cluster of whole nodes, a multi-node job running the simulated trainer with a checkpoint
+directory on each rank's disk, and an inference endpoint. What each must have become once the
+platform settled is checked by tests/chaos/invariants.py."""
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from tests.chaos.traffic import Users
+
+IMAGE = "pytorch-2.1"
+WHOLE_NODE = "8× A100 80GB SXM bare metal"  # its own pool: the instances' orders take H100s
+REPLICA_OFFERING = "1× H100 80GB SXM"
+MODEL = "qwen2-7b-instruct"  # a model of the public pool (tests.factories.make_public_model)
+CHECKPOINT_DIR = "/root/data/ckpt"  # on each rank's own disk (a claim the emulator keeps)
+
+
+@dataclass
+class Workloads:
+    """What was answered 202 for each kind: ids of the clusters, jobs and endpoints made."""
+
+    clusters: list[str] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    endpoints: list[str] = field(default_factory=list)
+    deleted_clusters: list[str] = field(default_factory=list)
+    deleted_endpoints: list[str] = field(default_factory=list)
+    job_steps: int = 0
+
+
+class Submitter:
+    """Orders the kinds for one user (a token of its own, funded for whole nodes)."""
+
+    def __init__(self, users: Users, user: int, offerings: dict[str, str], steps: int) -> None:
+        self.users, self.user, self.offerings = users, user, offerings
+        self.made = Workloads(job_steps=steps)
+
+    def _create(self, path: str, body: dict[str, object]) -> str | None:
+        token = self.users.tokens[self.user]
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        answer = self.users.call(token, "POST", path, json=body, headers=headers)
+        if answer is None or answer.status_code != 202:
+            return None
+        return str(answer.json()["id"])
+
+    def _delete(self, path: str) -> bool:
+        answer = self.users.call(self.users.tokens[self.user], "DELETE", path)
+        return answer is not None and answer.status_code in (202, 204)
+
+    def cluster(self) -> None:
+        body = {"offering": self.offerings[WHOLE_NODE], "node_count": 2, "image": IMAGE}
+        made = self._create("/api/v1/clusters", {**body, "template": "torchrun"})
+        if made:
+            self.made.clusters.append(made)
+
+    def job(self) -> None:
+        command = f"starverse-sim-train --steps {self.made.job_steps} --step-seconds 1"
+        body = {
+            "offering": self.offerings[WHOLE_NODE],
+            "image": IMAGE,
+            "node_count": 2,
+            "command": f"{command} --checkpoint-dir {CHECKPOINT_DIR}",
+            "checkpoint_dir": CHECKPOINT_DIR,
+            "nas": False,
+        }
+        made = self._create("/api/v1/jobs", body)
+        if made:
+            self.made.jobs.append(made)
+
+    def endpoint(self) -> None:
+        body = {
+            "name": f"chaos-{len(self.made.endpoints)}",
+            "source": {"dataset": MODEL},
+            "engine": "vllm",
+            "offering": self.offerings[REPLICA_OFFERING],
+            "min_replicas": 1,
+            "max_replicas": 1,
+        }
+        made = self._create("/api/v1/endpoints", body)
+        if made:
+            self.made.endpoints.append(made)
+
+    def end(self) -> None:
+        """The clusters and endpoints deleted (the jobs end by themselves)."""
+        for cluster in self.made.clusters:
+            if cluster not in self.made.deleted_clusters and self._delete(
+                f"/api/v1/clusters/{cluster}"
+            ):
+                self.made.deleted_clusters.append(cluster)
+        for endpoint in self.made.endpoints:
+            if endpoint not in self.made.deleted_endpoints and self._delete(
+                f"/api/v1/endpoints/{endpoint}"
+            ):
+                self.made.deleted_endpoints.append(endpoint)
+
+    # what each became ------------------------------------------------------------------------
+
+    def _get(self, path: str) -> dict[str, Any]:
+        answer = self.users.call(self.users.tokens[self.user], "GET", path)
+        if answer is None or answer.status_code != 200:
+            return {
+                "status": f"unreadable ({'no answer' if answer is None else answer.status_code})"
+            }
+        return dict(answer.json())
+
+    def statuses(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(kind, id, as the API shows it) for each cluster, job and endpoint made."""
+        return [
+            (kind, pk, self._get(f"/api/v1/{kind}s/{pk}"))
+            for kind, made in (
+                ("cluster", self.made.clusters),
+                ("job", self.made.jobs),
+                ("endpoint", self.made.endpoints),
+            )
+            for pk in made
+        ]
+
+    def transitional(self) -> list[str]:
+        """Each one still on its way: a cluster not yet running (or terminated, once deleted),
+        a job not yet ended, an endpoint not yet running (or deleted)."""
+        return [
+            f"{kind} {pk} {shown['status']}"
+            for kind, pk, shown in self.statuses()
+            if shown["status"] in TRANSITIONAL[kind]
+        ]
+
+    def broken(self, kube_url: str) -> list[str]:
+        """What is not as promised: a cluster running with every rank up (terminated once
+        deleted), a job succeeded, an endpoint running with a Ready replica that answers its
+        engine's /v1/models through the cluster's Service network (deleted once deleted)."""
+        found = []
+        for kind, pk, shown in self.statuses():
+            gone = pk in self.made.deleted_clusters + self.made.deleted_endpoints
+            wanted = ENDED[kind] if gone else SETTLED[kind]
+            if shown["status"] != wanted:
+                found.append(f"{kind} {pk} is {shown['status']}, not {wanted}")
+            elif kind == "cluster" and not gone:
+                ranks = [rank["status"] for rank in shown["ranks"]]
+                if ranks != ["running"] * 2:
+                    found.append(f"cluster {pk} running with ranks {ranks}")
+            elif kind == "endpoint" and not gone and not _serves(kube_url, pk):
+                found.append(f"endpoint {pk} running but its Service does not answer")
+        return found
+
+
+TRANSITIONAL = {
+    "cluster": ("queued", "provisioning", "checking", "stopping", "terminating"),
+    "job": ("queued", "provisioning", "running", "recovering", "cancelling"),
+    "endpoint": ("provisioning", "updating", "deleting"),
+}
+SETTLED = {"cluster": "running", "job": "succeeded", "endpoint": "running"}
+ENDED = {"cluster": "terminated", "job": "succeeded", "endpoint": "deleted"}
+
+
+def _serves(kube_url: str, endpoint_id: str) -> bool:
+    from endpoints.engines import ENGINE_PORT
+    from endpoints.manifests import object_name
+    from endpoints.models import Endpoint
+
+    namespace = Endpoint.objects.get(pk=endpoint_id).k8s_namespace
+    host = f"{object_name(endpoint_id)}.{namespace}.svc.cluster.local:{ENGINE_PORT}"
+    try:
+        answer = requests.get(f"{kube_url}/v1/models", headers={"Host": host}, timeout=10)
+    except requests.RequestException:
+        return False
+    return answer.status_code == 200
