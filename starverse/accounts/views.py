@@ -346,7 +346,7 @@ def token_caps(request: HttpRequest, pk: str) -> HttpResponse:
     form = TokenCapsForm(request.POST)
     if not form.is_valid():
         for errors in form.errors.values():
-            messages.error(request, " ".join(errors))
+            messages.error(request, " ".join(str(error) for error in errors))
         return redirect("accounts:tokens")
     try:
         token_caps_change(
