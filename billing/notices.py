@@ -1,5 +1,6 @@
-"""E-mails about money: the receipt of a top-up, and the runway warnings (balance ÷ current
-hourly spend below one hour, then below ten minutes) — each once per crossing; and to the
+"""E-mails about money: the receipt of a top-up; the runway warnings (balance ÷ current hourly
+spend below one hour, then below ten minutes), each once per crossing, as the `balance.low`
+event (heard through the channels, like every notice); and to the
 operators (OPERATOR_EMAILS, else the active superusers), chargebacks and refunds made in the
 Stripe dashboard."""
 
@@ -205,8 +206,9 @@ def _balance_low(wallet: Wallet, level: RunwayLevel, minutes: int) -> dict[str, 
 
 def runway_notices_check(spend_per_hour_fen: dict[str, int]) -> int:
     """Compare each spending tenant's runway at its current spend per hour (by tenant id; what
-    is spent is the instances app's to say) with what its wallet was last told; mail when it
-    drops to a lower level, reset silently when it recovers. Returns the number of mails."""
+    is spent is the instances app's to say) with what its wallet was last told; report
+    `balance.low` when it drops to a lower level (people hear it through their channels),
+    reset silently when it recovers. Returns the number of events."""
     notified = set(
         RunwayNotice.objects.exclude(level=RunwayLevel.OK).values_list("wallet_id", flat=True)
     )
@@ -218,17 +220,6 @@ def runway_notices_check(spend_per_hour_fen: dict[str, int]) -> int:
         notice, _created = RunwayNotice.objects.get_or_create(wallet=wallet)
         if level > notice.level:
             minutes = wallet.total_fen * 60 // rate if rate else 0
-            subject, body = _bilingual(
-                "billing/email/runway.txt",
-                {
-                    "level": int(level),
-                    "minutes": minutes,
-                    "total_fen": wallet.total_fen,
-                    "spend_per_hour_fen": rate,
-                    "console_url": public_url(),
-                },
-            )
-            send_mail(subject, body, None, _recipients(wallet.tenant_id))
             emit(wallet.tenant_id, EventType.BALANCE_LOW, _balance_low(wallet, level, minutes))
             sent += 1
             logger.info("notice.runway wallet=%s level=%d minutes=%d", wallet.id, level, minutes)

@@ -14,6 +14,7 @@ from billing.choices import TrialStatus
 from billing.models import LedgerTransaction
 from billing.selectors import TrialState, trial_given_to_another, trial_state, wallet_for_tenant
 from billing.services import trial_grant, wallet_create
+from events.channels import email_defaults_give
 from starverse.accounts.models import Tenant, User
 from starverse.accounts.services import (
     email_verification_send,
@@ -34,6 +35,7 @@ def user_signup(*, email: str, password: str, ip: str | None = None) -> User:
     with transaction.atomic():
         user = user_create(email=email, password=password, ip=ip, is_staff=False)
         wallet = wallet_create(tenant_id=user.tenant_id)
+        email_defaults_give(tenant_id=user.tenant_id, person=user)
         if settings.TRIAL_REQUIRES_VERIFICATION:
             email_verification_send(user=user)
         else:
@@ -47,6 +49,7 @@ def team_create(*, user: User, name: str) -> Tenant:
     with transaction.atomic():
         team = team_tenant_create(user=user, name=name)
         wallet_create(tenant_id=team.pk)
+        email_defaults_give(tenant_id=team.pk, person=user, team=True)
     return team
 
 

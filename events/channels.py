@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
@@ -26,6 +27,7 @@ from events.webhooks import event_types_checked, require_webhook_manager, url_ch
 from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import FieldInvalid
+from starverse.core.roles import MANAGERS
 
 logger = logging.getLogger(__name__)
 NOTIFY_TASK = "events.tasks.notify"
@@ -42,8 +44,7 @@ def channel_create(
     language: str | None = None,
 ) -> NotificationChannel:
     """A channel of the acting tenant. An e-mail channel without an address mails the person
-    making it; one without events hears the defaults (a job's end, the idle warning, a low
-    balance, a spot instance taken back)."""
+    making it; one without events hears the defaults (EMAIL_DEFAULTS)."""
     require_webhook_manager(user)
     if kind == ChannelKind.EMAIL:
         target = target or user.email
@@ -63,6 +64,34 @@ def channel_create(
         secret=secret,
         events=event_types_checked(events if events is not None else EMAIL_DEFAULTS),
         language=language or translation.get_language() or "zh-hans",
+    )
+
+
+def email_defaults_give(*, tenant_id: str, person: User, team: bool = False) -> None:
+    """The e-mail channel a new account starts with, hearing the defaults in the language its
+    maker signed up in (the active one): a person's own goes to their address; a team's to
+    its owners and admins of the day (an empty target: MANAGERS, read at each send), the
+    people who can act on what it says. It is the one way notices reach people by mail (the
+    products mail no notices of their own), so switching it off or choosing its events is the
+    whole of what they receive."""
+    NotificationChannel.objects.create(
+        tenant_id=tenant_id,
+        created_by=person,
+        kind=ChannelKind.EMAIL,
+        target="" if team else person.email,
+        events=list(EMAIL_DEFAULTS),
+        language=translation.get_language() or "zh-hans",
+    )
+
+
+def _managers(tenant_id: str) -> list[str]:
+    """A team's owners' and admins' addresses (a personal account's person counts as both)."""
+    people = Q(memberships__tenant_id=tenant_id, memberships__role__in=MANAGERS)
+    return list(
+        User.objects.filter(Q(tenant_id=tenant_id) | people, is_active=True)
+        .values_list("email", flat=True)
+        .distinct()
+        .order_by("email")
     )
 
 
@@ -150,7 +179,9 @@ def notify(channel_id: str, event_id: str) -> str:
         return ""
     notice = notice_for(event.type, event.data, channel.language)
     if channel.kind == ChannelKind.EMAIL:
-        send_mail(notice.text, _text(notice), None, [channel.target])
+        recipients = [channel.target] if channel.target else _managers(channel.tenant_id)
+        if recipients:
+            send_mail(notice.text, _text(notice), None, recipients)
         error = ""
     else:
         url, body = bot_request(channel, notice, time.time())

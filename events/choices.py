@@ -28,12 +28,13 @@ class EventType(models.TextChoices):
 # Sent by POST /webhooks/{id}/test only, to that one webhook; nobody subscribes to it.
 TEST_EVENT = "webhook.test"
 
-# What a new person's e-mail channel is subscribed to: a job's end, the idle warning, a low
-# balance and a spot instance taken back.
+# What a new account's e-mail channel is subscribed to: a job's end, the idle warning and the
+# stop it announced, a low balance and a spot instance taken back.
 EMAIL_DEFAULTS = (
     EventType.JOB_SUCCEEDED,
     EventType.JOB_FAILED,
     EventType.INSTANCE_IDLE_WARNING,
+    EventType.INSTANCE_AUTO_STOPPED,
     EventType.BALANCE_LOW,
     EventType.INSTANCE_PREEMPTED,
 )

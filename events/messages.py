@@ -26,7 +26,10 @@ TEXTS: dict[str, Any] = {
     EventType.JOB_FAILED: _("Job %(name)s failed."),
     EventType.ENDPOINT_RUNNING: _("Endpoint %(name)s is running."),
     EventType.ENDPOINT_SCALED: _("Endpoint %(name)s scaled to %(replicas)s replicas."),
-    EventType.BALANCE_LOW: _("Your balance is low: %(balance)s left."),
+    EventType.BALANCE_LOW: _(
+        "Your balance is low: %(balance)s left, about %(runway_minutes)s minutes at your "
+        "current spend. Top up to keep running."
+    ),
     EventType.BUDGET_REACHED: _("A monthly budget was reached: %(name)s."),
     EventType.TOPUP_PAID: _("Top-up of %(amount)s paid."),
     EventType.INVOICE_ISSUED: _("Invoice %(name)s issued."),

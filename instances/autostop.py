@@ -21,7 +21,6 @@ from django.db.models import F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from billing.notices import mail_about_instance
 from compute.choices import BillingMode
 from compute.models import Allocation
 from events.choices import EventType
@@ -248,7 +247,6 @@ def _idle_warn(found: _Idle, *, now: datetime) -> bool:
             )
             % words,
         )
-        _mail_after_commit(instance, "instances/email/idle_warning.txt", words)
         emit_about(instance, EventType.INSTANCE_IDLE_WARNING, stops_at=due.isoformat(), **words)
     logger.info("autostop.warned instance=%s due=%s", found.instance_id, due.isoformat())
     return True
@@ -264,12 +262,7 @@ def _idle_stop(found: _Idle, *, now: datetime) -> bool:
             "minutes": found.idle.minutes,
             "pct": found.idle.util_pct,
         }
-        instance = _auto_stop(found.instance_id, AutoStopKind.IDLE, message, now=now)
-        _mail_after_commit(
-            instance,
-            "instances/email/auto_stopped.txt",
-            {"kind": "idle", "minutes": found.idle.minutes, "pct": found.idle.util_pct},
-        )
+        _auto_stop(found.instance_id, AutoStopKind.IDLE, message, now=now)
     logger.info("autostop.stopped instance=%s kind=idle", found.instance_id)
     return True
 
@@ -310,16 +303,9 @@ def schedules_run(*, now: datetime | None = None) -> list[str]:
             _auto_stop(
                 instance_id, AutoStopKind.SCHEDULE, later("Stopped at the scheduled time."), now=now
             )
-            _mail_after_commit(instance, "instances/email/auto_stopped.txt", {"kind": "schedule"})
         stopped.append(instance_id)
         logger.info("autostop.stopped instance=%s kind=schedule", instance_id)
     return stopped
-
-
-def _mail_after_commit(instance: Instance, template: str, context: dict[str, Any]) -> None:
-    tenant_id, orderer_id = instance.tenant_id, instance.created_by_id
-    words = {"instance_name": instance.name, "instance_id": instance.pk, **context}
-    transaction.on_commit(lambda: mail_about_instance(tenant_id, orderer_id, template, words))
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,17 @@
 """What a spot instance (or a spot cluster's rank) taken back for a paying order does
 (compute.preemption calls preempted, registered for both kinds of holding): billing stops now,
-it stops with its disk kept and `stop_reason: "preempted"`, its timeline and its owner (by
-e-mail, and the `instance.preempted` event) are told, and its pod gets the notice when it is
-deleted (instances.provisioning.converge: the deadline in /etc/starverse/preempt, then SIGTERM
-through the pod's graceful deletion, SIGKILL at the deadline). A cluster's ranks are taken back
-together (the whole gang is one unit of the preemption), so the cluster stops as a whole."""
+it stops with its disk kept and `stop_reason: "preempted"`, its timeline and its owner (the
+`instance.preempted` event, by e-mail through the default channel) are told, and its pod gets
+the notice when it is deleted (instances.provisioning.converge: the deadline in
+/etc/starverse/preempt, then SIGTERM through the pod's graceful deletion, SIGKILL at the
+deadline). A cluster's ranks are taken back together (the whole gang is one unit of the
+preemption), so the cluster stops as a whole."""
 
 import logging
 from datetime import datetime
-from functools import partial
 
-from django.db import transaction
 from django.utils import timezone
 
-from billing.notices import mail_about_instance
 from compute.choices import HoldingKind
 from compute.preemption import preemption_hooks_register
 from events.choices import EventType
@@ -48,21 +46,6 @@ def preempted(instance_ids: list[str], deadline: datetime) -> None:
         ) % {"at": at, "deadline": until}
         instance_mark_stopping(instance, message)
         emit_about(instance, EventType.INSTANCE_PREEMPTED, deadline=deadline.isoformat())
-        words = {
-            "instance_name": instance.name,
-            "instance_id": instance.pk,
-            "at": at,
-            "deadline": until,
-        }
-        transaction.on_commit(
-            partial(
-                mail_about_instance,
-                instance.tenant_id,
-                instance.created_by_id,
-                "instances/email/preempted.txt",
-                words,
-            )
-        )
         logger.info("spot.preempted instance=%s deadline=%s", instance_id, deadline)
 
 

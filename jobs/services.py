@@ -713,7 +713,6 @@ def _end_with_ranks(
 def _end(job: Job, status: str, message: Deferred, *, now: Any) -> None:
     job.finished_at = now
     _move(job, status, message)
-    enqueue_on_commit("jobs.tasks.mail_job_ended", job.id)
     logger.info("job.ended job=%s status=%s exit_code=%s", job.id, status, job.exit_code)
 
 

@@ -4,7 +4,7 @@ import logging
 
 from celery import Task, shared_task
 
-from jobs import notices, services
+from jobs import services
 from jobs.choices import ENDED
 from jobs.models import Job, JobRank
 
@@ -43,8 +43,3 @@ def restart_rank(self: Task[[str], None], instance_id: str) -> None:
         services.rank_restart(instance_id)
     except services.StillStopping:
         raise self.retry(countdown=RESTART_POLL_S) from None
-
-
-@shared_task(acks_late=True, ignore_result=True)
-def mail_job_ended(job_id: str) -> None:
-    notices.job_ended_mail(job_id)

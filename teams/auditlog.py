@@ -29,6 +29,7 @@ SENTENCES: dict[str, Any] = {
     "budget.set.team": _("%(actor)s set the team's monthly budget to %(amount)s."),
     "token.created": _("%(actor)s created the API token “%(name)s”."),
     "token.revoked": _("%(actor)s revoked the API token “%(name)s”."),
+    "token.caps_changed": _("%(actor)s changed the caps of the API token “%(name)s”."),
     "topup.created": _("%(actor)s started a top-up of %(amount)s."),
     "topup.paid": _("The top-up %(object)s of %(amount)s was paid."),
     "topup.cancelled": _("%(actor)s cancelled the unpaid top-up %(object)s of %(amount)s."),

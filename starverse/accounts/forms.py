@@ -91,19 +91,8 @@ class TotpDisableForm(forms.Form):
 PERSONAL = "personal"  # the team choice of the person's own account
 
 
-class TokenForm(forms.Form):
-    """A new API token: its name, the account it acts for (the person's own, or one of their
-    teams: `teams` as (id, name) pairs) and its scopes (all four by default)."""
-
-    name = forms.CharField(label=_("Name"), max_length=100)
-    team = forms.ChoiceField(label=_("Acts for"))
-    scopes = forms.MultipleChoiceField(
-        label=_("Scopes"),
-        choices=Scope.choices,
-        initial=all_scopes,
-        widget=forms.CheckboxSelectMultiple,
-        error_messages={"required": _("Choose at least one scope.")},
-    )
+class TokenCapsForm(forms.Form):
+    """A token's spending caps (typed in yuan) and expiry day; empty: none."""
 
     max_spend = forms.CharField(label=_("Spending cap (¥)"), required=False, max_length=20)
     max_spend_per_day = forms.CharField(
@@ -112,11 +101,6 @@ class TokenForm(forms.Form):
     expires_at = forms.DateField(
         label=_("Expires on"), required=False, widget=forms.DateInput(attrs={"type": "date"})
     )
-
-    def __init__(self, *args: Any, teams: Sequence[tuple[str, str]] = (), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        choices = [(PERSONAL, _("Personal account")), *teams]
-        self.fields["team"].choices = choices  # type: ignore[attr-defined]
 
     def clean_max_spend(self) -> int | None:
         return _cap_fen(self.cleaned_data["max_spend"])
@@ -135,6 +119,26 @@ class TokenForm(forms.Form):
             max_spend_per_day_fen=self.cleaned_data.get("max_spend_per_day"),
             expires_at=expires,
         )
+
+
+class TokenForm(TokenCapsForm):
+    """A new API token: its name, the account it acts for (the person's own, or one of their
+    teams: `teams` as (id, name) pairs), its scopes (all four by default) and its caps."""
+
+    name = forms.CharField(label=_("Name"), max_length=100)
+    team = forms.ChoiceField(label=_("Acts for"))
+    scopes = forms.MultipleChoiceField(
+        label=_("Scopes"),
+        choices=Scope.choices,
+        initial=all_scopes,
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": _("Choose at least one scope.")},
+    )
+
+    def __init__(self, *args: Any, teams: Sequence[tuple[str, str]] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        choices = [(PERSONAL, _("Personal account")), *teams]
+        self.fields["team"].choices = choices  # type: ignore[attr-defined]
 
 
 def _cap_fen(text: str) -> int | None:

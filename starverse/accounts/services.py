@@ -238,6 +238,74 @@ def token_create(
     return token, plaintext
 
 
+CAP_FIELDS = ("max_spend_fen", "max_spend_per_day_fen", "expires_at")
+
+
+def _raises(old: Any, new: Any) -> bool:
+    """Whether a cap (or an expiry) goes from `old` to something looser: none at all, or more."""
+    return old is not None and (new is None or new > old)
+
+
+def _token_capped(token: ApiToken) -> bool:
+    return any(getattr(token, name) is not None for name in CAP_FIELDS)
+
+
+def token_caps_change(
+    *,
+    token: ApiToken,
+    changes: dict[str, Any],
+    actor: User,
+    acting: ApiToken | None = None,
+    ip: str | None = None,
+) -> ApiToken:
+    """Change a token's caps and expiry (`changes`: any of CAP_FIELDS; None lifts one), lower or
+    higher, by its owner: through a session or an uncapped token, anything; through a token with
+    a cap or an expiry (`acting`), only tighter, never past that token's own (403 `token_cap`),
+    so a capped agent cannot raise its own cap nor another's. Audited with both values."""
+    changes = {name: value for name, value in changes.items() if name in CAP_FIELDS}
+    expires_at = changes.get("expires_at")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise InvalidInput(_("expires_at: give a moment in the future."), field="expires_at")
+    if acting is not None and _token_capped(acting):
+        for name, value in changes.items():
+            old = getattr(token, name)
+            if value != old and (_raises(old, value) or _raises(getattr(acting, name), value)):
+                raise Forbidden(
+                    _(
+                        "%(field)s: a token with a cap or an expiry can only tighten caps. "
+                        "Raise it from the console, or with a token that has no cap."
+                    )
+                    % {"field": name},
+                    code="token_cap",
+                )
+    with transaction.atomic():
+        locked = ApiToken.objects.select_for_update().get(pk=token.pk, revoked_at__isnull=True)
+        before = {name: getattr(locked, name) for name in changes}
+        for name, value in changes.items():
+            setattr(locked, name, value)
+        locked.save(update_fields=list(changes))
+        token_cache_forget()
+        audit_record(
+            tenant_id=locked.team_id or locked.user.personal_tenant_id,
+            actor=actor,
+            action="token.caps_changed",
+            obj=locked,
+            data={
+                "name": locked.name,
+                "before": {name: _plain(value) for name, value in before.items()},
+                "after": {name: _plain(value) for name, value in changes.items()},
+            },
+            ip=ip,
+        )
+    logger.info("token.caps_changed user=%s token=%s fields=%s", actor.id, token.id, list(changes))
+    return locked
+
+
+def _plain(value: Any) -> Any:
+    """A cap or an expiry as the audit log's JSON keeps it."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
 def token_revoke(*, token: ApiToken, actor: Any = None, ip: str | None = None) -> None:
     with transaction.atomic():
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(

@@ -32,6 +32,7 @@ urlpatterns = [
     ),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<str:pk>/revoke/", views.token_delete, name="token_delete"),
+    path("tokens/<str:pk>/caps/", views.token_caps, name="token_caps"),
     path("security/", views.security, name="security"),
     path("security/enrol/", views.security_enrol, name="security_enrol"),
     path("security/confirm/", views.security_confirm, name="security_confirm"),

@@ -1,5 +1,6 @@
 """Console pages for accounts: sign-up, e-mail verification, log-in, API tokens and SSH keys."""
 
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +30,7 @@ from starverse.accounts.forms import (
     SettingsForm,
     SignupForm,
     SshKeyForm,
+    TokenCapsForm,
     TokenForm,
     TotpConfirmForm,
     TotpDisableForm,
@@ -45,6 +47,7 @@ from starverse.accounts.services import (
     email_verification_send,
     ssh_key_add,
     ssh_key_delete,
+    token_caps_change,
     token_create,
     token_revoke,
     user_password_set,
@@ -332,6 +335,31 @@ def tokens(request: HttpRequest) -> HttpResponse:
             "active": "tokens",
         },
     )
+
+
+@login_required
+@require_POST
+def token_caps(request: HttpRequest, pk: str) -> HttpResponse:
+    """The caps form of a token's row: what is typed is the whole of its caps (empty: none),
+    lower or higher, as the owner's session may."""
+    token = get_for_user(ApiToken.objects.filter(revoked_at__isnull=True), request.user, "user", pk)
+    form = TokenCapsForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(str(error) for error in errors))
+        return redirect("accounts:tokens")
+    try:
+        token_caps_change(
+            token=token,
+            changes=asdict(form.caps()),
+            actor=request.user,  # type: ignore[arg-type]
+            ip=client_ip(request),
+        )
+    except ServiceError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, _("Caps of “%(name)s” saved.") % {"name": token.name})
+    return redirect("accounts:tokens")
 
 
 @login_required

@@ -48,8 +48,9 @@ PUBLIC_FACES = {
         "usage",
     },
     "fleet": {"choices", "models", "selectors", "services", "signals"},
-    # every product reports its events through emit; clusters ask whether one recovered
-    "events": {"choices", "emit", "selectors"},
+    # every product reports its events through emit; clusters ask whether one recovered;
+    # opening an account gives it its default e-mail channel
+    "events": {"channels", "choices", "emit", "selectors"},
     "datasets": {"choices", "models", "views"},
     "compute": {
         "admission",

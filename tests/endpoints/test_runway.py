@@ -29,7 +29,9 @@ def _until(condition, timeout=15.0, step=None):
         time.sleep(0.02)
 
 
-def test_the_runway_counts_an_endpoints_spend_with_the_instances(catalog):
+def test_the_runway_counts_an_endpoints_spend_with_the_instances(
+    catalog, django_capture_on_commit_callbacks
+):
     user = make_user()
     instance = make_instance(user, "running")
     endpoint = make_endpoint(user, min_replicas=1, max_replicas=1)
@@ -55,13 +57,15 @@ def test_the_runway_counts_an_endpoints_spend_with_the_instances(catalog):
     endpoints_sync()  # the Ready replica's session opens
     assert endpoint_spend_per_hour_fen() == {user.tenant_id: price}
 
-    check_runways()
+    with django_capture_on_commit_callbacks(execute=True):
+        check_runways()
 
     assert len(mail.outbox) == 1
     assert mail.outbox[0].to == [user.email]
-    body = mail.outbox[0].body
-    assert f"At your current spend of {format_fen(2 * price)} per hour" in body
-    assert "lasts about 30 minutes" in body
+    assert mail.outbox[0].subject == (  # at twice the price: the instance and the endpoint
+        f"Your balance is low: {format_fen(price)} left, about 30 minutes at your current "
+        "spend. Top up to keep running."
+    )
     notice = RunwayNotice.objects.get(wallet_id=wallet.id)
     assert notice.level == RunwayLevel.BELOW_HOUR
     check_runways()  # told once per crossing

@@ -18,7 +18,7 @@ from django.utils import timezone
 from events import delivery as deliveries
 from events.choices import DeliveryStatus, EventType, WebhookStatus
 from events.emit import emit
-from events.models import Event, WebhookDelivery
+from events.models import Event, NotificationChannel, WebhookDelivery
 from events.signing import HEADER, verify
 from events.webhooks import webhook_create, webhook_rotate_secret
 from tests.events.conftest import behave
@@ -195,6 +195,7 @@ def test_a_url_failing_for_a_day_is_disabled_and_its_owner_mailed(
     hooked, bots, django_capture_on_commit_callbacks
 ):
     person, webhook, _secret = hooked
+    NotificationChannel.objects.filter(tenant_id=person.tenant_id).update(enabled=False)
     behave(bots, "ci", status=500)
     _emit(person, on_commit=django_capture_on_commit_callbacks)
     webhook.refresh_from_db()

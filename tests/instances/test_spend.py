@@ -7,6 +7,7 @@ from rest_framework.test import APIClient
 from billing.choices import TransactionKind
 from billing.models import Wallet
 from billing.services import ledger_post
+from events.models import Event
 from instances import tasks
 from instances.models import Instance
 from instances.provisioning import converge
@@ -14,7 +15,9 @@ from instances.selectors import spend_per_hour_fen
 from tests.factories import converge_until, fund, make_token, make_user
 
 
-def test_the_runway_warning_and_the_dashboard_use_the_running_instances_price(catalog):
+def test_the_runway_warning_and_the_dashboard_use_the_running_instances_price(
+    catalog, django_capture_on_commit_callbacks
+):
     user = make_user()
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {make_token(user)[1]}")
@@ -41,9 +44,11 @@ def test_the_runway_warning_and_the_dashboard_use_the_running_instances_price(ca
         amount_fen=price // 2 - wallet.total_fen,
         description="usage",
     )
-    tasks.check_runways()
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.check_runways()
     assert len(mail.outbox) == 1 and mail.outbox[0].to == [user.email]
-    assert "30" in mail.outbox[0].body  # half an hour left at this price
+    event = Event.objects.get(tenant_id=user.tenant_id, type="balance.low")
+    assert event.data["runway_minutes"] == 30  # half an hour left at this price
 
     console = APIClient()
     console.force_login(user)

@@ -118,8 +118,10 @@ def test_a_job_runs_to_the_end_bills_its_minutes_and_gives_its_gpus_back(
     ]
     events = [e["status"] for e in client.get(f"/api/v1/jobs/{job.id}/events").json()["results"]]
     assert events == ["queued", "provisioning", "running", "succeeded"]
-    assert len(mail.outbox) == 1
-    assert "sft" in mail.outbox[0].subject and job.id in mail.outbox[0].body
+    # one mail, through the account's default e-mail channel
+    [ended] = mail.outbox
+    assert ended.subject == "Job sft succeeded."
+    assert ended.body == f"Job sft succeeded.\nhttp://127.0.0.1:8000/console/jobs/{job.id}/"
 
 
 def test_a_failing_program_runs_again_by_its_policy_then_fails_with_its_code_and_lines(

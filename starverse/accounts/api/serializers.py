@@ -84,6 +84,24 @@ class TokenCreateInput(InputSerializer):
     )
 
 
+class TokenCapsInput(InputSerializer):
+    max_spend_fen = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="The most its orders may spend over its life (fen); null: no cap.",
+    )
+    max_spend_per_day_fen = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="The most its orders may spend in a day (fen); null: no cap.",
+    )
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="Refused from this moment on; null: never."
+    )
+
+
 class SshKeyCreateInput(InputSerializer):
     name = StrictCharField(max_length=100, required=False, allow_blank=True)
     public_key = StrictCharField(max_length=16384)

@@ -25,6 +25,7 @@ from starverse.accounts.services import (
     email_verification_send,
     ssh_key_add,
     ssh_key_delete,
+    token_caps_change,
     token_create,
     token_revoke,
     user_settings_update,
@@ -313,6 +314,35 @@ class TokenViewSet(
             "token": plaintext,
         }
         return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="tokens_partial_update",
+        request=s.TokenCapsInput,
+        responses={
+            200: s.TokenOutput,
+            **errors(400),
+            403: OpenApiResponse(
+                response=ERROR.ref,
+                description="Made with a token that has a cap or an expiry: a cap raised or "
+                "lifted, an expiry put later, or past that token's own (`token_cap`); or a "
+                "scope that token lacks (`insufficient_scope`).",
+            ),
+        },
+        description="Change the token's spending caps and expiry (`null` lifts one): lower or "
+        "higher through a console session or an uncapped token; a capped token can only "
+        "tighten them. Audited.",
+    )
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        token = self.get_object()
+        data = self.parse(request, s.TokenCapsInput)
+        changed = token_caps_change(
+            token=token,
+            changes=dict(data),
+            actor=signed_in_user(request),
+            acting=request.auth if isinstance(request.auth, ApiToken) else None,
+            ip=client_ip(request),
+        )
+        return Response(s.TokenOutput(changed).data)
 
     def perform_destroy(self, instance: ApiToken) -> None:
         token_revoke(token=instance, actor=self.request.user, ip=client_ip(self.request))
