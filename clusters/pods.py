@@ -15,8 +15,7 @@ from typing import Any
 
 from clusters.gates import gate_apply
 from clusters.models import Cluster, Rank
-from fleet.models import MULTUS_NETWORKS, Node, NodeProfile
-from fleet.selectors import node_profile_for
+from fleet.models import MULTUS_NETWORKS, NodeProfile
 from instances.gateway import SSH_PORT
 from instances.provisioning.manifests import WORKLOAD_LABEL
 from starverse.core.hostkeys import host_key_from_private
@@ -379,11 +378,10 @@ def rank_env(member: Rank, layout: Layout, profile: NodeProfile | None) -> list[
     return [{"name": key, "value": value} for key, value in values.items()]
 
 
-def rank_pod(pod: dict[str, Any], member: Rank, node: Node) -> dict[str, Any]:
+def rank_pod(pod: dict[str, Any], member: Rank, profile: NodeProfile | None) -> dict[str, Any]:
     """The instance's pod (manifests.pod) as a rank: labels, DNS name, the shared key and
-    files mounted, the environment, and the node profile's resources, networks and host
-    networking."""
-    profile = node_profile_for(node)
+    files mounted, the environment, and its node's profile's (node_profile_for) resources,
+    networks and host networking."""
     layout = layout_of(member.cluster, profile)
     meta, spec = pod["metadata"], pod["spec"]
     meta["labels"] = {**meta["labels"], **rank_labels(member)}
@@ -455,10 +453,9 @@ def _profile_apply(
                 port["containerPort"] = layout.ssh_port
 
 
-def rank_service(service: dict[str, Any], node: Node) -> dict[str, Any]:
+def rank_service(service: dict[str, Any], profile: NodeProfile | None) -> dict[str, Any]:
     """The rank's SSH Service (manifests.service), aimed at its sshd's port on the node's
-    network when the profile puts it there."""
-    profile = node_profile_for(node)
+    network when its node's profile puts it there."""
     if profile is not None and profile.host_network:
         for port in service["spec"]["ports"]:
             if port["name"] == "ssh":
@@ -467,11 +464,11 @@ def rank_service(service: dict[str, Any], node: Node) -> dict[str, Any]:
 
 
 def shared_objects(
-    member: Rank, node: Node, private_key: str, ranks: list[Rank]
+    member: Rank, profile: NodeProfile | None, private_key: str, ranks: list[Rank]
 ) -> list[dict[str, Any]]:
     """The headless Service, the key Secret (`private_key`, the `ranks`' host keys) and the
-    files ConfigMap of the rank's cluster."""
-    layout = layout_of(member.cluster, node_profile_for(node))
+    files ConfigMap of the rank's cluster, its node's profile being `profile`."""
+    layout = layout_of(member.cluster, profile)
     return [
         headless_service(member),
         ssh_key_secret(member, private_key, known_hosts(ranks, layout), layout),

@@ -20,11 +20,12 @@ from compute.placement import choose_nodes
 from events.choices import EventType
 from events.emit import emit_about
 from fleet.models import Node
+from fleet.selectors import node_profile_for
 from instances.choices import HOLDS_GPUS, InstanceStatus
 from instances.gangs import GangHooks
 from instances.lifecycle import switches_held
 from instances.models import Instance, InstanceEvent, Workload
-from instances.provisioning.converge import host_key_assign
+from instances.provisioning.converge import host_keys_assign
 from instances.states import (
     gang_locked,
     instance_mark_placed,
@@ -194,12 +195,13 @@ class RankHooks(GangHooks):
         or the cluster scaled while stopped changes what they hold)."""
         member = _member(instance)
         siblings = pods.cluster_ranks(member.cluster_id)
-        for sibling in siblings:  # every host key, so known_hosts lists all ranks from the start
-            host_key_assign(sibling.instance)
+        # every host key, so known_hosts lists all ranks from the start
+        host_keys_assign([sibling.instance for sibling in siblings])
         key = member.cluster.ssh_private_key
-        for shared in pods.shared_objects(member, node, key, siblings):
-            kube.ensure(shared, update=shared["kind"] != "Service")
-        return pods.rank_pod(pod, member, node), pods.rank_service(service, node)
+        profile = node_profile_for(node)  # read once for the three renderings
+        for shared in pods.shared_objects(member, profile, key, siblings):
+            kube.ensure(shared, update=shared["kind"] != "Service", read_first=True)
+        return pods.rank_pod(pod, member, profile), pods.rank_service(service, profile)
 
     def shared_objects(self, gang: str) -> list[tuple[str, str]]:
         return pods.object_names(gang)

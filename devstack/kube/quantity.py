@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -34,7 +35,14 @@ def parse_quantity(value: str | int | float) -> Fraction:
         raise QuantityError(f"quantities must match the regular expression: {value!r}")
     if isinstance(value, int | float):
         return Fraction(Decimal(str(value)))
-    match = _QUANTITY.match(str(value).strip())
+    return _parse_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    """A quantity written as text (a Fraction is immutable: the kubelets, the scheduler and
+    the volume resizer, which read the same few quantities on every pass, share one)."""
+    match = _QUANTITY.match(value.strip())
     if not match:
         raise QuantityError(
             "quantities must match the regular expression "

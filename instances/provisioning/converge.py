@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TypeVar
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import Case, F, QuerySet, Value, When
 from django.utils import timezone
 
 from compute.holdings import holding_of
@@ -122,7 +122,7 @@ def _objects_create(instance: Instance, node: Node) -> None:
     tenant_policy_converge(instance.tenant_id)
     pool = manifests.public_pool_claim(instance.tenant_id)
     if pool is not None:
-        kube.ensure(pool)
+        kube.ensure(pool, read_first=True)  # the tenant's, made by its first instance
     host_key_assign(instance)
     kube.ensure(_access_secret(instance), update=True)
     kube.ensure(manifests.disk_claim(instance))
@@ -257,18 +257,32 @@ def host_key_assign(instance: Instance) -> None:
     (every later start renders the same key into its Secret, so the host the user's known_hosts
     holds stays the same across stop/start and a move to another node). A pass that races
     another keeps whichever key was stored first."""
-    if instance.ssh_host_key:
+    host_keys_assign([instance])
+
+
+def host_keys_assign(instances: list[Instance]) -> None:
+    """host_key_assign for several instances (a cluster's ranks) at once: the keys of those that
+    have none are generated and stored by one UPDATE, then read back by one query (a pass that
+    races another keeps whichever key was stored first); nothing is asked of the database when
+    they all have one."""
+    missing = [instance for instance in instances if not instance.ssh_host_key]
+    if not missing:
         return
-    key = host_key_generate()
-    Instance.objects.filter(pk=instance.pk, ssh_host_key="").update(
-        ssh_host_key=key.private_openssh, ssh_host_key_fingerprint=key.fingerprint
+    keys = {instance.pk: host_key_generate() for instance in missing}
+    Instance.objects.filter(pk__in=keys, ssh_host_key="").update(
+        ssh_host_key=Case(*(When(pk=pk, then=Value(k.private_openssh)) for pk, k in keys.items())),
+        ssh_host_key_fingerprint=Case(
+            *(When(pk=pk, then=Value(k.fingerprint)) for pk, k in keys.items())
+        ),
     )
-    instance.refresh_from_db(fields=["ssh_host_key", "ssh_host_key_fingerprint"])
-    logger.info(
-        "instance.host_key instance=%s fingerprint=%s",
-        instance.id,
-        instance.ssh_host_key_fingerprint,
+    stored = Instance.objects.filter(pk__in=keys).values_list(
+        "pk", "ssh_host_key", "ssh_host_key_fingerprint"
     )
+    by_pk = {instance.pk: instance for instance in missing}
+    for pk, private, fingerprint in stored:
+        instance = by_pk[pk]
+        instance.ssh_host_key, instance.ssh_host_key_fingerprint = private, fingerprint
+        logger.info("instance.host_key instance=%s fingerprint=%s", pk, fingerprint)
 
 
 def _access_secret(instance: Instance) -> dict[str, Any]:

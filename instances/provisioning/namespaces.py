@@ -89,8 +89,8 @@ def tenant_policy_converge(tenant: str, http_ports: dict[str, list[int]] | None 
     replaced only if it differs)."""
     kube.tenant_namespace_ensure(tenant)
     policy = manifests.network_policy(tenant, _http_ports(tenant, http_ports))
-    kube.ensure(policy, update=True)
-    kube.ensure(manifests.endpoint_network_policy(tenant), update=True)
+    kube.ensure(policy, update=True, read_first=True)
+    kube.ensure(manifests.endpoint_network_policy(tenant), update=True, read_first=True)
 
 
 def tenant_network_policy_converge(tenant: str) -> None:

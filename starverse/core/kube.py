@@ -204,7 +204,7 @@ def tenant_namespace_ensure(tenant_id: str) -> dict[str, Any]:
     labels (Pod Security levels) are merged in and the bindings' subjects put right. Returns the
     namespace."""
     manifest = namespace(tenant_id)
-    existing = ensure(manifest)
+    existing = ensure(manifest, read_first=True)
     have = (existing.get("metadata") or {}).get("labels") or {}
     drift = owned_label_drift(manifest["metadata"]["labels"], have)
     if drift:
@@ -214,8 +214,8 @@ def tenant_namespace_ensure(tenant_id: str) -> dict[str, Any]:
             manifest["metadata"]["name"],
             ",".join(sorted(drift)),
         )
-    ensure(tenant_binding(tenant_id), update=True)
-    ensure(tenant_exec_binding(tenant_id), update=True)
+    ensure(tenant_binding(tenant_id), update=True, read_first=True)
+    ensure(tenant_exec_binding(tenant_id), update=True, read_first=True)
     return existing
 
 
@@ -610,23 +610,31 @@ def _guard(operation: str, function: Any) -> Any:
         raise RetryableKubeError(f"{operation}: {error}") from error
 
 
-def ensure(manifest: dict[str, Any], *, update: bool = False) -> dict[str, Any]:
+def ensure(
+    manifest: dict[str, Any], *, update: bool = False, read_first: bool = False
+) -> dict[str, Any]:
     """Create the object, or accept the one already there if we made it (409 → read and
     compare its labels); with `update`, ours is replaced by `manifest` when it differs (a
-    Secret, rendered afresh, always: what it holds cannot be read back to compare), keeping
-    labels and annotations that others put on it. Another owner's object under our name is a
-    permanent error."""
+    Secret by its data), keeping labels and annotations that others put on it. Another owner's
+    object under our name is a permanent error.
+
+    With `read_first`, for an object that usually exists already (a tenant's namespace and
+    policies, a cluster's shared objects, which every rank's provisioning makes sure of): one
+    read, and a create only if it is missing, instead of a create refused with 409 and a read.
+    The outcome is the same either way."""
     kind, meta = manifest["kind"], manifest["metadata"]
     namespace, name = meta.get("namespace"), meta["name"]
-    create, read, _delete = _operations(kind)
-    try:
-        return _plain(_guard(f"{kind}.create", lambda: create(namespace, manifest)))
-    except ApiException as error:
-        if error.status != 409:
-            raise PermanentKubeError(
-                f"{kind} {name}: {error.status} {error.reason}: {_message(error)}"
-            ) from error
-    existing = _plain(_guard(f"{kind}.read", lambda: read(namespace, name)))
+    create, read_fn, _delete = _operations(kind)
+    existing = read(kind, namespace, name) if read_first else None
+    if existing is None:
+        try:
+            return _plain(_guard(f"{kind}.create", lambda: create(namespace, manifest)))
+        except ApiException as error:
+            if error.status != 409:
+                raise PermanentKubeError(
+                    f"{kind} {name}: {error.status} {error.reason}: {_message(error)}"
+                ) from error
+        existing = _plain(_guard(f"{kind}.read", lambda: read_fn(namespace, name)))
     wanted = meta.get("labels", {})
     have = existing.get("metadata", {}).get("labels") or {}
     if not _ours(wanted, have):

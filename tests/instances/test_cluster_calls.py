@@ -81,6 +81,11 @@ def test_a_pending_instance_costs_one_read_a_poll(catalog, cluster, kube_calls, 
     print(f"first pass {sum(first.values())} calls; then {len(kube_calls)} a minute")
     assert Counter(kube_calls) == {POD: 60, EVENTS: 12}
     assert first == {
+        # the tenant's namespace, bindings and policies are read first (they exist for every
+        # instance but a new tenant's first; kube.ensure's read_first): not there yet here
+        ("GET", "/api/v1/namespaces/{name}"): 1,
+        ("GET", "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/{name}"): 2,
+        ("GET", "/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}"): 2,
         ("POST", "/api/v1/namespaces"): 1,
         # the worker's binding and the terminal service's
         ("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings"): 2,

@@ -1,0 +1,143 @@
+"""What starting a cluster asks of the Kubernetes API and of the database, rank by rank, so that
+a 128-node cluster (or job) comes up in seconds (bench cluster_128_ready): the objects the ranks
+share (the headless Service, the key Secret, the files ConfigMap) and the tenant's namespace,
+RoleBindings and NetworkPolicies are created by the first rank and only read by the others
+(a create refused with 409 and a read would be two calls each); every rank after the first costs
+the same calls whatever the cluster's size; and the ranks' host keys are stored by one UPDATE,
+so a rank's queries do not grow with its cluster. Counted at the emulator's API server (its
+request log) and at the database connection."""
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from clusters.models import Cluster
+from clusters.preflight import preflight_run
+from devstack.kube.emulator import KubeEmulator
+from fleet.services import nodes_sync_from_cluster
+from instances.models import Instance
+from instances.provisioning import converge
+from starverse.core import kube
+from tests.conftest import KUBE_TIMINGS
+from tests.factories import converge_until, make_cluster, make_user
+
+
+@pytest.fixture(scope="module")
+def six_node_emulator() -> Iterator[KubeEmulator]:
+    emulator = KubeEmulator(fleet={"h100": 6}, **KUBE_TIMINGS).start()
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture
+def fleet6(six_node_emulator, db, settings, tmp_path) -> Iterator[KubeEmulator]:
+    six_node_emulator.reset()
+    settings.MAX_RUNNING_GPUS = 64
+    settings.KUBECONFIG = str(six_node_emulator.write_kubeconfig(tmp_path / "kubeconfig"))
+    kube._api_client.cache_clear()
+    call_command("seed_catalog", verbosity=0)
+    nodes_sync_from_cluster()
+    yield six_node_emulator
+    kube._api_client.cache_clear()
+
+
+def _ranks(cluster: Cluster) -> list[str]:
+    return list(
+        Instance.objects.filter(cluster_rank__cluster=cluster)
+        .order_by("cluster_rank__index")
+        .values_list("id", flat=True)
+    )
+
+
+def _kind(path: str) -> str:
+    """The resource a request is about: /api/v1/namespaces/<ns>/configmaps/<name> → configmaps;
+    a namespace itself → namespaces."""
+    parts = path.strip("/").split("/")
+    if "namespaces" not in parts:
+        return parts[-1]
+    after = parts[parts.index("namespaces") + 2 :]
+    return after[0] if after else "namespaces"
+
+
+def _first_pass(emulator: KubeEmulator, rank_id: str) -> tuple[Counter, int]:
+    """A rank's first provisioning pass, the emulator paused (its pod stays pending, so the pass
+    creates the rank's objects, reads its pod and its events once, and asks to be polled
+    again): the requests it sent, by (method, kind), and the queries it made."""
+    mark = emulator.requests_total
+    with (
+        emulator.paused(),
+        CaptureQueriesContext(connection) as queries,
+        pytest.raises(converge.StillPending),
+    ):
+        converge.provision(rank_id)
+    sent = Counter((method, _kind(path)) for method, path in emulator.requests_since(mark))
+    return sent, len(queries)
+
+
+# A rank's own objects: its access Secret, its disk and system disk claims, its pod, its SSH
+# Service and the Service and HTTPRoute of the port it serves (Jupyter); then one read of its
+# pod and of its events.
+OWN = {
+    ("POST", "secrets"): 1,
+    ("POST", "persistentvolumeclaims"): 2,
+    ("POST", "pods"): 1,
+    ("POST", "services"): 2,
+    ("POST", "httproutes"): 1,
+    ("GET", "pods"): 1,
+    ("GET", "events"): 1,
+}
+# What exists already once the first rank has run: the tenant's namespace, its two RoleBindings
+# and two NetworkPolicies, and the cluster's headless Service, key Secret and files ConfigMap.
+SHARED = ["namespaces", "rolebindings", "networkpolicies", "services", "secrets", "configmaps"]
+SHARED_READS = {("GET", "namespaces"): 1, ("GET", "rolebindings"): 2, ("GET", "networkpolicies"): 2}
+CLUSTER_READS = {("GET", "services"): 1, ("GET", "secrets"): 1, ("GET", "configmaps"): 1}
+
+
+def test_later_ranks_only_read_what_the_first_made_and_all_cost_the_same(fleet6):
+    cluster = make_cluster(make_user(), node_count=4)
+    (first, _), *later = [_first_pass(fleet6, rank) for rank in _ranks(cluster)]
+
+    # the first rank creates the shared objects, each once
+    made = {kind: first[("POST", kind)] for kind in SHARED}
+    assert made == {
+        "namespaces": 1,
+        "rolebindings": 2,
+        "networkpolicies": 2,
+        "services": 3,  # its own two and the cluster's headless one
+        "secrets": 2,  # its access Secret and the cluster's key Secret
+        "configmaps": 1,
+    }
+    # each later rank creates its own objects and reads the shared ones once: 17 calls
+    for sent, _queries in later:
+        assert sent == Counter({**OWN, **SHARED_READS, **CLUSTER_READS})
+    assert len({queries for _sent, queries in later}) == 1
+
+
+def test_a_ranks_queries_do_not_grow_with_its_cluster(fleet6):
+    """The first rank of a 4-node cluster makes the same queries as that of a 2-node one: the
+    ranks' host keys are stored by one UPDATE and read back by one query, whatever their
+    number."""
+    user = make_user()
+    small, big = make_cluster(user, node_count=2), make_cluster(user, node_count=4)
+    _sent, two = _first_pass(fleet6, _ranks(small)[0])
+    _sent, four = _first_pass(fleet6, _ranks(big)[0])
+
+    assert four == two
+    rows = Instance.objects.filter(cluster_rank__cluster=big)
+    assert all(row.ssh_host_key and row.ssh_host_key_fingerprint for row in rows)
+
+
+def test_a_cluster_started_this_way_comes_up_whole(fleet6):
+    """The ranks, past their first pass, come up and the pre-flight passes: nothing the
+    later ranks only read was missing."""
+    cluster = make_cluster(make_user(), node_count=4)
+    ranks = _ranks(cluster)
+    for rank in ranks:
+        _first_pass(fleet6, rank)
+    for rank in ranks:
+        assert converge_until(converge.provision, rank) == "checking"
+    assert preflight_run(cluster.id) == "passed"
