@@ -67,6 +67,14 @@ class StillPending(Exception):
     """The pod is not ready (or not gone) yet; check again shortly."""
 
 
+class CloneFailed(Exception):
+    """A clone's volumes cannot be copied from its source's (instances.clones)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def in_its_region(function: Callable[[str], T]) -> Callable[[str], T]:
     """Run a step for one instance (by id) against its region's cluster: every kube call of
     an instance goes to the cluster its node, and so its objects, are in."""
@@ -107,6 +115,8 @@ def provision(instance_id: str) -> str:
                 )
                 % {"error": error},
             )
+        except CloneFailed as error:
+            return instance_fail(instance.id, error.message)
     return _pod_watch(instance, node)
 
 
@@ -125,8 +135,7 @@ def _objects_create(instance: Instance, node: Node) -> None:
         kube.ensure(pool)
     host_key_assign(instance)
     kube.ensure(_access_secret(instance), update=True)
-    kube.ensure(manifests.disk_claim(instance))
-    kube.ensure(manifests.system_disk_claim(instance))
+    _claims_ensure(instance)
     disks, nas = _storage(instance)
     pod_manifest = manifests.pod(instance, node.name, disks, nas)
     service_manifest = manifests.service(instance)
@@ -150,6 +159,52 @@ def _objects_create(instance: Instance, node: Node) -> None:
             Instance.objects.filter(pk=instance.pk).update(ssh_port=ports.get("ssh"))
             # one more pod has run its program: the next pod's STARVERSE_RESTART_COUNT
             Workload.objects.filter(instance_id=instance.pk).update(pods_made=F("pods_made") + 1)
+
+
+def _claims_ensure(instance: Instance) -> None:
+    """The instance's own disk and system disk claims. A clone's, on its first start, are
+    restored from snapshots of its source's volumes (instances.clones), made once those are
+    ready; on later starts they exist, and are its own."""
+    claims = [manifests.disk_claim(instance), manifests.system_disk_claim(instance)]
+    system = manifests.system_disk_name(instance.id)
+    if instance.cloned_from and not kube.read(
+        "PersistentVolumeClaim", instance.k8s_namespace, system
+    ):
+        _clone_snapshots_ready(instance)
+        claims = [manifests.restored(claim) for claim in claims]
+    for claim in claims:
+        kube.ensure(claim)
+
+
+def _clone_snapshots_ready(instance: Instance) -> None:
+    """Make sure the snapshots of the clone's source's volumes exist (each made once, named as
+    the clone's claim it fills); StillPending until both are ready to restore from."""
+    waiting = False
+    for claim, source_claim in manifests.clone_sources(instance):
+        snapshot = kube.ensure(manifests.clone_snapshot(instance, claim, source_claim))
+        status = snapshot.get("status") or {}
+        if not status.get("readyToUse"):
+            found = kube.read("VolumeSnapshot", instance.k8s_namespace, claim) or {}
+            status = found.get("status") or {}
+        error = (status.get("error") or {}).get("message")
+        if error:
+            raise CloneFailed(
+                later(
+                    "The copy of the disks of %(source)s failed: %(error)s. It was not billed; "
+                    "clone it again while it is running or stopped."
+                )
+                % {"source": instance.cloned_from, "error": error}
+            )
+        waiting = waiting or not status.get("readyToUse")
+    if waiting:
+        raise StillPending("snapshots of the clone's source")
+
+
+def _clone_snapshots_delete(instance: Instance) -> None:
+    """A clone's snapshots of its source, once its claims hold their copy (404s are done)."""
+    if instance.cloned_from and instance.k8s_namespace:
+        for claim, _source in manifests.clone_sources(instance):
+            kube.delete("VolumeSnapshot", instance.k8s_namespace, claim)
 
 
 def _this_provisioning(instance: Instance) -> QuerySet[PodWatch]:
@@ -361,6 +416,7 @@ def _pod_watch(instance: Instance, node: Node) -> str:
     if failure is not None:
         return instance_fail(instance.id, failure)
     if ready:
+        _clone_snapshots_delete(instance)
         return instance_mark_running(instance.id)
     raise StillPending(status.get("phase") or "Pending")
 
@@ -576,6 +632,7 @@ def terminate(instance_id: str) -> str:
             objects.append(("PersistentVolumeClaim", claim))
         for kind, name in objects:
             kube.delete(kind, instance.k8s_namespace, name)
+        _clone_snapshots_delete(instance)
         if (gang := gang_of(instance)) and _last_member(instance, gang):
             for kind, name in gang_hooks().shared_objects(gang):
                 kube.delete(kind, instance.k8s_namespace, name)
