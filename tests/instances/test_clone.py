@@ -119,10 +119,12 @@ def test_a_stopped_clone_starts_again_on_its_own_disks(renter, catalog, cluster)
 def test_a_clone_whose_source_lost_its_disks_fails_saying_why(renter, catalog, cluster):
     _user, client = renter
     source = _running(client, catalog)
+    client.post(f"/api/v1/instances/{source.id}/stop")
+    assert converge_until(converge.stop, source.id) == "stopped"
     clone_id = client.post(f"/api/v1/instances/{source.id}/clone", {}, format="json").json()[
         "instance"
     ]["id"]
-    # the source's system disk is gone before the clone's first start copies it
+    # the source's system disk is gone (deleted by hand) before the clone's first start copies it
     kube.delete(
         "PersistentVolumeClaim", source.k8s_namespace, manifests.system_disk_name(source.id)
     )
@@ -132,7 +134,8 @@ def test_a_clone_whose_source_lost_its_disks_fails_saying_why(renter, catalog, c
     assert clone.error_message.endswith(
         "It was not billed; clone it again while it is running or stopped."
     )
-    assert InstanceEvent.objects.filter(instance=clone, message=clone.error_message).exists()
+    failed = InstanceEvent.objects.filter(instance=clone, status="failed").get()
+    assert failed.text == clone.error_message
 
 
 def test_a_clone_is_refused_elsewhere_smaller_or_from_a_wrong_state(renter, catalog, cluster):
