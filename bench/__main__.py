@@ -24,6 +24,7 @@ BENCHMARKS = {
     "clusters": clusters.run,
     "cluster_ready": cluster_ready.run,
     "images": images.run,
+    "clone_to_running": images.clone_to_running_fresh,
     "endpoints": endpoints.run,
     "statements": statements.run,
     "jobs": jobs.run,

@@ -154,9 +154,7 @@ def test_a_clone_is_refused_elsewhere_smaller_or_from_a_wrong_state(renter, cata
         assert response.status_code == status, response.content
         assert response.json()["code"] == code
     # a dry run answers the order's quote and makes nothing
-    response = client.post(
-        f"/api/v1/instances/{source.id}/clone", {"dry_run": True}, format="json"
-    )
+    response = client.post(f"/api/v1/instances/{source.id}/clone", {"dry_run": True}, format="json")
     assert response.status_code == 200, response.content
     assert response.json()["quote"]["price_per_hour_fen"] == source.offering.price_per_hour_fen
     assert Instance.objects.count() == before
@@ -167,8 +165,6 @@ def test_another_tenants_instance_is_not_found(renter, catalog, cluster, client_
     source = _running(client, catalog)
     stranger = make_user()
     fund(stranger, 100_000)
-    response = client_for(stranger).post(
-        f"/api/v1/instances/{source.id}/clone", {}, format="json"
-    )
+    response = client_for(stranger).post(f"/api/v1/instances/{source.id}/clone", {}, format="json")
     assert response.status_code == 404
     assert not Instance.objects.filter(cloned_from=source.id).exists()
