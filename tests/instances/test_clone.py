@@ -3,9 +3,11 @@ first start restores its system disk and own disk from CSI snapshots of the sour
 the source running on. Played on the kube emulator, whose snapshots copy a volume's files and
 whose restored claims start from that copy."""
 
+import re
 from pathlib import Path
 
 import pytest
+from django.test import Client
 
 from compute.models import Offering
 from instances.models import Instance, InstanceEvent
@@ -168,3 +170,30 @@ def test_another_tenants_instance_is_not_found(renter, catalog, cluster, client_
     response = client_for(stranger).post(f"/api/v1/instances/{source.id}/clone", {}, format="json")
     assert response.status_code == 404
     assert not Instance.objects.filter(cloned_from=source.id).exists()
+
+
+def test_the_console_clones_once_from_the_instances_page(renter, catalog, cluster):
+    user, api = renter
+    source = _running(api, catalog, name="sd")
+    client = Client()
+    client.force_login(user)
+    page = client.get(f"/console/instances/{source.id}/").content.decode()
+    assert f'action="/console/instances/{source.id}/clone/"' in page
+    assert "Clone “sd” while it runs?" in page  # the copy of a running one is crash-consistent
+    token = re.search(r'name="token" value="([^"]+)"', page)
+    assert token is not None
+    path = f"/console/instances/{source.id}/clone/"
+    first = client.post(path, {"token": token.group(1)})
+    again = client.post(path, {"token": token.group(1)})  # the same page's form, sent twice
+    [clone] = Instance.objects.filter(cloned_from=source.id)
+    assert first["Location"] == again["Location"] == f"/console/instances/{clone.id}/"
+    assert clone.name == "sd (clone)"
+    # a queued or provisioning one offers no clone, and refuses one saying why
+    assert converge_until(converge.provision, clone.id) == "running"
+    client.post(f"/console/instances/{source.id}/stop/")
+    assert (
+        'data-action="clone"' not in client.get(f"/console/instances/{source.id}/").content.decode()
+    )
+    refused = client.post(path, {"token": "another-token-of-16"}, follow=True)
+    assert "Only a running or stopped instance can be cloned" in refused.content.decode()
+    assert Instance.objects.filter(cloned_from=source.id).count() == 1
