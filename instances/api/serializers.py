@@ -605,7 +605,7 @@ class InstanceCloneOutput(serializers.Serializer[Any]):
     """A clone's order: the new instance, and how its disks' copy is made."""
 
     instance = InstanceOutput()
-    source = serializers.CharField(help_text="The instance cloned.")
+    cloned_from = serializers.CharField(help_text="The instance cloned (its id).")
     consistency = serializers.ChoiceField(
         choices=["crash_consistent", "consistent"],
         help_text="crash_consistent: the source is running, so its disks are copied as they "

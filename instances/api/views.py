@@ -504,7 +504,7 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         running = source.status == InstanceStatus.RUNNING
         answer = {
             "instance": self.output(self.get_queryset().get(pk=instance.pk)),
-            "source": source.pk,
+            "cloned_from": source.pk,
             "consistency": "crash_consistent" if running else "consistent",
         }
         return Response(answer, status=status.HTTP_202_ACCEPTED)

@@ -434,18 +434,50 @@ def _program_ran(pod: dict[str, Any]) -> bool:
 
 
 def _start_failure(status: dict[str, Any]) -> str | None:
-    """Why the pod cannot start (its image cannot be pulled, its container failed), if so."""
-    for container in status.get("containerStatuses") or []:
+    """Why the pod cannot start (its image cannot be pulled, the runtime cannot run it, its
+    container failed), if so: init containers (the system disk's seeding runs the image
+    first) as well as the main one."""
+    containers = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
+    for container in containers:
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in PULL_FAILURES:
             return later(
                 "The image %(image)s could not be pulled (%(reason)s). It was not "
                 "billed; choose another image or try again later."
             ) % {"image": container.get("image"), "reason": waiting["reason"]}
+    for container in containers:
+        cannot = _cannot_run(container)
+        if cannot is not None:
+            return later(
+                "The image %(image)s cannot run here (%(reason)s: %(message)s). An image "
+                "needs a POSIX shell at /bin/sh and to be built for the node's CPU "
+                "architecture. It was not billed; choose another image."
+            ) % {"image": container.get("image"), **cannot}
     if status.get("phase") == "Failed":
         return later("The instance's container failed to start: %(reason)s.") % {
             "reason": status.get("reason") or status.get("message") or "unknown"
         }
+    return None
+
+
+# The runtime could not run the container's command at all (no /bin/sh, exec format error, a
+# missing program): reasons of its waiting state, and of its (last) termination.
+CANNOT_CREATE = ("CreateContainerError", "RunContainerError")
+CANNOT_START = ("StartError", "ContainerCannotRun")
+
+
+def _cannot_run(container: dict[str, Any]) -> dict[str, str] | None:
+    """{reason, message} when the runtime cannot run this container, else None."""
+    waiting = (container.get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") in CANNOT_CREATE:
+        return {"reason": waiting["reason"], "message": waiting.get("message") or ""}
+    for state in (container.get("state") or {}, container.get("lastState") or {}):
+        ended = state.get("terminated") or {}
+        if ended.get("reason") in CANNOT_START:
+            return {"reason": ended["reason"], "message": ended.get("message") or ""}
     return None
 
 

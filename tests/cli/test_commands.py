@@ -239,7 +239,7 @@ def test_rent_sends_a_new_idempotency_key_each_time(cli_env, fake_api, monkeypat
 def test_clone_orders_a_copy_under_a_new_key_and_waits_for_it(cli_env, fake_api, monkeypatch):
     logged_in(fake_api, monkeypatch)
     copy = dict(INSTANCE, id="ins_def", name="copy", status="provisioning")
-    answer = {"instance": copy, "source": "ins_abc", "consistency": "crash_consistent"}
+    answer = {"instance": copy, "cloned_from": "ins_abc", "consistency": "crash_consistent"}
     fake_api.on("POST", "/api/v1/instances/ins_abc/clone", 202, answer)
     fake_api.on("GET", "/api/v1/instances/ins_def", body=dict(copy, status="running"))
     code, out, err = run("clone", "ins_abc", "--name", "copy", "--region", "bj", "--wait", "--json")

@@ -63,7 +63,7 @@ def test_a_clone_of_a_running_instance_has_its_files_image_and_settings(renter, 
     )
     assert response.status_code == 202, response.content
     body = response.json()
-    assert (body["source"], body["consistency"]) == (source.id, "crash_consistent")
+    assert (body["cloned_from"], body["consistency"]) == (source.id, "crash_consistent")
     clone_id = body["instance"]["id"]
     assert body["instance"]["name"] == "sd (clone)"
     # the same key answers the same clone
