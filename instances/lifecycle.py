@@ -179,10 +179,7 @@ def instance_order(
     mirrors: bool = True,
     clone_of: str = "",
 ) -> tuple[Instance, bool]:
-    """Order an instance: placed now, or queued behind earlier orders for the same GPU; the same
-    Idempotency-Key answers the same (instance, created). `idle_stop` DEFAULT: the user's; the
-    rest as POST /instances has them (docs/api.md); `workload`: a job's program, unsaved;
-    `clone_of`: the instance whose disks its first start restores (instances.clones)."""
+    """Order an instance (what it takes: _Request); the same key answers the same order."""
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
@@ -258,7 +255,11 @@ def _one_scheduled_stop(
 @dataclass(frozen=True)
 class _Request:
     """What an instance order asks for, its ports and idle stop checked (the idle stop as the
-    order gets it: `idle`, `warn_minutes`), the rest not yet."""
+    order gets it: `idle`, `warn_minutes`), the rest not yet. instance_order places it now, or
+    queues it behind earlier orders for the same GPU, and answers (instance, created), the same
+    for the same Idempotency-Key. `idle_stop` DEFAULT: the user's; `workload`: a job's program,
+    unsaved; `clone_of`: the instance whose disks its first start restores (instances.clones);
+    the rest as POST /instances has them (docs/api.md)."""
 
     offering_id: str
     image_id: str
