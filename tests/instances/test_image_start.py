@@ -45,4 +45,6 @@ def test_an_image_without_a_shell_fails_at_once_saying_why(renter, catalog, clus
     assert failed.text == instance.error_message
     # the cluster's own event (the runtime's error) is in the timeline before it
     told = [event.text for event in InstanceEvent.objects.filter(instance=instance)]
-    assert any(text.startswith("Kubernetes: Failed: Error: failed to create") for text in told), told
+    assert any(text.startswith("Kubernetes: Failed: Error: failed to create") for text in told), (
+        told
+    )
