@@ -25,6 +25,7 @@ BENCHMARKS = {
     "cluster_ready": cluster_ready.run,
     "images": images.run,
     "save_image_10gb": images.run_save_image,
+    "clone_to_running": images.clone_to_running_fresh,
     "endpoints": endpoints.run,
     "statements": statements.run,
     "jobs": jobs.run,

@@ -177,10 +177,9 @@ def instance_order(
     workload: Workload | None = None,
     spot_max_wait_minutes: int | None = None,
     mirrors: bool = True,
+    clone_of: str = "",
 ) -> tuple[Instance, bool]:
-    """Order an instance: placed now, or queued behind earlier orders for the same GPU; the same
-    Idempotency-Key answers the same (instance, created). `idle_stop` DEFAULT: the user's; the
-    rest as POST /instances has them (docs/api.md); `workload`: a job's program, unsaved."""
+    """Order an instance (what it takes: _Request); the same key answers the same order."""
     require_orderer(user)
     declared = ports_validate(ports or [])
     idle, warn_minutes = idle_stop_for_order(user, idle_stop)
@@ -204,6 +203,7 @@ def instance_order(
         workload=workload,
         spot_max_wait_minutes=spot_max_wait_minutes,
         mirrors=mirrors,
+        clone_of=clone_of,
     )
     key = OrderKey(user.tenant_id, idempotency_key, request.hash())
     if (earlier := ordered_before(Instance.objects.all(), key, "instance")) is not None:
@@ -255,7 +255,11 @@ def _one_scheduled_stop(
 @dataclass(frozen=True)
 class _Request:
     """What an instance order asks for, its ports and idle stop checked (the idle stop as the
-    order gets it: `idle`, `warn_minutes`), the rest not yet."""
+    order gets it: `idle`, `warn_minutes`), the rest not yet. instance_order places it now, or
+    queues it behind earlier orders for the same GPU, and answers (instance, created), the same
+    for the same Idempotency-Key. `idle_stop` DEFAULT: the user's; `workload`: a job's program,
+    unsaved; `clone_of`: the instance whose disks its first start restores (instances.clones);
+    the rest as POST /instances has them (docs/api.md)."""
 
     offering_id: str
     image_id: str
@@ -276,6 +280,7 @@ class _Request:
     workload: Workload | None = None
     spot_max_wait_minutes: int | None = None
     mirrors: bool = True
+    clone_of: str = ""
 
     def hash(self) -> str:
         """The request's hash, which tells a repeat from another order under the same key."""
@@ -306,6 +311,7 @@ class _Request:
                 else {}
             ),
             **({} if self.mirrors else {"mirrors": False}),
+            **({"clone_of": self.clone_of} if self.clone_of else {}),
         )
 
     def instance_fields(self, user: User, key: OrderKey) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -338,6 +344,7 @@ class _Request:
             "region_id": region_id,
             "auto_recover": offering.kind == OfferingKind.CLOUD if recover is None else recover,
             "mirrors": self.mirrors,
+            "cloned_from": self.clone_of,
         }, {
             "stop_at": stop_at,
             **idle_fields(self.idle, warn_minutes=self.warn_minutes, now=now),

@@ -120,6 +120,14 @@ class Instance(models.Model):
         blank=True,
         help_text="HTTP ports served through the gateway besides Jupyter's (instances.gateway).",
     )
+    cloned_from = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The instance it is a clone of (instances.clones): its first start restores "
+        "its system disk and own disk from snapshots of that instance's; blank otherwise.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)

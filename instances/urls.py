@@ -16,6 +16,7 @@ urlpatterns = [
     path("images/<str:pk>/delete/", views.image_delete_view, name="image-delete"),
     path("instances/<str:pk>/start/", views.instance_start_view, name="start"),
     path("instances/<str:pk>/terminate/", views.instance_terminate_view, name="terminate"),
+    path("instances/<str:pk>/clone/", views.instance_clone_view, name="clone"),
     path("instances/<str:pk>/auto-stop/", views.instance_schedule_view, name="schedule"),
     path("instances/<str:pk>/keep-running/", views.instance_keep_running_view, name="keep-running"),
     path("instances/<str:pk>/disks/", views.disk_attach_view, name="disk-attach"),

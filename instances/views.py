@@ -30,6 +30,7 @@ from compute.preemption import preemption_rates
 from fleet.models import Region
 from instances.api.serializers import InstanceOutput
 from instances.choices import InstanceStatus
+from instances.clones import CLONEABLE, instance_clone
 from instances.gangs import gang_hooks, gang_of, workload_owner_link
 from instances.gateway import MAX_PORTS
 from instances.gateway_views import gateway_ports, new_share_take
@@ -75,6 +76,8 @@ from storage.selectors import free_disks
 S = InstanceStatus
 # Which actions an instance offers in each status (the services refuse the rest anyway).
 CAN_STOP = (S.RUNNING, S.CHECKING, S.PROVISIONING)
+# A clone's Idempotency-Key: the token of the instance's page that posted it.
+CLONE_KEY_PREFIX = "console-clone:"
 CAN_START = (S.STOPPED, S.FAILED)
 # Statuses that change on their own within seconds: the page watches them closely.
 TRANSIENT = (S.QUEUED, S.PROVISIONING, S.STOPPING, S.TERMINATING)
@@ -571,6 +574,8 @@ def instance_detail(request: HttpRequest, pk: str) -> HttpResponse:
             "gpus_attached": instance.holding.gpus_attached,
             "can_terminate": not owned and instance.status != S.TERMINATED,
             "can_save_image": not owned and instance.status in SAVABLE,
+            "can_clone": instance.status in CLONEABLE,
+            "clone_token": form_token(),
             "transient": instance.status in TRANSIENT,
             "has_keys": scope_to_user(SshKey.objects.all(), request.user, "user").exists(),
             "no_sshd": settings.DEV_PODS_WITHOUT_SSHD,
@@ -704,6 +709,32 @@ def instance_start_view(request: HttpRequest, pk: str) -> HttpResponse:
             "instance.started",
         )
     return _act(request, pk, instance_start, _("Starting “%(name)s”."), "instance.started")
+
+
+@login_required
+@require_POST
+def instance_clone_view(request: HttpRequest, pk: str) -> HttpResponse:
+    """Clone (instances.clones), on to the clone's page; the page's token makes a form sent
+    twice one order."""
+    source = get_for_user(Instance.objects.all(), request.user, "tenant", pk)
+    token = request.POST.get("token", "")
+    made: list[tuple[Instance, bool]] = []
+
+    def clone() -> None:
+        made.append(
+            instance_clone(
+                user=page_user(request),
+                source=source,
+                idempotency_key=CLONE_KEY_PREFIX + token if token else "",
+            )
+        )
+
+    if not run_change(request, source, clone, _("Cloning “%(name)s”.") % {"name": source.name}):
+        return _back(request, source)
+    instance, created = made[0]
+    if created:
+        audit_request(request, "instance.cloned", instance, source=source.pk)
+    return redirect("instances:detail", instance.pk)
 
 
 @login_required

@@ -37,6 +37,7 @@ SENTENCES: dict[str, Any] = {
         "The unpaid top-up %(object)s of %(amount)s expired at the payment provider."
     ),
     "instance.ordered": _("%(actor)s ordered the instance %(object)s."),
+    "instance.cloned": _("%(actor)s cloned an instance as %(object)s."),
     "instance.started": _("%(actor)s started the instance %(object)s."),
     "instance.stopped": _("%(actor)s stopped the instance %(object)s."),
     "instance.terminated": _("%(actor)s terminated the instance %(object)s."),

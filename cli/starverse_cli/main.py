@@ -505,6 +505,33 @@ def cmd_rent(ctx: Context) -> int:
     return OK
 
 
+def cmd_clone(ctx: Context) -> int:
+    """Order a copy of an instance (its system disk, its own disk, its image and settings)."""
+    args, client = ctx.args, ctx.client
+    body: dict[str, Any] = {}
+    if args.name:
+        body["name"] = args.name
+    if args.offering:
+        offering = args.offering
+        if not offering.startswith("off_"):
+            offering = _resolve(ctx.settings_client(auth=False), "offerings", offering, "offering")
+        body["offering"] = offering
+    if args.region:
+        body["region"] = args.region
+    key = args.idempotency_key or str(uuid.uuid4())
+    answer = client.post(f"instances/{args.id}/clone", body, headers={"Idempotency-Key": key})
+    row = answer["instance"]
+    if answer.get("consistency") == "crash_consistent":
+        ctx.err.write(
+            f"{args.id} is running: its disks are copied as they are at that instant "
+            "(crash-consistent; stop it first for a clean copy)\n"
+        )
+    if args.wait:
+        row = _wait(ctx, f"instances/{row['id']}", {"running"}, INSTANCE_END, args.timeout)
+    ctx.emit(row, lambda: _instance_human(ctx, row))
+    return OK
+
+
 def cmd_set(ctx: Context) -> int:
     body = _stops(ctx.args)
     if not body:
@@ -1234,6 +1261,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _idle_options(rent, "default: the account's settings")
     _wait_options(rent, "it runs")
+
+    clone = add(commands, "clone", cmd_clone, "a new instance with a copy of this one's disks")
+    clone.add_argument("id")
+    clone.add_argument("--name", help='a name (default: "NAME (clone)")')
+    clone.add_argument("--offering", help="another offering (id or exact name), disks no smaller")
+    clone.add_argument("--region", help="its source's region only (the default)")
+    clone.add_argument("--idempotency-key", help="default: a new one per invocation")
+    _wait_options(clone, "it runs")
 
     change = add(commands, "set", cmd_set, "set or clear an instance's automatic stops")
     change.add_argument("id")

@@ -508,6 +508,13 @@ class KubeEmulator:
     def clear_image_pull_failures(self) -> None:
         self.kubelet.failing_images.clear()
 
+    def fail_container_start(self, image_substring: str, message: str) -> None:
+        """The runtime cannot run the first container of pods whose image contains
+        ``image_substring`` (an image without /bin/sh, or built for another CPU): its status is
+        ``terminated`` with reason ``StartError``, exit code 128 and ``message``, as containerd
+        reports it, and the pod stays Pending. Played on init containers, which run first."""
+        self.kubelet.failing_starts[image_substring] = message
+
     def lose_node(self, name: str) -> None:
         """The node stops reporting: Ready=Unknown, unreachable taints, its pods NotReady
         (NodeLost) and, after ``eviction_grace_s``, evicted."""

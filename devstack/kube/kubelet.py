@@ -108,12 +108,12 @@ def _field_path(container: Obj, init: bool = False) -> str:
     return f"spec.{'initContainers' if init else 'containers'}{{{container.get('name', '')}}}"
 
 
-def _terminated(status: Obj, code: int, message: str, stamp: str) -> Obj:
+def _terminated(status: Obj, code: int, message: str, stamp: str, reason: str = "") -> Obj:
     """``state.terminated`` of a container (its ``status``) that exited with ``code``."""
     started = ((status.get("state") or {}).get("running") or {}).get("startedAt", stamp)
     terminated: Obj = {
         "exitCode": code,
-        "reason": "Completed" if code == 0 else "Error",
+        "reason": reason or ("Completed" if code == 0 else "Error"),
         "startedAt": started,
         "finishedAt": stamp,
         "containerID": status.get("containerID", ""),
@@ -150,6 +150,8 @@ class Kubelet:
         self.termination_s = termination_s
         self.load_s = load_s  # an endpoint pod's model-load time unless its env says
         self.failing_images: list[str] = []
+        # image fragment → the runtime's message when it cannot run a container of it
+        self.failing_starts: dict[str, str] = {}
         self.frozen_nodes: set[str] = set()
         self.sims: dict[str, PodSim] = {}
         self._ip_serial: dict[str, int] = {}
@@ -158,6 +160,7 @@ class Kubelet:
         """Forget every pod and fault: kubelets as they were when the emulator started."""
         self.pull_delay_s = self.configured_pull_delay_s
         self.failing_images.clear()
+        self.failing_starts.clear()
         self.frozen_nodes.clear()
         self.sims.clear()
         self._ip_serial.clear()
@@ -466,11 +469,20 @@ class Kubelet:
         ``Init:Error`` (its message and a ``BackOff`` warning say why): False."""
         name = container.get("name", "")
         self._event(pod, sim.node, "Created", f"Created container: {name}", container, init=True)
-        self._event(pod, sim.node, "Started", f"Started container {name}", container, init=True)
-        if layer_args(container) is not None:
-            code, message = save_layer(self.volume_data, pod, container)
+        image = str(container.get("image"))
+        cannot = next((m for part, m in self.failing_starts.items() if part in image), None)
+        if cannot is not None:  # the runtime cannot exec its command (fail_container_start)
+            code, message, reason = 128, cannot, "StartError"
+            self._event(
+                pod, sim.node, "Failed", f"Error: {cannot}", container, "Warning", init=True
+            )
         else:
-            code, message = seed(self.volume_data, pod, container)
+            self._event(pod, sim.node, "Started", f"Started container {name}", container, init=True)
+            if layer_args(container) is not None:
+                code, message = save_layer(self.volume_data, pod, container)
+            else:
+                code, message = seed(self.volume_data, pod, container)
+            reason = ""
         stamp = now_iso()
 
         def record(obj: Obj) -> None:
@@ -484,7 +496,7 @@ class Kubelet:
                     "imageID": "",
                     "ready": code == 0,
                     "restartCount": 0,
-                    "state": {"terminated": _terminated({}, code, message, stamp)},
+                    "state": {"terminated": _terminated({}, code, message, stamp, reason)},
                 }
             )
             obj["status"]["initContainerStatuses"] = statuses

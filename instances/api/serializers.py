@@ -609,6 +609,35 @@ class AutoStopSavingsOutput(serializers.Serializer[Mapping[str, object]]):
     stops = serializers.IntegerField(help_text="Automatic stops this month.")
 
 
+class InstanceCloneInput(DryRunInput):
+    """POST /instances/{id}/clone: all optional; the rest is the source's (instances.clones)."""
+
+    name = StrictCharField(
+        max_length=100, required=False, allow_blank=True, help_text='Default: "NAME (clone)".'
+    )
+    offering = StrictCharField(
+        max_length=32,
+        required=False,
+        help_text="Default: the source's. Its system disk and own disk must be no smaller.",
+    )
+    region = StrictCharField(
+        max_length=32, required=False, help_text="The source's region (the default) only."
+    )
+
+
+class InstanceCloneOutput(serializers.Serializer[Any]):
+    """A clone's order: the new instance, and how its disks' copy is made."""
+
+    instance = InstanceOutput()
+    cloned_from = serializers.CharField(help_text="The instance cloned (its id).")
+    consistency = serializers.ChoiceField(
+        choices=["crash_consistent", "consistent"],
+        help_text="crash_consistent: the source is running, so its disks are copied as they "
+        "are at that instant, like after a power cut (what its programs had not written out "
+        "is not in the copy); consistent: the source is stopped.",
+    )
+
+
 class StartInput(DryRunInput):
     """The optional body of a start: without GPUs (no-GPU mode), and/or a dry run."""
 

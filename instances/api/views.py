@@ -28,6 +28,8 @@ from instances.api.serializers import (
     ImageOutput,
     ImageSavedOutput,
     ImageSaveInput,
+    InstanceCloneInput,
+    InstanceCloneOutput,
     InstanceCreateInput,
     InstanceEventOutput,
     InstanceMetricsOutput,
@@ -44,6 +46,7 @@ from instances.api.serializers import (
 )
 from instances.autostop import auto_stop_savings
 from instances.choices import InstanceStatus
+from instances.clones import instance_clone
 from instances.gateway import (
     instance_ports_set,
     ports_output,
@@ -485,6 +488,52 @@ class InstanceViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Instance]):
         instance = instance_start(instance_id=instance_id, gpus_attached=attached)
         audit_request(request, "instance.started", instance, **({"gpus": 0} if gpus == 0 else {}))
         return self._accepted(instance)
+
+    @extend_schema(
+        operation_id="instances_clone",
+        request=InstanceCloneInput,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={
+            200: DRY_RUN_RESPONSE,
+            202: InstanceCloneOutput,
+            **errors(400, 402, 409, also=ACCOUNT_LIMITS),
+            **on_hold_error(),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def clone(self, request: Request, pk: str | None = None) -> Response:
+        """Order a new instance with a copy of this one's system disk and own disk, its image
+        and settings (ports, mirrors, automatic recovery, your SSH keys among its), in its
+        region, on any node with room; it may keep running (the copy is then
+        crash-consistent). An order like POST /instances: Idempotency-Key, `dry_run`, the same
+        admission and queue. 409 `wrong_state` unless running or stopped; 400
+        `clone_disks_too_small`, `clone_other_region`."""
+        source = self.get_object()
+        data = self.parse(request, InstanceCloneInput)
+        user = signed_in_user(request)
+
+        def order(key: str) -> tuple[Instance, bool]:
+            return instance_clone(
+                user=user,
+                source=source,
+                name=data.get("name", ""),
+                offering_id=data.get("offering", ""),
+                region=data.get("region", ""),
+                idempotency_key=key,
+            )
+
+        if data["dry_run"]:
+            return dry_run_answer(*order_dry_run(lambda: order("")).parts())
+        instance, created = order(idempotency_key(request))
+        if created:
+            audit_request(request, "instance.cloned", instance, source=source.pk)
+        running = source.status == InstanceStatus.RUNNING
+        answer = {
+            "instance": self.output(self.get_queryset().get(pk=instance.pk)),
+            "cloned_from": source.pk,
+            "consistency": "crash_consistent" if running else "consistent",
+        }
+        return Response(answer, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         operation_id="instances_ports_update",

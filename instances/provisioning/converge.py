@@ -67,6 +67,14 @@ class StillPending(Exception):
     """The pod is not ready (or not gone) yet; check again shortly."""
 
 
+class CloneFailed(Exception):
+    """A clone's volumes cannot be copied from its source's (instances.clones)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def in_its_region(function: Callable[[str], T]) -> Callable[[str], T]:
     """Run a step for one instance (by id) against its region's cluster: every kube call of
     an instance goes to the cluster its node, and so its objects, are in."""
@@ -107,6 +115,8 @@ def provision(instance_id: str) -> str:
                 )
                 % {"error": error},
             )
+        except CloneFailed as error:
+            return instance_fail(instance.id, error.message)
     return _pod_watch(instance, node)
 
 
@@ -125,8 +135,7 @@ def _objects_create(instance: Instance, node: Node) -> None:
         kube.ensure(pool, read_first=True)  # the tenant's, made by its first instance
     host_key_assign(instance)
     kube.ensure(_access_secret(instance), update=True)
-    kube.ensure(manifests.disk_claim(instance))
-    kube.ensure(manifests.system_disk_claim(instance))
+    _claims_ensure(instance)
     disks, nas = _storage(instance)
     pod_manifest = manifests.pod(instance, node.name, disks, nas)
     service_manifest = manifests.service(instance)
@@ -150,6 +159,52 @@ def _objects_create(instance: Instance, node: Node) -> None:
             Instance.objects.filter(pk=instance.pk).update(ssh_port=ports.get("ssh"))
             # one more pod has run its program: the next pod's STARVERSE_RESTART_COUNT
             Workload.objects.filter(instance_id=instance.pk).update(pods_made=F("pods_made") + 1)
+
+
+def _claims_ensure(instance: Instance) -> None:
+    """The instance's own disk and system disk claims. A clone's, on its first start, are
+    restored from snapshots of its source's volumes (instances.clones), made once those are
+    ready; on later starts they exist, and are its own."""
+    claims = [manifests.disk_claim(instance), manifests.system_disk_claim(instance)]
+    system = manifests.system_disk_name(instance.id)
+    if instance.cloned_from and not kube.read(
+        "PersistentVolumeClaim", instance.k8s_namespace, system
+    ):
+        _clone_snapshots_ready(instance)
+        claims = [manifests.restored(claim) for claim in claims]
+    for claim in claims:
+        kube.ensure(claim)
+
+
+def _clone_snapshots_ready(instance: Instance) -> None:
+    """Make sure the snapshots of the clone's source's volumes exist (each made once, named as
+    the clone's claim it fills); StillPending until both are ready to restore from."""
+    waiting = False
+    for claim, source_claim in manifests.clone_sources(instance):
+        snapshot = kube.ensure(manifests.clone_snapshot(instance, claim, source_claim))
+        status = snapshot.get("status") or {}
+        if not status.get("readyToUse"):
+            found = kube.read("VolumeSnapshot", instance.k8s_namespace, claim) or {}
+            status = found.get("status") or {}
+        error = (status.get("error") or {}).get("message")
+        if error:
+            raise CloneFailed(
+                later(
+                    "The copy of the disks of %(source)s failed: %(error)s. It was not billed; "
+                    "clone it again while it is running or stopped."
+                )
+                % {"source": instance.cloned_from, "error": error}
+            )
+        waiting = waiting or not status.get("readyToUse")
+    if waiting:
+        raise StillPending("snapshots of the clone's source")
+
+
+def _clone_snapshots_delete(instance: Instance) -> None:
+    """A clone's snapshots of its source, once its claims hold their copy (404s are done)."""
+    if instance.cloned_from and instance.k8s_namespace:
+        for claim, _source in manifests.clone_sources(instance):
+            kube.delete("VolumeSnapshot", instance.k8s_namespace, claim)
 
 
 def _this_provisioning(instance: Instance) -> QuerySet[PodWatch]:
@@ -375,6 +430,7 @@ def _pod_watch(instance: Instance, node: Node) -> str:
     if failure is not None:
         return instance_fail(instance.id, failure)
     if ready:
+        _clone_snapshots_delete(instance)
         return instance_mark_running(instance.id)
     raise StillPending(status.get("phase") or "Pending")
 
@@ -392,18 +448,50 @@ def _program_ran(pod: dict[str, Any]) -> bool:
 
 
 def _start_failure(status: dict[str, Any]) -> str | None:
-    """Why the pod cannot start (its image cannot be pulled, its container failed), if so."""
-    for container in status.get("containerStatuses") or []:
+    """Why the pod cannot start (its image cannot be pulled, the runtime cannot run it, its
+    container failed), if so: init containers (the system disk's seeding runs the image
+    first) as well as the main one."""
+    containers = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
+    for container in containers:
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in PULL_FAILURES:
             return later(
                 "The image %(image)s could not be pulled (%(reason)s). It was not "
                 "billed; choose another image or try again later."
             ) % {"image": container.get("image"), "reason": waiting["reason"]}
+    for container in containers:
+        cannot = _cannot_run(container)
+        if cannot is not None:
+            return later(
+                "The image %(image)s cannot run here (%(reason)s: %(message)s). An image "
+                "needs a POSIX shell at /bin/sh and to be built for the node's CPU "
+                "architecture. It was not billed; choose another image."
+            ) % {"image": container.get("image"), **cannot}
     if status.get("phase") == "Failed":
         return later("The instance's container failed to start: %(reason)s.") % {
             "reason": status.get("reason") or status.get("message") or "unknown"
         }
+    return None
+
+
+# The runtime could not run the container's command at all (no /bin/sh, exec format error, a
+# missing program): reasons of its waiting state, and of its (last) termination.
+CANNOT_CREATE = ("CreateContainerError", "RunContainerError")
+CANNOT_START = ("StartError", "ContainerCannotRun")
+
+
+def _cannot_run(container: dict[str, Any]) -> dict[str, str] | None:
+    """{reason, message} when the runtime cannot run this container, else None."""
+    waiting = (container.get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") in CANNOT_CREATE:
+        return {"reason": waiting["reason"], "message": waiting.get("message") or ""}
+    for state in (container.get("state") or {}, container.get("lastState") or {}):
+        ended = state.get("terminated") or {}
+        if ended.get("reason") in CANNOT_START:
+            return {"reason": ended["reason"], "message": ended.get("message") or ""}
     return None
 
 
@@ -590,6 +678,7 @@ def terminate(instance_id: str) -> str:
             objects.append(("PersistentVolumeClaim", claim))
         for kind, name in objects:
             kube.delete(kind, instance.k8s_namespace, name)
+        _clone_snapshots_delete(instance)
         if (gang := gang_of(instance)) and _last_member(instance, gang):
             for kind, name in gang_hooks().shared_objects(gang):
                 kube.delete(kind, instance.k8s_namespace, name)

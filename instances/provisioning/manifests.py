@@ -241,6 +241,47 @@ def system_disk_claim(instance: Instance) -> dict[str, Any]:
     return claim
 
 
+SNAPSHOT_API = "snapshot.storage.k8s.io/v1"
+
+
+def clone_sources(instance: Instance) -> list[tuple[str, str]]:
+    """A clone's (claim, claim of its source it is restored from) pairs: its own disk and its
+    system disk (instances.clones)."""
+    source = instance.cloned_from
+    return [
+        (disk_name(instance.id), disk_name(source)),
+        (system_disk_name(instance.id), system_disk_name(source)),
+    ]
+
+
+def clone_snapshot(instance: Instance, claim: str, source_claim: str) -> dict[str, Any]:
+    """The CSI snapshot of one of the source's volumes that the clone's `claim` (its name is
+    the snapshot's too) is restored from; crash-consistent when the source is running."""
+    spec: dict[str, Any] = {"source": {"persistentVolumeClaimName": source_claim}}
+    if settings.INSTANCE_SNAPSHOT_CLASS:
+        spec["volumeSnapshotClassName"] = settings.INSTANCE_SNAPSHOT_CLASS
+    return {
+        "apiVersion": SNAPSHOT_API,
+        "kind": "VolumeSnapshot",
+        "metadata": {
+            "name": claim,
+            "namespace": namespace_name(instance.tenant_id),
+            "labels": labels(instance),
+        },
+        "spec": spec,
+    }
+
+
+def restored(claim: dict[str, Any]) -> dict[str, Any]:
+    """A clone's claim, restored from its snapshot (named as the claim: clone_snapshot)."""
+    claim["spec"]["dataSource"] = {
+        "apiGroup": "snapshot.storage.k8s.io",
+        "kind": "VolumeSnapshot",
+        "name": claim["metadata"]["name"],
+    }
+    return claim
+
+
 def pod(
     instance: Instance,
     node_name: str,

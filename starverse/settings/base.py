@@ -707,6 +707,9 @@ ENDPOINT_COLD_START_TIMEOUT_S = env_int("ENDPOINT_COLD_START_TIMEOUT_S", 300)
 ENDPOINT_STATS_URL = env_str("ENDPOINT_STATS_URL", "")
 # The VolumeSnapshotClass an endpoint's snapshots use; empty: the cluster's default class.
 ENDPOINT_SNAPSHOT_CLASS = env_str("ENDPOINT_SNAPSHOT_CLASS", "")
+# The VolumeSnapshotClass of a clone's snapshots of its source's volumes (instances.clones);
+# empty: the cluster's default class for INSTANCE_STORAGE_CLASS's driver.
+INSTANCE_SNAPSHOT_CLASS = env_str("INSTANCE_SNAPSHOT_CLASS", "")
 # Where the KEDA HTTP add-on's interceptor listens: the gateway routes endpoint hosts there.
 ENDPOINT_INTERCEPTOR_SERVICE = env_str(
     "ENDPOINT_INTERCEPTOR_SERVICE", "keda/keda-add-ons-http-interceptor-proxy:8080"

@@ -236,6 +236,21 @@ def test_rent_sends_a_new_idempotency_key_each_time(cli_env, fake_api, monkeypat
     assert all(uuid.UUID(key).version == 4 for key in keys)
 
 
+def test_clone_orders_a_copy_under_a_new_key_and_waits_for_it(cli_env, fake_api, monkeypatch):
+    logged_in(fake_api, monkeypatch)
+    copy = dict(INSTANCE, id="ins_def", name="copy", status="provisioning")
+    answer = {"instance": copy, "cloned_from": "ins_abc", "consistency": "crash_consistent"}
+    fake_api.on("POST", "/api/v1/instances/ins_abc/clone", 202, answer)
+    fake_api.on("GET", "/api/v1/instances/ins_def", body=dict(copy, status="running"))
+    code, out, err = run("clone", "ins_abc", "--name", "copy", "--region", "bj", "--wait", "--json")
+    assert code == 0
+    assert json.loads(out)["status"] == "running"
+    assert err.startswith("ins_abc is running: its disks are copied as they are at that instant")
+    [sent] = [sent for sent in fake_api.sent if sent.method == "POST"]
+    assert sent.body == {"name": "copy", "region": "bj"}
+    assert uuid.UUID(sent.headers["Idempotency-Key"]).version == 4
+
+
 def test_rent_wait_polls_until_running_and_reports_progress_off_a_terminal(
     cli_env, fake_api, monkeypatch
 ):
