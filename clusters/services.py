@@ -74,7 +74,6 @@ def cluster_order(
     admitted as one order (compute.admission.admit). A spot cluster that is not placed within
     `spot_max_wait_minutes` fails, every rank, at no cost (None: it waits as long as it takes)."""
     require_orderer(user)
-    spot_wait_valid(billing, spot_max_wait_minutes)
     request = _Request(
         offering_id=offering_id,
         image_id=image_id,
@@ -99,11 +98,7 @@ def cluster_order(
         cluster.save(force_insert=True)
         ranks = _ranks_new(cluster, checked.key_ids, checked.region_id, workload)
         placed = gang_place_or_queue(
-            ranks,
-            gang=cluster.pk,
-            disk_ids=request.disks,
-            key=key,
-            max_wait=spot_max_wait_minutes,
+            ranks, gang=cluster.pk, disk_ids=request.disks, key=key, max_wait=spot_max_wait_minutes
         )
         ranks_number(cluster, ranks)
         _ordered_log(cluster, placed)
@@ -162,6 +157,7 @@ class _Request:
 
     def checked(self, user: User, key: OrderKey) -> _Checked:
         """The order checked against the catalog, the fleet, the orderer's disks and keys."""
+        spot_wait_valid(self.billing, self.spot_max_wait_minutes)
         offering, image = orderable(
             self.offering_id, self.image_id, self.billing, tenant_id=user.tenant_id
         )
