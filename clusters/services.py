@@ -32,6 +32,7 @@ from instances.lifecycle import (
     instance_terminate,
     order_region,
     orderable,
+    spot_wait_valid,
     ssh_keys_own,
 )
 from instances.models import Instance, InstanceEvent, Workload
@@ -61,6 +62,7 @@ def cluster_order(
     idempotency_key: str = "",
     workload: Workload | None = None,
     owner: str = "",
+    spot_max_wait_minutes: int | None = None,
 ) -> tuple[Cluster, bool]:
     """Order a cluster: every rank placed now on whole nodes packed under as few leaf switches
     as possible, or all of them queued as one order behind earlier orders for the same GPU.
@@ -69,7 +71,8 @@ def cluster_order(
     pipeline}) fixes the Megatron-LM degrees of the launch script. Every rank goes to `region`
     (or, for "", its disks' region or any one with room: never spread over two). Returns
     (cluster, created); the same Idempotency-Key answers the same cluster. The whole cluster is
-    admitted as one order (compute.admission.admit)."""
+    admitted as one order (compute.admission.admit). A spot cluster that is not placed within
+    `spot_max_wait_minutes` fails, every rank, at no cost (None: it waits as long as it takes)."""
     require_orderer(user)
     request = _Request(
         offering_id=offering_id,
@@ -82,6 +85,7 @@ def cluster_order(
         disks=disks or [],
         parallelism=parallelism,
         region=region,
+        spot_max_wait_minutes=spot_max_wait_minutes,
     )
     key = OrderKey(user.tenant_id, idempotency_key, request.hash())
     if (earlier := ordered_before(Cluster.objects.all(), key, "cluster")) is not None:
@@ -93,7 +97,9 @@ def cluster_order(
         cluster = Cluster(**checked.fields, owner=owner, created_at=timezone.now())
         cluster.save(force_insert=True)
         ranks = _ranks_new(cluster, checked.key_ids, checked.region_id, workload)
-        placed = gang_place_or_queue(ranks, gang=cluster.pk, disk_ids=request.disks, key=key)
+        placed = gang_place_or_queue(
+            ranks, gang=cluster.pk, disk_ids=request.disks, key=key, max_wait=spot_max_wait_minutes
+        )
         ranks_number(cluster, ranks)
         _ordered_log(cluster, placed)
         return cluster
@@ -125,6 +131,7 @@ class _Request:
     disks: list[list[str]]
     parallelism: dict[str, int] | None
     region: str
+    spot_max_wait_minutes: int | None = None
 
     def hash(self) -> str:
         """The request's hash, which tells a repeat from another order under the same key."""
@@ -140,10 +147,17 @@ class _Request:
             parallelism=dict(self.parallelism) if self.parallelism else None,
             **({"disks": [sorted(ids) for ids in self.disks]} if self.disks else {}),
             **({"region": self.region} if self.region else {}),
+            # an order without one hashes as it did before spot orders could say it
+            **(
+                {"spot_max_wait_minutes": self.spot_max_wait_minutes}
+                if self.spot_max_wait_minutes is not None
+                else {}
+            ),
         )
 
     def checked(self, user: User, key: OrderKey) -> _Checked:
         """The order checked against the catalog, the fleet, the orderer's disks and keys."""
+        spot_wait_valid(self.billing, self.spot_max_wait_minutes)
         offering, image = orderable(
             self.offering_id, self.image_id, self.billing, tenant_id=user.tenant_id
         )

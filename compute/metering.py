@@ -29,8 +29,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django.db import transaction
-from django.db.models import BigIntegerField, Case, F, Q, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
@@ -42,8 +41,9 @@ from billing.services import (
     usage_accrue_many,
     usage_settle_many,
 )
-from compute.choices import BillingMode, HoldingKind
+from compute.choices import HoldingKind
 from compute.models import Holding
+from compute.pricing import hour_price_expression
 from starverse.core.db import bulk_set
 
 logger = logging.getLogger(__name__)
@@ -187,35 +187,11 @@ class _Metered(NamedTuple):
         return self.parent if self.kind == HoldingKind.REPLICA else self.id
 
 
-# What a minute of a holding costs: in no-GPU mode (no GPUs attached) its offering's no-GPU
-# price, which trial credit pays as well (at the same price; an operator who withdrew the no-GPU
-# price meanwhile leaves the running session at the standard ones); a spot holding's at the
-# offering's spot price, in cash only (trial credit pays the standard hourly minutes); any other
-# at the hourly price.
-_NO_GPU = Q(gpus_attached=False)
-_SPOT = Q(billing=BillingMode.SPOT)
+# What a minute of a holding costs: a 60th of its hour's price (compute.pricing), in cash and
+# in trial credit.
 _PRICES = {
-    "price": Case(
-        When(
-            _NO_GPU,
-            then=Coalesce("offering__cpu_only_price_per_hour_fen", "offering__price_per_hour_fen"),
-        ),
-        When(
-            _SPOT,
-            then=Coalesce("offering__spot_price_per_hour_fen", "offering__price_per_hour_fen"),
-        ),
-        default=F("offering__price_per_hour_fen"),
-    ),
-    "trial_price": Case(
-        When(
-            _NO_GPU,
-            then=Coalesce(
-                "offering__cpu_only_price_per_hour_fen", "offering__trial_price_per_hour_fen"
-            ),
-        ),
-        When(_SPOT, then=Value(None, output_field=BigIntegerField())),
-        default=F("offering__trial_price_per_hour_fen"),
-    ),
+    "price": hour_price_expression(),
+    "trial_price": hour_price_expression(trial=True),
 }
 
 

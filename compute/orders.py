@@ -23,6 +23,7 @@ from django.utils.translation import gettext_noop
 
 from compute.choices import BillingMode
 from compute.models import Offering
+from compute.pricing import hour_price
 from starverse.core.db import atomic_retrying
 from starverse.core.errors import IdempotencyConflict
 
@@ -83,23 +84,15 @@ class Order:
 
     @property
     def own_fen(self) -> int:
-        """What its runway asks for itself: an hour of its units (a month, billed monthly; an
-        hour without GPUs in no-GPU mode)."""
+        """What its runway asks for itself: an hour of its units at its hour's price
+        (compute.pricing: by mode, then by billing); a month of them, prepaid, billed monthly
+        with their GPUs."""
         if self.paid:
             return 0
-        if self.cpu_only:
-            return (self.offering.cpu_only_price_per_hour_fen or 0) * self.units
-        return (price_of(self.offering, self.billing) or 0) * self.units
-
-
-def price_of(offering: Offering, billing: str) -> int | None:
-    """What `offering` costs a unit of its billing: a month (monthly), an hour at the spot
-    price (spot), else an hour. None: not offered so."""
-    if billing == BillingMode.MONTHLY:
-        return offering.price_per_month_fen
-    if billing == BillingMode.SPOT:
-        return offering.spot_price_per_hour_fen
-    return offering.price_per_hour_fen
+        if self.billing == BillingMode.MONTHLY and not self.cpu_only:
+            return (self.offering.price_per_month_fen or 0) * self.units
+        found = hour_price(self.offering, billing=self.billing, gpus_attached=not self.cpu_only)
+        return (found or 0) * self.units
 
 
 # a different request under a key: what each product's answer has always said

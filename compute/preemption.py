@@ -3,9 +3,11 @@ interruptible (spot) holdings takes them back, with notice.
 
 Which spot holdings go (plan): on the node where the fewest holdings free enough GPUs (and CPU,
 memory, disk, pod slots) for the order, the youngest first, a whole gang (a cluster's ranks,
-wherever they run) or nothing of it; holdings already under notice count as freed at no cost,
-so an order that waits for a notice's deadline takes back nothing more. Hourly and monthly
-holdings are never taken. A whole-node order needs a node held by spot holdings alone.
+wherever they run) or nothing of it; for a gang order (a cluster's or a multi-node job's
+whole nodes) node after node so, a unit taken for one node counting as freed on the next, or
+nothing at all when not every node can be freed. Holdings already under notice count as freed
+at no cost, so an order that waits for a notice's deadline takes back nothing more. Hourly and
+monthly holdings are never taken. A whole-node order needs a node held by spot holdings alone.
 
 What taking back does (preempt): each chosen holding's `preempt_at` is set to now plus
 SPOT_PREEMPT_GRACE_S, and its product is told (preemption_hooks_register), in the same
@@ -21,7 +23,7 @@ count as freed for the second."""
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import combinations
 from typing import Any, NamedTuple
@@ -126,25 +128,32 @@ def _plus(room: Room, freed: tuple[int, int, int, int]) -> Room:
     return Room(*(None if have is None else have + f for have, f in zip(room, freed, strict=True)))
 
 
-def plan(offering: Offering, region: str = "") -> list[Unit] | None:
-    """The spot units to take back so that one holding of `offering` fits (see the module's
-    docstring): [] when those already under notice free enough, None when no taking back
-    makes room. The caller holds the GPU model's placement lock."""
+def plan(offering: Offering, region: str = "", *, nodes: int = 1) -> list[Unit] | None:
+    """The spot units to take back so that `nodes` holdings of `offering` fit (see the
+    module's docstring): one, or a gang's whole nodes, all in one region; [] when those free
+    already or under notice make room, None when no taking back makes room for all of them
+    (then nothing is taken). The caller holds the GPU model's placement lock."""
     product = offering.gpu_model.product
-    nodes, taken, rooms, _regions = capacity(product, region)
+    rows, taken, rooms, regions = capacity(product, region)
     units = _units(product, region)
-    best: tuple[tuple[int, float], list[Unit]] | None = None
-    for node_id, _name, gpu_count in nodes:
-        if offering.kind == OfferingKind.BARE_METAL and gpu_count != offering.gpu_count:
+    # a gang's ranks each take a whole node of the offering's size, all in one region
+    # (compute.placement.choose_nodes); a bare-metal holding takes a whole node
+    whole = nodes > 1 or offering.kind == OfferingKind.BARE_METAL
+    groups: dict[str, list[_Node]] = defaultdict(list)
+    for node_id, _name, gpu_count in rows:
+        if whole and gpu_count != offering.gpu_count:
             continue
-        here = [unit for unit in units if node_id in unit.gpus]
         node = _Node(node_id, gpu_count, gpu_count - len(taken[node_id]), rooms[node_id])
-        found = _node_plan(offering, node, here)
+        groups[regions[node_id] if nodes > 1 else ""].append(node)
+    best: tuple[tuple[int, float], set[str]] | None = None
+    for group in groups.values():
+        found = _nodes_plan(offering, group, units, count=nodes, whole=whole)
         if found is not None and (best is None or found[0] < best[0]):
             best = found
     if best is None:
         return None
-    return [unit for unit in best[1] if not unit.noticed]
+    chosen = best[1]
+    return [unit for unit in units if unit.key in chosen and not unit.noticed]
 
 
 class _Node(NamedTuple):
@@ -158,12 +167,45 @@ class _Node(NamedTuple):
 MOST_UNITS = 12
 
 
+def _nodes_plan(
+    offering: Offering, nodes: list[_Node], units: list[Unit], *, count: int, whole: bool
+) -> tuple[tuple[int, float], set[str]] | None:
+    """`count` of these nodes made room on, one after the other, each the node whose room
+    costs least (_node_plan); a unit taken for one node counts as freed, at no cost, on the
+    next (a spot gang spans nodes: taken whole, it frees all of them). Its key ((holdings,
+    -oldest), lower is better) and the keys of the units taken, or None when fewer than
+    `count` nodes can be made room on."""
+    chosen: set[str] = set()
+    used: set[str] = set()
+    cost, oldest = 0, float("inf")
+    for _ in range(count):
+        view = [replace(u, noticed=True) if u.key in chosen else u for u in units]
+        best: tuple[tuple[int, float], str, list[Unit]] | None = None
+        for node in nodes:
+            if node.id in used:
+                continue
+            here = [unit for unit in view if node.id in unit.gpus]
+            found = _node_plan(offering, node, here, whole=whole)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], node.id, found[1])
+        if best is None:
+            return None
+        (step_cost, step_oldest), node_id, taken = best
+        used.add(node_id)
+        chosen.update(unit.key for unit in taken)
+        cost += step_cost
+        if step_cost:
+            oldest = min(oldest, -step_oldest)
+    return (cost, -(0.0 if oldest == float("inf") else oldest)), chosen
+
+
 def _node_plan(
-    offering: Offering, node: _Node, units: list[Unit]
+    offering: Offering, node: _Node, units: list[Unit], *, whole: bool
 ) -> tuple[tuple[int, float], list[Unit]] | None:
     """On one node: the units under notice (free already) and the set of the others that
     makes room with the fewest holdings, of those the youngest (the set whose oldest member
-    is youngest); its key ((holdings, -oldest), lower is better) and the units, or None."""
+    is youngest); its key ((holdings, -oldest), lower is better) and the units, or None.
+    With `whole`, room is the whole node."""
     noticed = [unit for unit in units if unit.noticed]
     others = sorted(
         (unit for unit in units if not unit.noticed), key=lambda u: u.created_at, reverse=True
@@ -178,7 +220,7 @@ def _node_plan(
             left = room
             for unit in chosen:
                 left = _plus(left, unit.room[node.id])
-            if not _fits(gpus, left, offering, gpu_count=node.gpu_count):
+            if not _fits(gpus, left, offering, gpu_count=node.gpu_count, whole=whole):
                 continue
             oldest = min((unit.created_at.timestamp() for unit in chosen), default=0.0)
             key = (sum(unit.cost for unit in chosen), -oldest)
@@ -187,19 +229,21 @@ def _node_plan(
     return best
 
 
-def _fits(free: int, room: Room, offering: Offering, *, gpu_count: int) -> bool:
-    if offering.kind == OfferingKind.BARE_METAL and free != gpu_count:
+def _fits(free: int, room: Room, offering: Offering, *, gpu_count: int, whole: bool) -> bool:
+    if whole and free != gpu_count:
         return False
     return free >= offering.gpu_count and times(room, needs(offering)) != 0
 
 
-def preempt_for(offering: Offering, region: str = "", *, now: datetime | None = None) -> list[str]:
-    """Take back spot holdings so that a paying order of `offering` (kept to `region`) waiting
-    in line fits (plan), under the GPU model's exclusive placement lock, in the caller's
-    transaction. Returns the holdings taken back now (none: nothing would make room, or the
-    notices already given will)."""
+def preempt_for(
+    offering: Offering, region: str = "", *, nodes: int = 1, now: datetime | None = None
+) -> list[str]:
+    """Take back spot holdings so that a paying order of `offering` (kept to `region`; of
+    `nodes` whole nodes, a gang) waiting in line fits (plan), under the GPU model's exclusive
+    placement lock, in the caller's transaction. Returns the holdings taken back now (none:
+    nothing would make room for all of it, or the notices already given will)."""
     gpu_model_placement_lock(offering.gpu_model_id)
-    chosen = plan(offering, region)
+    chosen = plan(offering, region, nodes=nodes)
     if not chosen:
         return []
     return preempt([h for unit in chosen for h in unit.holdings], now=now)

@@ -223,7 +223,8 @@ def instance_order(
 SPOT_MAX_WAIT_MINUTES = 7 * 24 * 60
 
 
-def _spot_wait_valid(billing: str, minutes: int | None) -> None:
+def spot_wait_valid(billing: str, minutes: int | None) -> None:
+    """A max wait is for a spot order only, 1 to SPOT_MAX_WAIT_MINUTES (any product's order)."""
     if minutes is None:
         return
     if billing != BillingMode.SPOT:
@@ -245,7 +246,7 @@ def _one_scheduled_stop(
     stop_at: datetime | None, stop_after_hours: int | None, billing: str, max_wait: int | None
 ) -> None:
     """One scheduled stop at most, and a max wait only for a spot order."""
-    _spot_wait_valid(billing, max_wait)
+    spot_wait_valid(billing, max_wait)
     if stop_at is not None and stop_after_hours is not None:
         raise InvalidInput(
             _("stop_at: give stop_at or stop_after_hours, not both."), code="invalid_stop_at"
@@ -453,6 +454,7 @@ def gang_place_or_queue(
     gang: str,
     disk_ids: list[list[str]] | None = None,
     key: OrderKey | None = None,
+    max_wait: int | None = None,
 ) -> Gang | None:
     """Inside a cluster order's transaction, its ranks (unsaved, in rank order, one whole-node
     offering; `gang`: the cluster's id, which their holdings are one gang of): whole nodes for
@@ -460,15 +462,14 @@ def gang_place_or_queue(
     as one order; then each rank's ordered cloud disks (`disk_ids[rank]`, as an instance order
     attaches them) are attached, the whole cluster is admitted as one order (`key`, its
     cluster's Idempotency-Key), and placed monthly ranks pay their month (a refusal rolls the
-    whole order back). Returns where they went, or None (queued). Locks: GPU model, disks,
-    wallet; never a partial placement."""
+    whole order back). A queued spot gang waits at most `max_wait` minutes (queue_review fails
+    every rank then); a queued paying one has the queue served after commit, which takes spot
+    nodes back for it (compute.preemption). Returns where they went, or None (queued). Locks:
+    GPU model, disks, wallet; never a partial placement."""
     offering = ranks[0].offering
+    spot = ranks[0].billing == BillingMode.SPOT
     nodes = choose_nodes(
-        offering,
-        len(ranks),
-        ranks[0].region_id or "",
-        behind_queue=True,
-        spot=ranks[0].billing == BillingMode.SPOT,
+        offering, len(ranks), ranks[0].region_id or "", behind_queue=True, spot=spot
     )
     for index, rank in enumerate(ranks):
         instance_create(
@@ -483,6 +484,12 @@ def gang_place_or_queue(
     if nodes is not None and ranks[0].billing == BillingMode.MONTHLY:
         for rank in ranks:
             period_charge(rank)
+    if nodes is None and spot and max_wait is not None:
+        until = timezone.now() + timedelta(minutes=max_wait)
+        for rank in ranks:
+            holding_wait_until(rank.id, until)
+    elif nodes is None and not spot:
+        enqueue_on_commit("instances.tasks.drain_queue", offering.gpu_model.product)
     return nodes
 
 
@@ -560,6 +567,8 @@ def _try_place_gang(
     if budgets and budget_refusal(head, found.own_fen) is not None:
         return "over_budget", None
     if nodes is None:
+        if head.billing != BillingMode.SPOT:  # a paying gang takes spot nodes back, all or none
+            preempt_for(head.offering, head.region_id or "", nodes=len(ranks))
         return "wait", None
     for rank, placement in zip(ranks, nodes.placements, strict=True):
         if rank.billing == BillingMode.MONTHLY and not period_active(rank):

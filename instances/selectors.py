@@ -18,6 +18,7 @@ from compute.admission import AdmissionReads, Usage, limits_of
 from compute.choices import BillingMode, OfferingKind
 from compute.models import Allocation, Holding, Image, Offering, TenantLimits
 from compute.placement import capacity, needs, times
+from compute.pricing import hour_price_sql
 from compute.queue import positions
 from fleet.models import Gpu, GpuModel, GpuSample, Node, NodeImage, Region
 from instances.budgets import budgets_sql
@@ -332,14 +333,8 @@ def spend_per_hour_fen(
 
 _SPEND_SQL = """
 SELECT i.tenant_id,
-       CAST(SUM(CASE WHEN NOT h.gpus_attached
-                       THEN COALESCE(o.cpu_only_price_per_hour_fen, o.price_per_hour_fen)
-                     WHEN i.billing = %(spot)s THEN o.spot_price_per_hour_fen
-                     ELSE o.price_per_hour_fen END) AS BIGINT),
-       CAST(SUM(CASE WHEN NOT h.gpus_attached
-                       THEN COALESCE(o.cpu_only_price_per_hour_fen, o.trial_price_per_hour_fen)
-                     WHEN i.billing = %(spot)s THEN NULL
-                     ELSE o.trial_price_per_hour_fen END) AS BIGINT)
+       CAST(SUM({price}) AS BIGINT),
+       CAST(SUM({trial_price}) AS BIGINT)
   FROM {instance} i JOIN {offering} o ON o.id = i.offering_id
   JOIN {holding} h ON h.id = i.id
  WHERE i.status IN ({statuses}) AND i.billing IN (%(hourly)s, %(spot)s) {tenants}
@@ -390,6 +385,10 @@ def _spend_statement(
         )
         params.update({f"t{n}": tenant for n, tenant in enumerate(tenant_ids)})
     sql = _SPEND_SQL.format(
+        price=hour_price_sql(offering="o", billing="i.billing", gpus_attached="h.gpus_attached"),
+        trial_price=hour_price_sql(
+            offering="o", billing="i.billing", gpus_attached="h.gpus_attached", trial=True
+        ),
         instance=Instance._meta.db_table,
         holding=Holding._meta.db_table,
         offering=Offering._meta.db_table,

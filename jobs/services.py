@@ -50,6 +50,7 @@ from instances.lifecycle import (
     instance_start,
     instance_stop,
     instance_terminate,
+    spot_wait_valid,
 )
 from instances.models import Instance, InstanceEvent, Workload, WorkloadLog
 from instances.preemption import PREEMPTED
@@ -109,6 +110,7 @@ class JobRequest:
     nas: bool | None = None
     notes: list[str] | None = None
     billing: str = "hourly"
+    spot_max_wait_minutes: int | None = None
 
     def hash(self) -> str:
         return request_hash_of(
@@ -126,6 +128,11 @@ class JobRequest:
             disks=sorted(self.disks or []),
             nas=self.nas,
             **({"billing": self.billing} if self.billing != "hourly" else {}),
+            **(
+                {"spot_max_wait_minutes": self.spot_max_wait_minutes}
+                if self.spot_max_wait_minutes is not None
+                else {}
+            ),
         )
 
 
@@ -161,7 +168,9 @@ def job_submit(*, user: User, request: JobRequest, idempotency_key: str = "") ->
         )
         job.checkpoint_dir = request.checkpoint_dir or _checkpoint_default(job)
         job.save()
-        instances = _ranks_order(job, user, billing=request.billing)
+        instances = _ranks_order(
+            job, user, billing=request.billing, max_wait=request.spot_max_wait_minutes
+        )
         JobRank.objects.bulk_create(
             JobRank(job=job, instance=instance, index=index)
             for index, instance in enumerate(instances)
@@ -176,11 +185,14 @@ def job_submit(*, user: User, request: JobRequest, idempotency_key: str = "") ->
     return job, created
 
 
-def _ranks_order(job: Job, user: User, *, billing: str) -> list[Instance]:
+def _ranks_order(
+    job: Job, user: User, *, billing: str, max_wait: int | None = None
+) -> list[Instance]:
     """Order the job's ranks, each running the job's program: one instance; or, for several
     nodes, a cluster the job owns (clusters.services.cluster_order: one gang of whole nodes,
     placed or queued together, its pre-flight check before the program starts, the launchers'
-    environment and hostfiles), rank i with the job's i-th cloud disk."""
+    environment and hostfiles), rank i with the job's i-th cloud disk. A spot job's ranks wait
+    at most `max_wait` minutes for GPUs, then fail at no cost, and the job with them."""
     region = DEFAULT_REGION if job.nas else ""  # the NAS lives in the default region
     if job.node_count == 1:
         instance, _created = instance_order(
@@ -194,6 +206,7 @@ def _ranks_order(job: Job, user: User, *, billing: str) -> list[Instance]:
             region=region,
             workload=_workload(job),
             billing=billing,
+            spot_max_wait_minutes=max_wait,
         )
         return [instance]
     cluster, _created = cluster_order(
@@ -208,6 +221,7 @@ def _ranks_order(job: Job, user: User, *, billing: str) -> list[Instance]:
         workload=_workload(job),
         owner=job.id,
         billing=billing,
+        spot_max_wait_minutes=max_wait,
     )
     job.cluster = cluster
     job.save(update_fields=["cluster"])
@@ -248,6 +262,7 @@ def _check(request: JobRequest) -> None:
             field="checkpoint_dir",
         )
     _check_env(request.env or {})
+    spot_wait_valid(request.billing, request.spot_max_wait_minutes)
 
 
 def _check_nodes(request: JobRequest) -> None:

@@ -50,6 +50,13 @@ class ClusterCreateInput(InputSerializer):
     billing = serializers.ChoiceField(
         choices=BillingMode.choices, required=False, default=BillingMode.HOURLY
     )
+    spot_max_wait_minutes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A spot cluster: fail, every rank and at no cost, if not placed within this "
+        "many minutes (1 to 10080); omitted: wait as long as it takes.",
+    )
     disks = serializers.ListField(
         child=serializers.ListField(child=StrictCharField(max_length=32), max_length=16),
         required=False,

@@ -95,6 +95,7 @@ class ClusterViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Cluster]):
                 parallelism=data.get("parallelism"),
                 region=data.get("region", ""),
                 idempotency_key=key,
+                spot_max_wait_minutes=data.get("spot_max_wait_minutes"),
             )
 
         if data["dry_run"]:

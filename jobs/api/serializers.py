@@ -87,6 +87,13 @@ class JobCreateInput(InputSerializer):
         "a paying order needs the GPUs; the job is then recovering and resumes from its "
         "checkpoint when GPUs free up.",
     )
+    spot_max_wait_minutes = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A spot job: fail, at no cost, if its ranks are not placed within this many "
+        "minutes of the order (1 to 10080); omitted: wait as long as it takes.",
+    )
 
 
 class JobRankOutput(serializers.Serializer[dict[str, Any]]):

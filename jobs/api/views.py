@@ -166,6 +166,7 @@ class JobViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Job]):
                 disks=data.get("disks"),
                 nas=data["nas"],
                 billing=data["billing"],
+                spot_max_wait_minutes=data.get("spot_max_wait_minutes"),
             )
         if dry_run:
             found = order_dry_run(lambda: job_submit(user=user, request=job_request))

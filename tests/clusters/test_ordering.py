@@ -284,8 +284,8 @@ def test_a_cluster_order_that_deadlocks_runs_again_and_makes_one_cluster(
     user = _paying_user()
     tries = []
 
-    def deadlocking(ranks, *, gang, disk_ids=None, key=None):
-        nodes = placed(ranks, gang=gang, disk_ids=disk_ids, key=key)
+    def deadlocking(ranks, *, gang, disk_ids=None, key=None, max_wait=None):
+        nodes = placed(ranks, gang=gang, disk_ids=disk_ids, key=key, max_wait=max_wait)
         # the ranks are numbered after this: their names end in their numbers
         tries.append([int(rank.name.rsplit("-", 1)[1]) for rank in ranks])
         if len(tries) == 1:
