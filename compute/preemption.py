@@ -126,10 +126,14 @@ def _plus(room: Room, freed: tuple[int, int, int, int]) -> Room:
     return Room(*(None if have is None else have + f for have, f in zip(room, freed, strict=True)))
 
 
-def plan(offering: Offering, region: str = "") -> list[Unit] | None:
+def plan(
+    offering: Offering, region: str = "", *, reserved: dict[str, int] | None = None
+) -> list[Unit] | None:
     """The spot units to take back so that one holding of `offering` fits (see the module's
     docstring): [] when those already under notice free enough, None when no taking back
-    makes room. The caller holds the GPU model's placement lock."""
+    makes room. GPUs `reserved` for paying orders ahead (compute.queue.reserve) are not its to
+    free. The caller holds the GPU model's placement lock."""
+    reserved = reserved or {}
     product = offering.gpu_model.product
     nodes, taken, rooms, _regions = capacity(product, region)
     units = _units(product, region)
@@ -138,7 +142,8 @@ def plan(offering: Offering, region: str = "") -> list[Unit] | None:
         if offering.kind == OfferingKind.BARE_METAL and gpu_count != offering.gpu_count:
             continue
         here = [unit for unit in units if node_id in unit.gpus]
-        node = _Node(node_id, gpu_count, gpu_count - len(taken[node_id]), rooms[node_id])
+        free = gpu_count - len(taken[node_id]) - reserved.get(node_id, 0)
+        node = _Node(node_id, gpu_count, free, rooms[node_id])
         found = _node_plan(offering, node, here)
         if found is not None and (best is None or found[0] < best[0]):
             best = found
@@ -193,13 +198,19 @@ def _fits(free: int, room: Room, offering: Offering, *, gpu_count: int) -> bool:
     return free >= offering.gpu_count and times(room, needs(offering)) != 0
 
 
-def preempt_for(offering: Offering, region: str = "", *, now: datetime | None = None) -> list[str]:
+def preempt_for(
+    offering: Offering,
+    region: str = "",
+    *,
+    now: datetime | None = None,
+    reserved: dict[str, int] | None = None,
+) -> list[str]:
     """Take back spot holdings so that a paying order of `offering` (kept to `region`) waiting
-    in line fits (plan), under the GPU model's exclusive placement lock, in the caller's
-    transaction. Returns the holdings taken back now (none: nothing would make room, or the
-    notices already given will)."""
+    in line fits (plan; outside the GPUs `reserved` for orders ahead), under the GPU model's
+    exclusive placement lock, in the caller's transaction. Returns the holdings taken back now
+    (none: nothing would make room, or the notices already given will)."""
     gpu_model_placement_lock(offering.gpu_model_id)
-    chosen = plan(offering, region)
+    chosen = plan(offering, region, reserved=reserved)
     if not chosen:
         return []
     return preempt([h for unit in chosen for h in unit.holdings], now=now)

@@ -31,9 +31,9 @@ from compute.holdings import (
 )
 from compute.models import Image, Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
-from compute.placement import Gang, choose, choose_nodes
+from compute.placement import Gang, choose, choose_nodes, loads
 from compute.preemption import preempt_for
-from compute.queue import heads, waits_ahead
+from compute.queue import Reserved, heads, reserve, spare, waits_ahead
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
@@ -502,7 +502,7 @@ Outcome = Literal["placed", "wait", "unfunded", "over_budget"]
 
 
 def _try_place(
-    instance: Instance, *, fcfs: bool, budgets: bool = False
+    instance: Instance, *, fcfs: bool, budgets: bool = False, reserved: Reserved | None = None
 ) -> tuple[Outcome, Runway | None]:
     """Give a queued (locked) instance GPUs if a node has them free, nobody who can pay waits
     before it (with `fcfs`), and its tenant's balance covers its runway, read under the wallet
@@ -511,16 +511,20 @@ def _try_place(
     or someone ahead); or "unfunded", with the runway it lacks (whether or not there is room:
     an order that cannot pay must not hold up those behind it). With `budgets` (an order
     leaving the queue), "over_budget" when its orderer's or its team's monthly budget no longer
-    fits it (instances.budgets)."""
+    fits it (instances.budgets). The drain passes the GPUs `reserved` for the orders ahead
+    (compute.queue.reserve): it takes none of them, nor takes spot GPUs back on them."""
     product = instance.offering.gpu_model.product
     in_line = holding_of(instance.id).queued_at
     spot = instance.billing == BillingMode.SPOT
     if fcfs and waits_ahead(product, instance.region_id or "", before=in_line, spot=spot):
         return "wait", None
     if gang := gang_of(instance):
-        return _try_place_gang(instance, gang, budgets=budgets)
+        return _try_place_gang(instance, gang, budgets=budgets, reserved=reserved)
     placement = choose(
-        instance.offering, instance.region_id or "", image=instance.image.container_image
+        instance.offering,
+        instance.region_id or "",
+        image=instance.image.container_image,
+        reserved=reserved,
     )
     found = runway_of(instance, wallet_locked(instance.tenant_id))
     if not found.covered:
@@ -529,7 +533,7 @@ def _try_place(
         return "over_budget", None
     if placement is None:
         if not spot:  # a paying order that can pay takes spot GPUs back, with notice
-            preempt_for(instance.offering, instance.region_id or "")
+            preempt_for(instance.offering, instance.region_id or "", reserved=reserved)
         return "wait", None
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
         period_charge(instance)
@@ -538,14 +542,18 @@ def _try_place(
 
 
 def _try_place_gang(
-    head: Instance, gang: str, *, budgets: bool = False
+    head: Instance, gang: str, *, budgets: bool = False, reserved: Reserved | None = None
 ) -> tuple[Outcome, Runway | None]:
     """_try_place for a queued gang, through its first member (locked): every queued member,
     locked after it in the gang's order, gets a whole node or none does."""
     every = gang_locked(gang)
     ranks = [rank for rank in every if rank.status == S.QUEUED]
     nodes = choose_nodes(
-        head.offering, len(ranks), head.region_id or "", prefer=switches_held(every)
+        head.offering,
+        len(ranks),
+        head.region_id or "",
+        prefer=switches_held(every),
+        reserved=reserved,
     )
     found = runway_of(head, wallet_locked(head.tenant_id))
     if not found.covered:
@@ -572,19 +580,24 @@ def switches_held(ranks: list[Instance]) -> frozenset[str]:
 
 def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
     """Place queued instances for this GPU product, in the queue's order (compute.queue),
-    while they fit. One whose balance does not cover its runway is passed over, so the queue
-    serves first come, first served among the orders that can pay (_unfunded); so is one that
-    its orderer's or team's monthly budget no longer fits, its timeline saying which
+    backfilling: an order that does not fit waits, a paying one with GPUs kept for it, and
+    those behind it may take the GPUs nobody ahead is kept (compute.queue's docstring), until
+    none are left (_backfill). One whose balance does not cover its runway is passed over, so
+    the queue serves first come, first served among the orders that can pay (_unfunded); so is
+    one that its orderer's or team's monthly budget no longer fits, its timeline saying which
     (_over_budget). Returns the ids placed."""
     now = now or timezone.now()
     placed: list[str] = []
     passed: set[str] = set()
+    waiting: list[str] = []  # left waiting this round: not looked at again
+    reserved: Reserved = {}
+    most: int | None = None  # spot orders asking for more GPUs than this cannot start
     while True:
         with transaction.atomic():
-            head = _queue_head(product, passed)
+            head = _queue_head(product, passed, skip=waiting, spot_most=most)
             if head is None:
                 return placed
-            outcome, lacking = _try_place(head, fcfs=False, budgets=True)
+            outcome, lacking = _try_place(head, fcfs=False, budgets=True, reserved=reserved)
             if lacking is not None:
                 _unfunded(head, lacking, now=now)
                 passed.add(gang_of(head) or head.id)
@@ -594,15 +607,39 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
             elif outcome == "placed":
                 placed.append(head.id)
             else:
-                return placed
+                passed.add(gang_of(head) or head.id)
+                waiting.append(head.id)
+                most = _backfill(head, reserved)
+                if not most:
+                    return placed
 
 
-def _queue_head(product: str, passed: set[str]) -> Instance | None:
+def _backfill(head: Instance, reserved: Reserved) -> int:
+    """After a queued (locked) order was left waiting: keep GPUs for it when it pays
+    (compute.queue.reserve; a cluster, a whole node for each queued rank), and say how many GPUs
+    of one node an order behind may still take (compute.queue.spare; 0: none, and none when no
+    node could be kept for it, so nothing passes it)."""
+    product = head.offering.gpu_model.product
+    everywhere = loads(product)
+    if head.billing != BillingMode.SPOT:
+        gang = gang_of(head)
+        mine = loads(product, head.region_id) if head.region_id else everywhere
+        count = gang_members(gang).filter(status=S.QUEUED).count() if gang else 1
+        whole = bool(gang) or head.offering.kind == OfferingKind.BARE_METAL
+        if not reserve(mine, reserved, gpus=head.offering.gpu_count, whole=whole, count=count):
+            return 0
+    return spare(everywhere, reserved)
+
+
+def _queue_head(
+    product: str, passed: set[str], *, skip: list[str], spot_most: int | None
+) -> Instance | None:
     """The first queued order of the product that no other transaction is serving, locked: an
     instance, or a queued cluster through its lowest queued rank (which locks the rest).
-    Orders in `passed` (ids, or clusters' ids) were passed over this round."""
-    tried: list[str] = []
-    while found := heads(product, skip=tried):
+    Orders in `passed` (ids, or clusters' ids) were passed over this round; those in `skip`
+    (ids) and spot ones asking for more than `spot_most` GPUs are not looked at (heads)."""
+    tried: list[str] = list(skip)
+    while found := heads(product, skip=tried, spot_most=spot_most):
         for head in found:
             tried.append(head.id)
             if (head.gang or head.id) in passed:
