@@ -435,8 +435,9 @@ def _place_or_queue(
         period_charge(instance)
     if placement is None and spot and max_wait is not None:
         holding_wait_until(instance.id, timezone.now() + timedelta(minutes=max_wait))
-    elif placement is None and not spot:
-        # a paying order waits: the queue is served at once, and takes back spot GPUs for it
+    if placement is None:
+        # an order waits: the queue is served at once (backfilling may start it on GPUs no
+        # order ahead is kept, compute.queue), and a paying one takes back spot GPUs
         enqueue_on_commit("instances.tasks.drain_queue", instance.offering.gpu_model.product)
 
 

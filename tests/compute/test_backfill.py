@@ -122,3 +122,11 @@ def test_a_reservation_goes_where_the_fewest_gpus_stay_held():
     assert reserve(loads, kept, gpus=4, whole=False)  # b still has 4 not kept
     assert not reserve(loads, kept, gpus=1, whole=False)
     assert spare(loads, kept) <= 0
+
+
+def test_a_spot_order_that_waits_is_served_at_once(busy, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        spot = _order(busy["user"], 2, billing="spot")
+
+    # queued behind the head at its order, then started by the drain its order asked for
+    assert _status(spot) != "queued" and _node(spot) == busy["fuller"]
