@@ -641,7 +641,7 @@ SELECT n.id, n.gpu_count,
        (SELECT COUNT(*) FROM {allocation} a WHERE a.node_id = n.id)
          + (SELECT COUNT(*) FROM {gpu} g WHERE g.node_id = n.id AND g.lost_at IS NOT NULL),
        (SELECT COUNT(*) FROM {allocation} a JOIN {holding} h ON h.id = a.holding_id
-         WHERE a.node_id = n.id AND h.preempt_at IS NOT NULL)
+         WHERE a.node_id = n.id AND h.billing = 'spot')
   FROM {node} n
  WHERE n.state = %s AND n.gpu_product = %s AND (n.in_cluster OR %s)
    AND (%s = '' OR n.region_id = %s)
@@ -652,7 +652,8 @@ SELECT n.id, n.gpu_count,
 def loads(product: str, region: str = "") -> list[queue.Load]:
     """The ready nodes of a product (of one region, or of all with "") as backfilling reads
     them (compute.queue.Load): GPUs, free ones, and those that stay held (taken, less those of
-    spot holdings under notice). One round trip, under the caller's placement lock."""
+    spot holdings: a paying order takes them back). One round trip, under the caller's
+    placement lock."""
     with connection.cursor() as cursor:
         cursor.execute(
             _LOADS_SQL.format(**_tables()),

@@ -11,15 +11,18 @@ every region's. Against an order already in line, only those queued before it co
 Backfilling (reserve, spare). The drain (instances.lifecycle.queue_drain) serves the queue in
 its order but does not stop at an order that does not fit: a paying order that waits is kept
 GPUs on the node(s) where it will fit soonest (reserve: the fewest GPUs that stay held there,
-counting a spot holding under notice as gone), and the orders behind it, paying or spot, may
+counting spot holdings as gone: it takes them back), and the orders behind it, paying or spot, may
 start on any GPUs that are not kept so (placement reads the reservations), as long as there
 are some (spare). An order behind therefore never takes a GPU an order ahead waits for: the
 head starts as soon as the holders of its reserved node end, as it would without those behind
 it. Orders kept GPUs for are each kept their own (conservative backfilling: every paying order
 ahead keeps its reservation, not only the first); a paying order that no node can be kept for
-stops the round, so nothing passes it. Spot orders keep nothing (they are taken back instead),
-so spot fills around every reservation. Among orders that ask for the same, the first in line
-is served first: the one behind fits only where the one ahead would have.
+stops the round for paying orders, so no paying order passes it. Spot orders keep nothing and
+are kept out of nothing: spot fills every free GPU, those kept for a paying order included, and
+is taken back with notice (compute.preemption) when that order's node has room for it but for
+spot, so a paying order waits at most the notice's grace (SPOT_PREEMPT_GRACE_S) for spot, never
+for an order behind it. Among orders that ask for the same, the first in line is served first:
+the one behind fits only where the one ahead would have.
 
 The rule is written once and bound two ways: to an order's values (waits_ahead, and inside
 placement's candidate query, compute.placement, under the GPU model's placement lock, so a new
@@ -127,18 +130,26 @@ _SPOT_LAST = Case(When(billing=BillingMode.SPOT, then=Value(1)), default=Value(0
 
 
 def heads(
-    product: str, *, skip: list[str], limit: int = 8, spot_most: int | None = None
+    product: str,
+    *,
+    skip: list[str],
+    limit: int = 8,
+    spot_most: int | None = None,
+    paying: bool = True,
 ) -> list[Head]:
     """The first holdings waiting for GPUs of `product`, in the queue's order (paying orders
     before spot ones), less those in
     `skip` (passed over this round), whether their balance covered them or not: the drain
     looks at each (its product decides, under its own row lock). With `spot_most`, spot
-    holdings that ask for more GPUs than that are left out (no node has them spare: spare)."""
+    holdings that ask for more GPUs than that are left out (no node has them free); without
+    `paying`, paying ones are (no node could be kept for one ahead: reserve)."""
     rows: Any = Holding.objects.filter(
         state=HoldingState.QUEUED, offering__gpu_model__product=product
     ).exclude(pk__in=skip)
+    spot = Q(billing=BillingMode.SPOT)
     if spot_most is not None:
-        rows = rows.filter(~Q(billing=BillingMode.SPOT) | Q(offering__gpu_count__lte=spot_most))
+        spot &= Q(offering__gpu_count__lte=spot_most)
+    rows = rows.filter(spot | ~Q(billing=BillingMode.SPOT) if paying else spot)
     rows = rows.order_by(_SPOT_LAST, "queued_at", "id").values_list("id", "gang")[:limit]
     return [Head(holding_id, gang) for holding_id, gang in rows]
 
@@ -146,7 +157,7 @@ def heads(
 @dataclass(frozen=True)
 class Load:
     """A node as backfilling reads it: its GPUs, those free now, and those that stay held (by
-    paying holdings, lost, or spot ones not under notice)."""
+    paying holdings, or lost: a paying order takes spot GPUs back)."""
 
     id: str
     gpu_count: int
@@ -183,6 +194,6 @@ def reserve(
 
 
 def spare(loads: list[Load], reserved: Reserved) -> int:
-    """The most GPUs free on one node that no order ahead is kept (reserve): what an order
-    behind may take (0: nothing behind can start)."""
+    """The most GPUs free on one node that no order ahead is kept (reserve): what a paying
+    order behind may take (with no reservations, what a spot order may: 0, nothing)."""
     return max((load.free - reserved.get(load.id, 0) for load in loads), default=0)

@@ -6,7 +6,7 @@ instances on it. They decide; the state machine (instances.states) moves."""
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, cast
 
@@ -582,23 +582,23 @@ def switches_held(ranks: list[Instance]) -> frozenset[str]:
 def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
     """Place queued instances for this GPU product, in the queue's order (compute.queue),
     backfilling: an order that does not fit waits, a paying one with GPUs kept for it, and
-    those behind it may take the GPUs nobody ahead is kept (compute.queue's docstring), until
-    none are left (_backfill). One whose balance does not cover its runway is passed over, so
-    the queue serves first come, first served among the orders that can pay (_unfunded); so is
-    one that its orderer's or team's monthly budget no longer fits, its timeline saying which
-    (_over_budget). Returns the ids placed."""
+    those behind it may take the GPUs nobody ahead is kept, spot ones any free GPU
+    (compute.queue's docstring), while some are left (_Round). One whose balance does not
+    cover its runway is passed over, so the queue serves first come, first served among the
+    orders that can pay (_unfunded); so is one that its orderer's or team's monthly budget no
+    longer fits, its timeline saying which (_over_budget). Returns the ids placed."""
     now = now or timezone.now()
     placed: list[str] = []
     passed: set[str] = set()
-    waiting: list[str] = []  # left waiting this round: not looked at again
-    reserved: Reserved = {}
-    most: int | None = None  # spot orders asking for more GPUs than this cannot start
-    while True:
+    round_ = _Round()
+    while round_.open():
         with transaction.atomic():
-            head = _queue_head(product, passed, skip=waiting, spot_most=most)
+            head = _queue_head(product, passed, round_=round_)
             if head is None:
                 return placed
-            outcome, lacking = _try_place(head, fcfs=False, budgets=True, reserved=reserved)
+            spot = head.billing == BillingMode.SPOT
+            kept = None if spot else round_.reserved
+            outcome, lacking = _try_place(head, fcfs=False, budgets=True, reserved=kept)
             if lacking is not None:
                 _unfunded(head, lacking, now=now)
                 passed.add(gang_of(head) or head.id)
@@ -609,38 +609,50 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
                 placed.append(head.id)
             else:
                 passed.add(gang_of(head) or head.id)
-                waiting.append(head.id)
-                most = _backfill(head, reserved)
-                if not most:
-                    return placed
+                round_.waits(head)
+    return placed
 
 
-def _backfill(head: Instance, reserved: Reserved) -> int:
-    """After a queued (locked) order was left waiting: keep GPUs for it when it pays
-    (compute.queue.reserve; a cluster, a whole node for each queued rank), and say how many GPUs
-    of one node an order behind may still take (compute.queue.spare; 0: none, and none when no
-    node could be kept for it, so nothing passes it)."""
-    product = head.offering.gpu_model.product
-    everywhere = loads(product)
-    if head.billing != BillingMode.SPOT:
-        gang = gang_of(head)
-        mine = loads(product, head.region_id) if head.region_id else everywhere
-        count = gang_members(gang).filter(status=S.QUEUED).count() if gang else 1
-        whole = bool(gang) or head.offering.kind == OfferingKind.BARE_METAL
-        if not reserve(mine, reserved, gpus=head.offering.gpu_count, whole=whole, count=count):
-            return 0
-    return spare(everywhere, reserved)
+@dataclass
+class _Round:
+    """One drain's backfilling: the orders left waiting (not looked at again), the GPUs kept
+    for the paying ones (compute.queue.reserve), whether a paying order may still start
+    (`paying`: no, once one could be kept nothing) and the most GPUs a spot order may ask
+    (`spot_most`: the most free on one node; None until an order waited)."""
+
+    waiting: list[str] = field(default_factory=list)
+    reserved: Reserved = field(default_factory=dict)
+    paying: bool = True
+    spot_most: int | None = None
+
+    def open(self) -> bool:
+        """Whether an order behind may still start."""
+        return self.paying or self.spot_most is None or self.spot_most > 0
+
+    def waits(self, head: Instance) -> None:
+        """A queued (locked) order was left waiting: keep GPUs for it when it pays (a cluster,
+        a whole node for each queued rank); read what is left for those behind."""
+        self.waiting.append(head.id)
+        product = head.offering.gpu_model.product
+        everywhere = loads(product)
+        if head.billing != BillingMode.SPOT and self.paying:
+            gang = gang_of(head)
+            mine = loads(product, head.region_id) if head.region_id else everywhere
+            count = gang_members(gang).filter(status=S.QUEUED).count() if gang else 1
+            whole = bool(gang) or head.offering.kind == OfferingKind.BARE_METAL
+            gpus = head.offering.gpu_count
+            kept = reserve(mine, self.reserved, gpus=gpus, whole=whole, count=count)
+            self.paying = kept  # (it may still take spot GPUs back where none are kept)
+        self.spot_most = spare(everywhere, {})
 
 
-def _queue_head(
-    product: str, passed: set[str], *, skip: list[str], spot_most: int | None
-) -> Instance | None:
+def _queue_head(product: str, passed: set[str], *, round_: "_Round") -> Instance | None:
     """The first queued order of the product that no other transaction is serving, locked: an
     instance, or a queued cluster through its lowest queued rank (which locks the rest).
-    Orders in `passed` (ids, or clusters' ids) were passed over this round; those in `skip`
-    (ids) and spot ones asking for more than `spot_most` GPUs are not looked at (heads)."""
-    tried: list[str] = list(skip)
-    while found := heads(product, skip=tried, spot_most=spot_most):
+    Orders in `passed` (ids, or clusters' ids) were passed over this round; those the round
+    left waiting, and those it says cannot start, are not looked at (heads)."""
+    tried: list[str] = list(round_.waiting)
+    while found := heads(product, skip=tried, spot_most=round_.spot_most, paying=round_.paying):
         for head in found:
             tried.append(head.id)
             if (head.gang or head.id) in passed:

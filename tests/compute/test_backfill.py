@@ -1,17 +1,17 @@
 """Backfilling (compute.queue: reserve, spare; served by instances.lifecycle.queue_drain) on
 PostgreSQL and the emulated fleet's two 8×H100 nodes: a small order behind a large one that
-does not fit starts on GPUs the large one is not kept; it never takes the GPUs kept for an order
-ahead (paying or spot, it never delays one), so the large one starts as soon as its node's
-holders end; every paying order ahead keeps its own GPUs; among equals, first come first
-served."""
+does not fit starts on GPUs the large one is not kept; a paying one never takes the GPUs kept
+for an order ahead (it never delays one), so the large one starts as soon as its node's
+holders end; spot fills every free GPU and is taken back with notice; every paying order ahead
+keeps its own GPUs; among equals, first come first served."""
 
 import pytest
 
-from compute.models import Allocation, Offering
+from compute.models import Allocation, Holding, Offering
 from compute.queue import Load, reserve, spare
 from instances.lifecycle import instance_order, instance_terminate, queue_drain
 from instances.models import Instance
-from instances.states import instance_mark_terminated
+from instances.states import instance_mark_stopped, instance_mark_terminated
 from tests.factories import fund, make_user
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -75,18 +75,32 @@ def test_a_small_order_behind_a_blocked_large_one_starts(busy):
 def test_a_backfilled_order_never_delays_the_head(busy):
     user = busy["user"]
     fits_kept = _order(user, 4)  # would fit on the emptier node's 4 free GPUs
-    spot = _order(user, 4, billing="spot")
     queue_drain(product=H100)
-    # the emptier node is kept for the head: neither paying nor spot orders behind take it
-    assert _status(fits_kept) == "queued" and _status(spot) == "queued"
-    assert not Allocation.objects.filter(node_id=busy["emptier"]).exclude(
-        holding_id=busy["other"].id
-    )
+    # the emptier node is kept for the head: the paying order behind does not take it
+    assert _status(fits_kept) == "queued"
+    held = Allocation.objects.filter(node_id=busy["emptier"]).values_list("holding_id", flat=True)
+    assert set(held) == {busy["other"].id}
     # its holder ends: the head starts at once, on it, before anyone behind
     _end(busy["other"])
-    placed = queue_drain(product=H100)
-    assert placed[0] == busy["head"].id and _node(busy["head"]) == busy["emptier"]
-    assert _status(fits_kept) == "queued"
+    assert queue_drain(product=H100) == [busy["head"].id]
+    assert _node(busy["head"]) == busy["emptier"] and _status(fits_kept) == "queued"
+
+
+def test_spot_fills_kept_gpus_and_gives_them_back_with_notice(busy):
+    spot = _order(busy["user"], 4, billing="spot")
+    assert spot.status == "queued"  # behind the paying head, at its order
+
+    queue_drain(product=H100)
+    # spot fills around everything, the GPUs kept for the head included
+    assert _node(spot) == busy["emptier"]
+    _end(busy["other"])
+    assert queue_drain(product=H100) == []
+    # the head's node has room but for spot: taken back, with notice
+    assert Holding.objects.get(pk=spot.pk).preempt_at is not None
+    assert _status(spot) == "stopping"
+    instance_mark_stopped(spot.id)  # its pod is gone by the deadline
+    assert queue_drain(product=H100)[0] == busy["head"].id
+    assert _node(busy["head"]) == busy["emptier"]
 
 
 def test_every_paying_order_ahead_keeps_its_gpus(busy):
