@@ -124,6 +124,7 @@ def choose(
     image: str = "",
     concurrent: bool = False,
     spot: bool = False,
+    reserved: queue.Reserved | None = None,
 ) -> tuple[Node, list[int]] | None:
     """The node and GPU indices an instance of this offering gets now, or None. A node fits when
     it has the GPUs free and, by its allocatable less what is already placed on it, the CPU,
@@ -147,10 +148,11 @@ def choose(
     second-fullest node may be taken before the fullest; packing stays best-fit otherwise).
     A new order also takes nothing while an earlier order waits for the same GPUs (first come,
     first served: compute.queue; a `spot` order takes nothing while any paying order waits),
-    read under the lock in the same statement."""
+    read under the lock in the same statement. The queue's drain passes the GPUs `reserved` for
+    the orders ahead (compute.queue.reserve): an order behind them takes none of them."""
     if not concurrent:
         gpu_model_placement_lock(offering.gpu_model_id)
-        found = candidates(offering, region, image=image, limit=1)
+        found = candidates(offering, region, image=image, limit=1, reserved=reserved)
         return found[0].placement(offering) if found else None
     gpu_model_placement_lock(offering.gpu_model_id, shared=True)
     return _choose_claiming(offering, region, image=image, spot=spot)
@@ -261,12 +263,16 @@ SELECT n.id, n.name, n.gpu_count, n.region_id, n.gpu_count - t.count AS free, t.
            UNION
            SELECT "index" FROM {gpu} WHERE node_id = n.id AND lost_at IS NOT NULL) gpus
  ) t
+ CROSS JOIN LATERAL (
+   SELECT COALESCE((%(kept)s::int[])[array_position(%(kept_on)s::text[], n.id::text)], 0)
+            AS kept
+ ) r
  {placed}
  WHERE n.state = %(state)s AND n.gpu_product = %(product)s AND (n.in_cluster OR %(any_node)s)
    AND (%(region)s = '' OR n.region_id = %(region)s)
    AND (%(only)s = '' OR n.id = %(only)s) AND NOT (n.id = ANY(%(skip)s))
-   AND (CASE WHEN %(whole)s THEN n.gpu_count = %(gpus)s AND t.count = 0
-             ELSE n.gpu_count - t.count >= %(gpus)s END)
+   AND (CASE WHEN %(whole)s THEN n.gpu_count = %(gpus)s AND t.count = 0 AND r.kept = 0
+             ELSE n.gpu_count - t.count - r.kept >= %(gpus)s END)
    AND (%(cpu_m)s = 0 OR n.allocatable_cpu_m IS NULL
         OR n.allocatable_cpu_m - u.cpu_m >= %(cpu_m)s)
    AND (%(memory_mib)s = 0 OR n.allocatable_memory_mib IS NULL
@@ -293,13 +299,15 @@ def candidates(
     skip: list[str] | None = None,
     behind_queue: bool = False,
     spot: bool = False,
+    reserved: queue.Reserved | None = None,
 ) -> list[Candidate]:
     """The nodes an instance of `offering` fits on now, best fit first (see choose()), at most
     `limit`; only the node `only` when given, never those in `skip`; with `behind_queue`, none
     while an earlier order waits for these GPUs (compute.queue; for a `spot` order, while any
-    paying order does). The caller holds the GPU model's lock (and, placing concurrently, its
-    claim on `only`)."""
+    paying order does); the GPUs `reserved` (node id → count) are not free to it. The caller
+    holds the GPU model's lock (and, placing concurrently, its claim on `only`)."""
     want = needs(offering)
+    kept_on = sorted(reserved or {})
     with connection.cursor() as cursor:
         execute_prepared(
             cursor,
@@ -323,6 +331,8 @@ def candidates(
                 "replica": HoldingKind.REPLICA.value,
                 "before": None,
                 "spot": spot,
+                "kept_on": kept_on,
+                "kept": [(reserved or {})[node_id] for node_id in kept_on],
             },
         )
         return [Candidate(*row) for row in cursor.fetchall()]
@@ -389,6 +399,7 @@ def choose_nodes(
     avoid: frozenset[str] = frozenset(),
     behind_queue: bool = False,
     spot: bool = False,
+    reserved: queue.Reserved | None = None,
 ) -> Gang | None:
     """Whole free nodes for every rank of a cluster of a whole-node offering, or None (all or
     none: a cluster never holds part of its nodes). Packed under as few leaf switches as
@@ -399,7 +410,8 @@ def choose_nodes(
     and each rank's holding is placed in that transaction (compute.holdings.holding_place).
     All ranks go to one region (their pods must reach each other): `region`'s, or with "" the
     first region, by name, where they fit. With `behind_queue` (a new cluster), none while an
-    earlier order waits for these GPUs, read under the lock as choose() reads it."""
+    earlier order waits for these GPUs, read under the lock as choose() reads it; never a node
+    with GPUs `reserved` for an order ahead (compute.queue.reserve)."""
     gpu_model_placement_lock(offering.gpu_model_id)
     product = offering.gpu_model.product
     if behind_queue and queue.waits_ahead(product, region, spot=spot):
@@ -412,6 +424,7 @@ def choose_nodes(
         if gpus == offering.gpu_count
         and not taken[node_id]
         and node_id not in avoid
+        and not (reserved or {}).get(node_id)
         and times(rooms[node_id], want) != 0
     }
     if len(fit) < count:
@@ -621,3 +634,32 @@ def choose_cpu_only(offering: Offering, region: str = "") -> Node | None:
     node_id, name, region_id, product, gpus = row
     node_claim(node_id)
     return Node(id=node_id, name=name, region_id=region_id, gpu_product=product, gpu_count=gpus)
+
+
+_LOADS_SQL = """
+SELECT n.id, n.gpu_count,
+       (SELECT COUNT(*) FROM {allocation} a WHERE a.node_id = n.id)
+         + (SELECT COUNT(*) FROM {gpu} g WHERE g.node_id = n.id AND g.lost_at IS NOT NULL),
+       (SELECT COUNT(*) FROM {allocation} a JOIN {holding} h ON h.id = a.holding_id
+         WHERE a.node_id = n.id AND h.billing = 'spot')
+  FROM {node} n
+ WHERE n.state = %s AND n.gpu_product = %s AND (n.in_cluster OR %s)
+   AND (%s = '' OR n.region_id = %s)
+ ORDER BY n.id
+"""
+
+
+def loads(product: str, region: str = "") -> list[queue.Load]:
+    """The ready nodes of a product (of one region, or of all with "") as backfilling reads
+    them (compute.queue.Load): GPUs, free ones, and those that stay held (taken, less those of
+    spot holdings: a paying order takes them back). One round trip, under the caller's
+    placement lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _LOADS_SQL.format(**_tables()),
+            [NodeState.READY, product, not settings.KUBECONFIG, region, region],
+        )
+        return [
+            queue.Load(node_id, gpus, gpus - taken, taken - leaving)
+            for node_id, gpus, taken, leaving in cursor.fetchall()
+        ]

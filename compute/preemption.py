@@ -128,11 +128,19 @@ def _plus(room: Room, freed: tuple[int, int, int, int]) -> Room:
     return Room(*(None if have is None else have + f for have, f in zip(room, freed, strict=True)))
 
 
-def plan(offering: Offering, region: str = "", *, nodes: int = 1) -> list[Unit] | None:
+def plan(
+    offering: Offering,
+    region: str = "",
+    *,
+    nodes: int = 1,
+    reserved: dict[str, int] | None = None,
+) -> list[Unit] | None:
     """The spot units to take back so that `nodes` holdings of `offering` fit (see the
     module's docstring): one, or a gang's whole nodes, all in one region; [] when those free
     already or under notice make room, None when no taking back makes room for all of them
-    (then nothing is taken). The caller holds the GPU model's placement lock."""
+    (then nothing is taken). GPUs `reserved` for paying orders ahead (compute.queue.reserve)
+    are not its to free. The caller holds the GPU model's placement lock."""
+    reserved = reserved or {}
     product = offering.gpu_model.product
     rows, taken, rooms, regions = capacity(product, region)
     units = _units(product, region)
@@ -143,7 +151,8 @@ def plan(offering: Offering, region: str = "", *, nodes: int = 1) -> list[Unit] 
     for node_id, _name, gpu_count in rows:
         if whole and gpu_count != offering.gpu_count:
             continue
-        node = _Node(node_id, gpu_count, gpu_count - len(taken[node_id]), rooms[node_id])
+        free = gpu_count - len(taken[node_id]) - reserved.get(node_id, 0)
+        node = _Node(node_id, gpu_count, free, rooms[node_id])
         groups[regions[node_id] if nodes > 1 else ""].append(node)
     best: tuple[tuple[int, float], set[str]] | None = None
     for group in groups.values():
@@ -236,14 +245,20 @@ def _fits(free: int, room: Room, offering: Offering, *, gpu_count: int, whole: b
 
 
 def preempt_for(
-    offering: Offering, region: str = "", *, nodes: int = 1, now: datetime | None = None
+    offering: Offering,
+    region: str = "",
+    *,
+    nodes: int = 1,
+    now: datetime | None = None,
+    reserved: dict[str, int] | None = None,
 ) -> list[str]:
     """Take back spot holdings so that a paying order of `offering` (kept to `region`; of
-    `nodes` whole nodes, a gang) waiting in line fits (plan), under the GPU model's exclusive
-    placement lock, in the caller's transaction. Returns the holdings taken back now (none:
-    nothing would make room for all of it, or the notices already given will)."""
+    `nodes` whole nodes, a gang) waiting in line fits (plan; outside the GPUs `reserved` for
+    orders ahead), under the GPU model's exclusive placement lock, in the caller's
+    transaction. Returns the holdings taken back now (none: nothing would make room for all of
+    it, or the notices already given will)."""
     gpu_model_placement_lock(offering.gpu_model_id)
-    chosen = plan(offering, region, nodes=nodes)
+    chosen = plan(offering, region, nodes=nodes, reserved=reserved)
     if not chosen:
         return []
     return preempt([h for unit in chosen for h in unit.holdings], now=now)

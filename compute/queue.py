@@ -8,6 +8,22 @@ behind it: it is passed over), and it could take the same nodes: an order kept t
 waits only behind that region's orders and those of any region, an order of any region behind
 every region's. Against an order already in line, only those queued before it count.
 
+Backfilling (reserve, spare). The drain (instances.lifecycle.queue_drain) serves the queue in
+its order but does not stop at an order that does not fit: a paying order that waits is kept
+GPUs on the node(s) where it will fit soonest (reserve: the fewest GPUs that stay held there,
+counting spot holdings as gone: it takes them back), and the orders behind it, paying or spot, may
+start on any GPUs that are not kept so (placement reads the reservations), as long as there
+are some (spare). An order behind therefore never takes a GPU an order ahead waits for: the
+head starts as soon as the holders of its reserved node end, as it would without those behind
+it. Orders kept GPUs for are each kept their own (conservative backfilling: every paying order
+ahead keeps its reservation, not only the first); a paying order that no node can be kept for
+stops the round for paying orders, so no paying order passes it. Spot orders keep nothing and
+take only GPUs that no paying order waits for (none kept for one: spare), so a spot order never
+delays a paying one; spot holdings on a node a paying order is kept are taken back with notice
+(compute.preemption) when that node has room for it but for spot. A paying order never waits
+for an order behind it. Among orders that ask for the same, the first in line is served first:
+the one behind fits only where the one ahead would have.
+
 The rule is written once and bound two ways: to an order's values (waits_ahead, and inside
 placement's candidate query, compute.placement, under the GPU model's placement lock, so a new
 order, a start and a gang read it in the same statement that finds them nodes), and to each
@@ -19,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Case, Value, When
+from django.db.models import Case, Q, Value, When
 
 from compute.choices import BillingMode, HoldingState
 from compute.models import Holding, Offering
@@ -113,15 +129,71 @@ class Head:
 _SPOT_LAST = Case(When(billing=BillingMode.SPOT, then=Value(1)), default=Value(0))
 
 
-def heads(product: str, *, skip: list[str], limit: int = 8) -> list[Head]:
+def heads(
+    product: str,
+    *,
+    skip: list[str],
+    limit: int = 8,
+    spot_most: int | None = None,
+    paying: bool = True,
+) -> list[Head]:
     """The first holdings waiting for GPUs of `product`, in the queue's order (paying orders
     before spot ones), less those in
     `skip` (passed over this round), whether their balance covered them or not: the drain
-    looks at each (its product decides, under its own row lock)."""
-    rows: Any = (
-        Holding.objects.filter(state=HoldingState.QUEUED, offering__gpu_model__product=product)
-        .exclude(pk__in=skip)
-        .order_by(_SPOT_LAST, "queued_at", "id")
-        .values_list("id", "gang")[:limit]
-    )
+    looks at each (its product decides, under its own row lock). With `spot_most`, spot
+    holdings that ask for more GPUs than that are left out (no node has them free); without
+    `paying`, paying ones are (no node could be kept for one ahead: reserve)."""
+    rows: Any = Holding.objects.filter(
+        state=HoldingState.QUEUED, offering__gpu_model__product=product
+    ).exclude(pk__in=skip)
+    spot = Q(billing=BillingMode.SPOT)
+    if spot_most is not None:
+        spot &= Q(offering__gpu_count__lte=spot_most)
+    rows = rows.filter(spot | ~Q(billing=BillingMode.SPOT) if paying else spot)
+    rows = rows.order_by(_SPOT_LAST, "queued_at", "id").values_list("id", "gang")[:limit]
     return [Head(holding_id, gang) for holding_id, gang in rows]
+
+
+@dataclass(frozen=True)
+class Load:
+    """A node as backfilling reads it: its GPUs, those free now, and those that stay held (by
+    paying holdings, or lost: a paying order takes spot GPUs back)."""
+
+    id: str
+    gpu_count: int
+    free: int
+    staying: int
+
+
+# GPUs kept, by node id, for the paying orders that wait ahead (reserve).
+Reserved = dict[str, int]
+
+
+def reserve(
+    loads: list[Load], reserved: Reserved, *, gpus: int, whole: bool, count: int = 1
+) -> bool:
+    """Keep GPUs for a paying order that waits (backfilling, see the module's docstring): `gpus`
+    on one node (the whole node when `whole`; `count` whole nodes for a cluster) where it will
+    fit soonest, the node with the fewest GPUs that stay held and are not kept already, then
+    the most free, then by id. Adds them to `reserved`; False when no node can be kept for it
+    (the nodes are kept for orders ahead): nothing behind it may start then."""
+
+    def kept(load: Load) -> int:
+        return reserved.get(load.id, 0)
+
+    if whole:
+        fit = [load for load in loads if load.gpu_count == gpus and not kept(load)]
+    else:
+        fit = [load for load in loads if load.gpu_count - kept(load) >= gpus]
+    if len(fit) < count:
+        return False
+    fit.sort(key=lambda load: (load.staying + kept(load), -load.free, load.id))
+    for load in fit[:count]:
+        reserved[load.id] = kept(load) + (load.gpu_count if whole else gpus)
+    return True
+
+
+def spare(loads: list[Load], reserved: Reserved) -> int:
+    """The most GPUs free on one node that no order ahead is kept (reserve): what a paying
+    order behind may take (with no reservations, what a spot order may: 0, nothing)."""
+    return max((load.free - reserved.get(load.id, 0) for load in loads), default=0)

@@ -6,7 +6,7 @@ instances on it. They decide; the state machine (instances.states) moves."""
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, cast
 
@@ -31,9 +31,9 @@ from compute.holdings import (
 )
 from compute.models import Image, Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
-from compute.placement import Gang, choose, choose_nodes
+from compute.placement import Gang, choose, choose_nodes, loads
 from compute.preemption import preempt_for
-from compute.queue import heads, waits_ahead
+from compute.queue import Reserved, heads, reserve, spare, waits_ahead
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
@@ -443,8 +443,9 @@ def _place_or_queue(
         period_charge(instance)
     if placement is None and spot and max_wait is not None:
         holding_wait_until(instance.id, timezone.now() + timedelta(minutes=max_wait))
-    elif placement is None and not spot:
-        # a paying order waits: the queue is served at once, and takes back spot GPUs for it
+    if placement is None:
+        # an order waits: the queue is served at once (backfilling may start it on GPUs no
+        # order ahead is kept, compute.queue), and a paying one takes back spot GPUs
         enqueue_on_commit("instances.tasks.drain_queue", instance.offering.gpu_model.product)
 
 
@@ -516,7 +517,7 @@ Outcome = Literal["placed", "wait", "unfunded", "over_budget"]
 
 
 def _try_place(
-    instance: Instance, *, fcfs: bool, budgets: bool = False
+    instance: Instance, *, fcfs: bool, budgets: bool = False, reserved: Reserved | None = None
 ) -> tuple[Outcome, Runway | None]:
     """Give a queued (locked) instance GPUs if a node has them free, nobody who can pay waits
     before it (with `fcfs`), and its tenant's balance covers its runway, read under the wallet
@@ -525,16 +526,20 @@ def _try_place(
     or someone ahead); or "unfunded", with the runway it lacks (whether or not there is room:
     an order that cannot pay must not hold up those behind it). With `budgets` (an order
     leaving the queue), "over_budget" when its orderer's or its team's monthly budget no longer
-    fits it (instances.budgets)."""
+    fits it (instances.budgets). The drain passes the GPUs `reserved` for the orders ahead
+    (compute.queue.reserve): it takes none of them, nor takes spot GPUs back on them."""
     product = instance.offering.gpu_model.product
     in_line = holding_of(instance.id).queued_at
     spot = instance.billing == BillingMode.SPOT
     if fcfs and waits_ahead(product, instance.region_id or "", before=in_line, spot=spot):
         return "wait", None
     if gang := gang_of(instance):
-        return _try_place_gang(instance, gang, budgets=budgets)
+        return _try_place_gang(instance, gang, budgets=budgets, reserved=reserved)
     placement = choose(
-        instance.offering, instance.region_id or "", image=instance.image.container_image
+        instance.offering,
+        instance.region_id or "",
+        image=instance.image.container_image,
+        reserved=reserved,
     )
     found = runway_of(instance, wallet_locked(instance.tenant_id))
     if not found.covered:
@@ -543,7 +548,7 @@ def _try_place(
         return "over_budget", None
     if placement is None:
         if not spot:  # a paying order that can pay takes spot GPUs back, with notice
-            preempt_for(instance.offering, instance.region_id or "")
+            preempt_for(instance.offering, instance.region_id or "", reserved=reserved)
         return "wait", None
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
         period_charge(instance)
@@ -552,14 +557,18 @@ def _try_place(
 
 
 def _try_place_gang(
-    head: Instance, gang: str, *, budgets: bool = False
+    head: Instance, gang: str, *, budgets: bool = False, reserved: Reserved | None = None
 ) -> tuple[Outcome, Runway | None]:
     """_try_place for a queued gang, through its first member (locked): every queued member,
     locked after it in the gang's order, gets a whole node or none does."""
     every = gang_locked(gang)
     ranks = [rank for rank in every if rank.status == S.QUEUED]
     nodes = choose_nodes(
-        head.offering, len(ranks), head.region_id or "", prefer=switches_held(every)
+        head.offering,
+        len(ranks),
+        head.region_id or "",
+        prefer=switches_held(every),
+        reserved=reserved,
     )
     found = runway_of(head, wallet_locked(head.tenant_id))
     if not found.covered:
@@ -568,7 +577,7 @@ def _try_place_gang(
         return "over_budget", None
     if nodes is None:
         if head.billing != BillingMode.SPOT:  # a paying gang takes spot nodes back, all or none
-            preempt_for(head.offering, head.region_id or "", nodes=len(ranks))
+            preempt_for(head.offering, head.region_id or "", nodes=len(ranks), reserved=reserved)
         return "wait", None
     for rank, placement in zip(ranks, nodes.placements, strict=True):
         if rank.billing == BillingMode.MONTHLY and not period_active(rank):
@@ -588,19 +597,22 @@ def switches_held(ranks: list[Instance]) -> frozenset[str]:
 
 def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
     """Place queued instances for this GPU product, in the queue's order (compute.queue),
-    while they fit. One whose balance does not cover its runway is passed over, so the queue
-    serves first come, first served among the orders that can pay (_unfunded); so is one that
-    its orderer's or team's monthly budget no longer fits, its timeline saying which
-    (_over_budget). Returns the ids placed."""
+    backfilling: an order that does not fit waits, a paying one with GPUs kept for it, and
+    those behind it, paying or spot, may take the GPUs nobody ahead is kept (compute.queue's
+    docstring), while some are left (_Round). One whose balance does not
+    cover its runway is passed over, so the queue serves first come, first served among the
+    orders that can pay (_unfunded); so is one that its orderer's or team's monthly budget no
+    longer fits, its timeline saying which (_over_budget). Returns the ids placed."""
     now = now or timezone.now()
     placed: list[str] = []
     passed: set[str] = set()
-    while True:
+    round_ = _Round()
+    while round_.open():
         with transaction.atomic():
-            head = _queue_head(product, passed)
+            head = _queue_head(product, passed, round_=round_)
             if head is None:
                 return placed
-            outcome, lacking = _try_place(head, fcfs=False, budgets=True)
+            outcome, lacking = _try_place(head, fcfs=False, budgets=True, reserved=round_.reserved)
             if lacking is not None:
                 _unfunded(head, lacking, now=now)
                 passed.add(gang_of(head) or head.id)
@@ -610,15 +622,52 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
             elif outcome == "placed":
                 placed.append(head.id)
             else:
-                return placed
+                passed.add(gang_of(head) or head.id)
+                round_.waits(head)
+    return placed
 
 
-def _queue_head(product: str, passed: set[str]) -> Instance | None:
+@dataclass
+class _Round:
+    """One drain's backfilling: the orders left waiting (not looked at again), the GPUs kept
+    for the paying ones (compute.queue.reserve), whether a paying order may still start
+    (`paying`: no, once one could be kept nothing) and the most GPUs a spot order may ask
+    (`spot_most`: the most free on one node that no paying order is kept; None until an order
+    waited)."""
+
+    waiting: list[str] = field(default_factory=list)
+    reserved: Reserved = field(default_factory=dict)
+    paying: bool = True
+    spot_most: int | None = None
+
+    def open(self) -> bool:
+        """Whether an order behind may still start."""
+        return self.paying or self.spot_most is None or self.spot_most > 0
+
+    def waits(self, head: Instance) -> None:
+        """A queued (locked) order was left waiting: keep GPUs for it when it pays (a cluster,
+        a whole node for each queued rank); read what is left for those behind."""
+        self.waiting.append(head.id)
+        product = head.offering.gpu_model.product
+        everywhere = loads(product)
+        if head.billing != BillingMode.SPOT and self.paying:
+            gang = gang_of(head)
+            mine = loads(product, head.region_id) if head.region_id else everywhere
+            count = gang_members(gang).filter(status=S.QUEUED).count() if gang else 1
+            whole = bool(gang) or head.offering.kind == OfferingKind.BARE_METAL
+            gpus = head.offering.gpu_count
+            kept = reserve(mine, self.reserved, gpus=gpus, whole=whole, count=count)
+            self.paying = kept  # (it may still take spot GPUs back where none are kept)
+        self.spot_most = spare(everywhere, self.reserved)
+
+
+def _queue_head(product: str, passed: set[str], *, round_: "_Round") -> Instance | None:
     """The first queued order of the product that no other transaction is serving, locked: an
     instance, or a queued cluster through its lowest queued rank (which locks the rest).
-    Orders in `passed` (ids, or clusters' ids) were passed over this round."""
-    tried: list[str] = []
-    while found := heads(product, skip=tried):
+    Orders in `passed` (ids, or clusters' ids) were passed over this round; those the round
+    left waiting, and those it says cannot start, are not looked at (heads)."""
+    tried: list[str] = list(round_.waiting)
+    while found := heads(product, skip=tried, spot_most=round_.spot_most, paying=round_.paying):
         for head in found:
             tried.append(head.id)
             if (head.gang or head.id) in passed:

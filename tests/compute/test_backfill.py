@@ -1,0 +1,146 @@
+"""Backfilling (compute.queue: reserve, spare; served by instances.lifecycle.queue_drain) on
+PostgreSQL and the emulated fleet's two 8×H100 nodes: a small order behind a large one that
+does not fit starts on GPUs the large one is not kept; a paying one never takes the GPUs kept
+for an order ahead (it never delays one), so the large one starts as soon as its node's
+holders end; spot takes only GPUs no paying order is kept, never delaying one; every paying order ahead
+keeps its own GPUs; among equals, first come first served."""
+
+import pytest
+
+from compute.models import Allocation, Holding, Offering
+from compute.queue import Load, reserve, spare
+from instances.lifecycle import instance_order, instance_terminate, queue_drain
+from instances.models import Instance
+from instances.states import instance_mark_terminated
+from tests.factories import fund, make_user
+
+H100 = "NVIDIA H100 80GB HBM3"
+IMAGE = "pytorch-2.1"
+
+
+def _order(user, gpus, billing="hourly"):
+    offering = Offering.objects.get(name=f"{gpus}× H100 80GB SXM")
+    instance, _created = instance_order(
+        user=user, offering_id=offering.id, image_id=IMAGE, billing=billing
+    )
+    return instance
+
+
+def _end(instance):
+    instance_terminate(instance_id=instance.id)
+    instance_mark_terminated(instance.id, disk_claim="")
+
+
+def _node(instance):
+    return (
+        Allocation.objects.filter(holding_id=instance.id).values_list("node_id", flat=True).first()
+    )
+
+
+def _status(instance):
+    return Instance.objects.get(pk=instance.pk).status
+
+
+@pytest.fixture
+def busy(catalog):
+    """Two H100 nodes partly held by hourly rentals: `fuller` has 6 GPUs held (2 free),
+    `emptier` 4 (4 free); an 8-GPU order waits (no whole node is free)."""
+    user = make_user()
+    fund(user, 5_000_000)
+    four = _order(user, 4)
+    two = _order(user, 2)  # best fit: next to the four
+    other = _order(user, 4)  # the other node
+    assert _node(four) == _node(two) != _node(other)
+    head = _order(user, 8)
+    assert head.status == "queued"
+    return {
+        "user": user,
+        "fuller": _node(four),
+        "emptier": _node(other),
+        "other": other,
+        "head": head,
+    }
+
+
+def test_a_small_order_behind_a_blocked_large_one_starts(busy):
+    small = _order(busy["user"], 2)
+    assert small.status == "queued"  # at its order, someone waits ahead
+
+    assert queue_drain(product=H100) == [small.id]
+    # on the GPUs the head is not kept: the fuller node's two free ones
+    assert _node(small) == busy["fuller"]
+    assert _status(busy["head"]) == "queued"
+
+
+def test_a_backfilled_order_never_delays_the_head(busy):
+    user = busy["user"]
+    fits_kept = _order(user, 4)  # would fit on the emptier node's 4 free GPUs
+    queue_drain(product=H100)
+    # the emptier node is kept for the head: the paying order behind does not take it
+    assert _status(fits_kept) == "queued"
+    held = Allocation.objects.filter(node_id=busy["emptier"]).values_list("holding_id", flat=True)
+    assert set(held) == {busy["other"].id}
+    # its holder ends: the head starts at once, on it, before anyone behind
+    _end(busy["other"])
+    assert queue_drain(product=H100) == [busy["head"].id]
+    assert _node(busy["head"]) == busy["emptier"] and _status(fits_kept) == "queued"
+
+
+def test_spot_takes_only_gpus_no_paying_order_waits_for(busy):
+    spot_four = _order(busy["user"], 4, billing="spot")
+    spot_two = _order(busy["user"], 2, billing="spot")
+    assert (spot_four.status, spot_two.status) == ("queued", "queued")  # behind the paying head
+
+    assert queue_drain(product=H100) == [spot_two.id]
+    # the four GPUs free on `emptier` are kept for the head: spot never takes them
+    assert _status(spot_four) == "queued"
+    assert _node(spot_two) == busy["fuller"]
+    _end(busy["other"])
+    # the head's node frees: it starts at once, with no spot to take back and no notice to wait
+    assert queue_drain(product=H100) == [busy["head"].id]
+    assert _node(busy["head"]) == busy["emptier"]
+    assert Holding.objects.get(pk=spot_two.pk).preempt_at is None
+    assert _status(spot_four) == "queued"
+
+
+def test_every_paying_order_ahead_keeps_its_gpus(busy):
+    user = busy["user"]
+    second = _order(user, 8)  # keeps the fuller node, once the head has the emptier
+    small = _order(user, 1)
+    assert queue_drain(product=H100) == []
+    assert [_status(i) for i in (busy["head"], second, small)] == ["queued"] * 3
+
+
+def test_first_come_first_served_among_equals(busy):
+    user = busy["user"]
+    first, second = _order(user, 2), _order(user, 2)
+
+    assert queue_drain(product=H100) == [first.id]
+    assert _status(second) == "queued"
+
+
+def _load(node_id, free, staying):
+    return Load(node_id, 8, free, staying)
+
+
+def test_a_reservation_goes_where_the_fewest_gpus_stay_held():
+    loads = [_load("a", 1, 7), _load("b", 2, 3), _load("c", 0, 3)]
+    kept: dict[str, int] = {}
+
+    assert reserve(loads, kept, gpus=4, whole=False)
+    assert kept == {"b": 4}  # as few held as c, more free
+    assert spare(loads, kept) == 1  # a's free GPU; b's two are kept
+    assert reserve(loads, kept, gpus=8, whole=True, count=2)
+    assert kept == {"b": 4, "a": 8, "c": 8}
+    assert not reserve(loads, kept, gpus=8, whole=True)  # every whole node is kept
+    assert reserve(loads, kept, gpus=4, whole=False)  # b still has 4 not kept
+    assert not reserve(loads, kept, gpus=1, whole=False)
+    assert spare(loads, kept) <= 0
+
+
+def test_a_spot_order_that_waits_is_served_at_once(busy, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        spot = _order(busy["user"], 2, billing="spot")
+
+    # queued behind the head at its order, then started by the drain its order asked for
+    assert _status(spot) != "queued" and _node(spot) == busy["fuller"]
