@@ -1,4 +1,4 @@
--- starverse migrations digest: b7909c741c41d5ec75c39f2e1ec9d9f5c93ad3147581f1be8b77ff85c19d1938
+-- starverse migrations digest: 8dcb20394b166ea4ccea16829f2e42d1a959f841c5ba53ff1f8b49f63bcc1223
 --
 -- PostgreSQL database dump
 --
@@ -1545,6 +1545,7 @@ CREATE TABLE public.instances_instance (
     region_id character varying(32),
     stop_reason character varying(16) DEFAULT ''::character varying NOT NULL,
     mirrors boolean DEFAULT true NOT NULL,
+    cloned_from character varying(32) DEFAULT ''::character varying NOT NULL,
     CONSTRAINT instances_instance_jupyter_port_check CHECK ((jupyter_port >= 0)),
     CONSTRAINT instances_instance_session_check CHECK ((session >= 0)),
     CONSTRAINT instances_instance_ssh_port_check CHECK ((ssh_port >= 0))
@@ -2574,127 +2575,129 @@ INSERT INTO public.django_content_type VALUES (74, 'events', 'webhookdelivery');
 -- Data for Name: django_migrations; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.django_migrations VALUES (1, 'contenttypes', '0001_initial', '2026-12-03 16:19:55.966679+00');
-INSERT INTO public.django_migrations VALUES (2, 'contenttypes', '0002_remove_content_type_name', '2026-12-03 16:19:56.009059+00');
-INSERT INTO public.django_migrations VALUES (3, 'auth', '0001_initial', '2026-12-03 16:19:56.220358+00');
-INSERT INTO public.django_migrations VALUES (4, 'auth', '0002_alter_permission_name_max_length', '2026-12-03 16:19:56.260064+00');
-INSERT INTO public.django_migrations VALUES (5, 'auth', '0003_alter_user_email_max_length', '2026-12-03 16:19:56.291341+00');
-INSERT INTO public.django_migrations VALUES (6, 'auth', '0004_alter_user_username_opts', '2026-12-03 16:19:56.330595+00');
-INSERT INTO public.django_migrations VALUES (7, 'auth', '0005_alter_user_last_login_null', '2026-12-03 16:19:56.974204+00');
-INSERT INTO public.django_migrations VALUES (8, 'auth', '0006_require_contenttypes_0002', '2026-12-03 16:19:56.988981+00');
-INSERT INTO public.django_migrations VALUES (9, 'auth', '0007_alter_validators_add_error_messages', '2026-12-03 16:19:57.025562+00');
-INSERT INTO public.django_migrations VALUES (10, 'auth', '0008_alter_user_username_max_length', '2026-12-03 16:19:57.055954+00');
-INSERT INTO public.django_migrations VALUES (11, 'auth', '0009_alter_user_last_name_max_length', '2026-12-03 16:19:57.093473+00');
-INSERT INTO public.django_migrations VALUES (12, 'auth', '0010_alter_group_name_max_length', '2026-12-03 16:19:57.124349+00');
-INSERT INTO public.django_migrations VALUES (13, 'auth', '0011_update_proxy_permissions', '2026-12-03 16:19:57.154597+00');
-INSERT INTO public.django_migrations VALUES (14, 'auth', '0012_alter_user_first_name_max_length', '2026-12-03 16:19:57.201317+00');
-INSERT INTO public.django_migrations VALUES (15, 'accounts', '0001_initial', '2026-12-03 16:19:57.860954+00');
-INSERT INTO public.django_migrations VALUES (16, 'accounts', '0002_two_factor', '2026-12-03 16:19:58.056335+00');
-INSERT INTO public.django_migrations VALUES (17, 'accounts', '0003_user_email_verification', '2026-12-03 16:19:58.30874+00');
-INSERT INTO public.django_migrations VALUES (18, 'accounts', '0004_teams', '2026-12-03 16:19:59.109237+00');
-INSERT INTO public.django_migrations VALUES (19, 'accounts', '0005_user_settings', '2026-12-03 16:19:59.235243+00');
-INSERT INTO public.django_migrations VALUES (20, 'accounts', '0006_token_caps', '2026-12-03 16:19:59.423885+00');
-INSERT INTO public.django_migrations VALUES (21, 'admin', '0001_initial', '2026-12-03 16:19:59.561323+00');
-INSERT INTO public.django_migrations VALUES (22, 'admin', '0002_logentry_remove_auto_add', '2026-12-03 16:19:59.627315+00');
-INSERT INTO public.django_migrations VALUES (23, 'admin', '0003_logentry_add_action_flag_choices', '2026-12-03 16:19:59.719407+00');
-INSERT INTO public.django_migrations VALUES (24, 'billing', '0001_initial', '2026-12-03 16:20:00.843554+00');
-INSERT INTO public.django_migrations VALUES (25, 'billing', '0002_ledger_immutable', '2026-12-03 16:20:00.954089+00');
-INSERT INTO public.django_migrations VALUES (26, 'billing', '0003_payments', '2026-12-03 16:20:01.98444+00');
-INSERT INTO public.django_migrations VALUES (27, 'billing', '0004_ledger_no_truncate', '2026-12-03 16:20:02.09355+00');
-INSERT INTO public.django_migrations VALUES (28, 'billing', '0005_operator_permissions_and_approvals', '2026-12-03 16:20:02.535406+00');
-INSERT INTO public.django_migrations VALUES (29, 'billing', '0006_disputes_arrears_and_holds', '2026-12-03 16:20:06.112888+00');
-INSERT INTO public.django_migrations VALUES (30, 'billing', '0007_transfers', '2026-12-03 16:20:07.074+00');
-INSERT INTO public.django_migrations VALUES (31, 'billing', '0008_invoices_and_statements', '2026-12-03 16:20:07.704549+00');
-INSERT INTO public.django_migrations VALUES (32, 'billing', '0009_ledger_price_kind', '2026-12-03 16:20:07.845085+00');
-INSERT INTO public.django_migrations VALUES (33, 'billing', '0010_transfer_invoiceable_portion', '2026-12-03 16:20:08.256347+00');
-INSERT INTO public.django_migrations VALUES (34, 'billing', '0011_usage_pending_and_minutes', '2026-12-03 16:20:08.974835+00');
-INSERT INTO public.django_migrations VALUES (35, 'billing', '0012_ledger_seq', '2026-12-03 16:20:09.316784+00');
-INSERT INTO public.django_migrations VALUES (36, 'billing', '0013_topup_paid_with_and_cancelled', '2026-12-03 16:20:09.509965+00');
-INSERT INTO public.django_migrations VALUES (37, 'instances', '0001_fleet', '2026-12-03 16:20:09.856407+00');
-INSERT INTO public.django_migrations VALUES (38, 'instances', '0002_default_health_rules', '2026-12-03 16:20:09.995179+00');
-INSERT INTO public.django_migrations VALUES (39, 'instances', '0003_instances', '2026-12-03 16:20:11.452575+00');
-INSERT INTO public.django_migrations VALUES (40, 'instances', '0004_monthly_rental', '2026-12-03 16:20:11.766185+00');
-INSERT INTO public.django_migrations VALUES (41, 'instances', '0005_instance_ssh_keys', '2026-12-03 16:20:11.8921+00');
-INSERT INTO public.django_migrations VALUES (42, 'instances', '0006_event_params', '2026-12-03 16:20:11.988368+00');
-INSERT INTO public.django_migrations VALUES (43, 'instances', '0007_cloud_disks', '2026-12-03 16:20:12.717197+00');
-INSERT INTO public.django_migrations VALUES (44, 'fleet', '0001_moved_from_instances', '2026-12-03 16:20:14.189726+00');
-INSERT INTO public.django_migrations VALUES (45, 'instances', '0008_fleet_and_storage_moved_out', '2026-12-03 16:20:17.003337+00');
-INSERT INTO public.django_migrations VALUES (46, 'instances', '0009_instance_objects_created_events_read', '2026-12-03 16:20:17.66835+00');
-INSERT INTO public.django_migrations VALUES (47, 'instances', '0010_offering_runtime_class', '2026-12-03 16:20:17.72462+00');
-INSERT INTO public.django_migrations VALUES (48, 'instances', '0011_queue_unfunded_and_tenant_limits', '2026-12-03 16:20:18.306769+00');
-INSERT INTO public.django_migrations VALUES (49, 'instances', '0012_instance_ssh_host_key', '2026-12-03 16:20:18.880995+00');
-INSERT INTO public.django_migrations VALUES (50, 'fleet', '0002_node_allocatable', '2026-12-03 16:20:19.131866+00');
-INSERT INTO public.django_migrations VALUES (51, 'fleet', '0003_gpumodel_premium', '2026-12-03 16:20:19.440466+00');
-INSERT INTO public.django_migrations VALUES (52, 'fleet', '0004_node_event_token_reset', '2026-12-03 16:20:19.528353+00');
-INSERT INTO public.django_migrations VALUES (53, 'instances', '0013_gateway_ports_and_shares', '2026-12-03 16:20:21.75707+00');
-INSERT INTO public.django_migrations VALUES (54, 'fleet', '0005_node_fabric', '2026-12-03 16:20:21.821833+00');
-INSERT INTO public.django_migrations VALUES (55, 'clusters', '0001_clusters', '2026-12-03 16:20:22.104114+00');
-INSERT INTO public.django_migrations VALUES (56, 'instances', '0014_cluster_ranks', '2026-12-03 16:20:22.882408+00');
-INSERT INTO public.django_migrations VALUES (57, 'instances', '0015_instance_checking', '2026-12-03 16:20:23.297505+00');
-INSERT INTO public.django_migrations VALUES (58, 'instances', '0016_instance_fillfactor', '2026-12-03 16:20:23.542576+00');
-INSERT INTO public.django_migrations VALUES (59, 'fleet', '0006_node_profile', '2026-12-03 16:20:23.614353+00');
-INSERT INTO public.django_migrations VALUES (60, 'fleet', '0007_regions', '2026-12-03 16:20:24.226974+00');
-INSERT INTO public.django_migrations VALUES (61, 'instances', '0017_instance_region', '2026-12-03 16:20:24.641604+00');
-INSERT INTO public.django_migrations VALUES (62, 'instances', '0018_image_size_and_prepull', '2026-12-03 16:20:24.937226+00');
-INSERT INTO public.django_migrations VALUES (63, 'instances', '0019_offering_trial_price_slug_and_chinese', '2026-12-03 16:20:26.234271+00');
-INSERT INTO public.django_migrations VALUES (64, 'instances', '0020_seeded_catalog_trial_and_chinese', '2026-12-03 16:20:26.702765+00');
-INSERT INTO public.django_migrations VALUES (65, 'clusters', '0002_rank_provisioning', '2026-12-03 16:20:27.301766+00');
-INSERT INTO public.django_migrations VALUES (66, 'clusters', '0003_preflight', '2026-12-03 16:20:27.5749+00');
-INSERT INTO public.django_migrations VALUES (67, 'instances', '0021_auto_stop', '2026-12-03 16:20:31.130536+00');
-INSERT INTO public.django_migrations VALUES (68, 'instances', '0022_engine_images', '2026-12-03 16:20:31.406188+00');
-INSERT INTO public.django_migrations VALUES (69, 'datasets', '0001_initial', '2026-12-03 16:20:31.780411+00');
-INSERT INTO public.django_migrations VALUES (70, 'datasets', '0002_shared_storage_moved_out', '2026-12-03 16:20:31.789421+00');
-INSERT INTO public.django_migrations VALUES (71, 'storage', '0001_moved_from_instances_and_datasets', '2026-12-03 16:20:32.498458+00');
-INSERT INTO public.django_migrations VALUES (72, 'storage', '0002_disk_region', '2026-12-03 16:20:32.815076+00');
-INSERT INTO public.django_migrations VALUES (73, 'fleet', '0008_node_images', '2026-12-03 16:20:33.098802+00');
-INSERT INTO public.django_migrations VALUES (74, 'endpoints', '0001_endpoints', '2026-12-03 16:20:37.11405+00');
-INSERT INTO public.django_migrations VALUES (75, 'endpoints', '0002_sync_indexes', '2026-12-03 16:20:37.619105+00');
-INSERT INTO public.django_migrations VALUES (76, 'fleet', '0009_allocation_endpoint_replica', '2026-12-03 16:20:38.692432+00');
-INSERT INTO public.django_migrations VALUES (77, 'fleet', '0010_node_review', '2026-12-03 16:20:38.980624+00');
-INSERT INTO public.django_migrations VALUES (78, 'fleet', '0011_allocations_moved_to_compute', '2026-12-03 16:20:39.0101+00');
-INSERT INTO public.django_migrations VALUES (79, 'compute', '0001_catalog_and_allocations_moved_in', '2026-12-03 16:20:41.580272+00');
-INSERT INTO public.django_migrations VALUES (80, 'endpoints', '0003_catalog_moved_to_compute', '2026-12-03 16:20:41.938336+00');
-INSERT INTO public.django_migrations VALUES (81, 'clusters', '0004_cluster_checking_since', '2026-12-03 16:20:42.221158+00');
-INSERT INTO public.django_migrations VALUES (82, 'clusters', '0005_catalog_moved_to_compute', '2026-12-03 16:20:42.856397+00');
-INSERT INTO public.django_migrations VALUES (83, 'instances', '0023_catalog_moved_to_compute', '2026-12-03 16:20:44.181033+00');
-INSERT INTO public.django_migrations VALUES (84, 'compute', '0002_holdings', '2026-12-03 16:20:48.105715+00');
-INSERT INTO public.django_migrations VALUES (85, 'instances', '0024_queue_fields_moved_to_holdings', '2026-12-03 16:20:50.342601+00');
-INSERT INTO public.django_migrations VALUES (86, 'endpoints', '0004_replica_holding', '2026-12-03 16:20:50.747935+00');
-INSERT INTO public.django_migrations VALUES (87, 'compute', '0003_holding_parent', '2026-12-03 16:20:51.257857+00');
-INSERT INTO public.django_migrations VALUES (88, 'compute', '0004_holding_meter', '2026-12-03 16:20:53.101098+00');
-INSERT INTO public.django_migrations VALUES (89, 'instances', '0025_metering_moved_to_holdings', '2026-12-03 16:20:54.387805+00');
-INSERT INTO public.django_migrations VALUES (90, 'clusters', '0006_cluster_key_at_order', '2026-12-03 16:20:54.930091+00');
-INSERT INTO public.django_migrations VALUES (91, 'clusters', '0007_ranks', '2026-12-03 16:20:55.230677+00');
-INSERT INTO public.django_migrations VALUES (92, 'clusters', '0008_cluster_owner', '2026-12-03 16:20:55.492875+00');
-INSERT INTO public.django_migrations VALUES (93, 'clusters', '0009_spot_billing', '2026-12-03 16:20:55.625233+00');
-INSERT INTO public.django_migrations VALUES (94, 'fleet', '0012_region_display_name_zh_hans', '2026-12-03 16:20:55.976419+00');
-INSERT INTO public.django_migrations VALUES (95, 'compute', '0005_no_gpu_mode', '2026-12-03 16:20:56.63226+00');
-INSERT INTO public.django_migrations VALUES (96, 'compute', '0006_offering_system_disk', '2026-12-03 16:20:56.677379+00');
-INSERT INTO public.django_migrations VALUES (97, 'compute', '0007_tenant_images', '2026-12-03 16:20:59.333593+00');
-INSERT INTO public.django_migrations VALUES (98, 'compute', '0008_spot', '2026-12-03 16:21:00.409951+00');
-INSERT INTO public.django_migrations VALUES (99, 'compute', '0009_seeded_spot_prices', '2026-12-03 16:21:00.645637+00');
-INSERT INTO public.django_migrations VALUES (100, 'compute', '0010_token_caps', '2026-12-03 16:21:00.892323+00');
-INSERT INTO public.django_migrations VALUES (101, 'compute', '0011_image_saving', '2026-12-03 16:21:02.848433+00');
-INSERT INTO public.django_migrations VALUES (102, 'console', '0001_overview_permission', '2026-12-03 16:21:02.86768+00');
-INSERT INTO public.django_migrations VALUES (103, 'datasets', '0003_description_zh_hans', '2026-12-03 16:21:02.920493+00');
-INSERT INTO public.django_migrations VALUES (104, 'datasets', '0004_seeded_descriptions_zh_hans', '2026-12-03 16:21:03.35196+00');
-INSERT INTO public.django_migrations VALUES (105, 'datasets', '0005_names_zh_hans', '2026-12-03 16:21:03.810613+00');
-INSERT INTO public.django_migrations VALUES (106, 'endpoints', '0005_metering_moved_to_holdings', '2026-12-03 16:21:04.004602+00');
-INSERT INTO public.django_migrations VALUES (107, 'events', '0001_initial', '2026-12-03 16:21:05.839679+00');
-INSERT INTO public.django_migrations VALUES (108, 'instances', '0026_ranks_moved_to_clusters', '2026-12-03 16:21:07.872141+00');
-INSERT INTO public.django_migrations VALUES (109, 'instances', '0027_monthly_rental_stop_policy_pod_watch', '2026-12-03 16:21:08.942208+00');
-INSERT INTO public.django_migrations VALUES (110, 'instances', '0028_monthly_rental_stop_policy_pod_watch_copied', '2026-12-03 16:21:08.966863+00');
-INSERT INTO public.django_migrations VALUES (111, 'instances', '0029_moved_columns_removed', '2026-12-03 16:21:14.687646+00');
-INSERT INTO public.django_migrations VALUES (112, 'instances', '0030_pod_watch_pod_uid', '2026-12-03 16:21:14.811859+00');
-INSERT INTO public.django_migrations VALUES (113, 'instances', '0031_plurals', '2026-12-03 16:21:14.978888+00');
-INSERT INTO public.django_migrations VALUES (114, 'instances', '0032_workload', '2026-12-03 16:21:15.670104+00');
-INSERT INTO public.django_migrations VALUES (115, 'instances', '0033_workload_log_shipping', '2026-12-03 16:21:16.034906+00');
-INSERT INTO public.django_migrations VALUES (116, 'instances', '0034_spot', '2026-12-03 16:21:16.644835+00');
-INSERT INTO public.django_migrations VALUES (117, 'instances', '0035_mirrors', '2026-12-03 16:21:16.912175+00');
-INSERT INTO public.django_migrations VALUES (118, 'jobs', '0001_jobs', '2026-12-03 16:21:20.720462+00');
-INSERT INTO public.django_migrations VALUES (119, 'jobs', '0002_job_cluster', '2026-12-03 16:21:21.59878+00');
-INSERT INTO public.django_migrations VALUES (120, 'sessions', '0001_initial', '2026-12-03 16:21:21.654512+00');
-INSERT INTO public.django_migrations VALUES (121, 'storage', '0003_image_storage_price', '2026-12-03 16:21:22.092663+00');
+INSERT INTO public.django_migrations VALUES (1, 'contenttypes', '0001_initial', '2026-12-03 17:19:48.474212+00');
+INSERT INTO public.django_migrations VALUES (2, 'contenttypes', '0002_remove_content_type_name', '2026-12-03 17:19:48.481391+00');
+INSERT INTO public.django_migrations VALUES (3, 'auth', '0001_initial', '2026-12-03 17:19:48.508524+00');
+INSERT INTO public.django_migrations VALUES (4, 'auth', '0002_alter_permission_name_max_length', '2026-12-03 17:19:48.642843+00');
+INSERT INTO public.django_migrations VALUES (5, 'auth', '0003_alter_user_email_max_length', '2026-12-03 17:19:48.649011+00');
+INSERT INTO public.django_migrations VALUES (6, 'auth', '0004_alter_user_username_opts', '2026-12-03 17:19:48.653661+00');
+INSERT INTO public.django_migrations VALUES (7, 'auth', '0005_alter_user_last_login_null', '2026-12-03 17:19:48.65802+00');
+INSERT INTO public.django_migrations VALUES (8, 'auth', '0006_require_contenttypes_0002', '2026-12-03 17:19:48.658999+00');
+INSERT INTO public.django_migrations VALUES (9, 'auth', '0007_alter_validators_add_error_messages', '2026-12-03 17:19:48.663357+00');
+INSERT INTO public.django_migrations VALUES (10, 'auth', '0008_alter_user_username_max_length', '2026-12-03 17:19:48.667184+00');
+INSERT INTO public.django_migrations VALUES (11, 'auth', '0009_alter_user_last_name_max_length', '2026-12-03 17:19:48.671048+00');
+INSERT INTO public.django_migrations VALUES (12, 'auth', '0010_alter_group_name_max_length', '2026-12-03 17:19:48.675755+00');
+INSERT INTO public.django_migrations VALUES (13, 'auth', '0011_update_proxy_permissions', '2026-12-03 17:19:48.679924+00');
+INSERT INTO public.django_migrations VALUES (14, 'auth', '0012_alter_user_first_name_max_length', '2026-12-03 17:19:48.683754+00');
+INSERT INTO public.django_migrations VALUES (15, 'accounts', '0001_initial', '2026-12-03 17:19:48.745193+00');
+INSERT INTO public.django_migrations VALUES (16, 'accounts', '0002_two_factor', '2026-12-03 17:19:48.769074+00');
+INSERT INTO public.django_migrations VALUES (17, 'accounts', '0003_user_email_verification', '2026-12-03 17:19:48.796751+00');
+INSERT INTO public.django_migrations VALUES (18, 'accounts', '0004_teams', '2026-12-03 17:19:48.88849+00');
+INSERT INTO public.django_migrations VALUES (19, 'accounts', '0005_user_settings', '2026-12-03 17:19:48.902488+00');
+INSERT INTO public.django_migrations VALUES (20, 'accounts', '0006_token_caps', '2026-12-03 17:19:48.929703+00');
+INSERT INTO public.django_migrations VALUES (21, 'admin', '0001_initial', '2026-12-03 17:19:48.946148+00');
+INSERT INTO public.django_migrations VALUES (22, 'admin', '0002_logentry_remove_auto_add', '2026-12-03 17:19:48.955515+00');
+INSERT INTO public.django_migrations VALUES (23, 'admin', '0003_logentry_add_action_flag_choices', '2026-12-03 17:19:48.966696+00');
+INSERT INTO public.django_migrations VALUES (24, 'billing', '0001_initial', '2026-12-03 17:19:49.095416+00');
+INSERT INTO public.django_migrations VALUES (25, 'billing', '0002_ledger_immutable', '2026-12-03 17:19:49.113833+00');
+INSERT INTO public.django_migrations VALUES (26, 'billing', '0003_payments', '2026-12-03 17:19:49.26744+00');
+INSERT INTO public.django_migrations VALUES (27, 'billing', '0004_ledger_no_truncate', '2026-12-03 17:19:49.288624+00');
+INSERT INTO public.django_migrations VALUES (28, 'billing', '0005_operator_permissions_and_approvals', '2026-12-03 17:19:49.370071+00');
+INSERT INTO public.django_migrations VALUES (29, 'billing', '0006_disputes_arrears_and_holds', '2026-12-03 17:19:50.320078+00');
+INSERT INTO public.django_migrations VALUES (30, 'billing', '0007_transfers', '2026-12-03 17:19:50.350107+00');
+INSERT INTO public.django_migrations VALUES (31, 'billing', '0008_invoices_and_statements', '2026-12-03 17:19:50.451508+00');
+INSERT INTO public.django_migrations VALUES (32, 'billing', '0009_ledger_price_kind', '2026-12-03 17:19:50.475821+00');
+INSERT INTO public.django_migrations VALUES (33, 'billing', '0010_transfer_invoiceable_portion', '2026-12-03 17:19:50.564342+00');
+INSERT INTO public.django_migrations VALUES (34, 'billing', '0011_usage_pending_and_minutes', '2026-12-03 17:19:50.693896+00');
+INSERT INTO public.django_migrations VALUES (35, 'billing', '0012_ledger_seq', '2026-12-03 17:19:50.777951+00');
+INSERT INTO public.django_migrations VALUES (36, 'billing', '0013_topup_paid_with_and_cancelled', '2026-12-03 17:19:50.825122+00');
+INSERT INTO public.django_migrations VALUES (37, 'instances', '0001_fleet', '2026-12-03 17:19:50.905725+00');
+INSERT INTO public.django_migrations VALUES (38, 'instances', '0002_default_health_rules', '2026-12-03 17:19:50.947914+00');
+INSERT INTO public.django_migrations VALUES (39, 'instances', '0003_instances', '2026-12-03 17:19:51.369745+00');
+INSERT INTO public.django_migrations VALUES (40, 'instances', '0004_monthly_rental', '2026-12-03 17:19:51.47286+00');
+INSERT INTO public.django_migrations VALUES (41, 'instances', '0005_instance_ssh_keys', '2026-12-03 17:19:51.503849+00');
+INSERT INTO public.django_migrations VALUES (42, 'instances', '0006_event_params', '2026-12-03 17:19:51.52864+00');
+INSERT INTO public.django_migrations VALUES (43, 'instances', '0007_cloud_disks', '2026-12-03 17:19:51.739715+00');
+INSERT INTO public.django_migrations VALUES (44, 'fleet', '0001_moved_from_instances', '2026-12-03 17:19:52.40424+00');
+INSERT INTO public.django_migrations VALUES (45, 'instances', '0008_fleet_and_storage_moved_out', '2026-12-03 17:19:53.087724+00');
+INSERT INTO public.django_migrations VALUES (46, 'instances', '0009_instance_objects_created_events_read', '2026-12-03 17:19:53.184162+00');
+INSERT INTO public.django_migrations VALUES (47, 'instances', '0010_offering_runtime_class', '2026-12-03 17:19:53.19377+00');
+INSERT INTO public.django_migrations VALUES (48, 'instances', '0011_queue_unfunded_and_tenant_limits', '2026-12-03 17:19:53.268998+00');
+INSERT INTO public.django_migrations VALUES (49, 'instances', '0012_instance_ssh_host_key', '2026-12-03 17:19:53.333341+00');
+INSERT INTO public.django_migrations VALUES (50, 'fleet', '0002_node_allocatable', '2026-12-03 17:19:53.365794+00');
+INSERT INTO public.django_migrations VALUES (51, 'fleet', '0003_gpumodel_premium', '2026-12-03 17:19:53.407512+00');
+INSERT INTO public.django_migrations VALUES (52, 'fleet', '0004_node_event_token_reset', '2026-12-03 17:19:53.422005+00');
+INSERT INTO public.django_migrations VALUES (53, 'instances', '0013_gateway_ports_and_shares', '2026-12-03 17:19:53.790842+00');
+INSERT INTO public.django_migrations VALUES (54, 'fleet', '0005_node_fabric', '2026-12-03 17:19:53.806473+00');
+INSERT INTO public.django_migrations VALUES (55, 'clusters', '0001_clusters', '2026-12-03 17:19:53.860601+00');
+INSERT INTO public.django_migrations VALUES (56, 'instances', '0014_cluster_ranks', '2026-12-03 17:19:53.975746+00');
+INSERT INTO public.django_migrations VALUES (57, 'instances', '0015_instance_checking', '2026-12-03 17:19:54.024826+00');
+INSERT INTO public.django_migrations VALUES (58, 'instances', '0016_instance_fillfactor', '2026-12-03 17:19:54.061168+00');
+INSERT INTO public.django_migrations VALUES (59, 'fleet', '0006_node_profile', '2026-12-03 17:19:54.070354+00');
+INSERT INTO public.django_migrations VALUES (60, 'fleet', '0007_regions', '2026-12-03 17:19:54.163239+00');
+INSERT INTO public.django_migrations VALUES (61, 'instances', '0017_instance_region', '2026-12-03 17:19:54.245376+00');
+INSERT INTO public.django_migrations VALUES (62, 'instances', '0018_image_size_and_prepull', '2026-12-03 17:19:54.300166+00');
+INSERT INTO public.django_migrations VALUES (63, 'instances', '0019_offering_trial_price_slug_and_chinese', '2026-12-03 17:19:54.552213+00');
+INSERT INTO public.django_migrations VALUES (64, 'instances', '0020_seeded_catalog_trial_and_chinese', '2026-12-03 17:19:54.618153+00');
+INSERT INTO public.django_migrations VALUES (65, 'clusters', '0002_rank_provisioning', '2026-12-03 17:19:54.736066+00');
+INSERT INTO public.django_migrations VALUES (66, 'clusters', '0003_preflight', '2026-12-03 17:19:54.793152+00');
+INSERT INTO public.django_migrations VALUES (67, 'instances', '0021_auto_stop', '2026-12-03 17:19:55.498534+00');
+INSERT INTO public.django_migrations VALUES (68, 'instances', '0022_engine_images', '2026-12-03 17:19:55.539813+00');
+INSERT INTO public.django_migrations VALUES (69, 'datasets', '0001_initial', '2026-12-03 17:19:55.600068+00');
+INSERT INTO public.django_migrations VALUES (70, 'datasets', '0002_shared_storage_moved_out', '2026-12-03 17:19:55.602377+00');
+INSERT INTO public.django_migrations VALUES (71, 'storage', '0001_moved_from_instances_and_datasets', '2026-12-03 17:19:55.767821+00');
+INSERT INTO public.django_migrations VALUES (72, 'storage', '0002_disk_region', '2026-12-03 17:19:55.818958+00');
+INSERT INTO public.django_migrations VALUES (73, 'fleet', '0008_node_images', '2026-12-03 17:19:55.870952+00');
+INSERT INTO public.django_migrations VALUES (74, 'endpoints', '0001_endpoints', '2026-12-03 17:19:56.393835+00');
+INSERT INTO public.django_migrations VALUES (75, 'endpoints', '0002_sync_indexes', '2026-12-03 17:19:56.452173+00');
+INSERT INTO public.django_migrations VALUES (76, 'fleet', '0009_allocation_endpoint_replica', '2026-12-03 17:19:56.573675+00');
+INSERT INTO public.django_migrations VALUES (77, 'fleet', '0010_node_review', '2026-12-03 17:19:56.610496+00');
+INSERT INTO public.django_migrations VALUES (78, 'fleet', '0011_allocations_moved_to_compute', '2026-12-03 17:19:56.613324+00');
+INSERT INTO public.django_migrations VALUES (79, 'compute', '0001_catalog_and_allocations_moved_in', '2026-12-03 17:19:56.982417+00');
+INSERT INTO public.django_migrations VALUES (80, 'endpoints', '0003_catalog_moved_to_compute', '2026-12-03 17:19:57.026768+00');
+INSERT INTO public.django_migrations VALUES (81, 'clusters', '0004_cluster_checking_since', '2026-12-03 17:19:57.063781+00');
+INSERT INTO public.django_migrations VALUES (82, 'clusters', '0005_catalog_moved_to_compute', '2026-12-03 17:19:57.155838+00');
+INSERT INTO public.django_migrations VALUES (83, 'instances', '0023_catalog_moved_to_compute', '2026-12-03 17:19:57.337515+00');
+INSERT INTO public.django_migrations VALUES (84, 'compute', '0002_holdings', '2026-12-03 17:19:57.992096+00');
+INSERT INTO public.django_migrations VALUES (85, 'instances', '0024_queue_fields_moved_to_holdings', '2026-12-03 17:19:58.382185+00');
+INSERT INTO public.django_migrations VALUES (86, 'endpoints', '0004_replica_holding', '2026-12-03 17:19:58.431764+00');
+INSERT INTO public.django_migrations VALUES (87, 'compute', '0003_holding_parent', '2026-12-03 17:19:58.498507+00');
+INSERT INTO public.django_migrations VALUES (88, 'compute', '0004_holding_meter', '2026-12-03 17:19:58.865486+00');
+INSERT INTO public.django_migrations VALUES (89, 'instances', '0025_metering_moved_to_holdings', '2026-12-03 17:19:59.153354+00');
+INSERT INTO public.django_migrations VALUES (90, 'clusters', '0006_cluster_key_at_order', '2026-12-03 17:19:59.245496+00');
+INSERT INTO public.django_migrations VALUES (91, 'clusters', '0007_ranks', '2026-12-03 17:19:59.32092+00');
+INSERT INTO public.django_migrations VALUES (92, 'clusters', '0008_cluster_owner', '2026-12-03 17:19:59.371934+00');
+INSERT INTO public.django_migrations VALUES (93, 'clusters', '0009_spot_billing', '2026-12-03 17:19:59.414698+00');
+INSERT INTO public.django_migrations VALUES (94, 'fleet', '0012_region_display_name_zh_hans', '2026-12-03 17:19:59.497679+00');
+INSERT INTO public.django_migrations VALUES (95, 'compute', '0005_no_gpu_mode', '2026-12-03 17:19:59.737958+00');
+INSERT INTO public.django_migrations VALUES (96, 'compute', '0006_offering_system_disk', '2026-12-03 17:19:59.752963+00');
+INSERT INTO public.django_migrations VALUES (97, 'compute', '0007_tenant_images', '2026-12-03 17:20:00.269307+00');
+INSERT INTO public.django_migrations VALUES (98, 'compute', '0008_spot', '2026-12-03 17:20:00.481393+00');
+INSERT INTO public.django_migrations VALUES (99, 'compute', '0009_seeded_spot_prices', '2026-12-03 17:20:00.535196+00');
+INSERT INTO public.django_migrations VALUES (100, 'compute', '0010_token_caps', '2026-12-03 17:20:00.811743+00');
+INSERT INTO public.django_migrations VALUES (101, 'compute', '0011_image_saving', '2026-12-03 17:20:00.926687+00');
+INSERT INTO public.django_migrations VALUES (102, 'console', '0001_overview_permission', '2026-12-03 17:20:00.929831+00');
+INSERT INTO public.django_migrations VALUES (103, 'datasets', '0003_description_zh_hans', '2026-12-03 17:20:00.935219+00');
+INSERT INTO public.django_migrations VALUES (104, 'datasets', '0004_seeded_descriptions_zh_hans', '2026-12-03 17:20:00.99698+00');
+INSERT INTO public.django_migrations VALUES (105, 'datasets', '0005_names_zh_hans', '2026-12-03 17:20:01.07639+00');
+INSERT INTO public.django_migrations VALUES (106, 'endpoints', '0005_metering_moved_to_holdings', '2026-12-03 17:20:01.102044+00');
+INSERT INTO public.django_migrations VALUES (107, 'events', '0001_initial', '2026-12-03 17:20:01.428191+00');
+INSERT INTO public.django_migrations VALUES (108, 'events', '0002_email_defaults', '2026-12-03 17:20:01.721286+00');
+INSERT INTO public.django_migrations VALUES (109, 'instances', '0026_ranks_moved_to_clusters', '2026-12-03 17:20:01.877307+00');
+INSERT INTO public.django_migrations VALUES (110, 'instances', '0027_monthly_rental_stop_policy_pod_watch', '2026-12-03 17:20:02.066416+00');
+INSERT INTO public.django_migrations VALUES (111, 'instances', '0028_monthly_rental_stop_policy_pod_watch_copied', '2026-12-03 17:20:02.071291+00');
+INSERT INTO public.django_migrations VALUES (112, 'instances', '0029_moved_columns_removed', '2026-12-03 17:20:03.346456+00');
+INSERT INTO public.django_migrations VALUES (113, 'instances', '0030_pod_watch_pod_uid', '2026-12-03 17:20:03.371457+00');
+INSERT INTO public.django_migrations VALUES (114, 'instances', '0031_plurals', '2026-12-03 17:20:03.410453+00');
+INSERT INTO public.django_migrations VALUES (115, 'instances', '0032_workload', '2026-12-03 17:20:03.554947+00');
+INSERT INTO public.django_migrations VALUES (116, 'instances', '0033_workload_log_shipping', '2026-12-03 17:20:03.619435+00');
+INSERT INTO public.django_migrations VALUES (117, 'instances', '0034_spot', '2026-12-03 17:20:03.720273+00');
+INSERT INTO public.django_migrations VALUES (118, 'instances', '0035_mirrors', '2026-12-03 17:20:03.978438+00');
+INSERT INTO public.django_migrations VALUES (119, 'instances', '0036_clone', '2026-12-03 17:20:04.031759+00');
+INSERT INTO public.django_migrations VALUES (120, 'jobs', '0001_jobs', '2026-12-03 17:20:04.39869+00');
+INSERT INTO public.django_migrations VALUES (121, 'jobs', '0002_job_cluster', '2026-12-03 17:20:04.773942+00');
+INSERT INTO public.django_migrations VALUES (122, 'sessions', '0001_initial', '2026-12-03 17:20:04.783151+00');
+INSERT INTO public.django_migrations VALUES (123, 'storage', '0003_image_storage_price', '2026-12-03 17:20:04.855494+00');
 
 
 --
@@ -2767,7 +2770,7 @@ INSERT INTO public.django_migrations VALUES (121, 'storage', '0003_image_storage
 -- Data for Name: fleet_region; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.fleet_region VALUES ('default', 'Default', '', true, '2026-12-03 16:20:23.966339+00', '默认');
+INSERT INTO public.fleet_region VALUES ('default', 'Default', '', true, '2026-12-03 17:19:54.112659+00', '默认');
 
 
 --
@@ -3025,7 +3028,7 @@ SELECT pg_catalog.setval('public.django_content_type_id_seq', 74, true);
 -- Name: django_migrations_id_seq; Type: SEQUENCE SET; Schema: public; Owner: -
 --
 
-SELECT pg_catalog.setval('public.django_migrations_id_seq', 121, true);
+SELECT pg_catalog.setval('public.django_migrations_id_seq', 123, true);
 
 
 --
