@@ -112,6 +112,7 @@ class KubeEmulator:
         keda_queue_url: str | None = None,
         keda_polling_interval_s: float | None = None,
         data_dir: str | os.PathLike[str] | None = None,
+        lease_renew_s: float = 10.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -131,6 +132,7 @@ class KubeEmulator:
             self.volume_data,
             self.images,
             load_s=_setting(standin_load_s, "STARVERSE_STANDIN_LOAD_S"),
+            lease_renew_s=lease_renew_s,
         )
         self.scheduler = Scheduler(self.api)
         self._clock_lock = threading.Lock()
