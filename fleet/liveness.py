@@ -5,8 +5,8 @@ Every kubelet renews its node's Lease in `kube-node-lease` every 10 s (leaseDura
 Unknown only after its grace period (40-50 s). One watch per region on that namespace (not a
 GET per node: one connection, re-opened from its last resourceVersion) tells this process each
 renewal; a node none of whose renewals was seen for NODE_LEASE_QUIET_S (two missed in a row)
-is down when its node agent has not reported since the last renewal either
-(node_lease_lost). So:
+is down when its node agent is silent too: no report since that renewal, or none within
+NODE_AGENT_QUIET_S, more than the agent's 15 s interval (node_lease_lost). So:
 - a late renewal, or one late agent report, never takes a node down: the kubelet must miss
   two renewals and the agent must be silent too (a kubelet stuck while its agent still
   reports leaves the node to the heartbeat rule and to Kubernetes' own eviction);
@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -82,14 +82,15 @@ AGENT_REPORTS = "agent_reports"
 
 def node_lease_lost(*, name: str, region: str, silent_s: float, renewed_at: datetime) -> str:
     """The node's kubelet has not renewed its Lease for `silent_s` (last seen at
-    `renewed_at`): the node is down ("down"), unless its agent has reported since
-    (AGENT_REPORTS: the node lives and only its kubelet is stuck, left to the heartbeat rule;
-    asked again while the lease stays silent). "unchanged" for a node unknown here or
+    `renewed_at`): the node is down ("down"), unless its agent has reported since that
+    renewal and within NODE_AGENT_QUIET_S (AGENT_REPORTS: the node lives and only its kubelet
+    is stuck, left to the heartbeat rule; asked again each check while the lease is silent). "unchanged" for a node unknown here or
     already down."""
     node = Node.objects.filter(name=name, region_id=region).first()
     if node is None or node.state == NodeState.DOWN:
         return "unchanged"
-    if node.last_report_at is not None and node.last_report_at > renewed_at:
+    agent_quiet = timezone.now() - timedelta(seconds=settings.NODE_AGENT_QUIET_S)
+    if node.last_report_at is not None and node.last_report_at > max(renewed_at, agent_quiet):
         return AGENT_REPORTS
     try:
         moved = node_transition(
