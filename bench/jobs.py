@@ -415,9 +415,7 @@ def job_resume_after_node_loss() -> list[dict[str, Any]]:
         _lease_watch() as agents,
     ):
         job = _multi_node_job(_owner())
-        ranks = list(
-            Instance.objects.filter(job_rank__job_id=job.id).order_by("job_rank__index")
-        )
+        ranks = list(Instance.objects.filter(job_rank__job_id=job.id).order_by("job_rank__index"))
         _until(lambda: Job.objects.get(pk=job.id).status == "running", "the job to run")
         for rank in ranks:
             rank.refresh_from_db()

@@ -84,8 +84,8 @@ def node_lease_lost(*, name: str, region: str, silent_s: float, renewed_at: date
     """The node's kubelet has not renewed its Lease for `silent_s` (last seen at
     `renewed_at`): the node is down ("down"), unless its agent has reported since that
     renewal and within NODE_AGENT_QUIET_S (AGENT_REPORTS: the node lives and only its kubelet
-    is stuck, left to the heartbeat rule; asked again each check while the lease is silent). "unchanged" for a node unknown here or
-    already down."""
+    is stuck, left to the heartbeat rule; asked again each check while the lease is silent).
+    "unchanged" for a node unknown here or already down."""
     node = Node.objects.filter(name=name, region_id=region).first()
     if node is None or node.state == NodeState.DOWN:
         return "unchanged"
@@ -117,7 +117,8 @@ def _watch(clock: LeaseClock, stop: threading.Event) -> None:
                 version, leases = kube.node_leases()
                 for lease in leases:
                     clock.observe(lease)
-            for version, lease in kube.node_leases_watch(version, timeout_s=WATCH_S):
+            for seen, lease in kube.node_leases_watch(version, timeout_s=WATCH_S):
+                version = seen  # a watch re-opened goes on from here
                 clock.observe(lease)
                 if stop.is_set():
                     return
@@ -150,4 +151,3 @@ def node_leases_follow(*, region: str, stop: threading.Event, quiet_s: float = 0
         stop.set()
         watcher.join(timeout=WATCH_S + 5)
         connection.close()
-

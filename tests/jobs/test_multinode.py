@@ -9,18 +9,18 @@ and lines); the job's cluster is not one of the user's clusters."""
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from clusters.gates import GATE_FILE
-from clusters.preflight import preflight_run
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
+from clusters.gates import GATE_FILE
+from clusters.preflight import preflight_run
 from compute.models import Offering
 from devstack.kube.emulator import KubeEmulator
 from fleet.liveness import CHECK_S, node_leases_follow
