@@ -387,6 +387,19 @@ def _multi_node_job(user: Any) -> Any:
     return job
 
 
+def _step_5_logged(kube: Any, rank: Any) -> bool:
+    return "step 5/" in _log(kube, rank)
+
+
+def _node_of(rank_id: str) -> Any:
+    from instances.models import Instance
+
+    node = Instance.objects.get(pk=rank_id).node
+    if node is None:
+        raise RuntimeError(f"{rank_id} holds no node")
+    return node
+
+
 def _resumed_on_another_node(kube: Any, rank_id: str, node_id: Any, attempt: int) -> bool:
     """The rank runs on another node than `node_id`, its program's attempt `attempt` logged
     its resumed step."""
@@ -419,10 +432,10 @@ def job_resume_after_node_loss() -> list[dict[str, Any]]:
         _until(lambda: Job.objects.get(pk=job.id).status == "running", "the job to run")
         for rank in ranks:
             rank.refresh_from_db()
-            _until(lambda rank=rank: "step 5/" in _log(kube, rank), "step 5 on every rank")
+            _until(partial(_step_5_logged, kube, rank), "step 5 on every rank")
 
         # one node's kubelet and agent stop: found by the lease watch, its rank replaced
-        lost = Instance.objects.get(pk=ranks[-1].pk).node
+        lost = _node_of(ranks[-1].pk)
         agents.stopped_nodes.add(lost.name)
         began = time.monotonic()
         emulator.lose_node(lost.name)
@@ -437,7 +450,7 @@ def job_resume_after_node_loss() -> list[dict[str, Any]]:
         _until(lambda: Job.objects.get(pk=job.id).status == "running", "the job to run again")
 
         # baseline: another rank's node taken out by hand (an operator; no detection)
-        by_hand = Instance.objects.get(pk=ranks[0].pk).node
+        by_hand = _node_of(ranks[0].pk)
         agents.stopped_nodes.add(by_hand.name)
         hand_began = time.monotonic()
         emulator.lose_node(by_hand.name)

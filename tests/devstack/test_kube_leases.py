@@ -4,6 +4,7 @@ no more and its node's Ready condition goes Unknown. The platform's node-loss wa
 both (fleet.liveness)."""
 
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 from kubernetes import client, config, watch
@@ -21,7 +22,7 @@ def leases(emu: KubeEmulator, kubeconfig: str) -> Iterator[client.CoordinationV1
     api_client.close()
 
 
-def _renewed(leases: client.CoordinationV1Api, node: str) -> object:
+def _renewed(leases: client.CoordinationV1Api, node: str) -> datetime:
     return leases.read_namespaced_lease(node, LEASE_NS).spec.renew_time
 
 
