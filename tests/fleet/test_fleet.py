@@ -597,7 +597,7 @@ def test_an_operator_ends_a_review_by_cordoning_the_node_or_clearing_it(node, cl
 
 def _lost(node: Node, renewed_at) -> str:
     return node_lease_lost(
-        name=node.name, region=node.region_id, silent_s=21, renewed_at=renewed_at
+        name=node.name, region=str(node.region_id), silent_s=21, renewed_at=renewed_at
     )
 
 
