@@ -19,7 +19,16 @@ next to a baseline measured in the same run:
   `step 1`. The loss of one pod of a one-node job, not the issue's node loss of a 4-node job
   (multi-node jobs come later). Its parts are printed too: `job_pod_loss_detect` (the
   loss to the rank leaving `running`) and `job_pod_loss_replace` (from there to the resumed
-  step)."""
+  step).
+- job_resume_after_node_loss: seconds from one node's kubelet and agent stopping to its rank's
+  replacement running on another node and the simulated trainer logging its resumed step,
+  for a 4-node job (whole nodes) with the same worker and beat, the node lease watch
+  (fleet.liveness, as `manage.py fleet_watch_nodes` runs it) in a thread and stand-in agents
+  reporting every AGENT_INTERVAL_S (the column their reports write): detection included;
+  baseline: the same replacement, of another rank of the same job, when an operator takes
+  its node out by hand (no detection). Its detection part is printed too
+  (`job_node_loss_detect`, against the 60 s heartbeat rule).
+"""
 
 import statistics
 import tempfile
@@ -308,6 +317,171 @@ def job_resume_after_pod_loss() -> list[dict[str, Any]]:
     ]
 
 
+# --- job_resume_after_node_loss ----------------------------------------------------------
+
+NODE_JOB_NODES = 4
+AGENT_INTERVAL_S = 5.0
+WHOLE_NODE = "8× H100 80GB SXM bare metal"
+
+
+class Agents(threading.Thread):
+    """Stand-in node agents: every node reports each AGENT_INTERVAL_S (the report's
+    `last_report_at`), but those stopped."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stopped_nodes: set[str] = set()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection
+        from django.utils import timezone
+
+        from fleet.models import Node
+
+        try:
+            while not self.stopped.wait(AGENT_INTERVAL_S):
+                Node.objects.exclude(name__in=self.stopped_nodes).update(
+                    last_report_at=timezone.now()
+                )
+        finally:
+            connection.close()
+
+
+@contextmanager
+def _lease_watch() -> Iterator[Agents]:
+    """The node lease watch in a thread and the stand-in agents."""
+    from fleet.liveness import node_leases_follow
+    from fleet.models import DEFAULT_REGION
+
+    stop = threading.Event()
+    follower = threading.Thread(
+        target=node_leases_follow, kwargs={"region": DEFAULT_REGION, "stop": stop}, daemon=True
+    )
+    agents = Agents()
+    follower.start()
+    agents.start()
+    try:
+        yield agents
+    finally:
+        stop.set()
+        agents.stopped.set()
+        follower.join()
+        agents.join()
+
+
+def _multi_node_job(user: Any) -> Any:
+    from compute.models import Offering
+    from jobs.services import JobRequest, job_submit
+
+    job, _created = job_submit(
+        user=user,
+        request=JobRequest(
+            offering_id=Offering.objects.get(name=WHOLE_NODE).id,
+            image_id="pytorch-2.1",
+            command="starverse-sim-train --steps 100000 --step-seconds 0.1",
+            node_count=NODE_JOB_NODES,
+            nas=False,
+        ),
+    )
+    return job
+
+
+def _step_5_logged(kube: Any, rank: Any) -> bool:
+    return "step 5/" in _log(kube, rank)
+
+
+def _node_of(rank_id: str) -> Any:
+    from instances.models import Instance
+
+    node = Instance.objects.get(pk=rank_id).node
+    if node is None:
+        raise RuntimeError(f"{rank_id} holds no node")
+    return node
+
+
+def _resumed_on_another_node(kube: Any, rank_id: str, node_id: Any, attempt: int) -> bool:
+    """The rank runs on another node than `node_id`, its program's attempt `attempt` logged
+    its resumed step."""
+    from instances.models import Instance
+
+    rank = Instance.objects.get(pk=rank_id)
+    if rank.status != "running" or rank.node_id in (None, node_id):
+        return False
+    try:
+        log = _log(kube, rank)
+    except Exception:  # its new pod not there yet
+        return False
+    return f"STARVERSE_RESTART_COUNT={attempt}" in log and "resumed from step" in log
+
+
+def job_resume_after_node_loss() -> list[dict[str, Any]]:
+    from fleet.models import Node
+    from fleet.services import node_transition
+    from instances.models import Instance
+    from jobs.models import Job
+    from starverse.core import kube
+
+    with (
+        _emulated({"h100": NODE_JOB_NODES + 2}) as emulator,
+        _worker_and_beat(),
+        _lease_watch() as agents,
+    ):
+        job = _multi_node_job(_owner())
+        ranks = list(Instance.objects.filter(job_rank__job_id=job.id).order_by("job_rank__index"))
+        _until(lambda: Job.objects.get(pk=job.id).status == "running", "the job to run")
+        for rank in ranks:
+            rank.refresh_from_db()
+            _until(partial(_step_5_logged, kube, rank), "step 5 on every rank")
+
+        # one node's kubelet and agent stop: found by the lease watch, its rank replaced
+        lost = _node_of(ranks[-1].pk)
+        agents.stopped_nodes.add(lost.name)
+        began = time.monotonic()
+        emulator.lose_node(lost.name)
+        detected = _until(
+            lambda: Node.objects.get(pk=lost.pk).state == "down", "the loss to be found"
+        )
+        resumed = _until(
+            lambda: _resumed_on_another_node(kube, ranks[-1].pk, lost.pk, 1),
+            "the replacement's resumed step",
+            poll_s=0.05,
+        )
+        _until(lambda: Job.objects.get(pk=job.id).status == "running", "the job to run again")
+
+        # baseline: another rank's node taken out by hand (an operator; no detection)
+        by_hand = _node_of(ranks[0].pk)
+        agents.stopped_nodes.add(by_hand.name)
+        hand_began = time.monotonic()
+        emulator.lose_node(by_hand.name)
+        node_transition(node=by_hand, to="down", reason="taken out by hand (bench)")
+        hand_resumed = _until(
+            lambda: _resumed_on_another_node(kube, ranks[0].pk, by_hand.pk, 2),
+            "the baseline's resumed step",
+            poll_s=0.05,
+        )
+    baseline = hand_resumed - hand_began
+    return [
+        report(
+            "job_resume_after_node_loss",
+            resumed - began,
+            "s",
+            baseline,
+            f"the same replacement in the same {NODE_JOB_NODES}-node job when the node is taken "
+            "out by hand (no detection)",
+            "value <= 60",
+        ),
+        report(
+            "job_node_loss_detect",
+            detected - began,
+            "s",
+            60.0 + _period("fleet-heartbeats"),
+            "the heartbeat rule's worst case (60 s timeout, checked every 15 s)",
+            "value <= baseline / 2",
+        ),
+    ]
+
+
 def _period(name: str) -> float:
     """A beat entry's period in seconds (CELERY_BEAT_SCHEDULE)."""
     from django.conf import settings
@@ -321,4 +495,6 @@ def run() -> list[dict[str, Any]]:
     setup_django()
     follow = job_log_follow()
     recreate_database()
-    return [follow, *job_resume_after_pod_loss()]
+    pod_loss = job_resume_after_pod_loss()
+    recreate_database()
+    return [follow, *pod_loss, *job_resume_after_node_loss()]

@@ -19,3 +19,8 @@ gang_over_budget = Signal()
 # job's) saw the program end and is stopping, its GPUs released once stopped: its owner decides
 # what comes next (run it again, or end).
 workload_ended = Signal()
+
+# kwargs: instance_id. An instance that runs a program to its end (a job's) lost its node or
+# its pod while it held GPUs and waits to be placed again, billing paused: its owner hears of
+# it at once (a job is recovering), not at its next look.
+workload_lost = Signal()

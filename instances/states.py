@@ -39,7 +39,7 @@ from instances.charges import bill_until, meter_start, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.gangs import gang_of
 from instances.models import Instance, InstanceEvent, Workload, companions_new
-from instances.signals import gang_checking, workload_ended
+from instances.signals import gang_checking, workload_ended, workload_lost
 from starverse.core.db import insert_together
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict
@@ -262,6 +262,8 @@ def instance_requeue(instance: Instance, message: str) -> None:
         ssh_port=None,
         jupyter_port=None,
     )
+    if Workload.objects.filter(pk=instance.pk).exists():
+        workload_lost.send(sender=Instance, instance_id=instance.id)
 
 
 def instance_mark_stopping(instance: Instance, message: str, *, restart: bool = False) -> None:

@@ -26,7 +26,10 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Case, IntegerField, Value, When
+from django.db.models.functions import Substr
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -83,6 +86,7 @@ RESUMED = gettext_noop("Resumed from step %(step)s (restart %(attempt)s).")
 RANK_FAILED = gettext_noop("A rank's program failed: every rank stops, then all start again.")
 MULTI_NODE_GPUS = 8  # a job of several nodes takes whole nodes of this many GPUs
 NODES_NAMED = 4  # a timeline line names this many of a job's nodes
+RESUME_READ_KEEP_S = 7 * 24 * 3600  # what _log_news read of an attempt, kept this long
 REVIEW_AFTER_ERRORS = 2  # a job's program failing this often on one node: the node is reviewed
 
 
@@ -554,18 +558,44 @@ def _follow_running(job: Job, instances: list[Instance], *, new_pod: bool, now: 
 def _note_resumed(job: Job, instances: list[Instance]) -> None:
     """Once per attempt, the timeline's "Resumed from step N" when the attempt's shipped log
     says where its program resumed (jobs.resume: the lowest rank that says it). Looked for while
-    the job runs, until found."""
+    the job runs, until found, in what was shipped since the last look only (_log_news)."""
     attempt = job.restarts
     said = JobEvent.objects.filter(job=job, message=RESUMED, params__attempt=str(attempt))
     if said.exists():
         return
-    logs = WorkloadLog.objects.filter(instance__in=[i.pk for i in instances], attempt=attempt)
-    texts = dict(logs.values_list("instance_id", "text"))
+    steps = _log_news(job, attempt, [i.pk for i in instances])
     for instance in instances:  # in rank order
-        step = resumed_step(texts.get(instance.pk, ""))
-        if step is not None:
+        if (step := steps.get(instance.pk)) is not None:
             _event(job, job.status, later(RESUMED) % {"step": step, "attempt": attempt})
             return
+
+
+def _log_news(job: Job, attempt: int, instance_ids: list[str]) -> dict[str, int]:
+    """The resumed step each rank's log says in the whole lines shipped since the last look
+    (their count per rank is kept in the cache: the database sends only the rest of each
+    log, however long the attempt runs without saying it; a cache that forgot reads from the
+    start again). A log cut at its head (truncated: more than WORKLOAD_LOG_BYTES) is not read
+    again: its attempt's first lines, where a program says it resumed, are gone."""
+    key = f"jobs:resume-read:{job.pk}:{attempt}"
+    read: dict[str, int] = cache.get(key) or {}
+    start = Case(
+        *(When(instance_id=pk, then=Value(done + 1)) for pk, done in read.items()),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
+    rows = (
+        WorkloadLog.objects.filter(instance__in=instance_ids, attempt=attempt, truncated=False)
+        .annotate(news=Substr("text", start))
+        .values_list("instance_id", "news")
+    )
+    steps = {}
+    for instance_id, news in rows:
+        whole = news[: news.rfind("\n") + 1]  # a line still being shipped: read next time
+        if (step := resumed_step(whole)) is not None:
+            steps[instance_id] = step
+        read[instance_id] = read.get(instance_id, 0) + len(whole)
+    cache.set(key, read, timeout=RESUME_READ_KEEP_S)
+    return steps
 
 
 def _follow_waiting(job: Job, instances: list[Instance]) -> None:

@@ -115,6 +115,7 @@ class KubeEmulator:
         keda_polling_interval_s: float | None = None,
         data_dir: str | os.PathLike[str] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        lease_renew_s: float = 10.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -140,6 +141,7 @@ class KubeEmulator:
             self.volume_data,
             self.images,
             load_s=_setting(standin_load_s, "STARVERSE_STANDIN_LOAD_S"),
+            lease_renew_s=lease_renew_s,
         )
         self.scheduler = Scheduler(self.api)
         self._clock_lock = threading.Lock()

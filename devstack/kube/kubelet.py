@@ -37,6 +37,7 @@ present for the next pod.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import hashlib
 from collections import Counter
@@ -50,7 +51,7 @@ from .engine import load_seconds, standin_exit
 from .images import ImageCatalog, Pull, Pulls, add_image, holds, node_bandwidth_mbps
 from .objects import TERMINAL, set_condition
 from .podlogs import LogBook
-from .resources import NODES, PODS
+from .resources import LEASES, NODES, PODS
 from .saving import PushRun, layer_args, push, save_layer
 from .scheduler import allocatable, describe_shortage, node_usage
 from .seeding import seed
@@ -123,6 +124,11 @@ def _terminated(status: Obj, code: int, message: str, stamp: str, reason: str = 
     return terminated
 
 
+def _renewed(lease: Obj) -> None:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lease.setdefault("spec", {})["renewTime"] = stamp
+
+
 def _ready_message(pod: Obj) -> str:
     names = " ".join(c.get("name", "") for c in _containers(pod))
     return f"containers with unready status: [{names}]"
@@ -138,8 +144,13 @@ class Kubelet:
         volume_data: VolumeData,
         images: ImageCatalog | None = None,
         load_s: float = 0.0,
+        lease_renew_s: float = 10.0,
     ) -> None:
         self.api = api
+        # as the kubelet's node lease controller: renew the node's Lease in kube-node-lease
+        # every leaseDurationSeconds / 4 (10 s); a stopped kubelet (a frozen node) renews none
+        self.lease_renew_s = lease_renew_s
+        self._lease_renewed: dict[str, float] = {}
         self.volume_data = volume_data
         self.logs = LogBook()
         self.images = images or ImageCatalog()
@@ -162,6 +173,7 @@ class Kubelet:
         self.failing_images.clear()
         self.failing_starts.clear()
         self.frozen_nodes.clear()
+        self._lease_renewed.clear()
         self.sims.clear()
         self._ip_serial.clear()
         self.pulls.reset()
@@ -175,6 +187,7 @@ class Kubelet:
             self.api.mutate(NODES, "", held_by, functools.partial(_holding, image, size))
         pods = store.items(PODS)
         nodes = {n["metadata"]["name"]: n for n in store.items(NODES)}
+        self._leases_renew(nodes, now)
         live: set[str] = set()
         # admit in arrival order, as a kubelet sees pods
         ordered = sorted(
@@ -205,6 +218,17 @@ class Kubelet:
             del self.sims[uid]
         for uid in self.logs.pods() - live:
             self.logs.forget(uid)
+
+    def _leases_renew(self, nodes: dict[str, Obj], now: float) -> None:
+        """Each running kubelet renews its node's Lease (spec.renewTime, microseconds as the
+        kubelet writes it) once lease_renew_s has passed on the emulated clock."""
+        for name in nodes:
+            if name in self.frozen_nodes:
+                continue
+            if now - self._lease_renewed.get(name, float("-inf")) < self.lease_renew_s:
+                continue
+            self._lease_renewed[name] = now
+            self.api.mutate(LEASES, "kube-node-lease", name, _renewed)
 
     @staticmethod
     def _node_ready(node: Obj) -> bool:

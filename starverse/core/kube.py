@@ -24,7 +24,7 @@ from functools import cache
 from typing import Any, Literal, TypedDict
 
 from django.conf import settings
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.stream import stream
@@ -475,6 +475,55 @@ def nodes_list() -> list[ClusterNode]:
             )
         )
     return result
+
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+
+@dataclass(frozen=True)
+class LeaseSeen:
+    """A node's Lease as the kubelet last renewed it (spec.renewTime, as the kubelet wrote
+    it: compared for change only, never against this machine's clock)."""
+
+    node: str
+    renew_time: str
+
+
+def _lease_seen(item: Any) -> LeaseSeen:
+    renewed = item.spec.renew_time if item.spec else None
+    return LeaseSeen(node=item.metadata.name, renew_time=renewed.isoformat() if renewed else "")
+
+
+def node_leases() -> tuple[str, list[LeaseSeen]]:
+    """Every node's Lease (kube-node-lease) and the list's resourceVersion to watch from."""
+    api = client.CoordinationV1Api(_client())
+    answer = _call("leases.list", api.list_namespaced_lease, NODE_LEASE_NAMESPACE)
+    return answer.metadata.resource_version, [_lease_seen(item) for item in answer.items]
+
+
+def node_leases_watch(resource_version: str, *, timeout_s: int) -> Iterator[tuple[str, LeaseSeen]]:
+    """One watch on the node Leases from `resource_version`, for at most `timeout_s`: yields
+    (resourceVersion, lease) for each renewal (and a new or changed Lease). A version too old
+    (410 Gone) raises RetryableKubeError: list again (node_leases)."""
+    api = client.CoordinationV1Api(_client())
+    stream_of = watch.Watch().stream(
+        api.list_namespaced_lease,
+        NODE_LEASE_NAMESPACE,
+        resource_version=resource_version,
+        timeout_seconds=timeout_s,
+        _request_timeout=(TIMEOUT[0], timeout_s + TIMEOUT[1]),
+    )
+    try:
+        for event in stream_of:
+            if event["type"] == "ERROR":
+                raise RetryableKubeError(f"leases.watch: {event['raw_object']}")
+            if event["type"] in ("ADDED", "MODIFIED"):
+                item = event["object"]
+                yield item.metadata.resource_version, _lease_seen(item)
+    except ApiException as error:
+        raise RetryableKubeError(f"leases.watch: {error.status} {error.reason}") from error
+    except (HTTPError, OSError) as error:
+        raise RetryableKubeError(f"leases.watch: {error}") from error
 
 
 def node_set_unschedulable(name: str, unschedulable: bool) -> None:

@@ -642,6 +642,14 @@ WORKLOAD_LOG_BYTES = env_int("WORKLOAD_LOG_BYTES", 1024 * 1024)
 # a follower never holds a web thread for ever.
 JOB_LOG_FOLLOW_S = env_int("JOB_LOG_FOLLOW_S", 300)
 
+# A lost node in seconds (fleet.liveness): a node is down once its kubelet's Lease (renewed
+# every 10 s) has not been seen renewed for this long (two renewals missed in a row, so one
+# late renewal never counts) ...
+NODE_LEASE_QUIET_S = env_int("NODE_LEASE_QUIET_S", 20)
+# ... and its agent silent too: no report since that renewal or within this long (its agent
+# reports every 15 s: one report missed).
+NODE_AGENT_QUIET_S = env_int("NODE_AGENT_QUIET_S", 20)
+
 # Multi-node clusters: the most whole nodes one cluster may have (2 at least).
 CLUSTER_MAX_NODES = env_int("CLUSTER_MAX_NODES", 128)
 # The pre-flight check before a cluster is billed: rounds that may fail (the node it blames

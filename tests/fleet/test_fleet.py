@@ -5,6 +5,7 @@ from django.contrib.admin.utils import quote
 from django.utils import timezone
 
 from fleet.choices import NodeState
+from fleet.liveness import AGENT_REPORTS, LeaseClock, node_lease_lost
 from fleet.models import Gpu, GpuRollup, GpuSample, HealthRule, Node, NodeEvent
 from fleet.selectors import node_agent_fault
 from fleet.services import (
@@ -16,6 +17,7 @@ from fleet.services import (
     telemetry_prune,
     telemetry_rollup,
 )
+from starverse.core.kube import LeaseSeen
 from tests.factories import make_operator, make_user, staff_login
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -585,3 +587,68 @@ def test_an_operator_ends_a_review_by_cordoning_the_node_or_clearing_it(node, cl
     assert f"The node {node.name} is not up for review." in answer.content.decode()
     node.refresh_from_db()
     assert node.state_reason == "review confirmed: pre-flight of cluster clu_c round 2"
+
+
+# --- the node lease watch's verdict (fleet.liveness): a node whose kubelet's Lease went silent
+# is down only when its agent is silent too; an agent (or its stolen token) keeps only its own
+# node up, and only while it reports. The watch itself, on the emulator: tests/jobs/
+# test_multinode.py and tests/devstack/test_kube_leases.py.
+
+
+def _lost(node: Node, renewed_at) -> str:
+    return node_lease_lost(
+        name=node.name, region=str(node.region_id), silent_s=21, renewed_at=renewed_at
+    )
+
+
+def test_a_silent_lease_and_a_silent_agent_take_the_node_down_once(agent, node):
+    agent(_report())
+    renewed_at = timezone.now()  # the agent's last report came before the lease's last renewal
+    assert _lost(node, renewed_at) == "down"
+    node.refresh_from_db()
+    assert node.state == NodeState.DOWN
+    assert node.state_reason == (
+        "node lost: its kubelet's lease not renewed for 21 s and no agent report since "
+        "(node lease watch)"
+    )
+    assert _lost(node, renewed_at) == "unchanged"
+    assert NodeEvent.objects.filter(node=node, kind="heartbeat").count() == 1
+
+
+def test_an_agent_that_still_reports_keeps_its_node_up_until_it_is_silent_too(
+    agent, node, settings
+):
+    renewed_at = timezone.now() - timedelta(seconds=21)
+    agent(_report())  # after the last renewal, and recent: a stuck kubelet, a live node
+    assert _lost(node, renewed_at) == AGENT_REPORTS
+    node.refresh_from_db()
+    assert node.state == NodeState.READY
+    assert not NodeEvent.objects.filter(node=node, kind="heartbeat").exists()
+
+    quiet = timezone.now() - timedelta(seconds=settings.NODE_AGENT_QUIET_S + 1)
+    Node.objects.filter(pk=node.pk).update(last_report_at=quiet)
+    assert _lost(node, renewed_at - timedelta(seconds=settings.NODE_AGENT_QUIET_S)) == "down"
+
+
+def test_another_nodes_agent_reporting_does_not_keep_a_lost_node_up(agent, node):
+    other = Node.objects.create(
+        name="gpu-h100-02", gpu_product=node.gpu_product, gpu_count=8, gpu_memory_mb=81559
+    )
+    renewed_at = timezone.now()
+    agent(_report())  # node's own token reports for node only
+    assert _lost(other, renewed_at) == "down"
+    assert Node.objects.get(pk=node.pk).state == NodeState.READY
+
+
+def test_the_lease_clock_counts_from_the_renewal_seen_not_from_the_same_lease_seen_again():
+    now = [100.0]
+    clock = LeaseClock(20, clock=lambda: now[0])
+    clock.observe(LeaseSeen("a", "t1"))
+    clock.observe(LeaseSeen("b", "t1"))
+    now[0] = 115.0
+    clock.observe(LeaseSeen("a", "t1"))  # the same renewal (a relist): not a new one
+    clock.observe(LeaseSeen("b", "t2"))
+    now[0] = 120.0
+    assert [(node, silent) for node, silent, _at in clock.overdue()] == [("a", 20.0)]
+    clock.observe(LeaseSeen("a", "t3"))
+    assert clock.overdue() == []

@@ -115,6 +115,10 @@ def test_the_manifest_grants_the_worker_all_it_does(as_worker, db, settings, cap
     node = Node.objects.get(pk=instance.node_id)
     node_cordon(node=node, reason="maintenance", actor=make_operator())
     assert node_schedulable_mirror(node_id=node.pk) is True
+    # the node lease watch (fleet.liveness): list, then watch from the list's version
+    version, leases = kube.node_leases()
+    assert node.name in {lease.node for lease in leases}
+    assert isinstance(list(kube.node_leases_watch(version, timeout_s=1)), list)
 
     instance_stop(instance_id=instance.id)
     assert converge_until(converge.stop, instance.id) == "stopped"

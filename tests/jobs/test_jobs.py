@@ -588,3 +588,32 @@ def test_a_ranks_instance_page_links_its_job_instead_of_offering_its_own_actions
 )
 def test_the_resumed_step_is_read_from_the_programs_own_line(log, step):
     assert resumed_step(log) == step
+
+
+def test_the_resumed_line_is_looked_for_in_whole_lines_shipped_since_the_last_look(
+    catalog, client_for, owner
+):
+    """jobs.services._log_news: a line still being shipped is not read yet (its step may not
+    be whole), and what was read is not read again (the database sends only the rest). The
+    log's row is written here as the worker's shipping would (instances.provisioning.logs)."""
+    job = _job(client_for(owner), catalog, command=_trainer(400))
+    rank = _running(job)
+    WorkloadLog.objects.filter(instance=rank).delete()
+    log = WorkloadLog.objects.create(instance=rank, attempt=0, text="a\nresumed from step 1")
+    resumed = JobEvent.objects.filter(job=job, message__startswith="Resumed from")
+
+    assert job_sync(job.id) == "running"
+    assert not resumed.exists()  # "1" may be the start of "12"
+    WorkloadLog.objects.filter(pk=log.pk).update(text="a\nresumed from step 12\n")
+    assert job_sync(job.id) == "running"
+    assert [e.text for e in resumed] == ["Resumed from step 12 (restart 0)."]
+
+    other = _job(client_for(owner), catalog, command=_trainer(400))
+    rank = _running(other)
+    WorkloadLog.objects.filter(instance=rank).delete()
+    log = WorkloadLog.objects.create(instance=rank, attempt=0, text="a\n")
+    assert job_sync(other.id) == "running"
+    # the two characters read are not read again: only what follows them is
+    WorkloadLog.objects.filter(pk=log.pk).update(text="resumed from step 8\nstep 9/400\n")
+    assert job_sync(other.id) == "running"
+    assert not JobEvent.objects.filter(job=other, message__startswith="Resumed from").exists()

@@ -6,21 +6,28 @@ every rank's program again with STARVERSE_RESTART_COUNT + 1, resuming from its c
 rank's non-zero exit is the user's error (run again by the policy, then failed with its code
 and lines); the job's cluster is not one of the user's clusters."""
 
+import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
+from billing.choices import TransactionKind
+from billing.models import LedgerTransaction
 from clusters.gates import GATE_FILE
 from clusters.preflight import preflight_run
 from compute.models import Offering
 from devstack.kube.emulator import KubeEmulator
-from fleet.models import Node
+from fleet.liveness import CHECK_S, node_leases_follow
+from fleet.models import DEFAULT_REGION, Node, NodeEvent
 from fleet.services import node_transition, nodes_sync_from_cluster
 from instances.lifecycle import instances_on_node_changed
+from instances.metering import metering_tick
 from instances.models import Instance
 from instances.provisioning import converge
 from instances.provisioning.logs import logs_ship
@@ -29,7 +36,14 @@ from jobs.models import Job
 from jobs.services import job_rank_lost, job_sync, rank_restart
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
-from tests.factories import WHOLE_NODE, converge_until, fund, make_user, read_existing
+from tests.factories import (
+    WHOLE_NODE,
+    converge_until,
+    fund,
+    make_user,
+    read_existing,
+    running_since,
+)
 
 WAIT_S = 20
 IMAGE = "pytorch-2.1"
@@ -113,6 +127,19 @@ def _up_and_checked(job: Job, capture: Any) -> list[Instance]:
     assert job.cluster_id is not None
     with capture(execute=True):
         assert preflight_run(job.cluster_id) == "passed"
+    return _ranks(job)
+
+
+def _up_committed(job: Job) -> list[Instance]:
+    """_up_and_checked where every commit is real (a transactional test): what each commit
+    sends runs at once, the pre-flight round too once the last rank is up."""
+    for rank in _ranks(job):
+        assert converge_until(converge.provision, rank.id) in ("checking", "running")
+    job.refresh_from_db()
+    assert job.cluster_id is not None
+    if any(rank.status == "checking" for rank in _ranks(job)):
+        assert preflight_run(job.cluster_id) == "passed"
+    assert {rank.status for rank in _ranks(job)} == {"running"}
     return _ranks(job)
 
 
@@ -223,6 +250,66 @@ def test_a_lost_node_pauses_billing_replaces_only_its_rank_and_every_rank_resume
     events = client_for(owner).get(f"/api/v1/jobs/{job.id}/events").json()["results"]
     resumed = [e for e in events if e["text"].startswith("Resumed from")]
     assert [e["text"] for e in resumed] == [f"Resumed from step {step} (restart 1)."]
+
+
+def test_a_lost_node_is_found_in_seconds_by_its_lease_and_the_job_resumes_unbilled_meanwhile(
+    fleet, transactional_db, client_for, owner, settings
+):
+    """The node lease watch (fleet.liveness), not the 60 s heartbeat rule, takes the lost node
+    down within the lease's quiet time (its kubelet and agent stopped); the job recovers
+    through its one path, billed only its running minutes, and resumes from its checkpoint."""
+    job = _job(client_for(owner), command=_trainer(4000), template="torchrun")
+    ranks = _up_committed(job)
+    assert job_sync(job.id) == "running"
+    for rank in ranks:
+        _log_has(rank, "step 6/")
+    rank_ids = [rank.pk for rank in ranks]
+    running_since(rank_ids, timezone.now() - timedelta(minutes=5, seconds=10))
+    healthy, lost = ranks
+    assert lost.node is not None
+    # its agent reported (then stops with the kubelet): the lease alone does not decide
+    Node.objects.filter(pk=lost.node_id).update(last_report_at=timezone.now())
+    stop = threading.Event()
+    follower = threading.Thread(
+        target=node_leases_follow, kwargs={"region": DEFAULT_REGION, "stop": stop}
+    )
+    follower.start()
+    try:
+        time.sleep(CHECK_S)  # the watch has listed the leases (a long-running process)
+        fleet.lose_node(lost.node.name)
+        lost_at, paused = time.monotonic(), timezone.now()
+        bound = settings.NODE_LEASE_QUIET_S + 2 * CHECK_S + 5  # well under the 60 s rule
+        while Node.objects.get(pk=lost.node_id).state != "down":
+            assert time.monotonic() - lost_at < bound, "not found by the lease watch"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        follower.join()
+    event = NodeEvent.objects.filter(node_id=lost.node_id, kind="heartbeat").get()
+    assert "lease not renewed" in event.message and "node lease watch" in event.message
+    assert Node.objects.get(pk=healthy.node_id).state == "ready"
+
+    # the node's loss told its ranks at once (every commit's tasks ran in the watch's thread):
+    # billing paused for the whole job, the lost rank placed again, the healthy one kept
+    ranks = _up_committed(job)
+    assert job_sync(job.id) == "running"
+    job.refresh_from_db()
+    assert (job.restarts, job.error_restarts) == (1, 0)
+    events = client_for(owner).get(f"/api/v1/jobs/{job.id}/events").json()["results"]
+    assert [e["status"] for e in events][-2:] == ["recovering", "running"]
+    assert ranks[0].node_id == healthy.node_id
+    assert ranks[1].node_id not in (None, lost.node_id)
+    # billed: the five closed minutes before the loss, for each rank, then again only from
+    # the moment every rank ran again
+    usage = LedgerTransaction.objects.filter(kind=TransactionKind.USAGE, instance_id__in=rank_ids)
+    assert sorted(usage.values_list("instance_id", "minutes")) == [(r, 5) for r in sorted(rank_ids)]
+    assert all(rank.running_since is not None and rank.running_since > paused for rank in ranks)
+    metering_tick(now=paused + timedelta(seconds=50))
+    assert usage.count() == 2  # not a minute more for the time it recovered
+    for rank in ranks:
+        log = _log_has(rank, "resumed from step")
+        assert int(log.split("resumed from step", 1)[1].split()[0]) >= 6
+        assert "STARVERSE_RESTART_COUNT=1" in log
 
 
 def test_a_ranks_error_runs_every_rank_again_by_the_policy_then_fails_with_its_code(
