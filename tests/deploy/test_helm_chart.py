@@ -137,7 +137,7 @@ def test_the_workers_rbac_is_exactly_that_of_platform_yaml():
 def test_workloads_keep_the_platforms_rules():
     docs = render(production_values())
     deployments = by_kind(docs, "Deployment")
-    assert set(deployments) == {"web", "terminal", "worker", "beat"}
+    assert set(deployments) == {"web", "terminal", "worker", "beat", "node-watch"}
 
     web = deployments["web"]
     probes = container(web)
@@ -223,6 +223,32 @@ def test_each_extra_region_mounts_its_kubeconfig_secret_into_the_worker_and_term
     }
     assert mounts("terminal") == {"/etc/starverse/clusters/cn-north-1": "cluster-cn-north-1-exec"}
     assert mounts("web") == {} and mounts("beat") == {}
+
+
+def test_one_lost_node_watch_per_region_each_with_its_clusters_credentials():
+    """docs/operator-guide.md "Detecting a lost node": the node-watch Deployment runs one
+    `fleet_watch_nodes --region` per region (the default one and each extra), one replica that
+    is gone before its successor starts, each reading its own region's kubeconfig."""
+    regions = [{"name": "cn-north-1", "kubeconfigSecret": "cluster-cn-north-1"}]
+    docs = render({**production_values(), "regions": regions})
+    watch = by_kind(docs, "Deployment")["node-watch"]
+    for kube_version in KUBE_VERSIONS:
+        kubernetes_validate.validate(watch, kube_version, strict=True)
+    spec = watch["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "starverse-worker"
+    commands = {c["name"]: c["command"] for c in pod["containers"]}
+    assert commands == {
+        "watch-default": ["python", "manage.py", "fleet_watch_nodes", "--region", "default"],
+        "watch-cn-north-1": ["python", "manage.py", "fleet_watch_nodes", "--region", "cn-north-1"],
+    }
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    mounted = {
+        c["name"]: sorted(secrets[m["name"]] for m in c["volumeMounts"] if m["name"] in secrets)
+        for c in pod["containers"]
+    }
+    assert mounted == {"watch-default": [], "watch-cn-north-1": ["cluster-cn-north-1"]}
 
 
 def test_media_persistence_shares_one_claim_between_web_and_worker():
