@@ -71,9 +71,9 @@ def email_defaults_give(*, tenant_id: str, person: User, team: bool = False) -> 
     """The e-mail channel a new account starts with, hearing the defaults in the language its
     maker signed up in (the active one): a person's own goes to their address; a team's to
     its owners and admins of the day (an empty target: MANAGERS, read at each send), the
-    people who can act on what it says. It is the one way notices reach people by mail (the
-    products mail no notices of their own), so switching it off or choosing its events is the
-    whole of what they receive."""
+    people who can act on what it says, and the member who ordered what it is about. It is
+    the one way notices reach people by mail (the products mail no notices of their own), so
+    switching it off or choosing its events is the whole of what they receive."""
     NotificationChannel.objects.create(
         tenant_id=tenant_id,
         created_by=person,
@@ -84,9 +84,13 @@ def email_defaults_give(*, tenant_id: str, person: User, team: bool = False) -> 
     )
 
 
-def _managers(tenant_id: str) -> list[str]:
-    """A team's owners' and admins' addresses (a personal account's person counts as both)."""
+def _managers(tenant_id: str, *, orderer: str | None = None) -> list[str]:
+    """A team's owners' and admins' addresses (a personal account's person counts as both),
+    and, for an event about something a member ordered (`orderer`, a user id), that member's
+    while they are one: the person whose instance sits idle hears it, a removed member never."""
     people = Q(memberships__tenant_id=tenant_id, memberships__role__in=MANAGERS)
+    if orderer:
+        people |= Q(pk=orderer, memberships__tenant_id=tenant_id)
     return list(
         User.objects.filter(Q(tenant_id=tenant_id) | people, is_active=True)
         .values_list("email", flat=True)
@@ -179,7 +183,11 @@ def notify(channel_id: str, event_id: str) -> str:
         return ""
     notice = notice_for(event.type, event.data, channel.language)
     if channel.kind == ChannelKind.EMAIL:
-        recipients = [channel.target] if channel.target else _managers(channel.tenant_id)
+        recipients = (
+            [channel.target]
+            if channel.target
+            else _managers(channel.tenant_id, orderer=event.data.get("ordered_by"))
+        )
         if recipients:
             send_mail(notice.text, _text(notice), None, recipients)
         error = ""

@@ -36,13 +36,16 @@ PAGES = {
 
 def emit_about(obj: Any, type: EventType | str, **extra: Any) -> str:
     """`emit` about one resource row (an instance, cluster, job or endpoint): its id, name and
-    status, the link to its page, and `extra`."""
+    status, the link to its page, who ordered it (`ordered_by`, a user id), and `extra`."""
     kind = EventType(type)
     data = {
         "id": obj.id,
         "name": getattr(obj, "name", "") or obj.id,
         "status": getattr(obj, "status", ""),
         "url": PAGES[kind.value.split(".", 1)[0]].format(id=obj.id),
+        # who ordered it: a team's notices reach them besides its owners and admins
+        # (events.channels.notify), while they are still a member
+        **({"ordered_by": obj.created_by_id} if getattr(obj, "created_by_id", None) else {}),
         **extra,
     }
     return emit(obj.tenant_id, kind, data)

@@ -13,6 +13,7 @@ from billing.services import ledger_post
 from events.choices import EMAIL_DEFAULTS, EventType
 from events.emit import emit
 from events.models import NotificationChannel
+from teams.services import membership_remove
 from tests.factories import make_user
 from tests.teams.test_teams import join
 
@@ -63,6 +64,29 @@ def test_a_new_teams_notices_reach_its_owners_and_admins_of_the_day(
 
     [sent] = mail.outbox
     assert sorted(sent.to) == sorted([owner.email, admin.email])
+
+
+def test_a_teams_notice_about_what_a_member_ordered_reaches_that_member_while_one(
+    db, django_capture_on_commit_callbacks
+):
+    owner = make_user()
+    team = team_create(user=owner, name="Speech lab")
+    member, other = make_user(), make_user()
+    join(team, owner, member, role="member")
+    join(team, owner, other, role="member")
+    about = {"id": "inst_x", "name": "a100", "url": "/c/", "ordered_by": member.pk}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        emit(team.pk, EventType.INSTANCE_IDLE_WARNING, about)
+    [sent] = mail.outbox
+    assert sorted(sent.to) == sorted([owner.email, member.email])  # not the other member
+
+    membership_remove(actor=owner, team=team, user_id=member.pk)
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        emit(team.pk, EventType.INSTANCE_IDLE_WARNING, about)
+    [sent] = mail.outbox
+    assert sent.to == [owner.email]  # a removed member hears nothing more of the team
 
 
 def test_a_low_balance_is_one_mail_in_chinese_for_a_chinese_reader(
