@@ -22,8 +22,8 @@ runs outside any transaction; a round whose cluster changed meanwhile (a rank st
 was lost), or that the cluster's API cut short, is abandoned, and the next one starts when every
 rank is checking again. A round holds a lease (CLUSTER_PREFLIGHT_LEASE_S) that its worker renews
 while the check runs: a round whose worker was killed is abandoned once its lease ran out, and
-the task the reconcile loop hands out again starts the next. However its rounds end, a cluster checking for longer than
-CLUSTER_CHECKING_MAX_MINUTES in all fails and gives its GPUs back."""
+the task the reconcile loop hands out again starts the next. However its rounds end, a cluster
+checking for longer than CLUSTER_CHECKING_MAX_MINUTES in all fails and gives its GPUs back."""
 
 import json
 import logging

@@ -1,4 +1,4 @@
--- starverse migrations digest: d37ffd20520c51c446d012ad43a1eb32ea4fae0dde7e9f6affeaf91c593bf389
+-- starverse migrations digest: 222eb741627865d178ab3a85c78ec2a12c5a20d4f5f0cbde188fd3535886f28d
 --
 -- PostgreSQL database dump
 --
@@ -749,6 +749,7 @@ CREATE TABLE public.clusters_preflight (
     started_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
     cluster_id character varying(32) NOT NULL,
+    lease_until timestamp with time zone,
     CONSTRAINT clusters_preflight_round_check CHECK ((round >= 0))
 );
 
@@ -2572,125 +2573,126 @@ INSERT INTO public.django_content_type VALUES (74, 'events', 'webhookdelivery');
 -- Data for Name: django_migrations; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.django_migrations VALUES (1, 'contenttypes', '0001_initial', '2026-12-03 14:37:28.951367+00');
-INSERT INTO public.django_migrations VALUES (2, 'contenttypes', '0002_remove_content_type_name', '2026-12-03 14:37:28.956082+00');
-INSERT INTO public.django_migrations VALUES (3, 'auth', '0001_initial', '2026-12-03 14:37:28.987541+00');
-INSERT INTO public.django_migrations VALUES (4, 'auth', '0002_alter_permission_name_max_length', '2026-12-03 14:37:28.991999+00');
-INSERT INTO public.django_migrations VALUES (5, 'auth', '0003_alter_user_email_max_length', '2026-12-03 14:37:28.996234+00');
-INSERT INTO public.django_migrations VALUES (6, 'auth', '0004_alter_user_username_opts', '2026-12-03 14:37:29.001734+00');
-INSERT INTO public.django_migrations VALUES (7, 'auth', '0005_alter_user_last_login_null', '2026-12-03 14:37:29.005839+00');
-INSERT INTO public.django_migrations VALUES (8, 'auth', '0006_require_contenttypes_0002', '2026-12-03 14:37:29.006988+00');
-INSERT INTO public.django_migrations VALUES (9, 'auth', '0007_alter_validators_add_error_messages', '2026-12-03 14:37:29.108982+00');
-INSERT INTO public.django_migrations VALUES (10, 'auth', '0008_alter_user_username_max_length', '2026-12-03 14:37:29.113596+00');
-INSERT INTO public.django_migrations VALUES (11, 'auth', '0009_alter_user_last_name_max_length', '2026-12-03 14:37:29.117772+00');
-INSERT INTO public.django_migrations VALUES (12, 'auth', '0010_alter_group_name_max_length', '2026-12-03 14:37:29.122545+00');
-INSERT INTO public.django_migrations VALUES (13, 'auth', '0011_update_proxy_permissions', '2026-12-03 14:37:29.126467+00');
-INSERT INTO public.django_migrations VALUES (14, 'auth', '0012_alter_user_first_name_max_length', '2026-12-03 14:37:29.130551+00');
-INSERT INTO public.django_migrations VALUES (15, 'accounts', '0001_initial', '2026-12-03 14:37:29.228613+00');
-INSERT INTO public.django_migrations VALUES (16, 'accounts', '0002_two_factor', '2026-12-03 14:37:29.258551+00');
-INSERT INTO public.django_migrations VALUES (17, 'accounts', '0003_user_email_verification', '2026-12-03 14:37:29.288907+00');
-INSERT INTO public.django_migrations VALUES (18, 'accounts', '0004_teams', '2026-12-03 14:37:29.426669+00');
-INSERT INTO public.django_migrations VALUES (19, 'accounts', '0005_user_settings', '2026-12-03 14:37:29.451946+00');
-INSERT INTO public.django_migrations VALUES (20, 'accounts', '0006_token_caps', '2026-12-03 14:37:29.493744+00');
-INSERT INTO public.django_migrations VALUES (21, 'admin', '0001_initial', '2026-12-03 14:37:29.520714+00');
-INSERT INTO public.django_migrations VALUES (22, 'admin', '0002_logentry_remove_auto_add', '2026-12-03 14:37:29.534447+00');
-INSERT INTO public.django_migrations VALUES (23, 'admin', '0003_logentry_add_action_flag_choices', '2026-12-03 14:37:29.547774+00');
-INSERT INTO public.django_migrations VALUES (24, 'billing', '0001_initial', '2026-12-03 14:37:29.748752+00');
-INSERT INTO public.django_migrations VALUES (25, 'billing', '0002_ledger_immutable', '2026-12-03 14:37:29.770452+00');
-INSERT INTO public.django_migrations VALUES (26, 'billing', '0003_payments', '2026-12-03 14:37:30.027445+00');
-INSERT INTO public.django_migrations VALUES (27, 'billing', '0004_ledger_no_truncate', '2026-12-03 14:37:30.053601+00');
-INSERT INTO public.django_migrations VALUES (28, 'billing', '0005_operator_permissions_and_approvals', '2026-12-03 14:37:30.151644+00');
-INSERT INTO public.django_migrations VALUES (29, 'billing', '0006_disputes_arrears_and_holds', '2026-12-03 14:37:30.959567+00');
-INSERT INTO public.django_migrations VALUES (30, 'billing', '0007_transfers', '2026-12-03 14:37:31.138859+00');
-INSERT INTO public.django_migrations VALUES (31, 'billing', '0008_invoices_and_statements', '2026-12-03 14:37:31.282813+00');
-INSERT INTO public.django_migrations VALUES (32, 'billing', '0009_ledger_price_kind', '2026-12-03 14:37:31.30843+00');
-INSERT INTO public.django_migrations VALUES (33, 'billing', '0010_transfer_invoiceable_portion', '2026-12-03 14:37:31.39064+00');
-INSERT INTO public.django_migrations VALUES (34, 'billing', '0011_usage_pending_and_minutes', '2026-12-03 14:37:31.525304+00');
-INSERT INTO public.django_migrations VALUES (35, 'billing', '0012_ledger_seq', '2026-12-03 14:37:31.620865+00');
-INSERT INTO public.django_migrations VALUES (36, 'billing', '0013_topup_paid_with_and_cancelled', '2026-12-03 14:37:31.679299+00');
-INSERT INTO public.django_migrations VALUES (37, 'instances', '0001_fleet', '2026-12-03 14:37:31.789801+00');
-INSERT INTO public.django_migrations VALUES (38, 'instances', '0002_default_health_rules', '2026-12-03 14:37:31.830748+00');
-INSERT INTO public.django_migrations VALUES (39, 'instances', '0003_instances', '2026-12-03 14:37:32.2813+00');
-INSERT INTO public.django_migrations VALUES (40, 'instances', '0004_monthly_rental', '2026-12-03 14:37:32.376074+00');
-INSERT INTO public.django_migrations VALUES (41, 'instances', '0005_instance_ssh_keys', '2026-12-03 14:37:32.409296+00');
-INSERT INTO public.django_migrations VALUES (42, 'instances', '0006_event_params', '2026-12-03 14:37:32.431351+00');
-INSERT INTO public.django_migrations VALUES (43, 'instances', '0007_cloud_disks', '2026-12-03 14:37:32.645468+00');
-INSERT INTO public.django_migrations VALUES (44, 'fleet', '0001_moved_from_instances', '2026-12-03 14:37:33.043905+00');
-INSERT INTO public.django_migrations VALUES (45, 'instances', '0008_fleet_and_storage_moved_out', '2026-12-03 14:37:33.746001+00');
-INSERT INTO public.django_migrations VALUES (46, 'instances', '0009_instance_objects_created_events_read', '2026-12-03 14:37:33.836325+00');
-INSERT INTO public.django_migrations VALUES (47, 'instances', '0010_offering_runtime_class', '2026-12-03 14:37:33.84381+00');
-INSERT INTO public.django_migrations VALUES (48, 'instances', '0011_queue_unfunded_and_tenant_limits', '2026-12-03 14:37:33.924216+00');
-INSERT INTO public.django_migrations VALUES (49, 'instances', '0012_instance_ssh_host_key', '2026-12-03 14:37:33.991111+00');
-INSERT INTO public.django_migrations VALUES (50, 'fleet', '0002_node_allocatable', '2026-12-03 14:37:34.023769+00');
-INSERT INTO public.django_migrations VALUES (51, 'fleet', '0003_gpumodel_premium', '2026-12-03 14:37:34.069116+00');
-INSERT INTO public.django_migrations VALUES (52, 'fleet', '0004_node_event_token_reset', '2026-12-03 14:37:34.080457+00');
-INSERT INTO public.django_migrations VALUES (53, 'instances', '0013_gateway_ports_and_shares', '2026-12-03 14:37:34.440058+00');
-INSERT INTO public.django_migrations VALUES (54, 'fleet', '0005_node_fabric', '2026-12-03 14:37:34.457993+00');
-INSERT INTO public.django_migrations VALUES (55, 'clusters', '0001_clusters', '2026-12-03 14:37:34.526457+00');
-INSERT INTO public.django_migrations VALUES (56, 'instances', '0014_cluster_ranks', '2026-12-03 14:37:34.651862+00');
-INSERT INTO public.django_migrations VALUES (57, 'instances', '0015_instance_checking', '2026-12-03 14:37:34.705792+00');
-INSERT INTO public.django_migrations VALUES (58, 'instances', '0016_instance_fillfactor', '2026-12-03 14:37:34.746075+00');
-INSERT INTO public.django_migrations VALUES (59, 'fleet', '0006_node_profile', '2026-12-03 14:37:34.759983+00');
-INSERT INTO public.django_migrations VALUES (60, 'fleet', '0007_regions', '2026-12-03 14:37:34.872764+00');
-INSERT INTO public.django_migrations VALUES (61, 'instances', '0017_instance_region', '2026-12-03 14:37:34.961525+00');
-INSERT INTO public.django_migrations VALUES (62, 'instances', '0018_image_size_and_prepull', '2026-12-03 14:37:35.017422+00');
-INSERT INTO public.django_migrations VALUES (63, 'instances', '0019_offering_trial_price_slug_and_chinese', '2026-12-03 14:37:35.080387+00');
-INSERT INTO public.django_migrations VALUES (64, 'instances', '0020_seeded_catalog_trial_and_chinese', '2026-12-03 14:37:35.325227+00');
-INSERT INTO public.django_migrations VALUES (65, 'clusters', '0002_rank_provisioning', '2026-12-03 14:37:35.450496+00');
-INSERT INTO public.django_migrations VALUES (66, 'clusters', '0003_preflight', '2026-12-03 14:37:35.517835+00');
-INSERT INTO public.django_migrations VALUES (67, 'instances', '0021_auto_stop', '2026-12-03 14:37:36.117968+00');
-INSERT INTO public.django_migrations VALUES (68, 'instances', '0022_engine_images', '2026-12-03 14:37:36.159329+00');
-INSERT INTO public.django_migrations VALUES (69, 'datasets', '0001_initial', '2026-12-03 14:37:36.229251+00');
-INSERT INTO public.django_migrations VALUES (70, 'datasets', '0002_shared_storage_moved_out', '2026-12-03 14:37:36.231306+00');
-INSERT INTO public.django_migrations VALUES (71, 'storage', '0001_moved_from_instances_and_datasets', '2026-12-03 14:37:36.405493+00');
-INSERT INTO public.django_migrations VALUES (72, 'storage', '0002_disk_region', '2026-12-03 14:37:36.456908+00');
-INSERT INTO public.django_migrations VALUES (73, 'fleet', '0008_node_images', '2026-12-03 14:37:36.516544+00');
-INSERT INTO public.django_migrations VALUES (74, 'endpoints', '0001_endpoints', '2026-12-03 14:37:37.083734+00');
-INSERT INTO public.django_migrations VALUES (75, 'endpoints', '0002_sync_indexes', '2026-12-03 14:37:37.147188+00');
-INSERT INTO public.django_migrations VALUES (76, 'fleet', '0009_allocation_endpoint_replica', '2026-12-03 14:37:37.280965+00');
-INSERT INTO public.django_migrations VALUES (77, 'fleet', '0010_node_review', '2026-12-03 14:37:37.328306+00');
-INSERT INTO public.django_migrations VALUES (78, 'fleet', '0011_allocations_moved_to_compute', '2026-12-03 14:37:37.331486+00');
-INSERT INTO public.django_migrations VALUES (79, 'compute', '0001_catalog_and_allocations_moved_in', '2026-12-03 14:37:37.700515+00');
-INSERT INTO public.django_migrations VALUES (80, 'endpoints', '0003_catalog_moved_to_compute', '2026-12-03 14:37:37.753345+00');
-INSERT INTO public.django_migrations VALUES (81, 'clusters', '0004_cluster_checking_since', '2026-12-03 14:37:37.790833+00');
-INSERT INTO public.django_migrations VALUES (82, 'clusters', '0005_catalog_moved_to_compute', '2026-12-03 14:37:37.893024+00');
-INSERT INTO public.django_migrations VALUES (83, 'instances', '0023_catalog_moved_to_compute', '2026-12-03 14:37:38.093443+00');
-INSERT INTO public.django_migrations VALUES (84, 'compute', '0002_holdings', '2026-12-03 14:37:38.698299+00');
-INSERT INTO public.django_migrations VALUES (85, 'instances', '0024_queue_fields_moved_to_holdings', '2026-12-03 14:37:39.058276+00');
-INSERT INTO public.django_migrations VALUES (86, 'endpoints', '0004_replica_holding', '2026-12-03 14:37:39.117272+00');
-INSERT INTO public.django_migrations VALUES (87, 'compute', '0003_holding_parent', '2026-12-03 14:37:39.177707+00');
-INSERT INTO public.django_migrations VALUES (88, 'compute', '0004_holding_meter', '2026-12-03 14:37:39.546067+00');
-INSERT INTO public.django_migrations VALUES (89, 'instances', '0025_metering_moved_to_holdings', '2026-12-03 14:37:39.595814+00');
-INSERT INTO public.django_migrations VALUES (90, 'clusters', '0006_cluster_key_at_order', '2026-12-03 14:37:39.868318+00');
-INSERT INTO public.django_migrations VALUES (91, 'clusters', '0007_ranks', '2026-12-03 14:37:39.939728+00');
-INSERT INTO public.django_migrations VALUES (92, 'clusters', '0008_cluster_owner', '2026-12-03 14:37:39.98321+00');
-INSERT INTO public.django_migrations VALUES (93, 'clusters', '0009_spot_billing', '2026-12-03 14:37:40.024597+00');
-INSERT INTO public.django_migrations VALUES (94, 'fleet', '0012_region_display_name_zh_hans', '2026-12-03 14:37:40.096587+00');
-INSERT INTO public.django_migrations VALUES (95, 'compute', '0005_no_gpu_mode', '2026-12-03 14:37:40.269013+00');
-INSERT INTO public.django_migrations VALUES (96, 'compute', '0006_offering_system_disk', '2026-12-03 14:37:40.29103+00');
-INSERT INTO public.django_migrations VALUES (97, 'compute', '0007_tenant_images', '2026-12-03 14:37:40.824539+00');
-INSERT INTO public.django_migrations VALUES (98, 'compute', '0008_spot', '2026-12-03 14:37:41.056085+00');
-INSERT INTO public.django_migrations VALUES (99, 'compute', '0009_seeded_spot_prices', '2026-12-03 14:37:41.110723+00');
-INSERT INTO public.django_migrations VALUES (100, 'compute', '0010_token_caps', '2026-12-03 14:37:41.181591+00');
-INSERT INTO public.django_migrations VALUES (101, 'console', '0001_overview_permission', '2026-12-03 14:37:41.184647+00');
-INSERT INTO public.django_migrations VALUES (102, 'datasets', '0003_description_zh_hans', '2026-12-03 14:37:41.190418+00');
-INSERT INTO public.django_migrations VALUES (103, 'datasets', '0004_seeded_descriptions_zh_hans', '2026-12-03 14:37:41.453413+00');
-INSERT INTO public.django_migrations VALUES (104, 'datasets', '0005_names_zh_hans', '2026-12-03 14:37:41.533594+00');
-INSERT INTO public.django_migrations VALUES (105, 'endpoints', '0005_metering_moved_to_holdings', '2026-12-03 14:37:41.557184+00');
-INSERT INTO public.django_migrations VALUES (106, 'events', '0001_initial', '2026-12-03 14:37:41.918205+00');
-INSERT INTO public.django_migrations VALUES (107, 'instances', '0026_ranks_moved_to_clusters', '2026-12-03 14:37:42.071413+00');
-INSERT INTO public.django_migrations VALUES (108, 'instances', '0027_monthly_rental_stop_policy_pod_watch', '2026-12-03 14:37:42.411914+00');
-INSERT INTO public.django_migrations VALUES (109, 'instances', '0028_monthly_rental_stop_policy_pod_watch_copied', '2026-12-03 14:37:42.416748+00');
-INSERT INTO public.django_migrations VALUES (110, 'instances', '0029_moved_columns_removed', '2026-12-03 14:37:43.416062+00');
-INSERT INTO public.django_migrations VALUES (111, 'instances', '0030_pod_watch_pod_uid', '2026-12-03 14:37:43.437432+00');
-INSERT INTO public.django_migrations VALUES (112, 'instances', '0031_plurals', '2026-12-03 14:37:43.476851+00');
-INSERT INTO public.django_migrations VALUES (113, 'instances', '0032_workload', '2026-12-03 14:37:43.793418+00');
-INSERT INTO public.django_migrations VALUES (114, 'instances', '0033_workload_log_shipping', '2026-12-03 14:37:43.860287+00');
-INSERT INTO public.django_migrations VALUES (115, 'instances', '0034_spot', '2026-12-03 14:37:43.96621+00');
-INSERT INTO public.django_migrations VALUES (116, 'instances', '0035_mirrors', '2026-12-03 14:37:44.023023+00');
-INSERT INTO public.django_migrations VALUES (117, 'jobs', '0001_jobs', '2026-12-03 14:37:44.629441+00');
-INSERT INTO public.django_migrations VALUES (118, 'jobs', '0002_job_cluster', '2026-12-03 14:37:44.79994+00');
-INSERT INTO public.django_migrations VALUES (119, 'sessions', '0001_initial', '2026-12-03 14:37:44.812412+00');
+INSERT INTO public.django_migrations VALUES (1, 'contenttypes', '0001_initial', '2026-12-03 17:16:50.821764+00');
+INSERT INTO public.django_migrations VALUES (2, 'contenttypes', '0002_remove_content_type_name', '2026-12-03 17:16:50.826563+00');
+INSERT INTO public.django_migrations VALUES (3, 'auth', '0001_initial', '2026-12-03 17:16:50.850642+00');
+INSERT INTO public.django_migrations VALUES (4, 'auth', '0002_alter_permission_name_max_length', '2026-12-03 17:16:50.855092+00');
+INSERT INTO public.django_migrations VALUES (5, 'auth', '0003_alter_user_email_max_length', '2026-12-03 17:16:50.859172+00');
+INSERT INTO public.django_migrations VALUES (6, 'auth', '0004_alter_user_username_opts', '2026-12-03 17:16:50.865168+00');
+INSERT INTO public.django_migrations VALUES (7, 'auth', '0005_alter_user_last_login_null', '2026-12-03 17:16:50.868964+00');
+INSERT INTO public.django_migrations VALUES (8, 'auth', '0006_require_contenttypes_0002', '2026-12-03 17:16:50.870445+00');
+INSERT INTO public.django_migrations VALUES (9, 'auth', '0007_alter_validators_add_error_messages', '2026-12-03 17:16:50.996469+00');
+INSERT INTO public.django_migrations VALUES (10, 'auth', '0008_alter_user_username_max_length', '2026-12-03 17:16:51.002067+00');
+INSERT INTO public.django_migrations VALUES (11, 'auth', '0009_alter_user_last_name_max_length', '2026-12-03 17:16:51.006452+00');
+INSERT INTO public.django_migrations VALUES (12, 'auth', '0010_alter_group_name_max_length', '2026-12-03 17:16:51.011557+00');
+INSERT INTO public.django_migrations VALUES (13, 'auth', '0011_update_proxy_permissions', '2026-12-03 17:16:51.015844+00');
+INSERT INTO public.django_migrations VALUES (14, 'auth', '0012_alter_user_first_name_max_length', '2026-12-03 17:16:51.020687+00');
+INSERT INTO public.django_migrations VALUES (15, 'accounts', '0001_initial', '2026-12-03 17:16:51.088278+00');
+INSERT INTO public.django_migrations VALUES (16, 'accounts', '0002_two_factor', '2026-12-03 17:16:51.112162+00');
+INSERT INTO public.django_migrations VALUES (17, 'accounts', '0003_user_email_verification', '2026-12-03 17:16:51.138806+00');
+INSERT INTO public.django_migrations VALUES (18, 'accounts', '0004_teams', '2026-12-03 17:16:51.23704+00');
+INSERT INTO public.django_migrations VALUES (19, 'accounts', '0005_user_settings', '2026-12-03 17:16:51.25531+00');
+INSERT INTO public.django_migrations VALUES (20, 'accounts', '0006_token_caps', '2026-12-03 17:16:51.290655+00');
+INSERT INTO public.django_migrations VALUES (21, 'admin', '0001_initial', '2026-12-03 17:16:51.318615+00');
+INSERT INTO public.django_migrations VALUES (22, 'admin', '0002_logentry_remove_auto_add', '2026-12-03 17:16:51.332145+00');
+INSERT INTO public.django_migrations VALUES (23, 'admin', '0003_logentry_add_action_flag_choices', '2026-12-03 17:16:51.352558+00');
+INSERT INTO public.django_migrations VALUES (24, 'billing', '0001_initial', '2026-12-03 17:16:51.513293+00');
+INSERT INTO public.django_migrations VALUES (25, 'billing', '0002_ledger_immutable', '2026-12-03 17:16:51.532642+00');
+INSERT INTO public.django_migrations VALUES (26, 'billing', '0003_payments', '2026-12-03 17:16:51.700672+00');
+INSERT INTO public.django_migrations VALUES (27, 'billing', '0004_ledger_no_truncate', '2026-12-03 17:16:51.724145+00');
+INSERT INTO public.django_migrations VALUES (28, 'billing', '0005_operator_permissions_and_approvals', '2026-12-03 17:16:51.807848+00');
+INSERT INTO public.django_migrations VALUES (29, 'billing', '0006_disputes_arrears_and_holds', '2026-12-03 17:16:52.511933+00');
+INSERT INTO public.django_migrations VALUES (30, 'billing', '0007_transfers', '2026-12-03 17:16:52.714972+00');
+INSERT INTO public.django_migrations VALUES (31, 'billing', '0008_invoices_and_statements', '2026-12-03 17:16:52.812056+00');
+INSERT INTO public.django_migrations VALUES (32, 'billing', '0009_ledger_price_kind', '2026-12-03 17:16:52.836384+00');
+INSERT INTO public.django_migrations VALUES (33, 'billing', '0010_transfer_invoiceable_portion', '2026-12-03 17:16:52.909439+00');
+INSERT INTO public.django_migrations VALUES (34, 'billing', '0011_usage_pending_and_minutes', '2026-12-03 17:16:53.027033+00');
+INSERT INTO public.django_migrations VALUES (35, 'billing', '0012_ledger_seq', '2026-12-03 17:16:53.112456+00');
+INSERT INTO public.django_migrations VALUES (36, 'billing', '0013_topup_paid_with_and_cancelled', '2026-12-03 17:16:53.160845+00');
+INSERT INTO public.django_migrations VALUES (37, 'instances', '0001_fleet', '2026-12-03 17:16:53.227439+00');
+INSERT INTO public.django_migrations VALUES (38, 'instances', '0002_default_health_rules', '2026-12-03 17:16:53.264654+00');
+INSERT INTO public.django_migrations VALUES (39, 'instances', '0003_instances', '2026-12-03 17:16:53.657096+00');
+INSERT INTO public.django_migrations VALUES (40, 'instances', '0004_monthly_rental', '2026-12-03 17:16:53.744726+00');
+INSERT INTO public.django_migrations VALUES (41, 'instances', '0005_instance_ssh_keys', '2026-12-03 17:16:53.775975+00');
+INSERT INTO public.django_migrations VALUES (42, 'instances', '0006_event_params', '2026-12-03 17:16:53.796767+00');
+INSERT INTO public.django_migrations VALUES (43, 'instances', '0007_cloud_disks', '2026-12-03 17:16:53.97854+00');
+INSERT INTO public.django_migrations VALUES (44, 'fleet', '0001_moved_from_instances', '2026-12-03 17:16:54.379025+00');
+INSERT INTO public.django_migrations VALUES (45, 'instances', '0008_fleet_and_storage_moved_out', '2026-12-03 17:16:55.063272+00');
+INSERT INTO public.django_migrations VALUES (46, 'instances', '0009_instance_objects_created_events_read', '2026-12-03 17:16:55.156254+00');
+INSERT INTO public.django_migrations VALUES (47, 'instances', '0010_offering_runtime_class', '2026-12-03 17:16:55.164467+00');
+INSERT INTO public.django_migrations VALUES (48, 'instances', '0011_queue_unfunded_and_tenant_limits', '2026-12-03 17:16:55.241197+00');
+INSERT INTO public.django_migrations VALUES (49, 'instances', '0012_instance_ssh_host_key', '2026-12-03 17:16:55.307118+00');
+INSERT INTO public.django_migrations VALUES (50, 'fleet', '0002_node_allocatable', '2026-12-03 17:16:55.338653+00');
+INSERT INTO public.django_migrations VALUES (51, 'fleet', '0003_gpumodel_premium', '2026-12-03 17:16:55.382309+00');
+INSERT INTO public.django_migrations VALUES (52, 'fleet', '0004_node_event_token_reset', '2026-12-03 17:16:55.392953+00');
+INSERT INTO public.django_migrations VALUES (53, 'instances', '0013_gateway_ports_and_shares', '2026-12-03 17:16:55.80207+00');
+INSERT INTO public.django_migrations VALUES (54, 'fleet', '0005_node_fabric', '2026-12-03 17:16:55.818314+00');
+INSERT INTO public.django_migrations VALUES (55, 'clusters', '0001_clusters', '2026-12-03 17:16:55.876571+00');
+INSERT INTO public.django_migrations VALUES (56, 'instances', '0014_cluster_ranks', '2026-12-03 17:16:55.998253+00');
+INSERT INTO public.django_migrations VALUES (57, 'instances', '0015_instance_checking', '2026-12-03 17:16:56.054271+00');
+INSERT INTO public.django_migrations VALUES (58, 'instances', '0016_instance_fillfactor', '2026-12-03 17:16:56.094153+00');
+INSERT INTO public.django_migrations VALUES (59, 'fleet', '0006_node_profile', '2026-12-03 17:16:56.10423+00');
+INSERT INTO public.django_migrations VALUES (60, 'fleet', '0007_regions', '2026-12-03 17:16:56.19983+00');
+INSERT INTO public.django_migrations VALUES (61, 'instances', '0017_instance_region', '2026-12-03 17:16:56.282851+00');
+INSERT INTO public.django_migrations VALUES (62, 'instances', '0018_image_size_and_prepull', '2026-12-03 17:16:56.338724+00');
+INSERT INTO public.django_migrations VALUES (63, 'instances', '0019_offering_trial_price_slug_and_chinese', '2026-12-03 17:16:56.612643+00');
+INSERT INTO public.django_migrations VALUES (64, 'instances', '0020_seeded_catalog_trial_and_chinese', '2026-12-03 17:16:56.681624+00');
+INSERT INTO public.django_migrations VALUES (65, 'clusters', '0002_rank_provisioning', '2026-12-03 17:16:56.805442+00');
+INSERT INTO public.django_migrations VALUES (66, 'clusters', '0003_preflight', '2026-12-03 17:16:56.860211+00');
+INSERT INTO public.django_migrations VALUES (67, 'instances', '0021_auto_stop', '2026-12-03 17:16:57.502549+00');
+INSERT INTO public.django_migrations VALUES (68, 'instances', '0022_engine_images', '2026-12-03 17:16:57.544933+00');
+INSERT INTO public.django_migrations VALUES (69, 'datasets', '0001_initial', '2026-12-03 17:16:57.606503+00');
+INSERT INTO public.django_migrations VALUES (70, 'datasets', '0002_shared_storage_moved_out', '2026-12-03 17:16:57.608803+00');
+INSERT INTO public.django_migrations VALUES (71, 'storage', '0001_moved_from_instances_and_datasets', '2026-12-03 17:16:57.780895+00');
+INSERT INTO public.django_migrations VALUES (72, 'storage', '0002_disk_region', '2026-12-03 17:16:57.83721+00');
+INSERT INTO public.django_migrations VALUES (73, 'fleet', '0008_node_images', '2026-12-03 17:16:57.894741+00');
+INSERT INTO public.django_migrations VALUES (74, 'endpoints', '0001_endpoints', '2026-12-03 17:16:58.460125+00');
+INSERT INTO public.django_migrations VALUES (75, 'endpoints', '0002_sync_indexes', '2026-12-03 17:16:58.522793+00');
+INSERT INTO public.django_migrations VALUES (76, 'fleet', '0009_allocation_endpoint_replica', '2026-12-03 17:16:58.646236+00');
+INSERT INTO public.django_migrations VALUES (77, 'fleet', '0010_node_review', '2026-12-03 17:16:58.67974+00');
+INSERT INTO public.django_migrations VALUES (78, 'fleet', '0011_allocations_moved_to_compute', '2026-12-03 17:16:58.682177+00');
+INSERT INTO public.django_migrations VALUES (79, 'compute', '0001_catalog_and_allocations_moved_in', '2026-12-03 17:16:59.054367+00');
+INSERT INTO public.django_migrations VALUES (80, 'endpoints', '0003_catalog_moved_to_compute', '2026-12-03 17:16:59.101094+00');
+INSERT INTO public.django_migrations VALUES (81, 'clusters', '0004_cluster_checking_since', '2026-12-03 17:16:59.138743+00');
+INSERT INTO public.django_migrations VALUES (82, 'clusters', '0005_catalog_moved_to_compute', '2026-12-03 17:16:59.229682+00');
+INSERT INTO public.django_migrations VALUES (83, 'instances', '0023_catalog_moved_to_compute', '2026-12-03 17:16:59.407012+00');
+INSERT INTO public.django_migrations VALUES (84, 'compute', '0002_holdings', '2026-12-03 17:17:00.011117+00');
+INSERT INTO public.django_migrations VALUES (85, 'instances', '0024_queue_fields_moved_to_holdings', '2026-12-03 17:17:00.378642+00');
+INSERT INTO public.django_migrations VALUES (86, 'endpoints', '0004_replica_holding', '2026-12-03 17:17:00.425901+00');
+INSERT INTO public.django_migrations VALUES (87, 'compute', '0003_holding_parent', '2026-12-03 17:17:00.471241+00');
+INSERT INTO public.django_migrations VALUES (88, 'compute', '0004_holding_meter', '2026-12-03 17:17:00.829432+00');
+INSERT INTO public.django_migrations VALUES (89, 'instances', '0025_metering_moved_to_holdings', '2026-12-03 17:17:00.873037+00');
+INSERT INTO public.django_migrations VALUES (90, 'clusters', '0006_cluster_key_at_order', '2026-12-03 17:17:01.177858+00');
+INSERT INTO public.django_migrations VALUES (91, 'clusters', '0007_ranks', '2026-12-03 17:17:01.246269+00');
+INSERT INTO public.django_migrations VALUES (92, 'clusters', '0008_cluster_owner', '2026-12-03 17:17:01.284864+00');
+INSERT INTO public.django_migrations VALUES (93, 'clusters', '0009_spot_billing', '2026-12-03 17:17:01.323408+00');
+INSERT INTO public.django_migrations VALUES (94, 'clusters', '0010_preflight_lease', '2026-12-03 17:17:01.338494+00');
+INSERT INTO public.django_migrations VALUES (95, 'fleet', '0012_region_display_name_zh_hans', '2026-12-03 17:17:01.410663+00');
+INSERT INTO public.django_migrations VALUES (96, 'compute', '0005_no_gpu_mode', '2026-12-03 17:17:01.550514+00');
+INSERT INTO public.django_migrations VALUES (97, 'compute', '0006_offering_system_disk', '2026-12-03 17:17:01.560174+00');
+INSERT INTO public.django_migrations VALUES (98, 'compute', '0007_tenant_images', '2026-12-03 17:17:02.043551+00');
+INSERT INTO public.django_migrations VALUES (99, 'compute', '0008_spot', '2026-12-03 17:17:02.237222+00');
+INSERT INTO public.django_migrations VALUES (100, 'compute', '0009_seeded_spot_prices', '2026-12-03 17:17:02.287187+00');
+INSERT INTO public.django_migrations VALUES (101, 'compute', '0010_token_caps', '2026-12-03 17:17:02.346913+00');
+INSERT INTO public.django_migrations VALUES (102, 'console', '0001_overview_permission', '2026-12-03 17:17:02.352255+00');
+INSERT INTO public.django_migrations VALUES (103, 'datasets', '0003_description_zh_hans', '2026-12-03 17:17:02.357518+00');
+INSERT INTO public.django_migrations VALUES (104, 'datasets', '0004_seeded_descriptions_zh_hans', '2026-12-03 17:17:02.674065+00');
+INSERT INTO public.django_migrations VALUES (105, 'datasets', '0005_names_zh_hans', '2026-12-03 17:17:02.781881+00');
+INSERT INTO public.django_migrations VALUES (106, 'endpoints', '0005_metering_moved_to_holdings', '2026-12-03 17:17:02.832419+00');
+INSERT INTO public.django_migrations VALUES (107, 'events', '0001_initial', '2026-12-03 17:17:03.215365+00');
+INSERT INTO public.django_migrations VALUES (108, 'instances', '0026_ranks_moved_to_clusters', '2026-12-03 17:17:03.556634+00');
+INSERT INTO public.django_migrations VALUES (109, 'instances', '0027_monthly_rental_stop_policy_pod_watch', '2026-12-03 17:17:03.737223+00');
+INSERT INTO public.django_migrations VALUES (110, 'instances', '0028_monthly_rental_stop_policy_pod_watch_copied', '2026-12-03 17:17:03.741963+00');
+INSERT INTO public.django_migrations VALUES (111, 'instances', '0029_moved_columns_removed', '2026-12-03 17:17:04.66621+00');
+INSERT INTO public.django_migrations VALUES (112, 'instances', '0030_pod_watch_pod_uid', '2026-12-03 17:17:04.685104+00');
+INSERT INTO public.django_migrations VALUES (113, 'instances', '0031_plurals', '2026-12-03 17:17:04.900363+00');
+INSERT INTO public.django_migrations VALUES (114, 'instances', '0032_workload', '2026-12-03 17:17:05.024945+00');
+INSERT INTO public.django_migrations VALUES (115, 'instances', '0033_workload_log_shipping', '2026-12-03 17:17:05.085375+00');
+INSERT INTO public.django_migrations VALUES (116, 'instances', '0034_spot', '2026-12-03 17:17:05.176336+00');
+INSERT INTO public.django_migrations VALUES (117, 'instances', '0035_mirrors', '2026-12-03 17:17:05.226767+00');
+INSERT INTO public.django_migrations VALUES (118, 'jobs', '0001_jobs', '2026-12-03 17:17:05.795704+00');
+INSERT INTO public.django_migrations VALUES (119, 'jobs', '0002_job_cluster', '2026-12-03 17:17:05.941283+00');
+INSERT INTO public.django_migrations VALUES (120, 'sessions', '0001_initial', '2026-12-03 17:17:05.94927+00');
 
 
 --
@@ -2763,7 +2765,7 @@ INSERT INTO public.django_migrations VALUES (119, 'sessions', '0001_initial', '2
 -- Data for Name: fleet_region; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.fleet_region VALUES ('default', 'Default', '', true, '2026-12-03 14:37:34.81264+00', '默认');
+INSERT INTO public.fleet_region VALUES ('default', 'Default', '', true, '2026-12-03 17:16:56.148283+00', '默认');
 
 
 --
@@ -3021,7 +3023,7 @@ SELECT pg_catalog.setval('public.django_content_type_id_seq', 74, true);
 -- Name: django_migrations_id_seq; Type: SEQUENCE SET; Schema: public; Owner: -
 --
 
-SELECT pg_catalog.setval('public.django_migrations_id_seq', 119, true);
+SELECT pg_catalog.setval('public.django_migrations_id_seq', 120, true);
 
 
 --
