@@ -1202,7 +1202,7 @@ def exec_run(
     container: str,
     command: list[str],
     timeout: float,
-    beat: Callable[[], None] | None = None,
+    beat: Callable[[], object] | None = None,
     beat_every: float = 10.0,
 ) -> tuple[int | None, str]:
     """Run `command` in a container to its end, without stdin or a TTY (the worker's own
