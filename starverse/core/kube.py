@@ -1216,11 +1216,14 @@ def exec_run(
         _client(), namespace, pod, container=container, command=command, interactive=False
     )
     try:
-        deadline = time.monotonic() + timeout
+        deadline = next_beat = time.monotonic() + timeout
+        if beat is not None:
+            next_beat = time.monotonic() + beat_every
         while ws.is_open() and (left := deadline - time.monotonic()) > 0:
-            ws.update(timeout=min(left, beat_every) if beat else left)
-            if beat is not None and ws.is_open():
-                beat()
+            ws.update(timeout=max(0.0, min(left, next_beat - time.monotonic())))
+            if beat is not None and ws.is_open() and time.monotonic() >= next_beat:
+                beat()  # at most once every beat_every s, however often the command prints
+                next_beat = time.monotonic() + beat_every
         if ws.is_open():
             raise ExecTimeout(f"pods.exec {pod}: still running after {timeout:g}s")
         output = ws.read_stdout() or ""
