@@ -133,6 +133,10 @@ class Preflight(models.Model):
     message = models.TextField(blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # the running round's lease: the worker running it renews it while the check runs
+    # (CLUSTER_PREFLIGHT_LEASE_S); a round whose lease ran out had its worker die and is
+    # abandoned by the next one. Null for rounds begun before leases (their bound: started_at)
+    lease_until = models.DateTimeField(null=True, blank=True, default=None, db_default=None)
 
     class Meta:
         ordering = ["cluster", "round"]

@@ -20,8 +20,10 @@ move the tenant's own ranks and fail the tenant's own cluster, nothing else.
 Each round is a Preflight row and a line on the cluster's timeline (rank 0's events). The exec
 runs outside any transaction; a round whose cluster changed meanwhile (a rank stopped, moved or
 was lost), or that the cluster's API cut short, is abandoned, and the next one starts when every
-rank is checking again. However its rounds end, a cluster checking for longer than
-CLUSTER_CHECKING_MAX_MINUTES in all fails and gives its GPUs back."""
+rank is checking again. A round holds a lease (CLUSTER_PREFLIGHT_LEASE_S) that its worker renews
+while the check runs: a round whose worker was killed is abandoned once its lease ran out, and
+the task the reconcile loop hands out again starts the next. However its rounds end, a cluster
+checking for longer than CLUSTER_CHECKING_MAX_MINUTES in all fails and gives its GPUs back."""
 
 import json
 import logging
@@ -31,6 +33,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from clusters.models import Cluster, Preflight, PreflightStatus
@@ -87,6 +90,8 @@ def preflight_run(cluster_id: str) -> str | None:
             container=CONTAINER,
             command=COMMAND,
             timeout=settings.CLUSTER_PREFLIGHT_TIMEOUT_S,
+            beat=lambda: round_lease_renew(found.pk),
+            beat_every=settings.CLUSTER_PREFLIGHT_LEASE_S / 3,
         )
     except kube.RetryableKubeError:
         Preflight.objects.filter(pk=found.pk, status=P.RUNNING).update(
@@ -190,11 +195,34 @@ def result_parse(output: str, *, nodes: int) -> dict[str, Any] | None:
     return None
 
 
+def round_lease_renew(round_id: int) -> bool:
+    """The worker running a round is alive: its lease runs CLUSTER_PREFLIGHT_LEASE_S from now.
+    Only a round still running (not taken over as abandoned meanwhile) is renewed; returns
+    whether it was."""
+    lease = timezone.now() + timedelta(seconds=settings.CLUSTER_PREFLIGHT_LEASE_S)
+    renewed = Preflight.objects.filter(pk=round_id, status=P.RUNNING).update(lease_until=lease)
+    return renewed == 1
+
+
+def _rounds_lost_abandon(cluster_id: str, now: datetime) -> None:
+    """Running rounds whose worker died (kill -9, a lost node) are abandoned: their lease ran
+    out (the live worker renews it while the check runs), or, for a round begun before leases,
+    they started longer than twice the timeout ago. Called under the ranks' locks, so two
+    workers never both take a round over and start the next."""
+    stale = now - timedelta(seconds=2 * settings.CLUSTER_PREFLIGHT_TIMEOUT_S)
+    lost = Preflight.objects.filter(cluster_id=cluster_id, status=P.RUNNING).filter(
+        Q(lease_until__lt=now) | Q(lease_until__isnull=True, started_at__lt=stale)
+    )
+    for found in lost.only("round"):
+        logger.warning("cluster.preflight_lost cluster=%s round=%d", cluster_id, found.round)
+    lost.update(status=P.ABANDONED, finished_at=now)
+
+
 def _round_start(cluster_id: str) -> Preflight | None:
     """A new round's row, when every rank is checking (or, ranks that came up again beside
-    running ones, once those are paused) and no round runs (a round left running longer than
-    twice the timeout, by a worker that died, is abandoned first). The cluster's first round
-    since it was started or last passed starts its time in checking."""
+    running ones, once those are paused) and no round runs (a round whose worker died is
+    abandoned first: _rounds_lost_abandon). The cluster's first round since it was started or
+    last passed starts its time in checking."""
     with transaction.atomic():
         ranks = ranks_locked(cluster_id)
         waiting = [rank for rank in ranks if rank.status == S.CHECKING]
@@ -202,11 +230,8 @@ def _round_start(cluster_id: str) -> Preflight | None:
             return None
         _pause_for(ranks, waiting)
         now = timezone.now()
-        stale = now - timedelta(seconds=2 * settings.CLUSTER_PREFLIGHT_TIMEOUT_S)
+        _rounds_lost_abandon(cluster_id, now)
         rounds = Preflight.objects.filter(cluster_id=cluster_id)
-        rounds.filter(status=P.RUNNING, started_at__lt=stale).update(
-            status=P.ABANDONED, finished_at=now
-        )
         if rounds.filter(status=P.RUNNING).exists():
             return None
         Cluster.objects.filter(pk=cluster_id, checking_since__isnull=True).update(
@@ -219,6 +244,7 @@ def _round_start(cluster_id: str) -> Preflight | None:
             floor_gbps=ranks[0].offering.preflight_floor_gbps,
             nodes={str(number(rank)): rank.node_id for rank in ranks},
             started_at=now,
+            lease_until=now + timedelta(seconds=settings.CLUSTER_PREFLIGHT_LEASE_S),
         )
         InstanceEvent.objects.create(
             instance=ranks[0],

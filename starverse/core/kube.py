@@ -15,7 +15,8 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -1252,19 +1253,34 @@ def exec_open(namespace: str, pod: str, *, container: str, command: list[str]) -
 
 
 def exec_run(
-    namespace: str, pod: str, *, container: str, command: list[str], timeout: float
+    namespace: str,
+    pod: str,
+    *,
+    container: str,
+    command: list[str],
+    timeout: float,
+    beat: Callable[[], object] | None = None,
+    beat_every: float = 10.0,
 ) -> tuple[int | None, str]:
     """Run `command` in a container to its end, without stdin or a TTY (the worker's own
     checks, such as a cluster's pre-flight): its exit code (None if the API server did not say)
     and its standard output. Needs `create` on pods/exec in the namespace (the worker's
     starverse-tenant role). A refusal or a missing pod is a PermanentKubeError; an unreachable
     API server a RetryableKubeError; a command still running after `timeout` seconds an
-    ExecTimeout."""
+    ExecTimeout. `beat`, if given, is called every `beat_every` seconds while the command runs
+    (the caller's sign of life, such as a lease renewed)."""
     ws, api_client = _exec_connect(
         _client(), namespace, pod, container=container, command=command, interactive=False
     )
     try:
-        ws.run_forever(timeout=timeout)
+        deadline = next_beat = time.monotonic() + timeout
+        if beat is not None:
+            next_beat = time.monotonic() + beat_every
+        while ws.is_open() and (left := deadline - time.monotonic()) > 0:
+            ws.update(timeout=max(0.0, min(left, next_beat - time.monotonic())))
+            if beat is not None and ws.is_open() and time.monotonic() >= next_beat:
+                beat()  # at most once every beat_every s, however often the command prints
+                next_beat = time.monotonic() + beat_every
         if ws.is_open():
             raise ExecTimeout(f"pods.exec {pod}: still running after {timeout:g}s")
         output = ws.read_stdout() or ""

@@ -658,6 +658,9 @@ CLUSTER_MAX_NODES = env_int("CLUSTER_MAX_NODES", 128)
 CLUSTER_PREFLIGHT_MAX_ROUNDS = env_int("CLUSTER_PREFLIGHT_MAX_ROUNDS", 3)
 CLUSTER_PREFLIGHT_TIMEOUT_S = env_int("CLUSTER_PREFLIGHT_TIMEOUT_S", 300)
 CLUSTER_CHECKING_MAX_MINUTES = env_int("CLUSTER_CHECKING_MAX_MINUTES", 30)
+# A running round's lease: the worker running it renews it every third of this; a round whose
+# lease ran out (its worker killed) is abandoned and the next round starts in its place.
+CLUSTER_PREFLIGHT_LEASE_S = env_int("CLUSTER_PREFLIGHT_LEASE_S", 30)
 # Tenant pods. Each gets this much node-local scratch (image layers, logs, /tmp) as its
 # ephemeral-storage request and limit; the kubelet evicts a pod that writes more.
 INSTANCE_EPHEMERAL_STORAGE_GB = env_int("INSTANCE_EPHEMERAL_STORAGE_GB", 50)

@@ -24,11 +24,12 @@ SHORT = Options(
     # 10-15) does not settle them within the short version's minute (`make chaos` runs them)
     kinds=False,
     # each kill of the worker after a fault that lets it start again; the API outage last.
-    # Not here: "worker kill -9 mid-pre-flight", which leaves a cluster checking for good (an
-    # open bug, docs/operator-guide.md "Faults"); `make chaos` draws it.
+    # The pre-flight kill orders a cluster of its own: its killed round is taken over once its
+    # lease (CLUSTER_PREFLIGHT_LEASE_S) ran out, and the cluster runs.
     faults=(
         "worker kill -9 mid-provisioning",
         "node agent flapping",
+        "worker kill -9 mid-pre-flight",
         "worker kill -9 mid-metering",
         "PostgreSQL restarted",
         "worker kill -9 mid-queue drain",

@@ -12,6 +12,7 @@ checking too long fails and frees its GPUs; a rank is never stopped, started or 
 alone through /instances."""
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -555,6 +556,53 @@ def test_abandoned_rounds_cannot_keep_a_cluster_checking(fleet, renter):
     assert {rank.status for rank in _ranks(cluster)} == {"failed"}
     assert Preflight.objects.filter(cluster=cluster).count() == 1  # no round sent again
     assert not Allocation.objects.filter(holding__instance__cluster_rank__cluster=cluster).exists()
+
+
+def test_a_round_whose_worker_was_killed_is_taken_over_and_the_cluster_runs(
+    fleet, renter, settings, django_capture_on_commit_callbacks
+):
+    """The chaos drill's `worker kill -9 mid-pre-flight`: the worker began round 1 (its row
+    and the timeline's line committed) and died while the check ran, so nobody records it. The
+    reconcile loop hands the check out again; the next worker takes the round over once its
+    lease ran out (not after the exec's timeout) and the cluster runs."""
+    from clusters import preflight
+    from clusters.preflight import _round_start, round_record
+
+    settings.CLUSTER_PREFLIGHT_LEASE_S = 1
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    lost = _round_start(cluster.id)  # all a worker killed mid-check leaves behind
+    assert lost is not None
+    assert preflight_run(cluster.id) is None  # its lease runs: it may be alive, one at a time
+    time.sleep(1.5)  # the dead worker renews nothing: the lease runs out
+
+    stuck = timezone.now() + timedelta(seconds=settings.RECONCILE_STUCK_AFTER_S + 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        report = reconcile(now=stuck)  # the check handed out again, run at once (eager)
+    assert set(report.requeued) <= {rank.pk for rank in _ranks(cluster)}  # once a cluster
+    assert len(report.requeued) == 1
+    rounds = Preflight.objects.filter(cluster=cluster).order_by("round")
+    assert [(found.round, found.status) for found in rounds] == [(1, "abandoned"), (2, "passed")]
+    assert {rank.status for rank in _ranks(cluster)} == {"running"}
+    # were the killed worker's round to come back, it could neither renew nor be recorded
+    assert not preflight.round_lease_renew(lost.pk)
+    result = {"busbw_gbps": 370.0, "pairs": [], "per_node": []}
+    assert round_record(lost.pk, result) == "abandoned"
+
+
+def test_a_round_that_runs_long_keeps_its_lease(fleet, renter, settings):
+    """A live worker renews its round's lease while the check runs: a check that takes longer
+    than the lease is not taken over by another worker meanwhile."""
+    settings.CLUSTER_PREFLIGHT_LEASE_S = 1
+    settings.CLUSTER_PREFLIGHT_TIMEOUT_S = 3
+    cluster = make_cluster(renter, node_count=2)
+    _up(cluster)
+    _tamper(fleet, cluster, hangs=True)
+    assert preflight_run(cluster.id) == "failed"  # no result within 3 s
+    found = Preflight.objects.get(cluster=cluster, round=1)
+    assert found.lease_until is not None
+    # renewed every third of a second until the timeout, not left at started + 1 s
+    assert found.lease_until - found.started_at > timedelta(seconds=2.5)
 
 
 def test_a_started_cluster_checks_afresh(fleet, renter, client_for, settings):
