@@ -6,6 +6,7 @@ import time
 from datetime import date, timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from billing import notices, payments, statements
@@ -55,8 +56,11 @@ def send_refund_notice(refund_id: str) -> None:
 def retry_unprocessed_events() -> None:
     """Events whose processing crashed or outlived its retries are picked up again, until
     they reach STRIPE_EVENT_MAX_ATTEMPTS; then they wait for an operator (the admin's "gave
-    up" filter and retry action)."""
-    stale = timezone.now() - timedelta(minutes=5)
+    up" filter and retry action). Like every reconcile loop it runs every
+    RECONCILE_INTERVAL_S and takes what is RECONCILE_STUCK_AFTER_S old: a paid top-up whose
+    task was lost (a worker killed, the broker flushed after Stripe had its 200) is credited
+    a minute or two later, not ten (processing is idempotent: a second run credits nothing)."""
+    stale = timezone.now() - timedelta(seconds=settings.RECONCILE_STUCK_AFTER_S)
     for event_id in StripeEvent.objects.filter(
         processed_at__isnull=True,
         received_at__lt=stale,

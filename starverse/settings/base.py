@@ -272,7 +272,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "billing-retry-stripe-events": {
         "task": "billing.tasks.retry_unprocessed_events",
-        "schedule": 300.0,
+        "schedule": float(env_int("RECONCILE_INTERVAL_S", 30)),
     },
 }
 CELERY_TIMEZONE = TIME_ZONE

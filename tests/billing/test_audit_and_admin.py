@@ -289,6 +289,25 @@ def test_a_failing_stripe_event_is_retried_up_to_the_cap_then_left_for_an_operat
     assert event.error == "PermanentGatewayError: No such checkout.session: cs_gone"
 
 
+def test_a_stripe_event_whose_task_was_lost_is_sent_again_once_the_reconcile_patience_passed(
+    db, monkeypatch, settings
+):
+    """A top-up Stripe was answered 200 for, whose task a killed worker or a flushed broker
+    lost: sent again once RECONCILE_STUCK_AFTER_S old (the chaos drill found it waiting 10
+    minutes), not while it may still be in a worker's hands."""
+    from billing import tasks
+
+    settings.RECONCILE_STUCK_AFTER_S = 60
+    _stripe_event("evt_lost", minutes_ago=1.5)
+    _stripe_event("evt_fresh", minutes_ago=0.5)
+    calls: list[str] = []
+    monkeypatch.setattr(tasks.process_stripe_event, "delay", calls.append)
+
+    tasks.retry_unprocessed_events()
+
+    assert calls == ["evt_lost"]
+
+
 def test_admin_lists_the_events_it_gave_up_on_and_retries_them(
     operator_client, monkeypatch, django_capture_on_commit_callbacks
 ):
