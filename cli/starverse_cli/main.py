@@ -974,9 +974,29 @@ def _workdir_hint(ctx: Context, task: str) -> None:
     )
 
 
+def _dry_run_said(ctx: Context, answer: dict[str, Any]) -> None:
+    """A job's dry run, for a person: the refusal the real order would get, else its quote;
+    then what of the task would not be honoured."""
+    refusal, quote = answer.get("refusal"), answer.get("quote")
+    if refusal:
+        ctx.out.write(f"would be refused ({refusal['code']}): {refusal['detail']}\n")
+    elif quote:
+        start = "starts at once" if quote.get("expected_start_s") == 0 else "would wait"
+        if quote.get("queue_position"):
+            start = f"would wait, #{quote['queue_position']} in the queue"
+        runway = quote.get("runway_hours")
+        ctx.out.write(
+            f"would be taken: {yuan(quote['price_per_hour_fen'])}/h paid by {quote['paid_by']}, "
+            f"{start}; runway {'-' if runway is None else f'{runway} h'}\n"
+        )
+    for note in answer.get("notes") or []:
+        ctx.out.write(f"note: {note}\n")
+
+
 def cmd_jobs_submit(ctx: Context) -> int:
     args = ctx.args
     headers = {"Idempotency-Key": args.idempotency_key or str(uuid.uuid4())}
+    query = {"dry_run": "true"} if args.dry_run else None
     if args.file:
         given = [name for name in ORDER_FLAGS if getattr(args, name) not in (None, False)]
         if given or args.remote:
@@ -987,9 +1007,12 @@ def cmd_jobs_submit(ctx: Context) -> int:
         task = _read_text(args.file, "the task")
         _workdir_hint(ctx, task)
         content = (task.encode(), "text/yaml")
-        row = ctx.client.request("POST", "jobs", headers=headers, content=content)
+        row = ctx.client.request("POST", "jobs", headers=headers, content=content, query=query)
     else:
-        row = ctx.client.post("jobs", _job_order(ctx), headers=headers)
+        row = ctx.client.post("jobs", _job_order(ctx), headers=headers, query=query)
+    if args.dry_run:
+        ctx.emit(row, lambda: _dry_run_said(ctx, row))
+        return OK
 
     def human() -> None:
         ctx.out.write(f"{row['id']}: {row.get('status')}\n")
@@ -1419,9 +1442,14 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--nas", action="store_true", help="mount the account's NAS at /nas")
     submit.add_argument("--script", metavar="FILE", help="a bash script to run, not a command")
     submit.add_argument("--idempotency-key", help="default: a new one per invocation")
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only say what it would cost and whether it would be taken; nothing is created",
+    )
     submit.usage = (
-        "starverse jobs submit [-h] [--json] (-f TASK | --image IMAGE --offering OFFERING "
-        "[options] -- COMMAND ...)"
+        "starverse jobs submit [-h] [--json] [--dry-run] (-f TASK | --image IMAGE "
+        "--offering OFFERING [options] -- COMMAND ...)"
     )
     job_ls = add(job_commands, "ls", cmd_jobs_ls, "list jobs")
     job_ls.add_argument("--status", help="only this status")

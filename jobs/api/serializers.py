@@ -6,7 +6,7 @@ from clusters.choices import Template
 from instances.choices import InstanceStatus
 from jobs.choices import JobBilling, JobStatus
 from jobs.services import MAX_RESTARTS, MAX_TIME_LIMIT_MINUTES
-from starverse.core.api.dryrun import dry_run_field
+from starverse.core.api.dryrun import DryRunOutput, dry_run_field
 from starverse.core.api.serializers import InputSerializer, StrictCharField, StrictIntegerField
 
 
@@ -141,3 +141,10 @@ class JobEventOutput(serializers.Serializer[Any]):
     at = serializers.DateTimeField()
     status = serializers.ChoiceField(choices=JobStatus.choices)
     text = serializers.CharField(help_text="In the reader's language.")
+
+
+class JobDryRunOutput(DryRunOutput):
+    notes = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="What of a SkyPilot task the job would not honour, as its real order lists it.",
+    )

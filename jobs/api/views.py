@@ -6,7 +6,12 @@ from django.db.models import QuerySet
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
@@ -16,7 +21,7 @@ from rest_framework.response import Response
 
 from compute.admission import ACCOUNT_LIMITS
 from compute.dryrun import order_dry_run
-from jobs.api.serializers import JobCreateInput, JobEventOutput, JobOutput
+from jobs.api.serializers import JobCreateInput, JobDryRunOutput, JobEventOutput, JobOutput
 from jobs.models import Job
 from jobs.selectors import (
     job_events,
@@ -30,7 +35,7 @@ from jobs.services import JobRequest, job_cancel, job_submit
 from jobs.skypilot import TaskError, catalog_from_db, parse_task
 from starverse.accounts.audit import audit_request
 from starverse.core.api.auth import signed_in_user
-from starverse.core.api.dryrun import DRY_RUN_RESPONSE, dry_run_answer
+from starverse.core.api.dryrun import DRY_RUN_PARAM, dry_run_answer, dry_run_queried
 from starverse.core.api.pagination import Pagination, WholeList
 from starverse.core.api.parsers import JSONParser
 from starverse.core.api.schema import IDEMPOTENCY_KEY, errors, idempotency_key, on_hold_error
@@ -132,25 +137,30 @@ class JobViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Job]):
     @extend_schema(
         operation_id="jobs_create",
         request={"application/json": JobCreateInput, "text/yaml": OpenApiTypes.STR},
-        parameters=[IDEMPOTENCY_KEY],
+        parameters=[IDEMPOTENCY_KEY, DRY_RUN_PARAM],
         responses={
-            200: DRY_RUN_RESPONSE,
+            200: OpenApiResponse(
+                response=JobDryRunOutput,
+                description="A dry run (dry_run: true, or ?dry_run=true for a task YAML): the "
+                "quote, any refusal, and what of the task would not be honoured.",
+            ),
             202: JobOutput,
             **errors(402, 409, also=ACCOUNT_LIMITS),
             **on_hold_error(),
         },
         description="Submit a job: JSON fields, or a SkyPilot task YAML as it is "
         "(Content-Type: text/yaml; `resources.accelerators`, `num_nodes`, `envs`, `setup`, "
-        "`run`, `workdir`); what of the task cannot be honoured is listed in `notes`.",
+        "`run`, `workdir`); what of the task cannot be honoured is listed in `notes`. "
+        "`?dry_run=true` quotes either without creating anything.",
     )
     def create(self, request: Request) -> Response:
         user = signed_in_user(request)
-        dry_run = False  # a SkyPilot task has no field for it
+        dry_run = dry_run_queried(request)  # a SkyPilot task has no field for it
         if isinstance(request.data, str):
             job_request = _from_task(request.data)
         else:
             data = self.parse(request, JobCreateInput)
-            dry_run = data["dry_run"]
+            dry_run = dry_run or data["dry_run"]
             job_request = JobRequest(
                 offering_id=data["offering"],
                 image_id=data["image"],
@@ -170,7 +180,9 @@ class JobViewSet(mixins.RetrieveModelMixin, TenantScopedViewSet[Job]):
             )
         if dry_run:
             found = order_dry_run(lambda: job_submit(user=user, request=job_request))
-            return dry_run_answer(*found.parts())
+            answer = dry_run_answer(*found.parts())
+            answer.data["notes"] = list(job_request.notes or [])
+            return answer
         job, created = job_submit(
             user=user, request=job_request, idempotency_key=idempotency_key(request)
         )

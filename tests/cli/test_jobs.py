@@ -125,6 +125,52 @@ def test_submit_a_skypilot_task_sends_it_unchanged_and_prints_the_notes(
     assert json.loads(out)["notes"] == notes
 
 
+def test_submit_dry_run_sends_the_task_with_the_query_and_prints_the_quote_or_refusal(
+    cli_env, fake_api, monkeypatch, tmp_path
+):
+    logged_in(fake_api, monkeypatch)
+    note = "`resources.cloud: aws` is ignored: jobs run on this platform's cluster."
+    quote = {
+        "price_per_hour_fen": 4200,
+        "paid_by": "cash",
+        "runway_hours": 12.5,
+        "queue_position": None,
+        "expected_start_s": 0,
+        "price_per_month_fen": None,
+    }
+    refusal = {"status": 402, "code": "insufficient_balance", "detail": "Top up ¥10."}
+    path = "/api/v1/jobs?dry_run=true"
+    fake_api.on("POST", path, 200, {"quote": quote, "refusal": None, "notes": [note]})
+    fake_api.on("POST", path, 200, {"quote": quote, "refusal": refusal, "notes": []})
+    task = tmp_path / "task.yaml"
+    task.write_text(TASK)
+    code, out, _err = run("jobs", "submit", "-f", str(task), "--dry-run")
+    assert code == 0
+    assert out == (
+        f"would be taken: ¥42.00/h paid by cash, starts at once; runway 12.5 h\nnote: {note}\n"
+    )
+    (posted,) = fake_api.sent
+    assert (posted.path, posted.body, posted.headers["Content-Type"]) == (
+        path,
+        TASK,
+        "text/yaml",
+    )
+    code, out, _err = run(
+        "jobs",
+        "submit",
+        "--image",
+        "pytorch-2.1",
+        "--offering",
+        "off_h100",
+        "--dry-run",
+        "--",
+        "true",
+    )
+    assert (code, out) == (0, "would be refused (insufficient_balance): Top up ¥10.\n")
+    assert fake_api.sent[-1].path == path
+    assert fake_api.sent[-1].body["offering"] == "off_h100"
+
+
 def test_a_task_without_workdir_gets_no_hint_and_stdin_works(cli_env, fake_api, monkeypatch):
     logged_in(fake_api, monkeypatch)
     fake_api.on("POST", "/api/v1/jobs", 202, JOB)

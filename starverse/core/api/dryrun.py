@@ -5,7 +5,7 @@ and rolls it back). Here: the field, the start routes' body, the answer and its 
 from typing import Any
 
 from django.utils.translation import gettext_lazy
-from drf_spectacular.utils import OpenApiResponse, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -35,6 +35,27 @@ def dry_run_asked(request: Request) -> bool:
     """Whether a start's body (which may be empty) asks for a dry run."""
     data = request.data if isinstance(request.data, dict) else {}
     serializer = DryRunInput(data=data)
+    serializer.is_valid(raise_exception=True)
+    return bool(serializer.validated_data["dry_run"])
+
+
+DRY_RUN_PARAM = OpenApiParameter(
+    "dry_run",
+    bool,
+    description="The same as the body's dry_run (for a body that cannot say it, such as a "
+    "SkyPilot task YAML): only say what the order would cost and whether it would be taken.",
+)
+
+
+class _DryRunQuery(InputSerializer):
+    dry_run = dry_run_field()
+
+
+def dry_run_queried(request: Request) -> bool:
+    """Whether the query asks for a dry run (`?dry_run=true`); a value that is not a
+    boolean is a 400 naming the parameter."""
+    data = {"dry_run": request.query_params["dry_run"]} if "dry_run" in request.query_params else {}
+    serializer = _DryRunQuery(data=data)
     serializer.is_valid(raise_exception=True)
     return bool(serializer.validated_data["dry_run"])
 
