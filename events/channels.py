@@ -23,8 +23,8 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from events.choices import EMAIL_DEFAULTS, TEST_EVENT, ChannelKind
-from events.messages import Notice, notice_for
 from events.delivery import backoff
+from events.messages import Notice, notice_for
 from events.models import ChannelNotice, Event, NotificationChannel
 from events.sender import Answer, post
 from events.webhooks import event_types_checked, require_webhook_manager, url_checked
