@@ -8,7 +8,10 @@ their error codes) and keeps what it received, read at GET /__received.
 - POST /dingtalk/robot/send?access_token=T&timestamp=…&sign=…
 - POST /feishu/hook/<token>              {"timestamp", "sign", "msg_type": "text", "content"}
 - POST /hook/<name>                      any body: a webhook receiver; `behaviour[name]` sets
-  its answer (status, seconds to wait, a Location to redirect to)."""
+  its answer (status, seconds to wait, a Location to redirect to).
+
+A bot fails as `behaviour[<its key, access_token or token>]` says (status, body), for its next
+`times` posts (0: every post), before anything is checked or kept."""
 
 import argparse
 import base64
@@ -28,12 +31,13 @@ MAX_BODY = 1024 * 1024
 
 @dataclass
 class Behaviour:
-    """How /hook/<name> answers."""
+    """How /hook/<name> answers, or how a bot fails (for its next `times` posts; 0: all)."""
 
     status: int = 200
     delay_s: float = 0.0
     location: str = ""
     body: bytes = b'{"ok": true}'
+    times: int = 0
 
 
 def dingtalk_sign(secret: str, timestamp: str) -> str:
@@ -102,6 +106,20 @@ class ChatBots:
             return 200, {"code": 0, "msg": "success"}
         return 200, {"errcode": 0, "errmsg": "ok"}
 
+    def failing(self, service: str, path: str, query: dict[str, str]) -> Behaviour | None:
+        """The failure a bot is set to answer with now, counting it down; None: none."""
+        key = path.rsplit("/", 1)[-1] if service == "feishu" else query.get("key", "")
+        key = query.get("access_token", key) if service == "dingtalk" else key
+        with self.lock:
+            behaviour = self.behaviour.get(key)
+            if behaviour is None:
+                return None
+            if behaviour.times == 1:
+                del self.behaviour[key]
+            elif behaviour.times > 1:
+                behaviour.times -= 1
+            return behaviour
+
     def hook(self, name: str, headers: dict[str, str], body: bytes) -> Behaviour:
         with self.lock:
             self.received.append(
@@ -155,6 +173,10 @@ def _handler(bots: ChatBots) -> type[BaseHTTPRequestHandler]:
                 service = "feishu"
             if service is None:
                 self._send(404, b'{"errcode": 404, "errmsg": "no such bot"}')
+                return
+            failure = bots.failing(service, parts.path, query)
+            if failure is not None:
+                self._send(failure.status, failure.body)
                 return
             status, answer = bots.answer(service, parts.path, query, body)
             self._send(status, json.dumps(answer, ensure_ascii=False).encode())

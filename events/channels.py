@@ -1,7 +1,10 @@
 """Notification channels: where a person (their own account's channels) or a team (its owners'
 and admins') hears about events in words — an e-mail address, or a WeCom, DingTalk or Feishu
 group bot's URL, signed the way each service asks where it has a secret (DingTalk: the URL's
-timestamp and sign; Feishu: the body's). One attempt per event, its outcome kept on the row."""
+timestamp and sign; Feishu: the body's). A bot's notice that fails for a passing reason (no
+answer, a 5xx or 429, the service's rate-limit or busy code) is tried again with the webhooks'
+backoff, NOTIFY_TRIES times in all; a refusal (a 4xx, a bad key or URL) is kept at once. The
+latest outcome is kept on the channel, each event's on its ChannelNotice."""
 
 import base64
 import hashlib
@@ -20,8 +23,9 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from events.choices import EMAIL_DEFAULTS, TEST_EVENT, ChannelKind
+from events.delivery import backoff
 from events.messages import Notice, notice_for
-from events.models import Event, NotificationChannel
+from events.models import ChannelNotice, Event, NotificationChannel
 from events.sender import Answer, post
 from events.webhooks import event_types_checked, require_webhook_manager, url_checked
 from starverse.accounts.models import User
@@ -32,6 +36,12 @@ from starverse.core.roles import MANAGERS
 logger = logging.getLogger(__name__)
 NOTIFY_TASK = "events.tasks.notify"
 SIGNED_KINDS = (ChannelKind.DINGTALK, ChannelKind.FEISHU)
+# Tries of one notice in all: the first, then retries after delivery.BACKOFF_S's first four
+# waits (30 s, 2 min, 10 min, 30 min, each plus its jitter): given up after about 45 minutes.
+NOTIFY_TRIES = 5
+# The services' codes in a 200 answer that mean "later": WeCom's and DingTalk's busy (-1),
+# WeCom's rate limit (45009), DingTalk's (130101), Feishu's (9499, 11232).
+BUSY_CODES = frozenset({-1, 45009, 130101, 9499, 11232})
 
 
 def channel_create(
@@ -161,27 +171,46 @@ def bot_request(channel: NotificationChannel, notice: Notice, now: float) -> tup
     return url, json.dumps(body, ensure_ascii=False).encode()
 
 
-def bot_error(answer: Answer) -> str:
-    """Why a bot refused, from its JSON: the services answer 200 with an error code."""
+def bot_error(answer: Answer) -> tuple[str, bool]:
+    """Why a bot refused ("" when it took the message), and whether to try again: the
+    services answer 200 with an error code, some of which mean busy or rate-limited."""
     if not answer.ok:
-        return answer.error or _("no answer")
+        return answer.error or _("no answer"), answer.retryable
     try:
         reply = json.loads(answer.body)
     except ValueError:
-        return ""
+        return "", False
     code = reply.get("errcode", reply.get("code", 0)) if isinstance(reply, dict) else 0
     if code:
-        return f"{code}: {reply.get('errmsg', reply.get('msg', ''))}"[:300]
-    return ""
+        return f"{code}: {reply.get('errmsg', reply.get('msg', ''))}"[:300], code in BUSY_CODES
+    return "", False
 
 
-def notify(channel_id: str, event_id: str) -> str:
-    """Tell the channel about the event, in its language. Returns the error ("" when sent)."""
+def _claim(channel_id: str, event_id: str) -> ChannelNotice | None:
+    """The event's notice to the channel, counted as one more attempt; None when the channel
+    is gone or off, the event gone, or the notice already sent or given up (a redelivered
+    task)."""
     channel = NotificationChannel.objects.filter(pk=channel_id, enabled=True).first()
-    event = Event.objects.filter(pk=event_id).first()
-    if channel is None or event is None:
-        return ""
-    notice = notice_for(event.type, event.data, channel.language)
+    if channel is None or not Event.objects.filter(pk=event_id).exists():
+        return None
+    with transaction.atomic():
+        ChannelNotice.objects.get_or_create(channel=channel, event_id=event_id)
+        notice = (
+            ChannelNotice.objects.select_for_update()
+            .select_related("channel", "event")
+            .get(channel=channel, event_id=event_id)
+        )
+        if notice.sent_at is not None or notice.given_up:
+            return None
+        notice.attempts += 1
+        notice.save(update_fields=["attempts"])
+    return notice
+
+
+def _send(notice: ChannelNotice) -> tuple[str, bool]:
+    """One attempt: the error ("" when sent) and whether it is worth another."""
+    channel, event = notice.channel, notice.event
+    words = notice_for(event.type, event.data, channel.language)
     if channel.kind == ChannelKind.EMAIL:
         recipients = (
             [channel.target]
@@ -189,15 +218,51 @@ def notify(channel_id: str, event_id: str) -> str:
             else _managers(channel.tenant_id, orderer=event.data.get("ordered_by"))
         )
         if recipients:
-            send_mail(notice.text, _text(notice), None, recipients)
-        error = ""
-    else:
-        url, body = bot_request(channel, notice, time.time())
-        error = bot_error(post(url, body, {"User-Agent": "Starverse-Notices/1"}))
-    NotificationChannel.objects.filter(pk=channel.pk).update(
-        last_sent_at=timezone.now(), last_error=error
+            send_mail(words.text, _text(words), None, recipients)
+        return "", False
+    url, body = bot_request(channel, words, time.time())
+    return bot_error(post(url, body, {"User-Agent": "Starverse-Notices/1"}))
+
+
+def notify(channel_id: str, event_id: str) -> str:
+    """One attempt to tell the channel about the event, in its language, recorded before the
+    task is acknowledged; a passing failure starts the next attempt after its backoff, until
+    NOTIFY_TRIES. Returns the error ("" when sent, or when there was nothing to send)."""
+    notice = _claim(channel_id, event_id)
+    if notice is None:
+        return ""
+    error, retryable = _send(notice)
+    retry = bool(error) and retryable and notice.attempts < NOTIFY_TRIES
+    if error and not retryable:
+        error = _("Refused, not retried (check the bot's URL and key): %(error)s") % {
+            "error": error
+        }
+    elif error and not retry:
+        error = _("Gave up after %(tries)s tries: %(error)s") % {
+            "tries": notice.attempts,
+            "error": error,
+        }
+    error = error[:300]
+    with transaction.atomic():
+        ChannelNotice.objects.filter(pk=notice.pk).update(
+            sent_at=None if error else timezone.now(),
+            given_up=bool(error) and not retry,
+            error=error,
+        )
+        NotificationChannel.objects.filter(pk=channel_id).update(
+            last_sent_at=timezone.now(), last_error=error
+        )
+        if retry:
+            wait = backoff(f"{channel_id}:{event_id}", notice.attempts).total_seconds()
+            enqueue_on_commit(NOTIFY_TASK, channel_id, event_id, countdown=wait)
+    logger.info(
+        "channel.notified channel=%s event=%s attempt=%s error=%s retry=%s",
+        channel_id,
+        event_id,
+        notice.attempts,
+        bool(error),
+        retry,
     )
-    logger.info("channel.notified channel=%s event=%s error=%s", channel.id, event.id, bool(error))
     return error
 
 

@@ -39,10 +39,11 @@ DISABLED_FAILING = "failing"
 UNDELIVERED = (DeliveryStatus.PENDING, DeliveryStatus.RETRYING)
 
 
-def backoff(delivery_id: str, attempts: int) -> timedelta:
-    """The wait after the `attempts`-th failed attempt: BACKOFF_S plus up to 10 % jitter."""
+def backoff(key: str, attempts: int) -> timedelta:
+    """The wait after the `attempts`-th failed attempt: BACKOFF_S plus up to 10 % jitter,
+    fixed by `key` (a delivery's id; a channel notice's). Webhooks and chat notices share it."""
     base = BACKOFF_S[min(attempts, len(BACKOFF_S)) - 1]
-    jitter = (sum(delivery_id.encode()) % 11) / 100
+    jitter = (sum(key.encode()) % 11) / 100
     return timedelta(seconds=base * (1 + jitter))
 
 

@@ -1,10 +1,11 @@
 """Events and where they go: the event a product reported (`Event`, written in the transaction
 that made the change), the tenant's webhooks and each attempt to deliver an event to one
 (`Webhook`, `WebhookDelivery`), and the chat and e-mail channels that hear about events
-(`NotificationChannel`)."""
+(`NotificationChannel`) with each event told to one (`ChannelNotice`)."""
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from events.choices import ChannelKind, DeliveryStatus, WebhookStatus
@@ -136,3 +137,25 @@ class NotificationChannel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id}"
+
+
+class ChannelNotice(models.Model):
+    """One event told to one channel: its attempts and, once a bot took it, when (`sent_at`,
+    kept before the task is acknowledged, so a task redelivered after a worker died sends
+    nothing twice), or why it was given up (`error`)."""
+
+    channel = models.ForeignKey(NotificationChannel, on_delete=models.CASCADE, related_name="+")
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="+")
+    attempts = models.PositiveIntegerField(default=0, db_default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    given_up = models.BooleanField(default=False, db_default=False)
+    error = models.CharField(max_length=300, blank=True, default="", db_default="")
+    created_at = models.DateTimeField(default=timezone.now, db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["channel", "event"], name="channel_notice_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel_id} {self.event_id}"

@@ -82,7 +82,8 @@ def test_signed_bots_get_the_signature_their_service_checks(
     good.refresh_from_db()
     bad.refresh_from_db()
     assert good.last_error == ""
-    assert bad.last_error.startswith("310000:" if kind == "dingtalk" else "19021:")
+    code = "310000:" if kind == "dingtalk" else "19021:"
+    assert bad.last_error.startswith(f"Refused, not retried (check the bot's URL and key): {code}")
 
 
 def test_an_email_channel_hears_the_defaults_in_its_language(
