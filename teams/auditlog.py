@@ -47,6 +47,7 @@ SENTENCES: dict[str, Any] = {
     "instance.ports_changed": _("%(actor)s changed the open ports of the instance %(object)s."),
     "image.created": _("%(actor)s brought the image %(object)s (“%(name)s”)."),
     "image.deleted": _("%(actor)s deleted the image “%(name)s”."),
+    "image.saving": _("%(actor)s began saving an instance as the image %(object)s."),
     "disk.created": _("%(actor)s created the disk %(object)s (%(size_gb)s GB)."),
     "disk.resized": _("%(actor)s resized the disk %(object)s to %(size_gb)s GB."),
     "disk.deleted": _("%(actor)s deleted the disk “%(name)s”."),
