@@ -479,6 +479,16 @@ def _(p: Probe) -> None:
     p.call(404, params={"id": token.id})
 
 
+@case("tokens_partial_update")
+def _(p: Probe) -> None:
+    token, _plaintext = make_token(p.user)
+    changed = p.call(200, params={"id": token.id}, body={"max_spend_fen": 5_000}).json()
+    assert changed["max_spend_fen"] == 5_000
+    p.call(400, params={"id": token.id}, body={"max_spend_fen": -1})
+    p.call(400, params={"id": token.id}, body={"max_spend_fen": 2**63})
+    p.call(404, params={"id": token.id}, body={"max_spend_fen": 1}, client=p.stranger())
+
+
 @case("ssh_keys_list")
 def _(p: Probe) -> None:
     make_ssh_key(p.user)
@@ -966,6 +976,29 @@ def _(p: Probe) -> None:
     p.call(202, params={"id": instance.id})
     p.call(409, params={"id": instance.id})
     p.call(404, params={"id": instance.id}, client=p.stranger())
+
+
+@case("instances_clone")
+def _(p: Probe) -> None:
+    p.cluster()
+    source = make_instance(p.user, status="stopped")
+    p.call(200, params={"id": source.id}, body={"dry_run": True})
+    p.call(400, params={"id": source.id}, body={"region": "elsewhere"})
+    p.call(402, params={"id": source.id})
+    fund(p.user, 100_000)
+    p.call(202, params={"id": source.id})
+    p.call(409, params={"id": make_instance(p.user).id})  # provisioning: not yet cloneable
+    p.call(404, params={"id": source.id}, client=p.stranger())
+
+
+@case("instances_image_save")
+def _(p: Probe) -> None:
+    p.cluster()
+    instance = make_instance(p.user, status="stopped")
+    assert p.call(202, params={"id": instance.id}, body={"name": "env"}).json()["name"] == "env"
+    p.call(409, params={"id": instance.id}, body={"name": "env"})  # the name is taken
+    p.call(400, params={"id": instance.id}, body={})
+    p.call(404, params={"id": instance.id}, body={"name": "x"}, client=p.stranger())
 
 
 @case("instances_start")
@@ -1605,8 +1638,9 @@ def _(p: Probe) -> None:
 
 @case("notification_channels_list")
 def _(p: Probe) -> None:
-    make_channel(p.user)
-    assert p.call(200).json()["count"] == 1
+    made = make_channel(p.user)
+    listed = [row["id"] for row in p.call(200).json()["results"]]
+    assert len(listed) == 2 and made.id in listed  # and the account's default e-mail channel
 
 
 @case("notification_channels_create")

@@ -63,6 +63,10 @@ class VerifyEmailInput(InputSerializer):
     token = StrictCharField(max_length=500, help_text="The token of the e-mailed link.")
 
 
+# A cap is a bigint column; past ¥10 billion it is no cap at all (null says so).
+CAP_MOST_FEN = 10**12
+
+
 class TokenCreateInput(InputSerializer):
     name = StrictCharField(max_length=100)
     team = team_field()
@@ -71,12 +75,14 @@ class TokenCreateInput(InputSerializer):
         required=False,
         allow_null=True,
         min_value=0,
+        max_value=CAP_MOST_FEN,
         help_text="The most its orders may spend over its life (fen); `token_cap` past it.",
     )
     max_spend_per_day_fen = serializers.IntegerField(
         required=False,
         allow_null=True,
         min_value=0,
+        max_value=CAP_MOST_FEN,
         help_text="The most its orders may spend in a day (fen).",
     )
     expires_at = serializers.DateTimeField(
@@ -89,12 +95,14 @@ class TokenCapsInput(InputSerializer):
         required=False,
         allow_null=True,
         min_value=0,
+        max_value=CAP_MOST_FEN,
         help_text="The most its orders may spend over its life (fen); null: no cap.",
     )
     max_spend_per_day_fen = serializers.IntegerField(
         required=False,
         allow_null=True,
         min_value=0,
+        max_value=CAP_MOST_FEN,
         help_text="The most its orders may spend in a day (fen); null: no cap.",
     )
     expires_at = serializers.DateTimeField(
