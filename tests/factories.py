@@ -478,3 +478,13 @@ def make_team_with_budget() -> tuple[User, User, Any]:
     invitation_accept(user=bob, token=invitation_token(invitation))
     budget_set(actor=ana, team=team, user_id=bob.pk, monthly_fen=500_00)
     return ana, bob, team
+
+
+def host_path(emu: Any, instance: Any, path: str) -> Path:
+    """Where a path inside the instance's running container is kept on the kube emulator (its
+    volumes keep their files on this machine)."""
+    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
+    assert pod is not None and pod["status"]["phase"] == "Running"
+    place = emu.volume_data.resolve(pod, pod["spec"]["containers"][0], path)
+    assert place is not None, f"{path} is on no volume"
+    return Path(place.path)

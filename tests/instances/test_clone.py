@@ -4,36 +4,17 @@ the source running on. Played on the kube emulator, whose snapshots copy a volum
 whose restored claims start from that copy."""
 
 import re
-from pathlib import Path
 
-import pytest
 from django.test import Client
 
 from compute.models import Offering
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, manifests
 from starverse.core import kube
-from tests.factories import converge_until, fund, make_instance, make_user
+from tests.factories import converge_until, fund, host_path, make_instance, make_user
 
 PACKAGE = "/usr/local/lib/python3.10/dist-packages/flash_attn/__init__.py"
 CHECKPOINT = "/root/data/ckpt/step-100.pt"
-
-
-@pytest.fixture
-def renter(catalog, client_for, settings):
-    settings.MAX_RUNNING_GPUS = 32
-    user = make_user()
-    fund(user, 100_000)
-    return user, client_for(user)
-
-
-def _host_path(emu, instance: Instance, path: str) -> Path:
-    """Where a path inside the instance's running container is kept on the emulator."""
-    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
-    assert pod is not None and pod["status"]["phase"] == "Running"
-    place = emu.volume_data.resolve(pod, pod["spec"]["containers"][0], path)
-    assert place is not None, f"{path} is on no volume"
-    return place.path
 
 
 def _running(client, catalog, **order) -> Instance:
@@ -47,7 +28,7 @@ def _running(client, catalog, **order) -> Instance:
 
 
 def _write(emu, instance: Instance, path: str, text: str) -> None:
-    place = _host_path(emu, instance, path)
+    place = host_path(emu, instance, path)
     place.parent.mkdir(parents=True, exist_ok=True)
     place.write_text(text)
 
@@ -81,13 +62,13 @@ def test_a_clone_of_a_running_instance_has_its_files_image_and_settings(renter, 
         source.region_id,
     )
     assert (clone.ports, clone.mirrors, clone.cloned_from) == ([7860], False, source.id)
-    assert _host_path(cluster, clone, PACKAGE).read_text() == "__version__ = '2.5.6'\n"
-    assert _host_path(cluster, clone, CHECKPOINT).read_text() == "weights\n"
+    assert host_path(cluster, clone, PACKAGE).read_text() == "__version__ = '2.5.6'\n"
+    assert host_path(cluster, clone, CHECKPOINT).read_text() == "weights\n"
     # the source ran on, and the two are copies from now on
     source.refresh_from_db()
     assert source.status == "running"
     _write(cluster, source, CHECKPOINT, "step 200\n")
-    assert _host_path(cluster, clone, CHECKPOINT).read_text() == "weights\n"
+    assert host_path(cluster, clone, CHECKPOINT).read_text() == "weights\n"
     # its snapshots went once its claims held their copy; the claims say where they came from
     for claim, _source_claim in manifests.clone_sources(clone):
         assert kube.read("VolumeSnapshot", clone.k8s_namespace, claim) is None
@@ -115,7 +96,7 @@ def test_a_stopped_clone_starts_again_on_its_own_disks(renter, catalog, cluster)
     client.post(f"/api/v1/instances/{clone_id}/start")
     assert converge_until(converge.provision, clone_id) == "running"
     clone.refresh_from_db()
-    assert _host_path(cluster, clone, CHECKPOINT).read_text() == "the clone's own\n"
+    assert host_path(cluster, clone, CHECKPOINT).read_text() == "the clone's own\n"
 
 
 def test_a_clone_whose_source_lost_its_disks_fails_saying_why(renter, catalog, cluster):

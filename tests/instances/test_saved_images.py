@@ -5,7 +5,6 @@ ordered like a catalogue image, its instances' system disks seeded from it. Anot
 never sees, saves from or orders it. Played on the kube emulator (devstack/kube/saving.py)."""
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,26 +13,10 @@ from compute.models import Image
 from instances.models import Instance
 from instances.provisioning import converge, saving
 from starverse.core import kube
-from tests.factories import converge_until, fund, make_user
+from tests.factories import converge_until, fund, host_path, make_user
 
 PACKAGE = "/usr/local/lib/python3.10/dist-packages/flash_attn/__init__.py"
 CONTENT = "__version__ = '2.5.6'\n"
-
-
-@pytest.fixture
-def renter(catalog, client_for, settings):
-    settings.MAX_RUNNING_GPUS = 32
-    user = make_user()
-    fund(user, 100_000)
-    return user, client_for(user)
-
-
-def _host_path(emu, instance: Instance, path: str) -> Path:
-    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
-    assert pod is not None and pod["status"]["phase"] == "Running"
-    place = emu.volume_data.resolve(pod, pod["spec"]["containers"][0], path)
-    assert place is not None, f"{path} is on no volume"
-    return place.path
 
 
 def _order(client, offering, image_id: str) -> Instance:
@@ -58,7 +41,7 @@ def _saved(image_id: str, timeout: float = 10.0) -> Image:
 
 def _installed(cluster, client, catalog) -> Instance:
     instance = _order(client, catalog["h100x1"], catalog["image"].id)
-    place = _host_path(cluster, instance, PACKAGE)
+    place = host_path(cluster, instance, PACKAGE)
     place.parent.mkdir(parents=True)
     place.write_text(CONTENT)
     return instance
@@ -124,7 +107,7 @@ def test_a_stopped_instance_saved_as_an_image_orders_two_more_with_its_files(
         pod = kube.read("Pod", copy.k8s_namespace, copy.k8s_name)
         assert pod is not None
         assert pod["spec"]["containers"][0]["image"] == image.container_image
-        assert _host_path(cluster, copy, PACKAGE).read_text() == CONTENT
+        assert host_path(cluster, copy, PACKAGE).read_text() == CONTENT
 
 
 def test_a_running_instance_saves_with_a_warning_on_its_own_node(renter, catalog, cluster):

@@ -4,35 +4,13 @@ on the first start, and is still there after a stop and a start on another node;
 with the instance. Played on the kube emulator, whose init containers run the seeding program
 (devstack/kube/seeding.py) and whose volumes keep their files."""
 
-from pathlib import Path
-
-import pytest
-
 from fleet.services import node_cordon
 from instances.models import Instance
 from instances.provisioning import converge, manifests
 from starverse.core import kube
-from tests.factories import converge_until, fund, make_user
+from tests.factories import converge_until, host_path
 
 PACKAGE = "/usr/local/lib/python3.10/dist-packages/flash_attn/__init__.py"
-
-
-@pytest.fixture
-def renter(catalog, client_for, settings):
-    settings.MAX_RUNNING_GPUS = 32
-    user = make_user()
-    fund(user, 100_000)
-    return user, client_for(user)
-
-
-def _host_path(emu, instance: Instance, path: str) -> Path:
-    """Where a path inside the instance's running container is kept on the emulator."""
-    pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
-    assert pod is not None
-    assert pod is not None and pod["status"]["phase"] == "Running"
-    place = emu.volume_data.resolve(pod, pod["spec"]["containers"][0], path)
-    assert place is not None, f"{path} is on no volume"
-    return place.path
 
 
 def _running(client, catalog) -> Instance:
@@ -50,14 +28,14 @@ def test_an_installed_package_survives_a_stop_and_a_start_on_another_node(renter
     instance = _running(client, catalog)
     first_node = instance.node
     # seeded from the image on the first start
-    os_release = _host_path(cluster, instance, "/etc/os-release")
+    os_release = host_path(cluster, instance, "/etc/os-release")
     assert "emulated image" in os_release.read_text()
-    assert _host_path(cluster, instance, "/usr/bin/tini").read_text() == "emulated tini\n"
+    assert host_path(cluster, instance, "/usr/bin/tini").read_text() == "emulated tini\n"
     # the tenant installs a package and edits a file of the image
-    installed = _host_path(cluster, instance, PACKAGE)
+    installed = host_path(cluster, instance, PACKAGE)
     installed.parent.mkdir(parents=True)
     installed.write_text("__version__ = '2.5.6'\n")
-    _host_path(cluster, instance, "/root/.bashrc").write_text("export CHANGED=1\n")
+    host_path(cluster, instance, "/root/.bashrc").write_text("export CHANGED=1\n")
 
     client.post(f"/api/v1/instances/{instance.id}/stop")
     assert converge_until(converge.stop, instance.id) == "stopped"
@@ -68,9 +46,9 @@ def test_an_installed_package_survives_a_stop_and_a_start_on_another_node(renter
 
     instance.refresh_from_db()
     assert instance.node != first_node
-    assert _host_path(cluster, instance, PACKAGE).read_text() == "__version__ = '2.5.6'\n"
+    assert host_path(cluster, instance, PACKAGE).read_text() == "__version__ = '2.5.6'\n"
     # seeded once: the image's copy did not come back over the tenant's change
-    assert _host_path(cluster, instance, "/root/.bashrc").read_text() == "export CHANGED=1\n"
+    assert host_path(cluster, instance, "/root/.bashrc").read_text() == "export CHANGED=1\n"
     pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
     assert pod is not None
     [seed] = pod["status"]["initContainerStatuses"]

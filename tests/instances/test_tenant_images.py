@@ -89,14 +89,6 @@ def test_the_same_name_twice_is_a_conflict(db, client_for):
     assert again.json()["code"] == "image_name_taken"
 
 
-@pytest.fixture
-def renter(catalog, client_for, settings):
-    settings.MAX_RUNNING_GPUS = 32
-    user = make_user()
-    fund(user, 100_000)
-    return user, client_for(user)
-
-
 def test_credentials_become_a_pull_secret_that_the_pod_uses(renter, catalog, cluster):
     user, client = renter
     answer = _bring(client, credentials={"username": "robot", "password": "s3cret-token"})

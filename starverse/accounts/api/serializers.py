@@ -67,43 +67,30 @@ class VerifyEmailInput(InputSerializer):
 CAP_MOST_FEN = 10**12
 
 
+def _cap_field(help_text: str) -> serializers.IntegerField:
+    """A token's spending cap in fen: optional, null for none."""
+    return serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=CAP_MOST_FEN, help_text=help_text
+    )
+
+
 class TokenCreateInput(InputSerializer):
     name = StrictCharField(max_length=100)
     team = team_field()
     scopes = scopes_field()
-    max_spend_fen = serializers.IntegerField(
-        required=False,
-        allow_null=True,
-        min_value=0,
-        max_value=CAP_MOST_FEN,
-        help_text="The most its orders may spend over its life (fen); `token_cap` past it.",
+    max_spend_fen = _cap_field(
+        "The most its orders may spend over its life (fen); `token_cap` past it."
     )
-    max_spend_per_day_fen = serializers.IntegerField(
-        required=False,
-        allow_null=True,
-        min_value=0,
-        max_value=CAP_MOST_FEN,
-        help_text="The most its orders may spend in a day (fen).",
-    )
+    max_spend_per_day_fen = _cap_field("The most its orders may spend in a day (fen).")
     expires_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="Refused from this moment on."
     )
 
 
 class TokenCapsInput(InputSerializer):
-    max_spend_fen = serializers.IntegerField(
-        required=False,
-        allow_null=True,
-        min_value=0,
-        max_value=CAP_MOST_FEN,
-        help_text="The most its orders may spend over its life (fen); null: no cap.",
-    )
-    max_spend_per_day_fen = serializers.IntegerField(
-        required=False,
-        allow_null=True,
-        min_value=0,
-        max_value=CAP_MOST_FEN,
-        help_text="The most its orders may spend in a day (fen); null: no cap.",
+    max_spend_fen = _cap_field("The most its orders may spend over its life (fen); null: no cap.")
+    max_spend_per_day_fen = _cap_field(
+        "The most its orders may spend in a day (fen); null: no cap."
     )
     expires_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="Refused from this moment on; null: never."
