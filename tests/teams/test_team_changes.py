@@ -381,10 +381,10 @@ def test_idle_mail_reaches_the_orderer_and_the_teams_managers(
     with django_capture_on_commit_callbacks(execute=True):
         assert idle_run().warned == [instance.pk]
 
-    # the team's notices reach its managers (they can press Keep running); not another
-    # member, and not a billing member (refused Keep running)
+    # the team's notices reach its managers (they can press Keep running) and the member who
+    # ordered it; not another member, and not a billing member (refused Keep running)
     (warning,) = mail.outbox
-    assert sorted(warning.to) == sorted([owner.email, admin.email])
+    assert sorted(warning.to) == sorted([owner.email, admin.email, ana.email])
     assert bo.email not in warning.to and payer.email not in warning.to
 
 
