@@ -713,13 +713,14 @@ def cmd_cp(ctx: Context) -> int:
     row = _instance_row(ctx, dest.instance or sources[0].instance or "")
     if dest.instance:
         _writable(ctx, row, dest.path)
+    if row.get("ssh"):  # keys first: a missing one is said before any connection
+        _has_ssh_key(args.identity)
+        if not ctx.client.list_all("ssh-keys"):
+            raise CliError(
+                "your account has no SSH key, so the instance accepts none: add yours with "
+                "`starverse keys add` (a running instance takes it within a minute)"
+            )
     ssh = _pinned_ssh(ctx, row, "files can be copied")
-    _has_ssh_key(args.identity)
-    if not ctx.client.list_all("ssh-keys"):
-        raise CliError(
-            "your account has no SSH key, so the instance accepts none: add yours with "
-            "`starverse keys add` (a running instance takes it within a minute)"
-        )
     remote = transfer.Remote(
         host=ssh["host"],
         port=int(ssh["port"]),

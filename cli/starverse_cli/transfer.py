@@ -169,7 +169,11 @@ def _ssh_failure(stderr: str) -> TransferError:
     if "Host key verification failed" in text or "REMOTE HOST IDENTIFICATION" in text:
         return TransferError("the instance's host key is not the pinned one: refusing to copy")
     last = text.splitlines()[-1] if text else "ssh failed"
-    return TransferError(f"cannot reach the instance over SSH: {last}", BROKEN)
+    return TransferError(
+        f"the SSH connection to the instance failed ({last}): run the same command again "
+        "and only what is missing is sent",
+        BROKEN,
+    )
 
 
 def _run(remote: Remote, command: str, script: bytes = b"") -> bytes:
@@ -421,13 +425,13 @@ def download(
     dirs: list[str] = []
     files: list[tuple[str, int]] = []
     for entry in entries:
-        kind, size, path = entry.split(" ", 2)
+        kind, length, path = entry.split(" ", 2)
         if kind == "missing":
             raise TransferError(f"on the instance: {path}: no such file or folder")
         if kind == "d":
             dirs.append(path)
         else:
-            files.append((path, int(size)))
+            files.append((path, int(length)))
     folder_source = any(path.rstrip("/") in {s.rstrip("/") for s in sources} for path in dirs)
     base = Path(dest)
     as_folder = dest.endswith(("/", os.sep)) or len(sources) > 1 or folder_source or base.is_dir()
