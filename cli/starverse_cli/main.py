@@ -1120,8 +1120,7 @@ def _workdir_hint(ctx: Context, task: str) -> None:
     ctx.note(
         f"workdir {folder} is not uploaded: the job runs in /nas/workdir/<name> on your NAS (the "
         "answer's note names the folder), so copy it there first, through a running instance "
-        f"(it mounts the NAS at /nas): rsync -a -e 'ssh -p PORT' {folder}/ "
-        "root@HOST:/nas/workdir/<name>/ (HOST and PORT: `starverse ssh INSTANCE --print-command`)"
+        f"(it mounts the NAS at /nas): starverse cp {folder}/ INSTANCE:/nas/workdir/<name>"
     )
 
 
