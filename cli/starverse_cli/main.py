@@ -692,8 +692,8 @@ def _writable(ctx: Context, row: dict[str, Any], path: str) -> None:
         raise CliError(problem, USAGE)
 
 
-def cmd_cp(ctx: Context) -> int:
-    args = ctx.args
+def _cp_places(args: argparse.Namespace) -> tuple[list[transfer.Location], transfer.Location]:
+    """The sources and the destination, one side on one instance."""
     *sources, dest = [transfer.location(text) for text in [*args.source, args.dest]]
     named = {place.instance for place in sources if place.instance}
     if dest.instance and named:
@@ -710,6 +710,12 @@ def cmd_cp(ctx: Context) -> int:
         )
     if named and (len(named) > 1 or any(place.instance is None for place in sources)):
         raise CliError("copy from one instance at a time, every source on it", USAGE)
+    return sources, dest
+
+
+def cmd_cp(ctx: Context) -> int:
+    args = ctx.args
+    sources, dest = _cp_places(args)
     row = _instance_row(ctx, dest.instance or sources[0].instance or "")
     if dest.instance:
         _writable(ctx, row, dest.path)

@@ -420,6 +420,11 @@ def download(
         if dest.endswith(("/", os.sep)) or len(sources) > 1:
             Path(dest).mkdir(parents=True, exist_ok=True)
         return _rsync(rsync, remote, [remote.target(s) for s in sources], dest, progress)
+    return _stream_down(remote, sources, dest, err)
+
+
+def _stream_down(remote: Remote, sources: Sequence[str], dest: str, err: TextIO | None) -> Outcome:
+    q = shlex.quote
     listing = _run(remote, f"sh -c {q(LIST_TREE)} sh {' '.join(q(s) for s in sources)}")
     entries = [item.decode(errors="surrogateescape") for item in listing.split(b"\0") if item]
     dirs: list[str] = []
