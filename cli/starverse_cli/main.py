@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
-from starverse_cli import __version__, completion, sshpin
+from starverse_cli import __version__, completion, sshpin, transfer
 from starverse_cli.client import TIMEOUT_S, ApiError, Client, NetworkError, plain_http_warning
 from starverse_cli.config import Config, ConfigError, Settings, config_dir
 from starverse_cli.output import dump_json, fields, parse_yuan, table, yuan
@@ -588,19 +588,30 @@ def cmd_show(ctx: Context) -> int:
     return OK
 
 
-def cmd_ssh(ctx: Context) -> int:
-    row = ctx.client.get(f"instances/{ctx.args.id}")
+def _pinned_ssh(ctx: Context, row: dict[str, Any], what: str) -> dict[str, Any]:
+    """The running instance's SSH address with its host key pinned in the CLI's known_hosts
+    (never trusted on first use)."""
     ssh = row.get("ssh")
     if not ssh:
-        raise CliError(f"{row['id']} is {row.get('status')}: SSH works while it runs", CONFLICT)
+        raise CliError(
+            f"{row['id']} is {row.get('status')}: {what} while it runs "
+            f"(start it with `starverse start {row['id']} --wait`)",
+            CONFLICT,
+        )
     expected = ssh.get("host_key_fingerprint")
     if not expected:
         raise CliError(f"the API names no host key for {row['id']}: cannot verify the host")
-    known_hosts = ctx.config.known_hosts
     try:
-        sshpin.pin(known_hosts, ssh["host"], int(ssh["port"]), expected)
+        sshpin.pin(ctx.config.known_hosts, ssh["host"], int(ssh["port"]), expected)
     except sshpin.HostKeyError as error:
         raise CliError(str(error)) from error
+    return dict(ssh)
+
+
+def cmd_ssh(ctx: Context) -> int:
+    row = ctx.client.get(f"instances/{ctx.args.id}")
+    ssh = _pinned_ssh(ctx, row, "SSH works")
+    known_hosts = ctx.config.known_hosts
     command = list(getattr(ctx.args, "remote", []))
     argv = sshpin.ssh_argv(
         host=ssh["host"],
@@ -621,6 +632,152 @@ def cmd_ssh(ctx: Context) -> int:
         return sshpin.run_ssh(argv)
     except sshpin.HostKeyError as error:
         raise CliError(str(error)) from error
+
+
+# ssh's default private keys (`ssh -i` otherwise)
+DEFAULT_PRIVATE_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa", "id_ed25519_sk", "id_ecdsa_sk")
+TRANSFER_EXIT = {
+    transfer.BROKEN: TIMEOUT,
+    transfer.INTERRUPTED: INTERRUPTED,
+    transfer.REFUSED: API_ERROR,
+    transfer.FAILED: API_ERROR,
+}
+
+
+def _has_ssh_key(identity: str | None) -> None:
+    """Refuse early, with what to do, when this computer has no key ssh would offer."""
+    if identity:
+        if not os.path.isfile(identity):
+            raise CliError(f"no private key at {identity} (-i)", USAGE)
+        return
+    ssh_dir = os.path.join(os.path.expanduser("~"), ".ssh")
+    if os.environ.get("SSH_AUTH_SOCK") or os.path.isfile(os.path.join(ssh_dir, "config")):
+        return  # an agent, or the user's own ssh configuration, may hold the key
+    if not any(os.path.isfile(os.path.join(ssh_dir, name)) for name in DEFAULT_PRIVATE_KEYS):
+        raise CliError(
+            f"no SSH key: none in {ssh_dir} ({', '.join(DEFAULT_PRIVATE_KEYS[:3])}) and no "
+            "ssh-agent. Make one with `ssh-keygen -t ed25519`, add it with `starverse keys "
+            "add`, or name a private key with -i",
+            USAGE,
+        )
+
+
+def _instance_row(ctx: Context, ref: str) -> dict[str, Any]:
+    found = ref if ref.startswith("ins_") else _resolve(ctx.client, "instances", ref, "instance")
+    row: dict[str, Any] = ctx.client.get(f"instances/{found}")
+    return row
+
+
+def _writable(ctx: Context, row: dict[str, Any], path: str) -> None:
+    """Refuse a destination outside what the instance keeps, before anything is sent."""
+    normal = transfer.remote_path(path)
+    mounts: list[str] = []
+    nas: bool | None = None
+    if normal.startswith("/mnt"):
+        mounts = [
+            str(disk["mount_path"])
+            for disk in ctx.client.list_all("disks")
+            if disk.get("attached_to") == row["id"] and disk.get("mount_path")
+        ]
+    if normal.startswith("/nas"):
+        try:
+            ctx.client.get("nas")
+            nas = True
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            nas = False
+    problem = transfer.destination_problem(normal, mounts, nas)
+    if problem:
+        raise CliError(problem, USAGE)
+
+
+def _cp_places(args: argparse.Namespace) -> tuple[list[transfer.Location], transfer.Location]:
+    """The sources and the destination, one side on one instance."""
+    *sources, dest = [transfer.location(text) for text in [*args.source, args.dest]]
+    named = {place.instance for place in sources if place.instance}
+    if dest.instance and named:
+        raise CliError(
+            "copy between an instance and this computer, not between two places on instances "
+            "(copy to here first, or run `starverse ssh` and copy from there)",
+            USAGE,
+        )
+    if not dest.instance and not named:
+        raise CliError(
+            "name the instance on one side as INSTANCE:PATH, e.g. `starverse cp ./data "
+            "ins_…:/root/data` or `starverse cp ins_…:/root/out ./out`",
+            USAGE,
+        )
+    if named and (len(named) > 1 or any(place.instance is None for place in sources)):
+        raise CliError("copy from one instance at a time, every source on it", USAGE)
+    return sources, dest
+
+
+def cmd_cp(ctx: Context) -> int:
+    args = ctx.args
+    sources, dest = _cp_places(args)
+    row = _instance_row(ctx, dest.instance or sources[0].instance or "")
+    if dest.instance:
+        _writable(ctx, row, dest.path)
+    if row.get("ssh"):  # keys first: a missing one is said before any connection
+        _has_ssh_key(args.identity)
+        if not ctx.client.list_all("ssh-keys"):
+            raise CliError(
+                "your account has no SSH key, so the instance accepts none: add yours with "
+                "`starverse keys add` (a running instance takes it within a minute)"
+            )
+    ssh = _pinned_ssh(ctx, row, "files can be copied")
+    remote = transfer.Remote(
+        host=ssh["host"],
+        port=int(ssh["port"]),
+        user=ssh.get("user") or "root",
+        known_hosts=ctx.config.known_hosts,
+        identity=args.identity,
+        options=tuple(args.option or ()),
+        program=os.environ.get("STARVERSE_SSH", "ssh"),
+    )
+    progress = not ctx.json and ctx.err.isatty()
+    err = None if ctx.json else ctx.err
+    try:
+        if dest.instance:
+            outcome = transfer.upload(
+                remote,
+                [place.path for place in sources],
+                transfer.remote_path(dest.path),
+                use_rsync=not args.no_rsync,
+                progress=progress,
+                err=err,
+            )
+        else:
+            outcome = transfer.download(
+                remote,
+                [transfer.remote_path(place.path) for place in sources],
+                dest.path,
+                use_rsync=not args.no_rsync,
+                progress=progress,
+                err=err,
+            )
+    except transfer.TransferError as error:
+        raise CliError(str(error), TRANSFER_EXIT[error.kind]) from error
+    result = {
+        "instance": row["id"],
+        "transport": outcome.transport,
+        "files": outcome.files,
+        "skipped": outcome.skipped,
+        "sent_bytes": outcome.sent_bytes,
+    }
+
+    def human() -> None:
+        if outcome.transport == "ssh":
+            ctx.out.write(
+                f"{outcome.files} file(s) copied, {outcome.skipped} already there, "
+                f"{outcome.sent_bytes} bytes sent (over ssh: no rsync on both ends)\n"
+            )
+        else:
+            ctx.out.write("copied (rsync)\n")
+
+    ctx.emit(result, human)
+    return OK
 
 
 def _action(ctx: Context, kind: str, verb: str, target: set[str], end: set[str]) -> int:
@@ -969,8 +1126,7 @@ def _workdir_hint(ctx: Context, task: str) -> None:
     ctx.note(
         f"workdir {folder} is not uploaded: the job runs in /nas/workdir/<name> on your NAS (the "
         "answer's note names the folder), so copy it there first, through a running instance "
-        f"(it mounts the NAS at /nas): rsync -a -e 'ssh -p PORT' {folder}/ "
-        "root@HOST:/nas/workdir/<name>/ (HOST and PORT: `starverse ssh INSTANCE --print-command`)"
+        f"(it mounts the NAS at /nas): starverse cp {folder}/ INSTANCE:/nas/workdir/<name>"
     )
 
 
@@ -1322,6 +1478,22 @@ def build_parser() -> argparse.ArgumentParser:
     # the remote command follows `--` and is split off before parsing (main): argparse would
     # give an optional positional nothing once options follow the id
     ssh.usage = "starverse ssh [-h] [--json] [-i IDENTITY] [-o OPTION] ID [-- COMMAND ...]"
+
+    cp = add(
+        commands,
+        "cp",
+        cmd_cp,
+        "copy files and folders to or from an instance (host key pinned, resumable)",
+    )
+    cp.add_argument("source", nargs="+", help="local paths, or INSTANCE:PATH on the instance")
+    cp.add_argument("dest", help="INSTANCE:PATH, or a local path")
+    cp.add_argument("-i", "--identity", help="private key file for ssh -i")
+    cp.add_argument("-o", "--option", action="append", help="an ssh -o option, repeatable")
+    cp.add_argument(
+        "--no-rsync",
+        action="store_true",
+        help="copy over plain ssh even where rsync is on both ends",
+    )
 
     for name, handler, text, what in (
         ("stop", cmd_stop, "stop an instance (its disk is kept)", "it is stopped"),

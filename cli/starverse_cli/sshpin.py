@@ -104,21 +104,16 @@ def pin(
     return entry
 
 
-def ssh_argv(
+def ssh_options(
     *,
-    host: str,
     port: int,
-    user: str,
     known_hosts: Path,
     identity: str | None = None,
     options: Sequence[str] = (),
-    command: Sequence[str] = (),
-    program: str = "ssh",
 ) -> list[str]:
-    """The ssh command line: the pinned known_hosts only, strict checking, the instance's
-    port and user, then the remote command (if any)."""
+    """ssh's options for an instance: the pinned known_hosts only, strict checking, its port
+    (`ssh`, and the `-e` command of rsync, use them alike)."""
     argv = [
-        program,
         "-p",
         str(port),
         "-o",
@@ -134,6 +129,26 @@ def ssh_argv(
         argv += ["-i", identity, "-o", "IdentitiesOnly=yes"]
     for option in options:
         argv += ["-o", option]
+    return argv
+
+
+def ssh_argv(
+    *,
+    host: str,
+    port: int,
+    user: str,
+    known_hosts: Path,
+    identity: str | None = None,
+    options: Sequence[str] = (),
+    command: Sequence[str] = (),
+    program: str = "ssh",
+) -> list[str]:
+    """The ssh command line: the pinned known_hosts only, strict checking, the instance's
+    port and user, then the remote command (if any)."""
+    argv = [
+        program,
+        *ssh_options(port=port, known_hosts=known_hosts, identity=identity, options=options),
+    ]
     # `--` before the destination ends ssh's options for good: a remote command's own flags
     # (`ls -la`) are not read as ssh's, which ssh would do after a destination.
     return [*argv, "--", f"{user}@{host}", *command]

@@ -115,8 +115,7 @@ def test_submit_a_skypilot_task_sends_it_unchanged_and_prints_the_notes(
     assert err == (
         "workdir ./code is not uploaded: the job runs in /nas/workdir/<name> on your NAS (the "
         "answer's note names the folder), so copy it there first, through a running instance "
-        "(it mounts the NAS at /nas): rsync -a -e 'ssh -p PORT' ./code/ "
-        "root@HOST:/nas/workdir/<name>/ (HOST and PORT: `starverse ssh INSTANCE --print-command`)\n"
+        "(it mounts the NAS at /nas): starverse cp ./code/ INSTANCE:/nas/workdir/<name>\n"
     )
     (posted,) = fake_api.sent
     assert (posted.body, posted.headers["Content-Type"]) == (TASK, "text/yaml")

@@ -5,9 +5,10 @@ payments go to the Stripe stand-in.
 
 The flow: no token → exit 3; log in with e-mail and password; top up through the stand-in's
 checkout page; `rent --wait`; `ls --json`; `ssh ID -- echo hi` into the instance with the host
-key pinned; `stop`; `rm -y`; `balance`. The emulated pod runs nothing, so the instance's sshd is
-the images' real init (Debian's sshd) in a scratch root, serving the access Secret the platform
-wrote for the pod on the port the API gives (the Service's node port).
+key pinned; `cp` a folder in and out; `stop`; `rm -y`; `balance`. The emulated pod runs
+nothing, so the instance's sshd is the images' real init (Debian's sshd) in a scratch root,
+serving the access Secret the platform wrote for the pod on the port the API gives (the
+Service's node port).
 
 A job's journey: `jobs submit` with the emulator's simulated trainer as the command, `jobs ls`,
 `jobs logs -f` until the program ends, `jobs show`, a second job `jobs cancel --yes`; the
@@ -152,6 +153,19 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
         assert f"{pinned[1]} {pinned[2]}" == sshd.host_key.public_openssh
         status = cli("ssh", row.pk, "-i", str(laptop), "-o", "BatchMode=yes", "--", "exit 3")
         assert status.returncode == 3  # the remote command's status comes back
+
+        # cp: a folder in, by the instance's name, and back out (rsync, the pinned key)
+        folder = tmp_path / "code"
+        folder.mkdir()
+        (folder / "train.py").write_text("print('hi')\n")
+        data = init_root / "root" / "data"
+        into = cli("cp", str(folder), f"cli-job:{data}", "-i", str(laptop), "-o", "BatchMode=yes")
+        assert into.returncode == 0, into.stderr
+        assert (data / "code" / "train.py").read_text() == "print('hi')\n"
+        back = tmp_path / "back"
+        out_of = cli("cp", f"{row.pk}:{data}/code/", str(back), "-i", str(laptop), "--json")
+        assert json_of(out_of)["transport"] == "rsync"
+        assert (back / "train.py").read_text() == "print('hi')\n"
     finally:
         sshd.kill()
 
