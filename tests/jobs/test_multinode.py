@@ -21,7 +21,7 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from clusters.gates import GATE_FILE
 from clusters.preflight import preflight_run
-from compute.models import Offering
+from compute.models import Holding, Offering
 from devstack.kube.emulator import KubeEmulator
 from fleet.liveness import CHECK_S, node_leases_follow
 from fleet.models import DEFAULT_REGION, Node, NodeEvent
@@ -389,6 +389,43 @@ def test_an_evicted_ranks_pod_recovers_by_the_path_of_a_lost_node(
     assert (job.restarts, job.error_restarts) == (1, 0)
     for rank in ranks:
         assert "STARVERSE_RESTART_COUNT=1" in _log_has(rank, "resumed from step")
+
+
+def test_a_multi_node_job_is_billed_from_its_first_running_minute_not_its_preflight(
+    fleet, client_for, owner, django_capture_on_commit_callbacks
+):
+    """The real meter (instances.metering.metering_tick) over a 2-node job: half an hour of
+    ranks up and checking (the pre-flight check not yet passed) accrues nothing; the meter
+    starts at the moment the check passes and every rank runs, and a tick a minute and a few
+    seconds later accrues exactly one closed minute per rank."""
+    job = _job(client_for(owner), command=_trainer(4000))
+    for rank in _ranks(job):
+        assert converge_until(converge.provision, rank.id) == "checking"
+    ids = [rank.pk for rank in _ranks(job)]
+    holdings = Holding.objects.filter(pk__in=ids)
+    metering_tick(now=timezone.now() + timedelta(minutes=30))
+    assert (
+        list(holdings.values_list("metered_since", "metered_minutes", "pending_minutes"))
+        == [(None, 0, 0)] * 2
+    )
+    assert all(rank.running_since is None and rank.cost_fen == 0 for rank in _ranks(job))
+    assert job_sync(job.id) == "provisioning"
+
+    passed = timezone.now()
+    job.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert preflight_run(job.cluster_id) == "passed"
+    ranks = _ranks(job)
+    assert job_sync(job.id) == "running"
+    since = {rank.running_since for rank in ranks}
+    assert len(since) == 1
+    first = since.pop()
+    assert first is not None and first >= passed
+    assert set(holdings.values_list("metered_since", flat=True)) == {first}
+    metering_tick(now=first + timedelta(minutes=1, seconds=5))
+    assert sorted(holdings.values_list("metered_minutes", flat=True)) == [1, 1]
+    usage = LedgerTransaction.objects.filter(kind=TransactionKind.USAGE, instance_id__in=ids)
+    assert not usage.exists()  # accrued as pending, posted per hour and at the end
 
 
 @pytest.mark.parametrize(
