@@ -78,10 +78,44 @@ def gang_hooks() -> GangHooks:
 OwnerLink = Callable[[Instance, str], tuple[str, str]]
 _owner_links: dict[str, OwnerLink] = {}
 
+# What took a program's instance from it while it held GPUs, as the owner hears it
+# (OwnerLost): its node went down, or its pod vanished (evicted, its node shut down, deleted).
+NODE_LOST = "node_lost"
+POD_LOST = "evicted"
 
-def workload_owner_register(prefix: str, link: OwnerLink) -> None:
-    """Called from the owner's AppConfig.ready (the jobs app: prefix "job_")."""
+
+class OwnerLost(Protocol):
+    def __call__(self, instance_id: str, *, cause: str, node: Node, reason: str) -> bool:
+        """The instance (not locked) lost its node or its pod (`cause`) on `node`: the owner
+        places it again, or decides otherwise. Returns whether it moved it."""
+        ...
+
+
+_owner_lost: dict[str, OwnerLost] = {}
+
+
+def workload_owner_register(prefix: str, link: OwnerLink, lost: OwnerLost) -> None:
+    """Called from the owner's AppConfig.ready (the jobs app: prefix "job_"): what the
+    instance is to it, and what it does when the instance loses its node or pod."""
     _owner_links[prefix] = link
+    _owner_lost[prefix] = lost
+
+
+def workload_owner_lost(instance: Instance, *, cause: str, node: Node, reason: str) -> bool | None:
+    """Tell the owner of the instance's program (call outside the instance's lock: the owner
+    locks its own row first) that it lost its node or pod; whether the owner moved it, or None
+    when no registered owner runs it (the instances app recovers it as any instance)."""
+    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
+    for prefix, lost in _owner_lost.items():
+        if owner and owner.startswith(prefix):
+            return lost(instance.pk, cause=cause, node=node, reason=reason)
+    return None
+
+
+def workload_owned(instance: Instance) -> bool:
+    """Whether a registered owner runs the instance's program (it decides how it recovers)."""
+    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
+    return any(owner.startswith(prefix) for prefix in _owner_lost) if owner else False
 
 
 def workload_owner_link(instance: Instance) -> tuple[str, str] | None:

@@ -41,7 +41,14 @@ from instances.admission import order_of, runway_of
 from instances.budgets import budget_refusal
 from instances.charges import period_active, period_charge
 from instances.choices import HOLDS_GPUS, InstanceStatus
-from instances.gangs import gang_hooks, gang_members, gang_of
+from instances.gangs import (
+    NODE_LOST,
+    gang_hooks,
+    gang_members,
+    gang_of,
+    workload_owned,
+    workload_owner_lost,
+)
 from instances.gateway import ports_validate
 from instances.models import Instance, InstanceEvent, MonthlyRental, StopPolicy, Workload
 from instances.nogpu import start_cpu_only
@@ -929,13 +936,15 @@ def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[
     reason, or, recovering automatically, are placed again on a healthy node; a stopping one is
     left to its stop, which frees a pod on a down node at once; one of a gang is its owner's
     to move (a cluster's rank moves to a healthy node with its whole cluster's billing paused:
-    clusters.ranks.rank_lost). On a cordoned or
+    clusters.ranks.rank_lost), and one that runs an owner's program (a job's rank) is its
+    program's owner's (instances.gangs.workload_owner_lost). On a cordoned or
     draining node they keep running and get an event saying why."""
     node = Node.objects.get(pk=node_id)
     affected = []
     for instance_id in Instance.objects.filter(node=node, status__in=HOLDS_GPUS).values_list(
         "id", flat=True
     ):
+        owned = False
         with transaction.atomic():
             instance = instance_locked(instance_id)
             if instance.status not in HOLDS_GPUS or instance.node_id != node.pk:
@@ -944,22 +953,26 @@ def instances_on_node_changed(*, node_id: str, state: str, reason: str) -> list[
                 _out_of_service_note(instance, node=node, reason=reason)
             elif instance.status == S.STOPPING:
                 continue
-            elif gang_of(instance):
-                pass  # below: its gang's owner decides, with the gang locked first
+            elif (owned := workload_owned(instance)) or gang_of(instance):
+                pass  # below: its owner decides, with its own row locked first
             elif instance.auto_recover and instance.holding.gpus_attached:
                 # (one in no-GPU mode fails instead: placed again, it would wait for GPUs)
                 _recover(instance, node=node, reason=reason)
             else:
                 _lost(instance, node=node, reason=reason)
-        gang = gang_of(instance)
-        if (
-            state == NodeState.DOWN
-            and gang
-            and not gang_hooks().member_lost(instance_id, gang=gang, node=node, reason=reason)
-        ):
+        if state == NodeState.DOWN and not _owner_moved(instance, owned, node, reason):
             continue
         affected.append(instance_id)
     return affected
+
+
+def _owner_moved(instance: Instance, owned: bool, node: Node, reason: str) -> bool:
+    """An instance on a node that went down whose owner decides (its program's, else its
+    gang's): whether the owner moved it. True for one the instances app dealt with itself."""
+    if owned:
+        return bool(workload_owner_lost(instance, cause=NODE_LOST, node=node, reason=reason))
+    gang = gang_of(instance)
+    return not gang or gang_hooks().member_lost(instance.pk, gang=gang, node=node, reason=reason)
 
 
 def _out_of_service_note(instance: Instance, *, node: Node, reason: str) -> None:

@@ -23,6 +23,7 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -44,9 +45,10 @@ from compute.models import Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from events.choices import EventType
 from events.emit import emit_about
-from fleet.models import DEFAULT_REGION
+from fleet.models import DEFAULT_REGION, Node
 from fleet.services import node_review_request
 from instances.choices import InstanceStatus
+from instances.gangs import NODE_LOST, POD_LOST
 from instances.lifecycle import (
     instance_order,
     instance_recover,
@@ -407,27 +409,6 @@ def job_sync(job_id: str) -> str:
     return job.status
 
 
-def job_rank_lost(instance_id: str, *, reason: str) -> bool:
-    """The one entry point for a job's rank lost to the platform, whatever took it (its node
-    lost, its pod evicted, a preemption): billing pauses for the whole job, the rank is placed
-    again on another node with its disks (a multi-node job's other ranks keep their nodes, and
-    every rank's program starts again once the pre-flight check passes:
-    clusters.ranks.rank_lost), and the job is recovering; its program starts again with
-    STARVERSE_RESTART_COUNT one higher. Not counted against max_restarts. False if the rank
-    held no node any more (it had moved or ended meanwhile)."""
-    rank = JobRank.objects.select_related("instance__node", "job").filter(pk=instance_id).first()
-    if rank is None or rank.instance.node is None:
-        return False
-    node = rank.instance.node
-    if rank.job.cluster_id is not None:
-        moved = rank_lost(instance_id, cluster_id=rank.job.cluster_id, node=node, reason=reason)
-    else:
-        moved = instance_recover(instance_id, reason=reason)
-    if moved:
-        job_sync(rank.job_id)
-    return moved
-
-
 def _rank_instances(job: Job) -> list[Instance]:
     rows = job.ranks.select_related("instance__node").order_by("index")
     return [row.instance for row in rows]
@@ -449,12 +430,15 @@ def _follow(job: Job, instances: list[Instance], workloads: dict[str, Workload])
         return
     preempted = next((i for i in instances if i.stop_reason == PREEMPTED), None)
     if preempted is not None and not job.restart_pending:
-        _preempted(job, instances)
+        lost = Lost(Cause.PREEMPTED, preempted, preempted.node, "taken back for a paying order")
+        _recover(job, instances, lost, now=now)
         return
     ended = {pk: w for pk, w in workloads.items() if w.exit_code is not None}
     failed = next((w for w in ended.values() if w.exit_code != 0), None)
     if failed is not None:
-        _program_failed(job, instances, failed, now=now)
+        rank = next(i for i in instances if i.pk == failed.pk)
+        lost = Lost(Cause.PROGRAM_FAILED, rank, rank.node, f"exit code {failed.exit_code}", failed)
+        _recover(job, instances, lost, now=now)
         return
     if ended and len(ended) == len(instances):
         job.exit_code = 0
@@ -499,31 +483,6 @@ def _nodes_of(instances: list[Instance]) -> str:
     if len(names) > NODES_NAMED:
         return ", ".join(names[:NODES_NAMED]) + f", … ({len(names)})"
     return ", ".join(names)
-
-
-def _preempted(job: Job, instances: list[Instance]) -> None:
-    """Its spot ranks were taken back (a whole gang: a multi-node job's cluster stops as
-    one) for a paying order (instances.preemption): the job is
-    recovering, and its rank starts again once stopped (rank_restart, the restart path of a
-    failed program, not counted against max_restarts), in line for GPUs like any spot start:
-    the program resumes from its checkpoint when GPUs free up."""
-    job.restart_pending = True
-    job.save(update_fields=["restart_pending"])
-    # the SIGTERM may have ended the program: that exit is the preemption's, not its own
-    Workload.objects.filter(pk__in=[i.pk for i in instances]).update(
-        exit_code=None, finished_at=None
-    )
-    _move(
-        job,
-        J.RECOVERING,
-        later(
-            gettext_noop(
-                "Its GPUs were taken back for a paying order (a spot job); it resumes from its "
-                "checkpoint when GPUs free up."
-            )
-        ),
-    )
-    enqueue_on_commit("jobs.tasks.restart_rank", instances[0].pk)
 
 
 def _follow_running(job: Job, instances: list[Instance], *, new_pod: bool, now: Any) -> None:
@@ -621,61 +580,212 @@ def _follow_waiting(job: Job, instances: list[Instance]) -> None:
         )
 
 
-def _program_failed(job: Job, instances: list[Instance], workload: Workload, *, now: Any) -> None:
-    """A rank's program exited non-zero: the user's error. Every rank runs it again while the
-    restart policy allows (a multi-node job's other ranks are stopped first: all start again
-    together), else the job fails with the exit code and the program's last lines."""
-    code = workload.exit_code
-    job.exit_code = code
-    _error_node_count(job, next(i for i in instances if i.pk == workload.pk), code)
-    if job.error_restarts < job.max_restarts and not _past_time_limit(job, now):
+# --- recovering: one path for every cause --------------------------------------------------
+
+
+class Cause(StrEnum):
+    """What interrupted a job's ranks (its timeline names it)."""
+
+    NODE_LOST = NODE_LOST  # its node went down (fleet's health rules, the node lease watch)
+    EVICTED = POD_LOST  # its pod vanished while its node stayed up (evicted, deleted)
+    PREEMPTED = PREEMPTED  # a spot job's GPUs taken back for a paying order
+    PROGRAM_FAILED = "program_failed"  # its program exited non-zero: the user's error
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a cause means to the job: `user_error`, counted in error_restarts against
+    max_restarts (else the platform's failure, never limited); `node_at_fault`, counted against
+    the node it happened on (REVIEW_AFTER_ERRORS: the node is put up for review); `restart`,
+    every rank stops and starts again through admission and the queue (else the lost rank is
+    placed again now and the healthy ones keep their nodes); `said`, the timeline's line."""
+
+    user_error: bool
+    node_at_fault: bool
+    restart: bool
+    said: str
+
+
+RULES = {
+    # the node is down already: the platform's own signal, no review to ask for
+    Cause.NODE_LOST: Rule(
+        user_error=False,
+        node_at_fault=False,
+        restart=False,
+        said=gettext_noop(
+            "Rank %(rank)s lost its node %(node)s (%(reason)s): billing paused for the whole "
+            "job; placing the rank again with its disks."
+        ),
+    ),
+    Cause.EVICTED: Rule(
+        user_error=False,
+        node_at_fault=True,
+        restart=False,
+        said=gettext_noop(
+            "Rank %(rank)s lost its pod on %(node)s (%(reason)s): billing paused for the whole "
+            "job; placing the rank again with its disks."
+        ),
+    ),
+    # the node did nothing wrong: spot GPUs went to a paying order
+    Cause.PREEMPTED: Rule(
+        user_error=False,
+        node_at_fault=False,
+        restart=True,
+        said=gettext_noop(
+            "Its GPUs were taken back for a paying order (a spot job); it resumes from its "
+            "checkpoint when GPUs free up."
+        ),
+    ),
+    Cause.PROGRAM_FAILED: Rule(
+        user_error=True,
+        node_at_fault=True,
+        restart=True,
+        said=gettext_noop(
+            "Its program failed with exit code %(code)s; running it again "
+            "(%(n)s of %(most)s restarts after an error)."
+        ),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Lost:
+    """One interruption: its cause, the rank it hit (`instance`), the node it hit it on, why
+    (`reason`, as the platform says it), and for a program's failure its Workload."""
+
+    cause: Cause
+    instance: Instance
+    node: Node | None
+    reason: str = ""
+    workload: Workload | None = None
+
+
+def job_rank_lost(instance_id: str, *, cause: str, node: Node, reason: str) -> bool:
+    """A job's rank lost its node or its pod (instances.gangs.workload_owner_lost: the node
+    went down, the pod was evicted or vanished): it recovers by the one path (_recover), under
+    the job's lock. False if its job has ended or is cancelled, or the rank had moved on."""
+    job_id = JobRank.objects.filter(pk=instance_id).values_list("job_id", flat=True).first()
+    if job_id is None:
+        return False
+    with transaction.atomic():
+        job = job_locked(job_id)
+        if job.status in ENDED or job.status == J.CANCELLING:
+            return False
+        instances = _rank_instances(job)
+        rank = next(i for i in instances if i.pk == instance_id)
+        lost = Lost(Cause(cause), rank, node, reason)
+        return _recover(job, instances, lost, now=timezone.now())
+
+
+def _recover(job: Job, instances: list[Instance], lost: Lost, *, now: Any) -> bool:
+    """The one path every interruption of a job's ranks takes (RULES): billing pauses for the
+    whole job, the lost ranks are placed again with the same disks (the healthy ones kept on
+    their nodes), the program starts again with STARVERSE_RESTART_COUNT one higher (each new
+    pod's: instances.provisioning) and the same checkpoint directory; the program's own errors
+    and the platform's failures are counted apart; a node the job keeps failing on is put up
+    for review; the timeline names the cause. A program's error with no restart left ends the
+    job instead. Returns False if the rank had moved on meanwhile (nothing done)."""
+    rule = RULES[lost.cause]
+    if not rule.restart and not _place_again(job, lost):
+        return False
+    if rule.node_at_fault:
+        _node_count(job, lost)
+    words = _words(job, instances, lost)
+    if rule.user_error:
+        job.exit_code = words["code"]
+        if job.error_restarts >= job.max_restarts or _past_time_limit(job, now):
+            _program_failed(job, instances, lost, now=now)
+            return True
         job.error_restarts += 1
-        job.restart_pending = True
-        job.save(update_fields=["exit_code", "error_restarts", "restart_pending"])
-        _move(
-            job,
-            J.RECOVERING,
-            later(
-                gettext_noop(
-                    "Its program failed with exit code %(code)s; running it again "
-                    "(%(n)s of %(most)s restarts after an error)."
-                )
-            )
-            % {"code": code, "n": job.error_restarts, "most": job.max_restarts},
+        words["n"] = job.error_restarts
+    if rule.restart:
+        _restart_all(job, instances)
+    job.save(update_fields=["exit_code", "error_restarts", "restart_pending", "error_nodes"])
+    said = later(rule.said) % words
+    # before its first start, a rank placed again leaves the job waiting to start
+    if job.started_at is None and not rule.restart:
+        _event(job, job.status, said)
+    elif job.status != J.RECOVERING:
+        _move(job, J.RECOVERING, said)
+    else:
+        _event(job, job.status, said)
+    logger.info("job.recovering job=%s cause=%s rank=%s", job.id, lost.cause, lost.instance.pk)
+    return True
+
+
+def _place_again(job: Job, lost: Lost) -> bool:
+    """The rank that lost its node or pod is placed again now with its disks: a multi-node
+    job's on another whole node while its healthy ranks keep theirs and every rank's program
+    starts again, billing paused for all (clusters.ranks.rank_lost); a one-node job's on GPUs
+    free anywhere, ahead of new orders (instances.lifecycle.instance_recover)."""
+    if job.cluster_id is not None and lost.node is not None:
+        return rank_lost(
+            lost.instance.pk, cluster_id=job.cluster_id, node=lost.node, reason=lost.reason
         )
-        Workload.objects.filter(pk__in=[i.pk for i in instances]).update(
-            exit_code=None, finished_at=None
-        )
-        for instance in instances:
-            if instance.status in (S.RUNNING, S.CHECKING, S.PROVISIONING):
-                instance_stop(instance_id=instance.pk, reason=RANK_FAILED, by_owner=True)
-        enqueue_on_commit("jobs.tasks.restart_rank", instances[0].pk)
-        return
-    job.message = workload.message
+    return instance_recover(lost.instance.pk, reason=lost.reason)
+
+
+def _restart_all(job: Job, instances: list[Instance]) -> None:
+    """Every rank stops (billing ends; a preempted gang is stopping already), then all start
+    again as one order once stopped (rank_restart), in line for GPUs like any start."""
+    job.restart_pending = True
+    # a program's exit while it was stopped (a SIGTERM's) is not its own verdict
+    Workload.objects.filter(pk__in=[i.pk for i in instances]).update(
+        exit_code=None, finished_at=None
+    )
+    for instance in instances:
+        if instance.status in (S.RUNNING, S.CHECKING, S.PROVISIONING):
+            instance_stop(instance_id=instance.pk, reason=RANK_FAILED, by_owner=True)
+    enqueue_on_commit("jobs.tasks.restart_rank", instances[0].pk)
+
+
+def _words(job: Job, instances: list[Instance], lost: Lost) -> dict[str, Any]:
+    index = next(n for n, i in enumerate(instances) if i.pk == lost.instance.pk)
+    code = lost.workload.exit_code if lost.workload is not None else None
+    return {
+        "cause": str(lost.cause),
+        "rank": index,
+        "node": lost.node.name if lost.node else "-",
+        "reason": lost.reason,
+        "code": code,
+        "n": job.error_restarts,
+        "most": job.max_restarts,
+    }
+
+
+def _program_failed(job: Job, instances: list[Instance], lost: Lost, *, now: Any) -> None:
+    """A rank's program failed with no restart left (or past the time limit): the job fails
+    with the exit code and the program's last lines."""
+    code = job.exit_code
+    job.message = lost.workload.message if lost.workload is not None else ""
     failed = (
         later(gettext_noop("Failed with exit code %(code)s.")) % {"code": code}
         if len(instances) == 1
         else later(gettext_noop("Rank %(rank)s failed with exit code %(code)s."))
-        % {"code": code, "rank": _index_of(job, workload.pk)}
+        % {"code": code, "rank": _index_of(job, lost.instance.pk)}
     )
     _end_with_ranks(job, instances, J.FAILED, failed, now=now)
 
 
-def _error_node_count(job: Job, instance: Instance, code: int | None) -> None:
-    """Count the failure against the node it happened on; on the REVIEW_AFTER_ERRORS-th there,
-    the node is put up for an operator's review (fleet.services.node_review_request: it stays
-    in service; the operator decides), as a job that keeps failing on one node may be the
-    node's fault, not the program's."""
-    if instance.node is None:
+def _node_count(job: Job, lost: Lost) -> None:
+    """Count the interruption against the node it happened on; on the REVIEW_AFTER_ERRORS-th
+    there, the node is put up for an operator's review (fleet.services.node_review_request: it
+    stays in service; the operator decides), as a job that keeps failing on one node (its
+    program, or its pod evicted) may be the node's fault, not the program's."""
+    if lost.node is None:
         return
-    key = str(instance.node_id)
+    key = str(lost.node.pk)
     job.error_nodes = {**job.error_nodes, key: job.error_nodes.get(key, 0) + 1}
-    job.save(update_fields=["error_nodes", "exit_code"])
     if job.error_nodes[key] == REVIEW_AFTER_ERRORS:
+        last = (
+            f"exit code {lost.workload.exit_code}"
+            if lost.workload is not None
+            else f"{lost.cause}: {lost.reason}"
+        )
         node_review_request(
-            node=instance.node,
-            reason=f"job {job.id}: its program failed {REVIEW_AFTER_ERRORS} times on this node "
-            f"(last exit code {code})",
+            node=lost.node,
+            reason=f"job {job.id}: interrupted {REVIEW_AFTER_ERRORS} times on this node "
+            f"(last: {last})",
         )
 
 

@@ -17,7 +17,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from instances.choices import InstanceStatus
-from instances.gangs import gang_hooks
+from instances.gangs import POD_LOST, gang_hooks, workload_owner_lost
 from instances.gateway import served_ports
 from instances.models import Instance, Workload
 from instances.provisioning import manifests
@@ -124,7 +124,8 @@ def _vanished_recreate(
     again (a cluster's: until its pre-flight check passes again). One whose pod ran a program
     to its end (its Workload) and ended stops instead, billed to the program's end; a pod the
     kubelet failed itself (Evicted, NodeShutdown: a `reason` of the pod's) did not end its
-    program, which runs again in a new pod as any vanished pod's instance does."""
+    program, which runs again in a new pod as any vanished pod's instance does; its owner (a
+    job) places it again as it places a rank whose node was lost (_owner_recovers)."""
     recreated = []
     programs = set(
         Workload.objects.filter(instance_id__in=[row[0] for row in running]).values_list(
@@ -137,9 +138,29 @@ def _vanished_recreate(
             continue
         if instance_id in programs and pod is not None and _program_ended(pod):
             workload_end(instance_id, pod.ended)
-        elif instance_recreate(instance_id, now=now):
+            continue
+        moved = _owner_recovers(instance_id, pod) if instance_id in programs else None
+        if moved is None:
+            moved = instance_recreate(instance_id, now=now)
+        if moved:
             recreated.append(instance_id)
     return recreated
+
+
+def _owner_recovers(instance_id: str, pod: kube.ClusterPod | None) -> bool | None:
+    """A program's instance whose pod vanished is its owner's to place again (a job's rank:
+    billing paused for the whole job, placed again with its disks): whether it moved, or None
+    when no owner takes it (it is recreated on its node)."""
+    instance = Instance.objects.select_related("node").filter(pk=instance_id).first()
+    if instance is None or instance.node is None:
+        return None
+    if pod is None:
+        reason = "its pod vanished"
+    elif pod.reason:
+        reason = f"its kubelet failed its pod: {pod.reason}"
+    else:
+        reason = "its pod was deleted"
+    return workload_owner_lost(instance, cause=POD_LOST, node=instance.node, reason=reason)
 
 
 # The label every pod that runs a program to its end carries (instances.provisioning.manifests).

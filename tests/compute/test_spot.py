@@ -281,6 +281,7 @@ def test_a_spot_job_taken_back_recovers_and_resumes_when_gpus_free(people, clien
     assert job_sync(job.id) == "running"
     job.refresh_from_db()
     assert job.error_restarts == 0  # a preemption is not the program's failure
+    assert (job.restarts, job.error_nodes) == (1, {})  # nor its node's: no review asked
     texts = [event.text for event in JobEvent.objects.filter(job=job)]
     assert any("taken back for a paying order" in text for text in texts)
 

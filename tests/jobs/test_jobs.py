@@ -13,6 +13,7 @@ from django.core import mail
 from django.db import connection
 from django.utils import translation
 
+from fleet.models import Node
 from instances.models import Instance, InstanceEvent, Workload, WorkloadLog
 from instances.provisioning import converge
 from instances.provisioning.logs import logs_ship
@@ -194,9 +195,20 @@ def test_a_lost_pod_resumes_from_the_checkpoint_with_billing_paused(catalog, cli
         assert time.monotonic() < deadline
         time.sleep(0.02)
 
+    evicted_on = instance.node
+    assert evicted_on is not None
     assert reconcile().recreated == [instance.id]
     instance.refresh_from_db()
     assert instance.running_since is None  # billing paused while it is placed again
+    job.refresh_from_db()
+    # told at once (not at the job's next look), by the path a lost node takes: a platform
+    # failure, counted against the node it happened on (not yet up for review)
+    assert (job.status, job.error_restarts, job.error_nodes) == (
+        "recovering",
+        0,
+        {evicted_on.pk: 1},
+    )
+    assert Node.objects.get(pk=evicted_on.pk).review_since is None
     assert job_sync(job.id) == "recovering"
     assert converge_until(converge.provision, instance.id) == "running"
     assert job_sync(job.id) == "running"
@@ -213,7 +225,10 @@ def test_a_lost_pod_resumes_from_the_checkpoint_with_billing_paused(catalog, cli
     assert (job.restarts, job.error_restarts) == (1, 0)
     assert "STARVERSE_RESTART_COUNT=1" in log
     texts = [e.text for e in JobEvent.objects.filter(job=job)]
-    assert any(text.startswith("Its rank was lost") for text in texts)
+    assert (
+        f"Rank 0 lost its pod on {evicted_on.name} (its pod vanished): billing paused for the "
+        "whole job; placing the rank again with its disks."
+    ) in texts
     assert texts[-1].startswith("Running again on") and texts[-1].endswith("(restart 1).")
 
     # the shipped log of the new attempt says where it resumed: the timeline says it, once
@@ -479,7 +494,12 @@ def test_a_lost_node_moves_the_rank_and_the_program_resumes_there(
     assert "STARVERSE_RESTART_COUNT=1" in log
     job.refresh_from_db()
     assert (job.restarts, job.error_restarts) == (1, 0)
+    assert job.error_nodes == {}  # the node is down already: no review asked of an operator
     assert instance.node is not None
+    texts = [e.text for e in JobEvent.objects.filter(job=job)]
+    assert any(
+        text.startswith(f"Rank 0 lost its node {lost.name} (heartbeat lost") for text in texts
+    )
     last = JobEvent.objects.filter(job=job).order_by("-at", "-id").first()
     assert last is not None and last.text == (f"Running again on {instance.node.name} (restart 1).")
     assert InstanceEvent.objects.filter(

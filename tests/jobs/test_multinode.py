@@ -21,7 +21,7 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from clusters.gates import GATE_FILE
 from clusters.preflight import preflight_run
-from compute.models import Offering
+from compute.models import Holding, Offering
 from devstack.kube.emulator import KubeEmulator
 from fleet.liveness import CHECK_S, node_leases_follow
 from fleet.models import DEFAULT_REGION, Node, NodeEvent
@@ -31,9 +31,9 @@ from instances.metering import metering_tick
 from instances.models import Instance
 from instances.provisioning import converge
 from instances.provisioning.logs import logs_ship
-from instances.provisioning.reconcile import workloads_check
-from jobs.models import Job
-from jobs.services import job_rank_lost, job_sync, rank_restart
+from instances.provisioning.reconcile import reconcile, workloads_check
+from jobs.models import Job, JobEvent
+from jobs.services import job_sync, rank_restart
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
 from tests.factories import (
@@ -240,8 +240,10 @@ def test_a_lost_node_pauses_billing_replaces_only_its_rank_and_every_rank_resume
         assert int(log.split("resumed from step", 1)[1].split()[0]) >= 6
         assert "STARVERSE_RESTART_COUNT=1" in log
     assert ranks[0].node_id == healthy.node_id
+    assert job.error_nodes == {}  # down already: the platform's own signal, no review asked
     events = client_for(owner).get(f"/api/v1/jobs/{job.id}/events").json()["results"]
     assert [e["status"] for e in events][-2:] == ["recovering", "running"]
+    assert events[-2]["text"].startswith(f"Rank 1 lost its node {lost.node.name} (heartbeat")
 
     # both ranks' new attempts say where they resumed: one timeline line for the attempt, rank 0's
     assert logs_ship() == 2
@@ -346,24 +348,84 @@ def test_a_ranks_error_runs_every_rank_again_by_the_policy_then_fails_with_its_c
         assert (Node.objects.get(pk=node_id).review_since is not None) == (count == 2)
 
 
-def test_a_preempted_rank_recovers_through_the_one_entry_point(
+def test_an_evicted_ranks_pod_recovers_by_the_path_of_a_lost_node(
     fleet, client_for, owner, django_capture_on_commit_callbacks
 ):
-    """jobs.services.job_rank_lost: what a preemption or an eviction calls."""
-    job = _job(client_for(owner), command=_trainer(2000))
+    """A rank's pod gone while its node stays up (evicted, deleted) is handed by the reconcile
+    loop to its job (jobs.services.job_rank_lost), which recovers as after a lost node: billing
+    paused for the whole job, the rank placed again with its disks, the healthy rank kept on
+    its node, every program started again with STARVERSE_RESTART_COUNT 1; a platform failure,
+    not counted against max_restarts but against the node; the timeline names the eviction."""
+    job = _job(client_for(owner), command=_trainer(2000), max_restarts=0)
     ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
     assert job_sync(job.id) == "running"
     _log_has(ranks[0], "step 3/")
-    with django_capture_on_commit_callbacks(execute=False):
-        assert job_rank_lost(ranks[0].id, reason="preempted")
+    evicted, healthy = ranks
+    assert evicted.node is not None
+    kube.delete("Pod", evicted.k8s_namespace, evicted.k8s_name, force=True)
+    deadline = time.monotonic() + WAIT_S
+    while kube.read("Pod", evicted.k8s_namespace, evicted.k8s_name) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert reconcile().recreated == [evicted.id]
     job.refresh_from_db()
-    assert job.status == "recovering" and job.error_restarts == 0
+    assert (job.status, job.error_restarts) == ("recovering", 0)
+    assert job.error_nodes == {evicted.node_id: 1}
     after = _ranks(job)
-    assert after[0].node_id != ranks[0].node_id and after[1].node_id == ranks[1].node_id
+    assert after[0].node_id not in (None, evicted.node_id)
+    assert after[1].node_id == healthy.node_id
+    # before, only the evicted rank paused: its healthy peer was billed while it waited
     assert all(rank.running_since is None for rank in after)
+    last = JobEvent.objects.filter(job=job).order_by("-at", "-id").first()
+    assert last is not None and last.status == "recovering"
+    assert last.text == (
+        f"Rank 0 lost its pod on {evicted.node.name} (its pod vanished): billing paused for "
+        "the whole job; placing the rank again with its disks."
+    )
+
     ranks = _up_and_checked(job, django_capture_on_commit_callbacks)
     assert job_sync(job.id) == "running"
-    assert "STARVERSE_RESTART_COUNT=1" in _log_has(ranks[0], "resumed from step")
+    job.refresh_from_db()
+    assert (job.restarts, job.error_restarts) == (1, 0)
+    for rank in ranks:
+        assert "STARVERSE_RESTART_COUNT=1" in _log_has(rank, "resumed from step")
+
+
+def test_a_multi_node_job_is_billed_from_its_first_running_minute_not_its_preflight(
+    fleet, client_for, owner, django_capture_on_commit_callbacks
+):
+    """The real meter (instances.metering.metering_tick) over a 2-node job: half an hour of
+    ranks up and checking (the pre-flight check not yet passed) accrues nothing; the meter
+    starts at the moment the check passes and every rank runs, and a tick a minute and a few
+    seconds later accrues exactly one closed minute per rank."""
+    job = _job(client_for(owner), command=_trainer(4000))
+    for rank in _ranks(job):
+        assert converge_until(converge.provision, rank.id) == "checking"
+    ids = [rank.pk for rank in _ranks(job)]
+    holdings = Holding.objects.filter(pk__in=ids)
+    metering_tick(now=timezone.now() + timedelta(minutes=30))
+    assert (
+        list(holdings.values_list("metered_since", "metered_minutes", "pending_minutes"))
+        == [(None, 0, 0)] * 2
+    )
+    assert all(rank.running_since is None and rank.cost_fen == 0 for rank in _ranks(job))
+    assert job_sync(job.id) == "provisioning"
+
+    passed = timezone.now()
+    job.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert preflight_run(job.cluster_id) == "passed"
+    ranks = _ranks(job)
+    assert job_sync(job.id) == "running"
+    since = {rank.running_since for rank in ranks}
+    assert len(since) == 1
+    first = since.pop()
+    assert first is not None and first >= passed
+    assert set(holdings.values_list("metered_since", flat=True)) == {first}
+    metering_tick(now=first + timedelta(minutes=1, seconds=5))
+    assert sorted(holdings.values_list("metered_minutes", flat=True)) == [1, 1]
+    usage = LedgerTransaction.objects.filter(kind=TransactionKind.USAGE, instance_id__in=ids)
+    assert not usage.exists()  # accrued as pending, posted per hour and at the end
 
 
 @pytest.mark.parametrize(
