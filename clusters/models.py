@@ -137,6 +137,10 @@ class Preflight(models.Model):
     # (CLUSTER_PREFLIGHT_LEASE_S); a round whose lease ran out had its worker die and is
     # abandoned by the next one. Null for rounds begun before leases (their bound: started_at)
     lease_until = models.DateTimeField(null=True, blank=True, default=None, db_default=None)
+    # when the gates of its ranks that run a program (a job's) were opened after it passed
+    # (clusters.gates); a passed round whose gates stay shut past RECONCILE_STUCK_AFTER_S had
+    # its task lost (a killed worker, a flushed broker) and gets it again
+    gates_opened_at = models.DateTimeField(null=True, blank=True, default=None, db_default=None)
 
     class Meta:
         ordering = ["cluster", "round"]

@@ -23,6 +23,12 @@ def open_gates(self: Task[[str], None], cluster_id: str) -> None:
     gates.gates_open(cluster_id)
 
 
+@shared_task(acks_late=True, ignore_result=True)
+def reconcile_clusters() -> None:
+    """Every RECONCILE_INTERVAL_S: gate openings lost with a worker or the broker sent again."""
+    gates.gates_lost_hand_out()
+
+
 @shared_task(ignore_result=True)
 def stop_cluster_over_budget(cluster_id: str) -> None:
     """Sent when the metering tick stopped a rank because its orderer's or its team's budget

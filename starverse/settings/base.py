@@ -261,6 +261,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "endpoints.tasks.reconcile_endpoints",
         "schedule": float(env_int("RECONCILE_INTERVAL_S", 30)),
     },
+    # the gates of a job's ranks opened again when the task that opens them after a passed
+    # pre-flight was lost (clusters.gates); the same period
+    "clusters-reconcile": {
+        "task": "clusters.tasks.reconcile_clusters",
+        "schedule": float(env_int("RECONCILE_INTERVAL_S", 30)),
+    },
     "tenant-namespaces": {"task": "instances.tasks.converge_tenant_namespaces", "schedule": 300.0},
     "image-prepull": {"task": "instances.tasks.converge_prepull", "schedule": 300.0},
     # saved images' build pods, followed again (their own task follows each already)

@@ -16,13 +16,15 @@ SHORT = Options(
     rounds=1,
     beat_pause_s=5.0,
     kube_outage_s=5.0,
-    settle_s=60.0,
+    settle_s=150.0,
     users=2,
     reconcile_interval_s=5,
     stuck_after_s=10,
-    # instances only: with the cluster, the job and the endpoint in flight this machine (load
-    # 10-15) does not settle them within the short version's minute (`make chaos` runs them)
-    kinds=False,
+    preflight_lease_s=10,
+    # a 2-node cluster (the pre-flight kill's), a 2-rank job of a few steps and an endpoint in
+    # flight beside the instances
+    kinds=True,
+    job_steps=15,
     # each kill of the worker after a fault that lets it start again; the API outage last.
     # The pre-flight kill orders a cluster of its own: its killed round is taken over once its
     # lease (CLUSTER_PREFLIGHT_LEASE_S) ran out, and the cluster runs.
@@ -74,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(root, ignore_errors=True)
     started = time.monotonic()
     report = run(options, root, Path(args.pg))
+    took = time.monotonic() - started
     print(
-        f"\nchaos (seed {options.seed}, {time.monotonic() - started:.0f} s, logs {root / 'log'}):"
+        f"\nchaos (seed {options.seed}, {took:.0f} s: set up {report.set_up_s:.0f} s, rounds "
+        f"and checks {took - report.set_up_s:.0f} s; logs {root / 'log'}):"
     )
     for name, count in sorted(report.faults.items()):
         print(f"  fault injected {count}× : {name}")

@@ -20,6 +20,7 @@ ORDER_OFFERING = "1× H100 80GB SXM"
 PREFLIGHT_KILL = "worker kill -9 mid-pre-flight"
 IMAGE = "pytorch-2.1"
 FUND_FEN = 10_000_000
+FAST_HASHER = "django.contrib.auth.hashers.MD5PasswordHasher"
 
 
 @dataclass
@@ -35,6 +36,10 @@ class Options:
     # 0: the platform's defaults (30 s, 60 s)
     reconcile_interval_s: int = 0
     stuck_after_s: int = 0
+    # how long a pre-flight round's lease runs without its worker renewing it
+    # (CLUSTER_PREFLIGHT_LEASE_S): a round cut by a killed worker is taken over once it ran out;
+    # 0: the platform's default (30 s)
+    preflight_lease_s: int = 0
     faults: tuple[str, ...] = ()  # every round injects these, when given (else a seeded draw)
     job_steps: int = 60  # the simulated trainer's steps (one a second) of each round's job
     kinds: bool = True  # a cluster, a job and an endpoint ordered each round
@@ -46,6 +51,7 @@ class Report:
     checks: int = 0
     violations: list[str] = field(default_factory=list)
     traffic: str = ""
+    set_up_s: float = 0.0  # the processes started, the fleet and the people made
     log: list[str] = field(default_factory=list)
 
     def say(self, line: str) -> None:
@@ -72,6 +78,7 @@ class Chaos:
         django.setup()
         logging.getLogger().setLevel(logging.WARNING)  # the harness's own ORM calls: quiet
         from django.core.management import call_command
+        from django.test import override_settings
 
         from compute.models import Offering
         from tests.chaos.traffic import PodSampler, Users
@@ -83,10 +90,13 @@ class Chaos:
         call_command("fleet_sync", agent_tokens=str(agents), stdout=io.StringIO())
         make_public_model(MODEL)
         tokens = []
-        for _ in range(self.options.users + 1):  # the last one orders clusters, jobs, endpoints
-            user = make_user()
-            fund(user, FUND_FEN)
-            tokens.append(make_token(user)[1])
+        # they sign in with API tokens only: their passwords hashed fast (as the test settings
+        # do), not with the CPU the platform's processes are starting on meanwhile
+        with override_settings(PASSWORD_HASHERS=[FAST_HASHER]):
+            for _ in range(self.options.users + 1):  # the last one orders the other kinds
+                user = make_user()
+                fund(user, FUND_FEN)
+                tokens.append(make_token(user)[1])
         offering = Offering.objects.get(name=ORDER_OFFERING)
         self.users = Users(self.stack.web_url, tokens, offering.pk, IMAGE)
         offerings = dict(Offering.objects.values_list("name", "pk"))
@@ -321,10 +331,15 @@ def run(options: Options, root: Path, pg_var: Path) -> Report:
         stack.clock["RECONCILE_INTERVAL_S"] = str(options.reconcile_interval_s)
     if options.stuck_after_s:
         stack.clock["RECONCILE_STUCK_AFTER_S"] = str(options.stuck_after_s)
+    if options.preflight_lease_s:
+        stack.clock["CLUSTER_PREFLIGHT_LEASE_S"] = str(options.preflight_lease_s)
     try:
+        started = time.monotonic()
         stack.start()
         chaos = Chaos(stack, options)
         chaos.set_up()
+        chaos.report.set_up_s = time.monotonic() - started
+        chaos.report.say(f"processes up, fleet and people set up in {chaos.report.set_up_s:.0f} s")
         return chaos.run()
     finally:
         stack.stop()

@@ -14,7 +14,7 @@ from compute.choices import HoldingState
 from compute.models import Allocation
 from endpoints.models import EndpointReplica
 from instances.choices import HOLDS_GPUS, InstanceStatus
-from instances.models import Instance
+from instances.models import Instance, InstanceEvent
 from tests.chaos.traffic import PodSampler, Promises, instance_label
 from tests.chaos.workloads import Submitter
 
@@ -61,7 +61,9 @@ def gpus(sampler: PodSampler) -> list[str]:
 def minutes(sampler: PodSampler, promises: Promises) -> list[str]:
     """No minute billed twice or missed: each terminated instance's usage postings cover
     minutes 1..n of each session once, none overlapping, and n is its pods' sampled running
-    time (up to when its termination was answered) in started minutes, within MINUTE_SLACK."""
+    time (up to when its termination was answered; a cluster's or a job's rank: less the time
+    it was checking, its pre-flight's, which is not billed) in started minutes, within
+    MINUTE_SLACK."""
     found = []
     done = Instance.objects.filter(status=S.TERMINATED, billing="hourly")
     for instance in done.select_related("holding"):
@@ -69,12 +71,31 @@ def minutes(sampler: PodSampler, promises: Promises) -> list[str]:
         billed += instance.holding.pending_minutes
         found += _overlaps(instance.id, ranges)
         ran = sampler.running_seconds(
-            instance_label(instance.id), promises.terminated.get(instance.id)
+            instance_label(instance.id),
+            promises.terminated.get(instance.id),
+            unbilled=_checking(instance.id),
         )
         expected_minutes = math.ceil(ran / 60) if ran else 0
         if abs(billed - expected_minutes) > MINUTE_SLACK:
             found.append(f"{instance.id}: {billed} minutes billed, its pods ran {ran:.0f} s")
     return found
+
+
+def _checking(instance_id: str) -> list[tuple[float, float]]:
+    """The stretches (epoch seconds) an instance was checking, from its recorded steps: a
+    rank up and waiting for its cluster's pre-flight, not billed (instances.states)."""
+    stretches: list[tuple[float, float]] = []
+    since: float | None = None
+    steps = InstanceEvent.objects.filter(instance_id=instance_id).order_by("at", "id")
+    for at, status in steps.values_list("at", "status"):
+        if status == S.CHECKING and since is None:
+            since = at.timestamp()
+        elif status != S.CHECKING and since is not None:
+            stretches.append((since, at.timestamp()))
+            since = None
+    if since is not None:
+        stretches.append((since, math.inf))
+    return stretches
 
 
 def _sessions(prefix: str) -> tuple[dict[str, list[tuple[int, int]]], int]:

@@ -1,6 +1,7 @@
 """The short chaos drill (`python -m tests.chaos --short`, issue 31): every kind of fault it
-knows once, at seeded random points, with orders, terminations and top-ups in flight on the
-platform's real processes; it fails when any invariant does (tests/chaos/invariants.py)."""
+knows once, at seeded random points, with orders, terminations and top-ups, a 2-node cluster,
+a 2-rank job and an endpoint in flight on the platform's real processes; it fails when any
+invariant does (tests/chaos/invariants.py)."""
 
 import re
 import subprocess

@@ -8,6 +8,7 @@ import time
 import urllib.parse
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,13 +195,18 @@ class PodSampler(threading.Thread):
         """How long an endpoint replica's pod (by name) was seen Ready."""
         return sum(s.last - s.first for s in self.ready.values() if s.label == pod_name)
 
-    def running_seconds(self, label: str, until: float | None) -> float:
-        """How long the instance's pods ran, up to `until` (its termination was answered)."""
+    def running_seconds(
+        self, label: str, until: float | None, unbilled: Sequence[tuple[float, float]] = ()
+    ) -> float:
+        """How long the instance's pods ran, up to `until` (its termination was answered),
+        less their time within the `unbilled` stretches (start, end: epoch seconds)."""
         total = 0.0
         for span in self.spans.values():
             if span.label == label:
                 end = span.last if until is None else min(span.last, until)
                 total += max(0.0, end - span.first)
+                for start, stop in unbilled:
+                    total -= max(0.0, min(end, stop) - max(span.first, start))
         return total
 
 

@@ -19,8 +19,10 @@ from django.utils import timezone
 
 from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
-from clusters.gates import GATE_FILE
+from clusters.gates import GATE_FILE, gates_lost_hand_out
+from clusters.models import Preflight
 from clusters.preflight import preflight_run
+from clusters.tasks import reconcile_clusters
 from compute.models import Holding, Offering
 from devstack.kube.emulator import KubeEmulator
 from fleet.liveness import CHECK_S, node_leases_follow
@@ -205,6 +207,48 @@ def test_a_2_node_deepspeed_job_starts_after_its_preflight_and_succeeds(
     # the job's cluster is the job's: not among the user's clusters, not acted on there
     assert client.get(f"/api/v1/clusters/{job.cluster_id}").status_code == 404
     assert client.get("/api/v1/clusters").json()["results"] == []
+
+
+def test_a_gate_opening_lost_with_its_worker_is_sent_again_and_the_programs_start(
+    fleet, client_for, owner, django_capture_on_commit_callbacks, settings
+):
+    """The task that opens the gates once the pre-flight passed was lost (the worker killed
+    with it, the broker flushed; the chaos drill found such a job running, its ranks billed and
+    their programs waiting for good): the clusters' reconcile pass sends it again once the
+    round passed RECONCILE_STUCK_AFTER_S ago, and the programs start."""
+    assert settings.CELERY_BEAT_SCHEDULE["clusters-reconcile"]["task"] == (
+        "clusters.tasks.reconcile_clusters"
+    )
+    job = _job(client_for(owner), command=_trainer(3))
+    for rank in _ranks(job):
+        assert converge_until(converge.provision, rank.id) == "checking"
+    job.refresh_from_db()
+    assert job.cluster_id is not None
+    with django_capture_on_commit_callbacks(execute=False):  # what the round sends is lost
+        assert preflight_run(job.cluster_id) == "passed"
+    ranks = _ranks(job)
+    assert {rank.status for rank in ranks} == {"running"}  # billed from now on
+    assert job_sync(job.id) == "running"
+    for rank in ranks:
+        _log_has(rank, f"waiting for {GATE_FILE}")
+    # a round that passed just now may have its task on its way: nothing is sent yet
+    with django_capture_on_commit_callbacks(execute=True):
+        assert gates_lost_hand_out() == []
+    time.sleep(0.3)
+    assert all("step 1/" not in _log(rank) for rank in ranks)
+
+    settings.RECONCILE_STUCK_AFTER_S = 0
+    with django_capture_on_commit_callbacks(execute=True):
+        reconcile_clusters()
+    for rank in ranks:
+        _log_has(rank, "step 1/3")
+    passed = Preflight.objects.get(cluster_id=job.cluster_id, status="passed")
+    assert passed.gates_opened_at is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        assert gates_lost_hand_out() == []  # opened: sent no more
+    _programs_end(ranks)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert job_sync(job.id) == "succeeded"
 
 
 def test_a_lost_node_pauses_billing_replaces_only_its_rank_and_every_rank_resumes(
