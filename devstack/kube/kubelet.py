@@ -165,6 +165,7 @@ class Kubelet:
         self.failing_images: list[str] = []
         # image fragment → the runtime's message when it cannot run a container of it
         self.failing_starts: dict[str, str] = {}
+        self.exiting_images: dict[str, tuple[int, str]] = {}
         self.frozen_nodes: set[str] = set()
         self.sims: dict[str, PodSim] = {}
         self._ip_serial: dict[str, int] = {}
@@ -174,6 +175,7 @@ class Kubelet:
         self.pull_delay_s = self.configured_pull_delay_s
         self.failing_images.clear()
         self.failing_starts.clear()
+        self.exiting_images.clear()
         self.frozen_nodes.clear()
         self._lease_renewed.clear()
         self.sims.clear()
@@ -464,7 +466,15 @@ class Kubelet:
                 names = [name for name, _message in missing]
                 self._exit(running or pod, sim, now, names, 128, missing[0][1], "StartError")
                 return
-            exit_with = standin_exit(pod)
+            exit_with = standin_exit(pod) or next(
+                (
+                    told
+                    for part, told in self.exiting_images.items()
+                    for c in _containers(pod)
+                    if part in str(c.get("image"))
+                ),
+                None,
+            )
             if exit_with is not None:
                 running = self._run(meta["namespace"], meta["name"], sim.node, ready=False)
                 code, message = exit_with
@@ -877,9 +887,7 @@ class Kubelet:
             for item in obj["status"].get("containerStatuses") or []:
                 if item.get("name") not in crashing:
                     continue
-                item["lastState"] = {
-                    "terminated": _terminated(item, code, message, stamp, reason)
-                }
+                item["lastState"] = {"terminated": _terminated(item, code, message, stamp, reason)}
                 item["state"] = {
                     "waiting": {
                         "reason": "CrashLoopBackOff",

@@ -46,7 +46,9 @@ def _secret(keys: str, host_key) -> dict:
     }
 
 
-def _platform_pod(name: str, image: str = "docker.io/pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"):
+def _platform_pod(
+    name: str, image: str = "docker.io/pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"
+):
     """A pod of the platform's shape for any image: the toolset's init container fills the
     emptyDir the main container runs the entrypoint from."""
     pod = pod_body(name, image=image)
