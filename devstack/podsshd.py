@@ -5,10 +5,11 @@ Service's node port) answers nothing. This stand-in plays the container for SSH:
 running instance pod on the emulator whose container runs the platform's entrypoint from the
 init toolset an init container copied to the volume at /opt/starverse (as every instance pod
 does, whatever its image), it runs that real entrypoint (deploy/images/init/bin/entrypoint,
-which starts the init package, with Debian's sshd) in a scratch root on this machine, serving the pod's access Secret as the
-kubelet would mount it (the platform's host key, the keys that may log in, followed when they
-change), listening on 127.0.0.1 at the Service's node port; when the pod goes, its init is
-stopped (SIGTERM: the on-stop hooks run) and its scratch root removed.
+which starts the init package, with Debian's sshd) in a scratch root on this machine, serving
+the pod's access Secret as the kubelet would mount it (the platform's host key, the keys that
+may log in, followed when they change), listening on 127.0.0.1 at the Service's node port;
+when the pod goes, its init is stopped (SIGTERM: the on-stop hooks run) and its scratch root
+removed.
 
 A session is a root shell on THIS machine (the scratch root is only the init's view of the
 container's files), so this is for a developer's own machine, never for a shared demo: it is
@@ -158,7 +159,7 @@ class PodSshd:
             "STARVERSE_KEYS_POLL_S": str(self.keys_poll_s),
         }
         with (root / "init.log").open("ab") as log:
-            process = subprocess.Popen(
+            process = subprocess.Popen(  # noqa: S603 - the repository's own entrypoint
                 [str(tools / "bin" / "entrypoint")],
                 env=env,
                 stdin=subprocess.DEVNULL,

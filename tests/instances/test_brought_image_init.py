@@ -133,7 +133,7 @@ def scratch():
 
 
 def test_ssh_into_a_brought_image_works(renter, catalog, cluster, kubeconfig, scratch, tmp_path):
-    user, client = renter
+    _user, client = renter
     key, public = _user_key(tmp_path, "mine")
     added = client.post("/api/v1/ssh-keys", {"name": "laptop", "public_key": public}, format="json")
     assert added.status_code == 201, added.content
