@@ -2,11 +2,14 @@
 
 The emulator's pods run no process, so the address an instance's SSH gives (127.0.0.1 and its
 Service's node port) answers nothing. This stand-in plays the container for SSH: for every
-running instance pod on the emulator it runs the images' real init (deploy/images/init, with
-Debian's sshd) in a scratch root on this machine, serving the pod's access Secret as the
-kubelet would mount it (the platform's host key, the keys that may log in, followed when they
-change), listening on 127.0.0.1 at the Service's node port; when the pod goes, its init is
-stopped (SIGTERM: the on-stop hooks run) and its scratch root removed.
+running instance pod on the emulator whose container runs the platform's entrypoint from the
+init toolset an init container copied to the volume at /opt/starverse (as every instance pod
+does, whatever its image), it runs that real entrypoint (deploy/images/init/bin/entrypoint,
+which starts the init package, with Debian's sshd) in a scratch root on this machine, serving
+the pod's access Secret as the kubelet would mount it (the platform's host key, the keys that
+may log in, followed when they change), listening on 127.0.0.1 at the Service's node port;
+when the pod goes, its init is stopped (SIGTERM: the on-stop hooks run) and its scratch root
+removed.
 
 A session is a root shell on THIS machine (the scratch root is only the init's view of the
 container's files), so this is for a developer's own machine, never for a shared demo: it is
@@ -23,7 +26,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,10 @@ INIT = Path(__file__).resolve().parents[1] / "deploy" / "images" / "init"
 SSHD = "/usr/sbin/sshd"
 INSTANCE_LABEL = "starverse.io/instance"
 SSH_PORT = 22
+# the platform's entrypoint and the init image's program (instances.provisioning.manifests)
+TOOLS_DIR = "/opt/starverse"
+ENTRYPOINT = f"{TOOLS_DIR}/bin/entrypoint"
+TOOLS_PROGRAM = "starverse-tools-install"
 # the init's view of the pod: what it would find in the container, below its scratch root
 SCRATCH_ENV = ("STARVERSE_ROOT", "STARVERSE_SSH_PORT", "STARVERSE_SSH_LISTEN")
 
@@ -103,6 +109,7 @@ class PodSshd:
             if pod.status is not None
             and pod.status.phase == "Running"
             and pod.metadata.deletion_timestamp is None
+            and runs_platform_entrypoint(pod)
         }
         for key in sorted(set(self.served) - set(running)):
             self.stop(key)
@@ -135,19 +142,25 @@ class PodSshd:
         shutil.rmtree(root, ignore_errors=True)
         (root / "root" / "data").mkdir(parents=True)
         access_write(_access_dir(root), _decoded(secret), 1)
+        tools = root / "opt" / "starverse"  # the toolset as the init container copied it
+        (tools / "bin").mkdir(parents=True)
+        (tools / "init").symlink_to(INIT)
+        (tools / "bin" / "entrypoint").symlink_to(INIT / "bin" / "entrypoint")
         env = {
             **_pod_env(pod),
             "PATH": "/usr/sbin:/usr/bin:/bin",
             "LANG": "C.UTF-8",
-            "PYTHONPATH": str(INIT),
+            "STARVERSE_TOOLS": str(tools),
+            "STARVERSE_SSHD": SSHD,  # Debian's: the toolset's own is built for containers
+            "STARVERSE_TERMINATION_LOG": str(root / "termination-log"),
             "STARVERSE_ROOT": str(root),
             "STARVERSE_SSH_PORT": str(ports[0]),
             "STARVERSE_SSH_LISTEN": self.listen,
             "STARVERSE_KEYS_POLL_S": str(self.keys_poll_s),
         }
         with (root / "init.log").open("ab") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "starverse_init"],
+            process = subprocess.Popen(  # noqa: S603 - the repository's own entrypoint
+                [str(tools / "bin" / "entrypoint")],
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -172,6 +185,21 @@ class PodSshd:
     def close(self) -> None:
         for key in list(self.served):
             self.stop(key)
+
+
+def runs_platform_entrypoint(pod: Any) -> bool:
+    """Whether the pod's first container runs the platform's entrypoint from a volume at
+    TOOLS_DIR that one of its init containers filled with the toolset: only such a container
+    has the platform's init (and so SSH) to play."""
+    containers = pod.spec.containers or []
+    if not containers or list(containers[0].command or []) != [ENTRYPOINT]:
+        return False
+    volumes = {m.name for m in containers[0].volume_mounts or [] if m.mount_path == TOOLS_DIR}
+    return any(
+        str((init.command or [""])[0]).rsplit("/", 1)[-1] == TOOLS_PROGRAM
+        and volumes & {m.name for m in init.volume_mounts or []}
+        for init in pod.spec.init_containers or []
+    )
 
 
 def _access_dir(root: Path) -> Path:

@@ -20,13 +20,14 @@ from compute.choices import ImageStatus
 from compute.models import Image
 from compute.selectors import image_locked
 from instances.choices import InstanceStatus as S
-from instances.models import Instance
+from instances.models import Instance, InstanceEvent
 from instances.states import instance_locked
 from starverse.accounts.models import User
 from starverse.core import kube
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, FieldInvalid
 from starverse.core.ids import new_id
+from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -216,9 +217,22 @@ def image_save(*, user: User, instance: Instance, name: str, idempotency_key: st
                 image.save(force_insert=True)
         except IntegrityError:
             return _saved_before(locked, name, idempotency_key)
+        saving_note(
+            image=image,
+            message=later("Saving as the image %(name)s started (%(image)s).")
+            % {"name": image.name, "image": image.id},
+        )
         enqueue_on_commit("instances.tasks.save_image", image.id)
     logger.info("image.saving image=%s instance=%s tenant=%s", image.id, locked.id, image.tenant_id)
     return Saving(image, True, _running_warning(locked))
+
+
+def saving_note(*, image: Image, message: str) -> None:
+    """A step of saving `image` (started, saved, failed) on the timeline of the instance it is
+    saved from, in the instance's status of the moment; nothing when that instance is gone."""
+    status = Instance.objects.filter(pk=image.saved_from).values_list("status", flat=True).first()
+    if status is not None:
+        InstanceEvent.objects.create(instance_id=image.saved_from, status=status, message=message)
 
 
 def _running_warning(instance: Instance) -> str:

@@ -517,6 +517,12 @@ class KubeEmulator:
         reports it, and the pod stays Pending. Played on init containers, which run first."""
         self.kubelet.failing_starts[image_substring] = message
 
+    def fail_container_exit(self, image_substring: str, code: int, message: str) -> None:
+        """The main containers of pods whose image contains ``image_substring`` exit with
+        ``code`` and the termination ``message`` each time they start (a crash loop), as the
+        platform's entrypoint does in an image it cannot start."""
+        self.kubelet.exiting_images[image_substring] = (code, message)
+
     def lose_node(self, name: str) -> None:
         """The node stops reporting: Ready=Unknown, unreachable taints, its pods NotReady
         (NodeLost) and, after ``eviction_grace_s``, evicted."""

@@ -7,9 +7,11 @@ then volume setup — while a ``persistentVolumeClaim`` is missing, being delete
 repeated at most every ``MOUNT_WARNING_S`` seconds — then ``Pulling`` → ``Pulled`` (or
 ``ErrImagePull`` / ``ImagePullBackOff`` for images named by ``fail_image_pull``) → ``Created`` /
 ``Started`` → phase Running with Ready conditions, a pod IP and running container statuses.
-Init containers run to their end first, in order: the system-disk seeding program copies its
-image's directories (:mod:`.seeding`), the save-layer program makes a saved image's layer
-(:mod:`.saving`), anything else succeeds at once; one that fails leaves
+Init containers run to their end first, in order: the init image's program copies the
+platform's toolset into its volume, the system-disk seeding program copies its image's
+directories (:mod:`.seeding`), the save-layer program makes a saved image's layer
+(:mod:`.saving`), anything else succeeds at once; a container whose command is a path on one
+of its volumes with no such file there cannot start (``StartError``); one that fails leaves
 the pod Pending with its ``terminated`` status and a ``BackOff`` warning.
 A pod labelled ``starverse.io/endpoint`` runs but is Ready only after its model-load time
 (``STARVERSE_STANDIN_LOAD_S``: its env, else the emulator's setting), and ``crash`` makes a
@@ -54,7 +56,7 @@ from .podlogs import LogBook
 from .resources import LEASES, NODES, PODS
 from .saving import PushRun, layer_args, push, save_layer
 from .scheduler import allocatable, describe_shortage, node_usage
-from .seeding import seed
+from .seeding import missing_command, seed, tools_install, tools_target
 from .trainer import (
     GATE_ENV,
     USAGE_EXIT,
@@ -163,6 +165,7 @@ class Kubelet:
         self.failing_images: list[str] = []
         # image fragment → the runtime's message when it cannot run a container of it
         self.failing_starts: dict[str, str] = {}
+        self.exiting_images: dict[str, tuple[int, str]] = {}
         self.frozen_nodes: set[str] = set()
         self.sims: dict[str, PodSim] = {}
         self._ip_serial: dict[str, int] = {}
@@ -172,6 +175,7 @@ class Kubelet:
         self.pull_delay_s = self.configured_pull_delay_s
         self.failing_images.clear()
         self.failing_starts.clear()
+        self.exiting_images.clear()
         self.frozen_nodes.clear()
         self._lease_renewed.clear()
         self.sims.clear()
@@ -452,7 +456,25 @@ class Kubelet:
                         f"Started container {container.get('name')}",
                         container,
                     )
-            exit_with = standin_exit(pod)
+            missing = [
+                (c.get("name", ""), m)
+                for c in _containers(pod)
+                if (m := missing_command(self.volume_data, pod, c)) is not None
+            ]
+            if missing:  # the runtime finds no command to exec: StartError, then a crash loop
+                running = self._run(meta["namespace"], meta["name"], sim.node, ready=False)
+                names = [name for name, _message in missing]
+                self._exit(running or pod, sim, now, names, 128, missing[0][1], "StartError")
+                return
+            exit_with = standin_exit(pod) or next(
+                (
+                    told
+                    for part, told in self.exiting_images.items()
+                    for c in _containers(pod)
+                    if part in str(c.get("image"))
+                ),
+                None,
+            )
             if exit_with is not None:
                 running = self._run(meta["namespace"], meta["name"], sim.node, ready=False)
                 code, message = exit_with
@@ -495,6 +517,7 @@ class Kubelet:
         self._event(pod, sim.node, "Created", f"Created container: {name}", container, init=True)
         image = str(container.get("image"))
         cannot = next((m for part, m in self.failing_starts.items() if part in image), None)
+        cannot = cannot or missing_command(self.volume_data, pod, container)
         if cannot is not None:  # the runtime cannot exec its command (fail_container_start)
             code, message, reason = 128, cannot, "StartError"
             self._event(
@@ -504,6 +527,8 @@ class Kubelet:
             self._event(pod, sim.node, "Started", f"Started container {name}", container, init=True)
             if layer_args(container) is not None:
                 code, message = save_layer(self.volume_data, pod, container)
+            elif tools_target(container) is not None:
+                code, message = tools_install(self.volume_data, pod, container)
             else:
                 code, message = seed(self.volume_data, pod, container)
             reason = ""
@@ -842,7 +867,14 @@ class Kubelet:
                 sim.runs.pop(item.get("name", ""), None)
 
     def _exit(
-        self, pod: Obj, sim: PodSim, now: float, crashing: list[str], code: int, message: str
+        self,
+        pod: Obj,
+        sim: PodSim,
+        now: float,
+        crashing: list[str],
+        code: int,
+        message: str,
+        reason: str = "",
     ) -> None:
         """The named containers exit with ``code`` (and the termination ``message``, as a
         kubelet copies it from the container's termination log): CrashLoopBackOff until
@@ -855,7 +887,7 @@ class Kubelet:
             for item in obj["status"].get("containerStatuses") or []:
                 if item.get("name") not in crashing:
                     continue
-                item["lastState"] = {"terminated": _terminated(item, code, message, stamp)}
+                item["lastState"] = {"terminated": _terminated(item, code, message, stamp, reason)}
                 item["state"] = {
                     "waiting": {
                         "reason": "CrashLoopBackOff",

@@ -470,6 +470,20 @@ def _start_failure(status: dict[str, Any]) -> str | None:
                 "needs a POSIX shell at /bin/sh and to be built for the node's CPU "
                 "architecture. It was not billed; choose another image."
             ) % {"image": container.get("image"), **cannot}
+    for container in containers:
+        refused = _init_refused(container)
+        if refused is not None:
+            return later(
+                "The image %(image)s cannot run the platform's init: %(message)s. It was not "
+                "billed; choose another image, or add what is missing to it."
+            ) % {"image": container.get("image"), "message": refused}
+    for container in status.get("initContainerStatuses") or []:
+        failed = _init_container_failed(container)
+        if failed is not None:
+            return later(
+                "The instance's start step %(name)s failed (exit code %(code)s: %(message)s). "
+                "It was not billed; try again, or contact support if it fails again."
+            ) % {"name": container.get("name"), **failed}
     if status.get("phase") == "Failed":
         return later("The instance's container failed to start: %(reason)s.") % {
             "reason": status.get("reason") or status.get("message") or "unknown"
@@ -492,6 +506,32 @@ def _cannot_run(container: dict[str, Any]) -> dict[str, str] | None:
         ended = state.get("terminated") or {}
         if ended.get("reason") in CANNOT_START:
             return {"reason": ended["reason"], "message": ended.get("message") or ""}
+    return None
+
+
+def _ended(container: dict[str, Any]) -> list[dict[str, Any]]:
+    """The container's terminations the kubelet reports: the current one and the last."""
+    states = (container.get("state") or {}, container.get("lastState") or {})
+    return [state["terminated"] for state in states if state.get("terminated")]
+
+
+def _init_refused(container: dict[str, Any]) -> str | None:
+    """The reason the platform's entrypoint gave for not starting the image (its termination
+    message, exit code manifests.ENTRYPOINT_REFUSED_EXIT), if it refused."""
+    for ended in _ended(container):
+        if ended.get("exitCode") == manifests.ENTRYPOINT_REFUSED_EXIT:
+            return (ended.get("message") or "").strip() or "no reason given"
+    return None
+
+
+def _init_container_failed(container: dict[str, Any]) -> dict[str, Any] | None:
+    """{code, message} of an init container (the toolset's copy, the system disk's seeding)
+    that exited with an error: the pod would only retry it in a loop."""
+    for ended in _ended(container):
+        code = ended.get("exitCode")
+        if code and ended.get("reason") not in CANNOT_START:
+            message = (ended.get("message") or "").strip() or ended.get("reason") or "Error"
+            return {"code": code, "message": message}
     return None
 
 

@@ -19,9 +19,27 @@ from starverse.core.links import public_url
 from storage.manifests import volumes_and_mounts
 from storage.models import Disk, SharedStorage
 
-# The image contract (docs/images.md): tini as PID 1 (it reaps zombies and forwards SIGTERM)
-# runs the platform's init package, which installs the access Secret mounted at ACCESS_DIR.
+# A catalog image's own entry point (docs/images.md, the image contract): tini as PID 1 (it
+# reaps zombies and forwards SIGTERM) runs the platform's init package, which installs the
+# access Secret mounted at ACCESS_DIR. The platform's pods run the init toolset's instead:
 INIT_COMMAND = ["/usr/bin/tini", "--", "/opt/starverse/bin/starverse-init"]
+# The init toolset (settings.INIT_IMAGE, deploy/init/Dockerfile): static tini and sshd, the
+# init package and its entrypoint, copied by the pod's first init container into an emptyDir
+# that every instance container has at TOOLS_DIR, so any image with a POSIX shell at /bin/sh
+# runs as an instance without a rebuild. The entrypoint puts tini in as PID 1, starts sshd,
+# Jupyter if the image has it and the environment, then runs the program given after `--`.
+TOOLS_DIR = "/opt/starverse"
+ENTRYPOINT = f"{TOOLS_DIR}/bin/entrypoint"
+ENTRYPOINT_COMMAND = [ENTRYPOINT]
+# the tools' init container mounts the emptyDir here (its own toolset is at TOOLS_DIR), and so
+# does the system disk's seeding, so that what it copies of the image's /opt is the image's
+TOOLS_STAGE = "/starverse-tools"
+TOOLS_INSTALL_COMMAND = [f"{TOOLS_DIR}/bin/starverse-tools-install", TOOLS_STAGE]
+TOOLS_CONTAINER = "starverse-init"
+TOOLS_VOLUME = "starverse-tools"
+# The entrypoint exits with this code, its reason in the termination log, when the image
+# cannot run the init (instances.provisioning.converge reports it on the timeline).
+ENTRYPOINT_REFUSED_EXIT = 78
 ACCESS_DIR = "/etc/starverse/access"
 CONTAINER = "main"  # the instance pod's one container (exec runs in it)
 HOST_KEY_FILE = "ssh_host_ed25519_key"
@@ -49,7 +67,7 @@ def system_disk_name(instance_id: str) -> str:
 # an init container on the first start; the rest of the root filesystem is the image's.
 SYSTEM_DIRS = ("usr", "etc", "opt", "root", "home", "var")
 SYSTEM_SEED_MOUNT = "/starverse-system"
-SEED_COMMAND = ["/opt/starverse/bin/starverse-seed-rootfs", SYSTEM_SEED_MOUNT, *SYSTEM_DIRS]
+SEED_COMMAND = [f"{TOOLS_STAGE}/bin/starverse-seed-rootfs", SYSTEM_SEED_MOUNT, *SYSTEM_DIRS]
 
 
 def labels(instance: Instance) -> dict[str, str]:
@@ -320,7 +338,7 @@ def pod(
                 if instance.image.pull_secret
                 else {}
             ),
-            "initContainers": [_seed_container(instance)],
+            "initContainers": [tools_container(), _seed_container(instance)],
             "containers": [_main_container(instance, storage_mounts)],
             "volumes": [*_volumes(instance), *storage_volumes],
         },
@@ -392,6 +410,30 @@ def _security_context(*added: str) -> dict[str, Any]:
     }
 
 
+def tools_container() -> dict[str, Any]:
+    """The pod's first init container: the platform's INIT_IMAGE copies its toolset into the
+    TOOLS_VOLUME emptyDir, which the containers after it mount (read-only) at TOOLS_DIR. Root
+    with the instance container's capabilities (it writes a volume the tenant's image reads)."""
+    resources = {"cpu": "500m", "memory": "128Mi"}
+    return {
+        "name": TOOLS_CONTAINER,
+        "image": settings.INIT_IMAGE,
+        "command": list(TOOLS_INSTALL_COMMAND),
+        "resources": {"limits": resources, "requests": dict(resources)},
+        "securityContext": _security_context(),
+        "volumeMounts": [{"name": TOOLS_VOLUME, "mountPath": TOOLS_STAGE}],
+    }
+
+
+def tools_mount(path: str = TOOLS_DIR) -> dict[str, Any]:
+    """The toolset's emptyDir in a container after the tools' init container, read-only."""
+    return {"name": TOOLS_VOLUME, "mountPath": path, "readOnly": True}
+
+
+def tools_volume() -> dict[str, Any]:
+    return {"name": TOOLS_VOLUME, "emptyDir": {"sizeLimit": "512Mi"}}
+
+
 def _seed_container(instance: Instance) -> dict[str, Any]:
     """Copies the image's SYSTEM_DIRS to the system disk on its first start (a directory seeded
     once is never copied again: what the tenant installed stays). Root with the main
@@ -403,7 +445,10 @@ def _seed_container(instance: Instance) -> dict[str, Any]:
         "command": list(SEED_COMMAND),
         "resources": {"limits": resources, "requests": dict(resources)},
         "securityContext": _security_context("FSETID"),
-        "volumeMounts": [{"name": "system", "mountPath": SYSTEM_SEED_MOUNT}],
+        "volumeMounts": [
+            {"name": "system", "mountPath": SYSTEM_SEED_MOUNT},
+            tools_mount(TOOLS_STAGE),
+        ],
     }
 
 
@@ -425,7 +470,7 @@ def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) ->
     return {
         "name": CONTAINER,
         "image": instance.image.container_image,
-        "command": list(INIT_COMMAND),
+        "command": list(ENTRYPOINT_COMMAND),
         "ports": [
             {"name": "ssh", "containerPort": SSH_PORT},
             {"name": "jupyter", "containerPort": JUPYTER_PORT},
@@ -435,6 +480,7 @@ def _main_container(instance: Instance, storage_mounts: list[dict[str, Any]]) ->
         "securityContext": _security_context(),
         "volumeMounts": [
             *({"name": "system", "mountPath": f"/{d}", "subPath": d} for d in SYSTEM_DIRS),
+            tools_mount(),  # over the system disk's /opt: the toolset of this start
             {"name": "shm", "mountPath": "/dev/shm"},  # noqa: S108 - in the pod
             {"name": "disk", "mountPath": DISK_MOUNT},
             {"name": "access", "mountPath": ACCESS_DIR, "readOnly": True},
@@ -475,7 +521,7 @@ def init_env(instance: Any) -> list[dict[str, Any]]:
 
 def _volumes(instance: Any) -> list[dict[str, Any]]:
     """Shared memory (half the instance's memory), its own disk and system disk, its access
-    Secret, and the public pool."""
+    Secret, the public pool and the init toolset's emptyDir."""
     name = instance_name(instance.id)
     return [
         {
@@ -492,6 +538,7 @@ def _volumes(instance: Any) -> list[dict[str, Any]]:
         },
         {"name": "access", "secret": {"secretName": f"{name}-access", "defaultMode": 0o400}},
         {"name": "public", **public_pool_volume()},
+        tools_volume(),
     ]
 
 

@@ -30,7 +30,7 @@ from compute.choices import ImageStatus
 from compute.images import image_transition
 from compute.models import Image
 from instances.choices import InstanceStatus
-from instances.images import registry_secret
+from instances.images import registry_secret, saving_note
 from instances.models import Instance
 from instances.provisioning.manifests import (
     SYSTEM_DIRS,
@@ -38,6 +38,7 @@ from instances.provisioning.manifests import (
     system_disk_name,
 )
 from starverse.core import kube
+from starverse.core.text import later
 
 logger = logging.getLogger(__name__)
 PUSH_SECRET = "image-push"  # noqa: S105 - the Secret's name
@@ -196,7 +197,7 @@ def image_save_converge(image_id: str) -> None:
         instance = Instance.objects.select_related("image", "node").get(pk=image.saved_from)
         if instance.status in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED):
             why = _("The instance was terminated before its image was saved: nothing was saved.")
-            image_transition(image.id, ImageStatus.FAILED, error=why)
+            _ended(image, ImageStatus.FAILED, error=why)
             return
         kube.tenant_namespace_ensure(str(image.tenant_id))
         if settings.IMAGE_REGISTRY_USERNAME:
@@ -216,9 +217,27 @@ def image_save_converge(image_id: str) -> None:
             Q(tenant__isnull=True) | Q(tenant_id=image.tenant_id), container_image=image.base
         )
         size = (bases.values_list("size_bytes", flat=True).first() or 0) + _layer_bytes(pod)
-        image_transition(image.id, ImageStatus.READY, size_bytes=size)
+        _ended(image, ImageStatus.READY, size_bytes=size)
     elif phase == "Failed":
-        image_transition(image.id, ImageStatus.FAILED, error=_failure(pod))
+        _ended(image, ImageStatus.FAILED, error=_failure(pod))
     else:
         raise StillSaving(image.id)
     kube.delete("Pod", namespace, name)
+
+
+def _ended(image: Image, to: str, *, size_bytes: int = 0, error: str = "") -> None:
+    """The image is ready or failed, and its instance's timeline says so (once: a second run
+    of the step finds it past saving and writes nothing)."""
+    if not image_transition(image.id, to, size_bytes=size_bytes, error=error):
+        return
+    if to == ImageStatus.READY:
+        message = later("The image %(name)s is saved (%(gb)s GB) and can be ordered.") % {
+            "name": image.name,
+            "gb": f"{size_bytes / 10**9:.1f}",
+        }
+    else:
+        message = later("Saving as the image %(name)s failed: %(error)s") % {
+            "name": image.name,
+            "error": error,
+        }
+    saving_note(image=image, message=message)

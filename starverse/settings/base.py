@@ -486,6 +486,11 @@ IMAGE_REGISTRY_INSECURE = env_bool("IMAGE_REGISTRY_INSECURE", False)  # plain HT
 IMAGE_REGISTRY_USERNAME = env_str("IMAGE_REGISTRY_USERNAME", "")
 IMAGE_REGISTRY_PASSWORD = env_str("IMAGE_REGISTRY_PASSWORD", "")
 IMAGE_PUSHER_IMAGE = env_str("IMAGE_PUSHER_IMAGE", "gcr.io/go-containerregistry/crane:v0.20.2")
+# The platform's init toolset (deploy/init-image/Dockerfile: static tini and sshd, the init
+# package and its entrypoint), copied by every instance pod's first init container into an
+# emptyDir at /opt/starverse, so that any image with a POSIX shell gets SSH, Jupyter and the
+# environment without a rebuild (docs/operator-guide.md, "The init toolset").
+INIT_IMAGE = env_str("INIT_IMAGE", "starverse/init:0.1.0")
 # Academic mirrors (学术加速) instances get in their environment unless the user turns them off
 # (instances.mirrors): empty = none of that kind. MIRROR_CONDA_CHANNELS and MIRROR_REGISTRIES
 # are comma-separated; the registries are only shown in the console for now.

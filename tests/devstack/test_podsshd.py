@@ -2,7 +2,8 @@
 instance pod on the emulator, the images' real init with Debian's sshd serves the pod's access
 Secret on 127.0.0.1 at its Service's node port; a key taken out of the Secret stops working, a
 key put in starts to; the pod's deletion stops the sshd and removes its scratch root. A pod
-that is not an instance's gets nothing."""
+that is not an instance's gets nothing, nor does one whose container does not run the platform's
+entrypoint from the toolset its init container copied (the real entrypoint runs the init)."""
 
 import os
 import shutil
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from devstack.podsshd import SSHD, PodSshd, unsafe_parent
+from devstack.podsshd import ENTRYPOINT, SSHD, PodSshd, unsafe_parent
+from instances.provisioning import manifests
 from starverse.core.hostkeys import host_key_generate
 from tests.devstack import listening, pod_body, wait_for
 from tests.images.test_init_ssh import _safe_scratch, _user_key
@@ -42,6 +44,27 @@ def _secret(keys: str, host_key) -> dict:
             "ssh_host_ed25519_key.pub": host_key.public_openssh + "\n",
         },
     }
+
+
+def _platform_pod(
+    name: str, image: str = "docker.io/pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"
+):
+    """A pod of the platform's shape for any image: the toolset's init container fills the
+    emptyDir the main container runs the entrypoint from."""
+    pod = pod_body(name, image=image)
+    pod["metadata"]["labels"] = LABELS | {"app": name}
+    tools = manifests.tools_container()
+    tools["image"] = "starverse/init:test"
+    pod["spec"]["initContainers"] = [tools]
+    pod["spec"]["volumes"] = [manifests.tools_volume()]
+    main = pod["spec"]["containers"][0]
+    main["command"] = list(manifests.ENTRYPOINT_COMMAND)
+    main["volumeMounts"] = [manifests.tools_mount()]
+    return pod
+
+
+def test_podsshd_knows_the_platforms_entrypoint():
+    assert manifests.ENTRYPOINT_COMMAND == [ENTRYPOINT]
 
 
 def _ssh(key: Path, port: int, known_hosts: Path) -> subprocess.CompletedProcess[str]:
@@ -80,12 +103,17 @@ def test_an_instance_pod_gets_the_images_sshd_until_it_goes(api, scratch, tmp_pa
         },
     )
     port = service.spec.ports[0].node_port
-    pod = pod_body(NAME)
-    pod["metadata"]["labels"] = LABELS
+    pod = _platform_pod(NAME)
     pod["spec"]["containers"][0]["env"] = [{"name": "STARVERSE_INSTANCE_ID", "value": "ins_ssh1"}]
     api.create_namespaced_pod("default", pod)
     api.create_namespaced_pod("default", pod_body("not-an-instance"))
+    # an instance-labelled pod that runs its image's own command has no init to play
+    own = pod_body("own-command")
+    own["metadata"]["labels"] = {"starverse.io/instance": "ins-own"}
+    own["spec"]["containers"][0]["command"] = ["/usr/bin/tini", "--", "sleep", "infinity"]
+    api.create_namespaced_pod("default", own)
     wait_for(lambda: api.read_namespaced_pod(NAME, "default").status.phase == "Running")
+    wait_for(lambda: api.read_namespaced_pod("own-command", "default").status.phase == "Running")
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{port} {host_key.public_openssh}\n")
 

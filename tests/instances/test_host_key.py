@@ -141,7 +141,7 @@ def test_operators_never_see_the_private_host_key(catalog):
     assert instance.jupyter_token not in page.content.decode()
 
 
-def test_the_pod_runs_the_init_under_tini_with_what_it_reads(catalog):
+def test_the_pod_runs_the_toolsets_entrypoint_with_what_it_reads(catalog):
     instance = make_instance(make_user(), status="running")
 
     pod = read_existing("Pod", instance.k8s_namespace, instance.k8s_name)
@@ -149,7 +149,8 @@ def test_the_pod_runs_the_init_under_tini_with_what_it_reads(catalog):
     container = spec["containers"][0]
     env = {item["name"]: item for item in container["env"]}
 
-    assert container["command"] == ["/usr/bin/tini", "--", "/opt/starverse/bin/starverse-init"]
+    # the entrypoint of the toolset the first init container copied (it puts tini in)
+    assert container["command"] == ["/opt/starverse/bin/entrypoint"]
     assert spec["terminationGracePeriodSeconds"] == 90
     assert spec["terminationGracePeriodSeconds"] > manifests.STOP_HOOKS_DEADLINE_S
     assert env["STARVERSE_STOP_DEADLINE_S"]["value"] == "60"

@@ -10,7 +10,8 @@ import pytest
 
 from compute.images import image_transition
 from compute.models import Image
-from instances.models import Instance
+from instances import tasks
+from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, saving
 from starverse.core import kube
 from tests.factories import converge_until, fund, host_path, make_user
@@ -272,3 +273,54 @@ def test_a_teams_saved_image_is_ordered_by_its_members(catalog, cluster, setting
 
     assert (ordered.tenant_id, ordered.image_id) == (team.pk, image.id)
     assert Image.objects.usable_by(make_user().tenant_id).filter(pk=image.id).exists() is False
+
+
+def test_the_beat_follows_a_saving_image_to_ready_and_the_timeline_tells_each_step(
+    renter, catalog, cluster, settings
+):
+    """instances.tasks.follow_saving_images (every minute) takes up each image still saving,
+    as if its own task were lost: the build pod is made and followed until the image is ready."""
+    _user, client = renter
+    instance = _installed(cluster, client, catalog)
+    client.post(f"/api/v1/instances/{instance.id}/stop")
+    assert converge_until(converge.stop, instance.id) == "stopped"
+    body = client.post(
+        f"/api/v1/instances/{instance.id}/image", {"name": "beat env"}, format="json"
+    ).json()
+    assert Image.objects.get(pk=body["id"]).status == "saving"  # its task never ran here
+
+    settings.PROVISIONING_POLL_S = 0
+    deadline = time.monotonic() + 10
+    while Image.objects.get(pk=body["id"]).status == "saving":
+        assert time.monotonic() < deadline, "the beat did not follow the image to its end"
+        tasks.follow_saving_images()
+        time.sleep(0.05)
+
+    image = Image.objects.get(pk=body["id"])
+    assert image.status == "ready"
+    assert kube.read("Pod", instance.k8s_namespace, saving.build_pod_name(image.id)) is None
+    told = [e.text for e in InstanceEvent.objects.filter(instance=instance).order_by("at", "id")]
+    started = f"Saving as the image beat env started ({image.id})."
+    saved = f"The image beat env is saved ({image.size_bytes / 10**9:.1f} GB) and can be ordered."
+    assert told.count(started) == 1 and told.count(saved) == 1
+    assert told.index(started) < told.index(saved)
+    # the beat again: nothing more is saved or told
+    tasks.follow_saving_images()
+    assert [e.text for e in InstanceEvent.objects.filter(instance=instance)].count(saved) == 1
+
+
+def test_a_save_whose_instance_is_gone_fails_and_says_so(renter, catalog, cluster):
+    _user, client = renter
+    instance = _installed(cluster, client, catalog)
+    body = client.post(
+        f"/api/v1/instances/{instance.id}/image", {"name": "gone env"}, format="json"
+    ).json()
+    Instance.objects.filter(pk=instance.id).update(status="terminated")
+    tasks.follow_saving_images()
+    image = Image.objects.get(pk=body["id"])
+    assert image.status == "failed"
+    told = [e.text for e in InstanceEvent.objects.filter(instance=instance)]
+    assert told[-1] == (
+        "Saving as the image gone env failed: The instance was terminated before its image "
+        "was saved: nothing was saved."
+    )

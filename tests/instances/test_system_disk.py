@@ -51,7 +51,9 @@ def test_an_installed_package_survives_a_stop_and_a_start_on_another_node(renter
     assert host_path(cluster, instance, "/root/.bashrc").read_text() == "export CHANGED=1\n"
     pod = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
     assert pod is not None
-    [seed] = pod["status"]["initContainerStatuses"]
+    tools, seed = pod["status"]["initContainerStatuses"]
+    assert tools["name"] == manifests.TOOLS_CONTAINER
+    assert tools["state"]["terminated"]["exitCode"] == 0
     assert seed["state"]["terminated"]["exitCode"] == 0
     assert seed["state"]["terminated"]["message"] == (
         "starverse-seed-rootfs: seeded nothing (all kept)"
@@ -87,11 +89,12 @@ def test_the_seeding_container_is_hardened_like_the_main_one(renter, catalog, cl
     found = kube.read("Pod", instance.k8s_namespace, instance.k8s_name)
     assert found is not None
     spec = found["spec"]
-    [seed] = spec["initContainers"]
+    tools, seed = spec["initContainers"]
     main = spec["containers"][0]
     assert seed["image"] == main["image"] == catalog["image"].container_image
+    assert tools["securityContext"] == main["securityContext"]
     assert seed["command"] == [
-        "/opt/starverse/bin/starverse-seed-rootfs",
+        "/starverse-tools/bin/starverse-seed-rootfs",
         "/starverse-system",
         "usr",
         "etc",
