@@ -22,11 +22,12 @@ Products above the compute core register, per kind of holding, what the meter te
 cost columns), and what their wallets could not pay. The tick holds holdings and wallets and
 never waits for a product's row meanwhile: products lock their row before their holding."""
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.models import Q
@@ -195,12 +196,20 @@ _PRICES = {
 }
 
 
+@functools.cache
+def _priced() -> Any:  # a QuerySet of Holding with `price` and `trial_price`
+    """Holdings with their minute's prices annotated, resolved once a process: resolving the
+    price expressions costs more than the query of a single holding (a stop, a start), and
+    every read filters a clone of it."""
+    return Holding.objects.annotate(price=_PRICES["price"], trial_price=_PRICES["trial_price"])
+
+
 def _metering(where: Q, *, skip_locked: bool) -> list[_Metered]:
     # locks the holdings only (of=self): wallets are locked later, in id order, by billing
     rows = (
-        Holding.objects.filter(where, metered_since__isnull=False)
+        _priced()
+        .filter(where, metered_since__isnull=False)
         .select_for_update(skip_locked=skip_locked, of=("self",))
-        .annotate(price=_PRICES["price"], trial_price=_PRICES["trial_price"])
         .values_list(
             "id",
             "kind",

@@ -251,14 +251,16 @@ def preempt_for(
     nodes: int = 1,
     now: datetime | None = None,
     reserved: dict[str, int] | None = None,
-) -> list[str]:
+) -> list[str] | None:
     """Take back spot holdings so that a paying order of `offering` (kept to `region`; of
     `nodes` whole nodes, a gang) waiting in line fits (plan; outside the GPUs `reserved` for
     orders ahead), under the GPU model's exclusive placement lock, in the caller's
-    transaction. Returns the holdings taken back now (none: nothing would make room for all of
-    it, or the notices already given will)."""
+    transaction. Returns the holdings taken back now ([]: the notices already given will make
+    room), or None when no taking back would make room for all of it (nothing is taken)."""
     gpu_model_placement_lock(offering.gpu_model_id)
     chosen = plan(offering, region, nodes=nodes, reserved=reserved)
+    if chosen is None:
+        return None
     if not chosen:
         return []
     return preempt([h for unit in chosen for h in unit.holdings], now=now)

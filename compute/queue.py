@@ -30,7 +30,7 @@ order, a start and a gang read it in the same statement that finds them nodes), 
 queued holding's own columns (positions, the place in line the console and the API show). The
 queue's order is paying before spot, then queued_at, then id (heads)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -197,3 +197,57 @@ def spare(loads: list[Load], reserved: Reserved) -> int:
     """The most GPUs free on one node that no order ahead is kept (reserve): what a paying
     order behind may take (with no reservations, what a spot order may: 0, nothing)."""
     return max((load.free - reserved.get(load.id, 0) for load in loads), default=0)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What an order asks of the fleet, as a drain compares orders (compute.placement.shape):
+    its region ("" = any), whether it takes whole nodes, how many nodes (a gang's ranks), the
+    GPUs of each and what each pod asks besides (CPU m, memory, storage MiB, pod slots)."""
+
+    region: str
+    whole: bool
+    nodes: int
+    gpus: int
+    need: tuple[int, ...]
+
+    def covers(self, other: "Shape") -> bool:
+        """Whether `other` asks at least as much as this one, of nodes this one could have gone
+        to: where this one finds no room, neither does `other`."""
+        return (
+            self.whole == other.whole
+            and self.nodes <= other.nodes
+            and (self.gpus == other.gpus if self.whole else self.gpus <= other.gpus)
+            and all(mine <= theirs for mine, theirs in zip(self.need, other.need, strict=True))
+            and self.region in ("", other.region)
+        )
+
+
+@dataclass
+class Unplannable:
+    """One drain's memory of the orders it could not plan. Within a drain GPUs are only taken
+    (placed, kept for an order ahead: reserve, or given notice, which frees nothing yet), never
+    freed, so an order that asks at least as much as one that found no room (`no_room`) finds
+    none either, and one that asks at least as much as one that no taking back of spot GPUs
+    could make room for (`no_plan`, compute.preemption.plan) cannot be made room for either:
+    the drain skips those looks (a placement query, a preemption plan) for it."""
+
+    no_room: list[Shape] = field(default_factory=list)
+    no_plan: list[Shape] = field(default_factory=list)
+
+    @staticmethod
+    def _covered(shapes: list[Shape], shape: Shape) -> bool:
+        return any(known.covers(shape) for known in shapes)
+
+    def roomless(self, shape: Shape) -> bool:
+        """Whether an order of `shape` cannot be placed this drain."""
+        return self._covered(self.no_room, shape)
+
+    def planless(self, shape: Shape) -> bool:
+        """Whether no taking back of spot GPUs can make room for an order of `shape`."""
+        return self._covered(self.no_plan, shape)
+
+    def remember(self, shapes: list[Shape], shape: Shape) -> None:
+        """Add `shape` to `shapes` (no_room or no_plan) unless one there covers it already."""
+        if not self._covered(shapes, shape):
+            shapes.append(shape)

@@ -31,9 +31,9 @@ from compute.holdings import (
 )
 from compute.models import Image, Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
-from compute.placement import Gang, choose, choose_nodes, loads
+from compute.placement import Gang, choose, choose_nodes, loads, shape
 from compute.preemption import preempt_for
-from compute.queue import Reserved, heads, reserve, spare, waits_ahead
+from compute.queue import Load, Reserved, Shape, Unplannable, heads, reserve, spare, waits_ahead
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
@@ -524,7 +524,7 @@ Outcome = Literal["placed", "wait", "unfunded", "over_budget"]
 
 
 def _try_place(
-    instance: Instance, *, fcfs: bool, budgets: bool = False, reserved: Reserved | None = None
+    instance: Instance, *, fcfs: bool, budgets: bool = False, round_: "_Round | None" = None
 ) -> tuple[Outcome, Runway | None]:
     """Give a queued (locked) instance GPUs if a node has them free, nobody who can pay waits
     before it (with `fcfs`), and its tenant's balance covers its runway, read under the wallet
@@ -533,21 +533,28 @@ def _try_place(
     or someone ahead); or "unfunded", with the runway it lacks (whether or not there is room:
     an order that cannot pay must not hold up those behind it). With `budgets` (an order
     leaving the queue), "over_budget" when its orderer's or its team's monthly budget no longer
-    fits it (instances.budgets). The drain passes the GPUs `reserved` for the orders ahead
-    (compute.queue.reserve): it takes none of them, nor takes spot GPUs back on them."""
+    fits it (instances.budgets). The drain passes its `round_`: the GPUs reserved for the
+    orders ahead (compute.queue.reserve), of which it takes none, nor takes spot GPUs back on
+    them, and what it found it cannot plan (compute.queue.Unplannable), which it does not
+    look at again."""
     product = instance.offering.gpu_model.product
-    in_line = holding_of(instance.id).queued_at
+    region = instance.region_id or ""
     spot = instance.billing == BillingMode.SPOT
-    if fcfs and waits_ahead(product, instance.region_id or "", before=in_line, spot=spot):
+    if fcfs and waits_ahead(product, region, before=holding_of(instance.id).queued_at, spot=spot):
         return "wait", None
     if gang := gang_of(instance):
-        return _try_place_gang(instance, gang, budgets=budgets, reserved=reserved)
-    placement = choose(
-        instance.offering,
-        instance.region_id or "",
-        image=instance.image.container_image,
-        reserved=reserved,
-    )
+        return _try_place_gang(instance, gang, budgets=budgets, round_=round_)
+    form = shape(instance.offering, region)
+    placement = None
+    if round_ is None or not round_.unplannable.roomless(form):
+        placement = choose(
+            instance.offering,
+            region,
+            image=instance.image.container_image,
+            reserved=round_.reserved if round_ else None,
+        )
+        if placement is None and round_ is not None:
+            round_.unplannable.remember(round_.unplannable.no_room, form)
     found = runway_of(instance, wallet_locked(instance.tenant_id))
     if not found.covered:
         return "unfunded", found
@@ -555,7 +562,7 @@ def _try_place(
         return "over_budget", None
     if placement is None:
         if not spot:  # a paying order that can pay takes spot GPUs back, with notice
-            preempt_for(instance.offering, instance.region_id or "", reserved=reserved)
+            _take_back(instance.offering, form, round_)
         return "wait", None
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
         period_charge(instance)
@@ -564,19 +571,24 @@ def _try_place(
 
 
 def _try_place_gang(
-    head: Instance, gang: str, *, budgets: bool = False, reserved: Reserved | None = None
+    head: Instance, gang: str, *, budgets: bool = False, round_: "_Round | None" = None
 ) -> tuple[Outcome, Runway | None]:
     """_try_place for a queued gang, through its first member (locked): every queued member,
     locked after it in the gang's order, gets a whole node or none does."""
     every = gang_locked(gang)
     ranks = [rank for rank in every if rank.status == S.QUEUED]
-    nodes = choose_nodes(
-        head.offering,
-        len(ranks),
-        head.region_id or "",
-        prefer=switches_held(every),
-        reserved=reserved,
-    )
+    form = shape(head.offering, head.region_id or "", nodes=len(ranks), gang=True)
+    nodes = None
+    if round_ is None or not round_.unplannable.roomless(form):
+        nodes = choose_nodes(
+            head.offering,
+            len(ranks),
+            head.region_id or "",
+            prefer=switches_held(every),
+            reserved=round_.reserved if round_ else None,
+        )
+        if nodes is None and round_ is not None:
+            round_.unplannable.remember(round_.unplannable.no_room, form)
     found = runway_of(head, wallet_locked(head.tenant_id))
     if not found.covered:
         return "unfunded", found
@@ -584,13 +596,26 @@ def _try_place_gang(
         return "over_budget", None
     if nodes is None:
         if head.billing != BillingMode.SPOT:  # a paying gang takes spot nodes back, all or none
-            preempt_for(head.offering, head.region_id or "", nodes=len(ranks), reserved=reserved)
+            _take_back(head.offering, form, round_)
         return "wait", None
     for rank, placement in zip(ranks, nodes.placements, strict=True):
         if rank.billing == BillingMode.MONTHLY and not period_active(rank):
             period_charge(rank)
         instance_mark_placed(rank, *placement)
     return "placed", None
+
+
+def _take_back(offering: Offering, form: Shape, round_: "_Round | None") -> None:
+    """A paying order of `offering` that found no room and can pay takes spot GPUs back, with
+    notice (compute.preemption.preempt_for), outside the GPUs the drain's `round_` keeps for
+    orders ahead; unless the round knows already that nothing taken back makes room for an
+    order that asks this much (compute.queue.Unplannable), which it remembers when so."""
+    if round_ is not None and round_.unplannable.planless(form):
+        return
+    reserved = round_.reserved if round_ is not None else None
+    taken = preempt_for(offering, form.region, nodes=form.nodes, reserved=reserved)
+    if taken is None and round_ is not None:
+        round_.unplannable.remember(round_.unplannable.no_plan, form)
 
 
 def switches_held(ranks: list[Instance]) -> frozenset[str]:
@@ -619,7 +644,7 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
             head = _queue_head(product, passed, round_=round_)
             if head is None:
                 return placed
-            outcome, lacking = _try_place(head, fcfs=False, budgets=True, reserved=round_.reserved)
+            outcome, lacking = _try_place(head, fcfs=False, budgets=True, round_=round_)
             if lacking is not None:
                 _unfunded(head, lacking, now=now)
                 passed.add(gang_of(head) or head.id)
@@ -628,6 +653,7 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
                 passed.add(gang_of(head) or head.id)
             elif outcome == "placed":
                 placed.append(head.id)
+                round_.loads.clear()  # its GPUs are taken: read again when next needed
             else:
                 passed.add(gang_of(head) or head.id)
                 round_.waits(head)
@@ -638,14 +664,24 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
 class _Round:
     """One drain's backfilling: the orders left waiting (not looked at again), the GPUs kept
     for the paying ones (compute.queue.reserve), whether a paying order may still start
-    (`paying`: no, once one could be kept nothing) and the most GPUs a spot order may ask
+    (`paying`: no, once one could be kept nothing), the most GPUs a spot order may ask
     (`spot_most`: the most free on one node that no paying order is kept; None until an order
-    waited)."""
+    waited), the orders it cannot plan (compute.queue.Unplannable) and the nodes' loads, by
+    region ("" = all), read once and again only after a placement took GPUs (an order that
+    waits changes only the reservations, kept here)."""
 
     waiting: list[str] = field(default_factory=list)
     reserved: Reserved = field(default_factory=dict)
     paying: bool = True
     spot_most: int | None = None
+    unplannable: Unplannable = field(default_factory=Unplannable)
+    loads: dict[str, list[Load]] = field(default_factory=dict)
+
+    def loads_of(self, product: str, region: str = "") -> list[Load]:
+        """The nodes' loads (compute.placement.loads), read at most once between placements."""
+        if region not in self.loads:
+            self.loads[region] = loads(product, region)
+        return self.loads[region]
 
     def open(self) -> bool:
         """Whether an order behind may still start."""
@@ -656,10 +692,10 @@ class _Round:
         a whole node for each queued rank); read what is left for those behind."""
         self.waiting.append(head.id)
         product = head.offering.gpu_model.product
-        everywhere = loads(product)
+        everywhere = self.loads_of(product)
         if head.billing != BillingMode.SPOT and self.paying:
             gang = gang_of(head)
-            mine = loads(product, head.region_id) if head.region_id else everywhere
+            mine = self.loads_of(product, head.region_id) if head.region_id else everywhere
             count = gang_members(gang).filter(status=S.QUEUED).count() if gang else 1
             whole = bool(gang) or head.offering.kind == OfferingKind.BARE_METAL
             gpus = head.offering.gpu_count

@@ -6,9 +6,11 @@ holders end; spot takes only GPUs no paying order is kept, never delaying one; e
 keeps its own GPUs; among equals, first come first served."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from compute.models import Allocation, Holding, Offering
-from compute.queue import Load, reserve, spare
+from compute.queue import Load, Shape, Unplannable, reserve, spare
 from instances.lifecycle import instance_order, instance_terminate, queue_drain
 from instances.models import Instance
 from instances.states import instance_mark_terminated
@@ -144,3 +146,51 @@ def test_a_spot_order_that_waits_is_served_at_once(busy, django_capture_on_commi
 
     # queued behind the head at its order, then started by the drain its order asked for
     assert _status(spot) != "queued" and _node(spot) == busy["fuller"]
+
+
+def _drain_queries():
+    with CaptureQueriesContext(connection) as queries:
+        assert queue_drain(product=H100) == []
+    return len(queries)
+
+
+@pytest.fixture
+def full(catalog, settings):
+    """Both H100 nodes held whole by hourly rentals: every order waits."""
+    settings.MAX_QUEUED_ORDERS = 100
+    user = make_user()
+    fund(user, 50_000_000)
+    assert [_order(user, 8).status for _ in range(2)] == ["provisioning"] * 2
+    return user
+
+
+def test_a_drain_looks_at_each_waiting_order_in_a_bounded_number_of_queries(full):
+    """A drain plans every waiting paying order (a reservation each), but reads the nodes'
+    loads once and does not look for room, nor for spot GPUs to take back, again for an order
+    that asks as much as one that found none (compute.queue.Unplannable): each more waiting
+    order costs its transaction, its place in line and lock, its balance and its budget (8
+    queries; 16 when every order read the loads, looked for a node and planned a preemption).
+    Were any of those per-order reads back, this would count more."""
+    for _ in range(3):
+        _order(full, 1)
+    few = _drain_queries()
+    for _ in range(6):
+        _order(full, 1)
+    many = _drain_queries()
+    assert (many - few) / 6 <= 8
+    assert Holding.objects.filter(state="queued").count() == 9  # all of them still wait
+
+
+def test_an_order_that_asks_as_much_as_one_that_found_no_room_is_not_looked_at():
+    memo = Unplannable()
+    two = Shape(region="", whole=False, nodes=1, gpus=2, need=(8000, 64, 100, 1))
+    memo.remember(memo.no_room, two)
+    assert memo.roomless(Shape("", False, 1, 4, (8000, 64, 100, 1)))
+    assert memo.roomless(Shape("eu", False, 1, 2, (16000, 128, 100, 1)))  # any region: this too
+    assert not memo.roomless(Shape("", False, 1, 1, (8000, 64, 100, 1)))  # fewer GPUs
+    assert not memo.roomless(Shape("", False, 1, 4, (4000, 64, 100, 1)))  # less CPU
+    assert not memo.roomless(Shape("", True, 1, 2, (8000, 64, 100, 1)))  # a whole node
+    memo.remember(memo.no_plan, Shape("eu", True, 2, 8, (0, 0, 0, 1)))
+    assert memo.planless(Shape("eu", True, 3, 8, (0, 0, 0, 1)))  # more ranks
+    assert not memo.planless(Shape("", True, 3, 8, (0, 0, 0, 1)))  # other regions may
+    assert not memo.planless(Shape("eu", True, 2, 4, (0, 0, 0, 1)))  # other whole nodes
