@@ -910,13 +910,15 @@ def warning_events() -> list[dict[str, Any]]:
 
 
 def events_for(namespace: str, name: str) -> list[dict[str, Any]]:
-    items = _call(
+    answer = _call(
         "events.list",
         core().list_namespaced_event,
         namespace,
         field_selector=f"involvedObject.name={name}",
-    ).items
-    return [_plain(item) for item in items]
+        _preload_content=False,
+    )
+    items: list[dict[str, Any]] = _plain(answer).get("items") or []
+    return items
 
 
 def _message(error: ApiException) -> str:
