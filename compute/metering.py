@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
@@ -99,6 +99,23 @@ def meter_open(holding_id: str, *, key: str, since: datetime) -> None:
     Holding.objects.filter(pk=holding_id).update(
         meter_key=key, metered_since=since, metered_minutes=0
     )
+
+
+def meters_open(keys: dict[str, str], *, since: datetime) -> None:
+    """meter_open for several holdings at once (keys: holding id → its session's key), all from
+    `since`: a cluster's ranks, billed from the same moment. Sessions still open are closed
+    first, as meter_open does (one query finds them); one UPDATE starts them all."""
+    if not keys:
+        return
+    with transaction.atomic():
+        rows = _metering(Q(pk__in=list(keys)), skip_locked=False)
+        if rows:
+            _meter(rows, since, started_minute=True, closing=True)
+        Holding.objects.filter(pk__in=list(keys)).update(
+            meter_key=Case(*(When(pk=pk, then=Value(key)) for pk, key in keys.items())),
+            metered_since=since,
+            metered_minutes=0,
+        )
 
 
 def meter_close(holding_id: str, *, now: datetime, started_minute: bool = True) -> int:

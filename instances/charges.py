@@ -15,7 +15,7 @@ from django.utils.translation import gettext_noop
 from billing.choices import TransactionKind
 from billing.services import ledger_post
 from compute.choices import BillingMode
-from compute.metering import meter_close, meter_open
+from compute.metering import meter_close, meter_open, meters_open
 from instances.models import Instance, InstanceEvent, MonthlyRental
 from starverse.core.text import later
 
@@ -42,6 +42,19 @@ def meter_start(instance: Instance, now: datetime) -> None:
     postings keyed usage:{instance}:{session}."""
     if instance.billing in BY_THE_MINUTE:
         meter_open(instance.id, key=f"usage:{instance.id}:{instance.session}", since=now)
+
+
+def meters_start(instances: list[Instance], now: datetime) -> None:
+    """meter_start for several instances at once (a cluster's ranks, billed from the same
+    moment): one query opens all their sessions."""
+    meters_open(
+        {
+            instance.id: f"usage:{instance.id}:{instance.session}"
+            for instance in instances
+            if instance.billing in BY_THE_MINUTE
+        },
+        since=now,
+    )
 
 
 def period_active(instance: Instance) -> bool:

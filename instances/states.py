@@ -19,7 +19,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -35,10 +36,10 @@ from compute.holdings import (
 from events.choices import EventType
 from events.emit import emit_about
 from fleet.models import DEFAULT_REGION, Node
-from instances.charges import bill_until, meter_start, period_active
+from instances.charges import bill_until, meter_start, meters_start, period_active
 from instances.choices import HOLDS_GPUS, INSTANCE_TRANSITIONS, InstanceStatus
 from instances.gangs import gang_of
-from instances.models import Instance, InstanceEvent, Workload, companions_new
+from instances.models import Instance, InstanceEvent, PodWatch, Workload, companions_new
 from instances.signals import gang_checking, workload_ended, workload_lost
 from starverse.core.db import insert_together
 from starverse.core.dispatch import enqueue_on_commit
@@ -93,15 +94,19 @@ def instances_locked_skipping(rows: QuerySet[Instance]) -> QuerySet[Instance]:
     return rows.select_for_update(skip_locked=True, of=("self",))
 
 
-def _transition(instance: Instance, to: str, message: str, **fields: Any) -> Instance:
-    """Checked against the transition table, saved with update_fields, recorded as an event.
-    The caller holds the row lock."""
+def _transition_check(instance: Instance, to: str) -> None:
     if to not in INSTANCE_TRANSITIONS[instance.status]:
         raise Conflict(
             _("This instance is %(state)s; that is not possible now.")
             % {"state": InstanceStatus(instance.status).label.lower()},
             code="wrong_state",
         )
+
+
+def _transition(instance: Instance, to: str, message: str, **fields: Any) -> Instance:
+    """Checked against the transition table, saved with update_fields, recorded as an event.
+    The caller holds the row lock."""
+    _transition_check(instance, to)
     if "running_since" in fields and fields["running_since"] is None:
         # whatever ends its running ends its metering: a path that charged the minute in
         # progress has closed the session already, any other pays its closed minutes
@@ -335,19 +340,30 @@ def instance_mark_running(instance_id: str) -> str:
 
 def ranks_mark_running(ranks: list[Instance], message: str) -> None:
     """A cluster's pre-flight passed (its ranks locked, every one checking): billing starts for
-    every rank at the same moment, each in a new session."""
+    every rank at the same moment, each in a new session. The transitions of all the ranks
+    are written together (one UPDATE of the instances, one of their pod watches, the events
+    inserted at once, the sessions opened by one query), whatever the cluster's size; each is
+    checked against the transition table as _transition does."""
     now = timezone.now()
     for instance in ranks:
-        _transition(
-            instance,
-            S.RUNNING,
-            message,
-            running_since=now,
-            started_at=instance.started_at or now,
-            session=instance.session + 1,
-            provisioning_since=None,
-        )
-        meter_start(instance, now)
+        _transition_check(instance, S.RUNNING)
+    ids = [instance.pk for instance in ranks]
+    Instance.objects.filter(pk__in=ids).update(
+        status=S.RUNNING,
+        running_since=now,
+        started_at=Coalesce("started_at", Value(now)),
+        session=F("session") + 1,
+    )
+    PodWatch.objects.filter(instance_id__in=ids).update(provisioning_since=None)
+    for instance in ranks:
+        instance.status, instance.running_since = S.RUNNING, now
+        instance.started_at = instance.started_at or now
+        instance.session += 1
+        logger.info("instance.status instance=%s status=%s", instance.id, S.RUNNING)
+    InstanceEvent.objects.bulk_create(
+        InstanceEvent(instance=instance, status=S.RUNNING, message=message) for instance in ranks
+    )
+    meters_start(ranks, now)
 
 
 def rank_mark_checking(instance: Instance, message: str, *, now: datetime) -> None:

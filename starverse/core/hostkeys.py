@@ -7,6 +7,7 @@ fingerprint is what `ssh-keygen -l` and the first-connection prompt print."""
 import base64
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -39,6 +40,10 @@ def host_key_generate() -> HostKey:
     return host_key_from_private(private_text)
 
 
+# Each rank of a cluster renders every rank's public host key into the cluster's known_hosts
+# (clusters.pods), so a 128-node start derives them 128 times each: a worker keeps those it
+# derived (a key never changes; HostKey is frozen).
+@lru_cache(maxsize=4096)
 def host_key_from_private(private_openssh: str) -> HostKey:
     """The pair (and its fingerprint) of a stored OpenSSH private key."""
     private = serialization.load_ssh_private_key(private_openssh.encode(), password=None)

@@ -3,9 +3,10 @@ a 128-node cluster (or job) comes up in seconds (bench cluster_128_ready): the o
 share (the headless Service, the key Secret, the files ConfigMap) and the tenant's namespace,
 RoleBindings and NetworkPolicies are created by the first rank and only read by the others
 (a create refused with 409 and a read would be two calls each); every rank after the first costs
-the same calls whatever the cluster's size; and the ranks' host keys are stored by one UPDATE,
-so a rank's queries do not grow with its cluster. Counted at the emulator's API server (its
-request log) and at the database connection."""
+the same calls whatever the cluster's size; the ranks' host keys are stored by one UPDATE, so a
+rank's queries do not grow with its cluster; and the pre-flight round that passes starts every
+rank's billing with the same queries whatever the cluster's size. Counted at the emulator's API
+server (its request log) and at the database connection."""
 
 from collections import Counter
 from collections.abc import Iterator
@@ -141,3 +142,29 @@ def test_a_cluster_started_this_way_comes_up_whole(fleet6):
     for rank in ranks:
         assert converge_until(converge.provision, rank) == "checking"
     assert preflight_run(cluster.id) == "passed"
+
+
+def _passing_round(emulator: KubeEmulator, cluster: Cluster) -> int:
+    """The queries of the pre-flight round that passes, every rank of the cluster up."""
+    for rank in _ranks(cluster):
+        _first_pass(emulator, rank)
+        assert converge_until(converge.provision, rank) == "checking"
+    with CaptureQueriesContext(connection) as queries:
+        assert preflight_run(cluster.id) == "passed"
+    return len(queries)
+
+
+def test_the_passing_rounds_queries_do_not_grow_with_the_cluster(fleet6):
+    """Every rank's billing starts together (one UPDATE, one insert of the events, one query
+    opening the sessions): a 4-node cluster's passing round makes the queries a 2-node one's
+    does, where rank by rank it made seven more a rank."""
+    user = make_user()
+    small, big = make_cluster(user, node_count=2), make_cluster(user, node_count=4)
+    two = _passing_round(fleet6, small)
+    four = _passing_round(fleet6, big)
+
+    assert four == two
+    for row in Instance.objects.filter(cluster_rank__cluster=big).select_related("holding"):
+        assert row.status == "running" and row.session == 1 and row.running_since is not None
+        assert row.holding.meter_key == f"usage:{row.id}:1"
+        assert row.holding.metered_since == row.running_since
