@@ -457,6 +457,7 @@ def test_a_multi_node_job_is_billed_from_its_first_running_minute_not_its_prefli
 
     passed = timezone.now()
     job.refresh_from_db()
+    assert job.cluster_id is not None
     with django_capture_on_commit_callbacks(execute=True):
         assert preflight_run(job.cluster_id) == "passed"
     ranks = _ranks(job)
