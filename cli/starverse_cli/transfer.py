@@ -345,12 +345,37 @@ def _stream_up(
             f'[ "$(($(wc -c < {partial})))" -eq {size} ] && mv -f {partial} {q(target)}'
         )
         sent = _send(remote, command, local, offset)
-        outcome.files = (outcome.files or 0) + 1
-        outcome.sent_bytes = (outcome.sent_bytes or 0) + sent
-        if err is not None:
-            start = f" (resumed at byte {offset})" if offset else ""
-            err.write(f"{target}: {sent} bytes sent{start}\n")
+        _tally(outcome, err, target, sent, offset, "sent")
     return outcome
+
+
+def _tally(
+    outcome: Outcome, err: TextIO | None, target: object, moved: int, offset: int, verb: str
+) -> None:
+    """One file more in `outcome`, its bytes counted, and said on `err` (from where it resumed)."""
+    outcome.files = (outcome.files or 0) + 1
+    outcome.sent_bytes = (outcome.sent_bytes or 0) + moved
+    if err is not None:
+        start = f" (resumed at byte {offset})" if offset else ""
+        err.write(f"{target}: {moved} bytes {verb}{start}\n")
+
+
+def _stopped(process: subprocess.Popen[bytes]) -> TransferError:
+    """Ctrl-C: ssh killed; what to tell (the next run goes on from what arrived)."""
+    process.kill()
+    process.wait()
+    return TransferError("interrupted: run it again to go on", INTERRUPTED)
+
+
+def _ended(process: subprocess.Popen[bytes]) -> tuple[int, str]:
+    """The remote command's exit status and what it said on stderr; ssh's own failure (255)
+    raised as one."""
+    assert process.stderr is not None
+    stderr = process.stderr.read().decode(errors="replace")
+    code = process.wait()
+    if code == 255:
+        raise _ssh_failure(stderr)
+    return code, stderr
 
 
 def _send(remote: Remote, command: str, local: Path, offset: int) -> int:
@@ -373,13 +398,8 @@ def _send(remote: Remote, command: str, local: Path, offset: int) -> int:
     except BrokenPipeError:
         pass
     except KeyboardInterrupt as stop:
-        process.kill()
-        process.wait()
-        raise TransferError("interrupted: run it again to go on", INTERRUPTED) from stop
-    stderr = process.stderr.read().decode(errors="replace")
-    code = process.wait()
-    if code == 255:
-        raise _ssh_failure(stderr)
+        raise _stopped(process) from stop
+    code, stderr = _ended(process)
     if code != 0:
         missing = stderr.strip() or "the file did not arrive whole"
         raise TransferError(
@@ -481,11 +501,7 @@ def _stream_down(remote: Remote, sources: Sequence[str], dest: str, err: TextIO 
                 BROKEN,
             )
         os.replace(partial, target)
-        outcome.files = (outcome.files or 0) + 1
-        outcome.sent_bytes = (outcome.sent_bytes or 0) + got
-        if err is not None:
-            start = f" (resumed at byte {offset})" if offset else ""
-            err.write(f"{target}: {got} bytes received{start}\n")
+        _tally(outcome, err, target, got, offset, "received")
     return outcome
 
 
@@ -507,13 +523,8 @@ def _receive(remote: Remote, command: str, partial: Path, offset: int) -> int:
                 sink.write(block)
                 got += len(block)
     except KeyboardInterrupt as stop:
-        process.kill()
-        process.wait()
-        raise TransferError("interrupted: run it again to go on", INTERRUPTED) from stop
-    stderr = process.stderr.read().decode(errors="replace")
-    code = process.wait()
-    if code == 255:
-        raise _ssh_failure(stderr)
+        raise _stopped(process) from stop
+    code, stderr = _ended(process)
     if code != 0:
         raise TransferError(f"on the instance: {stderr.strip() or f'exit status {code}'}")
     return got

@@ -58,7 +58,7 @@ def test_the_pod_runs_the_program_once_under_the_init(catalog):
 
     assert pod["spec"]["restartPolicy"] == "Never"
     main = pod["spec"]["containers"][0]
-    assert main["command"][-1].endswith("starverse-init")
+    assert main["command"] == ["/opt/starverse/bin/entrypoint"]  # the platform's init, then it
     assert main["args"] == [
         "--",
         "bash",

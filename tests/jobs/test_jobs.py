@@ -4,6 +4,7 @@ while they run, failed with their exit code and last lines, run again by their r
 and after a lost pod (resuming from the checkpoint), cancelled, their logs kept after their
 pods, another tenant's a 404."""
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -166,8 +167,10 @@ def test_a_program_that_ends_before_provisioning_looks_ran_and_fails_with_its_co
     ran (the job fails with the program's code), not a failed start of the instance."""
     job = _job(client_for(owner), catalog, command=_trainer(3, fail_at=1, code=3), max_restarts=0)
     instance = _rank(job)
-    with pytest.raises(converge.StillPending):
-        converge.provision(instance.id)  # the pod is made; its program runs meanwhile
+    # the pod is made; its program runs meanwhile (and may already have ended when this pass
+    # reads the pod back, on a fast or a busy machine alike)
+    with contextlib.suppress(converge.StillPending):
+        converge.provision(instance.id)
     instance = _rank(job)
     deadline = time.monotonic() + WAIT_S
     while read_existing("Pod", instance.k8s_namespace, instance.k8s_name)["status"].get(
