@@ -321,14 +321,17 @@ def _follow(
     changes: dict[str, Any] = {}
     if restarts != replica.restarts:
         changes["restarts"] = restarts
-    if ready and replica.ready_since is None:
+    # a deleting endpoint's replicas bill no more (endpoints.services.endpoint_delete closed
+    # their sessions; one a pass that read the endpoint before opened meanwhile closes here)
+    deleting = endpoint.status in (S.DELETING, S.DELETED)
+    if ready and replica.ready_since is None and not deleting:
         changes.update(ready_since=now, session=replica.session + 1)
         created = _when(pod["metadata"].get("creationTimestamp"))
         if created is not None and replica.session == 0:
             Endpoint.objects.filter(pk=endpoint.pk).update(
                 cold_start_s=round(max(0.0, (now - created).total_seconds()), 1)
             )
-    elif not ready and replica.ready_since is not None:
+    elif (deleting or not ready) and replica.ready_since is not None:
         _meter_close(replica, now, result)
         changes.update(ready_since=None)
     if changes:

@@ -22,13 +22,14 @@ from django.utils.translation import gettext as _
 
 from compute.admission import admit
 from compute.choices import OfferingKind
+from compute.metering import meter_close
 from compute.models import Offering
 from compute.orders import Order, OrderKey, order_commit, ordered_before, request_hash_of
 from datasets.choices import DatasetKind
 from datasets.models import PublicDataset
 from endpoints.choices import ENDED, LIVE, EndpointStatus, SourceKind
 from endpoints.engines import engine_validate
-from endpoints.models import Endpoint, EndpointKey
+from endpoints.models import Endpoint, EndpointKey, EndpointReplica
 from instances.budgets import budgets_spent
 from instances.lifecycle import catalog_offering
 from starverse.accounts.models import User
@@ -391,12 +392,25 @@ def endpoints_over_budget_suspend(*, now: datetime | None = None) -> list[str]:
 
 
 def endpoint_delete(*, endpoint: Endpoint) -> Endpoint:
+    """Deleting: its keys stop passing and its replicas stop billing now, as an instance's
+    termination does (the minute in progress paid), not when their pods are found gone, which a
+    lost task or a stopped beat can delay by minutes; the scheduler opens no session for a
+    deleting endpoint's replica (endpoints.scheduler._follow)."""
     with transaction.atomic():
         locked = endpoint_locked(endpoint.id)
         if locked.status in ENDED:
             return locked
         locked.status = S.DELETING
         locked.save(update_fields=["status"])
+        now = timezone.now()
+        serving = EndpointReplica.objects.filter(
+            endpoint=locked, gone_at__isnull=True, ready_since__isnull=False
+        )
+        spent = sum(
+            meter_close(replica_id, now=now) for replica_id in serving.values_list("pk", flat=True)
+        )
+        if spent:
+            Endpoint.objects.filter(pk=locked.pk).update(cost_fen=F("cost_fen") + spent)
         EndpointKey.objects.filter(endpoint=locked, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )

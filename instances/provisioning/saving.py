@@ -1,7 +1,9 @@
 """Saving an instance as an image on the cluster, never on the web tier: one build pod in the
 tenant namespace (docs/operator-guide.md, "Saved images").
 
-* Its init container, of the instance's own image, runs the init package's
+* Its first init container copies the platform's toolset (INIT_IMAGE), as an instance pod's
+  does, so that any image, brought ones too, can be saved.
+* Its second, of the instance's own image (its python3), runs the toolset's
   `starverse-save-layer` with the instance's system disk mounted read-only: what differs from
   the image's own SYSTEM_DIRS becomes one gzip'd layer in an emptyDir, with whiteouts for what
   the tenant deleted; its termination message counts the layer's bytes.
@@ -34,8 +36,12 @@ from instances.images import registry_secret, saving_note
 from instances.models import Instance
 from instances.provisioning.manifests import (
     SYSTEM_DIRS,
+    TOOLS_STAGE,
     _security_context,
     system_disk_name,
+    tools_container,
+    tools_mount,
+    tools_volume,
 )
 from starverse.core import kube
 from starverse.core.text import later
@@ -46,7 +52,9 @@ PUSH_CONFIG_DIR = "/etc/starverse/push"
 SOURCE_MOUNT = "/starverse-system"
 WORK_MOUNT = "/work"
 LAYER = f"{WORK_MOUNT}/layer.tar.gz"
-LAYER_COMMAND = ["/opt/starverse/bin/starverse-save-layer", SOURCE_MOUNT, LAYER, *SYSTEM_DIRS]
+# from the platform's toolset (its init container copies it, as an instance's pod does), so an
+# image brought without the platform's init is saved too
+LAYER_COMMAND = [f"{TOOLS_STAGE}/bin/starverse-save-layer", SOURCE_MOUNT, LAYER, *SYSTEM_DIRS]
 
 
 class StillSaving(Exception):
@@ -93,6 +101,7 @@ def _volumes(instance: Instance) -> list[dict[str, Any]]:
             },
         },
         {"name": "work", "emptyDir": {}},
+        tools_volume(),
     ]
     if settings.IMAGE_REGISTRY_USERNAME:
         volumes.append(
@@ -114,9 +123,12 @@ def _layer_container(image: Image) -> dict[str, Any]:
         "command": list(LAYER_COMMAND),
         "resources": _resources("2", "2Gi"),
         "securityContext": _security_context(),
+        # the counts are its termination message; a failure with none says why in its log
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "system", "mountPath": SOURCE_MOUNT, "readOnly": True},
             {"name": "work", "mountPath": WORK_MOUNT},
+            tools_mount(TOOLS_STAGE),
         ],
     }
 
@@ -151,7 +163,7 @@ def build_pod(image: Image, instance: Instance) -> dict[str, Any]:
                 if instance.image.pull_secret
                 else {}
             ),
-            "initContainers": [_layer_container(image)],
+            "initContainers": [tools_container(), _layer_container(image)],
             "containers": [_push_container(image)],
             "volumes": _volumes(instance),
         },

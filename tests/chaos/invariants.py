@@ -126,15 +126,16 @@ def _overlaps(owner: str, ranges: dict[str, list[tuple[int, int]]]) -> list[str]
     return found
 
 
-def replica_minutes(sampler: PodSampler) -> list[str]:
+def replica_minutes(sampler: PodSampler, deleted_at: dict[str, float]) -> list[str]:
     """An endpoint's replicas, like instances: each gone replica's minutes billed once each,
-    as many as its pod was seen Ready in started minutes (within a minute a Ready stretch)."""
+    as many as its pod was seen Ready in started minutes (within a minute a Ready stretch), up
+    to when its endpoint's delete was answered (`deleted_at`: endpoint id → epoch s)."""
     found = []
     for replica in EndpointReplica.objects.filter(gone_at__isnull=False).select_related("holding"):
         ranges, billed = _sessions(f"endpoint:{replica.id}:")
         billed += replica.holding.pending_minutes
         found += _overlaps(replica.id, ranges)
-        ready = sampler.ready_seconds(replica.pod_name)
+        ready = sampler.ready_seconds(replica.pod_name, deleted_at.get(replica.endpoint_id))
         expected = math.ceil(ready / 60) if ready else 0
         if abs(billed - expected) > MINUTE_SLACK * max(1, len(ranges)):
             found.append(f"{replica.id}: {billed} minutes billed, its pod was Ready {ready:.0f} s")
@@ -195,7 +196,9 @@ def checks(
         "no holding stuck in a transitional status": lambda: transitional() + kinds.transitional(),
         "no GPU held twice or leaked": lambda: gpus(sampler),
         "no minute billed twice or missed": lambda: minutes(sampler, promises),
-        "no replica minute billed twice or missed": lambda: replica_minutes(sampler),
+        "no replica minute billed twice or missed": lambda: replica_minutes(
+            sampler, kinds.made.endpoint_deleted_at
+        ),
         "cluster running, job succeeded, endpoint serving": lambda: kinds.broken(sampler.kube_url),
         "no checkpoint step went back": lambda: checkpoints(sampler),
         "every paid top-up credited exactly once": lambda: topups(promises),

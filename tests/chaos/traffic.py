@@ -191,9 +191,14 @@ class PodSampler(threading.Thread):
         ]  # fmt: skip
         self.samples += 1
 
-    def ready_seconds(self, pod_name: str) -> float:
-        """How long an endpoint replica's pod (by name) was seen Ready."""
-        return sum(s.last - s.first for s in self.ready.values() if s.label == pod_name)
+    def ready_seconds(self, pod_name: str, until: float | None = None) -> float:
+        """How long an endpoint replica's pod (by name) was seen Ready, up to `until` (its
+        endpoint's delete was answered: billing ends there, the pod may serve on a while)."""
+        return sum(
+            max(0.0, (s.last if until is None else min(s.last, until)) - s.first)
+            for s in self.ready.values()
+            if s.label == pod_name
+        )
 
     def running_seconds(
         self, label: str, until: float | None, unbilled: Sequence[tuple[float, float]] = ()

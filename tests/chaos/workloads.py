@@ -3,6 +3,7 @@ API: a cluster of whole nodes, a multi-node job running the simulated trainer wi
 directory on each rank's disk, and an inference endpoint. What each must have become once the
 platform settled is checked by tests/chaos/invariants.py."""
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,8 @@ class Workloads:
     endpoints: list[str] = field(default_factory=list)
     deleted_clusters: list[str] = field(default_factory=list)
     deleted_endpoints: list[str] = field(default_factory=list)
+    # endpoint id → when its delete was answered (epoch s): its replicas bill no later
+    endpoint_deleted_at: dict[str, float] = field(default_factory=dict)
     job_steps: int = 0
 
 
@@ -94,6 +97,7 @@ class Submitter:
                 f"/api/v1/endpoints/{endpoint}"
             ):
                 self.made.deleted_endpoints.append(endpoint)
+                self.made.endpoint_deleted_at[endpoint] = time.time()
 
     # what each became ------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from endpoints.manifests import route_hostname
 from endpoints.models import Endpoint, EndpointReplica
 from endpoints.provisioning import endpoint_converge
 from endpoints.scheduler import SyncResult, endpoints_sync
-from endpoints.services import endpoint_change
+from endpoints.services import endpoint_change, endpoint_delete
 from starverse.core import kube
 from tests.factories import fund, holding_save, make_endpoint, make_user
 
@@ -277,3 +277,35 @@ def test_a_pass_lists_pods_and_deployments_once_a_namespace_however_many_endpoin
         ("GET", f"/api/v1/namespaces/{namespace}/pods"),
         ("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments"),
     ]
+
+
+def test_a_deleted_endpoints_replica_bills_to_the_delete_not_to_its_pods_end(catalog):
+    """Found by the chaos drill: a delete whose task was lost with its worker (the beat stopped
+    too) left the replica billing until the delete was sent again minutes later. Billing ends
+    when the delete is asked, the minute in progress paid, however long the pod lives on; no
+    pass opens a new session for it."""
+    endpoint = make_endpoint(make_user(), min_replicas=1, max_replicas=1)
+    endpoint_converge(endpoint.id)
+    endpoint.refresh_from_db()
+    _until(lambda: len(_pods(endpoint)) == 1)
+    endpoints_sync()
+    _until(lambda: _ready(_pods(endpoint)[0]))
+    start = timezone.now() - timedelta(seconds=90)
+    endpoints_sync(now=start)
+    replica = EndpointReplica.objects.get(endpoint=endpoint)
+    assert Holding.objects.get(pk=replica.id).metered_since == start
+
+    endpoint_delete(endpoint=endpoint)  # no converge task runs: the pod stays Ready
+    assert Holding.objects.get(pk=replica.id).metered_since is None
+    later = timezone.now() + timedelta(minutes=10)
+    for now in (later, later + timedelta(minutes=5)):
+        endpoints_sync(now=now)
+        meter_tick(now=now)
+    assert _ready(_pods(endpoint)[0])
+    price = endpoint.offering.price_per_hour_fen
+    rows = LedgerTransaction.objects.filter(idempotency_key__startswith=f"endpoint:{replica.id}:")
+    assert list(rows.values_list("minutes", flat=True)) == [2]
+    endpoint.refresh_from_db()
+    assert endpoint.cost_fen == -rows.get().amount_fen == round(price * 2 / 60)
+    replica.refresh_from_db()
+    assert (replica.session, replica.ready_since) == (1, None)

@@ -111,7 +111,9 @@ def test_a_stopped_instance_saved_as_an_image_orders_two_more_with_its_files(
         assert host_path(cluster, copy, PACKAGE).read_text() == CONTENT
 
 
-def test_a_running_instance_saves_with_a_warning_on_its_own_node(renter, catalog, cluster):
+def test_a_running_instance_saves_with_a_warning_on_its_own_node(
+    renter, catalog, cluster, settings
+):
     _user, client = renter
     instance = _installed(cluster, client, catalog)
 
@@ -130,15 +132,22 @@ def test_a_running_instance_saves_with_a_warning_on_its_own_node(renter, catalog
     assert spec["nodeName"] == instance.node.name
     assert spec["restartPolicy"] == "Never"
     assert spec["automountServiceAccountToken"] is False
-    [layer] = spec["initContainers"]
+    tools, layer = spec["initContainers"]
     [push] = spec["containers"]
+    # the layer step runs from the platform's toolset (so a brought image is saved too), in the
+    # instance's own image (whose directories it compares the system disk against)
+    assert tools["image"] == settings.INIT_IMAGE
+    assert layer["command"][0] == "/starverse-tools/bin/starverse-save-layer"
+    assert {"name": "starverse-tools", "mountPath": "/starverse-tools", "readOnly": True} in (
+        layer["volumeMounts"]
+    )
     assert layer["image"] == catalog["image"].container_image
     assert layer["volumeMounts"][0] == {
         "name": "system",
         "mountPath": "/starverse-system",
         "readOnly": True,
     }
-    for container in (layer, push):
+    for container in (tools, layer, push):
         context = container["securityContext"]
         assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
         assert context["capabilities"]["drop"] == ["ALL"]
@@ -162,8 +171,9 @@ def test_the_push_credential_is_mounted_in_the_push_container_only(
         pod = kube.read("Pod", instance.k8s_namespace, saving.build_pod_name(image_id))
 
     assert pod is not None
-    [layer], [push] = pod["spec"]["initContainers"], pod["spec"]["containers"]
-    assert [m["name"] for m in layer["volumeMounts"]] == ["system", "work"]
+    (tools, layer), [push] = pod["spec"]["initContainers"], pod["spec"]["containers"]
+    for container in (tools, layer):
+        assert "push" not in [m["name"] for m in container["volumeMounts"]]
     assert {"name": "push", "mountPath": "/etc/starverse/push", "readOnly": True} in push[
         "volumeMounts"
     ]
@@ -324,3 +334,32 @@ def test_a_save_whose_instance_is_gone_fails_and_says_so(renter, catalog, cluste
         "Saving as the image gone env failed: The instance was terminated before its image "
         "was saved: nothing was saved."
     )
+
+
+def test_an_instance_of_a_brought_image_is_saved_by_the_toolsets_layer_step(
+    renter, catalog, cluster
+):
+    """A brought image has no platform init of its own (the emulated image tree has none at
+    /opt/starverse/bin/starverse-save-layer for a reference never seen): the build pod's layer
+    step runs from the toolset its first init container copied, so the save succeeds and the
+    saved image carries what the tenant installed."""
+    _user, client = renter
+    brought = client.post(
+        "/api/v1/images",
+        {"name": "torch", "reference": "docker.io/pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"},
+        format="json",
+    )
+    assert brought.status_code == 201, brought.content
+    instance = _order(client, catalog["h100x1"], brought.json()["id"])
+    place = host_path(cluster, instance, PACKAGE)
+    place.parent.mkdir(parents=True)
+    place.write_text(CONTENT)
+
+    answer = client.post(f"/api/v1/instances/{instance.id}/image", {"name": "mine"}, format="json")
+    assert answer.status_code == 202, answer.content
+    image = _saved(answer.json()["id"])
+
+    assert (image.status, image.error_message) == ("ready", "")
+    assert cluster.images.layers[image.container_image][-1] == len(CONTENT)
+    copy = _order(client, catalog["h100x1"], image.id)
+    assert host_path(cluster, copy, PACKAGE).read_text() == CONTENT
