@@ -94,17 +94,15 @@ def minutes_closed(since: datetime, now: datetime, *, started_minute: bool = Fal
 def meter_open(holding_id: str, *, key: str, since: datetime) -> None:
     """A metering session starts on the holding at `since`, its postings keyed under `key`
     (unique per session: the product's id and session number). Call it in the transaction
-    that moves the product to serving. A session still open is closed first."""
-    meter_close(holding_id, now=since)
-    Holding.objects.filter(pk=holding_id).update(
-        meter_key=key, metered_since=since, metered_minutes=0
-    )
+    that moves the product to serving. A session still open is closed first (meters_open)."""
+    meters_open({holding_id: key}, since=since)
 
 
 def meters_open(keys: dict[str, str], *, since: datetime) -> None:
-    """meter_open for several holdings at once (keys: holding id → its session's key), all from
-    `since`: a cluster's ranks, billed from the same moment. Sessions still open are closed
-    first, as meter_open does (one query finds them); one UPDATE starts them all."""
+    """Metering sessions start on several holdings at once (keys: holding id → its session's
+    key), all from `since`: one holding (meter_open) or a cluster's ranks, billed from the same
+    moment. Sessions still open are closed first, the minute in progress paid (one query finds
+    them); one UPDATE starts them all."""
     if not keys:
         return
     with transaction.atomic():

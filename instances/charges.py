@@ -15,7 +15,7 @@ from django.utils.translation import gettext_noop
 from billing.choices import TransactionKind
 from billing.services import ledger_post
 from compute.choices import BillingMode
-from compute.metering import meter_close, meter_open, meters_open
+from compute.metering import meter_close, meters_open
 from instances.models import Instance, InstanceEvent, MonthlyRental
 from starverse.core.text import later
 
@@ -40,13 +40,12 @@ def meter_start(instance: Instance, now: datetime) -> None:
     """The instance serves from `now` in a new session (its `session` already counted): an
     hourly or spot one is metered from now (a spot one at its offering's spot price), its
     postings keyed usage:{instance}:{session}."""
-    if instance.billing in BY_THE_MINUTE:
-        meter_open(instance.id, key=f"usage:{instance.id}:{instance.session}", since=now)
+    meters_start([instance], now)
 
 
 def meters_start(instances: list[Instance], now: datetime) -> None:
     """meter_start for several instances at once (a cluster's ranks, billed from the same
-    moment): one query opens all their sessions."""
+    moment): one query opens all their sessions (compute.metering.meters_open)."""
     meters_open(
         {
             instance.id: f"usage:{instance.id}:{instance.session}"
