@@ -82,7 +82,9 @@ def sentinel(tmp_path: Path) -> Iterator[tuple[int, int, int]]:
     server = shutil.which("redis-server")
     assert server, "this test needs redis-server (Debian's redis-server package)"
     master, replica, watcher = _port(), _port(), _port()
-    common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    # --dir: a full resynchronisation after the failover writes the master's RDB file there,
+    # never into the working tree
+    common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
     conf = tmp_path / "sentinel.conf"
     conf.write_text(
         f"port {watcher}\nbind 127.0.0.1\n"
@@ -101,7 +103,9 @@ def sentinel(tmp_path: Path) -> Iterator[tuple[int, int, int]]:
         lambda: redis.Redis(port=replica).info("replication")["master_link_status"] == "up",
         "the replica to follow the master",
     )
-    processes.append(subprocess.Popen([server, str(conf), "--sentinel"], stdout=subprocess.DEVNULL))
+    processes.append(
+        subprocess.Popen([server, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, cwd=tmp_path)
+    )
     try:
         _wait(
             lambda: redis.Redis(port=watcher).sentinel_slaves(MASTER),
