@@ -53,9 +53,9 @@ def gates_open(cluster_id: str) -> int:
     (it is being replaced: its new pod waits for its own round); an unreachable API server
     raises kube.RetryableKubeError for the task to retry. Once every such rank's gate is open,
     the rounds that passed so far are marked so (Preflight.gates_opened_at)."""
-    ranks = list(_program_ranks().filter(cluster_rank__cluster_id=cluster_id))
     if not Cluster.objects.filter(pk=cluster_id).exists():
-        return 0
+        return 0  # deleted meanwhile: its ranks went with it
+    ranks = list(_program_ranks().filter(cluster_rank__cluster_id=cluster_id))
     passed = Preflight.objects.filter(cluster_id=cluster_id, status=PreflightStatus.PASSED)
     last = passed.order_by("-round").values_list("round", flat=True).first()
     opened = 0

@@ -7,6 +7,7 @@ comes through the hooks the owner registers here from its AppConfig.ready
 (gang_hooks_register), the way products register their meter hooks (compute.metering)."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.db.models import QuerySet
@@ -73,10 +74,18 @@ def gang_hooks() -> GangHooks:
 
 
 # An instance that runs a program to its end for an owner (instances.models.Workload.owner: a
-# job's id) is shown with its owner, where it is acted on: the owner's app registers, by the
-# prefix of its ids, what the instance is to it and the owner's console page.
+# job's id) is shown with its owner, where it is acted on, and its owner decides what happens
+# when it loses its node or pod: the owner's app registers both, by the prefix of its ids, as
+# one WorkloadOwner.
+#
+# Why this registry is not the gangs' (gang_hooks_register): the two key different things of
+# one instance and can both apply to it. A gang is read from the instance's holding (its
+# `gang`, the cluster's id: who places, starts and pays for the instances together); a
+# workload's owner from its Workload row (the job's id: who runs a program on it and what its
+# end means). A multi-node job's rank is a member of its cluster's gang and its job's workload
+# at once: the job decides when it is lost (workload_owner_lost comes first), the cluster what
+# its pod is and what it shares.
 OwnerLink = Callable[[Instance, str], tuple[str, str]]
-_owner_links: dict[str, OwnerLink] = {}
 
 # What took a program's instance from it while it held GPUs, as the owner hears it
 # (OwnerLost): its node went down, or its pod vanished (evicted, its node shut down, deleted).
@@ -91,38 +100,53 @@ class OwnerLost(Protocol):
         ...
 
 
-_owner_lost: dict[str, OwnerLost] = {}
+@dataclass(frozen=True)
+class WorkloadOwner:
+    """What a registered owner of programs adds: `link`, what the instance is to it (in the
+    reader's language) and the owner's page; `lost`, what it does when the instance loses its
+    node or pod."""
+
+    link: OwnerLink
+    lost: OwnerLost
+
+
+_owners: dict[str, WorkloadOwner] = {}
 
 
 def workload_owner_register(prefix: str, link: OwnerLink, lost: OwnerLost) -> None:
     """Called from the owner's AppConfig.ready (the jobs app: prefix "job_"): what the
     instance is to it, and what it does when the instance loses its node or pod."""
-    _owner_links[prefix] = link
-    _owner_lost[prefix] = lost
+    _owners[prefix] = WorkloadOwner(link, lost)
+
+
+def _owner_of(instance: Instance) -> tuple[str, WorkloadOwner] | None:
+    """The id of the owner of the instance's program and its registration, or None when no
+    registered owner runs it."""
+    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
+    for prefix, registered in _owners.items():
+        if owner and owner.startswith(prefix):
+            return owner, registered
+    return None
 
 
 def workload_owner_lost(instance: Instance, *, cause: str, node: Node, reason: str) -> bool | None:
     """Tell the owner of the instance's program (call outside the instance's lock: the owner
     locks its own row first) that it lost its node or pod; whether the owner moved it, or None
     when no registered owner runs it (the instances app recovers it as any instance)."""
-    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
-    for prefix, lost in _owner_lost.items():
-        if owner and owner.startswith(prefix):
-            return lost(instance.pk, cause=cause, node=node, reason=reason)
-    return None
+    if (found := _owner_of(instance)) is None:
+        return None
+    return found[1].lost(instance.pk, cause=cause, node=node, reason=reason)
 
 
 def workload_owned(instance: Instance) -> bool:
     """Whether a registered owner runs the instance's program (it decides how it recovers)."""
-    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
-    return any(owner.startswith(prefix) for prefix in _owner_lost) if owner else False
+    return _owner_of(instance) is not None
 
 
 def workload_owner_link(instance: Instance) -> tuple[str, str] | None:
     """(what the instance is, in the reader's language; its owner's page), or None for an
     instance no registered owner runs."""
-    owner = Workload.objects.filter(pk=instance.pk).values_list("owner", flat=True).first()
-    for prefix, link in _owner_links.items():
-        if owner and owner.startswith(prefix):
-            return link(instance, owner)
-    return None
+    if (found := _owner_of(instance)) is None:
+        return None
+    owner, registered = found
+    return registered.link(instance, owner)

@@ -19,8 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, QuerySet, Value
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -104,23 +103,41 @@ def _transition_check(instance: Instance, to: str) -> None:
 
 
 def _transition(instance: Instance, to: str, message: str, **fields: Any) -> Instance:
-    """Checked against the transition table, saved with update_fields, recorded as an event.
-    The caller holds the row lock."""
-    _transition_check(instance, to)
+    """One instance's transition (_transitions). The caller holds the row lock."""
+    _transitions([instance], to, message, **fields)
+    return instance
+
+
+def _transitions(instances: list[Instance], to: str, message: str, **fields: Any) -> None:
+    """The one transition path, for one instance or several together (a gang's members, in the
+    gang's order): each checked against the transition table, a move that ends its running
+    ending its metering, saved with update_fields (one UPDATE whatever their number, their pod
+    watches' fields by one more), each recorded as an event (inserted at once) and logged. A
+    field's value is the same for every instance, or a function of the instance (each from
+    its own row: a session's number). The caller holds the rows' locks."""
+    for instance in instances:
+        _transition_check(instance, to)
     if "running_since" in fields and fields["running_since"] is None:
         # whatever ends its running ends its metering: a path that charged the minute in
         # progress has closed the session already, any other pays its closed minutes
-        bill_until(instance, timezone.now(), started_minute=False)
+        for instance in instances:
+            bill_until(instance, timezone.now(), started_minute=False)
     watch = {key: fields.pop(key) for key in POD_WATCH_FIELDS if key in fields}
-    instance.status = to
-    for key, value in fields.items():
-        setattr(instance, key, value)
-    instance.save(update_fields=["status", *fields])
+    for instance in instances:
+        instance.status = to
+        for key, value in fields.items():
+            setattr(instance, key, value(instance) if callable(value) else value)
+    if len(instances) == 1:
+        instances[0].save(update_fields=["status", *fields])
+    else:
+        Instance.objects.bulk_update(instances, ["status", *fields])
     if watch:
-        _pod_watch_save(instance, watch)
-    InstanceEvent.objects.create(instance=instance, status=to, message=message)
-    logger.info("instance.status instance=%s status=%s", instance.id, to)
-    return instance
+        _pod_watches_save(instances, watch)
+    InstanceEvent.objects.bulk_create(
+        InstanceEvent(instance=instance, status=to, message=message) for instance in instances
+    )
+    for instance in instances:
+        logger.info("instance.status instance=%s status=%s", instance.id, to)
 
 
 def gpus_release(instance: Instance) -> None:
@@ -136,13 +153,15 @@ def _placed(node: Node) -> str:
     return later("Placed on %(node)s.") % {"node": node.name}
 
 
-def _pod_watch_save(instance: Instance, fields: dict[str, Any]) -> None:
-    """A transition's changes to the instance's pod watch, saved in the transition's
-    transaction (the row is read with the instance by instance_locked)."""
-    watch = instance.pod_watch
-    for key, value in fields.items():
-        setattr(watch, key, value)
-    watch.save(update_fields=list(fields))
+def _pod_watches_save(instances: list[Instance], fields: dict[str, Any]) -> None:
+    """A transition's changes to its instances' pod watches, saved in the transition's
+    transaction by one UPDATE (and on the rows read with an instance: instance_locked reads
+    it with the instance)."""
+    PodWatch.objects.filter(instance_id__in=[i.pk for i in instances]).update(**fields)
+    for instance in instances:
+        if Instance.pod_watch.is_cached(instance):
+            for key, value in fields.items():
+                setattr(instance.pod_watch, key, value)
 
 
 def _provisioning_anew(now: datetime | None = None) -> dict[str, Any]:
@@ -341,27 +360,18 @@ def instance_mark_running(instance_id: str) -> str:
 def ranks_mark_running(ranks: list[Instance], message: str) -> None:
     """A cluster's pre-flight passed (its ranks locked, every one checking): billing starts for
     every rank at the same moment, each in a new session. The transitions of all the ranks
-    are written together (one UPDATE of the instances, one of their pod watches, the events
-    inserted at once, the sessions opened by one query), whatever the cluster's size; each is
-    checked against the transition table as _transition does."""
+    are written together (_transitions: one UPDATE of the instances, one of their pod watches,
+    the events inserted at once; the sessions opened by one query), whatever the cluster's
+    size."""
     now = timezone.now()
-    for instance in ranks:
-        _transition_check(instance, S.RUNNING)
-    ids = [instance.pk for instance in ranks]
-    Instance.objects.filter(pk__in=ids).update(
-        status=S.RUNNING,
+    _transitions(
+        ranks,
+        S.RUNNING,
+        message,
         running_since=now,
-        started_at=Coalesce("started_at", Value(now)),
-        session=F("session") + 1,
-    )
-    PodWatch.objects.filter(instance_id__in=ids).update(provisioning_since=None)
-    for instance in ranks:
-        instance.status, instance.running_since = S.RUNNING, now
-        instance.started_at = instance.started_at or now
-        instance.session += 1
-        logger.info("instance.status instance=%s status=%s", instance.id, S.RUNNING)
-    InstanceEvent.objects.bulk_create(
-        InstanceEvent(instance=instance, status=S.RUNNING, message=message) for instance in ranks
+        started_at=lambda instance: instance.started_at or now,
+        session=lambda instance: instance.session + 1,
+        provisioning_since=None,
     )
     meters_start(ranks, now)
 

@@ -25,7 +25,7 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from instances.gangs import workload_owner_register
         from jobs.links import rank_link
-        from jobs.services import job_rank_lost
+        from jobs.recovery import job_rank_lost
 
         workload_ended.connect(sync_on_workload_ended, dispatch_uid="jobs-workload-ended")
         workload_lost.connect(sync_on_workload_lost, dispatch_uid="jobs-workload-lost")

@@ -47,11 +47,11 @@ class Job(models.Model):
     # after the platform's (a node lost, a pod evicted)
     restarts = models.PositiveIntegerField(default=0)
     error_restarts = models.PositiveIntegerField(default=0)
-    # its program failed and its rank starts again once stopped (jobs.services.rank_restart)
+    # its program failed and its rank starts again once stopped (jobs.recovery.rank_restart)
     restart_pending = models.BooleanField(default=False)
     exit_code = models.IntegerField(null=True, blank=True)
     # {node id: how many times its program failed there}: a node it keeps failing on is put
-    # up for an operator's review (jobs.services._program_failed)
+    # up for an operator's review (jobs.recovery._node_count)
     error_nodes = models.JSONField(default=dict, db_default={}, blank=True, editable=False)
     message = models.TextField(blank=True, help_text="Why it ended, or its last lines.")
     notes = models.JSONField(

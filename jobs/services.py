@@ -16,14 +16,14 @@ only decides what its ranks' ends mean (job_sync):
 - the instance stopped or failed without its program ending (a budget, an empty balance, an
   image that cannot be pulled): the job failed, with the instance's reason;
 - a spot job's instance was taken back for a paying order (stop_reason "preempted"): the job
-  is recovering and its rank starts again, in line for GPUs, once stopped (_preempted).
+  is recovering and its rank starts again, in line for GPUs, once stopped.
+A program's failure, a preemption and a lost node or pod all recover by one path, with its
+rules per cause in one table: jobs.recovery.
 """
 
 import logging
 import re
 from dataclasses import dataclass
-from datetime import timedelta
-from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -36,36 +36,33 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from clusters.choices import Template
-from clusters.models import Cluster
 from clusters.pods import job_launch_line
-from clusters.ranks import rank_lost
-from clusters.services import cluster_order, cluster_start
+from clusters.services import cluster_order
 from compute.choices import OfferingKind
 from compute.models import Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
-from events.choices import EventType
-from events.emit import emit_about
-from fleet.models import DEFAULT_REGION, Node
-from fleet.services import node_review_request
+from fleet.models import DEFAULT_REGION
 from instances.choices import InstanceStatus
-from instances.gangs import NODE_LOST, POD_LOST
-from instances.lifecycle import (
-    instance_order,
-    instance_recover,
-    instance_start,
-    instance_stop,
-    instance_terminate,
-    spot_wait_valid,
-)
+from instances.lifecycle import instance_order, instance_terminate, spot_wait_valid
 from instances.models import Instance, InstanceEvent, Workload, WorkloadLog
 from instances.preemption import PREEMPTED
 from jobs.choices import ENDED, JobStatus
 from jobs.models import Job, JobEvent, JobRank
+from jobs.recovery import Cause, Lost, job_recover
 from jobs.resume import resumed_step
+from jobs.states import (
+    job_end,
+    job_end_with_ranks,
+    job_locked,
+    job_move,
+    job_note,
+    past_time_limit,
+    rank_instances,
+)
 from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
-from starverse.core.errors import Conflict, FieldInvalid, InvalidInput, ServiceError
-from starverse.core.text import Deferred, later
+from starverse.core.errors import Conflict, FieldInvalid, InvalidInput
+from starverse.core.text import later
 from storage.nas import nas_for_tenant
 
 logger = logging.getLogger(__name__)
@@ -85,11 +82,9 @@ RESERVED_ENV = re.compile(
 JOB_LABEL = "starverse.io/job"
 SUBMITTED = gettext_noop("Submitted.")
 RESUMED = gettext_noop("Resumed from step %(step)s (restart %(attempt)s).")
-RANK_FAILED = gettext_noop("A rank's program failed: every rank stops, then all start again.")
 MULTI_NODE_GPUS = 8  # a job of several nodes takes whole nodes of this many GPUs
 NODES_NAMED = 4  # a timeline line names this many of a job's nodes
 RESUME_READ_KEEP_S = 7 * 24 * 3600  # what _log_news read of an attempt, kept this long
-REVIEW_AFTER_ERRORS = 2  # a job's program failing this often on one node: the node is reviewed
 
 
 def job_dns(job_id: str) -> str:
@@ -181,7 +176,7 @@ def job_submit(*, user: User, request: JobRequest, idempotency_key: str = "") ->
             JobRank(job=job, instance=instance, index=index)
             for index, instance in enumerate(instances)
         )
-        _event(job, J.QUEUED, later(SUBMITTED))
+        job_note(job, J.QUEUED, later(SUBMITTED))
         _follow(job, instances, _workloads(instances))
         return job
 
@@ -385,15 +380,7 @@ def _workload(job: Job) -> Workload:
     return Workload(owner=job.id, argv=argv, env=env, labels={JOB_LABEL: job_dns(job.id)})
 
 
-def _event(job: Job, status: str, message: Deferred | str) -> None:
-    JobEvent.objects.create(job=job, status=status, message=message)
-
-
 # --- following the ranks -----------------------------------------------------------------
-
-
-def job_locked(job_id: str) -> Job:
-    return Job.objects.select_for_update().get(pk=job_id)
 
 
 def job_sync(job_id: str) -> str:
@@ -404,14 +391,9 @@ def job_sync(job_id: str) -> str:
         job = job_locked(job_id)
         if job.status in ENDED:
             return job.status
-        instances = _rank_instances(job)
+        instances = rank_instances(job)
         _follow(job, instances, _workloads(instances))
     return job.status
-
-
-def _rank_instances(job: Job) -> list[Instance]:
-    rows = job.ranks.select_related("instance__node").order_by("index")
-    return [row.instance for row in rows]
 
 
 def _follow(job: Job, instances: list[Instance], workloads: dict[str, Workload]) -> None:
@@ -426,23 +408,23 @@ def _follow(job: Job, instances: list[Instance], workloads: dict[str, Workload])
         job.save(update_fields=["restarts"])
     if job.status == J.CANCELLING:
         if all(instance.status == S.TERMINATED for instance in instances):
-            _end(job, J.CANCELLED, later(gettext_noop("Cancelled.")), now=now)
+            job_end(job, J.CANCELLED, later(gettext_noop("Cancelled.")), now=now)
         return
     preempted = next((i for i in instances if i.stop_reason == PREEMPTED), None)
     if preempted is not None and not job.restart_pending:
         lost = Lost(Cause.PREEMPTED, preempted, preempted.node, "taken back for a paying order")
-        _recover(job, instances, lost, now=now)
+        job_recover(job, instances, lost, now=now)
         return
     ended = {pk: w for pk, w in workloads.items() if w.exit_code is not None}
     failed = next((w for w in ended.values() if w.exit_code != 0), None)
     if failed is not None:
         rank = next(i for i in instances if i.pk == failed.pk)
         lost = Lost(Cause.PROGRAM_FAILED, rank, rank.node, f"exit code {failed.exit_code}", failed)
-        _recover(job, instances, lost, now=now)
+        job_recover(job, instances, lost, now=now)
         return
     if ended and len(ended) == len(instances):
         job.exit_code = 0
-        _end_with_ranks(
+        job_end_with_ranks(
             job, instances, J.SUCCEEDED, later(gettext_noop("Finished (exit code 0).")), now=now
         )
         return
@@ -463,9 +445,9 @@ def _follow_live(job: Job, live: list[Instance], *, new_pod: bool, now: Any) -> 
         None,
     )
     if gone is not None:
-        _end_with_ranks(
+        job_end_with_ranks(
             job,
-            _rank_instances(job),
+            rank_instances(job),
             J.FAILED,
             later(gettext_noop("It stopped before its program ended: %(reason)s"))
             % {"reason": _last_words(gone)},
@@ -493,7 +475,7 @@ def _follow_running(job: Job, instances: list[Instance], *, new_pod: bool, now: 
         first = job.started_at is None
         job.started_at = job.started_at or now
         nodes = _nodes_of(instances)
-        _move(
+        job_move(
             job,
             J.RUNNING,
             later(gettext_noop("Started on %(node)s.")) % {"node": nodes}
@@ -501,10 +483,10 @@ def _follow_running(job: Job, instances: list[Instance], *, new_pod: bool, now: 
             else later(gettext_noop("Running again on %(node)s (restart %(n)s)."))
             % {"node": nodes, "n": job.restarts},
         )
-    elif _past_time_limit(job, now):
-        _end_with_ranks(
+    elif past_time_limit(job, now):
+        job_end_with_ranks(
             job,
-            _rank_instances(job),
+            rank_instances(job),
             J.FAILED,
             later(gettext_noop("Stopped at its time limit of %(minutes)s minutes."))
             % {"minutes": job.time_limit_minutes},
@@ -525,7 +507,7 @@ def _note_resumed(job: Job, instances: list[Instance]) -> None:
     steps = _log_news(job, attempt, [i.pk for i in instances])
     for instance in instances:  # in rank order
         if (step := steps.get(instance.pk)) is not None:
-            _event(job, job.status, later(RESUMED) % {"step": step, "attempt": attempt})
+            job_note(job, job.status, later(RESUMED) % {"step": step, "attempt": attempt})
             return
 
 
@@ -563,7 +545,7 @@ def _follow_waiting(job: Job, instances: list[Instance]) -> None:
     waiting_one = next(i for i in instances if i.status != S.RUNNING)
     if job.started_at is not None and job.status in (J.RUNNING, J.RECOVERING):
         if job.status == J.RUNNING:
-            _move(
+            job_move(
                 job,
                 J.RECOVERING,
                 later(gettext_noop("Its rank was lost (%(reason)s); placing it again."))
@@ -573,302 +555,11 @@ def _follow_waiting(job: Job, instances: list[Instance]) -> None:
     queued = any(instance.status == S.QUEUED for instance in instances)
     waiting = J.QUEUED if queued else J.PROVISIONING
     if job.status != waiting and job.status in (J.QUEUED, J.PROVISIONING):
-        _move(
+        job_move(
             job,
             waiting,
             later(gettext_noop("Placed on %(node)s.")) % {"node": _nodes_of(instances)},
         )
-
-
-# --- recovering: one path for every cause --------------------------------------------------
-
-
-class Cause(StrEnum):
-    """What interrupted a job's ranks (its timeline names it)."""
-
-    NODE_LOST = NODE_LOST  # its node went down (fleet's health rules, the node lease watch)
-    EVICTED = POD_LOST  # its pod vanished while its node stayed up (evicted, deleted)
-    PREEMPTED = PREEMPTED  # a spot job's GPUs taken back for a paying order
-    PROGRAM_FAILED = "program_failed"  # its program exited non-zero: the user's error
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What a cause means to the job: `user_error`, counted in error_restarts against
-    max_restarts (else the platform's failure, never limited); `node_at_fault`, counted against
-    the node it happened on (REVIEW_AFTER_ERRORS: the node is put up for review); `restart`,
-    every rank stops and starts again through admission and the queue (else the lost rank is
-    placed again now and the healthy ones keep their nodes); `said`, the timeline's line."""
-
-    user_error: bool
-    node_at_fault: bool
-    restart: bool
-    said: str
-
-
-RULES = {
-    # the node is down already: the platform's own signal, no review to ask for
-    Cause.NODE_LOST: Rule(
-        user_error=False,
-        node_at_fault=False,
-        restart=False,
-        said=gettext_noop(
-            "Rank %(rank)s lost its node %(node)s (%(reason)s): billing paused for the whole "
-            "job; placing the rank again with its disks."
-        ),
-    ),
-    Cause.EVICTED: Rule(
-        user_error=False,
-        node_at_fault=True,
-        restart=False,
-        said=gettext_noop(
-            "Rank %(rank)s lost its pod on %(node)s (%(reason)s): billing paused for the whole "
-            "job; placing the rank again with its disks."
-        ),
-    ),
-    # the node did nothing wrong: spot GPUs went to a paying order
-    Cause.PREEMPTED: Rule(
-        user_error=False,
-        node_at_fault=False,
-        restart=True,
-        said=gettext_noop(
-            "Its GPUs were taken back for a paying order (a spot job); it resumes from its "
-            "checkpoint when GPUs free up."
-        ),
-    ),
-    Cause.PROGRAM_FAILED: Rule(
-        user_error=True,
-        node_at_fault=True,
-        restart=True,
-        said=gettext_noop(
-            "Its program failed with exit code %(code)s; running it again "
-            "(%(n)s of %(most)s restarts after an error)."
-        ),
-    ),
-}
-
-
-@dataclass(frozen=True)
-class Lost:
-    """One interruption: its cause, the rank it hit (`instance`), the node it hit it on, why
-    (`reason`, as the platform says it), and for a program's failure its Workload."""
-
-    cause: Cause
-    instance: Instance
-    node: Node | None
-    reason: str = ""
-    workload: Workload | None = None
-
-
-def job_rank_lost(instance_id: str, *, cause: str, node: Node, reason: str) -> bool:
-    """A job's rank lost its node or its pod (instances.gangs.workload_owner_lost: the node
-    went down, the pod was evicted or vanished): it recovers by the one path (_recover), under
-    the job's lock. False if its job has ended or is cancelled, or the rank had moved on."""
-    job_id = JobRank.objects.filter(pk=instance_id).values_list("job_id", flat=True).first()
-    if job_id is None:
-        return False
-    with transaction.atomic():
-        job = job_locked(job_id)
-        if job.status in ENDED or job.status == J.CANCELLING:
-            return False
-        instances = _rank_instances(job)
-        rank = next(i for i in instances if i.pk == instance_id)
-        lost = Lost(Cause(cause), rank, node, reason)
-        return _recover(job, instances, lost, now=timezone.now())
-
-
-def _recover(job: Job, instances: list[Instance], lost: Lost, *, now: Any) -> bool:
-    """The one path every interruption of a job's ranks takes (RULES): billing pauses for the
-    whole job, the lost ranks are placed again with the same disks (the healthy ones kept on
-    their nodes), the program starts again with STARVERSE_RESTART_COUNT one higher (each new
-    pod's: instances.provisioning) and the same checkpoint directory; the program's own errors
-    and the platform's failures are counted apart; a node the job keeps failing on is put up
-    for review; the timeline names the cause. A program's error with no restart left ends the
-    job instead. Returns False if the rank had moved on meanwhile (nothing done)."""
-    rule = RULES[lost.cause]
-    if not rule.restart and not _place_again(job, lost):
-        return False
-    if rule.node_at_fault:
-        _node_count(job, lost)
-    words = _words(job, instances, lost)
-    if rule.user_error:
-        job.exit_code = words["code"]
-        if job.error_restarts >= job.max_restarts or _past_time_limit(job, now):
-            _program_failed(job, instances, lost, now=now)
-            return True
-        job.error_restarts += 1
-        words["n"] = job.error_restarts
-    if rule.restart:
-        _restart_all(job, instances)
-    job.save(update_fields=["exit_code", "error_restarts", "restart_pending", "error_nodes"])
-    said = later(rule.said) % words
-    # before its first start, a rank placed again leaves the job waiting to start
-    if job.started_at is None and not rule.restart:
-        _event(job, job.status, said)
-    elif job.status != J.RECOVERING:
-        _move(job, J.RECOVERING, said)
-    else:
-        _event(job, job.status, said)
-    logger.info("job.recovering job=%s cause=%s rank=%s", job.id, lost.cause, lost.instance.pk)
-    return True
-
-
-def _place_again(job: Job, lost: Lost) -> bool:
-    """The rank that lost its node or pod is placed again now with its disks: a multi-node
-    job's on another whole node while its healthy ranks keep theirs and every rank's program
-    starts again, billing paused for all (clusters.ranks.rank_lost); a one-node job's on GPUs
-    free anywhere, ahead of new orders (instances.lifecycle.instance_recover)."""
-    if job.cluster_id is not None and lost.node is not None:
-        return rank_lost(
-            lost.instance.pk, cluster_id=job.cluster_id, node=lost.node, reason=lost.reason
-        )
-    return instance_recover(lost.instance.pk, reason=lost.reason)
-
-
-def _restart_all(job: Job, instances: list[Instance]) -> None:
-    """Every rank stops (billing ends; a preempted gang is stopping already), then all start
-    again as one order once stopped (rank_restart), in line for GPUs like any start."""
-    job.restart_pending = True
-    # a program's exit while it was stopped (a SIGTERM's) is not its own verdict
-    Workload.objects.filter(pk__in=[i.pk for i in instances]).update(
-        exit_code=None, finished_at=None
-    )
-    for instance in instances:
-        if instance.status in (S.RUNNING, S.CHECKING, S.PROVISIONING):
-            instance_stop(instance_id=instance.pk, reason=RANK_FAILED, by_owner=True)
-    enqueue_on_commit("jobs.tasks.restart_rank", instances[0].pk)
-
-
-def _words(job: Job, instances: list[Instance], lost: Lost) -> dict[str, Any]:
-    index = next(n for n, i in enumerate(instances) if i.pk == lost.instance.pk)
-    code = lost.workload.exit_code if lost.workload is not None else None
-    return {
-        "cause": str(lost.cause),
-        "rank": index,
-        "node": lost.node.name if lost.node else "-",
-        "reason": lost.reason,
-        "code": code,
-        "n": job.error_restarts,
-        "most": job.max_restarts,
-    }
-
-
-def _program_failed(job: Job, instances: list[Instance], lost: Lost, *, now: Any) -> None:
-    """A rank's program failed with no restart left (or past the time limit): the job fails
-    with the exit code and the program's last lines."""
-    code = job.exit_code
-    job.message = lost.workload.message if lost.workload is not None else ""
-    failed = (
-        later(gettext_noop("Failed with exit code %(code)s.")) % {"code": code}
-        if len(instances) == 1
-        else later(gettext_noop("Rank %(rank)s failed with exit code %(code)s."))
-        % {"code": code, "rank": _index_of(job, lost.instance.pk)}
-    )
-    _end_with_ranks(job, instances, J.FAILED, failed, now=now)
-
-
-def _node_count(job: Job, lost: Lost) -> None:
-    """Count the interruption against the node it happened on; on the REVIEW_AFTER_ERRORS-th
-    there, the node is put up for an operator's review (fleet.services.node_review_request: it
-    stays in service; the operator decides), as a job that keeps failing on one node (its
-    program, or its pod evicted) may be the node's fault, not the program's."""
-    if lost.node is None:
-        return
-    key = str(lost.node.pk)
-    job.error_nodes = {**job.error_nodes, key: job.error_nodes.get(key, 0) + 1}
-    if job.error_nodes[key] == REVIEW_AFTER_ERRORS:
-        last = (
-            f"exit code {lost.workload.exit_code}"
-            if lost.workload is not None
-            else f"{lost.cause}: {lost.reason}"
-        )
-        node_review_request(
-            node=lost.node,
-            reason=f"job {job.id}: interrupted {REVIEW_AFTER_ERRORS} times on this node "
-            f"(last: {last})",
-        )
-
-
-def _index_of(job: Job, instance_id: str) -> int:
-    return job.ranks.values_list("index", flat=True).get(instance_id=instance_id)
-
-
-def rank_restart(instance_id: str) -> None:
-    """Start the ranks of a job whose program failed again, once every one has stopped (the
-    start goes through admission and the queue like any start: a multi-node job's ranks as one
-    order, clusters.services.cluster_start), under the job's lock: sent twice (the sweep sends
-    it again in case its task was lost), it starts once. A start refused (an empty balance, a
-    limit) ends the job with the refusal's reason."""
-    rank = JobRank.objects.get(pk=instance_id)
-    with transaction.atomic():
-        job = job_locked(rank.job_id)
-        if not job.restart_pending or job.status != J.RECOVERING:
-            return
-        statuses = list(job.ranks.values_list("instance__status", flat=True))
-        if S.STOPPING in statuses:
-            raise StillStopping(instance_id)
-        if any(status not in (S.STOPPED, S.FAILED) for status in statuses):
-            return
-        job.restart_pending = False
-        job.save(update_fields=["restart_pending"])
-        try:
-            with transaction.atomic():
-                if job.cluster_id is not None:
-                    cluster_start(cluster=Cluster.objects.get(pk=job.cluster_id))
-                else:
-                    instance_start(instance_id=instance_id, by_owner=True)
-        except ServiceError as error:
-            _end_with_ranks(
-                job,
-                _rank_instances(job),
-                J.FAILED,
-                later(gettext_noop("It could not start again: %(reason)s"))
-                % {"reason": error.message},
-                now=timezone.now(),
-            )
-
-
-class StillStopping(Exception):
-    """A rank's instance is still stopping: start them once stopped (the task retries)."""
-
-
-def _past_time_limit(job: Job, now: Any) -> bool:
-    limit = job.time_limit_minutes
-    return bool(limit and job.started_at and now - job.started_at >= timedelta(minutes=limit))
-
-
-# What a job's move to each status reports (events.emit); the other moves report nothing.
-JOB_EVENTS = {
-    J.RUNNING: EventType.JOB_STARTED,
-    J.RECOVERING: EventType.JOB_RECOVERING,
-    J.SUCCEEDED: EventType.JOB_SUCCEEDED,
-    J.FAILED: EventType.JOB_FAILED,
-}
-
-
-def _move(job: Job, status: str, message: Deferred) -> None:
-    job.status = status
-    job.save()
-    _event(job, status, message)
-    if kind := JOB_EVENTS.get(JobStatus(status)):
-        emit_about(job, kind, restarts=job.restarts, exit_code=job.exit_code)
-
-
-def _end_with_ranks(
-    job: Job, instances: list[Instance], status: str, message: Deferred, *, now: Any
-) -> None:
-    """End the job and give its ranks' GPUs back (terminated: their own disks go, their cloud
-    disks and the NAS keep their data)."""
-    for instance in instances:
-        if instance.status not in (S.TERMINATING, S.TERMINATED):
-            instance_terminate(instance_id=instance.pk, by_owner=True)
-    _end(job, status, message, now=now)
-
-
-def _end(job: Job, status: str, message: Deferred, *, now: Any) -> None:
-    job.finished_at = now
-    _move(job, status, message)
-    logger.info("job.ended job=%s status=%s exit_code=%s", job.id, status, job.exit_code)
 
 
 def _last_words(instance: Instance) -> str:
@@ -892,7 +583,7 @@ def job_cancel(*, job: Job) -> Job:
             )
         for rank in job.ranks.all():
             instance_terminate(instance_id=rank.instance_id, by_owner=True)
-        _move(job, J.CANCELLING, later(gettext_noop("Cancel requested; billing stopped.")))
+        job_move(job, J.CANCELLING, later(gettext_noop("Cancel requested; billing stopped.")))
     enqueue_on_commit("jobs.tasks.sync_job", job.id)
     logger.info("job.cancelled job=%s", job.id)
     return job

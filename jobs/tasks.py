@@ -4,7 +4,7 @@ import logging
 
 from celery import Task, shared_task
 
-from jobs import services
+from jobs import recovery, services
 from jobs.choices import ENDED
 from jobs.models import Job, JobRank
 
@@ -40,6 +40,6 @@ def sync_jobs() -> None:
 def restart_rank(self: Task[[str], None], instance_id: str) -> None:
     """A rank whose program failed starts again once its instance has stopped."""
     try:
-        services.rank_restart(instance_id)
-    except services.StillStopping:
+        recovery.rank_restart(instance_id)
+    except recovery.StillStopping:
         raise self.retry(countdown=RESTART_POLL_S) from None

@@ -316,6 +316,19 @@ def upload(
     return _stream_up(remote, plan, folders, err)
 
 
+@dataclass(frozen=True)
+class _File:
+    """One file of a copy over plain ssh: `source` (read: a local path uploading, a path on the
+    instance downloading), `size` bytes, to `target` on the other end; `there` and `part`: the
+    sizes found of the target and of its part (PART_SUFFIX), -1 where there is none."""
+
+    source: str
+    target: str
+    size: int
+    there: int
+    part: int
+
+
 def _stream_up(
     remote: Remote, plan: list[tuple[Path, str]], folders: list[str], err: TextIO | None
 ) -> Outcome:
@@ -327,26 +340,55 @@ def _stream_up(
                 f"if [ -f {q(path)} ]; then echo $(($(wc -c < {q(path)}))); else echo -1; fi"
             )
     sizes = [int(word) for word in _run(remote, "sh -s", "\n".join(lines).encode()).split()]
+    files = [
+        _File(str(local), target, local.stat().st_size, sizes[2 * index], sizes[2 * index + 1])
+        for index, (local, target) in enumerate(plan)
+    ]
+    return _stream(remote, files, up=True, err=err)
+
+
+def _stream(remote: Remote, files: list[_File], *, up: bool, err: TextIO | None) -> Outcome:
+    """Copy `files` over plain ssh, to the instance (`up`) or from it: a file already whole on
+    the receiving end (its size and SHA-256 the source's) is skipped; a part whose SHA-256 is
+    that of the source's prefix of its length goes on from its end, else the file starts over;
+    each is written to its part and renamed once whole."""
     outcome = Outcome("ssh", files=0, skipped=0, sent_bytes=0)
-    for index, (local, target) in enumerate(plan):
-        size = local.stat().st_size
-        there, part = sizes[2 * index], sizes[2 * index + 1]
-        if there == size and _remote_sha256(remote, target) == _sha256(local, size):
+    for file in files:
+        if file.there == file.size and _digest(
+            remote, file.target, file.size, on_instance=up, whole=True
+        ) == _digest(remote, file.source, file.size, on_instance=not up, whole=True):
             outcome.skipped = (outcome.skipped or 0) + 1
             continue
         offset = 0
-        if 0 < part <= size and _remote_sha256(remote, target + PART_SUFFIX, part) == _sha256(
-            local, part
-        ):
-            offset = part
-        partial = q(target + PART_SUFFIX)
-        command = (
-            f"cat {'>>' if offset else '>'} {partial} && "
-            f'[ "$(($(wc -c < {partial})))" -eq {size} ] && mv -f {partial} {q(target)}'
-        )
-        sent = _send(remote, command, local, offset)
-        _tally(outcome, err, target, sent, offset, "sent")
+        part = file.target + PART_SUFFIX
+        if 0 < file.part <= file.size and _digest(
+            remote, part, file.part, on_instance=up
+        ) == _digest(remote, file.source, file.part, on_instance=not up):
+            offset = file.part
+        moved = _put(remote, file, offset) if up else _get(remote, file, offset)
+        _tally(outcome, err, file.target, moved, offset, "sent" if up else "received")
     return outcome
+
+
+def _digest(
+    remote: Remote, path: str, length: int, *, on_instance: bool, whole: bool = False
+) -> str | None:
+    """SHA-256 of the first `length` bytes of `path`, here or on the instance (`whole`: all of
+    a file `length` long, which the instance reads to its end)."""
+    if on_instance:
+        return _remote_sha256(remote, path, None if whole else length)
+    return _sha256(Path(path), length)
+
+
+def _put(remote: Remote, file: _File, offset: int) -> int:
+    """Upload one file from `offset` into its part, renamed to the target once whole."""
+    q = shlex.quote
+    partial = q(file.target + PART_SUFFIX)
+    command = (
+        f"cat {'>>' if offset else '>'} {partial} && "
+        f'[ "$(($(wc -c < {partial})))" -eq {file.size} ] && mv -f {partial} {q(file.target)}'
+    )
+    return _send(remote, command, Path(file.source), offset)
 
 
 def _tally(
@@ -476,33 +518,40 @@ def _stream_down(remote: Remote, sources: Sequence[str], dest: str, err: TextIO 
         local_of(directory).mkdir(parents=True, exist_ok=True)
     if as_folder:
         base.mkdir(parents=True, exist_ok=True)
-    outcome = Outcome("ssh", files=0, skipped=0, sent_bytes=0)
-    for path, size in files:
-        target = local_of(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (
-            target.is_file()
-            and target.stat().st_size == size
-            and _sha256(target, size) == _remote_sha256(remote, path)
-        ):
-            outcome.skipped = (outcome.skipped or 0) + 1
-            continue
-        partial = target.with_name(target.name + PART_SUFFIX)
-        offset = partial.stat().st_size if partial.is_file() else 0
-        if offset > size or (
-            offset and _sha256(partial, offset) != _remote_sha256(remote, path, offset)
-        ):
-            offset = 0
-        got = _receive(remote, f"tail -c +{offset + 1} < {q(path)}", partial, offset)
-        if partial.stat().st_size != size:
-            raise TransferError(
-                f"the copy of {path} broke off: run the same command again and only what is "
-                "missing is sent",
-                BROKEN,
-            )
-        os.replace(partial, target)
-        _tally(outcome, err, target, got, offset, "received")
-    return outcome
+    plan = [(path, size, local_of(path)) for path, size in files]
+    return _stream(
+        remote,
+        [
+            _File(path, str(target), size, _size_of(target), _size_of(_part_of(target)))
+            for path, size, target in plan
+        ],
+        up=False,
+        err=err,
+    )
+
+
+def _size_of(path: Path) -> int:
+    return path.stat().st_size if path.is_file() else -1
+
+
+def _part_of(target: Path) -> Path:
+    return target.with_name(target.name + PART_SUFFIX)
+
+
+def _get(remote: Remote, file: _File, offset: int) -> int:
+    """Download one file from `offset` into its part, renamed to the target once whole."""
+    target = Path(file.target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = _part_of(target)
+    got = _receive(remote, f"tail -c +{offset + 1} < {shlex.quote(file.source)}", partial, offset)
+    if partial.stat().st_size != file.size:
+        raise TransferError(
+            f"the copy of {file.source} broke off: run the same command again and only what is "
+            "missing is sent",
+            BROKEN,
+        )
+    os.replace(partial, target)
+    return got
 
 
 def _receive(remote: Remote, command: str, partial: Path, offset: int) -> int:

@@ -19,7 +19,8 @@ from instances.lifecycle import instance_order, instance_terminate, queue_drain,
 from instances.models import Instance
 from instances.provisioning import converge
 from jobs.models import Job, JobEvent
-from jobs.services import job_sync, rank_restart
+from jobs.recovery import rank_restart
+from jobs.services import job_sync
 from starverse.core import kube
 from starverse.core.errors import InsufficientBalance, InvalidInput
 from tests.factories import (

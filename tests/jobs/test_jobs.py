@@ -20,8 +20,9 @@ from instances.provisioning import converge
 from instances.provisioning.logs import logs_ship
 from instances.provisioning.reconcile import reconcile, workloads_check
 from jobs.models import Job, JobEvent
+from jobs.recovery import rank_restart
 from jobs.resume import resumed_step
-from jobs.services import job_sync, rank_restart
+from jobs.services import job_sync
 from starverse.core import kube
 from storage.nas import nas_set_size
 from tests.factories import converge_until, fund, make_user, read_existing

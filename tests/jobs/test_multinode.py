@@ -35,7 +35,8 @@ from instances.provisioning import converge
 from instances.provisioning.logs import logs_ship
 from instances.provisioning.reconcile import reconcile, workloads_check
 from jobs.models import Job, JobEvent
-from jobs.services import job_sync, rank_restart
+from jobs.recovery import rank_restart
+from jobs.services import job_sync
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
 from tests.factories import (
@@ -396,7 +397,7 @@ def test_an_evicted_ranks_pod_recovers_by_the_path_of_a_lost_node(
     fleet, client_for, owner, django_capture_on_commit_callbacks
 ):
     """A rank's pod gone while its node stays up (evicted, deleted) is handed by the reconcile
-    loop to its job (jobs.services.job_rank_lost), which recovers as after a lost node: billing
+    loop to its job (jobs.recovery.job_rank_lost), which recovers as after a lost node: billing
     paused for the whole job, the rank placed again with its disks, the healthy rank kept on
     its node, every program started again with STARVERSE_RESTART_COUNT 1; a platform failure,
     not counted against max_restarts but against the node; the timeline names the eviction."""

@@ -14,7 +14,8 @@ from instances.lifecycle import instance_order, instance_terminate, queue_drain,
 from instances.models import Instance
 from instances.provisioning import converge
 from jobs.models import Job, JobEvent
-from jobs.services import job_sync, rank_restart
+from jobs.recovery import rank_restart
+from jobs.services import job_sync
 from tests.factories import WHOLE_NODE, converge_until, fund, make_cluster, make_user
 
 IMAGE = "pytorch-2.1"
