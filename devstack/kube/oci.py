@@ -271,7 +271,7 @@ def append(registry: Registry, base: str, layer_dir: Path, target: str) -> str:
         history.append(
             {
                 "created": now,
-                "created_by": f"base {base} (not copied: another registry)",
+                "created_by": f"base {base} (its layers not copied into this registry)",
                 "empty_layer": True,
             }
         )
