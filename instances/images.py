@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -19,6 +20,7 @@ from django.utils.translation import gettext as _
 from compute.choices import ImageStatus
 from compute.models import Image
 from compute.selectors import image_locked
+from instances import registry
 from instances.choices import InstanceStatus as S
 from instances.models import Instance, InstanceEvent
 from instances.states import instance_locked
@@ -155,6 +157,38 @@ def image_delete(*, image: Image) -> None:
         locked.save(update_fields=["active", "deleted_at"])
     if locked.pull_secret:
         kube.delete("Secret", kube.namespace_name(str(locked.tenant_id)), locked.pull_secret)
+    if locked.saved_from:
+        # the worker deletes its manifest from the operator's registry (a brought image is
+        # another registry's, never deleted there)
+        enqueue_on_commit("instances.tasks.delete_image_manifest", locked.id)
+
+
+def image_manifest_delete(image_id: str) -> registry.Deleted | None:
+    """A deleted saved image's manifest deleted from the operator's registry (its blobs are the
+    registry's garbage collection's); idempotent, an absent manifest is done. A registry that
+    refuses deletes keeps it: the image is deleted for the tenant all the same, and the
+    operator's log says so once. RegistryError (unreachable, 5xx): the task tries again."""
+    image = Image.objects.filter(pk=image_id, active=False, saved_from__gt="").first()
+    if image is None or not image.container_image:
+        return None
+    outcome = registry.manifest_delete(image.container_image)
+    logger.info(
+        "image.manifest_deleted image=%s reference=%s outcome=%s",
+        image.id,
+        image.container_image,
+        outcome,
+    )
+    if outcome == registry.Deleted.UNSUPPORTED and cache.add(
+        f"registry-refuses-deletes:{settings.IMAGE_REGISTRY}", True, None
+    ):
+        logger.warning(
+            "image.registry_refuses_deletes registry=%s reference=%s: deleted images stay in "
+            "the registry; enable deletes (docker-registry: storage.delete.enabled) or remove "
+            "t-* tags by hand (docs/operator-guide.md, Saved images)",
+            settings.IMAGE_REGISTRY,
+            image.container_image,
+        )
+    return outcome
 
 
 def _repository(name: str) -> str:

@@ -8,10 +8,11 @@ from django.db.models import Q
 
 from billing.notices import runway_notices_check
 from fleet.selectors import region_target, regions_configured
-from instances import autostop, lifecycle, metering, monthly
+from instances import autostop, images, lifecycle, metering, monthly
 from instances.choices import STARTING_OR_RUNNING
 from instances.models import Instance
 from instances.provisioning import converge, logs, namespaces, prepull, reconcile, saving
+from instances.registry import RegistryError
 from instances.selectors import spend_per_hour_fen
 from starverse.core import kube
 from starverse.core.dispatch import send
@@ -35,6 +36,21 @@ def save_image(self: Task[[str], None], image_id: str) -> None:
         saving.image_save_converge(image_id)
     except saving.StillSaving:
         raise self.retry(countdown=settings.PROVISIONING_POLL_S) from None
+
+
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(RegistryError,),
+    retry_backoff=5,
+    retry_backoff_max=600,
+    retry_jitter=True,
+    max_retries=12,
+)
+def delete_image_manifest(image_id: str) -> None:
+    """A deleted saved image's manifest out of the operator's registry (instances.images):
+    retried with backoff while the registry cannot be reached."""
+    images.image_manifest_delete(image_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)

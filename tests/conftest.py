@@ -22,6 +22,7 @@ from devstack.stripe import StripeFake
 from fleet.services import nodes_sync_from_cluster
 from starverse.core import kube
 from tests.factories import make_token, make_user
+from tests.registry import DockerRegistry
 
 # The unit lane (`make test-fast`, `pytest --fast`): the suite less every test that needs one of
 # these fixtures (directly, through other fixtures, or asked for while it runs: the guard below
@@ -32,6 +33,7 @@ LANE_FIXTURES = {
     "browser": "drives a browser",
     "live_server": "serves the console in a live server",
     "transactional_db": "commits, so its database is flushed after it",
+    "docker_registry": "starts Debian's docker-registry",
 }
 # Modules whose tests start processes, servers or an emulator of their own, or walk every API
 # operation: the fixtures above cannot say so. Left out of the lane at collection.
@@ -329,6 +331,15 @@ def catalog(cluster: KubeEmulator, db: Any) -> dict[str, Any]:
         "a100_node": Offering.objects.get(name="8× A100 80GB SXM bare metal"),
         "image": Image.objects.get(pk="pytorch-2.1"),
     }
+
+
+@pytest.fixture(scope="session")
+def docker_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerRegistry]:
+    """A real OCI registry (Debian's docker-registry, deletes enabled) per test session, its
+    storage in a temporary directory; tests keep apart by their tenants' own repositories."""
+    registry = DockerRegistry(tmp_path_factory.mktemp("registry"))
+    yield registry
+    registry.stop()
 
 
 @pytest.fixture(scope="session")

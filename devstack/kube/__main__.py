@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="MB/s a saved image's layer is pushed to the registry at (default: --pull-bandwidth)",
     )
     parser.add_argument(
+        "--registry",
+        default=None,
+        help="a real OCI registry (http://host:port) saved images are pushed to as well, over "
+        "the distribution API, when their tag names its host:port (`make run` passes the "
+        "docker-registry it starts); default: the registry model only",
+    )
+    parser.add_argument(
         "--keda-queue-url",
         default=None,
         help="the KEDA stand-in reads in-flight counts per host here (the dev gateway's admin "
@@ -149,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         default_image_bytes=int(args.default_image_size * 1e9),
         pull_bandwidth_mbps=args.pull_bandwidth,
         registry_bandwidth_mbps=args.registry_bandwidth,
+        registry_url=args.registry,
         keda_queue_url=args.keda_queue_url,
         keda_polling_interval_s=args.keda_polling_interval,
         data_dir=args.data_dir or default_data_dir(args.node_prefix),

@@ -108,6 +108,7 @@ class KubeEmulator:
         default_image_bytes: int = 0,
         pull_bandwidth_mbps: float = DEFAULT_BANDWIDTH_MBPS,
         registry_bandwidth_mbps: float | None = None,
+        registry_url: str | None = None,
         snapshot_ready_s: float = 0.5,
         standin_latency_ms: float | None = None,
         standin_load_s: float | None = None,
@@ -125,7 +126,11 @@ class KubeEmulator:
         self.api = Api(self.store, Validator(schema=validate), seed)
         # Image sizes default to 0 B, so a pull takes only pull_delay_s unless sizes are given.
         self.images = ImageCatalog(
-            image_sizes or {}, default_image_bytes, pull_bandwidth_mbps, registry_bandwidth_mbps
+            image_sizes or {},
+            default_image_bytes,
+            pull_bandwidth_mbps,
+            registry_bandwidth_mbps,
+            registry_url=registry_url,
         )
         # its objects kept on disk (:mod:`.persistence`), loaded when an earlier run left them
         self.state = StateDir(state_dir) if state_dir is not None else None
@@ -573,6 +578,12 @@ class KubeEmulator:
     def set_image_size(self, reference: str, size_bytes: int) -> None:
         """What the emulated registry says an image weighs (pulls from now on take it)."""
         self.images.set_size(reference, size_bytes)
+
+    def set_registry(self, url: str | None) -> None:
+        """A real registry (``http://host:port``) the emulated ``crane append`` pushes saved
+        images to from now on, as well as recording them in the model (:mod:`.saving`); None:
+        the model only. ``reset`` goes back to the one given at start."""
+        self.images.registry_url = url
 
     def preload_image(self, node_name: str, reference: str) -> None:
         """The node holds the image already (pulled before), as listed in its status.images."""

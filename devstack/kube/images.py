@@ -8,6 +8,10 @@ A pull takes size ÷ the node's bandwidth (``NodeSpec.pull_bandwidth_mbps``, or 
 ``BANDWIDTH_ANNOTATION`` on the Node, else the emulator's default). A node pulls one image at a
 time (the kubelet's default ``serializeImagePulls``), so pulls queue behind each other, and two
 pods that need the same image on one node share one pull.
+
+A saved image (:mod:`.saving`) is recorded here as its base's layers plus its own; when the
+emulator is given a real registry (``registry_url``), it is pushed there too (:mod:`.oci`), while
+the sizes and pulls stay the model's.
 """
 
 from __future__ import annotations
@@ -59,16 +63,21 @@ class ImageCatalog:
     registry_bandwidth_mbps: float | None = None
     # pushed images' layers' sizes (the base's as one layer, then each pushed on top of it)
     layers: dict[str, list[int]] = field(default_factory=dict)
+    # a real registry saved images are pushed to as well (``http://host:port``, :mod:`.oci`);
+    # None: the model only
+    registry_url: str | None = None
 
     def __post_init__(self) -> None:
         self.sizes = {normalize(ref): int(size) for ref, size in self.sizes.items()}
         self._configured = dict(self.sizes)
         self._configured_registry_mbps = self.registry_bandwidth_mbps
+        self._configured_registry_url = self.registry_url
 
     def reset(self) -> None:
         """Back to the sizes given at start (a test's ``set_size`` and pushes are forgotten)."""
         self.sizes = dict(self._configured)
         self.registry_bandwidth_mbps = self._configured_registry_mbps
+        self.registry_url = self._configured_registry_url
         self.layers.clear()
 
     @property

@@ -16,6 +16,17 @@ The platform's build pod (instances.provisioning.saving) has two steps:
   that pulls it takes size ÷ its bandwidth), ``TARGET``'s root filesystem becomes the base's
   with the layer applied (so the system disk of an instance of it is seeded from it), and the
   container runs for the layer's bytes ÷ the registry's bandwidth, then exits 0.
+
+  When the emulator is told of a real registry (``--registry http://127.0.0.1:5000``, as
+  ``make run`` passes the registry it starts: :attr:`.images.ImageCatalog.registry_url`) and
+  ``TARGET`` names its host:port, the push is also real: a thread tars and gzips ``LAYER``
+  and pushes ``TARGET`` to that registry over the OCI distribution API (:mod:`.oci`: blobs,
+  an image config with the layers' diff_ids, an OCI manifest), and the container ends when
+  both the modelled time has passed and the push is done (exit 1 with the registry's answer
+  when it failed). A base in the same registry has its layers mounted and kept; a base
+  elsewhere is not copied but named by the manifest's ``org.opencontainers.image.base.name``
+  annotation, its layers recorded by the model only (so such an image in the registry holds
+  the tenant's layer alone). Without ``--registry`` nothing leaves the emulator.
 """
 
 from __future__ import annotations
@@ -26,10 +37,12 @@ import os
 import posixpath
 import shutil
 import subprocess
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import oci
 from .images import ImageCatalog
 from .seeding import image_root
 from .volumedata import VolumeData
@@ -178,20 +191,55 @@ def _layer_bytes(layer: Path) -> int:
 
 
 @dataclass
+class RealPush:
+    """A push to the real registry in a thread of its own (the kubelet's loop never waits on
+    the network): done when ``finished`` is set, ``error`` the registry's refusal, if any."""
+
+    finished: threading.Event = field(default_factory=threading.Event)
+    digest: str = ""
+    error: str = ""
+
+    @classmethod
+    def start(cls, registry: oci.Registry, base: str, layer: Path, target: str) -> RealPush:
+        real = cls()
+
+        def run() -> None:
+            try:
+                real.digest = oci.append(registry, base, layer, target)
+            except (oci.PushError, OSError, ValueError, KeyError) as error:
+                real.error = f"Error: pushing {target}: {error}"
+            finally:
+                real.finished.set()
+
+        threading.Thread(target=run, name=f"crane-append {target}", daemon=True).start()
+        return real
+
+
+@dataclass
 class PushRun:
-    """One emulated ``crane append``: done (exit 0, or 1 when its layer was missing) at
-    ``next_due``; the same interface as :class:`.trainer.TrainerRun` for the kubelet."""
+    """One emulated ``crane append``: done (exit 0, or 1 when its layer was missing or the real
+    registry refused it) at ``next_due`` and, with a real registry, once its push is done; the
+    same interface as :class:`.trainer.TrainerRun` for the kubelet."""
 
     next_due: float
     code: int
     line: str
     exit_code: int | None = None
+    real: RealPush | None = None
 
     def advance(self, now: float) -> list[str]:
-        if self.exit_code is None and now >= self.next_due:
+        if self.exit_code is not None or now < self.next_due:
+            return []
+        if self.real is not None:
+            if not self.real.finished.is_set():
+                return []
+            if self.real.error:
+                self.exit_code = 1
+                return [self.real.error]
             self.exit_code = self.code
-            return [self.line]
-        return []
+            return [f"{self.line}; pushed to the registry as {self.real.digest}"]
+        self.exit_code = self.code
+        return [self.line]
 
 
 def push(
@@ -199,7 +247,8 @@ def push(
 ) -> PushRun | None:
     """Start the push of a container that runs ``crane append`` (None: it runs something
     else): the registry model and the image's files are updated at once, the container ends
-    after the layer's bytes ÷ the registry's bandwidth."""
+    after the layer's bytes ÷ the registry's bandwidth (and, with a real registry, once the
+    layer is pushed there too)."""
     args = push_args(container)
     if args is None:
         return None
@@ -214,4 +263,11 @@ def push(
     _apply(layer.path, root)
     seconds = layer_bytes / (images.push_mbps * 1e6)
     line = f"{args.target}: pushed {layer_bytes} bytes on {args.base} ({size} bytes in all)"
-    return PushRun(now + seconds, 0, line)
+    real = None
+    if images.registry_url:
+        registry = oci.Registry(images.registry_url)
+        if registry.serves(oci.Target.parse(args.target).host):
+            real = RealPush.start(registry, args.base, layer.path, args.target)
+        else:
+            line += f" (the model only: the registry {registry.host} is not {args.target}'s)"
+    return PushRun(now + seconds, 0, line, real=real)

@@ -9,7 +9,9 @@ A new user signs up through the API, logs in with the CLI, adds an SSH key, tops
 stand-in's checkout page, `rent --wait` (make run's worker provisions the pod on the emulator),
 `ssh` into it (make run's sshd for the pod: the images' real init with Debian's sshd, serving
 the access Secret the worker wrote, on the node port the API gives), `stop --wait` (the sshd
-goes with the pod), `rm -y`, and reads the balance. sshd serves root logins only as root, as in
+goes with the pod), saves it as an image (the emulator pushes it to make run's docker-registry,
+whose catalogue lists it), `rm -y`, deletes the image (gone from the registry too), and reads
+the balance. sshd serves root logins only as root, as in
 CI (.ci/run installs openssh-server)."""
 
 import json
@@ -81,7 +83,7 @@ def _checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _environment() -> dict[str, str]:
     """make run's environment on free ports, as the README's ports table names them."""
-    port, kube, stripe, terminal, gateway, database = _free_ports(6)
+    port, kube, stripe, terminal, gateway, database, registry = _free_ports(7)
     keep = ("PATH", "HOME", "LANG", "TMPDIR")
     env = {key: os.environ[key] for key in keep if key in os.environ}
     env.update(
@@ -91,6 +93,7 @@ def _environment() -> dict[str, str]:
         TERMINAL_PORT=str(terminal),
         GATEWAY_PORT=str(gateway),
         EMBEDDED_PG_PORT=str(database),
+        REGISTRY_PORT=str(registry),  # where docker-registry is installed (.ci/run does)
         KUBE_EMULATOR_FLEET="rtx4090=1",  # one node, one agent: the least make run serves
         LANG="C.UTF-8",
     )
@@ -234,6 +237,42 @@ def _signup(base: str, email: str) -> None:
         assert answer.status == 201
 
 
+class _Api:
+    """The API with the token `starverse login` saved (the CLI has no image commands)."""
+
+    def __init__(self, base: str, config: Path) -> None:
+        profiles = json.loads(config.read_text())["profiles"]
+        self.base, self.token = base, next(iter(profiles.values()))["token"]
+
+    def __call__(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        request = urllib.request.Request(  # noqa: S310 - make run's http:// address
+            f"{self.base}/api/v1{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            text = answer.read()
+            return json.loads(text) if text else None
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as answer:  # noqa: S310 - make run's registry
+        return json.loads(answer.read())
+
+
+def _manifest_there(url: str) -> bool:
+    request = urllib.request.Request(  # noqa: S310 - make run's registry
+        url, headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            return bool(answer.status == 200)
+    except urllib.error.HTTPError as error:
+        assert error.code == 404, error
+        return False
+
+
 def _until(cli: Cli, instance_id: str, status: str) -> dict[str, Any]:
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -306,10 +345,32 @@ def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, tmp_pa
     while listening(port):  # the pod went: so does its sshd
         assert time.monotonic() < deadline, "the stopped instance's sshd still answers"
         time.sleep(0.5)
+    # saved as an image: the emulator's crane append pushes it into make run's docker-registry
+    api = _Api(make_run.url, tmp_path / "home" / "starverse" / "config.json")
+    saved = api("POST", f"/instances/{rented['id']}/image", {"name": "make-run-env"})
+    deadline = time.monotonic() + WAIT_S
+    while (image := api("GET", f"/images/{saved['id']}"))["status"] == "saving":
+        assert time.monotonic() < deadline, "the image was not saved:\n" + make_run.log()
+        time.sleep(0.5)
+    assert image["status"] == "ready", image
+    registry = f"http://{image['reference'].split('/', 1)[0]}"
+    repository, tag = image["reference"].split("/", 1)[1].rsplit(":", 1)
+    assert repository.endswith("/make-run-env")
+    assert repository in _get_json(f"{registry}/v2/_catalog")["repositories"]
+    assert _get_json(f"{registry}/v2/{repository}/tags/list")["tags"] == [tag]
+
     removed = json_of(cli("rm", rented["id"], "-y", "--json"))
     assert removed["status"] in ("terminating", "terminated")
     _until(cli, rented["id"], "terminated")
     assert json_of(cli("ls", "--json")) == []
+    # deleted, by make run's worker from the registry too
+    manifest = f"{registry}/v2/{repository}/manifests/{tag}"
+    assert _manifest_there(manifest)
+    api("DELETE", f"/images/{saved['id']}")
+    deadline = time.monotonic() + WAIT_S
+    while _manifest_there(manifest):
+        assert time.monotonic() < deadline, "the manifest is still there:\n" + make_run.log()
+        time.sleep(0.5)
 
     # what it cost is on the balance, to the fen
     final = json_of(cli("balance", "--json"))
