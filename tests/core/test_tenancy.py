@@ -66,9 +66,9 @@ def test_another_tenants_object_is_404_everywhere(route, callback, client_for, d
     client = client_for(stranger)
     path = _concrete_path(route, obj.pk)
 
-    for method, action in list(callback.actions.items()):
+    for method in _methods(callback):
         response = client.generic(method.upper(), path, "{}", content_type="application/json")
-        assert response.status_code == 404, (method, path, action, response.content)
+        assert response.status_code == 404, (method, path, response.content)
         if method != "head":  # HEAD answers have no body
             assert response.json()["code"] == "not_found"
 
@@ -96,6 +96,14 @@ def test_every_owned_model_has_a_factory():
 # team's. Its members read them; a member changes only their own (403 `not_yours`), an admin
 # anyone's, the billing role nothing (403 `role_forbidden`); a non-member and a removed member
 # (by their own token and by a session that had switched to the team) get 404.
+
+
+def _methods(callback):
+    """The route's methods, HEAD included where GET is: DRF adds it to `callback.actions` (the
+    same dict) on the view's first call in the process, so iterating that dict while calling
+    the view would depend on the tests' order."""
+    methods = list(callback.actions)
+    return [*methods, "head"] if "get" in methods and "head" not in methods else methods
 
 
 def _unsafe(callback):
@@ -171,7 +179,7 @@ def test_managed_objects_are_the_team_managers_only(route, callback, client_for,
     path = _concrete_path(route, obj.pk)
     gone_token = _team_token(gone, team)
     membership_remove(actor=owner, team=team, user_id=gone.pk)
-    for method in callback.actions:
+    for method in _methods(callback):
         for client in (_team_token(member, team), _team_token(payer, team)):
             response = _call(client, method, path)
             assert response.status_code == 403, (method, path, response.content)
@@ -236,7 +244,7 @@ def test_team_members_read_change_their_own_and_outsiders_get_404(
         (gone_token, 401),  # removing the member revoked their team tokens
         (gone_session, 404),  # the session falls back to their own account
     ]:
-        for method in callback.actions:
+        for method in _methods(callback):
             response = _call(client, method, path)
             assert response.status_code == refused, (method, path, refused, response.content)
     assert model.objects.filter(pk=obj.pk).values().get() == before
