@@ -22,6 +22,7 @@ from devstack.stripe import StripeFake
 from fleet.services import nodes_sync_from_cluster
 from starverse.core import kube
 from tests.factories import make_token, make_user
+from tests.sshd import sshd_scratch
 
 # The unit lane (`make test-fast`, `pytest --fast`): the suite less every test that needs one of
 # these fixtures (directly, through other fixtures, or asked for while it runs: the guard below
@@ -352,6 +353,15 @@ def payments(stripe_fake: StripeFake, settings: Any) -> StripeFake:
     settings.STRIPE_SECRET_KEY = "sk_test_suite"
     settings.STRIPE_MAX_NETWORK_RETRIES = 0
     return stripe_fake
+
+
+@pytest.fixture
+def sshd_root() -> Iterator[Path]:
+    """A scratch root for Debian's real sshd, run by the images' init or by podsshd, and the
+    real ssh client (tests/sshd.py): both required, as is root; every parent directory one
+    that sshd's StrictModes accepts. Removed after the test."""
+    with sshd_scratch() as root:
+        yield root
 
 
 @pytest.fixture(scope="session")
