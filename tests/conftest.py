@@ -70,6 +70,8 @@ SLOW_MODULES = {
     "instances/test_regions.py": "starts a Kubernetes emulator of its own",
     "nodeagent/test_package.py": "builds the node agent's package",
 }
+# The longest tests (minutes each): the first to run (pytest_collection_modifyitems).
+LONGEST_MODULES = ("chaos/test_chaos.py",)
 TESTS = Path(__file__).parent
 # A test of the lane that takes longer than this is named at the end of the run.
 LANE_BUDGET_S = 2.0
@@ -105,6 +107,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+def _module(item: pytest.Item) -> str:
+    return item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     lane, left_out = [], []
     for item in items:
@@ -116,6 +122,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("fast") and left_out:
         items[:] = lane
         config.hook.pytest_deselected(items=left_out)
+        return
+    # The longest first, so that the last tests each xdist worker runs are short ones and no
+    # worker is left running a long one alone at the end: LONGEST_MODULES, then the other
+    # SLOW_MODULES (they start processes of their own), then every other module with a slow
+    # test, then the unit lane's. A module's tests stay together (its module-scoped fixtures
+    # are set up once per worker), in the order collected within each group.
+    rank: dict[str, int] = {}
+    for item in items:
+        module = _module(item)
+        if module in LONGEST_MODULES:
+            mine = 0
+        elif module in SLOW_MODULES:
+            mine = 1
+        else:
+            mine = 2 if item.get_closest_marker("slow") else 3
+        rank[module] = min(rank.get(module, mine), mine)
+    items.sort(key=lambda item: rank[_module(item)])
 
 
 @pytest.hookimpl(tryfirst=True)
