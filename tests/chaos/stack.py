@@ -30,6 +30,11 @@ WEBHOOK_SECRET = "whsec_chaos"
 # the instances' orders and endpoint replicas on H100s; clusters and jobs on whole A100 nodes
 FLEET = "h100=4,a100=4"
 AGENTS = 2  # node agents run for the first nodes (one of them flaps)
+# The processes write their modules' bytecode (__pycache__, ignored by git) even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE, as on the development host): a worker
+# started again after each kill, gunicorn's new workers, the flapping agent and the emulator
+# then read it rather than compile every project module again, as a deployed image does.
+BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
 # what the template database gets after the schema snapshot, in one start of Django
 TEMPLATE_COMMANDS = (
     "from django.core.management import call_command; "
@@ -165,6 +170,7 @@ class Stack:
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "starverse.settings.dev",
             "PYTHONUNBUFFERED": "1",
+            **BYTECODE,
             "DATABASE_URL": self.database_url,
             "REDIS_URL": self.redis_url,
             "STARVERSE_VAR_DIR": str(self.root / "var"),
@@ -237,7 +243,8 @@ class Stack:
 
     def spawn(self, name: str) -> subprocess.Popen[bytes]:
         argv, extra = self.commands[name]
-        env = {**self.env(), **extra} if self.proxy is not None else {**os.environ, **extra}
+        base = self.env() if self.proxy is not None else {**os.environ, **BYTECODE}
+        env = {**base, **extra}
         with (self.log / f"{name.replace(':', '-')}.log").open("ab") as log:
             process = subprocess.Popen(
                 argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
