@@ -23,6 +23,7 @@ from fleet.services import nodes_sync_from_cluster
 from starverse.core import kube
 from tests.factories import make_token, make_user
 from tests.registry import DockerRegistry
+from tests.sshd import sshd_scratch
 
 # The unit lane (`make test-fast`, `pytest --fast`): the suite less every test that needs one of
 # these fixtures (directly, through other fixtures, or asked for while it runs: the guard below
@@ -71,6 +72,8 @@ SLOW_MODULES = {
     "instances/test_regions.py": "starts a Kubernetes emulator of its own",
     "nodeagent/test_package.py": "builds the node agent's package",
 }
+# The longest tests (minutes each): the first to run (pytest_collection_modifyitems).
+LONGEST_MODULES = ("chaos/test_chaos.py",)
 TESTS = Path(__file__).parent
 # A test of the lane that takes longer than this is named at the end of the run.
 LANE_BUDGET_S = 2.0
@@ -106,6 +109,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+def _module(item: pytest.Item) -> str:
+    return item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     lane, left_out = [], []
     for item in items:
@@ -117,6 +124,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("fast") and left_out:
         items[:] = lane
         config.hook.pytest_deselected(items=left_out)
+        return
+    # The longest first, so that the last tests each xdist worker runs are short ones and no
+    # worker is left running a long one alone at the end: LONGEST_MODULES, then the other
+    # SLOW_MODULES (they start processes of their own), then every other module with a slow
+    # test, then the unit lane's. A module's tests stay together (its module-scoped fixtures
+    # are set up once per worker), in the order collected within each group.
+    rank: dict[str, int] = {}
+    for item in items:
+        module = _module(item)
+        if module in LONGEST_MODULES:
+            mine = 0
+        elif module in SLOW_MODULES:
+            mine = 1
+        else:
+            mine = 2 if item.get_closest_marker("slow") else 3
+        rank[module] = min(rank.get(module, mine), mine)
+    items.sort(key=lambda item: rank[_module(item)])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -363,6 +387,15 @@ def payments(stripe_fake: StripeFake, settings: Any) -> StripeFake:
     settings.STRIPE_SECRET_KEY = "sk_test_suite"
     settings.STRIPE_MAX_NETWORK_RETRIES = 0
     return stripe_fake
+
+
+@pytest.fixture
+def sshd_root() -> Iterator[Path]:
+    """A scratch root for Debian's real sshd, run by the images' init or by podsshd, and the
+    real ssh client (tests/sshd.py): both required, as is root; every parent directory one
+    that sshd's StrictModes accepts. Removed after the test."""
+    with sshd_scratch() as root:
+        yield root
 
 
 @pytest.fixture(scope="session")

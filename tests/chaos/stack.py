@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg2
 import redis
 
-from devstack import postgres
+from devstack import postgres, schema
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -30,6 +30,16 @@ WEBHOOK_SECRET = "whsec_chaos"
 # the instances' orders and endpoint replicas on H100s; clusters and jobs on whole A100 nodes
 FLEET = "h100=4,a100=4"
 AGENTS = 2  # node agents run for the first nodes (one of them flaps)
+# The processes write their modules' bytecode (__pycache__, ignored by git) even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE, as on the development host): a worker
+# started again after each kill, gunicorn's new workers, the flapping agent and the emulator
+# then read it rather than compile every project module again, as a deployed image does.
+BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
+# what the template database gets after the schema snapshot, in one start of Django
+TEMPLATE_COMMANDS = (
+    "from django.core.management import call_command; "
+    "call_command('migrate', verbosity=0); call_command('seed_catalog')"
+)
 
 
 def free_port() -> int:
@@ -160,6 +170,7 @@ class Stack:
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "starverse.settings.dev",
             "PYTHONUNBUFFERED": "1",
+            **BYTECODE,
             "DATABASE_URL": self.database_url,
             "REDIS_URL": self.redis_url,
             "STARVERSE_VAR_DIR": str(self.root / "var"),
@@ -232,7 +243,8 @@ class Stack:
 
     def spawn(self, name: str) -> subprocess.Popen[bytes]:
         argv, extra = self.commands[name]
-        env = {**self.env(), **extra} if self.proxy is not None else {**os.environ, **extra}
+        base = self.env() if self.proxy is not None else {**os.environ, **BYTECODE}
+        env = {**base, **extra}
         with (self.log / f"{name.replace(':', '-')}.log").open("ab") as log:
             process = subprocess.Popen(
                 argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
@@ -293,8 +305,11 @@ class Stack:
         (self.root / "kubeconfig").write_text(text)
 
     def _database(self) -> str:
-        """A fresh database for this run, copied from the template migrated for the current
-        migrations (made the first time: `manage.py migrate` and the catalogue's seeds)."""
+        """A fresh database for this run, copied from the template made for the current
+        migrations. The first time, as `make run` makes its database: the schema snapshot
+        loaded (devstack/schema.py, ~1 s; when it is as new as the migrations), then, in one
+        start of Django, `migrate` (nothing left to apply after the snapshot; every migration
+        without one) and the catalogue's seeds."""
         postgres.start(self.pg)
         base = postgres.url(self.pg.port).rsplit("/", 1)[0]
         template = f"chaos_template_{migrations_digest()}"
@@ -304,10 +319,14 @@ class Stack:
             env = {**os.environ, "DATABASE_URL": f"{base}/{template}_build"}
             env["DJANGO_SETTINGS_MODULE"] = "starverse.settings.dev"
             env["STARVERSE_VAR_DIR"] = str(self.root / "var")
-            for command in (["migrate", "-v0"], ["seed_catalog"]):
-                subprocess.run(
-                    [PY, "manage.py", *command], cwd=REPO, env=env, check=True, capture_output=True
-                )
+            schema.load(env["DATABASE_URL"])
+            subprocess.run(
+                [PY, "manage.py", "shell", "-c", TEMPLATE_COMMANDS],
+                cwd=REPO,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
             _sql(self.pg.port, f'ALTER DATABASE "{template}_build" RENAME TO "{template}"')
         _sql(self.pg.port, 'DROP DATABASE IF EXISTS "chaos_run" WITH (FORCE)')
         _sql(self.pg.port, f'CREATE DATABASE "chaos_run" TEMPLATE "{template}"')

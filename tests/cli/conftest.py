@@ -2,7 +2,6 @@
 test says what each call answers, and reads back what the CLI sent."""
 
 import json
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -12,9 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.images.test_init import SSHD
-from tests.images.test_init_ssh import _safe_scratch
 
 
 @dataclass
@@ -146,11 +142,8 @@ def cli_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def init_root() -> Iterator[Path]:
-    """A scratch root for the images' real init (Debian's sshd), which plays an instance's."""
-    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
-    assert shutil.which("ssh") and shutil.which("ssh-keyscan"), "apt-get install openssh-client"
-    assert os.geteuid() == 0, "sshd runs as root here, as in the container and in CI"
-    root = _safe_scratch()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+def init_root(sshd_root: Path) -> Path:
+    """A scratch root for the images' real init (Debian's sshd), which plays an instance's
+    (tests/sshd.py)."""
+    assert shutil.which("ssh-keyscan"), "apt-get install openssh-client"
+    return sshd_root

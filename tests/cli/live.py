@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from starverse.core.hostkeys import host_key_from_private
-from tests.images.test_init_ssh import Instance as InitRoot
+from tests.sshd import InitRoot
 
 REPO = Path(__file__).resolve().parents[2]
 

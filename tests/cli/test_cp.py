@@ -20,8 +20,7 @@ import pytest
 from starverse.core.hostkeys import host_key_generate
 from starverse_cli import transfer
 from tests.cli.test_commands import INSTANCE, logged_in, run
-from tests.images.test_init_ssh import Instance as InitRoot
-from tests.images.test_init_ssh import _user_key
+from tests.sshd import InitRoot, user_key
 
 SIZE = 24 * 1024 * 1024
 CUT = 8 * 1024 * 1024
@@ -91,7 +90,7 @@ def instance(init_root: Path, cli_env: Path, fake_api, monkeypatch) -> Iterator[
     """A running instance as the API gives it, its sshd the images' init behind a Relay, and
     the user's key; the scratch root's data folder is where files go."""
     sshd = InitRoot(init_root, host_key_generate())
-    key, public = _user_key(init_root, "laptop")
+    key, public = user_key(init_root, "laptop")
     sshd.secret(public + "\n")
     sshd.boot()
     relay = Relay(sshd.port)

@@ -38,7 +38,7 @@ from tests.factories import (
     make_user,
     read_existing,
 )
-from tests.images.test_init_ssh import _user_key
+from tests.sshd import user_key
 
 OFFERING = "1× RTX 4090 24GB"  # not a premium model: no trial limit
 IMAGE = "pytorch-2.1"
@@ -89,7 +89,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli(
     config = tmp_path / "home" / "starverse" / "config.json"
     assert config.stat().st_mode & 0o777 == 0o600
     assert user.api_tokens.count() == 1
-    laptop, laptop_public = _user_key(init_root, "laptop")
+    laptop, laptop_public = user_key(init_root, "laptop")
     added = json_of(cli("keys", "add", f"{laptop}.pub", "--name", "laptop", "--json"))
     assert added["name"] == "laptop"
 

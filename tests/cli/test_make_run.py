@@ -33,7 +33,7 @@ import pytest
 from devstack.podsshd import SSHD
 from tests.cli.live import Cli, json_of, pay
 from tests.devstack import listening
-from tests.images.test_init_ssh import _user_key
+from tests.sshd import user_key
 
 REPO = Path(__file__).resolve().parents[2]
 OFFERING = "1× RTX 4090 24GB"
@@ -291,7 +291,7 @@ def test_rent_ssh_stop_and_remove_with_the_cli_against_make_run(make_run, tmp_pa
     _signup(make_run.url, email)
     login = cli("login", "--email", email, "--password-stdin", stdin=PASSWORD + "\n")
     assert login.returncode == 0, login.stderr + make_run.log()
-    laptop, laptop_public = _user_key(tmp_path, "laptop")
+    laptop, laptop_public = user_key(tmp_path, "laptop")
     added = json_of(cli("keys", "add", f"{laptop}.pub", "--name", "laptop", "--json"))
     assert added["public_key"] == laptop_public
 

@@ -4,7 +4,6 @@ shared fixtures (`emu`, `api`, `stripe_fake`) live in the conftest files."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from devstack.kube import KubeEmulator
 from tests.conftest import KUBE_TIMINGS
+from tests.sshd import listening as listening  # the one TCP probe, shared with the sshd tests
 
 KUBECTL = "/usr/bin/kubectl"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -41,15 +41,6 @@ def wait_for(check: Callable[[], Any], what: str = "condition", timeout: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
-
-
-def listening(port: int) -> bool:
-    """Whether something accepts TCP connections on 127.0.0.1 at `port`."""
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def error_body(exc: ApiException) -> dict[str, Any]:

@@ -5,31 +5,17 @@ key put in starts to; the pod's deletion stops the sshd and removes its scratch 
 that is not an instance's gets nothing, nor does one whose container does not run the platform's
 entrypoint from the toolset its init container copied (the real entrypoint runs the init)."""
 
-import os
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from devstack.podsshd import ENTRYPOINT, SSHD, PodSshd, unsafe_parent
+from devstack.podsshd import ENTRYPOINT, PodSshd, unsafe_parent
 from instances.provisioning import manifests
 from starverse.core.hostkeys import host_key_generate
 from tests.devstack import listening, pod_body, wait_for
-from tests.images.test_init_ssh import _safe_scratch, _user_key
+from tests.sshd import access_data, ssh, user_key
 
 NAME = "inst-ssh1"
 LABELS = {"starverse.io/instance": "ins-ssh1"}
-
-
-@pytest.fixture
-def scratch() -> Iterator[Path]:
-    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
-    assert os.geteuid() == 0, "sshd serves root logins only as root, as in CI"
-    root = _safe_scratch()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _secret(keys: str, host_key) -> dict:
@@ -37,12 +23,7 @@ def _secret(keys: str, host_key) -> dict:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": f"{NAME}-access", "labels": LABELS},
-        "stringData": {
-            "authorized_keys": keys,
-            "jupyter_token": "never-shown",
-            "ssh_host_ed25519_key": host_key.private_openssh,
-            "ssh_host_ed25519_key.pub": host_key.public_openssh + "\n",
-        },
+        "stringData": access_data(keys, host_key),
     }
 
 
@@ -68,26 +49,13 @@ def test_podsshd_knows_the_platforms_entrypoint():
 
 
 def _ssh(key: Path, port: int, known_hosts: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            *("ssh", "-F", "/dev/null", "-i", str(key), "-p", str(port)),
-            *("-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10"),
-            *("-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}"),
-            "root@127.0.0.1",
-            "echo $STARVERSE_INSTANCE_ID",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    return ssh(key, port, known_hosts, "echo $STARVERSE_INSTANCE_ID")
 
 
-def test_an_instance_pod_gets_the_images_sshd_until_it_goes(api, scratch, tmp_path):
+def test_an_instance_pod_gets_the_images_sshd_until_it_goes(api, sshd_root, tmp_path):
     host_key = host_key_generate()
-    first, first_public = _user_key(tmp_path, "first")
-    second, second_public = _user_key(tmp_path, "second")
+    first, first_public = user_key(tmp_path, "first")
+    second, second_public = user_key(tmp_path, "second")
     api.create_namespaced_secret("default", _secret(first_public + "\n", host_key))
     service = api.create_namespaced_service(
         "default",
@@ -117,7 +85,7 @@ def test_an_instance_pod_gets_the_images_sshd_until_it_goes(api, scratch, tmp_pa
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{port} {host_key.public_openssh}\n")
 
-    pods = PodSshd(api, scratch / "pods", keys_poll_s=0.2)
+    pods = PodSshd(api, sshd_root / "pods", keys_poll_s=0.2)
     try:
         pods.sync()
         assert list(pods.served) == [f"default/{NAME}"]  # the other pod is no instance's

@@ -17,12 +17,9 @@ from starverse_init.jupyter import jupyter_command
 from starverse_init.motd import motd
 from starverse_init.sshd import sshd_config, sshd_write
 
-from devstack.podsshd import access_write as secret_write
 from starverse.core.hostkeys import host_key_generate
 from tests.factories import ed25519_public_key
-
-INIT = Path(__file__).resolve().parents[2] / "deploy" / "images" / "init"
-SSHD = "/usr/sbin/sshd"
+from tests.sshd import INIT, SSHD, secret_write
 
 
 def _config(root: Path, **env: str) -> Config:

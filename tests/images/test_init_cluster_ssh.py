@@ -5,14 +5,11 @@ sshd, and rank 0's root logging in to it with the ssh_config the init installed:
 key, no password, no prompt, the host checked against the ranks' host keys, and the rank's
 launcher environment in the session.
 
-sshd must be installed (.ci/run installs openssh-server): without it this test fails."""
+sshd must be installed (.ci/run installs openssh-server): without it this test fails. The set-up
+is the real-sshd tests' shared one (tests/sshd.py)."""
 
 import os
-import shutil
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +23,7 @@ from clusters.models import Cluster
 from clusters.models import Rank as ClusterRank
 from instances.models import Instance
 from starverse.core.hostkeys import HostKey, host_key_generate
-from tests.images.test_init import INIT, SSHD, secret_write
-from tests.images.test_init_ssh import WAIT_S, _free_port, _safe_scratch
+from tests.sshd import INIT, InitRoot, secret_write, sshd_scratch
 
 CLUSTER = "clu_E2E"
 LAYOUT = pods.Layout(cluster_id=CLUSTER, node_count=2, gpus_per_node=8, template="deepspeed")
@@ -52,13 +48,12 @@ def _cluster_secret(root: Path, key: HostKey, host_keys: list[HostKey], version:
     return directory
 
 
-class Rank:
+class Rank(InitRoot):
+    """A rank's init root: the launcher's environment, no instance's."""
+
     def __init__(self, root: Path, index: int, host_key: HostKey) -> None:
-        self.root, self.index, self.host_key, self.port = root, index, host_key, _free_port()
-        self.access = root / "etc" / "starverse" / "access"
-        (root / "root" / "data").mkdir(parents=True)
-        self.log = root / "init.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(root, host_key)
+        self.index = index
 
     def env(self) -> dict[str, str]:
         return {
@@ -78,45 +73,18 @@ class Rank:
             "WORLD_SIZE": "16",
         }
 
-    def boot(self) -> None:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "starverse_init"],
-                env=self.env(),
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            assert self.process.poll() is None, self.log.read_text()
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                assert time.monotonic() < deadline, "sshd did not listen:\n" + self.log.read_text()
-                time.sleep(0.1)
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, 9)
-            self.process.wait()
-
 
 @pytest.fixture
-def two_ranks() -> Iterator[tuple[Rank, Rank]]:
-    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
-    assert shutil.which("ssh"), "the ssh client is missing: apt-get install openssh-client"
-    assert os.geteuid() == 0, "sshd runs as root here, as in the container and in CI"
-    roots = [_safe_scratch(), _safe_scratch()]
-    made = [Rank(root, index, host_key_generate()) for index, root in enumerate(roots)]
-    try:
-        yield made[0], made[1]
-    finally:
-        for rank in made:
-            rank.kill()
-        for root in roots:
-            shutil.rmtree(root, ignore_errors=True)
+def two_ranks(sshd_root: Path) -> Iterator[tuple[Rank, Rank]]:
+    with sshd_scratch() as other:
+        made = [
+            Rank(root, index, host_key_generate()) for index, root in enumerate([sshd_root, other])
+        ]
+        try:
+            yield made[0], made[1]
+        finally:
+            for rank in made:
+                rank.kill()
 
 
 def _ssh_from(rank: Rank, to: Rank, command: str) -> subprocess.CompletedProcess[str]:
@@ -153,15 +121,7 @@ def test_ranks_log_in_to_each_other_with_the_cluster_key(two_ranks):
     host_keys = [first.host_key, second.host_key]
     for rank in two_ranks:
         _cluster_secret(rank.root, key, host_keys)
-        secret_write(
-            rank.access,
-            {
-                "authorized_keys": "",  # the user chose no key: only the cluster's key opens it
-                "jupyter_token": "never-shown",
-                "ssh_host_ed25519_key": rank.host_key.private_openssh,
-                "ssh_host_ed25519_key.pub": rank.host_key.public_openssh + "\n",
-            },
-        )
+        rank.secret("")  # the user chose no key: only the cluster's key opens it
     second.boot()
     assert cluster_ssh_install(Config.from_env(first.env()))
 

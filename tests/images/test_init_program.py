@@ -3,20 +3,14 @@ container's exit code is the program's, its output the container's log, SSH is u
 and SIGTERM reaches the program, which gets the stop deadline to exit."""
 
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-INIT = Path(__file__).resolve().parents[2] / "deploy" / "images" / "init"
+from tests.sshd import INIT, free_port
+
 WAIT_S = 20
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _init(
@@ -28,7 +22,7 @@ def _init(
         "PYTHONPATH": str(INIT),
         "LANG": "C.UTF-8",
         "STARVERSE_ROOT": str(root),
-        "STARVERSE_SSH_PORT": str(_free_port()),
+        "STARVERSE_SSH_PORT": str(free_port()),
         "STARVERSE_SSH_LISTEN": "127.0.0.1",
         "STARVERSE_STOP_DEADLINE_S": deadline_s,
         "STARVERSE_JOB_ID": "job_1",

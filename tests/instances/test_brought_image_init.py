@@ -7,22 +7,17 @@ timeline. Played on the kube emulator, whose kubelet runs init containers in ord
 pod's shared volumes and cannot exec a command a volume does not hold."""
 
 import base64
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
-import pytest
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from devstack.podsshd import SSHD, PodSshd
+from devstack.podsshd import PodSshd
 from instances.models import Instance, InstanceEvent
 from instances.provisioning import converge, manifests
 from starverse.core import kube
 from tests.devstack import listening, wait_for
 from tests.factories import converge_until, host_path
-from tests.images.test_init_ssh import _safe_scratch, _user_key
+from tests.sshd import ssh, user_key
 
 REFERENCE = "docker.io/pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"
 
@@ -123,18 +118,9 @@ def test_an_image_the_init_cannot_run_says_why_on_the_timeline(renter, catalog, 
     assert instance.cost_fen == 0
 
 
-@pytest.fixture
-def scratch():
-    assert Path(SSHD).exists(), "sshd is missing: apt-get install openssh-server (.ci/run does)"
-    assert os.geteuid() == 0, "sshd serves root logins only as root, as in CI"
-    root = _safe_scratch()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def test_ssh_into_a_brought_image_works(renter, catalog, cluster, kubeconfig, scratch, tmp_path):
+def test_ssh_into_a_brought_image_works(renter, catalog, cluster, kubeconfig, sshd_root, tmp_path):
     _user, client = renter
-    key, public = _user_key(tmp_path, "mine")
+    key, public = user_key(tmp_path, "mine")
     added = client.post("/api/v1/ssh-keys", {"name": "laptop", "public_key": public}, format="json")
     assert added.status_code == 201, added.content
     instance_id = _order_brought(client, catalog)
@@ -148,25 +134,12 @@ def test_ssh_into_a_brought_image_works(renter, catalog, cluster, kubeconfig, sc
     known_hosts.write_text(f"[127.0.0.1]:{port} {_host_public(secret)}")
 
     api = kube_client.CoreV1Api(kube_config.new_client_from_config(kubeconfig))
-    pods = PodSshd(api, scratch / "pods", keys_poll_s=0.2)
+    pods = PodSshd(api, sshd_root / "pods", keys_poll_s=0.2)
     try:
         pods.sync()
         assert list(pods.served) == [f"{instance.k8s_namespace}/{instance.k8s_name}"]
         wait_for(lambda: listening(port), "sshd listening", timeout=15)
-        session = subprocess.run(
-            [
-                *("ssh", "-F", "/dev/null", "-i", str(key), "-p", str(port)),
-                *("-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10"),
-                *("-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}"),
-                "root@127.0.0.1",
-                "echo $STARVERSE_INSTANCE_ID",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        session = ssh(key, port, known_hosts, "echo $STARVERSE_INSTANCE_ID")
         assert session.returncode == 0, session.stderr
         assert session.stdout == f"{instance_id}\n"
     finally:
