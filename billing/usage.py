@@ -218,8 +218,14 @@ def usage_report(*, tenant_id: str, start: date, end: date, group_by: str) -> Us
         raise ValueError(f"group_by must be one of {GROUPINGS}, not {group_by!r}")
     report = UsageReport(start=start, end=end, group_by=group_by)
     statement = _grouped_statement(group_by, settings.TIME_ZONE)
-    aggregated = [
-        {**row, "minutes": int(row["minutes"]), "spent": int(row["spent"])}  # sums: numeric
+    aggregated: list[_Grouped] = [
+        {
+            "bucket": row["bucket"],
+            "resource": row["resource"],
+            "minutes": int(row["minutes"]),  # PostgreSQL's sums are numeric
+            "spent": int(row["spent"]),
+            "description": row["description"],
+        }
         for row in statement.rows(
             tenant=tenant_id,
             start=local_midnight(start),
