@@ -3,7 +3,7 @@ and usage. (The public cost calculator prices catalog offerings, so its page is 
 instances.views.calculator.)"""
 
 import uuid
-from datetime import date
+from datetime import date, datetime
 from typing import IO, Any
 
 from django import forms
@@ -29,7 +29,7 @@ from billing.invoices import (
     invoice_request,
     invoiceable_fen,
 )
-from billing.models import InvoiceRequest, Statement, TopUp, Wallet
+from billing.models import InvoiceProfile, InvoiceRequest, Statement, TopUp
 from billing.payments import (
     topup_cancel,
     topup_create,
@@ -174,10 +174,9 @@ def _usage_query(form: UsageForm) -> str:
     return urlencode({name: str(data[name]) for name in ("start", "end", "group_by")})
 
 
-def closed_months(tenant_id: str) -> list[date]:
-    """The months a statement can be had for: from the account's first month to last month,
-    newest first."""
-    opened = Wallet.objects.values_list("created_at", flat=True).get(tenant_id=tenant_id)
+def closed_months(opened: datetime) -> list[date]:
+    """The months a statement can be had for: from the account's first month (its wallet's
+    opening, `opened`) to last month, newest first."""
     month, last = month_start(timezone.localdate(opened)), current_month()
     months = []
     while month < last:
@@ -186,8 +185,7 @@ def closed_months(tenant_id: str) -> list[date]:
     return months[::-1]
 
 
-def _profile_form(tenant_id: str) -> InvoiceProfileForm:
-    profile = invoice_profile_for(tenant_id)
+def _profile_form(profile: InvoiceProfile | None) -> InvoiceProfileForm:
     initial = {name: getattr(profile, name) for name in PROFILE_FIELDS} if profile else None
     return InvoiceProfileForm(initial=initial)
 
@@ -204,11 +202,13 @@ def _billing_page(
     topups = scope_to_user(TopUp.objects.all(), request.user, "tenant")[:10]
     usage_form = _usage_form(request)
     made = dict(Statement.objects.filter(tenant_id=tenant_id).values_list("month", "closing_fen"))
+    wallet = wallet_for_tenant(tenant_id)
+    profile = invoice_profile_for(tenant_id)
     return render(
         request,
         "billing/billing.html",
         {
-            "wallet": wallet_for_tenant(tenant_id),
+            "wallet": wallet,
             "on_hold": tenant_on_hold(tenant_id),
             "page": page,
             "topups": topups,
@@ -218,13 +218,13 @@ def _billing_page(
             "limits": (settings.TOPUP_MIN_FEN, settings.TOPUP_MAX_FEN),
             "stripe_demo": settings.STRIPE_DEMO,
             "can_invoice": role_of(request.user) in PAYERS,
-            "has_profile": invoice_profile_for(tenant_id) is not None,
-            "profile_form": profile_form or _profile_form(tenant_id),
+            "has_profile": profile is not None,
+            "profile_form": profile_form or _profile_form(profile),
             "invoice_form": invoice_form or InvoiceRequestForm(initial={"key": uuid.uuid4().hex}),
             "invoiceable_fen": invoiceable_fen(tenant_id),
             "invoices": scope_to_user(InvoiceRequest.objects.all(), request.user, "tenant")[:20],
             "this_month": current_month(),
-            "months": [(month, made.get(month)) for month in closed_months(tenant_id)],
+            "months": [(month, made.get(month)) for month in closed_months(wallet.created_at)],
             "usage_form": usage_form,
             "usage": _usage(request, usage_form),
             "usage_query": _usage_query(usage_form),

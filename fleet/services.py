@@ -1,6 +1,7 @@
 """Services for the fleet: node registration and tokens, state transitions (operator actions
 and health rules), report ingestion, and telemetry retention."""
 
+import functools
 import hmac
 import logging
 from contextlib import nullcontext
@@ -95,11 +96,20 @@ def node_token_issue(*, node: Node) -> str:
     return plaintext
 
 
+@functools.cache
+def _node_by_token_sql() -> str:
+    columns = ", ".join(f'"{field.column}"' for field in Node._meta.concrete_fields)
+    return f'SELECT {columns} FROM "{Node._meta.db_table}" WHERE name = %s AND token_hash = %s'  # noqa: S608
+
+
 def node_for_token(*, name: str, token: str) -> Node | None:
-    """The node if the token is its token; None for a malformed, wrong or unknown one."""
+    """The node if the token is its token; None for a malformed, wrong or unknown one. Every
+    agent report starts here (68 a second for 1,024 nodes): a plain statement, since building
+    it through the ORM cost several times what running it does (name is unique: one row)."""
     if not token_is_well_formed(token, NODE_TOKEN_PREFIX):
         return None
-    return Node.objects.filter(name=name, token_hash=token_hash(token)).first()
+    found = list(Node.objects.raw(_node_by_token_sql(), [name, token_hash(token)]))
+    return found[0] if found else None
 
 
 def node_register(

@@ -1,12 +1,15 @@
 """The Jinja2 environment of the console: url(), static(), i18n, money formatting
 and line breaks in long names (wbr)."""
 
+import functools
 import re
 from typing import Any
 
 from django.contrib.messages import get_messages
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.templatetags.static import static
-from django.urls import reverse
+from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils import timezone, translation
 from jinja2 import Environment
 from markupsafe import Markup, escape
@@ -17,7 +20,23 @@ from starverse.core.text import localized
 
 
 def _url(name: str, *args: Any, **kwargs: Any) -> str:
-    return reverse(name, args=args or None, kwargs=kwargs or None)
+    if args or kwargs:
+        return reverse(name, args=args or None, kwargs=kwargs or None)
+    return _plain_url(name, get_script_prefix(), get_urlconf())
+
+
+@functools.lru_cache(maxsize=512)
+def _plain_url(name: str, prefix: str, urlconf: Any) -> str:
+    """A route without arguments, reversed once per process (a console page names some thirty:
+    the navigation alone is seventeen). The script prefix and the thread's URLconf are part
+    of the key, as reverse() reads them."""
+    return reverse(name)
+
+
+@receiver(setting_changed)
+def _urls_changed(*, setting: str, **_: Any) -> None:
+    if setting == "ROOT_URLCONF":  # a test's own URLconf
+        _plain_url.cache_clear()
 
 
 def _localtime(value: Any, fmt: str = "%Y-%m-%d %H:%M") -> str:

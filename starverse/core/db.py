@@ -7,12 +7,13 @@ import logging
 import re
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
-from django.db.models import Field, Model
+from django.db.models import Field, Model, QuerySet
 from django.db.models.expressions import DatabaseDefault
 
 BATCH = 20_000
@@ -241,3 +242,45 @@ def execute_prepared(cursor: Any, name: str, sql: str, params: dict[str, Any]) -
         prepared.add(session_name)
     marks = ", ".join(["%s"] * len(order))
     cursor.execute(f"EXECUTE {session_name}({marks})", [params[key] for key in order])
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """An ORM query's SQL, compiled once a process (compile_once), with the positions of the
+    parameters that change from call to call."""
+
+    sql: str
+    params: tuple[Any, ...]
+    slots: tuple[str | None, ...]  # each parameter's name, or None for a constant
+
+    def rows(self, **values: Any) -> list[dict[str, Any]]:
+        """The query run with these values of its named parameters: each row as a dict by
+        column name, as the driver returns it (no ORM converters: the caller casts)."""
+        params = [
+            values[slot] if slot else constant
+            for constant, slot in zip(self.params, self.slots, strict=True)
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, params)
+            names = [column.name for column in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def compile_once(queryset: QuerySet[Any], sentinels: dict[str, Any]) -> CompiledQuery:
+    """The queryset's SQL with each parameter equal to one of `sentinels` (values no real call
+    passes, built into the queryset in place of the real ones) marked by its name, for the
+    few read paths whose ORM query costs more to build than to run. Keep the result per process
+    and per shape (functools.cache): building the SQL is then done once, not per request."""
+    sql, params = queryset.query.sql_with_params()
+    slots = tuple(
+        next((name for name, value in sentinels.items() if _same(param, value)), None)
+        for param in params
+    )
+    missing = set(sentinels) - set(slots)
+    if missing:
+        raise ValueError(f"the query has no parameter for {sorted(missing)}")
+    return CompiledQuery(sql=sql, params=tuple(params), slots=slots)
+
+
+def _same(param: Any, sentinel: Any) -> bool:
+    return type(param) is type(sentinel) and param == sentinel
