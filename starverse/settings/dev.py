@@ -13,12 +13,20 @@ from starverse.settings.base import METRICS_ALLOWED_CIDRS, METRICS_TOKEN, TEMPLA
 DEBUG = env_bool("DEBUG", False)
 
 # gunicorn serves static files through WhiteNoise straight from the source folders, and picks up
-# an edited file or template at its next request, DEBUG or not.
+# an edited file or template at its next request, DEBUG or not. DEV_AUTORELOAD=0 turns the
+# picking up off (each request then skips a look at every template's and file's time, as in
+# production): `make load` measures the platform so (tests/load).
 WHITENOISE_USE_FINDERS = True
-WHITENOISE_AUTOREFRESH = True
+WHITENOISE_AUTOREFRESH = env_bool("DEV_AUTORELOAD", True)
 _jinja = TEMPLATES[0]
 TEMPLATES = [
-    {**_jinja, "OPTIONS": {**cast(dict[str, Any], _jinja["OPTIONS"]), "auto_reload": True}},
+    {
+        **_jinja,
+        "OPTIONS": {
+            **cast(dict[str, Any], _jinja["OPTIONS"]),
+            "auto_reload": WHITENOISE_AUTOREFRESH,
+        },
+    },
     *TEMPLATES[1:],
 ]
 # /metrics stays open to this machine, as it was with DEBUG on.

@@ -83,6 +83,7 @@ def test_make_run_shows_the_consoles_own_error_pages_and_serves_static_files(mon
     """starverse.settings.dev (make run) runs with DEBUG off unless DEBUG=1: Django's technical
     404 page (every route listed) is what DEBUG shows instead of templates/404.html."""
     monkeypatch.delenv("DEBUG", raising=False)
+    monkeypatch.delenv("DEV_AUTORELOAD", raising=False)
     dev = runpy.run_path(str(BASE.with_name("dev.py")))
     assert dev["DEBUG"] is False
     assert (dev["WHITENOISE_USE_FINDERS"], dev["WHITENOISE_AUTOREFRESH"]) == (True, True)
@@ -94,3 +95,10 @@ def test_make_run_shows_the_consoles_own_error_pages_and_serves_static_files(mon
 
     monkeypatch.setenv("DEBUG", "1")
     assert runpy.run_path(str(BASE.with_name("dev.py")))["DEBUG"] is True
+    # make load: templates and files read once, as production serves them
+    monkeypatch.setenv("DEV_AUTORELOAD", "0")
+    once = runpy.run_path(str(BASE.with_name("dev.py")))
+    assert (once["WHITENOISE_AUTOREFRESH"], once["TEMPLATES"][0]["OPTIONS"]["auto_reload"]) == (
+        False,
+        False,
+    )

@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.root)
     shutil.rmtree(root, ignore_errors=True)
+    # templates and static files read once, as production serves them (starverse/settings/dev.py)
+    os.environ.setdefault("DEV_AUTORELOAD", "0")
     stack = Stack(root, REPO / "var" / "load" / "pg", fleet="h100=16")
     try:
         stack.start()
