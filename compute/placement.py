@@ -55,16 +55,18 @@ def needs(offering: Offering) -> Need:
 
 
 def shape(
-    offering: Offering, region: str = "", *, nodes: int = 1, gang: bool = False
+    offering: Offering, region: str = "", *, nodes: int = 1, gang: bool = False, spot: bool = False
 ) -> queue.Shape:
     """An order of `offering` (kept to `region`, "" = any; a `gang` of `nodes` ranks, each a
-    whole node: choose_nodes) as the queue's drain compares orders (compute.queue.Shape)."""
+    whole node: choose_nodes; a `spot` one) as the queue's drain compares orders
+    (compute.queue.Shape)."""
     return queue.Shape(
         region=region,
         whole=gang or offering.kind == OfferingKind.BARE_METAL,
         nodes=nodes,
         gpus=offering.gpu_count,
         need=tuple(needs(offering)),
+        spot=spot,
     )
 
 

@@ -3,11 +3,16 @@ interruptible (spot) holdings takes them back, with notice.
 
 Which spot holdings go (plan): on the node where the fewest holdings free enough GPUs (and CPU,
 memory, disk, pod slots) for the order, the youngest first, a whole gang (a cluster's ranks,
-wherever they run) or nothing of it; for a gang order (a cluster's or a multi-node job's
-whole nodes) node after node so, a unit taken for one node counting as freed on the next, or
-nothing at all when not every node can be freed. Holdings already under notice count as freed
-at no cost, so an order that waits for a notice's deadline takes back nothing more. Hourly and
-monthly holdings are never taken. A whole-node order needs a node held by spot holdings alone.
+wherever they run) or nothing of it. Among nodes where equally few holdings make room, the one
+with the most GPUs held by paying (hourly, monthly) rentals goes first, then the one whose
+holdings taken are youngest: paying rentals are packed as placement packs them on free GPUs
+(compute.placement.choose, best fit), so that other nodes stay free of them for a later
+whole-node or 8-GPU order, which could not take a node back from a paying rental. For a gang
+order (a cluster's or a multi-node job's whole nodes) node after node so, a unit taken for one
+node counting as freed on the next, or nothing at all when not every node can be freed.
+Holdings already under notice count as freed at no cost, so an order that waits for a
+notice's deadline takes back nothing more. Hourly and monthly holdings are never taken. A
+whole-node order needs a node held by spot holdings alone.
 
 What taking back does (preempt): each chosen holding's `preempt_at` is set to now plus
 SPOT_PREEMPT_GRACE_S, and its product is told (preemption_hooks_register), in the same
@@ -147,14 +152,19 @@ def plan(
     # a gang's ranks each take a whole node of the offering's size, all in one region
     # (compute.placement.choose_nodes); a bare-metal holding takes a whole node
     whole = nodes > 1 or offering.kind == OfferingKind.BARE_METAL
+    spot: dict[str, int] = defaultdict(int)
+    for unit in units:
+        for node_id, gpus in unit.gpus.items():
+            spot[node_id] += gpus
     groups: dict[str, list[_Node]] = defaultdict(list)
     for node_id, _name, gpu_count in rows:
         if whole and gpu_count != offering.gpu_count:
             continue
         free = gpu_count - len(taken[node_id]) - reserved.get(node_id, 0)
-        node = _Node(node_id, gpu_count, free, rooms[node_id])
+        paying = len(taken[node_id]) - spot[node_id]  # (and lost GPUs: they stay taken too)
+        node = _Node(node_id, gpu_count, free, rooms[node_id], paying)
         groups[regions[node_id] if nodes > 1 else ""].append(node)
-    best: tuple[tuple[int, float], set[str]] | None = None
+    best: tuple[_Key, set[str]] | None = None
     for group in groups.values():
         found = _nodes_plan(offering, group, units, count=nodes, whole=whole)
         if found is not None and (best is None or found[0] < best[0]):
@@ -170,6 +180,12 @@ class _Node(NamedTuple):
     gpu_count: int
     free: int
     room: Room
+    paying: int  # GPUs that stay taken: held by paying rentals (or lost)
+
+
+# How a plan ranks, lower first: (holdings taken back, -GPUs held by paying rentals on the
+# nodes made room on, -the oldest taken back's creation time).
+_Key = tuple[int, int, float]
 
 
 # At most this many of a node's spot units are weighed (the youngest): 2^12 subsets a node.
@@ -178,34 +194,39 @@ MOST_UNITS = 12
 
 def _nodes_plan(
     offering: Offering, nodes: list[_Node], units: list[Unit], *, count: int, whole: bool
-) -> tuple[tuple[int, float], set[str]] | None:
+) -> tuple[_Key, set[str]] | None:
     """`count` of these nodes made room on, one after the other, each the node whose room
-    costs least (_node_plan); a unit taken for one node counts as freed, at no cost, on the
-    next (a spot gang spans nodes: taken whole, it frees all of them). Its key ((holdings,
-    -oldest), lower is better) and the keys of the units taken, or None when fewer than
-    `count` nodes can be made room on."""
+    costs least (_node_plan), of those the one with the most GPUs held by paying rentals
+    (packing), then the youngest; a unit taken for one node counts as freed, at no cost, on
+    the next (a spot gang spans nodes: taken whole, it frees all of them). Its key (_Key) and
+    the keys of the units taken, or None when fewer than `count` nodes can be made room on."""
     chosen: set[str] = set()
     used: set[str] = set()
-    cost, oldest = 0, float("inf")
+    cost, packed, oldest = 0, 0, float("inf")
     for _ in range(count):
         view = [replace(u, noticed=True) if u.key in chosen else u for u in units]
-        best: tuple[tuple[int, float], str, list[Unit]] | None = None
+        best: tuple[_Key, _Node, list[Unit]] | None = None
         for node in nodes:
             if node.id in used:
                 continue
             here = [unit for unit in view if node.id in unit.gpus]
             found = _node_plan(offering, node, here, whole=whole)
-            if found is not None and (best is None or found[0] < best[0]):
-                best = (found[0], node.id, found[1])
+            if found is None:
+                continue
+            (step_cost, step_oldest), taken = found
+            key = (step_cost, -node.paying, step_oldest)
+            if best is None or key < best[0]:
+                best = (key, node, taken)
         if best is None:
             return None
-        (step_cost, step_oldest), node_id, taken = best
-        used.add(node_id)
+        (step_cost, _packing, step_oldest), node, taken = best
+        used.add(node.id)
         chosen.update(unit.key for unit in taken)
         cost += step_cost
+        packed += node.paying
         if step_cost:
             oldest = min(oldest, -step_oldest)
-    return (cost, -(0.0 if oldest == float("inf") else oldest)), chosen
+    return (cost, -packed, -(0.0 if oldest == float("inf") else oldest)), chosen
 
 
 def _node_plan(

@@ -18,9 +18,13 @@ head starts as soon as the holders of its reserved node end, as it would without
 it. Orders kept GPUs for are each kept their own (conservative backfilling: every paying order
 ahead keeps its reservation, not only the first); a paying order that no node can be kept for
 stops the round for paying orders, so no paying order passes it. Spot orders keep nothing and
-take only GPUs that no paying order waits for (none kept for one: spare), so a spot order never
-delays a paying one; spot holdings on a node a paying order is kept are taken back with notice
-(compute.preemption) when that node has room for it but for spot. A paying order never waits
+take only GPUs that no paying order could use before they are taken back (spare over reserve's
+`from_spot`): none kept for one, or kept for one on a node where paying rentals must end before
+it can start (an 8-GPU order kept a node that hourly rentals still hold); spot holdings on a
+node a paying order is kept are taken back with notice (compute.preemption) when that node has
+room for it but for spot. Spot therefore delays a paying order by one notice at most
+(SPOT_PREEMPT_GRACE_S, when no GPU is free for it), and an order kept a node that paying
+rentals hold only after they end, by that notice. A paying order never waits
 for an order behind it. Among orders that ask for the same, the first in line is served first:
 the one behind fits only where the one ahead would have.
 
@@ -170,13 +174,22 @@ Reserved = dict[str, int]
 
 
 def reserve(
-    loads: list[Load], reserved: Reserved, *, gpus: int, whole: bool, count: int = 1
+    loads: list[Load],
+    reserved: Reserved,
+    *,
+    gpus: int,
+    whole: bool,
+    count: int = 1,
+    from_spot: Reserved | None = None,
 ) -> bool:
     """Keep GPUs for a paying order that waits (backfilling, see the module's docstring): `gpus`
     on one node (the whole node when `whole`; `count` whole nodes for a cluster) where it will
     fit soonest, the node with the fewest GPUs that stay held and are not kept already, then
-    the most free, then by id. Adds them to `reserved`; False when no node can be kept for it
-    (the nodes are kept for orders ahead): nothing behind it may start then."""
+    the most free, then by id. Adds them to `reserved`, and to `from_spot` those on a node
+    where it could start as soon as the spot holdings there are gone (ready_but_for_spot):
+    spot may take the others, which the order could not use before paying rentals end anyway.
+    False when no node can be kept for it (the nodes are kept for orders ahead): nothing
+    behind it may start then."""
 
     def kept(load: Load) -> int:
         return reserved.get(load.id, 0)
@@ -189,13 +202,23 @@ def reserve(
         return False
     fit.sort(key=lambda load: (load.staying + kept(load), -load.free, load.id))
     for load in fit[:count]:
-        reserved[load.id] = kept(load) + (load.gpu_count if whole else gpus)
+        amount = load.gpu_count if whole else gpus
+        if from_spot is not None and ready_but_for_spot(load, kept(load), gpus=amount):
+            from_spot[load.id] = from_spot.get(load.id, 0) + amount
+        reserved[load.id] = kept(load) + amount
     return True
+
+
+def ready_but_for_spot(load: Load, kept: int, *, gpus: int) -> bool:
+    """Whether an order of `gpus` kept on this node after `kept` GPUs for orders ahead could
+    start as soon as the spot holdings on it are gone: no paying rental has to end first."""
+    return load.gpu_count - load.staying - kept >= gpus
 
 
 def spare(loads: list[Load], reserved: Reserved) -> int:
     """The most GPUs free on one node that no order ahead is kept (reserve): what a paying
-    order behind may take (with no reservations, what a spot order may: 0, nothing)."""
+    order behind may take (with no reservations, what a spot order may: 0, nothing); given
+    the GPUs kept from spot (reserve's `from_spot`), what a spot order may."""
     return max((load.free - reserved.get(load.id, 0) for load in loads), default=0)
 
 
@@ -203,19 +226,23 @@ def spare(loads: list[Load], reserved: Reserved) -> int:
 class Shape:
     """What an order asks of the fleet, as a drain compares orders (compute.placement.shape):
     its region ("" = any), whether it takes whole nodes, how many nodes (a gang's ranks), the
-    GPUs of each and what each pod asks besides (CPU m, memory, storage MiB, pod slots)."""
+    GPUs of each and what each pod asks besides (CPU m, memory, storage MiB, pod slots), and
+    whether it is a spot order (fewer GPUs are kept from it: reserve's `from_spot`)."""
 
     region: str
     whole: bool
     nodes: int
     gpus: int
     need: tuple[int, ...]
+    spot: bool = False
 
     def covers(self, other: "Shape") -> bool:
         """Whether `other` asks at least as much as this one, of nodes this one could have gone
-        to: where this one finds no room, neither does `other`."""
+        to, and sees no more GPUs free (a paying order's finding says nothing of a spot one's):
+        where this one finds no room, neither does `other`."""
         return (
-            self.whole == other.whole
+            (self.spot or not other.spot)
+            and self.whole == other.whole
             and self.nodes <= other.nodes
             and (self.gpus == other.gpus if self.whole else self.gpus <= other.gpus)
             and all(mine <= theirs for mine, theirs in zip(self.need, other.need, strict=True))

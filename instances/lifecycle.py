@@ -544,14 +544,14 @@ def _try_place(
         return "wait", None
     if gang := gang_of(instance):
         return _try_place_gang(instance, gang, budgets=budgets, round_=round_)
-    form = shape(instance.offering, region)
+    form = shape(instance.offering, region, spot=spot)
     placement = None
     if round_ is None or not round_.unplannable.roomless(form):
         placement = choose(
             instance.offering,
             region,
             image=instance.image.container_image,
-            reserved=round_.reserved if round_ else None,
+            reserved=round_.kept(spot=spot) if round_ else None,
         )
         if placement is None and round_ is not None:
             round_.unplannable.remember(round_.unplannable.no_room, form)
@@ -577,7 +577,8 @@ def _try_place_gang(
     locked after it in the gang's order, gets a whole node or none does."""
     every = gang_locked(gang)
     ranks = [rank for rank in every if rank.status == S.QUEUED]
-    form = shape(head.offering, head.region_id or "", nodes=len(ranks), gang=True)
+    spot = head.billing == BillingMode.SPOT
+    form = shape(head.offering, head.region_id or "", nodes=len(ranks), gang=True, spot=spot)
     nodes = None
     if round_ is None or not round_.unplannable.roomless(form):
         nodes = choose_nodes(
@@ -585,7 +586,7 @@ def _try_place_gang(
             len(ranks),
             head.region_id or "",
             prefer=switches_held(every),
-            reserved=round_.reserved if round_ else None,
+            reserved=round_.kept(spot=spot) if round_ else None,
         )
         if nodes is None and round_ is not None:
             round_.unplannable.remember(round_.unplannable.no_room, form)
@@ -595,7 +596,7 @@ def _try_place_gang(
     if budgets and budget_refusal(head, found.own_fen) is not None:
         return "over_budget", None
     if nodes is None:
-        if head.billing != BillingMode.SPOT:  # a paying gang takes spot nodes back, all or none
+        if not spot:  # a paying gang takes spot nodes back, all or none
             _take_back(head.offering, form, round_)
         return "wait", None
     for rank, placement in zip(ranks, nodes.placements, strict=True):
@@ -663,7 +664,8 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
 @dataclass
 class _Round:
     """One drain's backfilling: the orders left waiting (not looked at again), the GPUs kept
-    for the paying ones (compute.queue.reserve), whether a paying order may still start
+    for the paying ones (compute.queue.reserve) and those of them kept from spot too
+    (`from_spot`), whether a paying order may still start
     (`paying`: no, once one could be kept nothing), the most GPUs a spot order may ask
     (`spot_most`: the most free on one node that no paying order is kept; None until an order
     waited), the orders it cannot plan (compute.queue.Unplannable) and the nodes' loads, by
@@ -672,6 +674,7 @@ class _Round:
 
     waiting: list[str] = field(default_factory=list)
     reserved: Reserved = field(default_factory=dict)
+    from_spot: Reserved = field(default_factory=dict)
     paying: bool = True
     spot_most: int | None = None
     unplannable: Unplannable = field(default_factory=Unplannable)
@@ -699,9 +702,17 @@ class _Round:
             count = gang_members(gang).filter(status=S.QUEUED).count() if gang else 1
             whole = bool(gang) or head.offering.kind == OfferingKind.BARE_METAL
             gpus = head.offering.gpu_count
-            kept = reserve(mine, self.reserved, gpus=gpus, whole=whole, count=count)
+            kept = reserve(
+                mine, self.reserved, gpus=gpus, whole=whole, count=count, from_spot=self.from_spot
+            )
             self.paying = kept  # (it may still take spot GPUs back where none are kept)
-        self.spot_most = spare(everywhere, self.reserved)
+        self.spot_most = spare(everywhere, self.from_spot)
+
+    def kept(self, *, spot: bool) -> Reserved:
+        """The GPUs an order behind may not take: all those kept for the paying orders ahead,
+        or for a spot order those kept on nodes where their order could start once spot is
+        gone (compute.queue.reserve)."""
+        return self.from_spot if spot else self.reserved
 
 
 def _queue_head(product: str, passed: set[str], *, round_: "_Round") -> Instance | None:

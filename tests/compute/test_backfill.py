@@ -2,8 +2,9 @@
 PostgreSQL and the emulated fleet's two 8×H100 nodes: a small order behind a large one that
 does not fit starts on GPUs the large one is not kept; a paying one never takes the GPUs kept
 for an order ahead (it never delays one), so the large one starts as soon as its node's
-holders end; spot takes only GPUs no paying order is kept, never delaying one; every paying order ahead
-keeps its own GPUs; among equals, first come first served."""
+holders end; spot takes only GPUs no paying order is kept, or kept for one that cannot start
+before paying rentals end (it takes them back with notice then: one grace at most); every
+paying order ahead keeps its own GPUs; among equals, first come first served."""
 
 import pytest
 from django.db import connection
@@ -13,7 +14,7 @@ from compute.models import Allocation, Holding, Offering
 from compute.queue import Load, Shape, Unplannable, reserve, spare
 from instances.lifecycle import instance_order, instance_terminate, queue_drain
 from instances.models import Instance
-from instances.states import instance_mark_terminated
+from instances.states import instance_mark_stopped, instance_mark_terminated
 from tests.factories import fund, make_user
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -88,21 +89,45 @@ def test_a_backfilled_order_never_delays_the_head(busy):
     assert _node(busy["head"]) == busy["emptier"] and _status(fits_kept) == "queued"
 
 
-def test_spot_takes_only_gpus_no_paying_order_waits_for(busy):
+def test_spot_takes_kept_gpus_only_until_their_order_could_start(busy):
     spot_four = _order(busy["user"], 4, billing="spot")
     spot_two = _order(busy["user"], 2, billing="spot")
     assert (spot_four.status, spot_two.status) == ("queued", "queued")  # behind the paying head
 
-    assert queue_drain(product=H100) == [spot_two.id]
-    # the four GPUs free on `emptier` are kept for the head: spot never takes them
-    assert _status(spot_four) == "queued"
-    assert _node(spot_two) == busy["fuller"]
+    # the head is kept the emptier node, but it cannot start there before the hourly rental
+    # on it ends: spot takes its four free GPUs meanwhile, and the fuller node's two
+    assert sorted(queue_drain(product=H100)) == sorted([spot_four.id, spot_two.id])
+    assert (_node(spot_four), _node(spot_two)) == (busy["emptier"], busy["fuller"])
     _end(busy["other"])
-    # the head's node frees: it starts at once, with no spot to take back and no notice to wait
+    # the head's node frees but for spot: the head takes that back, with notice, and waits
+    assert queue_drain(product=H100) == []
+    assert Holding.objects.get(pk=spot_four.pk).preempt_at is not None
+    assert Holding.objects.get(pk=spot_two.pk).preempt_at is None
+    assert Instance.objects.get(pk=spot_four.pk).stop_reason == "preempted"
+    # its pod is gone (at the deadline at the latest): the head starts, before anyone behind
+    instance_mark_stopped(spot_four.id)
     assert queue_drain(product=H100) == [busy["head"].id]
     assert _node(busy["head"]) == busy["emptier"]
-    assert Holding.objects.get(pk=spot_two.pk).preempt_at is None
-    assert _status(spot_four) == "queued"
+
+
+def test_spot_never_takes_gpus_kept_for_an_order_that_waits_only_for_spot(catalog):
+    user = make_user()
+    fund(user, 5_000_000)
+    spot_four = _order(user, 4, billing="spot")
+    hourly = _order(user, 8)  # the other node
+    head = _order(user, 8)
+    assert head.status == "queued"
+    assert queue_drain(product=H100) == []
+    assert Holding.objects.get(pk=spot_four.pk).preempt_at is not None
+    # the head is kept spot_four's node, where nothing but spot stands in its way: the four
+    # GPUs free there stay free for it, and a spot order waits
+    late = _order(user, 2, billing="spot")
+    assert queue_drain(product=H100) == []
+    assert _status(late) == "queued"
+    assert set(
+        Allocation.objects.filter(node_id=_node(spot_four)).values_list("holding_id", flat=True)
+    ) == {spot_four.id}
+    assert _node(hourly) != _node(spot_four)
 
 
 def test_every_paying_order_ahead_keeps_its_gpus(busy):
@@ -129,11 +154,17 @@ def test_a_reservation_goes_where_the_fewest_gpus_stay_held():
     loads = [_load("a", 1, 7), _load("b", 2, 3), _load("c", 0, 3)]
     kept: dict[str, int] = {}
 
-    assert reserve(loads, kept, gpus=4, whole=False)
+    from_spot: dict[str, int] = {}
+
+    assert reserve(loads, kept, gpus=4, whole=False, from_spot=from_spot)
     assert kept == {"b": 4}  # as few held as c, more free
+    assert from_spot == {"b": 4}  # it could start on b once spot is gone
     assert spare(loads, kept) == 1  # a's free GPU; b's two are kept
-    assert reserve(loads, kept, gpus=8, whole=True, count=2)
+    assert reserve(loads, kept, gpus=8, whole=True, count=2, from_spot=from_spot)
     assert kept == {"b": 4, "a": 8, "c": 8}
+    # a's and c's hourly rentals must end first: spot may use them meanwhile
+    assert from_spot == {"b": 4}
+    assert spare(loads, from_spot) == 1
     assert not reserve(loads, kept, gpus=8, whole=True)  # every whole node is kept
     assert reserve(loads, kept, gpus=4, whole=False)  # b still has 4 not kept
     assert not reserve(loads, kept, gpus=1, whole=False)
