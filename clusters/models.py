@@ -54,6 +54,17 @@ class Cluster(models.Model):
     idempotency_key = models.CharField(max_length=200, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # What the ranks share on the cluster (the tenant's namespace, RoleBindings and
+    # NetworkPolicies, the headless Service, key Secret and files ConfigMap), as last made sure
+    # of by a rank (clusters.ranks.RankHooks.shared_ensure): the digest of what it rendered and
+    # when it began. A rank whose provisioning began before that, rendering the same, trusts
+    # them instead of reading them all again; any other makes sure of them itself.
+    objects_fingerprint = models.CharField(
+        max_length=32, blank=True, default="", db_default="", editable=False
+    )
+    objects_ensured_at = models.DateTimeField(
+        null=True, blank=True, default=None, db_default=None, editable=False
+    )
 
     class Meta:
         ordering = ["-created_at"]

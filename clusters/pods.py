@@ -10,6 +10,8 @@ Everything here is derived from the database (the cluster row, its ranks' rows, 
 profile), so each object renders the same on every pass and from every rank: the rank that
 comes up first makes the shared ones, the others find them (kube.ensure)."""
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -476,6 +478,13 @@ def shared_objects(
         ssh_key_secret(member, private_key, known_hosts(ranks, layout), layout),
         files_config_map(member, layout),
     ]
+
+
+def objects_fingerprint(shared: list[dict[str, Any]], tenant_fingerprint: str) -> str:
+    """A digest of the cluster's shared objects as rendered (shared_objects) and of its
+    tenant's namespace objects (`tenant_fingerprint`): equal digests, the same objects."""
+    rendered = json.dumps([tenant_fingerprint, shared], sort_keys=True, default=str)
+    return hashlib.sha256(rendered.encode()).hexdigest()[:32]
 
 
 def launch_of(cluster: Cluster) -> dict[str, str]:

@@ -7,6 +7,8 @@ share, the words the instances app names a rank with, and what happens when a ra
 lost (rank_lost: the whole cluster pauses while the rank moves)."""
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -184,23 +186,65 @@ def _member(instance: Instance) -> Rank:
     return Rank.objects.select_related("cluster__offering").get(instance_id=instance.pk)
 
 
+# What a rank's provisioning pass read in shared_ensure for pod(), which follows it in the same
+# thread: (instance id, its Rank row, its node's profile).
+_rendering = threading.local()
+
+
 class RankHooks(GangHooks):
     """The clusters app's answers to the instances app about gang members (ranks)."""
+
+    def shared_ensure(
+        self,
+        instance: Instance,
+        node: Node,
+        *,
+        tenant_fingerprint: str,
+        tenant_converge: Callable[[], None],
+    ) -> None:
+        """The tenant's namespace and policies and the cluster's objects (its headless Service
+        as made first, the key Secret and the files ConfigMap brought up to date: a rank moved
+        or the cluster scaled changes what they hold), made sure of once a round: a rank whose
+        provisioning began before the last rank to make sure of them began to, and which
+        renders the same (the digest of it all: Cluster.objects_fingerprint), trusts them; any
+        other (the first ranks of a start, a rank placed again, a cluster scaled, a policy
+        changed) reads and converges them all. Eight reads a rank of a 128-node start become
+        eight for its first ranks; an object deleted since is made again by the next round, or
+        at once when a create finds its namespace gone (shared_forget)."""
+        member = _member(instance)
+        cluster = member.cluster
+        profile = node_profile_for(node)
+        _rendering.last = (instance.pk, member, profile)  # for pod(), next in the same pass
+        siblings = pods.cluster_ranks(member.cluster_id)
+        # every host key, so known_hosts lists all ranks from the start
+        host_keys_assign([sibling.instance for sibling in siblings])
+        shared = pods.shared_objects(member, profile, cluster.ssh_private_key, siblings)
+        fingerprint = pods.objects_fingerprint(shared, tenant_fingerprint)
+        since = instance.pod_watch.provisioning_since
+        ensured = cluster.objects_ensured_at
+        if cluster.objects_fingerprint == fingerprint and ensured and since and since <= ensured:
+            return
+        began = timezone.now()
+        tenant_converge()
+        for manifest in shared:
+            kube.ensure(manifest, update=manifest["kind"] != "Service", read_first=True)
+        Cluster.objects.filter(pk=cluster.pk).update(
+            objects_fingerprint=fingerprint, objects_ensured_at=began
+        )
+
+    def shared_forget(self, gang: str) -> None:
+        Cluster.objects.filter(pk=gang).update(objects_ensured_at=None)
 
     def pod(
         self, instance: Instance, node: Node, pod: dict[str, Any], service: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The rank's pod and SSH Service, after the cluster's objects: its headless Service
-        as made first, the key Secret and the files ConfigMap brought up to date (a rank moved
-        or the cluster scaled while stopped changes what they hold)."""
-        member = _member(instance)
-        siblings = pods.cluster_ranks(member.cluster_id)
-        # every host key, so known_hosts lists all ranks from the start
-        host_keys_assign([sibling.instance for sibling in siblings])
-        key = member.cluster.ssh_private_key
-        profile = node_profile_for(node)  # read once for the three renderings
-        for shared in pods.shared_objects(member, profile, key, siblings):
-            kube.ensure(shared, update=shared["kind"] != "Service", read_first=True)
+        """The rank's pod and SSH Service (shared_ensure made the cluster's objects), from
+        the rank and node profile shared_ensure read in this pass."""
+        last = getattr(_rendering, "last", None)
+        if last is not None and last[0] == instance.pk:
+            _pk, member, profile = last
+        else:
+            member, profile = _member(instance), node_profile_for(node)
         return pods.rank_pod(pod, member, profile), pods.rank_service(service, profile)
 
     def shared_objects(self, gang: str) -> list[tuple[str, str]]:

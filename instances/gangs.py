@@ -31,11 +31,30 @@ def gang_members(gang: str) -> QuerySet[Instance]:
 class GangHooks(Protocol):
     """What the owner of gangs adds to the life of their members."""
 
+    def shared_ensure(
+        self,
+        instance: Instance,
+        node: Node,
+        *,
+        tenant_fingerprint: str,
+        tenant_converge: Callable[[], None],
+    ) -> None:
+        """Before a member's own objects are made: its tenant's namespace and policies
+        (`tenant_converge`; `tenant_fingerprint` digests what it renders) and the objects the
+        gang shares on the cluster made or brought up to date, or trusted when another member
+        made sure of the same ones in this round (instances.provisioning.converge)."""
+        ...
+
+    def shared_forget(self, gang: str) -> None:
+        """The gang's shared objects (or its namespace) were found missing: the next member's
+        pass makes sure of them again."""
+        ...
+
     def pod(
         self, instance: Instance, node: Node, pod: dict[str, Any], service: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A member's pod and Service as its owner wants them, the objects the gang shares on
-        the cluster made or brought up to date first (instances.provisioning.converge)."""
+        """A member's pod and Service as its owner wants them (shared_ensure made what they
+        refer to)."""
         ...
 
     def shared_objects(self, gang: str) -> list[tuple[str, str]]:

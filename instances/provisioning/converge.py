@@ -36,6 +36,8 @@ from instances.preemption import PREEMPTED
 from instances.provisioning import manifests
 from instances.provisioning.logs import log_ship
 from instances.provisioning.namespaces import (
+    http_ports_by_tenant,
+    policy_fingerprint,
     tenant_network_policy_converge,
     tenant_policy_converge,
 )
@@ -106,6 +108,12 @@ def provision(instance_id: str) -> str:
     if instance.pod_watch.objects_created_at is None:
         try:
             _objects_create(instance, node)
+        except kube.NamespaceGone as error:
+            # deleted since it was made sure of (a gang's members trust it for a round): the
+            # next pass makes sure of it again, and of what its gang shares
+            if gang := gang_of(instance):
+                gang_hooks().shared_forget(gang)
+            raise StillPending(str(error)) from error
         except kube.PermanentKubeError as error:
             return instance_fail(
                 instance.id,
@@ -129,7 +137,7 @@ def _objects_create(instance: Instance, node: Node) -> None:
     Service, and a Service and a gateway route for each HTTP port it serves. Then the row
     records that they exist."""
     _names_assign(instance)
-    tenant_policy_converge(instance.tenant_id)
+    _namespace_objects_ensure(instance, node)
     pool = manifests.public_pool_claim(instance.tenant_id)
     if pool is not None:
         kube.ensure(pool, read_first=True)  # the tenant's, made by its first instance
@@ -159,6 +167,23 @@ def _objects_create(instance: Instance, node: Node) -> None:
             Instance.objects.filter(pk=instance.pk).update(ssh_port=ports.get("ssh"))
             # one more pod has run its program: the next pod's STARVERSE_RESTART_COUNT
             Workload.objects.filter(instance_id=instance.pk).update(pods_made=F("pods_made") + 1)
+
+
+def _namespace_objects_ensure(instance: Instance, node: Node) -> None:
+    """The tenant's namespace, RoleBindings and NetworkPolicies brought up to date; for one of
+    a gang, with the objects the gang shares, through its owner, which makes sure of them once
+    a round (the first member to start) and lets the others trust them (GangHooks)."""
+    tenant = instance.tenant_id
+    http_ports = http_ports_by_tenant(tenant)
+    if gang_of(instance):
+        gang_hooks().shared_ensure(
+            instance,
+            node,
+            tenant_fingerprint=policy_fingerprint(tenant, http_ports),
+            tenant_converge=functools.partial(tenant_policy_converge, tenant, http_ports),
+        )
+    else:
+        tenant_policy_converge(tenant, http_ports)
 
 
 def _claims_ensure(instance: Instance) -> None:

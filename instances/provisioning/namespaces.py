@@ -2,8 +2,9 @@
 terminal service's RoleBindings in it and its NetworkPolicy are created once, but the policy
 they carry changes with a release (new Pod Security labels) or with the operator's settings
 (GATEWAY_CIDR and the cluster ranges the egress rule leaves out). Each provisioning brings its
-tenant's up to date; this periodic sweep brings every tenant namespace up to date, including
-those of tenants who start nothing.
+tenant's up to date (a cluster's ranks once a round: the first to start; clusters.ranks); this
+periodic sweep brings every tenant namespace up to date, including those of tenants who start
+nothing.
 
 The sweep is paced for a production API server: one list of the platform's namespaces, then
 calls only where a namespace's policy fingerprint (an annotation written once it is up to

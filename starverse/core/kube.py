@@ -57,6 +57,11 @@ class ClusterNotConfigured(PermanentKubeError):
     pass
 
 
+class NamespaceGone(RetryableKubeError):
+    """A create was refused because its namespace does not exist (deleted since it was made
+    sure of): make sure of the namespace again, then try again."""
+
+
 class ExecTimeout(KubeError):
     """A command run to its end (exec_run) was still running after its timeout: the command's
     doing, not the cluster's, so neither retryable nor a refusal; its session was closed."""
@@ -684,7 +689,8 @@ def ensure(
     With `read_first`, for an object that usually exists already (a tenant's namespace and
     policies, a cluster's shared objects, which every rank's provisioning makes sure of): one
     read, and a create only if it is missing, instead of a create refused with 409 and a read.
-    The outcome is the same either way."""
+    The outcome is the same either way. A create refused because its namespace is missing
+    raises NamespaceGone (retryable, once the namespace is made sure of again)."""
     kind, meta = manifest["kind"], manifest["metadata"]
     namespace, name = meta.get("namespace"), meta["name"]
     create, read_fn, _delete = _operations(kind)
@@ -693,6 +699,8 @@ def ensure(
         try:
             return _plain(_guard(f"{kind}.create", lambda: create(namespace, manifest)))
         except ApiException as error:
+            if error.status == 404 and _namespace_missing(error):
+                raise NamespaceGone(f"{kind} {name}: namespace {namespace} not found") from error
             if error.status != 409:
                 raise PermanentKubeError(
                     f"{kind} {name}: {error.status} {error.reason}: {_message(error)}"
@@ -919,6 +927,16 @@ def events_for(namespace: str, name: str) -> list[dict[str, Any]]:
     )
     items: list[dict[str, Any]] = _plain(answer).get("items") or []
     return items
+
+
+def _namespace_missing(error: ApiException) -> bool:
+    """Whether a 404 says the namespace is missing (its Status names the namespace), not that
+    the API server serves no such kind."""
+    try:
+        details = json.loads(error.body or "{}").get("details") or {}
+    except ValueError:
+        return False
+    return bool(details.get("kind") == "namespaces")
 
 
 def _message(error: ApiException) -> str:

@@ -1,27 +1,33 @@
 """What starting a cluster asks of the Kubernetes API and of the database, rank by rank, so that
 a 128-node cluster (or job) comes up in seconds (bench cluster_128_ready): the objects the ranks
 share (the headless Service, the key Secret, the files ConfigMap) and the tenant's namespace,
-RoleBindings and NetworkPolicies are created by the first rank and only read by the others
-(a create refused with 409 and a read would be two calls each); every rank after the first costs
-the same calls whatever the cluster's size; the ranks' host keys are stored by one UPDATE, so a
-rank's queries do not grow with its cluster; and the pre-flight round that passes starts every
-rank's billing with the same queries whatever the cluster's size. Counted at the emulator's API
-server (its request log) and at the database connection."""
+RoleBindings and NetworkPolicies are made sure of once a round, by the first rank, and trusted by
+the others (Cluster.objects_fingerprint), so every rank after the first creates its own objects
+and nothing more, whatever the cluster's size; a rank of a later round (a restart, a rank placed
+again) makes sure of them again, so one deleted meanwhile is made again, and a create that finds
+the namespace gone has the next pass make it again; the ranks' host keys are stored by one
+UPDATE, so a rank's queries do not grow with its cluster; and the pre-flight round that passes
+starts every rank's billing with the same queries whatever the cluster's size. Counted at the
+emulator's API server (its request log) and at the database connection."""
 
+import contextlib
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
+from clusters.ranks import ranks_locked
 from devstack.kube.emulator import KubeEmulator
 from fleet.services import nodes_sync_from_cluster
 from instances.models import Instance
 from instances.provisioning import converge
+from instances.states import rank_mark_restarting
 from starverse.core import kube
 from tests.conftest import KUBE_TIMINGS
 from tests.factories import converge_until, make_cluster, make_user
@@ -94,11 +100,9 @@ OWN = {
 # What exists already once the first rank has run: the tenant's namespace, its two RoleBindings
 # and two NetworkPolicies, and the cluster's headless Service, key Secret and files ConfigMap.
 SHARED = ["namespaces", "rolebindings", "networkpolicies", "services", "secrets", "configmaps"]
-SHARED_READS = {("GET", "namespaces"): 1, ("GET", "rolebindings"): 2, ("GET", "networkpolicies"): 2}
-CLUSTER_READS = {("GET", "services"): 1, ("GET", "secrets"): 1, ("GET", "configmaps"): 1}
 
 
-def test_later_ranks_only_read_what_the_first_made_and_all_cost_the_same(fleet6):
+def test_later_ranks_only_create_their_own_objects_and_all_cost_the_same(fleet6):
     cluster = make_cluster(make_user(), node_count=4)
     (first, _), *later = [_first_pass(fleet6, rank) for rank in _ranks(cluster)]
 
@@ -112,10 +116,85 @@ def test_later_ranks_only_read_what_the_first_made_and_all_cost_the_same(fleet6)
         "secrets": 2,  # its access Secret and the cluster's key Secret
         "configmaps": 1,
     }
-    # each later rank creates its own objects and reads the shared ones once: 17 calls
+    # each later rank creates its own objects and reads nothing of the shared ones: 9 calls
     for sent, _queries in later:
-        assert sent == Counter({**OWN, **SHARED_READS, **CLUSTER_READS})
+        assert sent == Counter(OWN)
     assert len({queries for _sent, queries in later}) == 1
+    cluster.refresh_from_db()
+    assert len(cluster.objects_fingerprint) == 32 and cluster.objects_ensured_at is not None
+
+
+def test_a_starts_calls_and_queries_grow_by_one_ranks_own_a_rank(fleet6):
+    """Two ranks more cost two later ranks' own calls and queries, nothing else: what the ranks
+    share is made sure of once, not once a rank."""
+    small, big = make_cluster(make_user(), node_count=2), make_cluster(make_user(), node_count=4)
+    two = [_first_pass(fleet6, rank) for rank in _ranks(small)]
+    four = [_first_pass(fleet6, rank) for rank in _ranks(big)]
+
+    calls = [sum(sent.values()) for sent, _queries in two + four]
+    assert calls[1] == calls[3] == calls[4] == calls[5] == sum(OWN.values()) == 9
+    assert sum(calls[2:]) == sum(calls[:2]) + 2 * 9
+    assert sum(q for _s, q in four) == sum(q for _s, q in two) + 2 * four[-1][1]
+
+
+def _pass(emulator: KubeEmulator, rank_id: str) -> Counter:
+    """The requests of one provisioning pass of a rank (pending or not)."""
+    mark = emulator.requests_total
+    with emulator.paused(), contextlib.suppress(converge.StillPending):
+        converge.provision(rank_id)
+    return Counter((method, _kind(path)) for method, path in emulator.requests_since(mark))
+
+
+def test_a_later_round_makes_sure_of_the_shared_objects_again(fleet6):
+    """Objects deleted while a cluster ran are made again when its ranks provision again (a
+    job's restart here): each rank whose provisioning began after the last rank to make sure of
+    them did reads them again, the first finds them missing and makes them."""
+    cluster = make_cluster(make_user(), node_count=2)
+    ranks = _ranks(cluster)
+    for rank in ranks:
+        assert converge_until(converge.provision, rank) == "checking"
+    namespace = Instance.objects.get(pk=ranks[0]).k8s_namespace
+    files = f"{cluster.id.lower().replace('_', '-')}-files"
+    kube.delete("ConfigMap", namespace, files)
+    kube.delete("NetworkPolicy", namespace, "tenant-isolation")
+    with transaction.atomic():
+        for instance in ranks_locked(cluster.id):
+            rank_mark_restarting(instance, "again", now=timezone.now())
+
+    sent = _pass(fleet6, ranks[0])
+
+    assert sent[("POST", "configmaps")] == 1 and sent[("POST", "networkpolicies")] == 1
+    assert kube.read("ConfigMap", namespace, files) is not None
+    assert kube.read("NetworkPolicy", namespace, "tenant-isolation") is not None
+    # the other rank of that round trusts what the first made sure of
+    sent = _pass(fleet6, ranks[1])
+    only_shared = ("namespaces", "rolebindings", "networkpolicies", "configmaps")
+    assert [kind for _method, kind in sent if kind in only_shared] == []
+
+
+def test_a_namespace_deleted_mid_start_is_made_again(fleet6):
+    """A rank that trusts the namespace and finds it gone (its create answered 404) waits a
+    pass; the next pass makes sure of the namespace, its policies and the cluster's objects
+    again, and goes on."""
+    cluster = make_cluster(make_user(), node_count=3)
+    first, second, _third = _ranks(cluster)
+    _first_pass(fleet6, first)
+    namespace = Instance.objects.get(pk=first).k8s_namespace
+    kube.core().delete_namespace(namespace)
+    for _ in range(50):
+        if kube.read("Namespace", None, namespace) is None:
+            break
+        fleet6.step(1.0)
+    assert kube.read("Namespace", None, namespace) is None
+
+    with fleet6.paused(), pytest.raises(converge.StillPending, match="namespace"):
+        converge.provision(second)
+    cluster.refresh_from_db()
+    assert cluster.objects_ensured_at is None
+
+    sent, _queries = _first_pass(fleet6, second)
+    assert sent[("POST", "namespaces")] == 1 and sent[("POST", "configmaps")] == 1
+    assert kube.read("NetworkPolicy", namespace, "tenant-isolation") is not None
 
 
 def test_a_ranks_queries_do_not_grow_with_its_cluster(fleet6):
