@@ -165,7 +165,8 @@ class InitRoot:
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "starverse_init"]
 
-    def env(self) -> dict[str, str]:
+    def init_env(self) -> dict[str, str]:
+        """What every init run here gets: the scratch root, its sshd on 127.0.0.1."""
         return {
             "PATH": "/usr/sbin:/usr/bin:/bin",
             "PYTHONPATH": str(INIT),
@@ -174,6 +175,11 @@ class InitRoot:
             "STARVERSE_SSH_PORT": str(self.port),
             "STARVERSE_SSH_LISTEN": "127.0.0.1",
             "STARVERSE_KEYS_POLL_S": "1",
+        }
+
+    def env(self) -> dict[str, str]:
+        """An instance's init: init_env and the instance's own."""
+        return self.init_env() | {
             "STARVERSE_STOP_DEADLINE_S": "10",
             "STARVERSE_INSTANCE_ID": self.instance_id,
             "STARVERSE_API_TOKEN": "sv_must_not_leak",

@@ -172,6 +172,13 @@ class Registry:
         if self.has_blob(repository, digest):
             return
         _s, headers, _b = self._expect("POST", f"/v2/{repository}/blobs/uploads/", (202,))
+        self._finish(headers, digest, body, {"Content-Length": str(size)})
+
+    def _finish(
+        self, headers: dict[str, str], digest: str, body: bytes | IO[bytes], more: dict[str, str]
+    ) -> None:
+        """An upload session (its POST's answer) ended by a PUT of the whole blob and its
+        digest."""
         location = self._location(headers)
         joiner = "&" if "?" in location else "?"
         self._expect(
@@ -179,7 +186,7 @@ class Registry:
             f"{location}{joiner}digest={urllib.parse.quote(digest)}",
             (201,),
             body=body,
-            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+            headers={"Content-Type": "application/octet-stream", **more},
         )
 
     def mount(self, repository: str, digest: str, source: str) -> None:
@@ -194,15 +201,7 @@ class Registry:
         if status == 201:
             return
         _s, _h, blob = self._expect("GET", f"/v2/{source}/blobs/{digest}", (200,))
-        location = self._location(headers)
-        joiner = "&" if "?" in location else "?"
-        self._expect(
-            "PUT",
-            f"{location}{joiner}digest={urllib.parse.quote(digest)}",
-            (201,),
-            body=blob,
-            headers={"Content-Type": "application/octet-stream"},
-        )
+        self._finish(headers, digest, blob, {})
 
     def manifest(self, repository: str, reference: str) -> tuple[dict[str, Any], str] | None:
         """A manifest and its digest, or None when the registry has none by that name."""

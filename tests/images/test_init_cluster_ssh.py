@@ -23,7 +23,7 @@ from clusters.models import Cluster
 from clusters.models import Rank as ClusterRank
 from instances.models import Instance
 from starverse.core.hostkeys import HostKey, host_key_generate
-from tests.sshd import INIT, InitRoot, secret_write, sshd_scratch
+from tests.sshd import InitRoot, secret_write, sshd_scratch
 
 CLUSTER = "clu_E2E"
 LAYOUT = pods.Layout(cluster_id=CLUSTER, node_count=2, gpus_per_node=8, template="deepspeed")
@@ -56,14 +56,7 @@ class Rank(InitRoot):
         self.index = index
 
     def env(self) -> dict[str, str]:
-        return {
-            "PATH": "/usr/sbin:/usr/bin:/bin",
-            "PYTHONPATH": str(INIT),
-            "LANG": "C.UTF-8",
-            "STARVERSE_ROOT": str(self.root),
-            "STARVERSE_SSH_PORT": str(self.port),
-            "STARVERSE_SSH_LISTEN": "127.0.0.1",
-            "STARVERSE_KEYS_POLL_S": "1",
+        return self.init_env() | {
             "STARVERSE_STOP_DEADLINE_S": "5",
             "STARVERSE_CLUSTER_ID": CLUSTER,
             "MASTER_ADDR": LAYOUT.master_addr,
