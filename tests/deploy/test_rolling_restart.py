@@ -169,7 +169,9 @@ def _done(*logs: Path) -> list[str]:
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_rollout_runs_every_queued_task_once(redis_url, tmp_path):
     make_user()  # a wallet for the audit to read
-    sender = Celery("rollout", broker=redis_url)
+    # not the process's current app: the tests after this one in the process resolve their
+    # tasks (shared_task proxies) through the platform's app, as before it
+    sender = Celery("rollout", broker=redis_url, set_as_current=False)
     ids = {sender.send_task("billing.tasks.audit_wallets").id for _ in range(TASKS)}
     first_log, second_log = tmp_path / "worker-1.log", tmp_path / "worker-2.log"
     first = _worker("first", redis_url, first_log)
