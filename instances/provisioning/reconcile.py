@@ -16,12 +16,15 @@ from django.conf import settings
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from compute.choices import ImageStatus
+from compute.models import Image
 from instances.choices import InstanceStatus
 from instances.gangs import POD_LOST, gang_hooks, workload_owner_lost
 from instances.gateway import served_ports
 from instances.models import Instance, Workload
 from instances.provisioning import manifests
 from instances.provisioning.converge import events_record
+from instances.provisioning.saving import build_pod_name
 from instances.signals import gang_checking
 from instances.states import instance_recreate, instance_workload_ended
 from starverse.core import kube
@@ -70,14 +73,12 @@ def reconcile(*, now: datetime | None = None, region: str | None = None) -> Repo
         .values_list("id", "k8s_namespace", "k8s_name")
     )
     namespaces = _swept_namespaces(now=now)
-    pods = {
-        (pod.namespace, pod.name): pod
-        for pod in kube.pods_managed(namespaces, label_selector=kube.INSTANCE_SELECTOR)
-    }
+    listed = kube.pods_managed(namespaces, label_selector=kube.INSTANCE_SELECTOR)
+    pods = {(pod.namespace, pod.name): pod for pod in listed if not pod.build}
     report.recreated = _vanished_recreate(running, pods, now=now)
     report.requeued = _lost_work_hand_out(now=now, skip=report.recreated)
     report.queues = _queues_serve()
-    report.orphans = _orphans_remove(pods, namespaces)
+    report.orphans = _orphans_remove(pods, namespaces, [pod for pod in listed if pod.build])
     report.events = _mirror_warnings()
     if report.recreated or report.requeued or report.orphans:
         logger.warning(
@@ -250,7 +251,9 @@ def _queues_serve() -> list[str]:
 
 
 def _orphans_remove(
-    pods: dict[tuple[str, str], kube.ClusterPod], namespaces: list[str]
+    pods: dict[tuple[str, str], kube.ClusterPod],
+    namespaces: list[str],
+    builds: list[kube.ClusterPod],
 ) -> list[str]:
     """Objects on the cluster that no live instance wants are removed (a gateway route and its
     Service go with their port). A claim holds somebody's data: it goes only when no row wants
@@ -267,6 +270,18 @@ def _orphans_remove(
         if (namespace, name) not in wanted_pods:
             kube.delete("Pod", namespace, name)
             orphans.append(f"pod/{namespace}/{name}")
+    # an image's build pod is its saving's while the image saves (saving.image_save_converge
+    # removes it at the end); one left by an image no longer saving goes here
+    saving_pods = {
+        (kube.namespace_name(str(tenant)), build_pod_name(image_id))
+        for image_id, tenant in Image.objects.filter(status=ImageStatus.SAVING).values_list(
+            "id", "tenant_id"
+        )
+    }
+    for pod in builds:
+        if (pod.namespace, pod.name) not in saving_pods:
+            kube.delete("Pod", pod.namespace, pod.name)
+            orphans.append(f"pod/{pod.namespace}/{pod.name}")
     # an inference endpoint's objects are its own controller's (endpoints.provisioning)
     listed = {
         kind: kube.managed(kind, namespaces, label_selector=kube.INSTANCE_SELECTOR)

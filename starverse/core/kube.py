@@ -949,7 +949,9 @@ def _message(error: ApiException) -> str:
 
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"
 # What an instance (or a cluster's rank) owns: ours, less an inference endpoint's objects, which
-# its own controller keeps (the endpoints app), so the instances' clean-up never reaps them.
+# its own controller keeps (the endpoints app), so the instances' clean-up never reaps them. An
+# image's build pod carries starverse.io/image (ClusterPod.build): the reconcile loop tells it
+# from an instance's pod by that.
 INSTANCE_SELECTOR = f"{MANAGED_SELECTOR},!starverse.io/endpoint"
 
 
@@ -1018,6 +1020,8 @@ class ClusterPod:
     reason: str = ""
     # it is being deleted: its containers end because they were told to, not of themselves
     deleting: bool = False
+    # an image's build pod (labelled starverse.io/image), not an instance's
+    build: bool = False
 
 
 def pods_managed(
@@ -1035,6 +1039,7 @@ def pods_managed(
             container_end(item),
             (item.status and item.status.reason) or "",
             item.metadata.deletion_timestamp is not None,
+            "starverse.io/image" in (item.metadata.labels or {}),
         )
         for namespace in namespaces
         for item in _call(

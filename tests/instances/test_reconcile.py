@@ -5,9 +5,12 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from compute.choices import ImageStatus
+from compute.models import Image
+from instances.images import image_save
 from instances.lifecycle import instance_order
 from instances.models import Instance, InstanceEvent, PodWatch
-from instances.provisioning import converge, manifests
+from instances.provisioning import converge, manifests, saving
 from instances.provisioning.reconcile import reconcile
 from starverse.core import kube
 from tests.factories import converge_until, fund, make_user, read_existing
@@ -72,13 +75,23 @@ def test_orphans_are_garbage_collected_and_live_objects_kept(catalog):
         }
     )
 
+    # an image being saved from the instance: its build pod is the saving's (follow_saving_images)
+    image = image_save(user=instance.created_by, instance=instance, name="my-env").image
+    kube.ensure(saving.build_pod(image, instance))
+    # and one left behind by an image that saves no more (its saving lost, the image failed)
+    left = image_save(user=instance.created_by, instance=instance, name="gone").image
+    kube.ensure(saving.build_pod(left, instance))
+    Image.objects.filter(pk=left.pk).update(status=ImageStatus.FAILED)
+
     report = reconcile()
 
     assert sorted(report.orphans) == [
         f"persistentvolumeclaim/{namespace}/disk-gone",
         f"pod/{namespace}/inst-orphan",
+        f"pod/{namespace}/{saving.build_pod_name(left.id)}",
     ]
     assert kube.read("Pod", namespace, instance.k8s_name) is not None
+    assert kube.read("Pod", namespace, saving.build_pod_name(image.id)) is not None
     assert kube.read("PersistentVolumeClaim", namespace, manifests.disk_name(instance.id))
 
 
