@@ -241,6 +241,7 @@ class RankHooks(GangHooks):
         """The rank's pod and SSH Service (shared_ensure made the cluster's objects), from
         the rank and node profile shared_ensure read in this pass."""
         last = getattr(_rendering, "last", None)
+        _rendering.last = None  # used once: a later pass renders from what it reads itself
         if last is not None and last[0] == instance.pk:
             _pk, member, profile = last
         else:
