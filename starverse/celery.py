@@ -5,7 +5,8 @@ from celery.signals import worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "starverse.settings.dev")
 
-app = Celery("starverse")
+# every task acknowledged late runs once, however often Redis delivers it: see core.delivery
+app = Celery("starverse", task_cls="starverse.core.delivery:Task")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

@@ -6,10 +6,13 @@ then the whole server is upgraded in place (USR2 starts a new master on the same
 drains the old one): every request is answered 200. The worker tier: tasks queued on Redis
 while a second Celery worker starts and the first is stopped with SIGTERM, as a Deployment's
 rollout does: the first finishes what it runs (a warm shutdown), what it had not started goes
-back to the queue (acks_late), and every task runs exactly once. Each test prints its figure."""
+back to the queue (acks_late), and every task runs exactly once, though Redis may deliver a
+finished task's message again (starverse.core.delivery drops such a copy). Each test prints its
+figure."""
 
 import contextlib
 import http.client
+import json
 import os
 import re
 import signal
@@ -21,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import redis
 from celery import Celery
 
 from tests.conftest import served_database_url
@@ -160,10 +164,11 @@ def _worker(name: str, broker: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 SUCCEEDED = re.compile(r"Task billing\.tasks\.audit_wallets\[([0-9a-f-]+)\] succeeded")
+DROPPED = re.compile(r"task\.redelivered_after_it_ran task=billing\.tasks\.audit_wallets id=(\S+):")
 
 
-def _done(*logs: Path) -> list[str]:
-    return [m for log in logs if log.exists() for m in SUCCEEDED.findall(log.read_text())]
+def _done(*logs: Path, pattern: re.Pattern[str] = SUCCEEDED) -> list[str]:
+    return [m for log in logs if log.exists() for m in pattern.findall(log.read_text())]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -186,7 +191,8 @@ def test_a_worker_rollout_runs_every_queued_task_once(redis_url, tmp_path):
         print(
             f"\nworker rollout: {len(set(done))} of {TASKS} tasks ran "
             f"({len(done) - len(set(done))} twice, {len(ids - set(done))} lost; goal 0 and 0), "
-            f"{len(_done(first_log))} by the stopped worker"
+            f"{len(_done(first_log))} by the stopped worker, "
+            f"{len(_done(first_log, second_log, pattern=DROPPED))} redelivered after they ran"
         )
         assert sorted(done) == sorted(ids)
         assert "raised unexpected" not in first_log.read_text() + second_log.read_text()
@@ -195,3 +201,34 @@ def test_a_worker_rollout_runs_every_queued_task_once(redis_url, tmp_path):
             if process is not None and process.poll() is None:
                 process.terminate()
                 process.wait(timeout=120)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_redelivered_message_of_a_task_that_ran_is_acknowledged_and_not_run_again(
+    redis_url, tmp_path
+):
+    make_user()
+    sender = Celery("redeliver", broker=redis_url, set_as_current=False)
+    ran = sender.send_task("billing.tasks.audit_wallets").id
+    log = tmp_path / "worker.log"
+    worker = _worker("only", redis_url, log)
+    try:
+        _until(lambda: _done(log) == [ran], "the first delivery", log)
+        # what kombu's Redis transport does when it restores an unacknowledged message: the
+        # same payload pushed back on the queue, marked redelivered; one of a task that ran and
+        # one of a task that never did
+        never_ran = "00000000-0000-4000-8000-000000000001"
+        client = redis.Redis.from_url(redis_url)
+        for task_id in (ran, never_ran):
+            sender.send_task("billing.tasks.audit_wallets", task_id=task_id, queue="held")
+            payload = json.loads(client.rpop("held"))
+            payload["headers"]["redelivered"] = True
+            payload["properties"]["delivery_info"]["redelivered"] = True
+            client.lpush("celery", json.dumps(payload))
+        _until(lambda: never_ran in _done(log), "the redelivered task that never ran", log)
+        _until(lambda: _done(log, pattern=DROPPED) == [ran], "the copy dropped", log)
+        assert sorted(_done(log)) == sorted([ran, never_ran])
+        assert client.llen("celery") == 0 and client.hlen("unacked") == 0  # both acknowledged
+    finally:
+        worker.terminate()
+        worker.wait(timeout=120)
