@@ -221,7 +221,9 @@ def test_a_redelivered_message_of_a_task_that_ran_is_acknowledged_and_not_run_ag
         client = redis.Redis.from_url(redis_url)
         for task_id in (ran, never_ran):
             sender.send_task("billing.tasks.audit_wallets", task_id=task_id, queue="held")
-            payload = json.loads(client.rpop("held"))
+            held = client.rpop("held")
+            assert isinstance(held, bytes)
+            payload = json.loads(held)
             payload["headers"]["redelivered"] = True
             payload["properties"]["delivery_info"]["redelivered"] = True
             client.lpush("celery", json.dumps(payload))
