@@ -188,8 +188,8 @@ def _plan(
     if best is None:
         return None
     _key, chosen, made_room = best
-    taken = [unit for unit in units if unit.key in chosen and not unit.noticed]
-    return Planned(taken, made_room)
+    to_notice = [unit for unit in units if unit.key in chosen and not unit.noticed]
+    return Planned(to_notice, made_room)
 
 
 class _Node(NamedTuple):
