@@ -416,8 +416,12 @@ class _Sim:
 
         placed = queue_drain(product=PRODUCT, now=self.clock.now)
         self._started(t, placed)
-        noticed = Holding.objects.filter(preempt_at__isnull=False, state="placed").values_list(
-            "id", "preempt_at"
+        # in a fixed order: holdings noticed together share a deadline, and whichever is
+        # restarted first (instance_start, at that deadline) decides the rest of the run
+        noticed = (
+            Holding.objects.filter(preempt_at__isnull=False, state="placed")
+            .order_by("preempt_at", "id")
+            .values_list("id", "preempt_at")
         )
         for instance_id, deadline in noticed:
             held = self.held.get(instance_id)

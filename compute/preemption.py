@@ -145,6 +145,22 @@ def plan(
     already or under notice make room, None when no taking back makes room for all of them
     (then nothing is taken). GPUs `reserved` for paying orders ahead (compute.queue.reserve)
     are not its to free. The caller holds the GPU model's placement lock."""
+    found = _plan(offering, region, nodes=nodes, reserved=reserved)
+    return None if found is None else found.units
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A plan (see plan()): the units to take back now, and the nodes it makes room on, in
+    the order chosen (where the order starts once the notices end)."""
+
+    units: list[Unit]
+    nodes: tuple[str, ...]
+
+
+def _plan(
+    offering: Offering, region: str, *, nodes: int, reserved: dict[str, int] | None
+) -> Planned | None:
     reserved = reserved or {}
     product = offering.gpu_model.product
     rows, taken, rooms, regions = capacity(product, region)
@@ -164,15 +180,16 @@ def plan(
         paying = len(taken[node_id]) - spot[node_id]  # (and lost GPUs: they stay taken too)
         node = _Node(node_id, gpu_count, free, rooms[node_id], paying)
         groups[regions[node_id] if nodes > 1 else ""].append(node)
-    best: tuple[_Key, set[str]] | None = None
+    best: tuple[_Key, set[str], tuple[str, ...]] | None = None
     for group in groups.values():
         found = _nodes_plan(offering, group, units, count=nodes, whole=whole)
         if found is not None and (best is None or found[0] < best[0]):
             best = found
     if best is None:
         return None
-    chosen = best[1]
-    return [unit for unit in units if unit.key in chosen and not unit.noticed]
+    _key, chosen, made_room = best
+    to_notice = [unit for unit in units if unit.key in chosen and not unit.noticed]
+    return Planned(to_notice, made_room)
 
 
 class _Node(NamedTuple):
@@ -194,14 +211,15 @@ MOST_UNITS = 12
 
 def _nodes_plan(
     offering: Offering, nodes: list[_Node], units: list[Unit], *, count: int, whole: bool
-) -> tuple[_Key, set[str]] | None:
+) -> tuple[_Key, set[str], tuple[str, ...]] | None:
     """`count` of these nodes made room on, one after the other, each the node whose room
     costs least (_node_plan), of those the one with the most GPUs held by paying rentals
     (packing), then the youngest; a unit taken for one node counts as freed, at no cost, on
-    the next (a spot gang spans nodes: taken whole, it frees all of them). Its key (_Key) and
-    the keys of the units taken, or None when fewer than `count` nodes can be made room on."""
+    the next (a spot gang spans nodes: taken whole, it frees all of them). Its key (_Key), the
+    keys of the units taken and the nodes made room on, or None when fewer than `count` nodes
+    can be made room on."""
     chosen: set[str] = set()
-    used: set[str] = set()
+    used: list[str] = []
     cost, packed, oldest = 0, 0, float("inf")
     for _ in range(count):
         view = [replace(u, noticed=True) if u.key in chosen else u for u in units]
@@ -220,13 +238,13 @@ def _nodes_plan(
         if best is None:
             return None
         (step_cost, _packing, step_oldest), node, taken = best
-        used.add(node.id)
+        used.append(node.id)
         chosen.update(unit.key for unit in taken)
         cost += step_cost
         packed += node.paying
         if step_cost:
             oldest = min(oldest, -step_oldest)
-    return (cost, -packed, -(0.0 if oldest == float("inf") else oldest)), chosen
+    return (cost, -packed, -(0.0 if oldest == float("inf") else oldest)), chosen, tuple(used)
 
 
 def _node_plan(
@@ -265,6 +283,14 @@ def _fits(free: int, room: Room, offering: Offering, *, gpu_count: int, whole: b
     return free >= offering.gpu_count and times(room, needs(offering)) != 0
 
 
+class TakenBack(NamedTuple):
+    """What preempt_for did: the spot holdings it gave notice, and the nodes its order is made
+    room on (a gang's, in the order chosen)."""
+
+    holdings: list[str]
+    nodes: tuple[str, ...]
+
+
 def preempt_for(
     offering: Offering,
     region: str = "",
@@ -272,19 +298,20 @@ def preempt_for(
     nodes: int = 1,
     now: datetime | None = None,
     reserved: dict[str, int] | None = None,
-) -> list[str] | None:
+) -> TakenBack | None:
     """Take back spot holdings so that a paying order of `offering` (kept to `region`; of
     `nodes` whole nodes, a gang) waiting in line fits (plan; outside the GPUs `reserved` for
     orders ahead), under the GPU model's exclusive placement lock, in the caller's
-    transaction. Returns the holdings taken back now ([]: the notices already given will make
-    room), or None when no taking back would make room for all of it (nothing is taken)."""
+    transaction. Returns the holdings taken back now (none: the notices already given will
+    make room) and the nodes the order will start on once they are gone, where the queue keeps
+    it its GPUs (compute.queue.reserve); or None when no taking back would make room for all
+    of it (nothing is taken)."""
     gpu_model_placement_lock(offering.gpu_model_id)
-    chosen = plan(offering, region, nodes=nodes, reserved=reserved)
-    if chosen is None:
+    found = _plan(offering, region, nodes=nodes, reserved=reserved)
+    if found is None:
         return None
-    if not chosen:
-        return []
-    return preempt([h for unit in chosen for h in unit.holdings], now=now)
+    holdings = [h for unit in found.units for h in unit.holdings]
+    return TakenBack(preempt(holdings, now=now) if holdings else [], found.nodes)
 
 
 def preempt(holding_ids: list[str], *, now: datetime | None = None) -> list[str]:

@@ -562,7 +562,7 @@ def _try_place(
         return "over_budget", None
     if placement is None:
         if not spot:  # a paying order that can pay takes spot GPUs back, with notice
-            _take_back(instance.offering, form, round_)
+            _take_back(instance, form, round_)
         return "wait", None
     if instance.billing == BillingMode.MONTHLY and not period_active(instance):
         period_charge(instance)
@@ -597,7 +597,7 @@ def _try_place_gang(
         return "over_budget", None
     if nodes is None:
         if not spot:  # a paying gang takes spot nodes back, all or none
-            _take_back(head.offering, form, round_)
+            _take_back(head, form, round_)
         return "wait", None
     for rank, placement in zip(ranks, nodes.placements, strict=True):
         if rank.billing == BillingMode.MONTHLY and not period_active(rank):
@@ -606,17 +606,23 @@ def _try_place_gang(
     return "placed", None
 
 
-def _take_back(offering: Offering, form: Shape, round_: "_Round | None") -> None:
-    """A paying order of `offering` that found no room and can pay takes spot GPUs back, with
-    notice (compute.preemption.preempt_for), outside the GPUs the drain's `round_` keeps for
-    orders ahead; unless the round knows already that nothing taken back makes room for an
-    order that asks this much (compute.queue.Unplannable), which it remembers when so."""
+def _take_back(head: Instance, form: Shape, round_: "_Round | None") -> None:
+    """A paying order (its locked `head`: an instance, or a gang's first rank) that found no
+    room and can pay takes spot GPUs back, with notice (compute.preemption.preempt_for),
+    outside the GPUs the drain's `round_` keeps for orders ahead, which then keeps it GPUs on
+    the nodes its notices make room on (_Round.waits); unless the round knows already that
+    nothing taken back makes room for an order that asks this much
+    (compute.queue.Unplannable), which it remembers when so."""
     if round_ is not None and round_.unplannable.planless(form):
         return
     reserved = round_.reserved if round_ is not None else None
-    taken = preempt_for(offering, form.region, nodes=form.nodes, reserved=reserved)
-    if taken is None and round_ is not None:
+    taken = preempt_for(head.offering, form.region, nodes=form.nodes, reserved=reserved)
+    if round_ is None:
+        return
+    if taken is None:
         round_.unplannable.remember(round_.unplannable.no_plan, form)
+    else:
+        round_.noticed_on[head.id] = taken.nodes
 
 
 def switches_held(ranks: list[Instance]) -> frozenset[str]:
@@ -668,7 +674,9 @@ class _Round:
     (`from_spot`), whether a paying order may still start
     (`paying`: no, once one could be kept nothing), the most GPUs a spot order may ask
     (`spot_most`: the most free on one node that no paying order is kept; None until an order
-    waited), the orders it cannot plan (compute.queue.Unplannable) and the nodes' loads, by
+    waited), the nodes a waiting paying order's notices make room on (`noticed_on`, by its
+    id: it is kept GPUs there), the orders it cannot plan (compute.queue.Unplannable) and the
+    nodes' loads, by
     region ("" = all), read once and again only after a placement took GPUs (an order that
     waits changes only the reservations, kept here)."""
 
@@ -677,6 +685,7 @@ class _Round:
     from_spot: Reserved = field(default_factory=dict)
     paying: bool = True
     spot_most: int | None = None
+    noticed_on: dict[str, tuple[str, ...]] = field(default_factory=dict)
     unplannable: Unplannable = field(default_factory=Unplannable)
     loads: dict[str, list[Load]] = field(default_factory=dict)
 
@@ -703,7 +712,13 @@ class _Round:
             whole = bool(gang) or head.offering.kind == OfferingKind.BARE_METAL
             gpus = head.offering.gpu_count
             kept = reserve(
-                mine, self.reserved, gpus=gpus, whole=whole, count=count, from_spot=self.from_spot
+                mine,
+                self.reserved,
+                gpus=gpus,
+                whole=whole,
+                count=count,
+                from_spot=self.from_spot,
+                noticed_on=self.noticed_on.pop(head.id, ()),
             )
             self.paying = kept  # (it may still take spot GPUs back where none are kept)
         self.spot_most = spare(everywhere, self.from_spot)

@@ -130,6 +130,45 @@ def test_spot_never_takes_gpus_kept_for_an_order_that_waits_only_for_spot(catalo
     assert _node(hourly) != _node(spot_four)
 
 
+def test_a_paying_order_is_kept_the_gpus_its_notices_free(catalog):
+    user = make_user()
+    fund(user, 5_000_000)
+    hourly = _order(user, 4)
+    beside = [_order(user, 2, billing="spot") for _ in range(2)]  # best fit: next to it
+    other = [_order(user, 2, billing="spot") for _ in range(4)]  # the other node, full
+    packed = _node(hourly)
+    assert {_node(i) for i in beside} == {packed} != {_node(i) for i in other}
+    head = _order(user, 4)
+    assert head.status == "queued"
+    queue_drain(product=H100)
+    # two holdings either way: where the hourly rental packs (compute.preemption.plan)
+    assert set(Holding.objects.filter(preempt_at__isnull=False).values_list("id", flat=True)) == {
+        i.id for i in beside
+    }
+
+    # one pod is gone, the other not yet: its two GPUs stay kept for the head, not for the
+    # node free of paying rentals, so a spot order waits rather than take them (and the head
+    # give notice again once it had)
+    instance_mark_stopped(beside[0].id)
+    late = _order(user, 2, billing="spot")
+    assert queue_drain(product=H100) == []
+    assert _status(late) == "queued"
+    instance_mark_stopped(beside[1].id)
+    assert queue_drain(product=H100) == [head.id]
+    assert _node(head) == packed
+    assert Holding.objects.filter(preempt_at__isnull=False, state="placed").count() == 0
+
+
+def test_an_order_is_kept_gpus_where_its_notices_went():
+    loads = [_load("a", 2, 4), _load("b", 0, 0)]  # two of a's GPUs freed already
+    kept: dict[str, int] = {}
+    from_spot: dict[str, int] = {}
+    assert reserve(loads, kept, gpus=4, whole=False, from_spot=from_spot, noticed_on=("a",))
+    # not b, where the fewest GPUs stay held: a's spot GPUs are the ones being taken back
+    assert kept == from_spot == {"a": 4}
+    assert spare(loads, from_spot) == 0  # what they free stays free for it, not for spot
+
+
 def test_every_paying_order_ahead_keeps_its_gpus(busy):
     user = busy["user"]
     second = _order(user, 8)  # keeps the fuller node, once the head has the emptier
