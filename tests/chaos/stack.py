@@ -30,6 +30,8 @@ WEBHOOK_SECRET = "whsec_chaos"
 # the instances' orders and endpoint replicas on H100s; clusters and jobs on whole A100 nodes
 FLEET = "h100=4,a100=4"
 AGENTS = 2  # node agents run for the first nodes (one of them flaps)
+# gunicorn keeps an idle connection this long, as bin/run and the chart do (web.keepAliveSeconds)
+KEEP_ALIVE_S = "75"
 # The processes write their modules' bytecode (__pycache__, ignored by git) even where the
 # environment says not to (PYTHONDONTWRITEBYTECODE, as on the development host): a worker
 # started again after each kill, gunicorn's new workers, the flapping agent and the emulator
@@ -211,10 +213,11 @@ class Stack:
         self._define("stripe", [*stripe, "--webhook-url", hook, "--webhook-secret", WEBHOOK_SECRET])
         self.spawn("stripe")
 
-    def start_platform(self) -> None:
-        """gunicorn, the worker and beat (not waited for: wait_ready())."""
+    def start_platform(self, web_args: tuple[str, ...] = ()) -> None:
+        """gunicorn (with web_args), the worker and beat (not waited for: wait_ready())."""
         web = [PY, "-m", "gunicorn", "starverse.wsgi:application", "--bind"]
         web += [f"127.0.0.1:{self.ports['web']}", "--workers", "2", "--threads", "4"]
+        web += ["--keep-alive", KEEP_ALIVE_S, *web_args]
         web += ["--control-socket", str(self.root / "gunicorn.ctl"), "--graceful-timeout", "5"]
         self._define("web", web, {"KUBE_ACCESS": "false"})
         worker = [PY, "-m", "celery", "-A", "starverse", "worker", "--pool=threads"]

@@ -439,6 +439,15 @@ def test_rollouts_keep_capacity_and_let_work_finish():
     assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > limit > 0
 
 
+def test_the_web_keeps_idle_connections_past_the_agents_period_and_the_ingresss_timeout():
+    """An idle connection outlives the node agents' 15 s between reports (each reuses its own)
+    and ingress-nginx's 60 s upstream idle timeout (the proxy closes first, never racing
+    gunicorn's close with its next request: a 502)."""
+    command = container(by_kind(render(production_values()), "Deployment")["web"])["command"]
+    keep_alive = int(command[command.index("--keep-alive") + 1])
+    assert keep_alive > 60 > 15
+
+
 def test_a_point_in_time_recovery_bootstraps_a_new_cluster_from_the_old_ones_backups():
     values = {
         "postgresql": {

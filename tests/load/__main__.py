@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,26 @@ def locust(stack: Stack, args: argparse.Namespace, data: Path, results: Path) ->
         process.wait()
 
 
+# gunicorn's own time for each request (from its parse to the last byte), and when it ended
+ACCESS_FORMAT = "%(t)s %(L)s"
+
+
+def server_side(stage: dict[str, Any], access_log: Path) -> str:
+    """The stage's requests as gunicorn timed them: the platform's share of what Locust timed
+    (Locust's process adds its own, tens of ms at 1,024 users: docs/capacity.md)."""
+    times = []
+    for line in access_log.read_text().splitlines():
+        stamp, _, seconds = line.rpartition(" ")
+        at = datetime.strptime(stamp.strip("[]"), "%d/%b/%Y:%H:%M:%S %z").timestamp()
+        if stage["from_epoch"] <= at < stage["until_epoch"]:
+            times.append(float(seconds) * 1000)
+    times.sort()
+    if not times:
+        return f"{stage['people']} people: no request logged"
+    p50, p99 = (times[min(len(times) - 1, int(q * len(times)))] for q in (0.5, 0.99))
+    return f"{stage['people']} people: {len(times)} requests, p50 {p50:.0f} ms, p99 {p99:.0f} ms"
+
+
 def verdict(stages: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     held = [s for s in stages if s["p99_ms"] <= HELD_P99_MS and not s["errors"]]
     broke = [s for s in stages if s["p99_ms"] > STOP_P99_MS or s["errors"]]
@@ -115,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     stack = Stack(root, REPO / "var" / "load" / "pg", fleet="h100=16")
     try:
         stack.start()
-        stack.start_platform()
+        stack.start_platform(web_args=("--access-logfile", str(stack.log / "access.log"),
+                                       "--access-logformat", ACCESS_FORMAT))  # fmt: skip
         prepare(stack, args.nodes, root / "data.json")
         stack.wait_ready()
         print(f"load: {args.nodes} node agents, people from {args.start} by {args.step} every "
@@ -128,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     for line in verdict(stages, args):
         print(line)
+    if stages:
+        print("gunicorn's time for the same requests (from its parse of a request to its answer):")
+        for stage in stages:
+            print(f"  {server_side(stage, stack.log / 'access.log')}")
     print(f"(on {os.cpu_count()} CPUs, shared with whatever else runs on this machine)")
     return 0 if stages else 1
 

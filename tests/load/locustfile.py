@@ -31,16 +31,22 @@ def _stage() -> dict[str, Any] | None:
     return stages[-1] if stages else None
 
 
+def _kind(request_type: str, name: str, exception: Any) -> str:
+    """An error's kind: the route as named (not its URL: one per node would list 1,024 kinds)
+    and what went wrong (the status, or the exception's class)."""
+    what = getattr(exception, "code", None) or type(exception).__name__
+    return f"{request_type} {name}: {what}"
+
+
 @events.request.add_listener
-def _record(response_time: float, exception: Any, **_: Any) -> None:
+def _record(request_type: str, name: str, response_time: float, exception: Any, **_: Any) -> None:
     stage = _stage()
     if stage is not None and time.monotonic() >= stage["measure_from"]:
         stage["times"].append(response_time)
         if exception is not None:
             stage["errors"] += 1
-            stage["error_kinds"][str(exception)[:120]] = 1 + stage["error_kinds"].get(
-                str(exception)[:120], 0
-            )
+            kind = _kind(request_type, name, exception)
+            stage["error_kinds"][kind] = 1 + stage["error_kinds"].get(kind, 0)
 
 
 def _p(times: list[float], q: float) -> float:
@@ -55,6 +61,8 @@ def summary(stage: dict[str, Any]) -> dict[str, Any]:
         "rps": round(len(times) / seconds, 1), "p50_ms": round(_p(times, 0.50)),
         "p95_ms": round(_p(times, 0.95)), "p99_ms": round(_p(times, 0.99)),
         "errors": stage["errors"], "error_kinds": stage["error_kinds"],
+        # the measured window on the wall clock, to find the stage's lines in gunicorn's log
+        "from_epoch": stage["measure_from_epoch"], "until_epoch": stage["ended_epoch"],
     }  # fmt: skip
 
 
@@ -68,9 +76,9 @@ class Rising(LoadTestShape):
         stage = _stage()
         if stage is None or now - stage["started"] >= STAGE_S:
             if stage is not None:
-                stage["ended"] = now
+                stage["ended"], stage["ended_epoch"] = now, time.time()
                 result = summary(stage)
-                shown = {k: v for k, v in result.items() if k != "error_kinds"}
+                shown = {k: v for k, v in result.items() if not k.endswith(("_kinds", "_epoch"))}
                 print(f"stage: {json.dumps(shown)}", flush=True)
                 broke = result["p99_ms"] > STOP_P99_MS or result["errors"]
                 if (broke and not stage["warm_up"]) or stage["people"] >= MAX:
@@ -78,6 +86,7 @@ class Rising(LoadTestShape):
             # first the agents alone: their first reports register 1,024 nodes' GPUs at once
             people = 0 if stage is None else START if stage["warm_up"] else stage["people"] + STEP
             stages.append({"people": people, "started": now, "measure_from": now + 10.0,
+                           "measure_from_epoch": time.time() + 10.0,
                            "times": [], "errors": 0, "error_kinds": {},
                            "warm_up": stage is None})  # fmt: skip
         return NODES + stages[-1]["people"], 200.0
