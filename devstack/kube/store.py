@@ -156,7 +156,15 @@ class Store:
             self.check_not_expired(rv)
             if rv >= self._rv:
                 return []
-            return [c for c in self._history if c.rv > rv]
+            # from the newest back: a caller that keeps up reads its few changes, not the
+            # whole history, on every pass
+            newer: list[Change] = []
+            for change in reversed(self._history):
+                if change.rv <= rv:
+                    break
+                newer.append(change)
+            newer.reverse()
+            return newer
 
     def wait_for_change(self, rv: int, timeout: float) -> None:
         with self._cond:
