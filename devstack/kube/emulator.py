@@ -273,7 +273,6 @@ class KubeEmulator:
         self.kubelet.logs.close()
         for thread in self._threads:
             thread.join(timeout=5)
-        self.kubelet.close()
         self._server = None
         if self.state is not None:
             self.state.close()
@@ -295,21 +294,18 @@ class KubeEmulator:
         while not self._stopping.wait(self.tick_s):
             with self.store.lock:
                 if self._paused_at is None:
-                    self.tick(background=True)
+                    self.tick()
 
     def _poll_keda(self) -> None:
         """Read the KEDA stand-in's in-flight counts, outside the store's lock."""
         while not self._stopping.wait(self.keda.polling_interval_s):
             self.keda.refresh()
 
-    def tick(self, background: bool = False) -> None:
-        """One pass of the emulated control plane and kubelets (the loop calls this, with
-        ``background``: init containers' file copies run outside the store's lock, and a
-        later pass records their end)."""
+    def tick(self) -> None:
+        """One pass of the emulated control plane and kubelets (the loop calls this)."""
         # one pass is atomic with respect to API requests and fault calls (lose_node, ...)
         with self.store.lock:
             now = self.now()
-            self.kubelet.background = background
             for part in (
                 self.volume_data,
                 self.controllers,

@@ -43,7 +43,6 @@ import datetime as dt
 import functools
 import hashlib
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -57,7 +56,7 @@ from .podlogs import LogBook
 from .resources import LEASES, NODES, PODS
 from .saving import PushRun, layer_args, push, save_layer
 from .scheduler import allocatable, describe_shortage, node_usage
-from .seeding import Program, missing_command, seed_program, tools_program, tools_target
+from .seeding import missing_command, seed, tools_install, tools_target
 from .trainer import (
     GATE_ENV,
     USAGE_EXIT,
@@ -71,7 +70,6 @@ from .volumedata import VolumeData
 from .volumes import VolumeBlock, attach_block, mount_block
 
 Obj = dict[str, Any]
-InitEnd = tuple[int, str, str]  # an init container's exit code, message and reason
 GATE_POLL_S = 0.2  # how often a program waiting for its gate file looks for it
 MOUNT_WARNING_S = 2.0  # how often a pod still waiting for its volumes repeats the warning
 # what the kubelet copies from the log under FallbackToLogsOnError
@@ -95,9 +93,6 @@ class PodSim:
     runs: dict[str, TrainerRun | PushRun] = field(default_factory=dict)
     # containers whose init waits for its gate file (STARVERSE_GATE) before starting the program
     gated: set[str] = field(default_factory=set)
-    inits_done: int = 0  # init containers that ran to a successful end, in order
-    # the init container running now, its files being copied outside the store's lock
-    init_run: Future[InitEnd] | None = None
 
 
 def _containers(pod: Obj) -> list[Obj]:
@@ -129,11 +124,6 @@ def _terminated(status: Obj, code: int, message: str, stamp: str, reason: str = 
     if message:
         terminated["message"] = message
     return terminated
-
-
-def _run_program(program: Program) -> InitEnd:
-    code, message = program()
-    return code, message, ""
 
 
 def _renewed(lease: Obj) -> None:
@@ -179,22 +169,9 @@ class Kubelet:
         self.frozen_nodes: set[str] = set()
         self.sims: dict[str, PodSim] = {}
         self._ip_serial: dict[str, int] = {}
-        # The emulator's own loop sets this for its passes: init containers' file copies then
-        # run on the runtime's thread, outside the store's lock (as a node's runtime runs
-        # containers while the API server serves), and a later pass records their end. A
-        # pass driven by ``step`` runs them to their end within the pass, as before.
-        self.background = False
-        self._runtime: ThreadPoolExecutor | None = None
-
-    def close(self) -> None:
-        """Wait for init containers still copying, then stop the runtime's thread."""
-        if self._runtime is not None:
-            self._runtime.shutdown(wait=True)
-            self._runtime = None
 
     def reset(self) -> None:
         """Forget every pod and fault: kubelets as they were when the emulator started."""
-        self.close()  # no copy lands in a volume directory after the reset removed it
         self.pull_delay_s = self.configured_pull_delay_s
         self.failing_images.clear()
         self.failing_starts.clear()
@@ -429,27 +406,17 @@ class Kubelet:
         if sim.stage == "mounting":
             self._mount(pod, sim, now)
         elif sim.stage == "pulling":
-            if sim.inits_done == 0 and sim.init_run is None:
-                failing = [c for c in _containers(pod) if self._failing(str(c.get("image")))]
-                if failing:
-                    self._pull_failed(pod, sim, failing, now)
-                    return
-            for index, (container, init) in enumerate(self._image_containers(pod)):
-                if index < sim.inits_done:  # init containers come first, and ran already
-                    continue
-                if sim.init_run is None:
-                    image = str(container.get("image"))
-                    message = self._pulled_message(sim, image, now)
-                    self._event(pod, sim.node, "Pulled", message, container, init=init)
+            failing = [c for c in _containers(pod) if self._failing(str(c.get("image")))]
+            if failing:
+                self._pull_failed(pod, sim, failing, now)
+                return
+            for container, init in self._image_containers(pod):
+                image = str(container.get("image"))
+                message = self._pulled_message(sim, image, now)
+                self._event(pod, sim.node, "Pulled", message, container, init=init)
                 if init:
-                    if sim.init_run is None:
-                        sim.init_run = self._init_start(pod, sim, container)
-                    if self.background and not sim.init_run.done():
-                        return  # still copying: a later pass looks again
-                    ended, sim.init_run = sim.init_run.result(), None
-                    if not self._init_end(pod, sim, container, ended):
+                    if not self._run_init(pod, sim, container):
                         return
-                    sim.inits_done += 1
                     continue
                 self._event(
                     pod,
@@ -542,44 +509,29 @@ class Kubelet:
 
     # --- programs ----------------------------------------------------------------------------
 
-    def _init_start(self, pod: Obj, sim: PodSim, container: Obj) -> Future[InitEnd]:
-        """Start an init container: the seeding and toolset programs copy files (on the
-        runtime's thread when the emulator's loop runs this pass), the save-layer program
-        makes its layer, anything else runs nothing and succeeds; its exit code, message and
-        reason once it ends. One the runtime cannot exec (fail_container_start, a command
-        missing from its volume) ends at once with a StartError."""
+    def _run_init(self, pod: Obj, sim: PodSim, container: Obj) -> bool:
+        """Run an init container to its end (the seeding program copies, anything else runs
+        nothing and succeeds); its status is recorded. A failed one leaves the pod Pending in
+        ``Init:Error`` (its message and a ``BackOff`` warning say why): False."""
         name = container.get("name", "")
         self._event(pod, sim.node, "Created", f"Created container: {name}", container, init=True)
         image = str(container.get("image"))
         cannot = next((m for part, m in self.failing_starts.items() if part in image), None)
         cannot = cannot or missing_command(self.volume_data, pod, container)
-        ended: Future[InitEnd] = Future()
         if cannot is not None:  # the runtime cannot exec its command (fail_container_start)
+            code, message, reason = 128, cannot, "StartError"
             self._event(
                 pod, sim.node, "Failed", f"Error: {cannot}", container, "Warning", init=True
             )
-            ended.set_result((128, cannot, "StartError"))
-            return ended
-        self._event(pod, sim.node, "Started", f"Started container {name}", container, init=True)
-        program: Program
-        if layer_args(container) is not None:
-            program = functools.partial(save_layer, self.volume_data, pod, container)
-        elif tools_target(container) is not None:
-            program = tools_program(self.volume_data, pod, container)
         else:
-            program = seed_program(self.volume_data, pod, container)
-        if self.background and layer_args(container) is None:
-            if self._runtime is None:
-                self._runtime = ThreadPoolExecutor(1, thread_name_prefix="kube-emulator-runtime")
-            return self._runtime.submit(_run_program, program)
-        ended.set_result(_run_program(program))
-        return ended
-
-    def _init_end(self, pod: Obj, sim: PodSim, container: Obj, ended: InitEnd) -> bool:
-        """Record an init container's end in the pod's status. A failed one leaves the pod
-        Pending in ``Init:Error`` (its message and a ``BackOff`` warning say why): False."""
-        name = container.get("name", "")
-        code, message, reason = ended
+            self._event(pod, sim.node, "Started", f"Started container {name}", container, init=True)
+            if layer_args(container) is not None:
+                code, message = save_layer(self.volume_data, pod, container)
+            elif tools_target(container) is not None:
+                code, message = tools_install(self.volume_data, pod, container)
+            else:
+                code, message = seed(self.volume_data, pod, container)
+            reason = ""
         stamp = now_iso()
 
         def record(obj: Obj) -> None:

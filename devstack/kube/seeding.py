@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,6 @@ from .images import normalize
 from .volumedata import VolumeData
 
 Obj = dict[str, Any]
-# an init container's program, its volumes resolved: (exit code, its termination message)
-Program = Callable[[], tuple[int, str]]
 PROGRAM = "starverse-seed-rootfs"
 SEEDED = ".seeded"
 _DEFAULT_TREE = {
@@ -91,44 +88,26 @@ def seed_args(container: Obj) -> tuple[str, list[str]] | None:
 
 def seed(volume_data: VolumeData, pod: Obj, container: Obj) -> tuple[int, str]:
     """Run the seeding program of an init container: (exit code, its last line)."""
-    return seed_program(volume_data, pod, container)()
-
-
-def seed_program(volume_data: VolumeData, pod: Obj, container: Obj) -> Program:
-    """The seeding program with its volumes resolved now (this reads the store): what it
-    returns only copies files, so the kubelet may run it outside the store's lock."""
     parsed = seed_args(container)
     if parsed is None:
-        return _exits(0, "")
+        return 0, ""
     target, dirs = parsed
-    places: list[tuple[str, Path, Path]] = []
-    refused = ""  # the program stops at the first directory it cannot write, after the others
+    source = image_root(volume_data, str(container.get("image") or ""))
+    seeded = []
     for name in dirs:
         place = volume_data.resolve(pod, container, posixpath.join(target, name))
         marker = volume_data.resolve(pod, container, posixpath.join(target, SEEDED, name))
         if place is None or marker is None or place.read_only:
-            refused = f"{PROGRAM}: {target} is not a writable volume"
-            break
-        places.append((name, place.path, marker.path))
-    image = str(container.get("image") or "")
-
-    def run() -> tuple[int, str]:
-        source = image_root(volume_data, image)
-        seeded = []
-        for name, place, marker in places:
-            if marker.exists():
-                continue
-            if (source / name).is_dir():
-                shutil.copytree(source / name, place, symlinks=True, dirs_exist_ok=True)
-            place.mkdir(parents=True, exist_ok=True)
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-            seeded.append(name)
-        if refused:
-            return 1, refused
-        return 0, f"{PROGRAM}: seeded {' '.join(seeded) or 'nothing (all kept)'}"
-
-    return run
+            return 1, f"{PROGRAM}: {target} is not a writable volume"
+        if marker.path.exists():
+            continue
+        if (source / name).is_dir():
+            shutil.copytree(source / name, place.path, symlinks=True, dirs_exist_ok=True)
+        place.path.mkdir(parents=True, exist_ok=True)
+        marker.path.parent.mkdir(parents=True, exist_ok=True)
+        marker.path.touch()
+        seeded.append(name)
+    return 0, f"{PROGRAM}: seeded {' '.join(seeded) or 'nothing (all kept)'}"
 
 
 def tools_target(container: Obj) -> str | None:
@@ -142,35 +121,16 @@ def tools_target(container: Obj) -> str | None:
 
 def tools_install(volume_data: VolumeData, pod: Obj, container: Obj) -> tuple[int, str]:
     """Run the init image's program: copy the (emulated) toolset into its TARGET volume."""
-    return tools_program(volume_data, pod, container)()
-
-
-def tools_program(volume_data: VolumeData, pod: Obj, container: Obj) -> Program:
-    """The toolset copy with its volume resolved now (this reads the store): what it returns
-    only writes files, so the kubelet may run it outside the store's lock."""
     target = tools_target(container)
     if target is None:
-        return _exits(0, "")
+        return 0, ""
     place = volume_data.resolve(pod, container, target)
     if place is None or place.read_only:
-        return _exits(1, f"{TOOLS_PROGRAM}: {target} is not a writable volume")
-    root = place.path
-
-    def run() -> tuple[int, str]:
-        made: set[Path] = set()
-        for relative, text in TOOLSET.items():
-            path = root / relative
-            if path.parent not in made:  # one mkdir a directory, not one a file
-                path.parent.mkdir(parents=True, exist_ok=True)
-                made.add(path.parent)
-            path.write_text(text)
-        return 0, f"{TOOLS_PROGRAM}: starverse/init emulated into {target}"
-
-    return run
-
-
-def _exits(code: int, message: str) -> Program:
-    return lambda: (code, message)
+        return 1, f"{TOOLS_PROGRAM}: {target} is not a writable volume"
+    for relative, text in TOOLSET.items():
+        (place.path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (place.path / relative).write_text(text)
+    return 0, f"{TOOLS_PROGRAM}: starverse/init emulated into {target}"
 
 
 def missing_command(volume_data: VolumeData, pod: Obj, container: Obj) -> str | None:

@@ -5,14 +5,12 @@ writable volume leaves the pod Pending with the init container's error."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-import pytest
 from kubernetes import client
 
-from devstack.kube import KubeEmulator, kubelet
-from devstack.kube.seeding import Program, seed_args
+from devstack.kube import KubeEmulator
+from devstack.kube.seeding import seed_args
 from tests.devstack import wait_for
 
 NS = "seeding"
@@ -113,68 +111,6 @@ def test_a_target_that_is_no_writable_volume_keeps_the_pod_pending(
     assert status.state.terminated.exit_code == 1
     assert status.state.terminated.message == "starverse-seed-rootfs: /sys is not a writable volume"
     assert api.read_namespaced_pod("stuck", NS).status.phase == "Pending"
-
-
-def test_the_api_answers_while_an_init_container_copies(
-    emu: KubeEmulator, api: client.CoreV1Api, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The copy runs as a node's runtime runs containers, not inside the control plane's
-    pass: the store's lock is free while it runs, and a later pass records its end."""
-    copying, release = threading.Event(), threading.Event()
-    resolve = kubelet.seed_program
-
-    def held(volume_data: Any, pod: Any, container: Any) -> Program:
-        copy = resolve(volume_data, pod, container)
-
-        def run() -> tuple[int, str]:
-            copying.set()
-            release.wait(30)
-            return copy()
-
-        return run
-
-    monkeypatch.setattr(kubelet, "seed_program", held)
-    _setup(api)
-    api.create_namespaced_pod(NS, _pod("slow"))
-    try:
-        assert copying.wait(10)
-        # answered while the copy is held (the pass that started it has ended)
-        pod = api.read_namespaced_pod("slow", NS, _request_timeout=5)
-        api.create_namespaced_config_map(
-            NS,
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "meanwhile"}},
-            _request_timeout=5,
-        )
-        assert pod.status.phase == "Pending"
-        assert pod.status.init_container_statuses is None
-    finally:
-        release.set()
-
-    pod = _phase(api, "slow", "Running")
-    [status] = pod.status.init_container_statuses
-    assert status.state.terminated.message == "starverse-seed-rootfs: seeded usr etc"
-    volume = api.read_namespaced_persistent_volume_claim("sys", NS).spec.volume_name
-    assert (emu.volume_data.volume_dir(volume) / "usr/bin/tini").read_text() == "emulated tini\n"
-
-
-def test_a_stepped_pass_runs_an_init_container_to_its_end(
-    emu: KubeEmulator, api: client.CoreV1Api
-) -> None:
-    """Driven by ``step``, one pass runs the copy and records its end, as before."""
-    _setup(api)
-    with emu.paused():
-        api.create_namespaced_pod(NS, _pod("stepped"))
-        for _ in range(20):
-            emu.step(1.0)
-            statuses = api.read_namespaced_pod("stepped", NS).status.init_container_statuses
-            if statuses:
-                break
-        else:
-            raise AssertionError("the init container never ended")
-        assert statuses[0].state.terminated.message == "starverse-seed-rootfs: seeded usr etc"
-        # the same pass went on to the main container's start
-        events = api.list_namespaced_event(NS).items
-        assert any(e.reason == "Started" and "main" in e.message for e in events)
 
 
 def test_only_the_seeding_program_is_recognised() -> None:
