@@ -159,11 +159,12 @@ def test_a_resize_pass_looks_at_the_claims_that_changed_only(
 
     looked: list[str] = []
     requested = volumes.requested_storage
-    monkeypatch.setattr(
-        volumes,
-        "requested_storage",
-        lambda claim: looked.append(claim["metadata"]["name"]) or requested(claim),
-    )
+
+    def looking(claim: Obj) -> Any:
+        looked.append(claim["metadata"]["name"])
+        return requested(claim)
+
+    monkeypatch.setattr(volumes, "requested_storage", looking)
 
     def grow(obj: Obj) -> None:
         obj["spec"]["resources"]["requests"]["storage"] = "2Gi"

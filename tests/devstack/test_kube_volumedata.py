@@ -51,7 +51,12 @@ def test_a_claim_change_looks_at_that_claim_only(
 
     asked: list[str] = []
     volume_dir = data.volume_dir
-    monkeypatch.setattr(data, "volume_dir", lambda name: asked.append(name) or volume_dir(name))
+
+    def asking(name: str) -> Path:
+        asked.append(name)
+        return volume_dir(name)
+
+    monkeypatch.setattr(data, "volume_dir", asking)
     new = _claim(api, "c-new")
     data.tick(1.0)
     # the one new claim's directory made; the other 20 claims not looked at again
