@@ -25,6 +25,7 @@ from .resources import NAMESPACES, PODS, PVCS, SERVICES, ResourceType
 from .selectors import make_filter, selector_string
 from .store import Obj, Store
 from .validation import Validator
+from .volumes import PODS_BY_CLAIM, claim_keys
 
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -42,6 +43,7 @@ class Api(DeletionMixin):
 
     def __init__(self, store: Store, validator: Validator, seed: int | None = None) -> None:
         self.store = store
+        store.add_index(PODS, PODS_BY_CLAIM, claim_keys)
         self.validator = validator
         self.allocator = Allocator(store, seed)
         self.events = EventRecorder(store)

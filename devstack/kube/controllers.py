@@ -257,7 +257,9 @@ class Controllers:
             )
 
         by_key = {rt.key: rt for rt in ALL_RESOURCES}
-        for key, owner in self.api.store.find(deleting_foreground):
+        for key, owner in self.api.store.deleting():
+            if not deleting_foreground(owner):
+                continue
             rt = by_key.get(key)
             if rt is None:
                 continue

@@ -15,7 +15,7 @@ from .objects import TERMINAL, ns_name, strip_type
 from .resources import ALL_RESOURCES, NAMESPACES, PODS, PVCS, ResourceType
 from .selectors import make_filter
 from .store import Obj, Store
-from .volumes import pod_claims
+from .volumes import PODS_BY_CLAIM
 
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
 PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
@@ -45,11 +45,7 @@ class DeletionMixin:
             return removed
 
     def dependents(self, uid: str) -> list[tuple[ResourceType, Obj]]:
-        def owned(obj: Obj) -> bool:
-            refs = obj["metadata"].get("ownerReferences") or []
-            return any(isinstance(r, dict) and r.get("uid") == uid for r in refs)
-
-        return [(_BY_KEY[key], obj) for key, obj in self.store.find(owned) if key in _BY_KEY]
+        return [(_BY_KEY[key], obj) for key, obj in self.store.owned_by(uid) if key in _BY_KEY]
 
     def _drop_owner(self, uid: str) -> Callable[[Obj], None]:
         def change(obj: Obj) -> None:
@@ -83,10 +79,8 @@ class DeletionMixin:
         """Whether a pod that has not terminated mounts this claim."""
         meta = pvc["metadata"]
         return any(
-            claim == meta["name"]
-            for pod in self.store.items(PODS, meta.get("namespace", ""))
-            if (pod.get("status") or {}).get("phase") not in TERMINAL
-            for _, claim in pod_claims(pod)
+            (pod.get("status") or {}).get("phase") not in TERMINAL
+            for pod in self.store.indexed(PODS_BY_CLAIM, (meta.get("namespace", ""), meta["name"]))
         )
 
     def delete(

@@ -31,14 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from .api import snapshot_source
+from .errors import ApiError
 from .resources import PODS, PVCS, VOLUME_SNAPSHOT_CONTENTS, VOLUME_SNAPSHOTS
-from .store import Store
+from .store import Change, Store, obj_key
 
 Obj = dict[str, Any]
 # Only directories named as the emulator names them are ever removed from the data directory.
 _VOLUME_NAME = re.compile(r"^pvc-[0-9a-f-]+$")
 _CONTENT_NAME = re.compile(r"^snapcontent-[0-9a-f-]+$")
 _POD_UID = re.compile(r"^[0-9a-f-]+$")
+# Between full looks at every object, each pass handles only what changed since the last
+# (its store changes); a full look this often still removes directories made for an object
+# after it went (an exec's write racing the pod's deletion), as the kubelet's housekeeping does.
+SWEEP_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,9 @@ class VolumeData:
         self.root = Path(tempfile.mkdtemp(prefix="kube-volumes-") if data_dir is None else data_dir)
         self.root.mkdir(parents=True, exist_ok=True)
         self._seen_rv = -1
+        self._swept_at = float("-inf")
+        # volume name -> the claims Bound to it (namespace, name): its directory lives while any
+        self._holders: dict[str, set[tuple[str, str]]] = {}
         if not keep:  # the store is new: a directory left by an earlier run belongs to no claim
             self.clear()
 
@@ -92,31 +100,33 @@ class VolumeData:
         with self.store.lock:
             if self.store.resource_version == self._seen_rv:
                 return
-            self._seen_rv = self.store.resource_version
             self.root.mkdir(parents=True, exist_ok=True)
-            self._sync()
+            changes = None
+            if self._seen_rv >= 0 and now < self._swept_at + SWEEP_S:
+                try:
+                    changes = self.store.changes_after(self._seen_rv)
+                except ApiError:  # the history no longer reaches back: look at everything
+                    changes = None
+            self._seen_rv = self.store.resource_version
+            if changes is None:
+                self._sync()
+                self._swept_at = now
+            else:
+                self._apply(changes)
 
     def _sync(self) -> None:
-        """Cut new snapshots first (a claim restored from one in the same pass finds it), then
-        provision new claims' directories, then remove what lost its object."""
+        """Look at every claim, content and pod: cut new snapshots first (a claim restored
+        from one in the same pass finds it), then provision new claims' directories, then
+        remove what lost its object (a directory left by an earlier run, or made for a pod or
+        claim after it went)."""
         contents = {c["metadata"]["name"]: c for c in self.store.items(VOLUME_SNAPSHOT_CONTENTS)}
         for name, content in contents.items():
-            target = self.content_dir(name)
-            if not target.exists():
-                handle = ((content.get("spec") or {}).get("source") or {}).get("volumeHandle", "")
-                _copy_or_make(self.volume_dir(handle) if handle else None, target)
-        claims = self.store.items(PVCS)
-        volumes: set[str] = set()
-        for claim in claims:
-            volume = (claim.get("spec") or {}).get("volumeName") or ""
-            if not volume or (claim.get("status") or {}).get("phase") != "Bound":
-                continue
-            volumes.add(volume)
-            target = self.volume_dir(volume)
-            if not target.exists():
-                _copy_or_make(self._origin(claim), target)
+            self._content_seen(name, content)
+        self._holders = {}
+        for claim in self.store.items(PVCS):
+            self._claim_changed(claim, None)
         for child in list(self.root.iterdir()):
-            if _VOLUME_NAME.match(child.name) and child.name not in volumes:
+            if _VOLUME_NAME.match(child.name) and child.name not in self._holders:
                 shutil.rmtree(child, ignore_errors=True)
         for parent, live, pattern in (
             (self.root / "snapshots", set(contents), _CONTENT_NAME),
@@ -129,6 +139,50 @@ class VolumeData:
             for child in list(parent.iterdir()) if parent.is_dir() else []:
                 if pattern.match(child.name) and child.name not in live:
                     shutil.rmtree(child, ignore_errors=True)
+
+    def _apply(self, changes: list[Change]) -> None:
+        """What ``_sync`` would do, for the objects these changes touched only: a store
+        change costs the directories of its own object, not a look at every claim. Contents
+        go first, as in ``_sync``."""
+        for change in changes:
+            if change.resource == VOLUME_SNAPSHOT_CONTENTS.key:
+                name = change.obj["metadata"].get("name", "")
+                if change.type == "DELETED":
+                    if _CONTENT_NAME.match(name):
+                        shutil.rmtree(self.content_dir(name), ignore_errors=True)
+                else:
+                    self._content_seen(name, change.obj)
+        for change in changes:
+            if change.resource == PVCS.key:
+                self._claim_changed(None if change.type == "DELETED" else change.obj, change.prev)
+            elif change.resource == PODS.key and change.type == "DELETED":
+                uid = change.obj["metadata"].get("uid", "")
+                if _POD_UID.match(uid):
+                    shutil.rmtree(self.root / "pods" / uid, ignore_errors=True)
+
+    def _content_seen(self, name: str, content: Obj) -> None:
+        target = self.content_dir(name)
+        if not target.exists():
+            handle = ((content.get("spec") or {}).get("source") or {}).get("volumeHandle", "")
+            _copy_or_make(self.volume_dir(handle) if handle else None, target)
+
+    def _claim_changed(self, claim: Obj | None, prev: Obj | None) -> None:
+        """A claim's volume directory exists while some claim is Bound to it: made (as a
+        copy of its origin) when the first is, removed when the last is no more."""
+        old, new = _bound_volume(prev), _bound_volume(claim)
+        key = obj_key(claim if claim is not None else prev or {})
+        if old and old != new:
+            holders = self._holders.get(old, set())
+            holders.discard(key)
+            if not holders:
+                self._holders.pop(old, None)
+                if _VOLUME_NAME.match(old):
+                    shutil.rmtree(self.volume_dir(old), ignore_errors=True)
+        if new and claim is not None:
+            self._holders.setdefault(new, set()).add(key)
+            target = self.volume_dir(new)
+            if not target.exists():
+                _copy_or_make(self._origin(claim), target)
 
     def _origin(self, claim: Obj) -> Path | None:
         """The directory a new claim's volume starts as a copy of: its snapshot's content or
@@ -204,6 +258,13 @@ class VolumeData:
             target.mkdir(parents=True, exist_ok=True)
             return target
         return None
+
+
+def _bound_volume(claim: Obj | None) -> str:
+    """The volume a claim is Bound to, or "" (none yet, or no longer)."""
+    if claim is None or (claim.get("status") or {}).get("phase") != "Bound":
+        return ""
+    return str((claim.get("spec") or {}).get("volumeName") or "")
 
 
 def _copy_or_make(source: Path | None, target: Path) -> None:

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from .errors import ApiError
 from .objects import TERMINAL, set_condition
 from .quantity import QuantityError, parse_quantity
 from .resources import PODS, PVCS
-from .store import Store
+from .store import Store, obj_key
 
 if TYPE_CHECKING:
     from .api import Api
@@ -52,6 +53,16 @@ def pod_claims(pod: Obj) -> list[tuple[str, str]]:
         if isinstance(source, dict) and source.get("claimName"):
             claims.append((str(volume.get("name", "")), str(source["claimName"])))
     return claims
+
+
+# the Store index of pods by the claims they mount, ``(namespace, claim name)`` (``Api`` adds
+# it): who holds a claim is a look at its pods, not at every pod of the namespace
+PODS_BY_CLAIM = "pods-by-claim"
+
+
+def claim_keys(pod: Obj) -> list[Any]:
+    namespace = (pod.get("metadata") or {}).get("namespace", "")
+    return [(namespace, claim) for _, claim in pod_claims(pod)]
 
 
 def storage_of(values: Obj | None) -> Fraction | None:
@@ -121,11 +132,10 @@ def attach_block(
             continue
         holders = sorted(
             other["metadata"]["name"]
-            for other in store.items(PODS, namespace)
+            for other in store.indexed(PODS_BY_CLAIM, (namespace, name))
             if other["metadata"].get("uid") != meta.get("uid")
             and (other.get("spec") or {}).get("nodeName") not in (None, "", node_name)
             and (other.get("status") or {}).get("phase") not in TERMINAL
-            and any(claim_name == name for _, claim_name in pod_claims(other))
             and attached(other)
         )
         if holders:
@@ -146,10 +156,15 @@ class VolumeResizer:
 
     def __init__(self, api: Api) -> None:
         self.api = api
+        self._seen_rv = -1  # the store's resourceVersion at the last pass
 
     def tick(self, now: float) -> None:
         with self.api.store.lock:
-            for claim in self.api.store.items(PVCS):
+            if self.api.store.resource_version == self._seen_rv:
+                return
+            claims = self._changed_claims()
+            self._seen_rv = self.api.store.resource_version  # our own changes: the next pass
+            for claim in claims:
                 status = claim.get("status") or {}
                 wanted, have = requested_storage(claim), storage_of(status.get("capacity"))
                 if status.get("phase") != "Bound" or wanted is None or have is None:
@@ -160,6 +175,21 @@ class VolumeResizer:
                     self._finish(claim)
                 else:
                     self._expand(claim)
+
+    def _changed_claims(self) -> list[Obj]:
+        """The claims changed since the last pass (what a pass does to a claim depends on it
+        alone, so one that did not change needs nothing new); every claim at the first pass
+        or when the history no longer reaches back."""
+        store = self.api.store
+        if self._seen_rv >= 0:
+            try:
+                changes = store.changes_after(self._seen_rv)
+            except ApiError:
+                changes = None
+            if changes is not None:
+                keys = {obj_key(c.obj) for c in changes if c.resource == PVCS.key}
+                return [claim for key in sorted(keys) if (claim := store.get(PVCS, *key))]
+        return store.items(PVCS)
 
     def _expand(self, claim: Obj) -> None:
         meta = claim["metadata"]
