@@ -63,7 +63,27 @@ def prepare(stack: Stack, nodes: int, data_path: Path) -> None:
 
 
 def locust(stack: Stack, args: argparse.Namespace, data: Path, results: Path) -> None:
+    """The node agents (tests/load/fleet.py) in a process of their own, then Locust's people
+    until the last stage; the agents' log feeds each stage's figures."""
+    fleet_log = stack.log / "fleet.log"
+    fleet_log.write_text("")
+    with (stack.log / "fleet.err").open("w") as err:
+        fleet = subprocess.Popen(
+            [PY, "-m", "tests.load.fleet", str(data), stack.web_url, str(fleet_log)],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=err,
+        )  # fmt: skip
+    try:
+        _locust(stack, args, data, results, fleet_log)
+    finally:
+        fleet.terminate()
+        fleet.wait(timeout=30)
+
+
+def _locust(
+    stack: Stack, args: argparse.Namespace, data: Path, results: Path, fleet_log: Path
+) -> None:
     env = {**os.environ, "LOAD_DATA": str(data), "LOAD_RESULTS": str(results),
+           "LOAD_FLEET_LOG": str(fleet_log),
            "LOAD_START": str(args.start), "LOAD_STEP": str(args.step), "LOAD_MAX": str(args.max),
            "LOAD_STAGE_S": str(args.stage_s), "PYTHONPATH": str(REPO)}  # fmt: skip
     command = [PY, "-m", "locust", "-f", str(REPO / "tests" / "load" / "locustfile.py")]

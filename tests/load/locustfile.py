@@ -1,17 +1,18 @@
-"""Locust's side of `make load` (tests/load/__init__.py). Reads LOAD_DATA (the JSON the driver
-wrote: node names and tokens, API tokens, console session cookies, the offering to order) and
-writes each stage's figures to LOAD_RESULTS when it quits."""
+"""Locust's side of `make load` (tests/load/__init__.py): the people. Reads LOAD_DATA (the JSON
+the driver wrote: node names and tokens, API tokens, console session cookies, the offering to
+order) and writes each stage's figures to LOAD_RESULTS when it quits. A stage's figures count
+the node agents' reports too, read from LOAD_FLEET_LOG (tests/load/fleet.py sends them)."""
 
-import itertools
 import json
 import os
 import random
 import time
+from pathlib import Path
 from typing import Any
 
-from locust import FastHttpUser, LoadTestShape, between, constant_pacing, events, task
+from locust import FastHttpUser, LoadTestShape, between, events, task
 
-from tests.load.report import node_report
+from tests.load.figures import fleet_window
 
 with open(os.environ["LOAD_DATA"]) as _data:
     DATA = json.load(_data)
@@ -23,7 +24,6 @@ STOP_P99_MS, HELD_P99_MS = 500.0, 200.0
 # Answers the API documents for a busy account (no GPUs left for it, its queue full, its
 # balance short): what a person gets, not a failure of the platform.
 EXPECTED = {402, 409, 429}
-_node_names = itertools.cycle(DATA["nodes"])
 stages: list[dict[str, Any]] = []
 
 
@@ -55,21 +55,27 @@ def _p(times: list[float], q: float) -> float:
 
 
 def summary(stage: dict[str, Any]) -> dict[str, Any]:
-    times, seconds = stage["times"], max(1e-9, stage["ended"] - stage["measure_from"])
+    agents, agent_errors = fleet_window(
+        Path(os.environ["LOAD_FLEET_LOG"]), stage["measure_from_epoch"], stage["ended_epoch"]
+    )
+    people = stage["times"]
+    times, seconds = people + agents, max(1e-9, stage["ended"] - stage["measure_from"])
+    kinds = {**stage["error_kinds"], **agent_errors}
     return {
         "people": stage["people"], "nodes": NODES, "requests": len(times),
         "rps": round(len(times) / seconds, 1), "p50_ms": round(_p(times, 0.50)),
         "p95_ms": round(_p(times, 0.95)), "p99_ms": round(_p(times, 0.99)),
-        "errors": stage["errors"], "error_kinds": stage["error_kinds"],
+        "agents_p99_ms": round(_p(agents, 0.99)), "people_p99_ms": round(_p(people, 0.99)),
+        "errors": stage["errors"] + sum(agent_errors.values()), "error_kinds": kinds,
         # the measured window on the wall clock, to find the stage's lines in gunicorn's log
         "from_epoch": stage["measure_from_epoch"], "until_epoch": stage["ended_epoch"],
     }  # fmt: skip
 
 
 class Rising(LoadTestShape):
-    """1,024 node agents throughout, and START people, then STEP more each STAGE_S seconds
-    (measured after the first 10 s of each, once its people have arrived), until a stage's p99
-    passes 500 ms or a request failed, or MAX people."""
+    """The node agents throughout (tests/load/fleet.py), and START people, then STEP more each
+    STAGE_S seconds (measured after the first 10 s of each, once its people have arrived), until
+    a stage's p99 passes 500 ms or a request failed, or MAX people."""
 
     def tick(self) -> tuple[int, float] | None:
         now = time.monotonic()
@@ -89,7 +95,7 @@ class Rising(LoadTestShape):
                            "measure_from_epoch": time.time() + 10.0,
                            "times": [], "errors": 0, "error_kinds": {},
                            "warm_up": stage is None})  # fmt: skip
-        return NODES + stages[-1]["people"], 200.0
+        return stages[-1]["people"], 200.0
 
 
 @events.quitting.add_listener
@@ -97,25 +103,6 @@ def _write(**_: Any) -> None:
     done = [summary(s) for s in stages if "ended" in s and not s["warm_up"]]
     with open(os.environ["LOAD_RESULTS"], "w") as handle:
         json.dump(done, handle)
-
-
-class NodeAgent(FastHttpUser):
-    """A node's agent: a report every 15 s with its node token (nodeagent/report.py's contract)."""
-
-    fixed_count = NODES
-    wait_time = constant_pacing(15)
-
-    def on_start(self) -> None:
-        self.node = next(_node_names)
-        time.sleep(random.uniform(0, 15))  # agents started at different moments
-
-    @task
-    def report(self) -> None:
-        self.client.post(
-            f"/api/v1/nodes/{self.node['name']}/report", json=node_report(self.node["name"]),
-            headers={"Authorization": f"Bearer {self.node['token']}"},
-            name="/api/v1/nodes/[name]/report",
-        )  # fmt: skip
 
 
 class ApiUser(FastHttpUser):

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime
 
 from tests.load.__main__ import server_side
+from tests.load.figures import fleet_window
 
 
 def _line(at: datetime, seconds: float) -> str:
@@ -31,3 +32,20 @@ def test_a_stage_without_a_logged_request_says_so(tmp_path):
     assert server_side({"people": 0, "from_epoch": 0, "until_epoch": 1}, log) == (
         "0 people: no request logged"
     )
+
+
+def test_the_agents_reports_of_a_window_and_their_failures_by_kind(tmp_path):
+    log = tmp_path / "fleet.log"
+    log.write_text(
+        "99.9 7.00 202\n"  # before the window
+        "100.0 5.00 202\n"
+        "120.5 12.50 500\n"
+        "130.0 30001.00 TimeoutError\n"
+        "150.0 4.00 202\n"  # at its end: the next window's
+    )
+    times, errors = fleet_window(log, 100.0, 150.0)
+    assert times == [5.0, 12.5, 30001.0]
+    assert errors == {
+        "POST /api/v1/nodes/[name]/report: 500": 1,
+        "POST /api/v1/nodes/[name]/report: TimeoutError": 1,
+    }
