@@ -953,6 +953,7 @@ MANAGED_SELECTOR = "app.kubernetes.io/managed-by=starverse"
 # image's build pod carries starverse.io/image (ClusterPod.build): the reconcile loop tells it
 # from an instance's pod by that.
 INSTANCE_SELECTOR = f"{MANAGED_SELECTOR},!starverse.io/endpoint"
+IMAGE_LABEL = "starverse.io/image"  # an image's build pod, by the image it saves
 
 
 def pod_log(
@@ -1039,7 +1040,7 @@ def pods_managed(
             container_end(item),
             (item.status and item.status.reason) or "",
             item.metadata.deletion_timestamp is not None,
-            "starverse.io/image" in (item.metadata.labels or {}),
+            IMAGE_LABEL in (item.metadata.labels or {}),
         )
         for namespace in namespaces
         for item in _call(

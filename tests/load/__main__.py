@@ -8,11 +8,11 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from tests.chaos.stack import PY, REPO, Stack
+from tests.load.figures import ACCESS_FORMAT, server_side
 
 H100 = "NVIDIA H100 80GB HBM3"
 ACCOUNTS = 20  # the simulated people share these accounts (a lab's members, say)
@@ -97,26 +97,6 @@ def _locust(
             if line.startswith("stage:"):
                 print(f"  {line[6:].strip()}", flush=True)
         process.wait()
-
-
-# gunicorn's own time for each request (from its parse to the last byte), and when it ended
-ACCESS_FORMAT = "%(t)s %(L)s"
-
-
-def server_side(stage: dict[str, Any], access_log: Path) -> str:
-    """The stage's requests as gunicorn timed them: the platform's share of what Locust timed
-    (Locust's process adds its own, tens of ms at 1,024 users: docs/capacity.md)."""
-    times = []
-    for line in access_log.read_text().splitlines():
-        stamp, _, seconds = line.rpartition(" ")
-        at = datetime.strptime(stamp.strip("[]"), "%d/%b/%Y:%H:%M:%S %z").timestamp()
-        if stage["from_epoch"] <= at < stage["until_epoch"]:
-            times.append(float(seconds) * 1000)
-    times.sort()
-    if not times:
-        return f"{stage['people']} people: no request logged"
-    p50, p99 = (times[min(len(times) - 1, int(q * len(times)))] for q in (0.5, 0.99))
-    return f"{stage['people']} people: {len(times)} requests, p50 {p50:.0f} ms, p99 {p99:.0f} ms"
 
 
 def verdict(stages: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from locust import FastHttpUser, LoadTestShape, between, events, task
 
-from tests.load.figures import fleet_window
+from tests.load.figures import fleet_window, percentile
 
 with open(os.environ["LOAD_DATA"]) as _data:
     DATA = json.load(_data)
@@ -49,11 +49,6 @@ def _record(request_type: str, name: str, response_time: float, exception: Any, 
             stage["error_kinds"][kind] = 1 + stage["error_kinds"].get(kind, 0)
 
 
-def _p(times: list[float], q: float) -> float:
-    ordered = sorted(times)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
-
-
 def summary(stage: dict[str, Any]) -> dict[str, Any]:
     agents, agent_errors = fleet_window(
         Path(os.environ["LOAD_FLEET_LOG"]), stage["measure_from_epoch"], stage["ended_epoch"]
@@ -63,9 +58,9 @@ def summary(stage: dict[str, Any]) -> dict[str, Any]:
     kinds = {**stage["error_kinds"], **agent_errors}
     return {
         "people": stage["people"], "nodes": NODES, "requests": len(times),
-        "rps": round(len(times) / seconds, 1), "p50_ms": round(_p(times, 0.50)),
-        "p95_ms": round(_p(times, 0.95)), "p99_ms": round(_p(times, 0.99)),
-        "agents_p99_ms": round(_p(agents, 0.99)), "people_p99_ms": round(_p(people, 0.99)),
+        "rps": round(len(times) / seconds, 1), "p50_ms": round(percentile(times, 0.50)),
+        "p95_ms": round(percentile(times, 0.95)), "p99_ms": round(percentile(times, 0.99)),
+        "agents_p99_ms": round(percentile(agents, 0.99)), "people_p99_ms": round(percentile(people, 0.99)),
         "errors": stage["errors"] + sum(agent_errors.values()), "error_kinds": kinds,
         # the measured window on the wall clock, to find the stage's lines in gunicorn's log
         "from_epoch": stage["measure_from_epoch"], "until_epoch": stage["ended_epoch"],

@@ -2,8 +2,7 @@
 
 from datetime import UTC, datetime
 
-from tests.load.__main__ import server_side
-from tests.load.figures import fleet_window
+from tests.load.figures import fleet_window, server_side
 
 
 def _line(at: datetime, seconds: float) -> str:
