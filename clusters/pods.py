@@ -13,7 +13,7 @@ comes up first makes the shared ones, the others find them (kube.ensure)."""
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from clusters.gates import gate_apply
 from clusters.models import Cluster, Rank
@@ -329,30 +329,38 @@ def ssh_config(layout: Layout) -> str:
     )
 
 
-def known_hosts(ranks: list[Rank], layout: Layout) -> str:
+class RankHost(NamedTuple):
+    """What the shared objects need of a rank: its number, its instance and that instance's
+    host key ("" until one is assigned)."""
+
+    index: int
+    instance_id: str
+    ssh_host_key: str
+
+
+def known_hosts(ranks: list[RankHost], layout: Layout) -> str:
     lines = []
     for rank in ranks:
-        private = rank.instance.ssh_host_key
-        if not private or rank.index is None:
+        if not rank.ssh_host_key:
             continue
         host = rank_host(layout.cluster_id, rank.index)
         names = [host, host.split(".", 1)[0]]
         if layout.ssh_port != 22:
             names = [f"[{name}]:{layout.ssh_port}" for name in names]
-        lines.append(f"{','.join(names)} {host_key_from_private(private).public_openssh}")
+        lines.append(f"{','.join(names)} {host_key_from_private(rank.ssh_host_key).public_openssh}")
     return "".join(f"{line}\n" for line in lines)
 
 
-def cluster_ranks(cluster_id: str) -> list[Rank]:
+def cluster_ranks(cluster_id: str) -> list[RankHost]:
     """The cluster's ranks now (not those scaled away: their number is null), in rank order,
-    each with its instance's host key (all the shared objects need of them: every rank of a
-    128-node cluster reads all 128, so nothing else of the rows is loaded)."""
-    return list(
-        Rank.objects.filter(cluster_id=cluster_id, index__isnull=False)
-        .select_related("instance")
-        .only("index", "cluster_id", "instance__ssh_host_key", "instance__ssh_host_key_fingerprint")
+    each with its instance's host key: all the shared objects need of them. Every rank of a
+    128-node start reads all 128, so they come as plain tuples, not model rows."""
+    return [
+        RankHost(*row)
+        for row in Rank.objects.filter(cluster_id=cluster_id, index__isnull=False)
         .order_by("index")
-    )
+        .values_list("index", "instance_id", "instance__ssh_host_key")
+    ]
 
 
 # --- the rank's pod -----------------------------------------------------------------------------
@@ -468,7 +476,7 @@ def rank_service(service: dict[str, Any], profile: NodeProfile | None) -> dict[s
 
 
 def shared_objects(
-    member: Rank, profile: NodeProfile | None, private_key: str, ranks: list[Rank]
+    member: Rank, profile: NodeProfile | None, private_key: str, ranks: list[RankHost]
 ) -> list[dict[str, Any]]:
     """The headless Service, the key Secret (`private_key`, the `ranks`' host keys) and the
     files ConfigMap of the rank's cluster, its node's profile being `profile`."""

@@ -74,7 +74,8 @@ def ranks_locked(cluster_id: str) -> list[Instance]:
 
 
 def ranks_number(cluster: Cluster, instances: list[Instance], first: int = 0) -> None:
-    """New ranks of `cluster` (saved instances of its gang), numbered from `first` in order."""
+    """New ranks of `cluster` (saved instances of its gang), numbered from `first` in order,
+    each with its SSH host key."""
     rows = [
         Rank(instance=instance, cluster=cluster, index=first + offset)
         for offset, instance in enumerate(instances)
@@ -82,6 +83,9 @@ def ranks_number(cluster: Cluster, instances: list[Instance], first: int = 0) ->
     Rank.objects.bulk_create(rows)
     for instance, row in zip(instances, rows, strict=True):
         instance.cluster_rank = row
+    # their host keys now, by one UPDATE: every rank's first pass lists them all in known_hosts,
+    # and passes racing to make the missing ones would each make all of them
+    host_keys_assign(instances)
 
 
 def rank_replace(rank: Instance, message: str, *, avoid: frozenset[str] = frozenset()) -> bool:
@@ -216,8 +220,11 @@ class RankHooks(GangHooks):
         profile = node_profile_for(node)
         _rendering.last = (instance.pk, member, profile)  # for pod(), next in the same pass
         siblings = pods.cluster_ranks(member.cluster_id)
-        # every host key, so known_hosts lists all ranks from the start
-        host_keys_assign([sibling.instance for sibling in siblings])
+        if missing := [sibling.instance_id for sibling in siblings if not sibling.ssh_host_key]:
+            # ranks_number gives new ranks their keys; ranks made before it did get theirs
+            # here, so that known_hosts lists every rank from the start
+            host_keys_assign(list(Instance.objects.filter(pk__in=missing)))
+            siblings = pods.cluster_ranks(member.cluster_id)
         shared = pods.shared_objects(member, profile, cluster.ssh_private_key, siblings)
         fingerprint = pods.objects_fingerprint(shared, tenant_fingerprint)
         since = instance.pod_watch.provisioning_since

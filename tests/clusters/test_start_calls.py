@@ -10,6 +10,7 @@ UPDATE, so a rank's queries do not grow with its cluster; and the pre-flight rou
 starts every rank's billing with the same queries whatever the cluster's size. Counted at the
 emulator's API server (its request log) and at the database connection."""
 
+import base64
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from clusters import pods
 from clusters.models import Cluster
 from clusters.preflight import preflight_run
 from clusters.ranks import ranks_locked
@@ -29,6 +31,7 @@ from instances.models import Instance
 from instances.provisioning import converge
 from instances.states import rank_mark_restarting
 from starverse.core import kube
+from starverse.core.hostkeys import host_key_from_private
 from tests.conftest import KUBE_TIMINGS
 from tests.factories import converge_until, make_cluster, make_user
 
@@ -199,16 +202,39 @@ def test_a_namespace_deleted_mid_start_is_made_again(fleet6):
 
 def test_a_ranks_queries_do_not_grow_with_its_cluster(fleet6):
     """The first rank of a 4-node cluster makes the same queries as that of a 2-node one: the
-    ranks' host keys are stored by one UPDATE and read back by one query, whatever their
-    number."""
+    ranks' host keys were stored with the order, and their rows are read by one query,
+    whatever their number."""
     user = make_user()
     small, big = make_cluster(user, node_count=2), make_cluster(user, node_count=4)
+    rows = Instance.objects.filter(cluster_rank__cluster=big)
+    assert all(row.ssh_host_key and row.ssh_host_key_fingerprint for row in rows)
+    keys = {row.pk: row.ssh_host_key for row in rows}
     _sent, two = _first_pass(fleet6, _ranks(small)[0])
     _sent, four = _first_pass(fleet6, _ranks(big)[0])
 
     assert four == two
-    rows = Instance.objects.filter(cluster_rank__cluster=big)
+    assert {row.pk: row.ssh_host_key for row in rows.all()} == keys  # the order's, kept
+
+
+def test_ranks_ordered_without_host_keys_get_them_all_at_the_first_pass(fleet6):
+    """Ranks that have no host key yet (ordered before ranks came with theirs) get one each
+    at their cluster's first pass, by one UPDATE, so that known_hosts lists every rank."""
+    cluster = make_cluster(make_user(), node_count=4)
+    ranks = Instance.objects.filter(cluster_rank__cluster=cluster)
+    ranks.update(ssh_host_key="", ssh_host_key_fingerprint="")
+    first = _ranks(cluster)[0]
+
+    _sent, _queries = _first_pass(fleet6, first)
+
+    rows = list(ranks.order_by("cluster_rank__index"))
     assert all(row.ssh_host_key and row.ssh_host_key_fingerprint for row in rows)
+    assert len({row.ssh_host_key for row in rows}) == 4
+    namespace, dns = rows[0].k8s_namespace, pods.cluster_dns(cluster.id)
+    secret = kube.read("Secret", namespace, f"{dns}-ssh")
+    known = base64.b64decode(secret["data"]["known_hosts"]).decode().splitlines()
+    assert [line.split(" ", 1)[1] for line in known] == [
+        host_key_from_private(row.ssh_host_key).public_openssh for row in rows
+    ]
 
 
 def test_a_cluster_started_this_way_comes_up_whole(fleet6):

@@ -21,7 +21,6 @@ from starverse_init.config import Config
 from clusters import pods
 from clusters.models import Cluster
 from clusters.models import Rank as ClusterRank
-from instances.models import Instance
 from starverse.core.hostkeys import HostKey, host_key_generate
 from tests.sshd import InitRoot, secret_write, sshd_scratch
 
@@ -32,9 +31,7 @@ LAYOUT = pods.Layout(cluster_id=CLUSTER, node_count=2, gpus_per_node=8, template
 def _cluster_secret(root: Path, key: HostKey, host_keys: list[HostKey], version: int = 1) -> Path:
     cluster = Cluster(id=CLUSTER, tenant_id="ten_E2E")
     rows = [
-        ClusterRank(
-            cluster=cluster, index=index, instance=Instance(ssh_host_key=host.private_openssh)
-        )
+        pods.RankHost(index, f"ins_{index}", host.private_openssh)
         for index, host in enumerate(host_keys)
     ]
     rendered = pods.ssh_key_secret(
