@@ -55,7 +55,7 @@ the ten minutes allowed on this machine, so `--nodes` and `--days`
 scale it down with the same load per GPU (defaults NODES, DAYS); the figures printed say which
 scale ran.
 Run alone: `python -m bench.sched_sim_month [--nodes N] [--days D] [--workload FILE]
-[--spot-backlog K]`."""
+[--spot-backlog K] [--seed S]`."""
 
 import argparse
 import csv
@@ -234,26 +234,30 @@ def _fleet(nodes: int) -> None:
     )
 
 
-def simulate(orders: list[Order], *, nodes: int, days: float, spot_backlog: int = 0) -> Result:
+def simulate(
+    orders: list[Order], *, nodes: int, days: float, spot_backlog: int = 0, seed: int = SEED
+) -> Result:
     """One month (`days`) of `orders`, and `spot_backlog` spot submitters (see the docstring),
-    on a fresh database of `nodes` nodes."""
+    on a fresh database of `nodes` nodes; `seed` draws the rows' ids and the backlog's orders."""
     recreate_database()
     setup_django()
     from django.core.management import call_command
     from django.test import override_settings
 
     with (
-        seeded_ids(SEED + 2),
+        seeded_ids(seed + 2),
         override_settings(
             MAX_QUEUED_ORDERS=10**7, MAX_RUNNING_GPUS=10**7, KUBECONFIG="", SPOT_PREEMPT_GRACE_S=30
         ),
     ):
         call_command("seed_catalog", verbosity=0)
-        return _Sim(orders, nodes=nodes, days=days, spot_backlog=spot_backlog).run()
+        return _Sim(orders, nodes=nodes, days=days, spot_backlog=spot_backlog, seed=seed).run()
 
 
 class _Sim:
-    def __init__(self, orders: list[Order], *, nodes: int, days: float, spot_backlog: int) -> None:
+    def __init__(
+        self, orders: list[Order], *, nodes: int, days: float, spot_backlog: int, seed: int
+    ) -> None:
         from bench.instances import _users
         from billing.models import Wallet
         from compute.models import Offering
@@ -261,7 +265,7 @@ class _Sim:
 
         _fleet(nodes)
         self.orders, self.horizon = list(orders), days * 86400
-        self.backlog, self.looped, self.picker = spot_backlog, set[str](), random.Random(SEED + 1)
+        self.backlog, self.looped, self.picker = spot_backlog, set[str](), random.Random(seed + 1)
         self.node_of: dict[str, str] = {}
         self.used: dict[str, int] = dict.fromkeys(Node.objects.values_list("id", flat=True), 0)
         self.noticed_gpus, self.last_t = 0, 0.0
@@ -471,19 +475,28 @@ def run(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--nodes", type=int, default=NODES)
     parser.add_argument("--days", type=float, default=DAYS)
     parser.add_argument(
+        "--seed", type=int, default=SEED, help=f"the generated workload's and ids' (default {SEED})"
+    )
+    parser.add_argument(
         "--spot-backlog",
         type=int,
         help="spot submitters (default: one per GPU for a generated workload, 0 with a CSV)",
     )
     args = parser.parse_args(argv or [])
     orders = (
-        workload_read(args.workload) if args.workload else workload_generate(args.nodes, args.days)
+        workload_read(args.workload)
+        if args.workload
+        else workload_generate(args.nodes, args.days, seed=args.seed)
     )
     backlog = args.spot_backlog
     if backlog is None:
         backlog = 0 if args.workload else args.nodes * GPUS
-    with_spot = simulate(orders, nodes=args.nodes, days=args.days, spot_backlog=backlog)
-    without = simulate([o for o in orders if o.billing != "spot"], nodes=args.nodes, days=args.days)
+    with_spot = simulate(
+        orders, nodes=args.nodes, days=args.days, spot_backlog=backlog, seed=args.seed
+    )
+    without = simulate(
+        [o for o in orders if o.billing != "spot"], nodes=args.nodes, days=args.days, seed=args.seed
+    )
     exist = args.nodes * GPUS * args.days * 86400
     lines = [
         report(
@@ -509,6 +522,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
     details = {
         "bench": "sched_sim_month_details",
         "scale": f"{args.nodes} nodes × {GPUS} GPUs, {args.days:g} days",
+        "seed": args.seed,
         "spot_backlog": backlog,
         "orders": with_spot.orders,
         "orders_without_spot": without.orders,
