@@ -71,6 +71,12 @@ def instance_locked(instance_id: str) -> Instance:
     )
 
 
+def instance_lock(instance_id: str) -> None:
+    """instance_locked's lock alone, for a caller that has read the row already: the same
+    row lock, without the row and its companions."""
+    list(Instance.objects.select_for_update().filter(pk=instance_id).values_list("pk"))
+
+
 # A gang's order: its members as they were made (a cluster's ranks in rank order), the id
 # breaking a tie. Every service of a gang locks its members in this order, so two never wait
 # for each other in a circle.

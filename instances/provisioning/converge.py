@@ -43,7 +43,7 @@ from instances.provisioning.namespaces import (
 )
 from instances.states import (
     instance_fail,
-    instance_locked,
+    instance_lock,
     instance_mark_running,
     instance_mark_stopped,
     instance_mark_terminated,
@@ -162,7 +162,7 @@ def _objects_create(instance: Instance, node: Node) -> None:
     # instance's lock, which covers its pod watch (instance_locked: a transition holding the
     # instance and saving the pod watch would otherwise wait on us as we wait on it)
     with transaction.atomic():
-        instance_locked(instance.pk)
+        instance_lock(instance.pk)
         if _this_provisioning(instance).update(objects_created_at=timezone.now()):
             Instance.objects.filter(pk=instance.pk).update(ssh_port=ports.get("ssh"))
             # one more pod has run its program: the next pod's STARVERSE_RESTART_COUNT
@@ -582,7 +582,7 @@ def _pod_uid_learn(instance: Instance, pod: dict[str, Any]) -> None:
     watch = instance.pod_watch
     if uid and watch.pod_uid != uid:
         with transaction.atomic():  # the pod watch changes under its instance's lock
-            instance_locked(instance.pk)
+            instance_lock(instance.pk)
             PodWatch.objects.filter(instance_id=instance.pk).update(pod_uid=uid)
         watch.pod_uid = uid
 
