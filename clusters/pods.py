@@ -13,7 +13,7 @@ comes up first makes the shared ones, the others find them (kube.ensure)."""
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from clusters.gates import gate_apply
 from clusters.models import Cluster, Rank
@@ -329,7 +329,8 @@ def ssh_config(layout: Layout) -> str:
     )
 
 
-class RankHost(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class RankHost:
     """What the shared objects need of a rank: its number, its instance and that instance's
     host key ("" until one is assigned)."""
 
@@ -355,12 +356,12 @@ def cluster_ranks(cluster_id: str) -> list[RankHost]:
     """The cluster's ranks now (not those scaled away: their number is null), in rank order,
     each with its instance's host key: all the shared objects need of them. Every rank of a
     128-node start reads all 128, so they come as plain tuples, not model rows."""
-    return [
-        RankHost(*row)
-        for row in Rank.objects.filter(cluster_id=cluster_id, index__isnull=False)
+    rows = (
+        Rank.objects.filter(cluster_id=cluster_id, index__isnull=False)
         .order_by("index")
         .values_list("index", "instance_id", "instance__ssh_host_key")
-    ]
+    )
+    return [RankHost(index or 0, instance_id, key) for index, instance_id, key in rows]
 
 
 # --- the rank's pod -----------------------------------------------------------------------------

@@ -133,34 +133,28 @@ def _plus(room: Room, freed: tuple[int, int, int, int]) -> Room:
     return Room(*(None if have is None else have + f for have, f in zip(room, freed, strict=True)))
 
 
-def plan(
-    offering: Offering,
-    region: str = "",
-    *,
-    nodes: int = 1,
-    reserved: dict[str, int] | None = None,
-) -> list[Unit] | None:
-    """The spot units to take back so that `nodes` holdings of `offering` fit (see the
-    module's docstring): one, or a gang's whole nodes, all in one region; [] when those free
-    already or under notice make room, None when no taking back makes room for all of them
-    (then nothing is taken). GPUs `reserved` for paying orders ahead (compute.queue.reserve)
-    are not its to free. The caller holds the GPU model's placement lock."""
-    found = _plan(offering, region, nodes=nodes, reserved=reserved)
-    return None if found is None else found.units
-
-
 @dataclass(frozen=True)
 class Planned:
-    """A plan (see plan()): the units to take back now, and the nodes it makes room on, in
+    """A plan (plan()): the units to take back now, and the nodes it makes room on, in
     the order chosen (where the order starts once the notices end)."""
 
     units: list[Unit]
     nodes: tuple[str, ...]
 
 
-def _plan(
-    offering: Offering, region: str, *, nodes: int, reserved: dict[str, int] | None
+def plan(
+    offering: Offering,
+    region: str = "",
+    *,
+    nodes: int = 1,
+    reserved: dict[str, int] | None = None,
 ) -> Planned | None:
+    """The spot units to take back so that `nodes` holdings of `offering` fit (see the
+    module's docstring), one or a gang's whole nodes, all in one region, and the nodes they
+    make room on; no units when those free already or under notice make room, None when no
+    taking back makes room for all of them (then nothing is taken). GPUs `reserved` for
+    paying orders ahead (compute.queue.reserve) are not its to free. The caller holds the GPU
+    model's placement lock."""
     reserved = reserved or {}
     product = offering.gpu_model.product
     rows, taken, rooms, regions = capacity(product, region)
@@ -307,7 +301,7 @@ def preempt_for(
     it its GPUs (compute.queue.reserve); or None when no taking back would make room for all
     of it (nothing is taken)."""
     gpu_model_placement_lock(offering.gpu_model_id)
-    found = _plan(offering, region, nodes=nodes, reserved=reserved)
+    found = plan(offering, region, nodes=nodes, reserved=reserved)
     if found is None:
         return None
     holdings = [h for unit in found.units for h in unit.holdings]

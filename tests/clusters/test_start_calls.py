@@ -231,6 +231,7 @@ def test_ranks_ordered_without_host_keys_get_them_all_at_the_first_pass(fleet6):
     assert len({row.ssh_host_key for row in rows}) == 4
     namespace, dns = rows[0].k8s_namespace, pods.cluster_dns(cluster.id)
     secret = kube.read("Secret", namespace, f"{dns}-ssh")
+    assert secret is not None
     known = base64.b64decode(secret["data"]["known_hosts"]).decode().splitlines()
     assert [line.split(" ", 1)[1] for line in known] == [
         host_key_from_private(row.ssh_host_key).public_openssh for row in rows

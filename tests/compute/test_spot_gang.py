@@ -92,9 +92,9 @@ def test_the_gang_plan_takes_the_fewest_then_the_youngest(people):
     older, younger = _node(spot, "spot"), _node(spot, "spot")
     whole = Offering.objects.get(name=WHOLE_NODE)
     one = plan(whole, nodes=1)
-    assert one is not None and [u.holdings for u in one] == [(younger.pk,)]
+    assert one is not None and [u.holdings for u in one.units] == [(younger.pk,)]
     two = plan(whole, nodes=2)
-    assert two is not None and sorted(h for u in two for h in u.holdings) == sorted(
+    assert two is not None and sorted(h for u in two.units for h in u.holdings) == sorted(
         [older.pk, younger.pk]
     )
     assert plan(whole, nodes=3) is None  # the fleet has two H100 nodes
