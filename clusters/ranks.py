@@ -83,8 +83,9 @@ def ranks_number(cluster: Cluster, instances: list[Instance], first: int = 0) ->
     Rank.objects.bulk_create(rows)
     for instance, row in zip(instances, rows, strict=True):
         instance.cluster_rank = row
-    # their host keys now, by one UPDATE: every rank's first pass lists them all in known_hosts,
-    # and passes racing to make the missing ones would each make all of them
+    # their host keys (the services make ranks with theirs; any without get theirs now, by one
+    # UPDATE): every rank's first pass lists them all in known_hosts, and passes racing to make
+    # the missing ones would each make all of them
     host_keys_assign(instances)
 
 

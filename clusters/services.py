@@ -38,6 +38,7 @@ from instances.lifecycle import (
 from instances.models import Instance, InstanceEvent, Workload
 from starverse.accounts.models import User
 from starverse.core.errors import Conflict, InvalidInput
+from starverse.core.hostkeys import host_key_generate
 from starverse.core.roles import require_orderer
 from starverse.core.text import Deferred, later
 
@@ -186,8 +187,9 @@ class _Request:
 def _ranks_new(
     cluster: Cluster, key_ids: list[str], region_id: str | None, workload: Workload | None
 ) -> list[Instance]:
-    """A new cluster's ranks (unsaved), one instance per node, in rank order; each with a copy
-    of `workload` (companions_new inserts it with its rank)."""
+    """A new cluster's ranks (unsaved), one instance per node, in rank order, each with its SSH
+    host key (every rank's first pass lists them all in known_hosts) and a copy of `workload`
+    (companions_new inserts it with its rank)."""
     ranks = [
         Instance(
             tenant_id=cluster.tenant_id,
@@ -199,6 +201,7 @@ def _ranks_new(
             ssh_key_ids=key_ids,
             region_id=region_id,
             created_at=cluster.created_at,
+            **_host_key(),
         )
         for index in range(cluster.node_count)
     ]
@@ -208,6 +211,12 @@ def _ranks_new(
                 owner=workload.owner, argv=workload.argv, env=workload.env, labels=workload.labels
             )
     return ranks
+
+
+def _host_key() -> dict[str, str]:
+    """A new rank's SSH host key, as its instance's fields."""
+    key = host_key_generate()
+    return {"ssh_host_key": key.private_openssh, "ssh_host_key_fingerprint": key.fingerprint}
 
 
 def _ordered_log(cluster: Cluster, gang: Gang | None) -> None:
@@ -463,6 +472,7 @@ def _scale_up(cluster: Cluster, ranks: list[Instance], node_count: int, user: Us
             ssh_key_ids=list(head.ssh_key_ids),
             auto_recover=head.auto_recover,
             created_at=now,
+            **_host_key(),
         )
         for index in range(len(ranks), node_count)
     ]
