@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 import kubernetes_validate
 from kubernetes_validate import utils as kv_utils
 from referencing import Registry, Resource
 
-from . import rules
+from . import fastschema, rules
 from .errors import FieldError, invalid
 from .resources import ResourceType
 
@@ -101,22 +101,35 @@ def _convert(error: jsonschema.ValidationError) -> list[FieldError]:
     return [FieldError("FieldValueInvalid", field_path(path), error.message, None, False)]
 
 
+class KindSchema(NamedTuple):
+    """A kind's jsonschema validator and, unless its schema uses a keyword the compiled check
+    does not know, that check (:mod:`.fastschema`), which answers first."""
+
+    validator: jsonschema.protocols.Validator
+    check: fastschema.Check | None
+
+
 class SchemaValidator:
-    """Strict JSON-schema validation with per-kind validators cached after the first use."""
+    """Strict JSON-schema validation with per-kind validators cached after the first use.
+
+    A valid object (nearly every object) is told so by the kind's compiled check alone; an
+    invalid one goes through jsonschema, whose errors are the answer.
+    """
 
     def __init__(self) -> None:
         self.version = schema_version()
         self._directory = f"kubernetes-json-schema/v{self.version}-local-strict"
         self._lock = threading.Lock()
         self._registry: Registry | None = None
-        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = {}
+        self._kinds: dict[tuple[str, str], KindSchema | None] = {}
         self._fallback = False
 
-    def _validator(self, kind: str, api_version: str) -> jsonschema.protocols.Validator | None:
+    def schema_for(self, kind: str, api_version: str) -> KindSchema | None:
+        """The kind's validator and check, built on first use; None without a schema."""
         key = (kind, api_version)
         with self._lock:
-            if key in self._validators:
-                return self._validators[key]
+            if key in self._kinds:
+                return self._kinds[key]
             group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
             try:
                 if self._registry is None:
@@ -128,7 +141,7 @@ class SchemaValidator:
                     f"{self._directory}/{kind.lower()}-{group_version}.json", self.version
                 )
             except FileNotFoundError:
-                self._validators[key] = None
+                self._kinds[key] = None
                 return None
             except Exception:  # an incompatible kubernetes_validate layout
                 log.warning("kube-emulator schema cache unavailable; using validate() per call")
@@ -136,13 +149,20 @@ class SchemaValidator:
                 return None
             registry = Resource.from_contents(schema) @ self._registry
             validator = jsonschema.Draft202012Validator(schema, registry=registry)
-            self._validators[key] = validator
-            return validator
+            try:
+                check: fastschema.Check | None = fastschema.compile_check(schema, registry)
+            except fastschema.Unsupported as exc:
+                log.info("kube-emulator schema kind=%s keyword=%s: jsonschema only", kind, exc)
+                check = None
+            self._kinds[key] = KindSchema(validator, check)
+            return self._kinds[key]
 
     def errors(self, obj: dict[str, Any]) -> list[jsonschema.ValidationError]:
-        validator = self._validator(str(obj.get("kind")), str(obj.get("apiVersion")))
-        if validator is not None:
-            return list(validator.iter_errors(obj))
+        kind = self.schema_for(str(obj.get("kind")), str(obj.get("apiVersion")))
+        if kind is not None:
+            if kind.check is not None and kind.check(obj):
+                return []
+            return list(kind.validator.iter_errors(obj))
         if not self._fallback:
             return []
         try:
