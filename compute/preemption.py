@@ -1,15 +1,21 @@
 """Preemption: an hourly or monthly order that finds no free GPUs but enough held by
 interruptible (spot) holdings takes them back, with notice.
 
-Which spot holdings go (plan): on the node where the fewest holdings free enough GPUs (and CPU,
-memory, disk, pod slots) for the order, the youngest first, a whole gang (a cluster's ranks,
-wherever they run) or nothing of it. Among nodes where equally few holdings make room, the one
-with the most GPUs held by paying (hourly, monthly) rentals goes first, then the one whose
-holdings taken are youngest: paying rentals are packed as placement packs them on free GPUs
-(compute.placement.choose, best fit), so that other nodes stay free of them for a later
-whole-node or 8-GPU order, which could not take a node back from a paying rental. For a gang
-order (a cluster's or a multi-node job's whole nodes) node after node so, a unit taken for one
-node counting as freed on the next, or nothing at all when not every node can be freed.
+Which spot holdings go (plan): the order goes where placement would put it were those GPUs
+free, the node with the most GPUs held by paying (hourly, monthly) rentals (best fit,
+compute.placement.choose), and there the fewest holdings that free enough GPUs (and CPU,
+memory, disk, pod slots) for it are taken back, the youngest first, a whole gang (a cluster's
+ranks, wherever they run) or nothing of it; among nodes equally packed, the one where the
+fewest holdings make room, then the one whose holdings taken are youngest. Packing first keeps
+the paying schedule what it would be without spot: paying rentals spread over nodes by where
+taking back cost least would leave no node free of them for a later whole-node or 8-GPU order,
+which cannot take a node back from a paying rental, and spot would then delay it (in
+bench.sched_sim_month, the fewest holdings across nodes first made the on-demand wait p99
+1.0-3.5 times what it was without spot, packing first 1.000-1.006; docs/capacity.md). A node
+where the notices already given make room comes before any that takes something back. For a
+gang order (a cluster's or a multi-node job's whole nodes: only nodes free of paying rentals
+qualify) node after node, the fewest holdings first, a unit taken for one node counting as
+freed on the next, or nothing at all when not every node can be freed.
 Holdings already under notice count as freed at no cost, so an order that waits for a
 notice's deadline takes back nothing more. Hourly and monthly holdings are never taken. A
 whole-node order needs a node held by spot holdings alone.
@@ -198,6 +204,10 @@ class _Node(NamedTuple):
 # nodes made room on, -the oldest taken back's creation time).
 _Key = tuple[int, int, float]
 
+# How a node ranks for one of the order's holdings, lower first: (whether it takes anything
+# back, -GPUs held by paying rentals on it, holdings taken back, -the oldest's creation time).
+_NodeKey = tuple[bool, int, int, float]
+
 
 # At most this many of a node's spot units are weighed (the youngest): 2^12 subsets a node.
 MOST_UNITS = 12
@@ -206,18 +216,19 @@ MOST_UNITS = 12
 def _nodes_plan(
     offering: Offering, nodes: list[_Node], units: list[Unit], *, count: int, whole: bool
 ) -> tuple[_Key, set[str], tuple[str, ...]] | None:
-    """`count` of these nodes made room on, one after the other, each the node whose room
-    costs least (_node_plan), of those the one with the most GPUs held by paying rentals
-    (packing), then the youngest; a unit taken for one node counts as freed, at no cost, on
-    the next (a spot gang spans nodes: taken whole, it frees all of them). Its key (_Key), the
-    keys of the units taken and the nodes made room on, or None when fewer than `count` nodes
-    can be made room on."""
+    """`count` of these nodes made room on, one after the other, each (_NodeKey) a node where
+    nothing more need be taken back if there is one, else the one with the most GPUs held by
+    paying rentals (packing), then the one whose room costs fewest holdings (_node_plan), then
+    the youngest; a unit taken for one node counts as freed, at no cost, on the next (a spot
+    gang spans nodes: taken whole, it frees all of them). Its key (_Key), the keys of the
+    units taken and the nodes made room on, or None when fewer than `count` nodes can be made
+    room on."""
     chosen: set[str] = set()
     used: list[str] = []
     cost, packed, oldest = 0, 0, float("inf")
     for _ in range(count):
         view = [replace(u, noticed=True) if u.key in chosen else u for u in units]
-        best: tuple[_Key, _Node, list[Unit]] | None = None
+        best: tuple[_NodeKey, _Node, list[Unit]] | None = None
         for node in nodes:
             if node.id in used:
                 continue
@@ -226,12 +237,12 @@ def _nodes_plan(
             if found is None:
                 continue
             (step_cost, step_oldest), taken = found
-            key = (step_cost, -node.paying, step_oldest)
+            key = (step_cost > 0, -node.paying, step_cost, step_oldest)
             if best is None or key < best[0]:
                 best = (key, node, taken)
         if best is None:
             return None
-        (step_cost, _packing, step_oldest), node, taken = best
+        (_takes, _packing, step_cost, step_oldest), node, taken = best
         used.append(node.id)
         chosen.update(unit.key for unit in taken)
         cost += step_cost

@@ -1,8 +1,8 @@
 """Where a paying order takes spot GPUs back, on PostgreSQL and the emulated fleet's two 8×H100
-nodes (compute.preemption.plan): the fewest holdings first, as the issue says, and among nodes
-where equally few make room the one whose GPUs paying rentals hold most, so paying rentals pack
-as on free GPUs and another node stays free of them for a whole-node or 8-GPU order; only then
-the youngest."""
+nodes (compute.preemption.plan): where placement would put it were those GPUs free, the node
+whose GPUs paying rentals hold most (best fit), so paying rentals pack as on free GPUs and
+another node stays free of them for a whole-node or 8-GPU order; there the fewest holdings,
+the youngest first; among nodes equally packed, the fewest holdings, then the youngest."""
 
 import pytest
 
@@ -57,7 +57,7 @@ def test_a_paying_order_takes_spot_back_where_paying_rentals_pack(user):
     assert Instance.objects.get(pk=spot_eight.pk).stop_reason == ""
 
 
-def test_fewer_holdings_come_before_packing(user):
+def test_packing_comes_before_fewer_holdings(user):
     hourly = _order(user, 4)
     twos = [_order(user, 2, billing="spot") for _ in range(2)]  # beside the hourly rental
     spot_eight = _order(user, 8, billing="spot")
@@ -66,6 +66,24 @@ def test_fewer_holdings_come_before_packing(user):
     assert late.status == "queued"
 
     queue_drain(product=H100)
-    # two holdings beside the hourly rental, one on the other node: the one
-    assert _noticed() == {spot_eight.id}
-    assert [Instance.objects.get(pk=two.pk).stop_reason for two in twos] == ["", ""]
+    # two holdings beside the hourly rental, not the one on the node free of paying rentals,
+    # which stays whole for an 8-GPU order (and 4 GPUs of spot work are stopped, not 8)
+    assert _noticed() == {two.id for two in twos}
+    assert Instance.objects.get(pk=spot_eight.pk).stop_reason == ""
+    eight = _order(user, 8)
+    assert eight.status == "queued"
+    queue_drain(product=H100)
+    assert _noticed() == {*(two.id for two in twos), spot_eight.id}
+
+
+def test_among_nodes_equally_packed_the_fewest_holdings_go(user):
+    fours = [_order(user, 4, billing="spot") for _ in range(2)]  # one node, two holdings
+    twos = [_order(user, 2, billing="spot") for _ in range(4)]  # the other, four holdings
+    assert len({_node(four) for four in fours}) == 1
+    assert {_node(two) for two in twos}.isdisjoint({_node(four) for four in fours})
+    late = _order(user, 4)
+    assert late.status == "queued"
+
+    queue_drain(product=H100)
+    # no paying rental on either node: one 4-GPU holding (the younger), not two 2-GPU ones
+    assert _noticed() == {fours[1].id}
