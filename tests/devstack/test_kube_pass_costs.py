@@ -6,6 +6,9 @@ with its directories made once, and the passes that skip a look at every pod for
 from __future__ import annotations
 
 import copy
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +17,10 @@ from devstack.kube import objects
 from devstack.kube.api import Api
 from devstack.kube.objects import set_condition
 from devstack.kube.resources import NAMESPACES, PODS
+from devstack.kube.seeding import TOOLSET, tools_install
 from devstack.kube.store import Store
 from devstack.kube.validation import Validator
+from devstack.kube.volumedata import VolumeData
 
 Obj = dict[str, Any]
 NS = "costs"
@@ -84,3 +89,31 @@ def test_a_status_write_copies_the_status_and_shares_the_unchanged_spec(
     rv = narrow.store.resource_version
     assert narrow.mutate(PODS, NS, "p", running, touches=("status",)) is got  # nothing changed
     assert narrow.store.resource_version == rv
+
+
+def test_the_toolset_is_written_with_the_files_and_modes_of_plain_writes(tmp_path: Path) -> None:
+    data = VolumeData(Store(), tmp_path)
+    pod: Obj = {
+        "metadata": {"namespace": NS, "uid": "u-2"},
+        "spec": {"volumes": [{"name": "t", "emptyDir": {}}]},
+    }
+    container = {
+        "command": ["/opt/starverse/bin/starverse-tools-install", "/stage/sub"],
+        "volumeMounts": [{"name": "t", "mountPath": "/stage"}],
+    }
+    assert tools_install(data, pod, container) == (
+        0,
+        "starverse-tools-install: starverse/init emulated into /stage/sub",
+    )
+    target = tmp_path / "pods/u-2/t/sub"
+    umask = os.umask(0)
+    os.umask(umask)
+    written = {
+        str(path.relative_to(target)): (path.read_text(), stat.S_IMODE(path.stat().st_mode))
+        for path in target.rglob("*")
+        if path.is_file()
+    }
+    assert written == {relative: (text, 0o666 & ~umask) for relative, text in TOOLSET.items()}
+    (target / "bin/entrypoint").write_text("changed\n")
+    tools_install(data, pod, container)  # a second run writes the toolset over again
+    assert (target / "bin/entrypoint").read_text() == TOOLSET["bin/entrypoint"]
