@@ -99,9 +99,10 @@ def seed(volume_data: VolumeData, pod: Obj, container: Obj) -> tuple[int, str]:
     target, dirs = parsed
     source = image_root(volume_data, str(container.get("image") or ""))
     seeded = []
+    resolve = volume_data.resolver(pod, container)
     for name in dirs:
-        place = volume_data.resolve(pod, container, posixpath.join(target, name))
-        marker = volume_data.resolve(pod, container, posixpath.join(target, SEEDED, name))
+        place = resolve(posixpath.join(target, name))
+        marker = resolve(posixpath.join(target, SEEDED, name))
         if place is None or marker is None or place.read_only:
             return 1, f"{PROGRAM}: {target} is not a writable volume"
         if marker.path.exists():

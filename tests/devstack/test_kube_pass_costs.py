@@ -20,7 +20,7 @@ from devstack.kube.resources import NAMESPACES, PODS
 from devstack.kube.seeding import TOOLSET, tools_install
 from devstack.kube.store import Store
 from devstack.kube.validation import Validator
-from devstack.kube.volumedata import VolumeData
+from devstack.kube.volumedata import HostPath, VolumeData
 
 Obj = dict[str, Any]
 NS = "costs"
@@ -89,6 +89,45 @@ def test_a_status_write_copies_the_status_and_shares_the_unchanged_spec(
     rv = narrow.store.resource_version
     assert narrow.mutate(PODS, NS, "p", running, touches=("status",)) is got  # nothing changed
     assert narrow.store.resource_version == rv
+
+
+def test_a_containers_paths_resolve_through_its_mounts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = VolumeData(Store(), tmp_path)
+    pod = {
+        "metadata": {"namespace": NS, "uid": "u-1"},
+        "spec": {"volumes": [{"name": "tools", "emptyDir": {}}, {"name": "sys", "emptyDir": {}}]},
+    }
+    container = {
+        "volumeMounts": [
+            {"name": "sys", "mountPath": "/sys-disk"},
+            {"name": "sys", "mountPath": "/sys-disk/usr", "subPath": "usr", "readOnly": True},
+            {"name": "tools", "mountPath": "/opt/tools/"},
+            {"name": "missing", "mountPath": "/gone"},
+        ]
+    }
+    made: list[Any] = []
+    base = data._volume_base
+
+    def finding(pod: Obj, volume: Obj | None) -> Path | None:
+        made.append(volume and volume["name"])
+        return base(pod, volume)
+
+    monkeypatch.setattr(data, "_volume_base", finding)
+    resolve = data.resolver(pod, container)
+    tools, sys_disk = tmp_path / "pods/u-1/tools", tmp_path / "pods/u-1/sys"
+    assert resolve("/opt/tools") == HostPath(tools, False)
+    assert resolve("/opt/tools/bin/../sbin/sshd") == HostPath(tools / "sbin/sshd", False)
+    assert resolve("/sys-disk/usr/bin") == HostPath(sys_disk / "usr/bin", True)
+    assert resolve("/sys-disk/usrx") == HostPath(sys_disk / "usrx", False)
+    assert resolve("/sys-disk/.seeded/usr") == HostPath(sys_disk / ".seeded/usr", False)
+    assert resolve("/sys-disk/../etc") is None
+    assert resolve("/gone/file") is None
+    assert resolve("/elsewhere") is None
+    assert made == ["tools", "sys", None]  # each volume's directory found once
+    assert tools.is_dir() and sys_disk.is_dir()
+    assert data.resolve(pod, container, "/opt/tools/bin") == HostPath(tools / "bin", False)
 
 
 def test_the_toolset_is_written_with_the_files_and_modes_of_plain_writes(tmp_path: Path) -> None:
