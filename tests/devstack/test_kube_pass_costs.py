@@ -16,8 +16,9 @@ import pytest
 from devstack.kube import objects
 from devstack.kube.api import Api
 from devstack.kube.objects import set_condition
-from devstack.kube.resources import NAMESPACES, PODS
+from devstack.kube.resources import EVENTS, NAMESPACES, PODS
 from devstack.kube.seeding import TOOLSET, tools_install
+from devstack.kube.selectors import make_filter
 from devstack.kube.store import Store
 from devstack.kube.validation import Validator
 from devstack.kube.volumedata import HostPath, VolumeData
@@ -89,6 +90,33 @@ def test_a_status_write_copies_the_status_and_shares_the_unchanged_spec(
     rv = narrow.store.resource_version
     assert narrow.mutate(PODS, NS, "p", running, touches=("status",)) is got  # nothing changed
     assert narrow.store.resource_version == rv
+
+
+def test_a_pods_events_come_from_the_index_as_from_every_event() -> None:
+    api = _api()
+    for n in range(6):
+        for pod_namespace in (NS, "other"):
+            pod = {"metadata": {"name": f"p{n % 3}", "namespace": pod_namespace, "uid": f"u{n}"}}
+            api.events.record(PODS, pod, "Pulled" if n % 2 else "Started", f"message {n}")
+    api.store.remove(EVENTS, api.store.items(EVENTS, NS)[0])
+    selectors = [
+        "involvedObject.name=p1",
+        "involvedObject.name=p1,reason=Pulled",
+        "reason=Started,involvedObject.name==p2",
+        "involvedObject.name!=p1",
+        "involvedObject.name=absent",
+        "",
+    ]
+    namespaces: list[str | None] = [NS, "other", None]
+    for namespace in namespaces:
+        for selector in selectors:
+            matcher = make_filter("events", None, selector)
+            brute = [
+                o["metadata"]["name"] for o in api.store.items(EVENTS, namespace) if matcher(o)
+            ]
+            listed = api.list(EVENTS, namespace, field_selector=selector)["items"]
+            assert [o["metadata"]["name"] for o in listed] == brute, (namespace, selector)
+    assert len(api.list(EVENTS, NS, field_selector="involvedObject.name=p1")["items"]) == 2
 
 
 def test_a_containers_paths_resolve_through_its_mounts(
