@@ -15,8 +15,11 @@ import pytest
 
 from devstack.kube import objects
 from devstack.kube.api import Api
+from devstack.kube.controllers import Controllers
+from devstack.kube.daemonsets import DaemonSetController
+from devstack.kube.kubelet import Kubelet
 from devstack.kube.objects import set_condition
-from devstack.kube.resources import EVENTS, NAMESPACES, PODS
+from devstack.kube.resources import EVENTS, NAMESPACES, NODES, PODS
 from devstack.kube.seeding import TOOLSET, tools_install
 from devstack.kube.selectors import make_filter
 from devstack.kube.store import Store
@@ -184,3 +187,40 @@ def test_the_toolset_is_written_with_the_files_and_modes_of_plain_writes(tmp_pat
     (target / "bin/entrypoint").write_text("changed\n")
     tools_install(data, pod, container)  # a second run writes the toolset over again
     assert (target / "bin/entrypoint").read_text() == TOOLSET["bin/entrypoint"]
+
+
+def test_a_pass_with_nothing_changed_does_not_look_at_every_pod_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    api = _api()
+    api.create_internal(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})
+    api.create_internal(PODS, _pod("bound", "n1"))
+    kubelet = Kubelet(api, 0.0, 0.0, 0.0, VolumeData(api.store, tmp_path))
+    controllers = Controllers(api, kubelet, eviction_grace_s=5.0)
+    daemonsets = DaemonSetController(api)
+    listed: list[str] = []
+    items = api.store.items
+
+    def counting(rt: Any, namespace: str | None = None) -> list[Obj]:
+        listed.append(rt.plural)
+        return items(rt, namespace)
+
+    monkeypatch.setattr(api.store, "items", counting)
+    controllers.tick(0.0)
+    daemonsets.tick(0.0)
+    assert listed.count("pods") == 1  # the orphan look; no DaemonSet, so no look for one
+    listed.clear()
+    controllers.tick(1.0)
+    daemonsets.tick(1.0)
+    assert "pods" not in listed
+
+    # a pod bound to a node that does not exist: counted from the pass that sees it, deleted
+    # after the grace, each pass looking while it is counted
+    api.create_internal(PODS, _pod("orphan", "n-gone"))
+    controllers.tick(2.0)
+    assert listed.count("pods") == 1
+    controllers.tick(6.9)
+    assert api.store.get(PODS, NS, "orphan") is not None
+    assert listed.count("pods") == 2
+    controllers.tick(7.0)
+    assert api.store.get(PODS, NS, "orphan") is None  # deleted with no grace: removed at once
