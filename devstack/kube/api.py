@@ -21,13 +21,19 @@ from .deletion import DeletionMixin
 from .events import EventRecorder
 from .objects import parse_rv, set_condition, sort_key, strip_type
 from .patch import APPLY_PATCH, apply_patch
-from .resources import NAMESPACES, PODS, PVCS, SERVICES, ResourceType
-from .selectors import make_filter, selector_string
+from .resources import EVENTS, NAMESPACES, PODS, PVCS, SERVICES, ResourceType
+from .selectors import field_value, make_filter, parse_field_selector, selector_string
 from .store import Obj, Store
 from .validation import Validator
 from .volumes import PODS_BY_CLAIM, claim_keys
 
 _SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+# Field selectors a namespaced list answers from an index: resource plural -> field path ->
+# the index of (namespace, that field's value). An equality requirement on the path names the
+# candidates (a pod's events, read by the platform on each poll of a rank, among every event
+# of the namespace); the whole selector is still checked on each.
+EVENTS_BY_OBJECT = "events-by-involved-object"
+_FIELD_INDEXES = {EVENTS.plural: {"involvedObject.name": EVENTS_BY_OBJECT}}
 
 
 def _meta(obj: Obj) -> Obj:
@@ -44,6 +50,7 @@ class Api(DeletionMixin):
     def __init__(self, store: Store, validator: Validator, seed: int | None = None) -> None:
         self.store = store
         store.add_index(PODS, PODS_BY_CLAIM, claim_keys)
+        store.add_index(EVENTS, EVENTS_BY_OBJECT, _involved_object)
         self.validator = validator
         self.allocator = Allocator(store, seed)
         self.events = EventRecorder(store)
@@ -84,7 +91,7 @@ class Api(DeletionMixin):
                 self.store.check_not_expired(rv)
                 self.store.check_not_future(rv)
             current = str(self.store.resource_version)
-            items = [o for o in self.store.items(rt, namespace) if matcher(o)]
+            items = [o for o in self._candidates(rt, namespace, field_selector) if matcher(o)]
         if start:
             items = [o for o in items if sort_key(o) > start]
         meta: Obj = {"resourceVersion": current}
@@ -101,6 +108,19 @@ class Api(DeletionMixin):
             "metadata": meta,
             "items": [strip_type(o) for o in items],
         }
+
+    def _candidates(
+        self, rt: ResourceType, namespace: str | None, field_selector: str | None
+    ) -> builtins.list[Obj]:
+        """What a list looks at, in its order: the objects an indexed field's value names
+        (see ``_FIELD_INDEXES``), else every object of the type (in the namespace)."""
+        indexes = _FIELD_INDEXES.get(rt.plural)
+        if indexes and namespace is not None:
+            for requirement in parse_field_selector(field_selector, rt.plural):
+                index = indexes.get(requirement.path)
+                if index is not None and not requirement.negate:
+                    return self.store.indexed(index, (namespace, requirement.value))
+        return self.store.items(rt, namespace)
 
     # --- create ------------------------------------------------------------------------------
 
@@ -378,14 +398,24 @@ class Api(DeletionMixin):
             return self.store.replace(rt, new)
 
     def mutate(
-        self, rt: ResourceType, namespace: str, name: str, change: Callable[[Obj], Any]
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        change: Callable[[Obj], Any],
+        *,
+        touches: tuple[str, ...] | None = None,
     ) -> Obj | None:
-        """Controller write: apply ``change`` to a copy; commit when it changed anything."""
+        """Controller write: apply ``change`` to a copy; commit when it changed anything.
+        ``touches`` names the only top-level fields ``change`` alters besides ``metadata``
+        (None: any): only those are copied, the rest is shared with the stored object, which
+        is safe because a stored object is never changed in place (a pod's spec is most of
+        it, and a kubelet's write is its status)."""
         with self.store.lock:
             current = self.store.get(rt, namespace, name)
             if current is None:
                 return None
-            new = copy.deepcopy(current)
+            new = _copy_for_change(current, touches)
             if change(new) is False or new == current:
                 return current
             return self.commit_update(rt, new)
@@ -467,6 +497,24 @@ class Api(DeletionMixin):
             "status": "Success",
             "code": 201,
         }
+
+
+def _involved_object(event: Obj) -> builtins.list[Any]:
+    """What ``EVENTS_BY_OBJECT`` files an event under."""
+    namespace = (event.get("metadata") or {}).get("namespace") or ""
+    return [(namespace, field_value(event, "involvedObject.name"))]
+
+
+def _copy_for_change(obj: Obj, touches: tuple[str, ...] | None) -> Obj:
+    """A copy of ``obj`` whose ``metadata`` and ``touches`` fields (every field: None) are its
+    own, for a change to alter; the other fields are the stored object's own dicts."""
+    if touches is None:
+        return copy.deepcopy(obj)
+    new = dict(obj)
+    for key in ("metadata", *touches):
+        if key in obj:
+            new[key] = copy.deepcopy(obj[key])
+    return new
 
 
 def scale_of(obj: Obj) -> Obj:

@@ -58,10 +58,12 @@ class Controllers:
         self.clock = clock  # the emulator's clock: eviction grace counts from a lost node on it
         self.lost: dict[str, float] = {}
         self._orphaned: dict[str, float] = {}
+        self._gc_seen_rv = -1  # the store's resourceVersion at _pod_gc's last look
 
     def reset(self) -> None:
         self.lost.clear()
         self._orphaned.clear()
+        self._gc_seen_rv = -1
 
     # --- node lifecycle ----------------------------------------------------------------------
 
@@ -215,7 +217,12 @@ class Controllers:
             self.api.delete(rt, namespace, name, {"gracePeriodSeconds": 0})
 
     def _pod_gc(self, now: float) -> None:
-        """Pods bound to a node that does not exist are deleted after ``eviction_grace_s``."""
+        """Pods bound to a node that does not exist are deleted after ``eviction_grace_s``.
+        With no orphan being counted and no store change since the last look, there is none
+        (only a change makes one): the pass does not look at every pod again."""
+        if not self._orphaned and self.api.store.resource_version == self._gc_seen_rv:
+            return
+        self._gc_seen_rv = self.api.store.resource_version
         nodes = {n["metadata"]["name"] for n in self.api.store.items(NODES)}
         orphans: dict[str, float] = {}
         for pod in self.api.store.items(PODS):

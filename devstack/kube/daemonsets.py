@@ -41,13 +41,16 @@ class DaemonSetController:
 
     def tick(self, now: float) -> None:
         store = self.api.store
+        daemonsets = store.items(DAEMONSETS)
+        if not daemonsets:  # no look at every node and pod on each pass for nothing
+            return
         nodes = [n for n in store.items(NODES) if _ready(n)]
         pods_by_owner: dict[str, list[Obj]] = {}
         for pod in store.items(PODS):
             for ref in pod["metadata"].get("ownerReferences") or []:
                 if ref.get("kind") == "DaemonSet" and ref.get("controller"):
                     pods_by_owner.setdefault(ref.get("uid", ""), []).append(pod)
-        for ds in store.items(DAEMONSETS):
+        for ds in daemonsets:
             if ds["metadata"].get("deletionTimestamp"):
                 continue
             self._sync(ds, nodes, pods_by_owner.get(ds["metadata"]["uid"], []))

@@ -74,6 +74,8 @@ GATE_POLL_S = 0.2  # how often a program waiting for its gate file looks for it
 MOUNT_WARNING_S = 2.0  # how often a pod still waiting for its volumes repeats the warning
 # what the kubelet copies from the log under FallbackToLogsOnError
 MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
+# what the kubelet's writes change besides metadata (Api.mutate copies only these)
+_STATUS = ("status",)
 
 
 @dataclass
@@ -188,7 +190,9 @@ class Kubelet:
     def tick(self, now: float) -> None:
         store = self.api.store
         for held_by, image, size in self.pulls.finished(now):
-            self.api.mutate(NODES, "", held_by, functools.partial(_holding, image, size))
+            self.api.mutate(
+                NODES, "", held_by, functools.partial(_holding, image, size), touches=_STATUS
+            )
         pods = store.items(PODS)
         nodes = {n["metadata"]["name"]: n for n in store.items(NODES)}
         self._leases_renew(nodes, now)
@@ -289,7 +293,7 @@ class Kubelet:
                 self._waiting(c, "ContainerCreating", "") for c in _containers(obj)
             ]
 
-        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], start)
+        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], start, touches=_STATUS)
         if updated is None:
             return
         if block is None:
@@ -336,7 +340,9 @@ class Kubelet:
         def ready_to_start(obj: Obj) -> None:
             set_condition(obj, "PodReadyToStartContainers", "True")
 
-        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], ready_to_start)
+        updated = self.api.mutate(
+            PODS, meta["namespace"], meta["name"], ready_to_start, touches=_STATUS
+        )
         self._start_pulling(updated or pod, sim, now)
 
     def _start_pulling(self, pod: Obj, sim: PodSim, now: float) -> None:
@@ -392,7 +398,7 @@ class Kubelet:
             status["message"] = message
             status["startTime"] = now_iso()
 
-        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], fail)
+        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], fail, touches=_STATUS)
         if updated is not None:
             self._event(updated, node_name, reason, message, None, "Warning")
 
@@ -551,7 +557,7 @@ class Kubelet:
             obj["status"]["initContainerStatuses"] = statuses
 
         meta = pod["metadata"]
-        self.api.mutate(PODS, meta["namespace"], meta["name"], record)
+        self.api.mutate(PODS, meta["namespace"], meta["name"], record, touches=_STATUS)
         if code != 0:
             self._event(
                 pod,
@@ -681,7 +687,7 @@ class Kubelet:
                 for c in _containers(obj)
             ]
 
-        self.api.mutate(PODS, meta["namespace"], meta["name"], mark)
+        self.api.mutate(PODS, meta["namespace"], meta["name"], mark, touches=_STATUS)
         for container in failing:
             self._event(
                 pod,
@@ -708,7 +714,7 @@ class Kubelet:
                 for c in _containers(obj)
             ]
 
-        self.api.mutate(PODS, meta["namespace"], meta["name"], mark)
+        self.api.mutate(PODS, meta["namespace"], meta["name"], mark, touches=_STATUS)
         for container in _containers(pod):
             if container.get("name") in sim.images:
                 self._event(
@@ -780,7 +786,7 @@ class Kubelet:
                 else:
                     set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
 
-        return self.api.mutate(PODS, namespace, name, run)
+        return self.api.mutate(PODS, namespace, name, run, touches=_STATUS)
 
     def _mark_ready(self, namespace: str, name: str) -> None:
         """The model has loaded: the containers and the pod become Ready."""
@@ -791,7 +797,7 @@ class Kubelet:
             for kind in ("Ready", "ContainersReady"):
                 set_condition(obj, kind, "True")
 
-        self.api.mutate(PODS, namespace, name, ready)
+        self.api.mutate(PODS, namespace, name, ready, touches=_STATUS)
 
     def crash(self, namespace: str, name: str, now: float, container: str | None = None) -> None:
         """The pod's container (or every container) exits with an error once: restartCount
@@ -836,7 +842,7 @@ class Kubelet:
                     set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
 
         updated = self.api.mutate(
-            PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], terminate
+            PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], terminate, touches=_STATUS
         )
         if updated is not None and updated["status"].get("phase") in TERMINAL:
             sim.stage, sim.due = "done", float("inf")
@@ -901,7 +907,7 @@ class Kubelet:
             for kind in ("Ready", "ContainersReady"):
                 set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
 
-        updated = self.api.mutate(PODS, namespace, name, crash)
+        updated = self.api.mutate(PODS, namespace, name, crash, touches=_STATUS)
         for item in _containers(updated or pod):
             if item.get("name") in crashing:
                 self._event(
@@ -953,7 +959,7 @@ class Kubelet:
                 set_condition(obj, kind, "False", "PodCompleted")
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
 
-        self.api.mutate(PODS, meta["namespace"], meta["name"], finish)
+        self.api.mutate(PODS, meta["namespace"], meta["name"], finish, touches=_STATUS)
 
     # --- helpers -----------------------------------------------------------------------------
 

@@ -61,6 +61,11 @@ TOOLSET = {
     },
 }
 
+# what tools_install writes, encoded once (write_bytes skips a text wrapper a file), and the
+# directories it makes ("": TARGET itself)
+_TOOLSET_BYTES = {relative: text.encode() for relative, text in TOOLSET.items()}
+_TOOLSET_DIRS = sorted({posixpath.dirname(relative) for relative in TOOLSET})
+
 
 def image_root(volume_data: VolumeData, reference: str) -> Path:
     """The emulated image's root filesystem (made with the default tree on first use)."""
@@ -94,9 +99,10 @@ def seed(volume_data: VolumeData, pod: Obj, container: Obj) -> tuple[int, str]:
     target, dirs = parsed
     source = image_root(volume_data, str(container.get("image") or ""))
     seeded = []
+    resolve = volume_data.resolver(pod, container)
     for name in dirs:
-        place = volume_data.resolve(pod, container, posixpath.join(target, name))
-        marker = volume_data.resolve(pod, container, posixpath.join(target, SEEDED, name))
+        place = resolve(posixpath.join(target, name))
+        marker = resolve(posixpath.join(target, SEEDED, name))
         if place is None or marker is None or place.read_only:
             return 1, f"{PROGRAM}: {target} is not a writable volume"
         if marker.path.exists():
@@ -127,9 +133,10 @@ def tools_install(volume_data: VolumeData, pod: Obj, container: Obj) -> tuple[in
     place = volume_data.resolve(pod, container, target)
     if place is None or place.read_only:
         return 1, f"{TOOLS_PROGRAM}: {target} is not a writable volume"
-    for relative, text in TOOLSET.items():
-        (place.path / relative).parent.mkdir(parents=True, exist_ok=True)
-        (place.path / relative).write_text(text)
+    for directory in _TOOLSET_DIRS:  # once each, not once a file
+        (place.path / directory).mkdir(parents=True, exist_ok=True)
+    for relative, data in _TOOLSET_BYTES.items():
+        (place.path / relative).write_bytes(data)
     return 0, f"{TOOLS_PROGRAM}: starverse/init emulated into {target}"
 
 

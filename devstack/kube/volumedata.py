@@ -26,6 +26,7 @@ import posixpath
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,31 +215,51 @@ class VolumeData:
         no volume is mounted there (the container's own writable layer). The mount with the
         longest ``mountPath`` wins, as nested mounts shadow their parents; a ``..`` that would
         leave the volume resolves to None."""
-        path = posixpath.normpath(path)
+        return self.resolver(pod, container)(path)
+
+    def resolver(self, pod: Obj, container: Obj) -> Callable[[str], HostPath | None]:
+        """``resolve`` for many paths of one container, its mounts sorted and each volume's
+        directory found once (the seeding program resolves two paths for each directory)."""
         volumes = {
             v.get("name"): v
             for v in (pod.get("spec") or {}).get("volumes") or []
             if isinstance(v, dict)
         }
         mounts = sorted(
-            (m for m in container.get("volumeMounts") or [] if isinstance(m, dict)),
-            key=lambda m: len(posixpath.normpath(str(m.get("mountPath") or "/"))),
+            (
+                (posixpath.normpath(str(m.get("mountPath") or "/")), m)
+                for m in container.get("volumeMounts") or []
+                if isinstance(m, dict)
+            ),
+            key=lambda pair: len(pair[0]),
             reverse=True,
         )
-        for mount in mounts:
-            mount_path = posixpath.normpath(str(mount.get("mountPath") or "/"))
-            if path != mount_path and not path.startswith(mount_path.rstrip("/") + "/"):
-                continue
-            base = self._volume_base(pod, volumes.get(mount.get("name")))
-            if base is None:
-                return None
-            inside = posixpath.normpath(
-                posixpath.join(str(mount.get("subPath") or ""), path[len(mount_path) :].lstrip("/"))
-            )
-            if inside.startswith("..") or inside.startswith("/"):
-                return None
-            return HostPath(base if inside == "." else base / inside, bool(mount.get("readOnly")))
-        return None
+        bases: dict[Any, Path | None] = {}
+
+        def resolve(path: str) -> HostPath | None:
+            path = posixpath.normpath(path)
+            for mount_path, mount in mounts:
+                if path != mount_path and not path.startswith(mount_path.rstrip("/") + "/"):
+                    continue
+                volume = mount.get("name")
+                if volume not in bases:
+                    bases[volume] = self._volume_base(pod, volumes.get(volume))
+                base = bases[volume]
+                if base is None:
+                    return None
+                inside = posixpath.normpath(
+                    posixpath.join(
+                        str(mount.get("subPath") or ""), path[len(mount_path) :].lstrip("/")
+                    )
+                )
+                if inside.startswith("..") or inside.startswith("/"):
+                    return None
+                return HostPath(
+                    base if inside == "." else base / inside, bool(mount.get("readOnly"))
+                )
+            return None
+
+        return resolve
 
     def _volume_base(self, pod: Obj, volume: Obj | None) -> Path | None:
         if volume is None:
