@@ -1,8 +1,10 @@
 """cluster_order_to_ready_p99: 16-node clusters ordered one after another on the local emulator
 (images already on the nodes), each from its order to ready: every rank's pod up (each rank's
-provisioning a task of its own, eight worker threads as a Celery worker runs them) and the
-simulated pre-flight passed. Baseline from the same run: 16 plain pods created through the
-client, pinned to 16 nodes by the same eight threads, until all are Running.
+provisioning a task of its own, run by eight worker processes as the deploy's Celery worker
+runs them: prefork, --concurrency 8) and the simulated pre-flight passed. Baseline from the
+same run: 16 plain pods created through the client, pinned to 16 nodes by eight threads, until
+all are Running. BENCH_WORKERS=threads runs the tasks on eight threads of the bench's own
+process instead (one GIL for all of them), as the bench did before.
 
 cluster_128_ready: then the small clusters are terminated and one 128-node cluster is ordered
 on the same 128 emulated nodes and brought to ready; every rank's pod is read back from the
@@ -15,6 +17,7 @@ BENCH_EMULATOR=inprocess runs it in the bench's own process instead, as it did b
 volumes' files are kept in memory where the host has /dev/shm (_kubelet_disk);
 BENCH_EMULATOR_DATA_DIR=/tmp keeps them on disk, as before."""
 
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -23,8 +26,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from bench.common import raw_pod_running, recreate_database, report
 from bench.gateway import _free_port, _wait
@@ -33,7 +37,7 @@ from bench.instances import ROOT
 NODES = 128
 SMALL = 16
 SAMPLES = NODES // SMALL
-THREADS = 8
+THREADS = 8  # the deploy's worker concurrency (deploy/helm/starverse/values.yaml)
 POLL_S = 0.02
 MEMORY = "/dev/shm"  # noqa: S108 (mkdtemp makes a private directory there)
 
@@ -51,32 +55,76 @@ def _until(step, done) -> None:  # type: ignore[no-untyped-def]
         time.sleep(POLL_S)
 
 
-def _ready(cluster_id: str, pool: ThreadPoolExecutor) -> None:
-    """What the worker does for a cluster: each rank provisioned to checking (one task each),
+def _provisioned(rank: str) -> None:
+    """A rank's provisioning task, run until its pod is up (a worker's retries)."""
+    from instances.provisioning import converge
+
+    _until(lambda: converge.provision(rank), {"checking", "running"}.__contains__)
+
+
+def _terminated(rank: str) -> None:
+    from instances.provisioning import converge
+
+    _until(lambda: converge.terminate(rank), "terminated".__eq__)
+
+
+def _worker_start() -> None:
+    """A worker process, forked from the bench (its code loaded, its settings): its own
+    Kubernetes client, and its own database connection when it first asks (the bench closed
+    its connections before forking, so none is shared)."""
+    from starverse.core import kube
+
+    kube._api_client.cache_clear()
+
+
+def _worker_warm(_n: int) -> None:
+    from django.db import connection
+
+    connection.ensure_connection()
+    time.sleep(0.05)  # so that every worker takes one
+
+
+def _workers() -> Executor:
+    """Eight worker processes, as the deploy's Celery worker (prefork) runs tasks, forked now,
+    before the bench starts a thread, each connected to the database; or eight threads of this
+    process with BENCH_WORKERS=threads."""
+    if os.environ.get("BENCH_WORKERS") == "threads":
+        return ThreadPoolExecutor(max_workers=THREADS)
+    from django.db import connections
+
+    connections.close_all()
+    pool = ProcessPoolExecutor(
+        max_workers=THREADS,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_worker_start,
+    )
+    list(pool.map(_worker_warm, range(THREADS * 2)))
+    return pool
+
+
+def _ready(cluster_id: str, pool: Executor) -> None:
+    """What the workers do for a cluster: each rank provisioned to checking (one task each),
     then the pre-flight round, until the cluster runs."""
     from clusters.models import Cluster
     from clusters.preflight import preflight_run
     from clusters.selectors import cluster_view
     from instances.models import Instance
-    from instances.provisioning import converge
 
     ranks = list(
         Instance.objects.filter(
             cluster_rank__cluster_id=cluster_id, cluster_rank__index__isnull=False
         ).values_list("id", flat=True)
     )
-    up = {"checking", "running"}
-    list(pool.map(lambda rank: _until(lambda: converge.provision(rank), up.__contains__), ranks))
+    list(pool.map(_provisioned, ranks))
     while cluster_view(Cluster.objects.get(pk=cluster_id)).status != "running":
         if preflight_run(cluster_id) is None:
             time.sleep(POLL_S)
 
 
-def _terminate(cluster_id: str, pool: ThreadPoolExecutor) -> None:
+def _terminate(cluster_id: str, pool: Executor) -> None:
     from clusters.models import Cluster
     from clusters.services import cluster_terminate
     from instances.models import Instance
-    from instances.provisioning import converge
 
     cluster_terminate(cluster=Cluster.objects.get(pk=cluster_id))
     ranks = list(
@@ -84,8 +132,7 @@ def _terminate(cluster_id: str, pool: ThreadPoolExecutor) -> None:
             cluster_rank__cluster_id=cluster_id, cluster_rank__index__isnull=False
         ).values_list("id", flat=True)
     )
-    gone = "terminated".__eq__
-    list(pool.map(lambda rank: _until(lambda: converge.terminate(rank), gone), ranks))
+    list(pool.map(_terminated, ranks))
 
 
 def _env_check(cluster_id: str, nodes: int, gpus: int) -> int:
@@ -191,13 +238,60 @@ def _emulator(kubeconfig: Path) -> Callable[[], None]:
     return stop
 
 
+def _rounds(
+    user: Any, offering: Any, pool: Executor, threads: ThreadPoolExecutor
+) -> tuple[float, int, list[float], list[float]]:
+    """The small clusters one after another, the baseline's plain pods, then the 128-node
+    cluster: (its seconds to ready, its ranks found correct, the small ones' seconds, the
+    baseline's)."""
+    from clusters.services import cluster_order
+    from starverse.core import kube
+
+    gpus = offering.gpu_count
+    ours, small = [], []
+    for n in range(SAMPLES):
+        began = time.perf_counter()
+        cluster, _ = cluster_order(
+            user=user,
+            offering_id=offering.id,
+            image_id="pytorch-2.1",
+            node_count=SMALL,
+            template="deepspeed",
+            name=f"ready-{n}",
+        )
+        _ready(cluster.id, pool)
+        ours.append(time.perf_counter() - began)
+        small.append(cluster.id)
+    _env_check(small[0], SMALL, gpus)
+
+    api = kube.core()
+    baseline = [_raw_pods(api, n, threads) for n in range(SAMPLES)]
+    for name in [p.metadata.name for p in api.list_namespaced_pod("default").items]:
+        api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+
+    for cluster_id in small:
+        _terminate(cluster_id, pool)
+    began = time.perf_counter()
+    big, _ = cluster_order(
+        user=user,
+        offering_id=offering.id,
+        image_id="pytorch-2.1",
+        node_count=NODES,
+        template="megatron",
+        name="ready-128",
+    )
+    _ready(big.id, pool)
+    big_s = time.perf_counter() - began
+    correct = _env_check(big.id, NODES, gpus)
+    return big_s, correct, ours, baseline
+
+
 def run() -> list[dict]:
     recreate_database()
     from django.core.management import call_command
     from django.test import override_settings
 
     from bench.instances import _users
-    from clusters.services import cluster_order
     from compute.models import Offering
     from fleet.services import nodes_sync_from_cluster
     from starverse.core import dispatch, kube
@@ -212,50 +306,15 @@ def run() -> list[dict]:
         "CLUSTER_MAX_NODES": NODES,
     }
     try:
-        with override_settings(**limits), ThreadPoolExecutor(max_workers=THREADS) as pool:
+        with override_settings(**limits):
             kube._api_client.cache_clear()
             dispatch._load_task_modules()
             call_command("seed_catalog", verbosity=0)
             nodes_sync_from_cluster()
             offering = Offering.objects.get(kind="bare_metal", gpu_model_id="h100-80g")
-            gpus = offering.gpu_count
             (user,) = _users(1, prefix="rdy")
-
-            ours, small = [], []
-            for n in range(SAMPLES):
-                began = time.perf_counter()
-                cluster, _ = cluster_order(
-                    user=user,
-                    offering_id=offering.id,
-                    image_id="pytorch-2.1",
-                    node_count=SMALL,
-                    template="deepspeed",
-                    name=f"ready-{n}",
-                )
-                _ready(cluster.id, pool)
-                ours.append(time.perf_counter() - began)
-                small.append(cluster.id)
-            _env_check(small[0], SMALL, gpus)
-
-            api = kube.core()
-            baseline = [_raw_pods(api, n, pool) for n in range(SAMPLES)]
-            for name in [p.metadata.name for p in api.list_namespaced_pod("default").items]:
-                api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
-
-            for cluster_id in small:
-                _terminate(cluster_id, pool)
-            began = time.perf_counter()
-            big, _ = cluster_order(
-                user=user,
-                offering_id=offering.id,
-                image_id="pytorch-2.1",
-                node_count=NODES,
-                template="megatron",
-                name="ready-128",
-            )
-            _ready(big.id, pool)
-            big_s = time.perf_counter() - began
-            correct = _env_check(big.id, NODES, gpus)
+            with _workers() as pool, ThreadPoolExecutor(max_workers=THREADS) as threads:
+                big_s, correct, ours, baseline = _rounds(user, offering, pool, threads)
     finally:
         emulator_stop()
         kube._api_client.cache_clear()
