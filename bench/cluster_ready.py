@@ -238,30 +238,37 @@ def _emulator(kubeconfig: Path) -> Callable[[], None]:
     return stop
 
 
+def _order(user: Any, offering: Any, nodes: int, template: str, name: str) -> str:
+    """A cluster of `nodes` nodes ordered as a user would: its id."""
+    from clusters.services import cluster_order
+
+    cluster, _created = cluster_order(
+        user=user,
+        offering_id=offering.id,
+        image_id="pytorch-2.1",
+        node_count=nodes,
+        template=template,
+        name=name,
+    )
+    return str(cluster.id)
+
+
 def _rounds(
     user: Any, offering: Any, pool: Executor, threads: ThreadPoolExecutor
 ) -> tuple[float, int, list[float], list[float]]:
     """The small clusters one after another, the baseline's plain pods, then the 128-node
     cluster: (its seconds to ready, its ranks found correct, the small ones' seconds, the
     baseline's)."""
-    from clusters.services import cluster_order
     from starverse.core import kube
 
     gpus = offering.gpu_count
     ours, small = [], []
     for n in range(SAMPLES):
         began = time.perf_counter()
-        cluster, _ = cluster_order(
-            user=user,
-            offering_id=offering.id,
-            image_id="pytorch-2.1",
-            node_count=SMALL,
-            template="deepspeed",
-            name=f"ready-{n}",
-        )
-        _ready(cluster.id, pool)
+        cluster_id = _order(user, offering, SMALL, "deepspeed", f"ready-{n}")
+        _ready(cluster_id, pool)
         ours.append(time.perf_counter() - began)
-        small.append(cluster.id)
+        small.append(cluster_id)
     _env_check(small[0], SMALL, gpus)
 
     api = kube.core()
@@ -272,17 +279,10 @@ def _rounds(
     for cluster_id in small:
         _terminate(cluster_id, pool)
     began = time.perf_counter()
-    big, _ = cluster_order(
-        user=user,
-        offering_id=offering.id,
-        image_id="pytorch-2.1",
-        node_count=NODES,
-        template="megatron",
-        name="ready-128",
-    )
-    _ready(big.id, pool)
+    big = _order(user, offering, NODES, "megatron", "ready-128")
+    _ready(big, pool)
     big_s = time.perf_counter() - began
-    correct = _env_check(big.id, NODES, gpus)
+    correct = _env_check(big, NODES, gpus)
     return big_s, correct, ours, baseline
 
 
