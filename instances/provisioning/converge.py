@@ -159,7 +159,7 @@ def _objects_create(instance: Instance, node: Node) -> None:
     for port in served_ports(_ports_now(instance)):
         _port_objects_ensure(instance, port)
     # only for the provisioning that created them: a later one creates its own; under the
-    # instance's lock, which covers its pod watch (instance_locked: a transition holding the
+    # instance's lock, which covers its pod watch (instance_lock: a transition holding the
     # instance and saving the pod watch would otherwise wait on us as we wait on it)
     with transaction.atomic():
         instance_lock(instance.pk)
