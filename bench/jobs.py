@@ -117,17 +117,29 @@ def _until(check: Callable[[], bool], what: str, *, poll_s: float = 0.02) -> flo
 
 
 def _followed_through_api(job_id: str, token: str) -> int:
-    from django.db import connection
+    """One follower's request, in a web thread that keeps its database connection between
+    requests as the deploy's web workers do (CONN_MAX_AGE, starverse.settings)."""
     from django.test import Client
 
     client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {token}")
-    try:
-        answer = client.get(f"/api/v1/jobs/{job_id}/logs", {"follow": "1"})
-        if answer.status_code != 200:
-            raise RuntimeError(f"logs of {job_id}: HTTP {answer.status_code}")
-        return sum(chunk.count(b"\n") for chunk in answer.streaming_content)  # type: ignore[attr-defined]
-    finally:
+    answer = client.get(f"/api/v1/jobs/{job_id}/logs", {"follow": "1"})
+    if answer.status_code != 200:
+        raise RuntimeError(f"logs of {job_id}: HTTP {answer.status_code}")
+    return sum(chunk.count(b"\n") for chunk in answer.streaming_content)  # type: ignore[attr-defined]
+
+
+def _connections_close(pool: ThreadPoolExecutor) -> None:
+    """Each of the pool's threads closes its database connection (all of them at once, so
+    that every thread takes one)."""
+    from django.db import connection
+
+    met = threading.Barrier(JOBS)
+
+    def close(_n: int) -> None:
+        met.wait(timeout=30)
         connection.close()
+
+    list(pool.map(close, range(JOBS)))
 
 
 def _followed_straight(namespace: str, name: str) -> int:
@@ -136,12 +148,12 @@ def _followed_straight(namespace: str, name: str) -> int:
     return kube.pod_log(namespace, name).count("\n")
 
 
-def _turn(read: Callable[[int], int]) -> tuple[float, list[int]]:
-    """The 16 readers at once: (seconds until the last is done, lines each read)."""
-    with ThreadPoolExecutor(max_workers=JOBS) as pool:
-        began = time.perf_counter()
-        lines = list(pool.map(read, range(JOBS)))
-        return time.perf_counter() - began, lines
+def _turn(read: Callable[[int], int], pool: ThreadPoolExecutor) -> tuple[float, list[int]]:
+    """The 16 readers at once, on the pool's threads: (seconds until the last is done, lines
+    each read)."""
+    began = time.perf_counter()
+    lines = list(pool.map(read, range(JOBS)))
+    return time.perf_counter() - began, lines
 
 
 def job_log_follow() -> dict[str, Any]:
@@ -171,15 +183,26 @@ def job_log_follow() -> dict[str, Any]:
             logs.log_ship(rank.id, rank.k8s_namespace, rank.k8s_name, attempt=0, final=True)
 
         api_rates, straight_rates = [], []
-        for _ in range(FOLLOW_ROUNDS):
-            seconds, api_lines = _turn(lambda n: _followed_through_api(jobs[n].id, token))
-            api_rates.append(sum(api_lines) / seconds)
-            seconds, raw_lines = _turn(
-                lambda n: _followed_straight(ranks[n].k8s_namespace, ranks[n].k8s_name)
-            )
-            straight_rates.append(sum(raw_lines) / seconds)
-            if api_lines != raw_lines or min(raw_lines) < FOLLOW_STEPS:
-                raise RuntimeError(f"lines differ: API {api_lines}, straight {raw_lines}")
+        # the web threads and the cluster readers each last the whole bench, as a web
+        # worker's threads and their connections do; a first turn each opens them, unmeasured
+        with ThreadPoolExecutor(JOBS) as web, ThreadPoolExecutor(JOBS) as readers:
+            try:
+                for turn in range(FOLLOW_ROUNDS + 1):
+                    seconds, api_lines = _turn(
+                        lambda n: _followed_through_api(jobs[n].id, token), web
+                    )
+                    api_rate = sum(api_lines) / seconds
+                    seconds, raw_lines = _turn(
+                        lambda n: _followed_straight(ranks[n].k8s_namespace, ranks[n].k8s_name),
+                        readers,
+                    )
+                    if api_lines != raw_lines or min(raw_lines) < FOLLOW_STEPS:
+                        raise RuntimeError(f"lines differ: API {api_lines}, straight {raw_lines}")
+                    if turn:
+                        api_rates.append(api_rate)
+                        straight_rates.append(sum(raw_lines) / seconds)
+            finally:
+                _connections_close(web)
     return report(
         "job_log_follow",
         statistics.median(api_rates),
