@@ -21,7 +21,7 @@ from fleet.models import MULTUS_NETWORKS, NodeProfile
 from instances.gateway import SSH_PORT
 from instances.provisioning.manifests import WORKLOAD_LABEL
 from starverse.core.hostkeys import host_key_from_private
-from starverse.core.kube import MANAGED, namespace_name, tenant_label
+from starverse.core.kube import MANAGED, id_label, namespace_name, tenant_label
 
 CLUSTER_LABEL = "starverse.io/cluster"
 RANK_LABEL = "starverse.io/rank"
@@ -40,7 +40,7 @@ LAUNCHERS = ("torchrun", "deepspeed", "megatron", "colossalai")
 
 def cluster_dns(cluster_id: str) -> str:
     """The cluster's id as a DNS label (clu_ABC → clu-abc): its Service's name."""
-    return cluster_id.lower().replace("_", "-")
+    return id_label(cluster_id)
 
 
 def rank_host(cluster_id: str, rank: int) -> str:

@@ -62,6 +62,7 @@ from jobs.states import (
 from starverse.accounts.models import User
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import Conflict, FieldInvalid, InvalidInput
+from starverse.core.kube import id_label
 from starverse.core.text import later
 from storage.nas import nas_for_tenant
 
@@ -89,7 +90,7 @@ RESUME_READ_KEEP_S = 7 * 24 * 3600  # what _log_news read of an attempt, kept th
 
 def job_dns(job_id: str) -> str:
     """The job's id as Kubernetes labels and names take it (DNS: lower case, no underscore)."""
-    return job_id.lower().replace("_", "-")
+    return id_label(job_id)
 
 
 @dataclass(frozen=True)

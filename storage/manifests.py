@@ -5,7 +5,7 @@ from typing import Any
 
 from django.conf import settings
 
-from starverse.core.kube import MANAGED, namespace_name, tenant_label
+from starverse.core.kube import MANAGED, id_label, namespace_name, tenant_label
 from storage.models import Disk, SharedStorage
 
 
@@ -34,7 +34,7 @@ def cloud_disk_claim(disk: Disk) -> dict[str, Any]:
             "labels": {
                 **MANAGED,
                 "starverse.io/tenant": tenant_label(disk.tenant_id),
-                "starverse.io/disk": disk.id.lower().replace("_", "-"),
+                "starverse.io/disk": id_label(disk.id),
             },
         },
         "spec": {
@@ -57,7 +57,7 @@ def nas_claim(nas: SharedStorage) -> dict[str, Any]:
             "labels": {
                 **MANAGED,
                 "starverse.io/tenant": tenant_label(nas.tenant_id),
-                "starverse.io/nas": nas.id.lower().replace("_", "-"),
+                "starverse.io/nas": id_label(nas.id),
             },
         },
         "spec": {

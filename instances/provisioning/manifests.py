@@ -14,7 +14,7 @@ from instances.gateway import JUPYTER_PORT, SSH_PORT, route_hostname
 from instances.mirrors import mirror_env
 from instances.models import Instance, Workload
 from starverse.core.hostkeys import HostKey
-from starverse.core.kube import HTTP_ROUTE_API, MANAGED, namespace_name, tenant_label
+from starverse.core.kube import HTTP_ROUTE_API, MANAGED, id_label, namespace_name, tenant_label
 from starverse.core.links import public_url
 from storage.manifests import volumes_and_mounts
 from storage.models import Disk, SharedStorage
@@ -74,7 +74,7 @@ def labels(instance: Instance) -> dict[str, str]:
     return {
         **MANAGED,
         "starverse.io/tenant": tenant_label(instance.tenant_id),
-        "starverse.io/instance": instance.id.lower().replace("_", "-"),
+        "starverse.io/instance": id_label(instance.id),
     }
 
 

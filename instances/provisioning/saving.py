@@ -146,7 +146,7 @@ def build_pod(image: Image, instance: Instance) -> dict[str, Any]:
             "labels": {
                 **kube.MANAGED,
                 "starverse.io/tenant": kube.tenant_label(tenant),
-                kube.IMAGE_LABEL: image.id.lower().replace("_", "-"),
+                kube.IMAGE_LABEL: kube.id_label(image.id),
             },
         },
         "spec": {

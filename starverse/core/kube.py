@@ -137,12 +137,18 @@ OWNED_LABEL_PREFIXES = (
 
 def namespace_name(tenant_id: str) -> str:
     """The tenant's namespace: every object of one tenant lives there."""
-    return f"sv-{tenant_id.lower().replace('_', '-')}"
+    return f"sv-{id_label(tenant_id)}"
+
+
+def id_label(object_id: str) -> str:
+    """A Starverse id as label values and DNS names take it: lower case, no underscore
+    (clu_ABC → clu-abc)."""
+    return object_id.lower().replace("_", "-")
 
 
 def tenant_label(tenant_id: str) -> str:
     """The tenant's id as a label value (`starverse.io/tenant`)."""
-    return tenant_id.lower().replace("_", "-")
+    return id_label(tenant_id)
 
 
 def namespace(tenant_id: str) -> dict[str, Any]:
