@@ -74,8 +74,7 @@ def ranks_locked(cluster_id: str) -> list[Instance]:
 
 
 def ranks_number(cluster: Cluster, instances: list[Instance], first: int = 0) -> None:
-    """New ranks of `cluster` (saved instances of its gang), numbered from `first` in order,
-    each with its SSH host key."""
+    """New ranks of `cluster` (saved instances of its gang), numbered from `first` in order."""
     rows = [
         Rank(instance=instance, cluster=cluster, index=first + offset)
         for offset, instance in enumerate(instances)
@@ -83,10 +82,6 @@ def ranks_number(cluster: Cluster, instances: list[Instance], first: int = 0) ->
     Rank.objects.bulk_create(rows)
     for instance, row in zip(instances, rows, strict=True):
         instance.cluster_rank = row
-    # their host keys (the services make ranks with theirs; any without get theirs now, by one
-    # UPDATE): every rank's first pass lists them all in known_hosts, and passes racing to make
-    # the missing ones would each make all of them
-    host_keys_assign(instances)
 
 
 def rank_replace(rank: Instance, message: str, *, avoid: frozenset[str] = frozenset()) -> bool:
@@ -222,8 +217,8 @@ class RankHooks(GangHooks):
         _rendering.last = (instance.pk, member, profile)  # for pod(), next in the same pass
         siblings = pods.cluster_ranks(member.cluster_id)
         if missing := [sibling.instance_id for sibling in siblings if not sibling.ssh_host_key]:
-            # ranks_number gives new ranks their keys; ranks made before it did get theirs
-            # here, so that known_hosts lists every rank from the start
+            # ranks are made with their keys (clusters.services); ranks made before they were
+            # get theirs here, so that known_hosts lists every rank from the start
             host_keys_assign(list(Instance.objects.filter(pk__in=missing)))
             siblings = pods.cluster_ranks(member.cluster_id)
         shared = pods.shared_objects(member, profile, cluster.ssh_private_key, siblings)
