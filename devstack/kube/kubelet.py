@@ -43,6 +43,7 @@ import datetime as dt
 import functools
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -53,7 +54,7 @@ from .engine import load_seconds, standin_exit
 from .images import ImageCatalog, Pull, Pulls, add_image, holds, node_bandwidth_mbps
 from .objects import TERMINAL, set_condition
 from .podlogs import LogBook
-from .resources import LEASES, NODES, PODS
+from .resources import LEASES, NODES, PODS, ResourceType
 from .saving import PushRun, layer_args, push, save_layer
 from .scheduler import allocatable, describe_shortage, node_usage
 from .seeding import missing_command, seed, tools_install, tools_target
@@ -190,9 +191,7 @@ class Kubelet:
     def tick(self, now: float) -> None:
         store = self.api.store
         for held_by, image, size in self.pulls.finished(now):
-            self.api.mutate(
-                NODES, "", held_by, functools.partial(_holding, image, size), touches=_STATUS
-            )
+            self._write(NODES, "", held_by, functools.partial(_holding, image, size))
         pods = store.items(PODS)
         nodes = {n["metadata"]["name"]: n for n in store.items(NODES)}
         self._leases_renew(nodes, now)
@@ -293,7 +292,7 @@ class Kubelet:
                 self._waiting(c, "ContainerCreating", "") for c in _containers(obj)
             ]
 
-        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], start, touches=_STATUS)
+        updated = self._write(PODS, meta["namespace"], meta["name"], start)
         if updated is None:
             return
         if block is None:
@@ -340,9 +339,7 @@ class Kubelet:
         def ready_to_start(obj: Obj) -> None:
             set_condition(obj, "PodReadyToStartContainers", "True")
 
-        updated = self.api.mutate(
-            PODS, meta["namespace"], meta["name"], ready_to_start, touches=_STATUS
-        )
+        updated = self._write(PODS, meta["namespace"], meta["name"], ready_to_start)
         self._start_pulling(updated or pod, sim, now)
 
     def _start_pulling(self, pod: Obj, sim: PodSim, now: float) -> None:
@@ -398,7 +395,7 @@ class Kubelet:
             status["message"] = message
             status["startTime"] = now_iso()
 
-        updated = self.api.mutate(PODS, meta["namespace"], meta["name"], fail, touches=_STATUS)
+        updated = self._write(PODS, meta["namespace"], meta["name"], fail)
         if updated is not None:
             self._event(updated, node_name, reason, message, None, "Warning")
 
@@ -557,7 +554,7 @@ class Kubelet:
             obj["status"]["initContainerStatuses"] = statuses
 
         meta = pod["metadata"]
-        self.api.mutate(PODS, meta["namespace"], meta["name"], record, touches=_STATUS)
+        self._write(PODS, meta["namespace"], meta["name"], record)
         if code != 0:
             self._event(
                 pod,
@@ -687,7 +684,7 @@ class Kubelet:
                 for c in _containers(obj)
             ]
 
-        self.api.mutate(PODS, meta["namespace"], meta["name"], mark, touches=_STATUS)
+        self._write(PODS, meta["namespace"], meta["name"], mark)
         for container in failing:
             self._event(
                 pod,
@@ -714,7 +711,7 @@ class Kubelet:
                 for c in _containers(obj)
             ]
 
-        self.api.mutate(PODS, meta["namespace"], meta["name"], mark, touches=_STATUS)
+        self._write(PODS, meta["namespace"], meta["name"], mark)
         for container in _containers(pod):
             if container.get("name") in sim.images:
                 self._event(
@@ -786,7 +783,7 @@ class Kubelet:
                 else:
                     set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
 
-        return self.api.mutate(PODS, namespace, name, run, touches=_STATUS)
+        return self._write(PODS, namespace, name, run)
 
     def _mark_ready(self, namespace: str, name: str) -> None:
         """The model has loaded: the containers and the pod become Ready."""
@@ -797,7 +794,7 @@ class Kubelet:
             for kind in ("Ready", "ContainersReady"):
                 set_condition(obj, kind, "True")
 
-        self.api.mutate(PODS, namespace, name, ready, touches=_STATUS)
+        self._write(PODS, namespace, name, ready)
 
     def crash(self, namespace: str, name: str, now: float, container: str | None = None) -> None:
         """The pod's container (or every container) exits with an error once: restartCount
@@ -841,8 +838,8 @@ class Kubelet:
                 for kind in ("Ready", "ContainersReady"):
                     set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
 
-        updated = self.api.mutate(
-            PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], terminate, touches=_STATUS
+        updated = self._write(
+            PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], terminate
         )
         if updated is not None and updated["status"].get("phase") in TERMINAL:
             sim.stage, sim.due = "done", float("inf")
@@ -907,7 +904,7 @@ class Kubelet:
             for kind in ("Ready", "ContainersReady"):
                 set_condition(obj, kind, "False", "ContainersNotReady", _ready_message(obj))
 
-        updated = self.api.mutate(PODS, namespace, name, crash, touches=_STATUS)
+        updated = self._write(PODS, namespace, name, crash)
         for item in _containers(updated or pod):
             if item.get("name") in crashing:
                 self._event(
@@ -959,9 +956,16 @@ class Kubelet:
                 set_condition(obj, kind, "False", "PodCompleted")
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
 
-        self.api.mutate(PODS, meta["namespace"], meta["name"], finish, touches=_STATUS)
+        self._write(PODS, meta["namespace"], meta["name"], finish)
 
     # --- helpers -----------------------------------------------------------------------------
+
+    def _write(
+        self, rt: ResourceType, namespace: str, name: str, change: Callable[[Obj], Any]
+    ) -> Obj | None:
+        """A kubelet's write: ``change`` alters the object's status (and metadata) only, so
+        only those are copied (Api.mutate's ``touches``)."""
+        return self.api.mutate(rt, namespace, name, change, touches=_STATUS)
 
     @staticmethod
     def _waiting(container: Obj, reason: str, message: str) -> Obj:
