@@ -255,6 +255,19 @@ def _clear_cache() -> Iterator[None]:
     _CATALOG.clear()
 
 
+@pytest.fixture(autouse=True)
+def _tasks_may_join_results() -> Iterator[None]:
+    """Eager mode (the tests' Celery) runs each apply_async inside celery.result's
+    denied_join_result(), which sets a process-wide flag and puts back the value it found:
+    two threads that send tasks at once (a live server's) can leave it set for good, and every
+    later .get() in this process then fails with "Never call result.get() within a task!".
+    No real worker runs in a test process, so the flag starts each test cleared."""
+    from celery._state import _set_task_join_will_block
+
+    _set_task_join_will_block(False)
+    yield
+
+
 @pytest.fixture
 def api() -> APIClient:
     return APIClient()
