@@ -169,6 +169,42 @@ def test_an_order_is_kept_gpus_where_its_notices_went():
     assert spare(loads, from_spot) == 0  # what they free stays free for it, not for spot
 
 
+def test_a_reservation_that_waits_for_paying_rentals_ignores_free_gpus():
+    # an 8-GPU order on two nodes that hourly rentals hold equally: on neither could it start
+    # once spot is gone, so the GPUs free now (which notices and spot starts change) do not
+    # decide where it is kept
+    for free_a, free_b in ((0, 4), (4, 0)):
+        kept: dict[str, int] = {}
+        assert reserve([_load("a", free_a, 4), _load("b", free_b, 4)], kept, gpus=8, whole=True)
+        assert kept == {"a": 8}
+
+
+def test_a_paying_order_behind_one_that_waits_for_paying_rentals_starts_after_one_notice(
+    catalog,
+):
+    user = make_user()
+    fund(user, 5_000_000)
+    fours = [_order(user, 4), _order(user, 4)]  # one node full
+    twos = [_order(user, 2), _order(user, 2)]  # the other, best fit: side by side
+    _end(fours[1])  # four GPUs held by hourly rentals on each node
+    spot = [_order(user, 4, billing="spot") for _ in range(2)]  # the rest, one on each
+    assert {_node(i) for i in spot} == {_node(fours[0]), _node(twos[0])}
+    head = _order(user, 8)  # can start on neither before an hourly rental ends
+    small = _order(user, 1)
+    assert (head.status, small.status) == ("queued", "queued")
+    assert queue_drain(product=H100) == []
+    (noticed,) = Holding.objects.filter(preempt_at__isnull=False).values_list("id", flat=True)
+    freed = Allocation.objects.filter(holding_id=noticed).values_list("node_id", flat=True)[0]
+
+    # its pod is gone: the GPUs it freed are the small order's, though the node they are on
+    # now has more free than the one the head is kept
+    instance_mark_stopped(noticed)
+    assert queue_drain(product=H100) == [small.id]
+    assert _node(small) == freed
+    assert Holding.objects.filter(preempt_at__isnull=False, state="placed").count() == 0
+    assert _status(head) == "queued"
+
+
 def test_every_paying_order_ahead_keeps_its_gpus(busy):
     user = busy["user"]
     second = _order(user, 8)  # keeps the fuller node, once the head has the emptier
