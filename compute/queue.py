@@ -204,6 +204,7 @@ def reserve(
         fit = [load for load in loads if load.gpu_count - kept(load) >= gpus]
     if len(fit) < count:
         return False
+
     # Kept elsewhere than where its notices went, the GPUs they free are kept for nobody:
     # spot orders behind it (the very holdings noticed, restarted in line) take them as they
     # free, and it gives notice again, drain after drain (traced in sched_sim_month: a 4-GPU
