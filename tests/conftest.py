@@ -261,11 +261,11 @@ def _tasks_may_join_results() -> Iterator[None]:
     denied_join_result(), which sets a process-wide flag and puts back the value it found:
     two threads that send tasks at once (a live server's) can leave it set for good, and every
     later .get() in this process then fails with "Never call result.get() within a task!".
-    No real worker runs in a test process, so the flag starts each test cleared."""
-    from celery._state import _set_task_join_will_block
+    No real worker runs in a test process, so each test runs with the flag cleared."""
+    from celery.result import allow_join_result
 
-    _set_task_join_will_block(False)
-    yield
+    with allow_join_result():
+        yield
 
 
 @pytest.fixture
