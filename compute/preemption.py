@@ -269,6 +269,8 @@ def _node_plan(
         free, room = free + unit.gpus[node.id], _plus(room, unit.room[node.id])
     best: tuple[tuple[int, float], list[Unit]] | None = None
     for size in range(len(others) + 1):
+        if best is not None and size > best[0][0]:
+            break  # each unit not under notice costs a holding at least: no larger set wins
         for chosen in combinations(others, size):
             gpus = free + sum(unit.gpus[node.id] for unit in chosen)
             left = room
