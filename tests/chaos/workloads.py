@@ -123,11 +123,21 @@ class Submitter:
 
     def transitional(self) -> list[str]:
         """Each one still on its way: a cluster not yet running (or terminated, once deleted),
-        a job not yet ended, an endpoint not yet running (or deleted)."""
+        a job not yet ended, an endpoint not yet running (or deleted), or running with no
+        replica Ready yet: an endpoint stays running while its replica's pod is alive but not
+        Ready (endpoints.scheduler), the API showing `replicas.ready` 0. Settling on the status
+        alone, one CI run checked an endpoint 29 s after the emulator's restart (the API
+        outage), found it running, and its Service not answering."""
         return [
             f"{kind} {pk} {shown['status']}"
+            + (" (no replica ready)" if kind == "endpoint" and shown["status"] == "running" else "")
             for kind, pk, shown in self.statuses()
             if shown["status"] in TRANSITIONAL[kind]
+            or (
+                kind == "endpoint"
+                and shown["status"] == "running"
+                and not shown["replicas"]["ready"]
+            )
         ]
 
     def broken(self, kube_url: str) -> list[str]:
