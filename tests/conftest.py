@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery.result import allow_join_result
 from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
@@ -262,8 +263,6 @@ def _tasks_may_join_results() -> Iterator[None]:
     two threads that send tasks at once (a live server's) can leave it set for good, and every
     later .get() in this process then fails with "Never call result.get() within a task!".
     No real worker runs in a test process, so each test runs with the flag cleared."""
-    from celery.result import allow_join_result
-
     with allow_join_result():
         yield
 

@@ -128,17 +128,17 @@ class Submitter:
         Ready (endpoints.scheduler), the API showing `replicas.ready` 0. Settling on the status
         alone, one CI run checked an endpoint 29 s after the emulator's restart (the API
         outage), found it running, and its Service not answering."""
-        return [
-            f"{kind} {pk} {shown['status']}"
-            + (" (no replica ready)" if kind == "endpoint" and shown["status"] == "running" else "")
-            for kind, pk, shown in self.statuses()
-            if shown["status"] in TRANSITIONAL[kind]
-            or (
+        waiting = []
+        for kind, pk, shown in self.statuses():
+            if shown["status"] in TRANSITIONAL[kind]:
+                waiting.append(f"{kind} {pk} {shown['status']}")
+            elif (
                 kind == "endpoint"
                 and shown["status"] == "running"
                 and not shown["replicas"]["ready"]
-            )
-        ]
+            ):
+                waiting.append(f"{kind} {pk} running (no replica ready)")
+        return waiting
 
     def broken(self, kube_url: str) -> list[str]:
         """What is not as promised: a cluster running with every rank up (terminated once
