@@ -154,8 +154,8 @@ class Submitter:
                 ranks = [rank["status"] for rank in shown["ranks"]]
                 if ranks != ["running"] * 2:
                     found.append(f"cluster {pk} running with ranks {ranks}")
-            elif kind == "endpoint" and not gone and not _serves(kube_url, pk):
-                found.append(f"endpoint {pk} running but its Service does not answer")
+            elif kind == "endpoint" and not gone and (failure := _unserved(kube_url, pk)):
+                found.append(f"endpoint {pk} running but its Service does not answer: {failure}")
         return found
 
 
@@ -168,15 +168,55 @@ SETTLED = {"cluster": "running", "job": "succeeded", "endpoint": "running"}
 ENDED = {"cluster": "terminated", "job": "succeeded", "endpoint": "deleted"}
 
 
-def _serves(kube_url: str, endpoint_id: str) -> bool:
+# How long an endpoint the API shows serving may take to answer through its Service: the API's
+# `replicas.ready` is the platform's last look at the pods (endpoints.scheduler, every
+# second), so a replica that stopped being Ready since (a container restarted: the emulator's
+# restart re-admits every pod, as a node's reboot would) is still counted for up to that long.
+SERVICE_ANSWER_S = 15.0
+
+
+def _unserved(kube_url: str, endpoint_id: str) -> str:
+    """Why the endpoint's Service does not answer its engine's /v1/models ("" when it does),
+    asked again each second for SERVICE_ANSWER_S: the last answer's status and text, with
+    the namespace's pods' phase, Ready condition and restarts (what the emulator shows)."""
     from endpoints.engines import ENGINE_PORT
     from endpoints.manifests import object_name
     from endpoints.models import Endpoint
 
     namespace = Endpoint.objects.get(pk=endpoint_id).k8s_namespace
     host = f"{object_name(endpoint_id)}.{namespace}.svc.cluster.local:{ENGINE_PORT}"
+    until = time.monotonic() + SERVICE_ANSWER_S
+    while True:
+        try:
+            answer = requests.get(f"{kube_url}/v1/models", headers={"Host": host}, timeout=10)
+            failure = (
+                "" if answer.status_code == 200 else f"{answer.status_code} {answer.text[:200]!r}"
+            )
+        except requests.RequestException as error:
+            failure = f"no answer ({error})"
+        if not failure or time.monotonic() >= until:
+            break
+        time.sleep(1.0)
+    return f"{failure}; pods: {_pods_shown(kube_url, namespace)}" if failure else ""
+
+
+def _pods_shown(kube_url: str, namespace: str) -> str:
+    """Each pod of the namespace: name, phase, Ready, deleting, restarts (the emulator's view)."""
     try:
-        answer = requests.get(f"{kube_url}/v1/models", headers={"Host": host}, timeout=10)
-    except requests.RequestException:
-        return False
-    return answer.status_code == 200
+        listed = requests.get(f"{kube_url}/api/v1/namespaces/{namespace}/pods", timeout=10).json()
+    except (requests.RequestException, ValueError) as error:
+        return f"unreadable ({error})"
+    shown = []
+    for pod in listed.get("items") or []:
+        status = pod.get("status") or {}
+        ready = next(
+            (c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+            "?",
+        )
+        restarts = sum(c.get("restartCount", 0) for c in status.get("containerStatuses") or [])
+        deleting = " deleting" if pod["metadata"].get("deletionTimestamp") else ""
+        shown.append(
+            f"{pod['metadata']['name']} {status.get('phase')} Ready={ready} "
+            f"restarts={restarts}{deleting}"
+        )
+    return ", ".join(shown) or "none"
