@@ -235,10 +235,17 @@ def _fleet(nodes: int) -> None:
 
 
 def simulate(
-    orders: list[Order], *, nodes: int, days: float, spot_backlog: int = 0, seed: int = SEED
+    orders: list[Order],
+    *,
+    nodes: int,
+    days: float,
+    spot_backlog: int = 0,
+    seed: int = SEED,
+    headroom: int = 0,
 ) -> Result:
     """One month (`days`) of `orders`, and `spot_backlog` spot submitters (see the docstring),
-    on a fresh database of `nodes` nodes; `seed` draws the rows' ids and the backlog's orders."""
+    on a fresh database of `nodes` nodes; `seed` draws the rows' ids and the backlog's orders;
+    `headroom`: SPOT_HEADROOM_NODES."""
     recreate_database()
     setup_django()
     from django.core.management import call_command
@@ -247,7 +254,11 @@ def simulate(
     with (
         seeded_ids(seed + 2),
         override_settings(
-            MAX_QUEUED_ORDERS=10**7, MAX_RUNNING_GPUS=10**7, KUBECONFIG="", SPOT_PREEMPT_GRACE_S=30
+            MAX_QUEUED_ORDERS=10**7,
+            MAX_RUNNING_GPUS=10**7,
+            KUBECONFIG="",
+            SPOT_PREEMPT_GRACE_S=30,
+            SPOT_HEADROOM_NODES=headroom,
         ),
     ):
         call_command("seed_catalog", verbosity=0)
@@ -334,6 +345,8 @@ class _Sim:
         self.looped.add(self._arrive(t, len(self.orders) - 1))
 
     def _arrive(self, t: float, index: int) -> str:
+        from django.conf import settings
+
         from instances.lifecycle import instance_order
 
         order = self.orders[index]
@@ -350,6 +363,8 @@ class _Sim:
         self.arrived[instance.id] = t
         if instance.status == "provisioning":
             self._started(t, [instance.id])
+            if order.billing != "spot" and settings.SPOT_HEADROOM_NODES:
+                self._drain(t)  # as the order's drain_queue task: headroom taken, freed again
         else:
             self._drain(t)  # a paying order that waits takes spot GPUs back
         return instance.id
@@ -482,6 +497,12 @@ def run(argv: list[str] | None = None) -> list[dict]:
         type=int,
         help="spot submitters (default: one per GPU for a generated workload, 0 with a CSV)",
     )
+    parser.add_argument(
+        "--spot-headroom-nodes",
+        type=int,
+        default=0,
+        help="SPOT_HEADROOM_NODES in the run with spot: nodes spot leaves to paying orders",
+    )
     args = parser.parse_args(argv or [])
     orders = (
         workload_read(args.workload)
@@ -492,7 +513,12 @@ def run(argv: list[str] | None = None) -> list[dict]:
     if backlog is None:
         backlog = 0 if args.workload else args.nodes * GPUS
     with_spot = simulate(
-        orders, nodes=args.nodes, days=args.days, spot_backlog=backlog, seed=args.seed
+        orders,
+        nodes=args.nodes,
+        days=args.days,
+        spot_backlog=backlog,
+        seed=args.seed,
+        headroom=args.spot_headroom_nodes,
     )
     without = simulate(
         [o for o in orders if o.billing != "spot"], nodes=args.nodes, days=args.days, seed=args.seed
@@ -524,6 +550,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
         "scale": f"{args.nodes} nodes × {GPUS} GPUs, {args.days:g} days",
         "seed": args.seed,
         "spot_backlog": backlog,
+        "spot_headroom_nodes": args.spot_headroom_nodes,
         "orders": with_spot.orders,
         "orders_without_spot": without.orders,
         "wait_p50_s": [

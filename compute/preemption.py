@@ -46,7 +46,9 @@ from django.utils import timezone
 
 from compute.choices import BillingMode, HoldingKind, HoldingState, OfferingKind
 from compute.models import Allocation, Holding, Offering
-from compute.placement import Room, capacity, needs, times
+from compute.placement import Room, capacity, loads, needs, times
+from compute.queue import headroom
+from fleet.models import GpuModel
 from starverse.core.locks import gpu_model_placement_lock
 
 logger = logging.getLogger(__name__)
@@ -320,6 +322,30 @@ def preempt_for(
         return None
     holdings = [h for unit in found.units for h in unit.holdings]
     return TakenBack(preempt(holdings, now=now) if holdings else [], found.nodes)
+
+
+def headroom_clear(product: str, *, now: datetime | None = None) -> list[str]:
+    """Give notice to the spot holdings on the nodes spot leaves to paying orders
+    (SPOT_HEADROOM_NODES, compute.queue.headroom), whole gangs, so that those nodes are free
+    when paying orders arrive; under the exclusive placement lock of the product's GPU models,
+    in the caller's transaction. Returns the holdings given notice now."""
+    if settings.SPOT_HEADROOM_NODES <= 0:
+        return []
+    for gpu_model_id in (
+        GpuModel.objects.filter(product=product).order_by("pk").values_list("pk", flat=True)
+    ):
+        gpu_model_placement_lock(gpu_model_id)
+    kept = headroom(loads(product), settings.SPOT_HEADROOM_NODES)
+    holdings = [
+        holding
+        for unit in _units(product, "")
+        if not unit.noticed and not kept.keys().isdisjoint(unit.gpus)
+        for holding in unit.holdings
+    ]
+    if not holdings:
+        return []
+    logger.info("spot.headroom product=%s nodes=%s", product, ",".join(sorted(kept)))
+    return preempt(holdings, now=now)
 
 
 def preempt(holding_ids: list[str], *, now: datetime | None = None) -> list[str]:

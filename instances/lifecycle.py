@@ -32,7 +32,7 @@ from compute.holdings import (
 from compute.models import Image, Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from compute.placement import Gang, choose, choose_nodes, loads, shape
-from compute.preemption import preempt_for
+from compute.preemption import headroom_clear, preempt_for
 from compute.queue import Load, Reserved, Shape, Unplannable, heads, reserve, spare, waits_ahead
 from fleet.choices import NodeState
 from fleet.models import Node
@@ -450,9 +450,11 @@ def _place_or_queue(
         period_charge(instance)
     if placement is None and spot and max_wait is not None:
         holding_wait_until(instance.id, timezone.now() + timedelta(minutes=max_wait))
-    if placement is None:
+    if placement is None or (settings.SPOT_HEADROOM_NODES and not spot):
         # an order waits: the queue is served at once (backfilling may start it on GPUs no
-        # order ahead is kept, compute.queue), and a paying one takes back spot GPUs
+        # order ahead is kept, compute.queue), and a paying one takes back spot GPUs; a paying
+        # one placed may have taken GPUs of the nodes spot leaves free: the drain frees the
+        # next (compute.preemption.headroom_clear)
         enqueue_on_commit("instances.tasks.drain_queue", instance.offering.gpu_model.product)
 
 
@@ -551,6 +553,7 @@ def _try_place(
             instance.offering,
             region,
             image=instance.image.container_image,
+            spot=spot,
             reserved=round_.kept(spot=spot) if round_ else None,
         )
         if placement is None and round_ is not None:
@@ -586,6 +589,7 @@ def _try_place_gang(
             len(ranks),
             head.region_id or "",
             prefer=switches_held(every),
+            spot=spot,
             reserved=round_.kept(spot=spot) if round_ else None,
         )
         if nodes is None and round_ is not None:
@@ -645,6 +649,8 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
     now = now or timezone.now()
     placed: list[str] = []
     passed: set[str] = set()
+    with transaction.atomic():
+        headroom_clear(product, now=now)  # the nodes spot leaves to paying orders (if any)
     round_ = _Round()
     while round_.open():
         with transaction.atomic():

@@ -638,6 +638,12 @@ QUEUE_UNFUNDED_GRACE_MINUTES = env_int("QUEUE_UNFUNDED_GRACE_MINUTES", 30)
 # Interruptible (spot) rentals: the notice a preempted one gets (SIGTERM, and the deadline in
 # /etc/starverse/preempt) before its GPUs are taken for a paying order (compute.preemption).
 SPOT_PREEMPT_GRACE_S = env_int("SPOT_PREEMPT_GRACE_S", 30)
+# Nodes of each GPU model, in each region, that spot leaves to paying orders so that those
+# start on arrival instead of after a notice (compute.queue.headroom): spot takes none of
+# their GPUs, and spot holdings found on them are taken back with notice. 0: spot may take
+# every idle GPU (the most GPUs rented; a paying order then waits out one notice whenever spot
+# holds every free GPU).
+SPOT_HEADROOM_NODES = env_int("SPOT_HEADROOM_NODES", 0)
 # Per-account limits; an operator sets other values for one account in the admin (Tenant
 # limits). Trial-only accounts (never topped up) may hold at most one whole node's worth of GPUs
 # of the premium models by default, what the trial promises (an hour of a whole 8×H100 node):
