@@ -152,6 +152,7 @@ def _labels(data: Overview, revenue_total: str) -> dict[str, str]:
         "monthly": _("Monthly"),
         "spot": _("Spot"),
         "idle": _("Idle"),
+        "kept_from_spot": _("Of which kept from spot"),
         "out_of_service": _("Out of service"),
         "allocation_30d": _("Allocated, 30 days"),
         "spot_revenue_30d": _("Spot revenue, 30 days"),
@@ -160,7 +161,8 @@ def _labels(data: Overview, revenue_total: str) -> dict[str, str]:
             "GPUs held now by hourly, monthly and spot rentals, idle (ready and free) and out "
             "of service (lost, or on a node not ready). Allocated is the share of the GPU-hours "
             "of the last 30 days held by instances, of the GPUs in the fleet now; instances in "
-            "no-GPU mode hold none (a monthly rental's stay reserved)."
+            "no-GPU mode hold none (a monthly rental's stay reserved). Kept from spot: the "
+            "idle GPUs of the nodes spot leaves free for paying orders (SPOT_HEADROOM_NODES)."
         ),
     }
 

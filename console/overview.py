@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db.models import Count, F, Min, OuterRef, Q, Subquery, Sum, Window
 from django.db.models.functions import Lead, TruncDay
 from django.utils import timezone
@@ -25,6 +26,8 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from compute.choices import HoldingState
 from compute.models import Allocation, Holding
+from compute.placement import loads
+from compute.queue import headroom
 from fleet.choices import NodeState
 from fleet.models import GpuModel, Node
 from instances.choices import HOLDS_GPUS, InstanceStatus
@@ -302,7 +305,8 @@ SPOT = "spot"
 @dataclass
 class CapacityMix:
     """One GPU model in one region: its GPUs now by who holds them (hourly, monthly, spot; the
-    rest idle, or out of service: lost, or on a node not ready), and over the last 30 days
+    rest idle, or out of service: lost, or on a node not ready; of the idle, those kept from
+    spot: free on the nodes spot leaves to paying orders), and over the last 30 days
     the allocation rate (GPU-hours held ÷ GPU-hours its GPUs now in the fleet offer), the spot
     revenue (usage posted for spot holdings, cash and trial credit) and the preemptions (spot
     holdings whose GPUs were taken back: Holding.preempted_at in the window)."""
@@ -315,6 +319,7 @@ class CapacityMix:
     monthly: int = 0
     spot: int = 0
     out_of_service: int = 0
+    kept_from_spot: int = 0
     allocation_pct: float = 0.0
     spot_revenue_fen: int = 0
     preemptions: int = 0
@@ -400,4 +405,11 @@ def capacity_mix(now: datetime | None = None) -> list[CapacityMix]:
     for product, region, count in preempted:
         if (product, region) in rows:
             rows[product, region].preemptions += count
+    if settings.SPOT_HEADROOM_NODES > 0:
+        for product in sorted({product for product, _region in rows}):
+            found = loads(product)
+            kept = headroom(found, settings.SPOT_HEADROOM_NODES)
+            for load in found:
+                if load.id in kept and (product, load.region) in rows:
+                    rows[product, load.region].kept_from_spot += load.free
     return [rows[key] for key in sorted(rows)]
