@@ -102,7 +102,8 @@ def report(
         "unit": unit,
         "baseline": round(baseline, 2),
         "baseline_name": baseline_name,
-        "ratio": round(value / baseline, 3) if baseline else None,
+        # equal at zero (no wait either way) is a ratio of 1; against zero otherwise, none
+        "ratio": round(value / baseline, 3) if baseline else (1.0 if value == 0 else None),
         "goal": goal,
     }
     print(json.dumps(line), flush=True)

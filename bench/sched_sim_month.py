@@ -245,7 +245,7 @@ def simulate(
 ) -> Result:
     """One month (`days`) of `orders`, and `spot_backlog` spot submitters (see the docstring),
     on a fresh database of `nodes` nodes; `seed` draws the rows' ids and the backlog's orders;
-    `headroom`: SPOT_HEADROOM_NODES."""
+    `headroom`: SPOT_HEADROOM."""
     recreate_database()
     setup_django()
     from django.core.management import call_command
@@ -258,7 +258,7 @@ def simulate(
             MAX_RUNNING_GPUS=10**7,
             KUBECONFIG="",
             SPOT_PREEMPT_GRACE_S=30,
-            SPOT_HEADROOM_NODES=headroom,
+            SPOT_HEADROOM=headroom,
         ),
     ):
         call_command("seed_catalog", verbosity=0)
@@ -363,7 +363,7 @@ class _Sim:
         self.arrived[instance.id] = t
         if instance.status == "provisioning":
             self._started(t, [instance.id])
-            if order.billing != "spot" and settings.SPOT_HEADROOM_NODES:
+            if order.billing != "spot" and settings.SPOT_HEADROOM:
                 self._drain(t)  # as the order's drain_queue task: headroom taken, freed again
         else:
             self._drain(t)  # a paying order that waits takes spot GPUs back
@@ -498,10 +498,10 @@ def run(argv: list[str] | None = None) -> list[dict]:
         help="spot submitters (default: one per GPU for a generated workload, 0 with a CSV)",
     )
     parser.add_argument(
-        "--spot-headroom-nodes",
+        "--spot-headroom",
         type=int,
         default=0,
-        help="SPOT_HEADROOM_NODES in the run with spot: nodes spot leaves to paying orders",
+        help="SPOT_HEADROOM in the run with spot: paying orders of each size kept GPUs free",
     )
     args = parser.parse_args(argv or [])
     orders = (
@@ -518,7 +518,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
         days=args.days,
         spot_backlog=backlog,
         seed=args.seed,
-        headroom=args.spot_headroom_nodes,
+        headroom=args.spot_headroom,
     )
     without = simulate(
         [o for o in orders if o.billing != "spot"], nodes=args.nodes, days=args.days, seed=args.seed
@@ -550,7 +550,7 @@ def run(argv: list[str] | None = None) -> list[dict]:
         "scale": f"{args.nodes} nodes × {GPUS} GPUs, {args.days:g} days",
         "seed": args.seed,
         "spot_backlog": backlog,
-        "spot_headroom_nodes": args.spot_headroom_nodes,
+        "spot_headroom": args.spot_headroom,
         "orders": with_spot.orders,
         "orders_without_spot": without.orders,
         "wait_p50_s": [

@@ -165,26 +165,23 @@ def choose(
     A new order also takes nothing while an earlier order waits for the same GPUs (first come,
     first served: compute.queue; a `spot` order takes nothing while any paying order waits),
     read under the lock in the same statement. The queue's drain passes the GPUs `reserved` for
-    the orders ahead (compute.queue.reserve): an order behind them takes none of them. A spot
-    order takes none of the nodes spot leaves to paying orders either (spot_kept)."""
+    the orders ahead (compute.queue.reserve): an order behind them takes none of them; a spot
+    order's callers add the GPUs kept for paying orders (compute.preemption.spot_kept)."""
     if not concurrent:
         gpu_model_placement_lock(offering.gpu_model_id)
-        if spot:
-            reserved = spot_kept(offering.gpu_model.product, reserved)
         found = candidates(offering, region, image=image, limit=1, reserved=reserved)
         return found[0].placement(offering) if found else None
     gpu_model_placement_lock(offering.gpu_model_id, shared=True)
-    return _choose_claiming(offering, region, image=image, spot=spot)
+    return _choose_claiming(offering, region, image=image, spot=spot, reserved=reserved)
 
 
 def _choose_claiming(
-    offering: Offering, region: str, *, image: str, spot: bool
+    offering: Offering, region: str, *, image: str, spot: bool, reserved: queue.Reserved | None
 ) -> tuple[Node, list[int]] | None:
     """choose() for a new order, under the model's shared lock: the best-fitting node no other
     order is claiming, claimed (see choose())."""
     tried: list[str] = []
     busy: list[str] = []
-    kept = spot_kept(offering.gpu_model.product, None) if spot else None
     while True:
         found = candidates(
             offering,
@@ -194,7 +191,7 @@ def _choose_claiming(
             skip=tried,
             behind_queue=not tried,
             spot=spot,
-            reserved=kept,
+            reserved=reserved,
         )
         if not found:
             break
@@ -207,7 +204,7 @@ def _choose_claiming(
                 break
             busy += ids[:index]
             fresh = candidates(
-                offering, region, image=image, limit=1, only=ids[index], reserved=kept
+                offering, region, image=image, limit=1, only=ids[index], reserved=reserved
             )
             if fresh:
                 return fresh[0].placement(offering)
@@ -217,7 +214,7 @@ def _choose_claiming(
     # order doing the same is retried by the caller's transaction: instance_order).
     for node_id in sorted(busy):
         node_claim(node_id)
-        fresh = candidates(offering, region, image=image, limit=1, only=node_id, reserved=kept)
+        fresh = candidates(offering, region, image=image, limit=1, only=node_id, reserved=reserved)
         if fresh:
             return fresh[0].placement(offering)
     return None
@@ -439,8 +436,6 @@ def choose_nodes(
     product = offering.gpu_model.product
     if behind_queue and queue.waits_ahead(product, region, spot=spot):
         return None
-    if spot:
-        reserved = spot_kept(product, reserved)
     nodes, taken, rooms, regions = capacity(product, region)
     want = needs(offering)
     fit = {
@@ -662,13 +657,11 @@ def choose_cpu_only(offering: Offering, region: str = "") -> Node | None:
 
 
 _LOADS_SQL = """
-SELECT n.id, n.gpu_count, n.region_id,
+SELECT n.id, n.gpu_count,
        (SELECT COUNT(*) FROM {allocation} a WHERE a.node_id = n.id)
          + (SELECT COUNT(*) FROM {gpu} g WHERE g.node_id = n.id AND g.lost_at IS NOT NULL),
        (SELECT COUNT(*) FROM {allocation} a JOIN {holding} h ON h.id = a.holding_id
-         WHERE a.node_id = n.id AND h.billing = 'spot'),
-       (SELECT COUNT(*) FROM {allocation} a JOIN {holding} h ON h.id = a.holding_id
-         WHERE a.node_id = n.id AND h.billing = 'spot' AND h.preempt_at IS NOT NULL)
+         WHERE a.node_id = n.id AND h.billing = 'spot')
   FROM {node} n
  WHERE n.state = %s AND n.gpu_product = %s AND (n.in_cluster OR %s)
    AND (%s = '' OR n.region_id = %s)
@@ -679,26 +672,14 @@ SELECT n.id, n.gpu_count, n.region_id,
 def loads(product: str, region: str = "") -> list[queue.Load]:
     """The ready nodes of a product (of one region, or of all with "") as backfilling reads
     them (compute.queue.Load): GPUs, free ones, and those that stay held (taken, less those of
-    spot holdings: a paying order takes them back), region, and spot GPUs under notice. One
-    round trip, under the caller's placement lock."""
+    spot holdings: a paying order takes them back). One round trip, under the caller's
+    placement lock."""
     with connection.cursor() as cursor:
         cursor.execute(
             _LOADS_SQL.format(**_tables()),
             [NodeState.READY, product, not settings.KUBECONFIG, region, region],
         )
         return [
-            queue.Load(node_id, gpus, gpus - taken, taken - leaving, region_id or "", going)
-            for node_id, gpus, region_id, taken, leaving, going in cursor.fetchall()
+            queue.Load(node_id, gpus, gpus - taken, taken - leaving)
+            for node_id, gpus, taken, leaving in cursor.fetchall()
         ]
-
-
-def spot_kept(product: str, reserved: queue.Reserved | None) -> queue.Reserved | None:
-    """What a spot order may not take: the GPUs `reserved` for the orders ahead, and every GPU
-    of the nodes spot leaves to paying orders (SPOT_HEADROOM_NODES: compute.queue.headroom).
-    Under the caller's placement lock."""
-    if settings.SPOT_HEADROOM_NODES <= 0:
-        return reserved
-    kept = dict(reserved or {})
-    for node_id, gpus in queue.headroom(loads(product), settings.SPOT_HEADROOM_NODES).items():
-        kept[node_id] = max(kept.get(node_id, 0), gpus)
-    return kept

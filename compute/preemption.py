@@ -46,9 +46,10 @@ from django.utils import timezone
 
 from compute.choices import BillingMode, HoldingKind, HoldingState, OfferingKind
 from compute.models import Allocation, Holding, Offering
-from compute.placement import Room, capacity, loads, needs, times
-from compute.queue import headroom
-from fleet.models import GpuModel
+from compute.placement import Room, capacity, needs, times
+from compute.queue import together, waits_ahead
+from fleet.choices import NodeState
+from fleet.models import GpuModel, Node
 from starverse.core.locks import gpu_model_placement_lock
 
 logger = logging.getLogger(__name__)
@@ -157,17 +158,21 @@ def plan(
     *,
     nodes: int = 1,
     reserved: dict[str, int] | None = None,
+    noticed: frozenset[str] = frozenset(),
 ) -> Planned | None:
     """The spot units to take back so that `nodes` holdings of `offering` fit (see the
     module's docstring), one or a gang's whole nodes, all in one region, and the nodes they
     make room on; no units when those free already or under notice make room, None when no
     taking back makes room for all of them (then nothing is taken). GPUs `reserved` for
-    paying orders ahead (compute.queue.reserve) are not its to free. The caller holds the GPU
-    model's placement lock."""
+    paying orders ahead (compute.queue.reserve) are not its to free; the units `noticed`
+    (keys) count as under notice. The caller holds the GPU model's placement lock."""
     reserved = reserved or {}
     product = offering.gpu_model.product
     rows, taken, rooms, regions = capacity(product, region)
-    units = _units(product, region)
+    units = [
+        replace(unit, noticed=True) if unit.key in noticed else unit
+        for unit in _units(product, region)
+    ]
     # a gang's ranks each take a whole node of the offering's size, all in one region
     # (compute.placement.choose_nodes); a bare-metal holding takes a whole node
     whole = nodes > 1 or offering.kind == OfferingKind.BARE_METAL
@@ -324,28 +329,77 @@ def preempt_for(
     return TakenBack(preempt(holdings, now=now) if holdings else [], found.nodes)
 
 
-def headroom_clear(product: str, *, now: datetime | None = None) -> list[str]:
-    """Give notice to the spot holdings on the nodes spot leaves to paying orders
-    (SPOT_HEADROOM_NODES, compute.queue.headroom), whole gangs, so that those nodes are free
-    when paying orders arrive; under the exclusive placement lock of the product's GPU models,
-    in the caller's transaction. Returns the holdings given notice now."""
-    if settings.SPOT_HEADROOM_NODES <= 0:
-        return []
+class Headroom(NamedTuple):
+    """What spot leaves to paying orders (SPOT_HEADROOM): the GPUs kept from it, by node id,
+    and the spot units to take back so that they are free."""
+
+    kept: dict[str, int]
+    units: list[Unit]
+
+
+def headroom(product: str) -> Headroom:
+    """The GPUs that SPOT_HEADROOM paying orders of each size (each GPU count the product is
+    offered in, the largest first) would be placed on next, in each region, were
+    spot gone: each a paying order's plan (packing first, as above), the GPUs of those before
+    it kept, so that an hourly or monthly order starts on arrival where it would have started
+    without spot, and spot keeps off those GPUs. None while a paying order of the product
+    waits in line: the queue keeps GPUs for it (compute.queue.reserve), and an order arriving
+    then waits behind it anyway. The caller holds the GPU models' placement locks."""
+    if settings.SPOT_HEADROOM <= 0 or waits_ahead(product):
+        return Headroom({}, [])
+    # one order of each GPU count: a whole-node one first where there is one (a cloud order of
+    # a node's every GPU needs the same whole node)
+    sizes: dict[int, Offering] = {}
+    for offering in Offering.objects.filter(gpu_model__product=product, active=True).order_by(
+        "-gpu_count", "kind", "pk"
+    ):
+        sizes.setdefault(offering.gpu_count, offering)
+    regions = sorted(
+        set(
+            Node.objects.filter(gpu_product=product, state=NodeState.READY).values_list(
+                "region_id", flat=True
+            )
+        )
+    )
+    kept: dict[str, int] = defaultdict(int)
+    chosen: dict[str, Unit] = {}
+    for _ in range(settings.SPOT_HEADROOM):
+        for region in regions:
+            for offering in sizes.values():
+                found = plan(offering, region, reserved=kept, noticed=frozenset(chosen))
+                if found is None:
+                    continue
+                for node_id in found.nodes:
+                    kept[node_id] += offering.gpu_count
+                chosen.update((unit.key, unit) for unit in found.units)
+    return Headroom(dict(kept), [unit for unit in chosen.values() if not unit.noticed])
+
+
+def headroom_clear(product: str, *, now: datetime | None = None) -> Headroom:
+    """Give notice to the spot holdings on the GPUs kept for paying orders (headroom), whole
+    gangs, under the exclusive placement lock of the product's GPU models, in the caller's
+    transaction. Returns the headroom (the holdings given notice: its units')."""
+    if settings.SPOT_HEADROOM <= 0:
+        return Headroom({}, [])
     for gpu_model_id in (
         GpuModel.objects.filter(product=product).order_by("pk").values_list("pk", flat=True)
     ):
         gpu_model_placement_lock(gpu_model_id)
-    kept = headroom(loads(product), settings.SPOT_HEADROOM_NODES)
-    holdings = [
-        holding
-        for unit in _units(product, "")
-        if not unit.noticed and not kept.keys().isdisjoint(unit.gpus)
-        for holding in unit.holdings
-    ]
-    if not holdings:
-        return []
-    logger.info("spot.headroom product=%s nodes=%s", product, ",".join(sorted(kept)))
-    return preempt(holdings, now=now)
+    found = headroom(product)
+    holdings = [holding for unit in found.units for holding in unit.holdings]
+    if holdings:
+        preempt(holdings, now=now)
+        logger.info("spot.headroom product=%s holdings=%d", product, len(holdings))
+    return found
+
+
+def spot_kept(product: str, reserved: dict[str, int] | None) -> dict[str, int] | None:
+    """What a spot order of `product` may not take: the GPUs `reserved` for the orders ahead
+    and those kept for paying orders (headroom). `reserved` itself without headroom. Under
+    the caller's placement lock."""
+    if settings.SPOT_HEADROOM <= 0:
+        return reserved
+    return together(reserved, headroom(product).kept)
 
 
 def preempt(holding_ids: list[str], *, now: datetime | None = None) -> list[str]:

@@ -25,8 +25,7 @@ it can start (an 8-GPU order kept a node that hourly rentals still hold); spot h
 node a paying order is kept are taken back with notice (compute.preemption) when that node has
 room for it but for spot. Spot therefore delays a paying order by one notice at most
 (SPOT_PREEMPT_GRACE_S, when no GPU is free for it), and an order kept a node that paying
-rentals hold only after they end, by that notice (none where the operator keeps nodes from
-spot: headroom, SPOT_HEADROOM_NODES). A paying order never waits
+rentals hold only after they end, by that notice. A paying order never waits
 for an order behind it. Among orders that ask for the same, the first in line is served first:
 the one behind fits only where the one ahead would have.
 
@@ -163,15 +162,12 @@ def heads(
 @dataclass(frozen=True)
 class Load:
     """A node as backfilling reads it: its GPUs, those free now, and those that stay held (by
-    paying holdings, or lost: a paying order takes spot GPUs back); its region, and the GPUs
-    of its spot holdings under notice (`going`: free at their deadline)."""
+    paying holdings, or lost: a paying order takes spot GPUs back)."""
 
     id: str
     gpu_count: int
     free: int
     staying: int
-    region: str = ""
-    going: int = 0
 
 
 # GPUs kept, by node id, for the paying orders that wait ahead (reserve).
@@ -234,26 +230,13 @@ def reserve(
     return True
 
 
-def headroom(loads: list[Load], nodes: int) -> Reserved:
-    """The nodes spot keeps off (SPOT_HEADROOM_NODES), every GPU of them kept from spot: in
-    each region the `nodes` nodes with the most GPUs free or freeing (spot under notice),
-    then the fewest held by paying rentals (a node spot alone holds clears into a whole free
-    one, which an 8-GPU or whole-node order needs), then by id. Paying orders take their GPUs
-    as any others, best fit, so a node that paying orders fill leaves the set for the next;
-    its spot holdings are then taken back (compute.preemption.headroom_clear), about as many
-    GPUs as the paying orders took, which without headroom they would have taken back
-    themselves, waiting out the notice."""
-    if nodes <= 0:
-        return {}
-    by_region: dict[str, list[Load]] = {}
-    for load in loads:
-        by_region.setdefault(load.region, []).append(load)
-    kept: Reserved = {}
-    for members in by_region.values():
-        members.sort(key=lambda load: (-(load.free + load.going), load.staying, load.id))
-        for load in members[:nodes]:
-            kept[load.id] = load.gpu_count
-    return kept
+def together(*kept: Reserved | None) -> Reserved:
+    """GPUs kept for several reasons, added up by node (reservations, headroom)."""
+    total: Reserved = {}
+    for each in kept:
+        for node_id, gpus in (each or {}).items():
+            total[node_id] = total.get(node_id, 0) + gpus
+    return total
 
 
 def ready_but_for_spot(load: Load, kept: int, *, gpus: int) -> bool:

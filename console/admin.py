@@ -162,7 +162,7 @@ def _labels(data: Overview, revenue_total: str) -> dict[str, str]:
             "of service (lost, or on a node not ready). Allocated is the share of the GPU-hours "
             "of the last 30 days held by instances, of the GPUs in the fleet now; instances in "
             "no-GPU mode hold none (a monthly rental's stay reserved). Kept from spot: the "
-            "idle GPUs of the nodes spot leaves free for paying orders (SPOT_HEADROOM_NODES)."
+            "GPUs kept free for the next paying orders of each size (SPOT_HEADROOM)."
         ),
     }
 

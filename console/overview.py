@@ -26,8 +26,7 @@ from billing.choices import TransactionKind
 from billing.models import LedgerTransaction
 from compute.choices import HoldingState
 from compute.models import Allocation, Holding
-from compute.placement import loads
-from compute.queue import headroom
+from compute.preemption import headroom
 from fleet.choices import NodeState
 from fleet.models import GpuModel, Node
 from instances.choices import HOLDS_GPUS, InstanceStatus
@@ -305,8 +304,8 @@ SPOT = "spot"
 @dataclass
 class CapacityMix:
     """One GPU model in one region: its GPUs now by who holds them (hourly, monthly, spot; the
-    rest idle, or out of service: lost, or on a node not ready; of the idle, those kept from
-    spot: free on the nodes spot leaves to paying orders), and over the last 30 days
+    rest idle, or out of service: lost, or on a node not ready; those kept from spot: for
+    the paying orders that SPOT_HEADROOM lets start on arrival), and over the last 30 days
     the allocation rate (GPU-hours held ÷ GPU-hours its GPUs now in the fleet offer), the spot
     revenue (usage posted for spot holdings, cash and trial credit) and the preemptions (spot
     holdings whose GPUs were taken back: Holding.preempted_at in the window)."""
@@ -405,11 +404,12 @@ def capacity_mix(now: datetime | None = None) -> list[CapacityMix]:
     for product, region, count in preempted:
         if (product, region) in rows:
             rows[product, region].preemptions += count
-    if settings.SPOT_HEADROOM_NODES > 0:
+    if settings.SPOT_HEADROOM > 0:
         for product in sorted({product for product, _region in rows}):
-            found = loads(product)
-            kept = headroom(found, settings.SPOT_HEADROOM_NODES)
-            for load in found:
-                if load.id in kept and (product, load.region) in rows:
-                    rows[product, load.region].kept_from_spot += load.free
+            kept = headroom(product).kept
+            for node_id, region in Node.objects.filter(pk__in=list(kept)).values_list(
+                "pk", "region_id"
+            ):
+                if (product, region) in rows:
+                    rows[product, region].kept_from_spot += kept[node_id]
     return [rows[key] for key in sorted(rows)]

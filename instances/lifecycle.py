@@ -32,8 +32,18 @@ from compute.holdings import (
 from compute.models import Image, Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from compute.placement import Gang, choose, choose_nodes, loads, shape
-from compute.preemption import headroom_clear, preempt_for
-from compute.queue import Load, Reserved, Shape, Unplannable, heads, reserve, spare, waits_ahead
+from compute.preemption import headroom_clear, preempt_for, spot_kept
+from compute.queue import (
+    Load,
+    Reserved,
+    Shape,
+    Unplannable,
+    heads,
+    reserve,
+    spare,
+    together,
+    waits_ahead,
+)
 from fleet.choices import NodeState
 from fleet.models import Node
 from fleet.selectors import region_orderable
@@ -436,12 +446,14 @@ def _place_or_queue(
     it (compute.preemption). Locks: GPU model, disks, wallet."""
     # a new order: placed in parallel with other new orders, never before one that waits
     spot = instance.billing == BillingMode.SPOT
+    product = instance.offering.gpu_model.product
     placement = choose(
         instance.offering,
         instance.region_id or "",
         image=instance.image.container_image,
         concurrent=True,
         spot=spot,
+        reserved=_kept(product, spot=spot),
     )
     instance_create(instance, placement=placement)
     disks_attach_at_order(instance, disk_ids, actor=instance.created_by)  # the orderer, acting
@@ -450,12 +462,12 @@ def _place_or_queue(
         period_charge(instance)
     if placement is None and spot and max_wait is not None:
         holding_wait_until(instance.id, timezone.now() + timedelta(minutes=max_wait))
-    if placement is None or (settings.SPOT_HEADROOM_NODES and not spot):
+    if placement is None or (settings.SPOT_HEADROOM and not spot):
         # an order waits: the queue is served at once (backfilling may start it on GPUs no
         # order ahead is kept, compute.queue), and a paying one takes back spot GPUs; a paying
-        # one placed may have taken GPUs of the nodes spot leaves free: the drain frees the
-        # next (compute.preemption.headroom_clear)
-        enqueue_on_commit("instances.tasks.drain_queue", instance.offering.gpu_model.product)
+        # one placed took GPUs kept for paying orders: the drain keeps the next ones
+        # (compute.preemption.headroom_clear)
+        enqueue_on_commit("instances.tasks.drain_queue", product)
 
 
 def gang_place_or_queue(
@@ -479,7 +491,12 @@ def gang_place_or_queue(
     offering = ranks[0].offering
     spot = ranks[0].billing == BillingMode.SPOT
     nodes = choose_nodes(
-        offering, len(ranks), ranks[0].region_id or "", behind_queue=True, spot=spot
+        offering,
+        len(ranks),
+        ranks[0].region_id or "",
+        behind_queue=True,
+        spot=spot,
+        reserved=_kept(offering.gpu_model.product, spot=spot),
     )
     for index, rank in enumerate(ranks):
         instance_create(
@@ -553,8 +570,7 @@ def _try_place(
             instance.offering,
             region,
             image=instance.image.container_image,
-            spot=spot,
-            reserved=round_.kept(spot=spot) if round_ else None,
+            reserved=round_.kept(spot=spot) if round_ else _kept(product, spot=spot),
         )
         if placement is None and round_ is not None:
             round_.unplannable.remember(round_.unplannable.no_room, form)
@@ -589,8 +605,9 @@ def _try_place_gang(
             len(ranks),
             head.region_id or "",
             prefer=switches_held(every),
-            spot=spot,
-            reserved=round_.kept(spot=spot) if round_ else None,
+            reserved=round_.kept(spot=spot)
+            if round_
+            else _kept(head.offering.gpu_model.product, spot=spot),
         )
         if nodes is None and round_ is not None:
             round_.unplannable.remember(round_.unplannable.no_room, form)
@@ -650,8 +667,9 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
     placed: list[str] = []
     passed: set[str] = set()
     with transaction.atomic():
-        headroom_clear(product, now=now)  # the nodes spot leaves to paying orders (if any)
-    round_ = _Round()
+        # the GPUs kept for paying orders (SPOT_HEADROOM), freed of spot with notice
+        kept = headroom_clear(product, now=now).kept
+    round_ = _Round(headroom=kept)
     while round_.open():
         with transaction.atomic():
             head = _queue_head(product, passed, round_=round_)
@@ -679,8 +697,10 @@ class _Round:
     for the paying ones (compute.queue.reserve) and those of them kept from spot too
     (`from_spot`), whether a paying order may still start
     (`paying`: no, once one could be kept nothing), the most GPUs a spot order may ask
-    (`spot_most`: the most free on one node that no paying order is kept; None until an order
-    waited), the nodes a waiting paying order's notices make room on (`noticed_on`, by its
+    (`spot_most`: the most free on one node that no paying order is kept, nor headroom; None
+    until an order waited), the GPUs kept for paying orders as the drain began (`headroom`,
+    compute.preemption.headroom), the nodes a waiting paying order's notices make room on
+    (`noticed_on`, by its
     id: it is kept GPUs there), the orders it cannot plan (compute.queue.Unplannable) and the
     nodes' loads, by
     region ("" = all), read once and again only after a placement took GPUs (an order that
@@ -689,6 +709,7 @@ class _Round:
     waiting: list[str] = field(default_factory=list)
     reserved: Reserved = field(default_factory=dict)
     from_spot: Reserved = field(default_factory=dict)
+    headroom: Reserved = field(default_factory=dict)
     paying: bool = True
     spot_most: int | None = None
     noticed_on: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -727,13 +748,22 @@ class _Round:
                 noticed_on=self.noticed_on.pop(head.id, ()),
             )
             self.paying = kept  # (it may still take spot GPUs back where none are kept)
-        self.spot_most = spare(everywhere, self.from_spot)
+        # headroom counted: without it a drain tried every queued spot order in turn
+        self.spot_most = spare(everywhere, self.kept(spot=True))
 
     def kept(self, *, spot: bool) -> Reserved:
         """The GPUs an order behind may not take: all those kept for the paying orders ahead,
         or for a spot order those kept on nodes where their order could start once spot is
-        gone (compute.queue.reserve)."""
-        return self.from_spot if spot else self.reserved
+        gone (compute.queue.reserve) and those kept for paying orders (headroom)."""
+        if not spot:
+            return self.reserved
+        return together(self.from_spot, self.headroom) if self.headroom else self.from_spot
+
+
+def _kept(product: str, *, spot: bool) -> Reserved | None:
+    """What an order placed outside a drain may not take: for a spot one, the GPUs kept for
+    paying orders (compute.preemption.spot_kept); nothing for a paying one."""
+    return spot_kept(product, None) if spot else None
 
 
 def _queue_head(product: str, passed: set[str], *, round_: "_Round") -> Instance | None:

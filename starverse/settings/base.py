@@ -638,12 +638,13 @@ QUEUE_UNFUNDED_GRACE_MINUTES = env_int("QUEUE_UNFUNDED_GRACE_MINUTES", 30)
 # Interruptible (spot) rentals: the notice a preempted one gets (SIGTERM, and the deadline in
 # /etc/starverse/preempt) before its GPUs are taken for a paying order (compute.preemption).
 SPOT_PREEMPT_GRACE_S = env_int("SPOT_PREEMPT_GRACE_S", 30)
-# Nodes of each GPU model, in each region, that spot leaves to paying orders so that those
-# start on arrival instead of after a notice (compute.queue.headroom): spot takes none of
-# their GPUs, and spot holdings found on them are taken back with notice. 0: spot may take
-# every idle GPU (the most GPUs rented; a paying order then waits out one notice whenever spot
-# holds every free GPU).
-SPOT_HEADROOM_NODES = env_int("SPOT_HEADROOM_NODES", 0)
+# Headroom: paying orders of each size (each GPU count a GPU model is offered in) that find
+# GPUs free on arrival, in each region, instead of waiting out a spot rental's notice: spot
+# keeps off the GPUs best fit would give them were spot gone, and spot holding those is taken
+# back with notice beforehand (compute.preemption.headroom). 0: spot may take every idle GPU
+# (the most GPUs rented; a paying order then waits one notice whenever spot holds every free
+# GPU).
+SPOT_HEADROOM = env_int("SPOT_HEADROOM", 0)
 # Per-account limits; an operator sets other values for one account in the admin (Tenant
 # limits). Trial-only accounts (never topped up) may hold at most one whole node's worth of GPUs
 # of the premium models by default, what the trial promises (an hour of a whole 8×H100 node):

@@ -116,16 +116,17 @@ def test_the_mix_matches_what_was_seeded(seeded):
     assert all(product for product, _region in rows)  # CPU-only nodes have no row
 
 
-def test_the_idle_gpus_kept_from_spot_are_those_of_the_headroom_nodes(seeded, settings):
+def test_the_gpus_kept_from_spot_are_those_kept_for_the_next_paying_orders(seeded, settings):
     rows = {(row.product, row.region): row for row in capacity_mix(seeded)}
     assert rows[H100, "default"].kept_from_spot == 0  # no headroom: spot may take every GPU
 
-    settings.SPOT_HEADROOM_NODES = 1
+    settings.SPOT_HEADROOM = 1
     rows = {(row.product, row.region): row for row in capacity_mix(seeded)}
-    # H100: the node the hourly 1-GPU rental is on (7 free; the other is the monthly's whole
-    # node); A100: its one node, 7 free beside the spot holding
+    # H100: no node can be made whole (the monthly rental's node, and the hourly 1-GPU one
+    # beside 7 free): 4 + 2 + 1 GPUs there; A100: its one node kept whole (the spot holding
+    # on it would be taken back)
     assert rows[H100, "default"].kept_from_spot == 7
-    assert rows[A100, "default"].kept_from_spot == 7
+    assert rows[A100, "default"].kept_from_spot == 8
 
 
 def test_the_page_shows_the_mix_to_an_operator(client, seeded):
