@@ -54,8 +54,11 @@ Scale: the issue's region is 1,024 nodes (8,192 GPUs); a month of it is ~10^6 or
 the ten minutes allowed on this machine, so `--nodes` and `--days`
 scale it down with the same load per GPU (defaults NODES, DAYS); the figures printed say which
 scale ran.
+`--spot-headroom N` runs the month with spot under SPOT_HEADROOM=N (GPUs kept for the next N
+paying orders of each size: compute.preemption.headroom); the baseline has no spot either way.
+
 Run alone: `python -m bench.sched_sim_month [--nodes N] [--days D] [--workload FILE]
-[--spot-backlog K] [--seed S]`."""
+[--spot-backlog K] [--seed S] [--spot-headroom N]`."""
 
 import argparse
 import csv

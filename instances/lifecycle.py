@@ -88,6 +88,7 @@ from instances.states import (
 )
 from instances.volumes import disks_attach_at_order
 from starverse.accounts.models import SshKey, User
+from starverse.core.db import atomic_retrying
 from starverse.core.dispatch import enqueue_on_commit
 from starverse.core.errors import (
     Conflict,
@@ -666,9 +667,10 @@ def queue_drain(*, product: str, now: datetime | None = None) -> list[str]:
     now = now or timezone.now()
     placed: list[str] = []
     passed: set[str] = set()
-    with transaction.atomic():
-        # the GPUs kept for paying orders (SPOT_HEADROOM), freed of spot with notice
-        kept = headroom_clear(product, now=now).kept
+    # the GPUs kept for paying orders (SPOT_HEADROOM), freed of spot with notice: it locks the
+    # GPU models, then the spot rentals it takes back, an order a drain's head does not
+    # follow (the head first), so a deadlock with one is run again
+    kept = atomic_retrying(lambda: headroom_clear(product, now=now)).kept
     round_ = _Round(headroom=kept)
     while round_.open():
         with transaction.atomic():
