@@ -395,8 +395,9 @@ def headroom_clear(product: str, *, now: datetime | None = None) -> Headroom:
 
 def spot_kept(product: str, reserved: dict[str, int] | None) -> dict[str, int] | None:
     """What a spot order of `product` may not take: the GPUs `reserved` for the orders ahead
-    and those kept for paying orders (headroom). `reserved` itself without headroom. Under
-    the caller's placement lock."""
+    and those kept for paying orders (headroom). `reserved` itself without headroom. A new
+    order reads it before it takes the placement lock: one placed on GPUs kept meanwhile is
+    taken back at the next drain (headroom_clear), as any spot found there."""
     if settings.SPOT_HEADROOM <= 0:
         return reserved
     return together(reserved, headroom(product).kept)
