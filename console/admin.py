@@ -146,6 +146,13 @@ def _labels(data: Overview, revenue_total: str) -> dict[str, str]:
         "orders_waiting": _("Orders waiting"),
         "oldest_wait": _("Oldest wait"),
         "no_queue": _("No orders waiting."),
+        **_mix_labels(),
+    }
+
+
+def _mix_labels() -> dict[str, str]:
+    """The capacity mix's words (_labels)."""
+    return {
         "mix": _("GPUs by who holds them, per model and region"),
         "region": _("Region"),
         "hourly": _("Hourly"),
