@@ -43,6 +43,9 @@ class Endpoint(models.Model):
     )
     error_message = models.TextField(blank=True)
     generation = models.PositiveIntegerField(default=1)
+    # the last generation whose every object converge made sure of (Deployment, Service,
+    # autoscaler, route): the endpoint is not called running before (endpoints.scheduler)
+    converged_generation = models.PositiveIntegerField(default=0, db_default=0)
     k8s_namespace = models.CharField(max_length=63, blank=True)
     k8s_name = models.CharField(max_length=63, blank=True)
     replicas_ready = models.PositiveSmallIntegerField(default=0)

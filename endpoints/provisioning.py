@@ -112,7 +112,13 @@ def _converge(endpoint: Endpoint) -> Outcome:
     kube.ensure(manifests.service(endpoint))
     kube.ensure(manifests.scaled_object(endpoint), update=True)
     kube.ensure(manifests.http_route(endpoint))
+    # every object of this generation is there: the scheduler may call it running once a
+    # replica is Ready (a worker killed before this line leaves it provisioning, and the
+    # lost-work handout sends this task again)
     Endpoint.objects.filter(pk=endpoint.pk).update(replicas_desired=replicas)
+    Endpoint.objects.filter(pk=endpoint.pk, converged_generation__lt=endpoint.generation).update(
+        converged_generation=endpoint.generation
+    )
     _old_generations_delete(endpoint)
     logger.info("endpoint.converged endpoint=%s replicas=%d", endpoint.id, replicas)
     return Outcome("converged")

@@ -399,9 +399,20 @@ def _statuses(
         status = endpoint.status
         if status in (S.DELETING, S.DELETED, S.FAILED):
             continue
-        if ready and status in (S.PROVISIONING, S.SCALED_TO_ZERO) and not endpoint.suspended:
+        # a Ready pod says nothing of the Service and route: only once converge has made
+        # sure of this generation's every object (a converge cut short after the Deployment
+        # left one running with no Service, found by the chaos drill)
+        converged = endpoint.converged_generation >= endpoint.generation
+        if (
+            ready
+            and status in (S.PROVISIONING, S.SCALED_TO_ZERO)
+            and not endpoint.suspended
+            and converged
+        ):
             status = S.RUNNING
-        elif status == S.UPDATING and endpoint.id not in stale and (ready or not alive):
+        elif (
+            status == S.UPDATING and converged and endpoint.id not in stale and (ready or not alive)
+        ):
             status = S.RUNNING if ready else S.SCALED_TO_ZERO
         elif not ready and not alive and status == S.RUNNING:
             status = S.SCALED_TO_ZERO

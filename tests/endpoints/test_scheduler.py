@@ -309,3 +309,35 @@ def test_a_deleted_endpoints_replica_bills_to_the_delete_not_to_its_pods_end(cat
     assert endpoint.cost_fen == -rows.get().amount_fen == round(price * 2 / 60)
     replica.refresh_from_db()
     assert (replica.session, replica.ready_since) == (1, None)
+
+
+def test_an_endpoint_whose_converge_stopped_before_its_service_is_not_called_running(
+    catalog, cluster
+):
+    """Found by the chaos drill: a converge cut short after the Deployment (a worker killed, a
+    failed call) left the endpoint's pod Ready and no Service; the pass called it running, so
+    the lost-work handout, which sends converge again only to endpoints still provisioning,
+    never made the Service. It stays provisioning until converge has made every object."""
+    endpoint = make_endpoint(make_user())
+    cluster.inject_api_fault(status=500, count=5, verb="create", resource="services")
+    try:
+        endpoint_converge(endpoint.id)
+    except kube.KubeError:
+        pass
+    else:
+        raise AssertionError("the Service's creation was refused: converge must fail")
+    cluster.clear_api_faults()
+    endpoint.refresh_from_db()
+    assert kube.read("Service", endpoint.k8s_namespace, endpoint.k8s_name) is None
+    _until(lambda: len(_pods(endpoint)) == 1)
+    endpoints_sync()  # placed and bound
+    _until(lambda: _ready(_pods(endpoint)[0]))
+
+    endpoints_sync()
+    endpoint.refresh_from_db()
+    assert (endpoint.status, endpoint.replicas_ready) == ("provisioning", 1)
+
+    endpoint_converge(endpoint.id)  # as the handout sends it again
+    assert kube.read("Service", endpoint.k8s_namespace, endpoint.k8s_name) is not None
+    endpoints_sync()
+    assert Endpoint.objects.get(pk=endpoint.pk).status == "running"
