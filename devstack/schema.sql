@@ -1,4 +1,4 @@
--- starverse migrations digest: 5158dda5085e7f375569dbecbb7ce5abe57ebc57261ee5684e36cfe157f904f2
+-- starverse migrations digest: 35c2c04dec2c85237bbf30e8826af4980d2a9781e4ecb2db27c3392d4abc08e8
 --
 -- PostgreSQL database dump
 --
@@ -1025,7 +1025,9 @@ CREATE TABLE public.endpoints_endpoint (
     offering_id character varying(32) NOT NULL,
     source_disk_id character varying(32),
     tenant_id character varying(32) NOT NULL,
+    converged_generation integer DEFAULT 0 NOT NULL,
     CONSTRAINT endpoint_replicas_range CHECK (((max_replicas >= min_replicas) AND (max_replicas >= 1))),
+    CONSTRAINT endpoints_endpoint_converged_generation_check CHECK ((converged_generation >= 0)),
     CONSTRAINT endpoints_endpoint_generation_check CHECK ((generation >= 0)),
     CONSTRAINT endpoints_endpoint_max_replicas_check CHECK ((max_replicas >= 0)),
     CONSTRAINT endpoints_endpoint_min_replicas_check CHECK ((min_replicas >= 0)),
@@ -2615,133 +2617,134 @@ INSERT INTO public.django_content_type VALUES (75, 'events', 'channelnotice');
 -- Data for Name: django_migrations; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.django_migrations VALUES (1, 'contenttypes', '0001_initial', '2026-12-04 21:18:06.894386+00');
-INSERT INTO public.django_migrations VALUES (2, 'contenttypes', '0002_remove_content_type_name', '2026-12-04 21:18:06.913027+00');
-INSERT INTO public.django_migrations VALUES (3, 'auth', '0001_initial', '2026-12-04 21:18:07.68587+00');
-INSERT INTO public.django_migrations VALUES (4, 'auth', '0002_alter_permission_name_max_length', '2026-12-04 21:18:07.714498+00');
-INSERT INTO public.django_migrations VALUES (5, 'auth', '0003_alter_user_email_max_length', '2026-12-04 21:18:07.751602+00');
-INSERT INTO public.django_migrations VALUES (6, 'auth', '0004_alter_user_username_opts', '2026-12-04 21:18:07.784269+00');
-INSERT INTO public.django_migrations VALUES (7, 'auth', '0005_alter_user_last_login_null', '2026-12-04 21:18:07.816188+00');
-INSERT INTO public.django_migrations VALUES (8, 'auth', '0006_require_contenttypes_0002', '2026-12-04 21:18:07.82836+00');
-INSERT INTO public.django_migrations VALUES (9, 'auth', '0007_alter_validators_add_error_messages', '2026-12-04 21:18:07.853604+00');
-INSERT INTO public.django_migrations VALUES (10, 'auth', '0008_alter_user_username_max_length', '2026-12-04 21:18:07.887156+00');
-INSERT INTO public.django_migrations VALUES (11, 'auth', '0009_alter_user_last_name_max_length', '2026-12-04 21:18:07.92723+00');
-INSERT INTO public.django_migrations VALUES (12, 'auth', '0010_alter_group_name_max_length', '2026-12-04 21:18:07.957469+00');
-INSERT INTO public.django_migrations VALUES (13, 'auth', '0011_update_proxy_permissions', '2026-12-04 21:18:07.973495+00');
-INSERT INTO public.django_migrations VALUES (14, 'auth', '0012_alter_user_first_name_max_length', '2026-12-04 21:18:07.989205+00');
-INSERT INTO public.django_migrations VALUES (15, 'accounts', '0001_initial', '2026-12-04 21:18:08.496995+00');
-INSERT INTO public.django_migrations VALUES (16, 'accounts', '0002_two_factor', '2026-12-04 21:18:08.734633+00');
-INSERT INTO public.django_migrations VALUES (17, 'accounts', '0003_user_email_verification', '2026-12-04 21:18:08.997337+00');
-INSERT INTO public.django_migrations VALUES (18, 'accounts', '0004_teams', '2026-12-04 21:18:09.750457+00');
-INSERT INTO public.django_migrations VALUES (19, 'accounts', '0005_user_settings', '2026-12-04 21:18:09.946562+00');
-INSERT INTO public.django_migrations VALUES (20, 'accounts', '0006_token_caps', '2026-12-04 21:18:10.393635+00');
-INSERT INTO public.django_migrations VALUES (21, 'admin', '0001_initial', '2026-12-04 21:18:10.67451+00');
-INSERT INTO public.django_migrations VALUES (22, 'admin', '0002_logentry_remove_auto_add', '2026-12-04 21:18:10.746877+00');
-INSERT INTO public.django_migrations VALUES (23, 'admin', '0003_logentry_add_action_flag_choices', '2026-12-04 21:18:10.885968+00');
-INSERT INTO public.django_migrations VALUES (24, 'billing', '0001_initial', '2026-12-04 21:18:11.896452+00');
-INSERT INTO public.django_migrations VALUES (25, 'billing', '0002_ledger_immutable', '2026-12-04 21:18:11.959424+00');
-INSERT INTO public.django_migrations VALUES (26, 'billing', '0003_payments', '2026-12-04 21:18:12.818333+00');
-INSERT INTO public.django_migrations VALUES (27, 'billing', '0004_ledger_no_truncate', '2026-12-04 21:18:12.870577+00');
-INSERT INTO public.django_migrations VALUES (28, 'billing', '0005_operator_permissions_and_approvals', '2026-12-04 21:18:13.522853+00');
-INSERT INTO public.django_migrations VALUES (29, 'billing', '0006_disputes_arrears_and_holds', '2026-12-04 21:18:18.462493+00');
-INSERT INTO public.django_migrations VALUES (30, 'billing', '0007_transfers', '2026-12-04 21:18:19.91309+00');
-INSERT INTO public.django_migrations VALUES (31, 'billing', '0008_invoices_and_statements', '2026-12-04 21:18:20.622457+00');
-INSERT INTO public.django_migrations VALUES (32, 'billing', '0009_ledger_price_kind', '2026-12-04 21:18:20.764617+00');
-INSERT INTO public.django_migrations VALUES (33, 'billing', '0010_transfer_invoiceable_portion', '2026-12-04 21:18:21.414645+00');
-INSERT INTO public.django_migrations VALUES (34, 'billing', '0011_usage_pending_and_minutes', '2026-12-04 21:18:22.106272+00');
-INSERT INTO public.django_migrations VALUES (35, 'billing', '0012_ledger_seq', '2026-12-04 21:18:22.830525+00');
-INSERT INTO public.django_migrations VALUES (36, 'billing', '0013_topup_paid_with_and_cancelled', '2026-12-04 21:18:23.182962+00');
-INSERT INTO public.django_migrations VALUES (37, 'instances', '0001_fleet', '2026-12-04 21:18:23.525517+00');
-INSERT INTO public.django_migrations VALUES (38, 'instances', '0002_default_health_rules', '2026-12-04 21:18:23.714351+00');
-INSERT INTO public.django_migrations VALUES (39, 'instances', '0003_instances', '2026-12-04 21:18:26.488219+00');
-INSERT INTO public.django_migrations VALUES (40, 'instances', '0004_monthly_rental', '2026-12-04 21:18:26.966386+00');
-INSERT INTO public.django_migrations VALUES (41, 'instances', '0005_instance_ssh_keys', '2026-12-04 21:18:27.073131+00');
-INSERT INTO public.django_migrations VALUES (42, 'instances', '0006_event_params', '2026-12-04 21:18:27.152915+00');
-INSERT INTO public.django_migrations VALUES (43, 'instances', '0007_cloud_disks', '2026-12-04 21:18:27.806996+00');
-INSERT INTO public.django_migrations VALUES (44, 'fleet', '0001_moved_from_instances', '2026-12-04 21:18:29.944006+00');
-INSERT INTO public.django_migrations VALUES (45, 'instances', '0008_fleet_and_storage_moved_out', '2026-12-04 21:18:34.14639+00');
-INSERT INTO public.django_migrations VALUES (46, 'instances', '0009_instance_objects_created_events_read', '2026-12-04 21:18:34.696698+00');
-INSERT INTO public.django_migrations VALUES (47, 'instances', '0010_offering_runtime_class', '2026-12-04 21:18:34.738427+00');
-INSERT INTO public.django_migrations VALUES (48, 'instances', '0011_queue_unfunded_and_tenant_limits', '2026-12-04 21:18:34.98716+00');
-INSERT INTO public.django_migrations VALUES (49, 'instances', '0012_instance_ssh_host_key', '2026-12-04 21:18:35.431679+00');
-INSERT INTO public.django_migrations VALUES (50, 'fleet', '0002_node_allocatable', '2026-12-04 21:18:35.560853+00');
-INSERT INTO public.django_migrations VALUES (51, 'fleet', '0003_gpumodel_premium', '2026-12-04 21:18:35.769881+00');
-INSERT INTO public.django_migrations VALUES (52, 'fleet', '0004_node_event_token_reset', '2026-12-04 21:18:35.832858+00');
-INSERT INTO public.django_migrations VALUES (53, 'instances', '0013_gateway_ports_and_shares', '2026-12-04 21:18:36.679386+00');
-INSERT INTO public.django_migrations VALUES (54, 'fleet', '0005_node_fabric', '2026-12-04 21:18:38.242424+00');
-INSERT INTO public.django_migrations VALUES (55, 'clusters', '0001_clusters', '2026-12-04 21:18:38.566351+00');
-INSERT INTO public.django_migrations VALUES (56, 'instances', '0014_cluster_ranks', '2026-12-04 21:18:39.098188+00');
-INSERT INTO public.django_migrations VALUES (57, 'instances', '0015_instance_checking', '2026-12-04 21:18:39.295044+00');
-INSERT INTO public.django_migrations VALUES (58, 'instances', '0016_instance_fillfactor', '2026-12-04 21:18:39.429247+00');
-INSERT INTO public.django_migrations VALUES (59, 'fleet', '0006_node_profile', '2026-12-04 21:18:39.473798+00');
-INSERT INTO public.django_migrations VALUES (60, 'fleet', '0007_regions', '2026-12-04 21:18:39.828306+00');
-INSERT INTO public.django_migrations VALUES (61, 'instances', '0017_instance_region', '2026-12-04 21:18:40.126816+00');
-INSERT INTO public.django_migrations VALUES (62, 'instances', '0018_image_size_and_prepull', '2026-12-04 21:18:40.539604+00');
-INSERT INTO public.django_migrations VALUES (63, 'instances', '0019_offering_trial_price_slug_and_chinese', '2026-12-04 21:18:41.012642+00');
-INSERT INTO public.django_migrations VALUES (64, 'instances', '0020_seeded_catalog_trial_and_chinese', '2026-12-04 21:18:42.254481+00');
-INSERT INTO public.django_migrations VALUES (65, 'clusters', '0002_rank_provisioning', '2026-12-04 21:18:43.520711+00');
-INSERT INTO public.django_migrations VALUES (66, 'clusters', '0003_preflight', '2026-12-04 21:18:43.662575+00');
-INSERT INTO public.django_migrations VALUES (67, 'instances', '0021_auto_stop', '2026-12-04 21:18:48.08246+00');
-INSERT INTO public.django_migrations VALUES (68, 'instances', '0022_engine_images', '2026-12-04 21:18:48.206492+00');
-INSERT INTO public.django_migrations VALUES (69, 'datasets', '0001_initial', '2026-12-04 21:18:48.516421+00');
-INSERT INTO public.django_migrations VALUES (70, 'datasets', '0002_shared_storage_moved_out', '2026-12-04 21:18:48.522088+00');
-INSERT INTO public.django_migrations VALUES (71, 'storage', '0001_moved_from_instances_and_datasets', '2026-12-04 21:18:49.190943+00');
-INSERT INTO public.django_migrations VALUES (72, 'storage', '0002_disk_region', '2026-12-04 21:18:49.402442+00');
-INSERT INTO public.django_migrations VALUES (73, 'fleet', '0008_node_images', '2026-12-04 21:18:49.668611+00');
-INSERT INTO public.django_migrations VALUES (74, 'endpoints', '0001_endpoints', '2026-12-04 21:18:53.010462+00');
-INSERT INTO public.django_migrations VALUES (75, 'endpoints', '0002_sync_indexes', '2026-12-04 21:18:53.274493+00');
-INSERT INTO public.django_migrations VALUES (76, 'fleet', '0009_allocation_endpoint_replica', '2026-12-04 21:18:53.935842+00');
-INSERT INTO public.django_migrations VALUES (77, 'fleet', '0010_node_review', '2026-12-04 21:18:54.162526+00');
-INSERT INTO public.django_migrations VALUES (78, 'fleet', '0011_allocations_moved_to_compute', '2026-12-04 21:18:54.1789+00');
-INSERT INTO public.django_migrations VALUES (79, 'compute', '0001_catalog_and_allocations_moved_in', '2026-12-04 21:18:55.844885+00');
-INSERT INTO public.django_migrations VALUES (80, 'endpoints', '0003_catalog_moved_to_compute', '2026-12-04 21:18:56.099214+00');
-INSERT INTO public.django_migrations VALUES (81, 'clusters', '0004_cluster_checking_since', '2026-12-04 21:18:56.23824+00');
-INSERT INTO public.django_migrations VALUES (82, 'clusters', '0005_catalog_moved_to_compute', '2026-12-04 21:18:56.807851+00');
-INSERT INTO public.django_migrations VALUES (83, 'instances', '0023_catalog_moved_to_compute', '2026-12-04 21:18:58.615344+00');
-INSERT INTO public.django_migrations VALUES (84, 'compute', '0002_holdings', '2026-12-04 21:19:02.1468+00');
-INSERT INTO public.django_migrations VALUES (85, 'instances', '0024_queue_fields_moved_to_holdings', '2026-12-04 21:19:02.960507+00');
-INSERT INTO public.django_migrations VALUES (86, 'endpoints', '0004_replica_holding', '2026-12-04 21:19:04.462885+00');
-INSERT INTO public.django_migrations VALUES (87, 'compute', '0003_holding_parent', '2026-12-04 21:19:04.838767+00');
-INSERT INTO public.django_migrations VALUES (88, 'compute', '0004_holding_meter', '2026-12-04 21:19:05.640795+00');
-INSERT INTO public.django_migrations VALUES (89, 'instances', '0025_metering_moved_to_holdings', '2026-12-04 21:19:05.711503+00');
-INSERT INTO public.django_migrations VALUES (90, 'clusters', '0006_cluster_key_at_order', '2026-12-04 21:19:06.097131+00');
-INSERT INTO public.django_migrations VALUES (91, 'clusters', '0007_ranks', '2026-12-04 21:19:06.398441+00');
-INSERT INTO public.django_migrations VALUES (92, 'clusters', '0008_cluster_owner', '2026-12-04 21:19:06.71543+00');
-INSERT INTO public.django_migrations VALUES (93, 'clusters', '0009_spot_billing', '2026-12-04 21:19:06.884353+00');
-INSERT INTO public.django_migrations VALUES (94, 'clusters', '0010_preflight_lease', '2026-12-04 21:19:06.934609+00');
-INSERT INTO public.django_migrations VALUES (95, 'clusters', '0011_preflight_gates_opened_at', '2026-12-04 21:19:06.950392+00');
-INSERT INTO public.django_migrations VALUES (96, 'clusters', '0012_shared_objects_ensured', '2026-12-04 21:19:07.158789+00');
-INSERT INTO public.django_migrations VALUES (97, 'fleet', '0012_region_display_name_zh_hans', '2026-12-04 21:19:07.238527+00');
-INSERT INTO public.django_migrations VALUES (98, 'compute', '0005_no_gpu_mode', '2026-12-04 21:19:08.039212+00');
-INSERT INTO public.django_migrations VALUES (99, 'compute', '0006_offering_system_disk', '2026-12-04 21:19:09.043518+00');
-INSERT INTO public.django_migrations VALUES (100, 'compute', '0007_tenant_images', '2026-12-04 21:19:10.709672+00');
-INSERT INTO public.django_migrations VALUES (101, 'compute', '0008_spot', '2026-12-04 21:19:11.800558+00');
-INSERT INTO public.django_migrations VALUES (102, 'compute', '0009_seeded_spot_prices', '2026-12-04 21:19:12.949711+00');
-INSERT INTO public.django_migrations VALUES (103, 'compute', '0010_token_caps', '2026-12-04 21:19:13.182465+00');
-INSERT INTO public.django_migrations VALUES (104, 'compute', '0011_image_saving', '2026-12-04 21:19:13.884749+00');
-INSERT INTO public.django_migrations VALUES (105, 'console', '0001_overview_permission', '2026-12-04 21:19:13.895226+00');
-INSERT INTO public.django_migrations VALUES (106, 'datasets', '0003_description_zh_hans', '2026-12-04 21:19:13.920726+00');
-INSERT INTO public.django_migrations VALUES (107, 'datasets', '0004_seeded_descriptions_zh_hans', '2026-12-04 21:19:14.179629+00');
-INSERT INTO public.django_migrations VALUES (108, 'datasets', '0005_names_zh_hans', '2026-12-04 21:19:14.503119+00');
-INSERT INTO public.django_migrations VALUES (109, 'endpoints', '0005_metering_moved_to_holdings', '2026-12-04 21:19:14.677404+00');
-INSERT INTO public.django_migrations VALUES (110, 'events', '0001_initial', '2026-12-04 21:19:17.547762+00');
-INSERT INTO public.django_migrations VALUES (111, 'events', '0002_email_defaults', '2026-12-04 21:19:17.896994+00');
-INSERT INTO public.django_migrations VALUES (112, 'events', '0003_channel_notices', '2026-12-04 21:19:18.16114+00');
-INSERT INTO public.django_migrations VALUES (113, 'instances', '0026_ranks_moved_to_clusters', '2026-12-04 21:19:18.678054+00');
-INSERT INTO public.django_migrations VALUES (114, 'instances', '0027_monthly_rental_stop_policy_pod_watch', '2026-12-04 21:19:19.480322+00');
-INSERT INTO public.django_migrations VALUES (115, 'instances', '0028_monthly_rental_stop_policy_pod_watch_copied', '2026-12-04 21:19:19.498328+00');
-INSERT INTO public.django_migrations VALUES (116, 'instances', '0029_moved_columns_removed', '2026-12-04 21:19:27.521953+00');
-INSERT INTO public.django_migrations VALUES (117, 'instances', '0030_pod_watch_pod_uid', '2026-12-04 21:19:27.600653+00');
-INSERT INTO public.django_migrations VALUES (118, 'instances', '0031_plurals', '2026-12-04 21:19:27.737479+00');
-INSERT INTO public.django_migrations VALUES (119, 'instances', '0032_workload', '2026-12-04 21:19:28.090376+00');
-INSERT INTO public.django_migrations VALUES (120, 'instances', '0033_workload_log_shipping', '2026-12-04 21:19:28.310218+00');
-INSERT INTO public.django_migrations VALUES (121, 'instances', '0034_spot', '2026-12-04 21:19:29.327324+00');
-INSERT INTO public.django_migrations VALUES (122, 'instances', '0035_mirrors', '2026-12-04 21:19:29.535062+00');
-INSERT INTO public.django_migrations VALUES (123, 'instances', '0036_clone', '2026-12-04 21:19:29.630458+00');
-INSERT INTO public.django_migrations VALUES (124, 'jobs', '0001_jobs', '2026-12-04 21:19:30.510882+00');
-INSERT INTO public.django_migrations VALUES (125, 'jobs', '0002_job_cluster', '2026-12-04 21:19:33.905418+00');
-INSERT INTO public.django_migrations VALUES (126, 'sessions', '0001_initial', '2026-12-04 21:19:33.992867+00');
-INSERT INTO public.django_migrations VALUES (127, 'storage', '0003_image_storage_price', '2026-12-04 21:19:34.768685+00');
+INSERT INTO public.django_migrations VALUES (1, 'contenttypes', '0001_initial', '2026-12-06 02:25:17.600949+00');
+INSERT INTO public.django_migrations VALUES (2, 'contenttypes', '0002_remove_content_type_name', '2026-12-06 02:25:17.681638+00');
+INSERT INTO public.django_migrations VALUES (3, 'auth', '0001_initial', '2026-12-06 02:25:17.698518+00');
+INSERT INTO public.django_migrations VALUES (4, 'auth', '0002_alter_permission_name_max_length', '2026-12-06 02:25:17.701475+00');
+INSERT INTO public.django_migrations VALUES (5, 'auth', '0003_alter_user_email_max_length', '2026-12-06 02:25:17.704324+00');
+INSERT INTO public.django_migrations VALUES (6, 'auth', '0004_alter_user_username_opts', '2026-12-06 02:25:17.707288+00');
+INSERT INTO public.django_migrations VALUES (7, 'auth', '0005_alter_user_last_login_null', '2026-12-06 02:25:17.710002+00');
+INSERT INTO public.django_migrations VALUES (8, 'auth', '0006_require_contenttypes_0002', '2026-12-06 02:25:17.711171+00');
+INSERT INTO public.django_migrations VALUES (9, 'auth', '0007_alter_validators_add_error_messages', '2026-12-06 02:25:17.713894+00');
+INSERT INTO public.django_migrations VALUES (10, 'auth', '0008_alter_user_username_max_length', '2026-12-06 02:25:17.716757+00');
+INSERT INTO public.django_migrations VALUES (11, 'auth', '0009_alter_user_last_name_max_length', '2026-12-06 02:25:17.719945+00');
+INSERT INTO public.django_migrations VALUES (12, 'auth', '0010_alter_group_name_max_length', '2026-12-06 02:25:17.723489+00');
+INSERT INTO public.django_migrations VALUES (13, 'auth', '0011_update_proxy_permissions', '2026-12-06 02:25:17.726512+00');
+INSERT INTO public.django_migrations VALUES (14, 'auth', '0012_alter_user_first_name_max_length', '2026-12-06 02:25:17.729569+00');
+INSERT INTO public.django_migrations VALUES (15, 'accounts', '0001_initial', '2026-12-06 02:25:17.772856+00');
+INSERT INTO public.django_migrations VALUES (16, 'accounts', '0002_two_factor', '2026-12-06 02:25:17.789468+00');
+INSERT INTO public.django_migrations VALUES (17, 'accounts', '0003_user_email_verification', '2026-12-06 02:25:17.809847+00');
+INSERT INTO public.django_migrations VALUES (18, 'accounts', '0004_teams', '2026-12-06 02:25:17.883202+00');
+INSERT INTO public.django_migrations VALUES (19, 'accounts', '0005_user_settings', '2026-12-06 02:25:17.896323+00');
+INSERT INTO public.django_migrations VALUES (20, 'accounts', '0006_token_caps', '2026-12-06 02:25:17.921293+00');
+INSERT INTO public.django_migrations VALUES (21, 'admin', '0001_initial', '2026-12-06 02:25:17.935868+00');
+INSERT INTO public.django_migrations VALUES (22, 'admin', '0002_logentry_remove_auto_add', '2026-12-06 02:25:17.944353+00');
+INSERT INTO public.django_migrations VALUES (23, 'admin', '0003_logentry_add_action_flag_choices', '2026-12-06 02:25:17.953862+00');
+INSERT INTO public.django_migrations VALUES (24, 'billing', '0001_initial', '2026-12-06 02:25:18.08302+00');
+INSERT INTO public.django_migrations VALUES (25, 'billing', '0002_ledger_immutable', '2026-12-06 02:25:18.101531+00');
+INSERT INTO public.django_migrations VALUES (26, 'billing', '0003_payments', '2026-12-06 02:25:18.225097+00');
+INSERT INTO public.django_migrations VALUES (27, 'billing', '0004_ledger_no_truncate', '2026-12-06 02:25:18.239488+00');
+INSERT INTO public.django_migrations VALUES (28, 'billing', '0005_operator_permissions_and_approvals', '2026-12-06 02:25:18.297638+00');
+INSERT INTO public.django_migrations VALUES (29, 'billing', '0006_disputes_arrears_and_holds', '2026-12-06 02:25:18.913777+00');
+INSERT INTO public.django_migrations VALUES (30, 'billing', '0007_transfers', '2026-12-06 02:25:18.933841+00');
+INSERT INTO public.django_migrations VALUES (31, 'billing', '0008_invoices_and_statements', '2026-12-06 02:25:19.000029+00');
+INSERT INTO public.django_migrations VALUES (32, 'billing', '0009_ledger_price_kind', '2026-12-06 02:25:19.015104+00');
+INSERT INTO public.django_migrations VALUES (33, 'billing', '0010_transfer_invoiceable_portion', '2026-12-06 02:25:19.069938+00');
+INSERT INTO public.django_migrations VALUES (34, 'billing', '0011_usage_pending_and_minutes', '2026-12-06 02:25:19.15806+00');
+INSERT INTO public.django_migrations VALUES (35, 'billing', '0012_ledger_seq', '2026-12-06 02:25:19.218568+00');
+INSERT INTO public.django_migrations VALUES (36, 'billing', '0013_topup_paid_with_and_cancelled', '2026-12-06 02:25:19.252225+00');
+INSERT INTO public.django_migrations VALUES (37, 'instances', '0001_fleet', '2026-12-06 02:25:19.301269+00');
+INSERT INTO public.django_migrations VALUES (38, 'instances', '0002_default_health_rules', '2026-12-06 02:25:19.326592+00');
+INSERT INTO public.django_migrations VALUES (39, 'instances', '0003_instances', '2026-12-06 02:25:19.606317+00');
+INSERT INTO public.django_migrations VALUES (40, 'instances', '0004_monthly_rental', '2026-12-06 02:25:19.668414+00');
+INSERT INTO public.django_migrations VALUES (41, 'instances', '0005_instance_ssh_keys', '2026-12-06 02:25:19.689397+00');
+INSERT INTO public.django_migrations VALUES (42, 'instances', '0006_event_params', '2026-12-06 02:25:19.704228+00');
+INSERT INTO public.django_migrations VALUES (43, 'instances', '0007_cloud_disks', '2026-12-06 02:25:19.852647+00');
+INSERT INTO public.django_migrations VALUES (44, 'fleet', '0001_moved_from_instances', '2026-12-06 02:25:20.129441+00');
+INSERT INTO public.django_migrations VALUES (45, 'instances', '0008_fleet_and_storage_moved_out', '2026-12-06 02:25:20.60235+00');
+INSERT INTO public.django_migrations VALUES (46, 'instances', '0009_instance_objects_created_events_read', '2026-12-06 02:25:20.662412+00');
+INSERT INTO public.django_migrations VALUES (47, 'instances', '0010_offering_runtime_class', '2026-12-06 02:25:20.668839+00');
+INSERT INTO public.django_migrations VALUES (48, 'instances', '0011_queue_unfunded_and_tenant_limits', '2026-12-06 02:25:20.721743+00');
+INSERT INTO public.django_migrations VALUES (49, 'instances', '0012_instance_ssh_host_key', '2026-12-06 02:25:20.761876+00');
+INSERT INTO public.django_migrations VALUES (50, 'fleet', '0002_node_allocatable', '2026-12-06 02:25:20.781614+00');
+INSERT INTO public.django_migrations VALUES (51, 'fleet', '0003_gpumodel_premium', '2026-12-06 02:25:20.808623+00');
+INSERT INTO public.django_migrations VALUES (52, 'fleet', '0004_node_event_token_reset', '2026-12-06 02:25:20.815687+00');
+INSERT INTO public.django_migrations VALUES (53, 'instances', '0013_gateway_ports_and_shares', '2026-12-06 02:25:21.081792+00');
+INSERT INTO public.django_migrations VALUES (54, 'fleet', '0005_node_fabric', '2026-12-06 02:25:21.095097+00');
+INSERT INTO public.django_migrations VALUES (55, 'clusters', '0001_clusters', '2026-12-06 02:25:21.143727+00');
+INSERT INTO public.django_migrations VALUES (56, 'instances', '0014_cluster_ranks', '2026-12-06 02:25:21.239958+00');
+INSERT INTO public.django_migrations VALUES (57, 'instances', '0015_instance_checking', '2026-12-06 02:25:21.28242+00');
+INSERT INTO public.django_migrations VALUES (58, 'instances', '0016_instance_fillfactor', '2026-12-06 02:25:21.309101+00');
+INSERT INTO public.django_migrations VALUES (59, 'fleet', '0006_node_profile', '2026-12-06 02:25:21.315649+00');
+INSERT INTO public.django_migrations VALUES (60, 'fleet', '0007_regions', '2026-12-06 02:25:21.38079+00');
+INSERT INTO public.django_migrations VALUES (61, 'instances', '0017_instance_region', '2026-12-06 02:25:21.435812+00');
+INSERT INTO public.django_migrations VALUES (62, 'instances', '0018_image_size_and_prepull', '2026-12-06 02:25:21.473916+00');
+INSERT INTO public.django_migrations VALUES (63, 'instances', '0019_offering_trial_price_slug_and_chinese', '2026-12-06 02:25:21.514767+00');
+INSERT INTO public.django_migrations VALUES (64, 'instances', '0020_seeded_catalog_trial_and_chinese', '2026-12-06 02:25:21.697302+00');
+INSERT INTO public.django_migrations VALUES (65, 'clusters', '0002_rank_provisioning', '2026-12-06 02:25:21.797041+00');
+INSERT INTO public.django_migrations VALUES (66, 'clusters', '0003_preflight', '2026-12-06 02:25:21.83722+00');
+INSERT INTO public.django_migrations VALUES (67, 'instances', '0021_auto_stop', '2026-12-06 02:25:22.284834+00');
+INSERT INTO public.django_migrations VALUES (68, 'instances', '0022_engine_images', '2026-12-06 02:25:22.312896+00');
+INSERT INTO public.django_migrations VALUES (69, 'datasets', '0001_initial', '2026-12-06 02:25:22.351778+00');
+INSERT INTO public.django_migrations VALUES (70, 'datasets', '0002_shared_storage_moved_out', '2026-12-06 02:25:22.352972+00');
+INSERT INTO public.django_migrations VALUES (71, 'storage', '0001_moved_from_instances_and_datasets', '2026-12-06 02:25:22.471232+00');
+INSERT INTO public.django_migrations VALUES (72, 'storage', '0002_disk_region', '2026-12-06 02:25:22.512895+00');
+INSERT INTO public.django_migrations VALUES (73, 'fleet', '0008_node_images', '2026-12-06 02:25:22.553248+00');
+INSERT INTO public.django_migrations VALUES (74, 'endpoints', '0001_endpoints', '2026-12-06 02:25:22.974965+00');
+INSERT INTO public.django_migrations VALUES (75, 'endpoints', '0002_sync_indexes', '2026-12-06 02:25:23.021687+00');
+INSERT INTO public.django_migrations VALUES (76, 'fleet', '0009_allocation_endpoint_replica', '2026-12-06 02:25:23.122997+00');
+INSERT INTO public.django_migrations VALUES (77, 'fleet', '0010_node_review', '2026-12-06 02:25:23.150572+00');
+INSERT INTO public.django_migrations VALUES (78, 'fleet', '0011_allocations_moved_to_compute', '2026-12-06 02:25:23.152229+00');
+INSERT INTO public.django_migrations VALUES (79, 'compute', '0001_catalog_and_allocations_moved_in', '2026-12-06 02:25:23.475602+00');
+INSERT INTO public.django_migrations VALUES (80, 'endpoints', '0003_catalog_moved_to_compute', '2026-12-06 02:25:23.533239+00');
+INSERT INTO public.django_migrations VALUES (81, 'clusters', '0004_cluster_checking_since', '2026-12-06 02:25:23.56478+00');
+INSERT INTO public.django_migrations VALUES (82, 'clusters', '0005_catalog_moved_to_compute', '2026-12-06 02:25:23.641087+00');
+INSERT INTO public.django_migrations VALUES (83, 'instances', '0023_catalog_moved_to_compute', '2026-12-06 02:25:23.778725+00');
+INSERT INTO public.django_migrations VALUES (84, 'compute', '0002_holdings', '2026-12-06 02:25:24.251358+00');
+INSERT INTO public.django_migrations VALUES (85, 'instances', '0024_queue_fields_moved_to_holdings', '2026-12-06 02:25:24.379484+00');
+INSERT INTO public.django_migrations VALUES (86, 'endpoints', '0004_replica_holding', '2026-12-06 02:25:24.545309+00');
+INSERT INTO public.django_migrations VALUES (87, 'compute', '0003_holding_parent', '2026-12-06 02:25:24.579385+00');
+INSERT INTO public.django_migrations VALUES (88, 'compute', '0004_holding_meter', '2026-12-06 02:25:24.818084+00');
+INSERT INTO public.django_migrations VALUES (89, 'instances', '0025_metering_moved_to_holdings', '2026-12-06 02:25:24.848945+00');
+INSERT INTO public.django_migrations VALUES (90, 'clusters', '0006_cluster_key_at_order', '2026-12-06 02:25:25.043141+00');
+INSERT INTO public.django_migrations VALUES (91, 'clusters', '0007_ranks', '2026-12-06 02:25:25.088264+00');
+INSERT INTO public.django_migrations VALUES (92, 'clusters', '0008_cluster_owner', '2026-12-06 02:25:25.116359+00');
+INSERT INTO public.django_migrations VALUES (93, 'clusters', '0009_spot_billing', '2026-12-06 02:25:25.143601+00');
+INSERT INTO public.django_migrations VALUES (94, 'clusters', '0010_preflight_lease', '2026-12-06 02:25:25.153045+00');
+INSERT INTO public.django_migrations VALUES (95, 'clusters', '0011_preflight_gates_opened_at', '2026-12-06 02:25:25.162166+00');
+INSERT INTO public.django_migrations VALUES (96, 'clusters', '0012_shared_objects_ensured', '2026-12-06 02:25:25.218103+00');
+INSERT INTO public.django_migrations VALUES (97, 'fleet', '0012_region_display_name_zh_hans', '2026-12-06 02:25:25.268274+00');
+INSERT INTO public.django_migrations VALUES (98, 'compute', '0005_no_gpu_mode', '2026-12-06 02:25:25.381562+00');
+INSERT INTO public.django_migrations VALUES (99, 'compute', '0006_offering_system_disk', '2026-12-06 02:25:25.391485+00');
+INSERT INTO public.django_migrations VALUES (100, 'compute', '0007_tenant_images', '2026-12-06 02:25:25.724491+00');
+INSERT INTO public.django_migrations VALUES (101, 'compute', '0008_spot', '2026-12-06 02:25:25.862067+00');
+INSERT INTO public.django_migrations VALUES (102, 'compute', '0009_seeded_spot_prices', '2026-12-06 02:25:25.900994+00');
+INSERT INTO public.django_migrations VALUES (103, 'compute', '0010_token_caps', '2026-12-06 02:25:26.079091+00');
+INSERT INTO public.django_migrations VALUES (104, 'compute', '0011_image_saving', '2026-12-06 02:25:26.156904+00');
+INSERT INTO public.django_migrations VALUES (105, 'console', '0001_overview_permission', '2026-12-06 02:25:26.159148+00');
+INSERT INTO public.django_migrations VALUES (106, 'datasets', '0003_description_zh_hans', '2026-12-06 02:25:26.16306+00');
+INSERT INTO public.django_migrations VALUES (107, 'datasets', '0004_seeded_descriptions_zh_hans', '2026-12-06 02:25:26.206343+00');
+INSERT INTO public.django_migrations VALUES (108, 'datasets', '0005_names_zh_hans', '2026-12-06 02:25:26.255488+00');
+INSERT INTO public.django_migrations VALUES (109, 'endpoints', '0005_metering_moved_to_holdings', '2026-12-06 02:25:26.273222+00');
+INSERT INTO public.django_migrations VALUES (110, 'endpoints', '0006_converged_generation', '2026-12-06 02:25:26.302422+00');
+INSERT INTO public.django_migrations VALUES (111, 'events', '0001_initial', '2026-12-06 02:25:26.646429+00');
+INSERT INTO public.django_migrations VALUES (112, 'events', '0002_email_defaults', '2026-12-06 02:25:26.68938+00');
+INSERT INTO public.django_migrations VALUES (113, 'events', '0003_channel_notices', '2026-12-06 02:25:26.73604+00');
+INSERT INTO public.django_migrations VALUES (114, 'instances', '0026_ranks_moved_to_clusters', '2026-12-06 02:25:26.839632+00');
+INSERT INTO public.django_migrations VALUES (115, 'instances', '0027_monthly_rental_stop_policy_pod_watch', '2026-12-06 02:25:26.964534+00');
+INSERT INTO public.django_migrations VALUES (116, 'instances', '0028_monthly_rental_stop_policy_pod_watch_copied', '2026-12-06 02:25:26.970284+00');
+INSERT INTO public.django_migrations VALUES (117, 'instances', '0029_moved_columns_removed', '2026-12-06 02:25:27.766012+00');
+INSERT INTO public.django_migrations VALUES (118, 'instances', '0030_pod_watch_pod_uid', '2026-12-06 02:25:27.781119+00');
+INSERT INTO public.django_migrations VALUES (119, 'instances', '0031_plurals', '2026-12-06 02:25:27.805899+00');
+INSERT INTO public.django_migrations VALUES (120, 'instances', '0032_workload', '2026-12-06 02:25:27.900088+00');
+INSERT INTO public.django_migrations VALUES (121, 'instances', '0033_workload_log_shipping', '2026-12-06 02:25:27.942424+00');
+INSERT INTO public.django_migrations VALUES (122, 'instances', '0034_spot', '2026-12-06 02:25:28.135822+00');
+INSERT INTO public.django_migrations VALUES (123, 'instances', '0035_mirrors', '2026-12-06 02:25:28.171346+00');
+INSERT INTO public.django_migrations VALUES (124, 'instances', '0036_clone', '2026-12-06 02:25:28.206134+00');
+INSERT INTO public.django_migrations VALUES (125, 'jobs', '0001_jobs', '2026-12-06 02:25:28.593145+00');
+INSERT INTO public.django_migrations VALUES (126, 'jobs', '0002_job_cluster', '2026-12-06 02:25:28.695795+00');
+INSERT INTO public.django_migrations VALUES (127, 'sessions', '0001_initial', '2026-12-06 02:25:28.702016+00');
+INSERT INTO public.django_migrations VALUES (128, 'storage', '0003_image_storage_price', '2026-12-06 02:25:28.74788+00');
 
 
 --
@@ -2820,7 +2823,7 @@ INSERT INTO public.django_migrations VALUES (127, 'storage', '0003_image_storage
 -- Data for Name: fleet_region; Type: TABLE DATA; Schema: public; Owner: -
 --
 
-INSERT INTO public.fleet_region VALUES ('default', 'Default', '', true, '2026-12-04 21:18:39.64174+00', '默认');
+INSERT INTO public.fleet_region VALUES ('default', 'Default', '', true, '2026-12-06 02:25:21.3458+00', '默认');
 
 
 --
@@ -3078,7 +3081,7 @@ SELECT pg_catalog.setval('public.django_content_type_id_seq', 75, true);
 -- Name: django_migrations_id_seq; Type: SEQUENCE SET; Schema: public; Owner: -
 --
 
-SELECT pg_catalog.setval('public.django_migrations_id_seq', 127, true);
+SELECT pg_catalog.setval('public.django_migrations_id_seq', 128, true);
 
 
 --
