@@ -166,7 +166,7 @@ def choose(
     first served: compute.queue; a `spot` order takes nothing while any paying order waits),
     read under the lock in the same statement. The queue's drain passes the GPUs `reserved` for
     the orders ahead (compute.queue.reserve): an order behind them takes none of them; a spot
-    order's callers add the GPUs kept for paying orders (compute.preemption.spot_kept)."""
+    order's callers add the GPUs kept for paying orders (compute.preemption.headroom)."""
     if not concurrent:
         gpu_model_placement_lock(offering.gpu_model_id)
         found = candidates(offering, region, image=image, limit=1, reserved=reserved)

@@ -47,7 +47,7 @@ from django.utils import timezone
 from compute.choices import BillingMode, HoldingKind, HoldingState, OfferingKind
 from compute.models import Allocation, Holding, Offering
 from compute.placement import Room, capacity, needs, times
-from compute.queue import together, waits_ahead
+from compute.queue import waits_ahead
 from fleet.choices import NodeState
 from fleet.models import GpuModel, Node
 from starverse.core.locks import gpu_model_placement_lock
@@ -391,16 +391,6 @@ def headroom_clear(product: str, *, now: datetime | None = None) -> Headroom:
         preempt(holdings, now=now)
         logger.info("spot.headroom product=%s holdings=%d", product, len(holdings))
     return found
-
-
-def spot_kept(product: str, reserved: dict[str, int] | None) -> dict[str, int] | None:
-    """What a spot order of `product` may not take: the GPUs `reserved` for the orders ahead
-    and those kept for paying orders (headroom). `reserved` itself without headroom. A new
-    order reads it before it takes the placement lock: one placed on GPUs kept meanwhile is
-    taken back at the next drain (headroom_clear), as any spot found there."""
-    if settings.SPOT_HEADROOM <= 0:
-        return reserved
-    return together(reserved, headroom(product).kept)
 
 
 def preempt(holding_ids: list[str], *, now: datetime | None = None) -> list[str]:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -115,9 +117,9 @@ def _converge(endpoint: Endpoint) -> Outcome:
     # every object of this generation is there: the scheduler may call it running once a
     # replica is Ready (a worker killed before this line leaves it provisioning, and the
     # lost-work handout sends this task again)
-    Endpoint.objects.filter(pk=endpoint.pk).update(replicas_desired=replicas)
-    Endpoint.objects.filter(pk=endpoint.pk, converged_generation__lt=endpoint.generation).update(
-        converged_generation=endpoint.generation
+    Endpoint.objects.filter(pk=endpoint.pk).update(
+        replicas_desired=replicas,
+        converged_generation=Greatest("converged_generation", Value(endpoint.generation)),
     )
     _old_generations_delete(endpoint)
     logger.info("endpoint.converged endpoint=%s replicas=%d", endpoint.id, replicas)

@@ -32,7 +32,7 @@ from compute.holdings import (
 from compute.models import Image, Offering
 from compute.orders import OrderKey, order_commit, ordered_before, request_hash_of
 from compute.placement import Gang, choose, choose_nodes, loads, shape
-from compute.preemption import headroom_clear, preempt_for, spot_kept
+from compute.preemption import headroom, headroom_clear, preempt_for
 from compute.queue import (
     Load,
     Reserved,
@@ -764,8 +764,10 @@ class _Round:
 
 def _kept(product: str, *, spot: bool) -> Reserved | None:
     """What an order placed outside a drain may not take: for a spot one, the GPUs kept for
-    paying orders (compute.preemption.spot_kept); nothing for a paying one."""
-    return spot_kept(product, None) if spot else None
+    paying orders (compute.preemption.headroom); nothing for a paying one. A new order reads
+    it before it takes the placement lock: one placed on GPUs kept meanwhile is taken back at
+    the next drain (headroom_clear), as any spot found there."""
+    return headroom(product).kept if spot else None
 
 
 def _queue_head(product: str, passed: set[str], *, round_: "_Round") -> Instance | None:

@@ -1,5 +1,5 @@
-"""Headroom kept from spot (SPOT_HEADROOM; compute.preemption.headroom, headroom_clear,
-spot_kept) on PostgreSQL and the emulated fleet's two 8×H100 nodes: spot takes none of the GPUs
+"""Headroom kept from spot (SPOT_HEADROOM; compute.preemption.headroom, headroom_clear;
+instances.lifecycle._kept) on PostgreSQL and the emulated fleet's two 8×H100 nodes: spot takes none of the GPUs
 the next paying order of each size would be placed on were spot gone, so those start on arrival
 (no notice waited out) where they would have without spot; spot found on those GPUs is taken
 back with notice beforehand; and no headroom is kept while a paying order waits in line."""
